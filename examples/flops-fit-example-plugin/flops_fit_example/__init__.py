@@ -1,0 +1,1 @@
+"""Example flops-fit plugin package."""

@@ -1,0 +1,291 @@
+"""What a plugin provides: one frozen dataclass per entry kind, validated when registered.
+
+Entries hold metadata and lazy references only; nothing heavy is imported until an
+entry is built (``"module:function"`` strings are resolved then).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from flops_fit._lazy import is_reference, resolve
+from flops_fit.errors import EntryError
+
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+TASK_CAUSAL_LM = "causal-lm"
+TASK_IMAGE_CLASSIFICATION = "image-classification"
+FLOPS_UNITS = ("token", "sample")
+
+Ref = str | Callable[..., Any]
+
+
+def check_name(name: Any, what: str = "name") -> str:
+    """Validate an entry or task name against ``^[a-z0-9][a-z0-9_.-]*$``."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise EntryError(
+            f"{what} {name!r} is invalid: use lower-case letters, digits, '_', '.' or '-', "
+            f"starting with a letter or digit (pattern {NAME_PATTERN.pattern})"
+        )
+    return name
+
+
+def _check_ref(value: Any, field_name: str) -> None:
+    if callable(value) or is_reference(value):
+        return
+    raise EntryError(
+        f"{field_name} must be a callable or a lazy 'package.module:function' string, "
+        f"got {value!r}"
+    )
+
+
+def _check_names(values: Any, field_name: str, allow_empty: bool = True) -> tuple[str, ...]:
+    if isinstance(values, str) or not isinstance(values, (tuple, list)):
+        raise EntryError(f"{field_name} must be a tuple of names, got {values!r}")
+    if not values and not allow_empty:
+        raise EntryError(f"{field_name} must name at least one value")
+    for v in values:
+        check_name(v, f"{field_name} item")
+    return tuple(values)
+
+
+def _positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise EntryError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Fields common to every entry kind."""
+
+    kind: ClassVar[str] = "entry"
+
+    name: str
+    description: str = field(default="", kw_only=True)
+
+    def __post_init__(self) -> None:
+        check_name(self.name, f"{self.kind} name")
+        if not isinstance(self.description, str):
+            raise EntryError(f"description must be a string, got {self.description!r}")
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the kind-specific contract; raise EntryError naming the field."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able metadata (callables shown by their qualified name)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if callable(value):
+                value = f"{getattr(value, '__module__', '?')}:{getattr(value, '__qualname__', repr(value))}"
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class ModelEntry(Entry):
+    """A model family with one size parameter.
+
+    ``builder(size, **config)`` returns a ``torch.nn.Module`` with ``num_params()``.
+    ``valid_sizes(lo, hi, **config)`` lists the sizes in ``[lo, hi]`` (no model is built).
+    ``param_count(size, **config)`` is the exact total parameter count, computed analytically.
+    ``training_flops(size, **config)`` is the exact training FLOPs (forward + backward) per
+    ``flops_unit``: one ``"token"`` for language models, one ``"sample"`` for image models.
+    """
+
+    kind: ClassVar[str] = "model"
+
+    builder: Ref = field(kw_only=True)
+    size_param: str = field(kw_only=True)
+    valid_sizes: Ref = field(kw_only=True)
+    param_count: Ref = field(kw_only=True)
+    training_flops: Ref = field(kw_only=True)
+    flops_unit: str = field(kw_only=True)
+    task: str = field(kw_only=True)
+    default_loss: str = field(kw_only=True)
+    default_datasets: tuple[str, ...] = field(default=(), kw_only=True)
+    defaults: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
+    default_size: int | None = field(default=None, kw_only=True)
+
+    def validate(self) -> None:
+        for name in ("builder", "valid_sizes", "param_count", "training_flops"):
+            _check_ref(getattr(self, name), name)
+        if not isinstance(self.size_param, str) or not self.size_param.isidentifier():
+            raise EntryError(f"size_param must be an identifier such as 'width', got {self.size_param!r}")
+        if self.flops_unit not in FLOPS_UNITS:
+            raise EntryError(f"flops_unit must be one of {FLOPS_UNITS}, got {self.flops_unit!r}")
+        check_name(self.task, "task")
+        check_name(self.default_loss, "default_loss")
+        object.__setattr__(self, "default_datasets", _check_names(self.default_datasets, "default_datasets"))
+        if not isinstance(self.defaults, Mapping):
+            raise EntryError(f"defaults must be a mapping of configuration values, got {self.defaults!r}")
+        if self.size_param in self.defaults:
+            raise EntryError(f"defaults must not contain the size parameter {self.size_param!r}: use default_size")
+        if self.default_size is not None:
+            _positive_int(self.default_size, "default_size")
+
+    def config(self, **config: Any) -> dict[str, Any]:
+        """The entry's defaults overridden by ``config``."""
+        return {**self.defaults, **config}
+
+    def sizes(self, lo: int, hi: int, **config: Any) -> list[int]:
+        """Valid sizes in ``[lo, hi]``, sorted, without building any model."""
+        result = resolve(self.valid_sizes)(lo, hi, **self.config(**config))
+        sizes = sorted({int(s) for s in result})
+        if any(s < lo or s > hi for s in sizes):
+            raise EntryError(f"model {self.name!r}: valid_sizes({lo}, {hi}) returned sizes outside the range: {sizes}")
+        return sizes
+
+    def params(self, size: int, **config: Any) -> int:
+        """Exact parameter count of the model of this size (analytic, nothing built)."""
+        return int(resolve(self.param_count)(size, **self.config(**config)))
+
+    def flops_per_unit(self, size: int, **config: Any) -> float:
+        """Exact training FLOPs per token or sample (see ``flops_unit``)."""
+        return float(resolve(self.training_flops)(size, **self.config(**config)))
+
+    def build(self, size: int, **config: Any) -> Any:
+        """Call the builder; the host's ``create_model`` adds the contract checks."""
+        return resolve(self.builder)(size, **self.config(**config))
+
+
+@dataclass(frozen=True)
+class DatasetEntry(Entry):
+    """A dataset: ``builder(split=..., **config)`` returns the dataset object for a split.
+
+    ``batch_format`` maps each field of a batch to its dtype and shape, for example
+    ``{"tokens": "int64[B, T+1]"}`` or ``{"images": "float32[B, C, H, W]", "labels": "int64[B]"}``.
+    """
+
+    kind: ClassVar[str] = "dataset"
+
+    builder: Ref = field(kw_only=True)
+    modality: str = field(kw_only=True)
+    splits: tuple[str, ...] = field(default=("train", "validation"), kw_only=True)
+    batch_format: Mapping[str, str] = field(kw_only=True)
+    tasks: tuple[str, ...] = field(default=(), kw_only=True)
+    defaults: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
+
+    def validate(self) -> None:
+        _check_ref(self.builder, "builder")
+        check_name(self.modality, "modality")
+        object.__setattr__(self, "splits", _check_names(self.splits, "splits", allow_empty=False))
+        object.__setattr__(self, "tasks", _check_names(self.tasks, "tasks"))
+        if (
+            not isinstance(self.batch_format, Mapping)
+            or not self.batch_format
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in self.batch_format.items())
+        ):
+            raise EntryError(
+                "batch_format must map each batch field to a 'dtype[shape]' string, "
+                f"e.g. {{'tokens': 'int64[B, T+1]'}}; got {self.batch_format!r}"
+            )
+        if not isinstance(self.defaults, Mapping):
+            raise EntryError(f"defaults must be a mapping, got {self.defaults!r}")
+
+    def build(self, split: str, **config: Any) -> Any:
+        return resolve(self.builder)(split=split, **{**self.defaults, **config})
+
+
+@dataclass(frozen=True)
+class LossEntry(Entry):
+    """A loss: ``fn(model_output, batch) -> scalar tensor`` for one task."""
+
+    kind: ClassVar[str] = "loss"
+
+    fn: Ref = field(kw_only=True)
+    task: str = field(kw_only=True)
+
+    def validate(self) -> None:
+        _check_ref(self.fn, "fn")
+        check_name(self.task, "task")
+
+    def load(self) -> Callable[[Any, Any], Any]:
+        """Resolve the loss function and check it takes ``(model_output, batch)``."""
+        fn = resolve(self.fn)
+        if not callable(fn):
+            raise EntryError(f"loss {self.name!r}: {self.fn!r} is not callable")
+        try:
+            inspect.signature(fn).bind(None, None)
+        except TypeError:
+            raise EntryError(
+                f"loss {self.name!r}: {fn!r} must accept (model_output, batch)"
+            ) from None
+        except ValueError:  # builtins without a signature: trust them
+            pass
+        return fn
+
+
+@dataclass(frozen=True)
+class ExecutorEntry(Entry):
+    """An executor: ``builder(**options)`` returns an object whose ``map(fn, items)``
+    applies ``fn`` to each item (a RunSpec) and yields ``(item, result_or_exception)``
+    pairs as they finish, in any order."""
+
+    kind: ClassVar[str] = "executor"
+
+    builder: Ref = field(kw_only=True)
+
+    def validate(self) -> None:
+        _check_ref(self.builder, "builder")
+
+    def build(self, **options: Any) -> Any:
+        executor = resolve(self.builder)(**options)
+        if not callable(getattr(executor, "map", None)):
+            raise EntryError(f"executor {self.name!r}: the built object has no map(fn, items) method")
+        return executor
+
+
+PARITY_DEVICES = ("cpu", "cuda")
+PARITY_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class ParityCaseEntry(Entry):
+    """A parity case: ``run(device=..., dtype=...)`` compares ``model`` with ``reference``
+    and returns a report whose ``passed`` attribute is a bool.
+
+    ``quick`` cases are small, CPU, fp32 and run as the gate before a sweep.
+    ``requires`` names optional packages (e.g. ``"timm"``) the case needs.
+    """
+
+    kind: ClassVar[str] = "parity-case"
+
+    model: str = field(kw_only=True)
+    reference: str = field(kw_only=True)
+    run: Ref = field(kw_only=True)
+    devices: tuple[str, ...] = field(default=PARITY_DEVICES, kw_only=True)
+    dtypes: tuple[str, ...] = field(default=PARITY_DTYPES, kw_only=True)
+    requires: tuple[str, ...] = field(default=(), kw_only=True)
+    quick: bool = field(default=False, kw_only=True)
+
+    def validate(self) -> None:
+        check_name(self.model, "model")
+        if not isinstance(self.reference, str) or not self.reference:
+            raise EntryError(f"reference must describe the reference implementation, got {self.reference!r}")
+        _check_ref(self.run, "run")
+        for attr, allowed in (("devices", PARITY_DEVICES), ("dtypes", PARITY_DTYPES)):
+            values = getattr(self, attr)
+            if isinstance(values, str) or not values or any(v not in allowed for v in values):
+                raise EntryError(f"{attr} must be a non-empty tuple drawn from {allowed}, got {values!r}")
+            object.__setattr__(self, attr, tuple(values))
+        if isinstance(self.requires, str) or not all(isinstance(r, str) for r in self.requires):
+            raise EntryError(f"requires must be a tuple of package names, got {self.requires!r}")
+        object.__setattr__(self, "requires", tuple(self.requires))
+        if not isinstance(self.quick, bool):
+            raise EntryError(f"quick must be a bool, got {self.quick!r}")
+
+
+ENTRY_TYPES: dict[str, type[Entry]] = {
+    cls.kind: cls for cls in (ModelEntry, DatasetEntry, LossEntry, ExecutorEntry, ParityCaseEntry)
+}

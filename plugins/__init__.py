@@ -1,0 +1,8 @@
+"""Built-in plugins (installed as ``flops_fit.plugins``).
+
+They register through the same hooks as third-party plugins; the host reads this tuple
+of module paths and imports each one on first use. Plugin modules import nothing heavy:
+builders are lazy ``"module:function"`` strings.
+"""
+
+BUILTIN_PLUGINS: tuple[str, ...] = ()
