@@ -21,6 +21,11 @@ TASK_CAUSAL_LM = "causal-lm"
 TASK_IMAGE_CLASSIFICATION = "image-classification"
 FLOPS_UNITS = ("token", "sample")
 
+# The batch field a model of each task is called on: ``model(batch[TASK_INPUTS[task]])``.
+# causal-lm batches are {"tokens": int64[B, T]} (optional "mask": bool[B, T]); the loss shifts.
+# image-classification batches are {"images": float32[B, C, H, W], "labels": int64[B]}.
+TASK_INPUTS = {TASK_CAUSAL_LM: "tokens", TASK_IMAGE_CLASSIFICATION: "images"}
+
 Ref = str | Callable[..., Any]
 
 

@@ -4,12 +4,13 @@ import torch
 
 
 class ModularSequences(torch.utils.data.Dataset):
-    """Sequences x[t+1] = (a * x[t] + c) mod vocab_size; each split uses its own seed."""
+    """Sequences x[t+1] = (a * x[t] + c) mod vocab_size (a = 1 mod 4, c odd: full period for
+    power-of-two vocabularies); each split uses its own seed."""
 
     def __init__(self, split: str, vocab_size: int = 64, seq_len: int = 32, num_sequences: int = 1024) -> None:
         generator = torch.Generator().manual_seed({"train": 0, "validation": 1}[split])
-        a = torch.randint(1, vocab_size, (num_sequences, 1), generator=generator)
-        c = torch.randint(0, vocab_size, (num_sequences, 1), generator=generator)
+        a = 4 * torch.randint(0, vocab_size // 4, (num_sequences, 1), generator=generator) + 1
+        c = 2 * torch.randint(0, vocab_size // 2, (num_sequences, 1), generator=generator) + 1
         x = torch.randint(0, vocab_size, (num_sequences, 1), generator=generator)
         steps = [x]
         for _ in range(seq_len - 1):
