@@ -37,7 +37,17 @@ __version__ = "0.1.0"
 
 # Heavier parts of the API, imported on first attribute access so that
 # `import flops_fit` stays cheap: name -> "module:attribute".
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "plan": "flops_fit.plan:plan",
+    "Plan": "flops_fit.plan:Plan",
+    "HyperParams": "flops_fit.hparams:HyperParams",
+    "RunSpec": "flops_fit.runs:RunSpec",
+    "RunResult": "flops_fit.runs:RunResult",
+    "RunStore": "flops_fit.store:RunStore",
+    "SweepResult": "flops_fit.sweep:SweepResult",
+    "sweep": "flops_fit.sweep:sweep",
+    "train": "flops_fit.trainer:train",
+}
 
 
 def __getattr__(name: str):

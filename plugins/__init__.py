@@ -5,4 +5,7 @@ of module paths and imports each one on first use. Plugin modules import nothing
 builders are lazy ``"module:function"`` strings.
 """
 
-BUILTIN_PLUGINS: tuple[str, ...] = ()
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "flops_fit.plugins.datasets",
+    "flops_fit.plugins.local_executor",
+)

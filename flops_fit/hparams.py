@@ -1,0 +1,98 @@
+"""Optimizer hyper-parameters and the per-size learning-rate rules.
+
+With standard parametrisation the best learning rate falls with width, so one learning
+rate across a sweep mis-tunes one end of every IsoFLOP curve and biases N* (Porian et al.
+2024). The default rule therefore scales the learning rate per size:
+
+- ``"marin"`` (default): lr = 0.33 * sqrt(batch_size) / width and
+  beta2 = 0.98 ** (batch_size / 128), the rule of Marin's IsoFLOP sweeps
+  (marin-community/marin, experiments for the scaling-law runs; quoted in the project's
+  design note scaling-laws.md). ``batch_size`` counts sequences (samples for images).
+- ``"inverse-width"``: lr = base_lr * base_width / width (the muP-like 1/width rule for
+  hidden weights in Adam, Yang et al. 2022), around a tuned ``base_lr`` at ``base_width``.
+- ``"constant"``: lr = base_lr for every size.
+
+Both width rules read the width from the model's size parameter, so they need a model
+whose size is its width (the built-in ``gpt`` and ``vit`` are).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from flops_fit.errors import FlopsFitError
+
+LR_RULES = ("marin", "inverse-width", "constant")
+WIDTH_PARAMS = ("width", "d_model", "hidden", "hidden_size", "n_embd", "embed_dim", "dim")
+
+
+@dataclass(frozen=True)
+class HyperParams:
+    """Training hyper-parameters shared by every run of a sweep; ``lr=None`` uses ``lr_rule``.
+
+    Warmup is short (``warmup_fraction`` of the run, at most ``max_warmup_steps``):
+    long warmup hurts small models (Porian et al. 2024). The cosine decays to
+    ``min_lr_ratio`` x the peak at the end of each run (10x, as in Chinchilla).
+    """
+
+    lr: float | None = None
+    lr_rule: str = "marin"
+    base_lr: float = 3e-3
+    base_width: int = 128
+    warmup_fraction: float = 0.05
+    max_warmup_steps: int = 1000
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float | None = None  # None: 0.98 ** (batch_size / 128) for "marin", else 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    divergence_factor: float = 3.0
+
+    def __post_init__(self) -> None:
+        if self.lr_rule not in LR_RULES:
+            raise FlopsFitError(f"lr_rule {self.lr_rule!r} is unknown; choose one of {LR_RULES}")
+        if self.lr is not None and not self.lr > 0:
+            raise FlopsFitError(f"lr must be positive (or None for the per-size rule), got {self.lr!r}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise FlopsFitError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise FlopsFitError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> HyperParams:
+        data = dict(data or {})
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise FlopsFitError(
+                f"unknown hyper-parameter(s) {unknown}; known: {sorted(cls.__dataclass_fields__)}"
+            )
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def learning_rate(self, width: int | None, batch_size: int, model: str) -> float:
+        """The peak learning rate for one size under this rule."""
+        if self.lr is not None:
+            return self.lr
+        if self.lr_rule == "constant":
+            return self.base_lr
+        if width is None:
+            raise FlopsFitError(
+                f"lr_rule {self.lr_rule!r} needs the width, but model {model!r}'s size parameter is "
+                f"not a width (one of {WIDTH_PARAMS}); pass lr=... or lr_rule='constant'"
+            )
+        if self.lr_rule == "marin":
+            return 0.33 * math.sqrt(batch_size) / width
+        return self.base_lr * self.base_width / width
+
+    def adam_beta2(self, batch_size: int) -> float:
+        if self.beta2 is not None:
+            return self.beta2
+        return 0.98 ** (batch_size / 128) if self.lr_rule == "marin" else 0.95
+
+    def warmup_steps(self, steps: int) -> int:
+        return min(self.max_warmup_steps, int(round(self.warmup_fraction * steps)))

@@ -1,0 +1,74 @@
+"""Progress of the current run, from wherever it trains to whoever displays it.
+
+The trainer calls ``report``; an executor decides where reports go with ``set_sink``
+(a display in this process, or a queue back to the driver from a worker process).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+Sink = Callable[[str, int, int, float], None]  # (run_id, done, total, train_loss)
+
+_sink: Sink | None = None
+
+
+def set_sink(sink: Sink | None) -> Sink | None:
+    """Route reports to ``sink``; returns the previous sink so callers can restore it."""
+    global _sink
+    previous, _sink = _sink, sink
+    return previous
+
+
+def report(run_id: str, done: int, total: int, loss: float) -> None:
+    if _sink is not None:
+        _sink(run_id, done, total, loss)
+
+
+def _bar(done: float, total: float, width: int = 24) -> str:
+    filled = int(width * done / total) if total else width
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+class SweepDisplay:
+    """Two progress bars on stderr (the sweep's runs and the current run), redrawn in place
+    on a terminal; plain lines, at most one per ``interval`` seconds per run, otherwise."""
+
+    def __init__(self, total_runs: int, done_runs: int = 0, stream: TextIO | None = None,
+                 enabled: bool = True, interval: float = 10.0) -> None:
+        self.total, self.done, self.failed = total_runs, done_runs, 0
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and getattr(self.stream, "isatty", lambda: False)()
+        self.interval = interval
+        self._last_line = 0.0
+        self._current = ""
+
+    def _emit(self, text: str, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        if self.tty:
+            self.stream.write("\r\x1b[K" + text + ("\n" if final else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def _sweep_part(self) -> str:
+        failed = f", {self.failed} failed" if self.failed else ""
+        return f"sweep {_bar(self.done, self.total, 16)} {self.done}/{self.total} runs{failed}"
+
+    def run_progress(self, run_id: str, done: int, total: int, loss: float) -> None:
+        now = time.monotonic()
+        if not self.tty and now - self._last_line < self.interval and done < total:
+            return
+        self._last_line = now
+        self._current = f"run {run_id[:8]} {_bar(done, total)} {done / total:5.1%} loss {loss:.4f}"
+        self._emit(f"{self._sweep_part()} | {self._current}")
+
+    def run_finished(self, line: str, failed: bool = False) -> None:
+        self.done += 1
+        self.failed += failed
+        self._emit(f"{self._sweep_part()} | {line}", final=True)

@@ -1,0 +1,109 @@
+"""RunSpec and RunResult: the plain values that travel from the planner to the trainer to the store.
+
+A run's id is a hash of every field that decides its result (plus the flops-fit version),
+so a changed spec never reuses an old result. ``device`` and ``compile`` are left out: they
+change where and how fast a run goes, not what it computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+# Fields that do not decide a run's result, so they do not enter its id.
+_NOT_IN_ID = frozenset({"run_id", "device", "compile"})
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: a model size trained on exactly ``tokens`` units of one dataset.
+
+    ``tokens`` counts training tokens (language models) or samples seen (image models),
+    always a multiple of ``seq_len`` (1 for samples). ``steps`` optimizer steps of
+    ``batch_size`` sequences; the last step is trimmed so the total is exactly ``tokens``.
+    """
+
+    model: str
+    size: int
+    model_config: dict[str, Any]
+    dataset: str
+    dataset_config: dict[str, Any]
+    loss: str
+    budget: float
+    tokens: int
+    batch_size: int
+    seq_len: int
+    steps: int
+    params: int
+    flops_per_unit: float
+    flops_accounting: str
+    lr: float
+    warmup_steps: int
+    min_lr_ratio: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+    eps: float
+    grad_clip: float
+    seed: int
+    eval_split: str
+    eval_tokens: int
+    curve_points: int
+    divergence_factor: float
+    precision: str  # "fp32" or "bf16" (autocast on CUDA)
+    version: str
+    device: str = "auto"
+    compile: bool = False
+    run_id: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            object.__setattr__(self, "run_id", self.compute_id())
+
+    def identity(self) -> dict[str, Any]:
+        """The fields hashed into the run id."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_IN_ID}
+
+    def compute_id(self) -> str:
+        return hashlib.sha256(_canonical(self.identity()).encode()).hexdigest()[:16]
+
+    @property
+    def flops(self) -> float:
+        """Training FLOPs this run will execute under its FLOPs accounting."""
+        return self.tokens * self.flops_per_unit
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        spec = cls(**data)
+        if data.get("run_id") and data["run_id"] != spec.compute_id():
+            raise ValueError(f"run {data['run_id']}: stored spec does not hash to its id (edited by hand?)")
+        return spec
+
+
+@dataclass
+class RunResult:
+    """What a finished (or failed) run produced. ``loss`` is the held-out loss at the end."""
+
+    run_id: str
+    status: str  # "done" | "failed"
+    loss: float = math.nan
+    tokens: int = 0  # units actually trained
+    flops: float = 0.0  # tokens actually trained x the model's FLOPs per unit
+    steps: int = 0
+    curve: list[list[float]] = field(default_factory=list)  # [tokens_seen, train_loss] pairs
+    error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    device: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,182 @@
+"""RunStore: the sweep's durable record, an SQLite file ``runs.sqlite`` in its output folder.
+
+WAL journal, one transaction per write: a process killed at any instant leaves every
+committed run intact and no half-written row. One driver process writes; readers (the
+fitter, ``flops-fit status``) may read while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from flops_fit.errors import FlopsFitError
+from flops_fit.runs import RunResult, RunSpec
+
+STORE_NAME = "runs.sqlite"
+FINAL = ("done", "failed")  # statuses that resuming never repeats
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    position INTEGER NOT NULL,
+    model TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    params INTEGER NOT NULL,
+    budget REAL NOT NULL,
+    tokens_planned INTEGER NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    loss REAL,
+    tokens INTEGER,
+    flops REAL,
+    steps INTEGER,
+    curve TEXT,
+    error TEXT,
+    timings TEXT,
+    device TEXT,
+    started REAL,
+    finished REAL
+);
+"""
+
+
+class StoreError(FlopsFitError):
+    """The output folder's store is missing, or holds a different sweep."""
+
+
+class RunStore:
+    """Open (``create=True``: create) the store in ``out_dir``."""
+
+    def __init__(self, out_dir: str | Path, *, create: bool = False) -> None:
+        self.dir = Path(out_dir)
+        self.path = self.dir / STORE_NAME
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"no sweep store at {self.path}: run a sweep with --out {self.dir} first")
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        with self._tx():
+            for statement in filter(str.strip, SCHEMA.split(";")):
+                self.db.execute(statement)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # ------------------------------------------------------------------ meta
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def set_meta(self, **values: Any) -> None:
+        with self._tx():
+            for key, value in values.items():
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value, default=str)))
+
+    # ------------------------------------------------------------------ runs
+    def add_plan(self, plan: Any, **meta: Any) -> None:
+        """Record the plan and its runs (pending) with ``meta`` (spec, versions, ...), atomically."""
+        with self._tx():
+            for key, value in {"plan": plan.to_dict(), **meta}.items():
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value, default=str)))
+            for position, run in enumerate(plan.runs):
+                self.db.execute(
+                    "INSERT OR IGNORE INTO runs (run_id, position, model, size, params, budget, tokens_planned, spec)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run.run_id, position, run.model, run.size, run.params, run.budget, run.tokens,
+                     json.dumps(run.to_dict())),
+                )
+
+    def plan(self) -> Any:
+        from flops_fit.plan import Plan
+
+        data = self.get_meta("plan")
+        if data is None:
+            raise StoreError(f"{self.path} holds no plan")
+        return Plan.from_dict(data)
+
+    def statuses(self) -> dict[str, str]:
+        return dict(self.db.execute("SELECT run_id, status FROM runs"))
+
+    def unfinished(self, plan: Any) -> list[RunSpec]:
+        """The plan's runs without a final result, in plan order."""
+        status = self.statuses()
+        return [r for r in plan.runs if status.get(r.run_id) not in FINAL]
+
+    def mark_running(self, run_id: str) -> None:
+        with self._tx():
+            self.db.execute(
+                "UPDATE runs SET status = 'running', attempts = attempts + 1, started = ? WHERE run_id = ?",
+                (time.time(), run_id),
+            )
+
+    def reset(self, run_ids: list[str]) -> None:
+        """Put runs back to pending (e.g. failed ones to retry)."""
+        with self._tx():
+            self.db.executemany("UPDATE runs SET status = 'pending' WHERE run_id = ?", [(r,) for r in run_ids])
+
+    def record(self, result: RunResult) -> None:
+        """Store a run's final result in one transaction."""
+        with self._tx():
+            cursor = self.db.execute(
+                "UPDATE runs SET status = ?, loss = ?, tokens = ?, flops = ?, steps = ?, curve = ?, error = ?,"
+                " timings = ?, device = ?, finished = ? WHERE run_id = ?",
+                (result.status, None if math.isnan(result.loss) else result.loss, result.tokens, result.flops,
+                 result.steps, json.dumps(result.curve), result.error, json.dumps(result.timings),
+                 result.device, time.time(), result.run_id),
+            )
+            if cursor.rowcount != 1:
+                raise StoreError(f"run {result.run_id} is not in this sweep's plan")
+
+    def counts(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status"))
+
+    def runs_frame(self, include_failed: bool = True):
+        """One row per finished run: run_id, model, size, params, tokens, flops, budget, loss,
+        status, curve, plus error, steps, tokens_planned, lr and timings. Failed runs have
+        loss NaN; ``include_failed=False`` leaves them out."""
+        import pandas as pd
+
+        wanted = ("done", "failed") if include_failed else ("done",)
+        rows = self.db.execute(
+            "SELECT run_id, model, size, params, tokens, flops, budget, loss, status, curve, error, steps,"
+            f" tokens_planned, spec, timings FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
+            " ORDER BY position",
+            wanted,
+        ).fetchall()
+        columns = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "loss", "status", "curve",
+                   "error", "steps", "tokens_planned", "lr", "timings"]
+        records = []
+        for row in rows:
+            r = dict(zip(columns[:13], row[:13], strict=True))
+            r["loss"] = math.nan if r["loss"] is None else r["loss"]
+            r["curve"] = json.loads(r["curve"] or "[]")
+            r["lr"] = json.loads(row[13])["lr"]
+            r["timings"] = json.loads(row[14] or "{}")
+            records.append(r)
+        return pd.DataFrame.from_records(records, columns=columns)

@@ -1,0 +1,213 @@
+"""The sweep driver: plan -> parity gate -> executor.map(train) -> RunStore, resumable.
+
+The driver is the store's only writer. Each finished run is committed on its own, so a
+crash or Ctrl-C loses at most the runs in flight; ``resume=True`` trains exactly the
+runs of the plan that have no final result.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flops_fit import api
+from flops_fit.errors import FlopsFitError
+from flops_fit.plan import Plan, plan
+from flops_fit.progress import SweepDisplay
+from flops_fit.runs import RunResult
+from flops_fit.store import STORE_NAME, RunStore, StoreError
+from flops_fit.trainer import train
+
+
+class ParityGateError(FlopsFitError):
+    """The model failed its parity cases, so no compute is spent on it."""
+
+
+@dataclass
+class SweepResult:
+    """A sweep's output folder: its runs as a table, and the way into fitting."""
+
+    out_dir: Path
+
+    @property
+    def store(self) -> RunStore:
+        return RunStore(self.out_dir)
+
+    @property
+    def runs(self):
+        """One row per finished run (see ``RunStore.runs_frame``)."""
+        with self.store as store:
+            return store.runs_frame()
+
+    def fit(self, **kwargs: Any):
+        """Fit scaling laws to this sweep's runs with ``flops_fit.fit``."""
+        fit = _fitter()
+        if fit is None:
+            raise FlopsFitError("flops_fit.fit is not available in this installation (no fitting module)")
+        return fit(str(self.out_dir), **kwargs)
+
+
+def _fitter():
+    import flops_fit
+
+    try:
+        return flops_fit.fit
+    except (AttributeError, ImportError):
+        return None
+
+
+def versions(host: Any = None) -> dict[str, Any]:
+    """flops-fit, torch, Python and every plugin's version, for the store."""
+    import torch
+
+    from flops_fit import __version__
+
+    return {
+        "flops-fit": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "plugins": [
+            {"name": p.name, "distribution": p.distribution, "version": p.version, "status": p.status}
+            for p in api.list_plugins(host=host)
+        ],
+    }
+
+
+def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str, Any]:
+    """Run the model's parity check before any compute is spent.
+
+    Returns ``{"status": "passed" | "failed" | "overridden" | "skipped", "reason": ...}``;
+    "skipped" when this installation has no parity check to run.
+    """
+    if skip:
+        return {"status": "overridden", "reason": "skip_parity=True: the gate was not run"}
+    try:
+        from flops_fit.parity import check
+    except ImportError:
+        return {"status": "skipped", "reason": "flops_fit.parity provides no check() in this installation"}
+    kwargs = {"host": host} if host is not None and "host" in inspect.signature(check).parameters else {}
+    report = check(model, **kwargs)
+    passed = bool(getattr(report, "passed", False))
+    return {"status": "passed" if passed else "failed", "reason": str(report)[:2000]}
+
+
+def sweep(
+    model: str,
+    dataset: str | None = None,
+    budgets: list[float] | tuple[float, ...] = (),
+    *,
+    out_dir: str | Path = "flops-fit-out",
+    resume: bool = False,
+    executor: str = "local",
+    workers: int = 1,
+    executor_options: dict[str, Any] | None = None,
+    skip_parity: bool = False,
+    retry_failed: bool = False,
+    show_progress: bool = True,
+    host: Any = None,
+    **plan_options: Any,
+) -> SweepResult:
+    """Plan and run an IsoFLOP sweep into ``out_dir``; see ``flops_fit.plan`` for the options."""
+    the_plan = plan(model, dataset, budgets, host=host, **plan_options)
+    return run_plan(
+        the_plan, out_dir, resume=resume, executor=executor, workers=workers, executor_options=executor_options,
+        skip_parity=skip_parity, retry_failed=retry_failed, show_progress=show_progress, host=host,
+    )
+
+
+def _open_store(the_plan: Plan, out_dir: Path, resume: bool, host: Any) -> RunStore:
+    exists = (out_dir / STORE_NAME).exists()
+    store = RunStore(out_dir, create=True)
+    if exists:
+        try:
+            stored = {r.run_id for r in store.plan().runs}
+        except StoreError:
+            stored = set()
+        planned = {r.run_id for r in the_plan.runs}
+        if stored and stored != planned:
+            store.close()
+            raise StoreError(
+                f"{out_dir} holds a different sweep ({len(stored - planned)} of its runs are not in this plan, "
+                f"{len(planned - stored)} planned runs are new): choose another --out folder"
+            )
+        if stored and not resume:
+            store.close()
+            raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
+    if not exists or not store.get_meta("plan"):
+        store.add_plan(the_plan, spec=the_plan.settings, versions=versions(host), created=time.time())
+    return store
+
+
+def run_plan(
+    the_plan: Plan,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    executor: str = "local",
+    workers: int = 1,
+    executor_options: dict[str, Any] | None = None,
+    skip_parity: bool = False,
+    retry_failed: bool = False,
+    show_progress: bool = True,
+    host: Any = None,
+) -> SweepResult:
+    """Run ``the_plan`` into ``out_dir`` (resuming a store of the same plan if ``resume``)."""
+    out_dir = Path(out_dir)
+    if host is not None and (workers != 1 or executor != "local"):
+        raise FlopsFitError("a custom host= works only in-process (executor 'local', workers=1)")
+    store = _open_store(the_plan, out_dir, resume, host)
+    try:
+        if retry_failed:
+            store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
+        todo = store.unfinished(the_plan)
+        if todo:
+            gate = parity_gate(the_plan.runs[0].model, skip=skip_parity, host=host)
+            store.set_meta(parity=gate)
+            if gate["status"] == "failed":
+                raise ParityGateError(
+                    f"model {the_plan.runs[0].model!r} failed its parity gate, so no run was trained:\n"
+                    f"{gate['reason']}\nfix the model, or pass skip_parity=True (--skip-parity) to override"
+                )
+        display = SweepDisplay(len(the_plan.runs), len(the_plan.runs) - len(todo), enabled=show_progress)
+        started: set[str] = set()
+
+        def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
+            if run_id not in started:
+                started.add(run_id)
+                store.mark_running(run_id)
+            if done and not math.isnan(loss):
+                display.run_progress(run_id, done, total, loss)
+
+        options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
+        runner = api.create_executor(executor, host=host, **options)
+        fn = functools.partial(train, host=host) if host is not None else train
+        try:
+            for spec, outcome in runner.map(fn, todo):
+                result = outcome if isinstance(outcome, RunResult) else RunResult(
+                    run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
+                )
+                store.record(result)
+                display.run_finished(_summary(spec, result), failed=result.status != "done")
+        except KeyboardInterrupt:
+            print(f"\nflops-fit: interrupted; finished runs are saved in {out_dir / STORE_NAME}. "
+                  f"Resume with --resume (API: resume=True).", file=sys.stderr)
+            raise
+    finally:
+        store.close()
+    return SweepResult(out_dir)
+
+
+def _summary(spec, result: RunResult) -> str:
+    head = f"run {spec.run_id[:8]} size {spec.size} budget {spec.budget:.2e}"
+    if result.status == "done":
+        return f"{head}: loss {result.loss:.4f} in {result.timings.get('total_s', 0):.1f}s"
+    return f"{head}: FAILED ({result.error})"

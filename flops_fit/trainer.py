@@ -1,0 +1,196 @@
+"""Train one RunSpec: exactly its planned tokens, then the held-out loss.
+
+AdamW (no weight decay on biases, norms and other 1-D parameters), linear warmup then a
+cosine decay that ends with this run (Chinchilla: a schedule longer than the run hurts),
+gradient clipping, seeded data order and initialisation, bf16 autocast on CUDA. The
+training loss is averaged over ``curve_points`` equal intervals for the curve; a
+non-finite or diverging loss stops the run and returns it as failed with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from flops_fit import api, progress
+from flops_fit.contracts import TASK_INPUTS
+from flops_fit.runs import RunResult, RunSpec
+
+
+class Batches:
+    """Seeded epochs of shuffled sample indices, gathered into batch dicts.
+
+    Datasets with ``get_batch(indices)`` are gathered in one call; any other map-style
+    dataset of dicts is stacked item by item.
+    """
+
+    def __init__(self, dataset: Any, seed: int) -> None:
+        self.dataset, self.n = dataset, len(dataset)
+        if self.n == 0:
+            raise ValueError("the dataset is empty")
+        self.rng = np.random.default_rng(seed)
+        self.order, self.pos = self.rng.permutation(self.n), 0
+
+    def indices(self, k: int) -> np.ndarray:
+        parts = []
+        while k > 0:
+            if self.pos == self.n:
+                self.order, self.pos = self.rng.permutation(self.n), 0
+            take = min(k, self.n - self.pos)
+            parts.append(self.order[self.pos:self.pos + take])
+            self.pos += take
+            k -= take
+        return np.concatenate(parts)
+
+    def next(self, k: int) -> dict[str, torch.Tensor]:
+        return gather(self.dataset, self.indices(k))
+
+
+def gather(dataset: Any, indices: np.ndarray) -> dict[str, torch.Tensor]:
+    if hasattr(dataset, "get_batch"):
+        return dataset.get_batch(indices)
+    items = [dataset[int(i)] for i in indices]
+    return {k: torch.stack([torch.as_tensor(item[k]) for item in items]) for k in items[0]}
+
+
+def eval_indices(n: int, count: int) -> np.ndarray:
+    """``count`` indices spread evenly over ``n`` samples (all of them if count >= n)."""
+    if count >= n:
+        return np.arange(n)
+    return np.linspace(0, n - 1, count).round().astype(np.int64)
+
+
+def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at the last step."""
+    if step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - 1 - warmup)
+    progress_ = min(1.0, (step - warmup) / span)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress_))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(
+        groups, lr=spec.lr, betas=(spec.beta1, spec.beta2), eps=spec.eps, fused=device.type == "cuda",
+    )
+
+
+class _Diverged(Exception):
+    pass
+
+
+def train(spec: RunSpec, *, host: Any = None) -> RunResult:
+    """Train ``spec`` and return its result; divergence gives ``status="failed"``."""
+    t_start = time.perf_counter()
+    device = resolve_device(spec.device)
+    torch.manual_seed(spec.seed)
+    entry = api.model_info(spec.model, host=host)
+    input_key = TASK_INPUTS[entry.task]
+    per_sample = spec.seq_len if entry.flops_unit == "token" else 1
+    model = api.create_model(spec.model, spec.size, host=host, **spec.model_config).to(device)
+    loss_fn = api.get_loss(spec.loss, host=host)
+    train_data = api.create_dataset(spec.dataset, "train", host=host, **spec.dataset_config)
+    eval_data = api.create_dataset(spec.dataset, spec.eval_split, host=host, **spec.dataset_config)
+    optimizer = make_optimizer(model, spec, device)
+    step_model = torch.compile(model) if spec.compile else model
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec.precision == "bf16")
+    batches = Batches(train_data, spec.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    result = RunResult(run_id=spec.run_id, status="done", device=str(device))
+    interval = max(1, math.ceil(spec.steps / spec.curve_points))
+    loss_sum, in_interval = torch.zeros((), device=device), 0
+    first_loss = None
+    data_s = 0.0
+    progress.report(spec.run_id, 0, spec.tokens, math.nan)
+    t_train = time.perf_counter()
+    try:
+        model.train()
+        for step in range(spec.steps):
+            t0 = time.perf_counter()
+            rows = min(spec.batch_size, (spec.tokens - result.tokens) // per_sample)
+            batch = {k: v.to(device, non_blocking=True) for k, v in batches.next(rows).items()}
+            data_s += time.perf_counter() - t0
+            x = batch[input_key]
+            if step == 0 and per_sample > 1 and x.shape[1] != per_sample:
+                raise ValueError(
+                    f"dataset {spec.dataset!r} yields sequences of {x.shape[1]} tokens but the plan's "
+                    f"seq_len is {per_sample}; set the dataset's seq_len to match"
+                )
+            for group in optimizer.param_groups:
+                group["lr"] = spec.lr * lr_factor(step, spec.warmup_steps, spec.steps, spec.min_lr_ratio)
+            with autocast:
+                loss = loss_fn(step_model(x), batch)
+            loss.backward()
+            if spec.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, spec.grad_clip, foreach=True)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            result.tokens += x.shape[0] * per_sample
+            result.steps += 1
+            loss_sum += loss.detach().float()
+            in_interval += 1
+            if first_loss is None:
+                first_loss = float(loss.detach())
+            if result.steps % interval == 0 or step == spec.steps - 1:
+                mean = float(loss_sum) / in_interval
+                loss_sum.zero_()
+                in_interval = 0
+                result.curve.append([result.tokens, mean])
+                _check_divergence(mean, first_loss, spec, result)
+                progress.report(spec.run_id, result.tokens, spec.tokens, mean)
+        train_s = time.perf_counter() - t_train
+        t_eval = time.perf_counter()
+        result.loss = evaluate(model, eval_data, loss_fn, input_key, spec, device, autocast, per_sample)
+        if not math.isfinite(result.loss):
+            raise _Diverged(f"held-out loss is {result.loss} after training")
+        result.timings["eval_s"] = time.perf_counter() - t_eval
+    except _Diverged as exc:
+        train_s = time.perf_counter() - t_train
+        result.status, result.error = "failed", f"diverged: {exc}"
+    result.flops = result.tokens * spec.flops_per_unit
+    result.timings.update({
+        "setup_s": t_train - t_start, "train_s": train_s, "data_s": data_s,
+        "total_s": time.perf_counter() - t_start,
+    })
+    return result
+
+
+def _check_divergence(mean: float, first: float, spec: RunSpec, result: RunResult) -> None:
+    where = f"at step {result.steps} ({result.tokens:,} of {spec.tokens:,} tokens)"
+    if not math.isfinite(mean):
+        raise _Diverged(f"train loss became {mean} {where}")
+    if mean > spec.divergence_factor * first:
+        raise _Diverged(
+            f"train loss {mean:.4g} exceeds {spec.divergence_factor:g} x its first value {first:.4g} {where}"
+        )
+
+
+@torch.no_grad()
+def evaluate(model, data, loss_fn, input_key, spec: RunSpec, device, autocast, per_sample: int) -> float:
+    """Mean loss over ``spec.eval_tokens`` held-out units spread evenly over the split
+    (the same units for every run of the sweep)."""
+    model.eval()
+    indices = eval_indices(len(data), max(1, spec.eval_tokens // per_sample))
+    total, count = 0.0, 0
+    for start in range(0, len(indices), spec.batch_size):
+        chunk = indices[start:start + spec.batch_size]
+        batch = {k: v.to(device) for k, v in gather(data, chunk).items()}
+        with autocast:
+            loss = loss_fn(model(batch[input_key]), batch)
+        total += float(loss) * len(chunk)
+        count += len(chunk)
+    model.train()
+    return total / count

@@ -1,0 +1,63 @@
+"""Built-in datasets (registration only; the loaders live in text_data and image_data).
+
+Text datasets are byte-level unless pre-tokenised; their defaults set the model's
+``vocab_size``. Image datasets' defaults set the model keys they imply (image size,
+channels, classes, a patch size that divides the image), so ``plan(model="vit",
+dataset="digits")`` needs no extra configuration.
+"""
+
+import flops_fit
+
+_TEXT = {"modality": "text", "batch_format": {"tokens": "int64[B, T]"}, "tasks": (flops_fit.TASK_CAUSAL_LM,)}
+_IMAGES = {
+    "modality": "image",
+    "batch_format": {"images": "float32[B, C, H, W]", "labels": "int64[B]"},
+    "tasks": (flops_fit.TASK_IMAGE_CLASSIFICATION,),
+}
+_MOD = "flops_fit.plugins"
+
+
+@flops_fit.hookimpl
+def register_datasets(register):
+    register(flops_fit.DatasetEntry(
+        "python-stdlib",
+        description="The Python standard library's own .py files as bytes (offline, vocab 256); split by file",
+        builder=f"{_MOD}.text_data:build_python_stdlib",
+        defaults={"vocab_size": 256, "seq_len": 256, "validation_fraction": 0.05},
+        **_TEXT,
+    ))
+    register(flops_fit.DatasetEntry(
+        "text-files",
+        description="Local text files as bytes (paths=[files, folders, globs]); split by file",
+        builder=f"{_MOD}.text_data:build_text_files",
+        defaults={"vocab_size": 256, "seq_len": 256, "validation_fraction": 0.05},
+        **_TEXT,
+    ))
+    register(flops_fit.DatasetEntry(
+        "token-file",
+        description="A pre-tokenised uint16/uint32 token file (path=...), memory-mapped",
+        builder=f"{_MOD}.text_data:build_token_file",
+        defaults={"dtype": "uint16", "seq_len": 256, "vocab_size": None, "validation_fraction": 0.05},
+        **_TEXT,
+    ))
+    register(flops_fit.DatasetEntry(
+        "tinystories",
+        description="TinyStories via the `datasets` library (local data_files=... or the hub), bytes",
+        builder=f"{_MOD}.text_data:build_tinystories",
+        defaults={"vocab_size": 256, "seq_len": 256},
+        **_TEXT,
+    ))
+    register(flops_fit.DatasetEntry(
+        "digits",
+        description="scikit-learn's 8x8 handwritten digits (1797 images, ships with the package)",
+        builder=f"{_MOD}.image_data:build_digits",
+        defaults={"image_size": 8, "in_chans": 1, "num_classes": 10, "patch_size": 2},
+        **_IMAGES,
+    ))
+    register(flops_fit.DatasetEntry(
+        "cifar10",
+        description="CIFAR-10 through torchvision from a local root=... folder (download=True to fetch)",
+        builder=f"{_MOD}.image_data:build_cifar10",
+        defaults={"image_size": 32, "in_chans": 3, "num_classes": 10, "patch_size": 4, "download": False},
+        **_IMAGES,
+    ))

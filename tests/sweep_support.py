@@ -1,0 +1,104 @@
+"""Test support for the sweep engine: a tiny causal LM plugin (a width-sized bigram model,
+so sizes differ in capacity and a sweep has something to find) and a text dataset that
+counts the rows it hands out. Test modules put the tests folder on sys.path and import
+it; worker-process tests set FLOPS_FIT_PLUGINS=sweep_support."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+from torch import nn
+
+import flops_fit
+
+VOCAB = 256
+
+
+class TinyLM(nn.Module):
+    def __init__(self, width: int, vocab_size: int = VOCAB, **config) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, width)
+        self.head = nn.Linear(width, vocab_size)
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.embed(tokens)))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def valid_sizes(lo, hi, **config):
+    return [w for w in range(4, hi + 1, 4) if w >= lo]
+
+
+def param_count(width, vocab_size=VOCAB, **config):
+    return vocab_size * width + width * vocab_size + vocab_size
+
+
+def training_flops(width, vocab_size=VOCAB, **config):
+    return 3.0 * 2 * width * vocab_size
+
+
+def next_token(logits, batch):
+    tokens = batch["tokens"]
+    return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
+
+
+class CountingText:
+    """Windows of a fixed pseudo-text; counts every row it gives out (class-wide)."""
+
+    rows_served = 0
+
+    def __init__(self, split, seq_len=16, vocab_size=VOCAB):
+        rng = np.random.default_rng(0 if split == "train" else 1)
+        base = rng.integers(0, 16, size=200_000)
+        self.tokens = (base * 7 + np.arange(len(base)) % 3).astype(np.int64) % vocab_size
+        self.seq_len = seq_len
+
+    def __len__(self):
+        return len(self.tokens) // self.seq_len
+
+    def get_batch(self, indices):
+        type(self).rows_served += len(indices)
+        rows = np.asarray(indices)[:, None] * self.seq_len + np.arange(self.seq_len)
+        return {"tokens": torch.from_numpy(self.tokens[rows])}
+
+
+@flops_fit.hookimpl
+def register_models(register):
+    register(flops_fit.ModelEntry(
+        "tiny-lm", builder=TinyLM, size_param="width", valid_sizes=valid_sizes, param_count=param_count,
+        training_flops=training_flops, flops_unit="token", task=flops_fit.TASK_CAUSAL_LM,
+        default_loss="tiny-next-token", default_datasets=("counting-text",),
+        defaults={"vocab_size": VOCAB, "block_size": 16},
+    ))
+
+
+@flops_fit.hookimpl
+def register_losses(register):
+    register(flops_fit.LossEntry("tiny-next-token", fn=next_token, task=flops_fit.TASK_CAUSAL_LM))
+
+
+@flops_fit.hookimpl
+def register_datasets(register):
+    register(flops_fit.DatasetEntry(
+        "counting-text", builder=CountingText, modality="text", batch_format={"tokens": "int64[B, T]"},
+        tasks=(flops_fit.TASK_CAUSAL_LM,), defaults={"seq_len": 16, "vocab_size": VOCAB},
+    ))
+
+
+def host():
+    """A host with the built-ins and this plugin."""
+    from flops_fit.testing import isolated_host
+
+    return isolated_host(("sweep_support", sys.modules[__name__]), builtins=True)
+
+
+def small_plan_options(**overrides):
+    """A sweep of tiny-lm: 2 budgets x 3 sizes, about 130 optimizer steps in all."""
+    return {
+        "model": "tiny-lm", "budgets": [2e7, 4e7], "sizes": [4, 8, 16], "batch_size": 8,
+        "min_steps": 5, "eval_tokens": 512, "curve_points": 4, **overrides,
+    }
