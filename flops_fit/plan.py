@@ -273,7 +273,7 @@ def plan(
                     f"budget {budget:.3g} FLOPs: its prior optimum ({centre:,.0f} params at {tokens_per_param:g} "
                     f"tokens/param) is so close to model {model!r}'s smallest size ({grid.params[0]:,} params) "
                     f"that the span of {span:g}x holds only {len(chosen)} distinct sizes; use budgets >= "
-                    f"{need:.3g} FLOPs, or pass sizes=[...]"
+                    f"{_up(need)} FLOPs, or pass sizes=[...]"
                 )
         feasible = [i for i in chosen if budget / grid.fpu(i) >= min_units]
         if not feasible or len(feasible) < 3:
@@ -304,21 +304,27 @@ def plan(
     return Plan(runs, settings, throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"]))
 
 
+def _up(value: float) -> str:
+    """``value`` rounded up to 3 significant digits, so a suggested budget is enough."""
+    exponent = math.floor(math.log10(value)) - 2
+    return f"{math.ceil(value / 10**exponent) * 10**exponent:.3g}"
+
+
 def _refusal(budget, grid, chosen, feasible, min_units, min_steps, batch_size, seq_len, model) -> str:
     """Why a budget cannot be swept, and the smallest budget that could."""
     need_smallest = grid.fpu(0) * min_units
-    third = min(2, len(grid.sizes) - 1)
+    third = chosen[2] if len(chosen) >= 3 else min(2, len(grid.sizes) - 1)
     need_three = grid.fpu(third) * min_units
     how = f"{min_steps} steps x batch {batch_size} x seq_len {seq_len}"
     if budget < need_smallest:
         return (
             f"budget {budget:.3g} FLOPs is too small for model {model!r}: its smallest size "
             f"({grid.sizes[0]}, {grid.params[0]:,} params) needs {need_smallest:.3g} FLOPs for {how}; "
-            f"use budgets >= {need_three:.3g} (3 sizes), or lower batch_size / min_steps"
+            f"use budgets >= {_up(need_three)} FLOPs (3 sizes), or lower batch_size / min_steps"
         )
     return (
         f"budget {budget:.3g} FLOPs leaves only {len(feasible)} of the planned sizes "
         f"{[grid.sizes[i] for i in chosen]} with at least {how}; an IsoFLOP curve needs 3 or more. "
-        f"Raise the budget (>= {need_three:.3g} FLOPs fits the 3 smallest sizes), lower span, "
+        f"Raise the budget (>= {_up(need_three)} FLOPs fits 3 of them), lower span, "
         f"batch_size or min_steps, or pass sizes=[...]"
     )

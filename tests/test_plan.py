@@ -1,0 +1,152 @@
+"""The planner: sizes around the prior optimum, exact tokens per budget, refusals that
+say what would work, and run ids that change with anything that decides a result."""
+
+import dataclasses
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sweep_support  # noqa: E402
+
+from flops_fit.errors import FlopsFitError  # noqa: E402
+from flops_fit.plan import Plan, PlanError, plan  # noqa: E402
+from flops_fit.runs import RunSpec  # noqa: E402
+
+HOST = sweep_support.host()
+
+
+def make(**overrides):
+    return plan(host=HOST, **sweep_support.small_plan_options(**overrides))
+
+
+def test_tokens_are_the_budget_under_the_models_own_flops():
+    p = make()
+    assert len(p.runs) == 6
+    for r in p.runs:
+        fpu = sweep_support.training_flops(r.size)
+        assert r.flops_per_unit == fpu
+        assert r.params == sweep_support.param_count(r.size)
+        assert r.tokens % r.seq_len == 0
+        assert r.budget - r.seq_len * fpu < r.tokens * fpu <= r.budget
+        assert r.steps == math.ceil(r.tokens / (r.batch_size * r.seq_len))
+
+
+def test_6nd_accounting_counts_six_flops_per_parameter():
+    for r in make(flops_accounting="6nd", budgets=[4e7, 8e7]).runs:
+        assert r.flops_per_unit == 6 * r.params
+        assert r.tokens == int(r.budget / (6 * r.params) / 16) * 16
+
+
+def test_grid_spans_the_factor_around_the_prior_optimum():
+    p = plan(host=HOST, model="tiny-lm", budgets=[1e10, 1e11], sizes_per_budget=5, span=16.0,
+             batch_size=8, min_steps=5)
+    for budget in p.budgets:
+        runs = [r for r in p.runs if r.budget == budget]
+        params = [r.params for r in runs]
+        assert len(runs) == 5 and params == sorted(params)
+        assert 10 < params[-1] / params[0] < 25  # 16x, snapped to multiples of 4 in width
+        middle = runs[2]
+        assert 8 < middle.tokens / middle.params < 50  # the prior optimum is ~20 tokens/param
+    # a larger budget moves the grid to larger models
+    assert min(r.size for r in p.runs if r.budget == 1e11) > min(r.size for r in p.runs if r.budget == 1e10)
+
+
+def test_per_size_learning_rate_rule():
+    p = make()
+    for r in p.runs:
+        assert r.lr == pytest.approx(0.33 * math.sqrt(8) / r.size)
+        assert r.beta2 == pytest.approx(0.98 ** (8 / 128))
+    const = make(hparams={"lr_rule": "constant", "base_lr": 1e-3})
+    assert {r.lr for r in const.runs} == {1e-3}
+    inv = make(hparams={"lr_rule": "inverse-width", "base_lr": 1e-2, "base_width": 8})
+    assert [r.lr for r in inv.runs][:3] == pytest.approx([2e-2, 1e-2, 5e-3])
+
+
+def test_plan_prints_a_table():
+    text = str(make())
+    for header in ("size", "params", "tokens", "tokens/param", "steps", "FLOPs", "est. time"):
+        assert header in text
+    assert text.count("\n") >= 6 + 2
+
+
+def test_plan_round_trips_through_a_dict():
+    p = make()
+    again = Plan.from_dict(p.to_dict())
+    assert [r.run_id for r in again.runs] == [r.run_id for r in p.runs]
+
+
+def _suggested(message):
+    return float(re.search(r">= ([0-9.e+-]+) FLOPs", message).group(1).rstrip("."))
+
+
+def test_budget_too_small_for_the_smallest_model_is_refused_with_a_budget_that_works():
+    with pytest.raises(PlanError, match="too small for model 'tiny-lm'") as info:
+        make(budgets=[1e5])
+    works = _suggested(str(info.value))
+    assert len(make(budgets=[works]).runs) == 3
+
+
+def test_budget_with_fewer_than_three_feasible_sizes_is_refused():
+    with pytest.raises(PlanError, match="leaves only 2 of the planned sizes") as info:
+        make(budgets=[1.2e7])
+    works = _suggested(str(info.value))
+    assert len(make(budgets=[works]).runs) == 3
+
+
+def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
+    with pytest.raises(PlanError, match="distinct sizes") as info:
+        plan(host=HOST, model="tiny-lm", budgets=[1e8], span=4.0, sizes_per_budget=3, batch_size=8, min_steps=5)
+    works = _suggested(str(info.value))
+    assert len(plan(host=HOST, model="tiny-lm", budgets=[works], span=4.0, sizes_per_budget=3,
+                    batch_size=8, min_steps=5).runs) == 3
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"budgets": []}, "pass budgets"),
+    ({"budgets": [-1.0]}, "each budget must be a positive number"),
+    ({"flops_accounting": "8nd"}, "flops_accounting must be one of"),
+    ({"sizes": None, "sizes_per_budget": 2}, "at least 3"),
+    ({"sizes": None, "span": 1.0}, "span must be a factor > 1"),
+    ({"sizes": [4, 6]}, r"sizes \[6\] are not valid"),
+    ({"batch_size": 0}, "batch_size must be a positive integer"),
+    ({"loss": "cross-entropy-for-images"}, "no loss|unknown|not found|cross-entropy-for-images"),
+    ({"eval_split": "test"}, "has no split 'test'"),
+    ({"precision": "fp8"}, "precision must be"),
+    ({"hparams": {"lr_rule": "magic"}}, "lr_rule 'magic' is unknown"),
+    ({"hparams": {"learning_rate": 1}}, r"unknown hyper-parameter\(s\) \['learning_rate'\]"),
+])
+def test_bad_options_are_refused_with_the_fix(overrides, message):
+    with pytest.raises(FlopsFitError, match=message):
+        make(**overrides)
+
+
+def test_run_id_changes_with_every_field_that_decides_the_result():
+    spec = make().runs[0]
+    changed = {
+        "model": "x", "size": 8, "model_config": {"vocab_size": 128}, "dataset": "y",
+        "dataset_config": {"seq_len": 8}, "loss": "z", "budget": 1.0, "tokens": 16, "batch_size": 4,
+        "seq_len": 8, "steps": 1, "params": 1, "flops_per_unit": 1.0, "flops_accounting": "6nd", "lr": 1.0,
+        "warmup_steps": 7, "min_lr_ratio": 0.5, "weight_decay": 0.0, "beta1": 0.5, "beta2": 0.5, "eps": 1.0,
+        "grad_clip": 0.0, "seed": 1, "eval_split": "train", "eval_tokens": 1, "curve_points": 1,
+        "divergence_factor": 9.0, "precision": "bf16", "version": "9.9",
+    }
+    identity = set(spec.identity())
+    assert identity == set(changed), "a new RunSpec field must be covered here"
+    ids = {spec.run_id}
+    for name, value in changed.items():
+        other = dataclasses.replace(spec, **{name: value}, run_id="")
+        assert other.run_id not in ids, name
+        ids.add(other.run_id)
+    # where and how fast a run goes does not change what it computes
+    assert dataclasses.replace(spec, device="cuda:1", compile=True, run_id="").run_id == spec.run_id
+
+
+def test_a_tampered_stored_spec_is_refused():
+    data = make().runs[0].to_dict()
+    data["lr"] *= 2
+    with pytest.raises(ValueError, match="does not hash to its id"):
+        RunSpec.from_dict(data)
