@@ -3,9 +3,8 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from flops_fit.plugins.attention import MultiheadAttention
+from torch import nn
 
 E, H = 32, 8
 
