@@ -47,7 +47,9 @@ class MultiheadAttention(nn.Module):
         embed_dim: model width ``E`` (input and output features).
         num_heads: query heads ``H``; the head size is ``D = E // H``.
         num_kv_heads: key/value heads ``KV`` (default ``H``); must divide ``H``.
-        bias: biases on all four projections.
+        bias: biases on the query, key and value projections.
+        out_bias: bias on ``out_proj`` (default: same as ``bias``; timm's ``qkv_bias=False``
+            keeps the output bias).
         dropout: attention-probability dropout, applied in training mode only.
         path: ``"sdpa"`` (default) or ``"math"``; see the module docstring.
         scale: softmax scale (default ``D ** -0.5``).
@@ -60,6 +62,7 @@ class MultiheadAttention(nn.Module):
         num_kv_heads: int | None = None,
         bias: bool = True,
         *,
+        out_bias: bool | None = None,
         dropout: float = 0.0,
         path: str = "sdpa",
         scale: float | None = None,
@@ -97,7 +100,8 @@ class MultiheadAttention(nn.Module):
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias, **factory)
         self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias, **factory)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        out_bias = bias if out_bias is None else out_bias
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=out_bias, **factory)
 
     def extra_repr(self) -> str:
         return (
