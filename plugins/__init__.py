@@ -6,6 +6,9 @@ builders are lazy ``"module:function"`` strings.
 """
 
 BUILTIN_PLUGINS: tuple[str, ...] = (
+    "flops_fit.plugins.vit",
+    "flops_fit.plugins.gpt",
+    "flops_fit.plugins.losses",
     "flops_fit.plugins.datasets",
     "flops_fit.plugins.local_executor",
 )
