@@ -122,5 +122,5 @@ def add_commands(sub) -> None:
     p = sub.add_parser("demo", help="run the CPU demo sweep end to end (a few minutes)")
     p.add_argument("--model", choices=("gpt", "vit"), default="gpt")
     p.add_argument("--out", help="output folder (default demo-out/MODEL)")
-    p.add_argument("--workers", type=int, default=1, help="runs trained at once (worker processes)")
+    p.add_argument("--workers", type=int, default=2, help="runs trained at once (worker processes; default 2)")
     p.set_defaults(func=_cmd_demo)

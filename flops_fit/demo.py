@@ -14,11 +14,11 @@ from typing import Any
 DEMOS: dict[str, dict[str, Any]] = {
     "gpt": {
         "sweep": {
-            "model": "gpt", "dataset": "python-stdlib", "budgets": [3e11, 1e12, 3e12],
-            "sizes_per_budget": 5, "span": 16.0, "batch_size": 32, "seq_len": 64,
+            "model": "gpt", "dataset": "python-stdlib", "budgets": [1e11, 2.5e11, 5e11],
+            "sizes_per_budget": 5, "span": 16.0, "tokens_per_param": 100.0, "batch_size": 32, "seq_len": 64,
             "eval_tokens": 32768, "curve_points": 10, "min_steps": 20, "seed": 0,
         },
-        "model": {"n_layer": 2},
+        "model": {"n_layer": 2, "head_dim": 4},
         "hparams": {"lr_rule": "marin"},
         "executor": {"threads": 1},
     },

@@ -84,7 +84,8 @@ def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) 
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
     groups = [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(
-        groups, lr=spec.lr, betas=(spec.beta1, spec.beta2), eps=spec.eps, fused=device.type == "cuda",
+        groups, lr=spec.lr, betas=(spec.beta1, spec.beta2), eps=spec.eps,
+        **({"fused": True} if device.type == "cuda" else {"foreach": True}),
     )
 
 

@@ -156,6 +156,7 @@ def _entry(name: str, description: str, defaults: dict, default_size: int | None
         flops_unit="sample",
         task=flops_fit.TASK_IMAGE_CLASSIFICATION,
         default_loss="cross-entropy",
+        default_datasets=("digits",),
         defaults=defaults,
         default_size=default_size,
     )

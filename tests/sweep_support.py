@@ -15,6 +15,9 @@ import flops_fit
 
 VOCAB = 256
 
+# Tiny models train fastest on one thread; idle threads spin and contend on small CPUs.
+torch.set_num_threads(1)
+
 
 class TinyLM(nn.Module):
     def __init__(self, width: int, vocab_size: int = VOCAB, **config) -> None:
@@ -47,11 +50,12 @@ def next_token(logits, batch):
 
 
 class CountingText:
-    """Windows of a fixed pseudo-text; counts every row it gives out (class-wide)."""
+    """Windows of a fixed pseudo-text; counts every row it gives out, per split (class-wide)."""
 
-    rows_served = 0
+    rows_served = {"train": 0, "validation": 0}
 
     def __init__(self, split, seq_len=16, vocab_size=VOCAB):
+        self.split = split
         rng = np.random.default_rng(0 if split == "train" else 1)
         base = rng.integers(0, 16, size=200_000)
         self.tokens = (base * 7 + np.arange(len(base)) % 3).astype(np.int64) % vocab_size
@@ -61,7 +65,7 @@ class CountingText:
         return len(self.tokens) // self.seq_len
 
     def get_batch(self, indices):
-        type(self).rows_served += len(indices)
+        type(self).rows_served[self.split] += len(indices)
         rows = np.asarray(indices)[:, None] * self.seq_len + np.arange(self.seq_len)
         return {"tokens": torch.from_numpy(self.tokens[rows])}
 

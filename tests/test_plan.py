@@ -4,17 +4,13 @@ say what would work, and run ids that change with anything that decides a result
 import dataclasses
 import math
 import re
-import sys
-from pathlib import Path
 
 import pytest
+import sweep_support
 
-sys.path.insert(0, str(Path(__file__).parent))
-import sweep_support  # noqa: E402
-
-from flops_fit.errors import FlopsFitError  # noqa: E402
-from flops_fit.plan import Plan, PlanError, plan  # noqa: E402
-from flops_fit.runs import RunSpec  # noqa: E402
+from flops_fit.errors import FlopsFitError
+from flops_fit.plan import Plan, PlanError, plan
+from flops_fit.runs import RunSpec
 
 HOST = sweep_support.host()
 

@@ -1,0 +1,240 @@
+"""Sweeps end to end: results stored, resumed after SIGKILL or Ctrl-C without losing or
+repeating a finished run, failures recorded while the sweep goes on, worker processes."""
+
+import dataclasses
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sweep_support
+
+from flops_fit.plan import plan
+from flops_fit.store import RunStore, StoreError
+from flops_fit.sweep import SweepResult, run_plan, sweep
+
+HOST = sweep_support.host()
+TESTS = Path(__file__).resolve().parent
+KILL_OPTIONS = {"budgets": [2e7, 4e7, 8e7]}
+
+
+def run(out, **overrides):
+    return sweep(host=HOST, out_dir=out, show_progress=False, **sweep_support.small_plan_options(**overrides))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted sweep of the plan the kill tests use."""
+    out = tmp_path_factory.mktemp("reference")
+    return run(out, **KILL_OPTIONS).runs
+
+
+def test_a_sweep_stores_every_run_with_its_tokens_flops_and_provenance(tmp_path):
+    result = run(tmp_path)
+    frame = result.runs
+    assert len(frame) == 6 and set(frame.status) == {"done"}
+    assert (frame.tokens == frame.tokens_planned).all()
+    for r in frame.itertuples():
+        assert r.flops == r.tokens * sweep_support.training_flops(r.size)
+    with RunStore(tmp_path) as store:
+        versions = store.get_meta("versions")
+        assert versions["flops-fit"] and versions["torch"]
+        assert {"sweep_support", "flops_fit.plugins.datasets"} <= {p["name"] for p in versions["plugins"]}
+        assert store.get_meta("parity")["status"] in ("passed", "skipped")
+        assert store.get_meta("spec")["model"] == "tiny-lm"
+
+
+def test_the_parity_override_is_recorded(tmp_path):
+    sweep(host=HOST, out_dir=tmp_path, show_progress=False, skip_parity=True, **sweep_support.small_plan_options())
+    with RunStore(tmp_path) as store:
+        assert store.get_meta("parity")["status"] == "overridden"
+
+
+def test_a_folder_is_never_silently_reused(tmp_path):
+    run(tmp_path)
+    with pytest.raises(StoreError, match="already holds this sweep: pass resume=True"):
+        run(tmp_path)
+    with pytest.raises(StoreError, match="holds a different sweep"):
+        run(tmp_path, seed=1)
+    before = RunStore(tmp_path).runs_frame()
+    after = sweep(host=HOST, out_dir=tmp_path, resume=True, show_progress=False,
+                  **sweep_support.small_plan_options()).runs
+    assert after.drop(columns=["timings"]).equals(before.drop(columns=["timings"]))  # nothing retrained
+
+
+def test_a_diverging_run_fails_and_the_sweep_goes_on(tmp_path):
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    wild = dataclasses.replace(the_plan.runs[1], lr=1e4, grad_clip=0.0, run_id="")
+    the_plan.runs[1] = wild
+    frame = run_plan(the_plan, tmp_path, host=HOST, show_progress=False).runs
+    assert len(frame) == 6
+    failed = frame[frame.status == "failed"]
+    assert failed.run_id.tolist() == [wild.run_id]
+    assert failed.error.iloc[0].startswith("diverged:")
+    assert (frame.status == "done").sum() == 5
+    # a failed run is final: resuming does not repeat it, retry_failed does
+    with RunStore(tmp_path) as store:
+        assert store.unfinished(the_plan) == []
+
+
+def test_an_error_inside_a_run_is_recorded_and_the_sweep_goes_on(tmp_path):
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    broken = the_plan.runs[0]
+    the_plan.runs[0] = dataclasses.replace(broken, dataset_config={**broken.dataset_config, "seq_len": 8}, run_id="")
+    frame = run_plan(the_plan, tmp_path, host=HOST, show_progress=False).runs
+    assert frame.status.tolist() == ["failed"] + ["done"] * 5
+    assert "ValueError: dataset 'counting-text' yields sequences of 8 tokens" in frame.error.iloc[0]
+
+
+SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import sweep_support
+from flops_fit.sweep import sweep
+
+if __name__ == "__main__":
+    sweep(host=sweep_support.host(), out_dir=sys.argv[1], resume=True, show_progress=False,
+          **sweep_support.small_plan_options(**{options!r}))
+"""
+
+
+def _rows(path):
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {r[0]: r[1:] for r in db.execute("SELECT run_id, status, loss, finished, attempts FROM runs")}
+    except sqlite3.OperationalError:  # not created yet
+        return {}
+    finally:
+        db.close()
+
+
+def test_sigkill_mid_sweep_then_resume_loses_and_repeats_nothing(tmp_path, reference):
+    script = tmp_path / "sweep_script.py"
+    script.write_text(SCRIPT.format(tests=str(TESTS), options=KILL_OPTIONS))
+    out = tmp_path / "out"
+    db = out / "runs.sqlite"
+    proc = subprocess.Popen([sys.executable, str(script), str(out)])
+    deadline = time.monotonic() + 240
+    rows = {}
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows = _rows(db) if db.exists() else {}
+        statuses = [r[0] for r in rows.values()]
+        if statuses.count("done") >= 2 and "running" in statuses:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the sweep finished before it could be killed; make its runs longer"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = _rows(db)
+    finished_before = {k: v for k, v in killed.items() if v[0] == "done"}
+    assert 2 <= len(finished_before) < len(reference)
+    assert "running" in [v[0] for v in killed.values()]
+
+    subprocess.run([sys.executable, str(script), str(out)], check=True)
+    final = _rows(db)
+    assert len(final) == len(reference)
+    for run_id, before in finished_before.items():
+        assert final[run_id] == before  # same loss, same finish time, trained once
+    assert {k for k, v in final.items() if v[0] == "done"} == set(reference.run_id)
+    expected = dict(zip(reference.run_id, reference.loss, strict=True))
+    assert {k: v[1] for k, v in final.items()} == pytest.approx(expected, rel=1e-6)
+    assert sum(v[3] for v in final.values()) == len(final) + 1  # only the killed run ran twice
+
+
+CONFIG = """
+[sweep]
+model = "tiny-lm"
+budgets = [2e7, 4e7]
+sizes = [4, 8, 16]
+batch_size = 8
+min_steps = 5
+eval_tokens = 512
+curve_points = 4
+
+[executor]
+name = "local"
+workers = {workers}
+threads = 1
+"""
+
+
+def _cli(args, **kwargs):
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "FLOPS_FIT_PLUGINS": "sweep_support"}
+    return subprocess.Popen([sys.executable, "-m", "flops_fit.cli", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_cli_sweep_on_worker_processes_matches_the_in_process_sweep(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(CONFIG.format(workers=2))
+    proc = _cli(["sweep", str(config), "--out", str(tmp_path / "out")])
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert "6 done" in stdout
+    parallel = RunStore(tmp_path / "out").runs_frame().set_index("run_id").loss.to_dict()
+    serial = run(tmp_path / "serial").runs.set_index("run_id").loss.to_dict()
+    assert parallel == pytest.approx(serial, rel=1e-6)
+
+    status = _cli(["status", str(tmp_path / "out")])
+    out, _ = status.communicate(timeout=120)
+    assert "6 runs: 6 done" in out and "parity gate:" in out
+
+
+def test_ctrl_c_stops_cleanly_and_the_sweep_resumes(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(CONFIG.format(workers=1).replace("[2e7, 4e7]", "[2e7, 4e7, 8e7]"))
+    out = tmp_path / "out"
+    proc = _cli(["sweep", str(config), "--out", str(out)])
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        statuses = [v[0] for v in _rows(out / "runs.sqlite").values()] if (out / "runs.sqlite").exists() else []
+        if statuses.count("done") >= 1 and "running" in statuses:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "interrupted; finished runs are saved" in stderr
+    again = _cli(["sweep", str(config), "--out", str(out)])
+    _, stderr = again.communicate(timeout=120)
+    assert again.returncode == 2 and "pass resume=True (--resume)" in stderr
+    resumed = _cli(["sweep", str(config), "--out", str(out), "--resume"])
+    stdout, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+    assert "9 runs: 9 done" in stdout
+
+
+def test_sweep_result_fit_uses_the_fitting_module(tmp_path):
+    result = SweepResult(tmp_path)
+    import flops_fit
+
+    if "fit" not in flops_fit._LAZY:
+        with pytest.raises(flops_fit.FlopsFitError, match="flops_fit.fit is not available"):
+            result.fit()
+    else:
+        run(tmp_path)
+        assert result.fit() is not None
+
+
+def test_config_errors_name_the_problem(tmp_path):
+    from flops_fit.sweep_config import ConfigError, load_config
+
+    path = tmp_path / "bad.toml"
+    for text, message in [
+        ("[sweep]\nmodel = 'gpt'\nbudgets = [1e12]\nbudget = 1\n", r"unknown \[sweep\] key\(s\) \['budget'\]"),
+        ("[sweep]\nbudgets = [1e12]\n", "needs model"),
+        ("[sweep]\nmodel = 'gpt'\n", "needs budgets"),
+        ("[sweeps]\n", r"unknown table\(s\) \['sweeps'\]"),
+        ("[sweep\n", "not valid TOML"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.toml")
+    assert json.loads(json.dumps(load_config(TESTS.parent / "examples" / "sweep.toml").plan_options))
