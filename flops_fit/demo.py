@@ -24,11 +24,11 @@ DEMOS: dict[str, dict[str, Any]] = {
     },
     "vit": {
         "sweep": {
-            "model": "vit", "dataset": "digits", "budgets": [3e10, 1e11, 3e11],
-            "sizes_per_budget": 5, "span": 16.0, "batch_size": 64,
+            "model": "vit", "dataset": "digits", "budgets": [1.5e10, 3e10, 6e10],
+            "sizes_per_budget": 5, "span": 16.0, "batch_size": 128,
             "eval_tokens": 359, "curve_points": 10, "min_steps": 20, "seed": 0,
         },
-        "model": {"depth": 2},
+        "model": {"depth": 2, "head_dim": 4},
         "hparams": {"lr_rule": "marin"},
         "executor": {"threads": 1},
     },

@@ -8,17 +8,12 @@ optimizer hyper-parameters; ``[executor]`` the executor's ``name`` and its optio
 from __future__ import annotations
 
 import inspect
-import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import FlopsFitError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 TABLES = ("sweep", "model", "dataset", "hparams", "executor")
 

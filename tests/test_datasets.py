@@ -1,0 +1,149 @@
+"""Built-in datasets on samples the tests write: batches in the shared format, held-out
+splits that never overlap training data, and loader errors that name the fix."""
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from flops_fit.plugins import text_data
+
+import flops_fit
+from flops_fit.errors import FlopsFitError
+
+
+def test_python_stdlib_is_split_by_file_and_byte_level():
+    base, files = text_data.stdlib_files()
+    train = set(text_data.split_files(files, base, "train", 0.05))
+    held_out = set(text_data.split_files(files, base, "validation", 0.05))
+    assert train and held_out and not train & held_out
+    assert train | held_out == set(files)
+    assert 0.01 < len(held_out) / len(files) < 0.15
+    assert not any("site-packages" in str(f) for f in files)
+    data = flops_fit.create_dataset("python-stdlib", "validation", seq_len=32)
+    batch = data.get_batch(np.array([0, 1, len(data) - 1]))
+    assert batch["tokens"].dtype == torch.int64 and batch["tokens"].shape == (3, 32)
+    assert int(batch["tokens"].max()) < 256
+    whole = b"".join(f.read_bytes() for f in sorted(held_out, key=files.index))
+    assert bytes(batch["tokens"][0].tolist()) == whole[:32]
+
+
+def test_text_files_split_by_file_or_by_position(tmp_path):
+    for i in range(40):
+        (tmp_path / f"doc{i}.txt").write_text(f"document number {i} " * 20)
+    train = flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path)], seq_len=8, validation_fraction=0.2)
+    held = flops_fit.create_dataset("text-files", "validation", paths=[str(tmp_path)], seq_len=8, validation_fraction=0.2)
+    assert len(train.tokens) + len(held.tokens) == sum(f.stat().st_size for f in tmp_path.iterdir())
+    train_docs = set(bytes(train.tokens).decode().split())
+    held_docs = set(bytes(held.tokens).decode().split())
+    numbers = lambda words: {w for w in words if w.isdigit()}  # noqa: E731
+    assert numbers(train_docs) and numbers(held_docs) and not numbers(train_docs) & numbers(held_docs)
+
+    one = tmp_path / "one" / "book.txt"
+    one.parent.mkdir()
+    one.write_bytes(bytes(range(256)) * 10)
+    a = flops_fit.create_dataset("text-files", "train", paths=[str(one)], seq_len=16, validation_fraction=0.1)
+    b = flops_fit.create_dataset("text-files", "validation", paths=[str(one)], seq_len=16, validation_fraction=0.1)
+    assert bytes(a.tokens) + bytes(b.tokens) == one.read_bytes()
+
+
+def test_token_file_is_memory_mapped_and_checked(tmp_path):
+    ids = (np.arange(10_000) * 7919 % 50_000).astype(np.uint16)
+    path = tmp_path / "tokens.bin"
+    ids.tofile(path)
+    train = flops_fit.create_dataset("token-file", "train", path=str(path), seq_len=100, vocab_size=50_000)
+    held = flops_fit.create_dataset("token-file", "validation", path=str(path), seq_len=100, vocab_size=50_000)
+    assert isinstance(train.tokens, np.memmap)
+    assert len(train.tokens) == 9500 and len(held.tokens) == 500
+    assert train.get_batch(np.array([2]))["tokens"][0].tolist() == ids[200:300].astype(np.int64).tolist()
+    assert held.get_batch(np.array([0]))["tokens"][0].tolist() == ids[9500:9600].astype(np.int64).tolist()
+    with pytest.raises(FlopsFitError, match=r"holds token id \d+ >= vocab_size 1000"):
+        flops_fit.create_dataset("token-file", "train", path=str(path), seq_len=100, vocab_size=1000)
+    with pytest.raises(FlopsFitError, match="dtype must be one of"):
+        flops_fit.create_dataset("token-file", "train", path=str(path), dtype="int8")
+    with pytest.raises(FlopsFitError, match="does not exist"):
+        flops_fit.create_dataset("token-file", "train", path=str(tmp_path / "nope.bin"))
+    odd = tmp_path / "odd.bin"
+    odd.write_bytes(b"abc")
+    with pytest.raises(FlopsFitError, match="not a multiple of uint16"):
+        flops_fit.create_dataset("token-file", "train", path=str(odd))
+
+
+def test_tinystories_through_the_datasets_library(tmp_path):
+    pytest.importorskip("datasets", reason="the `datasets` library is not installed (pip install 'flops-fit[data]')")
+    stories = {"train": ["Once upon a time there was a cat.", "The dog ran home."],
+               "validation": ["A bird sang in the tree."]}
+    files = {}
+    for split, texts in stories.items():
+        files[split] = str(tmp_path / f"{split}.jsonl")
+        with open(files[split], "w") as f:
+            for text in texts:
+                f.write(json.dumps({"text": text}) + "\n")
+    for split, texts in stories.items():
+        data = flops_fit.create_dataset("tinystories", split, data_files=files, seq_len=4)
+        assert bytes(data.tokens) == "\n\n".join(texts).encode()
+
+
+def _write_cifar_sample(root, per_batch=6):
+    """A tiny CIFAR-10 in the official layout (python pickle batches, as the dataset ships)."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for k, name in enumerate(names):
+        data = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
+        labels = [(k + j) % 10 for j in range(per_batch)]
+        with open(folder / name, "wb") as f:
+            pickle.dump({"data": data, "labels": labels}, f)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": ["x"] * 10}, f)
+    return names
+
+
+def test_cifar10_from_a_local_folder_in_the_official_format(tmp_path):
+    _write_cifar_sample(tmp_path)
+    train = flops_fit.create_dataset("cifar10", "train", root=str(tmp_path), verify=False)
+    held = flops_fit.create_dataset("cifar10", "validation", root=str(tmp_path), verify=False)
+    assert len(train) == 30 and len(held) == 6
+    batch = train.get_batch(np.arange(4))
+    assert batch["images"].shape == (4, 3, 32, 32) and batch["images"].dtype == torch.float32
+    assert batch["labels"].tolist() == [0, 1, 2, 3]
+    with pytest.raises(FlopsFitError, match="pass download=True"):
+        flops_fit.create_dataset("cifar10", "train", root=str(tmp_path))  # the official checksums fail
+    with pytest.raises(FlopsFitError, match="needs root="):
+        flops_fit.create_dataset("cifar10", "train")
+
+
+def test_digits_ship_with_scikit_learn_and_split_without_overlap():
+    pytest.importorskip("sklearn")
+    from sklearn.datasets import load_digits
+
+    train = flops_fit.create_dataset("digits", "train")
+    held = flops_fit.create_dataset("digits", "validation")
+    assert len(train) + len(held) == 1797 and len(held) == 359
+    batch = held.get_batch(np.arange(5))
+    assert batch["images"].shape == (5, 1, 8, 8) and batch["labels"].dtype == torch.int64
+    # every held-out image is a distinct sample of the collection, never one of the training ones
+    raw = torch.from_numpy(load_digits().images.astype(np.float32)).reshape(1797, -1)
+    pick = lambda d: {int(i) for i in torch.cdist((d.images.reshape(len(d), -1)), raw).argmin(1)}  # noqa: E731
+    assert len(pick(train) | pick(held)) >= 1797 - 30  # a few images are exact duplicates
+    assert set(train.labels.tolist()) == set(range(10))
+
+
+@pytest.mark.parametrize("name, config, message", [
+    ("python-stdlib", {"vocab_size": 512}, "byte-level: its vocab_size is 256"),
+    ("text-files", {}, "needs paths="),
+    ("text-files", {"paths": ["/nonexistent/*.txt"]}, "matches no file"),
+    ("token-file", {}, "needs path="),
+    ("python-stdlib", {"seq_len": 1}, "seq_len must be at least 2"),
+])
+def test_loader_errors_name_the_fix(name, config, message):
+    with pytest.raises(FlopsFitError, match=message):
+        flops_fit.create_dataset(name, "train", **config)
+
+
+def test_unknown_split_is_refused():
+    with pytest.raises(FlopsFitError, match="has no split 'test'"):
+        flops_fit.create_dataset("python-stdlib", "test")
+
