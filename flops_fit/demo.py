@@ -83,21 +83,22 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
 
 
 def _fit(result, out: Path):
-    """Fit through the fitting module when this installation has one; report what it wrote."""
+    """Fit every approach that applies through the fitting module, when this installation has
+    one, and write its report and plots next to the store."""
+    from flops_fit.errors import FlopsFitError
     from flops_fit.sweep import _fitter
 
     if _fitter() is None:
         print("flops-fit: no fitting module installed; the store and the IsoFLOP table are written.")
         return None
-    fitted = result.fit()
-    for method in ("write", "save", "report"):
-        writer = getattr(fitted, method, None)
-        if callable(writer):
-            try:
-                writer(out)
-            except TypeError:
-                continue
-            break
+    try:
+        fitted = result.fit(method="all", bootstrap=200)
+    except FlopsFitError as exc:
+        print(f"flops-fit: the fit was refused: {exc}")
+        return None
     print(fitted)
+    if callable(getattr(fitted, "report", None)):
+        print(f"report: {fitted.report(out)}")
+    if callable(getattr(fitted, "plot", None)):
+        print(f"plots: {', '.join(str(p) for p in fitted.plot(out / 'plots'))}")
     return fitted
-

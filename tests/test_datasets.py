@@ -102,6 +102,7 @@ def _write_cifar_sample(root, per_batch=6):
 
 
 def test_cifar10_from_a_local_folder_in_the_official_format(tmp_path):
+    pytest.importorskip("torchvision", reason="cifar10 needs torchvision (pip install 'flops-fit[data]')")
     _write_cifar_sample(tmp_path)
     train = flops_fit.create_dataset("cifar10", "train", root=str(tmp_path), verify=False)
     held = flops_fit.create_dataset("cifar10", "validation", root=str(tmp_path), verify=False)

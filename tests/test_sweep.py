@@ -238,3 +238,36 @@ def test_config_errors_name_the_problem(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")
     assert json.loads(json.dumps(load_config(TESTS.parent / "examples" / "sweep.toml").plan_options))
+
+
+def test_isoflop_table_marks_interior_minima():
+    import pandas as pd
+
+    from flops_fit.demo import isoflop_table
+
+    rows = [(1e9, 8, 100, 3.0), (1e9, 16, 200, 2.5), (1e9, 32, 400, 2.7),  # interior
+            (2e9, 8, 100, 2.0), (2e9, 16, 200, 2.4), (2e9, 32, 400, 2.9)]  # on the edge
+    frame = pd.DataFrame([{"budget": b, "size": s, "params": p, "tokens": 1, "loss": loss, "status": "done"}
+                          for b, s, p, loss in rows])
+    text, interior = isoflop_table(frame)
+    assert interior == 1
+    assert text.count("<- min, interior") == 1 and text.count("<- min, on the edge") == 1
+
+
+def test_cli_plan_prints_the_example_config():
+    proc = _cli(["plan", str(TESTS.parent / "examples" / "sweep.toml")])
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "runs of gpt on python-stdlib" in out and "tokens/param" in out
+
+
+def test_executor_options_are_checked():
+    from flops_fit.errors import FlopsFitError
+    from flops_fit.local_executor import LocalExecutor
+
+    with pytest.raises(FlopsFitError, match="workers must be a positive integer"):
+        LocalExecutor(workers=0)
+    with pytest.raises(FlopsFitError, match="devices must look like 'cuda:0'"):
+        LocalExecutor(devices=["gpu0"])
+    pairs = list(LocalExecutor().map(lambda x: 1 / x, [1, 0]))
+    assert pairs[0] == (1, 1.0) and isinstance(pairs[1][1], ZeroDivisionError)
