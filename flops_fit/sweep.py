@@ -106,22 +106,14 @@ def sweep(
     budgets: list[float] | tuple[float, ...] = (),
     *,
     out_dir: str | Path = "flops-fit-out",
-    resume: bool = False,
-    executor: str = "local",
-    workers: int = 1,
-    executor_options: dict[str, Any] | None = None,
-    skip_parity: bool = False,
-    retry_failed: bool = False,
-    show_progress: bool = True,
     host: Any = None,
-    **plan_options: Any,
+    **options: Any,
 ) -> SweepResult:
-    """Plan and run an IsoFLOP sweep into ``out_dir``; see ``flops_fit.plan`` for the options."""
-    the_plan = plan(model, dataset, budgets, host=host, **plan_options)
-    return run_plan(
-        the_plan, out_dir, resume=resume, executor=executor, workers=workers, executor_options=executor_options,
-        skip_parity=skip_parity, retry_failed=retry_failed, show_progress=show_progress, host=host,
-    )
+    """Plan and run an IsoFLOP sweep into ``out_dir``. ``options`` are ``run_plan``'s
+    (resume, executor, workers, skip_parity, ...) and ``flops_fit.plan``'s (the rest)."""
+    run_names = set(inspect.signature(run_plan).parameters) - {"the_plan", "out_dir", "host"}
+    run_options = {k: options.pop(k) for k in list(options) if k in run_names}
+    return run_plan(plan(model, dataset, budgets, host=host, **options), out_dir, host=host, **run_options)
 
 
 def _open_store(the_plan: Plan, out_dir: Path, resume: bool, host: Any) -> RunStore:
