@@ -35,7 +35,7 @@ def small_plan(budgets):
 
 
 def sweep_overhead() -> dict:
-    the_plan = small_plan([3e10, 6e10])
+    the_plan = small_plan([8e10, 1.6e11])
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
         frame = run_plan(the_plan, out, show_progress=False).runs
@@ -70,7 +70,7 @@ def plain_loop(spec) -> float:
 
 
 def trainer_speed(repeats: int) -> dict:
-    spec = next(r for r in small_plan([6e10]).runs)
+    spec = small_plan([1.6e11]).runs[1]  # the middle size (width 16 or so)
     spec = dataclasses.replace(spec, tokens=200 * 32 * 64, steps=200, warmup_steps=10, run_id="")
     train(dataclasses.replace(spec, steps=5, tokens=5 * 32 * 64, run_id=""))  # warm up both paths
     plain_loop(dataclasses.replace(spec, steps=5))

@@ -166,6 +166,19 @@ class _SizeGrid:
         candidates = [k for k in (j - 1, j) if 0 <= k < len(self.sizes)]
         return min(candidates, key=lambda k: abs(math.log(self.params[k] / params)))
 
+    def around(self, centre: float, span: float, count: int) -> list[int]:
+        """Up to ``count`` distinct sizes log-spaced over ``span`` around ``centre`` (params):
+        each target takes the nearest unused size within the span's ends."""
+        lo, hi = self.nearest(centre / math.sqrt(span)), self.nearest(centre * math.sqrt(span))
+        targets = [centre * span ** (k / (count - 1) - 0.5) for k in range(count)]
+        free, chosen = set(range(lo, hi + 1)), []
+        for t in targets:
+            if free:
+                best = min(free, key=lambda k: abs(math.log(self.params[k] / t)))
+                free.discard(best)
+                chosen.append(best)
+        return sorted(chosen)
+
     def prior_optimum(self, budget: float, tokens_per_param: float) -> float:
         """Parameters N with fpu(N) * tokens_per_param * N = budget (interpolated in log space)."""
         costs = [self.fpu(i) * tokens_per_param * self.params[i] for i in range(len(self.sizes))]
@@ -264,17 +277,9 @@ def plan(
             chosen = sorted({grid.sizes.index(s) for s in sizes})
         else:
             centre = grid.prior_optimum(budget, tokens_per_param)
-            targets = [centre * span ** (k / (sizes_per_budget - 1) - 0.5) for k in range(sizes_per_budget)]
-            chosen = sorted({grid.nearest(t) for t in targets})
+            chosen = grid.around(centre, span, sizes_per_budget)
             if len(chosen) < 3:
-                low = grid.params[0] * math.sqrt(span)
-                need = grid.fpu(grid.nearest(low)) * tokens_per_param * low
-                raise PlanError(
-                    f"budget {budget:.3g} FLOPs: its prior optimum ({centre:,.0f} params at {tokens_per_param:g} "
-                    f"tokens/param) is so close to model {model!r}'s smallest size ({grid.params[0]:,} params) "
-                    f"that the span of {span:g}x holds only {len(chosen)} distinct sizes; use budgets >= "
-                    f"{_up(need)} FLOPs, or pass sizes=[...]"
-                )
+                raise PlanError(_too_few_sizes(budget, grid, centre, span, tokens_per_param, len(chosen), model))
         feasible = [i for i in chosen if budget / grid.fpu(i) >= min_units]
         if not feasible or len(feasible) < 3:
             raise PlanError(_refusal(budget, grid, chosen, feasible, min_units, min_steps, batch_size, seq_len, model))
@@ -308,6 +313,18 @@ def _up(value: float) -> str:
     """``value`` rounded up to 3 significant digits, so a suggested budget is enough."""
     exponent = math.floor(math.log10(value)) - 2
     return f"{math.ceil(value / 10**exponent) * 10**exponent:.3g}"
+
+
+def _too_few_sizes(budget, grid, centre, span, tokens_per_param, found, model) -> str:
+    where = (
+        f"budget {budget:.3g} FLOPs: the span of {span:g}x around its prior optimum ({centre:,.0f} params at "
+        f"{tokens_per_param:g} tokens/param) holds only {found} valid size(s) of model {model!r}"
+    )
+    low = grid.params[0] * math.sqrt(span)
+    if centre < low:
+        need = grid.fpu(grid.nearest(low)) * tokens_per_param * low
+        return f"{where}, next to its smallest size ({grid.params[0]:,} params); use budgets >= {_up(need)} FLOPs, a wider span, or pass sizes=[...]"
+    return f"{where}; widen span, or pass sizes=[...]"
 
 
 def _refusal(budget, grid, chosen, feasible, min_units, min_steps, batch_size, seq_len, model) -> str:

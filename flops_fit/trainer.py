@@ -9,6 +9,7 @@ non-finite or diverging loss stops the run and returns it as failed with the rea
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from typing import Any
@@ -107,7 +108,9 @@ def train(spec: RunSpec, *, host: Any = None) -> RunResult:
     eval_data = api.create_dataset(spec.dataset, spec.eval_split, host=host, **spec.dataset_config)
     optimizer = make_optimizer(model, spec, device)
     step_model = torch.compile(model) if spec.compile else model
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=spec.precision == "bf16")
+    autocast = (
+        torch.autocast(device.type, dtype=torch.bfloat16) if spec.precision == "bf16" else contextlib.nullcontext()
+    )
     batches = Batches(train_data, spec.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     result = RunResult(run_id=spec.run_id, status="done", device=str(device))

@@ -94,7 +94,7 @@ def test_budget_with_fewer_than_three_feasible_sizes_is_refused():
 
 
 def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
-    with pytest.raises(PlanError, match="distinct sizes") as info:
+    with pytest.raises(PlanError, match="holds only 2 valid size.*next to its smallest size") as info:
         plan(host=HOST, model="tiny-lm", budgets=[1e8], span=4.0, sizes_per_budget=3, batch_size=8, min_steps=5)
     works = _suggested(str(info.value))
     assert len(plan(host=HOST, model="tiny-lm", budgets=[works], span=4.0, sizes_per_budget=3,
