@@ -132,6 +132,9 @@ def test_gqa_vit_runs_and_shrinks_kv():
         ({"norm_eps": 0.0}, "norm_eps must be positive, got 0.0"),
         ({"num_heads": 5}, "width 32 is not divisible by the number of heads 5"),
         ({"num_kv_heads": 3, "num_heads": 4}, "number of heads 4 is not divisible by the number of key/value heads 3"),
+        ({"head_dim": 0}, "head_dim must be a positive integer, got 0"),
+        ({"num_heads": 0}, "number of heads must be a positive integer, got 0"),
+        ({"num_kv_heads": -2}, "number of key/value heads must be a positive integer, got -2"),
         ({"dpeth": 3}, r"unknown configuration keyword\(s\) \['dpeth'\]; known keywords: \['depth'"),
     ],
 )
