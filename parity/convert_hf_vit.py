@@ -47,9 +47,10 @@ def to_disk_names(tensors: dict[str, Any]) -> dict[str, Any]:
 def convert_hf_vit(source: str | Path | dict[str, Any], config: dict[str, Any] | None = None) -> Converted:
     """Convert a saved HF ViT (folder with ``config.json``, or tensors plus ``config``) to our ``vit``.
 
-    ``ViTForImageClassification`` keeps its classifier; ``ViTModel`` converts to a ``vit`` with
-    ``num_classes=0`` (features after the final norm) and its pooler (dense + tanh, not part of
-    our model) is dropped.
+    ``ViTForImageClassification`` keeps its classifier. ``ViTModel`` is a backbone: it converts
+    to a ``vit`` with one class whose ``head`` keeps its fresh initialisation (compare the
+    features, ``model.norm(model.forward_features(x))``, with its ``last_hidden_state``); its
+    pooler (dense + tanh, not part of our model) is dropped.
     """
     if isinstance(source, (str, Path)):
         weights = load_weights(source)
@@ -60,12 +61,16 @@ def convert_hf_vit(source: str | Path | dict[str, Any], config: dict[str, Any] |
         raise ConversionError(f"{REFERENCE}: no config: pass a folder with config.json or config={{...}}")
     tensors = to_disk_names(tensors)
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
-    our = hf_vit_config(config, has_classifier="classifier.weight" in tensors)
-    return Converted("vit", our.pop("width"), our, hf_vit_state(tensors, prefix, our["depth"]), REFERENCE,
-                     dropped=[k for k in tensors if k.startswith("pooler.")])
+    has_classifier = "classifier.weight" in tensors
+    our = hf_vit_config(config, int(tensors["classifier.weight"].shape[0]) if has_classifier else 1)
+    return Converted(
+        "vit", our.pop("width"), our, hf_vit_state(tensors, prefix, our["depth"]), REFERENCE,
+        dropped=[k for k in tensors if k.startswith("pooler.")],
+        fresh=() if has_classifier else ("head.weight", "head.bias"),
+    )
 
 
-def hf_vit_config(config: dict[str, Any], has_classifier: bool) -> dict[str, Any]:
+def hf_vit_config(config: dict[str, Any], num_classes: int) -> dict[str, Any]:
     act = config.get("hidden_act", "gelu")
     if act not in GELU:
         raise ConversionError(f"{REFERENCE}: hidden_act={act!r} is not supported; ours offers {sorted(GELU)}")
@@ -78,7 +83,7 @@ def hf_vit_config(config: dict[str, Any], has_classifier: bool) -> dict[str, Any
         "patch_size": int(config["patch_size"]),
         "image_size": int(config["image_size"]),
         "in_chans": int(config.get("num_channels", 3)),
-        "num_classes": len(config.get("id2label") or {}) if has_classifier else 0,
+        "num_classes": num_classes,
         "mlp_ratio": int(config["intermediate_size"]) / width,
         "global_pool": "token",  # the classifier reads the class token after the final layernorm
         "qkv_bias": bool(config.get("qkv_bias", True)),

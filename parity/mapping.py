@@ -23,6 +23,8 @@ class Converted:
 
     ``factory`` (a ``"module:attr"`` reference) builds modules that are not registered models,
     such as the attention module: ``factory(**config)``; otherwise ``create_model`` is used.
+    ``fresh`` names our keys the reference has no counterpart for (a backbone's classifier
+    head): they keep their fresh initialisation instead of failing as missing.
     """
 
     model: str
@@ -32,6 +34,7 @@ class Converted:
     reference: str
     dropped: list[str] = field(default_factory=list)
     factory: str | None = None
+    fresh: tuple[str, ...] = ()
 
     def build(self, **overrides: Any) -> Any:
         """Build our model from the converted config (``overrides`` win) and load the weights."""
@@ -44,7 +47,7 @@ class Converted:
             from flops_fit import create_model
 
             model = create_model(self.model, self.size, **config)
-        load_strict(model, self.state, what=f"{self.reference} -> {self.model}")
+        load_strict(model, self.state, what=f"{self.reference} -> {self.model}", fresh=self.fresh)
         return model
 
 
@@ -117,11 +120,12 @@ class KeyMapper:
         return self.out
 
 
-def load_strict(model: Any, state: Mapping[str, Any], what: str) -> None:
+def load_strict(model: Any, state: Mapping[str, Any], what: str, fresh: Iterable[str] = ()) -> None:
     """Copy ``state`` into ``model``, failing on missing, unexpected or mis-shaped keys.
 
     Tied parameters (e.g. GPT's ``lm_head.weight`` and ``wte.weight``) may be given under
-    either name; if both are given they must be equal. Buffers not given keep their values.
+    either name; if both are given they must be equal. Buffers and ``fresh`` keys not given
+    keep their values.
     """
     import torch
 
@@ -136,7 +140,7 @@ def load_strict(model: Any, state: Mapping[str, Any], what: str) -> None:
     for ident, keys in groups.items():
         given = [k for k in keys if k in state]
         if not given:
-            if ident in params:
+            if ident in params and not set(keys) <= set(fresh):
                 missing.append(" = ".join(keys))
             continue
         value = state[given[0]]
