@@ -17,8 +17,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from flops_fit.parity import probe
 from flops_fit.parity.compare import LayerResult, ParityReport, Side, compare_sides, timed_report
 from flops_fit.parity.convert_llama_attn import convert_llama_attention
@@ -26,6 +24,7 @@ from flops_fit.parity.convert_torch_mha import ATTENTION_FACTORY, convert_torch_
 from flops_fit.parity.mapping import Converted
 from flops_fit.parity.pipeline import Tamper, save_hf
 from flops_fit.parity.safetensors_io import load_weights
+from torch import nn
 
 WIDTH, HEADS, BATCH, Q_LEN, K_LEN = 64, 4, 2, 7, 5
 Forward = Callable[[nn.Module, Sequence[Any]], Any]

@@ -22,10 +22,11 @@ def add_commands(subparsers) -> None:
 def _cmd_parity(args: argparse.Namespace) -> int:
     import json
 
+    from flops_fit.parity.gate import run_case
+
     from flops_fit import api
     from flops_fit._table import format_table
     from flops_fit.errors import FlopsFitError
-    from flops_fit.parity.gate import run_case
 
     if args.device == "cuda":
         import torch

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from flops_fit.parity.errors import ConversionError
 from flops_fit.parity.mapping import Converted, KeyMapper
 from flops_fit.parity.safetensors_io import load_weights

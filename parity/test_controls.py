@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from flops_fit.parity import case_attention, case_gpt, case_vit, controls
 
 pytest.importorskip("timm")
