@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from safetensors.torch import save_file
-from torch import nn
-
-import flops_fit
 from flops_fit.parity import case_gpt, case_vit, probe
 from flops_fit.parity.convert_gpt2 import convert_gpt2
 from flops_fit.parity.convert_hf_vit import convert_hf_vit
@@ -17,6 +13,10 @@ from flops_fit.parity.convert_torch_mha import convert_torch_mha
 from flops_fit.parity.errors import ConversionError
 from flops_fit.parity.mapping import KeyMapper
 from flops_fit.parity.pipeline import save_hf
+from safetensors.torch import save_file
+from torch import nn
+
+import flops_fit
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")
