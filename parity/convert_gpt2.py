@@ -15,8 +15,7 @@ from typing import Any
 
 import torch
 from flops_fit.parity.errors import ConversionError
-from flops_fit.parity.mapping import Converted, KeyMapper
-from flops_fit.parity.safetensors_io import load_weights
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source
 
 REFERENCE = "HF GPT-2"
 GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
@@ -25,13 +24,7 @@ _MASK_BUFFERS = [r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)"]
 
 def convert_gpt2(source: str | Path | dict[str, Any], config: dict[str, Any] | None = None) -> Converted:
     """Convert a saved GPT-2 (folder with ``config.json``, or tensors plus ``config``) to our ``gpt``."""
-    if isinstance(source, (str, Path)):
-        weights = load_weights(source)
-        tensors, config = weights.tensors, {**weights.config, **(config or {})}
-    else:
-        tensors = dict(source)
-    if not config:
-        raise ConversionError(f"{REFERENCE}: no config: pass a folder with config.json or config={{...}}")
+    tensors, config = read_source(source, config, REFERENCE, need_config=True)
     our = gpt2_config(config)
     prefix = "transformer." if any(k.startswith("transformer.") for k in tensors) else ""
     m = KeyMapper(tensors, REFERENCE, ignore=_MASK_BUFFERS)

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.errors import ConversionError
-from flops_fit.parity.mapping import Converted, KeyMapper
-from flops_fit.parity.safetensors_io import load_weights
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source
 
 REFERENCE = "HF ViT"
 GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
@@ -52,13 +51,7 @@ def convert_hf_vit(source: str | Path | dict[str, Any], config: dict[str, Any] |
     features, ``model.norm(model.forward_features(x))``, with its ``last_hidden_state``); its
     pooler (dense + tanh, not part of our model) is dropped.
     """
-    if isinstance(source, (str, Path)):
-        weights = load_weights(source)
-        tensors, config = weights.tensors, {**weights.config, **(config or {})}
-    else:
-        tensors = dict(source)
-    if not config:
-        raise ConversionError(f"{REFERENCE}: no config: pass a folder with config.json or config={{...}}")
+    tensors, config = read_source(source, config, REFERENCE, need_config=True)
     tensors = to_disk_names(tensors)
     prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
     has_classifier = "classifier.weight" in tensors

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.errors import ConversionError
-from flops_fit.parity.mapping import Converted, KeyMapper
-from flops_fit.parity.safetensors_io import load_weights
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source
 
 REFERENCE = "HF Llama attention"
 ATTENTION_FACTORY = "flops_fit.plugins.attention:MultiheadAttention"
@@ -30,13 +29,7 @@ def convert_llama_attention(
 ) -> Converted:
     """Convert layer ``layer``'s self-attention of a saved Llama (folder with ``config.json``,
     or tensors plus ``config``); bare ``q_proj.weight``-style keys are accepted too."""
-    if isinstance(source, (str, Path)):
-        weights = load_weights(source)
-        tensors, config = weights.tensors, {**weights.config, **(config or {})}
-    else:
-        tensors = dict(source)
-    if not config:
-        raise ConversionError(f"{REFERENCE}: no config: pass a folder with config.json or config={{...}}")
+    tensors, config = read_source(source, config, REFERENCE, need_config=True)
     prefix = f"model.layers.{layer}.self_attn."
     if any(k.startswith("model.") for k in tensors):
         if not any(k.startswith(prefix) for k in tensors):

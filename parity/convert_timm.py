@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.errors import ConversionError
-from flops_fit.parity.mapping import Converted, KeyMapper
-from flops_fit.parity.safetensors_io import load_weights
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source
 
 REFERENCE = "timm VisionTransformer"
 TIMM_NORM_EPS = 1e-6  # timm ViT builds its LayerNorms with partial(nn.LayerNorm, eps=1e-6)
@@ -31,11 +30,7 @@ def convert_timm_vit(
     ``architecture`` (a timm model name such as ``"vit_tiny_patch16_224"``), or a folder whose
     ``config.json`` names one (timm hub layout).
     """
-    if isinstance(source, (str, Path)):
-        weights = load_weights(source)
-        tensors, config = weights.tensors, weights.config
-    else:
-        tensors, config = dict(source), {}
+    tensors, config = read_source(source, None, REFERENCE)
     architecture = architecture or config.get("architecture")
     model_args = config.get("model_args") or {}
     num_heads = num_heads or model_args.get("num_heads") or (timm_num_heads(architecture) if architecture else None)

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.mapping import Converted, KeyMapper
-from flops_fit.parity.safetensors_io import load_weights
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source
 
 REFERENCE = "torch nn.MultiheadAttention"
 ATTENTION_FACTORY = "flops_fit.plugins.attention:MultiheadAttention"
@@ -24,7 +23,7 @@ def convert_torch_mha(source: str | Path | dict[str, Any], *, num_heads: int) ->
 
     ``num_heads`` is not stored in the weights, so it is an argument.
     """
-    tensors = load_weights(source).tensors if isinstance(source, (str, Path)) else dict(source)
+    tensors, _ = read_source(source, None, REFERENCE)
     m = KeyMapper(tensors, REFERENCE)
     qkv = [f"{n}_proj.weight" for n in "qkv"]
     if m.has("in_proj_weight"):

@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.errors import ConversionError
+from flops_fit.parity.safetensors_io import load_weights
 
 
 @dataclass
@@ -49,6 +51,21 @@ class Converted:
             model = create_model(self.model, self.size, **config)
         load_strict(model, self.state, what=f"{self.reference} -> {self.model}", fresh=self.fresh)
         return model
+
+
+def read_source(
+    source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | None, what: str, *, need_config: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Tensors and config from a path (file or folder; ``config`` overrides its config.json)
+    or from an in-memory state dict plus ``config``."""
+    if isinstance(source, (str, Path)):
+        weights = load_weights(source)
+        tensors, config = weights.tensors, {**weights.config, **(config or {})}
+    else:
+        tensors, config = dict(source), dict(config or {})
+    if need_config and not config:
+        raise ConversionError(f"{what}: no config: pass a folder with config.json or config={{...}}")
+    return tensors, config
 
 
 class KeyMapper:
