@@ -30,15 +30,19 @@ WIDTH, HEADS, BATCH, Q_LEN, K_LEN = 64, 4, 2, 7, 5
 Forward = Callable[[nn.Module, Sequence[Any]], Any]
 
 
-def _scenarios(
-    case: str, reference: str, device: str, dtype: str, ref: nn.Module, ours: nn.Module,
-    scenarios: dict[str, tuple[Sequence[Any], Forward, Forward]],
-) -> ParityReport:
+Group = tuple[nn.Module, nn.Module, dict[str, tuple[Sequence[Any], Forward, Forward]]]
+
+
+def _scenarios(case: str, reference: str, device: str, dtype: str, groups: Sequence[Group]) -> ParityReport:
+    """One report row per scenario; each group is (reference module, our module, scenarios),
+    a scenario being (inputs, reference forward, our forward)."""
+
     def compute() -> list[LayerResult]:
         rows = []
-        for name, (inputs, ref_fwd, our_fwd) in scenarios.items():
-            rows += compare_sides(Side(ref, ref_fwd), Side(ours, our_fwd), inputs,
-                                  device=device, dtype=dtype, output_name=name)
+        for ref, ours, scenarios in groups:
+            for name, (inputs, ref_fwd, our_fwd) in scenarios.items():
+                rows += compare_sides(Side(ref, ref_fwd), Side(ours, our_fwd), inputs,
+                                      device=device, dtype=dtype, output_name=name)
         return rows
 
     return timed_report(case, "attention", reference, device, dtype, compute)
@@ -95,17 +99,14 @@ def sdpa(device: str = "cpu", dtype: str = "float32", *, num_kv_heads: int = 2,
 
     ours_mha, ours_gqa = identity(mha, heads), identity(gqa, num_kv_heads)
     x = [probe.hidden(BATCH, Q_LEN, WIDTH)]
-    mha_report = _scenarios("sdpa", "F.scaled_dot_product_attention", device, dtype, mha, ours_mha, {
-        "mha": (x, lambda m, i: m(*i), lambda m, i: m(*i)),
-        "mha.causal": (x, lambda m, i: m(*i, causal=True), lambda m, i: m(*i, causal=True)),
-    })
-    gqa_report = _scenarios("sdpa", "", device, dtype, gqa, ours_gqa, {
-        "gqa.causal": (x, lambda m, i: m(*i, causal=True), lambda m, i: m(*i, causal=True)),
-        "gqa.math-path": (x, lambda m, i: m(*i, causal=True), lambda m, i: m(*i, causal=True, path="math")),
-    })
-    mha_report.layers += gqa_report.layers
-    mha_report.seconds += gqa_report.seconds
-    return mha_report
+    plain, causal = (lambda m, i: m(*i)), (lambda m, i: m(*i, causal=True))
+    return _scenarios("sdpa", "F.scaled_dot_product_attention", device, dtype, [
+        (mha, ours_mha, {"mha": (x, plain, plain), "mha.causal": (x, causal, causal)}),
+        (gqa, ours_gqa, {
+            "gqa.causal": (x, causal, causal),
+            "gqa.math-path": (x, causal, lambda m, i: m(*i, causal=True, path="math")),
+        }),
+    ])
 
 
 # ------------------------------------------------------ nn.MultiheadAttention
@@ -117,7 +118,7 @@ def torch_mha(device: str = "cpu", dtype: str = "float32", *, tamper: Tamper | N
     pad = torch.zeros(BATCH, K_LEN, dtype=torch.bool)
     pad[0, -2:] = True  # nn.MultiheadAttention: True = ignore this key
     causal = torch.ones(Q_LEN, Q_LEN, dtype=torch.bool).triu(1)  # True = not allowed
-    return _scenarios("torch-mha", "torch.nn.MultiheadAttention", device, dtype, ref, ours, {
+    return _scenarios("torch-mha", "torch.nn.MultiheadAttention", device, dtype, [(ref, ours, {
         "self": ([x], lambda m, i: m(i[0], i[0], i[0], need_weights=False), lambda m, i: m(i[0])),
         "cross": ([x, y], lambda m, i: m(i[0], i[1], i[1], need_weights=False), lambda m, i: m(i[0], i[1])),
         "causal": ([x, causal], lambda m, i: m(i[0], i[0], i[0], attn_mask=i[1], is_causal=True, need_weights=False),
@@ -126,7 +127,7 @@ def torch_mha(device: str = "cpu", dtype: str = "float32", *, tamper: Tamper | N
                         lambda m, i: m(i[0], i[1], key_padding_mask=~i[2])),
         "weights": ([x, y], lambda m, i: m(i[0], i[1], i[1], need_weights=True, average_attn_weights=False)[1],
                     lambda m, i: m(i[0], i[1], need_weights=True)[1]),
-    })
+    })])
 
 
 class SeparateProjections(nn.Module):
@@ -157,10 +158,10 @@ def torch_mha_functional(device: str = "cpu", dtype: str = "float32", *, tamper:
     ref = probe.probe_init_(SeparateProjections(WIDTH, HEADS), seed=0)
     ours = _convert_saved(ref, lambda p: convert_torch_mha(p, num_heads=HEADS), tamper)
     x, y = probe.hidden(BATCH, Q_LEN, WIDTH, seed=1), probe.hidden(BATCH, K_LEN, WIDTH, seed=2)
-    return _scenarios("torch-mha-functional", "F.multi_head_attention_forward", device, dtype, ref, ours, {
+    return _scenarios("torch-mha-functional", "F.multi_head_attention_forward", device, dtype, [(ref, ours, {
         "cross": ([x, y], lambda m, i: m(*i), lambda m, i: m(*i)),
         "self": ([x], lambda m, i: m(i[0], i[0]), lambda m, i: m(i[0])),
-    })
+    })])
 
 
 # -------------------------------------------------------------- Llama (GQA)
@@ -244,6 +245,6 @@ def llama_gqa(device: str = "cpu", dtype: str = "float32", *, tamper: Tamper | N
     ours = RotatedOurs(converted.build(), llama.model.rotary_emb, rotate_keys=rotate_keys)
     ref = LlamaReference(llama)
     x = [probe.hidden(BATCH, Q_LEN, LLAMA_TINY["hidden_size"])]
-    return _scenarios("llama-gqa", "transformers LlamaAttention (GQA, RoPE)", device, dtype, ref, ours, {
+    return _scenarios("llama-gqa", "transformers LlamaAttention (GQA, RoPE)", device, dtype, [(ref, ours, {
         "gqa.causal.rope": (x, lambda m, i: m(*i), lambda m, i: m(*i)),
-    })
+    })])

@@ -56,9 +56,11 @@ def _cmd_parity(args: argparse.Namespace) -> int:
             bad = r.first_failure if r is not None else None
             rows.append([
                 name, entry.model, entry.reference, f"{r.max_abs:.2e}" if r is not None else "",
-                bad.name if bad else "", f"{r.seconds:.2f}" if r is not None else "", o.status.upper(),
+                f"{r.worst_ratio:.2f}" if r is not None else "", bad.name if bad else "",
+                f"{r.seconds:.2f}" if r is not None else "", o.status.upper(),
             ])
-        print(format_table(rows, ["case", "model", "reference", "max abs", "first failure", "seconds", "verdict"]))
+        headers = ["case", "model", "reference", "max abs", "error/limit", "first failure", "seconds", "verdict"]
+        print(format_table(rows, headers))
         for name, _, o in outcomes:
             if o.status in ("failed", "error"):
                 print(f"{name}: {o.detail}")

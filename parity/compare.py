@@ -56,6 +56,7 @@ class LayerResult:
     max_rel: float
     passed: bool
     note: str = ""
+    limit: float = float("nan")  # the largest max_abs that passes: atol + rtol * max |reference|
 
 
 @dataclass
@@ -84,6 +85,11 @@ class ParityReport:
     def max_abs(self) -> float:
         return max((layer.max_abs for layer in self.layers), default=float("nan"))
 
+    @property
+    def worst_ratio(self) -> float:
+        """max over layers of max_abs / limit: below 1 passes; how close a pass came to failing."""
+        return max((layer.max_abs / layer.limit for layer in self.layers if layer.limit > 0), default=float("nan"))
+
     def summary(self) -> str:
         head = f"{self.case} [{self.device}, {self.dtype}]"
         if self.error:
@@ -98,11 +104,11 @@ class ParityReport:
 
     def table(self) -> str:
         rows = [
-            [r.name, "x".join(map(str, r.our_shape)), f"{r.max_abs:.2e}", f"{r.max_rel:.2e}",
+            [r.name, "x".join(map(str, r.our_shape)), f"{r.max_abs:.2e}", f"{r.limit:.2e}", f"{r.max_rel:.2e}",
              "ok" if r.passed else "FAIL", r.note]
             for r in self.layers
         ]
-        return format_table(rows, ["layer", "shape", "max abs", "max rel", "verdict", "note"])
+        return format_table(rows, ["layer", "shape", "max abs", "limit", "max rel", "verdict", "note"])
 
     def __str__(self) -> str:
         return self.summary() + ("\n" + self.table() if self.layers else "")
@@ -131,8 +137,8 @@ def compare_tensors(name: str, reference: Any, ours: Any, tolerance: Tolerance) 
     max_abs = float((out - ref).abs().max())
     scale = float(ref.abs().max())
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-    passed = max_abs <= tolerance.atol + tolerance.rtol * scale
-    return LayerResult(name, ref_shape, our_shape, max_abs, max_rel, passed)
+    limit = tolerance.atol + tolerance.rtol * scale
+    return LayerResult(name, ref_shape, our_shape, max_abs, max_rel, max_abs <= limit, limit=limit)
 
 
 @dataclass

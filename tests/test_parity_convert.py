@@ -161,3 +161,16 @@ def test_probe_init_is_deterministic_and_not_library_init() -> None:
     b = probe.probe_init_(nn.Linear(16, 8), seed=3)
     assert torch.equal(a.weight, b.weight)
     assert abs(float(a.weight.detach().std()) - 16**-0.5) < 0.05
+
+
+def test_timm_without_qkv_bias_round_trips(tmp_path) -> None:
+    """qkv_bias=False: no q/k/v biases, but timm keeps the output projection's bias."""
+    from flops_fit.parity.compare import Side, compare_sides
+
+    ref = probe.probe_init_(timm.create_model("vit_tiny_patch16_224", pretrained=False, qkv_bias=False,
+                                              **case_vit.TINY))
+    converted = convert_timm_vit(_save(ref.state_dict(), tmp_path / "m.safetensors"), num_heads=4)
+    assert converted.config["qkv_bias"] is False
+    ours = converted.build()
+    rows = compare_sides(Side(ref, lambda m, i: m(*i)), Side(ours, lambda m, i: m(*i)), [probe.images(2, 3, 32)])
+    assert all(r.passed for r in rows), rows
