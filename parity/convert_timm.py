@@ -40,7 +40,10 @@ def convert_timm_vit(
             "or architecture='vit_..._patch16_224'"
         )
     our_config = timm_vit_config(tensors, num_heads)
-    return Converted("vit", our_config.pop("width"), our_config, timm_vit_state(tensors, our_config["depth"]), REFERENCE)
+    state = timm_vit_state(tensors, our_config["depth"])
+    # num_classes=0 (a feature extractor) has no head: ours gets one fresh class, as for HF ViTModel
+    fresh = () if "head.weight" in tensors else ("head.weight", "head.bias")
+    return Converted("vit", our_config.pop("width"), our_config, state, REFERENCE, fresh=fresh)
 
 
 def timm_num_heads(architecture: str) -> int:
@@ -85,7 +88,7 @@ def timm_vit_config(tensors: dict[str, Any], num_heads: int) -> dict[str, Any]:
         "patch_size": int(patch),
         "image_size": int(side * patch),
         "in_chans": int(in_chans),
-        "num_classes": int(tensors["head.weight"].shape[0]) if "head.weight" in tensors else 0,
+        "num_classes": int(tensors["head.weight"].shape[0]) if "head.weight" in tensors else 1,
         "mlp_ratio": hidden / width,
         "global_pool": "avg" if "fc_norm.weight" in tensors else "token",
         "qkv_bias": "blocks.0.attn.qkv.bias" in tensors,
@@ -106,13 +109,13 @@ def timm_vit_state(tensors: dict[str, Any], depth: int) -> dict[str, Any]:
         if m.has(f"head.{p}"):
             m.map(f"head.{p}", f"head.{p}")
     for i in range(depth):
-        a = b = f"blocks.{i}."
+        b = f"blocks.{i}."
         for p in ("weight", "bias"):
             for name in ("norm1", "norm2", "mlp.fc1", "mlp.fc2"):
-                m.map(f"{b}{name}.{p}", f"{a}{name}.{p}")
-            m.map(f"{b}attn.out_proj.{p}", f"{a}attn.proj.{p}")
+                m.map(f"{b}{name}.{p}", f"{b}{name}.{p}")
+            m.map(f"{b}attn.out_proj.{p}", f"{b}attn.proj.{p}")
         qkv = [f"{b}attn.{n}_proj.weight" for n in "qkv"]
-        m.split(f"{a}attn.qkv.weight", qkv)
-        if m.has(f"{a}attn.qkv.bias"):
-            m.split(f"{a}attn.qkv.bias", [k.replace("weight", "bias") for k in qkv])
+        m.split(f"{b}attn.qkv.weight", qkv)
+        if m.has(f"{b}attn.qkv.bias"):
+            m.split(f"{b}attn.qkv.bias", [k.replace("weight", "bias") for k in qkv])
     return m.finish()

@@ -47,6 +47,19 @@ def test_timm_needs_a_head_count(tmp_path) -> None:
         convert_timm_vit(path)
 
 
+def test_timm_unknown_architecture_is_named() -> None:
+    with pytest.raises(ConversionError, match="timm does not know architecture 'vit_nope'"):
+        convert_timm_vit(case_vit.timm_reference().state_dict(), architecture="vit_nope")
+
+
+def test_timm_feature_extractor_gets_a_fresh_head() -> None:
+    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, **{**case_vit.TINY, "num_classes": 0})
+    converted = convert_timm_vit(ref.state_dict(), num_heads=4)
+    assert converted.fresh == ("head.weight", "head.bias") and converted.config["num_classes"] == 1
+    ours = converted.build()
+    assert torch.equal(ours.blocks[1].mlp.fc2.weight, ref.blocks[1].mlp.fc2.weight)
+
+
 def test_timm_missing_key_is_listed(tmp_path) -> None:
     state = case_vit.timm_reference().state_dict()
     del state["blocks.1.mlp.fc2.bias"]
