@@ -25,12 +25,16 @@ from flops_fit.plugins.gpt_model import build as build_gpt
 from flops_fit.plugins.vit_model import build as build_vit
 
 
-def setup() -> tuple[torch.device, torch.dtype]:
-    if torch.cuda.is_available():
-        return torch.device("cuda"), torch.bfloat16
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return torch.device("cpu"), torch.float32
+def setup(dtype_name: str) -> tuple[torch.device, torch.dtype]:
+    """CUDA when present; ``auto`` dtype is bf16 there and fp32 on CPU. TF32 off for fp32."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dtype_name == "auto":
+        dtype_name = "bfloat16" if device.type == "cuda" else "float32"
+    dtype = getattr(torch, dtype_name)
+    if dtype == torch.float32:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    return device, dtype
 
 
 def _clock(device: torch.device) -> Callable[[], float]:
@@ -140,8 +144,10 @@ def main(argv=None) -> None:
     parser.add_argument("which", nargs="?", default="all", choices=[*BENCHES, "all"])
     parser.add_argument("--repeats", type=int, default=20, help="timed steps per side (median is reported)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (CPU only)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                        help="auto: bfloat16 on CUDA, float32 on CPU")
     args = parser.parse_args(argv)
-    device, dtype = setup()
+    device, dtype = setup(args.dtype)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
     print(f"device {device}, dtype {str(dtype).removeprefix('torch.')}, torch {torch.__version__}, "

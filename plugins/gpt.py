@@ -89,15 +89,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(GPTConfig, lo, hi, config, "n_head", "n_kv_head")
 
 
-GPT_DEFAULTS = {
-    "n_layer": 4,
-    "head_dim": 16,
-    "vocab_size": 256,
-    "block_size": 128,
-    "layer_norm_eps": 1e-5,
-    "bias": True,
-    "gelu": "tanh",
-}
+GPT_DEFAULTS = sizing.config_defaults(GPTConfig)  # the defaults of model `gpt`
 
 # Hugging Face GPT2Config() defaults: the 124M model.
 GPT2_DEFAULTS = {**GPT_DEFAULTS, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "block_size": 1024}

@@ -100,3 +100,8 @@ def known_keywords(config_class: type, config: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown configuration keyword(s) {unknown}; known keywords: {known}")
     return config
+
+
+def config_defaults(config_class: type) -> dict:
+    """The keyword defaults of a config dataclass (every field but the size)."""
+    return {f.name: f.default for f in dataclasses.fields(config_class)[1:]}

@@ -135,7 +135,7 @@ def test_mha_matches_torch_multihead_attention():
 
 
 def test_mha_matches_timm_attention():
-    from timm.models.vision_transformer import Attention
+    Attention = pytest.importorskip("timm.models.vision_transformer").Attention
 
     m = make()
     ref = Attention(E, num_heads=H, qkv_bias=True).eval()
@@ -150,7 +150,7 @@ def test_mha_matches_timm_attention():
 @pytest.mark.parametrize("kv", [4, 2, 1])
 def test_gqa_equals_mha_with_interleaved_kv_heads(kv):
     """GQA = MHA whose head h has the weights of KV head h // (H // KV) (HF repeat_kv)."""
-    from transformers.models.llama.modeling_llama import repeat_kv
+    repeat_kv = pytest.importorskip("transformers.models.llama.modeling_llama").repeat_kv
 
     gqa = make(kv)
     mha = make(H, seed=5)

@@ -46,7 +46,8 @@ def test_create_model_and_shapes(host):
 
 
 def test_gpt2_preset_matches_hf_config(host):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    transformers = pytest.importorskip("transformers")
+    GPT2Config, GPT2LMHeadModel = transformers.GPT2Config, transformers.GPT2LMHeadModel
 
     ref_cfg = GPT2Config()
     with torch.device("meta"):
@@ -61,7 +62,8 @@ def test_gpt2_preset_matches_hf_config(host):
 
 def _hf_gpt2(ours):
     """HF GPT2LMHeadModel of the same configuration holding our weights (Conv1D = transpose)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    transformers = pytest.importorskip("transformers")
+    GPT2Config, GPT2LMHeadModel = transformers.GPT2Config, transformers.GPT2LMHeadModel
 
     cfg = ours.config
     ref = GPT2LMHeadModel(GPT2Config(

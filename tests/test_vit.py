@@ -53,7 +53,7 @@ def test_valid_sizes_follow_the_head_rule(host):
     "name, width, heads", [("vit_tiny_patch16_224", 192, 3), ("vit_small_patch16_224", 384, 6), ("vit_base_patch16_224", 768, 12)]
 )
 def test_presets_match_timm_configuration(host, name, width, heads):
-    import timm
+    timm = pytest.importorskip("timm")
 
     entry = flops_fit.model_info(name, host=host)
     assert entry.default_size == width
@@ -69,7 +69,7 @@ def test_presets_match_timm_configuration(host, name, width, heads):
 
 def _timm_model(ours, **kwargs):
     """timm VisionTransformer of the same configuration holding our weights."""
-    from timm.models.vision_transformer import VisionTransformer
+    VisionTransformer = pytest.importorskip("timm.models.vision_transformer").VisionTransformer
 
     cfg = ours.config
     ref = VisionTransformer(
