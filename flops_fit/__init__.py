@@ -38,6 +38,7 @@ __version__ = "0.1.0"
 # Heavier parts of the API, imported on first attribute access so that
 # `import flops_fit` stays cheap: name -> "module:attribute".
 _LAZY: dict[str, str] = {
+    "check_parity": "flops_fit.parity.gate:check",
     "plan": "flops_fit.plan:plan",
     "Plan": "flops_fit.plan:Plan",
     "HyperParams": "flops_fit.hparams:HyperParams",

@@ -41,9 +41,7 @@ class GPTConfig:
         object.__setattr__(self, "n_head", heads)
         object.__setattr__(self, "n_kv_head", kv_heads)
         for name in ("n_layer", "vocab_size", "block_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            sizing.positive_int(getattr(self, name), name)
         if self.gelu not in GELUS:
             raise ValueError(f"gelu must be one of {GELUS}, got {self.gelu!r}")
         if not self.layer_norm_eps > 0:
@@ -91,15 +89,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(GPTConfig, lo, hi, config, "n_head", "n_kv_head")
 
 
-GPT_DEFAULTS = {
-    "n_layer": 4,
-    "head_dim": 16,
-    "vocab_size": 256,
-    "block_size": 128,
-    "layer_norm_eps": 1e-5,
-    "bias": True,
-    "gelu": "tanh",
-}
+GPT_DEFAULTS = sizing.config_defaults(GPTConfig)  # the defaults of model `gpt`
 
 # Hugging Face GPT2Config() defaults: the 124M model.
 GPT2_DEFAULTS = {**GPT_DEFAULTS, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "block_size": 1024}

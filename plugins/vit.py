@@ -45,9 +45,7 @@ class ViTConfig:
         object.__setattr__(self, "num_heads", heads)
         object.__setattr__(self, "num_kv_heads", kv_heads)
         for name in ("depth", "patch_size", "image_size", "in_chans", "num_classes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            sizing.positive_int(getattr(self, name), name)
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"image_size {self.image_size} is not divisible by patch_size {self.patch_size}: "
@@ -122,19 +120,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(ViTConfig, lo, hi, config, "num_heads", "num_kv_heads")
 
 
-VIT_DEFAULTS = {
-    "depth": 6,
-    "head_dim": 32,
-    "patch_size": 4,
-    "image_size": 32,
-    "in_chans": 3,
-    "num_classes": 10,
-    "mlp_ratio": 4.0,
-    "global_pool": "token",
-    "qkv_bias": True,
-    "norm_eps": 1e-6,
-    "gelu": "exact",
-}
+VIT_DEFAULTS = sizing.config_defaults(ViTConfig)  # the defaults of model `vit`
 
 # timm's vit_*_patch16_224: width, heads; all have 12 blocks, patch 16, 224 px, 1000 classes.
 TIMM_PRESETS = {

@@ -83,6 +83,7 @@ def test_constructor_rejects_bad_dropout_and_path():
 @pytest.mark.parametrize(
     "call, message",
     [
+        (lambda m: m("text"), "query must be a tensor, got str"),
         (lambda m: m(rand(5, E)), r"query must be 3-D \(batch, sequence, embed_dim\), got shape \(5, 32\)"),
         (lambda m: m(rand(2, 5, E), rand(2, 5, E, 1)), r"key must be 3-D .* got shape \(2, 5, 32, 1\)"),
         (lambda m: m(rand(2, 5, 16)), r"query last dimension must equal embed_dim \(32\), got shape \(2, 5, 16\)"),
@@ -134,7 +135,7 @@ def test_mha_matches_torch_multihead_attention():
 
 
 def test_mha_matches_timm_attention():
-    from timm.models.vision_transformer import Attention
+    Attention = pytest.importorskip("timm.models.vision_transformer").Attention
 
     m = make()
     ref = Attention(E, num_heads=H, qkv_bias=True).eval()
@@ -149,7 +150,7 @@ def test_mha_matches_timm_attention():
 @pytest.mark.parametrize("kv", [4, 2, 1])
 def test_gqa_equals_mha_with_interleaved_kv_heads(kv):
     """GQA = MHA whose head h has the weights of KV head h // (H // KV) (HF repeat_kv)."""
-    from transformers.models.llama.modeling_llama import repeat_kv
+    repeat_kv = pytest.importorskip("transformers.models.llama.modeling_llama").repeat_kv
 
     gqa = make(kv)
     mha = make(H, seed=5)
