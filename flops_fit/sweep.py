@@ -83,10 +83,11 @@ def versions(host: Any = None) -> dict[str, Any]:
 
 
 def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str, Any]:
-    """Run the model's parity check before any compute is spent.
+    """Run the model's quick parity cases (``flops_fit.parity.check``) before any compute is spent.
 
-    Returns ``{"status": "passed" | "failed" | "overridden" | "skipped", "reason": ...}``;
-    "skipped" when this installation has no parity check to run.
+    Returns ``{"status": ..., "reason": ...}``: "passed", "unverified" (no case could run,
+    none failed), "failed", "overridden" (``skip_parity=True``) or "skipped" (this
+    installation has no parity check).
     """
     if skip:
         return {"status": "overridden", "reason": "skip_parity=True: the gate was not run"}
@@ -94,10 +95,11 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
         from flops_fit.parity import check
     except ImportError:
         return {"status": "skipped", "reason": "flops_fit.parity provides no check() in this installation"}
-    kwargs = {"host": host} if host is not None and "host" in inspect.signature(check).parameters else {}
-    report = check(model, **kwargs)
+    report = check(model) if host is None else check(model, host=host)
     passed = bool(getattr(report, "passed", False))
-    return {"status": "passed" if passed else "failed", "reason": str(report)[:2000]}
+    status = getattr(report, "status", "passed" if passed else "failed")
+    summary = report.summary() if callable(getattr(report, "summary", None)) else str(report)
+    return {"status": status if passed else "failed", "reason": summary[:4000]}
 
 
 def sweep(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sweep_support
 
+import flops_fit
 from flops_fit.plan import plan
 from flops_fit.store import RunStore, StoreError
 from flops_fit.sweep import SweepResult, run_plan, sweep
@@ -45,7 +46,8 @@ def test_a_sweep_stores_every_run_with_its_tokens_flops_and_provenance(tmp_path)
         versions = store.get_meta("versions")
         assert versions["flops-fit"] and versions["torch"]
         assert {"sweep_support", "flops_fit.plugins.datasets"} <= {p["name"] for p in versions["plugins"]}
-        assert store.get_meta("parity")["status"] in ("passed", "skipped")
+        gate = store.get_meta("parity")
+        assert gate["status"] == "unverified" and "no quick parity case" in gate["reason"]
         assert store.get_meta("spec")["model"] == "tiny-lm"
 
 
@@ -271,3 +273,32 @@ def test_executor_options_are_checked():
         LocalExecutor(devices=["gpu0"])
     pairs = list(LocalExecutor().map(lambda x: 1 / x, [1, 0]))
     assert pairs[0] == (1, 1.0) and isinstance(pairs[1][1], ZeroDivisionError)
+
+
+class _FailingParity:
+    """A parity case for tiny-lm whose comparison fails."""
+
+    @staticmethod
+    def run(device, dtype):
+        return type("Report", (), {"passed": False, "summary": lambda self: "logits differ by 1.0"})()
+
+    @flops_fit.hookimpl
+    def register_parity_cases(self, register):
+        register(flops_fit.ParityCaseEntry("tiny-broken", model="tiny-lm", reference="a stand-in", run=self.run,
+                                           quick=True, devices=("cpu",), dtypes=("float32",)))
+
+
+def test_a_failing_parity_gate_stops_the_sweep_unless_overridden(tmp_path):
+    from flops_fit.sweep import ParityGateError
+    from flops_fit.testing import isolated_host
+
+    host = isolated_host(("sweep_support", sweep_support), ("failing", _FailingParity()), builtins=True)
+    options = sweep_support.small_plan_options()
+    with pytest.raises(ParityGateError, match="failed its parity gate, so no run was trained"):
+        sweep(host=host, out_dir=tmp_path, show_progress=False, **options)
+    with RunStore(tmp_path) as store:
+        assert store.get_meta("parity")["status"] == "failed" and store.counts() == {"pending": 6}
+    result = sweep(host=host, out_dir=tmp_path, show_progress=False, resume=True, skip_parity=True, **options)
+    assert len(result.runs) == 6
+    with RunStore(tmp_path) as store:
+        assert store.get_meta("parity")["status"] == "overridden"
