@@ -46,3 +46,18 @@ def fit_power(log_c: np.ndarray, log_y: np.ndarray, weights: np.ndarray | None =
         return np.nan, np.nan
     slope, intercept = np.polyfit(log_c, log_y, 1, w=np.sqrt(w))
     return float(slope), float(intercept)
+
+
+def fit_frontier(log_c: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> dict[str, float]:
+    """Power laws through compute-optimal points: the parameters ``power_frontier`` reads."""
+    a, n0 = fit_power(log_c, log_n)
+    b, d0 = fit_power(log_c, log_d)
+    lslope, l0 = fit_power(log_c, log_l)
+    return {"a": a, "b": b, "n0": n0, "d0": d0, "l": lslope, "l0": l0}
+
+
+def line_r2(x: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> tuple[np.ndarray, float]:
+    """Residuals of y about the line and the line's R^2."""
+    residual = y - (intercept + slope * x)
+    total = np.sum((y - y.mean()) ** 2)
+    return residual, float(1.0 - np.sum(residual ** 2) / total) if total > 0 else float("nan")

@@ -35,6 +35,8 @@ INIT_GRID = np.array([
         np.arange(0.0, 2.01, 0.5), np.arange(0.0, 2.01, 0.5), np.arange(-1.0, 1.01, 0.5),
         np.arange(0.0, 25.1, 5.0), np.arange(0.0, 25.1, 5.0))
 ])
+GRID_FTOL = 1e-6
+POLISH = 10
 MIN_RUNS = 6  # five parameters need more runs than that to say anything
 
 
@@ -74,6 +76,19 @@ def distinct_optima(x: np.ndarray, f: np.ndarray, count: int) -> np.ndarray:
     return x[picked]
 
 
+def grid_search(fun, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """L-BFGS from every grid point; returns the ``keep`` best distinct optima and their values.
+
+    Every start runs until its relative decrease per step stays below GRID_FTOL; the best
+    POLISH distinct solutions then continue to full precision. All starts end in the same
+    few basins long before the loose tolerance stops them, and polishing settles the winner.
+    """
+    x, f, _ = minimize_batch(fun, INIT_GRID, maxiter=500, ftol=GRID_FTOL)
+    x, f, _ = minimize_batch(fun, distinct_optima(x, f, POLISH), maxiter=2000)
+    order = np.argsort(np.where(np.isfinite(f), f, np.inf))
+    return distinct_optima(x[order], f[order], keep), f[order]
+
+
 def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA):
     """Best L-BFGS solution per weight row from each start: returns (theta (R, 5), value (R,))."""
     weights = np.atleast_2d(weights)
@@ -96,8 +111,7 @@ def fit_parametric(runs: Runs, *, bootstrap: int = 1000, seed: int | None = 0, l
     log_n, log_d, loss, k = _columns(runs)
     log_l = np.log(loss)
     ones = np.ones(log_n.size)
-    x, f, _ = minimize_batch(lambda t, rows: objective(t, log_n, log_d, log_l, ones, delta), INIT_GRID, maxiter=500)
-    best_starts = distinct_optima(x, f, starts)
+    best_starts, f = grid_search(lambda t, rows: objective(t, log_n, log_d, log_l, ones, delta), starts)
     theta, value = best_starts[0], float(np.nanmin(f))
     samples = pd.DataFrame()
     if bootstrap:
