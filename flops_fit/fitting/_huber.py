@@ -27,6 +27,11 @@ def objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np
                            weights if weights.ndim == 1 else weights[i : i + CHUNK], delta)
                  for i in range(0, theta.shape[0], CHUNK)]
         return np.concatenate([v for v, _ in parts]), np.concatenate([g for _, g in parts])
+    with np.errstate(all="ignore"):
+        return _objective(theta, log_n, log_d, log_l, weights, delta)
+
+
+def _objective(theta, log_n, log_d, log_l, weights, delta):
     x1 = theta[:, 0:1] - theta[:, 3:4] * log_n
     x2 = theta[:, 1:2] - theta[:, 4:5] * log_d
     e = theta[:, 2:3]
