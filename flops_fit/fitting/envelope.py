@@ -26,7 +26,7 @@ def loss_matrix(runs: Runs, points: int = GRID_POINTS) -> tuple[np.ndarray, np.n
     f = runs.frame
     per_token = (f["flops"] / f["tokens"]).to_numpy(float)
     curves = []
-    for curve, k in zip(f["curve"], per_token):
+    for curve, k in zip(f["curve"], per_token, strict=True):
         c = np.asarray(curve, float)
         c = c[(c[:, 0] > 0) & np.isfinite(c[:, 1])]
         order = np.argsort(c[:, 0])

@@ -119,7 +119,7 @@ def load_runs(
     excluded: list[dict[str, Any]] = []
     if "status" in out:
         bad = out["status"].notna() & ~out["status"].astype(str).isin(["done", "finished", "ok", "completed"])
-        excluded += [{"run_id": r, "reason": f"status {s!r}"} for r, s in zip(out.loc[bad, "run_id"], out.loc[bad, "status"])]
+        excluded += [{"run_id": r, "reason": f"status {s!r}"} for r, s in zip(out.loc[bad, "run_id"], out.loc[bad, "status"], strict=True)]
         out = out.loc[~bad].reset_index(drop=True)
     if not isinstance(exclude_top, (int, np.integer)) or exclude_top < 0:
         raise FitInputError(f"exclude_top must be a non-negative integer, got {exclude_top!r}")

@@ -65,7 +65,7 @@ def _plot_profiles(fig, result: FitResult, budgets, target) -> None:
     f = result.runs.frame
     if result.method == "envelope":
         env = result.details["envelope"]
-        for curve, k in zip(f["curve"], f["flops"] / f["tokens"]):
+        for curve, k in zip(f["curve"], f["flops"] / f["tokens"], strict=True):
             c = np.asarray(curve, float)
             ax.plot(c[:, 0] * k, c[:, 1], color="0.7", lw=0.8)
         good = env[env["excluded"] == ""]

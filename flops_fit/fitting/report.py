@@ -33,7 +33,7 @@ def write_report(fitted: FitResult | FitSet, out: str | Path, *, target: float |
     if fits.warnings or fits.skipped:
         body.append("<h2>Across approaches</h2><ul>" + "".join(f"<li class=warn>{_e(w)}</li>" for w in fits.warnings)
                     + "".join(f"<li>skipped {_e(m)}: {_e(w)}</li>" for m, w in fits.skipped.items()) + "</ul>")
-    for method, result in fits.results.items():
+    for _method, result in fits.results.items():
         body.append(_section(result, plot_dir, out.parent, target, budgets))
     provenance = {
         "source": runs.source, "runs": len(runs), "store metadata": runs.metadata or "none",

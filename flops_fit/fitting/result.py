@@ -86,7 +86,7 @@ class FitResult:
         point = (*point, point[1] / point[0])
         if draws is not None:
             draws = (*draws, draws[1] / draws[0])
-        for name, p, d in zip(names, point, draws or [None] * 4):
+        for name, p, d in zip(names, point, draws or [None] * 4, strict=True):
             out[name] = p[0]
             lo, hi = interval(d, self.level) if d is not None else (np.full(c.size, np.nan),) * 2
             out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi

@@ -55,5 +55,5 @@ def synthetic_runs(
             loss = float(law_loss(law, n, d) * np.exp(rng.normal(0.0, noise)))
             rows.append({"run_id": f"b{budget:.0e}-s{i}", "model": "synthetic", "size": int(n), "params": n,
                          "tokens": d, "flops": budget, "budget": budget, "loss": loss, "status": "done",
-                         "curve": [[float(t), float(v)] for t, v in zip(seen, curve_loss)]})
+                         "curve": [[float(t), float(v)] for t, v in zip(seen, curve_loss, strict=True)]})
     return pd.DataFrame(rows)
