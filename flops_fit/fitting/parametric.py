@@ -17,6 +17,7 @@ than the five-parameter one.
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 import pandas as pd
@@ -111,8 +112,10 @@ def fit_parametric(runs: Runs, *, bootstrap: int = 1000, seed: int | None = 0, l
     log_n, log_d, loss, k = _columns(runs)
     log_l = np.log(loss)
     ones = np.ones(log_n.size)
+    clock = time.perf_counter()
     best_starts, f = grid_search(lambda t, rows: objective(t, log_n, log_d, log_l, ones, delta), starts)
     theta, value = best_starts[0], float(np.nanmin(f))
+    grid_seconds = time.perf_counter() - clock
     samples = pd.DataFrame()
     if bootstrap:
         weights = resample_weights(log_n.size, bootstrap, seed)
@@ -123,7 +126,7 @@ def fit_parametric(runs: Runs, *, bootstrap: int = 1000, seed: int | None = 0, l
     diagnostics = _diagnostics(runs, predicted, params)
     return FitResult("parametric", params, samples, parametric_frontier, runs, diagnostics, level, seed,
                      details={"objective": value, "huber_delta": delta, "starts": int(len(INIT_GRID)),
-                              "bootstrap_starts": int(len(best_starts))})
+                              "bootstrap_starts": int(len(best_starts)), "grid_seconds": grid_seconds})
 
 
 def _predict_loss(p: dict[str, float], n: np.ndarray, d: np.ndarray) -> np.ndarray:

@@ -31,7 +31,9 @@ def plot_result(result: FitResult, out_dir, *, target: float | None = None,
     budgets = _budget_span(result, target)
     paths = []
     for name in PLOTS:
-        fig = Figure(figsize=(11, 4.5) if name == "frontier" else (6.5, 4.5), layout="constrained")
+        # Fixed margins: constrained layout measures every log-axis tick label and costs seconds.
+        fig = Figure(figsize=(11, 4.8) if name == "frontier" else (7, 4.8))
+        fig.subplots_adjust(left=0.11, right=0.97, bottom=0.11, top=0.9, wspace=0.25)
         globals()[f"_plot_{name}"](fig, result, budgets, target)
         for fmt in formats:
             path = out / f"{result.method}_{name}.{fmt}"
@@ -170,9 +172,10 @@ def _plot_contours(fig, result: FitResult, budgets, target) -> None:
         sc = ax.scatter(n, d, c=f["loss"], s=18, cmap="viridis", label="runs (colour: loss)")
         fig.colorbar(sc, ax=ax, label="loss")
     ax.plot(frontier["N_opt"][0], frontier["D_opt"][0], color="tab:red", lw=2, label="efficient frontier")
+    k = float(np.median(f["flops"] / (f["params"] * f["tokens"])))  # FLOPs per parameter per token
     for c in np.geomspace(budgets[0], budgets[-1], 5):
         line = np.geomspace(n.min(), n.max() * 10, 50)
-        ax.plot(line, c / (6 * line), color="0.5", lw=0.6, ls=":")
+        ax.plot(line, c / (k * line), color="0.5", lw=0.6, ls=":")
     ax.set(xscale="log", yscale="log", xlabel="parameters N", ylabel="tokens D",
            ylim=(d.min() / 3, max(d.max(), frontier["D_opt"][0].max()) * 3),
            title=f"Loss over (N, D); dotted: iso-FLOP lines ({result.method})")
