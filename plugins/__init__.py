@@ -5,4 +5,8 @@ of module paths and imports each one on first use. Plugin modules import nothing
 builders are lazy ``"module:function"`` strings.
 """
 
-BUILTIN_PLUGINS: tuple[str, ...] = ()
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "flops_fit.plugins.vit",
+    "flops_fit.plugins.gpt",
+    "flops_fit.plugins.losses",
+)

@@ -1,0 +1,138 @@
+"""Built-in GPT (GPT-2 architecture): registration, configuration and analytic size/cost.
+
+No torch here: the model lives in ``gpt_model`` and is built lazily.
+
+Model ``gpt`` is sized by its width. Depth is fixed (``n_layer``, default 4) and heads
+follow the width (``width / head_dim`` with ``head_dim`` 16) unless ``n_head`` is given, so
+valid widths are multiples of ``head_dim`` (or of ``n_head``). Defaults suit small CPU
+sweeps on a byte-level corpus: ``vocab_size`` 256, ``block_size`` 128, so that at width 64
+embeddings are about a fifth of the parameters rather than nearly all of them.
+Preset ``gpt2`` is Hugging Face's GPT-2 124M configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flops_fit.plugins import sizing
+
+import flops_fit
+
+GELUS = ("tanh", "exact")
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Every knob of the built-in GPT; validated on construction (ValueError)."""
+
+    width: int
+    n_layer: int = 4
+    n_head: int | None = None
+    n_kv_head: int | None = None
+    head_dim: int = 16
+    vocab_size: int = 256
+    block_size: int = 128
+    layer_norm_eps: float = 1e-5
+    bias: bool = True
+    gelu: str = "tanh"
+
+    def __post_init__(self) -> None:
+        heads, kv_heads = sizing.resolve_heads(self.width, self.n_head, self.n_kv_head, self.head_dim)
+        object.__setattr__(self, "n_head", heads)
+        object.__setattr__(self, "n_kv_head", kv_heads)
+        for name in ("n_layer", "vocab_size", "block_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.gelu not in GELUS:
+            raise ValueError(f"gelu must be one of {GELUS}, got {self.gelu!r}")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+
+    @classmethod
+    def of(cls, width: int, **config) -> GPTConfig:
+        """Build from keyword configuration, naming any unknown keyword."""
+        return cls(width, **sizing.known_keywords(cls, config))
+
+
+def embedding_params(cfg: GPTConfig) -> int:
+    """Token embedding ``wte`` (shared with ``lm_head``) and position embedding ``wpe``."""
+    return (cfg.vocab_size + cfg.block_size) * cfg.width
+
+
+def param_count(width: int, **config) -> int:
+    """Exact total parameters of ``gpt`` at this width (tied ``lm_head`` counted once)."""
+    cfg = GPTConfig.of(width, **config)
+    c = cfg.width
+    block = (
+        2 * sizing.layer_norm_params(c, cfg.bias)
+        + sizing.attention_params(c, cfg.n_head, cfg.n_kv_head, cfg.bias, cfg.bias)
+        + sizing.mlp_params(c, 4 * c, cfg.bias)
+    )
+    return embedding_params(cfg) + cfg.n_layer * block + sizing.layer_norm_params(c, cfg.bias)
+
+
+def forward_flops(width: int, **config) -> float:
+    """Forward FLOPs per token at sequence length ``block_size``: blocks and the LM head."""
+    cfg = GPTConfig.of(width, **config)
+    per_sequence = cfg.n_layer * sizing.block_forward_flops(
+        cfg.block_size, cfg.width, cfg.n_head, cfg.n_kv_head, 4 * cfg.width
+    )
+    return per_sequence / cfg.block_size + 2 * cfg.width * cfg.vocab_size
+
+
+def training_flops(width: int, **config) -> float:
+    """Training FLOPs per token (forward + backward = 3 x forward)."""
+    return sizing.training_from_forward(forward_flops(width, **config))
+
+
+def valid_sizes(lo: int, hi: int, **config) -> list[int]:
+    """Widths in [lo, hi] whose head split is valid (multiples of head_dim or n_head)."""
+    return sizing.valid_widths(GPTConfig, lo, hi, config, "n_head", "n_kv_head")
+
+
+GPT_DEFAULTS = {
+    "n_layer": 4,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "block_size": 128,
+    "layer_norm_eps": 1e-5,
+    "bias": True,
+    "gelu": "tanh",
+}
+
+# Hugging Face GPT2Config() defaults: the 124M model.
+GPT2_DEFAULTS = {**GPT_DEFAULTS, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "block_size": 1024}
+
+
+def _entry(name: str, description: str, defaults: dict, default_size: int | None) -> flops_fit.ModelEntry:
+    return flops_fit.ModelEntry(
+        name,
+        description=description,
+        builder="flops_fit.plugins.gpt_model:build",
+        size_param="width",
+        valid_sizes=valid_sizes,
+        param_count=param_count,
+        training_flops=training_flops,
+        flops_unit="token",
+        task=flops_fit.TASK_CAUSAL_LM,
+        default_loss="next-token",
+        default_datasets=("python-stdlib",),
+        defaults=defaults,
+        default_size=default_size,
+    )
+
+
+@flops_fit.hookimpl
+def register_models(register):
+    register(_entry(
+        "gpt",
+        "GPT-2-style language model sized by width: 4 layers, heads = width / 16, "
+        "byte vocabulary (256), context 128",
+        dict(GPT_DEFAULTS),
+        None,
+    ))
+    register(_entry(
+        "gpt2", "GPT-2 124M (Hugging Face GPT2Config defaults): width 768, 12 layers, 12 heads",
+        dict(GPT2_DEFAULTS), 768,
+    ))

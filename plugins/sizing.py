@@ -1,0 +1,98 @@
+"""Analytic parameter and FLOP counts shared by the built-in transformers (pure Python).
+
+Registration modules use these to list valid sizes, count parameters and count training
+FLOPs without importing torch or building a model. FLOPs follow
+``torch.utils.flop_counter.FlopCounterMode``: 2 per multiply-add, matmuls only (norms,
+softmax, activations and embedding lookups are free), attention scores and values counted
+in full even under a causal mask; training = 3 x forward (backward = 2 x forward).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+BACKWARD_FACTOR = 2  # backward FLOPs per forward FLOP (input and weight gradients)
+
+
+def resolve_heads(width: int, num_heads: int | None, num_kv_heads: int | None, head_dim: int) -> tuple[int, int]:
+    """The (query heads, key/value heads) of a width; raises ValueError when they do not fit.
+
+    ``num_heads=None`` means ``width // head_dim``; ``num_kv_heads=None`` means ``num_heads``.
+    """
+    for name, value in (("width", width), ("head_dim", head_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if num_heads is None:
+        if width % head_dim:
+            raise ValueError(
+                f"width {width} is not a multiple of head_dim {head_dim}: heads = width / head_dim "
+                f"(pass a width that is a multiple of {head_dim}, or set the number of heads)"
+            )
+        num_heads = width // head_dim
+    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    for name, value in (("number of heads", num_heads), ("number of key/value heads", num_kv_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if width % num_heads:
+        raise ValueError(f"width {width} is not divisible by the number of heads {num_heads}")
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"the number of heads {num_heads} is not divisible by the number of key/value heads {num_kv_heads}"
+        )
+    return num_heads, num_kv_heads
+
+
+def attention_params(width: int, num_heads: int, num_kv_heads: int, qkv_bias: bool, out_bias: bool) -> int:
+    """q_proj, k_proj, v_proj and out_proj of ``MultiheadAttention``."""
+    kv_dim = num_kv_heads * (width // num_heads)
+    weights = width * width + 2 * width * kv_dim + width * width
+    return weights + qkv_bias * (width + 2 * kv_dim) + out_bias * width
+
+
+def mlp_params(width: int, hidden: int, bias: bool) -> int:
+    """Two linear layers width -> hidden -> width."""
+    return 2 * width * hidden + bias * (hidden + width)
+
+
+def layer_norm_params(width: int, bias: bool = True) -> int:
+    return width * (1 + bias)
+
+
+def block_forward_flops(seq_len: int, width: int, num_heads: int, num_kv_heads: int, hidden: int) -> int:
+    """Forward FLOPs of one pre-norm block on one sequence of ``seq_len`` tokens."""
+    kv_dim = num_kv_heads * (width // num_heads)
+    projections = 2 * seq_len * width * (2 * width + 2 * kv_dim)  # q, k, v, out
+    attention = 2 * 2 * seq_len * seq_len * width  # scores q k^T and weights @ v, every head
+    mlp = 2 * 2 * seq_len * width * hidden
+    return projections + attention + mlp
+
+
+def training_from_forward(forward_flops: float) -> float:
+    return (1 + BACKWARD_FACTOR) * forward_flops
+
+
+def valid_widths(config_class: type, lo: int, hi: int, config: dict, heads_key: str, kv_key: str) -> list[int]:
+    """Widths in [lo, hi] whose heads fit; other configuration errors are raised, not hidden."""
+    heads, kv_heads = config.get(heads_key), config.get(kv_key)
+    head_dim = config.get("head_dim", config_class.head_dim)
+    step = heads if isinstance(heads, int) and heads > 0 else head_dim
+    if not isinstance(step, int) or step <= 0:
+        raise ValueError(f"head_dim must be a positive integer, got {step!r}")
+    widths = []
+    for width in range(max(step, -(-lo // step) * step), hi + 1, step):
+        try:
+            resolve_heads(width, heads, kv_heads, head_dim)
+        except ValueError:
+            continue
+        config_class.of(width, **config)  # raises on any other bad keyword
+        widths.append(width)
+    return widths
+
+
+def known_keywords(config_class: type, config: dict) -> dict:
+    """``config`` unchanged, or ValueError naming unknown keywords and the known ones."""
+    known = [f.name for f in dataclasses.fields(config_class)][1:]  # the first is the size
+    unknown = sorted(set(config) - set(known))
+    if unknown:
+        raise ValueError(f"unknown configuration keyword(s) {unknown}; known keywords: {known}")
+    return config

@@ -1,0 +1,16 @@
+"""Builders referenced lazily by tests/plugin_kit.py (imported only when a model is built)."""
+
+import torch
+
+
+class Linear(torch.nn.Linear):
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def build_linear(width: int, **config) -> Linear:
+    return Linear(width, width)
+
+
+def build_without_num_params(width: int, **config) -> torch.nn.Linear:
+    return torch.nn.Linear(width, width)

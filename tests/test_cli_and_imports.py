@@ -1,0 +1,77 @@
+"""The CLI listings, and the promise that nothing heavy is imported to answer them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from plugin_kit import Good
+
+from flops_fit import cli
+from flops_fit.host import Host, reset_host
+
+
+@pytest.fixture
+def toy_host():
+    host = Host(builtins=False, entry_points=False, plugins=[("good", Good())], env={})
+    reset_host(host)
+    yield host
+    reset_host(None)
+
+
+def run_python(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+def test_import_flops_fit_imports_no_torch_and_loads_no_plugin():
+    out = run_python(
+        "import sys, flops_fit, flops_fit.host as h; "
+        "print('torch' in sys.modules, h._default is None)"
+    )
+    assert out.split() == ["False", "True"]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["plugins"], ["plugins", "--json"], ["models"], ["datasets"], ["losses"]])
+def test_cli_answers_without_importing_torch(argv):
+    out = run_python(
+        "import sys, contextlib, io\n"
+        "from flops_fit.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        f"        main({argv!r})\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'scipy', 'matplotlib', 'pandas') if m in sys.modules))"
+    )
+    assert out.strip() == "[]"
+
+
+def test_models_listing_table_and_json(toy_host, capsys):
+    assert cli.main(["models"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["name", "plugin", "task", "size", "default", "size", "FLOPs", "per", "loss", "datasets"]
+    assert table[2].split()[:5] == ["toy", "good", "causal-lm", "width", "token"]
+    assert cli.main(["models", "--json", "t*"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["id"] == "good/toy" and entry["size_param"] == "width"
+    assert cli.main(["models", "nomatch*"]) == 0
+    assert capsys.readouterr().out.count("\n") == 2  # header and rule only
+
+
+def test_plugins_listing(toy_host, capsys):
+    assert cli.main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "good" in out and "datasets, losses, models" in out and "model: 1" in out
+    assert cli.main(["plugins", "--json"]) == 0
+    (info,) = json.loads(capsys.readouterr().out)
+    assert info["status"] == "loaded" and info["hooks"] == ["register_datasets", "register_losses", "register_models"]
+
+
+def test_qualified_listing(toy_host, capsys):
+    assert cli.main(["losses", "--qualified"]) == 0
+    assert "good/toy-loss" in capsys.readouterr().out
+
+
+def test_cli_without_command_prints_help(capsys):
+    assert cli.main([]) == 0
+    assert "usage: flops-fit" in capsys.readouterr().out

@@ -1,0 +1,215 @@
+"""The plugin host: registration, name policy, failure isolation, strict mode, switches."""
+
+import io
+
+import pytest
+from plugin_kit import (
+    DuplicateInside,
+    Good,
+    InvalidEntry,
+    MisspelledHook,
+    NoHooks,
+    RaisesInHook,
+    UnknownArgument,
+    WrongEntryType,
+    toy_model,
+)
+
+import flops_fit
+from flops_fit import hookimpl
+from flops_fit.errors import EntryError, PluginError, UnknownEntryError
+from flops_fit.host import Host
+from flops_fit.testing import isolated_host
+
+
+def host_with(*plugins, env=None, strict=None):
+    stderr = io.StringIO()
+    host = Host(builtins=False, entry_points=False, plugins=plugins, env=env or {}, strict=strict, stderr=stderr)
+    return host.load(), stderr.getvalue()
+
+
+def test_import_of_flops_fit_loads_no_plugin():
+    host = Host(builtins=False, entry_points=False, plugins=[("good", Good())], env={})
+    assert host.plugins == []  # nothing happens before first use
+    assert flops_fit.list_models(host=host) == ["toy"]
+    assert [p.status for p in host.plugins] == ["loaded"]
+
+
+def test_good_plugin_contributions_are_recorded():
+    host, err = host_with(("good", Good()))
+    assert err == ""
+    (info,) = host.plugins
+    assert info.hooks == ["register_datasets", "register_losses", "register_models"]
+    assert info.contributed == {"dataset": ["good/toy-data"], "loss": ["good/toy-loss"], "model": ["good/toy"]}
+    assert flops_fit.model_info("good/toy", host=host).name == "toy"
+
+
+@pytest.mark.parametrize(
+    ("plugin", "stage", "message"),
+    [
+        (UnknownArgument(), "validate", "extra"),
+        (MisspelledHook(), "hooks", "hook register_modles matches no flops-fit hook"),
+        (NoHooks(), "hooks", "implements no flops-fit hook (are its functions marked with @flops_fit.hookimpl?)"),
+        (InvalidEntry(), "register", "model name 'Bad Name' is invalid"),
+        (WrongEntryType(), "register", "expects ModelEntry objects"),
+        (RaisesInHook(), "register", "in register_datasets: RuntimeError: database unreachable"),
+        (DuplicateInside(), "register", "model 'twice' is registered twice by this plugin"),
+    ],
+)
+def test_broken_plugin_is_skipped_with_one_line_and_others_keep_working(plugin, stage, message):
+    host, err = host_with(("good", Good()), ("broken", plugin))
+    broken = host.plugins[1]
+    assert broken.status == "error" and broken.stage == stage
+    assert message in broken.error
+    lines = err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"flops-fit: plugin 'broken' failed at {stage}: ")
+    assert message in lines[0] and "FLOPS_FIT_DISABLE_PLUGINS=broken" in lines[0]
+    # the good plugin is untouched and the broken one contributed nothing, not even valid entries
+    assert flops_fit.list_models(host=host) == ["toy"]
+    assert broken.contributed == {}
+
+
+@pytest.mark.parametrize("plugin", [UnknownArgument(), MisspelledHook(), InvalidEntry(), RaisesInHook()])
+def test_strict_mode_turns_a_broken_plugin_into_an_error(plugin):
+    with pytest.raises(PluginError, match=r"plugin 'broken' failed at \w+: .*FLOPS_FIT_STRICT_PLUGINS is set"):
+        host_with(("broken", plugin), strict=True)
+
+
+def test_strict_mode_from_the_environment():
+    with pytest.raises(PluginError):
+        host_with(("broken", RaisesInHook()), env={"FLOPS_FIT_STRICT_PLUGINS": "1"})
+
+
+def test_failed_plugin_hooks_are_unregistered():
+    host, _ = host_with(("broken", MisspelledHook()))
+    assert host.pm.get_plugin("broken") is None
+
+
+def test_import_failure_of_a_local_plugin_module_is_isolated():
+    host, err = host_with(("good", Good()), env={"FLOPS_FIT_PLUGINS": "no_such_plugin_module_xyz"})
+    bad = next(p for p in host.plugins if p.name == "no_such_plugin_module_xyz")
+    assert bad.stage == "import" and "ModuleNotFoundError" in bad.error
+    assert "failed at import" in err
+    assert flops_fit.list_models(host=host) == ["toy"]
+
+
+def test_local_plugin_module_from_environment_loads():
+    host, err = host_with(env={"FLOPS_FIT_PLUGINS": "plugin_kit_local"})
+    assert err == ""
+    assert flops_fit.list_models(host=host) == ["local-toy"]
+    assert host.plugins[0].source == "env"
+
+
+def test_disable_switch_blocks_a_plugin():
+    host, err = host_with(("good", Good()), ("other", Good("other-toy", "other-data")),
+                          env={"FLOPS_FIT_DISABLE_PLUGINS": "other"})
+    assert err == ""
+    assert [p.status for p in host.plugins] == ["loaded", "blocked"]
+    assert host.plugins[1].error == "disabled by FLOPS_FIT_DISABLE_PLUGINS"
+    assert flops_fit.list_models(host=host) == ["toy"]
+
+
+def test_two_third_party_plugins_with_one_name_are_both_kept():
+    host, _ = host_with(("alpha", Good()), ("beta", Good()))
+    assert flops_fit.list_models(host=host) == ["alpha/toy", "beta/toy"]
+    with pytest.raises(UnknownEntryError, match=r"'toy' is ambiguous.*\(alpha/toy, beta/toy\)"):
+        flops_fit.model_info("toy", host=host)
+    assert flops_fit.model_info("beta/toy", host=host).name == "toy"
+
+
+class Squatter:
+    @hookimpl
+    def register_models(self, register):
+        register(toy_model("reserved"))
+
+
+def test_builtin_names_are_reserved(monkeypatch):
+    import flops_fit.plugins
+
+    monkeypatch.setattr(flops_fit.plugins, "BUILTIN_PLUGINS", ("plugin_kit_builtin",))
+    stderr = io.StringIO()
+    host = Host(builtins=True, entry_points=False, plugins=[("squatter", Squatter())], env={}, stderr=stderr).load()
+    assert host.plugins[0].builtin and host.plugins[0].namespace == "flops_fit"
+    assert "model name 'reserved' is reserved by a built-in plugin" in stderr.getvalue()
+    assert flops_fit.list_models(qualified=True, host=host) == ["flops_fit/reserved"]
+
+
+def test_third_party_plugin_cannot_take_the_builtin_namespace():
+    host, err = host_with(("flops_fit", Good()))
+    assert host.plugins[0].status == "error"
+    assert "the plugin name 'flops_fit' is reserved for built-ins" in err
+
+
+def test_list_models_pattern_and_task_filters():
+    host, _ = host_with(("good", Good()), ("more", Good("toy-big", "more-data")))
+    assert flops_fit.list_models("toy*", host=host) == ["toy", "toy-big"]
+    assert flops_fit.list_models("more/*", host=host) == ["toy-big"]
+    assert flops_fit.list_models(task="image-classification", host=host) == []
+    assert flops_fit.list_models(qualified=True, host=host) == ["good/toy", "more/toy-big"]
+    assert flops_fit.list_datasets(modality="text", host=host) == ["more-data", "toy-data"]
+
+
+def test_unknown_name_suggests_close_matches():
+    host, _ = host_with(("good", Good()))
+    with pytest.raises(UnknownEntryError, match=r"no model called 'tyo'; did you mean 'toy'\?"):
+        flops_fit.model_info("tyo", host=host)
+
+
+def test_create_model_checks_size_and_contract():
+    host, _ = host_with(("good", Good()))
+    model = flops_fit.create_model("toy", 8, host=host)
+    assert model.num_params() == 72
+    with pytest.raises(EntryError, match=r"model 'good/toy' \(plugin 'good'\) needs a size: pass size=\.\.\. .*'width'"):
+        flops_fit.create_model("toy", host=host)
+    with pytest.raises(EntryError, match=r"width=10 is not a valid size .*nearest valid sizes: \[8, 12\]"):
+        flops_fit.create_model("toy", 10, host=host)
+    with pytest.raises(EntryError, match="size must be a positive integer"):
+        flops_fit.create_model("toy", -4, host=host)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"builder": "plugin_kit_models:build_without_num_params"}, "has no num_params()"),
+        ({"param_count": lambda size, **c: 1}, "the built model has 72 parameters but the entry's param_count says 1"),
+    ],
+)
+def test_create_model_rejects_a_builder_that_breaks_the_contract(overrides, message):
+    class Plugin:
+        @hookimpl
+        def register_models(self, register):
+            register(toy_model(**overrides))
+
+    host, _ = host_with(("bad-builder", Plugin()))
+    with pytest.raises(EntryError, match=message):
+        flops_fit.create_model("toy", 8, host=host)
+
+
+def test_create_dataset_checks_the_split():
+    host, _ = host_with(("good", Good()))
+    assert flops_fit.create_dataset("toy-data", "validation", host=host, seq_len=4) == {
+        "split": "validation", "seq_len": 4}
+    with pytest.raises(EntryError, match=r"has no split 'test'; its splits are \['train', 'validation'\]"):
+        flops_fit.create_dataset("toy-data", "test", host=host)
+
+
+def test_isolated_host_helper_and_contract_checks():
+    from flops_fit.testing import check_loss_entry, check_model_entry
+
+    host = isolated_host(("good", Good()))
+    assert check_model_entry("toy", [4, 8], host=host) == [4, 8]
+    check_loss_entry("toy-loss", host=host)
+
+
+def test_contract_check_catches_flops_that_do_not_grow():
+    from flops_fit.testing import check_model_entry
+
+    class Flat:
+        @hookimpl
+        def register_models(self, register):
+            register(toy_model(training_flops=lambda size, **c: 1.0))
+
+    host = isolated_host(("flat", Flat()))
+    with pytest.raises(EntryError, match="training FLOPs do not grow with size"):
+        check_model_entry("toy", [4, 8], host=host)
