@@ -49,9 +49,12 @@ def test_exclude_top_drops_highest_losses_and_records_why():
 
 
 def test_unfinished_runs_are_excluded_with_their_status():
-    runs = load_runs(_table(status=["done", "failed", "done", "done"]))
+    # A sweep store keeps failed runs with loss NaN: they are left out before validation.
+    runs = load_runs(_table(status=["done", "failed", "done", "done"], loss=[3.1, np.nan, 3.0, 3.2]))
     assert len(runs) == 3
-    assert runs.excluded[0]["reason"] == "status 'failed'"
+    assert runs.excluded == [{"run_id": "run1", "reason": "status 'failed'"}]
+    with pytest.raises(FitInputError, match="no finished runs to fit"):
+        load_runs(_table(status=["failed"] * 4))
 
 
 @pytest.mark.parametrize(("kwargs", "frame_change", "message"), [
@@ -79,7 +82,7 @@ def test_bad_tables_are_refused_with_the_fix(kwargs, frame_change, message):
 
 
 def test_empty_table_is_refused():
-    with pytest.raises(FitInputError, match="no runs to fit"):
+    with pytest.raises(FitInputError, match="no finished runs to fit"):
         load_runs(_table().iloc[:0])
 
 

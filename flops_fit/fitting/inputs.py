@@ -18,6 +18,7 @@ from flops_fit.errors import FlopsFitError
 # FLOPs per parameter per token of dense training (2 forward + 4 backward), used only when
 # one of tokens / flops is missing and the caller gives no other rule.
 FLOPS_PER_PARAM_TOKEN = 6.0
+FINISHED = ("done", "finished", "ok", "completed")
 
 
 class FitInputError(FlopsFitError, ValueError):
@@ -96,8 +97,15 @@ def load_runs(
     if not flops_per_param_token > 0:
         raise FitInputError(f"flops_per_param_token must be positive, got {flops_per_param_token!r}")
 
+    excluded: list[dict[str, Any]] = []
+    if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
+        ids = frame[run_id_col].astype(str) if run_id_col in frame else pd.Series([f"run{i}" for i in frame.index], index=frame.index)
+        bad = frame["status"].notna() & ~frame["status"].astype(str).isin(FINISHED)
+        excluded += [{"run_id": r, "reason": f"status {v!r}"}
+                     for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
+        frame = frame.loc[~bad]
     out = pd.DataFrame(index=frame.index)
-    out["run_id"] = frame[run_id_col].astype(str) if run_id_col in frame else [f"run{i}" for i in range(len(frame))]
+    out["run_id"] = frame[run_id_col].astype(str) if run_id_col in frame else [f"run{i}" for i in frame.index]
     for canonical in ("params", "loss") + (("tokens",) if has_tokens else ()) + (("flops",) if has_flops else ()):
         column = mapping[canonical][0]
         out[canonical] = _numeric(frame[column], column, name)
@@ -115,12 +123,7 @@ def load_runs(
     out = out.reset_index(drop=True)
 
     if len(out) == 0:
-        raise FitInputError(f"{name}: no runs to fit (the table is empty)")
-    excluded: list[dict[str, Any]] = []
-    if "status" in out:
-        bad = out["status"].notna() & ~out["status"].astype(str).isin(["done", "finished", "ok", "completed"])
-        excluded += [{"run_id": r, "reason": f"status {s!r}"} for r, s in zip(out.loc[bad, "run_id"], out.loc[bad, "status"], strict=True)]
-        out = out.loc[~bad].reset_index(drop=True)
+        raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)")
     if not isinstance(exclude_top, (int, np.integer)) or exclude_top < 0:
         raise FitInputError(f"exclude_top must be a non-negative integer, got {exclude_top!r}")
     if exclude_top >= len(out):
@@ -187,22 +190,28 @@ def _read(source: Any) -> tuple[pd.DataFrame, str, dict[str, Any]]:
 def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:
     if not (folder / "runs.sqlite").is_file():
         raise FitInputError(f"{folder}: no runs.sqlite in this folder; is it a sweep output folder?")
-    from flops_fit.store import RunStore  # written by the sweep; imported only when needed
+    from flops_fit.store import RunStore  # the sweep's store; imported only when needed
 
     store = RunStore(folder)
-    frame = store.runs_frame()
-    return frame, str(folder), store_metadata(store)
+    try:
+        return store.runs_frame(), str(folder), store_metadata(store)
+    finally:
+        getattr(store, "close", lambda: None)()
 
 
 def store_metadata(store: Any) -> dict[str, Any]:
-    """Whatever provenance the store offers (spec, plan, versions), read defensively."""
-    metadata: dict[str, Any] = {}
-    for attr in ("metadata", "spec", "sweep_spec", "info", "provenance"):
-        value = getattr(store, attr, None)
-        try:
-            value = value() if callable(value) else value
-        except Exception as exc:  # provenance must never stop a fit
-            value = f"unavailable ({type(exc).__name__}: {exc})"
-        if value is not None:
-            metadata[attr] = value if isinstance(value, (dict, list, str, int, float)) else repr(value)
-    return metadata
+    """Whatever provenance the store's meta table holds (spec, versions, plan), read defensively.
+
+    The plan's per-run list is summarised by its length: the runs themselves are the table.
+    """
+    try:
+        import json
+
+        rows = store.db.execute("SELECT key, value FROM meta").fetchall()
+        meta = {key: json.loads(value) for key, value in rows}
+    except Exception as exc:  # provenance must never stop a fit
+        return {"unavailable": f"{type(exc).__name__}: {exc}"}
+    plan = meta.get("plan")
+    if isinstance(plan, dict):
+        meta["plan"] = {k: (f"{len(v)} entries" if isinstance(v, list) and len(v) > 20 else v) for k, v in plan.items()}
+    return meta
