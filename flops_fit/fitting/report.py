@@ -37,7 +37,7 @@ def write_report(fitted: FitResult | FitSet, out: str | Path, *, target: float |
         body.append(_section(result, plot_dir, out.parent, target, budgets))
     provenance = {
         "source": runs.source, "runs": len(runs), "store metadata": runs.metadata or "none",
-        "flops-fit": __version__, "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "target budget": target,
     }
     body.append("<h2>Provenance</h2><pre>" + _e(json.dumps(provenance, indent=2, default=str)) + "</pre>")
