@@ -49,6 +49,12 @@ def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
     assert "Provenance" in text and "Compute-optimal table" in text and "Prediction at 1e+22 FLOPs" in text
 
 
+def test_report_method_writes_into_a_folder(fitted, tmp_path):
+    path = fitted["isoflop"].report(tmp_path / "sweep")
+    assert path == tmp_path / "sweep" / "report.html" and "alt='isoflop_frontier'" in path.read_text()
+    assert str(fitted["isoflop"]).startswith("Approach 2: IsoFLOP profiles")
+
+
 def test_cli_report_and_plots(tmp_path, capsys):
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"])
     csv = tmp_path / "runs.csv"

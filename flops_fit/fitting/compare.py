@@ -55,6 +55,15 @@ class FitSet:
     def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), **kwargs)
 
+    def __str__(self) -> str:
+        return self.summary()
+
+    def report(self, out: Any, *, target: float | None = None) -> Any:
+        """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path."""
+        from flops_fit.fitting.report import write_report
+
+        return write_report(self, out, target=target)
+
     def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
         return [p for r in self.results.values() for p in r.plot(out_dir, target=target, formats=formats)]
 

@@ -91,7 +91,7 @@ def fit_isoflop(runs: Runs, *, curve: str = "parabola", bootstrap: int = 1000, s
     optima = _optima(runs, budgets, ones, curve)
     good = optima[optima["excluded"].isna()]
     if len(good) < MIN_BUDGETS:
-        reasons = "; ".join(f"{r.budget:.3g}: {r.excluded}" for r in optima.itertuples() if r.excluded)
+        reasons = "; ".join(f"{r.budget:.3g}: {r.excluded}" for r in optima.itertuples() if isinstance(r.excluded, str))
         raise FitInputError(
             f"Approach 2 needs an interior loss minimum at {MIN_BUDGETS} or more budgets; found "
             f"{len(good)} of {len(optima)} ({reasons or 'no budgets'}). Add sizes around each budget's "
@@ -116,7 +116,7 @@ def fit_isoflop(runs: Runs, *, curve: str = "parabola", bootstrap: int = 1000, s
 
     excluded = list(runs.excluded)
     for r in optima.itertuples():
-        if r.excluded:
+        if isinstance(r.excluded, str):
             excluded.append({"budget": float(r.budget), "runs": r.runs, "reason": r.excluded})
     warnings += _grid_warnings(optima, good)
     residual, r2 = line_r2(log_c, good["log_n"].to_numpy(), params["a"], params["n0"])

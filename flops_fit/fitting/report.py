@@ -20,10 +20,12 @@ from flops_fit.fitting.result import FitResult
 
 def write_report(fitted: FitResult | FitSet, out: str | Path, *, target: float | None = None,
                  budgets: Sequence[float] | None = None) -> Path:
-    """Write the report to ``out`` (an .html file); returns its path."""
+    """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path."""
     from flops_fit import __version__
 
     out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        out = out / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     plot_dir = out.parent / f"{out.stem}_plots"
     fits = fitted if isinstance(fitted, FitSet) else FitSet({fitted.method: fitted})

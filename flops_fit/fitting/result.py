@@ -15,6 +15,9 @@ from flops_fit.fitting.inputs import FitInputError, Runs
 
 Frontier = Callable[[dict[str, np.ndarray], np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
+# Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier.
+CONSTANTS = ("k",)
+
 METHOD_TITLES = {
     "envelope": "Approach 1: envelope of training curves",
     "isoflop": "Approach 2: IsoFLOP profiles",
@@ -59,7 +62,7 @@ class FitResult:
 
     def intervals(self) -> pd.DataFrame:
         """Every parameter (and the exponents a, b): estimate, interval bounds, bootstrap s.e."""
-        names = list(self.params)
+        names = [n for n in self.params if n not in CONSTANTS]
         rows = []
         for name in names:
             draws = self.samples[name].to_numpy(float) if name in self.samples else np.array([])
@@ -114,7 +117,9 @@ class FitResult:
              for _, r in self.table(budgets).iterrows()],
             ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", "loss"])]
         d = self.diagnostics
-        lines += ["", f"R^2 ({d.r2_of}): {d.r2:.4f}; excluded runs: {len(d.excluded)}"]
+        if "k" in self.params:
+            lines += ["", f"frontier with C = k N D, k = {self.params['k']:.4g} FLOPs per parameter per token (from the runs)"]
+        lines += ["", f"R^2 ({d.r2_of}): {d.r2:.4f}; exclusions: {len(d.excluded)}"]
         lines += [f"warning: {w}" for w in d.warnings]
         return "\n".join(lines)
 
@@ -136,6 +141,15 @@ class FitResult:
 
     def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), **kwargs)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def report(self, out: Any, *, target: float | None = None) -> Any:
+        """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path."""
+        from flops_fit.fitting.report import write_report
+
+        return write_report(self, out, target=target)
 
     def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
         """Write this fit's plots (PNG and SVG by default) into ``out_dir``; returns the paths."""
