@@ -12,7 +12,7 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
     p.add_argument("--method", choices=METHOD_CHOICES, default=method,
                    help=f"approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), all; default {method}")
-    p.add_argument("--curve", choices=("parabola", "akima"), default="parabola", help="IsoFLOP profile fit (isoflop)")
+    p.add_argument("--curve", choices=("parabola", "huber", "akima"), default="parabola", help="IsoFLOP profile fit (isoflop)")
     for name in ("params", "tokens", "flops", "loss", "budget"):
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")

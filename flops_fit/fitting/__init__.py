@@ -22,7 +22,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
-    "parabola" or "akima"), "parametric" (Approach 3), "vpnls" (Approach 3 by variable
+    "parabola", "huber" or "akima"), "parametric" (Approach 3), "vpnls" (Approach 3 by variable
     projection). ``options`` are ``load_runs`` arguments: column names and ``exclude_top``.
     """
     unknown = sorted(set(options) - set(LOAD_OPTIONS))

@@ -1,7 +1,8 @@
 """Approach 2: per-budget IsoFLOP profiles, their minima, and power laws through the minima.
 
-Each budget's loss is fitted against log N, by a parabola (Chinchilla) or by Akima
-interpolation (Porian et al. 2024, robust to asymmetric profiles). A budget whose lowest run
+Each budget's loss is fitted against log N by a parabola (Chinchilla), a Huber-weighted
+parabola (robust to a stray run) or Akima interpolation (Porian et al. 2024; follows
+asymmetric profiles, but tracks noise). A budget whose lowest run
 is the smallest or largest size, or whose fitted minimum falls outside the size grid, has no
 interior minimum: it is excluded and reported, never extrapolated.
 """
@@ -16,7 +17,7 @@ from flops_fit.fitting.inputs import FitInputError, Runs
 from flops_fit.fitting.laws import fit_frontier, line_r2, power_frontier
 from flops_fit.fitting.result import Diagnostics, FitResult
 
-CURVES = ("parabola", "akima")
+CURVES = ("parabola", "huber", "akima")
 MIN_SIZES = 3
 MIN_BUDGETS = 2
 FEW_BUDGETS = 4
@@ -45,8 +46,8 @@ def profile_minimum(log_n: np.ndarray, loss: np.ndarray, weights: np.ndarray, cu
     if lowest == sizes[0] or lowest == sizes[-1]:
         which = "smallest" if lowest == sizes[0] else "largest"
         return np.nan, np.nan, f"edge minimum: the {which} size has the lowest loss"
-    if curve == "parabola":
-        c2, c1, c0 = np.polyfit(x, y, 2, w=np.sqrt(w))
+    if curve in ("parabola", "huber"):
+        c2, c1, c0 = (huber_quadratic if curve == "huber" else _quadratic)(x, y, w)
         if c2 <= 0:
             return np.nan, np.nan, "no interior minimum: the fitted parabola opens downward"
         x_opt = -c1 / (2 * c2)
@@ -61,6 +62,31 @@ def profile_minimum(log_n: np.ndarray, loss: np.ndarray, weights: np.ndarray, cu
     if not sizes[0] < x_opt < sizes[-1]:
         return np.nan, np.nan, "edge minimum: the fitted minimum lies outside the size grid"
     return float(x_opt), float(y_opt), None
+
+
+def _quadratic(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.polyfit(x, y, 2, w=np.sqrt(w))
+
+
+def huber_quadratic(x: np.ndarray, y: np.ndarray, w: np.ndarray, iterations: int = 30) -> np.ndarray:
+    """Quadratic fitted by iteratively reweighted least squares under Huber's loss.
+
+    The threshold is 1.345 robust standard deviations (1.4826 MAD) of the residuals, so a
+    diverged or badly tuned run pulls the minimum far less than in a plain parabola.
+    """
+    coef = _quadratic(x, y, w)
+    for _ in range(iterations):
+        r = y - np.polyval(coef, x)
+        scale = 1.4826 * np.median(np.abs(r - np.median(r)))
+        if scale <= 1e-12:
+            break
+        t = 1.345 * scale
+        robust = np.where(np.abs(r) <= t, 1.0, t / np.maximum(np.abs(r), 1e-300))
+        new = _quadratic(x, y, w * robust)
+        if np.allclose(new, coef, rtol=1e-10, atol=1e-12):
+            break
+        coef = new
+    return coef
 
 
 def _optima(runs: Runs, budgets: np.ndarray, weights: np.ndarray, curve: str) -> pd.DataFrame:

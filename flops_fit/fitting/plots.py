@@ -110,6 +110,10 @@ def _profile_curve(result: FitResult, budget: float, n: np.ndarray, loss: np.nda
         x = np.unique(np.log(n))
         y = np.array([loss[np.log(n) == v].mean() for v in x])
         return Akima1DInterpolator(x, y)(np.log(line))
+    if result.details.get("curve") == "huber":
+        from flops_fit.fitting.isoflop import huber_quadratic
+
+        return np.polyval(huber_quadratic(np.log(n), loss, np.ones_like(loss)), np.log(line))
     return np.polyval(np.polyfit(np.log(n), loss, 2), np.log(line))
 
 
