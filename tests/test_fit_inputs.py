@@ -108,7 +108,7 @@ def test_fit_refuses_bad_arguments():
         fit(frame, level=95)
     with pytest.raises(FitInputError, match="bootstrap must be a non-negative number of resamples"):
         fit(frame, method="isoflop", bootstrap=-5)
-    with pytest.raises(FitInputError, match="curve must be one of parabola, akima"):
+    with pytest.raises(FitInputError, match="curve must be one of parabola, huber, akima"):
         fit(frame, method="isoflop", curve="cubic")
 
 

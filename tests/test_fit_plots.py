@@ -28,23 +28,18 @@ def fitted():
     return fit(frame, method="all", bootstrap=30)
 
 
-def test_every_plot_is_written_as_png_and_svg(fitted, tmp_path):
-    # One method here; the report test below checks every method's files.
-    method = "isoflop"
-    paths = fitted[method].plot(tmp_path, target=1e23)
-    expected = {f"{method}_{name}.{fmt}" for name in PLOTS for fmt in ("png", "svg")}
-    assert {p.name for p in paths} == expected
-    assert all(_valid(p) for p in paths)
-
-
 def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
+    # Every method's every plot, as PNG (embedded, and beside the page) and SVG (linked).
     out = write_report(fitted, tmp_path / "report.html", target=1e22)
+    assert sorted(p.name for p in (tmp_path / "report_plots").iterdir()) == sorted(
+        f"{m}_{name}.{fmt}" for m in fitted.results for name in PLOTS for fmt in ("png", "svg"))
     text = out.read_text()
     for method in fitted.results:
         for name in PLOTS:
             assert f"alt='{method}_{name}'" in text
             svg = tmp_path / "report_plots" / f"{method}_{name}.svg"
             assert f"href='report_plots/{svg.name}'" in text and _valid(svg)
+            assert _valid(svg.with_suffix(".png"))
     assert len(re.findall(r"src='data:image/png;base64,", text)) == 4 * len(PLOTS)
     assert "Provenance" in text and "Compute-optimal table" in text and "Prediction at 1e+22 FLOPs" in text
 
