@@ -9,4 +9,5 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "flops_fit.plugins.vit",
     "flops_fit.plugins.gpt",
     "flops_fit.plugins.losses",
+    "flops_fit.parity.cases",
 )

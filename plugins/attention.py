@@ -26,18 +26,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from flops_fit.plugins.sizing import positive_int
 from torch import Tensor, nn
 
 ATTENTION_PATHS = ("sdpa", "math")
 
 # torch >= 2.5 lets SDPA read grouped KV heads directly; older versions get expanded heads.
 _SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
-
-
-def _positive_int(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
-    return value
 
 
 class MultiheadAttention(nn.Module):
@@ -70,10 +65,10 @@ class MultiheadAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        _positive_int(embed_dim, "embed_dim")
-        _positive_int(num_heads, "num_heads")
+        positive_int(embed_dim, "embed_dim")
+        positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        _positive_int(num_kv_heads, "num_kv_heads")
+        positive_int(num_kv_heads, "num_kv_heads")
         if embed_dim % num_heads:
             raise ValueError(
                 f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): "

@@ -41,9 +41,7 @@ class GPTConfig:
         object.__setattr__(self, "n_head", heads)
         object.__setattr__(self, "n_kv_head", kv_heads)
         for name in ("n_layer", "vocab_size", "block_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            sizing.positive_int(getattr(self, name), name)
         if self.gelu not in GELUS:
             raise ValueError(f"gelu must be one of {GELUS}, got {self.gelu!r}")
         if not self.layer_norm_eps > 0:

@@ -14,14 +14,20 @@ import dataclasses
 BACKWARD_FACTOR = 2  # backward FLOPs per forward FLOP (input and weight gradients)
 
 
+def positive_int(value: object, what: str) -> int:
+    """``value`` if it is a positive int (not a bool); else ValueError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
 def resolve_heads(width: int, num_heads: int | None, num_kv_heads: int | None, head_dim: int) -> tuple[int, int]:
     """The (query heads, key/value heads) of a width; raises ValueError when they do not fit.
 
     ``num_heads=None`` means ``width // head_dim``; ``num_kv_heads=None`` means ``num_heads``.
     """
-    for name, value in (("width", width), ("head_dim", head_dim)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    positive_int(width, "width")
+    positive_int(head_dim, "head_dim")
     if num_heads is None:
         if width % head_dim:
             raise ValueError(
@@ -30,9 +36,8 @@ def resolve_heads(width: int, num_heads: int | None, num_kv_heads: int | None, h
             )
         num_heads = width // head_dim
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-    for name, value in (("number of heads", num_heads), ("number of key/value heads", num_kv_heads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    positive_int(num_heads, "number of heads")
+    positive_int(num_kv_heads, "number of key/value heads")
     if width % num_heads:
         raise ValueError(f"width {width} is not divisible by the number of heads {num_heads}")
     if num_heads % num_kv_heads:
@@ -76,8 +81,7 @@ def valid_widths(config_class: type, lo: int, hi: int, config: dict, heads_key: 
     heads, kv_heads = config.get(heads_key), config.get(kv_key)
     head_dim = config.get("head_dim", config_class.head_dim)
     step = heads if isinstance(heads, int) and heads > 0 else head_dim
-    if not isinstance(step, int) or step <= 0:
-        raise ValueError(f"head_dim must be a positive integer, got {step!r}")
+    positive_int(step, "head_dim")
     widths = []
     for width in range(max(step, -(-lo // step) * step), hi + 1, step):
         try:

@@ -45,9 +45,7 @@ class ViTConfig:
         object.__setattr__(self, "num_heads", heads)
         object.__setattr__(self, "num_kv_heads", kv_heads)
         for name in ("depth", "patch_size", "image_size", "in_chans", "num_classes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            sizing.positive_int(getattr(self, name), name)
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"image_size {self.image_size} is not divisible by patch_size {self.patch_size}: "

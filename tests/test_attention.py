@@ -83,6 +83,7 @@ def test_constructor_rejects_bad_dropout_and_path():
 @pytest.mark.parametrize(
     "call, message",
     [
+        (lambda m: m("text"), "query must be a tensor, got str"),
         (lambda m: m(rand(5, E)), r"query must be 3-D \(batch, sequence, embed_dim\), got shape \(5, 32\)"),
         (lambda m: m(rand(2, 5, E), rand(2, 5, E, 1)), r"key must be 3-D .* got shape \(2, 5, 32, 1\)"),
         (lambda m: m(rand(2, 5, 16)), r"query last dimension must equal embed_dim \(32\), got shape \(2, 5, 16\)"),

@@ -1,0 +1,32 @@
+"""Built-in parity cases, registered through the ``register_parity_cases`` hook like any
+plugin's. Metadata and lazy references only: nothing heavy is imported here."""
+
+from __future__ import annotations
+
+import flops_fit
+
+_CASES = "flops_fit.parity.case_"
+
+BUILTIN_CASES = (
+    # name, model, reference, run, requires, quick
+    ("timm-vit", "vit", "timm VisionTransformer (class token)", "vit:timm_vit", ("timm",), True),
+    ("timm-vit-avg", "vit", "timm VisionTransformer (global_pool='avg', fc_norm)", "vit:timm_vit_avg", ("timm",), False),
+    ("hf-vit", "vit", "transformers ViTForImageClassification", "vit:hf_vit", ("transformers",), False),
+    ("hf-vit-backbone", "vit", "transformers ViTModel (features)", "vit:hf_vit_backbone", ("transformers",), False),
+    ("hf-gpt2", "gpt", "transformers GPT2LMHeadModel", "gpt:hf_gpt2", ("transformers",), True),
+    ("attention-sdpa", "attention", "F.scaled_dot_product_attention (MHA; GQA causal)", "attention:sdpa", (), False),
+    ("attention-torch-mha", "attention", "torch.nn.MultiheadAttention", "attention:torch_mha", (), False),
+    ("attention-torch-mha-functional", "attention", "F.multi_head_attention_forward (separate projections)",
+     "attention:torch_mha_functional", (), False),
+    ("attention-llama-gqa", "attention", "transformers LlamaAttention (GQA, RoPE)", "attention:llama_gqa",
+     ("transformers",), False),
+)
+
+
+@flops_fit.hookimpl
+def register_parity_cases(register):
+    for name, model, reference, run, requires, quick in BUILTIN_CASES:
+        register(flops_fit.ParityCaseEntry(
+            name, description=f"{model} vs {reference}", model=model, reference=reference,
+            run=_CASES + run, requires=requires, quick=quick,
+        ))

@@ -1,0 +1,97 @@
+"""The programmatic gate: run a model's quick parity cases before any compute is spent.
+
+``check("vit")`` runs every registered quick case whose ``model`` is ``"vit"`` on CPU in
+fp32 and returns a ``GateReport``. A case that raises counts as failed (its error is kept);
+a case whose optional reference package is not installed is skipped. A model with no
+runnable quick case is ``unverified``: ``passed`` is True (nothing failed) but
+``verified`` is False, so callers can insist on verification.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any
+
+from flops_fit.contracts import ParityCaseEntry
+
+
+@dataclass
+class CaseOutcome:
+    """One case's result: ``status`` is passed | failed | error | skipped."""
+
+    case: str
+    status: str
+    report: Any = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        report = self.report.to_dict() if self.report is not None else None
+        return {"case": self.case, "status": self.status, "detail": self.detail, "report": report}
+
+
+@dataclass
+class GateReport:
+    model: str
+    device: str
+    dtype: str
+    outcomes: list[CaseOutcome] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.status in ("passed", "skipped") for o in self.outcomes)
+
+    @property
+    def verified(self) -> bool:
+        return any(o.status == "passed" for o in self.outcomes)
+
+    @property
+    def status(self) -> str:
+        return "failed" if not self.passed else ("passed" if self.verified else "unverified")
+
+    def summary(self) -> str:
+        lines = [f"parity gate for {self.model!r} [{self.device}, {self.dtype}]: {self.status}"]
+        lines += [f"  {o.case}: {o.status}{': ' + o.detail if o.detail else ''}" for o in self.outcomes]
+        if not self.outcomes:
+            lines.append("  no quick parity case is registered for this model")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "device": self.device, "dtype": self.dtype, "status": self.status,
+                "passed": self.passed, "verified": self.verified, "cases": [o.to_dict() for o in self.outcomes]}
+
+
+def missing_requirements(entry: ParityCaseEntry) -> list[str]:
+    return [name for name in entry.requires if importlib.util.find_spec(name) is None]
+
+
+def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
+    """Run one case, turning exceptions into an ``error`` outcome that keeps the message."""
+    from flops_fit._lazy import resolve
+
+    missing = missing_requirements(entry)
+    if missing:
+        return CaseOutcome(entry.name, "skipped", detail=f"needs {', '.join(missing)} (pip install flops-fit[parity])")
+    try:
+        report = resolve(entry.run)(device=device, dtype=dtype)
+    except Exception as exc:  # noqa: BLE001 - a failing case must not stop the gate
+        return CaseOutcome(entry.name, "error", detail=f"{type(exc).__name__}: {exc}")
+    status = "passed" if report.passed else "failed"
+    detail = "" if report.passed else report.summary()
+    return CaseOutcome(entry.name, status, report, detail)
+
+
+def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick_only: bool = True,
+          host: Any = None) -> GateReport:
+    """Run ``model_name``'s quick parity cases (all its cases with ``quick_only=False``)."""
+    from flops_fit import api
+
+    gate = GateReport(model_name, device, dtype)
+    for name in api.list_parity_cases(model=model_name, qualified=True, host=host):
+        entry = api.parity_case_info(name, host=host)
+        if quick_only and not entry.quick:
+            continue
+        if device not in entry.devices or dtype not in entry.dtypes:
+            continue
+        gate.outcomes.append(run_case(entry, device, dtype))
+    return gate

@@ -1,0 +1,192 @@
+"""Strict key mapping from reference state dicts to ours.
+
+A converter reads reference tensors through a ``KeyMapper``, which records every key it
+consumes. ``finish()`` then fails, in one message, on reference keys the converter needed
+but did not find, reference keys nobody used, and outputs that came out all-zero from a
+non-zero source (a converter that zero-fills K/V passes shape checks but silently breaks
+attention). ``load_strict`` does the same on our side: missing, unexpected, mis-shaped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flops_fit.parity.errors import ConversionError
+from flops_fit.parity.safetensors_io import load_weights
+
+
+@dataclass
+class Converted:
+    """A converter's result: our model's name, size and config, and its state dict.
+
+    ``factory`` (a ``"module:attr"`` reference) builds modules that are not registered models,
+    such as the attention module: ``factory(**config)``; otherwise ``create_model`` is used.
+    ``fresh`` names our keys the reference has no counterpart for (a backbone's classifier
+    head): they keep their fresh initialisation instead of failing as missing.
+    """
+
+    model: str
+    size: int
+    config: dict[str, Any]
+    state: dict[str, Any]
+    reference: str
+    dropped: list[str] = field(default_factory=list)
+    factory: str | None = None
+    fresh: tuple[str, ...] = ()
+
+    def build(self, **overrides: Any) -> Any:
+        """Build our model from the converted config (``overrides`` win) and load the weights."""
+        config = {**self.config, **overrides}
+        if self.factory:
+            from flops_fit._lazy import resolve
+
+            model = resolve(self.factory)(**config)
+        else:
+            from flops_fit import create_model
+
+            model = create_model(self.model, self.size, **config)
+        load_strict(model, self.state, what=f"{self.reference} -> {self.model}", fresh=self.fresh)
+        return model
+
+
+def read_source(
+    source: str | Path | Mapping[str, Any], config: Mapping[str, Any] | None, what: str, *, need_config: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Tensors and config from a path (file or folder; ``config`` overrides its config.json)
+    or from an in-memory state dict plus ``config``."""
+    if isinstance(source, (str, Path)):
+        weights = load_weights(source)
+        tensors, config = weights.tensors, {**weights.config, **(config or {})}
+    else:
+        tensors, config = dict(source), dict(config or {})
+    if need_config and not config:
+        raise ConversionError(f"{what}: no config: pass a folder with config.json or config={{...}}")
+    return tensors, config
+
+
+class KeyMapper:
+    """Moves reference tensors to our names, remembering what was used and what was missing.
+
+    ``ignore`` holds regular expressions of reference keys to drop on purpose (buffers such
+    as GPT-2's ``attn.bias`` causal mask); they are listed in ``dropped``.
+    """
+
+    def __init__(self, tensors: Mapping[str, Any], what: str, ignore: Iterable[str] = ()) -> None:
+        self.tensors = dict(tensors)
+        self.what = what
+        patterns = [re.compile(p) for p in ignore]
+        self.dropped = sorted(k for k in self.tensors if any(p.fullmatch(k) for p in patterns))
+        self.used: set[str] = set(self.dropped)
+        self.missing: list[str] = []
+        self.zeroed: list[str] = []
+        self.out: dict[str, Any] = {}
+
+    def has(self, key: str) -> bool:
+        return key in self.tensors
+
+    def take(self, key: str) -> Any | None:
+        """The reference tensor ``key`` (marked used), or None after recording it as missing."""
+        if key not in self.tensors:
+            self.missing.append(key)
+            return None
+        self.used.add(key)
+        return self.tensors[key]
+
+    def map(self, dst: str, src: str, fn: Callable[[Any], Any] | None = None) -> None:
+        """``out[dst] = fn(ref[src])``."""
+        value = self.take(src)
+        if value is not None:
+            self._put(dst, fn(value) if fn else value, src, value)
+
+    def split(self, src: str, dsts: Sequence[str], fn: Callable[[Any], Any] | None = None) -> None:
+        """Split ``fn(ref[src])`` into equal parts along dim 0 (packed q, k, v)."""
+        value = self.take(src)
+        if value is None:
+            return
+        packed = fn(value) if fn else value
+        if packed.shape[0] % len(dsts):
+            self.missing.append(f"{src} (shape {tuple(packed.shape)} does not split into {len(dsts)} equal parts)")
+            return
+        for dst, part in zip(dsts, packed.chunk(len(dsts), dim=0)):
+            self._put(dst, part, src, packed)
+
+    def _put(self, dst: str, value: Any, src: str, source: Any) -> None:
+        if not value.any() and source.any():
+            self.zeroed.append(f"{dst} (from {src})")
+        self.out[dst] = value.contiguous()
+
+    def finish(self) -> dict[str, Any]:
+        """The converted state dict; raises ConversionError listing every problem at once."""
+        unexpected = sorted(set(self.tensors) - self.used)
+        problems = []
+        if self.missing:
+            problems.append(("missing in the reference", self.missing))
+        if unexpected:
+            problems.append(("unexpected in the reference (no converter rule uses them)", unexpected))
+        if self.zeroed:
+            problems.append(("converted to all zeros although the reference tensor is not zero", self.zeroed))
+        if problems:
+            raise ConversionError(_format(self.what, problems, fix=(
+                "check that the weights are of the kind this converter reads and that the model "
+                "uses no feature it does not support (the unexpected keys name it)"
+            )))
+        return self.out
+
+
+def load_strict(model: Any, state: Mapping[str, Any], what: str, fresh: Iterable[str] = ()) -> None:
+    """Copy ``state`` into ``model``, failing on missing, unexpected or mis-shaped keys.
+
+    Tied parameters (e.g. GPT's ``lm_head.weight`` and ``wte.weight``) may be given under
+    either name; if both are given they must be equal. Buffers and ``fresh`` keys not given
+    keep their values.
+    """
+    import torch
+
+    ours = model.state_dict(keep_vars=True)
+    params = {id(p) for p in model.parameters()}
+    groups: dict[int, list[str]] = {}
+    for key, tensor in ours.items():
+        groups.setdefault(id(tensor), []).append(key)
+    missing, misshaped, untied = [], [], []
+    unexpected = sorted(set(state) - set(ours))
+    full: dict[str, Any] = {}
+    for ident, keys in groups.items():
+        given = [k for k in keys if k in state]
+        if not given:
+            if ident in params and not set(keys) <= set(fresh):
+                missing.append(" = ".join(keys))
+            continue
+        value = state[given[0]]
+        if any(not torch.equal(state[k], value) for k in given[1:]):
+            untied.append(" = ".join(given))
+        expected = tuple(ours[keys[0]].shape)
+        if tuple(value.shape) != expected:
+            misshaped.append(f"{given[0]}: converted {tuple(value.shape)}, our model expects {expected}")
+            continue
+        for k in keys:
+            full[k] = value
+    problems = [
+        (title, items) for title, items in (
+            ("missing (our model has them, the conversion does not)", missing),
+            ("unexpected (the conversion has them, our model does not)", unexpected),
+            ("mis-shaped", misshaped),
+            ("tied in our model but different in the conversion", untied),
+        ) if items
+    ]
+    if problems:
+        raise ConversionError(_format(what, problems, fix="check the model configuration built from the reference's config"))
+    model.load_state_dict(full, strict=False)
+
+
+def _format(what: str, problems: list[tuple[str, list[str]]], fix: str) -> str:
+    counts = ", ".join(f"{len(items)} {title.split(' (')[0]}" for title, items in problems)
+    lines = [f"cannot convert {what}: {counts}"]
+    for title, items in problems:
+        shown = items[:20] + ([f"... and {len(items) - 20} more"] if len(items) > 20 else [])
+        lines.append(f"  {title}: " + ", ".join(shown))
+    lines.append(f"  fix: {fix}")
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""Converters: preset key layouts, legacy and in-memory layouts, and strict errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from flops_fit.parity import case_gpt, case_vit, probe
+from flops_fit.parity.convert_gpt2 import convert_gpt2
+from flops_fit.parity.convert_hf_vit import convert_hf_vit
+from flops_fit.parity.convert_llama_attn import convert_llama_attention
+from flops_fit.parity.convert_timm import convert_timm_vit
+from flops_fit.parity.convert_torch_mha import convert_torch_mha
+from flops_fit.parity.errors import ConversionError
+from flops_fit.parity.mapping import KeyMapper
+from flops_fit.parity.pipeline import save_hf
+from safetensors.torch import save_file
+from torch import nn
+
+import flops_fit
+
+timm = pytest.importorskip("timm")
+transformers = pytest.importorskip("transformers")
+
+
+def _save(state: dict, path) -> str:
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("preset", ["vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224"])
+def test_timm_preset_layouts_convert_to_our_presets(preset, tmp_path) -> None:
+    """Full-width presets with one block (the layout repeats per block): every key maps, the
+    shapes fit our model, and the converted config is our preset's (depth aside)."""
+    ref = timm.create_model(preset, pretrained=False, depth=1)
+    converted = convert_timm_vit(_save(ref.state_dict(), tmp_path / "m.safetensors"), architecture=preset)
+    ours = converted.build()
+    assert torch.equal(ours.blocks[0].attn.k_proj.weight, ref.blocks[0].attn.qkv.weight.chunk(3)[1])
+    preset_config = flops_fit.model_info(preset).config()
+    assert converted.size == flops_fit.model_info(preset).default_size
+    for key in ("num_heads", "patch_size", "image_size", "in_chans", "num_classes", "mlp_ratio", "norm_eps"):
+        assert converted.config[key] == preset_config[key], key
+
+
+def test_timm_needs_a_head_count(tmp_path) -> None:
+    path = _save(case_vit.timm_reference().state_dict(), tmp_path / "m.safetensors")
+    with pytest.raises(ConversionError, match="pass num_heads=... or architecture="):
+        convert_timm_vit(path)
+
+
+def test_timm_unknown_architecture_is_named() -> None:
+    with pytest.raises(ConversionError, match="timm does not know architecture 'vit_nope'"):
+        convert_timm_vit(case_vit.timm_reference().state_dict(), architecture="vit_nope")
+
+
+def test_timm_feature_extractor_gets_a_fresh_head() -> None:
+    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, **{**case_vit.TINY, "num_classes": 0})
+    converted = convert_timm_vit(ref.state_dict(), num_heads=4)
+    assert converted.fresh == ("head.weight", "head.bias") and converted.config["num_classes"] == 1
+    ours = converted.build()
+    assert torch.equal(ours.blocks[1].mlp.fc2.weight, ref.blocks[1].mlp.fc2.weight)
+
+
+def test_timm_missing_key_is_listed(tmp_path) -> None:
+    state = case_vit.timm_reference().state_dict()
+    del state["blocks.1.mlp.fc2.bias"]
+    with pytest.raises(ConversionError, match=r"missing in the reference: blocks\.1\.mlp\.fc2\.bias"):
+        convert_timm_vit(_save(state, tmp_path / "m.safetensors"), num_heads=4)
+
+
+def test_timm_unsupported_feature_fails_as_unexpected_keys() -> None:
+    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1, init_values=1e-5, qk_norm=True,
+                            img_size=32, patch_size=8, embed_dim=64, num_heads=4)
+    with pytest.raises(ConversionError) as err:
+        convert_timm_vit(ref.state_dict(), num_heads=4)
+    message = str(err.value)
+    assert "unexpected in the reference" in message
+    assert "blocks.0.ls1.gamma" in message and "blocks.0.attn.q_norm.weight" in message
+
+
+def test_mis_shaped_key_is_listed_with_both_shapes() -> None:
+    state = case_vit.timm_reference().state_dict()
+    state["blocks.1.mlp.fc1.weight"] = torch.ones(128, 64)  # block 0 says 256 hidden units
+    state["blocks.1.mlp.fc1.bias"] = torch.ones(128)
+    with pytest.raises(ConversionError, match=r"mis-shaped: blocks\.1\.mlp\.fc1\.weight: converted \(128, 64\), "
+                                              r"our model expects \(256, 64\)"):
+        convert_timm_vit(state, num_heads=4).build()
+
+
+def test_zero_filled_conversion_is_caught_but_zero_reference_is_fine() -> None:
+    m = KeyMapper({"k": torch.ones(2, 2), "b": torch.zeros(2)}, "test")
+    m.map("k_proj.weight", "k", fn=torch.zeros_like)  # a converter bug
+    m.map("k_proj.bias", "b")  # zero in the reference too: legitimate
+    with pytest.raises(ConversionError, match=r"all zeros although the reference tensor is not zero: "
+                                              r"k_proj\.weight \(from k\)"):
+        m.finish()
+
+
+def test_hf_vit_in_memory_names_convert_like_the_files(tmp_path) -> None:
+    ref = case_vit.hf_reference()
+    save_hf(ref, tmp_path)
+    from_disk = convert_hf_vit(tmp_path)
+    from_memory = convert_hf_vit(ref.state_dict(), config=ref.config.to_dict())
+    assert from_disk.config == from_memory.config
+    assert sorted(from_disk.state) == sorted(from_memory.state)
+    assert all(torch.equal(from_disk.state[k], from_memory.state[k]) for k in from_disk.state)
+
+
+def test_hf_vit_model_drops_its_pooler_and_keeps_a_fresh_head(tmp_path) -> None:
+    save_hf(case_vit.hf_reference(classifier=False), tmp_path)
+    converted = convert_hf_vit(tmp_path)
+    assert converted.dropped == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert converted.fresh == ("head.weight", "head.bias")
+    converted.build()
+
+
+def _legacy_gpt2_state(ref) -> dict:
+    state = {k.removeprefix("transformer."): v for k, v in ref.state_dict().items() if k != "lm_head.weight"}
+    for i in range(ref.config.n_layer):
+        state[f"h.{i}.attn.bias"] = torch.ones(1, 1, 16, 16).tril()
+        state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    return state
+
+
+def test_gpt2_legacy_layout_matches_the_current_one(tmp_path) -> None:
+    ref = case_gpt.gpt2_reference()
+    save_hf(ref, tmp_path)
+    current = convert_gpt2(tmp_path)
+    legacy = convert_gpt2(_save(_legacy_gpt2_state(ref), tmp_path / "legacy.safetensors"), ref.config.to_dict())
+    assert "h.0.attn.bias" in legacy.dropped and "h.1.attn.masked_bias" in legacy.dropped
+    assert sorted(current.state) == sorted(legacy.state)
+    assert all(torch.equal(current.state[k], legacy.state[k]) for k in current.state)
+    # Conv1D (in, out) becomes Linear (out, in)
+    assert torch.equal(legacy.state["blocks.0.mlp.proj.weight"], ref.transformer.h[0].mlp.c_proj.weight.t())
+
+
+def test_gpt2_untied_head_is_refused() -> None:
+    ref = case_gpt.gpt2_reference()
+    state = dict(ref.state_dict())
+    state["lm_head.weight"] = state["transformer.wte.weight"] + 1
+    with pytest.raises(ConversionError, match="lm_head.weight differs from wte.weight"):
+        convert_gpt2(state, ref.config.to_dict())
+
+
+def test_gpt2_unsupported_config_is_named() -> None:
+    config = {**case_gpt.gpt2_reference().config.to_dict(), "scale_attn_by_inverse_layer_idx": True}
+    with pytest.raises(ConversionError, match="scale_attn_by_inverse_layer_idx=True"):
+        convert_gpt2({}, config)
+
+
+def test_torch_mha_with_other_key_width_is_mis_shaped() -> None:
+    mha = nn.MultiheadAttention(64, 4, kdim=32, vdim=32, batch_first=True)
+    with pytest.raises(ConversionError, match=r"mis-shaped: k_proj\.weight: converted \(64, 32\), "
+                                              r"our model expects \(64, 64\)"):
+        convert_torch_mha(mha.state_dict(), num_heads=4).build()
+
+
+def test_torch_mha_bias_kv_is_unexpected() -> None:
+    mha = nn.MultiheadAttention(64, 4, add_bias_kv=True)
+    with pytest.raises(ConversionError, match="unexpected in the reference.*bias_k, bias_v"):
+        convert_torch_mha(mha.state_dict(), num_heads=4)
+
+
+def test_llama_layer_must_exist(tmp_path) -> None:
+    from flops_fit.parity.case_attention import llama_reference
+
+    save_hf(llama_reference(), tmp_path)
+    assert convert_llama_attention(tmp_path, layer=0).config["num_kv_heads"] == 2
+    with pytest.raises(ConversionError, match=r"no layer 3 \(model\.layers\.3\.self_attn\.\* keys\)"):
+        convert_llama_attention(tmp_path, layer=3)
+
+
+def test_probe_init_is_deterministic_and_not_library_init() -> None:
+    a = probe.probe_init_(nn.Linear(16, 8), seed=3)
+    b = probe.probe_init_(nn.Linear(16, 8), seed=3)
+    assert torch.equal(a.weight, b.weight)
+    assert abs(float(a.weight.detach().std()) - 16**-0.5) < 0.05
+
+
+def test_timm_without_qkv_bias_round_trips(tmp_path) -> None:
+    """qkv_bias=False: no q/k/v biases, but timm keeps the output projection's bias."""
+    from flops_fit.parity.compare import Side, compare_sides
+
+    ref = probe.probe_init_(timm.create_model("vit_tiny_patch16_224", pretrained=False, qkv_bias=False,
+                                              **case_vit.TINY))
+    converted = convert_timm_vit(_save(ref.state_dict(), tmp_path / "m.safetensors"), num_heads=4)
+    assert converted.config["qkv_bias"] is False
+    ours = converted.build()
+    rows = compare_sides(Side(ref, lambda m, i: m(*i)), Side(ours, lambda m, i: m(*i)), [probe.images(2, 3, 32)])
+    assert all(r.passed for r in rows), rows

@@ -1,0 +1,111 @@
+"""The gate (flops_fit.parity.check), the ``flops-fit parity`` command, and plugin cases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from flops_fit.parity import check
+from flops_fit.parity.compare import TOLERANCES, ParityReport, compare_tensors
+
+import flops_fit
+from flops_fit.cli import main
+from flops_fit.testing import isolated_host
+
+
+def _report(passed: bool) -> ParityReport:
+    import torch
+
+    ref = torch.ones(3)
+    row = compare_tensors("logits", ref, ref + (0 if passed else 1), TOLERANCES["float32"])
+    return ParityReport("c", "m", "r", "cpu", "float32", TOLERANCES["float32"], [row])
+
+
+class _Plugin:
+    """Cases for model 'toy': one passing, one failing, one raising, one needing a missing package."""
+
+    @flops_fit.hookimpl
+    def register_parity_cases(self, register):
+        def case(name, run, **kw):
+            register(flops_fit.ParityCaseEntry(name, model="toy", reference="ref", run=run, quick=True, **kw))
+        case("good", lambda device, dtype: _report(True))
+        case("bad", lambda device, dtype: _report(False))
+        case("broken", lambda device, dtype: 1 / 0)
+        case("absent", lambda device, dtype: _report(True), requires=("no_such_package_xyz",))
+
+
+def test_gate_collects_passes_failures_errors_and_skips() -> None:
+    gate = check("toy", host=isolated_host(_Plugin()))
+    status = {o.case: o.status for o in gate.outcomes}
+    assert status == {"absent": "skipped", "bad": "failed", "broken": "error", "good": "passed"}
+    assert not gate.passed and gate.status == "failed"
+    text = gate.summary()
+    assert "bad: failed: c [cpu, float32]: FAILED at logits" in text
+    assert "broken: error: ZeroDivisionError" in text and "needs no_such_package_xyz" in text
+    assert json.loads(json.dumps(gate.to_dict()))["status"] == "failed"
+
+
+def test_gate_without_cases_is_unverified_not_failed() -> None:
+    gate = check("nothing", host=isolated_host(_Plugin()))
+    assert gate.passed and not gate.verified and gate.status == "unverified"
+    assert "no quick parity case is registered" in gate.summary()
+
+
+def test_builtin_gates_pass_on_cpu() -> None:
+    pytest.importorskip("timm")
+    for model in ("vit", "gpt"):
+        gate = flops_fit.check_parity(model)
+        assert gate.passed and gate.verified, gate.summary()
+
+
+def test_cli_prints_a_table_and_json(capsys) -> None:
+    assert main(["parity", "--case", "attention-torch-mha*"]) == 0
+    out = capsys.readouterr().out
+    assert "flops_fit/attention-torch-mha " in out and "flops_fit/attention-torch-mha-functional" in out
+    assert "PASSED" in out and "first failure" in out
+    assert main(["parity", "--case", "attention-sdpa", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["status"] == "passed" and row["report"]["passed"] and row["report"]["layers"]
+
+
+def test_cli_errors_are_clear(capsys) -> None:
+    assert main(["parity", "--model", "no-such-model"]) == 2
+    assert "no parity case matches (model='no-such-model'" in capsys.readouterr().err
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["parity", "--device", "cuda"]) == 2
+        assert "no CUDA device is available here" in capsys.readouterr().err
+
+
+PLUGIN = textwrap.dedent('''
+    import flops_fit
+
+    def run(device="cpu", dtype="float32"):
+        from flops_fit.parity.compare import TOLERANCES, ParityReport, compare_tensors
+        import torch
+        row = compare_tensors("out", torch.ones(2), torch.ones(2), TOLERANCES[dtype])
+        return ParityReport("toy-case", "toy", "ones", device, dtype, TOLERANCES[dtype], [row])
+
+    @flops_fit.hookimpl
+    def register_parity_cases(register):
+        register(flops_fit.ParityCaseEntry("toy-case", model="toy", reference="ones", run=run))
+''')
+
+
+def test_plugin_cases_run_with_pytest_pyargs_from_outside_the_repository(tmp_path) -> None:
+    (tmp_path / "toy_parity_plugin.py").write_text(PLUGIN)
+    env = {**os.environ, "FLOPS_FIT_PLUGINS": "toy_parity_plugin", "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "flops_fit.parity.test_parity", "-k", "toy-case",
+         "-p", "no:cacheprovider", "-v", "-rs"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "test_parity[toy_parity_plugin/toy-case-cpu-float32] PASSED" in result.stdout
+    assert "test_parity[toy_parity_plugin/toy-case-cpu-bfloat16] PASSED" in result.stdout
+    assert "2 passed, 3 skipped" in result.stdout  # the cuda runs skip without a GPU

@@ -1,0 +1,74 @@
+"""Reading reference weights: safetensors files, HF folders, shards; clear errors otherwise."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from flops_fit.parity.errors import WeightFileError
+from flops_fit.parity.safetensors_io import load_weights, read_safetensors
+from safetensors.torch import save_file
+
+
+@pytest.fixture
+def weights_file(tmp_path):
+    path = tmp_path / "model.safetensors"
+    save_file({"a": torch.arange(12.0).view(3, 4), "b": torch.ones(5)}, str(path))
+    return path
+
+
+def test_reads_a_file_and_a_folder_with_config(weights_file, tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4}))
+    assert torch.equal(read_safetensors(weights_file)["a"], torch.arange(12.0).view(3, 4))
+    weights = load_weights(tmp_path)
+    assert set(weights.tensors) == {"a", "b"} and weights.config == {"hidden_size": 4}
+
+
+def test_reads_sharded_folders(tmp_path) -> None:
+    save_file({"a": torch.zeros(2)}, str(tmp_path / "model-00001-of-00002.safetensors"))
+    save_file({"b": torch.ones(3)}, str(tmp_path / "model-00002-of-00002.safetensors"))
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert sorted(load_weights(tmp_path).tensors) == ["a", "b"]
+
+
+def test_truncated_file_is_named_as_truncated(weights_file) -> None:
+    data = weights_file.read_bytes()
+    weights_file.write_bytes(data[:-7])
+    with pytest.raises(WeightFileError, match=r"truncated: its tensors need \d+ bytes of data but the file holds"):
+        read_safetensors(weights_file)
+
+
+def test_file_cut_inside_its_header_is_truncated_or_corrupt(weights_file) -> None:
+    weights_file.write_bytes(weights_file.read_bytes()[:30])
+    with pytest.raises(WeightFileError, match="truncated or corrupt: its header claims"):
+        read_safetensors(weights_file)
+
+
+def test_corrupt_header_and_tiny_file(weights_file) -> None:
+    data = bytearray(weights_file.read_bytes())
+    data[8:12] = b"\xff\xfe{{"
+    weights_file.write_bytes(bytes(data))
+    with pytest.raises(WeightFileError, match="corrupt: its header is not valid safetensors JSON"):
+        read_safetensors(weights_file)
+    weights_file.write_bytes(b"abc")
+    with pytest.raises(WeightFileError, match="not a safetensors file: it has 3 bytes"):
+        read_safetensors(weights_file)
+
+
+def test_pickle_checkpoints_are_refused_without_loading(tmp_path) -> None:
+    path = tmp_path / "pytorch_model.bin"
+    path.write_bytes(b"not even opened")
+    with pytest.raises(WeightFileError, match="pickle checkpoint; flops-fit never unpickles"):
+        read_safetensors(path)
+    with pytest.raises(WeightFileError, match=r"holds pickle checkpoints \(pytorch_model.bin\)"):
+        load_weights(tmp_path)
+
+
+def test_missing_path_and_missing_index_map(tmp_path) -> None:
+    with pytest.raises(WeightFileError, match="no such weight file or folder"):
+        load_weights(tmp_path / "nope.safetensors")
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(WeightFileError, match="has no 'weight_map' object"):
+        load_weights(tmp_path)

@@ -1,0 +1,36 @@
+"""The zoo as the process-wide host sees it: every built-in registers, nothing heavy at import."""
+
+import subprocess
+import sys
+
+import pytest
+from flops_fit.plugins import BUILTIN_PLUGINS
+
+import flops_fit
+
+ZOO_MODULES = ("flops_fit.plugins.vit", "flops_fit.plugins.gpt", "flops_fit.plugins.losses")
+
+
+@pytest.mark.parametrize("module", ZOO_MODULES)
+def test_registration_modules_do_not_import_torch(module):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert module in BUILTIN_PLUGINS
+
+
+def test_builtin_host_lists_the_zoo():
+    models = flops_fit.list_models()
+    for name in ("vit", "gpt", "gpt2", "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224"):
+        assert name in models
+    assert {"cross-entropy", "next-token"} <= set(flops_fit.list_losses())
+    for name in ("vit", "gpt"):
+        entry = flops_fit.model_info(name)
+        loss = flops_fit.loss_info(entry.default_loss)
+        assert loss.task == entry.task
+
+
+def test_flops_fit_models_cli_lists_the_zoo():
+    out = subprocess.run([sys.executable, "-m", "flops_fit.cli", "models"], capture_output=True, text=True, check=True)
+    for name in ("vit", "gpt", "gpt2", "vit_base_patch16_224"):
+        assert f"\n{name} " in out.stdout, out.stdout
