@@ -74,6 +74,10 @@ def test_edge_minima_are_excluded_and_reported():
     assert reasons and reasons[0]["reason"] == "edge minimum: the largest size has the lowest loss"
     assert "1 budget(s) had their minimum on the edge" in " ".join(fitted.diagnostics.warnings)
     assert list(fitted.details["optima"].dropna(subset=["log_n"])["budget"]) == [1e17, 1e18, 1e19]
+    import json
+
+    data = json.loads(fitted.to_json())
+    assert {"budget": 1e20, "runs": 5, "reason": "edge minimum: the largest size has the lowest loss"} in data["diagnostics"]["excluded"]
 
 
 def test_budgets_are_inferred_when_the_column_is_missing():

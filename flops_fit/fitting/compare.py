@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from flops_fit.fitting.result import FitResult
+from flops_fit.fitting.result import FitResult, json_default
 
 # Without intervals, exponents this far apart count as a disagreement.
 POINT_TOLERANCE = 0.05
@@ -53,7 +53,7 @@ class FitSet:
                 "skipped": self.skipped, "warnings": self.warnings}
 
     def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), **kwargs)
+        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
 
     def __str__(self) -> str:
         return self.summary()

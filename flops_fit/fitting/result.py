@@ -140,7 +140,7 @@ class FitResult:
         }
 
     def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), **kwargs)
+        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
 
     def __str__(self) -> str:
         return self.summary()
@@ -169,6 +169,15 @@ def _num(value: float) -> str:
     if value is None or not np.isfinite(value):
         return "nan"
     return f"{value:.4g}"
+
+
+def json_default(value: Any) -> Any:
+    """numpy scalars and arrays (in exclusions, metadata) as plain JSON values."""
+    if isinstance(value, np.generic):
+        return _clean(value.item())
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
 
 
 def _clean(value: Any) -> Any:
