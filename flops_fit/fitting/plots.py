@@ -83,7 +83,11 @@ def _plot_profiles(fig, result: FitResult, budgets, target) -> None:
         m = groups == c
         n, loss = f["params"].to_numpy(float)[m], f["loss"].to_numpy(float)[m]
         ax.scatter(n, loss, s=14, color=colours[c], label=f"C = {c:.2g}")
-        line = np.geomspace(n.min(), n.max(), 100)
+        lo, hi = n.min(), n.max()
+        if result.method in ("parametric", "vpnls"):  # reach the fitted optimum even off the grid
+            n_opt = float(result.predict(c)["N_opt"].iloc[0])
+            lo, hi = min(lo, n_opt / 2), max(hi, n_opt * 2)
+        line = np.geomspace(lo, hi, 100)
         fitted = _profile_curve(result, c, n, loss, line)
         if fitted is not None:
             ax.plot(line, fitted, color=colours[c], lw=1)

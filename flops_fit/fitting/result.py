@@ -67,7 +67,8 @@ class FitResult:
         for name in names:
             draws = self.samples[name].to_numpy(float) if name in self.samples else np.array([])
             lo, hi = interval(draws, self.level) if draws.size else (np.nan, np.nan)
-            se = float(np.nanstd(draws, ddof=1)) if draws.size > 1 else np.nan
+            with np.errstate(all="ignore"):  # wild draws (unidentified terms) may overflow: inf is honest
+                se = float(np.nanstd(draws, ddof=1)) if draws.size > 1 else np.nan
             rows.append({"param": name, "estimate": self.params[name], "lo": float(lo), "hi": float(hi), "se": se})
         return pd.DataFrame(rows).set_index("param")
 
