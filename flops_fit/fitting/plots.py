@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from flops_fit.fitting.bootstrap import interval
-
 if TYPE_CHECKING:
     from flops_fit.fitting.result import FitResult
 
@@ -214,4 +212,4 @@ def _plot_tokens_per_param(fig, result: FitResult, budgets, target) -> None:
     ax.legend(fontsize=7)
 
 
-__all__ = ["PLOTS", "interval", "plot_result"]
+__all__ = ["PLOTS", "plot_result"]
