@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -10,14 +9,14 @@ from typing import Any
 
 import pandas as pd
 
-from flops_fit.fitting.result import FitResult, json_default
+from flops_fit.fitting.result import FitResult, Presentable
 
 # Without intervals, exponents this far apart count as a disagreement.
 POINT_TOLERANCE = 0.05
 
 
 @dataclass
-class FitSet:
+class FitSet(Presentable):
     """Every applicable approach's FitResult, the ones skipped (and why), cross-checks."""
 
     results: dict[str, FitResult]
@@ -51,18 +50,6 @@ class FitSet:
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
         return {"results": {m: r.to_dict(budgets) for m, r in self.results.items()},
                 "skipped": self.skipped, "warnings": self.warnings}
-
-    def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
-
-    def __str__(self) -> str:
-        return self.summary()
-
-    def report(self, out: Any, *, target: float | None = None) -> Any:
-        """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path."""
-        from flops_fit.fitting.report import write_report
-
-        return write_report(self, out, target=target)
 
     def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
         return [p for r in self.results.values() for p in r.plot(out_dir, target=target, formats=formats)]

@@ -42,8 +42,30 @@ class Diagnostics:
                 if len(self.residuals) else None}
 
 
+class Presentable:
+    """Printing, JSON and the HTML report, shared by one fit and a set of fits."""
+
+    def summary(self, budgets: Sequence[float] | None = None) -> str:
+        raise NotImplementedError
+
+    def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
+
+    def report(self, out: Any, *, target: float | None = None) -> Any:
+        """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path."""
+        from flops_fit.fitting.report import write_report
+
+        return write_report(self, out, target=target)
+
+
 @dataclass
-class FitResult:
+class FitResult(Presentable):
     """One method's fit. ``params`` are point estimates, ``samples`` one row per resample."""
 
     method: str
@@ -139,18 +161,6 @@ class FitResult:
             "diagnostics": self.diagnostics.to_dict(),
             "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
         }
-
-    def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
-
-    def __str__(self) -> str:
-        return self.summary()
-
-    def report(self, out: Any, *, target: float | None = None) -> Any:
-        """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path."""
-        from flops_fit.fitting.report import write_report
-
-        return write_report(self, out, target=target)
 
     def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
         """Write this fit's plots (PNG and SVG by default) into ``out_dir``; returns the paths."""
