@@ -37,7 +37,13 @@ __version__ = "0.1.0"
 
 # Heavier parts of the API, imported on first attribute access so that
 # `import flops_fit` stays cheap: name -> "module:attribute".
-_LAZY: dict[str, str] = {"check_parity": "flops_fit.parity.gate:check"}
+_LAZY: dict[str, str] = {
+    "check_parity": "flops_fit.parity.gate:check",
+    "fit": "flops_fit.fitting:fit",
+    "load_runs": "flops_fit.fitting:load_runs",
+    "FitResult": "flops_fit.fitting:FitResult",
+    "FitSet": "flops_fit.fitting:FitSet",
+}
 
 
 def __getattr__(name: str):
