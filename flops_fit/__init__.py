@@ -39,6 +39,10 @@ __version__ = "0.1.0"
 # `import flops_fit` stays cheap: name -> "module:attribute".
 _LAZY: dict[str, str] = {
     "check_parity": "flops_fit.parity.gate:check",
+    "fit": "flops_fit.fitting:fit",
+    "load_runs": "flops_fit.fitting:load_runs",
+    "FitResult": "flops_fit.fitting:FitResult",
+    "FitSet": "flops_fit.fitting:FitSet",
     "plan": "flops_fit.plan:plan",
     "Plan": "flops_fit.plan:Plan",
     "HyperParams": "flops_fit.hparams:HyperParams",

@@ -79,7 +79,7 @@ _LISTINGS: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
 
 # Modules that add sub-commands: each defines ``add_commands(subparsers)`` and imports
 # nothing heavy at module level (``flops-fit --help`` must not import torch).
-COMMAND_MODULES: tuple[str, ...] = ("flops_fit.parity.cli_parity", "flops_fit.cli_sweep")
+COMMAND_MODULES: tuple[str, ...] = ("flops_fit.parity.cli_parity", "flops_fit.cli_fit", "flops_fit.cli_sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -99,10 +99,15 @@ def param_count(width: int, **config) -> int:
     return embedding_params(cfg) + cfg.depth * block + head
 
 
+def patch_embed_flops(cfg: ViTConfig) -> int:
+    """Forward FLOPs of the patch embedding (a matmul over every patch)."""
+    return 2 * cfg.num_patches * cfg.in_chans * cfg.patch_size**2 * cfg.width
+
+
 def forward_flops(width: int, **config) -> int:
     """Forward FLOPs per image: patch embedding, every block on all S tokens, head."""
     cfg = ViTConfig.of(width, **config)
-    patch = 2 * cfg.num_patches * cfg.in_chans * cfg.patch_size**2 * cfg.width
+    patch = patch_embed_flops(cfg)
     blocks = cfg.depth * sizing.block_forward_flops(
         cfg.seq_len, cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.mlp_hidden
     )
@@ -111,8 +116,10 @@ def forward_flops(width: int, **config) -> int:
 
 
 def training_flops(width: int, **config) -> float:
-    """Training FLOPs per image (forward + backward = 3 x forward)."""
-    return sizing.training_from_forward(forward_flops(width, **config))
+    """Training FLOPs per image: 3 x forward, less the patch embedding's input gradient,
+    which backward never computes (images need no gradient)."""
+    cfg = ViTConfig.of(width, **config)
+    return sizing.training_from_forward(forward_flops(width, **config)) - patch_embed_flops(cfg)
 
 
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:

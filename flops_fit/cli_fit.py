@@ -1,0 +1,65 @@
+"""``flops-fit fit`` and ``flops-fit report``: fit runs from a CSV or a sweep folder."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+METHOD_CHOICES = ("envelope", "isoflop", "parametric", "vpnls", "all")
+
+
+def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) -> None:
+    p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
+    p.add_argument("--method", choices=METHOD_CHOICES, default=method,
+                   help=f"approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), all; default {method}")
+    p.add_argument("--curve", choices=("parabola", "huber", "akima"), default="parabola", help="IsoFLOP profile fit (isoflop)")
+    for name in ("params", "tokens", "flops", "loss", "budget"):
+        p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
+    p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
+    p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to")
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser("fit", help="fit scaling laws to runs (CSV or sweep folder)")
+    _source_options(p, method="parametric", bootstrap=1000)
+    p.add_argument("--predict", type=float, nargs="+", metavar="C", help="budgets (FLOPs) to predict at")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--plots", metavar="DIR", help="write PNG and SVG plots into DIR")
+    p.set_defaults(func=_cmd_fit)
+
+    p = subparsers.add_parser("report", help="write an HTML report (table, plots, diagnostics, provenance)")
+    _source_options(p, method="all", bootstrap=500)
+    p.add_argument("--out", metavar="FILE.html", help="report file (default: report.html in the sweep folder, "
+                   "or beside the CSV)")
+    p.set_defaults(func=_cmd_report)
+
+
+def _fit(args: argparse.Namespace):
+    from flops_fit.fitting import fit
+
+    return fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
+               curve=args.curve, params_col=args.params_col, tokens_col=args.tokens_col, flops_col=args.flops_col,
+               loss_col=args.loss_col, budget_col=args.budget_col, exclude_top=args.exclude_top)
+
+
+def _cmd_fit(args: argparse.Namespace) -> int:
+    fitted = _fit(args)
+    if args.plots:
+        fitted.plot(args.plots, target=args.target)
+    print(fitted.to_json(args.predict) if args.json else fitted.summary(args.predict))
+    if args.plots and not args.json:
+        print(f"plots written to {args.plots}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from flops_fit.fitting.report import write_report
+
+    fitted = _fit(args)
+    source = Path(args.source)
+    out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
+    print(f"report written to {write_report(fitted, out, target=args.target)}")
+    return 0

@@ -1,0 +1,217 @@
+"""Turn a sweep store, a CSV or a DataFrame into one validated table of runs.
+
+Every method reads the same canonical columns (params, tokens, flops, loss, optional
+budget and curve), so column mapping and validation happen once, here, at the boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flops_fit.errors import FlopsFitError
+
+# FLOPs per parameter per token of dense training (2 forward + 4 backward), used only when
+# one of tokens / flops is missing and the caller gives no other rule.
+FLOPS_PER_PARAM_TOKEN = 6.0
+FINISHED = ("done", "finished", "ok", "completed")
+
+
+class FitInputError(FlopsFitError, ValueError):
+    """The runs given to a fit are missing columns, hold bad values or are too few."""
+
+
+@dataclass
+class Runs:
+    """Validated runs: ``frame`` has params, tokens, flops, loss, run_id (+ budget, curve)."""
+
+    frame: pd.DataFrame
+    source: str
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_budget(self) -> bool:
+        return "budget" in self.frame and self.frame["budget"].notna().all()
+
+    @property
+    def has_curves(self) -> bool:
+        return "curve" in self.frame and self.frame["curve"].map(_curve_length).ge(2).all()
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+def _curve_length(curve: Any) -> int:
+    try:
+        return len(curve)
+    except TypeError:
+        return 0
+
+
+def load_runs(
+    source: Any,
+    *,
+    params_col: str = "params",
+    tokens_col: str = "tokens",
+    flops_col: str = "flops",
+    loss_col: str = "loss",
+    budget_col: str = "budget",
+    curve_col: str = "curve",
+    run_id_col: str = "run_id",
+    exclude_top: int = 0,
+    flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN,
+) -> Runs:
+    """Load runs from a DataFrame, a CSV file or a sweep output folder (``runs.sqlite``).
+
+    When only flops is given, tokens = flops / (k * params); when only tokens, flops =
+    k * params * tokens, with k = ``flops_per_param_token`` (6 by default).
+    ``exclude_top`` drops that many highest-loss runs (Epoch's replication drops 5).
+    """
+    frame, name, metadata = _read(source)
+    mapping = {
+        "params": (params_col, "params_col"),
+        "tokens": (tokens_col, "tokens_col"),
+        "flops": (flops_col, "flops_col"),
+        "loss": (loss_col, "loss_col"),
+    }
+    available = ", ".join(map(repr, frame.columns))
+    for canonical in ("params", "loss"):
+        column, argument = mapping[canonical]
+        if column not in frame:
+            raise FitInputError(
+                f"{name}: no {canonical} column {column!r}; available columns: {available}. "
+                f"Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})."
+            )
+    has_tokens, has_flops = tokens_col in frame, flops_col in frame
+    if not (has_tokens or has_flops):
+        raise FitInputError(
+            f"{name}: neither a tokens column {tokens_col!r} nor a flops column {flops_col!r}; "
+            f"available columns: {available}. Name one with tokens_col= or flops_col= "
+            "(CLI: --tokens-col / --flops-col)."
+        )
+    if not flops_per_param_token > 0:
+        raise FitInputError(f"flops_per_param_token must be positive, got {flops_per_param_token!r}")
+
+    excluded: list[dict[str, Any]] = []
+    if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
+        ids = frame[run_id_col].astype(str) if run_id_col in frame else pd.Series([f"run{i}" for i in frame.index], index=frame.index)
+        bad = frame["status"].notna() & ~frame["status"].astype(str).isin(FINISHED)
+        excluded += [{"run_id": r, "reason": f"status {v!r}"}
+                     for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
+        frame = frame.loc[~bad]
+    out = pd.DataFrame(index=frame.index)
+    out["run_id"] = frame[run_id_col].astype(str) if run_id_col in frame else [f"run{i}" for i in frame.index]
+    for canonical in ("params", "loss") + (("tokens",) if has_tokens else ()) + (("flops",) if has_flops else ()):
+        column = mapping[canonical][0]
+        out[canonical] = _numeric(frame[column], column, name)
+    if not has_tokens:
+        out["tokens"] = out["flops"] / (flops_per_param_token * out["params"])
+    if not has_flops:
+        out["flops"] = flops_per_param_token * out["params"] * out["tokens"]
+    if budget_col in frame:
+        out["budget"] = _numeric(frame[budget_col], budget_col, name)
+    if curve_col in frame:
+        out["curve"] = frame[curve_col].map(_parse_curve)
+    for extra in ("model", "size", "status"):
+        if extra in frame and extra not in out:
+            out[extra] = frame[extra]
+    out = out.reset_index(drop=True)
+
+    if len(out) == 0:
+        raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)")
+    if not isinstance(exclude_top, (int, np.integer)) or exclude_top < 0:
+        raise FitInputError(f"exclude_top must be a non-negative integer, got {exclude_top!r}")
+    if exclude_top >= len(out):
+        raise FitInputError(f"exclude_top={exclude_top} would drop all {len(out)} runs; use a smaller number")
+    if exclude_top:
+        top = out["loss"].nlargest(exclude_top).index
+        excluded += [{"run_id": r, "reason": f"among the {exclude_top} highest losses (exclude_top)"}
+                     for r in out.loc[top, "run_id"]]
+        out = out.drop(index=top).reset_index(drop=True)
+    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata)
+
+
+def _numeric(series: pd.Series, column: str, name: str) -> pd.Series:
+    values = pd.to_numeric(series, errors="coerce")
+    missing = values.isna()
+    if missing.any():
+        rows = ", ".join(map(str, list(series.index[missing])[:5]))
+        raise FitInputError(
+            f"{name}: column {column!r} has {int(missing.sum())} missing or non-numeric value(s) "
+            f"(rows {rows}); drop or fix those runs before fitting"
+        )
+    bad = ~np.isfinite(values) | (values <= 0)
+    if bad.any():
+        rows = ", ".join(f"{i}: {series[i]!r}" for i in list(series.index[bad])[:5])
+        raise FitInputError(
+            f"{name}: column {column!r} must hold finite positive values; {int(bad.sum())} do not "
+            f"(row: value {rows}); drop those runs or map the right column"
+        )
+    return values.astype(float)
+
+
+def _parse_curve(curve: Any) -> Any:
+    if isinstance(curve, str):
+        import json
+
+        curve = json.loads(curve) if curve.strip() else None
+    if curve is None or (isinstance(curve, float) and np.isnan(curve)):
+        return None
+    return np.asarray(curve, dtype=float).reshape(-1, 2)
+
+
+def _read(source: Any) -> tuple[pd.DataFrame, str, dict[str, Any]]:
+    if isinstance(source, Runs):
+        return source.frame, source.source, dict(source.metadata)
+    if isinstance(source, pd.DataFrame):
+        return source, "DataFrame", {}
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.is_dir():
+            return _read_store(path)
+        if path.is_file():
+            if path.suffix.lower() in (".csv", ".txt", ".tsv"):
+                return pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ","), str(path), {}
+            if path.name == "runs.sqlite":
+                return _read_store(path.parent)
+            raise FitInputError(f"{path}: unknown file type; give a .csv file or a sweep output folder")
+        raise FitInputError(f"{path}: no such file or folder; give a CSV file, a sweep folder or a DataFrame")
+    raise FitInputError(
+        f"cannot read runs from a {type(source).__name__}; give a pandas DataFrame, a CSV path "
+        "or a sweep output folder holding runs.sqlite"
+    )
+
+
+def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:
+    if not (folder / "runs.sqlite").is_file():
+        raise FitInputError(f"{folder}: no runs.sqlite in this folder; is it a sweep output folder?")
+    from flops_fit.store import RunStore  # the sweep's store; imported only when needed
+
+    store = RunStore(folder)
+    try:
+        return store.runs_frame(), str(folder), store_metadata(store)
+    finally:
+        getattr(store, "close", lambda: None)()
+
+
+def store_metadata(store: Any) -> dict[str, Any]:
+    """Whatever provenance the store's meta table holds (spec, versions, plan), read defensively.
+
+    The plan's per-run list is summarised by its length: the runs themselves are the table.
+    """
+    try:
+        import json
+
+        rows = store.db.execute("SELECT key, value FROM meta").fetchall()
+        meta = {key: json.loads(value) for key, value in rows}
+    except Exception as exc:  # provenance must never stop a fit
+        return {"unavailable": f"{type(exc).__name__}: {exc}"}
+    plan = meta.get("plan")
+    if isinstance(plan, dict):
+        meta["plan"] = {k: (f"{len(v)} entries" if isinstance(v, list) and len(v) > 20 else v) for k, v in plan.items()}
+    return meta

@@ -1,0 +1,143 @@
+"""Loading runs for a fit: column mapping, derived columns and every bad-input error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flops_fit.fitting import FitInputError, fit, load_runs
+from flops_fit.fitting.synthetic import synthetic_runs
+
+
+def _table(**overrides):
+    frame = pd.DataFrame({"params": [1e6, 2e6, 4e6, 8e6], "tokens": [1e8, 5e7, 2.5e7, 1.25e7],
+                          "loss": [3.1, 3.0, 3.05, 3.2]})
+    for k, v in overrides.items():
+        frame[k] = v
+    return frame
+
+
+def test_tokens_derived_from_flops_and_flops_from_tokens():
+    runs = load_runs(pd.DataFrame({"N": [1e6, 2e6], "C": [6e14, 1.2e15], "L": [3.0, 2.9]}),
+                     params_col="N", flops_col="C", loss_col="L")
+    assert np.allclose(runs.frame["tokens"], [1e8, 1e8])
+    runs = load_runs(_table())
+    assert np.allclose(runs.frame["flops"], 6 * runs.frame["params"] * runs.frame["tokens"])
+    runs = load_runs(_table(), flops_per_param_token=8.0)
+    assert np.allclose(runs.frame["flops"], 8 * runs.frame["params"] * runs.frame["tokens"])
+
+
+def test_csv_and_dataframe_give_the_same_runs(tmp_path):
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    a, b = load_runs(frame), load_runs(tmp_path / "runs.csv")
+    pd.testing.assert_frame_equal(a.frame, b.frame)
+    assert b.source == str(tmp_path / "runs.csv")
+
+
+def test_curves_as_json_strings_are_parsed():
+    frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
+    runs = load_runs(frame)
+    assert runs.has_curves and runs.frame["curve"][0].shape == (2, 2)
+
+
+def test_exclude_top_drops_highest_losses_and_records_why():
+    runs = load_runs(_table(), exclude_top=1)
+    assert len(runs) == 3 and runs.frame["loss"].max() == 3.1
+    assert runs.excluded == [{"run_id": "run3", "reason": "among the 1 highest losses (exclude_top)"}]
+
+
+def test_unfinished_runs_are_excluded_with_their_status():
+    # A sweep store keeps failed runs with loss NaN: they are left out before validation.
+    runs = load_runs(_table(status=["done", "failed", "done", "done"], loss=[3.1, np.nan, 3.0, 3.2]))
+    assert len(runs) == 3
+    assert runs.excluded == [{"run_id": "run1", "reason": "status 'failed'"}]
+    with pytest.raises(FitInputError, match="no finished runs to fit"):
+        load_runs(_table(status=["failed"] * 4))
+
+
+@pytest.mark.parametrize(("kwargs", "frame_change", "message"), [
+    ({}, {"drop": "params"}, "no params column 'params'; available columns: 'tokens', 'loss'. Name the right one with params_col="),
+    ({"loss_col": "val"}, {}, "no loss column 'val'; available columns: 'params', 'tokens', 'loss'. Name the right one with loss_col= (CLI: --loss-col)"),
+    ({}, {"drop": "tokens"}, "neither a tokens column 'tokens' nor a flops column 'flops'"),
+    ({}, {"set": ("loss", [3.0, np.nan, 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s) (rows 1)"),
+    ({}, {"set": ("loss", [3.0, "x", 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s)"),
+    ({}, {"set": ("params", [1e6, 0.0, -1.0, 8e6])}, "column 'params' must hold finite positive values; 2 do not"),
+    ({}, {"set": ("tokens", [np.inf, 1.0, 1.0, 1.0])}, "column 'tokens' must hold finite positive values"),
+    ({"exclude_top": 4}, {}, "exclude_top=4 would drop all 4 runs"),
+    ({"exclude_top": -1}, {}, "exclude_top must be a non-negative integer"),
+    ({"flops_per_param_token": 0}, {}, "flops_per_param_token must be positive"),
+])
+def test_bad_tables_are_refused_with_the_fix(kwargs, frame_change, message):
+    frame = _table()
+    if "drop" in frame_change:
+        frame = frame.drop(columns=[frame_change["drop"]])
+    if "set" in frame_change:
+        column, values = frame_change["set"]
+        frame[column] = values
+    with pytest.raises(FitInputError) as info:
+        load_runs(frame, **kwargs)
+    assert message in str(info.value)
+
+
+def test_empty_table_is_refused():
+    with pytest.raises(FitInputError, match="no finished runs to fit"):
+        load_runs(_table().iloc[:0])
+
+
+def test_bad_sources_are_refused(tmp_path):
+    with pytest.raises(FitInputError, match="no such file or folder"):
+        load_runs(tmp_path / "missing.csv")
+    with pytest.raises(FitInputError, match="no runs.sqlite in this folder"):
+        load_runs(tmp_path)
+    (tmp_path / "runs.parquet").write_bytes(b"x")
+    with pytest.raises(FitInputError, match="unknown file type; give a .csv file"):
+        load_runs(tmp_path / "runs.parquet")
+    with pytest.raises(FitInputError, match="cannot read runs from a list"):
+        load_runs([1, 2])
+
+
+def test_fit_refuses_bad_arguments():
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    with pytest.raises(FitInputError, match="unknown method 'chinchilla'; choose one of envelope, isoflop"):
+        fit(frame, method="chinchilla")
+    with pytest.raises(FitInputError, match="unknown option\\(s\\) param_col; fit\\(\\) accepts params_col"):
+        fit(frame, param_col="N")
+    with pytest.raises(FitInputError, match="level must lie strictly between 0 and 1"):
+        fit(frame, level=95)
+    with pytest.raises(FitInputError, match="bootstrap must be a non-negative number of resamples"):
+        fit(frame, method="isoflop", bootstrap=-5)
+    with pytest.raises(FitInputError, match="curve must be one of parabola, huber, akima"):
+        fit(frame, method="isoflop", curve="cubic")
+
+
+def test_methods_refuse_too_few_runs_or_missing_structure():
+    with pytest.raises(FitInputError, match="the parametric fit needs at least 6 runs; got 4"):
+        fit(_table(), method="parametric", bootstrap=0)
+    one_size = pd.DataFrame({"params": [1e6] * 6, "tokens": np.geomspace(1e7, 1e9, 6), "loss": np.linspace(3, 2.5, 6)})
+    with pytest.raises(FitInputError, match="all runs share one size or one token count"):
+        fit(one_size, method="vpnls", bootstrap=0)
+    with pytest.raises(FitInputError, match="Approach 1 needs a training curve"):
+        fit(_table(), method="envelope", bootstrap=0)
+    # Grids shifted far off the optimum: every budget's lowest run is on the edge.
+    edge = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, span=0.5, offset=1.5, noise=0)
+    with pytest.raises(FitInputError, match="Approach 2 needs an interior loss minimum at 2 or more budgets; "
+                       "found 0 of 3 .*edge minimum: the smallest size has the lowest loss"):
+        fit(edge, method="isoflop", bootstrap=0)
+    curves = synthetic_runs(budgets=(1e17,), sizes_per_budget=2)
+    with pytest.raises(FitInputError, match="Approach 1 needs curves from at least 3 model sizes; got 2"):
+        fit(curves, method="envelope", bootstrap=0)
+
+
+def test_all_records_methods_that_cannot_run():
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"])
+    fitted = fit(frame, method="all", bootstrap=0)
+    assert set(fitted.results) == {"isoflop", "parametric", "vpnls"}
+    assert "Approach 1 needs a training curve" in fitted.skipped["envelope"]
+
+
+def test_predict_refuses_bad_budgets():
+    fitted = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19)), method="isoflop", bootstrap=0)
+    with pytest.raises(FitInputError, match="budgets must be finite positive FLOP counts"):
+        fitted.predict([1e20, -1.0])

@@ -1,0 +1,95 @@
+"""Plots are written as real PNG/SVG files and the HTML report shows every one of them."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from flops_fit.cli import main
+from flops_fit.fitting import fit
+from flops_fit.fitting.plots import PLOTS
+from flops_fit.fitting.report import write_report
+from flops_fit.fitting.synthetic import synthetic_runs
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _valid(path):
+    data = path.read_bytes()
+    if path.suffix == ".png":
+        return data.startswith(PNG) and len(data) > 1000
+    return b"<svg" in data[:2000] and data.rstrip().endswith(b"</svg>")
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7, curve_points=10)
+    return fit(frame, method="all", bootstrap=30)
+
+
+def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
+    # Every method's every plot, as PNG (embedded, and beside the page) and SVG (linked).
+    out = write_report(fitted, tmp_path / "report.html", target=1e22)
+    assert sorted(p.name for p in (tmp_path / "report_plots").iterdir()) == sorted(
+        f"{m}_{name}.{fmt}" for m in fitted.results for name in PLOTS for fmt in ("png", "svg"))
+    text = out.read_text()
+    for method in fitted.results:
+        for name in PLOTS:
+            assert f"alt='{method}_{name}'" in text
+            svg = tmp_path / "report_plots" / f"{method}_{name}.svg"
+            assert f"href='report_plots/{svg.name}'" in text and _valid(svg)
+            assert _valid(svg.with_suffix(".png"))
+    assert len(re.findall(r"src='data:image/png;base64,", text)) == 4 * len(PLOTS)
+    assert "Provenance" in text and "Compute-optimal table" in text and "Prediction at 1e+22 FLOPs" in text
+
+
+def test_report_method_writes_into_a_folder(fitted, tmp_path):
+    path = fitted["isoflop"].report(tmp_path / "sweep")
+    assert path == tmp_path / "sweep" / "report.html" and "alt='isoflop_frontier'" in path.read_text()
+    assert str(fitted["isoflop"]).startswith("Approach 2: IsoFLOP profiles")
+
+
+def test_cli_report_and_plots(tmp_path, capsys):
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"])
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    assert main(["report", str(csv), "--method", "isoflop", "--bootstrap", "20", "--out", str(tmp_path / "r.html")]) == 0
+    assert "report written to" in capsys.readouterr().out
+    text = (tmp_path / "r.html").read_text()
+    assert all(f"alt='isoflop_{name}'" in text for name in PLOTS)
+    assert str(csv) in text  # provenance names the source
+
+    assert main(["fit", str(csv), "--method", "isoflop", "--bootstrap", "20", "--plots", str(tmp_path / "p"),
+                 "--predict", "1e20", "1e21"]) == 0
+    out = capsys.readouterr().out
+    assert "Approach 2: IsoFLOP profiles" in out and "1e+21" in out and "plots written to" in out
+    assert _valid(tmp_path / "p" / "isoflop_frontier.png")
+
+
+def test_cli_reports_bad_input_as_an_error(tmp_path, capsys):
+    csv = tmp_path / "runs.csv"
+    csv.write_text("N,L\n1,2\n")
+    assert main(["fit", str(csv)]) == 2
+    assert "flops-fit: error: " in capsys.readouterr().err
+
+
+def test_import_flops_fit_stays_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, flops_fit; flops_fit.fit; "
+            "print(sorted(m for m in ('torch', 'scipy', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_python_example_in_docs_runs(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "fitting.md").read_text()
+    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code.replace("bootstrap=200", "bootstrap=20").replace("bootstrap=50", "bootstrap=10"),
+                 "docs/fitting.md", "exec"), {})
+    assert (tmp_path / "fit-report" / "report.html").stat().st_size > 10_000
