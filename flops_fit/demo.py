@@ -86,7 +86,7 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
 
 def _fit(result, out: Path):
     """Fit every approach that applies through the fitting module, when this installation has
-    one, and write its report and plots next to the store."""
+    one, and write its HTML report (plots in ``report_plots/``) next to the store."""
     from flops_fit.errors import FlopsFitError
     from flops_fit.sweep import _fitter
 
@@ -100,7 +100,5 @@ def _fit(result, out: Path):
         return None
     print(fitted)
     if callable(getattr(fitted, "report", None)):
-        print(f"report: {fitted.report(out)}")
-    if callable(getattr(fitted, "plot", None)):
-        print(f"plots: {', '.join(str(p) for p in fitted.plot(out / 'plots'))}")
+        print(f"report (with its plots): {fitted.report(out)}")
     return fitted
