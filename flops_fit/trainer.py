@@ -139,7 +139,7 @@ def train(spec: RunSpec, *, host: Any = None) -> RunResult:
                 loss = loss_fn(step_model(x), batch)
             loss.backward()
             if spec.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, spec.grad_clip, foreach=True)
+                torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             result.tokens += x.shape[0] * per_sample
