@@ -11,5 +11,6 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "flops_fit.plugins.losses",
     "flops_fit.plugins.datasets",
     "flops_fit.plugins.local_executor",
+    "flops_fit.plugins.ray_executor",
     "flops_fit.parity.cases",
 )

@@ -1,0 +1,173 @@
+"""The Ray executor: each run is a Ray task on an existing cluster (or a local one).
+
+flops-fit grows no scheduler of its own: Ray places the tasks, retries a task whose worker
+died (process killed, node lost) up to ``max_retries`` times, and hands results back as
+they finish. The sweep driver consuming ``map`` stays the only writer of the run store, so
+a run is recorded once, whatever happened to its workers. Exceptions raised by the training
+code itself are not retried: a diverged run is a result, not a fault.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from flops_fit import progress
+from flops_fit.errors import FlopsFitError
+
+# Bytes per parameter a training run holds: fp32 weights, gradients and two AdamW moments.
+_TRAIN_BYTES_PER_PARAM = 16
+_MEMORY_FLOOR = 512 * 2**20  # interpreter, torch and a data batch
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise FlopsFitError(
+            "the 'ray' executor needs Ray, which is not installed: pip install 'flops-fit[ray]'"
+        ) from None
+    return ray
+
+
+class RunLost(FlopsFitError):
+    """A run's worker died more often than the retry limit allows."""
+
+
+class RayExecutor:
+    """Map runs onto Ray tasks.
+
+    ``address``: a cluster to join (default ``RAY_ADDRESS``; neither starts a local Ray
+    with ``num_cpus`` CPUs). ``cpus_per_run`` / ``gpus_per_run``: resources per task
+    (``gpus_per_run`` defaults to 1 for runs whose device is CUDA, else 0). Task memory is
+    requested from the run's parameter count. ``max_retries``: re-executions after a worker
+    dies mid-run before the run is recorded as failed.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        max_retries: int = 2,
+        cpus_per_run: float = 1,
+        gpus_per_run: float | None = None,
+        num_cpus: int | None = None,
+        workers: int | None = None,
+        on_progress: progress.Sink | None = None,
+        init_options: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise FlopsFitError(f"max_retries must be a non-negative integer, got {max_retries!r}")
+        if not cpus_per_run > 0:
+            raise FlopsFitError(f"cpus_per_run must be positive, got {cpus_per_run!r}")
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        self.max_retries = max_retries
+        self.cpus_per_run = cpus_per_run
+        self.gpus_per_run = gpus_per_run
+        # `workers` (the local executor's option) caps concurrency on a Ray started here.
+        self.num_cpus = num_cpus if num_cpus is not None else (workers * cpus_per_run if workers else None)
+        self.on_progress = on_progress
+        self.init_options = dict(init_options or {})
+        self._started_here = False
+
+    # ------------------------------------------------------------------ cluster
+    def connect(self):
+        """Join the cluster (or start a local Ray) unless this process already has."""
+        ray = _import_ray()
+        if not ray.is_initialized():
+            options = {"log_to_driver": False, "include_dashboard": False, **self.init_options}
+            if self.address:
+                ray.init(address=self.address, **{k: v for k, v in options.items() if k != "include_dashboard"})
+            else:
+                ray.init(num_cpus=self.num_cpus, **options)
+                self._started_here = True
+        return ray
+
+    def shutdown(self) -> None:
+        """Stop the local Ray this executor started (a joined cluster is left running)."""
+        if self._started_here:
+            _import_ray().shutdown()
+            self._started_here = False
+
+    def resources(self, spec: Any) -> dict[str, Any]:
+        """Ray resource requests for one run, from its device and parameter count."""
+        device = str(getattr(spec, "device", "cpu"))
+        gpus = self.gpus_per_run if self.gpus_per_run is not None else (1 if device.startswith("cuda") else 0)
+        params = int(getattr(spec, "params", 0) or 0)
+        memory = _MEMORY_FLOOR + _TRAIN_BYTES_PER_PARAM * params
+        return {"num_cpus": self.cpus_per_run, "num_gpus": gpus, "memory": memory}
+
+    # ---------------------------------------------------------------------- map
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        """Submit every item at once; yield ``(item, result_or_exception)`` as each finishes."""
+        items = list(items)
+        if not items:
+            return
+        ray = self.connect()
+        reports = None
+        if self.on_progress is not None:
+            from ray.util.queue import Queue
+
+            reports = Queue(actor_options={"num_cpus": 0})
+        task = ray.remote(_run_with_progress)
+        pending = {
+            task.options(max_retries=self.max_retries, retry_exceptions=False, **self.resources(item))
+            .remote(fn, item, reports): item
+            for item in items
+        }
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+                self._drain(reports)
+                for ref in ready:
+                    item = pending.pop(ref)
+                    yield item, self._outcome(ray, ref)
+            self._drain(reports)
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        finally:
+            if reports is not None:
+                reports.shutdown()
+
+    def _outcome(self, ray, ref) -> Any:
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:  # the run raised: not retried
+            cause = getattr(exc, "cause", None)
+            return cause if isinstance(cause, Exception) else RuntimeError(str(exc))
+        except ray.exceptions.RayError as exc:  # worker or node lost after every retry
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return RunLost(
+                f"the worker running it died {self.max_retries + 1} time(s) "
+                f"(max_retries={self.max_retries}); last error: {type(exc).__name__}: {first}"
+            )
+
+    def _drain(self, reports) -> None:
+        if reports is None:
+            return
+        while not reports.empty():
+            try:
+                message = reports.get_nowait()
+            except Exception:  # noqa: BLE001 - the queue emptied between the checks
+                return
+            self.on_progress(*message)
+
+
+def _run_with_progress(fn: Callable[[Any], Any], item: Any, reports: Any) -> Any:
+    """Body of a Ray task: route the trainer's progress reports back to the driver."""
+    if reports is not None:
+        progress.set_sink(lambda *message: reports.put_nowait(message))
+    try:
+        return fn(item)
+    finally:
+        progress.set_sink(None)
+
+
+def build(**options: Any) -> RayExecutor:
+    return RayExecutor(**options)
+
+
+__all__ = ["RayExecutor", "RunLost", "build"]

@@ -1,0 +1,103 @@
+"""The Ray executor on a local Ray started inside the tests (2 CPUs).
+
+Skipped when the ``ray`` extra is not installed; CI installs it.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'flops-fit[ray]'")
+
+import flops_fit  # noqa: E402
+from flops_fit.errors import FlopsFitError  # noqa: E402
+from flops_fit.ray_executor import RayExecutor, RunLost  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("ray")  # one local Ray per xdist worker, not per test
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    from ray import cloudpickle
+
+    # functions defined in this test module travel to the Ray workers by value
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    executor = RayExecutor(num_cpus=2)
+    executor.connect()
+    yield executor
+    executor.shutdown()
+
+
+class Spec:
+    def __init__(self, run_id, marker_dir=None, params=1000, device="cpu"):
+        self.run_id, self.marker_dir, self.params, self.device = run_id, marker_dir, params, device
+
+
+def square(spec):
+    return int(spec.run_id) ** 2
+
+
+def fails(spec):
+    raise ValueError(f"loss diverged in run {spec.run_id}")
+
+
+def dies_once(spec):
+    """Kill this worker process the first time; succeed when Ray runs it again."""
+    marker = Path(spec.marker_dir) / f"attempt-{spec.run_id}"
+    attempts = int(marker.read_text()) if marker.exists() else 0
+    marker.write_text(str(attempts + 1))
+    if attempts == 0:
+        os._exit(1)
+    return f"run {spec.run_id} finished on attempt {attempts + 1}"
+
+
+def test_registered_as_a_builtin_executor():
+    assert "ray" in flops_fit.list_executors()
+    assert flops_fit.executor_info("ray").builder == "flops_fit.ray_executor:build"
+
+
+def test_results_stream_back_once_per_item(local_ray):
+    items = [Spec(str(i)) for i in range(6)]
+    results = list(local_ray.map(square, items))
+    assert sorted(int(item.run_id) for item, _ in results) == list(range(6))
+    assert all(result == int(item.run_id) ** 2 for item, result in results)
+
+
+def test_an_exception_in_the_run_is_its_result_and_not_retried(local_ray):
+    ((item, outcome),) = list(local_ray.map(fails, [Spec("7")]))
+    assert isinstance(outcome, ValueError)
+    assert "loss diverged in run 7" in str(outcome)
+
+
+def test_a_killed_worker_is_retried(local_ray, tmp_path):
+    executor = RayExecutor(max_retries=2)
+    ((item, outcome),) = list(executor.map(dies_once, [Spec("3", tmp_path)]))
+    assert outcome == "run 3 finished on attempt 2"
+    assert (tmp_path / "attempt-3").read_text() == "2"
+
+
+def test_a_worker_dying_past_the_retry_limit_fails_the_run_with_the_reason(local_ray, tmp_path):
+    executor = RayExecutor(max_retries=0)
+    ((item, outcome),) = list(executor.map(dies_once, [Spec("4", tmp_path)]))
+    assert isinstance(outcome, RunLost)
+    assert "died 1 time(s) (max_retries=0)" in str(outcome)
+    assert (tmp_path / "attempt-4").read_text() == "1"  # not run again
+
+
+def test_resources_follow_the_run():
+    executor = RayExecutor(cpus_per_run=2)
+    cpu = executor.resources(Spec("1", params=10_000_000))
+    assert cpu["num_cpus"] == 2 and cpu["num_gpus"] == 0
+    assert cpu["memory"] == 512 * 2**20 + 16 * 10_000_000
+    assert executor.resources(Spec("1", device="cuda:0"))["num_gpus"] == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"max_retries": -1}, "max_retries must be a non-negative integer"), ({"cpus_per_run": 0}, "cpus_per_run must be positive")],
+)
+def test_bad_options_are_refused(options, message):
+    with pytest.raises(FlopsFitError, match=message):
+        RayExecutor(**options)
