@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from flops_fit.errors import FlopsFitError
+
 
 def _budgets(text: str) -> list[float]:
     try:
@@ -43,12 +45,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     the_plan = plan(**config.plan_options)
     print(the_plan, file=sys.stderr)
     options = dict(config.executor_options)
+    executor = args.executor or config.executor
     if args.workers is not None:
         options["workers"] = args.workers
+    if args.address:
+        if executor != "ray":
+            raise FlopsFitError(f"--address is for the ray executor (this sweep uses {executor!r}): add --executor ray")
+        options["address"] = args.address
     workers = options.pop("workers", 1)
     try:
         result = run_plan(
-            the_plan, args.out or config.out, resume=args.resume, executor=config.executor, workers=workers,
+            the_plan, args.out or config.out, resume=args.resume, executor=executor, workers=workers,
             executor_options=options, skip_parity=args.skip_parity, retry_failed=args.retry_failed,
         )
     except KeyboardInterrupt:
@@ -111,6 +118,8 @@ def add_commands(sub) -> None:
     p.add_argument("--out", help="output folder (default: [sweep] out, or flops-fit-out)")
     p.add_argument("--resume", action="store_true", help="continue the sweep stored in the output folder")
     p.add_argument("--workers", type=int, help="runs trained at once (worker processes)")
+    p.add_argument("--executor", help="run on this executor instead of the config's (e.g. local, ray)")
+    p.add_argument("--address", help="Ray cluster to join, e.g. ray://head:10001 (default RAY_ADDRESS)")
     p.add_argument("--skip-parity", action="store_true", help="train even if the model fails its parity gate")
     p.add_argument("--retry-failed", action="store_true", help="train failed runs again")
     p.set_defaults(func=_cmd_sweep)

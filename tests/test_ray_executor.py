@@ -4,6 +4,7 @@ Skipped when the ``ray`` extra is not installed; CI installs it.
 """
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,23 +12,39 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'flops-fit[ray]'")
 
+import sweep_support  # noqa: E402
+
 import flops_fit  # noqa: E402
 from flops_fit.errors import FlopsFitError  # noqa: E402
+from flops_fit.host import reset_host  # noqa: E402
 from flops_fit.ray_executor import RayExecutor, RunLost  # noqa: E402
+from flops_fit.store import RunStore  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")  # one local Ray per xdist worker, not per test
+TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
 def local_ray():
+    """A local Ray (2 CPUs) whose workers, like this process, load the tests' tiny-lm plugin."""
     from ray import cloudpickle
 
     # functions defined in this test module travel to the Ray workers by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    saved = {k: os.environ.get(k) for k in ("FLOPS_FIT_PLUGINS", "PYTHONPATH")}
+    os.environ["FLOPS_FIT_PLUGINS"] = "sweep_support"
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), saved["PYTHONPATH"]]))
+    reset_host()
     executor = RayExecutor(num_cpus=2)
     executor.connect()
     yield executor
     executor.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    reset_host()
 
 
 class Spec:
@@ -101,3 +118,66 @@ def test_resources_follow_the_run():
 def test_bad_options_are_refused(options, message):
     with pytest.raises(FlopsFitError, match=message):
         RayExecutor(**options)
+
+
+def _losses(frame):
+    return frame.set_index("run_id").loss.to_dict()
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    """The reference: the same small sweep on the local executor, in this process."""
+    out = tmp_path_factory.mktemp("local")
+    return flops_fit.sweep(
+        host=sweep_support.host(), out_dir=out, show_progress=False, **sweep_support.small_plan_options()
+    ).runs
+
+
+def test_a_sweep_on_ray_gives_the_local_executors_run_ids_and_losses(local_ray, local_sweep, tmp_path):
+    result = flops_fit.sweep(
+        out_dir=tmp_path / "ray", executor="ray", show_progress=False, **sweep_support.small_plan_options()
+    )
+    on_ray = result.runs
+    assert len(on_ray) == len(local_sweep) == 6 and set(on_ray.status) == {"done"}
+    assert _losses(on_ray) == pytest.approx(_losses(local_sweep), rel=1e-6)  # same ids, same losses
+    with RunStore(result.out_dir) as store:
+        assert store.counts() == {"done": 6}  # each run recorded once
+
+
+CONFIG = """
+[sweep]
+model = "tiny-lm"
+budgets = [2e7, 4e7]
+sizes = [4, 8, 16]
+batch_size = 8
+min_steps = 5
+eval_tokens = 512
+curve_points = 4
+"""
+
+
+def test_cli_sweep_joins_a_running_cluster_by_address(local_ray, local_sweep, tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(CONFIG)
+    address = ray.get_runtime_context().gcs_address
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "flops_fit.cli", "sweep", str(config), "--out", str(out),
+         "--executor", "ray", "--address", address],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "6 runs: 6 done" in result.stdout
+    assert _losses(RunStore(out).runs_frame()) == pytest.approx(_losses(local_sweep), rel=1e-6)
+
+
+def test_address_without_the_ray_executor_is_refused(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(CONFIG)
+    result = subprocess.run(
+        [sys.executable, "-m", "flops_fit.cli", "sweep", str(config), "--address", "127.0.0.1:6379"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(TESTS), "FLOPS_FIT_PLUGINS": "sweep_support"},
+    )
+    assert result.returncode == 2
+    assert "--address is for the ray executor (this sweep uses 'local'): add --executor ray" in result.stderr
