@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 import flops_fit
-from flops_fit.plan import plan
-from flops_fit.sweep import run_plan
+from flops_fit.planner import plan
+from flops_fit.sweeps import run_plan
 from flops_fit.trainer import make_optimizer, train
 
 MODEL = {"n_layer": 2, "head_dim": 8}

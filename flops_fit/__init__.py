@@ -43,14 +43,14 @@ _LAZY: dict[str, str] = {
     "load_runs": "flops_fit.fitting:load_runs",
     "FitResult": "flops_fit.fitting:FitResult",
     "FitSet": "flops_fit.fitting:FitSet",
-    "plan": "flops_fit.plan:plan",
-    "Plan": "flops_fit.plan:Plan",
+    "plan": "flops_fit.planner:plan",
+    "Plan": "flops_fit.planner:Plan",
     "HyperParams": "flops_fit.hparams:HyperParams",
     "RunSpec": "flops_fit.runs:RunSpec",
     "RunResult": "flops_fit.runs:RunResult",
     "RunStore": "flops_fit.store:RunStore",
-    "SweepResult": "flops_fit.sweep:SweepResult",
-    "sweep": "flops_fit.sweep:sweep",
+    "SweepResult": "flops_fit.sweeps:SweepResult",
+    "sweep": "flops_fit.sweeps:sweep",
     "train": "flops_fit.trainer:train",
 }
 

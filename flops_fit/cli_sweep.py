@@ -17,7 +17,7 @@ def _budgets(text: str) -> list[float]:
 
 
 def _plan_from_args(args: argparse.Namespace):
-    from flops_fit.plan import plan
+    from flops_fit.planner import plan
     from flops_fit.sweep_config import ConfigError, load_config
 
     options: dict[str, Any] = load_config(args.config).plan_options if args.config else {}
@@ -37,9 +37,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from flops_fit.plan import plan
-    from flops_fit.sweep import run_plan
+    from flops_fit.planner import plan
     from flops_fit.sweep_config import load_config
+    from flops_fit.sweeps import run_plan
 
     config = load_config(args.config)
     the_plan = plan(**config.plan_options)

@@ -59,12 +59,12 @@ def isoflop_table(frame) -> tuple[str, int]:
 def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int = 1,
              show_progress: bool = True, fit: bool = True) -> dict[str, Any]:
     """Run (or resume) the demo sweep into ``out``, then write the IsoFLOP table and the fit."""
-    from flops_fit.sweep import run_plan
     from flops_fit.sweep_config import parse_config
+    from flops_fit.sweeps import run_plan
 
     if model not in DEMOS:
         raise ValueError(f"no demo for model {model!r}; choose one of {sorted(DEMOS)}")
-    from flops_fit.plan import plan
+    from flops_fit.planner import plan
 
     config = parse_config(DEMOS[model], f"demo {model}")
     the_plan = plan(**config.plan_options)
@@ -88,7 +88,7 @@ def _fit(result, out: Path):
     """Fit every approach that applies through the fitting module, when this installation has
     one, and write its HTML report (plots in ``report_plots/``) next to the store."""
     from flops_fit.errors import FlopsFitError
-    from flops_fit.sweep import _fitter
+    from flops_fit.sweeps import _fitter
 
     if _fitter() is None:
         print("flops-fit: no fitting module installed; the store and the IsoFLOP table are written.")

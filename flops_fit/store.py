@@ -113,7 +113,7 @@ class RunStore:
                 )
 
     def plan(self) -> Any:
-        from flops_fit.plan import Plan
+        from flops_fit.planner import Plan
 
         data = self.get_meta("plan")
         if data is None:

@@ -33,7 +33,7 @@ class SweepConfig:
 
 
 def _plan_parameters() -> set[str]:
-    from flops_fit.plan import plan
+    from flops_fit.planner import plan
 
     return {n for n in inspect.signature(plan).parameters if n not in ("host", "model_config", "dataset_config", "hparams")}
 

@@ -75,3 +75,17 @@ def test_qualified_listing(toy_host, capsys):
 def test_cli_without_command_prints_help(capsys):
     assert cli.main([]) == 0
     assert "usage: flops-fit" in capsys.readouterr().out
+
+
+def test_public_functions_are_not_shadowed_by_submodules():
+    """Importing every submodule must leave flops_fit.plan, .sweep, .fit... callable
+    (a submodule of the same name would replace the function on the package)."""
+    import importlib
+    import pkgutil
+
+    import flops_fit
+
+    for module in pkgutil.walk_packages(flops_fit.__path__, "flops_fit."):
+        importlib.import_module(module.name)
+    for name in flops_fit._LAZY:
+        assert not isinstance(getattr(flops_fit, name), type(flops_fit)), f"flops_fit.{name} is a module"

@@ -9,7 +9,7 @@ import pytest
 import sweep_support
 
 from flops_fit.errors import FlopsFitError
-from flops_fit.plan import Plan, PlanError, plan
+from flops_fit.planner import Plan, PlanError, plan
 from flops_fit.runs import RunSpec
 
 HOST = sweep_support.host()

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 import sweep_support
 
-from flops_fit.plan import plan
+from flops_fit.planner import plan
 from flops_fit.runs import RunResult
 from flops_fit.store import RunStore, StoreError
 

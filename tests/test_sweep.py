@@ -15,9 +15,9 @@ import pytest
 import sweep_support
 
 import flops_fit
-from flops_fit.plan import plan
+from flops_fit.planner import plan
 from flops_fit.store import RunStore, StoreError
-from flops_fit.sweep import SweepResult, run_plan, sweep
+from flops_fit.sweeps import SweepResult, run_plan, sweep
 
 HOST = sweep_support.host()
 TESTS = Path(__file__).resolve().parent
@@ -97,7 +97,7 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 import sweep_support
-from flops_fit.sweep import sweep
+from flops_fit.sweeps import sweep
 
 if __name__ == "__main__":
     sweep(host=sweep_support.host(), out_dir=sys.argv[1], resume=True, show_progress=False,
@@ -289,7 +289,7 @@ class _FailingParity:
 
 
 def test_a_failing_parity_gate_stops_the_sweep_unless_overridden(tmp_path):
-    from flops_fit.sweep import ParityGateError
+    from flops_fit.sweeps import ParityGateError
     from flops_fit.testing import isolated_host
 
     host = isolated_host(("sweep_support", sweep_support), ("failing", _FailingParity()), builtins=True)

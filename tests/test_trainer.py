@@ -7,7 +7,7 @@ import math
 import pytest
 import sweep_support
 
-from flops_fit.plan import plan
+from flops_fit.planner import plan
 from flops_fit.trainer import eval_indices, lr_factor, train
 
 HOST = sweep_support.host()

@@ -19,7 +19,7 @@ from typing import Any
 
 from flops_fit import api
 from flops_fit.errors import FlopsFitError
-from flops_fit.plan import Plan, plan
+from flops_fit.planner import Plan, plan
 from flops_fit.progress import SweepDisplay
 from flops_fit.runs import RunResult
 from flops_fit.store import STORE_NAME, RunStore, StoreError

@@ -84,8 +84,8 @@ class Plan:
         return cls([RunSpec.from_dict(r) for r in data["runs"]], data.get("settings", {}), data["throughput"])
 
     def run(self, out_dir: str, **options: Any):
-        """Run this plan as a sweep into ``out_dir``; see ``flops_fit.sweep.run_plan``."""
-        from flops_fit.sweep import run_plan
+        """Run this plan as a sweep into ``out_dir``; see ``flops_fit.sweeps.run_plan``."""
+        from flops_fit.sweeps import run_plan
 
         return run_plan(self, out_dir, **options)
 
