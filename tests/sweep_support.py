@@ -100,6 +100,19 @@ def host():
     return isolated_host(("sweep_support", sys.modules[__name__]), builtins=True)
 
 
+# small_plan_options() as a sweep file's [sweep] table, for tests of the CLI
+SMALL_SWEEP_TOML = """
+[sweep]
+model = "tiny-lm"
+budgets = [2e7, 4e7]
+sizes = [4, 8, 16]
+batch_size = 8
+min_steps = 5
+eval_tokens = 512
+curve_points = 4
+"""
+
+
 def small_plan_options(**overrides):
     """A sweep of tiny-lm: 2 budgets x 3 sizes, about 130 optimizer steps in all."""
     return {

@@ -144,21 +144,9 @@ def test_a_sweep_on_ray_gives_the_local_executors_run_ids_and_losses(local_ray, 
         assert store.counts() == {"done": 6}  # each run recorded once
 
 
-CONFIG = """
-[sweep]
-model = "tiny-lm"
-budgets = [2e7, 4e7]
-sizes = [4, 8, 16]
-batch_size = 8
-min_steps = 5
-eval_tokens = 512
-curve_points = 4
-"""
-
-
 def test_cli_sweep_joins_a_running_cluster_by_address(local_ray, local_sweep, tmp_path):
     config = tmp_path / "sweep.toml"
-    config.write_text(CONFIG)
+    config.write_text(sweep_support.SMALL_SWEEP_TOML)
     address = ray.get_runtime_context().gcs_address
     out = tmp_path / "out"
     result = subprocess.run(
@@ -173,7 +161,7 @@ def test_cli_sweep_joins_a_running_cluster_by_address(local_ray, local_sweep, tm
 
 def test_address_without_the_ray_executor_is_refused(tmp_path):
     config = tmp_path / "sweep.toml"
-    config.write_text(CONFIG)
+    config.write_text(sweep_support.SMALL_SWEEP_TOML)
     result = subprocess.run(
         [sys.executable, "-m", "flops_fit.cli", "sweep", str(config), "--address", "127.0.0.1:6379"],
         capture_output=True, text=True, timeout=120,

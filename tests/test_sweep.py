@@ -148,16 +148,7 @@ def test_sigkill_mid_sweep_then_resume_loses_and_repeats_nothing(tmp_path, refer
     assert sum(v[3] for v in final.values()) == len(final) + 1  # only the killed run ran twice
 
 
-CONFIG = """
-[sweep]
-model = "tiny-lm"
-budgets = [2e7, 4e7]
-sizes = [4, 8, 16]
-batch_size = 8
-min_steps = 5
-eval_tokens = 512
-curve_points = 4
-
+CONFIG = sweep_support.SMALL_SWEEP_TOML + """
 [executor]
 name = "local"
 workers = {workers}
