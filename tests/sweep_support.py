@@ -93,6 +93,19 @@ def register_datasets(register):
     ))
 
 
+def store_rows(path):
+    """run_id -> (status, loss, finished, attempts), read-only, from a store being written."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {r[0]: r[1:] for r in db.execute("SELECT run_id, status, loss, finished, attempts FROM runs")}
+    except sqlite3.OperationalError:  # not created yet
+        return {}
+    finally:
+        db.close()
+
+
 def host():
     """A host with the built-ins and this plugin."""
     from flops_fit.testing import isolated_host

@@ -169,3 +169,34 @@ def test_address_without_the_ray_executor_is_refused(tmp_path):
     )
     assert result.returncode == 2
     assert "--address is for the ray executor (this sweep uses 'local'): add --executor ray" in result.stderr
+
+
+def test_a_driver_killed_mid_sweep_resumes_from_the_store(local_ray, local_sweep, tmp_path):
+    import signal
+    import time
+
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML)
+    out, address = tmp_path / "out", ray.get_runtime_context().gcs_address
+    command = [sys.executable, "-m", "flops_fit.cli", "sweep", str(config), "--out", str(out),
+               "--executor", "ray", "--address", address]
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, rows = time.monotonic() + 240, {}
+    while time.monotonic() < deadline and driver.poll() is None:
+        rows = sweep_support.store_rows(out / "runs.sqlite") if (out / "runs.sqlite").exists() else {}
+        statuses = [r[0] for r in rows.values()]
+        if "done" in statuses and "running" in statuses:
+            break
+        time.sleep(0.02)
+    assert driver.poll() is None, "the sweep finished before its driver could be killed"
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    killed = sweep_support.store_rows(out / "runs.sqlite")
+    finished_before = {k: v for k, v in killed.items() if v[0] == "done"}
+
+    resumed = subprocess.run(command + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    final = sweep_support.store_rows(out / "runs.sqlite")
+    for run_id, before in finished_before.items():
+        assert final[run_id] == before  # kept as it was: same loss, same finish time, trained once
+    assert {k: v[1] for k, v in final.items()} == pytest.approx(_losses(local_sweep), rel=1e-6)

@@ -5,7 +5,6 @@ import dataclasses
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -105,16 +104,6 @@ if __name__ == "__main__":
 """
 
 
-def _rows(path):
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {r[0]: r[1:] for r in db.execute("SELECT run_id, status, loss, finished, attempts FROM runs")}
-    except sqlite3.OperationalError:  # not created yet
-        return {}
-    finally:
-        db.close()
-
-
 def test_sigkill_mid_sweep_then_resume_loses_and_repeats_nothing(tmp_path, reference):
     script = tmp_path / "sweep_script.py"
     script.write_text(SCRIPT.format(tests=str(TESTS), options=KILL_OPTIONS))
@@ -124,7 +113,7 @@ def test_sigkill_mid_sweep_then_resume_loses_and_repeats_nothing(tmp_path, refer
     deadline = time.monotonic() + 240
     rows = {}
     while time.monotonic() < deadline and proc.poll() is None:
-        rows = _rows(db) if db.exists() else {}
+        rows = sweep_support.store_rows(db) if db.exists() else {}
         statuses = [r[0] for r in rows.values()]
         if statuses.count("done") >= 2 and "running" in statuses:
             break
@@ -132,13 +121,13 @@ def test_sigkill_mid_sweep_then_resume_loses_and_repeats_nothing(tmp_path, refer
     assert proc.poll() is None, "the sweep finished before it could be killed; make its runs longer"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed = _rows(db)
+    killed = sweep_support.store_rows(db)
     finished_before = {k: v for k, v in killed.items() if v[0] == "done"}
     assert 2 <= len(finished_before) < len(reference)
     assert "running" in [v[0] for v in killed.values()]
 
     subprocess.run([sys.executable, str(script), str(out)], check=True)
-    final = _rows(db)
+    final = sweep_support.store_rows(db)
     assert len(final) == len(reference)
     for run_id, before in finished_before.items():
         assert final[run_id] == before  # same loss, same finish time, trained once
@@ -185,7 +174,7 @@ def test_ctrl_c_stops_cleanly_and_the_sweep_resumes(tmp_path):
     proc = _cli(["sweep", str(config), "--out", str(out)])
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
-        statuses = [v[0] for v in _rows(out / "runs.sqlite").values()] if (out / "runs.sqlite").exists() else []
+        statuses = [v[0] for v in sweep_support.store_rows(out / "runs.sqlite").values()] if (out / "runs.sqlite").exists() else []
         if statuses.count("done") >= 1 and "running" in statuses:
             break
         time.sleep(0.02)
