@@ -3,7 +3,7 @@
 The GPT demo trains a small byte-level GPT on the Python standard library's own source
 (3 budgets x 5 sizes), the ViT demo a small ViT on scikit-learn's 8x8 digits. Budgets,
 sizes and the learning-rate rule were chosen (and checked) so that the IsoFLOP curves
-have interior minima; then the runs go to ``flops_fit.fit`` when it is installed.
+have interior minima; then the runs go to ``flops_fit.fit``.
 """
 
 from __future__ import annotations
@@ -85,20 +85,15 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
 
 
 def _fit(result, out: Path):
-    """Fit every approach that applies through the fitting module, when this installation has
-    one, and write its HTML report (plots in ``report_plots/``) next to the store."""
+    """Fit every approach that applies and write the HTML report (plots in ``report_plots/``)
+    next to the store."""
     from flops_fit.errors import FlopsFitError
-    from flops_fit.sweeps import _fitter
 
-    if _fitter() is None:
-        print("flops-fit: no fitting module installed; the store and the IsoFLOP table are written.")
-        return None
     try:
         fitted = result.fit(method="all", bootstrap=200)
     except FlopsFitError as exc:
         print(f"flops-fit: the fit was refused: {exc}")
         return None
     print(fitted)
-    if callable(getattr(fitted, "report", None)):
-        print(f"report (with its plots): {fitted.report(out)}")
+    print(f"report (with its plots): {fitted.report(out)}")
     return fitted

@@ -48,19 +48,9 @@ class SweepResult:
 
     def fit(self, **kwargs: Any):
         """Fit scaling laws to this sweep's runs with ``flops_fit.fit``."""
-        fit = _fitter()
-        if fit is None:
-            raise FlopsFitError("flops_fit.fit is not available in this installation (no fitting module)")
+        from flops_fit.fitting import fit
+
         return fit(str(self.out_dir), **kwargs)
-
-
-def _fitter():
-    import flops_fit
-
-    try:
-        return flops_fit.fit
-    except (AttributeError, ImportError):
-        return None
 
 
 def versions(host: Any = None) -> dict[str, Any]:
@@ -86,20 +76,14 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
     """Run the model's quick parity cases (``flops_fit.parity.check``) before any compute is spent.
 
     Returns ``{"status": ..., "reason": ...}``: "passed", "unverified" (no case could run,
-    none failed), "failed", "overridden" (``skip_parity=True``) or "skipped" (this
-    installation has no parity check).
+    none failed), "failed" or "overridden" (``skip_parity=True``).
     """
     if skip:
         return {"status": "overridden", "reason": "skip_parity=True: the gate was not run"}
-    try:
-        from flops_fit.parity import check
-    except ImportError:
-        return {"status": "skipped", "reason": "flops_fit.parity provides no check() in this installation"}
-    report = check(model) if host is None else check(model, host=host)
-    passed = bool(getattr(report, "passed", False))
-    status = getattr(report, "status", "passed" if passed else "failed")
-    summary = report.summary() if callable(getattr(report, "summary", None)) else str(report)
-    return {"status": status if passed else "failed", "reason": summary[:4000]}
+    from flops_fit.parity import check
+
+    report = check(model, host=host)
+    return {"status": report.status, "reason": report.summary()[:4000]}
 
 
 def sweep(
