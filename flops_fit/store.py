@@ -95,15 +95,18 @@ class RunStore:
 
     def set_meta(self, **values: Any) -> None:
         with self._tx():
-            for key, value in values.items():
-                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value, default=str)))
+            self._put_meta(values)
+
+    def _put_meta(self, values: dict[str, Any]) -> None:
+        """Write meta rows inside the caller's transaction."""
+        for key, value in values.items():
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value, default=str)))
 
     # ------------------------------------------------------------------ runs
     def add_plan(self, plan: Any, **meta: Any) -> None:
         """Record the plan and its runs (pending) with ``meta`` (spec, versions, ...), atomically."""
         with self._tx():
-            for key, value in {"plan": plan.to_dict(), **meta}.items():
-                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value, default=str)))
+            self._put_meta({"plan": plan.to_dict(), **meta})
             for position, run in enumerate(plan.runs):
                 self.db.execute(
                     "INSERT OR IGNORE INTO runs (run_id, position, model, size, params, budget, tokens_planned, spec)"
