@@ -52,8 +52,8 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=2000)
     args = parser.parse_args()
 
-    from flops_fit.local_executor import LocalExecutor
-    from flops_fit.ray_executor import RayExecutor
+    from flops_fit.executors.local import LocalExecutor
+    from flops_fit.executors.ray import RayExecutor
 
     runs = [FakeRun(str(i), args.work) for i in range(args.runs)]
     local_fixed, local_per_run = overhead(LocalExecutor(workers=2, threads=1), runs, 2)

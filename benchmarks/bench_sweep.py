@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 import flops_fit
-from flops_fit.planner import plan
-from flops_fit.sweeps import run_plan
-from flops_fit.trainer import make_optimizer, train
+from flops_fit.sweeps.driver import run_plan
+from flops_fit.sweeps.planner import plan
+from flops_fit.sweeps.trainer import make_optimizer, train
 
 MODEL = {"n_layer": 2, "head_dim": 8}
 

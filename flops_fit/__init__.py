@@ -1,10 +1,32 @@
 """flops-fit: plan, verify and fit compute-optimal scaling-law sweeps for PyTorch models.
 
-Importing this package is cheap: it loads no plugin and does not import torch.
-Plugins load on first use of the registry API.
+Importing this package is cheap: it loads no plugin and does not import torch. Plugins
+load on first use of the registry API; planning, training and fitting are imported on
+first access to their names (the ``_LAZY`` table below).
 """
 
-from flops_fit.api import (
+import pkgutil
+
+from flops_fit._version import __version__
+from flops_fit.errors import (
+    ConfigError,
+    ConversionError,
+    DataError,
+    EntryError,
+    FitInputError,
+    FlopsFitError,
+    OptionError,
+    ParityError,
+    ParityGateError,
+    PlanError,
+    PluginError,
+    PluginWarning,
+    RunLost,
+    StoreError,
+    UnknownEntryError,
+    WeightFileError,
+)
+from flops_fit.plugin.api import (
     create_dataset,
     create_executor,
     create_model,
@@ -21,7 +43,7 @@ from flops_fit.api import (
     model_info,
     parity_case_info,
 )
-from flops_fit.contracts import (
+from flops_fit.plugin.contracts import (
     TASK_CAUSAL_LM,
     TASK_IMAGE_CLASSIFICATION,
     DatasetEntry,
@@ -30,52 +52,64 @@ from flops_fit.contracts import (
     ModelEntry,
     ParityCaseEntry,
 )
-from flops_fit.errors import EntryError, FlopsFitError, PluginError, UnknownEntryError
-from flops_fit.hookspecs import hookimpl
+from flops_fit.plugin.hookspecs import hookimpl
 
-__version__ = "0.1.0"
-
-# Heavier parts of the API, imported on first attribute access so that
+# The heavier part of the API, imported on first attribute access so that
 # `import flops_fit` stays cheap: name -> "module:attribute".
 _LAZY: dict[str, str] = {
-    "check_parity": "flops_fit.parity.gate:check",
+    "check_parity": "flops_fit.sweeps.gate:check",
     "fit": "flops_fit.fitting:fit",
     "load_runs": "flops_fit.fitting:load_runs",
     "FitResult": "flops_fit.fitting:FitResult",
     "FitSet": "flops_fit.fitting:FitSet",
-    "plan": "flops_fit.planner:plan",
-    "Plan": "flops_fit.planner:Plan",
-    "HyperParams": "flops_fit.hparams:HyperParams",
-    "RunSpec": "flops_fit.runs:RunSpec",
-    "RunResult": "flops_fit.runs:RunResult",
-    "RunStore": "flops_fit.store:RunStore",
-    "SweepResult": "flops_fit.sweeps:SweepResult",
-    "sweep": "flops_fit.sweeps:sweep",
-    "train": "flops_fit.trainer:train",
+    "plan": "flops_fit.sweeps.planner:plan",
+    "Plan": "flops_fit.sweeps.planner:Plan",
+    "sweep": "flops_fit.sweeps.planner:sweep",
+    "SweepOptions": "flops_fit.sweeps.options:SweepOptions",
+    "HyperParams": "flops_fit.sweeps.hparams:HyperParams",
+    "run_plan": "flops_fit.sweeps.driver:run_plan",
+    "SweepResult": "flops_fit.sweeps.driver:SweepResult",
+    "run_demo": "flops_fit.sweeps.demo:run_demo",
+    "train": "flops_fit.sweeps.trainer:train",
+    "RunSpec": "flops_fit.store.runs:RunSpec",
+    "RunResult": "flops_fit.store.runs:RunResult",
+    "RunStore": "flops_fit.store.run_store:RunStore",
 }
 
 
 def __getattr__(name: str):
     if name in _LAZY:
-        from flops_fit._lazy import resolve
-
-        value = resolve(_LAZY[name])
+        value = pkgutil.resolve_name(_LAZY[name])
         globals()[name] = value
         return value
     raise AttributeError(f"module 'flops_fit' has no attribute {name!r}")
 
+
 __all__ = [
     "TASK_CAUSAL_LM",
     "TASK_IMAGE_CLASSIFICATION",
+    "ConfigError",
+    "ConversionError",
+    "DataError",
     "DatasetEntry",
     "EntryError",
     "ExecutorEntry",
+    "FitInputError",
     "FlopsFitError",
     "LossEntry",
     "ModelEntry",
+    "OptionError",
     "ParityCaseEntry",
+    "ParityError",
+    "ParityGateError",
+    "PlanError",
     "PluginError",
+    "PluginWarning",
+    "RunLost",
+    "StoreError",
     "UnknownEntryError",
+    "WeightFileError",
+    "__version__",
     "create_dataset",
     "create_executor",
     "create_model",

@@ -1,4 +1,8 @@
-"""Exceptions raised at flops-fit's boundaries; each message names the problem and the fix."""
+"""Every exception and warning flops-fit raises on purpose, in one place.
+
+Each message names the problem and the fix. The CLI prints any ``FlopsFitError`` as one
+line and exits 2; ``ValueError``/``KeyError`` bases let generic callers catch them too.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,11 @@ class FlopsFitError(Exception):
     """Base class for every error flops-fit raises on purpose."""
 
 
+class OptionError(FlopsFitError, ValueError):
+    """A value given to flops-fit has the wrong type or is out of range."""
+
+
+# ------------------------------------------------------------------ plugins
 class EntryError(FlopsFitError, ValueError):
     """A registered entry (model, dataset, loss, executor, parity case) breaks its contract."""
 
@@ -15,8 +24,55 @@ class PluginError(FlopsFitError):
     """A plugin could not be loaded; raised only in strict mode (FLOPS_FIT_STRICT_PLUGINS=1)."""
 
 
+class PluginWarning(UserWarning):
+    """A plugin was skipped because it failed to load; the message says which and how to silence it."""
+
+
 class UnknownEntryError(FlopsFitError, KeyError):
     """No entry of that kind has that name (or the bare name is ambiguous)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+# ------------------------------------------------------------------- sweeps
+class PlanError(OptionError):
+    """A budget or option the planner cannot turn into a sensible sweep."""
+
+
+class ConfigError(OptionError):
+    """A sweep configuration file that cannot be used as written."""
+
+
+class StoreError(FlopsFitError):
+    """The output folder's store is missing, or holds a different sweep."""
+
+
+class ParityGateError(FlopsFitError):
+    """The model failed its parity cases, so no compute is spent on it."""
+
+
+class DataError(FlopsFitError, ValueError):
+    """A dataset cannot be loaded as configured."""
+
+
+class RunLost(FlopsFitError):
+    """A run's worker died more often than the retry limit allows."""
+
+
+# ------------------------------------------------------------------ fitting
+class FitInputError(FlopsFitError, ValueError):
+    """The runs given to a fit are missing columns, hold bad values or are too few."""
+
+
+# ------------------------------------------------------------------- parity
+class ParityError(FlopsFitError):
+    """Base class for parity-suite errors."""
+
+
+class WeightFileError(ParityError, ValueError):
+    """A weight file or folder is missing, truncated, corrupt or in a format we refuse (pickle)."""
+
+
+class ConversionError(ParityError, ValueError):
+    """Reference weights do not fit the target: missing, unexpected, mis-shaped or zeroed keys."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from flops_fit import api
-from flops_fit.contracts import DatasetEntry, LossEntry, ModelEntry
 from flops_fit.errors import EntryError
-from flops_fit.host import Host
+from flops_fit.plugin import api
+from flops_fit.plugin.contracts import DatasetEntry, LossEntry, ModelEntry
+from flops_fit.plugin.host import Host
 
 
 def isolated_host(

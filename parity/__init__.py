@@ -1,9 +1,6 @@
 """The parity suite (installed as ``flops_fit.parity``): proves our models compute what
-their timm / Hugging Face / torch references compute."""
+their timm / Hugging Face / torch references compute. ``check`` is the sweep's gate."""
 
+from flops_fit.sweeps.gate import check
 
-def check(model_name: str, **kwargs):
-    """Run ``model_name``'s quick parity cases; see ``flops_fit.parity.gate.check``."""
-    from flops_fit.parity.gate import check as _check
-
-    return _check(model_name, **kwargs)
+__all__ = ["check"]

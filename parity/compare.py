@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from flops_fit._table import format_table
+from flops_fit.tables import format_table
 
 
 @dataclass(frozen=True)

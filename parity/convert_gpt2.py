@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flops_fit.parity.errors import ConversionError
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+
+from flops_fit.errors import ConversionError
 
 REFERENCE = "HF GPT-2"
 GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}

@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.errors import ConversionError
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+
+from flops_fit.errors import ConversionError
 
 REFERENCE = "HF ViT"
 GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}

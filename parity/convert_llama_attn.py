@@ -17,8 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.errors import ConversionError
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+
+from flops_fit.errors import ConversionError
 
 REFERENCE = "HF Llama attention"
 ATTENTION_FACTORY = "flops_fit.plugins.attention:MultiheadAttention"

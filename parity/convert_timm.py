@@ -14,8 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.errors import ConversionError
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+
+from flops_fit.errors import ConversionError
 
 REFERENCE = "timm VisionTransformer"
 TIMM_NORM_EPS = 1e-6  # timm ViT builds its LayerNorms with partial(nn.LayerNorm, eps=1e-6)

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.errors import ConversionError
 from flops_fit.parity.safetensors_io import load_weights
+
+from flops_fit.errors import ConversionError
+from flops_fit.plugin.api import create_model
+from flops_fit.plugin.contracts import resolve
 
 
 @dataclass
@@ -42,12 +45,8 @@ class Converted:
         """Build our model from the converted config (``overrides`` win) and load the weights."""
         config = {**self.config, **overrides}
         if self.factory:
-            from flops_fit._lazy import resolve
-
             model = resolve(self.factory)(**config)
         else:
-            from flops_fit import create_model
-
             model = create_model(self.model, self.size, **config)
         load_strict(model, self.state, what=f"{self.reference} -> {self.model}", fresh=self.fresh)
         return model

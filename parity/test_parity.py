@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from flops_fit.parity.gate import missing_requirements
 
-from flops_fit import api
-from flops_fit._lazy import resolve
+from flops_fit.plugin import api
+from flops_fit.plugin.contracts import resolve
+from flops_fit.sweeps.gate import missing_requirements
 
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16")

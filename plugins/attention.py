@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from flops_fit.plugins.sizing import positive_int
 from torch import Tensor, nn
+
+from flops_fit.checks import positive_int
 
 ATTENTION_PATHS = ("sdpa", "math")
 

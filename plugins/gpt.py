@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from flops_fit.plugins import sizing
 
 import flops_fit
+from flops_fit.checks import positive_int
 
 GELUS = ("tanh", "exact")
 
@@ -41,7 +42,7 @@ class GPTConfig:
         object.__setattr__(self, "n_head", heads)
         object.__setattr__(self, "n_kv_head", kv_heads)
         for name in ("n_layer", "vocab_size", "block_size"):
-            sizing.positive_int(getattr(self, name), name)
+            positive_int(getattr(self, name), name)
         if self.gelu not in GELUS:
             raise ValueError(f"gelu must be one of {GELUS}, got {self.gelu!r}")
         if not self.layer_norm_eps > 0:

@@ -14,13 +14,9 @@ import os
 import numpy as np
 import torch
 
-from flops_fit.errors import FlopsFitError
+from flops_fit.errors import DataError
 
 SPLITS = ("train", "validation")
-
-
-class ImageDataError(FlopsFitError):
-    """An image dataset cannot be loaded as configured."""
 
 
 class ImageTensors:
@@ -28,7 +24,7 @@ class ImageTensors:
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean: list[float], std: list[float]) -> None:
         if len(images) != len(labels) or len(images) == 0:
-            raise ImageDataError(f"need as many labels as images (>0), got {len(images)} and {len(labels)}")
+            raise DataError(f"need as many labels as images (>0), got {len(images)} and {len(labels)}")
         self.images, self.labels = images, labels.long()
         self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
@@ -47,7 +43,7 @@ class ImageTensors:
 
 def _check_split(split: str) -> None:
     if split not in SPLITS:
-        raise ImageDataError(f"unknown split {split!r}; image datasets have {SPLITS}")
+        raise DataError(f"unknown split {split!r}; image datasets have {SPLITS}")
 
 
 def build_digits(split: str, validation_fraction: float = 0.2, **model_keys) -> ImageTensors:
@@ -56,7 +52,7 @@ def build_digits(split: str, validation_fraction: float = 0.2, **model_keys) -> 
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        raise ImageDataError("the digits dataset needs scikit-learn: pip install scikit-learn") from None
+        raise DataError("the digits dataset needs scikit-learn: pip install scikit-learn") from None
     data = load_digits()
     images = torch.from_numpy(data.images.astype(np.float32)).unsqueeze(1)  # [N, 1, 8, 8], values 0..16
     labels = torch.from_numpy(data.target.astype(np.int64))
@@ -80,7 +76,7 @@ def build_cifar10(
     torchvision's MD5 check of the official files (for a sample in the official format)."""
     _check_split(split)
     if not root:
-        raise ImageDataError("cifar10 needs root=...: the folder that holds (or will hold) cifar-10-batches-py")
+        raise DataError("cifar10 needs root=...: the folder that holds (or will hold) cifar-10-batches-py")
     from torchvision.datasets import CIFAR10
 
     class Unverified(CIFAR10):
@@ -94,7 +90,7 @@ def build_cifar10(
     try:
         data = (CIFAR10 if verify else Unverified)(root, train=split == "train", download=download)
     except RuntimeError as exc:
-        raise ImageDataError(
+        raise DataError(
             f"cifar10: no valid CIFAR-10 under {root!r} ({exc}); pass download=True to fetch it "
             "(about 170 MB from the official site) or point root at the folder holding cifar-10-batches-py"
         ) from None

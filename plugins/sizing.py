@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from flops_fit.checks import positive_int
+
 BACKWARD_FACTOR = 2  # backward FLOPs per forward FLOP (input and weight gradients)
-
-
-def positive_int(value: object, what: str) -> int:
-    """``value`` if it is a positive int (not a bool); else ValueError naming ``what``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
-    return value
 
 
 def resolve_heads(width: int, num_heads: int | None, num_kv_heads: int | None, head_dim: int) -> tuple[int, int]:

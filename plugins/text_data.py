@@ -18,14 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from flops_fit.errors import FlopsFitError
+from flops_fit.errors import DataError
 
 BYTE_VOCAB = 256
 SPLITS = ("train", "validation")
-
-
-class DataError(FlopsFitError):
-    """A dataset cannot be loaded as configured."""
 
 
 class TokenWindows:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from flops_fit.plugins import sizing
 
 import flops_fit
+from flops_fit.checks import positive_int
 
 POOLS = ("token", "avg")
 GELUS = ("exact", "tanh")
@@ -45,7 +46,7 @@ class ViTConfig:
         object.__setattr__(self, "num_heads", heads)
         object.__setattr__(self, "num_kv_heads", kv_heads)
         for name in ("depth", "patch_size", "image_size", "in_chans", "num_classes"):
-            sizing.positive_int(getattr(self, name), name)
+            positive_int(getattr(self, name), name)
         if self.image_size % self.patch_size:
             raise ValueError(
                 f"image_size {self.image_size} is not divisible by patch_size {self.patch_size}: "

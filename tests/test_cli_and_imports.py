@@ -7,8 +7,8 @@ import sys
 import pytest
 from plugin_kit import Good
 
-from flops_fit import cli
-from flops_fit.host import Host, reset_host
+from flops_fit.cli import main as cli
+from flops_fit.plugin.host import Host, reset_host
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def run_python(code: str) -> str:
 
 def test_import_flops_fit_imports_no_torch_and_loads_no_plugin():
     out = run_python(
-        "import sys, flops_fit, flops_fit.host as h; "
+        "import sys, flops_fit, flops_fit.plugin.host as h; "
         "print('torch' in sys.modules, h._default is None)"
     )
     assert out.split() == ["False", "True"]
@@ -35,7 +35,7 @@ def test_import_flops_fit_imports_no_torch_and_loads_no_plugin():
 def test_cli_answers_without_importing_torch(argv):
     out = run_python(
         "import sys, contextlib, io\n"
-        "from flops_fit.cli import main\n"
+        "from flops_fit.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    try:\n"
         f"        main({argv!r})\n"

@@ -3,7 +3,8 @@
 import pytest
 
 import flops_fit
-from flops_fit.contracts import (
+from flops_fit.errors import EntryError
+from flops_fit.plugin.contracts import (
     DatasetEntry,
     ExecutorEntry,
     LossEntry,
@@ -11,7 +12,6 @@ from flops_fit.contracts import (
     ParityCaseEntry,
     check_name,
 )
-from flops_fit.errors import EntryError
 
 
 def model_fields(**overrides):
@@ -100,12 +100,18 @@ def test_loss_entry_checks_signature_when_loaded():
         LossEntry("l", fn=one_arg, task="causal-lm").load()
 
 
-def test_executor_entry_requires_a_map_method():
+def test_executor_entry_requires_the_executor_protocol():
     class NoMap:
         pass
 
-    with pytest.raises(EntryError, match=r"no map\(fn, items\) method"):
+    class NoClose:
+        def map(self, fn, items):
+            return iter(())
+
+    with pytest.raises(EntryError, match=r"lacks map, close, __enter__, __exit__; an executor needs map\(fn, items\)"):
         ExecutorEntry("e", builder=NoMap).build()
+    with pytest.raises(EntryError, match=r"lacks close, __enter__, __exit__"):
+        ExecutorEntry("e", builder=NoClose).build()
 
 
 def test_parity_case_entry_validation():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from flops_fit import hookspecs
+from flops_fit.plugin import hookspecs
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
 HOOKS = sorted(

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flops_fit.cli import main
+from flops_fit.cli.main import main
 from flops_fit.fitting import fit, load_runs
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "chinchilla_fig4_epoch.csv"

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from flops_fit.cli import main
+from flops_fit.cli.main import main
 from flops_fit.fitting import fit
 from flops_fit.fitting.plots import PLOTS
 from flops_fit.fitting.report import write_report

@@ -1,6 +1,6 @@
 """The plugin host: registration, name policy, failure isolation, strict mode, switches."""
 
-import io
+import warnings
 
 import pytest
 from plugin_kit import (
@@ -17,15 +17,23 @@ from plugin_kit import (
 
 import flops_fit
 from flops_fit import hookimpl
-from flops_fit.errors import EntryError, PluginError, UnknownEntryError
-from flops_fit.host import Host
+from flops_fit.errors import EntryError, PluginError, PluginWarning, UnknownEntryError
+from flops_fit.plugin import host as host_module
+from flops_fit.plugin.host import Host
 from flops_fit.testing import isolated_host
 
 
+def loaded(host):
+    """Load ``host``; returns it and the PluginWarnings it gave, one message a line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        host.load()
+    assert all(issubclass(w.category, PluginWarning) for w in caught), [str(w.message) for w in caught]
+    return host, "".join(f"{w.message}\n" for w in caught)
+
+
 def host_with(*plugins, env=None, strict=None):
-    stderr = io.StringIO()
-    host = Host(builtins=False, entry_points=False, plugins=plugins, env=env or {}, strict=strict, stderr=stderr)
-    return host.load(), stderr.getvalue()
+    return loaded(Host(builtins=False, entry_points=False, plugins=plugins, env=env or {}, strict=strict))
 
 
 def test_import_of_flops_fit_loads_no_plugin():
@@ -63,7 +71,7 @@ def test_broken_plugin_is_skipped_with_one_line_and_others_keep_working(plugin, 
     assert message in broken.error
     lines = err.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith(f"flops-fit: plugin 'broken' failed at {stage}: ")
+    assert lines[0].startswith(f"plugin 'broken' failed at {stage}: ")
     assert message in lines[0] and "FLOPS_FIT_DISABLE_PLUGINS=broken" in lines[0]
     # the good plugin is untouched and the broken one contributed nothing, not even valid entries
     assert flops_fit.list_models(host=host) == ["toy"]
@@ -125,13 +133,10 @@ class Squatter:
 
 
 def test_builtin_names_are_reserved(monkeypatch):
-    import flops_fit.plugins
-
-    monkeypatch.setattr(flops_fit.plugins, "BUILTIN_PLUGINS", ("plugin_kit_builtin",))
-    stderr = io.StringIO()
-    host = Host(builtins=True, entry_points=False, plugins=[("squatter", Squatter())], env={}, stderr=stderr).load()
+    monkeypatch.setattr(host_module, "BUILTIN_PLUGINS", ("plugin_kit_builtin",))
+    host, err = loaded(Host(builtins=True, entry_points=False, plugins=[("squatter", Squatter())], env={}))
     assert host.plugins[0].builtin and host.plugins[0].namespace == "flops_fit"
-    assert "model name 'reserved' is reserved by a built-in plugin" in stderr.getvalue()
+    assert "model name 'reserved' is reserved by a built-in plugin" in err
     assert flops_fit.list_models(qualified=True, host=host) == ["flops_fit/reserved"]
 
 

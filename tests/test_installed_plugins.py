@@ -88,7 +88,7 @@ def flops_fit_cli(site: Path, *args: str, **env: str) -> subprocess.CompletedPro
     environment = {k: v for k, v in os.environ.items() if not k.startswith("FLOPS_FIT_")}
     environment.update(PYTHONPATH=str(site), **env)
     return subprocess.run(
-        [sys.executable, "-m", "flops_fit.cli", *args], capture_output=True, text=True, env=environment, timeout=120
+        [sys.executable, "-m", "flops_fit", *args], capture_output=True, text=True, env=environment, timeout=120
     )
 
 
@@ -164,5 +164,5 @@ def test_plugins_command_shows_status_and_errors(site):
 def test_strict_mode_fails_the_command_naming_the_plugin(site):
     result = flops_fit_cli(site, "models", FLOPS_FIT_STRICT_PLUGINS="1", FLOPS_FIT_LOAD_PLUGINS="example,broken-raises")
     assert result.returncode == 2
-    assert "flops-fit: error: flops-fit: plugin 'broken-raises'" in result.stderr
+    assert "flops-fit: error: plugin 'broken-raises'" in result.stderr
     assert "OSError: cannot reach the data server" in result.stderr

@@ -41,4 +41,4 @@ def test_wheel_has_no_top_level_plugins_or_parity(tmp_path):
     }
     assert sources <= set(names), f"missing from the wheel: {sorted(sources - set(names))}"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "flops-fit = flops_fit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "flops-fit = flops_fit.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -10,13 +10,13 @@ from flops_fit.parity.convert_hf_vit import convert_hf_vit
 from flops_fit.parity.convert_llama_attn import convert_llama_attention
 from flops_fit.parity.convert_timm import convert_timm_vit
 from flops_fit.parity.convert_torch_mha import convert_torch_mha
-from flops_fit.parity.errors import ConversionError
 from flops_fit.parity.mapping import KeyMapper
 from flops_fit.parity.pipeline import save_hf
 from safetensors.torch import save_file
 from torch import nn
 
 import flops_fit
+from flops_fit.errors import ConversionError
 
 timm = pytest.importorskip("timm")
 transformers = pytest.importorskip("transformers")

@@ -13,7 +13,7 @@ from flops_fit.parity import check
 from flops_fit.parity.compare import TOLERANCES, ParityReport, compare_tensors
 
 import flops_fit
-from flops_fit.cli import main
+from flops_fit.cli.main import main
 from flops_fit.testing import isolated_host
 
 

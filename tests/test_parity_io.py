@@ -6,9 +6,10 @@ import json
 
 import pytest
 import torch
-from flops_fit.parity.errors import WeightFileError
 from flops_fit.parity.safetensors_io import load_weights, read_safetensors
 from safetensors.torch import save_file
+
+from flops_fit.errors import WeightFileError
 
 
 @pytest.fixture

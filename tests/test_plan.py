@@ -8,9 +8,9 @@ import re
 import pytest
 import sweep_support
 
-from flops_fit.errors import FlopsFitError
-from flops_fit.planner import Plan, PlanError, plan
-from flops_fit.runs import RunSpec
+from flops_fit.errors import FlopsFitError, PlanError
+from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.planner import Plan, plan
 
 HOST = sweep_support.host()
 

@@ -15,10 +15,10 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip ins
 import sweep_support  # noqa: E402
 
 import flops_fit  # noqa: E402
-from flops_fit.errors import FlopsFitError  # noqa: E402
-from flops_fit.host import reset_host  # noqa: E402
-from flops_fit.ray_executor import RayExecutor, RunLost  # noqa: E402
-from flops_fit.store import RunStore  # noqa: E402
+from flops_fit.errors import FlopsFitError, RunLost  # noqa: E402
+from flops_fit.executors.ray import RayExecutor  # noqa: E402
+from flops_fit.plugin.host import reset_host  # noqa: E402
+from flops_fit.store.run_store import RunStore  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")  # one local Ray per xdist worker, not per test
 TESTS = Path(__file__).resolve().parent
@@ -38,7 +38,7 @@ def local_ray():
     executor = RayExecutor(num_cpus=2)
     executor.connect()
     yield executor
-    executor.shutdown()
+    executor.close()
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -52,15 +52,15 @@ class Spec:
         self.run_id, self.marker_dir, self.params, self.device = run_id, marker_dir, params, device
 
 
-def square(spec):
+def square(spec, progress):
     return int(spec.run_id) ** 2
 
 
-def fails(spec):
+def fails(spec, progress):
     raise ValueError(f"loss diverged in run {spec.run_id}")
 
 
-def dies_once(spec):
+def dies_once(spec, progress):
     """Kill this worker process the first time; succeed when Ray runs it again."""
     marker = Path(spec.marker_dir) / f"attempt-{spec.run_id}"
     attempts = int(marker.read_text()) if marker.exists() else 0
@@ -72,7 +72,7 @@ def dies_once(spec):
 
 def test_registered_as_a_builtin_executor():
     assert "ray" in flops_fit.list_executors()
-    assert flops_fit.executor_info("ray").builder == "flops_fit.ray_executor:build"
+    assert flops_fit.executor_info("ray").builder == "flops_fit.executors.ray:build"
 
 
 def test_results_stream_back_once_per_item(local_ray):
@@ -113,7 +113,7 @@ def test_resources_follow_the_run():
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"max_retries": -1}, "max_retries must be a non-negative integer"), ({"cpus_per_run": 0}, "cpus_per_run must be positive")],
+    [({"max_retries": -1}, "max_retries must be a non-negative integer"), ({"cpus_per_run": 0}, "cpus_per_run must be a positive number")],
 )
 def test_bad_options_are_refused(options, message):
     with pytest.raises(FlopsFitError, match=message):
@@ -150,7 +150,7 @@ def test_cli_sweep_joins_a_running_cluster_by_address(local_ray, local_sweep, tm
     address = ray.get_runtime_context().gcs_address
     out = tmp_path / "out"
     result = subprocess.run(
-        [sys.executable, "-m", "flops_fit.cli", "sweep", str(config), "--out", str(out),
+        [sys.executable, "-m", "flops_fit", "sweep", str(config), "--out", str(out),
          "--executor", "ray", "--address", address],
         capture_output=True, text=True, timeout=300, env=dict(os.environ),
     )
@@ -163,7 +163,7 @@ def test_address_without_the_ray_executor_is_refused(tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML)
     result = subprocess.run(
-        [sys.executable, "-m", "flops_fit.cli", "sweep", str(config), "--address", "127.0.0.1:6379"],
+        [sys.executable, "-m", "flops_fit", "sweep", str(config), "--address", "127.0.0.1:6379"],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": str(TESTS), "FLOPS_FIT_PLUGINS": "sweep_support"},
     )
@@ -178,7 +178,7 @@ def test_a_driver_killed_mid_sweep_resumes_from_the_store(local_ray, local_sweep
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML)
     out, address = tmp_path / "out", ray.get_runtime_context().gcs_address
-    command = [sys.executable, "-m", "flops_fit.cli", "sweep", str(config), "--out", str(out),
+    command = [sys.executable, "-m", "flops_fit", "sweep", str(config), "--out", str(out),
                "--executor", "ray", "--address", address]
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, rows = time.monotonic() + 240, {}

@@ -6,9 +6,10 @@ import sqlite3
 import pytest
 import sweep_support
 
-from flops_fit.planner import plan
-from flops_fit.runs import RunResult
-from flops_fit.store import RunStore, StoreError
+from flops_fit.errors import StoreError
+from flops_fit.store.run_store import RunStore
+from flops_fit.store.runs import RunResult
+from flops_fit.sweeps.planner import plan
 
 HOST = sweep_support.host()
 REQUIRED = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "loss", "status", "curve"]
@@ -16,10 +17,10 @@ REQUIRED = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "l
 
 @pytest.fixture
 def store(tmp_path):
-    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
     with RunStore(tmp_path, create=True) as s:
-        s.add_plan(the_plan, spec=the_plan.settings, versions={"flops-fit": "x"})
-        yield s, the_plan
+        s.add_plan(swept, spec=swept.settings, versions={"flops-fit": "x"})
+        yield s, swept
 
 
 def test_a_missing_store_is_refused_with_the_fix(tmp_path):
@@ -28,16 +29,16 @@ def test_a_missing_store_is_refused_with_the_fix(tmp_path):
 
 
 def test_plan_and_meta_round_trip(store):
-    s, the_plan = store
-    assert [r.run_id for r in s.plan().runs] == [r.run_id for r in the_plan.runs]
+    s, plan = store
+    assert [r.run_id for r in s.planned_runs()] == [r.run_id for r in plan.runs]
     assert s.get_meta("versions") == {"flops-fit": "x"}
     assert s.counts() == {"pending": 6}
     assert s.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_results_and_the_frame_for_fitting(store):
-    s, the_plan = store
-    a, b = the_plan.runs[:2]
+    s, plan = store
+    a, b = plan.runs[:2]
     s.mark_running(a.run_id)
     s.record(RunResult(a.run_id, "done", loss=2.5, tokens=a.tokens, flops=a.flops, steps=a.steps,
                        curve=[[10, 3.0], [20, 2.7]], timings={"total_s": 1.0}))
@@ -51,18 +52,18 @@ def test_results_and_the_frame_for_fitting(store):
     assert done.curve == [[10, 3.0], [20, 2.7]]
     assert failed.status == "failed" and math.isnan(failed.loss) and failed.error == "diverged: boom"
     assert s.runs_frame(include_failed=False).run_id.tolist() == [a.run_id]
-    assert [r.run_id for r in s.unfinished(the_plan)] == [r.run_id for r in the_plan.runs[2:]]
+    assert [r.run_id for r in s.unfinished(plan)] == [r.run_id for r in plan.runs[2:]]
 
 
-def test_recording_a_run_outside_the_plan_is_refused(store):
+def test_recording_a_run_outside_plan_is_refused(store):
     s, _ = store
     with pytest.raises(StoreError, match="not in this sweep's plan"):
         s.record(RunResult("0123456789abcdef", "done", loss=1.0))
 
 
 def test_a_failed_write_leaves_nothing_behind(store):
-    s, the_plan = store
-    run = the_plan.runs[0]
+    s, plan = store
+    run = plan.runs[0]
     bad = RunResult(run.run_id, "done", loss=1.0, curve=[[1, object()]])  # not JSON-serialisable
     with pytest.raises(TypeError):
         s.record(bad)

@@ -14,9 +14,11 @@ import pytest
 import sweep_support
 
 import flops_fit
-from flops_fit.planner import plan
-from flops_fit.store import RunStore, StoreError
-from flops_fit.sweeps import SweepResult, run_plan, sweep
+from flops_fit.errors import StoreError
+from flops_fit.store.run_store import RunStore
+from flops_fit.sweeps.driver import SweepResult, run_plan
+from flops_fit.sweeps.options import SweepOptions
+from flops_fit.sweeps.planner import plan, sweep
 
 HOST = sweep_support.host()
 TESTS = Path(__file__).resolve().parent
@@ -96,7 +98,7 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 import sweep_support
-from flops_fit.sweeps import sweep
+from flops_fit.sweeps.planner import sweep
 
 if __name__ == "__main__":
     sweep(host=sweep_support.host(), out_dir=sys.argv[1], resume=True, show_progress=False,
@@ -147,7 +149,7 @@ threads = 1
 
 def _cli(args, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(TESTS), "FLOPS_FIT_PLUGINS": "sweep_support"}
-    return subprocess.Popen([sys.executable, "-m", "flops_fit.cli", *args], env=env,
+    return subprocess.Popen([sys.executable, "-m", "flops_fit", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
@@ -198,7 +200,8 @@ def test_sweep_result_fit_uses_the_fitting_module(tmp_path):
 
 
 def test_config_errors_name_the_problem(tmp_path):
-    from flops_fit.sweep_config import ConfigError, load_config
+    from flops_fit.errors import ConfigError
+    from flops_fit.sweeps.config import load_config
 
     path = tmp_path / "bad.toml"
     for text, message in [
@@ -213,13 +216,14 @@ def test_config_errors_name_the_problem(tmp_path):
             load_config(path)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")
-    assert json.loads(json.dumps(load_config(TESTS.parent / "examples" / "sweep.toml").plan_options))
+    options = load_config(TESTS.parent / "examples" / "sweep.toml").options
+    assert SweepOptions.from_dict(json.loads(json.dumps(options.to_dict()))) == options
 
 
 def test_isoflop_table_marks_interior_minima():
     import pandas as pd
 
-    from flops_fit.demo import isoflop_table
+    from flops_fit.sweeps.demo import isoflop_table
 
     rows = [(1e9, 8, 100, 3.0), (1e9, 16, 200, 2.5), (1e9, 32, 400, 2.7),  # interior
             (2e9, 8, 100, 2.0), (2e9, 16, 200, 2.4), (2e9, 32, 400, 2.9)]  # on the edge
@@ -239,13 +243,13 @@ def test_cli_plan_prints_the_example_config():
 
 def test_executor_options_are_checked():
     from flops_fit.errors import FlopsFitError
-    from flops_fit.local_executor import LocalExecutor
+    from flops_fit.executors.local import LocalExecutor
 
     with pytest.raises(FlopsFitError, match="workers must be a positive integer"):
         LocalExecutor(workers=0)
     with pytest.raises(FlopsFitError, match="devices must look like 'cuda:0'"):
         LocalExecutor(devices=["gpu0"])
-    pairs = list(LocalExecutor().map(lambda x: 1 / x, [1, 0]))
+    pairs = list(LocalExecutor().map(lambda x, progress: 1 / x, [1, 0]))
     assert pairs[0] == (1, 1.0) and isinstance(pairs[1][1], ZeroDivisionError)
 
 
@@ -263,7 +267,7 @@ class _FailingParity:
 
 
 def test_a_failing_parity_gate_stops_the_sweep_unless_overridden(tmp_path):
-    from flops_fit.sweeps import ParityGateError
+    from flops_fit.sweeps.driver import ParityGateError
     from flops_fit.testing import isolated_host
 
     host = isolated_host(("sweep_support", sweep_support), ("failing", _FailingParity()), builtins=True)

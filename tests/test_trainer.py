@@ -7,8 +7,8 @@ import math
 import pytest
 import sweep_support
 
-from flops_fit.planner import plan
-from flops_fit.trainer import eval_indices, lr_factor, train
+from flops_fit.sweeps.planner import plan
+from flops_fit.sweeps.trainer import eval_indices, lr_factor, train
 
 HOST = sweep_support.host()
 

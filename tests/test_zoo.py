@@ -4,9 +4,9 @@ import subprocess
 import sys
 
 import pytest
-from flops_fit.plugins import BUILTIN_PLUGINS
 
 import flops_fit
+from flops_fit.plugin.host import BUILTIN_PLUGINS
 
 ZOO_MODULES = ("flops_fit.plugins.vit", "flops_fit.plugins.gpt", "flops_fit.plugins.losses")
 
@@ -31,6 +31,6 @@ def test_builtin_host_lists_the_zoo():
 
 
 def test_flops_fit_models_cli_lists_the_zoo():
-    out = subprocess.run([sys.executable, "-m", "flops_fit.cli", "models"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "flops_fit", "models"], capture_output=True, text=True, check=True)
     for name in ("vit", "gpt", "gpt2", "vit_base_patch16_224"):
         assert f"\n{name} " in out.stdout, out.stdout

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flops_fit.fitting.compare import FitSet
-from flops_fit.fitting.inputs import FitInputError, Runs, load_runs
+from flops_fit.errors import FitInputError
+from flops_fit.fitting.fit_set import FitSet
+from flops_fit.fitting.inputs import Runs, load_runs
 from flops_fit.fitting.result import FitResult
 
 METHODS = ("envelope", "isoflop", "parametric", "vpnls")

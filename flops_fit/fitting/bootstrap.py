@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flops_fit.fitting.inputs import FitInputError
+from flops_fit.errors import FitInputError
 
 
 def resample_weights(n: int, resamples: int, seed: int | None, groups: np.ndarray | None = None) -> np.ndarray:

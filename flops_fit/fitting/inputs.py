@@ -13,16 +13,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flops_fit.errors import FlopsFitError
+from flops_fit.errors import FitInputError
+from flops_fit.store.run_store import STORE_NAME, RunStore
 
 # FLOPs per parameter per token of dense training (2 forward + 4 backward), used only when
 # one of tokens / flops is missing and the caller gives no other rule.
 FLOPS_PER_PARAM_TOKEN = 6.0
 FINISHED = ("done", "finished", "ok", "completed")
-
-
-class FitInputError(FlopsFitError, ValueError):
-    """The runs given to a fit are missing columns, hold bad values or are too few."""
 
 
 @dataclass
@@ -177,7 +174,7 @@ def _read(source: Any) -> tuple[pd.DataFrame, str, dict[str, Any]]:
         if path.is_file():
             if path.suffix.lower() in (".csv", ".txt", ".tsv"):
                 return pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ","), str(path), {}
-            if path.name == "runs.sqlite":
+            if path.name == STORE_NAME:
                 return _read_store(path.parent)
             raise FitInputError(f"{path}: unknown file type; give a .csv file or a sweep output folder")
         raise FitInputError(f"{path}: no such file or folder; give a CSV file, a sweep folder or a DataFrame")
@@ -188,15 +185,10 @@ def _read(source: Any) -> tuple[pd.DataFrame, str, dict[str, Any]]:
 
 
 def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:
-    if not (folder / "runs.sqlite").is_file():
-        raise FitInputError(f"{folder}: no runs.sqlite in this folder; is it a sweep output folder?")
-    from flops_fit.store import RunStore  # the sweep's store; imported only when needed
-
-    store = RunStore(folder)
-    try:
+    if not (folder / STORE_NAME).is_file():
+        raise FitInputError(f"{folder}: no {STORE_NAME} in this folder; is it a sweep output folder?")
+    with RunStore(folder) as store:
         return store.runs_frame(), str(folder), store_metadata(store)
-    finally:
-        getattr(store, "close", lambda: None)()
 
 
 def store_metadata(store: Any) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from flops_fit.errors import FitInputError
 from flops_fit.fitting.bootstrap import resample_weights
-from flops_fit.fitting.inputs import FitInputError, Runs
+from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws import fit_frontier, line_r2, power_frontier
 from flops_fit.fitting.result import Diagnostics, FitResult
 

@@ -22,10 +22,11 @@ import time
 import numpy as np
 import pandas as pd
 
+from flops_fit.errors import FitInputError
 from flops_fit.fitting._huber import HUBER_DELTA, objective
 from flops_fit.fitting._lbfgs import minimize_batch
 from flops_fit.fitting.bootstrap import resample_weights
-from flops_fit.fitting.inputs import FitInputError, Runs
+from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws import parametric_frontier
 from flops_fit.fitting.result import Diagnostics, FitResult
 

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from flops_fit.fitting.compare import FitSet
+from flops_fit.fitting.fit_set import FitSet
 from flops_fit.fitting.result import FitResult
 
 
 def write_report(fitted: FitResult | FitSet, out: str | Path, *, target: float | None = None,
                  budgets: Sequence[float] | None = None) -> Path:
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path."""
-    from flops_fit import __version__
+    from flops_fit._version import __version__
 
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):

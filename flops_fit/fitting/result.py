@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flops_fit.errors import FitInputError
 from flops_fit.fitting.bootstrap import interval
-from flops_fit.fitting.inputs import FitInputError, Runs
+from flops_fit.fitting.inputs import Runs
 
 Frontier = Callable[[dict[str, np.ndarray], np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
@@ -126,7 +127,7 @@ class FitResult(Presentable):
 
     def summary(self, budgets: Sequence[float] | None = None) -> str:
         """Plain text: parameters with intervals, predictions, warnings."""
-        from flops_fit._table import format_table
+        from flops_fit.tables import format_table
 
         pct = f"{100 * self.level:g}%"
         par = self.intervals()

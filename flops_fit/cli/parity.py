@@ -6,6 +6,12 @@ Imports nothing heavy at module level; torch and the references load when the co
 from __future__ import annotations
 
 import argparse
+import json
+
+from flops_fit.errors import FlopsFitError
+from flops_fit.plugin import api
+from flops_fit.sweeps.gate import run_case
+from flops_fit.tables import format_table
 
 
 def add_commands(subparsers) -> None:
@@ -20,14 +26,6 @@ def add_commands(subparsers) -> None:
 
 
 def _cmd_parity(args: argparse.Namespace) -> int:
-    import json
-
-    from flops_fit.parity.gate import run_case
-
-    from flops_fit import api
-    from flops_fit._table import format_table
-    from flops_fit.errors import FlopsFitError
-
     if args.device == "cuda":
         import torch
 

@@ -1,77 +1,80 @@
-"""Sweep commands: ``plan``, ``sweep``, ``status`` and ``demo`` (nothing heavy at import)."""
+"""Sweep commands: ``plan``, ``sweep``, ``status`` and ``demo``.
+
+Planning and training go through the lazy public API (``flops_fit.plan``,
+``flops_fit.run_demo``), so ``flops-fit --help`` imports no torch.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
-from flops_fit.errors import FlopsFitError
+import flops_fit
+from flops_fit.errors import ConfigError, OptionError
+from flops_fit.store.run_store import STORE_NAME, RunStore
+from flops_fit.sweeps.config import load_config
+from flops_fit.sweeps.options import SweepOptions
+from flops_fit.tables import format_table
+
+INTERRUPTED = 130  # the shell's status for a process stopped by Ctrl-C
 
 
-def _budgets(text: str) -> list[float]:
-    try:
-        return [float(b) for b in text.split(",") if b.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"budgets must be comma-separated numbers such as 1e12,3e12, got {text!r}") from None
+def _option_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per SweepOptions field that has a command-line form, with its help text."""
+    for f in dataclasses.fields(SweepOptions):
+        parse = f.metadata["cli"]
+        if parse is not None:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=parse,
+                                metavar=f.metadata["metavar"], help=f.metadata["help"])
 
 
-def _plan_from_args(args: argparse.Namespace):
-    from flops_fit.planner import plan
-    from flops_fit.sweep_config import ConfigError, load_config
-
-    options: dict[str, Any] = load_config(args.config).plan_options if args.config else {}
-    for name in ("model", "dataset", "budgets", "sizes_per_budget", "span", "batch_size", "seq_len",
-                 "flops_accounting", "tokens_per_param", "min_steps"):
-        value = getattr(args, name)
-        if value is not None:
-            options[name] = value
-    if "model" not in options or "budgets" not in options:
+def _options_from_args(args: argparse.Namespace) -> SweepOptions:
+    values: dict[str, Any] = load_config(args.config).options.to_dict() if args.config else {}
+    values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(SweepOptions)
+                   if getattr(args, f.name, None) is not None})
+    if "model" not in values or "budgets" not in values:
         raise ConfigError("flops-fit plan needs --model and --budgets (or a CONFIG.toml that sets them)")
-    return plan(**options)
+    return SweepOptions.build(**values)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    print(_plan_from_args(args))
+    print(flops_fit.plan(_options_from_args(args)))
     return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from flops_fit.planner import plan
-    from flops_fit.sweep_config import load_config
-    from flops_fit.sweeps import run_plan
-
     config = load_config(args.config)
-    the_plan = plan(**config.plan_options)
-    print(the_plan, file=sys.stderr)
+    plan = flops_fit.plan(config.options)
+    print(plan, file=sys.stderr)
     options = dict(config.executor_options)
     executor = args.executor or config.executor
     if args.workers is not None:
         options["workers"] = args.workers
     if args.address:
         if executor != "ray":
-            raise FlopsFitError(f"--address is for the ray executor (this sweep uses {executor!r}): add --executor ray")
+            raise OptionError(f"--address is for the ray executor (this sweep uses {executor!r}): add --executor ray")
         options["address"] = args.address
     workers = options.pop("workers", 1)
+    out = Path(args.out or config.out)
     try:
-        result = run_plan(
-            the_plan, args.out or config.out, resume=args.resume, executor=executor, workers=workers,
-            executor_options=options, skip_parity=args.skip_parity, retry_failed=args.retry_failed,
-        )
+        plan.run(out, resume=args.resume, executor=executor, workers=workers, executor_options=options,
+                 skip_parity=args.skip_parity, retry_failed=args.retry_failed)
     except KeyboardInterrupt:
-        return 130
-    return _print_status(result.out_dir)
+        print(f"\nflops-fit: interrupted; finished runs are saved in {out / STORE_NAME}. "
+              f"Resume with: flops-fit sweep {args.config} --out {out} --resume", file=sys.stderr)
+        return INTERRUPTED
+    return _print_status(out)
 
 
-def _print_status(out_dir) -> int:
-    from flops_fit._table import format_table
-    from flops_fit.store import RunStore
-
+def _print_status(out_dir: str | Path) -> int:
     with RunStore(out_dir) as store:
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
         frame = store.runs_frame()
-        total = sum(counts.values())
+    total = sum(counts.values())
     print(f"{out_dir}: {total} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     print(f"parity gate: {parity['status']}" + (f" ({parity['reason'].splitlines()[0]})" if parity.get("reason") else ""))
     rows = [
@@ -89,28 +92,25 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from flops_fit.demo import run_demo
-
+    out = Path(args.out or f"demo-out/{args.model}")
     try:
-        run_demo(args.model, args.out or f"demo-out/{args.model}", workers=args.workers)
+        outcome = flops_fit.run_demo(args.model, out, workers=args.workers, on_plan=print)
     except KeyboardInterrupt:
-        return 130
+        print(f"\nflops-fit: interrupted; run `flops-fit demo --model {args.model}` again to resume", file=sys.stderr)
+        return INTERRUPTED
+    print(outcome.table)
+    if outcome.refused:
+        print(f"flops-fit: the fit was refused: {outcome.refused}")
+    else:
+        print(outcome.fit)
+        print(f"report (with its plots): {outcome.report}")
     return 0
 
 
 def add_commands(sub) -> None:
     p = sub.add_parser("plan", help="print the runs a sweep would train (no training)")
     p.add_argument("config", nargs="?", help="a sweep CONFIG.toml (flags override it)")
-    p.add_argument("--model")
-    p.add_argument("--dataset")
-    p.add_argument("--budgets", type=_budgets, help="comma-separated FLOPs, e.g. 1e12,3e12,1e13")
-    p.add_argument("--sizes-per-budget", type=int)
-    p.add_argument("--span", type=float, help="factor in parameters spanned around the prior optimum")
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--seq-len", type=int)
-    p.add_argument("--tokens-per-param", type=float)
-    p.add_argument("--min-steps", type=int)
-    p.add_argument("--flops-accounting", choices=("model", "6nd"))
+    _option_flags(p)
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("sweep", help="run a sweep from CONFIG.toml into an output folder")

@@ -1,67 +1,69 @@
 """Sweep configuration files (TOML), documented in docs/sweeps.md.
 
-Tables: ``[sweep]`` holds the planner's options (model, dataset, budgets, ...) and ``out``;
+Tables: ``[sweep]`` holds ``SweepOptions`` fields (model, budgets, ...) and ``out``;
 ``[model]`` and ``[dataset]`` the model and dataset configuration; ``[hparams]`` the
 optimizer hyper-parameters; ``[executor]`` the executor's ``name`` and its options.
 """
 
 from __future__ import annotations
 
-import inspect
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flops_fit.errors import FlopsFitError
+from flops_fit.errors import ConfigError, PlanError
+from flops_fit.sweeps.options import SweepOptions
 
 TABLES = ("sweep", "model", "dataset", "hparams", "executor")
-
-
-class ConfigError(FlopsFitError):
-    """A sweep configuration file that cannot be used as written."""
+# SweepOptions fields that come from their own table rather than from [sweep]
+TABLE_OPTIONS = {"model": "model_config", "dataset": "dataset_config", "hparams": "hparams"}
+DEFAULT_OUT = "flops-fit-out"
 
 
 @dataclass
 class SweepConfig:
-    """A parsed configuration: ``plan_options`` go to ``flops_fit.plan``."""
+    """A parsed configuration: the plan's options, where it goes, and how it runs."""
 
-    plan_options: dict[str, Any]
-    out: str = "flops-fit-out"
+    options: SweepOptions
+    out: str = DEFAULT_OUT
     executor: str = "local"
     executor_options: dict[str, Any] = field(default_factory=dict)
 
 
-def _plan_parameters() -> set[str]:
-    from flops_fit.planner import plan
-
-    return {n for n in inspect.signature(plan).parameters if n not in ("host", "model_config", "dataset_config", "hparams")}
+def sweep_keys() -> list[str]:
+    """The keys a ``[sweep]`` table accepts."""
+    return sorted(set(SweepOptions.names()) - set(TABLE_OPTIONS.values())) + ["out"]
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
-    """Validate a configuration mapping (the TOML document) and split it by purpose."""
+    """Validate a configuration mapping (the TOML document) and build its SweepOptions."""
     unknown = sorted(set(data) - set(TABLES))
     if unknown:
         raise ConfigError(f"{source}: unknown table(s) {unknown}; the tables are {list(TABLES)}")
     for table in TABLES:
         if not isinstance(data.get(table, {}), dict):
             raise ConfigError(f"{source}: [{table}] must be a table")
-    options = dict(data.get("sweep", {}))
-    out = options.pop("out", "flops-fit-out")
-    allowed = _plan_parameters()
-    bad = sorted(set(options) - allowed)
+    values = dict(data.get("sweep", {}))
+    out = values.pop("out", DEFAULT_OUT)
+    bad = sorted(set(values) - set(sweep_keys()))
     if bad:
-        raise ConfigError(f"{source}: unknown [sweep] key(s) {bad}; known keys: {sorted(allowed | {'out'})}")
-    if "model" not in options:
+        raise ConfigError(f"{source}: unknown [sweep] key(s) {bad}; known keys: {sweep_keys()}")
+    if "model" not in values:
         raise ConfigError(f'{source}: [sweep] needs model = "..." (see `flops-fit models`)')
-    if "budgets" not in options:
+    if "budgets" not in values:
         raise ConfigError(f"{source}: [sweep] needs budgets = [...] (FLOPs, e.g. [1e12, 3e12, 1e13])")
-    options["model_config"] = dict(data.get("model", {}))
-    options["dataset_config"] = dict(data.get("dataset", {}))
-    options["hparams"] = dict(data.get("hparams", {}))
+    if not isinstance(out, str) or not out:
+        raise ConfigError(f"{source}: [sweep] out must be a folder name, got {out!r}")
+    for table, name in TABLE_OPTIONS.items():
+        values[name] = dict(data.get(table, {}))
+    try:
+        options = SweepOptions.build(**values)
+    except PlanError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     executor = dict(data.get("executor", {}))
     name = executor.pop("name", "local")
-    return SweepConfig(options, str(out), name, executor)
+    return SweepConfig(options, out, name, executor)
 
 
 def load_config(path: str | Path) -> SweepConfig:

@@ -5,13 +5,18 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from flops_fit.contracts import Entry
 from flops_fit.errors import UnknownEntryError
+from flops_fit.plugin.contracts import Entry
 
-if TYPE_CHECKING:
-    from flops_fit.host import PluginInfo
+
+class Provider(Protocol):
+    """What the registry needs to know about the plugin behind an entry (the host's PluginInfo)."""
+
+    name: str
+    namespace: str
+    builtin: bool
 
 
 @dataclass(frozen=True)
@@ -19,7 +24,7 @@ class Registered:
     """An entry together with the plugin that registered it."""
 
     entry: Entry
-    plugin: PluginInfo
+    plugin: Provider
 
     @property
     def qualified_id(self) -> str:
@@ -41,7 +46,7 @@ class Registry:
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def add(self, entry: Entry, plugin: PluginInfo) -> str:
+    def add(self, entry: Entry, plugin: Provider) -> str:
         item = Registered(entry, plugin)
         self._by_id[item.qualified_id] = item
         return item.qualified_id

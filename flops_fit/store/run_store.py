@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from flops_fit.errors import FlopsFitError
-from flops_fit.runs import RunResult, RunSpec
+from flops_fit.errors import StoreError
+from flops_fit.store.runs import RunResult, RunSpec
 
 STORE_NAME = "runs.sqlite"
 FINAL = ("done", "failed")  # statuses that resuming never repeats
@@ -46,10 +46,6 @@ CREATE TABLE IF NOT EXISTS runs (
     finished REAL
 );
 """
-
-
-class StoreError(FlopsFitError):
-    """The output folder's store is missing, or holds a different sweep."""
 
 
 class RunStore:
@@ -104,7 +100,8 @@ class RunStore:
 
     # ------------------------------------------------------------------ runs
     def add_plan(self, plan: Any, **meta: Any) -> None:
-        """Record the plan and its runs (pending) with ``meta`` (spec, versions, ...), atomically."""
+        """Record ``plan`` (anything with ``runs`` and ``to_dict()``) and its runs (pending)
+        with ``meta`` (spec, versions, ...), atomically."""
         with self._tx():
             self._put_meta({"plan": plan.to_dict(), **meta})
             for position, run in enumerate(plan.runs):
@@ -115,13 +112,10 @@ class RunStore:
                      json.dumps(run.to_dict())),
                 )
 
-    def plan(self) -> Any:
-        from flops_fit.planner import Plan
-
+    def planned_runs(self) -> list[RunSpec]:
+        """The recorded plan's runs, in plan order (empty before ``add_plan``)."""
         data = self.get_meta("plan")
-        if data is None:
-            raise StoreError(f"{self.path} holds no plan")
-        return Plan.from_dict(data)
+        return [RunSpec.from_dict(r) for r in data["runs"]] if data else []
 
     def statuses(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT run_id, status FROM runs"))

@@ -1,4 +1,4 @@
-"""The sweep driver: plan -> parity gate -> executor.map(train) -> RunStore, resumable.
+"""The sweep driver: parity gate -> executor.map(train) -> RunStore, resumable.
 
 The driver is the store's only writer. Each finished run is committed on its own, so a
 crash or Ctrl-C loses at most the runs in flight; ``resume=True`` trains exactly the
@@ -8,26 +8,22 @@ runs of the plan that have no final result.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import platform
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flops_fit import api
-from flops_fit.errors import FlopsFitError
-from flops_fit.planner import Plan, plan
-from flops_fit.progress import SweepDisplay
-from flops_fit.runs import RunResult
-from flops_fit.store import STORE_NAME, RunStore, StoreError
-from flops_fit.trainer import train
-
-
-class ParityGateError(FlopsFitError):
-    """The model failed its parity cases, so no compute is spent on it."""
+from flops_fit._version import __version__
+from flops_fit.errors import OptionError, ParityGateError, StoreError
+from flops_fit.fitting import fit
+from flops_fit.plugin import api
+from flops_fit.store.run_store import RunStore
+from flops_fit.store.runs import RunResult, RunSpec
+from flops_fit.sweeps.gate import check
+from flops_fit.sweeps.progress import SweepDisplay
+from flops_fit.sweeps.trainer import train
 
 
 @dataclass
@@ -48,16 +44,12 @@ class SweepResult:
 
     def fit(self, **kwargs: Any):
         """Fit scaling laws to this sweep's runs with ``flops_fit.fit``."""
-        from flops_fit.fitting import fit
-
         return fit(str(self.out_dir), **kwargs)
 
 
 def versions(host: Any = None) -> dict[str, Any]:
     """flops-fit, torch, Python and every plugin's version, for the store."""
     import torch
-
-    from flops_fit import __version__
 
     return {
         "flops-fit": __version__,
@@ -73,60 +65,37 @@ def versions(host: Any = None) -> dict[str, Any]:
 
 
 def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str, Any]:
-    """Run the model's quick parity cases (``flops_fit.parity.check``) before any compute is spent.
+    """Run the model's quick parity cases before any compute is spent.
 
     Returns ``{"status": ..., "reason": ...}``: "passed", "unverified" (no case could run,
     none failed), "failed" or "overridden" (``skip_parity=True``).
     """
     if skip:
         return {"status": "overridden", "reason": "skip_parity=True: the gate was not run"}
-    from flops_fit.parity import check
-
     report = check(model, host=host)
     return {"status": report.status, "reason": report.summary()[:4000]}
 
 
-def sweep(
-    model: str,
-    dataset: str | None = None,
-    budgets: list[float] | tuple[float, ...] = (),
-    *,
-    out_dir: str | Path = "flops-fit-out",
-    host: Any = None,
-    **options: Any,
-) -> SweepResult:
-    """Plan and run an IsoFLOP sweep into ``out_dir``. ``options`` are ``run_plan``'s
-    (resume, executor, workers, skip_parity, ...) and ``flops_fit.plan``'s (the rest)."""
-    run_names = set(inspect.signature(run_plan).parameters) - {"the_plan", "out_dir", "host"}
-    run_options = {k: options.pop(k) for k in list(options) if k in run_names}
-    return run_plan(plan(model, dataset, budgets, host=host, **options), out_dir, host=host, **run_options)
-
-
-def _open_store(the_plan: Plan, out_dir: Path, resume: bool, host: Any) -> RunStore:
-    exists = (out_dir / STORE_NAME).exists()
+def _open_store(plan: Any, out_dir: Path, resume: bool, host: Any) -> RunStore:
     store = RunStore(out_dir, create=True)
-    if exists:
-        try:
-            stored = {r.run_id for r in store.plan().runs}
-        except StoreError:
-            stored = set()
-        planned = {r.run_id for r in the_plan.runs}
-        if stored and stored != planned:
-            store.close()
-            raise StoreError(
-                f"{out_dir} holds a different sweep ({len(stored - planned)} of its runs are not in this plan, "
-                f"{len(planned - stored)} planned runs are new): choose another --out folder"
-            )
-        if stored and not resume:
-            store.close()
-            raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
-    if not exists or not store.get_meta("plan"):
-        store.add_plan(the_plan, spec=the_plan.settings, versions=versions(host), created=time.time())
+    stored = {r.run_id for r in store.planned_runs()}
+    planned = {r.run_id for r in plan.runs}
+    if stored and stored != planned:
+        store.close()
+        raise StoreError(
+            f"{out_dir} holds a different sweep ({len(stored - planned)} of its runs are not in this plan, "
+            f"{len(planned - stored)} planned runs are new): choose another --out folder"
+        )
+    if stored and not resume:
+        store.close()
+        raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
+    if not stored:
+        store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
     return store
 
 
 def run_plan(
-    the_plan: Plan,
+    plan: Any,
     out_dir: str | Path,
     *,
     resume: bool = False,
@@ -138,24 +107,29 @@ def run_plan(
     show_progress: bool = True,
     host: Any = None,
 ) -> SweepResult:
-    """Run ``the_plan`` into ``out_dir`` (resuming a store of the same plan if ``resume``)."""
+    """Run ``plan`` (a ``Plan``) into ``out_dir``, resuming a store of the same plan if ``resume``.
+
+    ``executor`` names a registered executor, built with ``workers`` and ``executor_options``.
+    Ctrl-C propagates as ``KeyboardInterrupt`` once the store is consistent.
+    """
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
-        raise FlopsFitError("a custom host= works only in-process (executor 'local', workers=1)")
-    store = _open_store(the_plan, out_dir, resume, host)
+        raise OptionError("a custom host= works only in-process (executor 'local', workers=1)")
+    store = _open_store(plan, out_dir, resume, host)
     try:
         if retry_failed:
             store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
-        todo = store.unfinished(the_plan)
+        todo = store.unfinished(plan)
+        model = plan.runs[0].model
         if todo:
-            gate = parity_gate(the_plan.runs[0].model, skip=skip_parity, host=host)
+            gate = parity_gate(model, skip=skip_parity, host=host)
             store.set_meta(parity=gate)
             if gate["status"] == "failed":
                 raise ParityGateError(
-                    f"model {the_plan.runs[0].model!r} failed its parity gate, so no run was trained:\n"
+                    f"model {model!r} failed its parity gate, so no run was trained:\n"
                     f"{gate['reason']}\nfix the model, or pass skip_parity=True (--skip-parity) to override"
                 )
-        display = SweepDisplay(len(the_plan.runs), len(the_plan.runs) - len(todo), enabled=show_progress)
+        display = SweepDisplay(len(plan.runs), len(plan.runs) - len(todo), enabled=show_progress)
         started: set[str] = set()
 
         def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
@@ -166,25 +140,20 @@ def run_plan(
                 display.run_progress(run_id, done, total, loss)
 
         options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
-        runner = api.create_executor(executor, host=host, **options)
-        fn = functools.partial(train, host=host) if host is not None else train
-        try:
-            for spec, outcome in runner.map(fn, todo):
+        task = functools.partial(train, host=host) if host is not None else train
+        with api.create_executor(executor, host=host, **options) as runner:
+            for spec, outcome in runner.map(task, todo):
                 result = outcome if isinstance(outcome, RunResult) else RunResult(
                     run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
                 )
                 store.record(result)
                 display.run_finished(_summary(spec, result), failed=result.status != "done")
-        except KeyboardInterrupt:
-            print(f"\nflops-fit: interrupted; finished runs are saved in {out_dir / STORE_NAME}. "
-                  f"Resume with --resume (API: resume=True).", file=sys.stderr)
-            raise
     finally:
         store.close()
     return SweepResult(out_dir)
 
 
-def _summary(spec, result: RunResult) -> str:
+def _summary(spec: RunSpec, result: RunResult) -> str:
     head = f"run {spec.run_id[:8]} size {spec.size} budget {spec.budget:.2e}"
     if result.status == "done":
         return f"{head}: loss {result.loss:.4f} in {result.timings.get('total_s', 0):.1f}s"

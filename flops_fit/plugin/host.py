@@ -2,8 +2,8 @@
 
 Order (as pytest does it): block list, built-ins, ``flops_fit`` entry points (filtered by
 the allow list), then modules named in ``FLOPS_FIT_PLUGINS`` (local, unpublished plugins).
-Each plugin is loaded on its own: a failure at any stage skips that plugin with one line
-on stderr, unless strict mode turns it into an error.
+Each plugin is loaded on its own: a failure at any stage skips that plugin with one
+``PluginWarning`` naming it, unless strict mode turns it into an error.
 """
 
 from __future__ import annotations
@@ -11,28 +11,39 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as metadata
 import os
-import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 import pluggy
 
-from flops_fit import hookspecs
-from flops_fit.contracts import ENTRY_TYPES, Entry
-from flops_fit.errors import EntryError, PluginError
-from flops_fit.registry import Registry
+from flops_fit._version import __version__
+from flops_fit.errors import EntryError, PluginError, PluginWarning
+from flops_fit.plugin import hookspecs
+from flops_fit.plugin.contracts import ENTRY_TYPES, Entry
+from flops_fit.plugin.registry import Registry
 
 ENTRY_POINT_GROUP = "flops_fit"
 BUILTIN_NAMESPACE = "flops_fit"
+
+# The built-in plugins, registered through the same hooks as third-party ones. Module
+# paths only: each is imported when the host loads (none imports torch at module level).
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "flops_fit.plugins.vit",
+    "flops_fit.plugins.gpt",
+    "flops_fit.plugins.losses",
+    "flops_fit.plugins.datasets",
+    "flops_fit.executors.local",
+    "flops_fit.executors.ray",
+    "flops_fit.parity.cases",
+)
 
 ENV_LOAD = "FLOPS_FIT_LOAD_PLUGINS"
 ENV_DISABLE = "FLOPS_FIT_DISABLE_PLUGINS"
 ENV_STRICT = "FLOPS_FIT_STRICT_PLUGINS"
 ENV_LOCAL = "FLOPS_FIT_PLUGINS"
-
-STAGES = ("import", "validate", "hooks", "register")
 
 
 @dataclass
@@ -46,7 +57,7 @@ class PluginInfo:
     distribution: str | None = None
     version: str | None = None
     status: str = "pending"  # loaded | error | blocked
-    stage: str | None = None
+    stage: str | None = None  # import | validate | hooks | register
     error: str | None = None
     hooks: list[str] = field(default_factory=list)
     contributed: dict[str, list[str]] = field(default_factory=dict)
@@ -55,13 +66,13 @@ class PluginInfo:
         return asdict(self)
 
     def failure_line(self) -> str:
-        """The single stderr line reported for a plugin that failed to load."""
+        """The one line reported for a plugin that failed to load."""
         where = f" ({self.distribution} {self.version})" if self.distribution else ""
         fix = f"set {ENV_DISABLE}={self.name}"
         if self.distribution and not self.builtin:
             fix += f" or `pip uninstall {self.distribution}`"
         return (
-            f"flops-fit: plugin {self.name!r}{where} failed at {self.stage}: {self.error}; "
+            f"plugin {self.name!r}{where} failed at {self.stage}: {self.error}; "
             f"skipped (to silence this, {fix})"
         )
 
@@ -101,7 +112,6 @@ class Host:
         plugins: Iterable[tuple[str, Any]] = (),
         env: Mapping[str, str] | None = None,
         strict: bool | None = None,
-        stderr: TextIO | None = None,
     ) -> None:
         env = os.environ if env is None else env
         self._use_builtins = builtins
@@ -111,7 +121,6 @@ class Host:
         self.disable = _env_list(env.get(ENV_DISABLE)) or set()
         self.local_modules = sorted(_env_list(env.get(ENV_LOCAL)) or ())
         self.strict = strict if strict is not None else env.get(ENV_STRICT, "").lower() in {"1", "true", "yes"}
-        self._stderr = stderr
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.registries: dict[str, Registry] = {kind: Registry(kind) for kind in ENTRY_TYPES}
@@ -127,10 +136,8 @@ class Host:
                 return self
             self._loaded = True
             if self._use_builtins:
-                from flops_fit.plugins import BUILTIN_PLUGINS
-
                 for module_name in BUILTIN_PLUGINS:
-                    info = PluginInfo(module_name, BUILTIN_NAMESPACE, True, "builtin", "flops-fit", _version())
+                    info = PluginInfo(module_name, BUILTIN_NAMESPACE, True, "builtin", "flops-fit", __version__)
                     self._add(info, lambda m=module_name: importlib.import_module(m))
             if self._use_entry_points:
                 for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
@@ -169,7 +176,7 @@ class Host:
             info.status, info.stage, info.error = "error", failed.stage, failed.error
             if self.strict:
                 raise PluginError(info.failure_line().replace("; skipped", "") + f" ({ENV_STRICT} is set)") from failed
-            print(info.failure_line(), file=self._stderr or sys.stderr)
+            warnings.warn(info.failure_line(), PluginWarning, stacklevel=2)
 
     def _register(self, info: PluginInfo, load: Callable[[], Any]) -> None:
         if not info.builtin and info.namespace == BUILTIN_NAMESPACE:
@@ -246,21 +253,8 @@ class Host:
         self.load()
         return self.registries[kind]
 
-    def provider(self, kind: str, name: str) -> PluginInfo:
-        return self.registry(kind).lookup(name).plugin
-
     def entry(self, kind: str, name: str) -> Entry:
         return self.registry(kind).lookup(name).entry
-
-    def failures(self) -> list[PluginInfo]:
-        self.load()
-        return [p for p in self.plugins if p.status == "error"]
-
-
-def _version() -> str:
-    from flops_fit import __version__
-
-    return __version__
 
 
 _default: Host | None = None

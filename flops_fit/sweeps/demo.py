@@ -8,8 +8,16 @@ have interior minima; then the runs go to ``flops_fit.fit``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from flops_fit.errors import FitInputError, OptionError
+from flops_fit.sweeps.config import parse_config
+from flops_fit.sweeps.driver import SweepResult
+from flops_fit.sweeps.planner import Plan, plan
+from flops_fit.tables import format_table
 
 DEMOS: dict[str, dict[str, Any]] = {
     "gpt": {
@@ -37,11 +45,23 @@ DEMOS: dict[str, dict[str, Any]] = {
 }
 
 
+@dataclass
+class DemoOutcome:
+    """What the demo made: the plan, the sweep, its IsoFLOP table, the fit (or why it was
+    refused) and the report's path."""
+
+    plan: Plan
+    result: SweepResult
+    table: str
+    interior: int
+    fit: Any = None
+    refused: str | None = None
+    report: Path | None = None
+
+
 def isoflop_table(frame) -> tuple[str, int]:
     """Per budget: each size's loss, the lowest marked; and how many budgets have their
     lowest loss strictly inside the size grid (an interior minimum)."""
-    from flops_fit._table import format_table
-
     rows, interior = [], 0
     for budget, group in frame[frame.status == "done"].groupby("budget"):
         group = group.sort_values("params")
@@ -56,44 +76,34 @@ def isoflop_table(frame) -> tuple[str, int]:
     return format_table(rows, headers), interior
 
 
-def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int = 1,
-             show_progress: bool = True, fit: bool = True) -> dict[str, Any]:
-    """Run (or resume) the demo sweep into ``out``, then write the IsoFLOP table and the fit."""
-    from flops_fit.sweep_config import parse_config
-    from flops_fit.sweeps import run_plan
-
+def demo_plan(model: str = "gpt") -> tuple[Plan, Any]:
+    """The demo's plan and its parsed configuration (executor and its options)."""
     if model not in DEMOS:
-        raise ValueError(f"no demo for model {model!r}; choose one of {sorted(DEMOS)}")
-    from flops_fit.planner import plan
-
+        raise OptionError(f"no demo for model {model!r}; choose one of {sorted(DEMOS)}")
     config = parse_config(DEMOS[model], f"demo {model}")
-    the_plan = plan(**config.plan_options)
-    print(the_plan)
+    return plan(config.options), config
+
+
+def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int = 1, show_progress: bool = True,
+             fit: bool = True, on_plan: Callable[[Plan], None] | None = None) -> DemoOutcome:
+    """Run (or resume) the demo sweep into ``out``, write the IsoFLOP table (``isoflop.txt``),
+    fit every approach that applies and write the HTML report beside the store.
+    ``on_plan(plan)`` hears the plan before any training starts."""
+    demo, config = demo_plan(model)
+    if on_plan is not None:
+        on_plan(demo)
     out = Path(out)
-    result = run_plan(
-        the_plan, out, resume=True, executor=config.executor, workers=workers,
-        executor_options=config.executor_options, show_progress=show_progress,
-    )
+    result = demo.run(out, resume=True, executor=config.executor, workers=workers,
+                          executor_options=config.executor_options, show_progress=show_progress)
     table, interior = isoflop_table(result.runs)
-    summary = f"{table}\n\n{interior} of {len(the_plan.budgets)} IsoFLOP curves have an interior minimum\n"
+    summary = f"{table}\n\n{interior} of {len(demo.budgets)} IsoFLOP curves have an interior minimum\n"
     (out / "isoflop.txt").write_text(summary)
-    print(summary)
-    outcome: dict[str, Any] = {"result": result, "interior": interior, "fit": None}
+    outcome = DemoOutcome(demo, result, summary, interior)
     if fit:
-        outcome["fit"] = _fit(result, out)
+        try:
+            outcome.fit = result.fit(method="all", bootstrap=200)
+        except FitInputError as exc:
+            outcome.refused = str(exc)
+        else:
+            outcome.report = outcome.fit.report(out)
     return outcome
-
-
-def _fit(result, out: Path):
-    """Fit every approach that applies and write the HTML report (plots in ``report_plots/``)
-    next to the store."""
-    from flops_fit.errors import FlopsFitError
-
-    try:
-        fitted = result.fit(method="all", bootstrap=200)
-    except FlopsFitError as exc:
-        print(f"flops-fit: the fit was refused: {exc}")
-        return None
-    print(fitted)
-    print(f"report (with its plots): {fitted.report(out)}")
-    return fitted

@@ -1,18 +1,18 @@
-"""The ``flops-fit`` command line.
+"""Listing commands: ``plugins``, ``models``, ``datasets``, ``losses``, ``executors``.
 
-Listing commands (``plugins``, ``models``, ``datasets``, ``losses``, ``executors``) import
-neither torch nor any model: they read registry metadata only.
+They read registry metadata only: no torch, no model is built.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-from flops_fit._table import format_table
+from flops_fit.plugin.api import list_plugins
+from flops_fit.plugin.host import get_host
+from flops_fit.tables import format_table
 
 
 def _print_json(data: Any) -> None:
@@ -20,8 +20,6 @@ def _print_json(data: Any) -> None:
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
-    from flops_fit.api import list_plugins
-
     plugins = list_plugins()
     if args.json:
         _print_json([p.to_dict() for p in plugins])
@@ -41,8 +39,6 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _list_entries(kind: str, args: argparse.Namespace, columns: Sequence[tuple[str, str]]) -> int:
-    from flops_fit.host import get_host
-
     registry = get_host().registry(kind)
     names = registry.names(args.pattern, qualified=args.qualified)
     items = [(n, registry.lookup(n)) for n in names]
@@ -77,21 +73,8 @@ _LISTINGS: dict[str, tuple[str, str, list[tuple[str, str]]]] = {
 }
 
 
-# Modules that add sub-commands: each defines ``add_commands(subparsers)`` and imports
-# nothing heavy at module level (``flops-fit --help`` must not import torch).
-COMMAND_MODULES: tuple[str, ...] = ("flops_fit.parity.cli_parity", "flops_fit.cli_fit", "flops_fit.cli_sweep")
 
-
-def build_parser() -> argparse.ArgumentParser:
-    from flops_fit import __version__
-
-    parser = argparse.ArgumentParser(
-        prog="flops-fit",
-        description="Plan, verify and fit compute-optimal (IsoFLOP) scaling-law sweeps.",
-    )
-    parser.add_argument("--version", action="version", version=f"flops-fit {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
+def add_commands(sub) -> None:
     p = sub.add_parser("plugins", help="list plugins: version, status, hooks, contributions, errors")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_plugins)
@@ -102,28 +85,3 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--qualified", action="store_true", help="show qualified ids (plugin/name)")
         p.add_argument("--json", action="store_true", help="print JSON")
         p.set_defaults(func=lambda a, k=kind, c=columns: _list_entries(k, a, c))
-
-    import importlib
-
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).add_commands(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from flops_fit.errors import FlopsFitError
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
-    try:
-        return int(args.func(args) or 0)
-    except FlopsFitError as exc:
-        print(f"flops-fit: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,12 +7,13 @@ entry is built (``"module:function"`` strings are resolved then).
 from __future__ import annotations
 
 import inspect
+import pkgutil
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-from flops_fit._lazy import is_reference, resolve
+from flops_fit.checks import positive_int
 from flops_fit.errors import EntryError
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -27,6 +28,21 @@ FLOPS_UNITS = ("token", "sample")
 TASK_INPUTS = {TASK_CAUSAL_LM: "tokens", TASK_IMAGE_CLASSIFICATION: "images"}
 
 Ref = str | Callable[..., Any]
+_REFERENCE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def is_reference(value: Any) -> bool:
+    """True for a well-formed lazy ``"package.module:attribute"`` string."""
+    return isinstance(value, str) and bool(_REFERENCE.match(value))
+
+
+def resolve(value: Ref) -> Any:
+    """``value`` itself, or the object a ``"module:attribute"`` string names (imported now)."""
+    if not isinstance(value, str):
+        return value
+    if not is_reference(value):
+        raise ValueError(f"{value!r} is not a 'module:attribute' reference")
+    return pkgutil.resolve_name(value)
 
 
 def check_name(name: Any, what: str = "name") -> str:
@@ -56,12 +72,6 @@ def _check_names(values: Any, field_name: str, allow_empty: bool = True) -> tupl
     for v in values:
         check_name(v, f"{field_name} item")
     return tuple(values)
-
-
-def _positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise EntryError(f"{what} must be a positive integer, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -137,7 +147,7 @@ class ModelEntry(Entry):
         if self.size_param in self.defaults:
             raise EntryError(f"defaults must not contain the size parameter {self.size_param!r}: use default_size")
         if self.default_size is not None:
-            _positive_int(self.default_size, "default_size")
+            positive_int(self.default_size, "default_size", EntryError)
 
     def config(self, **config: Any) -> dict[str, Any]:
         """The entry's defaults overridden by ``config``."""
@@ -233,9 +243,10 @@ class LossEntry(Entry):
 
 @dataclass(frozen=True)
 class ExecutorEntry(Entry):
-    """An executor: ``builder(**options)`` returns an object whose ``map(fn, items)``
-    applies ``fn`` to each item (a RunSpec) and yields ``(item, result_or_exception)``
-    pairs as they finish, in any order."""
+    """An executor: ``builder(on_progress=..., **options)`` returns an object with
+    ``map(fn, items)`` and ``close()`` that is used as a context manager; ``map`` calls
+    ``fn(item, progress)`` for each item (a RunSpec) and yields ``(item, result_or_exception)``
+    pairs as they finish, in any order (protocol: ``flops_fit.executors.base``)."""
 
     kind: ClassVar[str] = "executor"
 
@@ -246,8 +257,12 @@ class ExecutorEntry(Entry):
 
     def build(self, **options: Any) -> Any:
         executor = resolve(self.builder)(**options)
-        if not callable(getattr(executor, "map", None)):
-            raise EntryError(f"executor {self.name!r}: the built object has no map(fn, items) method")
+        missing = [m for m in ("map", "close", "__enter__", "__exit__") if not callable(getattr(executor, m, None))]
+        if missing:
+            raise EntryError(
+                f"executor {self.name!r}: the built object lacks {', '.join(missing)}; an executor needs "
+                "map(fn, items) and close(), and is used as a context manager (see flops_fit.executors.base)"
+            )
         return executor
 
 

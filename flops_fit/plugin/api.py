@@ -9,9 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flops_fit.contracts import DatasetEntry, ExecutorEntry, LossEntry, ModelEntry, ParityCaseEntry
+from flops_fit.checks import positive_int
 from flops_fit.errors import EntryError
-from flops_fit.host import Host, PluginInfo, get_host
+from flops_fit.plugin.contracts import (
+    DatasetEntry,
+    ExecutorEntry,
+    LossEntry,
+    ModelEntry,
+    ParityCaseEntry,
+)
+from flops_fit.plugin.host import Host, PluginInfo, get_host
 
 
 def _host(host: Host | None) -> Host:
@@ -64,8 +71,7 @@ def create_model(name: str, size: int | None = None, *, host: Host | None = None
             f"{where} needs a size: pass size=... (its size parameter is {entry.size_param!r}), "
             f"e.g. one of {entry.sizes(1, 1024, **config)[:8]}"
         )
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise EntryError(f"{where}: size must be a positive integer ({entry.size_param}), got {size!r}")
+    positive_int(size, f"{where}: size", EntryError)
     if size not in entry.sizes(size, size, **config):
         nearby = entry.sizes(max(1, size // 2), size * 2, **config)
         below = [s for s in nearby if s < size][-1:]

@@ -1,31 +1,10 @@
-"""Progress of the current run, from wherever it trains to whoever displays it.
-
-The trainer calls ``report``; an executor decides where reports go with ``set_sink``
-(a display in this process, or a queue back to the driver from a worker process).
-"""
+"""The sweep's progress display: two bars on stderr, redrawn in place on a terminal."""
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from typing import TextIO
-
-Sink = Callable[[str, int, int, float], None]  # (run_id, done, total, train_loss)
-
-_sink: Sink | None = None
-
-
-def set_sink(sink: Sink | None) -> Sink | None:
-    """Route reports to ``sink``; returns the previous sink so callers can restore it."""
-    global _sink
-    previous, _sink = _sink, sink
-    return previous
-
-
-def report(run_id: str, done: int, total: int, loss: float) -> None:
-    if _sink is not None:
-        _sink(run_id, done, total, loss)
 
 
 def _bar(done: float, total: float, width: int = 24) -> str:

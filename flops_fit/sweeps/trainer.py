@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from flops_fit import api, progress
-from flops_fit.contracts import TASK_INPUTS
-from flops_fit.runs import RunResult, RunSpec
+from flops_fit.executors.base import ProgressSink, ignore_progress
+from flops_fit.plugin import api
+from flops_fit.plugin.contracts import TASK_INPUTS
+from flops_fit.store.runs import RunResult, RunSpec
 
 
 class Batches:
@@ -70,8 +71,8 @@ def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
     if step < warmup:
         return (step + 1) / warmup
     span = max(1, total - 1 - warmup)
-    progress_ = min(1.0, (step - warmup) / span)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress_))
+    fraction = min(1.0, (step - warmup) / span)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * fraction))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -94,8 +95,12 @@ class _Diverged(Exception):
     pass
 
 
-def train(spec: RunSpec, *, host: Any = None) -> RunResult:
-    """Train ``spec`` and return its result; divergence gives ``status="failed"``."""
+def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None) -> RunResult:
+    """Train ``spec`` and return its result; divergence gives ``status="failed"``.
+
+    ``progress(run_id, done, total, train_loss)`` hears about the run as it trains (an
+    executor passes the sink that carries reports back to the sweep driver).
+    """
     t_start = time.perf_counter()
     device = resolve_device(spec.device)
     torch.manual_seed(spec.seed)
@@ -118,7 +123,7 @@ def train(spec: RunSpec, *, host: Any = None) -> RunResult:
     loss_sum, in_interval = torch.zeros((), device=device), 0
     first_loss = None
     data_s = 0.0
-    progress.report(spec.run_id, 0, spec.tokens, math.nan)
+    progress(spec.run_id, 0, spec.tokens, math.nan)
     t_train = time.perf_counter()
     try:
         model.train()
@@ -154,7 +159,7 @@ def train(spec: RunSpec, *, host: Any = None) -> RunResult:
                 in_interval = 0
                 result.curve.append([result.tokens, mean])
                 _check_divergence(mean, first_loss, spec, result)
-                progress.report(spec.run_id, result.tokens, spec.tokens, mean)
+                progress(spec.run_id, result.tokens, spec.tokens, mean)
         train_s = time.perf_counter() - t_train
         t_eval = time.perf_counter()
         result.loss = evaluate(model, eval_data, loss_fn, input_key, spec, device, autocast, per_sample)

@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from flops_fit.errors import FlopsFitError
+from flops_fit.errors import PlanError
 
 LR_RULES = ("marin", "inverse-width", "constant")
 WIDTH_PARAMS = ("width", "d_model", "hidden", "hidden_size", "n_embd", "embed_dim", "dim")
@@ -53,20 +53,20 @@ class HyperParams:
 
     def __post_init__(self) -> None:
         if self.lr_rule not in LR_RULES:
-            raise FlopsFitError(f"lr_rule {self.lr_rule!r} is unknown; choose one of {LR_RULES}")
+            raise PlanError(f"lr_rule {self.lr_rule!r} is unknown; choose one of {LR_RULES}")
         if self.lr is not None and not self.lr > 0:
-            raise FlopsFitError(f"lr must be positive (or None for the per-size rule), got {self.lr!r}")
+            raise PlanError(f"lr must be positive (or None for the per-size rule), got {self.lr!r}")
         if not 0 <= self.warmup_fraction < 1:
-            raise FlopsFitError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+            raise PlanError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
         if not 0 <= self.min_lr_ratio <= 1:
-            raise FlopsFitError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+            raise PlanError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> HyperParams:
         data = dict(data or {})
         unknown = sorted(set(data) - set(cls.__dataclass_fields__))
         if unknown:
-            raise FlopsFitError(
+            raise PlanError(
                 f"unknown hyper-parameter(s) {unknown}; known: {sorted(cls.__dataclass_fields__)}"
             )
         return cls(**data)
@@ -81,7 +81,7 @@ class HyperParams:
         if self.lr_rule == "constant":
             return self.base_lr
         if width is None:
-            raise FlopsFitError(
+            raise PlanError(
                 f"lr_rule {self.lr_rule!r} needs the width, but model {model!r}'s size parameter is "
                 f"not a width (one of {WIDTH_PARAMS}); pass lr=... or lr_rule='constant'"
             )

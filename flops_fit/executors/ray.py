@@ -10,11 +10,14 @@ code itself are not retried: a diverged run is a result, not a fault.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from flops_fit import progress
-from flops_fit.errors import FlopsFitError
+from flops_fit.checks import positive_number
+from flops_fit.errors import FlopsFitError, OptionError, RunLost
+from flops_fit.executors.base import ClosingExecutor, ProgressSink, Task, ignore_progress
+from flops_fit.plugin.contracts import ExecutorEntry
+from flops_fit.plugin.hookspecs import hookimpl
 
 # Bytes per parameter a training run holds: fp32 weights, gradients and two AdamW moments.
 _TRAIN_BYTES_PER_PARAM = 16
@@ -31,11 +34,7 @@ def _import_ray():
     return ray
 
 
-class RunLost(FlopsFitError):
-    """A run's worker died more often than the retry limit allows."""
-
-
-class RayExecutor:
+class RayExecutor(ClosingExecutor):
     """Map runs onto Ray tasks.
 
     ``address``: a cluster to join (default ``RAY_ADDRESS``; neither starts a local Ray
@@ -54,20 +53,19 @@ class RayExecutor:
         gpus_per_run: float | None = None,
         num_cpus: int | None = None,
         workers: int | None = None,
-        on_progress: progress.Sink | None = None,
+        on_progress: ProgressSink | None = None,
         init_options: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise FlopsFitError(f"max_retries must be a non-negative integer, got {max_retries!r}")
-        if not cpus_per_run > 0:
-            raise FlopsFitError(f"cpus_per_run must be positive, got {cpus_per_run!r}")
+            raise OptionError(f"max_retries must be a non-negative integer, got {max_retries!r}")
+        positive_number(cpus_per_run, "cpus_per_run")
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.max_retries = max_retries
         self.cpus_per_run = cpus_per_run
         self.gpus_per_run = gpus_per_run
         # `workers` (the local executor's option) caps concurrency on a Ray started here.
         self.num_cpus = num_cpus if num_cpus is not None else (workers * cpus_per_run if workers else None)
-        self.on_progress = on_progress
+        self.on_progress = on_progress or ignore_progress
         self.init_options = dict(init_options or {})
         self._started_here = False
 
@@ -84,7 +82,7 @@ class RayExecutor:
                 self._started_here = True
         return ray
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
         """Stop the local Ray this executor started (a joined cluster is left running)."""
         if self._started_here:
             _import_ray().shutdown()
@@ -99,17 +97,15 @@ class RayExecutor:
         return {"num_cpus": self.cpus_per_run, "num_gpus": gpus, "memory": memory}
 
     # ---------------------------------------------------------------------- map
-    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+    def map(self, fn: Task, items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
         """Submit every item at once; yield ``(item, result_or_exception)`` as each finishes."""
         items = list(items)
         if not items:
             return
         ray = self.connect()
-        reports = None
-        if self.on_progress is not None:
-            from ray.util.queue import Queue
+        from ray.util.queue import Queue
 
-            reports = Queue(actor_options={"num_cpus": 0})
+        reports = Queue(actor_options={"num_cpus": 0})
         task = ray.remote(_run_with_progress)
         pending = {
             task.options(max_retries=self.max_retries, retry_exceptions=False, **self.resources(item))
@@ -129,8 +125,7 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             raise
         finally:
-            if reports is not None:
-                reports.shutdown()
+            reports.shutdown()
 
     def _outcome(self, ray, ref) -> Any:
         try:
@@ -146,8 +141,6 @@ class RayExecutor:
             )
 
     def _drain(self, reports) -> None:
-        if reports is None:
-            return
         while not reports.empty():
             try:
                 message = reports.get_nowait()
@@ -156,18 +149,20 @@ class RayExecutor:
             self.on_progress(*message)
 
 
-def _run_with_progress(fn: Callable[[Any], Any], item: Any, reports: Any) -> Any:
-    """Body of a Ray task: route the trainer's progress reports back to the driver."""
-    if reports is not None:
-        progress.set_sink(lambda *message: reports.put_nowait(message))
-    try:
-        return fn(item)
-    finally:
-        progress.set_sink(None)
+def _run_with_progress(fn: Task, item: Any, reports: Any) -> Any:
+    """Body of a Ray task: run the item with a progress sink that reports to the driver."""
+    return fn(item, lambda *message: reports.put_nowait(message))
 
 
 def build(**options: Any) -> RayExecutor:
     return RayExecutor(**options)
 
 
-__all__ = ["RayExecutor", "RunLost", "build"]
+@hookimpl
+def register_executors(register):
+    register(ExecutorEntry(
+        "ray",
+        description="A Ray cluster (RAY_ADDRESS or --address) or a local Ray: one task per run, "
+        "worker deaths retried; needs pip install 'flops-fit[ray]'",
+        builder="flops_fit.executors.ray:build",
+    ))

@@ -1,4 +1,4 @@
-"""The programmatic gate: run a model's quick parity cases before any compute is spent.
+"""The parity gate: run a model's quick parity cases before any compute is spent.
 
 ``check("vit")`` runs every registered quick case whose ``model`` is ``"vit"`` on CPU in
 fp32 and returns a ``GateReport``. A case that raises counts as failed (its error is kept);
@@ -13,7 +13,8 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
-from flops_fit.contracts import ParityCaseEntry
+from flops_fit.plugin import api
+from flops_fit.plugin.contracts import ParityCaseEntry, resolve
 
 
 @dataclass
@@ -67,8 +68,6 @@ def missing_requirements(entry: ParityCaseEntry) -> list[str]:
 
 def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
     """Run one case, turning exceptions into an ``error`` outcome that keeps the message."""
-    from flops_fit._lazy import resolve
-
     missing = missing_requirements(entry)
     if missing:
         return CaseOutcome(entry.name, "skipped", detail=f"needs {', '.join(missing)} (pip install flops-fit[parity])")
@@ -84,8 +83,6 @@ def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
 def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick_only: bool = True,
           host: Any = None) -> GateReport:
     """Run ``model_name``'s quick parity cases (all its cases with ``quick_only=False``)."""
-    from flops_fit import api
-
     gate = GateReport(model_name, device, dtype)
     for name in api.list_parity_cases(model=model_name, qualified=True, host=host):
         entry = api.parity_case_info(name, host=host)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import flops_fit
+
 METHOD_CHOICES = ("envelope", "isoflop", "parametric", "vpnls", "all")
 
 
@@ -38,9 +40,7 @@ def add_commands(subparsers) -> None:
 
 
 def _fit(args: argparse.Namespace):
-    from flops_fit.fitting import fit
-
-    return fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
+    return flops_fit.fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
                curve=args.curve, params_col=args.params_col, tokens_col=args.tokens_col, flops_col=args.flops_col,
                loss_col=args.loss_col, budget_col=args.budget_col, exclude_top=args.exclude_top)
 
@@ -56,10 +56,8 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from flops_fit.fitting.report import write_report
-
     fitted = _fit(args)
     source = Path(args.source)
     out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
-    print(f"report written to {write_report(fitted, out, target=args.target)}")
+    print(f"report written to {fitted.report(out, target=args.target)}")
     return 0

@@ -1,0 +1,35 @@
+"""Value checks shared by every boundary (options, contracts, model configurations).
+
+One function per rule, so a bad value reads the same wherever it is caught; the caller
+names the exception class its boundary raises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from flops_fit.errors import OptionError
+
+
+def positive_int(value: Any, what: str, error: type[Exception] = OptionError) -> int:
+    """``value`` if it is an int (not a bool) above zero; else ``error`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise error(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def positive_number(value: Any, what: str, error: type[Exception] = OptionError) -> float:
+    """``value`` if it is a finite real number above zero; else ``error`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise error(f"{what} must be a positive number, got {value!r}")
+    return value
+
+
+def one_of(value: Any, choices: Iterable[Any], what: str, error: type[Exception] = OptionError) -> Any:
+    """``value`` if it is one of ``choices``; else ``error`` listing them."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise error(f"{what} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value

@@ -1,0 +1,56 @@
+"""``flops-fit``: the parser, the dispatch, and the boundary where errors become one line.
+
+Any ``FlopsFitError`` is printed as ``flops-fit: error: ...`` with exit status 2 (argparse's
+own usage errors exit 2 too); flops-fit's warnings (a skipped plugin) are one line each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+
+from flops_fit._version import __version__
+from flops_fit.cli import fit, listings, parity, sweep
+from flops_fit.errors import FlopsFitError, PluginWarning
+
+COMMAND_MODULES = (listings, sweep, fit, parity)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flops-fit",
+        description="Plan, verify and fit compute-optimal (IsoFLOP) scaling-law sweeps.",
+    )
+    parser.add_argument("--version", action="version", version=f"flops-fit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.add_commands(sub)
+    return parser
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, PluginWarning):
+        print(f"flops-fit: {message}", file=file or sys.stderr)
+    else:
+        print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=file or sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return int(args.func(args) or 0)
+        except FlopsFitError as exc:
+            print(f"flops-fit: error: {exc}", file=sys.stderr)
+            return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The executor protocol: what the sweep driver needs from any executor.
+
+An executor is built by its entry's builder with the sweep's options plus ``on_progress``
+and used as a context manager::
+
+    with create_executor("local", workers=2, on_progress=sink) as executor:
+        for item, outcome in executor.map(fn, items):
+            ...
+
+``map(fn, items)`` calls ``fn(item, progress)`` for each item, wherever the executor runs
+it, and yields ``(item, result_or_exception)`` as runs finish, in any order; a run that
+raised (or whose worker died) yields the exception. ``progress(run_id, done, total,
+train_loss)`` is a callable the executor provides that carries reports back to the
+driver's ``on_progress``. ``close()`` releases whatever the executor started (worker
+processes, a local Ray), also after an interrupted ``map``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+# (run_id, units trained so far, units planned, mean training loss since the last report)
+ProgressSink = Callable[[str, int, int, float], None]
+Task = Callable[[Any, ProgressSink], Any]
+
+
+class Executor(Protocol):
+    def map(self, fn: Task, items: Iterable[Any]) -> Iterator[tuple[Any, Any]]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def ignore_progress(run_id: str, done: int, total: int, loss: float) -> None:
+    """The sink used when nobody listens."""
+
+
+class ClosingExecutor:
+    """Context-manager plumbing shared by the built-in executors: ``with`` calls ``close``."""
+
+    def close(self) -> None:
+        """Release what the executor started; the default has nothing to release."""
+
+    def __enter__(self) -> ClosingExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

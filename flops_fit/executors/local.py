@@ -1,0 +1,183 @@
+"""The local executor: runs one after another in this process, or several at once on
+worker processes (CPU threads split between them, or one process per GPU).
+
+Each worker process has its own pipe to the driver, which multiplexes the pipes and the
+processes' sentinels with ``multiprocessing.connection.wait``: a worker that dies mid-run
+(killed, out of memory) is noticed at once, its run is reported failed and a fresh worker
+takes the remaining runs. Progress reports come back over the same pipes; the driver stays
+the only writer of the store. Ctrl-C stops the workers and propagates ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from flops_fit.checks import positive_int
+from flops_fit.errors import OptionError, RunLost
+from flops_fit.executors.base import ClosingExecutor, ProgressSink, Task, ignore_progress
+from flops_fit.plugin.contracts import ExecutorEntry
+from flops_fit.plugin.hookspecs import hookimpl
+
+
+class LocalExecutor(ClosingExecutor):
+    """``workers`` processes (1: in this process); ``devices`` like ``["cuda:0", "cuda:1"]``
+    gives one worker per GPU; ``threads`` torch threads per worker (default: CPUs / workers
+    for worker processes, torch's own setting in this process). On a small or shared CPU
+    ``threads=1`` is often fastest for small models: idle threads spin and contend."""
+
+    def __init__(self, workers: int = 1, devices: list[str] | None = None, threads: int | None = None,
+                 on_progress: ProgressSink | None = None) -> None:
+        if devices:
+            bad = [d for d in devices if not str(d).startswith("cuda:")]
+            if bad:
+                raise OptionError(f"devices must look like 'cuda:0', got {bad}")
+            workers = len(devices)
+        self.workers = positive_int(workers, "workers")
+        self.devices = list(devices or [])
+        self.threads = None if threads is None else positive_int(threads, "threads")
+        self.on_progress = on_progress or ignore_progress
+        self._processes: list[Any] = []
+
+    def map(self, fn: Task, items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        items = list(items)
+        if self.workers == 1 and not self.devices:
+            yield from self._serial(fn, items)
+        else:
+            yield from self._parallel(fn, items)
+
+    def close(self) -> None:
+        """Stop any worker processes still running (after Ctrl-C or an abandoned ``map``)."""
+        for process in self._processes:
+            if process.is_alive():
+                process.terminate()
+        for process in self._processes:
+            process.join()
+        self._processes.clear()
+
+    def _serial(self, fn: Task, items: list[Any]) -> Iterator[tuple[Any, Any]]:
+        if self.threads:
+            import torch
+
+            previous = torch.get_num_threads()
+            torch.set_num_threads(self.threads)
+        try:
+            for item in items:
+                try:
+                    outcome = fn(item, self.on_progress)
+                except Exception as exc:  # noqa: BLE001 - a failed run is a result; the sweep goes on
+                    outcome = exc
+                yield item, outcome
+        finally:
+            if self.threads:
+                torch.set_num_threads(previous)
+
+    def _parallel(self, fn: Task, items: list[Any]) -> Iterator[tuple[Any, Any]]:
+        import multiprocessing
+        from multiprocessing.connection import wait
+
+        if not items:
+            return
+        context = multiprocessing.get_context("spawn")
+        slots = self.devices or [None] * min(self.workers, len(items))
+        threads = self.threads or max(1, (os.cpu_count() or 1) // len(slots))
+        todo = list(range(len(items)))[::-1]  # popped from the end: plan order
+        workers: dict[Any, tuple[Any, str | None]] = {}  # driver's pipe end -> (process, device)
+        busy: dict[Any, int] = {}  # pipe end -> index of the item its worker runs
+
+        def start(device: str | None) -> None:
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_worker, args=(fn, theirs, device, threads), daemon=True)
+            process.start()
+            theirs.close()
+            self._processes.append(process)
+            workers[ours] = (process, device)
+            hand_out(ours)
+
+        def hand_out(conn: Any) -> None:
+            if todo:
+                busy[conn] = todo.pop()
+                conn.send(("run", items[busy[conn]]))
+            else:
+                conn.send(("stop", None))
+
+        def exited(conn: Any) -> tuple[Any, Any] | None:
+            """A worker is gone: fine when idle; when busy, its run is lost and a new worker
+            takes over the rest."""
+            process, device = workers.pop(conn)
+            process.join()
+            index = busy.pop(conn, None)
+            if index is None:
+                return None
+            if todo:
+                start(device)
+            return items[index], RunLost(f"its worker process died (exit code {process.exitcode}) mid-run")
+
+        try:
+            for device in slots:
+                start(device)
+            while busy:
+                sentinels = {process.sentinel: conn for conn, (process, _) in workers.items()}
+                for ready in wait([*busy, *sentinels]):
+                    conn = sentinels.get(ready, ready)
+                    if conn not in workers:  # already handled through its other handle
+                        continue
+                    if ready is not conn and conn.poll():  # read its last messages before its exit
+                        continue
+                    try:
+                        kind, payload = conn.recv() if conn is ready else ("exit", None)
+                    except EOFError:
+                        kind, payload = "exit", None
+                    if kind == "exit":
+                        lost = exited(conn)
+                        if lost is not None:
+                            yield lost
+                    elif kind == "progress":
+                        self.on_progress(*payload)
+                    else:  # "done": the item's outcome
+                        index = busy.pop(conn)
+                        yield items[index], payload
+                        hand_out(conn)
+        finally:
+            self.close()
+
+
+def _worker(fn: Task, conn: Any, device: str | None, threads: int) -> None:
+    """Worker loop: leave Ctrl-C to the driver, pin a GPU, size the thread pool, run items."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+    import torch
+
+    torch.set_num_threads(threads)
+
+    def progress(*message: Any) -> None:
+        conn.send(("progress", message))
+
+    while True:
+        kind, item = conn.recv()
+        if kind == "stop":
+            return
+        try:
+            outcome = fn(item, progress)
+        except Exception as exc:  # noqa: BLE001 - the run's failure travels back as its outcome
+            outcome = exc
+        try:
+            conn.send(("done", outcome))
+        except Exception as exc:  # noqa: BLE001 - an outcome that cannot be pickled
+            conn.send(("done", RuntimeError(f"{type(outcome).__name__}: {outcome} (could not be sent back: {exc})")))
+
+
+def build(**options: Any) -> LocalExecutor:
+    return LocalExecutor(**options)
+
+
+@hookimpl
+def register_executors(register):
+    register(ExecutorEntry(
+        "local",
+        description="This machine: runs in sequence, or on several worker processes / one per GPU",
+        builder="flops_fit.executors.local:build",
+    ))

@@ -1,0 +1,4 @@
+"""The plugin host: hook specifications, entry contracts, registries and the registry API.
+
+Nothing here imports torch; entries hold lazy ``"module:function"`` references.
+"""

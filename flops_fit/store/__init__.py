@@ -1,0 +1,1 @@
+"""The durable record of a sweep: run specs and results, and the SQLite store that keeps them."""

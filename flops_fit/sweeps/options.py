@@ -1,0 +1,208 @@
+"""SweepOptions: every option of an IsoFLOP sweep plan, defined once.
+
+The Python API (``flops_fit.plan(model=..., span=16)``), the sweep file's tables
+(``[sweep]``, ``[model]``, ``[dataset]``, ``[hparams]``) and the CLI (``flops-fit plan
+--span 16``) all build this one frozen dataclass, and the store records it as the plan's
+settings. Each field declares its default, its check and its help text, so a new option is
+one field here and appears everywhere at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from flops_fit.checks import one_of, positive_int, positive_number
+from flops_fit.errors import PlanError
+from flops_fit.sweeps.hparams import HyperParams
+
+FLOPS_ACCOUNTING = ("model", "6nd")
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str, check: Callable[[Any, str], Any] | None = None,
+           cli: Callable[[str], Any] | None = None, metavar: str | None = None) -> Any:
+    """A field of SweepOptions: ``check(value, name)`` returns the normalised value or raises
+    PlanError; ``cli`` parses the command-line text (None: not a command-line flag)."""
+    metadata = {"help": help, "check": check, "cli": cli, "metavar": metavar}
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# ------------------------------------------------------------------ checks
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise PlanError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    return lambda value, name: None if value is None else check(value, name)
+
+
+def _positive_int(value: Any, name: str) -> int:
+    return positive_int(value, name, PlanError)
+
+
+def _positive(value: Any, name: str) -> float:
+    return float(positive_number(value, name, PlanError))
+
+
+def _non_negative_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _budgets(value: Any, name: str) -> tuple[float, ...]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise PlanError("pass budgets=[...]: the compute budgets in FLOPs, e.g. [1e12, 3e12, 1e13]")
+    return tuple(sorted(float(positive_number(b, "each budget", PlanError)) for b in value))
+
+
+def _sizes(value: Any, name: str) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise PlanError(f"sizes must be a non-empty list of model sizes, got {value!r}")
+    return tuple(sorted({positive_int(s, "each size", PlanError) for s in value}))
+
+
+def _sizes_per_budget(value: Any, name: str) -> int:
+    if positive_int(value, name, PlanError) < 3:
+        raise PlanError(f"sizes_per_budget must be at least 3 to locate a minimum, got {value}")
+    return value
+
+
+def _span(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 1:
+        raise PlanError(f"span must be a factor > 1 in parameters (e.g. 8), got {value!r}")
+    return float(value)
+
+
+def _mapping(value: Any, name: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{name} must be a mapping of configuration keys to values, got {value!r}")
+    return dict(value)
+
+
+def _hparams(value: Any, name: str) -> HyperParams:
+    return value if isinstance(value, HyperParams) else HyperParams.from_dict(value)
+
+
+def _choice(choices: Sequence[str]) -> Callable[[Any, str], Any]:
+    return lambda value, name: one_of(value, choices, name, PlanError)
+
+
+def _device(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
+        raise PlanError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+    return value
+
+
+def _bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise PlanError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+# ------------------------------------------------------- command-line parsers
+def parse_floats(text: str) -> list[float]:
+    """``"1e12,3e12"`` -> [1e12, 3e12]."""
+    return [float(b) for b in text.split(",") if b.strip()]
+
+
+def parse_ints(text: str) -> list[int]:
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
+def parse_bool(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1", "yes")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """The options of a sweep plan (see each field's help, or ``flops-fit plan --help``)."""
+
+    model: str = option(help="model to sweep (see `flops-fit models`)", check=_text, cli=str)
+    budgets: tuple[float, ...] = option(
+        help="compute budgets in FLOPs, one IsoFLOP curve each", check=_budgets, cli=parse_floats,
+        metavar="C1,C2,...")
+    dataset: str | None = option(None, help="dataset (default: the model's first default dataset)",
+                                 check=_optional(_text), cli=str)
+    sizes_per_budget: int = option(5, help="model sizes per budget", check=_sizes_per_budget, cli=int)
+    span: float = option(8.0, help="factor in parameters spanned around each budget's prior optimum",
+                         check=_span, cli=float)
+    tokens_per_param: float = option(20.0, help="tokens per parameter of the prior optimum (Chinchilla: ~20)",
+                                     check=_positive, cli=float)
+    sizes: tuple[int, ...] | None = option(None, help="explicit model sizes for every budget (instead of span)",
+                                           check=_optional(_sizes), cli=parse_ints, metavar="S1,S2,...")
+    batch_size: int = option(32, help="sequences (or samples) per optimizer step", check=_positive_int, cli=int)
+    seq_len: int | None = option(None, help="tokens per sequence (default: the model's or dataset's)",
+                                 check=_optional(_positive_int), cli=int)
+    model_config: dict[str, Any] = option({}, help="the model's configuration besides its size ([model] table)",
+                                          check=_mapping)
+    dataset_config: dict[str, Any] = option({}, help="the dataset's configuration ([dataset] table)",
+                                            check=_mapping)
+    loss: str | None = option(None, help="loss (default: the model's default loss)", check=_optional(_text), cli=str)
+    hparams: HyperParams = option(HyperParams(), help="optimizer hyper-parameters ([hparams] table)",
+                                  check=_hparams)
+    flops_accounting: str = option("model", help="FLOPs per token: the model's exact count, or 6 x params",
+                                   check=_choice(FLOPS_ACCOUNTING), cli=str)
+    min_steps: int = option(20, help="sizes with fewer optimizer steps than this are left out",
+                            check=_positive_int, cli=int)
+    seed: int = option(0, help="seed of initialisation and data order", check=_non_negative_int, cli=int)
+    eval_split: str = option("validation", help="split the held-out loss is measured on", check=_text, cli=str)
+    eval_tokens: int = option(32768, help="held-out tokens (or samples) per run's final loss",
+                              check=_positive_int, cli=int)
+    curve_points: int = option(20, help="points of each run's training curve", check=_positive_int, cli=int)
+    precision: str = option("auto", help="fp32, or bf16 autocast (auto: bf16 on CUDA, fp32 on CPU)",
+                            check=_choice(PRECISIONS), cli=str)
+    device: str = option("auto", help="auto, cpu, cuda or cuda:N", check=_device, cli=str)
+    compile: bool = option(False, help="torch.compile the model", check=_bool, cli=parse_bool)
+    throughput: float | None = option(None, help="sustained training FLOP/s, for time estimates",
+                                      check=_optional(_positive), cli=float)
+    max_size: int = option(16384, help="largest model size the planner considers", check=_positive_int, cli=int)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            check = f.metadata["check"]
+            if check is not None:
+                object.__setattr__(self, f.name, check(getattr(self, f.name), f.name))
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def build(cls, **values: Any) -> SweepOptions:
+        """Like the constructor, with one clear error for a misspelled or missing option."""
+        unknown = sorted(set(values) - set(cls.names()))
+        if unknown:
+            raise PlanError(f"unknown option(s) {unknown}; the options are {cls.names()}")
+        for required in ("model", "budgets"):
+            if required not in values:
+                hint = "e.g. model='gpt'" if required == "model" else "the budgets in FLOPs, e.g. [1e12, 3e12]"
+                raise PlanError(f"pass {required}=... ({hint})")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> SweepOptions:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values, the form the store records (``from_dict`` reads it back)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["budgets"] = list(self.budgets)
+        out["sizes"] = None if self.sizes is None else list(self.sizes)
+        out["hparams"] = self.hparams.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepOptions:
+        return cls.build(**data)

@@ -1,0 +1,318 @@
+"""The planner: budgets -> one RunSpec per (budget, size), with tokens from exact FLOPs.
+
+No model is built: sizes, parameter counts and FLOPs per token come from the model
+entry's analytic functions. For each budget C the prior optimum is the size whose
+compute-optimal run at ``tokens_per_param`` (Chinchilla's ~20) costs C; the grid spans
+``span`` (a factor in parameters) around it, snapped to the model's valid sizes. Each size
+trains on exactly the tokens the budget allows under the model's own FLOPs accounting
+(``flops_accounting="model"``) or 6ND (``"6nd"``, for comparison with papers that use it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flops_fit._version import __version__
+from flops_fit.errors import PlanError
+from flops_fit.plugin import api
+from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
+from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.driver import SweepResult, run_plan
+from flops_fit.sweeps.hparams import WIDTH_PARAMS
+from flops_fit.sweeps.options import SweepOptions
+from flops_fit.tables import format_table
+
+# Model configuration keys that hold the context length (set from the plan's seq_len).
+CONTEXT_KEYS = ("block_size", "seq_len", "context_length", "max_seq_len", "n_ctx")
+# Rough sustained training FLOP/s for time estimates when none is given: small models on
+# a laptop-class CPU core pair, and bf16 on a current data-centre GPU at ~30% MFU.
+DEFAULT_THROUGHPUT = {"cpu": 1.0e10, "cuda": 1.0e14}
+
+
+@dataclass
+class Plan:
+    """The runs of a sweep and the (resolved) options that produced them."""
+
+    runs: list[RunSpec]
+    options: SweepOptions
+    unit: str = "token"  # what the model's FLOPs are counted per: "token" or "sample"
+    throughput: float = DEFAULT_THROUGHPUT["cpu"]
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The options as plain values: what the store records as the sweep's spec."""
+        return self.options.to_dict()
+
+    @property
+    def budgets(self) -> list[float]:
+        return sorted({r.budget for r in self.runs})
+
+    @property
+    def total_flops(self) -> float:
+        return sum(r.flops for r in self.runs)
+
+    def estimated_seconds(self, run: RunSpec | None = None) -> float:
+        return (run.flops if run else self.total_flops) / self.throughput
+
+    def rows(self) -> list[list[Any]]:
+        return [
+            [
+                f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.tokens / r.params:.1f}",
+                r.steps, f"{r.flops:.3e}", f"{r.lr:.2e}", _duration(self.estimated_seconds(r)),
+            ]
+            for r in self.runs
+        ]
+
+    def table(self) -> str:
+        headers = ["budget", "size", "params", "tokens", "tokens/param", "steps", "FLOPs", "lr", "est. time"]
+        first = self.runs[0]
+        head = (
+            f"{len(self.runs)} runs of {first.model} on {first.dataset} ({self.unit}s; batch {first.batch_size} x "
+            f"{first.seq_len}; FLOPs: {first.flops_accounting}); total {self.total_flops:.3e} FLOPs, "
+            f"est. {_duration(self.estimated_seconds())} at {self.throughput:.1e} FLOP/s"
+        )
+        return head + "\n" + format_table(self.rows(), headers)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runs": [r.to_dict() for r in self.runs], "options": self.options.to_dict(), "unit": self.unit,
+                "throughput": self.throughput}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        return cls([RunSpec.from_dict(r) for r in data["runs"]], SweepOptions.from_dict(data["options"]),
+                   data["unit"], data["throughput"])
+
+    def run(self, out_dir: str | Path, **options: Any) -> SweepResult:
+        """Run this plan as a sweep into ``out_dir``; ``options`` are ``run_plan``'s."""
+        return run_plan(self, out_dir, **options)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}min"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _resolve_configs(
+    entry: ModelEntry, dataset_entry: DatasetEntry, model_config: dict, dataset_config: dict, seq_len: int | None
+) -> tuple[dict, dict, int]:
+    """Full model and dataset configurations, and the sequence length.
+
+    Model keys the dataset's configuration also sets (vocab_size, num_classes, image_size,
+    in_chans, patch_size, ...) follow the dataset unless the caller set them for the model,
+    so a byte-level corpus gets a 256-token vocabulary without extra options.
+    """
+    full_dataset = {**dataset_entry.defaults, **dataset_config}
+    shared = {k: full_dataset[k] for k in entry.defaults if full_dataset.get(k) is not None and k not in model_config}
+    full_model = {**entry.defaults, **shared, **model_config}
+    if entry.task != TASK_CAUSAL_LM:
+        if seq_len not in (None, 1):
+            raise PlanError(f"seq_len applies to language models; model {entry.name!r} counts samples")
+        return full_model, full_dataset, 1
+    context_key = next((k for k in CONTEXT_KEYS if k in full_model), None)
+    if seq_len is None:
+        seq_len = full_model.get(context_key) if context_key else full_dataset.get("seq_len")
+    if seq_len is None:
+        raise PlanError(f"pass seq_len=...: neither model {entry.name!r} nor dataset {dataset_entry.name!r} sets one")
+    if context_key:
+        full_model[context_key] = seq_len
+    full_dataset["seq_len"] = seq_len
+    return full_model, full_dataset, seq_len
+
+
+class _SizeGrid:
+    """Valid sizes with their analytic parameter counts and FLOPs per unit (cached)."""
+
+    def __init__(self, entry: ModelEntry, config: dict, max_size: int, accounting: str) -> None:
+        self.entry, self.config, self.accounting = entry, config, accounting
+        self.sizes = entry.sizes(1, max_size, **config)
+        if not self.sizes:
+            raise PlanError(f"model {entry.name!r} has no valid size in [1, {max_size}] with config {config}")
+        self.params = [entry.params(s, **config) for s in self.sizes]
+        if any(b <= a for a, b in zip(self.params, self.params[1:], strict=False)):
+            raise PlanError(f"model {entry.name!r}: parameter count does not grow with size")
+        self._flops_per_unit: dict[int, float] = {}
+
+    def flops_per_unit(self, i: int) -> float:
+        """Training FLOPs per token (or sample) of the i-th size, under the plan's accounting."""
+        if i not in self._flops_per_unit:
+            if self.accounting == "6nd":
+                self._flops_per_unit[i] = 6.0 * self.params[i]
+            else:
+                self._flops_per_unit[i] = self.entry.flops_per_unit(self.sizes[i], **self.config)
+        return self._flops_per_unit[i]
+
+    def nearest(self, params: float) -> int:
+        """Index of the size whose parameter count is nearest ``params`` in log space."""
+        j = bisect.bisect_left(self.params, params)
+        candidates = [k for k in (j - 1, j) if 0 <= k < len(self.sizes)]
+        return min(candidates, key=lambda k: abs(math.log(self.params[k] / params)))
+
+    def around(self, centre: float, span: float, count: int) -> list[int]:
+        """Up to ``count`` distinct sizes log-spaced over ``span`` around ``centre`` (params):
+        each target takes the nearest unused size within the span's ends."""
+        lo, hi = self.nearest(centre / math.sqrt(span)), self.nearest(centre * math.sqrt(span))
+        targets = [centre * span ** (k / (count - 1) - 0.5) for k in range(count)]
+        free, chosen = set(range(lo, hi + 1)), []
+        for t in targets:
+            if free:
+                best = min(free, key=lambda k: abs(math.log(self.params[k] / t)))
+                free.discard(best)
+                chosen.append(best)
+        return sorted(chosen)
+
+    def prior_optimum(self, budget: float, tokens_per_param: float) -> float:
+        """Parameters N with flops_per_unit(N) * tokens_per_param * N = budget (interpolated in log space)."""
+        costs = [self.flops_per_unit(i) * tokens_per_param * self.params[i] for i in range(len(self.sizes))]
+        j = bisect.bisect_left(costs, budget)
+        if j == 0:
+            return float(self.params[0])
+        if j == len(costs):
+            return float(self.params[-1])
+        t = math.log(budget / costs[j - 1]) / math.log(costs[j] / costs[j - 1])
+        return math.exp((1 - t) * math.log(self.params[j - 1]) + t * math.log(self.params[j]))
+
+
+def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: Any) -> Plan:
+    """Plan an IsoFLOP sweep from ``SweepOptions`` (or its fields as keywords, which also
+    override a given ``options``): for each budget, ``sizes_per_budget`` sizes spanning
+    ``span`` (a factor in parameters) around the prior optimum, each on exactly the tokens
+    the budget allows. Refuses budgets that leave fewer than 3 sizes with ``min_steps``
+    optimizer steps, naming a budget that works.
+    """
+    options = options.replace(**values) if options is not None else SweepOptions.build(**values)
+    device_kind = _default_device() if "auto" in (options.precision, options.device) else options.device.split(":")[0]
+    precision = options.precision
+    if precision == "auto":
+        precision = "bf16" if device_kind == "cuda" else "fp32"
+
+    entry: ModelEntry = api.model_info(options.model, host=host)
+    model = options.model
+    dataset = options.dataset or (entry.default_datasets[0] if entry.default_datasets else None)
+    if dataset is None:
+        raise PlanError(f"model {model!r} names no default dataset: pass dataset=...")
+    dataset_entry = api.dataset_info(dataset, host=host)
+    if dataset_entry.tasks and entry.task not in dataset_entry.tasks:
+        raise PlanError(f"dataset {dataset!r} serves {list(dataset_entry.tasks)}, not model {model!r}'s task {entry.task!r}")
+    if options.eval_split not in dataset_entry.splits:
+        raise PlanError(f"dataset {dataset!r} has no split {options.eval_split!r} to evaluate on; "
+                        f"its splits: {list(dataset_entry.splits)}")
+    loss = options.loss or entry.default_loss
+    loss_entry = api.loss_info(loss, host=host)
+    if loss_entry.task != entry.task:
+        raise PlanError(f"loss {loss!r} is for task {loss_entry.task!r}, but model {model!r} solves {entry.task!r}")
+    model_config, dataset_config, seq_len = _resolve_configs(
+        entry, dataset_entry, options.model_config, options.dataset_config, options.seq_len)
+    options = options.replace(dataset=dataset, loss=loss, seq_len=seq_len, model_config=model_config,
+                              dataset_config=dataset_config, precision=precision)
+
+    grid = _SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
+    hp = options.hparams
+    width_like = entry.size_param in WIDTH_PARAMS
+    batch_size = options.batch_size
+    unit = batch_size * seq_len  # units per full step
+    min_units = options.min_steps * unit
+
+    runs: list[RunSpec] = []
+    for budget in options.budgets:
+        if options.sizes is not None:
+            unknown = [s for s in options.sizes if s not in grid.sizes]
+            if unknown:
+                raise PlanError(f"sizes {unknown} are not valid for model {model!r} (up to {options.max_size}); "
+                                f"valid: {grid.sizes[:12]}...")
+            chosen = sorted({grid.sizes.index(s) for s in options.sizes})
+        else:
+            centre = grid.prior_optimum(budget, options.tokens_per_param)
+            chosen = grid.around(centre, options.span, options.sizes_per_budget)
+            if len(chosen) < 3:
+                raise PlanError(_too_few_sizes(budget, grid, centre, options, len(chosen)))
+        feasible = [i for i in chosen if budget / grid.flops_per_unit(i) >= min_units]
+        if len(feasible) < 3:
+            raise PlanError(_refusal(budget, grid, chosen, feasible, min_units, options))
+        for i in feasible:
+            size = grid.sizes[i]
+            tokens = int(budget / grid.flops_per_unit(i) / seq_len) * seq_len
+            steps = -(-tokens // unit)
+            runs.append(RunSpec(
+                model=model, size=size, model_config=model_config, dataset=dataset, dataset_config=dataset_config,
+                loss=loss, budget=float(budget), tokens=tokens, batch_size=batch_size, seq_len=seq_len, steps=steps,
+                params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
+                flops_accounting=options.flops_accounting,
+                lr=hp.learning_rate(size if width_like else None, batch_size, model),
+                warmup_steps=hp.warmup_steps(steps), min_lr_ratio=hp.min_lr_ratio,
+                weight_decay=hp.weight_decay, beta1=hp.beta1, beta2=hp.adam_beta2(batch_size), eps=hp.eps,
+                grad_clip=hp.grad_clip, seed=options.seed, eval_split=options.eval_split,
+                eval_tokens=options.eval_tokens, curve_points=options.curve_points,
+                divergence_factor=hp.divergence_factor, precision=precision, version=__version__,
+                device=options.device, compile=options.compile,
+            ))
+    throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
+    return Plan(runs, options, entry.flops_unit, throughput)
+
+
+def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flops-fit-out", resume: bool = False,
+          executor: str = "local", workers: int = 1, executor_options: dict[str, Any] | None = None,
+          skip_parity: bool = False, retry_failed: bool = False, show_progress: bool = True, host: Any = None,
+          **values: Any) -> SweepResult:
+    """Plan (``values`` are ``SweepOptions`` fields) and run an IsoFLOP sweep into ``out_dir``;
+    the other keywords are ``run_plan``'s."""
+    return plan(options, host=host, **values).run(
+        out_dir, resume=resume, executor=executor, workers=workers, executor_options=executor_options,
+        skip_parity=skip_parity, retry_failed=retry_failed, show_progress=show_progress, host=host,
+    )
+
+
+def _round_up(value: float) -> str:
+    """``value`` rounded up to 3 significant digits, so a suggested budget is enough."""
+    exponent = math.floor(math.log10(value)) - 2
+    return f"{math.ceil(value / 10**exponent) * 10**exponent:.3g}"
+
+
+def _too_few_sizes(budget: float, grid: _SizeGrid, centre: float, options: SweepOptions, found: int) -> str:
+    span, tokens_per_param, model = options.span, options.tokens_per_param, options.model
+    where = (
+        f"budget {budget:.3g} FLOPs: the span of {span:g}x around its prior optimum ({centre:,.0f} params at "
+        f"{tokens_per_param:g} tokens/param) holds only {found} valid size(s) of model {model!r}"
+    )
+    low = grid.params[0] * math.sqrt(span)
+    if centre < low:
+        need = grid.flops_per_unit(grid.nearest(low)) * tokens_per_param * low
+        return f"{where}, next to its smallest size ({grid.params[0]:,} params); use budgets >= {_round_up(need)} FLOPs, a wider span, or pass sizes=[...]"
+    return f"{where}; widen span, or pass sizes=[...]"
+
+
+def _refusal(budget: float, grid: _SizeGrid, chosen: list[int], feasible: list[int], min_units: int,
+             options: SweepOptions) -> str:
+    """Why a budget cannot be swept, and the smallest budget that could."""
+    min_steps, batch_size, seq_len, model = options.min_steps, options.batch_size, options.seq_len, options.model
+    need_smallest = grid.flops_per_unit(0) * min_units
+    third = chosen[2] if len(chosen) >= 3 else min(2, len(grid.sizes) - 1)
+    need_three = grid.flops_per_unit(third) * min_units
+    how = f"{min_steps} steps x batch {batch_size} x seq_len {seq_len}"
+    if budget < need_smallest:
+        return (
+            f"budget {budget:.3g} FLOPs is too small for model {model!r}: its smallest size "
+            f"({grid.sizes[0]}, {grid.params[0]:,} params) needs {need_smallest:.3g} FLOPs for {how}; "
+            f"use budgets >= {_round_up(need_three)} FLOPs (3 sizes), or lower batch_size / min_steps"
+        )
+    return (
+        f"budget {budget:.3g} FLOPs leaves only {len(feasible)} of the planned sizes "
+        f"{[grid.sizes[i] for i in chosen]} with at least {how}; an IsoFLOP curve needs 3 or more. "
+        f"Raise the budget (>= {_round_up(need_three)} FLOPs fits 3 of them), lower span, "
+        f"batch_size or min_steps, or pass sizes=[...]"
+    )
