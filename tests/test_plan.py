@@ -23,11 +23,11 @@ def test_tokens_are_the_budget_under_the_models_own_flops():
     p = make()
     assert len(p.runs) == 6
     for r in p.runs:
-        fpu = sweep_support.training_flops(r.size)
-        assert r.flops_per_unit == fpu
+        flops_per_token = sweep_support.training_flops(r.size)
+        assert r.flops_per_unit == flops_per_token
         assert r.params == sweep_support.param_count(r.size)
         assert r.tokens % r.seq_len == 0
-        assert r.budget - r.seq_len * fpu < r.tokens * fpu <= r.budget
+        assert r.budget - r.seq_len * flops_per_token < r.tokens * flops_per_token <= r.budget
         assert r.steps == math.ceil(r.tokens / (r.batch_size * r.seq_len))
 
 

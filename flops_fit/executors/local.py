@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -145,13 +146,17 @@ class LocalExecutor(ClosingExecutor):
 
 
 def _worker(fn: Task, conn: Any, device: str | None, threads: int) -> None:
-    """Worker loop: leave Ctrl-C to the driver, pin a GPU, size the thread pool, run items."""
+    """Worker loop: leave Ctrl-C to the driver, pin a GPU, size the thread pool, run items.
+
+    ``fn``'s module was imported when this process unpickled it: torch is already loaded if
+    the task uses it at module level, and a later import reads the environment.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
-    import torch
-
-    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
 
     def progress(*message: Any) -> None:
         conn.send(("progress", message))

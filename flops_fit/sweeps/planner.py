@@ -222,7 +222,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
                               dataset_config=dataset_config, precision=precision)
 
     grid = _SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
-    hp = options.hparams
+    hparams = options.hparams
     width_like = entry.size_param in WIDTH_PARAMS
     batch_size = options.batch_size
     unit = batch_size * seq_len  # units per full step
@@ -253,12 +253,12 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
                 loss=loss, budget=float(budget), tokens=tokens, batch_size=batch_size, seq_len=seq_len, steps=steps,
                 params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
                 flops_accounting=options.flops_accounting,
-                lr=hp.learning_rate(size if width_like else None, batch_size, model),
-                warmup_steps=hp.warmup_steps(steps), min_lr_ratio=hp.min_lr_ratio,
-                weight_decay=hp.weight_decay, beta1=hp.beta1, beta2=hp.adam_beta2(batch_size), eps=hp.eps,
-                grad_clip=hp.grad_clip, seed=options.seed, eval_split=options.eval_split,
+                lr=hparams.learning_rate(size if width_like else None, batch_size, model),
+                warmup_steps=hparams.warmup_steps(steps), min_lr_ratio=hparams.min_lr_ratio,
+                weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=hparams.adam_beta2(batch_size), eps=hparams.eps,
+                grad_clip=hparams.grad_clip, seed=options.seed, eval_split=options.eval_split,
                 eval_tokens=options.eval_tokens, curve_points=options.curve_points,
-                divergence_factor=hp.divergence_factor, precision=precision, version=__version__,
+                divergence_factor=hparams.divergence_factor, precision=precision, version=__version__,
                 device=options.device, compile=options.compile,
             ))
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
