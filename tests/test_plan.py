@@ -146,3 +146,49 @@ def test_a_tampered_stored_spec_is_refused():
     data["lr"] *= 2
     with pytest.raises(ValueError, match="does not hash to its id"):
         RunSpec.from_dict(data)
+
+
+def test_one_declaration_serves_the_api_the_sweep_file_the_cli_and_the_store(capsys):
+    """Every SweepOptions field is an API keyword, a [sweep] key (or its own table) and, where
+    it has a command-line form, a `flops-fit plan` flag with the field's help text; the
+    store's spec reads back as the same options."""
+    from flops_fit.cli.main import main
+    from flops_fit.sweeps.config import TABLE_OPTIONS, parse_config
+    from flops_fit.sweeps.options import SweepOptions
+
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for field in dataclasses.fields(SweepOptions):
+        if field.metadata["cli"] is not None:
+            assert f"--{field.name.replace('_', '-')}" in help_text, field.name
+            assert " ".join(field.metadata["help"].split()) in help_text, field.name
+    table = {"sweep": {"model": "tiny-lm", "budgets": [2e7, 4e7], "sizes": [4, 8, 16], "batch_size": 8,
+                       "min_steps": 5, "eval_tokens": 512, "curve_points": 4}}
+    from_file = parse_config(table).options
+    assert from_file == SweepOptions(**table["sweep"])
+    assert set(TABLE_OPTIONS.values()) <= set(SweepOptions.names())
+    planned = plan(from_file, host=HOST)
+    assert planned.runs == make().runs
+    assert SweepOptions.from_dict(planned.settings) == planned.options
+
+
+def test_cli_flags_build_the_options_the_api_builds(capsys):
+    from flops_fit.cli.main import main
+
+    assert main(["plan", "--model", "gpt", "--budgets", "4e12,1e13", "--span", "16", "--seq-len", "64",
+                 "--tokens-per-param", "100"]) == 0
+    printed = capsys.readouterr().out.strip()
+    expected = plan(model="gpt", budgets=[4e12, 1e13], span=16.0, seq_len=64, tokens_per_param=100.0)
+    assert printed == str(expected)
+
+
+def test_keywords_override_given_options_and_unknown_ones_are_named():
+    from flops_fit.sweeps.options import SweepOptions
+
+    base = SweepOptions(**sweep_support.small_plan_options())
+    assert plan(base, host=HOST, batch_size=4).runs[0].batch_size == 4
+    with pytest.raises(PlanError, match=r"unknown option\(s\) \['spn'\]; the options are \['model', 'budgets'"):
+        plan(host=HOST, spn=3, **sweep_support.small_plan_options())
+    with pytest.raises(PlanError, match=r"pass model=\.\.\."):
+        plan(host=HOST, budgets=[1e9])
