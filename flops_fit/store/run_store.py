@@ -59,6 +59,8 @@ class RunStore:
     def __init__(self, out_dir: str | Path, *, create: bool = False) -> None:
         self.dir = Path(out_dir)
         self.path = self.dir / STORE_NAME
+        if self.dir.exists() and not self.dir.is_dir():
+            raise StoreError(f"{self.dir} is an existing file, not a folder: choose a folder for the sweep's store")
         if not self.path.exists():
             if not create:
                 raise StoreError(f"no sweep store at {self.path}: run a sweep with --out {self.dir} first")
