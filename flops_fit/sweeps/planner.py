@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit._version import __version__
+from flops_fit.checks import positive_int
 from flops_fit.errors import PlanError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
@@ -126,7 +127,10 @@ def _resolve_configs(
         return full_model, full_dataset, 1
     context_key = next((k for k in CONTEXT_KEYS if k in full_model), None)
     if seq_len is None:
+        source = f"the model's {context_key}" if context_key else "the dataset's seq_len"
         seq_len = full_model.get(context_key) if context_key else full_dataset.get("seq_len")
+        if seq_len is not None:
+            positive_int(seq_len, f"{source} (the sequence length)", PlanError)
     if seq_len is None:
         raise PlanError(f"pass seq_len=...: neither model {entry.name!r} nor dataset {dataset_entry.name!r} sets one")
     if context_key:
@@ -220,8 +224,12 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
         entry, dataset_entry, options.model_config, options.dataset_config, options.seq_len)
     options = options.replace(dataset=dataset, loss=loss, seq_len=seq_len, model_config=model_config,
                               dataset_config=dataset_config, precision=precision)
-
-    grid = _SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
+    try:
+        grid = _SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
+    except PlanError:
+        raise
+    except (ValueError, TypeError) as exc:  # the model's own checks of its configuration
+        raise PlanError(f"model {model!r} refuses its configuration ([model] table / model_config): {exc}") from None
     hparams = options.hparams
     width_like = entry.size_param in WIDTH_PARAMS
     batch_size = options.batch_size
