@@ -20,6 +20,7 @@ from flops_fit.fitting.plots import (
     FRONTIER_LABELS,
     budget_span,
     draw_frontier,
+    error_bar,
     new_figure,
     save_figure,
 )
@@ -65,9 +66,8 @@ def headline(results: Mapping[str, Any], target: float, stem: Path, formats: Seq
             colour = method_colour(method, j)
             draw_frontier(ax, result, key, budgets, colour=colour, label=method)
             t = result.predict(target).iloc[0]
-            lo, hi = t[f"{key}_lo"], t[f"{key}_hi"]
-            yerr = [[t[key] - lo], [hi - t[key]]] if np.isfinite(lo) and np.isfinite(hi) else None
-            ax.errorbar([target * 1.08 ** j], [t[key]], yerr=yerr, fmt="o", ms=4, color=colour, capsize=3)
+            ax.errorbar([target * 1.08 ** j], [t[key]], yerr=error_bar(t[key], t[f"{key}_lo"], t[f"{key}_hi"]),
+                        fmt="o", ms=4, color=colour, capsize=3)
         if minima is not None:
             ax.scatter(minima[0], minima[1 + i], s=22, color="k", zorder=4, label="measured minima")
         data_max = runs.frame["flops"].max()
@@ -88,8 +88,7 @@ def forest(results: Mapping[str, Any], stem: Path, formats: Sequence[str]) -> li
     level = next(iter(results.values())).level
     for j, (method, result) in enumerate(results.items()):
         a, lo, hi = result.exponents["a"]
-        xerr = [[a - lo], [hi - a]] if np.isfinite(lo) and np.isfinite(hi) else None
-        ax.errorbar([a], [j], xerr=xerr, fmt="o", color=method_colour(method, j), capsize=4)
+        ax.errorbar([a], [j], xerr=error_bar(a, lo, hi), fmt="o", color=method_colour(method, j), capsize=4)
         ax.annotate(fmt.with_interval(a, lo, hi), (a, j), textcoords="offset points", xytext=(0, 7),
                     ha="center", fontsize=8)
     ax.axvline(0.5, color="0.6", ls="--", lw=0.8, label="a = 0.5 (Chinchilla)")
@@ -125,9 +124,8 @@ def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Seq
             if np.isfinite(olo) and np.isfinite(ohi):
                 ax.fill_betweenx([j - 0.3, j + 0.3], olo, ohi, color="0.85", lw=0)
             ratio = predicted / observed
-            xerr = [[ratio - lo], [hi - ratio]] if np.isfinite(lo) and np.isfinite(hi) else None
             if np.isfinite(ratio):
-                ax.errorbar([ratio], [j], xerr=xerr, fmt="o", color=method_colour(method, j), capsize=4)
+                ax.errorbar([ratio], [j], xerr=error_bar(ratio, lo, hi), fmt="o", color=method_colour(method, j), capsize=4)
         ax.axvline(1.0, color="k", lw=0.8)
         ax.set_yticks(range(len(rows)), [f"{m} @ {fmt.flops(c.budget)}" for m, c in rows] if i == 0 else [])
         ax.set_ylim(-0.6, len(rows) - 0.4)

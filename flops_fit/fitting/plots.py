@@ -114,13 +114,17 @@ def draw_target(ax, result: Any, key: str, target: float, *, colour: str = "tab:
         return
     ax.axvspan(data_max, target, color="0.92", zorder=0)
     t = result.predict(target).iloc[0]
-    ax.errorbar([target], [t[key]], yerr=_yerr(t[key], t[f"{key}_lo"], t[f"{key}_hi"]), fmt="*", ms=11,
+    ax.errorbar([target], [t[key]], yerr=error_bar(t[key], t[f"{key}_lo"], t[f"{key}_hi"]), fmt="*", ms=11,
                 color=colour, zorder=4, capsize=3,
                 label=f"{fmt.flops(target)} FLOPs: {fmt.with_interval(t[key], t[key + '_lo'], t[key + '_hi'], fmt=fmt.count)}")
 
 
-def _yerr(value: float, lo: float, hi: float):
-    if not (np.isfinite(lo) and np.isfinite(hi)):
+def error_bar(value: float, lo: float, hi: float):
+    """matplotlib's (2, 1) error extent for an interval around ``value``, None without one.
+
+    A percentile interval need not contain its point estimate (few resamples): clipped at 0.
+    """
+    if not (np.isfinite(value) and np.isfinite(lo) and np.isfinite(hi)):
         return None
     return [[max(value - lo, 0.0)], [max(hi - value, 0.0)]]
 
