@@ -5,6 +5,8 @@ cosine decay that ends with this run (Chinchilla: a schedule longer than the run
 gradient clipping, seeded data order and initialisation, bf16 autocast on CUDA. The
 training loss is averaged over ``curve_points`` equal intervals for the curve; a
 non-finite or diverging loss stops the run and returns it as failed with the reason.
+With a ``CheckpointPolicy`` the run saves its full state every few minutes and continues
+from it after a kill (``sweeps.checkpoint``).
 """
 
 from __future__ import annotations
@@ -12,15 +14,24 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from flops_fit.executors.base import ProgressSink, ignore_progress
+from flops_fit.executors.stopping import raise_if_stopped, stop_requested
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunResult, RunSpec
+from flops_fit.sweeps.checkpoint import (
+    CheckpointPolicy,
+    TrainState,
+    load_latest,
+    save_checkpoint,
+    save_weights,
+)
 
 
 class Batches:
@@ -95,11 +106,18 @@ class _Diverged(Exception):
     pass
 
 
-def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None) -> RunResult:
+def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None,
+          checkpoints: CheckpointPolicy | None = None) -> RunResult:
     """Train ``spec`` and return its result; divergence gives ``status="failed"``.
 
     ``progress(run_id, done, total, train_loss)`` hears about the run as it trains (an
-    executor passes the sink that carries reports back to the sweep driver).
+    executor passes the sink that carries reports back to the sweep driver); the first
+    report of an attempt has a NaN loss and ``done`` = the units it starts from.
+
+    With ``checkpoints``, the run continues from its newest valid checkpoint (bit for bit on
+    CPU) and saves one every ``checkpoints.seconds`` of training; on a stop request (SIGTERM,
+    Ctrl-C: ``executors.stopping``) it checkpoints after the current step and raises
+    ``Interrupted``. The caller removes the checkpoints once the result is safely stored.
     """
     t_start = time.perf_counter()
     device = resolve_device(spec.device)
@@ -120,20 +138,24 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     params = [p for p in model.parameters() if p.requires_grad]
     result = RunResult(run_id=spec.run_id, status="done", device=str(device))
     interval = max(1, math.ceil(spec.steps / spec.curve_points))
-    loss_sum, in_interval = torch.zeros((), device=device), 0
-    first_loss = None
+    loop = _LoopSums(torch.zeros((), device=device))
+    start_step = 0
+    saved = checkpoints and load_latest(checkpoints.run_dir(spec.run_id), run_id=spec.run_id)
+    if saved:
+        start_step = _resume(saved.restore(model, optimizer), result, batches, loop, device)
+        result.timings["resumed_from_step"] = start_step
     data_s = 0.0
-    progress(spec.run_id, 0, spec.tokens, math.nan)
-    t_train = time.perf_counter()
+    progress(spec.run_id, result.tokens, spec.tokens, math.nan)
+    t_train = last_save = time.perf_counter()
     try:
         model.train()
-        for step in range(spec.steps):
+        for step in range(start_step, spec.steps):
             t0 = time.perf_counter()
             rows = min(spec.batch_size, (spec.tokens - result.tokens) // per_sample)
             batch = {k: v.to(device, non_blocking=True) for k, v in batches.next(rows).items()}
             data_s += time.perf_counter() - t0
             x = batch[input_key]
-            if step == 0 and per_sample > 1 and x.shape[1] != per_sample:
+            if step == start_step and per_sample > 1 and x.shape[1] != per_sample:
                 raise ValueError(
                     f"dataset {spec.dataset!r} yields sequences of {x.shape[1]} tokens but the plan's "
                     f"seq_len is {per_sample}; set the dataset's seq_len to match"
@@ -149,23 +171,38 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             optimizer.zero_grad(set_to_none=True)
             result.tokens += x.shape[0] * per_sample
             result.steps += 1
-            loss_sum += loss.detach().float()
-            in_interval += 1
-            if first_loss is None:
-                first_loss = float(loss.detach())
+            loop.loss_sum += loss.detach().float()
+            loop.count += 1
+            if loop.first is None:
+                loop.first = float(loss.detach())
             if result.steps % interval == 0 or step == spec.steps - 1:
-                mean = float(loss_sum) / in_interval
-                loss_sum.zero_()
-                in_interval = 0
+                mean = float(loop.loss_sum) / loop.count
+                loop.loss_sum.zero_()
+                loop.count = 0
                 result.curve.append([result.tokens, mean])
-                _check_divergence(mean, first_loss, spec, result)
+                _check_divergence(mean, loop.first, spec, result)
                 progress(spec.run_id, result.tokens, spec.tokens, mean)
+            if step == spec.steps - 1:  # a stop waits for the held-out loss: seconds, not the run
+                break
+            if checkpoints is None:
+                raise_if_stopped()
+                continue
+            stop = stop_requested()
+            if stop or (checkpoints.seconds > 0 and time.perf_counter() - last_save >= checkpoints.seconds):
+                _save(checkpoints, spec, model, optimizer, result, batches, loop)
+                last_save = time.perf_counter()
+                if result.curve:
+                    progress(spec.run_id, result.tokens, spec.tokens, result.curve[-1][1])
+            raise_if_stopped()
         train_s = time.perf_counter() - t_train
         t_eval = time.perf_counter()
         result.loss = evaluate(model, eval_data, loss_fn, input_key, spec, device, autocast, per_sample)
         if not math.isfinite(result.loss):
             raise _Diverged(f"held-out loss is {result.loss} after training")
         result.timings["eval_s"] = time.perf_counter() - t_eval
+        weights = checkpoints and checkpoints.weights_path(spec.run_id)
+        if weights:
+            save_weights(weights, model)
     except _Diverged as exc:
         train_s = time.perf_counter() - t_train
         result.status, result.error = "failed", f"diverged: {exc}"
@@ -175,6 +212,37 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
         "total_s": time.perf_counter() - t_start,
     })
     return result
+
+
+@dataclass
+class _LoopSums:
+    """The training loss accumulated since the last curve point, and the run's first loss."""
+
+    loss_sum: torch.Tensor
+    count: int = 0
+    first: float | None = None
+
+
+def _save(policy: CheckpointPolicy, spec: RunSpec, model, optimizer, result: RunResult, batches: Batches,
+          loop: _LoopSums) -> None:
+    state = TrainState(
+        run_id=spec.run_id, step=result.steps, tokens=result.tokens, curve=result.curve,
+        scalars={"data_pos": batches.pos, "data_rng": batches.rng.bit_generator.state,
+                 "loss_count": loop.count, "first_loss": loop.first},
+        tensors={"data_order": torch.from_numpy(np.ascontiguousarray(batches.order)), "loss_sum": loop.loss_sum},
+    )
+    save_checkpoint(policy.run_dir(spec.run_id), model, optimizer, state, keep=policy.keep)
+
+
+def _resume(state: TrainState, result: RunResult, batches: Batches, loop: _LoopSums, device) -> int:
+    """Put a restored state into the loop's variables; return the step to continue from."""
+    result.steps, result.tokens, result.curve = state.step, state.tokens, [list(p) for p in state.curve]
+    batches.order = state.tensors["data_order"].numpy().copy()
+    batches.pos = state.scalars["data_pos"]
+    batches.rng.bit_generator.state = state.scalars["data_rng"]
+    loop.loss_sum.copy_(state.tensors["loss_sum"].to(device))
+    loop.count, loop.first = state.scalars["loss_count"], state.scalars["first_loss"]
+    return state.step
 
 
 def _check_divergence(mean: float, first: float, spec: RunSpec, result: RunResult) -> None:
