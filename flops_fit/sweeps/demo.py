@@ -87,7 +87,8 @@ def demo_plan(model: str = "gpt") -> tuple[Plan, Any]:
 def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int = 1, show_progress: bool = True,
              fit: bool = True, on_plan: Callable[[Plan], None] | None = None) -> DemoOutcome:
     """Run (or resume) the demo sweep into ``out``, write the IsoFLOP table (``isoflop.txt``),
-    fit every approach that applies and write the HTML report beside the store.
+    fit every approach that applies (with the held-out check of the largest budget) and write
+    the HTML report beside the store.
     ``on_plan(plan)`` hears the plan before any training starts."""
     demo, config = demo_plan(model)
     if on_plan is not None:
@@ -101,7 +102,7 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
     outcome = DemoOutcome(demo, result, summary, interior)
     if fit:
         try:
-            outcome.fit = result.fit(method="all", bootstrap=200)
+            outcome.fit = result.fit(method="all", bootstrap=200, holdout="largest")
         except FitInputError as exc:
             outcome.refused = str(exc)
         else:
