@@ -114,3 +114,21 @@ def test_out_naming_an_existing_file_is_one_line(tmp_path, capsys):
     assert main(["sweep", str(path), "--out", str(tmp_path / "a-file"), "--skip-parity"]) == 2
     assert capsys.readouterr().err == f"flops-fit: error: {tmp_path / 'a-file'} is an existing file, not a folder: " \
                                       "choose a folder for the sweep's store\n"
+
+
+def test_a_second_driver_on_the_folder_is_refused_with_one_line(tmp_path, capsys):
+    import os
+
+    from flops_fit.store.lease import Lease
+    from flops_fit.store.run_store import RunStore
+
+    path = tmp_path / "ok.toml"
+    path.write_text(toml(BASE))
+    out = tmp_path / "out"
+    with RunStore(out, create=True) as store, Lease(store.path):  # the live first driver
+        code = main(["sweep", str(path), "--out", str(out), "--resume", "--skip-parity"])
+    assert code == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # after the plan's table
+    assert last.startswith(f"flops-fit: error: {out} is being swept by another driver (pid {os.getpid()} on ")
+    with RunStore(out) as store:
+        assert store.counts() == {}  # it wrote nothing
