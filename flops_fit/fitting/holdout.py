@@ -92,7 +92,7 @@ def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
         raise FitInputError(f"holdout must be 'largest', 'each' or a budget in FLOPs (e.g. 1e21); got {which!r}") from None
     match = [b for b in unique if np.isclose(b, value, rtol=MATCH_RTOL, atol=0)]
     if not match:
-        raise FitInputError(f"holdout={which!r}: no runs at that budget; the runs' budgets are "
+        raise FitInputError(f"holdout={value:g}: no runs at that budget; the runs' budgets are "
                             f"{', '.join(fmt.flops(b) for b in unique)}")
     return budgets, match
 
