@@ -1,5 +1,8 @@
 """The sweep driver: parity gate -> executor.map(train) -> RunStore, resumable.
 
+WSD runs go to the executor as families (``branches``): one task trains a size's stable
+phase once and every cooldown branched from it; each branch is recorded as its own run.
+
 The driver is the store's only writer. Each finished run is committed on its own, so a
 crash or Ctrl-C loses at most the runs in flight; ``resume=True`` trains exactly the
 runs of the plan that have no final result.
@@ -21,9 +24,9 @@ from flops_fit.fitting import fit
 from flops_fit.plugin import api
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult, RunSpec
+from flops_fit.sweeps.branches import item_outcomes, train_item, work_items
 from flops_fit.sweeps.gate import check
 from flops_fit.sweeps.progress import SweepDisplay
-from flops_fit.sweeps.trainer import train
 
 
 @dataclass
@@ -140,14 +143,15 @@ def run_plan(
                 display.run_progress(run_id, done, total, loss)
 
         options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
-        task = functools.partial(train, host=host) if host is not None else train
+        task = functools.partial(train_item, host=host) if host is not None else train_item
         with api.create_executor(executor, host=host, **options) as runner:
-            for spec, outcome in runner.map(task, todo):
-                result = outcome if isinstance(outcome, RunResult) else RunResult(
-                    run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
-                )
-                store.record(result)
-                display.run_finished(_summary(spec, result), failed=result.status != "done")
+            for item, item_outcome in runner.map(task, work_items(todo)):
+                for spec, outcome in item_outcomes(item, item_outcome):
+                    result = outcome if isinstance(outcome, RunResult) else RunResult(
+                        run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
+                    )
+                    store.record(result)
+                    display.run_finished(_summary(spec, result), failed=result.status != "done")
     finally:
         store.close()
     return SweepResult(out_dir)

@@ -1,7 +1,7 @@
 """Train one RunSpec: exactly its planned tokens, then the held-out loss.
 
-AdamW (no weight decay on biases, norms and other 1-D parameters), linear warmup then a
-cosine decay that ends with this run (Chinchilla: a schedule longer than the run hurts),
+AdamW (no weight decay on biases, norms and other 1-D parameters), the run's learning-rate
+schedule (``schedules``: warmup then a cosine that ends with this run, or warmup-stable-decay),
 gradient clipping, seeded data order and initialisation, bf16 autocast on CUDA. The
 training loss is averaged over ``curve_points`` equal intervals for the curve; a
 non-finite or diverging loss stops the run and returns it as failed with the reason.
@@ -21,6 +21,7 @@ from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunResult, RunSpec
+from flops_fit.sweeps.schedules import schedule_factor
 
 
 class Batches:
@@ -64,15 +65,6 @@ def eval_indices(n: int, count: int) -> np.ndarray:
     if count >= n:
         return np.arange(n)
     return np.linspace(0, n - 1, count).round().astype(np.int64)
-
-
-def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at the last step."""
-    if step < warmup:
-        return (step + 1) / warmup
-    span = max(1, total - 1 - warmup)
-    fraction = min(1.0, (step - warmup) / span)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * fraction))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -139,7 +131,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
                     f"seq_len is {per_sample}; set the dataset's seq_len to match"
                 )
             for group in optimizer.param_groups:
-                group["lr"] = spec.lr * lr_factor(step, spec.warmup_steps, spec.steps, spec.min_lr_ratio)
+                group["lr"] = spec.lr * schedule_factor(spec, step)
             with autocast:
                 loss = loss_fn(step_model(x), batch)
             loss.backward()

@@ -1,0 +1,60 @@
+"""Train a WSD family: its branches in token order, in one worker.
+
+A family's branches share their stable phase (``RunSpec.family``), so they run together,
+shortest first, and each is recorded as an ordinary run. Each branch's result does not
+depend on which branch trained the stable phase before it: the stable phase's learning
+rate does not depend on a run's length, and data order and initialisation are seeded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flops_fit.executors.base import ProgressSink, ignore_progress
+from flops_fit.store.runs import RunResult
+from flops_fit.sweeps.trainer import train
+from flops_fit.sweeps.wsd import Family, executed_flops, families
+
+
+def work_items(runs: list[Any]) -> list[Any]:
+    """What the executor runs: cosine runs as they are (plan order), WSD runs grouped into
+    families, the costliest family first so that parallel workers finish together."""
+    cosine = [r for r in runs if r.schedule != "wsd"]
+    cost = executed_flops(runs)
+    grouped = sorted(families(r for r in runs if r.schedule == "wsd"),
+                     key=lambda f: -sum(cost[r.run_id] for r in f.runs))
+    return [*grouped, *cosine]
+
+
+def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any = None) -> Any:
+    """The executor's task: a family's list of outcomes, or one run's result."""
+    if isinstance(item, Family):
+        return train_family(item, progress, host=host)
+    return train(item, progress, host=host)
+
+
+def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
+    """(spec, outcome) per run of what the executor returned for ``item``."""
+    return branch_outcomes(item, outcome) if isinstance(item, Family) else [(item, outcome)]
+
+
+def train_family(family: Family, progress: ProgressSink = ignore_progress, *, host: Any = None) -> list[Any]:
+    """Train each branch of ``family`` in token order; a list with one ``RunResult`` (or the
+    exception it raised) per branch, in the family's order."""
+    outcomes: list[Any] = []
+    for spec in family.runs:
+        try:
+            outcomes.append(train(spec, progress, host=host))
+        except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
+            outcomes.append(exc)
+    return outcomes
+
+
+def branch_outcomes(family: Family, outcome: Any) -> list[tuple[Any, Any]]:
+    """(spec, outcome) per branch from what the executor returned for the whole family: the
+    branches' own outcomes, or the family's failure (a lost worker) for each branch."""
+    if isinstance(outcome, list) and len(outcome) == len(family.runs):
+        return list(zip(family.runs, outcome, strict=True))
+    if isinstance(outcome, RunResult):
+        outcome = RuntimeError(f"a family task returned one result for {len(family.runs)} branches")
+    return [(spec, outcome) for spec in family.runs]
