@@ -111,14 +111,17 @@ def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
     assert (frame.tokens == frame.tokens_planned).all()
     with RunStore(tmp_path) as store:
         assert store.get_meta("spec")["schedule"] == "wsd"
-    # a branch trained inside its family gives what it gives trained alone
-    longest = max(p.runs, key=lambda r: r.tokens)
-    alone = train(longest, host=HOST)
-    stored = frame.set_index("run_id").loc[longest.run_id]
-    assert stored.loss == alone.loss and stored.curve == alone.curve
-    assert stable_tokens(longest) < longest.tokens
-
-
+    # each branch took over the stable state of the branch before it, and got exactly
+    # what it gets trained alone from scratch
+    stored = frame.set_index("run_id")
+    for family in families(p.runs):
+        assert "stable_steps_reused" not in stored.timings[family.runs[0].run_id]
+        for before, spec in zip(family.runs, family.runs[1:], strict=False):
+            assert stored.timings[spec.run_id]["stable_steps_reused"] == before.cooldown_start > 0
+            assert stable_tokens(spec) < spec.tokens
+        for spec in family.runs:
+            alone = train(spec, host=HOST)
+            assert (stored.loss[spec.run_id], stored.curve[spec.run_id]) == (alone.loss, alone.curve)
 
 
 def test_a_wsd_sweep_on_worker_processes_matches_in_process(tmp_path):

@@ -1,9 +1,11 @@
 """Train a WSD family: its branches in token order, in one worker.
 
 A family's branches share their stable phase (``RunSpec.family``), so they run together,
-shortest first, and each is recorded as an ordinary run. Each branch's result does not
-depend on which branch trained the stable phase before it: the stable phase's learning
-rate does not depend on a run's length, and data order and initialisation are seeded.
+shortest first, and each is recorded as an ordinary run: each branch takes over the
+stable state the branch before it reached at its own cooldown start, trains the stable
+phase on to its own cooldown start, and cools down. Its result is the one it would have
+trained from scratch: the stable phase's learning rate does not depend on a run's length,
+and data order and initialisation are seeded (tests/test_wsd.py checks it bit for bit).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.store.runs import RunResult
-from flops_fit.sweeps.trainer import train
+from flops_fit.sweeps.trainer import StableState, train
 from flops_fit.sweeps.wsd import Family, executed_flops, families
 
 
@@ -39,12 +41,19 @@ def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
 
 
 def train_family(family: Family, progress: ProgressSink = ignore_progress, *, host: Any = None) -> list[Any]:
-    """Train each branch of ``family`` in token order; a list with one ``RunResult`` (or the
-    exception it raised) per branch, in the family's order."""
+    """Train each branch of ``family`` in token order, each from the stable state the
+    branch before it reached at its own cooldown start (the first from scratch); a list
+    with one ``RunResult`` (or the exception it raised) per branch, in the family's order."""
     outcomes: list[Any] = []
+    latest: list[StableState] = []  # the newest stable state, kept while the next branch needs it
+
+    def keep(state: StableState) -> None:
+        latest[:] = [state]
+
     for spec in family.runs:
+        start = next((s for s in latest if s.step <= spec.cooldown_start), None)
         try:
-            outcomes.append(train(spec, progress, host=host))
+            outcomes.append(train(spec, progress, host=host, start=start, on_stable=keep))
         except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
             outcomes.append(exc)
     return outcomes

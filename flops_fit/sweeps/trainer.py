@@ -10,8 +10,11 @@ non-finite or diverging loss stops the run and returns it as failed with the rea
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,6 +55,14 @@ class Batches:
     def next(self, k: int) -> dict[str, torch.Tensor]:
         return gather(self.dataset, self.indices(k))
 
+    def state(self) -> tuple[Any, np.ndarray, int]:
+        """Where the data order stands: the generator's state, the epoch's permutation, the position."""
+        return copy.deepcopy(self.rng.bit_generator.state), self.order.copy(), self.pos
+
+    def restore(self, state: tuple[Any, np.ndarray, int]) -> None:
+        self.rng.bit_generator.state = copy.deepcopy(state[0])
+        self.order, self.pos = state[1].copy(), state[2]
+
 
 def gather(dataset: Any, indices: np.ndarray) -> dict[str, torch.Tensor]:
     if hasattr(dataset, "get_batch"):
@@ -87,11 +98,30 @@ class _Diverged(Exception):
     pass
 
 
-def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None) -> RunResult:
+@dataclass
+class StableState:
+    """A WSD run's training state at the start of its cooldown, ``step`` steps in: what a
+    longer branch of the same family (``RunSpec.family``) starts from instead of training
+    the stable phase again. Held in memory between the branches of one family."""
+
+    family: str
+    step: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    data: tuple[Any, np.ndarray, int]  # the data order's generator state, permutation, position
+    torch_rng: torch.Tensor
+    losses: torch.Tensor  # the training loss of each step so far, for the branch's own curve
+
+
+def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None,
+          start: StableState | None = None, on_stable: Callable[[StableState], None] | None = None) -> RunResult:
     """Train ``spec`` and return its result; divergence gives ``status="failed"``.
 
     ``progress(run_id, done, total, train_loss)`` hears about the run as it trains (an
-    executor passes the sink that carries reports back to the sweep driver).
+    executor passes the sink that carries reports back to the sweep driver). A WSD branch
+    may ``start`` from a stable state of its family at or before its cooldown start, and
+    hands its own to ``on_stable`` when its cooldown starts; either way its result is the
+    one it would have trained from scratch.
     """
     t_start = time.perf_counter()
     device = resolve_device(spec.device)
@@ -112,14 +142,23 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     params = [p for p in model.parameters() if p.requires_grad]
     result = RunResult(run_id=spec.run_id, status="done", device=str(device))
     interval = max(1, math.ceil(spec.steps / spec.curve_points))
-    loss_sum, in_interval = torch.zeros((), device=device), 0
-    first_loss = None
+    losses = torch.empty(spec.steps, device=device)  # each step's training loss, for the curve
     data_s = 0.0
     progress(spec.run_id, 0, spec.tokens, math.nan)
     t_train = time.perf_counter()
     try:
         model.train()
-        for step in range(spec.steps):
+        first_step = 0
+        if start is not None:
+            first_step = _start_branch(start, spec, model, optimizer, batches, losses, result, per_sample)
+            for done in range(interval, first_step + 1, interval):  # the curve's points before the start
+                _report(losses, done - interval, done, done * spec.batch_size * per_sample, spec, result, progress)
+        for step in range(first_step, spec.steps):
+            if step == spec.cooldown_start and on_stable is not None and spec.schedule == "wsd":
+                on_stable(StableState(
+                    spec.family, step, {k: v.detach().clone() for k, v in model.state_dict().items()},
+                    copy.deepcopy(optimizer.state_dict()), batches.state(), torch.get_rng_state(),
+                    losses[:step].clone()))
             t0 = time.perf_counter()
             rows = min(spec.batch_size, (spec.tokens - result.tokens) // per_sample)
             batch = {k: v.to(device, non_blocking=True) for k, v in batches.next(rows).items()}
@@ -141,17 +180,10 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             optimizer.zero_grad(set_to_none=True)
             result.tokens += x.shape[0] * per_sample
             result.steps += 1
-            loss_sum += loss.detach().float()
-            in_interval += 1
-            if first_loss is None:
-                first_loss = float(loss.detach())
+            losses[step] = loss.detach().float()
             if result.steps % interval == 0 or step == spec.steps - 1:
-                mean = float(loss_sum) / in_interval
-                loss_sum.zero_()
-                in_interval = 0
-                result.curve.append([result.tokens, mean])
-                _check_divergence(mean, first_loss, spec, result)
-                progress(spec.run_id, result.tokens, spec.tokens, mean)
+                last = (result.steps - 1) // interval * interval
+                _report(losses, last, result.steps, result.tokens, spec, result, progress)
         train_s = time.perf_counter() - t_train
         t_eval = time.perf_counter()
         result.loss = evaluate(model, eval_data, loss_fn, input_key, spec, device, autocast, per_sample)
@@ -169,8 +201,34 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     return result
 
 
-def _check_divergence(mean: float, first: float, spec: RunSpec, result: RunResult) -> None:
-    where = f"at step {result.steps} ({result.tokens:,} of {spec.tokens:,} tokens)"
+def _start_branch(state: StableState, spec: RunSpec, model, optimizer, batches: Batches, losses: torch.Tensor,
+                  result: RunResult, per_sample: int) -> int:
+    """Put a WSD branch where ``state`` left its family's stable phase; the step to go on from."""
+    if state.family != spec.family or not 0 < state.step <= spec.cooldown_start or spec.schedule != "wsd":
+        raise ValueError(f"run {spec.run_id} cannot start from a stable state of family {state.family} at step "
+                         f"{state.step} (its family {spec.family}, cooldown from step {spec.cooldown_start})")
+    model.load_state_dict(state.model)
+    optimizer.load_state_dict(state.optimizer)
+    batches.restore(state.data)
+    torch.set_rng_state(state.torch_rng)
+    losses[:state.step] = state.losses.to(losses.device)
+    result.steps = state.step
+    result.tokens = state.step * spec.batch_size * per_sample
+    result.timings["stable_steps_reused"] = float(state.step)
+    return state.step
+
+
+def _report(losses: torch.Tensor, begin: int, end: int, tokens: int, spec: RunSpec, result: RunResult,
+            progress: ProgressSink) -> None:
+    """One point of the curve: the mean training loss of steps [begin, end), checked for divergence."""
+    mean = float(losses[begin:end].mean())
+    result.curve.append([tokens, mean])
+    _check_divergence(mean, float(losses[0]), spec, end, tokens)
+    progress(spec.run_id, tokens, spec.tokens, mean)
+
+
+def _check_divergence(mean: float, first: float, spec: RunSpec, steps: int, tokens: int) -> None:
+    where = f"at step {steps} ({tokens:,} of {spec.tokens:,} tokens)"
     if not math.isfinite(mean):
         raise _Diverged(f"train loss became {mean} {where}")
     if mean > spec.divergence_factor * first:
