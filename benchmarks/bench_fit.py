@@ -31,7 +31,7 @@ def main() -> None:
     from flops_fit.fitting import fit, load_runs
     from flops_fit.fitting._huber import objective
     from flops_fit.fitting.bootstrap import resample_weights
-    from flops_fit.fitting.parametric import _columns
+    from flops_fit.fitting.parametric import law_columns
 
     runs = load_runs(args.data, params_col="Model Size", flops_col="Training FLOP", loss_col="loss", exclude_top=5)
     print(f"{len(runs)} runs; CPUs visible: {os.cpu_count()}; load average: {os.getloadavg()[0]:.1f}")
@@ -41,7 +41,7 @@ def main() -> None:
     ours = time.perf_counter() - start
     print(f"flops-fit: full init grid (4500 starts) + {args.resamples} resamples: {ours:.1f} s")
 
-    log_n, log_d, loss, _ = _columns(runs)
+    log_n, log_d, loss, _ = law_columns(runs)
     log_l = np.log(loss)
     p = result.params
     warm = np.array([np.log(p["A"]), np.log(p["B"]), np.log(p["E"]), p["alpha"], p["beta"]])

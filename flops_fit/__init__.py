@@ -9,12 +9,15 @@ import pkgutil
 
 from flops_fit._version import __version__
 from flops_fit.errors import (
+    CheckpointError,
+    CheckpointWarning,
     ConfigError,
     ConversionError,
     DataError,
     EntryError,
     FitInputError,
     FlopsFitError,
+    Interrupted,
     OptionError,
     ParityError,
     ParityGateError,
@@ -22,6 +25,7 @@ from flops_fit.errors import (
     PluginError,
     PluginWarning,
     RunLost,
+    StoreBusy,
     StoreError,
     UnknownEntryError,
     WeightFileError,
@@ -88,6 +92,8 @@ def __getattr__(name: str):
 __all__ = [
     "TASK_CAUSAL_LM",
     "TASK_IMAGE_CLASSIFICATION",
+    "CheckpointError",
+    "CheckpointWarning",
     "ConfigError",
     "ConversionError",
     "DataError",
@@ -96,6 +102,7 @@ __all__ = [
     "ExecutorEntry",
     "FitInputError",
     "FlopsFitError",
+    "Interrupted",
     "LossEntry",
     "ModelEntry",
     "OptionError",
@@ -106,6 +113,7 @@ __all__ = [
     "PluginError",
     "PluginWarning",
     "RunLost",
+    "StoreBusy",
     "StoreError",
     "UnknownEntryError",
     "WeightFileError",

@@ -60,6 +60,30 @@ class RunLost(FlopsFitError):
     """A run's worker died more often than the retry limit allows."""
 
 
+class CheckpointError(FlopsFitError, ValueError):
+    """A checkpoint file that does not validate: partial, corrupt, or of another run."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was skipped (it did not validate); the run falls back to an earlier one."""
+
+
+class StoreBusy(StoreError):
+    """Another live driver holds the store's lease: two drivers would train the same runs."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A sweep stopped on Ctrl-C or SIGTERM after its in-flight runs checkpointed.
+
+    A ``KeyboardInterrupt`` so that nothing on the way catches it as a run's failure;
+    ``signum`` is the signal that asked for the stop (the CLI exits with 128 + signum).
+    """
+
+    def __init__(self, signum: int = 2, message: str = "interrupted") -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
 # ------------------------------------------------------------------ fitting
 class FitInputError(FlopsFitError, ValueError):
     """The runs given to a fit are missing columns, hold bad values or are too few."""

@@ -46,12 +46,12 @@ def test_bootstrap_intervals_overlap_epochs(epoch_fit):
 
 
 def test_warm_started_bootstrap_reaches_the_full_grid_optimum(epoch_fit):
-    from flops_fit.fitting.parametric import _columns, huber_fit
+    from flops_fit.fitting.parametric import huber_fit, law_columns
 
-    log_n, log_d, loss, _ = _columns(epoch_fit.runs)
+    log_n, log_d, loss, _ = law_columns(epoch_fit.runs)
     starts = np.array([[np.log(epoch_fit.params["A"]) + 0.3, np.log(epoch_fit.params["B"]) - 0.3,
                         np.log(epoch_fit.params["E"]), 0.3, 0.4]])
-    theta, value = huber_fit(log_n, log_d, np.log(loss), np.ones(log_n.size), starts)
+    theta, value, _, _ = huber_fit(log_n, log_d, np.log(loss), np.ones(log_n.size), starts)
     assert value[0] == pytest.approx(epoch_fit.details["objective"], rel=1e-9)
     assert theta[0, 3] == pytest.approx(epoch_fit.params["alpha"], abs=1e-5)
 
@@ -60,9 +60,9 @@ def test_batched_lbfgs_matches_scipy_lbfgsb(epoch_fit):
     from scipy.optimize import minimize
 
     from flops_fit.fitting._huber import objective
-    from flops_fit.fitting.parametric import INIT_GRID, _columns
+    from flops_fit.fitting.parametric import INIT_GRID, law_columns
 
-    log_n, log_d, loss, _ = _columns(epoch_fit.runs)
+    log_n, log_d, loss, _ = law_columns(epoch_fit.runs)
     ones = np.ones(log_n.size)
 
     def scipy_fit(x0):

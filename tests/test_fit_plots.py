@@ -29,10 +29,12 @@ def fitted():
 
 
 def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
-    # Every method's every plot, as PNG (embedded, and beside the page) and SVG (linked).
+    # Every method's every plot and the two cross-method figures, as PNG (embedded, and beside
+    # the page) and SVG (linked).
     out = write_report(fitted, tmp_path / "report.html", target=1e22)
+    names = [f"{m}_{name}" for m in fitted.results for name in PLOTS] + ["headline", "exponent_a"]
     assert sorted(p.name for p in (tmp_path / "report_plots").iterdir()) == sorted(
-        f"{m}_{name}.{fmt}" for m in fitted.results for name in PLOTS for fmt in ("png", "svg"))
+        f"{name}.{fmt}" for name in names for fmt in ("png", "svg"))
     text = out.read_text()
     for method in fitted.results:
         for name in PLOTS:
@@ -40,8 +42,8 @@ def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
             svg = tmp_path / "report_plots" / f"{method}_{name}.svg"
             assert f"href='report_plots/{svg.name}'" in text and _valid(svg)
             assert _valid(svg.with_suffix(".png"))
-    assert len(re.findall(r"src='data:image/png;base64,", text)) == 4 * len(PLOTS)
-    assert "Provenance" in text and "Compute-optimal table" in text and "Prediction at 1e+22 FLOPs" in text
+    assert len(re.findall(r"src='data:image/png;base64,", text)) == 4 * len(PLOTS) + 2
+    assert "Provenance" in text and "Compute-optimal table" in text and "The answer at C = 1e+22 FLOPs" in text
 
 
 def test_report_method_writes_into_a_folder(fitted, tmp_path):

@@ -1,7 +1,8 @@
 """Scaling-law fitting: Chinchilla approaches 1-3 with bootstrap intervals, predictions, reports.
 
 ``fit(source, method=...)`` is the entry point; ``source`` is a DataFrame, a CSV file or a
-sweep output folder.
+sweep output folder. Each method is an ``Approach`` class in ``APPROACHES`` (name -> class);
+a new method subclasses ``Approach`` and is added there.
 """
 
 from __future__ import annotations
@@ -9,22 +10,35 @@ from __future__ import annotations
 from typing import Any
 
 from flops_fit.errors import FitInputError
+from flops_fit.fitting.approach import Approach
+from flops_fit.fitting.envelope import Envelope
 from flops_fit.fitting.fit_set import FitSet
+from flops_fit.fitting.holdout import HoldoutCheck, holdout_checks, select_budgets
 from flops_fit.fitting.inputs import Runs, load_runs
+from flops_fit.fitting.isoflop import Isoflop
+from flops_fit.fitting.parametric import Parametric
+from flops_fit.fitting.profiles import CURVES, check_curve
+from flops_fit.fitting.report import write_report
 from flops_fit.fitting.result import FitResult
+from flops_fit.fitting.vpnls import Vpnls
 
-METHODS = ("envelope", "isoflop", "parametric", "vpnls")
+APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, Parametric, Vpnls)}
+METHODS = tuple(APPROACHES)
 LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col", "curve_col", "run_id_col",
                 "exclude_top", "flops_per_param_token")
 
 
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
-        level: float = 0.95, curve: str = "parabola", **options: Any) -> FitResult | FitSet:
+        level: float = 0.95, curve: str = "parabola", holdout: str | float | None = None,
+        **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
     "parabola", "huber" or "akima"), "parametric" (Approach 3), "vpnls" (Approach 3 by variable
-    projection). ``options`` are ``load_runs`` arguments: column names and ``exclude_top``.
+    projection). ``holdout`` ("largest", a budget in FLOPs, or "each") also fits every method
+    without that budget's runs and compares its prediction there with the budget's own
+    IsoFLOP minimum (``result.holdout``). ``options`` are ``load_runs`` arguments: column
+    names and ``exclude_top``.
     """
     unknown = sorted(set(options) - set(LOAD_OPTIONS))
     if unknown:
@@ -33,33 +47,29 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)} or 'all'")
     if not 0 < level < 1:
         raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+    check_curve(curve)
     runs = source if isinstance(source, Runs) else load_runs(source, **options)
-    settings = {"bootstrap": bootstrap, "seed": seed, "level": level}
-    if method != "all":
-        return _run(method, runs, settings, curve)
+    if holdout is not None:
+        select_budgets(runs, holdout)  # refuse a bad choice before any fitting
+    names = METHODS if method == "all" else (method,)
+    approaches = [APPROACHES[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve) for m in names]
     results, skipped = {}, {}
-    for name in METHODS:
+    for approach in approaches:
         try:
-            results[name] = _run(name, runs, settings, curve)
+            results[approach.name] = approach.fit(runs)
         except FitInputError as exc:
-            skipped[name] = str(exc)
+            if method != "all":
+                raise
+            skipped[approach.name] = str(exc)
     if not results:
         raise FitInputError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
-    return FitSet(results, skipped)
+    if holdout is not None:
+        checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
+                                bootstrap=bootstrap, seed=seed, level=level)
+        for name, items in checks.items():
+            results[name].holdout_checks = items
+    return FitSet(results, skipped) if method == "all" else results[method]
 
 
-def _run(method: str, runs: Runs, settings: dict[str, Any], curve: str) -> FitResult:
-    if method == "envelope":
-        from flops_fit.fitting.envelope import fit_envelope
-
-        return fit_envelope(runs, **settings)
-    if method == "isoflop":
-        from flops_fit.fitting.isoflop import fit_isoflop
-
-        return fit_isoflop(runs, curve=curve, **settings)
-    from flops_fit.fitting.parametric import fit_parametric, fit_vpnls
-
-    return (fit_parametric if method == "parametric" else fit_vpnls)(runs, **settings)
-
-
-__all__ = ["METHODS", "FitInputError", "FitResult", "FitSet", "Runs", "fit", "load_runs"]
+__all__ = ["APPROACHES", "CURVES", "METHODS", "Approach", "FitInputError", "FitResult", "FitSet", "HoldoutCheck",
+           "Runs", "fit", "load_runs", "write_report"]

@@ -9,16 +9,35 @@ backtracking (Armijo) line search, curvature pairs kept only when s.y > 0.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 # fun(x, rows) -> (values (k,), gradients (k, p)) for the problems ``rows`` at points ``x``.
 BatchObjective = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
+# Why a row stopped (``BatchResult.status``): index into STATUS.
+CONVERGED, NO_DESCENT, ITERATION_LIMIT, NOT_FINITE = range(4)
+STATUS = ("converged", "no descent step", "iteration limit", "not finite")
+
+
+class BatchResult(NamedTuple):
+    """Per row: the solution, its value, iterations taken and why it stopped (STATUS codes).
+
+    "converged": the relative decrease stayed below ftol or the gradient below gtol;
+    "no descent step": the line search found no lower point (usually the floating-point
+    floor of a flat optimum); "iteration limit": stopped by maxiter, not converged.
+    """
+
+    x: np.ndarray
+    f: np.ndarray
+    iterations: np.ndarray
+    status: np.ndarray
+
 
 def minimize_batch(fun: BatchObjective, x0: np.ndarray, *, memory: int = 10, maxiter: int = 1000,
-                   ftol: float = 1e-11, gtol: float = 1e-12, max_halvings: int = 40) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Minimise each row's problem from ``x0`` (k, p); returns (x, f, iterations).
+                   ftol: float = 1e-11, gtol: float = 1e-12, max_halvings: int = 40) -> BatchResult:
+    """Minimise each row's problem from ``x0`` (k, p).
 
     A row stops when its relative decrease falls below ``ftol`` for two iterations in a
     row, its largest gradient component below ``gtol``, or the line search fails.
@@ -33,6 +52,7 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, *, memory: int = 10, max
     iters = np.zeros(k, dtype=int)
     slow = np.zeros(k, dtype=int)
     active = np.isfinite(f) & (np.abs(g).max(1) > gtol)
+    status = np.where(np.isfinite(f), CONVERGED, NOT_FINITE)
     for _ in range(maxiter):
         idx = rows[active]
         if idx.size == 0:
@@ -80,8 +100,10 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, *, memory: int = 10, max
         small = decrease <= ftol * np.maximum(np.abs(f_prev), 1e-300)
         slow[moved] = np.where(small, slow[moved] + 1, 0)
         active[idx[failed]] = False
+        status[idx[failed]] = NO_DESCENT
         active[moved] &= (slow[moved] < 2) & (np.abs(g[moved]).max(1) > gtol)
-    return x, f, iters
+    status[active] = ITERATION_LIMIT
+    return BatchResult(x, f, iters, status)
 
 
 def _direction(g: np.ndarray, S: np.ndarray, Y: np.ndarray, count: np.ndarray) -> np.ndarray:

@@ -8,14 +8,18 @@ are excluded: the optimum may lie beyond the sizes trained.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
+from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import fit_frontier, line_r2, power_frontier
-from flops_fit.fitting.result import Diagnostics, FitResult
+from flops_fit.fitting.laws import fit_frontier, line_r2
+from flops_fit.fitting.plots import LOSS_LABEL
+from flops_fit.fitting.result import Diagnostics, FitResult, PowerLawResult
 
 GRID_POINTS = 200
 MIN_SIZES = 3
@@ -67,48 +71,77 @@ def _fit_points(points: pd.DataFrame) -> dict[str, float] | None:
                         np.log(p["loss"].to_numpy()))
 
 
-def fit_envelope(runs: Runs, *, bootstrap: int = 1000, seed: int | None = 0, level: float = 0.95,
-                 points: int = GRID_POINTS) -> FitResult:
+class EnvelopeResult(PowerLawResult):
+    """Approach 1's result: its profiles are the training curves and their lower envelope."""
+
+    def draw_profiles(self, ax: Any) -> None:
+        f = self.runs.frame
+        env = self.details["envelope"]
+        for curve, k in zip(f["curve"], f["flops"] / f["tokens"], strict=True):
+            c = np.asarray(curve, float)
+            ax.plot(c[:, 0] * k, c[:, 1], color="0.7", lw=0.8)
+        good = env[env["excluded"] == ""]
+        ax.plot(env["flops"], env["loss"], color="tab:blue", lw=1, label="envelope (all points)")
+        ax.scatter(good["flops"], good["loss"], s=8, color="tab:red", zorder=3, label="envelope points fitted")
+        ax.set(xscale="log", xlabel="training compute so far (FLOPs)", ylabel=LOSS_LABEL,
+               title="Approach 1: training curves and their lower envelope")
+
+    def observed_optima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        good = self.details["envelope"].query("excluded == ''")
+        return good["flops"].to_numpy(), good["N"].to_numpy(), good["D"].to_numpy()
+
+
+class Envelope(Approach):
     """Approach 1 with bootstrap intervals (runs, with their whole curves, resampled)."""
-    if not runs.has_curves:
-        raise FitInputError(
-            "Approach 1 needs a training curve (list of [tokens_seen, loss] pairs, 2 or more) for every "
-            "run in the 'curve' column; these runs have none. Use method='isoflop' or 'parametric'."
-        )
-    if runs.frame["params"].nunique() < MIN_SIZES:
-        raise FitInputError(f"Approach 1 needs curves from at least {MIN_SIZES} model sizes; "
-                            f"got {runs.frame['params'].nunique()}")
-    grid, matrix = loss_matrix(runs, points)
-    everyone = np.ones(len(runs), dtype=bool)
-    env = envelope_points(grid, matrix, runs, everyone)
-    params = _fit_points(env)
-    if params is None:
-        raise FitInputError(
-            f"Approach 1 found fewer than {MIN_POINTS} envelope points won by an interior model size "
-            "(or only one size wins): train sizes on both sides of the optimum, with curves that overlap in FLOPs"
-        )
-    samples = pd.DataFrame()
-    warnings = []
-    if bootstrap:
-        draws = [_fit_points(envelope_points(grid, matrix, runs, w > 0))
-                 for w in resample_weights(len(runs), bootstrap, seed)]
-        kept = [d for d in draws if d is not None]
-        samples = pd.DataFrame(kept)
-        if len(kept) < bootstrap:
-            warnings.append(f"{bootstrap - len(kept)} of {bootstrap} resamples left too few interior envelope "
-                            "points and were dropped from the intervals")
-    good = env[env["excluded"] == ""]
-    winners = good["N"].nunique()
-    if winners < 4:
-        warnings.append(f"only {winners} model sizes win the envelope: N_opt(C) is a staircase of {winners} steps; "
-                        "train more sizes")
-    log_c, log_n = np.log(good["flops"].to_numpy()), np.log(good["N"].to_numpy())
-    residual, r2 = line_r2(log_c, log_n, params["a"], params["n0"])
-    frame = pd.DataFrame({"flops": good["flops"].to_numpy(), "N_opt": good["N"].to_numpy(),
-                          "predicted": np.exp(log_n - residual), "residual": residual})
-    excluded = list(runs.excluded)
-    for reason, count in env.loc[env["excluded"] != "", "excluded"].value_counts().items():
-        excluded.append({"envelope_points": int(count), "reason": reason})
-    return FitResult("envelope", params, samples, power_frontier, runs,
-                     Diagnostics(frame, r2, "log N_opt against log C, envelope points", excluded, warnings),
-                     level, seed, details={"envelope": env})
+
+    name = "envelope"
+    title = "Approach 1: envelope of training curves"
+    options = ("points",)
+
+    def __init__(self, *, points: int = GRID_POINTS, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.points = points
+
+    def fit(self, runs: Runs) -> FitResult:
+        if not runs.has_curves:
+            raise FitInputError(
+                "Approach 1 needs a training curve (list of [tokens_seen, loss] pairs, 2 or more) for every "
+                "run in the 'curve' column; these runs have none. Use method='isoflop' or 'parametric'."
+            )
+        if runs.frame["params"].nunique() < MIN_SIZES:
+            raise FitInputError(f"Approach 1 needs curves from at least {MIN_SIZES} model sizes; "
+                                f"got {runs.frame['params'].nunique()}")
+        grid, matrix = loss_matrix(runs, self.points)
+        env = envelope_points(grid, matrix, runs, np.ones(len(runs), dtype=bool))
+        params = _fit_points(env)
+        if params is None:
+            raise FitInputError(
+                f"Approach 1 found fewer than {MIN_POINTS} envelope points won by an interior model size "
+                "(or only one size wins): train sizes on both sides of the optimum, with curves that overlap in FLOPs"
+            )
+        samples = pd.DataFrame()
+        warnings = []
+        if self.bootstrap:
+            draws = [_fit_points(envelope_points(grid, matrix, runs, w > 0))
+                     for w in resample_weights(len(runs), self.bootstrap, self.seed)]
+            kept = [d for d in draws if d is not None]
+            samples = pd.DataFrame(kept)
+            if len(kept) < self.bootstrap:
+                warnings.append(f"{self.bootstrap - len(kept)} of {self.bootstrap} resamples left too few interior "
+                                "envelope points and were dropped from the intervals")
+        good = env[env["excluded"] == ""]
+        winners = good["N"].nunique()
+        if winners < 4:
+            warnings.append(f"only {winners} model sizes win the envelope: N_opt(C) is a staircase of {winners} "
+                            "steps; train more sizes")
+        log_c, log_n = np.log(good["flops"].to_numpy()), np.log(good["N"].to_numpy())
+        residual, r2 = line_r2(log_c, log_n, params["a"], params["n0"])
+        frame = pd.DataFrame({"flops": good["flops"].to_numpy(), "N_opt": good["N"].to_numpy(),
+                              "predicted": np.exp(log_n - residual), "residual": residual})
+        excluded = list(runs.excluded)
+        for reason, count in env.loc[env["excluded"] != "", "excluded"].value_counts().items():
+            excluded.append({"envelope_points": int(count), "reason": reason})
+        diagnostics = Diagnostics(residuals=frame, r2=r2, r2_of="log N_opt against log C, envelope points",
+                                  excluded=excluded, warnings=warnings)
+        return self.result(EnvelopeResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
+                           details={"envelope": env})

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from flops_fit.fitting.holdout import holdout_json
 from flops_fit.fitting.result import FitResult, Presentable
 
 # Without intervals, exponents this far apart count as a disagreement.
@@ -42,17 +43,20 @@ class FitSet(Presentable):
         return pd.concat([r.table(budgets).assign(method=m) for m, r in self.results.items()], ignore_index=True)
 
     def summary(self, budgets: Sequence[float] | None = None) -> str:
-        parts = [r.summary(budgets) for r in self.results.values()]
+        """Each method's summary (without its held-out rows), then one held-out table for all."""
+        parts = [r.summary(budgets, with_holdout=False) for r in self.results.values()]
         parts += [f"skipped {m}: {why}" for m, why in self.skipped.items()]
         parts += [f"warning: {w}" for w in self.warnings]
+        if self.holdout:
+            parts.append(self.holdout_summary())
         return "\n\n".join(parts)
 
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
-        return {"results": {m: r.to_dict(budgets) for m, r in self.results.items()},
-                "skipped": self.skipped, "warnings": self.warnings}
-
-    def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
-        return [p for r in self.results.values() for p in r.plot(out_dir, target=target, formats=formats)]
+        out = {"results": {m: r.to_dict(budgets) for m, r in self.results.items()},
+               "skipped": self.skipped, "warnings": self.warnings}
+        if self.holdout:
+            out["holdout"] = {m: holdout_json(checks) for m, checks in self.holdout.items()}
+        return out
 
 
 def disagreements(results: list[FitResult]) -> list[str]:

@@ -42,6 +42,11 @@ class Runs:
     def __len__(self) -> int:
         return len(self.frame)
 
+    def subset(self, keep: np.ndarray) -> Runs:
+        """The runs where ``keep`` (a boolean mask) is true, with the same source and provenance."""
+        return Runs(frame=self.frame.loc[np.asarray(keep, dtype=bool)].reset_index(drop=True), source=self.source,
+                    excluded=list(self.excluded), metadata=self.metadata)
+
 
 def _curve_length(curve: Any) -> int:
     try:

@@ -13,19 +13,29 @@ import numpy as np
 Params = Mapping[str, np.ndarray]
 
 
+def law_loss(p: Mapping[str, float | np.ndarray], n: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Chinchilla's law L(N, D) = E + A / N^alpha + B / D^beta: the one place it is written.
+
+    Parameters may be scalars or columns (one per bootstrap draw); numpy broadcasts them
+    against ``n`` and ``d``.
+    """
+    return p["E"] + p["A"] * np.asarray(n) ** -p["alpha"] + p["B"] * np.asarray(d) ** -p["beta"]
+
+
 def parametric_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Minimise E + A/N^alpha + B/D^beta subject to k N D = C (Chinchilla eq. 4).
 
     N_opt = G (C/k)^a, D_opt = (C/k) / N_opt, a = beta / (alpha + beta),
     G = (alpha A / (beta B))^(1 / (alpha + beta)). Shapes: params (m,), budgets (c,) -> (m, c).
     """
-    E, A, B, alpha, beta, k = (np.asarray(p[key], dtype=float)[:, None] for key in ("E", "A", "B", "alpha", "beta", "k"))
-    c = np.asarray(budgets, dtype=float)[None, :] / k
+    col = {key: np.asarray(p[key], dtype=float)[:, None] for key in ("E", "A", "B", "alpha", "beta", "k")}
+    A, B, alpha, beta = col["A"], col["B"], col["alpha"], col["beta"]
+    c = np.asarray(budgets, dtype=float)[None, :] / col["k"]
     with np.errstate(all="ignore"):
         log_g = (np.log(alpha * A) - np.log(beta * B)) / (alpha + beta)
         n = np.exp(log_g + beta / (alpha + beta) * np.log(c))
         d = c / n
-        loss = E + A * n ** -alpha + B * d ** -beta
+        loss = law_loss(col, n, d)
     return n, d, loss
 
 

@@ -9,25 +9,29 @@ the best few distinct optima of that grid (``starts``) rather than the 4500 grid
 On the full data this warm start reaches the same optimum as the full grid (a test checks
 it), and it is what lets 4000 resamples finish in seconds.
 
-``fit_vpnls`` searches (alpha, beta) only and solves E, A, B >= 0 by non-negative least
-squares on the loss for each candidate: a two-parameter problem far better conditioned
-than the five-parameter one.
+``ParametricResult`` is the result of both Approach 3 variants (this module's and
+``vpnls.py``'s): the law's own IsoFLOP profiles, frontier and loss surface. Whether the
+batched L-BFGS converged (on the full data and in every resample) is a diagnostic.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting._huber import HUBER_DELTA, objective
-from flops_fit.fitting._lbfgs import minimize_batch
+from flops_fit.fitting._lbfgs import ITERATION_LIMIT, STATUS, BatchResult, minimize_batch
+from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import parametric_frontier
+from flops_fit.fitting.laws import Params, law_loss, parametric_frontier
+from flops_fit.fitting.plots import scatter_profiles
+from flops_fit.fitting.profiles import budget_groups
 from flops_fit.fitting.result import Diagnostics, FitResult
 
 # Chinchilla's initialisation grid (Hoffmann et al. 2022, app. D.2): 4500 starts.
@@ -39,10 +43,14 @@ INIT_GRID = np.array([
 ])
 GRID_FTOL = 1e-6
 POLISH = 10
+POLISH_MAXITER = 2000
+BOOTSTRAP_MAXITER = 500
 MIN_RUNS = 6  # five parameters need more runs than that to say anything
 
 
-def _columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(log N, log D, loss, k) of runs a five-parameter law can be fitted to; refuses too few or
+    too uniform runs. k is the runs' FLOPs per parameter per token."""
     f = runs.frame
     if len(f) < MIN_RUNS:
         raise FitInputError(f"the parametric fit needs at least {MIN_RUNS} runs; got {len(f)}")
@@ -78,21 +86,33 @@ def distinct_optima(x: np.ndarray, f: np.ndarray, count: int) -> np.ndarray:
     return x[picked]
 
 
-def grid_search(fun, keep: int) -> tuple[np.ndarray, np.ndarray]:
-    """L-BFGS from every grid point; returns the ``keep`` best distinct optima and their values.
+def grid_search(fun, keep: int) -> tuple[np.ndarray, np.ndarray, BatchResult]:
+    """L-BFGS from every grid point; returns the ``keep`` best distinct optima, their values,
+    and the polishing run (whose first row, once sorted, is the winner).
 
     Every start runs until its relative decrease per step stays below GRID_FTOL; the best
     POLISH distinct solutions then continue to full precision. All starts end in the same
     few basins long before the loose tolerance stops them, and polishing settles the winner.
     """
-    x, f, _ = minimize_batch(fun, INIT_GRID, maxiter=500, ftol=GRID_FTOL)
-    x, f, _ = minimize_batch(fun, distinct_optima(x, f, POLISH), maxiter=2000)
-    order = np.argsort(np.where(np.isfinite(f), f, np.inf))
-    return distinct_optima(x[order], f[order], keep), f[order]
+    coarse = minimize_batch(fun, INIT_GRID, maxiter=500, ftol=GRID_FTOL)
+    polished = minimize_batch(fun, distinct_optima(coarse.x, coarse.f, POLISH), maxiter=POLISH_MAXITER)
+    order = np.argsort(np.where(np.isfinite(polished.f), polished.f, np.inf))
+    polished = BatchResult(*(v[order] for v in polished))
+    return distinct_optima(polished.x, polished.f, keep), polished.f, polished
 
 
-def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA):
-    """Best L-BFGS solution per weight row from each start: returns (theta (R, 5), value (R,))."""
+class HuberFit(NamedTuple):
+    """Per weight row: the best solution over the starts, its value, and that start's
+    iterations and stopping status (``_lbfgs.STATUS``)."""
+
+    theta: np.ndarray
+    value: np.ndarray
+    iterations: np.ndarray
+    status: np.ndarray
+
+
+def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA, maxiter: int = BOOTSTRAP_MAXITER) -> HuberFit:
+    """Best L-BFGS solution per weight row (R of them) from each start."""
     weights = np.atleast_2d(weights)
     reps, s = weights.shape[0], starts.shape[0]
     x0 = np.repeat(starts[None], reps, axis=0).reshape(reps * s, 5)
@@ -101,47 +121,109 @@ def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA):
     def fun(x, rows):
         return objective(x, log_n, log_d, log_l, row_weights[rows] if reps > 1 else row_weights[0], delta)
 
-    x, f, _ = minimize_batch(fun, x0, maxiter=500)
-    f = np.where(np.isfinite(f), f, np.inf).reshape(reps, s)
+    out = minimize_batch(fun, x0, maxiter=maxiter)
+    f = np.where(np.isfinite(out.f), out.f, np.inf).reshape(reps, s)
     best = f.argmin(1)
-    return x.reshape(reps, s, 5)[np.arange(reps), best], f[np.arange(reps), best]
+    pick = np.arange(reps), best
+    return HuberFit(out.x.reshape(reps, s, 5)[pick], f[pick], out.iterations.reshape(reps, s)[pick],
+                    out.status.reshape(reps, s)[pick])
 
 
-def fit_parametric(runs: Runs, *, bootstrap: int = 1000, seed: int | None = 0, level: float = 0.95,
-                   starts: int = 3, delta: float = HUBER_DELTA) -> FitResult:
+def convergence_report(fit_status: int, fit_iterations: int, maxiter: int, boot_status: np.ndarray | None,
+                       boot_iterations: np.ndarray | None, boot_maxiter: int, optimizer: str) -> tuple[dict[str, Any], list[str]]:
+    """The optimiser's stopping reasons as a diagnostic (JSON-ready) and the warnings they call for.
+
+    Only the iteration limit means "not converged": a line search that finds no lower point
+    has reached the floating-point floor of the objective.
+    """
+    report: dict[str, Any] = {"optimizer": optimizer,
+                              "fit": {"status": STATUS[fit_status], "iterations": int(fit_iterations), "maxiter": maxiter}}
+    warnings = []
+    if fit_status == ITERATION_LIMIT:
+        warnings.append(f"{optimizer} stopped at its iteration limit ({maxiter}) on the full data: the point "
+                        "estimates may not be converged")
+    if boot_status is not None and boot_status.size:
+        counts = {name: int(np.sum(boot_status == code)) for code, name in enumerate(STATUS)}
+        report["bootstrap"] = {"resamples": int(boot_status.size), "maxiter": boot_maxiter,
+                               "median_iterations": float(np.median(boot_iterations)),
+                               "max_iterations": int(np.max(boot_iterations)),
+                               **{name: n for name, n in counts.items() if n}}
+        stuck = counts[STATUS[ITERATION_LIMIT]]
+        if stuck:
+            warnings.append(f"{optimizer} stopped at its iteration limit ({boot_maxiter}) in {stuck} of "
+                            f"{boot_status.size} bootstrap resamples: the intervals include unconverged fits")
+    return report, warnings
+
+
+class ParametricResult(FitResult):
+    """Approach 3's result: L(N, D) = E + A/N^alpha + B/D^beta and the frontier it implies."""
+
+    def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return parametric_frontier(params, budgets)
+
+    def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return law_loss(self.params, n, d)
+
+    def draw_profiles(self, ax: Any) -> None:
+        groups, _ = budget_groups(self.runs)
+        n = self.runs.frame["params"].to_numpy(float)
+        optima = self.predict(np.unique(groups))
+        for (c, colour), n_opt in zip(scatter_profiles(ax, self.runs, groups).items(), optima["N_opt"], strict=True):
+            m = groups == c
+            line = np.geomspace(min(n[m].min(), n_opt / 2), max(n[m].max(), n_opt * 2), 100)
+            ax.plot(line, self.loss_surface(line, c / (self.params["k"] * line)), color=colour, lw=1)
+        ax.scatter(optima["N_opt"], optima["loss"], marker="*", s=90, color="k", zorder=4, label="fitted optimum")
+        ax.set_title("IsoFLOP profiles of the fitted law L(N, D) and its optima")
+
+
+class Parametric(Approach):
     """Chinchilla Approach 3 with bootstrap intervals (percentiles of ``bootstrap`` resamples)."""
-    log_n, log_d, loss, k = _columns(runs)
-    log_l = np.log(loss)
-    ones = np.ones(log_n.size)
-    clock = time.perf_counter()
-    best_starts, f = grid_search(lambda t, rows: objective(t, log_n, log_d, log_l, ones, delta), starts)
-    theta, value = best_starts[0], float(np.nanmin(f))
-    grid_seconds = time.perf_counter() - clock
-    samples = pd.DataFrame()
-    if bootstrap:
-        weights = resample_weights(log_n.size, bootstrap, seed)
-        thetas, _ = huber_fit(log_n, log_d, log_l, weights, best_starts, delta)
-        samples = pd.DataFrame(_theta_params(thetas, k))
-    params = {key: float(v[0]) for key, v in _theta_params(theta, k).items()}
-    predicted = _predict_loss(params, np.exp(log_n), np.exp(log_d))
-    diagnostics = _diagnostics(runs, predicted, params)
-    return FitResult("parametric", params, samples, parametric_frontier, runs, diagnostics, level, seed,
-                     details={"objective": value, "huber_delta": delta, "starts": int(len(INIT_GRID)),
-                              "bootstrap_starts": int(len(best_starts)), "grid_seconds": grid_seconds})
+
+    name = "parametric"
+    title = "Approach 3: parametric fit (Huber, L-BFGS)"
+    options = ("starts", "delta")
+
+    def __init__(self, *, starts: int = 3, delta: float = HUBER_DELTA, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.starts, self.delta = starts, delta
+
+    def fit(self, runs: Runs) -> FitResult:
+        log_n, log_d, loss, k = law_columns(runs)
+        log_l = np.log(loss)
+        ones = np.ones(log_n.size)
+        clock = time.perf_counter()
+        best_starts, f, polished = grid_search(lambda t, rows: objective(t, log_n, log_d, log_l, ones, self.delta),
+                                               self.starts)
+        theta, value = best_starts[0], float(np.nanmin(f))
+        grid_seconds = time.perf_counter() - clock
+        samples = pd.DataFrame()
+        boot = None
+        if self.bootstrap:
+            weights = resample_weights(log_n.size, self.bootstrap, self.seed)
+            boot = huber_fit(log_n, log_d, log_l, weights, best_starts, self.delta)
+            samples = pd.DataFrame(_theta_params(boot.theta, k))
+        params = {key: float(v[0]) for key, v in _theta_params(theta, k).items()}
+        convergence, warnings = convergence_report(
+            int(polished.status[0]), int(polished.iterations[0]), POLISH_MAXITER,
+            None if boot is None else boot.status, None if boot is None else boot.iterations, BOOTSTRAP_MAXITER,
+            "batched L-BFGS")
+        diagnostics = parametric_diagnostics(runs, law_loss(params, np.exp(log_n), np.exp(log_d)), params,
+                                             convergence=convergence, warnings=warnings)
+        return self.result(ParametricResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
+                           details={"objective": value, "huber_delta": self.delta, "starts": int(len(INIT_GRID)),
+                                    "bootstrap_starts": int(len(best_starts)), "grid_seconds": grid_seconds})
 
 
-def _predict_loss(p: dict[str, float], n: np.ndarray, d: np.ndarray) -> np.ndarray:
-    return p["E"] + p["A"] * n ** -p["alpha"] + p["B"] * d ** -p["beta"]
-
-
-def _diagnostics(runs: Runs, predicted: np.ndarray, params: dict[str, float],
-                 bounds: tuple[float, float] | None = None) -> Diagnostics:
+def parametric_diagnostics(runs: Runs, predicted: np.ndarray, params: dict[str, float], *,
+                           bounds: tuple[float, float] | None = None, convergence: dict[str, Any] | None = None,
+                           warnings: list[str] | None = None) -> Diagnostics:
+    """Residuals of log loss per run, R^2, and warnings about terms the data do not pin down."""
     f = runs.frame
     log_l = np.log(f["loss"].to_numpy(float))
     residual = log_l - np.log(predicted)
     r2 = 1.0 - np.sum(residual ** 2) / np.sum((log_l - log_l.mean()) ** 2)
     frame = f[["run_id", "params", "tokens", "flops", "loss"]].assign(predicted=predicted, residual=residual)
-    warnings = []
+    warnings = list(warnings or [])
     if bounds is not None:
         for name in ("alpha", "beta"):
             if min(abs(params[name] - bounds[0]), abs(params[name] - bounds[1])) < 1e-6:
@@ -150,80 +232,5 @@ def _diagnostics(runs: Runs, predicted: np.ndarray, params: dict[str, float],
     for name in ("E", "A", "B"):
         if params[name] <= 1e-12:
             warnings.append(f"{name} fitted as 0: the runs do not show that term; widen the size or token range")
-    return Diagnostics(frame, float(r2), "log loss, per run", list(runs.excluded), warnings)
-
-
-# ---- variable projection -----------------------------------------------------------------
-
-ALPHA_BETA_BOUNDS = (0.01, 2.5)
-_SEARCH_GRID = np.arange(0.05, 2.01, 0.05)
-
-
-def _nnls3(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, float]:
-    """Weighted non-negative least squares for three columns, exactly, by trying each support."""
-    G = (X * w[:, None]).T @ X
-    h = (X * w[:, None]).T @ y
-    yy = float((w * y) @ y)
-    try:
-        c = np.linalg.solve(G, h)
-        if np.all(c >= 0):  # the usual case: the unconstrained optimum is feasible
-            return c, yy - float(c @ h)
-    except np.linalg.LinAlgError:
-        pass
-    best, best_ssr = np.zeros(3), yy
-    for support in _SUPPORTS[1:]:
-        sub = np.ix_(support, support)
-        try:
-            c = np.linalg.solve(G[sub], h[support])
-        except np.linalg.LinAlgError:
-            continue
-        if np.all(c >= 0):
-            ssr = yy - float(c @ h[support])  # at the LS solution of a support, c.G.c = c.h
-            if ssr < best_ssr:
-                best_ssr, best = ssr, np.zeros(3)
-                best[support] = c
-    return best, best_ssr
-
-
-_SUPPORTS = [list(s) for r in (3, 2, 1) for s in itertools.combinations(range(3), r)]
-
-
-def _vp_solve(n, d, loss, w, start=None):
-    from scipy.optimize import minimize
-
-    def profile(ab):
-        alpha, beta = ab
-        X = np.column_stack([np.ones_like(n), n ** -alpha, d ** -beta])
-        return _nnls3(X, loss, w)
-
-    if start is None:
-        start = min((profile((a, b))[1], a, b) for a in _SEARCH_GRID for b in _SEARCH_GRID)[1:]
-    res = minimize(lambda ab: profile(ab)[1], np.asarray(start, float), method="Nelder-Mead",
-                   bounds=[ALPHA_BETA_BOUNDS] * 2, options={"xatol": 1e-6, "fatol": 1e-12, "maxiter": 1000})
-    coef, ssr = profile(res.x)
-    return np.array([coef[0], coef[1], coef[2], res.x[0], res.x[1]]), ssr
-
-
-def fit_vpnls(runs: Runs, *, bootstrap: int = 1000, seed: int | None = 0, level: float = 0.95) -> FitResult:
-    """Variable projection: grid then Nelder-Mead over (alpha, beta); E, A, B by NNLS."""
-    log_n, log_d, loss, k = _columns(runs)
-    n, d = np.exp(log_n), np.exp(log_d)
-    # Scale columns to order one so the normal equations stay well conditioned.
-    n_s, d_s = n / np.exp(log_n.mean()), d / np.exp(log_d.mean())
-    est, _ = _vp_solve(n_s, d_s, loss, np.ones(n.size))
-
-    def unscale(v):
-        E, A, B, alpha, beta = v.T
-        return {"E": E, "A": A * np.exp(log_n.mean()) ** alpha, "B": B * np.exp(log_d.mean()) ** beta,
-                "alpha": alpha, "beta": beta, "a": beta / (alpha + beta), "b": alpha / (alpha + beta),
-                "k": np.full(np.shape(E), k)}
-
-    samples = pd.DataFrame()
-    if bootstrap:
-        weights = resample_weights(n.size, bootstrap, seed)
-        draws = np.array([_vp_solve(n_s, d_s, loss, w, start=est[3:])[0] for w in weights])
-        samples = pd.DataFrame(unscale(draws))
-    params = {key: float(v) for key, v in unscale(est).items()}
-    diagnostics = _diagnostics(runs, _predict_loss(params, n, d), params, ALPHA_BETA_BOUNDS)
-    return FitResult("vpnls", params, samples, parametric_frontier, runs, diagnostics, level, seed,
-                     details={"search": "grid 0.05..2 step 0.05, then Nelder-Mead", "bounds": list(ALPHA_BETA_BOUNDS)})
+    return Diagnostics(residuals=frame, r2=float(r2), r2_of="log loss, per run", excluded=list(runs.excluded),
+                       warnings=warnings, convergence=convergence)

@@ -1,7 +1,13 @@
-"""A self-contained HTML report: table, plots, diagnostics and where the runs came from.
+"""A self-contained HTML report that leads with the answer.
+
+Top: for a target budget (default 10x the largest swept), each method's N_opt, D_opt,
+tokens per parameter and loss with intervals, whether the methods agree, the held-out
+check and the warnings that matter. Then the headline figure, the forest plot of the
+exponent a, the held-out section, each method's details, and the provenance of the runs.
 
 PNGs are embedded (the file opens anywhere on its own); SVGs are written beside it in
-``<name>_plots/`` and linked, for zooming and for papers.
+``<name>_plots/`` and linked, for zooming and for papers. The report reads a fit through
+``results`` / ``skipped`` / ``warnings`` / ``holdout`` (one FitResult or a FitSet).
 """
 
 from __future__ import annotations
@@ -10,69 +16,226 @@ import base64
 import datetime
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.fitting.fit_set import FitSet
-from flops_fit.fitting.result import FitResult
+import numpy as np
+
+from flops_fit._version import __version__
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.figures import forest, headline, holdout_figure
+from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
+from flops_fit.fitting.plots import plot_result
+from flops_fit.fitting.profiles import budget_groups
+
+TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
+TOP_WARNINGS = 8
+ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "loss (nats)", "exponent a"]
 
 
-def write_report(fitted: FitResult | FitSet, out: str | Path, *, target: float | None = None,
+def default_target(runs: Any) -> float:
+    """TARGET_FACTOR times the largest budget swept."""
+    budgets, _ = budget_groups(runs)
+    return float(TARGET_FACTOR * np.max(budgets))
+
+
+def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                  budgets: Sequence[float] | None = None) -> Path:
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path."""
-    from flops_fit._version import __version__
-
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
         out = out / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     plot_dir = out.parent / f"{out.stem}_plots"
-    fits = fitted if isinstance(fitted, FitSet) else FitSet({fitted.method: fitted})
-    runs = fits.runs
-    body = [f"<h1>flops-fit report</h1><p>{len(runs)} runs from <code>{_e(runs.source)}</code>; "
-            f"methods: {', '.join(fits.results)}.</p>"]
-    if fits.warnings or fits.skipped:
-        body.append("<h2>Across approaches</h2><ul>" + "".join(f"<li class=warn>{_e(w)}</li>" for w in fits.warnings)
-                    + "".join(f"<li>skipped {_e(m)}: {_e(w)}</li>" for m, w in fits.skipped.items()) + "</ul>")
-    for _method, result in fits.results.items():
-        body.append(_section(result, plot_dir, out.parent, target, budgets))
+    results = fitted.results
+    runs = next(iter(results.values())).runs
+    target = float(target) if target else default_target(runs)
+    figure = _Figures(plot_dir, out.parent)
+    body = [_answer(fitted, runs, target)]
+    body.append("<h2 id='headline'>The fit at a glance</h2>")
+    body.append(figure.embed(headline(results, target, plot_dir / "headline", ("png", "svg")),
+                             "Left: each budget's runs, the fitted profiles and their minima. Middle and right: "
+                             "N_opt and D_opt against compute; points are the measured minima, lines each method's "
+                             "law with its interval band, extended to the target (grey: extrapolation)."))
+    body.append(figure.embed(forest(results, plot_dir / "exponent_a", ("png", "svg")),
+                             "The exponent a of N_opt ~ C^a by method, with intervals."))
+    if fitted.holdout:
+        body.append(_holdout_section(fitted.holdout, figure, plot_dir))
+    for result in results.values():
+        body.append(_section(result, figure, plot_dir, target, budgets))
     provenance = {
         "source": runs.source, "runs": len(runs), "store metadata": runs.metadata or "none",
         "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "target budget": target,
     }
-    body.append("<h2>Provenance</h2><pre>" + _e(json.dumps(provenance, indent=2, default=str)) + "</pre>")
+    body.append("<h2 id='provenance'>Provenance</h2><pre>" + _e(json.dumps(provenance, indent=2, default=str))
+                + "</pre>")
     out.write_text(_PAGE.format(body="\n".join(body)), encoding="utf-8")
     return out
 
 
-def _section(result: FitResult, plot_dir: Path, root: Path, target, budgets) -> str:
+def _answer(fitted: Any, runs: Any, target: float) -> str:
+    results = fitted.results
+    budgets, _ = budget_groups(runs)
+    swept = np.unique(budgets)
+    level = next(iter(results.values())).level
+    predictions = {m: r.predict(target).iloc[0] for m, r in results.items()}
+    rows = []
+    for method, p in predictions.items():
+        a = results[method].exponents["a"]
+        rows.append([method] + [fmt.with_interval(p[k], p[f"{k}_lo"], p[f"{k}_hi"], fmt=f) for k, f in
+                                (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
+                                 ("loss", _loss))] + [fmt.with_interval(*a)])
+    parts = ["<h1>flops-fit report</h1>",
+             f"<p class=lead>{len(runs)} runs from <code>{_e(runs.source)}</code> at {len(swept)} budgets "
+             f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {_e(', '.join(results))}.</p>",
+             f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs</h2>",
+             f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
+             "intervals in brackets.</p>",
+             _table(ANSWER_HEADERS, rows),
+             f"<p>{_e(agreement(predictions))}</p>"]
+    if fitted.holdout:
+        misses = holdout_misses(fitted.holdout)
+        parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
+                     + _e("; ".join(misses) if misses else
+                          "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
+    warnings = important_warnings(fitted)
+    if warnings:
+        shown = "".join(f"<li class=warn>{_e(w)}</li>" for w in warnings[:TOP_WARNINGS])
+        more = len(warnings) - TOP_WARNINGS
+        parts.append("<h3>Warnings</h3><ul>" + shown
+                     + (f"<li>{more} more in the method sections below</li>" if more > 0 else "") + "</ul>")
+    if fitted.skipped:
+        parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
+    return "\n".join(parts)
+
+
+def _target_note(target: float, largest: float) -> str:
+    ratio = target / largest
+    if ratio > 1:
+        return f"The target is {ratio:.3g}x the largest budget swept: an extrapolation."
+    return "The target lies within the budgets swept."
+
+
+def agreement(predictions: Mapping[str, Any]) -> str:
+    """Whether every pair of methods' N_opt and loss intervals at the target overlap."""
+    if len(predictions) < 2:
+        return "One method only: fit with method='all' to cross-check it."
+    apart = []
+    for key, name in (("N_opt", "N_opt"), ("loss", "loss")):
+        for (m1, p1), (m2, p2) in combinations(predictions.items(), 2):
+            lo1, hi1, lo2, hi2 = p1[f"{key}_lo"], p1[f"{key}_hi"], p2[f"{key}_lo"], p2[f"{key}_hi"]
+            if not np.all(np.isfinite([lo1, hi1, lo2, hi2])):
+                continue
+            if hi1 < lo2 or hi2 < lo1:
+                apart.append(f"{name}: {m1} and {m2}")
+    if apart:
+        return "The methods disagree (intervals do not overlap) on " + "; ".join(apart) + "."
+    return "The methods agree: their N_opt and loss intervals at the target overlap."
+
+
+def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
+    """One phrase per held-out value outside its predicted interval, or a check not made."""
+    out = []
+    for method, items in checks.items():
+        for c in items:
+            if c.reason:
+                out.append(f"{method} at {fmt.flops(c.budget)}: {c.reason}")
+                continue
+            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
+                if c.covered[key] is False:
+                    out.append(f"{method}'s predicted {name} at {fmt.flops(c.budget)} FLOPs misses the observed one "
+                               f"by {fmt.percent(getattr(c, f'{key}_error'))}, outside its interval")
+    return out
+
+
+def important_warnings(fitted: Any) -> list[str]:
+    """Cross-method warnings first, then held-out misses, then each method's, without repeats."""
+    seen, out = set(), []
+    items = list(fitted.warnings) + holdout_misses(fitted.holdout)
+    items += [f"{m}: {w}" for m, r in fitted.results.items() for w in r.diagnostics.warnings
+              if w not in fitted.warnings]
+    for w in items:
+        if w not in seen:
+            seen.add(w)
+            out.append(w)
+    return out
+
+
+def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path) -> str:
+    parts = ["<h2 id='holdout'>Held-out check</h2>",
+             "<p>Each method was fitted again without the held-out budget's runs; its prediction for that "
+             "budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
+             "runs resampled). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
+             "observed value lies inside the predicted interval.</p>",
+             _table(HOLDOUT_HEADERS, holdout_rows(checks))]
+    reasons = sorted({f"{m} at {fmt.flops(c.budget)}: {c.reason}" for m, items in checks.items() for c in items
+                      if c.reason})
+    if reasons:
+        parts.append("<ul>" + "".join(f"<li class=warn>{_e(r)}</li>" for r in reasons) + "</ul>")
+    parts.append(figure.embed(holdout_figure(checks, plot_dir / "holdout", ("png", "svg")),
+                              "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
+                              "intervals, grey bands the observed ones."))
+    return "\n".join(parts)
+
+
+def _section(result: Any, figure: _Figures, plot_dir: Path, target: float, budgets) -> str:
     d = result.diagnostics
-    parts = [f"<h2 id='{result.method}'>{_e(result.title)}</h2>",
+    par = result.intervals()
+    param_rows = [[name, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 3)]
+                  for name, r in par.iterrows()]
+    table = result.table(budgets)
+    rows = [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f) for k, f in
+                                     (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
+                                      ("loss", _loss))] for _, r in table.iterrows()]
+    parts = [f"<h2 id='{_e(result.method)}'>{_e(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
              f"percentile intervals. R<sup>2</sup> ({_e(d.r2_of)}): {d.r2:.4f}.</p>",
-             "<h3>Parameters</h3>", result.intervals().to_html(float_format=lambda v: f"{v:.4g}"),
-             "<h3>Compute-optimal table</h3>", result.table(budgets).to_html(index=False, float_format=lambda v: f"{v:.4g}")]
-    if target:
-        parts += [f"<h3>Prediction at {target:.3g} FLOPs</h3>",
-                  result.predict(target).to_html(index=False, float_format=lambda v: f"{v:.4g}")]
-    parts.append("<h3>Diagnostics</h3><ul>" + "".join(f"<li class=warn>{_e(w)}</li>" for w in d.warnings)
-                 + f"<li>{len(d.excluded)} exclusions</li></ul>")
+             "<div class=row><div><h3>Parameters</h3>",
+             _table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], param_rows),
+             "</div><div><h3>Compute-optimal table</h3>",
+             _table(["FLOPs", "N_opt", "D_opt", "tokens / parameter", "loss (nats)"], rows), "</div></div>"]
+    notes = [f"<li class=warn>{_e(w)}</li>" for w in d.warnings]
+    if d.convergence:
+        notes.append(f"<li>convergence: {_e(_describe(d.convergence))}</li>")
+    notes.append(f"<li>{len(d.excluded)} exclusions</li>")
+    parts.append("<h3>Diagnostics</h3><ul>" + "".join(notes) + "</ul>")
     if d.excluded:
         parts.append("<details><summary>excluded and why</summary><ul>"
                      + "".join(f"<li>{_e(_describe(x))}</li>" for x in d.excluded) + "</ul></details>")
     parts.append("<h3>Plots</h3>")
-    for path in result.plot(plot_dir, target=target):
-        if path.suffix == ".png":
-            data = base64.b64encode(path.read_bytes()).decode("ascii")
-            svg = path.with_suffix(".svg").relative_to(root).as_posix()
-            parts.append(f"<figure><img alt='{_e(path.stem)}' src='data:image/png;base64,{data}'>"
-                         f"<figcaption>{_e(path.stem)} (<a href='{_e(svg)}'>SVG</a>)</figcaption></figure>")
+    for png in (p for p in plot_result(result, plot_dir, target=target) if p.suffix == ".png"):
+        parts.append(figure.embed([png, png.with_suffix(".svg")], png.stem))
     return "\n".join(parts)
 
 
-def _describe(item: dict[str, Any]) -> str:
+class _Figures:
+    """Embeds a written PNG in the page and links its SVG."""
+
+    def __init__(self, plot_dir: Path, root: Path) -> None:
+        self.plot_dir, self.root = plot_dir, root
+
+    def embed(self, paths: Sequence[Path], caption: str) -> str:
+        png = next(p for p in paths if p.suffix == ".png")
+        svg = png.with_suffix(".svg").relative_to(self.root).as_posix()
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        return (f"<figure><img alt='{_e(png.stem)}' src='data:image/png;base64,{data}'>"
+                f"<figcaption>{_e(caption)} (<a href='{_e(svg)}'>SVG</a>)</figcaption></figure>")
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
+
+
+def _describe(item: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in item.items())
 
 
@@ -83,9 +246,16 @@ def _e(text: Any) -> str:
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>flops-fit report</title>
 <style>
-body {{ font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; }}
-table {{ border-collapse: collapse; font-size: 0.85em; }} td, th {{ border: 1px solid #ccc; padding: 2px 6px; }}
+body {{ font-family: system-ui, sans-serif; max-width: 1280px; margin: 2em auto; padding: 0 1em; color: #222; }}
+h1 {{ margin-bottom: 0.2em; }} h2 {{ border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.6em; }}
+.lead {{ color: #555; }}
+table {{ border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; max-width: 100%; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
+th {{ background: #f4f4f4; }} td {{ font-variant-numeric: tabular-nums; }}
+.row {{ display: flex; flex-wrap: wrap; gap: 2em; }}
 img {{ max-width: 100%; }} .warn {{ color: #a40; }} figure {{ margin: 1em 0; }}
+figcaption {{ font-size: 0.85em; color: #555; }}
+pre {{ white-space: pre-wrap; word-break: break-word; font-size: 0.8em; background: #f8f8f8; padding: 0.5em; }}
 </style></head><body>
 {body}
 </body></html>

@@ -1,9 +1,16 @@
-"""What a fit hands back: point estimates, bootstrap draws, predictions, diagnostics."""
+"""What a fit hands back: point estimates, bootstrap draws, predictions, diagnostics.
+
+``FitResult`` is the interface every approach's result implements: ``frontier`` (the law
+C -> N_opt, D_opt, loss for columns of parameters), ``draw_profiles`` (its own picture of
+the profiles it fitted), ``observed_optima`` and ``loss_surface``. Everything else
+(intervals, predictions, tables, text, JSON, plots, the report) is shared and written here
+once.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,40 +18,50 @@ import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval
+from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summary
 from flops_fit.fitting.inputs import Runs
-
-Frontier = Callable[[dict[str, np.ndarray], np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+from flops_fit.fitting.laws import Params, power_frontier
+from flops_fit.fitting.plots import plot_result
+from flops_fit.fitting.report import write_report
+from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier.
 CONSTANTS = ("k",)
 
-METHOD_TITLES = {
-    "envelope": "Approach 1: envelope of training curves",
-    "isoflop": "Approach 2: IsoFLOP profiles",
-    "parametric": "Approach 3: parametric fit (Huber, L-BFGS)",
-    "vpnls": "Approach 3, variable projection (NNLS)",
-}
 
-
-@dataclass
+@dataclass(kw_only=True)
 class Diagnostics:
-    """How far to trust a fit: residuals, R^2, what was left out and why, warnings."""
+    """How far to trust a fit: residuals, R^2, what was left out and why, warnings, and
+    (for iterative fits) whether the optimiser converged."""
 
     residuals: pd.DataFrame
     r2: float
     r2_of: str
     excluded: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    convergence: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"r2": self.r2, "r2_of": self.r2_of, "excluded": self.excluded, "warnings": self.warnings,
-                "residual_rms": float(np.sqrt(np.mean(np.square(self.residuals["residual"]))))
-                if len(self.residuals) else None}
+        out = {"r2": self.r2, "r2_of": self.r2_of, "excluded": self.excluded, "warnings": self.warnings,
+               "residual_rms": float(np.sqrt(np.mean(np.square(self.residuals["residual"]))))
+               if len(self.residuals) else None}
+        if self.convergence is not None:
+            out["convergence"] = self.convergence
+        return out
 
 
 class Presentable:
-    """Printing, JSON and the HTML report, shared by one fit and a set of fits."""
+    """Printing, JSON, plots and the HTML report, shared by one fit and a set of fits.
+
+    ``results`` (method -> FitResult), ``skipped`` (method -> why) and ``warnings`` are
+    what the report reads.
+    """
+
+    results: dict[str, FitResult]
+    skipped: dict[str, str]
+    warnings: list[str]
 
     def summary(self, budgets: Sequence[float] | None = None) -> str:
         raise NotImplementedError
@@ -55,39 +72,76 @@ class Presentable:
     def __str__(self) -> str:
         return self.summary()
 
+    @property
+    def holdout(self) -> dict[str, list[HoldoutCheck]]:
+        """Each method's held-out checks (empty unless fitted with ``holdout=``)."""
+        return {m: r.holdout_checks for m, r in self.results.items() if r.holdout_checks}
+
+    def holdout_summary(self) -> str:
+        """The held-out checks as a plain-text table ("" without any)."""
+        return holdout_summary(self.holdout)
+
     def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
 
+    def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
+        """Write every fit's plots (PNG and SVG by default) into ``out_dir``; returns the paths."""
+        return [p for r in self.results.values() for p in plot_result(r, out_dir, target=target, formats=formats)]
+
     def report(self, out: Any, *, target: float | None = None) -> Any:
         """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path."""
-        from flops_fit.fitting.report import write_report
-
         return write_report(self, out, target=target)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class FitResult(Presentable):
     """One method's fit. ``params`` are point estimates, ``samples`` one row per resample."""
 
     method: str
+    title: str
     params: dict[str, float]
     samples: pd.DataFrame
-    frontier: Frontier
     runs: Runs
     diagnostics: Diagnostics
     level: float = 0.95
     seed: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    holdout_checks: list[HoldoutCheck] = field(default_factory=list)
+
+    # ---- what each approach's result provides -------------------------------------------
+    def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(N_opt, D_opt, loss), each (draws, budgets), for parameter columns ``params``."""
+        raise NotImplementedError
+
+    def draw_profiles(self, ax: Any) -> None:
+        """Draw the profiles this approach fitted (IsoFLOP curves, training curves) on ``ax``."""
+        raise NotImplementedError
+
+    def observed_optima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(C, N, D) of the optima the frontier was fitted through, if it has any."""
+        return None
+
+    def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray | None:
+        """The fitted loss at (N, D), for a law that gives one."""
+        return None
+
+    # ---- shared -----------------------------------------------------------------------------
+    @property
+    def results(self) -> dict[str, FitResult]:
+        return {self.method: self}
 
     @property
-    def title(self) -> str:
-        return METHOD_TITLES.get(self.method, self.method)
+    def skipped(self) -> dict[str, str]:
+        return {}
+
+    @property
+    def warnings(self) -> list[str]:
+        return []
 
     def intervals(self) -> pd.DataFrame:
         """Every parameter (and the exponents a, b): estimate, interval bounds, bootstrap s.e."""
-        names = [n for n in self.params if n not in CONSTANTS]
         rows = []
-        for name in names:
+        for name in (n for n in self.params if n not in CONSTANTS):
             draws = self.samples[name].to_numpy(float) if name in self.samples else np.array([])
             lo, hi = interval(draws, self.level) if draws.size else (np.nan, np.nan)
             with np.errstate(all="ignore"):  # wild draws (unidentified terms) may overflow: inf is honest
@@ -106,50 +160,45 @@ class FitResult(Presentable):
         c = np.atleast_1d(np.asarray(budgets, dtype=float))
         if c.size == 0 or not np.all(np.isfinite(c) & (c > 0)):
             raise FitInputError(f"budgets must be finite positive FLOP counts, got {budgets!r}")
-        point = self.frontier({k: np.array([v]) for k, v in self.params.items()}, c)
-        draws = self.frontier({k: self.samples[k].to_numpy(float) for k in self.samples}, c) if len(self.samples) else None
+        n, d, loss = self.frontier({k: np.array([v]) for k, v in self.params.items()}, c)
+        point = (n, d, loss, d / n)
+        draws = None
+        if len(self.samples):
+            n, d, loss = self.frontier({k: self.samples[k].to_numpy(float) for k in self.samples}, c)
+            draws = (n, d, loss, d / n)
         out = pd.DataFrame({"budget": c})
-        names = ("N_opt", "D_opt", "loss", "tokens_per_param")
-        point = (*point, point[1] / point[0])
-        if draws is not None:
-            draws = (*draws, draws[1] / draws[0])
-        for name, p, d in zip(names, point, draws or [None] * 4, strict=True):
-            out[name] = p[0]
-            lo, hi = interval(d, self.level) if d is not None else (np.full(c.size, np.nan),) * 2
+        for i, name in enumerate(("N_opt", "D_opt", "loss", "tokens_per_param")):
+            out[name] = point[i][0]
+            lo, hi = interval(draws[i], self.level) if draws is not None else (np.full(c.size, np.nan),) * 2
             out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
         return out
 
     def table(self, budgets: Sequence[float] | None = None) -> pd.DataFrame:
         """A Chinchilla-style table: compute, parameters, tokens, tokens/param, loss (+ intervals)."""
-        if budgets is None:
-            budgets = default_budgets(self.runs)
-        return self.predict(budgets)
+        return self.predict(default_budgets(self.runs) if budgets is None else budgets)
 
-    def summary(self, budgets: Sequence[float] | None = None) -> str:
-        """Plain text: parameters with intervals, predictions, warnings."""
-        from flops_fit.tables import format_table
-
+    def summary(self, budgets: Sequence[float] | None = None, *, with_holdout: bool = True) -> str:
+        """Plain text: parameters with intervals, predictions, warnings, held-out checks."""
         pct = f"{100 * self.level:g}%"
-        par = self.intervals()
         lines = [f"{self.title}  ({len(self.runs)} runs from {self.runs.source}, "
                  f"{len(self.samples)} bootstrap resamples, seed {self.seed})", ""]
-        lines.append(format_table([[n, _num(r.estimate), f"[{_num(r.lo)}, {_num(r.hi)}]", _num(r.se)]
-                                   for n, r in par.iterrows()], ["param", "estimate", f"{pct} interval", "bootstrap s.e."]))
-        lines += ["", format_table(
-            [[f"{r.budget:.3g}"] + [f"{_num(r[k])} [{_num(r[k + '_lo'])}, {_num(r[k + '_hi'])}]"
-                                    for k in ("N_opt", "D_opt", "tokens_per_param", "loss")]
-             for _, r in self.table(budgets).iterrows()],
-            ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", "loss"])]
+        lines.append(format_table([[n, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]",
+                                    fmt.sig(r.se, 4)] for n, r in self.intervals().iterrows()],
+                                  ["param", "estimate", f"{pct} interval", "bootstrap s.e."]))
+        lines += ["", format_table(prediction_rows(self.table(budgets)),
+                                   ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", "loss"])]
         d = self.diagnostics
         if "k" in self.params:
             lines += ["", f"frontier with C = k N D, k = {self.params['k']:.4g} FLOPs per parameter per token (from the runs)"]
         lines += ["", f"R^2 ({d.r2_of}): {d.r2:.4f}; exclusions: {len(d.excluded)}"]
         lines += [f"warning: {w}" for w in d.warnings]
+        if with_holdout and self.holdout_checks:
+            lines += ["", self.holdout_summary()]
         return "\n".join(lines)
 
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
         par = self.intervals()
-        return {
+        out = {
             "method": self.method,
             "title": self.title,
             "source": self.runs.source,
@@ -157,17 +206,32 @@ class FitResult(Presentable):
             "bootstrap": len(self.samples),
             "seed": self.seed,
             "level": self.level,
-            "params": {n: {k: _clean(v) for k, v in r.items()} for n, r in par.to_dict("index").items()},
-            "table": [{k: _clean(v) for k, v in row.items()} for row in self.table(budgets).to_dict("records")],
+            "params": fmt.json_safe(par.to_dict("index")),
+            "table": fmt.json_safe(self.table(budgets).to_dict("records")),
             "diagnostics": self.diagnostics.to_dict(),
             "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
         }
+        if self.holdout_checks:
+            out["holdout"] = {self.method: holdout_json(self.holdout_checks)}
+        return out
 
-    def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
-        """Write this fit's plots (PNG and SVG by default) into ``out_dir``; returns the paths."""
-        from flops_fit.fitting.plots import plot_result
 
-        return plot_result(self, out_dir, target=target, formats=formats)
+class PowerLawResult(FitResult):
+    """Approaches 1 and 2: separate power laws in C for N_opt, D_opt and the loss."""
+
+    def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return power_frontier(params, budgets)
+
+
+def prediction_rows(table: pd.DataFrame) -> list[list[str]]:
+    """Rows of FLOPs, N_opt, D_opt, tokens/param, loss, each "value [lo, hi]"."""
+    formats = {"N_opt": fmt.count, "D_opt": fmt.count, "tokens_per_param": fmt.sig, "loss": _loss}
+    return [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
+                                     for k, f in formats.items()] for _, r in table.iterrows()]
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
 
 
 def default_budgets(runs: Runs) -> list[float]:
@@ -177,22 +241,8 @@ def default_budgets(runs: Runs) -> list[float]:
     return [float(10.0 ** e) for e in np.arange(lo, hi + 1)]
 
 
-def _num(value: float) -> str:
-    if value is None or not np.isfinite(value):
-        return "nan"
-    return f"{value:.4g}"
-
-
 def json_default(value: Any) -> Any:
     """numpy scalars and arrays (in exclusions, metadata) as plain JSON values."""
-    if isinstance(value, np.generic):
-        return _clean(value.item())
-    if isinstance(value, np.ndarray):
-        return value.tolist()
+    if isinstance(value, (np.generic, np.ndarray)):
+        return fmt.json_safe(value)
     return str(value)
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, (float, np.floating)):
-        return float(value) if np.isfinite(value) else None
-    return value

@@ -12,13 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from flops_fit.fitting.laws import parametric_frontier
+from flops_fit.fitting.laws import law_loss, parametric_frontier
 
 DEFAULT_LAW = {"E": 1.8, "A": 400.0, "B": 1200.0, "alpha": 0.34, "beta": 0.37}
-
-
-def law_loss(law: dict[str, float], n: np.ndarray, d: np.ndarray) -> np.ndarray:
-    return law["E"] + law["A"] * np.asarray(n) ** -law["alpha"] + law["B"] * np.asarray(d) ** -law["beta"]
 
 
 def optimal_size(law: dict[str, float], budget: float, k: float = 6.0) -> float:
@@ -57,3 +53,6 @@ def synthetic_runs(
                          "tokens": d, "flops": budget, "budget": budget, "loss": loss, "status": "done",
                          "curve": [[float(t), float(v)] for t, v in zip(seen, curve_loss, strict=True)]})
     return pd.DataFrame(rows)
+
+
+__all__ = ["DEFAULT_LAW", "law_loss", "optimal_size", "synthetic_runs"]

@@ -1,0 +1,132 @@
+"""The report's figures across methods: the headline (Chinchilla's Figure 3 layout), a
+forest plot of the exponent a, and the held-out check.
+
+Headline: IsoFLOP curves with their minima | N_opt against C, the measured minima as
+points and each method's law extended to the target with its band | D_opt against C.
+Like the per-result plots, these read results only through their public methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.plots import (
+    COMPUTE_LABEL,
+    FRONTIER_LABELS,
+    budget_span,
+    draw_frontier,
+    new_figure,
+    save_figure,
+)
+from flops_fit.fitting.profiles import budget_groups, profile_optima
+
+METHOD_COLOURS = {"envelope": "tab:green", "isoflop": "tab:orange", "parametric": "tab:blue", "vpnls": "tab:purple"}
+# Which result draws the headline's IsoFLOP panel, in order of preference.
+PROFILE_SOURCES = ("isoflop", "parametric", "vpnls", "envelope")
+
+
+def method_colour(method: str, index: int = 0) -> str:
+    return METHOD_COLOURS.get(method, f"C{index % 10}")
+
+
+def measured_minima(results: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(C, N, D) at the minima of the runs' IsoFLOP profiles: Approach 2's own when it ran,
+    else parabolas through each budget's runs. None when no budget has an interior minimum."""
+    if "isoflop" in results:
+        return results["isoflop"].observed_optima()
+    runs = next(iter(results.values())).runs
+    budgets, _ = budget_groups(runs)
+    good = profile_optima(runs, budgets, np.ones(len(runs)), "parabola").dropna(subset=["log_n"])
+    if good.empty:
+        return None
+    return good["budget"].to_numpy(float), np.exp(good["log_n"].to_numpy()), np.exp(good["log_d"].to_numpy())
+
+
+def headline(results: Mapping[str, Any], target: float, stem: Path, formats: Sequence[str]) -> list[Path]:
+    """Three panels: the profiles, N_opt(C) and D_opt(C) with every method's law to ``target``."""
+    fig = new_figure(16, 5.2)
+    fig.subplots_adjust(left=0.055, right=0.99, bottom=0.12, top=0.86, wspace=0.26)
+    source = next(results[m] for m in (*PROFILE_SOURCES, *results) if m in results)
+    ax = fig.add_subplot(1, 3, 1)
+    source.draw_profiles(ax)
+    ax.set_title(f"IsoFLOP profiles ({source.method})", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    runs = source.runs
+    budgets = budget_span(runs, target)
+    minima = measured_minima(results)
+    for i, key in enumerate(("N_opt", "D_opt")):
+        ax = fig.add_subplot(1, 3, 2 + i)
+        for j, (method, result) in enumerate(results.items()):
+            colour = method_colour(method, j)
+            draw_frontier(ax, result, key, budgets, colour=colour, label=method)
+            t = result.predict(target).iloc[0]
+            lo, hi = t[f"{key}_lo"], t[f"{key}_hi"]
+            yerr = [[t[key] - lo], [hi - t[key]]] if np.isfinite(lo) and np.isfinite(hi) else None
+            ax.errorbar([target * 1.08 ** j], [t[key]], yerr=yerr, fmt="o", ms=4, color=colour, capsize=3)
+        if minima is not None:
+            ax.scatter(minima[0], minima[1 + i], s=22, color="k", zorder=4, label="measured minima")
+        data_max = runs.frame["flops"].max()
+        if target > data_max:
+            ax.axvspan(data_max, target * 1.5, color="0.93", zorder=0)
+            ax.axvline(target, color="0.4", ls="--", lw=0.8, label=f"target {fmt.flops(target)} FLOPs")
+        ax.set(xlabel=COMPUTE_LABEL, ylabel=FRONTIER_LABELS[key])
+        ax.set_title(f"{key} against compute, extrapolated to the target (grey)", fontsize=10)
+        ax.legend(fontsize=7)
+    fig.suptitle("Compute-optimal scaling: profiles, N_opt(C) and D_opt(C) with intervals")
+    return save_figure(fig, stem, formats)
+
+
+def forest(results: Mapping[str, Any], stem: Path, formats: Sequence[str]) -> list[Path]:
+    """The exponent a (N_opt ~ C^a) of every method, with its interval."""
+    fig = new_figure(7, 1.2 + 0.55 * len(results))
+    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.75 / fig.get_figheight() + 0.1, top=0.82)
+    ax = fig.add_subplot()
+    level = next(iter(results.values())).level
+    for j, (method, result) in enumerate(results.items()):
+        a, lo, hi = result.exponents["a"]
+        xerr = [[a - lo], [hi - a]] if np.isfinite(lo) and np.isfinite(hi) else None
+        ax.errorbar([a], [j], xerr=xerr, fmt="o", color=method_colour(method, j), capsize=4)
+        ax.annotate(fmt.with_interval(a, lo, hi), (a, j), textcoords="offset points", xytext=(0, 7),
+                    ha="center", fontsize=8)
+    ax.axvline(0.5, color="0.6", ls="--", lw=0.8, label="a = 0.5 (Chinchilla)")
+    ax.set_yticks(range(len(results)), list(results))
+    ax.set_ylim(-0.6, len(results) - 0.3)
+    ax.set(xlabel="exponent a of N_opt ~ C^a (dimensionless)",
+           title=f"Exponent a by method, {100 * level:g}% intervals")
+    ax.legend(fontsize=7, loc="lower right")
+    return save_figure(fig, stem, formats)
+
+
+def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Sequence[str]) -> list[Path]:
+    """Prediction / observation for N_opt and the minimum loss at each held-out budget: 1 is
+    a perfect prediction; bars are the predicted intervals, grey the observed ones."""
+    rows = [(m, c) for m, items in checks.items() for c in items]
+    fig = new_figure(12, 1.3 + 0.5 * len(rows))
+    fig.subplots_adjust(left=0.16, right=0.98, bottom=0.8 / fig.get_figheight() + 0.08, top=0.8, wspace=0.08)
+    for i, (key, name) in enumerate((("n_opt", "N_opt"), ("loss", "minimum loss"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        for j, (method, c) in enumerate(rows):
+            observed = getattr(c, f"observed_{key}")
+            predicted = getattr(c, f"predicted_{key}")
+            lo, hi = (np.asarray(getattr(c, f"{key}_interval"), float) / observed)
+            olo, ohi = np.asarray(getattr(c, f"observed_{key}_interval"), float) / observed
+            if np.isfinite(olo) and np.isfinite(ohi):
+                ax.fill_betweenx([j - 0.3, j + 0.3], olo, ohi, color="0.85", lw=0)
+            ratio = predicted / observed
+            xerr = [[ratio - lo], [hi - ratio]] if np.isfinite(lo) and np.isfinite(hi) else None
+            if np.isfinite(ratio):
+                ax.errorbar([ratio], [j], xerr=xerr, fmt="o", color=method_colour(method, j), capsize=4)
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_yticks(range(len(rows)), [f"{m} @ {fmt.flops(c.budget)}" for m, c in rows] if i == 0 else [])
+        ax.set_ylim(-0.6, len(rows) - 0.4)
+        if key == "n_opt":
+            ax.set_xscale("log")
+        ax.set(xlabel=f"predicted / observed {name} (ratio, 1 = exact)", title=f"{name} at the held-out budget")
+    fig.suptitle("Held-out check: laws fitted without the budget, against its own IsoFLOP minimum (grey: observed interval)",
+                 fontsize=10)
+    return save_figure(fig, stem, formats)

@@ -1,0 +1,67 @@
+"""Numbers as people read them: a few significant figures, counts with SI suffixes.
+
+Used by the plain-text summaries, the HTML report and the plot labels, so a value reads
+the same everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+_SUFFIXES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def sig(value: Any, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant figures ("nan" for a missing or infinite value)."""
+    return f"{float(value):.{digits}g}" if _finite(value) else "nan"
+
+
+def count(value: Any, digits: int = 3) -> str:
+    """A parameter or token count: 1.23M, 45.6B, 2.1T (below 1000: plain)."""
+    if not _finite(value):
+        return "nan"
+    v = float(value)
+    for scale, suffix in _SUFFIXES:
+        if abs(v) >= scale:
+            return f"{v / scale:.{digits}g}{suffix}"
+    return f"{v:.{digits}g}"
+
+
+def flops(value: Any) -> str:
+    """A compute budget: 1e+21, 2.5e+11."""
+    return f"{float(value):.2g}" if _finite(value) else "nan"
+
+
+def with_interval(value: Any, lo: Any, hi: Any, fmt=sig) -> str:
+    """"value [lo, hi]", or just the value when there is no interval."""
+    if not (_finite(lo) and _finite(hi)):
+        return fmt(value)
+    return f"{fmt(value)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+def percent(value: Any) -> str:
+    """A relative error as a signed percentage: +3.1%."""
+    return f"{100 * float(value):+.1f}%" if _finite(value) else "nan"
+
+
+def json_safe(value: Any) -> Any:
+    """numpy scalars, arrays, tuples and non-finite floats as plain JSON values (NaN -> None)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value

@@ -1,0 +1,208 @@
+"""Does a fitted law predict a budget it has not seen? Fit on the other budgets, compare.
+
+The honest test of a scaling law is extrapolation: fit every method without one budget's
+runs, predict that budget's minimum loss and N_opt, and compare them with what the budget's
+own IsoFLOP profile shows (its minimum, with a bootstrap interval from resampling the
+budget's runs). Reported per method: both values, the relative errors, and whether each
+observed value falls inside the predicted interval.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.bootstrap import interval, resample_weights
+from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.profiles import budget_groups, profile_minimum
+from flops_fit.tables import format_table
+
+CHOICES = ("largest", "each")
+MATCH_RTOL = 1e-3  # a named budget matches a runs' budget within this relative tolerance
+
+
+class Fitter(Protocol):
+    """What the check needs of an approach: its name and a fit of some runs."""
+
+    name: str
+
+    def fit(self, runs: Runs) -> Any: ...
+
+
+@dataclass(kw_only=True)
+class Observed:
+    """A held-out budget's own answer: the minimum of its IsoFLOP profile, with intervals."""
+
+    budget: float
+    runs: int
+    n_opt: float = np.nan
+    n_opt_interval: tuple[float, float] = (np.nan, np.nan)
+    loss: float = np.nan
+    loss_interval: tuple[float, float] = (np.nan, np.nan)
+    reason: str | None = None
+
+
+@dataclass(kw_only=True)
+class HoldoutCheck:
+    """One method's prediction for a held-out budget against that budget's observed optimum.
+
+    Errors are relative, (predicted - observed) / observed; ``covered`` says whether each
+    observed value lies inside the predicted interval (None when either is missing).
+    """
+
+    method: str
+    budget: float
+    fitted_budgets: list[float]
+    predicted_loss: float = np.nan
+    loss_interval: tuple[float, float] = (np.nan, np.nan)
+    observed_loss: float = np.nan
+    observed_loss_interval: tuple[float, float] = (np.nan, np.nan)
+    loss_error: float = np.nan
+    predicted_n_opt: float = np.nan
+    n_opt_interval: tuple[float, float] = (np.nan, np.nan)
+    observed_n_opt: float = np.nan
+    observed_n_opt_interval: tuple[float, float] = (np.nan, np.nan)
+    n_opt_error: float = np.nan
+    covered: dict[str, bool | None] = field(default_factory=lambda: {"loss": None, "n_opt": None})
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return fmt.json_safe(asdict(self))
+
+
+def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
+    """Each run's budget and the budgets to hold out: "largest", "each" (every budget in
+    turn) or a number naming one budget. Refuses a budget the runs do not have."""
+    budgets, _ = budget_groups(runs)
+    unique = sorted(float(b) for b in np.unique(budgets))
+    if len(unique) < 2:
+        raise FitInputError(f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}")
+    if which == "largest":
+        return budgets, [unique[-1]]
+    if which == "each":
+        return budgets, unique
+    try:
+        value = float(which)
+    except (TypeError, ValueError):
+        raise FitInputError(f"holdout must be 'largest', 'each' or a budget in FLOPs (e.g. 1e21); got {which!r}") from None
+    match = [b for b in unique if np.isclose(b, value, rtol=MATCH_RTOL, atol=0)]
+    if not match:
+        raise FitInputError(f"holdout={which!r}: no runs at that budget; the runs' budgets are "
+                            f"{', '.join(fmt.flops(b) for b in unique)}")
+    return budgets, match
+
+
+def observe(runs: Runs, budgets: np.ndarray, budget: float, *, curve: str, bootstrap: int, seed: int | None,
+            level: float) -> Observed:
+    """The held-out budget's profile minimum, with percentile intervals from resampling its runs."""
+    m = budgets == budget
+    f = runs.frame.loc[m]
+    log_n, loss = np.log(f["params"].to_numpy(float)), f["loss"].to_numpy(float)
+    x, y, reason = profile_minimum(log_n, loss, np.ones(loss.size), curve)
+    if reason is not None:
+        return Observed(budget=budget, runs=int(m.sum()), reason=f"the held-out budget has no observed optimum: {reason}")
+    n_int = l_int = (np.nan, np.nan)
+    if bootstrap:
+        draws = np.array([profile_minimum(log_n, loss, w, curve)[:2]
+                          for w in resample_weights(loss.size, bootstrap, seed)])
+        lo, hi = interval(draws, level)
+        n_int, l_int = (float(np.exp(lo[0])), float(np.exp(hi[0]))), (float(lo[1]), float(hi[1]))
+    return Observed(budget=budget, runs=int(m.sum()), n_opt=float(np.exp(x)), n_opt_interval=n_int,
+                    loss=float(y), loss_interval=l_int)
+
+
+def check(approach: Fitter, runs: Runs, budgets: np.ndarray, observed: Observed) -> HoldoutCheck:
+    """Fit ``approach`` without the held-out budget's runs and compare its prediction there."""
+    keep = budgets != observed.budget
+    base = {"method": approach.name, "budget": observed.budget,
+            "fitted_budgets": sorted(float(b) for b in np.unique(budgets[keep]))}
+    try:
+        result = approach.fit(runs.subset(keep))
+    except FitInputError as exc:
+        return HoldoutCheck(**base, reason=f"cannot fit the other budgets: {exc}")
+    p = result.predict(observed.budget).iloc[0]
+    loss_int, n_int = (float(p.loss_lo), float(p.loss_hi)), (float(p.N_opt_lo), float(p.N_opt_hi))
+    return HoldoutCheck(
+        **base,
+        predicted_loss=float(p.loss), loss_interval=loss_int, observed_loss=observed.loss,
+        observed_loss_interval=observed.loss_interval, loss_error=float(p.loss) / observed.loss - 1,
+        predicted_n_opt=float(p.N_opt), n_opt_interval=n_int, observed_n_opt=observed.n_opt,
+        observed_n_opt_interval=observed.n_opt_interval, n_opt_error=float(p.N_opt) / observed.n_opt - 1,
+        covered={"loss": _inside(observed.loss, loss_int), "n_opt": _inside(observed.n_opt, n_int)},
+        reason=observed.reason,
+    )
+
+
+def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curve: str, bootstrap: int,
+                   seed: int | None, level: float) -> dict[str, list[HoldoutCheck]]:
+    """Every approach's checks for the budgets ``which`` selects (see ``select_budgets``).
+
+    With "each", only budgets whose own profile has an interior minimum are checked: the
+    others have no observed optimum to compare with.
+    """
+    budgets, chosen = select_budgets(runs, which)
+    observed = [observe(runs, budgets, b, curve=curve, bootstrap=bootstrap, seed=seed, level=level) for b in chosen]
+    if which == "each":
+        observed = [o for o in observed if o.reason is None]
+        if not observed:
+            raise FitInputError("holdout='each': no budget's IsoFLOP profile has an interior minimum to compare "
+                                "with; add sizes around each budget's optimum")
+    return {a.name: [check(a, runs, budgets, o) for o in observed] for a in approaches}
+
+
+def holdout_json(checks: Sequence[HoldoutCheck]) -> dict[str, Any] | list[dict[str, Any]]:
+    """One check as a dict, several (``holdout="each"``) as a list of them."""
+    dicts = [c.to_dict() for c in checks]
+    return dicts[0] if len(dicts) == 1 else dicts
+
+
+def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]]:
+    """Rows of the held-out table (see HOLDOUT_HEADERS), one per method and budget."""
+    rows = []
+    for method, items in checks.items():
+        for c in items:
+            rows.append([method, fmt.flops(c.budget),
+                         fmt.with_interval(c.predicted_n_opt, *c.n_opt_interval, fmt=fmt.count),
+                         fmt.with_interval(c.observed_n_opt, *c.observed_n_opt_interval, fmt=fmt.count),
+                         fmt.percent(c.n_opt_error), _yes_no(c.covered["n_opt"]),
+                         fmt.with_interval(c.predicted_loss, *c.loss_interval, fmt=_loss),
+                         fmt.with_interval(c.observed_loss, *c.observed_loss_interval, fmt=_loss),
+                         fmt.percent(c.loss_error), _yes_no(c.covered["loss"])])
+    return rows
+
+
+HOLDOUT_HEADERS = ["method", "held out", "N_opt predicted", "N_opt observed", "error", "inside?",
+                   "loss predicted", "loss observed", "error", "inside?"]
+
+
+def holdout_summary(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
+    """Plain text: the held-out table and any reasons a check could not be made."""
+    first = next((c for items in checks.values() for c in items), None)
+    if first is None:
+        return ""
+    lines = ["Held-out check: each method fitted without the held-out budget's runs; its prediction there "
+             "against the minimum of that budget's own IsoFLOP profile",
+             format_table(holdout_rows(checks), HOLDOUT_HEADERS)]
+    reasons = sorted({f"{m} at {fmt.flops(c.budget)}: {c.reason}" for m, items in checks.items()
+                      for c in items if c.reason})
+    return "\n".join(lines + [f"note: {r}" for r in reasons])
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "NO")
+
+
+def _inside(value: float, bounds: tuple[float, float]) -> bool | None:
+    lo, hi = bounds
+    if not all(np.isfinite([value, lo, hi])):
+        return None
+    return bool(lo <= value <= hi)

@@ -1,0 +1,130 @@
+"""IsoFLOP profiles: loss against log N within one budget, and where each has its minimum.
+
+Approach 2 fits power laws through these minima, the held-out check reads a budget's
+observed optimum from its profile, and the report draws them. Each budget's loss is fitted
+against log N by a parabola (Chinchilla), a Huber-weighted parabola (robust to a stray run)
+or Akima interpolation (Porian et al. 2024; follows asymmetric profiles, but tracks noise).
+A budget whose lowest run is the smallest or largest size, or whose fitted minimum falls
+outside the size grid, has no interior minimum: it is excluded and reported, never
+extrapolated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting.inputs import Runs
+
+CURVES = ("parabola", "huber", "akima")
+MIN_SIZES = 3
+
+
+def check_curve(curve: str) -> str:
+    if curve not in CURVES:
+        raise FitInputError(f"curve must be one of {', '.join(CURVES)}; got {curve!r}")
+    return curve
+
+
+def budget_groups(runs: Runs) -> tuple[np.ndarray, list[str]]:
+    """Each run's budget: the budget column, else FLOPs rounded to one significant figure."""
+    f = runs.frame
+    if runs.has_budget:
+        return f["budget"].to_numpy(float), []
+    flops = f["flops"].to_numpy(float)
+    exponent = np.floor(np.log10(flops))
+    rounded = np.round(flops / 10.0 ** exponent) * 10.0 ** exponent
+    return rounded, ["no budget column: budgets inferred by rounding FLOPs to one significant figure"]
+
+
+def profile_minimum(log_n: np.ndarray, loss: np.ndarray, weights: np.ndarray, curve: str):
+    """(log N at the minimum, loss there, why excluded or None) for one budget's runs."""
+    keep = weights > 0
+    x, y, w = log_n[keep], loss[keep], weights[keep]
+    sizes = np.unique(x)
+    if sizes.size < MIN_SIZES:
+        return np.nan, np.nan, f"fewer than {MIN_SIZES} model sizes ({sizes.size})"
+    lowest = x[np.argmin(y)]
+    if lowest == sizes[0] or lowest == sizes[-1]:
+        which = "smallest" if lowest == sizes[0] else "largest"
+        return np.nan, np.nan, f"edge minimum: the {which} size has the lowest loss"
+    if curve in ("parabola", "huber"):
+        c2, c1, c0 = (huber_quadratic if curve == "huber" else _quadratic)(x, y, w)
+        if c2 <= 0:
+            return np.nan, np.nan, "no interior minimum: the fitted parabola opens downward"
+        x_opt = -c1 / (2 * c2)
+        y_opt = c0 - c1 * c1 / (4 * c2)
+    else:
+        fine = np.linspace(sizes[0], sizes[-1], 400)
+        values = profile_curve(x, y, w, curve, fine)
+        x_opt, y_opt = fine[np.argmin(values)], float(values.min())
+    if not sizes[0] < x_opt < sizes[-1]:
+        return np.nan, np.nan, "edge minimum: the fitted minimum lies outside the size grid"
+    return float(x_opt), float(y_opt), None
+
+
+def profile_curve(log_n: np.ndarray, loss: np.ndarray, weights: np.ndarray, curve: str,
+                  at: np.ndarray) -> np.ndarray:
+    """The fitted profile (loss at log N = ``at``) of one budget's runs."""
+    if curve == "akima":
+        from scipy.interpolate import Akima1DInterpolator
+
+        sizes = np.unique(log_n)
+        means = np.array([np.average(loss[log_n == s], weights=weights[log_n == s]) for s in sizes])
+        return Akima1DInterpolator(sizes, means)(at)
+    fitter = huber_quadratic if curve == "huber" else _quadratic
+    return np.polyval(fitter(log_n, loss, weights), at)
+
+
+def _quadratic(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.polyfit(x, y, 2, w=np.sqrt(w))
+
+
+def huber_quadratic(x: np.ndarray, y: np.ndarray, w: np.ndarray, iterations: int = 30) -> np.ndarray:
+    """Quadratic fitted by iteratively reweighted least squares under Huber's loss.
+
+    The threshold is 1.345 robust standard deviations (1.4826 MAD) of the residuals, so a
+    diverged or badly tuned run pulls the minimum far less than in a plain parabola.
+    """
+    coef = _quadratic(x, y, w)
+    for _ in range(iterations):
+        r = y - np.polyval(coef, x)
+        scale = 1.4826 * np.median(np.abs(r - np.median(r)))
+        if scale <= 1e-12:
+            break
+        t = 1.345 * scale
+        robust = np.where(np.abs(r) <= t, 1.0, t / np.maximum(np.abs(r), 1e-300))
+        new = _quadratic(x, y, w * robust)
+        if np.allclose(new, coef, rtol=1e-10, atol=1e-12):
+            break
+        coef = new
+    return coef
+
+
+def profile_optima(runs: Runs, budgets: np.ndarray, weights: np.ndarray, curve: str) -> pd.DataFrame:
+    """Per budget: log N and log D at the profile's minimum, the loss there, or why excluded.
+
+    ``position`` is where the minimum sits in the budget's log-size range (0 smallest,
+    1 largest); D at the minimum comes from the runs' own (log N, log D) line at that
+    budget, so FLOPs that are not 6ND are respected.
+    """
+    f = runs.frame
+    log_n, log_d = np.log(f["params"].to_numpy(float)), np.log(f["tokens"].to_numpy(float))
+    loss = f["loss"].to_numpy(float)
+    rows = []
+    for c in np.unique(budgets):
+        m = budgets == c
+        x_opt, y_opt, reason = profile_minimum(log_n[m], loss[m], weights[m], curve)
+        log_d_opt = position = np.nan
+        if reason is None:
+            slope, intercept = np.polyfit(log_n[m], log_d[m], 1)
+            log_d_opt = intercept + slope * x_opt
+            lo, hi = log_n[m].min(), log_n[m].max()
+            position = (x_opt - lo) / (hi - lo)
+        rows.append({"budget": c, "log_n": x_opt, "log_d": log_d_opt, "loss": y_opt, "excluded": reason,
+                     "position": position, "runs": int(m.sum())})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["CURVES", "budget_groups", "huber_quadratic", "profile_curve", "profile_minimum", "profile_optima"]

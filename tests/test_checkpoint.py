@@ -1,0 +1,131 @@
+"""The checkpoint module: a full training state round-trips bit for bit through safetensors,
+writes are atomic, and a corrupt or partial checkpoint is skipped with a warning."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from flops_fit.errors import CheckpointError, CheckpointWarning
+from flops_fit.sweeps.checkpoint import (
+    TrainState,
+    list_checkpoints,
+    load_latest,
+    read_checkpoint,
+    remove_checkpoints,
+    save_checkpoint,
+    save_weights,
+)
+
+
+class Tied(torch.nn.Module):
+    """Tied input and output embeddings, a buffer and dropout: what trips naive checkpoints."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 8)
+        self.head = torch.nn.Linear(8, 32, bias=False)
+        self.head.weight = self.embed.weight
+        self.drop = torch.nn.Dropout(0.2)
+        self.register_buffer("scale", torch.tensor(1.5))
+
+    def forward(self, x):
+        return self.head(self.drop(self.embed(x)) * self.scale)
+
+
+def build():
+    torch.manual_seed(0)
+    model = Tied()
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def step(model, optimizer, n=1):
+    for _ in range(n):
+        x = torch.randint(0, 32, (4, 6))
+        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, 32), x.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def state(step_count, **extra):
+    return TrainState(run_id="run-a", step=step_count, tokens=24 * step_count, curve=[[24, 3.5]],
+                      scalars={"pos": 7, "rng": np.random.default_rng(3).bit_generator.state, **extra},
+                      tensors={"order": torch.arange(10), "loss_sum": torch.tensor(1.25)})
+
+
+def test_a_restored_run_continues_bit_for_bit(tmp_path):
+    model, optimizer = build()
+    step(model, optimizer, 3)
+    random.random(), np.random.rand()
+    save_checkpoint(tmp_path, model, optimizer, state(3))
+    expected_loss = step(model, optimizer, 4)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    expected_draws = (random.random(), np.random.rand())
+
+    torch.manual_seed(123), random.seed(9), np.random.seed(9)  # everything the restore must undo
+    fresh, fresh_optimizer = build()
+    checkpoint = load_latest(tmp_path, run_id="run-a")
+    restored = checkpoint.restore(fresh, fresh_optimizer)
+    assert (restored.step, restored.tokens, restored.curve) == (3, 72, [[24, 3.5]])
+    assert restored.scalars == state(3).scalars  # the numpy generator's state survives JSON
+    assert torch.equal(restored.tensors["order"], torch.arange(10))
+    assert torch.equal(step(fresh, fresh_optimizer, 4), expected_loss)
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+    assert fresh.head.weight is fresh.embed.weight  # still tied
+    assert (random.random(), np.random.rand()) == expected_draws
+
+
+def test_writes_are_atomic_and_only_the_newest_are_kept(tmp_path):
+    model, optimizer = build()
+    for n in range(1, 5):
+        step(model, optimizer)
+        save_checkpoint(tmp_path, model, optimizer, state(n), keep=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000004.safetensors",
+                                                           "step-000000003.safetensors"]
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+    (tmp_path / ".step-000000005.safetensors.99.tmp").write_bytes(b"half a write")  # a kill mid-write
+    assert load_latest(tmp_path).state.step == 4
+    remove_checkpoints(tmp_path)
+    assert not tmp_path.exists()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty"])
+def test_a_damaged_checkpoint_falls_back_to_the_previous_one_with_a_warning(tmp_path, damage):
+    model, optimizer = build()
+    for n in (1, 2):
+        step(model, optimizer)
+        save_checkpoint(tmp_path, model, optimizer, state(n))
+    newest = list_checkpoints(tmp_path)[0]
+    data = bytearray(newest.read_bytes())
+    if damage == "flip":
+        data[-5] ^= 0xFF  # inside the last tensor's bytes: only the digest can tell
+    newest.write_bytes({"flip": bytes(data), "truncate": bytes(data[:len(data) // 2]), "empty": b""}[damage])
+    with pytest.warns(CheckpointWarning, match="step-000000002.*falling back"):
+        checkpoint = load_latest(tmp_path)
+    assert checkpoint.state.step == 1
+    for path in list_checkpoints(tmp_path):
+        path.write_bytes(b"")
+    with pytest.warns(CheckpointWarning):
+        assert load_latest(tmp_path) is None
+
+
+def test_another_runs_checkpoint_is_refused_unless_asked_for(tmp_path):
+    model, optimizer = build()
+    path = save_checkpoint(tmp_path, model, optimizer, state(0))
+    with pytest.raises(CheckpointError, match="belongs to run run-a, not run-b"):
+        read_checkpoint(path, run_id="run-b")
+    assert read_checkpoint(path).state.run_id == "run-a"  # e.g. a cooldown branched from it
+
+
+def test_final_weights_are_plain_safetensors(tmp_path):
+    model, _ = build()
+    path = save_weights(tmp_path / "weights" / "run-a.safetensors", model)
+    weights = load_file(path)
+    assert set(weights) == set(model.state_dict())
+    assert torch.equal(weights["head.weight"], model.head.weight.detach())
