@@ -27,6 +27,13 @@ def positive_number(value: Any, what: str, error: type[Exception] = OptionError)
     return value
 
 
+def non_negative_number(value: Any, what: str, error: type[Exception] = OptionError) -> float:
+    """``value`` if it is a finite real number >= 0; else ``error`` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise error(f"{what} must be a number >= 0, got {value!r}")
+    return value
+
+
 def one_of(value: Any, choices: Iterable[Any], what: str, error: type[Exception] = OptionError) -> Any:
     """``value`` if it is one of ``choices``; else ``error`` listing them."""
     choices = tuple(choices)

@@ -5,7 +5,10 @@ it; worker-process tests set FLOPS_FIT_PLUGINS=sweep_support."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -49,13 +52,45 @@ def next_token(logits, batch):
     return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), tokens[:, 1:].reshape(-1))
 
 
+GATE = "SWEEP_SUPPORT_GATE"  # env: "PREFIX:RUN:BATCH", see CountingText
+
+
+def wait_at_gate(prefix):
+    """Say so (PREFIX.waiting.PID) and block until the test creates PREFIX.release."""
+    Path(f"{prefix}.waiting.{os.getpid()}").touch()
+    while not Path(f"{prefix}.release").exists():
+        time.sleep(0.01)
+
+
+def gate_reached(prefix, timeout=240):
+    """Wait (in a test) until some process is blocked at the gate; deterministic, no race."""
+    folder, name = Path(prefix).parent, Path(prefix).name
+    deadline = time.monotonic() + timeout
+    while not any(p.name.startswith(f"{name}.waiting.") for p in folder.iterdir()):
+        assert time.monotonic() < deadline, "no run reached the gate"
+        time.sleep(0.01)
+
+
 class CountingText:
-    """Windows of a fixed pseudo-text; counts every row it gives out, per split (class-wide)."""
+    """Windows of a fixed pseudo-text; counts every row it gives out, per split (class-wide).
+
+    With SWEEP_SUPPORT_GATE="PREFIX:RUN:BATCH" the RUN-th training run of a process (1-based)
+    blocks when it asks for its BATCH-th batch until the test releases it (``wait_at_gate``):
+    tests stop or kill a sweep at an exact point instead of racing it.
+    """
 
     rows_served = {"train": 0, "validation": 0}
+    train_instances = 0
 
     def __init__(self, split, seq_len=16, vocab_size=VOCAB):
         self.split = split
+        self.gate, self.batches = None, 0
+        if split == "train":
+            type(self).train_instances += 1
+            if os.environ.get(GATE):
+                prefix, run, batch = os.environ[GATE].rsplit(":", 2)
+                if int(run) == type(self).train_instances:
+                    self.gate = (prefix, int(batch))
         rng = np.random.default_rng(0 if split == "train" else 1)
         base = rng.integers(0, 16, size=200_000)
         self.tokens = (base * 7 + np.arange(len(base)) % 3).astype(np.int64) % vocab_size
@@ -65,6 +100,9 @@ class CountingText:
         return len(self.tokens) // self.seq_len
 
     def get_batch(self, indices):
+        self.batches += 1
+        if self.gate and self.batches == self.gate[1]:
+            wait_at_gate(self.gate[0])
         type(self).rows_served[self.split] += len(indices)
         rows = np.asarray(indices)[:, None] * self.seq_len + np.arange(self.seq_len)
         return {"tokens": torch.from_numpy(self.tokens[rows])}

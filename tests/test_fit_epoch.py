@@ -37,6 +37,13 @@ def test_recovers_epochs_estimates(epoch_fit):
     assert abs(p["a"] - 0.513) < 0.005
 
 
+def test_the_optimiser_converged_on_the_full_data_and_every_resample(epoch_fit):
+    conv = epoch_fit.diagnostics.convergence
+    assert conv["fit"]["status"] == "converged"
+    assert conv["bootstrap"]["resamples"] == 200 and conv["bootstrap"].get("iteration limit", 0) == 0
+    assert not any("iteration limit" in w for w in epoch_fit.diagnostics.warnings)
+
+
 def test_bootstrap_intervals_overlap_epochs(epoch_fit):
     table = epoch_fit.intervals()
     for name, (lo, hi) in EPOCH_95.items():

@@ -8,6 +8,7 @@ import pytest
 
 from flops_fit.cli.main import main
 from flops_fit.fitting import fit
+from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.plots import PLOTS
 from flops_fit.fitting.report import write_report
 from flops_fit.fitting.synthetic import synthetic_runs
@@ -44,6 +45,21 @@ def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
             assert _valid(svg.with_suffix(".png"))
     assert len(re.findall(r"src='data:image/png;base64,", text)) == 4 * len(PLOTS) + 2
     assert "Provenance" in text and "Compute-optimal table" in text and "The answer at C = 1e+22 FLOPs" in text
+
+
+def test_report_leads_with_the_answer_and_the_held_out_check(tmp_path):
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7).drop(columns=["curve"])
+    fitted = fit(frame, method="all", bootstrap=30, holdout="largest")
+    text = fitted.report(tmp_path).read_text()
+    # Default target: 10x the largest budget; the answer comes before every figure and section.
+    answer = text.index("The answer at C = 1e+21 FLOPs")
+    assert answer < text.index("<img") < text.index("id='holdout'") < text.index("id='isoflop'")
+    assert "on N_opt they agree (intervals overlap)" in text
+    assert "every observed value at the held-out budget lies inside" in text or "misses the observed one" in text
+    for name in ("headline", "exponent_a", "holdout"):
+        assert f"alt='{name}'" in text and _valid(tmp_path / "report_plots" / f"{name}.svg")
+    row = fitted["parametric"].predict(1e21).iloc[0]
+    assert f"<td>parametric</td><td>{fmt.count(row.N_opt)} [{fmt.count(row.N_opt_lo)}, {fmt.count(row.N_opt_hi)}]" in text
 
 
 def test_report_method_writes_into_a_folder(fitted, tmp_path):
@@ -86,12 +102,15 @@ def test_import_flops_fit_stays_light():
     assert out.strip() == "[]"
 
 
-def test_python_example_in_docs_runs(tmp_path, monkeypatch):
+def test_python_examples_in_docs_run(tmp_path, monkeypatch):
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "fitting.md").read_text()
-    code = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    blocks = [part.split("```", 1)[0] for part in doc.split("```python\n")[1:]]
+    assert len(blocks) == 2
     monkeypatch.chdir(tmp_path)
-    exec(compile(code.replace("bootstrap=200", "bootstrap=20").replace("bootstrap=50", "bootstrap=10"),
-                 "docs/fitting.md", "exec"), {})
-    assert (tmp_path / "fit-report" / "report.html").stat().st_size > 10_000
+    for code in blocks:
+        exec(compile(code.replace("bootstrap=200", "bootstrap=20").replace("bootstrap=100", "bootstrap=20")
+                     .replace("bootstrap=50", "bootstrap=10"), "docs/fitting.md", "exec"), {})
+    text = (tmp_path / "fit-report" / "report.html").read_text()
+    assert len(text) > 10_000 and "Held-out check" in text

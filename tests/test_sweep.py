@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import sweep_support
 import flops_fit
 from flops_fit.errors import StoreError
 from flops_fit.store.run_store import RunStore
+from flops_fit.sweeps.checkpoint import list_checkpoints
 from flops_fit.sweeps.driver import SweepResult, run_plan
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan, sweep
@@ -106,37 +106,46 @@ if __name__ == "__main__":
 """
 
 
+def gated(gate, run, batch):
+    """The environment that blocks the run-th run of a process before its batch-th batch."""
+    return {**os.environ, sweep_support.GATE: f"{gate}:{run}:{batch}"}
+
+
+def status_json(out):
+    proc = _cli(["status", str(out), "--json"])
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    return json.loads(stdout)
+
+
 def test_sigkill_mid_sweep_then_resume_loses_and_repeats_nothing(tmp_path, reference):
     script = tmp_path / "sweep_script.py"
-    script.write_text(SCRIPT.format(tests=str(TESTS), options=KILL_OPTIONS))
-    out = tmp_path / "out"
+    script.write_text(SCRIPT.format(tests=str(TESTS), options={**KILL_OPTIONS, "checkpoint_seconds": 1e-9}))
+    out, gate = tmp_path / "out", tmp_path / "gate"
     db = out / "runs.sqlite"
-    proc = subprocess.Popen([sys.executable, str(script), str(out)])
-    deadline = time.monotonic() + 240
-    rows = {}
-    while time.monotonic() < deadline and proc.poll() is None:
-        rows = sweep_support.store_rows(db) if db.exists() else {}
-        statuses = [r[0] for r in rows.values()]
-        if statuses.count("done") >= 2 and "running" in statuses:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, "the sweep finished before it could be killed; make its runs longer"
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], env=gated(gate, 3, 5))
+    sweep_support.gate_reached(gate)  # runs 1 and 2 done; run 3 trained 4 steps, checkpointing each
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     killed = sweep_support.store_rows(db)
     finished_before = {k: v for k, v in killed.items() if v[0] == "done"}
-    assert 2 <= len(finished_before) < len(reference)
-    assert "running" in [v[0] for v in killed.values()]
+    [in_flight] = [k for k, v in killed.items() if v[0] == "running"]
+    assert len(finished_before) == 2
+    assert list_checkpoints(out / "checkpoints" / in_flight)[0].name == "step-000000004.safetensors"
 
     subprocess.run([sys.executable, str(script), str(out)], check=True)
     final = sweep_support.store_rows(db)
-    assert len(final) == len(reference)
     for run_id, before in finished_before.items():
         assert final[run_id] == before  # same loss, same finish time, trained once
     assert {k for k, v in final.items() if v[0] == "done"} == set(reference.run_id)
-    expected = dict(zip(reference.run_id, reference.loss, strict=True))
-    assert {k: v[1] for k, v in final.items()} == pytest.approx(expected, rel=1e-6)
+    # bitwise the uninterrupted sweep's losses (which wrote no checkpoint at all)
+    assert {k: v[1] for k, v in final.items()} == dict(zip(reference.run_id, reference.loss, strict=True))
     assert sum(v[3] for v in final.values()) == len(final) + 1  # only the killed run ran twice
+    report = status_json(out)
+    killed_run = next(r for r in report["runs"] if r["run_id"] == in_flight)
+    assert killed_run["attempts"] == 2 and killed_run["steps_trained"] == killed_run["steps"]  # resumed at 4
+    assert report["totals"]["steps_trained"] == report["totals"]["steps"] == sum(reference.steps)
+    assert not (out / "checkpoints" / in_flight).exists()  # removed once its result was stored
 
 
 CONFIG = sweep_support.SMALL_SWEEP_TOML + """
@@ -147,8 +156,8 @@ threads = 1
 """
 
 
-def _cli(args, **kwargs):
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "FLOPS_FIT_PLUGINS": "sweep_support"}
+def _cli(args, env=None, **kwargs):
+    env = {**(env or os.environ), "PYTHONPATH": str(TESTS), "FLOPS_FIT_PLUGINS": "sweep_support"}
     return subprocess.Popen([sys.executable, "-m", "flops_fit", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
@@ -169,21 +178,25 @@ def test_cli_sweep_on_worker_processes_matches_the_in_process_sweep(tmp_path):
     assert "6 runs: 6 done" in out and "parity gate:" in out
 
 
-def test_ctrl_c_stops_cleanly_and_the_sweep_resumes(tmp_path):
+@pytest.mark.parametrize("workers, signum", [(1, signal.SIGINT), (2, signal.SIGTERM)])
+def test_ctrl_c_or_sigterm_checkpoints_the_runs_in_flight_and_the_sweep_resumes(tmp_path, reference, workers,
+                                                                                signum):
     config = tmp_path / "sweep.toml"
-    config.write_text(CONFIG.format(workers=1).replace("[2e7, 4e7]", "[2e7, 4e7, 8e7]"))
-    out = tmp_path / "out"
-    proc = _cli(["sweep", str(config), "--out", str(out)])
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        statuses = [v[0] for v in sweep_support.store_rows(out / "runs.sqlite").values()] if (out / "runs.sqlite").exists() else []
-        if statuses.count("done") >= 1 and "running" in statuses:
-            break
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
+    config.write_text(CONFIG.format(workers=workers).replace("[2e7, 4e7]", "[2e7, 4e7, 8e7]"))
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    proc = _cli(["sweep", str(config), "--out", str(out)], env=gated(gate, 2, 3))
+    sweep_support.gate_reached(gate)  # a process's second run is blocked before its third step
+    proc.send_signal(signum)
+    Path(f"{gate}.release").touch()
     _, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130, stderr
-    assert "interrupted; finished runs are saved" in stderr
+    assert proc.returncode == 128 + signum, stderr
+    assert f"interrupted by {signal.Signals(signum).name}" in stderr
+    assert f"Resume with: flops-fit sweep {config} --out {out} --resume" in stderr
+    assert "Traceback" not in stderr
+    rows = sweep_support.store_rows(out / "runs.sqlite")
+    in_flight = [k for k, v in rows.items() if v[0] == "running"]
+    assert in_flight and all(list_checkpoints(out / "checkpoints" / k) for k in in_flight)
+
     again = _cli(["sweep", str(config), "--out", str(out)])
     _, stderr = again.communicate(timeout=120)
     assert again.returncode == 2 and "pass resume=True (--resume)" in stderr
@@ -191,6 +204,9 @@ def test_ctrl_c_stops_cleanly_and_the_sweep_resumes(tmp_path):
     stdout, stderr = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, stderr
     assert "9 runs: 9 done" in stdout
+    losses = RunStore(out).runs_frame().set_index("run_id").loss.to_dict()
+    assert losses == pytest.approx(reference.set_index("run_id").loss.to_dict(), rel=1e-6)
+    assert status_json(out)["totals"]["attempts"] == 9 + len(in_flight)
 
 
 def test_sweep_result_fit_uses_the_fitting_module(tmp_path):

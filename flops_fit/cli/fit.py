@@ -6,22 +6,38 @@ import argparse
 from pathlib import Path
 
 import flops_fit
+from flops_fit.fitting import APPROACHES, CURVES
+from flops_fit.fitting.holdout import CHOICES as HOLDOUT_CHOICES
 
-METHOD_CHOICES = ("envelope", "isoflop", "parametric", "vpnls", "all")
+METHOD_CHOICES = (*APPROACHES, "all")
+
+
+def _holdout(text: str) -> str | float:
+    """--holdout: "largest", "each" or a budget in FLOPs."""
+    if text in HOLDOUT_CHOICES:
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected largest, each or a budget in FLOPs such as 1e21; got {text!r}") from None
 
 
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) -> None:
     p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
     p.add_argument("--method", choices=METHOD_CHOICES, default=method,
                    help=f"approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), all; default {method}")
-    p.add_argument("--curve", choices=("parabola", "huber", "akima"), default="parabola", help="IsoFLOP profile fit (isoflop)")
+    p.add_argument("--curve", choices=CURVES, default="parabola", help="IsoFLOP profile fit (isoflop, held-out check)")
     for name in ("params", "tokens", "flops", "loss", "budget"):
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to")
+    p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to "
+                   "(report: the budget its answer is for, default 10x the largest swept)")
+    p.add_argument("--holdout", type=_holdout, metavar="largest|each|C",
+                   help="also fit every method without one budget's runs (the largest, each in turn, or the "
+                   "budget C) and compare its prediction there with that budget's own IsoFLOP minimum")
 
 
 def add_commands(subparsers) -> None:
@@ -41,8 +57,9 @@ def add_commands(subparsers) -> None:
 
 def _fit(args: argparse.Namespace):
     return flops_fit.fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
-               curve=args.curve, params_col=args.params_col, tokens_col=args.tokens_col, flops_col=args.flops_col,
-               loss_col=args.loss_col, budget_col=args.budget_col, exclude_top=args.exclude_top)
+                         curve=args.curve, holdout=args.holdout, params_col=args.params_col,
+                         tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
+                         budget_col=args.budget_col, exclude_top=args.exclude_top)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.tables import format_table
 
-INTERRUPTED = 130  # the shell's status for a process stopped by Ctrl-C
+INTERRUPTED = 128 + signal.SIGINT  # the shell's status for a process stopped by Ctrl-C (130)
 
 
 def _option_flags(parser: argparse.ArgumentParser) -> None:
@@ -59,14 +61,21 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         options["address"] = args.address
     workers = options.pop("workers", 1)
     out = Path(args.out or config.out)
+    checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir
     try:
         plan.run(out, resume=args.resume, executor=executor, workers=workers, executor_options=options,
-                 skip_parity=args.skip_parity, retry_failed=args.retry_failed)
-    except KeyboardInterrupt:
-        print(f"\nflops-fit: interrupted; finished runs are saved in {out / STORE_NAME}. "
-              f"Resume with: flops-fit sweep {args.config} --out {out} --resume", file=sys.stderr)
-        return INTERRUPTED
+                 skip_parity=args.skip_parity, retry_failed=args.retry_failed, checkpoint_dir=checkpoint_dir)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        resume = f"flops-fit sweep {args.config} --out {out} --resume"
+        if args.checkpoint_dir:
+            resume += f" --checkpoint-dir {args.checkpoint_dir}"
+        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; finished runs are saved in "
+              f"{out / STORE_NAME}, runs in flight continue from their checkpoints. Resume with: {resume}",
+              file=sys.stderr)
+        return 128 + signum
     return _print_status(out)
+
 
 
 def _print_status(out_dir: str | Path) -> int:
@@ -88,7 +97,30 @@ def _print_status(out_dir: str | Path) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if args.json:
+        return _print_status_json(args.out_dir)
     return _print_status(args.out_dir)
+
+
+def _print_status_json(out_dir: str | Path) -> int:
+    """Per run and in total: status, loss, steps of the result, steps trained over all
+    attempts (lost ones included) and attempts, so the cost of interruptions shows."""
+    with RunStore(out_dir) as store:
+        runs = store.accounting()
+        counts = store.counts()
+        parity = store.get_meta("parity") or {"status": "not run"}
+    finished = [r for r in runs if r["steps"] is not None]
+    totals = {
+        "runs": len(runs), "counts": counts,
+        "steps": sum(r["steps"] for r in finished),
+        "steps_planned": sum(r["steps_planned"] for r in runs),
+        "steps_trained": sum(r["steps_trained"] for r in runs),
+        "steps_lost": sum(r["steps_trained"] - r["steps"] for r in finished),
+        "attempts": sum(r["attempts"] for r in runs),
+    }
+    print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], "totals": totals, "runs": runs},
+                     indent=2, sort_keys=True))
+    return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -122,10 +154,14 @@ def add_commands(sub) -> None:
     p.add_argument("--address", help="Ray cluster to join, e.g. ray://head:10001 (default RAY_ADDRESS)")
     p.add_argument("--skip-parity", action="store_true", help="train even if the model fails its parity gate")
     p.add_argument("--retry-failed", action="store_true", help="train failed runs again")
+    p.add_argument("--checkpoint-dir", help="folder for the runs' checkpoints (default OUT/checkpoints; "
+                   "on a cluster, one every node sees)")
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("status", help="show a sweep's runs and their state")
     p.add_argument("out_dir", help="the sweep's output folder")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: per run and in total, steps, steps trained (lost ones included), attempts")
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("demo", help="run the CPU demo sweep end to end (a few minutes)")

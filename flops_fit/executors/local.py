@@ -5,7 +5,12 @@ Each worker process has its own pipe to the driver, which multiplexes the pipes 
 processes' sentinels with ``multiprocessing.connection.wait``: a worker that dies mid-run
 (killed, out of memory) is noticed at once, its run is reported failed and a fresh worker
 takes the remaining runs. Progress reports come back over the same pipes; the driver stays
-the only writer of the store. Ctrl-C stops the workers and propagates ``KeyboardInterrupt``.
+the only writer of the store.
+
+A stop request (Ctrl-C or SIGTERM on the driver, ``executors.stopping``) hands out no new
+run, sends SIGTERM to the busy workers (whose runs checkpoint and report "interrupted"),
+passes on the runs that finish meanwhile, and then raises ``Interrupted``. A worker that gets
+SIGTERM directly (a cluster stopping every process) does the same and stops the driver too.
 """
 
 from __future__ import annotations
@@ -17,8 +22,14 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from flops_fit.checks import positive_int
-from flops_fit.errors import OptionError, RunLost
+from flops_fit.errors import Interrupted, OptionError, RunLost
 from flops_fit.executors.base import ClosingExecutor, ProgressSink, Task, ignore_progress
+from flops_fit.executors.stopping import (
+    raise_if_stopped,
+    request_stop,
+    stop_on_signals,
+    stop_requested,
+)
 from flops_fit.plugin.contracts import ExecutorEntry
 from flops_fit.plugin.hookspecs import hookimpl
 
@@ -50,10 +61,11 @@ class LocalExecutor(ClosingExecutor):
             yield from self._parallel(fn, items)
 
     def close(self) -> None:
-        """Stop any worker processes still running (after Ctrl-C or an abandoned ``map``)."""
+        """Kill any worker processes still running (after an abandoned ``map`` or a second
+        Ctrl-C; a first stop request lets them checkpoint inside ``map``)."""
         for process in self._processes:
             if process.is_alive():
-                process.terminate()
+                process.kill()
         for process in self._processes:
             process.join()
         self._processes.clear()
@@ -66,6 +78,7 @@ class LocalExecutor(ClosingExecutor):
             torch.set_num_threads(self.threads)
         try:
             for item in items:
+                raise_if_stopped()
                 try:
                     outcome = fn(item, self.on_progress)
                 except Exception as exc:  # noqa: BLE001 - a failed run is a result; the sweep goes on
@@ -87,6 +100,7 @@ class LocalExecutor(ClosingExecutor):
         todo = list(range(len(items)))[::-1]  # popped from the end: plan order
         workers: dict[Any, tuple[Any, str | None]] = {}  # driver's pipe end -> (process, device)
         busy: dict[Any, int] = {}  # pipe end -> index of the item its worker runs
+        stopping: list[int] = []  # the signal of a stop in progress
 
         def start(device: str | None) -> None:
             ours, theirs = context.Pipe()
@@ -110,7 +124,7 @@ class LocalExecutor(ClosingExecutor):
             process, device = workers.pop(conn)
             process.join()
             index = busy.pop(conn, None)
-            if index is None:
+            if index is None or stopping:  # a run stopped on the way out stays unfinished
                 return None
             if todo:
                 start(device)
@@ -119,9 +133,17 @@ class LocalExecutor(ClosingExecutor):
         try:
             for device in slots:
                 start(device)
+            def stop(signum: int) -> None:
+                stopping.append(signum)
+                todo.clear()
+                for conn in busy:
+                    workers[conn][0].terminate()  # SIGTERM: its run checkpoints and stops
+
             while busy:
+                if not stopping and stop_requested() is not None:
+                    stop(stop_requested())
                 sentinels = {process.sentinel: conn for conn, (process, _) in workers.items()}
-                for ready in wait([*busy, *sentinels]):
+                for ready in wait([*busy, *sentinels], timeout=0.2):
                     conn = sentinels.get(ready, ready)
                     if conn not in workers:  # already handled through its other handle
                         continue
@@ -137,16 +159,24 @@ class LocalExecutor(ClosingExecutor):
                             yield lost
                     elif kind == "progress":
                         self.on_progress(*payload)
+                    elif kind == "interrupted":  # the run checkpointed and its worker stops
+                        busy.pop(conn)
+                        if not stopping:  # SIGTERM reached the worker first: the driver stops too
+                            request_stop(payload)
+                            stop(payload)
                     else:  # "done": the item's outcome
                         index = busy.pop(conn)
                         yield items[index], payload
                         hand_out(conn)
+            if stopping:
+                raise Interrupted(stopping[0], f"stopped by signal {stopping[0]}; in-flight runs checkpointed")
         finally:
             self.close()
 
 
 def _worker(fn: Task, conn: Any, device: str | None, threads: int) -> None:
-    """Worker loop: leave Ctrl-C to the driver, pin a GPU, size the thread pool, run items.
+    """Worker loop: leave Ctrl-C to the driver, turn SIGTERM into a stop request, pin a GPU,
+    size the thread pool, run items.
 
     ``fn``'s module was imported when this process unpickled it: torch is already loaded if
     the task uses it at module level, and a later import reads the environment.
@@ -161,12 +191,23 @@ def _worker(fn: Task, conn: Any, device: str | None, threads: int) -> None:
     def progress(*message: Any) -> None:
         conn.send(("progress", message))
 
+    with stop_on_signals((signal.SIGTERM,)):
+        _serve(fn, conn, progress)
+
+
+def _serve(fn: Task, conn: Any, progress: Any) -> None:
     while True:
+        while not conn.poll(0.2):
+            if stop_requested() is not None:  # idle: nothing to checkpoint
+                return
         kind, item = conn.recv()
         if kind == "stop":
             return
         try:
             outcome = fn(item, progress)
+        except Interrupted as exc:  # the run checkpointed on SIGTERM
+            conn.send(("interrupted", exc.signum))
+            return
         except Exception as exc:  # noqa: BLE001 - the run's failure travels back as its outcome
             outcome = exc
         try:

@@ -5,17 +5,24 @@ died (process killed, node lost) up to ``max_retries`` times, and hands results 
 they finish. The sweep driver consuming ``map`` stays the only writer of the run store, so
 a run is recorded once, whatever happened to its workers. Exceptions raised by the training
 code itself are not retried: a diverged run is a result, not a fault.
+
+A task whose node is preempted gets SIGTERM: its run checkpoints (into a folder all nodes
+see, ``checkpoint_dir``) and its worker exits, so Ray retries the task and the run
+continues from that checkpoint. A stop request on the driver (Ctrl-C, SIGTERM) cancels
+the tasks; each run later resumes from its newest checkpoint.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from flops_fit.checks import positive_number
-from flops_fit.errors import FlopsFitError, OptionError, RunLost
+from flops_fit.errors import FlopsFitError, Interrupted, OptionError, RunLost
 from flops_fit.executors.base import ClosingExecutor, ProgressSink, Task, ignore_progress
+from flops_fit.executors.stopping import raise_if_stopped, stop_on_signals
 from flops_fit.plugin.contracts import ExecutorEntry
 from flops_fit.plugin.hookspecs import hookimpl
 
@@ -116,6 +123,7 @@ class RayExecutor(ClosingExecutor):
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
                 self._drain(reports)
+                raise_if_stopped()
                 for ref in ready:
                     item = pending.pop(ref)
                     yield item, self._outcome(ray, ref)
@@ -150,8 +158,16 @@ class RayExecutor(ClosingExecutor):
 
 
 def _run_with_progress(fn: Task, item: Any, reports: Any) -> Any:
-    """Body of a Ray task: run the item with a progress sink that reports to the driver."""
-    return fn(item, lambda *message: reports.put_nowait(message))
+    """Body of a Ray task: run the item with a progress sink that reports to the driver.
+
+    SIGTERM (a preempted node) makes the run checkpoint; the worker then exits as if it
+    died, which Ray retries, so the run continues from its checkpoint on another worker.
+    """
+    with stop_on_signals((signal.SIGTERM,)):
+        try:
+            return fn(item, lambda *message: reports.put_nowait(message))
+        except Interrupted:
+            os._exit(128 + signal.SIGTERM)
 
 
 def build(**options: Any) -> RayExecutor:

@@ -23,7 +23,7 @@ from flops_fit.fitting.result import FitResult
 from flops_fit.fitting.vpnls import Vpnls
 
 APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, Parametric, Vpnls)}
-METHODS = tuple(APPROACHES)
+METHODS = tuple(APPROACHES)  # the built-in methods' names
 LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col", "curve_col", "run_id_col",
                 "exclude_top", "flops_per_param_token")
 
@@ -43,15 +43,15 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     unknown = sorted(set(options) - set(LOAD_OPTIONS))
     if unknown:
         raise FitInputError(f"unknown option(s) {', '.join(unknown)}; fit() accepts {', '.join(LOAD_OPTIONS)}")
-    if method not in METHODS + ("all",):
-        raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)} or 'all'")
+    if method not in (*APPROACHES, "all"):
+        raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(APPROACHES)} or 'all'")
     if not 0 < level < 1:
         raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
     check_curve(curve)
     runs = source if isinstance(source, Runs) else load_runs(source, **options)
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
-    names = METHODS if method == "all" else (method,)
+    names = tuple(APPROACHES) if method == "all" else (method,)
     approaches = [APPROACHES[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve) for m in names]
     results, skipped = {}, {}
     for approach in approaches:

@@ -20,6 +20,7 @@ from flops_fit.fitting.plots import (
     FRONTIER_LABELS,
     budget_span,
     draw_frontier,
+    error_bar,
     new_figure,
     save_figure,
 )
@@ -65,9 +66,8 @@ def headline(results: Mapping[str, Any], target: float, stem: Path, formats: Seq
             colour = method_colour(method, j)
             draw_frontier(ax, result, key, budgets, colour=colour, label=method)
             t = result.predict(target).iloc[0]
-            lo, hi = t[f"{key}_lo"], t[f"{key}_hi"]
-            yerr = [[t[key] - lo], [hi - t[key]]] if np.isfinite(lo) and np.isfinite(hi) else None
-            ax.errorbar([target * 1.08 ** j], [t[key]], yerr=yerr, fmt="o", ms=4, color=colour, capsize=3)
+            ax.errorbar([target * 1.08 ** j], [t[key]], yerr=error_bar(t[key], t[f"{key}_lo"], t[f"{key}_hi"]),
+                        fmt="o", ms=4, color=colour, capsize=3)
         if minima is not None:
             ax.scatter(minima[0], minima[1 + i], s=22, color="k", zorder=4, label="measured minima")
         data_max = runs.frame["flops"].max()
@@ -83,14 +83,12 @@ def headline(results: Mapping[str, Any], target: float, stem: Path, formats: Seq
 
 def forest(results: Mapping[str, Any], stem: Path, formats: Sequence[str]) -> list[Path]:
     """The exponent a (N_opt ~ C^a) of every method, with its interval."""
-    fig = new_figure(7, 1.2 + 0.55 * len(results))
-    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.75 / fig.get_figheight() + 0.1, top=0.82)
+    fig = _stacked_figure(7, len(results), left=0.17)
     ax = fig.add_subplot()
     level = next(iter(results.values())).level
     for j, (method, result) in enumerate(results.items()):
         a, lo, hi = result.exponents["a"]
-        xerr = [[a - lo], [hi - a]] if np.isfinite(lo) and np.isfinite(hi) else None
-        ax.errorbar([a], [j], xerr=xerr, fmt="o", color=method_colour(method, j), capsize=4)
+        ax.errorbar([a], [j], xerr=error_bar(a, lo, hi), fmt="o", color=method_colour(method, j), capsize=4)
         ax.annotate(fmt.with_interval(a, lo, hi), (a, j), textcoords="offset points", xytext=(0, 7),
                     ha="center", fontsize=8)
     ax.axvline(0.5, color="0.6", ls="--", lw=0.8, label="a = 0.5 (Chinchilla)")
@@ -102,12 +100,20 @@ def forest(results: Mapping[str, Any], stem: Path, formats: Sequence[str]) -> li
     return save_figure(fig, stem, formats)
 
 
+def _stacked_figure(width: float, rows: int, *, left: float, title_lines: int = 1):
+    """A figure for one row per item: fixed margins in inches, whatever the number of rows."""
+    height = 1.1 + 0.3 * title_lines + 0.45 * rows
+    fig = new_figure(width, height)
+    fig.subplots_adjust(left=left, right=0.97, bottom=0.62 / height, top=1 - (0.15 + 0.3 * title_lines) / height)
+    return fig
+
+
 def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Sequence[str]) -> list[Path]:
     """Prediction / observation for N_opt and the minimum loss at each held-out budget: 1 is
     a perfect prediction; bars are the predicted intervals, grey the observed ones."""
     rows = [(m, c) for m, items in checks.items() for c in items]
-    fig = new_figure(12, 1.3 + 0.5 * len(rows))
-    fig.subplots_adjust(left=0.16, right=0.98, bottom=0.8 / fig.get_figheight() + 0.08, top=0.8, wspace=0.08)
+    fig = _stacked_figure(12, len(rows), left=0.16, title_lines=2)
+    fig.subplots_adjust(wspace=0.08)
     for i, (key, name) in enumerate((("n_opt", "N_opt"), ("loss", "minimum loss"))):
         ax = fig.add_subplot(1, 2, i + 1)
         for j, (method, c) in enumerate(rows):
@@ -118,14 +124,11 @@ def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Seq
             if np.isfinite(olo) and np.isfinite(ohi):
                 ax.fill_betweenx([j - 0.3, j + 0.3], olo, ohi, color="0.85", lw=0)
             ratio = predicted / observed
-            xerr = [[ratio - lo], [hi - ratio]] if np.isfinite(lo) and np.isfinite(hi) else None
             if np.isfinite(ratio):
-                ax.errorbar([ratio], [j], xerr=xerr, fmt="o", color=method_colour(method, j), capsize=4)
+                ax.errorbar([ratio], [j], xerr=error_bar(ratio, lo, hi), fmt="o", color=method_colour(method, j), capsize=4)
         ax.axvline(1.0, color="k", lw=0.8)
         ax.set_yticks(range(len(rows)), [f"{m} @ {fmt.flops(c.budget)}" for m, c in rows] if i == 0 else [])
         ax.set_ylim(-0.6, len(rows) - 0.4)
-        if key == "n_opt":
-            ax.set_xscale("log")
         ax.set(xlabel=f"predicted / observed {name} (ratio, 1 = exact)", title=f"{name} at the held-out budget")
     fig.suptitle("Held-out check: laws fitted without the budget, against its own IsoFLOP minimum (grey: observed interval)",
                  fontsize=10)

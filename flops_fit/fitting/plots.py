@@ -25,6 +25,7 @@ PARAMS_LABEL = "parameters N"
 TOKENS_LABEL = "tokens D"
 FRONTIER_LABELS = {"N_opt": "compute-optimal parameters N_opt", "D_opt": "compute-optimal tokens D_opt"}
 DPI = 110
+LEGEND_BUDGETS = 8
 
 
 def new_figure(width: float, height: float):
@@ -83,13 +84,28 @@ def colours(values: Sequence[Any], cmap: str = "viridis") -> dict[Any, Any]:
 
 
 def scatter_profiles(ax, runs: Any, groups: np.ndarray) -> dict[float, Any]:
-    """Each budget's runs as loss against N, one colour per budget; returns the colours."""
+    """Each budget's runs as loss against N, one colour per budget; returns the colours.
+
+    Up to LEGEND_BUDGETS budgets are named in the legend; more get a colour bar instead.
+    """
     f = runs.frame
-    budget_colours = colours(list(np.unique(groups)))
+    budgets = list(np.unique(groups))
+    budget_colours = colours(budgets)
+    named = len(budgets) <= LEGEND_BUDGETS
     for c, colour in budget_colours.items():
         m = groups == c
         ax.scatter(f["params"].to_numpy(float)[m], f["loss"].to_numpy(float)[m], s=14, color=colour,
-                   label=f"C = {fmt.flops(c)} FLOPs")
+                   label=f"C = {fmt.flops(c)} FLOPs" if named else None)
+    if not named:
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import BoundaryNorm, ListedColormap
+
+        bounds = np.arange(len(budgets) + 1) - 0.5
+        bar = ax.figure.colorbar(ScalarMappable(BoundaryNorm(bounds, len(budgets)),
+                                                ListedColormap(list(budget_colours.values()))), ax=ax, pad=0.01)
+        ticks = np.unique(np.linspace(0, len(budgets) - 1, 6).round().astype(int))
+        bar.set_ticks(ticks, labels=[fmt.flops(budgets[i]) for i in ticks])
+        bar.set_label("budget C (FLOPs)")
     ax.set(xscale="log", xlabel=PARAMS_LABEL, ylabel=LOSS_LABEL)
     return budget_colours
 
@@ -114,13 +130,17 @@ def draw_target(ax, result: Any, key: str, target: float, *, colour: str = "tab:
         return
     ax.axvspan(data_max, target, color="0.92", zorder=0)
     t = result.predict(target).iloc[0]
-    ax.errorbar([target], [t[key]], yerr=_yerr(t[key], t[f"{key}_lo"], t[f"{key}_hi"]), fmt="*", ms=11,
+    ax.errorbar([target], [t[key]], yerr=error_bar(t[key], t[f"{key}_lo"], t[f"{key}_hi"]), fmt="*", ms=11,
                 color=colour, zorder=4, capsize=3,
                 label=f"{fmt.flops(target)} FLOPs: {fmt.with_interval(t[key], t[key + '_lo'], t[key + '_hi'], fmt=fmt.count)}")
 
 
-def _yerr(value: float, lo: float, hi: float):
-    if not (np.isfinite(lo) and np.isfinite(hi)):
+def error_bar(value: float, lo: float, hi: float):
+    """matplotlib's (2, 1) error extent for an interval around ``value``, None without one.
+
+    A percentile interval need not contain its point estimate (few resamples): clipped at 0.
+    """
+    if not (np.isfinite(value) and np.isfinite(lo) and np.isfinite(hi)):
         return None
     return [[max(value - lo, 0.0)], [max(hi - value, 0.0)]]
 

@@ -61,6 +61,8 @@ def profile_minimum(log_n: np.ndarray, loss: np.ndarray, weights: np.ndarray, cu
         x_opt, y_opt = fine[np.argmin(values)], float(values.min())
     if not sizes[0] < x_opt < sizes[-1]:
         return np.nan, np.nan, "edge minimum: the fitted minimum lies outside the size grid"
+    if not y_opt > 0:
+        return np.nan, np.nan, "no interior minimum: the fitted profile dips below zero loss"
     return float(x_opt), float(y_opt), None
 
 

@@ -123,17 +123,16 @@ def agreement(predictions: Mapping[str, Any]) -> str:
     """Whether every pair of methods' N_opt and loss intervals at the target overlap."""
     if len(predictions) < 2:
         return "One method only: fit with method='all' to cross-check it."
-    apart = []
-    for key, name in (("N_opt", "N_opt"), ("loss", "loss")):
+    verdicts = []
+    for key in ("N_opt", "D_opt", "loss"):
+        apart = []
         for (m1, p1), (m2, p2) in combinations(predictions.items(), 2):
             lo1, hi1, lo2, hi2 = p1[f"{key}_lo"], p1[f"{key}_hi"], p2[f"{key}_lo"], p2[f"{key}_hi"]
-            if not np.all(np.isfinite([lo1, hi1, lo2, hi2])):
-                continue
-            if hi1 < lo2 or hi2 < lo1:
-                apart.append(f"{name}: {m1} and {m2}")
-    if apart:
-        return "The methods disagree (intervals do not overlap) on " + "; ".join(apart) + "."
-    return "The methods agree: their N_opt and loss intervals at the target overlap."
+            if np.all(np.isfinite([lo1, hi1, lo2, hi2])) and (hi1 < lo2 or hi2 < lo1):
+                apart.append(f"{m1} / {m2}")
+        verdicts.append(f"on {key} they disagree ({', '.join(apart)}: intervals apart)" if apart
+                        else f"on {key} they agree (intervals overlap)")
+    return "Across methods at the target: " + "; ".join(verdicts) + "."
 
 
 def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:

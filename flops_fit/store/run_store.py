@@ -46,6 +46,11 @@ CREATE TABLE IF NOT EXISTS runs (
     finished REAL
 );
 """
+# Columns added after the first release: (name, definition). A store written before them
+# gets them on open (ALTER TABLE ADD COLUMN), so old sweeps stay readable and resumable.
+ADDED_COLUMNS = (
+    ("steps_trained", "INTEGER NOT NULL DEFAULT 0"),  # optimizer steps over all attempts, lost ones included
+)
 
 
 class RunStore:
@@ -54,6 +59,8 @@ class RunStore:
     def __init__(self, out_dir: str | Path, *, create: bool = False) -> None:
         self.dir = Path(out_dir)
         self.path = self.dir / STORE_NAME
+        if self.dir.exists() and not self.dir.is_dir():
+            raise StoreError(f"{self.dir} is an existing file, not a folder: choose a folder for the sweep's store")
         if not self.path.exists():
             if not create:
                 raise StoreError(f"no sweep store at {self.path}: run a sweep with --out {self.dir} first")
@@ -64,6 +71,14 @@ class RunStore:
         with self._tx():
             for statement in filter(str.strip, SCHEMA.split(";")):
                 self.db.execute(statement)
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Add the columns a store from an older flops-fit lacks (inside the open transaction)."""
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+        for name, definition in ADDED_COLUMNS:
+            if name not in have:
+                self.db.execute(f"ALTER TABLE runs ADD COLUMN {name} {definition}")
 
     def close(self) -> None:
         self.db.close()
@@ -131,6 +146,25 @@ class RunStore:
                 "UPDATE runs SET status = 'running', attempts = attempts + 1, started = ? WHERE run_id = ?",
                 (time.time(), run_id),
             )
+
+    def add_steps_trained(self, run_id: str, steps: int) -> None:
+        """Count ``steps`` more optimizer steps trained on a run (whether or not they survive)."""
+        with self._tx():
+            self.db.execute("UPDATE runs SET steps_trained = steps_trained + ? WHERE run_id = ?", (steps, run_id))
+
+    def accounting(self) -> list[dict[str, Any]]:
+        """Per run, in plan order: what it cost. ``steps`` is the finished result's step count
+        (None until it finishes), ``steps_trained`` every step trained over all ``attempts``,
+        lost ones (trained after a run's last checkpoint, then killed) included."""
+        rows = self.db.execute(
+            "SELECT run_id, budget, size, status, loss, steps, spec, steps_trained, attempts FROM runs ORDER BY position"
+        ).fetchall()
+        return [
+            {"run_id": r[0], "budget": r[1], "size": r[2], "status": r[3], "loss": r[4],
+             "steps": r[5] if r[3] in FINAL else None, "steps_planned": json.loads(r[6])["steps"],
+             "steps_trained": r[7], "attempts": r[8]}
+            for r in rows
+        ]
 
     def reset(self, run_ids: list[str]) -> None:
         """Put runs back to pending (e.g. failed ones to retry)."""

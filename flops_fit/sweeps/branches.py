@@ -14,6 +14,7 @@ from typing import Any
 
 from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.store.runs import RunResult
+from flops_fit.sweeps.checkpoint import CheckpointPolicy
 from flops_fit.sweeps.trainer import StableState, train
 from flops_fit.sweeps.wsd import Family, executed_flops, families
 
@@ -28,11 +29,12 @@ def work_items(runs: list[Any]) -> list[Any]:
     return [*grouped, *cosine]
 
 
-def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any = None) -> Any:
+def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any = None,
+               checkpoints: CheckpointPolicy | None = None) -> Any:
     """The executor's task: a family's list of outcomes, or one run's result."""
     if isinstance(item, Family):
-        return train_family(item, progress, host=host)
-    return train(item, progress, host=host)
+        return train_family(item, progress, host=host, checkpoints=checkpoints)
+    return train(item, progress, host=host, checkpoints=checkpoints)
 
 
 def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
@@ -40,7 +42,8 @@ def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
     return branch_outcomes(item, outcome) if isinstance(item, Family) else [(item, outcome)]
 
 
-def train_family(family: Family, progress: ProgressSink = ignore_progress, *, host: Any = None) -> list[Any]:
+def train_family(family: Family, progress: ProgressSink = ignore_progress, *, host: Any = None,
+                 checkpoints: CheckpointPolicy | None = None) -> list[Any]:
     """Train each branch of ``family`` in token order, each from the stable state the
     branch before it reached at its own cooldown start (the first from scratch); a list
     with one ``RunResult`` (or the exception it raised) per branch, in the family's order."""
@@ -53,7 +56,7 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
     for spec in family.runs:
         start = next((s for s in latest if s.step <= spec.cooldown_start), None)
         try:
-            outcomes.append(train(spec, progress, host=host, start=start, on_stable=keep))
+            outcomes.append(train(spec, progress, host=host, checkpoints=checkpoints, start=start, on_stable=keep))
         except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
             outcomes.append(exc)
     return outcomes

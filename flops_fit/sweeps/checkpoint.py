@@ -39,6 +39,24 @@ PATTERN = re.compile(r"^step-(\d+)\.safetensors$")
 _MODEL, _OPTIM, _RNG, _EXTRA = "model/", "optim/", "rng/", "extra/"
 
 
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """Where and how often a run checkpoints: every ``seconds`` of training (0: never) into
+    ``directory``/<run_id>/; ``weights_dir`` (if set) receives each finished run's weights
+    as ``<run_id>.safetensors``. Plain values, so it travels to worker processes and Ray."""
+
+    directory: str
+    seconds: float = 600.0
+    weights_dir: str | None = None
+    keep: int = 2
+
+    def run_dir(self, run_id: str) -> Path:
+        return Path(self.directory) / run_id
+
+    def weights_path(self, run_id: str) -> Path | None:
+        return None if self.weights_dir is None else Path(self.weights_dir) / f"{run_id}.safetensors"
+
+
 @dataclass
 class TrainState:
     """What besides the model and optimizer a run needs to continue exactly.

@@ -19,6 +19,8 @@ TABLES = ("sweep", "model", "dataset", "hparams", "executor")
 # SweepOptions fields that come from their own table rather than from [sweep]
 TABLE_OPTIONS = {"model": "model_config", "dataset": "dataset_config", "hparams": "hparams"}
 DEFAULT_OUT = "flops-fit-out"
+# [sweep] keys that say where a sweep is written rather than what it trains
+FOLDER_KEYS = ("out", "checkpoint_dir")
 
 
 @dataclass
@@ -27,13 +29,14 @@ class SweepConfig:
 
     options: SweepOptions
     out: str = DEFAULT_OUT
+    checkpoint_dir: str | None = None
     executor: str = "local"
     executor_options: dict[str, Any] = field(default_factory=dict)
 
 
 def sweep_keys() -> list[str]:
     """The keys a ``[sweep]`` table accepts."""
-    return sorted(set(SweepOptions.names()) - set(TABLE_OPTIONS.values())) + ["out"]
+    return sorted(set(SweepOptions.names()) - set(TABLE_OPTIONS.values())) + list(FOLDER_KEYS)
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
@@ -46,6 +49,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
             raise ConfigError(f"{source}: [{table}] must be a table")
     values = dict(data.get("sweep", {}))
     out = values.pop("out", DEFAULT_OUT)
+    checkpoint_dir = values.pop("checkpoint_dir", None)
     bad = sorted(set(values) - set(sweep_keys()))
     if bad:
         raise ConfigError(f"{source}: unknown [sweep] key(s) {bad}; known keys: {sweep_keys()}")
@@ -55,6 +59,8 @@ def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
         raise ConfigError(f"{source}: [sweep] needs budgets = [...] (FLOPs, e.g. [1e12, 3e12, 1e13])")
     if not isinstance(out, str) or not out:
         raise ConfigError(f"{source}: [sweep] out must be a folder name, got {out!r}")
+    if checkpoint_dir is not None and (not isinstance(checkpoint_dir, str) or not checkpoint_dir):
+        raise ConfigError(f"{source}: [sweep] checkpoint_dir must be a folder name, got {checkpoint_dir!r}")
     for table, name in TABLE_OPTIONS.items():
         values[name] = dict(data.get(table, {}))
     try:
@@ -63,7 +69,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
         raise ConfigError(f"{source}: {exc}") from None
     executor = dict(data.get("executor", {}))
     name = executor.pop("name", "local")
-    return SweepConfig(options, out, name, executor)
+    return SweepConfig(options, out, checkpoint_dir, name, executor)
 
 
 def load_config(path: str | Path) -> SweepConfig:

@@ -94,7 +94,8 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
              fit: bool = True, bootstrap: int = 200, skip_parity: bool = False,
              on_plan: Callable[[Plan], None] | None = None) -> DemoOutcome:
     """Run (or resume) the demo sweep into ``out``, write the IsoFLOP table (``isoflop.txt``),
-    fit every approach that applies and write the HTML report beside the store.
+    fit every approach that applies (with the held-out check of the largest budget) and write
+    the HTML report beside the store.
     ``on_plan(plan)`` hears the plan before any training starts."""
     demo, config = demo_plan(model)
     if on_plan is not None:
@@ -112,7 +113,7 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
     outcome = DemoOutcome(demo, result, summary, interior)
     if fit:
         try:
-            outcome.fit = result.fit(method="all", bootstrap=bootstrap)
+            outcome.fit = result.fit(method="all", bootstrap=bootstrap, holdout="largest")
         except FitInputError as exc:
             outcome.refused = str(exc)
         else:

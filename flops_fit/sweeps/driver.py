@@ -3,9 +3,12 @@
 WSD runs go to the executor as families (``branches``): one task trains a size's stable
 phase once and every cooldown branched from it; each branch is recorded as its own run.
 
-The driver is the store's only writer. Each finished run is committed on its own, so a
-crash or Ctrl-C loses at most the runs in flight; ``resume=True`` trains exactly the
-runs of the plan that have no final result.
+The driver is the store's only writer and holds its lease (``store.lease``): a second
+driver on the same folder is refused. Each finished run is committed on its own, and runs
+in flight checkpoint every ``checkpoint_seconds`` (``sweeps.checkpoint``), so a crash loses
+at most one checkpoint interval per run; Ctrl-C or SIGTERM makes them checkpoint first.
+``resume=True`` trains exactly the runs of the plan that have no final result, each from
+its newest checkpoint. The store counts every optimizer step trained, lost ones included.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from typing import Any
 
 from flops_fit._version import __version__
 from flops_fit.errors import OptionError, ParityGateError, StoreError
+from flops_fit.executors.stopping import request_stop, stop_on_signals
 from flops_fit.fitting import fit
 from flops_fit.plugin import api
+from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.branches import item_outcomes, train_item, work_items
+from flops_fit.sweeps.checkpoint import CheckpointPolicy, remove_checkpoints
 from flops_fit.sweeps.gate import check
 from flops_fit.sweeps.progress import SweepDisplay
 
@@ -79,22 +85,48 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
     return {"status": report.status, "reason": report.summary()[:4000]}
 
 
-def _open_store(plan: Any, out_dir: Path, resume: bool, host: Any) -> RunStore:
-    store = RunStore(out_dir, create=True)
+def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool, host: Any) -> None:
+    """Refuse a folder that holds another sweep, or this one without ``resume``; record a new plan."""
     stored = {r.run_id for r in store.planned_runs()}
     planned = {r.run_id for r in plan.runs}
     if stored and stored != planned:
-        store.close()
         raise StoreError(
             f"{out_dir} holds a different sweep ({len(stored - planned)} of its runs are not in this plan, "
             f"{len(planned - stored)} planned runs are new): choose another --out folder"
         )
     if stored and not resume:
-        store.close()
         raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
     if not stored:
         store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
-    return store
+
+
+def checkpoint_policy(plan: Any, out_dir: Path, checkpoint_dir: str | Path | None) -> CheckpointPolicy | None:
+    """Where the plan's runs checkpoint (None when ``checkpoint_seconds`` is 0). Absolute paths,
+    so that worker processes and Ray tasks find them wherever they run."""
+    options = plan.options
+    if options.checkpoint_seconds == 0:
+        return None
+    folder = Path(checkpoint_dir) if checkpoint_dir is not None else out_dir / "checkpoints"
+    weights = str((out_dir / "weights").resolve()) if options.keep_weights else None
+    return CheckpointPolicy(str(folder.resolve()), options.checkpoint_seconds, weights_dir=weights)
+
+
+class _Accounting:
+    """Turns progress reports into the store's per-run accounting: a report with a NaN loss
+    opens an attempt at the units it starts from; later reports add the steps trained."""
+
+    def __init__(self, store: RunStore, runs: list[RunSpec]) -> None:
+        self.store = store
+        self.units_per_step = {r.run_id: r.batch_size * r.seq_len for r in runs}
+        self.at: dict[str, int] = {}  # run_id -> steps done at its last report
+
+    def heard(self, run_id: str, done: int, loss: float) -> None:
+        steps = -(-done // self.units_per_step[run_id])
+        if math.isnan(loss):
+            self.store.mark_running(run_id)
+        elif steps > self.at.get(run_id, steps):
+            self.store.add_steps_trained(run_id, steps - self.at[run_id])
+        self.at[run_id] = steps
 
 
 def run_plan(
@@ -108,53 +140,68 @@ def run_plan(
     skip_parity: bool = False,
     retry_failed: bool = False,
     show_progress: bool = True,
+    checkpoint_dir: str | Path | None = None,
     host: Any = None,
 ) -> SweepResult:
     """Run ``plan`` (a ``Plan``) into ``out_dir``, resuming a store of the same plan if ``resume``.
 
     ``executor`` names a registered executor, built with ``workers`` and ``executor_options``.
-    Ctrl-C propagates as ``KeyboardInterrupt`` once the store is consistent.
+    Runs checkpoint into ``checkpoint_dir`` (default ``out_dir/checkpoints``; on a cluster, a
+    folder every node sees). Ctrl-C or SIGTERM makes the runs in flight checkpoint, then
+    ``Interrupted`` (a ``KeyboardInterrupt``) propagates with the store consistent. Raises
+    ``StoreBusy`` while another live driver holds the folder.
     """
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
         raise OptionError("a custom host= works only in-process (executor 'local', workers=1)")
-    store = _open_store(plan, out_dir, resume, host)
+    store = RunStore(out_dir, create=True)
     try:
-        if retry_failed:
-            store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
-        todo = store.unfinished(plan)
-        model = plan.runs[0].model
-        if todo:
-            gate = parity_gate(model, skip=skip_parity, host=host)
-            store.set_meta(parity=gate)
-            if gate["status"] == "failed":
-                raise ParityGateError(
-                    f"model {model!r} failed its parity gate, so no run was trained:\n"
-                    f"{gate['reason']}\nfix the model, or pass skip_parity=True (--skip-parity) to override"
-                )
-        display = SweepDisplay(len(plan.runs), len(plan.runs) - len(todo), enabled=show_progress)
-        started: set[str] = set()
-
-        def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
-            if run_id not in started:
-                started.add(run_id)
-                store.mark_running(run_id)
-            if done and not math.isnan(loss):
-                display.run_progress(run_id, done, total, loss)
-
-        options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
-        task = functools.partial(train_item, host=host) if host is not None else train_item
-        with api.create_executor(executor, host=host, **options) as runner:
-            for item, item_outcome in runner.map(task, work_items(todo)):
-                for spec, outcome in item_outcomes(item, item_outcome):
-                    result = outcome if isinstance(outcome, RunResult) else RunResult(
-                        run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
-                    )
-                    store.record(result)
-                    display.run_finished(_summary(spec, result), failed=result.status != "done")
+        with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
+            _check_store(store, plan, out_dir, resume, host)
+            _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
+                              executor_options=executor_options, skip_parity=skip_parity,
+                              retry_failed=retry_failed, show_progress=show_progress, host=host,
+                              policy=checkpoint_policy(plan, out_dir, checkpoint_dir))
     finally:
         store.close()
     return SweepResult(out_dir)
+
+
+def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: str, workers: int,
+                      executor_options: dict[str, Any] | None, skip_parity: bool, retry_failed: bool,
+                      show_progress: bool, host: Any, policy: CheckpointPolicy | None) -> None:
+    if retry_failed:
+        store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
+    todo = store.unfinished(plan)
+    model = plan.runs[0].model
+    if todo:
+        gate = parity_gate(model, skip=skip_parity, host=host)
+        store.set_meta(parity=gate)
+        if gate["status"] == "failed":
+            raise ParityGateError(
+                f"model {model!r} failed its parity gate, so no run was trained:\n"
+                f"{gate['reason']}\nfix the model, or pass skip_parity=True (--skip-parity) to override"
+            )
+    display = SweepDisplay(len(plan.runs), len(plan.runs) - len(todo), enabled=show_progress)
+    accounting = _Accounting(store, plan.runs)
+
+    def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
+        accounting.heard(run_id, done, loss)
+        if done and not math.isnan(loss):
+            display.run_progress(run_id, done, total, loss)
+
+    options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
+    task = functools.partial(train_item, host=host, checkpoints=policy)
+    with api.create_executor(executor, host=host, **options) as runner:
+        for item, item_outcome in runner.map(task, work_items(todo)):
+            for spec, outcome in item_outcomes(item, item_outcome):
+                result = outcome if isinstance(outcome, RunResult) else RunResult(
+                    run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
+                )
+                store.record(result)
+                if policy is not None:  # the result is committed: its checkpoints are no longer needed
+                    remove_checkpoints(policy.run_dir(spec.run_id))
+                display.run_finished(_summary(spec, result), failed=result.status != "done")
 
 
 def _summary(spec: RunSpec, result: RunResult) -> str:

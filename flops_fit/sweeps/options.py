@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from flops_fit.checks import one_of, positive_int, positive_number
+from flops_fit.checks import non_negative_number, one_of, positive_int, positive_number
 from flops_fit.errors import PlanError
 from flops_fit.sweeps.hparams import HyperParams
 from flops_fit.sweeps.schedules import COOLDOWN_SHAPES, SCHEDULES
@@ -51,6 +51,10 @@ def _positive_int(value: Any, name: str) -> int:
 
 def _positive(value: Any, name: str) -> float:
     return float(positive_number(value, name, PlanError))
+
+
+def _non_negative(value: Any, name: str) -> float:
+    return float(non_negative_number(value, name, PlanError))
 
 
 def _non_negative_int(value: Any, name: str) -> int:
@@ -187,6 +191,11 @@ class SweepOptions:
     throughput: float | None = option(None, help="sustained training FLOP/s, for time estimates",
                                       check=_optional(_positive), cli=float)
     max_size: int = option(16384, help="largest model size the planner considers", check=_positive_int, cli=int)
+    checkpoint_seconds: float = option(
+        600.0, help="seconds of training between a run's checkpoints, so a kill loses at most that (0: none)",
+        check=_non_negative, cli=float)
+    keep_weights: bool = option(False, help="keep each finished run's weights (weights/RUN_ID.safetensors)",
+                                check=_bool, cli=parse_bool)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

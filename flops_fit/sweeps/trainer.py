@@ -5,6 +5,8 @@ schedule (``schedules``: warmup then a cosine that ends with this run, or warmup
 gradient clipping, seeded data order and initialisation, bf16 autocast on CUDA. The
 training loss is averaged over ``curve_points`` equal intervals for the curve; a
 non-finite or diverging loss stops the run and returns it as failed with the reason.
+With a ``CheckpointPolicy`` the run saves its full state every few minutes and continues
+from it after a kill (``sweeps.checkpoint``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,17 @@ import numpy as np
 import torch
 
 from flops_fit.executors.base import ProgressSink, ignore_progress
+from flops_fit.executors.stopping import raise_if_stopped, stop_requested
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunResult, RunSpec
+from flops_fit.sweeps.checkpoint import (
+    CheckpointPolicy,
+    TrainState,
+    load_latest,
+    save_checkpoint,
+    save_weights,
+)
 from flops_fit.sweeps.schedules import schedule_factor
 
 
@@ -114,14 +124,22 @@ class StableState:
 
 
 def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None,
-          start: StableState | None = None, on_stable: Callable[[StableState], None] | None = None) -> RunResult:
+          checkpoints: CheckpointPolicy | None = None, start: StableState | None = None,
+          on_stable: Callable[[StableState], None] | None = None) -> RunResult:
     """Train ``spec`` and return its result; divergence gives ``status="failed"``.
 
     ``progress(run_id, done, total, train_loss)`` hears about the run as it trains (an
-    executor passes the sink that carries reports back to the sweep driver). A WSD branch
-    may ``start`` from a stable state of its family at or before its cooldown start, and
-    hands its own to ``on_stable`` when its cooldown starts; either way its result is the
-    one it would have trained from scratch.
+    executor passes the sink that carries reports back to the sweep driver); the first
+    report of an attempt has a NaN loss and ``done`` = the units it starts from.
+
+    With ``checkpoints``, the run continues from its newest valid checkpoint (bit for bit on
+    CPU) and saves one every ``checkpoints.seconds`` of training; on a stop request (SIGTERM,
+    Ctrl-C: ``executors.stopping``) it checkpoints after the current step and raises
+    ``Interrupted``. The caller removes the checkpoints once the result is safely stored.
+
+    A WSD branch may ``start`` from a stable state of its family at or before its cooldown
+    start (unless it has its own checkpoint), and hands its own to ``on_stable`` when its
+    cooldown starts; either way its result is the one it would have trained from scratch.
     """
     t_start = time.perf_counter()
     device = resolve_device(spec.device)
@@ -143,17 +161,21 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     result = RunResult(run_id=spec.run_id, status="done", device=str(device))
     interval = max(1, math.ceil(spec.steps / spec.curve_points))
     losses = torch.empty(spec.steps, device=device)  # each step's training loss, for the curve
+    start_step = 0
+    saved = checkpoints and load_latest(checkpoints.run_dir(spec.run_id), run_id=spec.run_id)
+    if saved:
+        start_step = _resume(saved.restore(model, optimizer), result, batches, losses)
+        result.timings["resumed_from_step"] = start_step
+    elif start is not None:
+        start_step = _start_branch(start, spec, model, optimizer, batches, losses, result, per_sample)
+        for done in range(interval, start_step + 1, interval):  # the curve's points before the start
+            _report(losses, done - interval, done, done * spec.batch_size * per_sample, spec, result, progress)
     data_s = 0.0
-    progress(spec.run_id, 0, spec.tokens, math.nan)
-    t_train = time.perf_counter()
+    progress(spec.run_id, result.tokens, spec.tokens, math.nan)
+    t_train = last_save = time.perf_counter()
     try:
         model.train()
-        first_step = 0
-        if start is not None:
-            first_step = _start_branch(start, spec, model, optimizer, batches, losses, result, per_sample)
-            for done in range(interval, first_step + 1, interval):  # the curve's points before the start
-                _report(losses, done - interval, done, done * spec.batch_size * per_sample, spec, result, progress)
-        for step in range(first_step, spec.steps):
+        for step in range(start_step, spec.steps):
             if step == spec.cooldown_start and on_stable is not None and spec.schedule == "wsd":
                 on_stable(StableState(
                     spec.family, step, {k: v.detach().clone() for k, v in model.state_dict().items()},
@@ -164,7 +186,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             batch = {k: v.to(device, non_blocking=True) for k, v in batches.next(rows).items()}
             data_s += time.perf_counter() - t0
             x = batch[input_key]
-            if step == 0 and per_sample > 1 and x.shape[1] != per_sample:
+            if step == start_step and per_sample > 1 and x.shape[1] != per_sample:
                 raise ValueError(
                     f"dataset {spec.dataset!r} yields sequences of {x.shape[1]} tokens but the plan's "
                     f"seq_len is {per_sample}; set the dataset's seq_len to match"
@@ -184,12 +206,27 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             if result.steps % interval == 0 or step == spec.steps - 1:
                 last = (result.steps - 1) // interval * interval
                 _report(losses, last, result.steps, result.tokens, spec, result, progress)
+            if step == spec.steps - 1:  # a stop waits for the held-out loss: seconds, not the run
+                break
+            if checkpoints is None:
+                raise_if_stopped()
+                continue
+            stop = stop_requested()
+            if stop or (checkpoints.seconds > 0 and time.perf_counter() - last_save >= checkpoints.seconds):
+                _save(checkpoints, spec, model, optimizer, result, batches, losses)
+                last_save = time.perf_counter()
+                if result.curve:
+                    progress(spec.run_id, result.tokens, spec.tokens, result.curve[-1][1])
+            raise_if_stopped()
         train_s = time.perf_counter() - t_train
         t_eval = time.perf_counter()
         result.loss = evaluate(model, eval_data, loss_fn, input_key, spec, device, autocast, per_sample)
         if not math.isfinite(result.loss):
             raise _Diverged(f"held-out loss is {result.loss} after training")
         result.timings["eval_s"] = time.perf_counter() - t_eval
+        weights = checkpoints and checkpoints.weights_path(spec.run_id)
+        if weights:
+            save_weights(weights, model)
     except _Diverged as exc:
         train_s = time.perf_counter() - t_train
         result.status, result.error = "failed", f"diverged: {exc}"
@@ -199,6 +236,27 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
         "total_s": time.perf_counter() - t_start,
     })
     return result
+
+
+def _save(policy: CheckpointPolicy, spec: RunSpec, model, optimizer, result: RunResult, batches: Batches,
+          losses: torch.Tensor) -> None:
+    state = TrainState(
+        run_id=spec.run_id, step=result.steps, tokens=result.tokens, curve=result.curve,
+        scalars={"data_pos": batches.pos, "data_rng": batches.rng.bit_generator.state},
+        tensors={"data_order": torch.from_numpy(np.ascontiguousarray(batches.order)),
+                 "losses": losses[:result.steps]},
+    )
+    save_checkpoint(policy.run_dir(spec.run_id), model, optimizer, state, keep=policy.keep)
+
+
+def _resume(state: TrainState, result: RunResult, batches: Batches, losses: torch.Tensor) -> int:
+    """Put a restored state into the loop's variables; return the step to continue from."""
+    result.steps, result.tokens, result.curve = state.step, state.tokens, [list(p) for p in state.curve]
+    batches.order = state.tensors["data_order"].numpy().copy()
+    batches.pos = state.scalars["data_pos"]
+    batches.rng.bit_generator.state = state.scalars["data_rng"]
+    losses[:state.step] = state.tensors["losses"].to(losses.device)
+    return state.step
 
 
 def _start_branch(state: StableState, spec: RunSpec, model, optimizer, batches: Batches, losses: torch.Tensor,

@@ -1,0 +1,134 @@
+"""One driver per store: a lease row in ``runs.sqlite`` (holder pid, host, start, heartbeat).
+
+Two drivers resuming the same folder would train the same runs twice, so a second driver
+is refused with one line naming the live one (flops-fit does not split a sweep between
+drivers: one driver already spreads runs over workers or a Ray cluster). The holder beats
+its heart every ``heartbeat`` seconds from a background thread. A lease is taken over when
+its holder is gone: on this host, when its process no longer exists; on any host, when its
+heartbeat is older than ``stale_after`` seconds (a crashed node, a reused pid). If the
+holder finds its lease taken (it was suspended past ``stale_after``), ``on_lost`` is called
+so that it stops. Readers (status, fit, report) never take the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flops_fit.errors import StoreBusy
+
+log = logging.getLogger(__name__)
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS lease (id INTEGER PRIMARY KEY CHECK (id = 1), token TEXT NOT NULL,"
+    " pid INTEGER NOT NULL, host TEXT NOT NULL, started REAL NOT NULL, heartbeat REAL NOT NULL)"
+)
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class Lease:
+    """The driver lease on the store at ``path`` (a ``runs.sqlite``); use as a context manager."""
+
+    def __init__(self, path: str | Path, *, heartbeat: float = 10.0, stale_after: float = 60.0,
+                 on_lost: Callable[[str], None] | None = None) -> None:
+        self.path = Path(path)
+        self.heartbeat, self.stale_after = heartbeat, stale_after
+        self.on_lost = on_lost
+        self.token = uuid.uuid4().hex
+        self.pid, self.host = os.getpid(), socket.gethostname()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        db.execute(SCHEMA)
+        return db
+
+    def acquire(self) -> Lease:
+        """Take the lease, or raise ``StoreBusy`` naming the live holder."""
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                row = db.execute("SELECT token, pid, host, started, heartbeat FROM lease WHERE id = 1").fetchone()
+                now = time.time()
+                if row and row[0] != self.token and self._alive(row, now):
+                    _, pid, host, started, beat = row
+                    raise StoreBusy(
+                        f"{self.path.parent} is being swept by another driver (pid {pid} on {host}, started "
+                        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, heartbeat {now - beat:.0f}s "
+                        f"ago): wait for it to finish or stop it; `flops-fit status {self.path.parent}` reads it now"
+                    )
+                if row:
+                    log.warning("taking over the lease of %s from pid %s on %s (gone)", self.path, row[1], row[2])
+                db.execute("INSERT OR REPLACE INTO lease VALUES (1, ?, ?, ?, ?, ?)",
+                           (self.token, self.pid, self.host, now, now))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, name="flops-fit-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _alive(self, row: Any, now: float) -> bool:
+        _, pid, host, _, beat = row
+        if now - beat > self.stale_after:
+            return False
+        return process_exists(pid) if host == self.host else True
+
+    def _beat(self) -> None:
+        db = self._connect()
+        try:
+            while not self._stop.wait(self.heartbeat):
+                try:
+                    held = db.execute("UPDATE lease SET heartbeat = ? WHERE id = 1 AND token = ?",
+                                      (time.time(), self.token)).rowcount
+                except sqlite3.Error as exc:  # busy past the timeout: try again next beat
+                    log.warning("lease heartbeat on %s failed: %s", self.path, exc)
+                    continue
+                if not held:
+                    message = f"the lease on {self.path} was taken over by another driver"
+                    log.error(message)
+                    if self.on_lost:
+                        self.on_lost(message)
+                    return
+        finally:
+            db.close()
+
+    def release(self) -> None:
+        """Stop the heartbeat and give the lease up (if still ours)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        db = self._connect()
+        try:
+            db.execute("DELETE FROM lease WHERE id = 1 AND token = ?", (self.token,))
+        finally:
+            db.close()
+
+    def __enter__(self) -> Lease:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

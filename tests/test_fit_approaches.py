@@ -1,0 +1,81 @@
+"""The approaches' shared interface: a registry, results that draw themselves, convergence."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from flops_fit.fitting import APPROACHES, fit
+from flops_fit.fitting._lbfgs import STATUS, minimize_batch
+from flops_fit.fitting.isoflop import Isoflop
+from flops_fit.fitting.parametric import convergence_report
+from flops_fit.fitting.synthetic import synthetic_runs
+
+
+def _rosenbrock(x, rows):
+    a, b = x[:, 0], x[:, 1]
+    value = (1 - a) ** 2 + 100 * (b - a * a) ** 2
+    grad = np.column_stack([-2 * (1 - a) - 400 * a * (b - a * a), 200 * (b - a * a)])
+    return value, grad
+
+
+def test_batched_lbfgs_says_why_each_row_stopped():
+    starts = np.array([[-1.2, 1.0], [0.0, 0.0], [np.nan, 0.0]])
+    done = minimize_batch(_rosenbrock, starts, maxiter=2000)
+    assert [STATUS[s] for s in done.status[:2]] == ["converged", "converged"]
+    assert np.allclose(done.x[:2], 1.0, atol=1e-5) and STATUS[done.status[2]] == "not finite"
+    cut = minimize_batch(_rosenbrock, starts[:2], maxiter=5)
+    assert [STATUS[s] for s in cut.status] == ["iteration limit"] * 2 and list(cut.iterations) == [5, 5]
+
+
+def test_non_convergence_becomes_a_warning_and_a_diagnostic():
+    report, warnings = convergence_report(2, 500, 500, np.array([0, 0, 2, 1]), np.array([30, 40, 500, 12]), 500,
+                                          "batched L-BFGS")
+    assert report["fit"] == {"status": "iteration limit", "iterations": 500, "maxiter": 500}
+    assert report["bootstrap"] == {"resamples": 4, "maxiter": 500, "median_iterations": 35.0, "max_iterations": 500,
+                                   "converged": 2, "no descent step": 1, "iteration limit": 1}
+    assert warnings == ["batched L-BFGS stopped at its iteration limit (500) on the full data: the point estimates "
+                        "may not be converged",
+                        "batched L-BFGS stopped at its iteration limit (500) in 1 of 4 bootstrap resamples: the "
+                        "intervals include unconverged fits"]
+
+
+def test_parametric_fits_report_their_convergence():
+    fitted = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1), method="all", bootstrap=20)
+    for method, optimizer in (("parametric", "batched L-BFGS"), ("vpnls", "Nelder-Mead")):
+        conv = json.loads(fitted[method].to_json())["diagnostics"]["convergence"]
+        assert conv["optimizer"] == optimizer and conv["fit"]["status"] == "converged", conv
+        assert sum(conv["bootstrap"].get(s, 0) for s in STATUS) == 20
+    assert fitted["isoflop"].diagnostics.convergence is None  # closed-form fits have nothing to report
+
+
+def test_a_registered_approach_is_fitted_checked_and_reported(monkeypatch, tmp_path):
+    class HuberIsoflop(Isoflop):
+        name = "isoflop-huber"
+        title = "Approach 2 with Huber parabolas"
+
+        def __init__(self, **settings):
+            super().__init__(**{**settings, "curve": "huber"})
+
+    monkeypatch.setitem(APPROACHES, HuberIsoflop.name, HuberIsoflop)
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1).drop(columns=["curve"])
+    fitted = fit(frame, method="all", bootstrap=20, holdout="largest")
+    assert "isoflop-huber" in fitted.results and fitted["isoflop-huber"].details["curve"] == "huber"
+    assert fitted.holdout["isoflop-huber"][0].budget == 1e19
+    text = fitted.report(tmp_path).read_text()
+    assert "Approach 2 with Huber parabolas" in text and "alt='isoflop-huber_profiles'" in text
+
+
+@pytest.mark.parametrize("method", sorted(APPROACHES))
+def test_every_result_draws_its_own_profiles(method):
+    from matplotlib.figure import Figure
+
+    fitted = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, curve_points=10, seed=1),
+                 method=method, bootstrap=0)
+    ax = Figure().add_subplot()
+    fitted.draw_profiles(ax)
+    assert ax.get_xscale() == "log" and ax.get_ylabel() == "loss (nats)" and ax.get_title()
+    # Points (runs and minima, or the fitted envelope points) and lines (fitted profiles, or curves).
+    assert len(ax.collections) >= 1 and len(ax.lines) >= 3

@@ -1,0 +1,133 @@
+"""The held-out check: every method fitted without one budget predicts that budget's optimum."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flops_fit.cli.main import main
+from flops_fit.fitting import FitInputError, fit
+from flops_fit.fitting.synthetic import DEFAULT_LAW, optimal_size, synthetic_runs
+
+BUDGETS = (1e17, 1e18, 1e19, 1e20)
+FIELDS = {"budget", "predicted_loss", "observed_loss", "loss_error", "predicted_n_opt", "observed_n_opt",
+          "n_opt_interval", "covered"}
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "chinchilla_fig4_epoch.csv"
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return synthetic_runs(budgets=BUDGETS, sizes_per_budget=7, curve_points=10, seed=1)
+
+
+@pytest.fixture(scope="module")
+def checked(frame):
+    return fit(frame, method="all", bootstrap=60, seed=2, holdout="largest")
+
+
+def _parabola_vertex(group: pd.DataFrame) -> tuple[float, float]:
+    c2, c1, c0 = np.polyfit(np.log(group["params"]), group["loss"], 2)
+    return float(np.exp(-c1 / (2 * c2))), float(c0 - c1 * c1 / (4 * c2))
+
+
+def test_the_largest_budget_is_predicted_from_the_others(frame, checked):
+    n_obs, loss_obs = _parabola_vertex(frame[frame.budget == 1e20])
+    truth = optimal_size(DEFAULT_LAW, 1e20)
+    assert set(checked.holdout) == {"envelope", "isoflop", "parametric", "vpnls"}
+    for method, (c,) in checked.holdout.items():
+        assert c.budget == 1e20 and c.fitted_budgets == [1e17, 1e18, 1e19], method
+        # The observed optimum is the held-out budget's own parabola, and it brackets the truth.
+        assert c.observed_n_opt == pytest.approx(n_obs, rel=1e-9) and c.observed_loss == pytest.approx(loss_obs)
+        lo, hi = c.observed_n_opt_interval
+        assert lo < n_obs < hi and lo < truth * 1.1 and hi > truth / 1.1
+        assert c.n_opt_error == pytest.approx(c.predicted_n_opt / n_obs - 1)
+        assert c.covered["n_opt"] == (c.n_opt_interval[0] <= n_obs <= c.n_opt_interval[1])
+    # Approach 3 knows the irreducible loss: it predicts both N_opt and the loss well, inside its intervals.
+    for method in ("parametric", "vpnls"):
+        c = checked.holdout[method][0]
+        assert abs(c.n_opt_error) < 0.1 and abs(c.loss_error) < 0.01, (method, c)
+        assert c.covered == {"n_opt": True, "loss": True}, method
+
+
+def test_the_prediction_is_the_fit_without_the_held_out_runs(frame, checked):
+    alone = fit(frame[frame.budget < 1e20], method="parametric", bootstrap=60, seed=2).predict(1e20).iloc[0]
+    c = checked.holdout["parametric"][0]
+    assert c.predicted_n_opt == pytest.approx(alone.N_opt) and c.predicted_loss == pytest.approx(alone.loss)
+    assert c.n_opt_interval == pytest.approx((alone.N_opt_lo, alone.N_opt_hi))
+    # The full fit is not touched by the check.
+    assert checked["parametric"].predict(1e20).iloc[0].N_opt != pytest.approx(alone.N_opt, rel=1e-6)
+
+
+def test_json_has_the_holdout_fields_per_method(checked):
+    data = json.loads(checked.to_json())
+    assert set(data["holdout"]) == set(checked.results)
+    for method, entry in data["holdout"].items():
+        assert FIELDS <= set(entry), method
+        assert entry["budget"] == 1e20 and len(entry["n_opt_interval"]) == 2
+        assert set(entry["covered"]) == {"loss", "n_opt"}
+    single = json.loads(fit(checked.runs, method="isoflop", bootstrap=20, holdout="largest").to_json())
+    assert FIELDS <= set(single["holdout"]["isoflop"])
+    assert "Held-out check" in checked.summary() and "N_opt predicted" in checked.summary()
+
+
+def test_a_named_budget_and_each_budget_in_turn(frame):
+    one = fit(frame, method="isoflop", bootstrap=0, holdout=1e19)
+    (c,) = one.holdout["isoflop"]
+    assert c.budget == 1e19 and c.fitted_budgets == [1e17, 1e18, 1e20]
+    assert c.covered == {"loss": None, "n_opt": None}  # no bootstrap, no intervals: no verdict
+    each = fit(frame, method="isoflop", bootstrap=0, holdout="each")
+    assert [c.budget for c in each.holdout["isoflop"]] == list(BUDGETS)
+    assert isinstance(json.loads(each.to_json())["holdout"]["isoflop"], list)
+
+
+def test_bad_holdout_choices_are_refused(frame):
+    with pytest.raises(FitInputError, match=r"holdout=1e\+21: no runs at that budget; the runs' budgets are "
+                                            r"1e\+17, 1e\+18, 1e\+19, 1e\+20"):
+        fit(frame, method="isoflop", bootstrap=0, holdout=1e21)
+    with pytest.raises(FitInputError, match="holdout must be 'largest', 'each' or a budget in FLOPs"):
+        fit(frame, method="isoflop", bootstrap=0, holdout="smallest")
+    with pytest.raises(FitInputError, match="a held-out check needs runs at 2 or more budgets; these runs have 1"):
+        fit(frame[frame.budget == 1e19], method="parametric", bootstrap=0, holdout="largest")
+
+
+def test_checks_that_cannot_be_made_say_why():
+    good = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=7, noise=0.0)
+    edge = synthetic_runs(budgets=(1e19,), sizes_per_budget=5, span=0.5, offset=-1.5, noise=0.0)
+    fitted = fit(pd.concat([good, edge], ignore_index=True), method="vpnls", bootstrap=0, holdout="largest")
+    c = fitted.holdout["vpnls"][0]
+    assert c.reason == "the held-out budget has no observed optimum: edge minimum: the largest size has the lowest loss"
+    assert np.isnan(c.observed_n_opt) and c.covered == {"loss": None, "n_opt": None}
+    # Holding out 1e18 leaves Approach 2 one interior budget: it cannot fit, and says so.
+    fitted = fit(pd.concat([good, edge], ignore_index=True), method="isoflop", bootstrap=0, holdout=1e18)
+    assert fitted.holdout["isoflop"][0].reason.startswith("cannot fit the other budgets: Approach 2 needs an interior")
+
+
+def test_cli_holdout_json_and_errors(frame, tmp_path, capsys):
+    csv = tmp_path / "runs.csv"
+    frame.drop(columns=["curve"]).to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "20", "--holdout", "largest", "--json"]) == 0
+    entry = json.loads(capsys.readouterr().out)["holdout"]["vpnls"]
+    assert FIELDS <= set(entry) and entry["budget"] == 1e20
+    assert main(["fit", str(csv), "--method", "isoflop", "--bootstrap", "0", "--holdout", "1e18"]) == 0
+    assert "Held-out check" in capsys.readouterr().out
+    assert main(["fit", str(csv), "--holdout", "3e15"]) == 2
+    assert "flops-fit: error: holdout=3000000000000000.0: no runs at that budget" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["fit", str(csv), "--holdout", "biggest"])
+    assert info.value.code == 2 and "expected largest, each or a budget in FLOPs" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not DATA.is_file(), reason=f"reference data {DATA} is absent (../shared beside the repository)")
+def test_chinchilla_runs_predict_their_1e21_budget():
+    """Chinchilla's own runs (Epoch's extraction): fit without the ~1e21 FLOP runs, predict them."""
+    fitted = fit(DATA, method="all", bootstrap=50, seed=0, holdout=1e21, exclude_top=5,
+                 params_col="Model Size", flops_col="Training FLOP", loss_col="loss")
+    assert set(fitted.holdout) == {"isoflop", "parametric", "vpnls"}  # no curves: no Approach 1
+    iso, par = fitted.holdout["isoflop"][0], fitted.holdout["parametric"][0]
+    assert 2.4e9 < iso.observed_n_opt < 3.3e9 and 2.2 < iso.observed_loss < 2.4
+    assert abs(par.loss_error) < 0.02 and abs(par.n_opt_error) < 0.15 and par.covered["n_opt"] is True
+    assert abs(iso.n_opt_error) < 0.1 and iso.covered["n_opt"] is True
