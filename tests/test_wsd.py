@@ -111,6 +111,13 @@ def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
     assert (frame.tokens == frame.tokens_planned).all()
     with RunStore(tmp_path) as store:
         assert store.get_meta("spec")["schedule"] == "wsd"
+        trained = {row["run_id"]: row["steps_trained"] for row in store.accounting()}
+    # the store counts the steps each branch trained: the stable phase once per family
+    for family in families(p.runs):
+        assert trained[family.runs[0].run_id] == family.runs[0].steps
+        for before, spec in zip(family.runs, family.runs[1:], strict=False):
+            assert trained[spec.run_id] == spec.steps - before.cooldown_start
+    assert sum(trained.values()) < 0.8 * sum(r.steps for r in p.runs)
     # each branch took over the stable state of the branch before it, and got exactly
     # what it gets trained alone from scratch
     stored = frame.set_index("run_id")

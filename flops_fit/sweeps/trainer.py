@@ -169,7 +169,9 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     elif start is not None:
         start_step = _start_branch(start, spec, model, optimizer, batches, losses, result, per_sample)
         for done in range(interval, start_step + 1, interval):  # the curve's points before the start
-            _report(losses, done - interval, done, done * spec.batch_size * per_sample, spec, result, progress)
+            # (not reported as progress: the store counts only the steps this run trains)
+            _report(losses, done - interval, done, done * spec.batch_size * per_sample, spec, result,
+                    ignore_progress)
     data_s = 0.0
     progress(spec.run_id, result.tokens, spec.tokens, math.nan)
     t_train = last_save = time.perf_counter()
