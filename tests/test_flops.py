@@ -51,7 +51,7 @@ VIT_CASES = [
     (32, "small", vit.VIT_DEFAULTS),
     (192, "medium", vit.VIT_DEFAULTS),
     (512, "large", vit.VIT_DEFAULTS),
-    (128, "gqa-avg-tanh", {**vit.VIT_DEFAULTS, "num_kv_heads": 1, "global_pool": "avg", "gelu": "tanh"}),
+    (128, "gqa-avg-tanh", {**vit.VIT_DEFAULTS, "num_kv_heads": 1, "global_pool": "avg", "act_layer": "gelu_tanh"}),
 ]
 
 
