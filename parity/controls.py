@@ -31,6 +31,18 @@ def zeroed(key: str, rows: slice | None = None):
     return tamper
 
 
+def dropped(pattern: str):
+    """Converted keys matching ``pattern`` (a regular expression) left out, as a converter
+    that ignores them would (an untied ``lm_head`` loaded as tied, biases dropped)."""
+    import re
+
+    def tamper(state: dict[str, Any]) -> None:
+        for key in [k for k in state if re.fullmatch(pattern, k)]:
+            del state[key]
+
+    return tamper
+
+
 def tiled_kv_heads(prefix: str, num_heads: int, num_kv_heads: int):
     """Pair query head h with kv head ``h % KV`` (``.repeat`` tiling) instead of ``h // G``.
 

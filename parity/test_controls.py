@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from flops_fit.parity import case_attention, case_gpt, case_vit, controls
+from flops_fit.parity import case_attention, case_gpt, case_llama, case_vit, controls
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
@@ -25,7 +25,23 @@ pytest.importorskip("transformers")
                  "blocks.1", id="timm-zeroed-fc2"),
     pytest.param(case_attention.llama_gqa, {"tamper": controls.tiled_kv_heads("", 8, 2)},
                  "gqa.causal.rope", id="llama-tiled-kv-heads"),
-    pytest.param(case_attention.llama_gqa, {"interleaved": True}, "gqa.causal.rope", id="llama-rope-interleaved"),
+    pytest.param(case_attention.llama_gqa, {"interleaved": True}, "gqa.causal.rope", id="llama-attn-rope-interleaved"),
+    pytest.param(case_llama.hf_llama, {"overrides": {"rope_interleaved": True}}, "layers.0.self_attn",
+                 id="llama-rope-interleaved"),
+    pytest.param(case_llama.hf_llama, {"tamper": controls.tiled_kv_heads("layers.0.self_attn.", 4, 2)},
+                 "layers.0.self_attn", id="llama-tiled-kv-heads"),
+    pytest.param(case_llama.hf_llama, {"overrides": {"rms_norm_eps": 1e-5}}, "layers.0.self_attn",
+                 id="llama-rmsnorm-eps"),
+    pytest.param(case_llama.hf_llama, {"overrides": {"hidden_act": "gelu"}}, "layers.0", id="llama-gelu-for-silu"),
+    pytest.param(case_llama.hf_llama, {"overrides": {"tie_word_embeddings": True}, "tamper": controls.dropped("lm_head.weight")},
+                 "logits", id="llama-untied-head-loaded-as-tied"),
+    pytest.param(case_llama.hf_llama_rope_llama3, {"overrides": {"rope_type": "default"}}, "layers.0.self_attn",
+                 id="llama3-rope-scaling-ignored"),
+    pytest.param(case_llama.hf_mistral, {"overrides": {"sliding_window": None}}, "layers.0.self_attn",
+                 id="mistral-sliding-window-ignored"),
+    pytest.param(case_llama.hf_qwen2, {"overrides": {"qkv_bias": False},
+                                       "tamper": controls.dropped(r"layers\.\d+\.self_attn\.qkv_proj\.bias")},
+                 "layers.0.self_attn", id="qwen2-qkv-bias-dropped"),
 ])
 def test_known_wrong_variant_fails_at_its_first_bad_layer(run, kwargs, first_bad) -> None:
     report = run(**kwargs)
@@ -42,6 +58,7 @@ def test_the_same_case_passes_without_the_mistake() -> None:
     assert case_vit.timm_vit().passed
     assert case_gpt.hf_gpt2().passed
     assert case_attention.llama_gqa().passed
+    assert case_llama.hf_llama().passed
 
 
 def test_tiled_kv_control_computes_what_a_tiling_implementation_computes() -> None:
