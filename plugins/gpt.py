@@ -12,6 +12,7 @@ Preset ``gpt2`` is Hugging Face's GPT-2 124M configuration.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from flops_fit.plugins import sizing
@@ -45,8 +46,11 @@ class GPTConfig:
             positive_int(getattr(self, name), name)
         if self.gelu not in GELUS:
             raise ValueError(f"gelu must be one of {GELUS}, got {self.gelu!r}")
-        if not self.layer_norm_eps > 0:
-            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        eps = self.layer_norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"layer_norm_eps must be a positive number, got {eps!r}")
+        if not isinstance(self.bias, bool):
+            raise ValueError(f"bias must be true or false, got {self.bias!r}")
 
     @classmethod
     def of(cls, width: int, **config) -> GPTConfig:

@@ -95,6 +95,11 @@ def training_from_forward(forward_flops: float) -> float:
 def valid_widths(config_class: type, lo: int, hi: int, config: dict, heads_key: str, kv_key: str) -> list[int]:
     """Widths in [lo, hi] whose heads fit; other configuration errors are raised, not hidden."""
     heads, kv_heads = config.get(heads_key), config.get(kv_key)
+    if isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads > 0 and heads % kv_heads:
+        raise ValueError(  # no width can fix this: say so instead of finding no valid width
+            f"{kv_key}={kv_heads} does not divide {heads_key}={heads}: the query heads share the key/value "
+            f"heads in equal groups; choose {kv_key} among {[d for d in range(1, heads + 1) if heads % d == 0]}"
+        )
     head_dim = config.get("head_dim", config_class.head_dim)
     step = heads if isinstance(heads, int) and heads > 0 else head_dim
     positive_int(step, "head_dim")

@@ -7,7 +7,7 @@ import pytest
 import sweep_support
 
 from flops_fit.errors import StoreError
-from flops_fit.store.run_store import RunStore
+from flops_fit.store.run_store import SCHEMA, RunStore
 from flops_fit.store.runs import RunResult
 from flops_fit.sweeps.planner import plan
 
@@ -71,3 +71,68 @@ def test_a_failed_write_leaves_nothing_behind(store):
     # another connection sees the committed state only
     other = sqlite3.connect(s.path)
     assert other.execute("SELECT COUNT(*) FROM runs WHERE status = 'pending'").fetchone()[0] == 6
+
+
+def test_steps_trained_count_every_attempt_and_old_stores_gain_the_column(tmp_path):
+    from flops_fit.sweeps.driver import _Accounting
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    run = swept.runs[0]
+    unit = run.batch_size * run.seq_len
+    old = sqlite3.connect(tmp_path / "runs.sqlite")  # a store from before the column existed
+    old.executescript(SCHEMA)  # no steps_trained: ADDED_COLUMNS add it on open
+    old.close()
+    with RunStore(tmp_path) as s:
+        s.add_plan(swept, spec=swept.settings)
+        heard = _Accounting(s, swept.runs).heard
+        heard(run.run_id, 0, math.nan)  # attempt 1 starts at step 0 ...
+        for step in (3, 6, 8):
+            heard(run.run_id, step * unit, 2.0)  # ... reports up to step 8, then is killed
+        heard(run.run_id, 6 * unit, math.nan)  # attempt 2 continues from its checkpoint at step 6
+        heard(run.run_id, run.tokens, 1.5)  # ... to the end (a trimmed last step)
+        s.record(RunResult(run.run_id, "done", loss=1.5, tokens=run.tokens, steps=run.steps))
+        [first] = [r for r in s.accounting() if r["run_id"] == run.run_id]
+    assert first["attempts"] == 2 and first["steps"] == run.steps == first["steps_planned"]
+    assert first["steps_trained"] == 8 + (run.steps - 6)  # steps 7 and 8 were trained twice
+
+
+def test_one_driver_per_store_and_a_dead_drivers_lease_is_taken_over(store):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from flops_fit.errors import StoreBusy
+    from flops_fit.store.lease import Lease
+
+    s, _ = store
+    with Lease(s.path):
+        with pytest.raises(StoreBusy, match=rf"being swept by another driver \(pid {os.getpid()} on "):
+            Lease(s.path).acquire()
+        assert s.counts() == {"pending": 6}  # readers need no lease
+    with Lease(s.path):  # released on exit: the next driver gets it
+        pass
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    now = time.time()
+    rows = {"dead process here": (int(dead.stdout), "HOST", now), "silent other host": (1, "elsewhere", now - 120)}
+    for why, (pid, host, beat) in rows.items():
+        host = Lease(s.path).host if host == "HOST" else host
+        s.db.execute("INSERT OR REPLACE INTO lease VALUES (1, 'old', ?, ?, ?, ?)", (pid, host, beat, beat))
+        with Lease(s.path) as lease:
+            assert s.db.execute("SELECT token FROM lease").fetchone()[0] == lease.token, why
+    s.db.execute("INSERT OR REPLACE INTO lease VALUES (1, 'old', 1, 'elsewhere', ?, ?)", (now, now))
+    with pytest.raises(StoreBusy, match="pid 1 on elsewhere"):  # a live heartbeat on another host
+        Lease(s.path).acquire()
+
+
+def test_a_lease_taken_over_tells_its_holder_to_stop(store):
+    import threading
+
+    from flops_fit.store.lease import Lease
+
+    s, _ = store
+    told = threading.Event()
+    with Lease(s.path, heartbeat=0.01, on_lost=lambda message: told.set()):
+        s.db.execute("UPDATE lease SET token = 'someone else'")
+        assert told.wait(30)

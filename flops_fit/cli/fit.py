@@ -6,27 +6,19 @@ import argparse
 from pathlib import Path
 
 import flops_fit
-from flops_fit.fitting import APPROACHES, CURVES
-from flops_fit.fitting.holdout import CHOICES as HOLDOUT_CHOICES
 
-METHOD_CHOICES = (*APPROACHES, "all")
-
-
-def _holdout(text: str) -> str | float:
-    """--holdout: "largest", "each" or a budget in FLOPs."""
-    if text in HOLDOUT_CHOICES:
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected largest, each or a budget in FLOPs such as 1e21; got {text!r}") from None
+# The fitting package (numpy, pandas) is reached only through flops_fit.fit, so that
+# `flops-fit --help` stays light: it checks --method, --curve and --holdout itself, and a bad
+# value is its FitInputError (one line, exit 2).
 
 
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) -> None:
     p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
-    p.add_argument("--method", choices=METHOD_CHOICES, default=method,
-                   help=f"approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), all; default {method}")
-    p.add_argument("--curve", choices=CURVES, default="parabola", help="IsoFLOP profile fit (isoflop, held-out check)")
+    p.add_argument("--method", default=method, metavar="METHOD",
+                   help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
+                   f"all, or a registered method's name; default {method}")
+    p.add_argument("--curve", default="parabola", metavar="parabola|huber|akima",
+                   help="IsoFLOP profile fit (isoflop, held-out check); default parabola")
     for name in ("params", "tokens", "flops", "loss", "budget"):
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
@@ -35,7 +27,7 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to "
                    "(report: the budget its answer is for, default 10x the largest swept)")
-    p.add_argument("--holdout", type=_holdout, metavar="largest|each|C",
+    p.add_argument("--holdout", metavar="largest|each|C",
                    help="also fit every method without one budget's runs (the largest, each in turn, or the "
                    "budget C) and compare its prediction there with that budget's own IsoFLOP minimum")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import flops_fit
 from flops_fit.errors import ConfigError, OptionError
-from flops_fit.store.run_store import STORE_NAME, RunStore
+from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.tables import format_table
@@ -50,7 +50,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     plan = flops_fit.plan(config.options)
-    print(plan, file=sys.stderr)
     options = dict(config.executor_options)
     executor = args.executor or config.executor
     if args.workers is not None:
@@ -60,7 +59,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             raise OptionError(f"--address is for the ray executor (this sweep uses {executor!r}): add --executor ray")
         options["address"] = args.address
     workers = options.pop("workers", 1)
-    out = Path(args.out or config.out)
+    flops_fit.create_executor(executor, workers=workers, **options).close()  # bad options: one line, no training
+    out = check_folder(Path(args.out or config.out))
+    print(plan, file=sys.stderr)
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir
     try:
         plan.run(out, resume=args.resume, executor=executor, workers=workers, executor_options=options,

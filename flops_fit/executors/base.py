@@ -17,8 +17,11 @@ processes, a local Ray), also after an interrupted ``map``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
+
+from flops_fit.errors import OptionError
 
 # (run_id, units trained so far, units planned, mean training loss since the last report)
 ProgressSink = Callable[[str, int, int, float], None]
@@ -33,6 +36,16 @@ class Executor(Protocol):
     def __enter__(self) -> Executor: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+def check_options(cls: type, options: dict[str, Any], executor: str) -> dict[str, Any]:
+    """``options`` unchanged if ``cls`` accepts every one of them; else OptionError listing
+    the ones it knows (the sweep file's ``[executor]`` table lands here)."""
+    known = [n for n in inspect.signature(cls).parameters if n != "on_progress"]
+    unknown = sorted(set(options) - set(known) - {"on_progress"})
+    if unknown:
+        raise OptionError(f"unknown option(s) {unknown} for executor {executor!r}; its options: {known}")
+    return options
 
 
 def ignore_progress(run_id: str, done: int, total: int, loss: float) -> None:

@@ -23,7 +23,13 @@ from typing import Any
 
 from flops_fit.checks import positive_int
 from flops_fit.errors import Interrupted, OptionError, RunLost
-from flops_fit.executors.base import ClosingExecutor, ProgressSink, Task, ignore_progress
+from flops_fit.executors.base import (
+    ClosingExecutor,
+    ProgressSink,
+    Task,
+    check_options,
+    ignore_progress,
+)
 from flops_fit.executors.stopping import (
     raise_if_stopped,
     request_stop,
@@ -42,6 +48,8 @@ class LocalExecutor(ClosingExecutor):
 
     def __init__(self, workers: int = 1, devices: list[str] | None = None, threads: int | None = None,
                  on_progress: ProgressSink | None = None) -> None:
+        if devices is not None and (isinstance(devices, str) or not isinstance(devices, (list, tuple))):
+            raise OptionError(f"devices must be a list like ['cuda:0', 'cuda:1'], got {devices!r}")
         if devices:
             bad = [d for d in devices if not str(d).startswith("cuda:")]
             if bad:
@@ -217,7 +225,7 @@ def _serve(fn: Task, conn: Any, progress: Any) -> None:
 
 
 def build(**options: Any) -> LocalExecutor:
-    return LocalExecutor(**options)
+    return LocalExecutor(**check_options(LocalExecutor, options, "local"))
 
 
 @hookimpl

@@ -21,7 +21,13 @@ from typing import Any
 
 from flops_fit.checks import positive_number
 from flops_fit.errors import FlopsFitError, Interrupted, OptionError, RunLost
-from flops_fit.executors.base import ClosingExecutor, ProgressSink, Task, ignore_progress
+from flops_fit.executors.base import (
+    ClosingExecutor,
+    ProgressSink,
+    Task,
+    check_options,
+    ignore_progress,
+)
 from flops_fit.executors.stopping import raise_if_stopped, stop_on_signals
 from flops_fit.plugin.contracts import ExecutorEntry
 from flops_fit.plugin.hookspecs import hookimpl
@@ -171,7 +177,7 @@ def _run_with_progress(fn: Task, item: Any, reports: Any) -> Any:
 
 
 def build(**options: Any) -> RayExecutor:
-    return RayExecutor(**options)
+    return RayExecutor(**check_options(RayExecutor, options, "ray"))
 
 
 @hookimpl

@@ -22,7 +22,7 @@ from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.profiles import budget_groups, profile_minimum
 from flops_fit.tables import format_table
 
-CHOICES = ("largest", "each")
+CHOICES = ("largest", "each")  # besides a budget in FLOPs
 MATCH_RTOL = 1e-3  # a named budget matches a runs' budget within this relative tolerance
 
 
@@ -82,17 +82,15 @@ def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
     unique = sorted(float(b) for b in np.unique(budgets))
     if len(unique) < 2:
         raise FitInputError(f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}")
-    if which == "largest":
-        return budgets, [unique[-1]]
-    if which == "each":
-        return budgets, unique
+    if which in CHOICES:
+        return budgets, unique[-1:] if which == "largest" else unique
     try:
         value = float(which)
     except (TypeError, ValueError):
         raise FitInputError(f"holdout must be 'largest', 'each' or a budget in FLOPs (e.g. 1e21); got {which!r}") from None
     match = [b for b in unique if np.isclose(b, value, rtol=MATCH_RTOL, atol=0)]
     if not match:
-        raise FitInputError(f"holdout={which!r}: no runs at that budget; the runs' budgets are "
+        raise FitInputError(f"holdout={value:g}: no runs at that budget; the runs' budgets are "
                             f"{', '.join(fmt.flops(b) for b in unique)}")
     return budgets, match
 

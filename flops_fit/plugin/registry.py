@@ -86,7 +86,7 @@ class Registry:
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         listing = ", ".join(sorted({r.entry.name for r in self._by_id.values()})) or "none registered"
         raise UnknownEntryError(
-            f"no {self.kind} called {name!r}{hint} Known {self.kind}s: {listing}. "
+            f"no {self.kind} called {name!r}{hint} Known {_plural(self.kind)}: {listing}. "
             f"Run `flops-fit plugins` to see which plugins loaded."
         )
 
@@ -107,3 +107,8 @@ class Registry:
                 continue
             out.add(r.qualified_id if qualified or counts[r.entry.name] > 1 else r.entry.name)
         return sorted(out)
+
+
+def _plural(kind: str) -> str:
+    """"loss" -> "losses", "model" -> "models"."""
+    return kind + ("es" if kind.endswith("s") else "s")

@@ -53,14 +53,20 @@ ADDED_COLUMNS = (
 )
 
 
+def check_folder(out_dir: Path) -> Path:
+    """``out_dir`` unless it names an existing file (StoreError: a store needs a folder)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise StoreError(f"{out_dir} is an existing file, not a folder: choose a folder for the sweep's store")
+    return out_dir
+
+
 class RunStore:
     """Open (``create=True``: create) the store in ``out_dir``."""
 
     def __init__(self, out_dir: str | Path, *, create: bool = False) -> None:
         self.dir = Path(out_dir)
         self.path = self.dir / STORE_NAME
-        if self.dir.exists() and not self.dir.is_dir():
-            raise StoreError(f"{self.dir} is an existing file, not a folder: choose a folder for the sweep's store")
+        check_folder(self.dir)
         if not self.path.exists():
             if not create:
                 raise StoreError(f"no sweep store at {self.path}: run a sweep with --out {self.dir} first")

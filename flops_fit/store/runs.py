@@ -2,7 +2,12 @@
 
 A run's id is a hash of every field that decides its result (plus the flops-fit version),
 so a changed spec never reuses an old result. ``device`` and ``compile`` are left out: they
-change where and how fast a run goes, not what it computes.
+change where and how fast a run goes, not what it computes. The schedule's fields enter the
+id only when they differ from their defaults, so cosine runs keep the ids they always had.
+
+Runs with the ``"wsd"`` schedule that differ only in length (budget, tokens, steps and
+cooldown start) share their stable prefix: ``family`` names it, and a branch may resume
+from any of its family's stable checkpoints at or before its own cooldown start.
 """
 
 from __future__ import annotations
@@ -15,10 +20,21 @@ from typing import Any
 
 # Fields that do not decide a run's result, so they do not enter its id.
 _NOT_IN_ID = frozenset({"run_id", "device", "compile"})
+# Fields added after the first release: hashed only when set, so older ids stay valid.
+_IN_ID_WHEN_SET = {"schedule": "cosine", "cooldown_start": 0, "cooldown_shape": "1-sqrt"}
+# Fields that set a run's length; the rest of the identity is its stable prefix (WSD family).
+_LENGTH_FIELDS = frozenset({"budget", "tokens", "steps", "cooldown_start"})
 
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+_UNSET = object()
+
+
+def _hash(value: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,9 @@ class RunSpec:
     version: str
     device: str = "auto"
     compile: bool = False
+    schedule: str = "cosine"  # "cosine" or "wsd" (flops_fit.sweeps.schedules)
+    cooldown_start: int = 0  # wsd: the step whose learning rate starts the cooldown
+    cooldown_shape: str = "1-sqrt"  # wsd: "1-sqrt" or "linear"
     run_id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -69,10 +88,19 @@ class RunSpec:
 
     def identity(self) -> dict[str, Any]:
         """The fields hashed into the run id."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_IN_ID}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self)
+            if f.name not in _NOT_IN_ID and _IN_ID_WHEN_SET.get(f.name, _UNSET) != getattr(self, f.name)
+        }
 
     def compute_id(self) -> str:
-        return hashlib.sha256(_canonical(self.identity()).encode()).hexdigest()[:16]
+        return _hash(self.identity())
+
+    @property
+    def family(self) -> str:
+        """Id of the stable prefix this run shares with every run that differs only in length
+        (meaningful for the ``"wsd"`` schedule, whose prefix does not depend on the length)."""
+        return _hash({k: v for k, v in self.identity().items() if k not in _LENGTH_FIELDS})
 
     @property
     def flops(self) -> float:

@@ -69,6 +69,9 @@ def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
         raise ConfigError(f"{source}: {exc}") from None
     executor = dict(data.get("executor", {}))
     name = executor.pop("name", "local")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{source}: [executor] name must be an executor's name (see `flops-fit executors`), "
+                          f"got {name!r}")
     return SweepConfig(options, out, checkpoint_dir, name, executor)
 
 

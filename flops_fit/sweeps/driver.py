@@ -1,5 +1,8 @@
 """The sweep driver: parity gate -> executor.map(train) -> RunStore, resumable.
 
+WSD runs go to the executor as families (``branches``): one task trains a size's stable
+phase once and every cooldown branched from it; each branch is recorded as its own run.
+
 The driver is the store's only writer and holds its lease (``store.lease``): a second
 driver on the same folder is refused. Each finished run is committed on its own, and runs
 in flight checkpoint every ``checkpoint_seconds`` (``sweeps.checkpoint``), so a crash loses
@@ -26,10 +29,10 @@ from flops_fit.plugin import api
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult, RunSpec
+from flops_fit.sweeps.branches import item_outcomes, train_item, work_items
 from flops_fit.sweeps.checkpoint import CheckpointPolicy, remove_checkpoints
 from flops_fit.sweeps.gate import check
 from flops_fit.sweeps.progress import SweepDisplay
-from flops_fit.sweeps.trainer import train
 
 
 @dataclass
@@ -188,16 +191,17 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             display.run_progress(run_id, done, total, loss)
 
     options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
-    task = functools.partial(train, host=host, checkpoints=policy)
+    task = functools.partial(train_item, host=host, checkpoints=policy)
     with api.create_executor(executor, host=host, **options) as runner:
-        for spec, outcome in runner.map(task, todo):
-            result = outcome if isinstance(outcome, RunResult) else RunResult(
-                run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
-            )
-            store.record(result)
-            if policy is not None:  # the result is committed: its checkpoints are no longer needed
-                remove_checkpoints(policy.run_dir(spec.run_id))
-            display.run_finished(_summary(spec, result), failed=result.status != "done")
+        for item, item_outcome in runner.map(task, work_items(todo)):
+            for spec, outcome in item_outcomes(item, item_outcome):
+                result = outcome if isinstance(outcome, RunResult) else RunResult(
+                    run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
+                )
+                store.record(result)
+                if policy is not None:  # the result is committed: its checkpoints are no longer needed
+                    remove_checkpoints(policy.run_dir(spec.run_id))
+                display.run_finished(_summary(spec, result), failed=result.status != "done")
 
 
 def _summary(spec: RunSpec, result: RunResult) -> str:

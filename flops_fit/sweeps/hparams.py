@@ -28,6 +28,15 @@ LR_RULES = ("marin", "inverse-width", "constant")
 WIDTH_PARAMS = ("width", "d_model", "hidden", "hidden_size", "n_embd", "embed_dim", "dim")
 
 
+def _in_range(value: Any, name: str, low: float, high: float, rule: str, *, low_open: bool = False,
+              high_open: bool = False) -> None:
+    """PlanError naming ``name`` unless ``value`` is a finite real number within the bounds."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    if not ok:
+        raise PlanError(f"{name} must be a number {rule}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class HyperParams:
     """Training hyper-parameters shared by every run of a sweep; ``lr=None`` uses ``lr_rule``.
@@ -52,14 +61,26 @@ class HyperParams:
     divergence_factor: float = 3.0
 
     def __post_init__(self) -> None:
-        if self.lr_rule not in LR_RULES:
+        if not isinstance(self.lr_rule, str) or self.lr_rule not in LR_RULES:
             raise PlanError(f"lr_rule {self.lr_rule!r} is unknown; choose one of {LR_RULES}")
-        if self.lr is not None and not self.lr > 0:
-            raise PlanError(f"lr must be positive (or None for the per-size rule), got {self.lr!r}")
-        if not 0 <= self.warmup_fraction < 1:
-            raise PlanError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise PlanError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        if self.lr is not None:
+            _in_range(self.lr, "lr", 0, math.inf, "positive (or leave it out for the per-size rule)", low_open=True)
+        _in_range(self.base_lr, "base_lr", 0, math.inf, "positive", low_open=True)
+        if isinstance(self.base_width, bool) or not isinstance(self.base_width, int) or self.base_width <= 0:
+            raise PlanError(f"base_width must be a positive integer, got {self.base_width!r}")
+        _in_range(self.warmup_fraction, "warmup_fraction", 0, 1, "in [0, 1)", high_open=True)
+        if isinstance(self.max_warmup_steps, bool) or not isinstance(self.max_warmup_steps, int) \
+                or self.max_warmup_steps < 0:
+            raise PlanError(f"max_warmup_steps must be a non-negative integer, got {self.max_warmup_steps!r}")
+        _in_range(self.min_lr_ratio, "min_lr_ratio", 0, 1, "in [0, 1]")
+        _in_range(self.weight_decay, "weight_decay", 0, math.inf, ">= 0")
+        _in_range(self.beta1, "beta1", 0, 1, "in [0, 1)", high_open=True)
+        if self.beta2 is not None:
+            _in_range(self.beta2, "beta2", 0, 1, "in [0, 1) (or leave it out for the batch-size rule)",
+                      high_open=True)
+        _in_range(self.eps, "eps", 0, math.inf, "positive", low_open=True)
+        _in_range(self.grad_clip, "grad_clip", 0, math.inf, ">= 0 (0: no clipping)")
+        _in_range(self.divergence_factor, "divergence_factor", 1, math.inf, "above 1", low_open=True)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> HyperParams:

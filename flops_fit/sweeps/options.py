@@ -18,6 +18,7 @@ from typing import Any
 from flops_fit.checks import non_negative_number, one_of, positive_int, positive_number
 from flops_fit.errors import PlanError
 from flops_fit.sweeps.hparams import HyperParams
+from flops_fit.sweeps.schedules import COOLDOWN_SHAPES, SCHEDULES
 
 FLOPS_ACCOUNTING = ("model", "6nd")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -102,6 +103,12 @@ def _choice(choices: Sequence[str]) -> Callable[[Any, str], Any]:
     return lambda value, name: one_of(value, choices, name, PlanError)
 
 
+def _fraction(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise PlanError(f"{name} must be a fraction between 0 and 1 (e.g. 0.2), got {value!r}")
+    return float(value)
+
+
 def _device(value: Any, name: str) -> str:
     if not isinstance(value, str) or not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
         raise PlanError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
@@ -157,6 +164,17 @@ class SweepOptions:
     loss: str | None = option(None, help="loss (default: the model's default loss)", check=_optional(_text), cli=str)
     hparams: HyperParams = option(HyperParams(), help="optimizer hyper-parameters ([hparams] table)",
                                   check=_hparams)
+    schedule: str = option(
+        "cosine", help="learning-rate schedule: cosine (one run per budget and size) or wsd (warmup-stable-decay: "
+        "one stable run per size, a cooldown branched at each token count the grid needs)",
+        check=_choice(SCHEDULES), cli=str)
+    cooldown_fraction: float = option(0.2, help="wsd: the cooldown's share of each run's steps", check=_fraction,
+                                      cli=float)
+    cooldown_shape: str = option("1-sqrt", help="wsd: the cooldown's shape, 1-sqrt or linear",
+                                 check=_choice(COOLDOWN_SHAPES), cli=str)
+    size_ladder: bool | None = option(
+        None, help="take every budget's sizes from one ladder, so each size serves several IsoFLOP curves "
+        "(default: on with schedule wsd)", check=_optional(_bool), cli=parse_bool)
     flops_accounting: str = option("model", help="FLOPs per token: the model's exact count, or 6 x params",
                                    check=_choice(FLOPS_ACCOUNTING), cli=str)
     min_steps: int = option(20, help="sizes with fewer optimizer steps than this are left out",

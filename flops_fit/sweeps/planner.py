@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit._version import __version__
+from flops_fit.checks import positive_int
 from flops_fit.errors import PlanError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
@@ -24,6 +25,8 @@ from flops_fit.store.runs import RunSpec
 from flops_fit.sweeps.driver import SweepResult, run_plan
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.options import SweepOptions
+from flops_fit.sweeps.schedules import cooldown_steps
+from flops_fit.sweeps.wsd import executed_flops
 from flops_fit.tables import format_table
 
 # Model configuration keys that hold the context length (set from the plan's seq_len).
@@ -52,29 +55,58 @@ class Plan:
         return sorted({r.budget for r in self.runs})
 
     @property
+    def executed_flops(self) -> dict[str, float]:
+        """FLOPs each run adds to the sweep (a WSD branch: its new stable stretch and its
+        cooldown; a cosine run: all of its FLOPs)."""
+        return executed_flops(self.runs)
+
+    @property
     def total_flops(self) -> float:
+        """FLOPs the sweep executes."""
+        return sum(self.executed_flops.values())
+
+    @property
+    def cosine_flops(self) -> float:
+        """FLOPs of the same runs trained one by one (each with its own cosine schedule)."""
         return sum(r.flops for r in self.runs)
 
+    @property
+    def saved_fraction(self) -> float:
+        """Share of the cosine grid's FLOPs that shared stable phases save (0 for cosine)."""
+        return 1.0 - self.total_flops / self.cosine_flops
+
     def estimated_seconds(self, run: RunSpec | None = None) -> float:
-        return (run.flops if run else self.total_flops) / self.throughput
+        return (self.executed_flops[run.run_id] if run else self.total_flops) / self.throughput
 
     def rows(self) -> list[list[Any]]:
+        wsd = self.options.schedule == "wsd"
+        executed = self.executed_flops
         return [
             [
                 f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.tokens / r.params:.1f}",
-                r.steps, f"{r.flops:.3e}", f"{r.lr:.2e}", _duration(self.estimated_seconds(r)),
+                r.steps, f"{r.flops:.3e}", *([r.cooldown_start, f"{executed[r.run_id]:.3e}"] if wsd else []),
+                f"{r.lr:.2e}", _duration(executed[r.run_id] / self.throughput),
             ]
             for r in self.runs
         ]
 
     def table(self) -> str:
-        headers = ["budget", "size", "params", "tokens", "tokens/param", "steps", "FLOPs", "lr", "est. time"]
+        wsd = self.options.schedule == "wsd"
+        headers = ["budget", "size", "params", "tokens", "tokens/param", "steps", "FLOPs",
+                   *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "est. time"]
         first = self.runs[0]
         head = (
             f"{len(self.runs)} runs of {first.model} on {first.dataset} ({self.unit}s; batch {first.batch_size} x "
             f"{first.seq_len}; FLOPs: {first.flops_accounting}); total {self.total_flops:.3e} FLOPs, "
             f"est. {_duration(self.estimated_seconds())} at {self.throughput:.1e} FLOP/s"
         )
+        if wsd:
+            sizes = len({r.size for r in self.runs})
+            head += (
+                f"\nschedule wsd ({self.options.cooldown_shape} cooldown over {self.options.cooldown_fraction:g} of "
+                f"each run): {sizes} stable runs branch {len(self.runs)} cooldowns; the same grid with cosine "
+                f"schedules costs {self.cosine_flops:.3e} FLOPs, so WSD saves {self.saved_fraction:.0%}"
+            )
         return head + "\n" + format_table(self.rows(), headers)
 
     def __str__(self) -> str:
@@ -126,7 +158,10 @@ def _resolve_configs(
         return full_model, full_dataset, 1
     context_key = next((k for k in CONTEXT_KEYS if k in full_model), None)
     if seq_len is None:
+        source = f"the model's {context_key}" if context_key else "the dataset's seq_len"
         seq_len = full_model.get(context_key) if context_key else full_dataset.get("seq_len")
+        if seq_len is not None:
+            positive_int(seq_len, f"{source} (the sequence length)", PlanError)
     if seq_len is None:
         raise PlanError(f"pass seq_len=...: neither model {entry.name!r} nor dataset {dataset_entry.name!r} sets one")
     if context_key:
@@ -176,6 +211,15 @@ class _SizeGrid:
                 chosen.append(best)
         return sorted(chosen)
 
+    def ladder(self, centre: float, span: float, count: int) -> list[int]:
+        """``count`` consecutive rungs of one ladder, centred on ``centre`` (params): rung k is
+        the size nearest ``params[0] * span ** (k / (count - 1))``, the same for every
+        budget, so neighbouring budgets share most of their sizes (a WSD sweep trains each
+        size's stable phase once for all of them). Rungs that snap to one size count once."""
+        step = math.log(span) / (count - 1)
+        first = round(math.log(centre / self.params[0]) / step - (count - 1) / 2)
+        return sorted({self.nearest(self.params[0] * math.exp((first + k) * step)) for k in range(count)})
+
     def prior_optimum(self, budget: float, tokens_per_param: float) -> float:
         """Parameters N with flops_per_unit(N) * tokens_per_param * N = budget (interpolated in log space)."""
         costs = [self.flops_per_unit(i) * tokens_per_param * self.params[i] for i in range(len(self.sizes))]
@@ -220,15 +264,19 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
         entry, dataset_entry, options.model_config, options.dataset_config, options.seq_len)
     options = options.replace(dataset=dataset, loss=loss, seq_len=seq_len, model_config=model_config,
                               dataset_config=dataset_config, precision=precision)
-
-    grid = _SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
+    try:
+        grid = _SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
+    except PlanError:
+        raise
+    except (ValueError, TypeError) as exc:  # the model's own checks of its configuration
+        raise PlanError(f"model {model!r} refuses its configuration ([model] table / model_config): {exc}") from None
     hparams = options.hparams
     width_like = entry.size_param in WIDTH_PARAMS
     batch_size = options.batch_size
     unit = batch_size * seq_len  # units per full step
     min_units = options.min_steps * unit
 
-    runs: list[RunSpec] = []
+    grid_runs: list[tuple[float, int, int, int]] = []  # (budget, size index, tokens, steps)
     for budget in options.budgets:
         if options.sizes is not None:
             unknown = [s for s in options.sizes if s not in grid.sizes]
@@ -238,31 +286,56 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             chosen = sorted({grid.sizes.index(s) for s in options.sizes})
         else:
             centre = grid.prior_optimum(budget, options.tokens_per_param)
-            chosen = grid.around(centre, options.span, options.sizes_per_budget)
+            choose = grid.ladder if uses_ladder(options) else grid.around
+            chosen = choose(centre, options.span, options.sizes_per_budget)
             if len(chosen) < 3:
                 raise PlanError(_too_few_sizes(budget, grid, centre, options, len(chosen)))
         feasible = [i for i in chosen if budget / grid.flops_per_unit(i) >= min_units]
         if len(feasible) < 3:
             raise PlanError(_refusal(budget, grid, chosen, feasible, min_units, options))
         for i in feasible:
-            size = grid.sizes[i]
             tokens = int(budget / grid.flops_per_unit(i) / seq_len) * seq_len
-            steps = -(-tokens // unit)
-            runs.append(RunSpec(
-                model=model, size=size, model_config=model_config, dataset=dataset, dataset_config=dataset_config,
-                loss=loss, budget=float(budget), tokens=tokens, batch_size=batch_size, seq_len=seq_len, steps=steps,
-                params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
-                flops_accounting=options.flops_accounting,
-                lr=hparams.learning_rate(size if width_like else None, batch_size, model),
-                warmup_steps=hparams.warmup_steps(steps), min_lr_ratio=hparams.min_lr_ratio,
-                weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=hparams.adam_beta2(batch_size), eps=hparams.eps,
-                grad_clip=hparams.grad_clip, seed=options.seed, eval_split=options.eval_split,
-                eval_tokens=options.eval_tokens, curve_points=options.curve_points,
-                divergence_factor=hparams.divergence_factor, precision=precision, version=__version__,
-                device=options.device, compile=options.compile,
-            ))
+            grid_runs.append((float(budget), i, tokens, -(-tokens // unit)))
+    # A WSD family shares its warmup: set by its shortest branch, so no branch warms up
+    # for more than its share of steps.
+    shortest = {i: min(steps for _, j, _, steps in grid_runs if j == i) for _, i, _, _ in grid_runs}
+    runs: list[RunSpec] = []
+    for budget, i, tokens, steps in grid_runs:
+        size = grid.sizes[i]
+        warmup = hparams.warmup_steps(shortest[i] if options.schedule == "wsd" else steps)
+        runs.append(RunSpec(
+            model=model, size=size, model_config=model_config, dataset=dataset, dataset_config=dataset_config,
+            loss=loss, budget=budget, tokens=tokens, batch_size=batch_size, seq_len=seq_len, steps=steps,
+            params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
+            flops_accounting=options.flops_accounting,
+            lr=hparams.learning_rate(size if width_like else None, batch_size, model),
+            warmup_steps=warmup, min_lr_ratio=hparams.min_lr_ratio,
+            weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=hparams.adam_beta2(batch_size), eps=hparams.eps,
+            grad_clip=hparams.grad_clip, seed=options.seed, eval_split=options.eval_split,
+            eval_tokens=options.eval_tokens, curve_points=options.curve_points,
+            divergence_factor=hparams.divergence_factor, precision=precision, version=__version__,
+            device=options.device, compile=options.compile, **_schedule_fields(options, steps, warmup, budget, size),
+        ))
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
     return Plan(runs, options, entry.flops_unit, throughput)
+
+
+def uses_ladder(options: SweepOptions) -> bool:
+    """Whether budgets take their sizes from one shared ladder (default: with WSD)."""
+    return options.size_ladder if options.size_ladder is not None else options.schedule == "wsd"
+
+
+def _schedule_fields(options: SweepOptions, steps: int, warmup: int, budget: float, size: int) -> dict[str, Any]:
+    """The RunSpec fields of the plan's schedule (none for cosine: the defaults)."""
+    if options.schedule != "wsd":
+        return {}
+    start = steps - cooldown_steps(steps, options.cooldown_fraction)
+    if start < warmup:
+        raise PlanError(
+            f"budget {budget:.3g}, size {size}: a cooldown of {options.cooldown_fraction:g} x {steps} steps starts "
+            f"at step {start}, inside the warmup ({warmup} steps); lower cooldown_fraction or warmup_fraction"
+        )
+    return {"schedule": "wsd", "cooldown_start": start, "cooldown_shape": options.cooldown_shape}
 
 
 def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flops-fit-out", resume: bool = False,

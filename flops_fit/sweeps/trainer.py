@@ -1,7 +1,7 @@
 """Train one RunSpec: exactly its planned tokens, then the held-out loss.
 
-AdamW (no weight decay on biases, norms and other 1-D parameters), linear warmup then a
-cosine decay that ends with this run (Chinchilla: a schedule longer than the run hurts),
+AdamW (no weight decay on biases, norms and other 1-D parameters), the run's learning-rate
+schedule (``schedules``: warmup then a cosine that ends with this run, or warmup-stable-decay),
 gradient clipping, seeded data order and initialisation, bf16 autocast on CUDA. The
 training loss is averaged over ``curve_points`` equal intervals for the curve; a
 non-finite or diverging loss stops the run and returns it as failed with the reason.
@@ -12,8 +12,10 @@ from it after a kill (``sweeps.checkpoint``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,7 @@ from flops_fit.sweeps.checkpoint import (
     save_checkpoint,
     save_weights,
 )
+from flops_fit.sweeps.schedules import schedule_factor
 
 
 class Batches:
@@ -62,6 +65,14 @@ class Batches:
     def next(self, k: int) -> dict[str, torch.Tensor]:
         return gather(self.dataset, self.indices(k))
 
+    def state(self) -> tuple[Any, np.ndarray, int]:
+        """Where the data order stands: the generator's state, the epoch's permutation, the position."""
+        return copy.deepcopy(self.rng.bit_generator.state), self.order.copy(), self.pos
+
+    def restore(self, state: tuple[Any, np.ndarray, int]) -> None:
+        self.rng.bit_generator.state = copy.deepcopy(state[0])
+        self.order, self.pos = state[1].copy(), state[2]
+
 
 def gather(dataset: Any, indices: np.ndarray) -> dict[str, torch.Tensor]:
     if hasattr(dataset, "get_batch"):
@@ -75,15 +86,6 @@ def eval_indices(n: int, count: int) -> np.ndarray:
     if count >= n:
         return np.arange(n)
     return np.linspace(0, n - 1, count).round().astype(np.int64)
-
-
-def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine from 1 to ``min_ratio`` at the last step."""
-    if step < warmup:
-        return (step + 1) / warmup
-    span = max(1, total - 1 - warmup)
-    fraction = min(1.0, (step - warmup) / span)
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * fraction))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -106,8 +108,24 @@ class _Diverged(Exception):
     pass
 
 
+@dataclass
+class StableState:
+    """A WSD run's training state at the start of its cooldown, ``step`` steps in: what a
+    longer branch of the same family (``RunSpec.family``) starts from instead of training
+    the stable phase again. Held in memory between the branches of one family."""
+
+    family: str
+    step: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    data: tuple[Any, np.ndarray, int]  # the data order's generator state, permutation, position
+    torch_rng: torch.Tensor
+    losses: torch.Tensor  # the training loss of each step so far, for the branch's own curve
+
+
 def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None,
-          checkpoints: CheckpointPolicy | None = None) -> RunResult:
+          checkpoints: CheckpointPolicy | None = None, start: StableState | None = None,
+          on_stable: Callable[[StableState], None] | None = None) -> RunResult:
     """Train ``spec`` and return its result; divergence gives ``status="failed"``.
 
     ``progress(run_id, done, total, train_loss)`` hears about the run as it trains (an
@@ -118,6 +136,10 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     CPU) and saves one every ``checkpoints.seconds`` of training; on a stop request (SIGTERM,
     Ctrl-C: ``executors.stopping``) it checkpoints after the current step and raises
     ``Interrupted``. The caller removes the checkpoints once the result is safely stored.
+
+    A WSD branch may ``start`` from a stable state of its family at or before its cooldown
+    start (unless it has its own checkpoint), and hands its own to ``on_stable`` when its
+    cooldown starts; either way its result is the one it would have trained from scratch.
     """
     t_start = time.perf_counter()
     device = resolve_device(spec.device)
@@ -138,18 +160,29 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     params = [p for p in model.parameters() if p.requires_grad]
     result = RunResult(run_id=spec.run_id, status="done", device=str(device))
     interval = max(1, math.ceil(spec.steps / spec.curve_points))
-    loop = _LoopSums(torch.zeros((), device=device))
+    losses = torch.empty(spec.steps, device=device)  # each step's training loss, for the curve
     start_step = 0
     saved = checkpoints and load_latest(checkpoints.run_dir(spec.run_id), run_id=spec.run_id)
     if saved:
-        start_step = _resume(saved.restore(model, optimizer), result, batches, loop, device)
+        start_step = _resume(saved.restore(model, optimizer), result, batches, losses)
         result.timings["resumed_from_step"] = start_step
+    elif start is not None:
+        start_step = _start_branch(start, spec, model, optimizer, batches, losses, result, per_sample)
+        for done in range(interval, start_step + 1, interval):  # the curve's points before the start
+            # (not reported as progress: the store counts only the steps this run trains)
+            _report(losses, done - interval, done, done * spec.batch_size * per_sample, spec, result,
+                    ignore_progress)
     data_s = 0.0
     progress(spec.run_id, result.tokens, spec.tokens, math.nan)
     t_train = last_save = time.perf_counter()
     try:
         model.train()
         for step in range(start_step, spec.steps):
+            if step == spec.cooldown_start and on_stable is not None and spec.schedule == "wsd":
+                on_stable(StableState(
+                    spec.family, step, {k: v.detach().clone() for k, v in model.state_dict().items()},
+                    copy.deepcopy(optimizer.state_dict()), batches.state(), torch.get_rng_state(),
+                    losses[:step].clone()))
             t0 = time.perf_counter()
             rows = min(spec.batch_size, (spec.tokens - result.tokens) // per_sample)
             batch = {k: v.to(device, non_blocking=True) for k, v in batches.next(rows).items()}
@@ -161,7 +194,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
                     f"seq_len is {per_sample}; set the dataset's seq_len to match"
                 )
             for group in optimizer.param_groups:
-                group["lr"] = spec.lr * lr_factor(step, spec.warmup_steps, spec.steps, spec.min_lr_ratio)
+                group["lr"] = spec.lr * schedule_factor(spec, step)
             with autocast:
                 loss = loss_fn(step_model(x), batch)
             loss.backward()
@@ -171,17 +204,10 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             optimizer.zero_grad(set_to_none=True)
             result.tokens += x.shape[0] * per_sample
             result.steps += 1
-            loop.loss_sum += loss.detach().float()
-            loop.count += 1
-            if loop.first is None:
-                loop.first = float(loss.detach())
+            losses[step] = loss.detach().float()
             if result.steps % interval == 0 or step == spec.steps - 1:
-                mean = float(loop.loss_sum) / loop.count
-                loop.loss_sum.zero_()
-                loop.count = 0
-                result.curve.append([result.tokens, mean])
-                _check_divergence(mean, loop.first, spec, result)
-                progress(spec.run_id, result.tokens, spec.tokens, mean)
+                last = (result.steps - 1) // interval * interval
+                _report(losses, last, result.steps, result.tokens, spec, result, progress)
             if step == spec.steps - 1:  # a stop waits for the held-out loss: seconds, not the run
                 break
             if checkpoints is None:
@@ -189,7 +215,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
                 continue
             stop = stop_requested()
             if stop or (checkpoints.seconds > 0 and time.perf_counter() - last_save >= checkpoints.seconds):
-                _save(checkpoints, spec, model, optimizer, result, batches, loop)
+                _save(checkpoints, spec, model, optimizer, result, batches, losses)
                 last_save = time.perf_counter()
                 if result.curve:
                     progress(spec.run_id, result.tokens, spec.tokens, result.curve[-1][1])
@@ -214,39 +240,55 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     return result
 
 
-@dataclass
-class _LoopSums:
-    """The training loss accumulated since the last curve point, and the run's first loss."""
-
-    loss_sum: torch.Tensor
-    count: int = 0
-    first: float | None = None
-
-
 def _save(policy: CheckpointPolicy, spec: RunSpec, model, optimizer, result: RunResult, batches: Batches,
-          loop: _LoopSums) -> None:
+          losses: torch.Tensor) -> None:
     state = TrainState(
         run_id=spec.run_id, step=result.steps, tokens=result.tokens, curve=result.curve,
-        scalars={"data_pos": batches.pos, "data_rng": batches.rng.bit_generator.state,
-                 "loss_count": loop.count, "first_loss": loop.first},
-        tensors={"data_order": torch.from_numpy(np.ascontiguousarray(batches.order)), "loss_sum": loop.loss_sum},
+        scalars={"data_pos": batches.pos, "data_rng": batches.rng.bit_generator.state},
+        tensors={"data_order": torch.from_numpy(np.ascontiguousarray(batches.order)),
+                 "losses": losses[:result.steps]},
     )
     save_checkpoint(policy.run_dir(spec.run_id), model, optimizer, state, keep=policy.keep)
 
 
-def _resume(state: TrainState, result: RunResult, batches: Batches, loop: _LoopSums, device) -> int:
+def _resume(state: TrainState, result: RunResult, batches: Batches, losses: torch.Tensor) -> int:
     """Put a restored state into the loop's variables; return the step to continue from."""
     result.steps, result.tokens, result.curve = state.step, state.tokens, [list(p) for p in state.curve]
     batches.order = state.tensors["data_order"].numpy().copy()
     batches.pos = state.scalars["data_pos"]
     batches.rng.bit_generator.state = state.scalars["data_rng"]
-    loop.loss_sum.copy_(state.tensors["loss_sum"].to(device))
-    loop.count, loop.first = state.scalars["loss_count"], state.scalars["first_loss"]
+    losses[:state.step] = state.tensors["losses"].to(losses.device)
     return state.step
 
 
-def _check_divergence(mean: float, first: float, spec: RunSpec, result: RunResult) -> None:
-    where = f"at step {result.steps} ({result.tokens:,} of {spec.tokens:,} tokens)"
+def _start_branch(state: StableState, spec: RunSpec, model, optimizer, batches: Batches, losses: torch.Tensor,
+                  result: RunResult, per_sample: int) -> int:
+    """Put a WSD branch where ``state`` left its family's stable phase; the step to go on from."""
+    if state.family != spec.family or not 0 < state.step <= spec.cooldown_start or spec.schedule != "wsd":
+        raise ValueError(f"run {spec.run_id} cannot start from a stable state of family {state.family} at step "
+                         f"{state.step} (its family {spec.family}, cooldown from step {spec.cooldown_start})")
+    model.load_state_dict(state.model)
+    optimizer.load_state_dict(state.optimizer)
+    batches.restore(state.data)
+    torch.set_rng_state(state.torch_rng)
+    losses[:state.step] = state.losses.to(losses.device)
+    result.steps = state.step
+    result.tokens = state.step * spec.batch_size * per_sample
+    result.timings["stable_steps_reused"] = float(state.step)
+    return state.step
+
+
+def _report(losses: torch.Tensor, begin: int, end: int, tokens: int, spec: RunSpec, result: RunResult,
+            progress: ProgressSink) -> None:
+    """One point of the curve: the mean training loss of steps [begin, end), checked for divergence."""
+    mean = float(losses[begin:end].mean())
+    result.curve.append([tokens, mean])
+    _check_divergence(mean, float(losses[0]), spec, end, tokens)
+    progress(spec.run_id, tokens, spec.tokens, mean)
+
+
+def _check_divergence(mean: float, first: float, spec: RunSpec, steps: int, tokens: int) -> None:
+    where = f"at step {steps} ({tokens:,} of {spec.tokens:,} tokens)"
     if not math.isfinite(mean):
         raise _Diverged(f"train loss became {mean} {where}")
     if mean > spec.divergence_factor * first:

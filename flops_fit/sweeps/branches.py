@@ -1,0 +1,72 @@
+"""Train a WSD family: its branches in token order, in one worker.
+
+A family's branches share their stable phase (``RunSpec.family``), so they run together,
+shortest first, and each is recorded as an ordinary run: each branch takes over the
+stable state the branch before it reached at its own cooldown start, trains the stable
+phase on to its own cooldown start, and cools down. Its result is the one it would have
+trained from scratch: the stable phase's learning rate does not depend on a run's length,
+and data order and initialisation are seeded (tests/test_wsd.py checks it bit for bit).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flops_fit.executors.base import ProgressSink, ignore_progress
+from flops_fit.store.runs import RunResult
+from flops_fit.sweeps.checkpoint import CheckpointPolicy
+from flops_fit.sweeps.trainer import StableState, train
+from flops_fit.sweeps.wsd import Family, executed_flops, families
+
+
+def work_items(runs: list[Any]) -> list[Any]:
+    """What the executor runs: cosine runs as they are (plan order), WSD runs grouped into
+    families, the costliest family first so that parallel workers finish together."""
+    cosine = [r for r in runs if r.schedule != "wsd"]
+    cost = executed_flops(runs)
+    grouped = sorted(families(r for r in runs if r.schedule == "wsd"),
+                     key=lambda f: -sum(cost[r.run_id] for r in f.runs))
+    return [*grouped, *cosine]
+
+
+def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any = None,
+               checkpoints: CheckpointPolicy | None = None) -> Any:
+    """The executor's task: a family's list of outcomes, or one run's result."""
+    if isinstance(item, Family):
+        return train_family(item, progress, host=host, checkpoints=checkpoints)
+    return train(item, progress, host=host, checkpoints=checkpoints)
+
+
+def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
+    """(spec, outcome) per run of what the executor returned for ``item``."""
+    return branch_outcomes(item, outcome) if isinstance(item, Family) else [(item, outcome)]
+
+
+def train_family(family: Family, progress: ProgressSink = ignore_progress, *, host: Any = None,
+                 checkpoints: CheckpointPolicy | None = None) -> list[Any]:
+    """Train each branch of ``family`` in token order, each from the stable state the
+    branch before it reached at its own cooldown start (the first from scratch); a list
+    with one ``RunResult`` (or the exception it raised) per branch, in the family's order."""
+    outcomes: list[Any] = []
+    latest: list[StableState] = []  # the newest stable state, kept while the next branch needs it
+
+    def keep(state: StableState) -> None:
+        latest[:] = [state]
+
+    for spec in family.runs:
+        start = next((s for s in latest if s.step <= spec.cooldown_start), None)
+        try:
+            outcomes.append(train(spec, progress, host=host, checkpoints=checkpoints, start=start, on_stable=keep))
+        except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
+            outcomes.append(exc)
+    return outcomes
+
+
+def branch_outcomes(family: Family, outcome: Any) -> list[tuple[Any, Any]]:
+    """(spec, outcome) per branch from what the executor returned for the whole family: the
+    branches' own outcomes, or the family's failure (a lost worker) for each branch."""
+    if isinstance(outcome, list) and len(outcome) == len(family.runs):
+        return list(zip(family.runs, outcome, strict=True))
+    if isinstance(outcome, RunResult):
+        outcome = RuntimeError(f"a family task returned one result for {len(family.runs)} branches")
+    return [(spec, outcome) for spec in family.runs]

@@ -1,0 +1,44 @@
+"""The demo: its plan has the promised shape, and a scaled-down copy of that shape runs
+end to end (sweep, IsoFLOP table) in seconds; the parity gate and the fit have their own tests."""
+
+import pytest
+
+from flops_fit.sweeps import demo
+from flops_fit.sweeps.wsd import families
+
+
+def test_the_gpt_demo_plan_has_the_promised_shape():
+    plan, config = demo.demo_plan("gpt")
+    assert len(plan.budgets) >= 4 and plan.options.schedule == "wsd"
+    for budget in plan.budgets:
+        assert sum(r.budget == budget for r in plan.runs) >= 5
+    assert plan.saved_fraction >= 0.4
+    # one stable phase per size, each serving several budgets
+    assert len(families(plan.runs)) == len({r.size for r in plan.runs}) < len(plan.runs) / 4
+    assert plan.options.model_config["n_head"] == 2  # 2 heads at every width: cheap CPU attention
+
+
+@pytest.fixture
+def small_demo(monkeypatch):
+    """The GPT demo's shape (budgets sqrt(2) apart, a size ladder, WSD) at 1/1000 the compute."""
+    config = {
+        "sweep": {**demo.DEMOS["gpt"]["sweep"], "budgets": [2.5e8, 3.5e8, 5e8, 7e8], "sizes_per_budget": 4,
+                  "span": 8.0, "batch_size": 32, "seq_len": 16, "eval_tokens": 2048, "min_steps": 10},
+        "model": {"n_layer": 1, "n_head": 1, "gelu": "exact"},
+        "hparams": demo.DEMOS["gpt"]["hparams"],
+        "executor": {"threads": 1},
+    }
+    monkeypatch.setitem(demo.DEMOS, "gpt-small", config)
+    return "gpt-small"
+
+
+def test_a_scaled_down_demo_runs_end_to_end(small_demo, tmp_path):
+    plans = []
+    outcome = demo.run_demo(small_demo, tmp_path, show_progress=False, fit=False, skip_parity=True,
+                            on_plan=plans.append)
+    assert plans == [outcome.plan] and outcome.plan.saved_fraction > 0.3
+    frame = outcome.result.runs
+    assert len(frame) == len(outcome.plan.runs) and set(frame.status) == {"done"}
+    text = (tmp_path / "isoflop.txt").read_text()
+    assert f"of {len(outcome.plan.budgets)} IsoFLOP curves have an interior minimum" in text
+    assert "saved)" in text

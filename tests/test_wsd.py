@@ -1,0 +1,146 @@
+"""Warmup-stable-decay sweeps: the schedule, the shared size ladder, families of branches,
+the FLOPs they save, and branches stored as ordinary runs."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sweep_support
+
+from flops_fit.errors import PlanError
+from flops_fit.store.run_store import RunStore
+from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.planner import plan, sweep
+from flops_fit.sweeps.schedules import cosine_factor, schedule_factor, wsd_factor
+from flops_fit.sweeps.trainer import train
+from flops_fit.sweeps.wsd import families, stable_tokens
+
+HOST = sweep_support.host()
+# tiny-lm on a ladder: 5 budgets, each size serving several of them
+LADDER = {"model": "tiny-lm", "budgets": [1e9, 2e9, 4e9, 8e9, 1.6e10], "sizes_per_budget": 4, "span": 8.0,
+          "batch_size": 8, "min_steps": 5, "eval_tokens": 512, "curve_points": 4}
+
+
+def wsd_plan(**overrides):
+    return plan(host=HOST, **{**LADDER, "schedule": "wsd", **overrides})
+
+
+def test_wsd_schedule_warms_up_holds_then_cools_down():
+    warmup, start, total = 4, 20, 30
+    factors = [wsd_factor(s, warmup, start, total, "linear") for s in range(total)]
+    assert factors[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert factors[4:20] == [1.0] * 16
+    assert factors[20:] == pytest.approx([1 - k / 10 for k in range(10)])
+    # 1-sqrt: a quarter of the way into the cooldown the rate is 1 - 0.5 (Hägele et al.'s shape)
+    assert wsd_factor(start + 2, warmup, start, 28, "1-sqrt") == pytest.approx(0.5)
+    assert all(0 < wsd_factor(s, warmup, start, total, "1-sqrt") <= 1 for s in range(total))
+
+
+def test_a_wsd_prefix_does_not_depend_on_the_runs_length():
+    short, long = wsd_plan().runs[0], None
+    long = max((r for r in wsd_plan().runs if r.family == short.family), key=lambda r: r.steps)
+    assert long.steps > 2 * short.steps and long.warmup_steps == short.warmup_steps
+    assert [schedule_factor(short, s) for s in range(short.cooldown_start)] == \
+        [schedule_factor(long, s) for s in range(short.cooldown_start)]
+    # the cosine schedule of the same lengths differs from the first step after warmup
+    w = short.warmup_steps
+    assert cosine_factor(w + 1, w, short.steps, 0.1) != cosine_factor(w + 1, w, long.steps, 0.1)
+
+
+def test_budgets_share_sizes_on_one_ladder():
+    p = wsd_plan()
+    by_budget = {b: {r.size for r in p.runs if r.budget == b} for b in p.budgets}
+    for lo, hi in zip(p.budgets, p.budgets[1:], strict=False):
+        assert len(by_budget[lo] & by_budget[hi]) >= 3  # 4 sizes per budget, the grid moves one rung or none
+    assert len({r.size for r in p.runs}) < len(p.runs) / 2
+    # the default cosine plan centres each budget's grid by itself: fewer shared sizes
+    cosine = plan(host=HOST, **LADDER)
+    assert len({r.size for r in cosine.runs}) > len({r.size for r in p.runs})
+    assert plan(host=HOST, **LADDER, size_ladder=True).runs[0].size == p.runs[0].size
+
+
+def test_branches_of_a_family_differ_only_in_length():
+    p = wsd_plan(cooldown_fraction=0.25, cooldown_shape="linear")
+    for family in families(p.runs):
+        sizes = {r.size for r in family.runs}
+        assert len(sizes) == 1 and len({r.warmup_steps for r in family.runs}) == 1
+        assert [r.tokens for r in family.runs] == sorted(r.tokens for r in family.runs)
+        for r in family.runs:
+            assert r.schedule == "wsd" and r.cooldown_shape == "linear"
+            assert r.cooldown_start == r.steps - round(0.25 * r.steps) >= r.warmup_steps
+    assert len(families(p.runs)) == len({r.size for r in p.runs})
+
+
+def test_wsd_flops_follow_the_papers_arithmetic():
+    p = wsd_plan()
+    f = p.options.cooldown_fraction
+    for family in families(p.runs):
+        tokens = [r.tokens for r in family.runs]
+        executed = sum(p.executed_flops[r.run_id] for r in family.runs) / family.runs[0].flops_per_unit
+        # (1 - f) D_k + f sum(D_i), up to whole steps
+        assert executed == pytest.approx((1 - f) * tokens[-1] + f * sum(tokens), rel=0.02)
+        assert p.executed_flops[family.runs[0].run_id] == family.runs[0].flops  # the first branch pays all
+    assert p.cosine_flops == pytest.approx(sum(r.tokens * r.flops_per_unit for r in p.runs))
+    assert p.total_flops < 0.7 * p.cosine_flops
+    assert p.saved_fraction == pytest.approx(1 - p.total_flops / p.cosine_flops)
+    text = str(p)
+    assert f"saves {p.saved_fraction:.0%}" in text and f"{p.cosine_flops:.3e}" in text and "cooldown at" in text
+    cosine = plan(host=HOST, **LADDER)
+    assert cosine.total_flops == cosine.cosine_flops and "saves" not in str(cosine)
+
+
+def test_cosine_runs_keep_their_ids_and_wsd_options_are_checked():
+    spec = plan(host=HOST, **sweep_support.small_plan_options()).runs[0]
+    assert not {"schedule", "cooldown_start", "cooldown_shape"} & set(spec.identity())
+    assert RunSpec.from_dict(spec.to_dict()).run_id == spec.run_id
+    for bad in ({"cooldown_fraction": 1.0}, {"cooldown_fraction": 0}, {"cooldown_shape": "cosine"},
+                {"schedule": "step"}):
+        with pytest.raises(PlanError, match=next(iter(bad))):
+            wsd_plan(**bad)
+    with pytest.raises(PlanError, match="inside the warmup"):
+        wsd_plan(cooldown_fraction=0.99, hparams={"warmup_fraction": 0.2})
+
+
+def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
+    p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
+    result = p.run(tmp_path, show_progress=False, host=HOST)
+    frame = result.runs
+    assert sorted(frame.run_id) == sorted(r.run_id for r in p.runs) and set(frame.status) == {"done"}
+    assert (frame.tokens == frame.tokens_planned).all()
+    with RunStore(tmp_path) as store:
+        assert store.get_meta("spec")["schedule"] == "wsd"
+        trained = {row["run_id"]: row["steps_trained"] for row in store.accounting()}
+    # the store counts the steps each branch trained: the stable phase once per family
+    for family in families(p.runs):
+        assert trained[family.runs[0].run_id] == family.runs[0].steps
+        for before, spec in zip(family.runs, family.runs[1:], strict=False):
+            assert trained[spec.run_id] == spec.steps - before.cooldown_start
+    assert sum(trained.values()) < 0.8 * sum(r.steps for r in p.runs)
+    # each branch took over the stable state of the branch before it, and got exactly
+    # what it gets trained alone from scratch
+    stored = frame.set_index("run_id")
+    for family in families(p.runs):
+        assert "stable_steps_reused" not in stored.timings[family.runs[0].run_id]
+        for before, spec in zip(family.runs, family.runs[1:], strict=False):
+            assert stored.timings[spec.run_id]["stable_steps_reused"] == before.cooldown_start > 0
+            assert stable_tokens(spec) < spec.tokens
+        for spec in family.runs:
+            alone = train(spec, host=HOST)
+            assert (stored.loss[spec.run_id], stored.curve[spec.run_id]) == (alone.loss, alone.curve)
+
+
+def test_a_wsd_sweep_on_worker_processes_matches_in_process(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML.replace("[2e7, 4e7]", "[2e7, 4e7]")
+                      + 'schedule = "wsd"\n[executor]\nworkers = 2\n')
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "FLOPS_FIT_PLUGINS": "sweep_support"}
+    done = subprocess.run([sys.executable, "-m", "flops_fit", "sweep", str(config), "--out", str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "saves" in done.stderr and "6 done" in done.stdout
+    parallel = RunStore(tmp_path / "out").runs_frame().set_index("run_id").loss.to_dict()
+    options = {**sweep_support.small_plan_options(), "schedule": "wsd"}
+    serial = sweep(host=HOST, out_dir=tmp_path / "serial", show_progress=False, **options).runs
+    assert parallel == serial.set_index("run_id").loss.to_dict()
