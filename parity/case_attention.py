@@ -21,9 +21,10 @@ from flops_fit.parity import probe
 from flops_fit.parity.compare import LayerResult, ParityReport, Side, compare_sides, timed_report
 from flops_fit.parity.convert_llama_attn import convert_llama_attention
 from flops_fit.parity.convert_torch_mha import ATTENTION_FACTORY, convert_torch_mha
-from flops_fit.parity.mapping import Converted
+from flops_fit.parity.mapping import Converted, KeyMapper
 from flops_fit.parity.pipeline import Tamper, save_hf
 from flops_fit.parity.safetensors_io import load_weights
+from flops_fit.plugins.attention import Rotary
 from torch import nn
 
 WIDTH, HEADS, BATCH, Q_LEN, K_LEN = 64, 4, 2, 7, 5
@@ -94,7 +95,11 @@ def sdpa(device: str = "cpu", dtype: str = "float32", *, num_kv_heads: int = 2,
     def identity(module, n_kv):
         def convert(path: Path) -> Converted:
             config = {"embed_dim": WIDTH, "num_heads": heads, "num_kv_heads": n_kv}
-            return Converted("attention", WIDTH, config, load_weights(path).tensors, "SDPA", factory=ATTENTION_FACTORY)
+            m = KeyMapper(load_weights(path).tensors, "SDPA reference")
+            for kind in ("weight", "bias"):
+                m.concat(f"qkv_proj.{kind}", [f"{p}_proj.{kind}" for p in "qkv"])
+                m.map(f"out_proj.{kind}", f"out_proj.{kind}")
+            return Converted("attention", WIDTH, config, m.finish(), "SDPA", factory=ATTENTION_FACTORY)
         return _convert_saved(module, convert, tamper)
 
     ours_mha, ours_gqa = identity(mha, heads), identity(gqa, num_kv_heads)
@@ -124,9 +129,12 @@ def torch_mha(device: str = "cpu", dtype: str = "float32", *, tamper: Tamper | N
         "causal": ([x, causal], lambda m, i: m(i[0], i[0], i[0], attn_mask=i[1], is_causal=True, need_weights=False),
                    lambda m, i: m(i[0], causal=True)),
         "key-padding": ([x, y, pad], lambda m, i: m(i[0], i[1], i[1], key_padding_mask=i[2], need_weights=False),
-                        lambda m, i: m(i[0], i[1], key_padding_mask=~i[2])),
+                        lambda m, i: m(i[0], i[1], key_padding_mask=i[2])),
+        "attn-mask": ([x, causal], lambda m, i: m(i[0], i[0], i[0], attn_mask=i[1], need_weights=False),
+                      lambda m, i: m(i[0], attn_mask=i[1])),
         "weights": ([x, y], lambda m, i: m(i[0], i[1], i[1], need_weights=True, average_attn_weights=False)[1],
-                    lambda m, i: m(i[0], i[1], need_weights=True)[1]),
+                    lambda m, i: m(i[0], i[1], need_weights=True, average_attn_weights=False)[1]),
+        "weights.averaged": ([x, y], lambda m, i: m(i[0], i[1], i[1])[1], lambda m, i: m(i[0], i[1], need_weights=True)[1]),
     })])
 
 
@@ -186,41 +194,17 @@ class LlamaReference(nn.Module):
 
 
 class RotatedOurs(nn.Module):
-    """Our attention with HF's rotation applied to its q and k projections by forward hooks.
+    """Our attention given HF's own RoPE ``cos``/``sin`` (from the model's rotary embedding)
+    through its ``rotary`` argument, so both sides rotate q and k with identical tables;
+    ``interleaved=True`` rotates adjacent pairs instead (Meta's layout: a negative control)."""
 
-    Our module has no RoPE; the hooks rotate ``q_proj`` / ``k_proj`` outputs with HF's own
-    ``cos``/``sin`` and ``apply_rotary_pos_emb``, so both sides attend with the same rotated
-    q and k. Key and value are passed as a copy of the input, which takes our separate
-    projection path (self-attention fuses q, k, v into one matmul and would bypass the
-    hooks); ``rotations`` counts hook calls so a bypass is an error, not a silent pass.
-    """
-
-    def __init__(self, attn: nn.Module, rotary: nn.Module, rotate_keys: bool = True) -> None:
+    def __init__(self, attn: nn.Module, rotary: nn.Module, interleaved: bool = False) -> None:
         super().__init__()
-        self.attn, self.rotary = attn, rotary
-        self.cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.rotations = 0
-        attn.q_proj.register_forward_hook(self._rotate)
-        if rotate_keys:
-            attn.k_proj.register_forward_hook(self._rotate)
-
-    def _rotate(self, _module: nn.Module, _inputs: Any, out: torch.Tensor) -> torch.Tensor:
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
-        b, t, _ = out.shape
-        heads = out.view(b, t, -1, self.attn.head_dim).transpose(1, 2)
-        cos, sin = self.cos_sin
-        rotated, _ = apply_rotary_pos_emb(heads, heads, cos, sin)
-        self.rotations += 1
-        return rotated.transpose(1, 2).reshape(b, t, -1)
+        self.attn, self.rotary, self.interleaved = attn, rotary, interleaved
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.cos_sin = self.rotary(x, torch.arange(x.shape[1], device=x.device)[None])
-        before = self.rotations
-        out = self.attn(x, x.clone(), causal=True)
-        if self.rotations == before:
-            raise RuntimeError("the RoPE hooks on our q_proj/k_proj did not run: the comparison would be void")
-        return out
+        cos, sin = self.rotary(x, torch.arange(x.shape[1], device=x.device)[None])
+        return self.attn(x, causal=True, rotary=Rotary(cos[:, None], sin[:, None], self.interleaved))
 
 
 def llama_reference(seed: int = 0) -> nn.Module:
@@ -232,7 +216,7 @@ def llama_reference(seed: int = 0) -> nn.Module:
 
 
 def llama_gqa(device: str = "cpu", dtype: str = "float32", *, tamper: Tamper | None = None,
-              rotate_keys: bool = True) -> ParityReport:
+              interleaved: bool = False) -> ParityReport:
     """Our attention (GQA: 8 heads, 2 kv heads) vs HF ``LlamaAttention`` with the same RoPE."""
     import tempfile
 
@@ -242,7 +226,7 @@ def llama_gqa(device: str = "cpu", dtype: str = "float32", *, tamper: Tamper | N
         converted = convert_llama_attention(tmp, layer=0)
     if tamper is not None:
         tamper(converted.state)
-    ours = RotatedOurs(converted.build(), llama.model.rotary_emb, rotate_keys=rotate_keys)
+    ours = RotatedOurs(converted.build(), llama.model.rotary_emb, interleaved=interleaved)
     ref = LlamaReference(llama)
     x = [probe.hidden(BATCH, Q_LEN, LLAMA_TINY["hidden_size"])]
     return _scenarios("llama-gqa", "transformers LlamaAttention (GQA, RoPE)", device, dtype, [(ref, ours, {

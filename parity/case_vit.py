@@ -20,37 +20,69 @@ TINY = {"embed_dim": 64, "depth": 2, "num_heads": 4, "patch_size": 8, "img_size"
 BATCH = 2
 
 
-def timm_reference(global_pool: str = "token", seed: int = 0) -> Any:
-    """A randomly initialised timm ViT in the tiny configuration, with probe weights."""
+# The ViT variants the literature names, each a timm configuration of the tiny model:
+# name -> (timm architecture, extra timm arguments).
+TIMM_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "token": ("vit_tiny_patch16_224", {}),
+    "avg": ("vit_tiny_patch16_224", {"global_pool": "avg"}),  # fc_norm after pooling
+    "avg-norm-first": ("vit_tiny_patch16_224", {"global_pool": "avg", "fc_norm": False}),
+    "gap": ("vit_tiny_patch16_224", {"class_token": False, "global_pool": "avg"}),
+    "deit3": ("vit_tiny_patch16_224", {"init_values": 1e-5, "no_embed_class": True}),  # LayerScale
+    "reg-qknorm": ("vit_tiny_patch16_224", {"reg_tokens": 4, "qk_norm": True}),
+    "clip": ("vit_tiny_patch16_224", {"pre_norm": True, "act_layer": "quick_gelu"}),
+    "silu": ("vit_tiny_patch16_224", {"act_layer": "silu"}),
+    "deit-distilled": ("deit_tiny_distilled_patch16_224", {}),
+}
+
+
+def timm_reference(global_pool: str = "token", seed: int = 0, *, variant: str | None = None) -> Any:
+    """A randomly initialised timm ViT in the tiny configuration (a named variant, or the
+    plain one with ``global_pool``), with probe weights."""
     import timm
 
-    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, global_pool=global_pool, **TINY)
+    arch, options = TIMM_VARIANTS[variant] if variant else ("vit_tiny_patch16_224", {"global_pool": global_pool})
+    model = timm.create_model(arch, pretrained=False, **{**TINY, **options})
     return probe.probe_init_(model, seed)
 
 
 def save_timm(model: Any, folder: Path) -> None:
-    """timm's own hub layout: model.safetensors plus config.json naming the architecture."""
+    """timm's own hub layout: model.safetensors plus config.json naming the architecture and
+    recording every argument the model was created with (``model_args``)."""
     from timm.models import save_for_hf
 
-    save_for_hf(model, str(folder), model_args={"num_heads": TINY["num_heads"]}, safe_serialization=True)
+    save_for_hf(model, str(folder), safe_serialization=True)
 
 
-def timm_vit(device: str = "cpu", dtype: str = "float32", *, global_pool: str = "token",
+def timm_vit(device: str = "cpu", dtype: str = "float32", *, global_pool: str = "token", variant: str | None = None,
              overrides: dict | None = None, tamper: Tamper | None = None) -> ParityReport:
-    """timm ViT (class-token or average pooling) -> our ``vit``."""
-    suffix = "" if global_pool == "token" else f"-{global_pool}"
+    """timm ViT (a variant of ``TIMM_VARIANTS``, from its hub folder) -> our ``vit``."""
+    variant = variant or global_pool
     return run_model_case(
-        case=f"timm-vit{suffix}", model="vit", reference=f"timm vit_tiny_patch16_224 layout, global_pool={global_pool}",
-        ref_module=timm_reference(global_pool), save=save_timm, convert=convert_timm_vit,
+        case="timm-vit" + ("" if variant == "token" else f"-{variant}"), model="vit",
+        reference=f"timm {TIMM_VARIANTS[variant][0]} layout, {TIMM_VARIANTS[variant][1] or 'defaults'}",
+        ref_module=timm_reference(variant=variant), save=save_timm, convert=convert_timm_vit,
         inputs=[probe.images(BATCH, 3, TINY["img_size"])], ref_forward=call, our_forward=call,
         taps=block_taps(TINY["depth"], "blocks.{i}", "blocks.{i}.attn"),
         device=device, dtype=dtype, overrides=overrides, tamper=tamper,
     )
 
 
-def timm_vit_avg(device: str = "cpu", dtype: str = "float32", **kwargs: Any) -> ParityReport:
-    """timm ViT with ``global_pool='avg'`` (its ``fc_norm`` after pooling) -> our ``vit``."""
-    return timm_vit(device, dtype, global_pool="avg", **kwargs)
+def _variant_case(variant: str):
+    def run(device: str = "cpu", dtype: str = "float32", **kwargs: Any) -> ParityReport:
+        return timm_vit(device, dtype, variant=variant, **kwargs)
+
+    run.__doc__ = f"timm ViT variant {variant!r} ({TIMM_VARIANTS[variant]}) -> our ``vit``."
+    return run
+
+
+timm_vit_avg = _variant_case("avg")
+timm_vit_avg_norm_first = _variant_case("avg-norm-first")
+timm_vit_gap = _variant_case("gap")
+timm_vit_deit3 = _variant_case("deit3")
+timm_vit_reg_qknorm = _variant_case("reg-qknorm")
+timm_vit_clip = _variant_case("clip")
+timm_vit_silu = _variant_case("silu")
+timm_deit_distilled = _variant_case("deit-distilled")
 
 
 HF_TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,

@@ -19,11 +19,26 @@ def untransposed(key: str):
     return tamper
 
 
-def zeroed(key: str):
-    """A projection filled with zeros after conversion (TransformerLens #1620's symptom)."""
+def zeroed(key: str, rows: slice | None = None):
+    """A projection (or some of its rows: the v part of a packed ``qkv_proj``) filled with
+    zeros after conversion (TransformerLens #1620's symptom)."""
 
     def tamper(state: dict[str, Any]) -> None:
-        state[key] = state[key].new_zeros(state[key].shape)
+        value = state[key].clone()
+        value[rows if rows is not None else slice(None)] = 0
+        state[key] = value
+
+    return tamper
+
+
+def dropped(pattern: str):
+    """Converted keys matching ``pattern`` (a regular expression) left out, as a converter
+    that ignores them would (an untied ``lm_head`` loaded as tied, biases dropped)."""
+    import re
+
+    def tamper(state: dict[str, Any]) -> None:
+        for key in [k for k in state if re.fullmatch(pattern, k)]:
+            del state[key]
 
     return tamper
 
@@ -31,19 +46,22 @@ def zeroed(key: str):
 def tiled_kv_heads(prefix: str, num_heads: int, num_kv_heads: int):
     """Pair query head h with kv head ``h % KV`` (``.repeat`` tiling) instead of ``h // G``.
 
-    Our attention interleaves; reordering the query heads (rows of ``q_proj``, columns of
-    ``out_proj``) so that slot j holds the head that tiling would pair with kv head j // G
-    makes our module compute exactly what a tiling implementation computes with the
-    original weights.
+    Our attention interleaves; reordering the query heads (the query rows of ``qkv_proj``,
+    columns of ``out_proj``) so that slot j holds the head that tiling would pair with kv
+    head j // G makes our module compute exactly what a tiling implementation computes with
+    the original weights.
     """
     def tamper(state: dict[str, Any]) -> None:
-        q = state[prefix + "q_proj.weight"]
-        d = q.shape[0] // num_heads
+        out = state[prefix + "out_proj.weight"]
+        d = out.shape[1] // num_heads
         order = [h for g in range(num_kv_heads) for h in range(num_heads) if h % num_kv_heads == g]
         rows = [r for h in order for r in range(h * d, (h + 1) * d)]
-        state[prefix + "q_proj.weight"] = q[rows].contiguous()
-        if prefix + "q_proj.bias" in state:
-            state[prefix + "q_proj.bias"] = state[prefix + "q_proj.bias"][rows].contiguous()
-        state[prefix + "out_proj.weight"] = state[prefix + "out_proj.weight"][:, rows].contiguous()
+        for kind in ("weight", "bias"):
+            key = prefix + f"qkv_proj.{kind}"
+            if key in state:
+                packed = state[key].clone()
+                packed[: num_heads * d] = packed[rows]
+                state[key] = packed
+        state[prefix + "out_proj.weight"] = out[:, rows].contiguous()
 
     return tamper

@@ -73,8 +73,8 @@ def gpt2_state(m: KeyMapper, prefix: str, n_layer: int) -> dict[str, Any]:
         for p in ("weight", "bias"):
             m.map(f"{b}ln_1.{p}", f"{a}ln_1.{p}")
             m.map(f"{b}ln_2.{p}", f"{a}ln_2.{p}")
-        m.split(f"{a}attn.c_attn.weight", [f"{b}attn.{n}_proj.weight" for n in "qkv"], fn=t)
-        m.split(f"{a}attn.c_attn.bias", [f"{b}attn.{n}_proj.bias" for n in "qkv"])
+        m.map(f"{b}attn.qkv_proj.weight", f"{a}attn.c_attn.weight", fn=t)  # rows [q; k; v] after the transpose
+        m.map(f"{b}attn.qkv_proj.bias", f"{a}attn.c_attn.bias")
         for ours, theirs in (("attn.out_proj", "attn.c_proj"), ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")):
             m.map(f"{b}{ours}.weight", f"{a}{theirs}.weight", fn=t)
             m.map(f"{b}{ours}.bias", f"{a}{theirs}.bias")

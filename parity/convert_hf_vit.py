@@ -17,7 +17,9 @@ from flops_fit.parity.mapping import Converted, KeyMapper, read_source
 from flops_fit.errors import ConversionError
 
 REFERENCE = "HF ViT"
-GELU = {"gelu": "exact", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh"}
+# HF hidden_act -> our act_layer
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+               "quick_gelu": "quick_gelu", "silu": "silu", "swish": "silu", "relu": "relu"}
 
 # transformers 5.x in-memory name -> on-disk name
 _IN_MEMORY = [
@@ -66,8 +68,11 @@ def convert_hf_vit(source: str | Path | dict[str, Any], config: dict[str, Any] |
 
 def hf_vit_config(config: dict[str, Any], num_classes: int) -> dict[str, Any]:
     act = config.get("hidden_act", "gelu")
-    if act not in GELU:
-        raise ConversionError(f"{REFERENCE}: hidden_act={act!r} is not supported; ours offers {sorted(GELU)}")
+    if act not in ACTIVATIONS:
+        raise ConversionError(f"{REFERENCE}: hidden_act={act!r} is not supported; ours offers {sorted(ACTIVATIONS)}")
+    for key in ("image_size", "patch_size"):
+        if not isinstance(config.get(key), int):
+            raise ConversionError(f"{REFERENCE}: {key}={config.get(key)!r} is not supported; ours needs one int (square)")
     width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     return {
         "width": width,
@@ -82,17 +87,15 @@ def hf_vit_config(config: dict[str, Any], num_classes: int) -> dict[str, Any]:
         "global_pool": "token",  # the classifier reads the class token after the final layernorm
         "qkv_bias": bool(config.get("qkv_bias", True)),
         "norm_eps": float(config.get("layer_norm_eps", 1e-12)),
-        "gelu": GELU[act],
+        "act_layer": ACTIVATIONS[act],
     }
 
 
 _BLOCK = {  # our name -> on-disk HF name, inside one encoder layer
-    "norm1": "layernorm_before", "norm2": "layernorm_after",
-    "attn.q_proj": "attention.attention.query", "attn.k_proj": "attention.attention.key",
-    "attn.v_proj": "attention.attention.value", "attn.out_proj": "attention.output.dense",
+    "norm1": "layernorm_before", "norm2": "layernorm_after", "attn.out_proj": "attention.output.dense",
     "mlp.fc1": "intermediate.dense", "mlp.fc2": "output.dense",
 }
-_QKV = ("attn.q_proj", "attn.k_proj", "attn.v_proj")
+_QKV = tuple(f"attention.attention.{n}" for n in ("query", "key", "value"))  # packed into attn.qkv_proj
 
 
 def hf_vit_state(tensors: dict[str, Any], prefix: str, depth: int) -> dict[str, Any]:
@@ -108,7 +111,7 @@ def hf_vit_state(tensors: dict[str, Any], prefix: str, depth: int) -> dict[str, 
         for i in range(depth):
             a = f"{prefix}encoder.layer.{i}."
             for ours, theirs in _BLOCK.items():
-                if p == "bias" and ours in _QKV and not m.has(f"{a}{theirs}.bias"):
-                    continue  # qkv_bias=False; our side reports a bias it expected but did not get
                 m.map(f"blocks.{i}.{ours}.{p}", f"{a}{theirs}.{p}")
+            if p == "weight" or m.has(f"{a}{_QKV[0]}.bias"):  # qkv_bias=False: no q/k/v biases
+                m.concat(f"blocks.{i}.attn.qkv_proj.{p}", [f"{a}{n}.{p}" for n in _QKV])
     return m.finish()

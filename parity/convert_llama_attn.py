@@ -48,9 +48,8 @@ def convert_llama_attention(
         raise ConversionError(f"{REFERENCE}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
     bias = bool(config.get("attention_bias", False))
     m = KeyMapper(tensors, REFERENCE)
-    for ours, theirs in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"), ("out_proj", "o_proj")):
-        m.map(f"{ours}.weight", f"{theirs}.weight")
-        if bias:
-            m.map(f"{ours}.bias", f"{theirs}.bias")
+    for kind in ("weight", "bias") if bias else ("weight",):
+        m.concat(f"qkv_proj.{kind}", [f"{p}_proj.{kind}" for p in "qkv"])
+        m.map(f"out_proj.{kind}", f"o_proj.{kind}")
     our = {"embed_dim": width, "num_heads": heads, "num_kv_heads": kv_heads, "bias": bias}
     return Converted("attention", width, our, m.finish(), REFERENCE, factory=ATTENTION_FACTORY)

@@ -25,15 +25,13 @@ def convert_torch_mha(source: str | Path | dict[str, Any], *, num_heads: int) ->
     """
     tensors, _ = read_source(source, None, REFERENCE)
     m = KeyMapper(tensors, REFERENCE)
-    qkv = [f"{n}_proj.weight" for n in "qkv"]
-    if m.has("in_proj_weight"):
-        m.split("in_proj_weight", qkv)
+    if m.has("in_proj_weight"):  # packed [Wq; Wk; Wv]: our layout as it is
+        m.map("qkv_proj.weight", "in_proj_weight")
     else:
-        for name in qkv:
-            m.map(name, name.replace(".", "_"))
+        m.concat("qkv_proj.weight", [f"{n}_proj_weight" for n in "qkv"])
     bias = m.has("in_proj_bias")
     if bias:
-        m.split("in_proj_bias", [k.replace("weight", "bias") for k in qkv])
+        m.map("qkv_proj.bias", "in_proj_bias")
     m.map("out_proj.weight", "out_proj.weight")
     if bias or m.has("out_proj.bias"):
         m.map("out_proj.bias", "out_proj.bias")

@@ -30,6 +30,8 @@ class Converted:
     such as the attention module: ``factory(**config)``; otherwise ``create_model`` is used.
     ``fresh`` names our keys the reference has no counterpart for (a backbone's classifier
     head): they keep their fresh initialisation instead of failing as missing.
+    ``assumptions`` maps each option the source did not declare (a bare weights file has no
+    activation or eps) to the value assumed and why; converters accept overrides for them.
     """
 
     model: str
@@ -40,6 +42,7 @@ class Converted:
     dropped: list[str] = field(default_factory=list)
     factory: str | None = None
     fresh: tuple[str, ...] = ()
+    assumptions: dict[str, str] = field(default_factory=dict)
 
     def build(self, **overrides: Any) -> Any:
         """Build our model from the converted config (``overrides`` win) and load the weights."""
@@ -112,6 +115,23 @@ class KeyMapper:
             return
         for dst, part in zip(dsts, packed.chunk(len(dsts), dim=0)):
             self._put(dst, part, src, packed)
+
+    def concat(self, dst: str, srcs: Sequence[str], fn: Callable[[Any], Any] | None = None) -> None:
+        """``out[dst] = cat(fn(ref[s]) for s in srcs)`` along dim 0 (q, k, v into ``qkv_proj``)."""
+        import torch
+
+        values = [self.take(src) for src in srcs]
+        if any(v is None for v in values):
+            return
+        parts = [fn(v) if fn else v for v in values]
+        odd = [f"{src} {tuple(p.shape)}" for src, p in zip(srcs, parts) if p.shape[1:] != parts[0].shape[1:]]
+        if odd:
+            self.missing.append(f"{dst}: {', '.join(odd)} do not pack with {srcs[0]} {tuple(parts[0].shape)}")
+            return
+        for src, part in zip(srcs, parts):
+            if not part.any() and self.tensors[src].any():
+                self.zeroed.append(f"{dst} (from {src})")
+        self.out[dst] = torch.cat(parts).contiguous()
 
     def _put(self, dst: str, value: Any, src: str, source: Any) -> None:
         if not value.any() and source.any():

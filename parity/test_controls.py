@@ -6,26 +6,42 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from flops_fit.parity import case_attention, case_gpt, case_vit, controls
+from flops_fit.parity import case_attention, case_gpt, case_llama, case_vit, controls
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
 
 
 @pytest.mark.parametrize(("run", "kwargs", "first_bad"), [
-    pytest.param(case_vit.timm_vit, {"overrides": {"gelu": "tanh"}}, "blocks.0", id="timm-tanh-gelu"),
+    pytest.param(case_vit.timm_vit, {"overrides": {"act_layer": "gelu_tanh"}}, "blocks.0", id="timm-tanh-gelu"),
     pytest.param(case_vit.timm_vit, {"overrides": {"norm_eps": 1e-5}}, "blocks.0.attn", id="timm-eps-1e-5"),
     pytest.param(case_vit.hf_vit, {"overrides": {"norm_eps": 1e-6}}, "blocks.0.attn", id="hf-vit-eps-1e-6"),
     pytest.param(case_gpt.hf_gpt2, {"overrides": {"gelu": "exact"}}, "blocks.0", id="gpt2-exact-gelu"),
     pytest.param(case_gpt.hf_gpt2, {"tamper": controls.untransposed("blocks.0.attn.out_proj.weight")},
                  "blocks.0.attn", id="gpt2-untransposed-c_proj"),
-    pytest.param(case_gpt.hf_gpt2, {"tamper": controls.zeroed("blocks.1.attn.v_proj.weight")},
+    pytest.param(case_gpt.hf_gpt2, {"tamper": controls.zeroed("blocks.1.attn.qkv_proj.weight", slice(128, 192))},
                  "blocks.1.attn", id="gpt2-zeroed-v_proj"),
     pytest.param(case_vit.timm_vit, {"tamper": controls.zeroed("blocks.1.mlp.fc2.weight")},
                  "blocks.1", id="timm-zeroed-fc2"),
     pytest.param(case_attention.llama_gqa, {"tamper": controls.tiled_kv_heads("", 8, 2)},
                  "gqa.causal.rope", id="llama-tiled-kv-heads"),
-    pytest.param(case_attention.llama_gqa, {"rotate_keys": False}, "gqa.causal.rope", id="llama-keys-not-rotated"),
+    pytest.param(case_attention.llama_gqa, {"interleaved": True}, "gqa.causal.rope", id="llama-attn-rope-interleaved"),
+    pytest.param(case_llama.hf_llama, {"overrides": {"rope_interleaved": True}}, "layers.0.self_attn",
+                 id="llama-rope-interleaved"),
+    pytest.param(case_llama.hf_llama, {"tamper": controls.tiled_kv_heads("layers.0.self_attn.", 4, 2)},
+                 "layers.0.self_attn", id="llama-tiled-kv-heads"),
+    pytest.param(case_llama.hf_llama, {"overrides": {"rms_norm_eps": 1e-5}}, "layers.0.self_attn",
+                 id="llama-rmsnorm-eps"),
+    pytest.param(case_llama.hf_llama, {"overrides": {"hidden_act": "gelu"}}, "layers.0", id="llama-gelu-for-silu"),
+    pytest.param(case_llama.hf_llama, {"overrides": {"tie_word_embeddings": True}, "tamper": controls.dropped("lm_head.weight")},
+                 "logits", id="llama-untied-head-loaded-as-tied"),
+    pytest.param(case_llama.hf_llama_rope_llama3, {"overrides": {"rope_type": "default"}}, "layers.0.self_attn",
+                 id="llama3-rope-scaling-ignored"),
+    pytest.param(case_llama.hf_mistral, {"overrides": {"sliding_window": None}}, "layers.0.self_attn",
+                 id="mistral-sliding-window-ignored"),
+    pytest.param(case_llama.hf_qwen2, {"overrides": {"qkv_bias": False},
+                                       "tamper": controls.dropped(r"layers\.\d+\.self_attn\.qkv_proj\.bias")},
+                 "layers.0.self_attn", id="qwen2-qkv-bias-dropped"),
 ])
 def test_known_wrong_variant_fails_at_its_first_bad_layer(run, kwargs, first_bad) -> None:
     report = run(**kwargs)
@@ -42,6 +58,7 @@ def test_the_same_case_passes_without_the_mistake() -> None:
     assert case_vit.timm_vit().passed
     assert case_gpt.hf_gpt2().passed
     assert case_attention.llama_gqa().passed
+    assert case_llama.hf_llama().passed
 
 
 def test_tiled_kv_control_computes_what_a_tiling_implementation_computes() -> None:
@@ -54,9 +71,10 @@ def test_tiled_kv_control_computes_what_a_tiling_implementation_computes() -> No
     state = {k: v.clone() for k, v in attn.state_dict().items()}
     x = torch.randn(2, length, width)
     d = width // heads
-    q = F.linear(x, state["q_proj.weight"], state["q_proj.bias"]).view(2, length, heads, d).transpose(1, 2)
-    k = F.linear(x, state["k_proj.weight"], state["k_proj.bias"]).view(2, length, kv, d).transpose(1, 2)
-    v = F.linear(x, state["v_proj.weight"], state["v_proj.bias"]).view(2, length, kv, d).transpose(1, 2)
+    q, k, v = F.linear(x, state["qkv_proj.weight"], state["qkv_proj.bias"]).split((width, kv * d, kv * d), -1)
+    q = q.view(2, length, heads, d).transpose(1, 2)
+    k = k.view(2, length, kv, d).transpose(1, 2)
+    v = v.view(2, length, kv, d).transpose(1, 2)
     tiled = F.scaled_dot_product_attention(q, k.repeat(1, heads // kv, 1, 1), v.repeat(1, heads // kv, 1, 1))
     expected = F.linear(tiled.transpose(1, 2).reshape(2, length, width), state["out_proj.weight"], state["out_proj.bias"])
     controls.tiled_kv_heads("", heads, kv)(state)

@@ -1,28 +1,34 @@
 """Multi-head attention with grouped-query (GQA) and multi-query (MQA) variants.
 
-One module serves every built-in model, so that parity with timm, Hugging Face and torch
-comes down to copying weights into four named projections:
+One module serves every built-in model (ViT, GPT, Llama), so that parity with timm, Hugging
+Face and torch comes down to copying weights into two named projections:
 
-* ``q_proj`` (``H*D`` outputs), ``k_proj`` and ``v_proj`` (``KV*D`` outputs each) and
-  ``out_proj`` (``H*D -> E``), all ``nn.Linear``. These are the ``state_dict`` keys whatever
-  layout the forward uses internally (self-attention concatenates the three input
-  projections into one matmul, which is what timm's fused ``qkv`` does).
-* Query head ``h`` reads key/value head ``h // (H // KV)``: each KV head serves
-  ``H // KV`` consecutive query heads, the ``repeat_interleave`` convention of Hugging
-  Face's ``repeat_kv`` (tiling with ``.repeat`` instead is a different model).
+* ``qkv_proj``: one ``nn.Linear`` whose output rows are ``[q (H*D); k (KV*D); v (KV*D)]``,
+  stored the way the self-attention forward uses them (one matmul, nothing concatenated per
+  call; timm's ``qkv`` and torch's ``in_proj_weight`` have this layout). Cross-attention
+  slices the weight (views, no copy). State dicts with separate ``q_proj`` / ``k_proj`` /
+  ``v_proj`` keys (older flops-fit checkpoints) are packed on load.
+* ``out_proj``: ``H*D -> E``. The head size ``D`` defaults to ``E // H`` but may be set
+  independently (``num_heads * head_dim != embed_dim`` is allowed, as in Hugging Face Llama).
+* Query head ``h`` reads key/value head ``h // (H // KV)``: each KV head serves ``H // KV``
+  consecutive query heads, the ``repeat_interleave`` convention of Hugging Face's
+  ``repeat_kv`` (tiling with ``.repeat`` instead is a different model).
 
-Paths through ``forward`` (all give the same numbers up to float rounding):
+Masks: ``attn_mask`` and ``key_padding_mask`` mean exactly what they mean for
+``torch.nn.MultiheadAttention`` (bool True = blocked, float = added to the scores);
+``attend_mask`` takes SDPA's convention (bool True = may attend).
 
-* ``"sdpa"`` (default): ``torch.nn.functional.scaled_dot_product_attention``, with
-  ``enable_gqa`` where torch has it (otherwise KV heads are expanded first).
-* ``"math"``: explicit ``softmax(q k^T * scale + mask) v`` in float32 softmax; used for
-  debugging and whenever ``need_weights=True``, since it can return the weights.
-* key length 1 without a mask: every query's single attention weight is exactly 1, so the
-  output is ``out_proj(v)`` and the query/key projections are skipped (their gradient is
-  exactly zero on every path in that case).
+Paths through ``forward`` (the same numbers up to float rounding): ``"sdpa"`` (default) calls
+``F.scaled_dot_product_attention`` (with ``enable_gqa`` where this torch has it, found by one
+probe call); ``"math"`` is explicit ``softmax(q k^T * scale + mask) v`` with a float32 softmax,
+used whenever ``need_weights=True``. Every parameter takes part in every path, so each
+receives a gradient (``DistributedDataParallel`` needs no ``find_unused_parameters``).
 """
 
 from __future__ import annotations
+
+import functools
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -32,8 +38,42 @@ from flops_fit.checks import positive_int
 
 ATTENTION_PATHS = ("sdpa", "math")
 
-# torch >= 2.5 lets SDPA read grouped KV heads directly; older versions get expanded heads.
-_SDPA_HAS_GQA = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
+
+class Rotary(NamedTuple):
+    """Rotary position embedding for one forward: ``cos``/``sin`` broadcastable to
+    (B, 1, S, D). ``interleaved=False`` rotates dimension i with i + D/2 (Hugging Face's
+    ``rotate_half``); ``interleaved=True`` rotates adjacent pairs (Meta's original layout)."""
+
+    cos: Tensor
+    sin: Tensor
+    interleaved: bool = False
+
+
+def apply_rotary(x: Tensor, rotary: Rotary) -> Tensor:
+    """``x * cos + rotate(x) * sin`` in ``x``'s dtype, as Hugging Face computes it."""
+    cos, sin = rotary.cos.to(x.dtype), rotary.sin.to(x.dtype)
+    if rotary.interleaved:
+        rotated = torch.stack((-x[..., 1::2], x[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+@functools.cache
+def sdpa_has_gqa() -> bool:
+    """Whether this torch's SDPA reads grouped KV heads itself (``enable_gqa``, torch >= 2.5):
+    one tiny probe call on CPU, made once, at import (so that no device context or FLOP
+    counter active at the first forward sees it)."""
+    q, kv = torch.zeros(1, 2, 1, 2, device="cpu"), torch.zeros(1, 1, 1, 2, device="cpu")
+    try:
+        F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    except (TypeError, RuntimeError):
+        return False
+    return True
+
+
+sdpa_has_gqa()
 
 
 class MultiheadAttention(nn.Module):
@@ -41,11 +81,14 @@ class MultiheadAttention(nn.Module):
 
     Args:
         embed_dim: model width ``E`` (input and output features).
-        num_heads: query heads ``H``; the head size is ``D = E // H``.
+        num_heads: query heads ``H``.
         num_kv_heads: key/value heads ``KV`` (default ``H``); must divide ``H``.
         bias: biases on the query, key and value projections.
+        head_dim: the head size ``D`` (default ``E // H``, which must then divide evenly).
         out_bias: bias on ``out_proj`` (default: same as ``bias``; timm's ``qkv_bias=False``
-            keeps the output bias).
+            keeps the output bias, Qwen2 has q/k/v biases only).
+        qk_norm: LayerNorm over each head's query and key before attention (timm ``qk_norm``).
+        norm_eps: eps of the QK-norm LayerNorms.
         dropout: attention-probability dropout, applied in training mode only.
         path: ``"sdpa"`` (default) or ``"math"``; see the module docstring.
         scale: softmax scale (default ``D ** -0.5``).
@@ -58,7 +101,10 @@ class MultiheadAttention(nn.Module):
         num_kv_heads: int | None = None,
         bias: bool = True,
         *,
+        head_dim: int | None = None,
         out_bias: bool | None = None,
+        qk_norm: bool = False,
+        norm_eps: float = 1e-6,
         dropout: float = 0.0,
         path: str = "sdpa",
         scale: float | None = None,
@@ -70,11 +116,14 @@ class MultiheadAttention(nn.Module):
         positive_int(num_heads, "num_heads")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         positive_int(num_kv_heads, "num_kv_heads")
-        if embed_dim % num_heads:
-            raise ValueError(
-                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): "
-                f"pick num_heads among the divisors of {embed_dim}"
-            )
+        if head_dim is None:
+            if embed_dim % num_heads:
+                raise ValueError(
+                    f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}): "
+                    f"pick num_heads among the divisors of {embed_dim}, or set head_dim"
+                )
+            head_dim = embed_dim // num_heads
+        positive_int(head_dim, "head_dim")
         if num_heads % num_kv_heads:
             raise ValueError(
                 f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads}): "
@@ -87,23 +136,34 @@ class MultiheadAttention(nn.Module):
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
-        self.head_dim = embed_dim // num_heads
+        self.head_dim = head_dim
         self.dropout = dropout
         self.path = path
-        self.scale = self.head_dim**-0.5 if scale is None else float(scale)
-        kv_dim = num_kv_heads * self.head_dim
+        self.scale = head_dim**-0.5 if scale is None else float(scale)
+        self.q_dim, self.kv_dim = num_heads * head_dim, num_kv_heads * head_dim
         factory = {"device": device, "dtype": dtype}
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
-        self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias, **factory)
-        self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias, **factory)
+        self.qkv_proj = nn.Linear(embed_dim, self.q_dim + 2 * self.kv_dim, bias=bias, **factory)
+        if qk_norm:
+            self.q_norm = nn.LayerNorm(head_dim, eps=norm_eps, **factory)
+            self.k_norm = nn.LayerNorm(head_dim, eps=norm_eps, **factory)
+        else:
+            self.q_norm = self.k_norm = None
         out_bias = bias if out_bias is None else out_bias
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=out_bias, **factory)
+        self.out_proj = nn.Linear(self.q_dim, embed_dim, bias=out_bias, **factory)
+        self.register_load_state_dict_pre_hook(_pack_separate_projections)
 
     def extra_repr(self) -> str:
         return (
-            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
-            f"num_kv_heads={self.num_kv_heads}, path={self.path!r}"
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+            f"head_dim={self.head_dim}, path={self.path!r}"
         )
+
+    def projection_weights(self) -> tuple[tuple[Tensor, Tensor, Tensor], tuple[Tensor | None, ...]]:
+        """The q, k and v weights (and biases, or Nones): views into ``qkv_proj``."""
+        sizes = (self.q_dim, self.kv_dim, self.kv_dim)
+        weights = self.qkv_proj.weight.split(sizes)
+        bias = self.qkv_proj.bias
+        return weights, (bias.split(sizes) if bias is not None else (None, None, None))
 
     # ----------------------------------------------------------------- forward
     def forward(
@@ -115,48 +175,58 @@ class MultiheadAttention(nn.Module):
         causal: bool = False,
         attn_mask: Tensor | None = None,
         key_padding_mask: Tensor | None = None,
+        attend_mask: Tensor | None = None,
         need_weights: bool = False,
+        average_attn_weights: bool = True,
+        rotary: Rotary | None = None,
         path: str | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend from ``query`` (B, Sq, E) to ``key``/``value`` (B, Sk, E).
+        """Attend from ``query`` (B, Sq, E) to ``key``/``value`` (B, Sk, E); batch first.
 
         ``key`` defaults to ``query`` and ``value`` to ``key`` (self-attention).
 
-        Masks say where attention is ALLOWED (the convention of
-        ``scaled_dot_product_attention``, the opposite of ``nn.MultiheadAttention``'s
-        ``key_padding_mask``):
-
-        * ``key_padding_mask``: bool (B, Sk), True = a real key, False = padding to ignore.
-        * ``attn_mask``: broadcastable to (B, H, Sq, Sk); bool (True = may attend) or float
-          (added to the scores, e.g. ``-inf`` to block).
+        * ``attn_mask`` (as ``nn.MultiheadAttention``): (Sq, Sk) or (B*H, Sq, Sk), or 4-D
+          broadcastable to (B, H, Sq, Sk); bool True = NOT allowed, float = added.
+        * ``key_padding_mask`` (as ``nn.MultiheadAttention``): (B, Sk); bool True = padding
+          to ignore, float = added.
+        * ``attend_mask`` (SDPA's convention): broadcastable to (B, H, Sq, Sk); bool True =
+          may attend, float = added.
         * ``causal=True``: query i attends to keys 0..i; needs Sq == Sk.
+        * ``rotary``: rotate q and k (after QK-norm) by position; self-attention only.
 
-        All of them combine. A query with every key blocked attends to nothing: its
-        attention output is zero (``out_proj`` then adds only its bias), as in SDPA.
+        All masks combine. A query with every key blocked attends to nothing: its attention
+        output is zero (``out_proj`` then adds only its bias), as in SDPA.
 
-        Returns the output (B, Sq, E), or ``(output, weights)`` with per-head weights
-        (B, H, Sq, Sk) when ``need_weights=True`` (computed on the math path).
+        Returns the output (B, Sq, E), or ``(output, weights)`` when ``need_weights=True``:
+        weights (B, Sq, Sk) averaged over heads, or (B, H, Sq, Sk) with
+        ``average_attn_weights=False`` (as ``nn.MultiheadAttention``; the math path).
         """
+        self_attention = (key is None or key is query) and (value is None or value is query)
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value, causal)
+        if rotary is not None and not self_attention:
+            raise ValueError("rotary position embeddings need self-attention (key and value left out)")
         batch, q_len, _ = query.shape
         k_len = key.shape[1]
-        mask = self._combined_mask(attn_mask, key_padding_mask, batch, q_len, k_len, query)
+        mask = self._combined_mask(attn_mask, key_padding_mask, attend_mask, batch, q_len, k_len, query)
         path = self.path if path is None else path
         if path not in ATTENTION_PATHS:
             raise ValueError(f"path must be one of {ATTENTION_PATHS}, got {path!r}")
 
-        if k_len == 1 and mask is None and not (self.training and self.dropout):
-            return self._single_key(value, batch, q_len, need_weights)
-
-        q, k, v = self._project(query, key, value)
+        q, k, v = self._project(query, key, value, self_attention)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if rotary is not None:
+            q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
         if need_weights or path == "math":
             out, weights = self._math(q, k, v, mask, causal)
         else:
             out, weights = self._sdpa(q, k, v, mask, causal), None
-        out = self.out_proj(out.transpose(1, 2).reshape(batch, q_len, self.embed_dim))
-        return (out, weights) if need_weights else out
+        out = self.out_proj(out.transpose(1, 2).reshape(batch, q_len, self.q_dim))
+        if not need_weights:
+            return out
+        return out, (weights.mean(dim=1) if average_attn_weights else weights)
 
     # ----------------------------------------------------------- validation
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor, causal: bool) -> None:
@@ -191,56 +261,63 @@ class MultiheadAttention(nn.Module):
         self,
         attn_mask: Tensor | None,
         key_padding_mask: Tensor | None,
+        attend_mask: Tensor | None,
         batch: int,
         q_len: int,
         k_len: int,
         like: Tensor,
     ) -> Tensor | None:
-        """One mask broadcastable to (B, H, Sq, Sk): bool if every input mask is bool."""
+        """One mask broadcastable to (B, H, Sq, Sk) in SDPA's convention: bool (True = may
+        attend) when every given mask is bool, otherwise additive float."""
         target = (batch, self.num_heads, q_len, k_len)
-        mask = None
+        masks = []
         if attn_mask is not None:
-            try:
-                ok = torch.broadcast_shapes(attn_mask.shape, target) == target
-            except RuntimeError:
-                ok = False
-            if not ok:
+            _check_mask_dtype(attn_mask, "attn_mask")
+            if attn_mask.dim() == 3 and tuple(attn_mask.shape) == (batch * self.num_heads, q_len, k_len):
+                attn_mask = attn_mask.view(target)  # nn.MultiheadAttention's (B*H, Sq, Sk)
+            elif attn_mask.dim() == 3:
                 raise ValueError(
-                    f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to "
-                    f"(batch, heads, query_len, key_len) = {target}"
+                    f"attn_mask of shape {tuple(attn_mask.shape)}: a 3-D attn_mask must be "
+                    f"(batch * heads, query_len, key_len) = {(batch * self.num_heads, q_len, k_len)}, "
+                    f"as for nn.MultiheadAttention"
                 )
-            if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-                raise ValueError(f"attn_mask must be bool or floating point, got {attn_mask.dtype}")
-            mask = attn_mask if attn_mask.dtype == torch.bool else attn_mask.to(like.dtype)
+            masks.append(_blocked_to_allowed(_broadcastable(attn_mask, target, "attn_mask")))
         if key_padding_mask is not None:
-            if tuple(key_padding_mask.shape) != (batch, k_len) or key_padding_mask.dtype != torch.bool:
+            _check_mask_dtype(key_padding_mask, "key_padding_mask")
+            if tuple(key_padding_mask.shape) != (batch, k_len):
                 raise ValueError(
-                    f"key_padding_mask must be bool of shape (batch, key_len) = {(batch, k_len)}, "
-                    f"got {key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}"
+                    f"key_padding_mask must have shape (batch, key_len) = {(batch, k_len)}, "
+                    f"got {tuple(key_padding_mask.shape)} (True marks padding, as for nn.MultiheadAttention)"
                 )
-            padding = key_padding_mask[:, None, None, :]
-            if mask is None:
-                mask = padding
-            elif mask.dtype == torch.bool:
-                mask = mask & padding
-            else:
-                mask = mask.masked_fill(~padding, float("-inf"))
-        return mask
+            masks.append(_blocked_to_allowed(key_padding_mask[:, None, None, :]))
+        if attend_mask is not None:
+            _check_mask_dtype(attend_mask, "attend_mask")
+            masks.append(_broadcastable(attend_mask, target, "attend_mask"))
+        if not masks:
+            return None
+        if all(m.dtype == torch.bool for m in masks):
+            return functools.reduce(torch.logical_and, masks)
+        total = torch.zeros((), dtype=like.dtype, device=like.device)
+        for m in masks:
+            total = total + (_additive(m, like.dtype) if m.dtype == torch.bool else m.to(like.dtype))
+        return total
 
     # ------------------------------------------------------------- the maths
-    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(self, query: Tensor, key: Tensor, value: Tensor, self_attention: bool) -> tuple[Tensor, Tensor, Tensor]:
         """q (B, H, Sq, D) and k, v (B, KV, Sk, D)."""
         batch, q_len, _ = query.shape
         k_len = key.shape[1]
-        if key is query and value is query:  # self-attention: one fused matmul
-            weight = torch.cat((self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
-            bias = None
-            if self.q_proj.bias is not None:
-                bias = torch.cat((self.q_proj.bias, self.k_proj.bias, self.v_proj.bias))
-            kv_dim = self.num_kv_heads * self.head_dim
-            q, k, v = F.linear(query, weight, bias).split((self.embed_dim, kv_dim, kv_dim), dim=-1)
+        sizes = (self.q_dim, self.kv_dim, self.kv_dim)
+        if self_attention:  # one matmul with the stored packed weight
+            q, k, v = self.qkv_proj(query).split(sizes, dim=-1)
         else:
-            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+            (wq, wk, wv), (bq, bk, bv) = self.projection_weights()
+            q = F.linear(query, wq, bq)
+            if key is value:
+                kv_bias = None if bq is None else self.qkv_proj.bias[self.q_dim:]
+                k, v = F.linear(key, self.qkv_proj.weight[self.q_dim:], kv_bias).split(sizes[1:], dim=-1)
+            else:
+                k, v = F.linear(key, wk, bk), F.linear(value, wv, bv)
         q = q.view(batch, q_len, self.num_heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, k_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(batch, k_len, self.num_kv_heads, self.head_dim).transpose(1, 2)
@@ -257,7 +334,7 @@ class MultiheadAttention(nn.Module):
     def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         extra = {}
         if self.num_kv_heads != self.num_heads:
-            if _SDPA_HAS_GQA:
+            if sdpa_has_gqa():
                 extra["enable_gqa"] = True
             else:
                 k, v = self._expand_kv(k), self._expand_kv(v)
@@ -285,13 +362,33 @@ class MultiheadAttention(nn.Module):
         dropped = F.dropout(weights, self._dropout_p()) if self._dropout_p() else weights
         return torch.matmul(dropped, v), weights
 
-    def _single_key(self, value: Tensor, batch: int, q_len: int, need_weights: bool):
-        """One key: each weight is softmax of one score = 1, so out = out_proj(v) per query."""
-        v = self._expand_kv(self.v_proj(value).view(batch, self.num_kv_heads, 1, self.head_dim))
-        out = self.out_proj(v.reshape(batch, 1, self.embed_dim)).expand(batch, q_len, self.embed_dim)
-        if not need_weights:
-            return out
-        return out, value.new_ones(batch, self.num_heads, q_len, 1)
+
+def _check_mask_dtype(mask: Tensor, name: str) -> None:
+    if not isinstance(mask, Tensor) or (mask.dtype != torch.bool and not mask.is_floating_point()):
+        got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be a bool or floating-point tensor, got {got}")
+
+
+def _broadcastable(mask: Tensor, target: tuple[int, ...], name: str) -> Tensor:
+    try:
+        ok = mask.dim() <= 4 and torch.broadcast_shapes(mask.shape, target) == target
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to "
+            f"(batch, heads, query_len, key_len) = {target}"
+        )
+    return mask
+
+
+def _blocked_to_allowed(mask: Tensor) -> Tensor:
+    """nn.MultiheadAttention's convention (bool True = blocked) -> SDPA's (True = allowed)."""
+    return ~mask if mask.dtype == torch.bool else mask
+
+
+def _additive(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, float("-inf"))
 
 
 def _and_causal(mask: Tensor | None, q_len: int, k_len: int, device: torch.device) -> Tensor:
@@ -304,4 +401,13 @@ def _and_causal(mask: Tensor | None, q_len: int, k_len: int, device: torch.devic
     return mask.masked_fill(~causal, float("-inf"))
 
 
-__all__ = ["ATTENTION_PATHS", "MultiheadAttention"]
+def _pack_separate_projections(module, state_dict, prefix, *_args) -> None:
+    """Load state dicts with separate ``q_proj``/``k_proj``/``v_proj`` (flops-fit < 0.2 and
+    hand-written ones) by packing them into ``qkv_proj`` once, at load time."""
+    for kind in ("weight", "bias"):
+        parts = [f"{prefix}{p}_proj.{kind}" for p in "qkv"]
+        if all(p in state_dict for p in parts) and f"{prefix}qkv_proj.{kind}" not in state_dict:
+            state_dict[f"{prefix}qkv_proj.{kind}"] = torch.cat([state_dict.pop(p) for p in parts])
+
+
+__all__ = ["ATTENTION_PATHS", "MultiheadAttention", "Rotary", "apply_rotary", "sdpa_has_gqa"]

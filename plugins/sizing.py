@@ -42,29 +42,50 @@ def resolve_heads(width: int, num_heads: int | None, num_kv_heads: int | None, h
     return num_heads, num_kv_heads
 
 
-def attention_params(width: int, num_heads: int, num_kv_heads: int, qkv_bias: bool, out_bias: bool) -> int:
-    """q_proj, k_proj, v_proj and out_proj of ``MultiheadAttention``."""
-    kv_dim = num_kv_heads * (width // num_heads)
-    weights = width * width + 2 * width * kv_dim + width * width
-    return weights + qkv_bias * (width + 2 * kv_dim) + out_bias * width
+def attention_params(
+    width: int, num_heads: int, num_kv_heads: int, qkv_bias: bool, out_bias: bool, *,
+    head_dim: int | None = None, qk_norm: bool = False,
+) -> int:
+    """``qkv_proj`` and ``out_proj`` of ``MultiheadAttention`` (and its QK-norms).
+
+    ``head_dim`` defaults to ``width // num_heads``; ``num_heads * head_dim`` may differ
+    from ``width``."""
+    d = width // num_heads if head_dim is None else head_dim
+    q_dim, kv_dim = num_heads * d, num_kv_heads * d
+    weights = width * (q_dim + 2 * kv_dim) + q_dim * width
+    return weights + qkv_bias * (q_dim + 2 * kv_dim) + out_bias * width + qk_norm * 2 * layer_norm_params(d)
 
 
-def mlp_params(width: int, hidden: int, bias: bool) -> int:
-    """Two linear layers width -> hidden -> width."""
-    return 2 * width * hidden + bias * (hidden + width)
+def mlp_params(width: int, hidden: int, bias: bool, gated: bool = False) -> int:
+    """Two linear layers width -> hidden -> width; ``gated`` (SwiGLU) adds a second input
+    projection of the same size."""
+    inputs = 2 if gated else 1
+    return (inputs + 1) * width * hidden + bias * (inputs * hidden + width)
 
 
 def layer_norm_params(width: int, bias: bool = True) -> int:
     return width * (1 + bias)
 
 
-def block_forward_flops(seq_len: int, width: int, num_heads: int, num_kv_heads: int, hidden: int) -> int:
+def attention_forward_flops(seq_len: int, width: int, num_heads: int, num_kv_heads: int,
+                            head_dim: int | None = None) -> int:
+    """Forward FLOPs of self-attention on ``seq_len`` tokens: the q, k, v and output
+    projections, and scores (q k^T) and values (weights @ v) for every head in full."""
+    d = width // num_heads if head_dim is None else head_dim
+    q_dim, kv_dim = num_heads * d, num_kv_heads * d
+    projections = 2 * seq_len * width * (2 * q_dim + 2 * kv_dim)
+    return projections + 2 * 2 * seq_len * seq_len * q_dim
+
+
+def mlp_forward_flops(seq_len: int, width: int, hidden: int, gated: bool = False) -> int:
+    return 2 * seq_len * width * hidden * (3 if gated else 2)
+
+
+def block_forward_flops(seq_len: int, width: int, num_heads: int, num_kv_heads: int, hidden: int, *,
+                        head_dim: int | None = None, gated: bool = False) -> int:
     """Forward FLOPs of one pre-norm block on one sequence of ``seq_len`` tokens."""
-    kv_dim = num_kv_heads * (width // num_heads)
-    projections = 2 * seq_len * width * (2 * width + 2 * kv_dim)  # q, k, v, out
-    attention = 2 * 2 * seq_len * seq_len * width  # scores q k^T and weights @ v, every head
-    mlp = 2 * 2 * seq_len * width * hidden
-    return projections + attention + mlp
+    return (attention_forward_flops(seq_len, width, num_heads, num_kv_heads, head_dim)
+            + mlp_forward_flops(seq_len, width, hidden, gated))
 
 
 def training_from_forward(forward_flops: float) -> float:

@@ -19,12 +19,23 @@ import flops_fit
 from flops_fit.checks import positive_int
 
 POOLS = ("token", "avg")
-GELUS = ("exact", "tanh")
+# timm's act_layer names for ViT MLPs that we reproduce; "swish" is timm's alias of "silu".
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "silu", "relu")
 
 
 @dataclass(frozen=True)
 class ViTConfig:
-    """Every knob of the built-in ViT; validated on construction (ValueError)."""
+    """Every knob of the built-in ViT; validated on construction (ValueError).
+
+    The variants the ViT literature names are options with timm's names and meanings:
+    ``class_token`` and ``global_pool`` ("token": the class token, "avg": the mean of the
+    patch tokens), ``fc_norm`` (final norm after pooling; None = timm's default, after
+    pooling for "avg"), ``reg_tokens`` (register tokens), ``init_values`` (LayerScale,
+    DeiT-III / CaiT), ``qk_norm``, ``no_embed_class`` (position embedding over patches
+    only), ``pre_norm`` (a norm before the blocks, no patch-embedding bias, as CLIP),
+    ``dist_token`` (DeiT's distillation token and head; inference returns the mean of the
+    two heads), ``act_layer`` and ``proj_bias`` (output-projection and MLP biases).
+    """
 
     width: int
     depth: int = 6
@@ -37,9 +48,18 @@ class ViTConfig:
     num_classes: int = 10
     mlp_ratio: float = 4.0
     global_pool: str = "token"
+    fc_norm: bool | None = None
+    class_token: bool = True
+    reg_tokens: int = 0
+    no_embed_class: bool = False
+    pre_norm: bool = False
+    dist_token: bool = False
+    init_values: float | None = None
+    qk_norm: bool = False
     qkv_bias: bool = True
+    proj_bias: bool = True
     norm_eps: float = 1e-6
-    gelu: str = "exact"
+    act_layer: str = "gelu"
 
     def __post_init__(self) -> None:
         heads, kv_heads = sizing.resolve_heads(self.width, self.num_heads, self.num_kv_heads, self.head_dim)
@@ -55,25 +75,58 @@ class ViTConfig:
         if not self.mlp_ratio > 0 or int(self.width * self.mlp_ratio) <= 0:
             raise ValueError(f"mlp_ratio must give a positive MLP width, got {self.mlp_ratio!r}")
         if self.global_pool not in POOLS:
-            raise ValueError(f"global_pool must be one of {POOLS}, got {self.global_pool!r}")
-        if self.gelu not in GELUS:
-            raise ValueError(f"gelu must be one of {GELUS}, got {self.gelu!r}")
+            raise ValueError(
+                f"global_pool must be one of {POOLS}, got {self.global_pool!r} "
+                f"(attention pooling 'map', 'max' and 'avgmax' are not implemented)"
+            )
+        if self.act_layer not in ACTIVATIONS:
+            raise ValueError(f"act_layer must be one of {ACTIVATIONS}, got {self.act_layer!r}")
         if not self.norm_eps > 0:
             raise ValueError(f"norm_eps must be positive, got {self.norm_eps!r}")
+        if not isinstance(self.reg_tokens, int) or self.reg_tokens < 0:
+            raise ValueError(f"reg_tokens must be a non-negative integer, got {self.reg_tokens!r}")
+        if self.global_pool == "token" and not self.class_token:
+            raise ValueError("global_pool='token' reads the class token: set class_token=True or global_pool='avg'")
+        if self.dist_token and not (self.class_token and self.global_pool == "token" and not self.reg_tokens
+                                    and not self.fc_norm):
+            raise ValueError(
+                "dist_token=True (DeiT) needs class_token=True, global_pool='token', no reg_tokens and "
+                "fc_norm not True, as timm's VisionTransformerDistilled"
+            )
+        if self.init_values is not None and not self.init_values > 0:
+            raise ValueError(f"init_values (LayerScale) must be positive or None, got {self.init_values!r}")
 
     @property
     def num_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
 
     @property
+    def num_prefix_tokens(self) -> int:
+        """Class, distillation and register tokens, in that order before the patches."""
+        return int(self.class_token) + int(self.dist_token) + self.reg_tokens
+
+    @property
     def seq_len(self) -> int:
-        """Patch tokens plus the class token."""
-        return self.num_patches + 1
+        """Tokens the blocks see: prefix tokens plus patches."""
+        return self.num_prefix_tokens + self.num_patches
+
+    @property
+    def pos_embed_len(self) -> int:
+        return self.num_patches if self.no_embed_class else self.seq_len
+
+    @property
+    def norm_after_pool(self) -> bool:
+        """timm's ``fc_norm``: the final norm after pooling (default for average pooling)."""
+        return self.global_pool == "avg" if self.fc_norm is None else bool(self.fc_norm)
 
     @property
     def mlp_hidden(self) -> int:
         return int(self.width * self.mlp_ratio)  # as timm
 
+    @property
+    def num_heads_out(self) -> int:
+        """Classifier heads: two with a distillation token."""
+        return 2 if self.dist_token else 1
 
     @classmethod
     def of(cls, width: int, **config) -> ViTConfig:
@@ -82,9 +135,9 @@ class ViTConfig:
 
 
 def embedding_params(cfg: ViTConfig) -> int:
-    """Patch embedding (conv weight and bias), class token and position embedding."""
-    patch = cfg.width * cfg.in_chans * cfg.patch_size**2 + cfg.width
-    return patch + cfg.width + cfg.seq_len * cfg.width
+    """Patch embedding (conv weight, and bias unless pre_norm), prefix tokens, position embedding."""
+    patch = cfg.width * cfg.in_chans * cfg.patch_size**2 + (0 if cfg.pre_norm else cfg.width)
+    return patch + cfg.num_prefix_tokens * cfg.width + cfg.pos_embed_len * cfg.width
 
 
 def param_count(width: int, **config) -> int:
@@ -93,11 +146,14 @@ def param_count(width: int, **config) -> int:
     c = cfg.width
     block = (
         2 * sizing.layer_norm_params(c)
-        + sizing.attention_params(c, cfg.num_heads, cfg.num_kv_heads, cfg.qkv_bias, True)
-        + sizing.mlp_params(c, cfg.mlp_hidden, True)
+        + sizing.attention_params(c, cfg.num_heads, cfg.num_kv_heads, cfg.qkv_bias, cfg.proj_bias,
+                                  qk_norm=cfg.qk_norm)
+        + sizing.mlp_params(c, cfg.mlp_hidden, cfg.proj_bias)
+        + (2 * c if cfg.init_values is not None else 0)  # LayerScale gammas
     )
-    head = sizing.layer_norm_params(c) + c * cfg.num_classes + cfg.num_classes
-    return embedding_params(cfg) + cfg.depth * block + head
+    pre = sizing.layer_norm_params(c) if cfg.pre_norm else 0
+    head = sizing.layer_norm_params(c) + cfg.num_heads_out * (c * cfg.num_classes + cfg.num_classes)
+    return embedding_params(cfg) + pre + cfg.depth * block + head
 
 
 def patch_embed_flops(cfg: ViTConfig) -> int:
@@ -106,13 +162,13 @@ def patch_embed_flops(cfg: ViTConfig) -> int:
 
 
 def forward_flops(width: int, **config) -> int:
-    """Forward FLOPs per image: patch embedding, every block on all S tokens, head."""
+    """Forward FLOPs per image: patch embedding, every block on all S tokens, head(s)."""
     cfg = ViTConfig.of(width, **config)
     patch = patch_embed_flops(cfg)
     blocks = cfg.depth * sizing.block_forward_flops(
         cfg.seq_len, cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.mlp_hidden
     )
-    head = 2 * cfg.width * cfg.num_classes  # on the pooled token only
+    head = cfg.num_heads_out * 2 * cfg.width * cfg.num_classes  # on the pooled token(s) only
     return patch + blocks + head
 
 

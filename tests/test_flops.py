@@ -14,7 +14,7 @@ analytic count keeps the backward = 2 x forward convention.
 
 import pytest
 import torch
-from flops_fit.plugins import gpt, gpt_model, vit, vit_model
+from flops_fit.plugins import gpt, gpt_model, llama, llama_model, vit, vit_model
 from torch.utils.flop_counter import FlopCounterMode
 
 VIT_PRESETS = {
@@ -51,7 +51,12 @@ VIT_CASES = [
     (32, "small", vit.VIT_DEFAULTS),
     (192, "medium", vit.VIT_DEFAULTS),
     (512, "large", vit.VIT_DEFAULTS),
-    (128, "gqa-avg-tanh", {**vit.VIT_DEFAULTS, "num_kv_heads": 1, "global_pool": "avg", "gelu": "tanh"}),
+    (128, "gqa-avg-tanh", {**vit.VIT_DEFAULTS, "num_kv_heads": 1, "global_pool": "avg", "act_layer": "gelu_tanh"}),
+    (64, "gap-norm-first", {**vit.VIT_DEFAULTS, "class_token": False, "global_pool": "avg", "fc_norm": False}),
+    (64, "registers-qknorm-layerscale", {**vit.VIT_DEFAULTS, "reg_tokens": 4, "qk_norm": True, "init_values": 1e-5}),
+    (64, "clip-no-embed-class", {**vit.VIT_DEFAULTS, "pre_norm": True, "act_layer": "quick_gelu", "no_embed_class": True,
+                                 "proj_bias": False}),
+    (64, "deit-distilled", {**vit.VIT_DEFAULTS, "dist_token": True, "act_layer": "silu"}),
 ]
 
 
@@ -80,6 +85,29 @@ def test_gpt_training_flops_match_flop_counter(width, label, config):
     assert counted == analytic
 
 
+def count_llama(width, config, device="meta"):
+    with torch.device(device):
+        model = llama_model.build(width, **config)
+        tokens = torch.zeros(1, model.config.block_size, dtype=torch.long)
+        return counted_training_flops(model, tokens) / model.config.block_size
+
+
+LLAMA_CASES = [
+    (32, "small", llama.LLAMA_DEFAULTS),
+    (128, "medium-gqa", {**llama.LLAMA_DEFAULTS, "n_kv_head": 2}),
+    (512, "large-mqa-tied", {**llama.LLAMA_DEFAULTS, "n_kv_head": 1, "tie_word_embeddings": True}),
+    (64, "head-size-biases-window", {**llama.LLAMA_DEFAULTS, "n_head": 4, "head_size": 32, "attention_bias": True,
+                                     "mlp_bias": True, "sliding_window": 16, "rope_type": "llama3", "rope_factor": 8.0}),
+    (4096, "llama-3-8b-shape", {**llama.LLAMA_DEFAULTS, "n_layer": 1, "n_head": 32, "n_kv_head": 8,
+                                "intermediate_size": 14336, "vocab_size": 128256, "block_size": 256}),
+]
+
+
+@pytest.mark.parametrize("width, label, config", LLAMA_CASES, ids=[c[1] for c in LLAMA_CASES])
+def test_llama_training_flops_match_flop_counter(width, label, config):
+    assert count_llama(width, config) == llama.training_flops(width, **config)
+
+
 def _math_attention(model):
     for module in model.modules():
         if hasattr(module, "path"):
@@ -93,6 +121,11 @@ def test_meta_count_equals_real_cpu_execution_on_the_math_path():
     model = _math_attention(gpt_model.build(32, **config))
     real = counted_training_flops(model, torch.randint(0, 256, (1, 32))) / 32
     assert real == count_gpt(32, config) == gpt.training_flops(32, **config)
+
+    lconfig = {**llama.LLAMA_DEFAULTS, "n_layer": 2, "block_size": 32, "n_kv_head": 1, "sliding_window": 8}
+    model = _math_attention(llama_model.build(32, **lconfig))
+    real = counted_training_flops(model, torch.randint(0, 256, (1, 32))) / 32
+    assert real == count_llama(32, lconfig) == llama.training_flops(32, **lconfig)
 
     vconfig = {**vit.VIT_DEFAULTS, "depth": 2}
     model = _math_attention(vit_model.build(64, **vconfig))

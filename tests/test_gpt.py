@@ -80,8 +80,8 @@ def _hf_gpt2(ours):
         for ln in ("ln_1", "ln_2"):
             for t in ("weight", "bias"):
                 new[hf + f"{ln}.{t}"] = sd[ours_p + f"{ln}.{t}"]
-        new[hf + "attn.c_attn.weight"] = torch.cat([sd[ours_p + f"attn.{n}_proj.weight"] for n in "qkv"]).T
-        new[hf + "attn.c_attn.bias"] = torch.cat([sd[ours_p + f"attn.{n}_proj.bias"] for n in "qkv"])
+        new[hf + "attn.c_attn.weight"] = sd[ours_p + "attn.qkv_proj.weight"].T
+        new[hf + "attn.c_attn.bias"] = sd[ours_p + "attn.qkv_proj.bias"]
         pairs = (("attn.c_proj", "attn.out_proj"), ("mlp.c_fc", "mlp.fc"), ("mlp.c_proj", "mlp.proj"))
         for theirs, mine in pairs:
             new[hf + theirs + ".weight"] = sd[ours_p + mine + ".weight"].T
@@ -143,7 +143,7 @@ def test_parameter_names_are_the_contract():
     expected = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias", "lm_head.weight"}
     for i in range(2):
         expected |= {f"blocks.{i}.{m}.{t}" for m in ("ln_1", "ln_2", "mlp.fc", "mlp.proj") for t in ("weight", "bias")}
-        expected |= {f"blocks.{i}.attn.{p}_proj.{t}" for p in ("q", "k", "v", "out") for t in ("weight", "bias")}
+        expected |= {f"blocks.{i}.attn.{p}_proj.{t}" for p in ("qkv", "out") for t in ("weight", "bias")}
     assert names == expected
 
 

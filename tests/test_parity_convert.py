@@ -34,7 +34,7 @@ def test_timm_preset_layouts_convert_to_our_presets(preset, tmp_path) -> None:
     ref = timm.create_model(preset, pretrained=False, depth=1)
     converted = convert_timm_vit(_save(ref.state_dict(), tmp_path / "m.safetensors"), architecture=preset)
     ours = converted.build()
-    assert torch.equal(ours.blocks[0].attn.k_proj.weight, ref.blocks[0].attn.qkv.weight.chunk(3)[1])
+    assert torch.equal(ours.blocks[0].attn.projection_weights()[0][1], ref.blocks[0].attn.qkv.weight.chunk(3)[1])
     preset_config = flops_fit.model_info(preset).config()
     assert converted.size == flops_fit.model_info(preset).default_size
     for key in ("num_heads", "patch_size", "image_size", "in_chans", "num_classes", "mlp_ratio", "norm_eps"):
@@ -55,7 +55,7 @@ def test_timm_unknown_architecture_is_named() -> None:
 def test_timm_feature_extractor_gets_a_fresh_head() -> None:
     ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, **{**case_vit.TINY, "num_classes": 0})
     converted = convert_timm_vit(ref.state_dict(), num_heads=4)
-    assert converted.fresh == ("head.weight", "head.bias") and converted.config["num_classes"] == 1
+    assert converted.fresh[:2] == ("head.weight", "head.bias") and converted.config["num_classes"] == 1
     ours = converted.build()
     assert torch.equal(ours.blocks[1].mlp.fc2.weight, ref.blocks[1].mlp.fc2.weight)
 
@@ -67,14 +67,80 @@ def test_timm_missing_key_is_listed(tmp_path) -> None:
         convert_timm_vit(_save(state, tmp_path / "m.safetensors"), num_heads=4)
 
 
-def test_timm_unsupported_feature_fails_as_unexpected_keys() -> None:
-    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1, init_values=1e-5, qk_norm=True,
-                            img_size=32, patch_size=8, embed_dim=64, num_heads=4)
-    with pytest.raises(ConversionError) as err:
-        convert_timm_vit(ref.state_dict(), num_heads=4)
-    message = str(err.value)
-    assert "unexpected in the reference" in message
-    assert "blocks.0.ls1.gamma" in message and "blocks.0.attn.q_norm.weight" in message
+def _logits_match(ref, ours) -> bool:
+    from flops_fit.parity.compare import Side, compare_sides
+
+    rows = compare_sides(Side(ref, lambda m, i: m(*i)), Side(ours, lambda m, i: m(*i)), [probe.images(2, 3, 32)])
+    return all(r.passed for r in rows)
+
+
+def test_regression_avg_pool_with_norm_before_pooling(tmp_path) -> None:
+    """global_pool='avg' with fc_norm=False (the final norm before pooling) once converted
+    silently as token pooling (logits off by ~2). A timm folder declares it; a bare weights
+    file cannot tell, so the converter states its assumption and takes an override."""
+    ref = case_vit.timm_reference(variant="avg-norm-first")
+    case_vit.save_timm(ref, tmp_path)
+    from_folder = convert_timm_vit(tmp_path)
+    assert from_folder.config["global_pool"] == "avg" and from_folder.config["fc_norm"] is False
+    assert from_folder.assumptions == {}
+    assert _logits_match(ref, from_folder.build())
+
+    bare = convert_timm_vit(ref.state_dict(), num_heads=4)
+    assert "global_pool" in bare.assumptions and "cannot tell token pooling" in bare.assumptions["global_pool"]
+    assert set(bare.assumptions) == {"global_pool", "act_layer", "norm_eps"}
+    assert not _logits_match(ref, bare.build())  # the assumption is wrong here, and it was stated
+    overridden = convert_timm_vit(ref.state_dict(), num_heads=4, global_pool="avg")
+    assert "global_pool" not in overridden.assumptions and _logits_match(ref, overridden.build())
+
+
+def test_regression_options_in_config_json_are_read(tmp_path) -> None:
+    """A non-default act_layer in config.json's model_args once converted with our defaults."""
+    ref = case_vit.timm_reference(variant="silu")
+    case_vit.save_timm(ref, tmp_path)
+    converted = convert_timm_vit(tmp_path)
+    assert converted.config["act_layer"] == "silu" and _logits_match(ref, converted.build())
+    bare = convert_timm_vit(ref.state_dict(), num_heads=4)
+    assert bare.config["act_layer"] == "gelu" and "MLP activation" in bare.assumptions["act_layer"]
+    assert _logits_match(ref, convert_timm_vit(ref.state_dict(), num_heads=4, act_layer="silu").build())
+    assert convert_timm_vit(ref.state_dict(), num_heads=4, norm_eps=1e-5).config["norm_eps"] == 1e-5
+
+
+@pytest.mark.parametrize("variant", sorted(set(case_vit.TIMM_VARIANTS) - {"avg-norm-first", "silu"}))
+def test_timm_variants_convert_from_bare_weights(variant) -> None:
+    """Every variant's structure is read off the tensors (tokens, LayerScale, QK-norm, ...)."""
+    ref = case_vit.timm_reference(variant=variant)
+    options = dict(case_vit.TIMM_VARIANTS[variant][1])
+    extra = {"act_layer": options["act_layer"]} if "act_layer" in options else {}
+    converted = convert_timm_vit(ref.state_dict(), num_heads=4, **extra)
+    assert _logits_match(ref, converted.build())
+    assert converted.build().num_params() == sum(p.numel() for p in ref.parameters())
+
+
+@pytest.mark.parametrize(("options", "refusal"), [
+    ({"global_pool": "map"}, "global_pool='map' (attention pooling)"),
+    ({"global_pool": "max"}, "global_pool='max'"),
+    ({"scale_attn_norm": True}, "scale_attn_norm=True"),
+    ({"scale_mlp_norm": True}, "scale_mlp_norm=True"),
+    ({"final_norm": False}, "final_norm=False"),
+    ({"norm_layer": "rmsnorm"}, "norm_layer=RmsNorm"),
+    ({"act_layer": "mish"}, "act_layer=Mish"),
+    ({"pos_embed": "none"}, "not timm ViT weights with a learned position embedding"),
+    ({"pool_include_prefix": True, "global_pool": "avg"}, "pool_include_prefix=True"),
+    ({"dynamic_img_size": True}, "dynamic_img_size=True"),
+    ({"not_an_option": 1}, "timm refuses these options"),
+])
+def test_timm_options_we_do_not_reproduce_are_refused_by_name(options, refusal) -> None:
+    ref = timm.create_model("vit_tiny_patch16_224", pretrained=False, **{**case_vit.TINY, **options}) \
+        if "not_an_option" not in options else case_vit.timm_reference()
+    with pytest.raises(ConversionError, match="options our vit does not reproduce|timm refuses|is missing") as err:
+        convert_timm_vit(ref.state_dict(), num_heads=4, **options)
+    assert refusal in str(err.value)
+
+
+def test_timm_other_families_are_refused_by_name() -> None:
+    ref = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=28, depth=1)
+    with pytest.raises(ConversionError, match="timm model class Eva is not supported .*EVA / RoPE ViTs"):
+        convert_timm_vit(ref.state_dict(), architecture="eva02_tiny_patch14_224", img_size=28, depth=1)
 
 
 def test_mis_shaped_key_is_listed_with_both_shapes() -> None:
@@ -149,9 +215,9 @@ def test_gpt2_unsupported_config_is_named() -> None:
 
 def test_torch_mha_with_other_key_width_is_mis_shaped() -> None:
     mha = nn.MultiheadAttention(64, 4, kdim=32, vdim=32, batch_first=True)
-    with pytest.raises(ConversionError, match=r"mis-shaped: k_proj\.weight: converted \(64, 32\), "
-                                              r"our model expects \(64, 64\)"):
-        convert_torch_mha(mha.state_dict(), num_heads=4).build()
+    with pytest.raises(ConversionError, match=r"qkv_proj\.weight: k_proj_weight \(64, 32\), v_proj_weight \(64, 32\) "
+                                              r"do not pack with q_proj_weight \(64, 64\)"):
+        convert_torch_mha(mha.state_dict(), num_heads=4)
 
 
 def test_torch_mha_bias_kv_is_unexpected() -> None:

@@ -63,7 +63,7 @@ def test_presets_match_timm_configuration(host, name, width, heads):
     cfg = ours.config
     assert (cfg.width, cfg.depth, cfg.num_heads, cfg.patch_size, cfg.image_size, cfg.num_classes) == (
         ref.embed_dim, len(ref.blocks), ref.blocks[0].attn.num_heads, 16, 224, ref.num_classes)
-    assert cfg.norm_eps == ref.norm.eps == 1e-6 and cfg.gelu == "exact" and cfg.qkv_bias
+    assert cfg.norm_eps == ref.norm.eps == 1e-6 and cfg.act_layer == "gelu" and cfg.qkv_bias
     assert ours.num_params() == sum(p.numel() for p in ref.parameters())
 
 
@@ -77,14 +77,9 @@ def _timm_model(ours, **kwargs):
         embed_dim=cfg.width, depth=cfg.depth, num_heads=cfg.num_heads, mlp_ratio=cfg.mlp_ratio,
         qkv_bias=cfg.qkv_bias, global_pool=cfg.global_pool, **kwargs,
     ).eval()
-    sd = dict(ours.state_dict())
-    for i in range(cfg.depth):
-        p = f"blocks.{i}.attn."
-        sd[p + "qkv.weight"] = torch.cat([sd.pop(p + f"{n}_proj.weight") for n in "qkv"])
-        if cfg.qkv_bias:
-            sd[p + "qkv.bias"] = torch.cat([sd.pop(p + f"{n}_proj.bias") for n in "qkv"])
-        sd[p + "proj.weight"], sd[p + "proj.bias"] = sd.pop(p + "out_proj.weight"), sd.pop(p + "out_proj.bias")
-    if cfg.global_pool == "avg":  # our `norm` is timm's fc_norm in that case
+    sd = {k.replace("attn.qkv_proj", "attn.qkv").replace("attn.out_proj", "attn.proj"): v
+          for k, v in ours.state_dict().items()}
+    if cfg.norm_after_pool:  # our `norm` is timm's fc_norm in that case
         sd["fc_norm.weight"], sd["fc_norm.bias"] = sd.pop("norm.weight"), sd.pop("norm.bias")
     ref.load_state_dict(sd)
     return ref
@@ -109,7 +104,7 @@ def test_tanh_gelu_and_eps_are_real_differences():
     torch.manual_seed(0)
     base = build(32, **SMALL).eval()
     x = images()
-    for change in ({"gelu": "tanh"}, {"norm_eps": 1e-5}):
+    for change in ({"act_layer": "gelu_tanh"}, {"norm_eps": 1e-5}):
         other = build(32, **SMALL, **change).eval()
         other.load_state_dict(base.state_dict())
         diff = (other(x) - base(x)).abs().max()
@@ -118,7 +113,7 @@ def test_tanh_gelu_and_eps_are_real_differences():
 
 def test_gqa_vit_runs_and_shrinks_kv():
     model = build(64, **SMALL, num_kv_heads=1)
-    assert model.blocks[0].attn.k_proj.weight.shape == (32, 64)
+    assert model.blocks[0].attn.qkv_proj.weight.shape == (64 + 2 * 32, 64)
     assert model(images()).shape == (2, 5)
 
 
@@ -127,7 +122,11 @@ def test_gqa_vit_runs_and_shrinks_kv():
     [
         ({"image_size": 30, "patch_size": 4}, "image_size 30 is not divisible by patch_size 4"),
         ({"global_pool": "max"}, r"global_pool must be one of \('token', 'avg'\), got 'max'"),
-        ({"gelu": "relu"}, "gelu must be one of .* got 'relu'"),
+        ({"act_layer": "mish"}, "act_layer must be one of .* got 'mish'"),
+        ({"class_token": False}, "global_pool='token' reads the class token"),
+        ({"dist_token": True, "global_pool": "avg"}, "dist_token=True .DeiT. needs class_token=True, global_pool='token'"),
+        ({"reg_tokens": -1}, "reg_tokens must be a non-negative integer, got -1"),
+        ({"init_values": 0.0}, "init_values .LayerScale. must be positive or None, got 0.0"),
         ({"depth": 0}, "depth must be a positive integer, got 0"),
         ({"norm_eps": 0.0}, "norm_eps must be positive, got 0.0"),
         ({"num_heads": 5}, "width 32 is not divisible by the number of heads 5"),
@@ -180,8 +179,7 @@ def test_parameter_names_are_the_contract():
                 "norm.bias", "head.weight", "head.bias"}
     for i in range(2):
         expected |= {f"blocks.{i}.{m}.{t}" for m in ("norm1", "norm2", "mlp.fc1", "mlp.fc2") for t in ("weight", "bias")}
-        expected |= {f"blocks.{i}.attn.{p}_proj.{t}" for p in "qkv" for t in ("weight", "bias")}
-        expected |= {f"blocks.{i}.attn.out_proj.{t}" for t in ("weight", "bias")}
+        expected |= {f"blocks.{i}.attn.{p}_proj.{t}" for p in ("qkv", "out") for t in ("weight", "bias")}
     assert names == expected
     model = build(32, **SMALL)
     assert model.cls_token.shape == (1, 1, 32) and model.pos_embed.shape == (1, 17, 32)

@@ -8,7 +8,7 @@ import pytest
 import flops_fit
 from flops_fit.plugin.host import BUILTIN_PLUGINS
 
-ZOO_MODULES = ("flops_fit.plugins.vit", "flops_fit.plugins.gpt", "flops_fit.plugins.losses")
+ZOO_MODULES = ("flops_fit.plugins.vit", "flops_fit.plugins.gpt", "flops_fit.plugins.llama", "flops_fit.plugins.losses")
 
 
 @pytest.mark.parametrize("module", ZOO_MODULES)
@@ -21,10 +21,10 @@ def test_registration_modules_do_not_import_torch(module):
 
 def test_builtin_host_lists_the_zoo():
     models = flops_fit.list_models()
-    for name in ("vit", "gpt", "gpt2", "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224"):
+    for name in ("vit", "gpt", "gpt2", "llama", "vit_tiny_patch16_224", "vit_small_patch16_224", "vit_base_patch16_224"):
         assert name in models
     assert {"cross-entropy", "next-token"} <= set(flops_fit.list_losses())
-    for name in ("vit", "gpt"):
+    for name in ("vit", "gpt", "llama"):
         entry = flops_fit.model_info(name)
         loss = flops_fit.loss_info(entry.default_loss)
         assert loss.task == entry.task
@@ -32,5 +32,5 @@ def test_builtin_host_lists_the_zoo():
 
 def test_flops_fit_models_cli_lists_the_zoo():
     out = subprocess.run([sys.executable, "-m", "flops_fit", "models"], capture_output=True, text=True, check=True)
-    for name in ("vit", "gpt", "gpt2", "vit_base_patch16_224"):
+    for name in ("vit", "gpt", "gpt2", "llama", "vit_base_patch16_224"):
         assert f"\n{name} " in out.stdout, out.stdout

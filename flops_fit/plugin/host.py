@@ -33,6 +33,7 @@ BUILTIN_NAMESPACE = "flops_fit"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "flops_fit.plugins.vit",
     "flops_fit.plugins.gpt",
+    "flops_fit.plugins.llama",
     "flops_fit.plugins.losses",
     "flops_fit.plugins.datasets",
     "flops_fit.executors.local",

@@ -1,0 +1,173 @@
+"""Hugging Face ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` / ``MistralForCausalLM`` -> our ``llama``.
+
+The three share one layout (``model.embed_tokens``, ``model.layers.N.{input_layernorm,
+self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}``,
+``model.norm``, ``lm_head``) and differ in options, all read from ``config.json``:
+
+* biases: Llama ``attention_bias`` (all four projections) and ``mlp_bias``; Qwen2 always has
+  q/k/v biases and none on ``o_proj``; Mistral none;
+* RoPE: ``rope_parameters`` (transformers 5) or ``rope_theta`` / ``rope_scaling`` (4.x):
+  ``default``, ``linear`` and ``llama3`` are reproduced, other types refused by name;
+* Mistral's ``sliding_window`` (and Qwen2's when every layer uses it) is reproduced;
+  per-layer mixes of sliding and full attention are refused;
+* ``head_dim`` may differ from ``hidden_size / num_attention_heads``; GQA pairing is the
+  same on both sides (HF ``repeat_kv`` = ``repeat_interleave``), so q/k/v rows copy as they
+  are and pack into our ``qkv_proj``; HF's rotate-half RoPE layout is ours by default.
+
+Every other key the config declares is either known to leave the forward unchanged
+(token ids, ``use_cache``, ...) or refused by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+
+from flops_fit.errors import ConversionError
+
+MODEL_TYPES = {"llama": "HF LlamaForCausalLM", "qwen2": "HF Qwen2ForCausalLM", "mistral": "HF MistralForCausalLM"}
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
+               "gelu_new": "gelu_tanh"}
+ROPE_KEYS = {
+    "default": {"rope_type", "type", "rope_theta"},
+    "linear": {"rope_type", "type", "rope_theta", "factor"},
+    "llama3": {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
+               "original_max_position_embeddings"},
+}
+# Config keys that do not change what the forward computes.
+INERT = {
+    "architectures", "dtype", "torch_dtype", "transformers_version", "_name_or_path", "bos_token_id",
+    "eos_token_id", "pad_token_id", "use_cache", "initializer_range", "model_type", "output_attentions",
+    "output_hidden_states", "return_dict", "id2label", "label2id", "problem_type", "tie_encoder_decoder",
+    "chunk_size_feed_forward", "is_encoder_decoder", "tokenizer_class", "prefix", "sep_token_id",
+    "decoder_start_token_id", "task_specific_params", "finetuning_task", "cross_attention_hidden_size",
+    "add_cross_attention", "is_decoder", "pruned_heads", "torchscript", "use_bfloat16", "tf_legacy_loss",
+    "max_window_layers",  # only read through layer_types / use_sliding_window
+}
+HANDLED = {
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act",
+    "attention_bias", "mlp_bias", "tie_word_embeddings", "rope_parameters", "rope_theta", "rope_scaling",
+    "sliding_window", "use_sliding_window", "layer_types", "pretraining_tp", "attention_dropout",
+    "partial_rotary_factor",
+}
+
+
+def convert_llama(source: str | Path | dict[str, Any], config: dict[str, Any] | None = None) -> Converted:
+    """Convert a saved Llama / Qwen2 / Mistral causal LM (a ``save_pretrained`` folder, or
+    tensors plus ``config``) to our ``llama``; ``.build()`` gives the reference's logits."""
+    tensors, config = read_source(source, config, "HF Llama-family model", need_config=True)
+    our = llama_config(config)
+    reference = MODEL_TYPES[config["model_type"]]
+    m = KeyMapper(tensors, reference, ignore=[r"model\.rotary_emb\.inv_freq", r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq"])
+    state = llama_state(m, our)
+    return Converted("llama", our.pop("width"), our, state, reference, dropped=m.dropped)
+
+
+def llama_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Our ``llama`` configuration from a Hugging Face config; ConversionError naming every
+    option it does not reproduce."""
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ConversionError(
+            f"HF Llama-family converter: model_type={model_type!r} is not supported; it converts "
+            f"{sorted(MODEL_TYPES)}"
+        )
+    what = MODEL_TYPES[model_type]
+    refused = [f"{k}={config[k]!r} (unknown option)" for k in sorted(set(config) - INERT - HANDLED)]
+    act = config.get("hidden_act", "silu")
+    if act not in ACTIVATIONS:
+        refused.append(f"hidden_act={act!r}")
+    if config.get("pretraining_tp", 1) != 1:
+        refused.append(f"pretraining_tp={config['pretraining_tp']!r}")
+    if config.get("attention_dropout", 0.0):
+        refused.append(f"attention_dropout={config['attention_dropout']!r}")
+    if config.get("partial_rotary_factor", 1.0) != 1.0:
+        refused.append(f"partial_rotary_factor={config['partial_rotary_factor']!r}")
+    rope, rope_refusals = _rope(config)
+    window, window_refusals = _sliding_window(config)
+    refused += rope_refusals + window_refusals
+    if refused:
+        raise ConversionError(f"{what}: options our llama does not reproduce: {'; '.join(refused)}")
+    width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    if heads % kv_heads:
+        raise ConversionError(f"{what}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
+    qwen2 = model_type == "qwen2"
+    attention_bias = bool(config.get("attention_bias", False))
+    return {
+        "width": width,
+        "n_layer": int(config["num_hidden_layers"]),
+        "n_head": heads,
+        "n_kv_head": kv_heads,
+        "head_size": int(config.get("head_dim") or width // heads),
+        "intermediate_size": int(config["intermediate_size"]),
+        "vocab_size": int(config["vocab_size"]),
+        "block_size": int(config.get("max_position_embeddings", 2048)),
+        "rms_norm_eps": float(config.get("rms_norm_eps", 1e-6)),
+        **rope,
+        "hidden_act": ACTIVATIONS[act],
+        "attention_bias": attention_bias,
+        "qkv_bias": True if qwen2 else attention_bias,
+        "mlp_bias": bool(config.get("mlp_bias", False)),
+        "tie_word_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "sliding_window": window,
+    }
+
+
+def _rope(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    theta = params.get("rope_theta", config.get("rope_theta") or 10000.0)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in ROPE_KEYS:
+        return {}, [f"rope_type={rope_type!r} (ours: {sorted(ROPE_KEYS)})"]
+    extra = sorted(set(params) - ROPE_KEYS[rope_type])
+    if extra:
+        return {}, [f"rope parameters {extra} for rope_type={rope_type!r}"]
+    out = {"rope_theta": float(theta), "rope_type": rope_type}
+    if rope_type != "default":
+        out["rope_factor"] = float(params["factor"])
+    if rope_type == "llama3":
+        out.update(rope_low_freq_factor=float(params["low_freq_factor"]),
+                   rope_high_freq_factor=float(params["high_freq_factor"]),
+                   rope_original_max_position=int(params["original_max_position_embeddings"]))
+    return out, []
+
+
+def _sliding_window(config: dict[str, Any]) -> tuple[int | None, list[str]]:
+    """Mistral: ``sliding_window`` on every layer. Qwen2: only with ``use_sliding_window``, on
+    the layers ``layer_types`` marks; all or none is reproduced."""
+    window = config.get("sliding_window")
+    if config.get("model_type") == "qwen2" and not config.get("use_sliding_window", False):
+        window = None
+    kinds = set(config.get("layer_types") or [])
+    if kinds == {"full_attention"}:
+        window = None if config.get("model_type") == "qwen2" else window
+    if window is not None and "full_attention" in kinds and "sliding_attention" in kinds:
+        return None, [f"layer_types mixing sliding and full attention ({config['layer_types']})"]
+    return (int(window) if window is not None else None), []
+
+
+def llama_state(m: KeyMapper, our: dict[str, Any]) -> dict[str, Any]:
+    """Map the shared Llama-family keys to ours; q/k/v rows pack into ``qkv_proj``."""
+    m.map("embed_tokens.weight", "model.embed_tokens.weight")
+    m.map("norm.weight", "model.norm.weight")
+    if not our["tie_word_embeddings"] or m.has("lm_head.weight"):  # tied: save_pretrained omits it
+        m.map("lm_head.weight", "lm_head.weight")
+    for i in range(our["n_layer"]):
+        a, b = f"model.layers.{i}.", f"layers.{i}."
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            m.map(f"{b}{norm}.weight", f"{a}{norm}.weight")
+        for kind, present in (("weight", True), ("bias", our["qkv_bias"])):
+            if present:
+                m.concat(f"{b}self_attn.qkv_proj.{kind}", [f"{a}self_attn.{p}_proj.{kind}" for p in "qkv"])
+        for kind, present in (("weight", True), ("bias", our["attention_bias"])):
+            if present:
+                m.map(f"{b}self_attn.out_proj.{kind}", f"{a}self_attn.o_proj.{kind}")
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            for kind, present in (("weight", True), ("bias", our["mlp_bias"])):
+                if present:
+                    m.map(f"{b}mlp.{proj}.{kind}", f"{a}mlp.{proj}.{kind}")
+    return m.finish()
