@@ -27,6 +27,7 @@ from flops_fit.errors import (
     RunLost,
     StoreBusy,
     StoreError,
+    TrackingWarning,
     UnknownEntryError,
     WeightFileError,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "RunLost",
     "StoreBusy",
     "StoreError",
+    "TrackingWarning",
     "UnknownEntryError",
     "WeightFileError",
     "__version__",
