@@ -79,6 +79,7 @@ _LAZY: dict[str, str] = {
     "RunSpec": "flops_fit.store.runs:RunSpec",
     "RunResult": "flops_fit.store.runs:RunResult",
     "RunStore": "flops_fit.store.run_store:RunStore",
+    "TrackingOptions": "flops_fit.tracking.options:TrackingOptions",
 }
 
 

@@ -306,6 +306,15 @@ def test_a_run_resumed_after_a_kill_continues_its_curve_without_repeated_steps(t
     assert history(client, again, "train/loss") == [(int(t), v) for t, v in result.curve]
 
 
+def test_wsd_branches_log_their_whole_curve_the_shared_stable_phase_included(tmp_path):
+    frame = run(tmp_path, schedule="wsd", tracking=["tensorboard"]).runs.set_index("run_id")
+    assert any(t.get("stable_steps_reused") for t in frame.timings)  # some branch took over a stable phase
+    for run_id, row in frame.iterrows():
+        curve = scalars(tensorboard(tmp_path / "tracking" / "tensorboard" / run_id), "train/loss")
+        assert [s for s, _ in curve] == [int(t) for t, _ in row.curve]
+        assert [v for _, v in curve] == pytest.approx([v for _, v in row.curve], rel=1e-6)
+
+
 # -------------------------------------------------------------- failures are isolated
 def tracking_warnings(caught):
     return [str(w.message) for w in caught if issubclass(w.category, TrackingWarning)]

@@ -161,7 +161,7 @@ class RunTracker:
             self.begin(0)
         metrics = {"eval/loss": result.loss, "run/tokens": result.tokens, "run/flops": result.flops,
                    "run/steps": result.steps, "run/failed": float(result.status != "done"),
-                   **{f"time/{k}": v for k, v in result.timings.items()}}
+                   **{(f"time/{k}" if k.endswith("_s") else f"run/{k}"): v for k, v in result.timings.items()}}
         if result.tokens and result.timings.get("train_s"):
             metrics["time/tokens_per_s"] = result.tokens / result.timings["train_s"]
         self.trackers.log_metrics({k: v for k, v in metrics.items() if not math.isnan(v)}, result.tokens)

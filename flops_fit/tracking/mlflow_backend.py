@@ -3,9 +3,11 @@ sweep's own run, which holds the plan and the fits).
 
 The default store is a file store in ``DIR/mlruns`` (no server; MLflow 3 asks for an explicit
 opt-in, ``MLFLOW_ALLOW_FILE_STORE``, which is set for it); ``mlflow_uri`` or
-``MLFLOW_TRACKING_URI`` pick another. Runs are found again by their ``flops_fit.key`` tag, so
-an attempt that continues a run after a kill logs into the same MLflow run and skips the
-steps the earlier attempt already logged.
+``MLFLOW_TRACKING_URI`` pick another. An attempt that continues a run after a kill logs into
+the same MLflow run and skips the steps the earlier attempt already logged: runs are found
+again through ``DIR/mlflow-run-ids`` (a file per run naming its MLflow run; on a file store
+searching the runs' ``flops_fit.key`` tags reads every run of the experiment), and on a
+tracking server, whose search is indexed, by that tag.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from flops_fit.tracking.options import Destination, TrackedRun
+from flops_fit.tracking.options import SWEEP_KEY, Destination, TrackedRun
 
 STATUS = {"done": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 MAX_PARAM_LENGTH = 6000  # MLflow refuses longer parameter values
@@ -34,14 +37,29 @@ def experiment_id(client: Any, name: str) -> str:
         return found.experiment_id
 
 
-def find_run(client: Any, experiment: str, key: str) -> Any:
-    """The MLflow run tagged with ``key``, or None."""
-    found = client.search_runs([experiment], f"tags.`flops_fit.key` = '{key}'", max_results=1)
+def run_key(destination: Destination, run_key: str) -> str:
+    return f"{destination.sweep_id}/{run_key}"
+
+
+def id_file(destination: Destination, run_key: str) -> Path:
+    """The file naming the MLflow run of flops-fit run ``run_key``."""
+    return Path(destination.dir, "mlflow-run-ids", f"{destination.sweep_id}-{run_key}")
+
+
+def find_run(client: Any, destination: Destination, experiment: str, key: str) -> Any:
+    """The MLflow run of flops-fit run ``key`` (or the sweep's), or None."""
+    from mlflow.exceptions import MlflowException
+
+    known = id_file(destination, key)
+    if known.is_file():
+        try:
+            return client.get_run(known.read_text().strip())
+        except MlflowException:  # deleted from the store (or a torn id file): start a new run
+            return None
+    if destination.mlflow_uri.startswith("file:"):  # the id files live beside the store: none, no run
+        return None
+    found = client.search_runs([experiment], f"tags.`flops_fit.key` = '{run_key(destination, key)}'", max_results=1)
     return found[0] if found else None
-
-
-def run_key(destination: Destination, run: TrackedRun) -> str:
-    return f"{destination.sweep_id}/{run.key}"
 
 
 class MlflowTracker:
@@ -55,8 +73,7 @@ class MlflowTracker:
 
         self.client = MlflowClient(tracking_uri=uri)
         experiment = experiment_id(self.client, destination.experiment)
-        key = run_key(destination, run)
-        existing = find_run(self.client, experiment, key)
+        existing = find_run(self.client, destination, experiment, run.key)
         self.logged_until = -1  # steps at or below this were logged by an earlier attempt
         if existing is not None:
             self.run_id = existing.info.run_id
@@ -65,12 +82,15 @@ class MlflowTracker:
                 self.logged_until = max((m.step for name in existing.data.metrics
                                          for m in self.client.get_metric_history(self.run_id, name)), default=-1)
         else:
-            tags = {"flops_fit.key": key, "flops_fit.kind": run.kind, **run.tags}
+            tags = {"flops_fit.key": run_key(destination, run.key), "flops_fit.kind": run.kind, **run.tags}
             if run.kind == "run":
-                parent = find_run(self.client, experiment, f"{destination.sweep_id}/sweep")
+                parent = find_run(self.client, destination, experiment, SWEEP_KEY)
                 if parent is not None:
                     tags["mlflow.parentRunId"] = parent.info.run_id
             self.run_id = self.client.create_run(experiment, run_name=run.name, tags=tags).info.run_id
+            known = id_file(destination, run.key)
+            known.parent.mkdir(parents=True, exist_ok=True)
+            known.write_text(self.run_id)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
