@@ -77,7 +77,10 @@ def mlflow_client(tracking_dir):
 def mlflow_runs(client, experiment):
     found = client.get_experiment_by_name(experiment)
     assert found is not None, f"no MLflow experiment {experiment!r}"
-    return {r.data.tags["flops_fit.key"].split("/")[1]: r for r in client.search_runs([found.experiment_id])}
+    runs = client.search_runs([found.experiment_id])
+    keys = [r.data.tags["flops_fit.key"].split("/")[1] for r in runs]
+    assert len(keys) == len(set(keys)), f"an MLflow run was opened twice: {sorted(keys)}"
+    return dict(zip(keys, runs, strict=True))
 
 
 def history(client, run, key):
