@@ -14,7 +14,14 @@ from flops_fit.parity import probe
 from flops_fit.parity.compare import ParityReport
 from flops_fit.parity.convert_hf_vit import convert_hf_vit
 from flops_fit.parity.convert_timm import convert_timm_vit
-from flops_fit.parity.pipeline import Tamper, block_taps, call, run_model_case, save_hf
+from flops_fit.parity.pipeline import (
+    Tamper,
+    block_taps,
+    call,
+    run_model_case,
+    save_hf,
+    variant_case,
+)
 
 TINY = {"embed_dim": 64, "depth": 2, "num_heads": 4, "patch_size": 8, "img_size": 32, "num_classes": 10}
 BATCH = 2
@@ -68,11 +75,7 @@ def timm_vit(device: str = "cpu", dtype: str = "float32", *, global_pool: str = 
 
 
 def _variant_case(variant: str):
-    def run(device: str = "cpu", dtype: str = "float32", **kwargs: Any) -> ParityReport:
-        return timm_vit(device, dtype, variant=variant, **kwargs)
-
-    run.__doc__ = f"timm ViT variant {variant!r} ({TIMM_VARIANTS[variant]}) -> our ``vit``."
-    return run
+    return variant_case(timm_vit, variant, f"timm ViT variant {variant!r} ({TIMM_VARIANTS[variant]}) -> our ``vit``.")
 
 
 timm_vit_avg = _variant_case("avg")
@@ -142,11 +145,7 @@ def hf_vit(device: str = "cpu", dtype: str = "float32", *, variant: str = "vit",
 
 
 def _hf_case(variant: str):
-    def run(device: str = "cpu", dtype: str = "float32", **kwargs: Any) -> ParityReport:
-        return hf_vit(device, dtype, variant=variant, **kwargs)
-
-    run.__doc__ = f"transformers {HF_VARIANTS[variant][0]} -> our ``vit``."
-    return run
+    return variant_case(hf_vit, variant, f"transformers {HF_VARIANTS[variant][0]} -> our ``vit``.")
 
 
 hf_vit_backbone = _hf_case("vit-backbone")
