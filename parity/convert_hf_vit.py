@@ -72,6 +72,7 @@ class Family:
     """What one HF ``model_type`` adds to the shared layout."""
 
     reference: str
+    classes: str  # transformers' class-name stem: ``{classes}Model``, ``{classes}ForImageClassification``
     prefix: str  # the backbone's attribute in task models (``vit.``, ``deit.``, ...)
     block: dict[str, str]
     mlp_key: str  # "intermediate_size" or "mlp_ratio"
@@ -87,11 +88,11 @@ class Family:
 
 
 FAMILIES = {
-    "vit": Family("HF ViT", "vit.", _VIT_BLOCK, "intermediate_size", 1e-12),
-    "deit": Family("HF DeiT", "deit.", _VIT_BLOCK, "intermediate_size", 1e-12, dist_token=True),
-    "dinov2": Family("HF DINOv2", "dinov2.", _DINOV2_BLOCK, "mlp_ratio", 1e-6, layer_scale=True),
-    "dinov2_with_registers": Family("HF DINOv2 with registers", "dinov2_with_registers.", _DINOV2_BLOCK,
-                                    "mlp_ratio", 1e-6, layer_scale=True, registers=True),
+    "vit": Family("HF ViT", "ViT", "vit.", _VIT_BLOCK, "intermediate_size", 1e-12),
+    "deit": Family("HF DeiT", "DeiT", "deit.", _VIT_BLOCK, "intermediate_size", 1e-12, dist_token=True),
+    "dinov2": Family("HF DINOv2", "Dinov2", "dinov2.", _DINOV2_BLOCK, "mlp_ratio", 1e-6, layer_scale=True),
+    "dinov2_with_registers": Family("HF DINOv2 with registers", "Dinov2WithRegisters", "dinov2_with_registers.",
+                                    _DINOV2_BLOCK, "mlp_ratio", 1e-6, layer_scale=True, registers=True),
 }
 REFERENCE = FAMILIES["vit"].reference
 
@@ -155,9 +156,9 @@ def classifier_heads(tensors: dict[str, Any], family: Family) -> dict[str, str]:
     elif "classifier.weight" in tensors:
         if family.layer_scale:
             raise ConversionError(
-                f"{family.reference}: the image-classification model's classifier (Dinov2ForImageClassification) is "
-                "not supported: it reads the class token concatenated with the mean patch token, and our vit's head "
-                "reads one of them (global_pool 'token' or 'avg'); convert the backbone (Dinov2Model) instead"
+                f"{family.reference}: {family.classes}ForImageClassification's classifier is not supported: it reads "
+                "the class token concatenated with the mean patch token, and our vit's head reads one of them "
+                f"(global_pool 'token' or 'avg'); convert the backbone ({family.classes}Model) instead"
             )
         pairs = {"head": "classifier"}
     else:

@@ -243,12 +243,14 @@ def test_hf_vit_family_options_we_do_not_reproduce_are_refused_by_name(variant, 
         convert_hf_vit({}, _hf_config(variant, **changes))
 
 
-def test_hf_dinov2_image_classification_head_is_refused_by_name(tmp_path) -> None:
+@pytest.mark.parametrize("stem", ["Dinov2", "Dinov2WithRegisters"])
+def test_hf_dinov2_image_classification_head_is_refused_by_name(stem, tmp_path) -> None:
     """Its classifier reads [class token, mean patch token]: our heads read one of them."""
-    model = transformers.Dinov2ForImageClassification(transformers.Dinov2Config(**case_vit.HF_TINY))
-    save_hf(model, tmp_path)
-    with pytest.raises(ConversionError, match=r"HF DINOv2: .*Dinov2ForImageClassification.* is not supported: it "
-                                              r"reads the class token concatenated with the mean patch token"):
+    config = getattr(transformers, f"{stem}Config")(**case_vit.HF_TINY)
+    save_hf(getattr(transformers, f"{stem}ForImageClassification")(config), tmp_path)
+    with pytest.raises(ConversionError, match=rf"HF DINOv2.*: {stem}ForImageClassification's classifier is not "
+                                              rf"supported: it reads the class token concatenated with the mean "
+                                              rf"patch token.*convert the backbone \({stem}Model\) instead"):
         convert_hf_vit(tmp_path)
 
 
