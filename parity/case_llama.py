@@ -15,7 +15,14 @@ from typing import Any
 from flops_fit.parity import probe
 from flops_fit.parity.compare import ParityReport
 from flops_fit.parity.convert_llama import convert_llama
-from flops_fit.parity.pipeline import Tamper, block_taps, call, run_model_case, save_hf
+from flops_fit.parity.pipeline import (
+    Tamper,
+    block_taps,
+    call,
+    run_model_case,
+    save_hf,
+    variant_case,
+)
 
 BASE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "intermediate_size": 96, "vocab_size": 96, "max_position_embeddings": 32}
@@ -62,11 +69,7 @@ def hf_llama(device: str = "cpu", dtype: str = "float32", *, variant: str = "lla
 
 
 def _variant_case(variant: str):
-    def run(device: str = "cpu", dtype: str = "float32", **kwargs: Any) -> ParityReport:
-        return hf_llama(device, dtype, variant=variant, **kwargs)
-
-    run.__doc__ = f"HF {VARIANTS[variant]} -> our ``llama``."
-    return run
+    return variant_case(hf_llama, variant, f"HF {VARIANTS[variant]} -> our ``llama``.")
 
 
 hf_llama_rope_llama3 = _variant_case("llama-rope-llama3")

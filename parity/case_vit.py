@@ -1,4 +1,4 @@
-"""Parity cases for ``vit``: timm ``VisionTransformer`` and Hugging Face ViT references.
+"""Parity cases for ``vit``: timm ``VisionTransformer`` and Hugging Face ViT, DeiT and DINOv2 references.
 
 Tiny configurations (width 64, 4 heads, 2 blocks, 32 px images, patch 8) keep a case well
 under a second on CPU; the layout is the same at any size (``vit_*_patch16_224`` key
@@ -14,7 +14,14 @@ from flops_fit.parity import probe
 from flops_fit.parity.compare import ParityReport
 from flops_fit.parity.convert_hf_vit import convert_hf_vit
 from flops_fit.parity.convert_timm import convert_timm_vit
-from flops_fit.parity.pipeline import Tamper, block_taps, call, run_model_case, save_hf
+from flops_fit.parity.pipeline import (
+    Tamper,
+    block_taps,
+    call,
+    run_model_case,
+    save_hf,
+    variant_case,
+)
 
 TINY = {"embed_dim": 64, "depth": 2, "num_heads": 4, "patch_size": 8, "img_size": 32, "num_classes": 10}
 BATCH = 2
@@ -68,11 +75,7 @@ def timm_vit(device: str = "cpu", dtype: str = "float32", *, global_pool: str = 
 
 
 def _variant_case(variant: str):
-    def run(device: str = "cpu", dtype: str = "float32", **kwargs: Any) -> ParityReport:
-        return timm_vit(device, dtype, variant=variant, **kwargs)
-
-    run.__doc__ = f"timm ViT variant {variant!r} ({TIMM_VARIANTS[variant]}) -> our ``vit``."
-    return run
+    return variant_case(timm_vit, variant, f"timm ViT variant {variant!r} ({TIMM_VARIANTS[variant]}) -> our ``vit``.")
 
 
 timm_vit_avg = _variant_case("avg")
@@ -85,47 +88,69 @@ timm_vit_silu = _variant_case("silu")
 timm_deit_distilled = _variant_case("deit-distilled")
 
 
-HF_TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 256,
-           "image_size": 32, "patch_size": 8, "num_labels": 10}
+HF_TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 32, "patch_size": 8,
+           "num_labels": 10}
+_HF_MLP = {"intermediate_size": 256}  # ViT / DeiT; DINOv2 sizes its MLP by mlp_ratio (default 4)
+
+# The Hugging Face ViT family, each a tiny configuration: name -> (transformers model class,
+# config class, extra config, prefix of its blocks and final norm in memory).
+HF_VARIANTS: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "vit": ("ViTForImageClassification", "ViTConfig", _HF_MLP, "vit."),
+    "vit-backbone": ("ViTModel", "ViTConfig", _HF_MLP, ""),
+    "deit": ("DeiTForImageClassification", "DeiTConfig", {**_HF_MLP, "qkv_bias": False}, "deit."),
+    "deit-distilled": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", _HF_MLP, "deit."),
+    "deit-backbone": ("DeiTModel", "DeiTConfig", _HF_MLP, ""),
+    "dinov2": ("Dinov2Model", "Dinov2Config", {}, ""),
+    "dinov2-registers": ("Dinov2WithRegistersModel", "Dinov2WithRegistersConfig", {"num_register_tokens": 4}, ""),
+}
 
 
-def hf_reference(classifier: bool = True, seed: int = 0) -> Any:
-    """A randomly initialised HF ViT (eager attention, so hooks see the plain path), probe weights."""
+def hf_reference(variant: str = "vit", seed: int = 0) -> Any:
+    """A randomly initialised HF ViT-family model (eager attention, so hooks see the plain
+    path), probe weights (LayerScale gammas ~0.1, so ignoring them shows)."""
     import transformers
 
-    config = transformers.ViTConfig(**HF_TINY)
-    cls = transformers.ViTForImageClassification if classifier else transformers.ViTModel
-    model = cls(config)
+    model_class, config_class, extra, _ = HF_VARIANTS[variant]
+    config = getattr(transformers, config_class)(**HF_TINY, **extra)
+    model = getattr(transformers, model_class)(config)
     model.set_attn_implementation("eager")
     return probe.probe_init_(model, seed)
 
 
-def _hf_taps(prefix: str) -> dict[str, tuple[str, str]]:
-    return block_taps(HF_TINY["num_hidden_layers"], prefix + "layers.{i}", prefix + "layers.{i}.attention")
-
-
-def hf_vit(device: str = "cpu", dtype: str = "float32", *, overrides: dict | None = None,
-           tamper: Tamper | None = None) -> ParityReport:
-    """HF ``ViTForImageClassification`` (save_pretrained folder, on-disk names) -> our ``vit``."""
-    return run_model_case(
-        case="hf-vit", model="vit", reference="transformers ViTForImageClassification",
-        ref_module=hf_reference(), save=save_hf, convert=convert_hf_vit,
-        inputs=[probe.images(BATCH, 3, HF_TINY["image_size"])], ref_forward=call, our_forward=call,
-        taps=_hf_taps("vit."), device=device, dtype=dtype, overrides=overrides, tamper=tamper,
-    )
+def _hf_taps(variant: str) -> dict[str, tuple[str, str]]:
+    """Each block's attention output and output, then the final norm (all tokens)."""
+    prefix = HF_VARIANTS[variant][3]
+    blocks = "encoder.layer.{i}" if variant.startswith("dinov2") else prefix + "layers.{i}"
+    taps = block_taps(HF_TINY["num_hidden_layers"], blocks, blocks + ".attention")
+    return {**taps, "norm": (prefix + "layernorm", "norm")}
 
 
 def _features(model: Any, inputs: Any) -> Any:
     return model.norm(model.forward_features(*inputs))
 
 
-def hf_vit_backbone(device: str = "cpu", dtype: str = "float32", *, overrides: dict | None = None,
-                    tamper: Tamper | None = None) -> ParityReport:
-    """HF ``ViTModel`` (a backbone with a pooler) -> our ``vit``: final-norm token features."""
+def hf_vit(device: str = "cpu", dtype: str = "float32", *, variant: str = "vit", overrides: dict | None = None,
+           tamper: Tamper | None = None) -> ParityReport:
+    """An HF ViT-family model (``save_pretrained`` folder, on-disk names) -> our ``vit``:
+    a classifier's logits, or a backbone's (``*Model``) final-norm token features."""
+    model_class = HF_VARIANTS[variant][0]
+    backbone = model_class.endswith("Model")
     return run_model_case(
-        case="hf-vit-backbone", model="vit", reference="transformers ViTModel (last_hidden_state)",
-        ref_module=hf_reference(classifier=False), save=save_hf, convert=convert_hf_vit,
-        inputs=[probe.images(BATCH, 3, HF_TINY["image_size"])], ref_forward=call, our_forward=_features,
-        taps=_hf_taps(""), device=device, dtype=dtype, overrides=overrides, tamper=tamper,
-        output_name="features",
+        case=f"hf-{variant}", model="vit", reference=f"transformers {model_class}",
+        ref_module=hf_reference(variant), save=save_hf, convert=convert_hf_vit,
+        inputs=[probe.images(BATCH, 3, HF_TINY["image_size"])], ref_forward=call,
+        our_forward=_features if backbone else call, taps=_hf_taps(variant), device=device, dtype=dtype,
+        overrides=overrides, tamper=tamper, output_name="features" if backbone else "logits",
     )
+
+
+def _hf_case(variant: str):
+    return variant_case(hf_vit, variant, f"transformers {HF_VARIANTS[variant][0]} -> our ``vit``.")
+
+
+hf_vit_backbone = _hf_case("vit-backbone")
+hf_deit = _hf_case("deit")
+hf_deit_distilled = _hf_case("deit-distilled")
+hf_deit_backbone = _hf_case("deit-backbone")
+hf_dinov2 = _hf_case("dinov2")
+hf_dinov2_registers = _hf_case("dinov2-registers")

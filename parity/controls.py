@@ -65,3 +65,22 @@ def tiled_kv_heads(prefix: str, num_heads: int, num_kv_heads: int):
         state[prefix + "out_proj.weight"] = out[:, rows].contiguous()
 
     return tamper
+
+
+def swapped(first: str, second: str):
+    """Two converted tensors exchanged (DeiT's class and distillation tokens mixed up)."""
+
+    def tamper(state: dict[str, Any]) -> None:
+        state[first], state[second] = state[second], state[first]
+
+    return tamper
+
+
+def shifted(key: str, delta: Any):
+    """A converted tensor plus ``delta``: with minus the class position embedding, DINOv2 with
+    registers' class token as a converter that does not fold position 0 into it leaves it."""
+
+    def tamper(state: dict[str, Any]) -> None:
+        state[key] = state[key] + delta
+
+    return tamper

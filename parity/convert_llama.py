@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source, unknown_options
 
 from flops_fit.errors import ConversionError
 
@@ -36,16 +36,8 @@ ROPE_KEYS = {
     "llama3": {"rope_type", "type", "rope_theta", "factor", "low_freq_factor", "high_freq_factor",
                "original_max_position_embeddings"},
 }
-# Config keys that do not change what the forward computes.
-INERT = {
-    "architectures", "dtype", "torch_dtype", "transformers_version", "_name_or_path", "bos_token_id",
-    "eos_token_id", "pad_token_id", "use_cache", "initializer_range", "model_type", "output_attentions",
-    "output_hidden_states", "return_dict", "id2label", "label2id", "problem_type", "tie_encoder_decoder",
-    "chunk_size_feed_forward", "is_encoder_decoder", "tokenizer_class", "prefix", "sep_token_id",
-    "decoder_start_token_id", "task_specific_params", "finetuning_task", "cross_attention_hidden_size",
-    "add_cross_attention", "is_decoder", "pruned_heads", "torchscript", "use_bfloat16", "tf_legacy_loss",
-    "max_window_layers",  # only read through layer_types / use_sliding_window
-}
+# Llama-family config keys that do not change what the forward computes (besides the generic ones).
+INERT = {"max_window_layers"}  # only read through layer_types / use_sliding_window
 HANDLED = {
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act",
@@ -76,7 +68,7 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
             f"{sorted(MODEL_TYPES)}"
         )
     what = MODEL_TYPES[model_type]
-    refused = [f"{k}={config[k]!r} (unknown option)" for k in sorted(set(config) - INERT - HANDLED)]
+    refused = unknown_options(config, INERT | HANDLED)
     act = config.get("hidden_act", "silu")
     if act not in ACTIVATIONS:
         refused.append(f"hidden_act={act!r}")

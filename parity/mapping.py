@@ -70,6 +70,23 @@ def read_source(
     return tensors, config
 
 
+# Keys any transformers config.json may carry that never change what a forward computes
+# (bookkeeping, labels, generation and output switches); converters add their own.
+HF_INERT_CONFIG_KEYS = frozenset({
+    "architectures", "dtype", "torch_dtype", "transformers_version", "_name_or_path", "bos_token_id",
+    "eos_token_id", "pad_token_id", "use_cache", "initializer_range", "model_type", "output_attentions",
+    "output_hidden_states", "return_dict", "id2label", "label2id", "problem_type", "tie_encoder_decoder",
+    "chunk_size_feed_forward", "is_encoder_decoder", "tokenizer_class", "prefix", "sep_token_id",
+    "decoder_start_token_id", "task_specific_params", "finetuning_task", "cross_attention_hidden_size",
+    "add_cross_attention", "is_decoder", "pruned_heads", "torchscript", "use_bfloat16", "tf_legacy_loss",
+})
+
+
+def unknown_options(config: Mapping[str, Any], known: Iterable[str]) -> list[str]:
+    """Refusals for the config keys a converter neither reproduces nor knows to be inert."""
+    return [f"{k}={config[k]!r} (unknown option)" for k in sorted(set(config) - HF_INERT_CONFIG_KEYS - set(known))]
+
+
 class KeyMapper:
     """Moves reference tensors to our names, remembering what was used and what was missing.
 
@@ -103,6 +120,12 @@ class KeyMapper:
         value = self.take(src)
         if value is not None:
             self._put(dst, fn(value) if fn else value, src, value)
+
+    def combine(self, dst: str, srcs: Sequence[str], fn: Callable[..., Any]) -> None:
+        """``out[dst] = fn(ref[srcs[0]], ref[srcs[1]], ...)`` (a class token with its position folded in)."""
+        values = [self.take(src) for src in srcs]
+        if all(v is not None for v in values):
+            self._put(dst, fn(*values), srcs[0], values[0])
 
     def split(self, src: str, dsts: Sequence[str], fn: Callable[[Any], Any] | None = None) -> None:
         """Split ``fn(ref[src])`` into equal parts along dim 0 (packed q, k, v)."""

@@ -62,6 +62,16 @@ def run_model_case(
     return timed_report(case, model, reference, device, dtype, compute)
 
 
+def variant_case(runner: Callable[..., ParityReport], variant: str, doc: str) -> Callable[..., ParityReport]:
+    """A registrable case function, ``run(device, dtype, **kwargs)``, running ``runner`` on one variant."""
+
+    def run(device: str = "cpu", dtype: str = "float32", **kwargs: Any) -> ParityReport:
+        return runner(device, dtype, variant=variant, **kwargs)
+
+    run.__doc__ = doc
+    return run
+
+
 def save_hf(model: Any, folder: Path) -> None:
     """``save_pretrained`` (the on-disk names files have), without its progress bar."""
     from transformers.utils import logging

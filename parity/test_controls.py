@@ -12,6 +12,13 @@ pytest.importorskip("timm")
 pytest.importorskip("transformers")
 
 
+def _class_position_not_folded():
+    """DINOv2 with registers converted without folding position 0 into the class token (the
+    case's reference is deterministic, so its position embedding is known here)."""
+    position = case_vit.hf_reference("dinov2-registers").embeddings.position_embeddings[:, :1].detach()
+    return controls.shifted("cls_token", -position)
+
+
 @pytest.mark.parametrize(("run", "kwargs", "first_bad"), [
     pytest.param(case_vit.timm_vit, {"overrides": {"act_layer": "gelu_tanh"}}, "blocks.0", id="timm-tanh-gelu"),
     pytest.param(case_vit.timm_vit, {"overrides": {"norm_eps": 1e-5}}, "blocks.0.attn", id="timm-eps-1e-5"),
@@ -42,6 +49,14 @@ pytest.importorskip("transformers")
     pytest.param(case_llama.hf_qwen2, {"overrides": {"qkv_bias": False},
                                        "tamper": controls.dropped(r"layers\.\d+\.self_attn\.qkv_proj\.bias")},
                  "layers.0.self_attn", id="qwen2-qkv-bias-dropped"),
+    pytest.param(case_vit.hf_deit_distilled, {"overrides": {"dist_head": False}, "tamper": controls.dropped(r"head_dist\..*")},
+                 "logits", id="deit-distillation-head-dropped"),
+    pytest.param(case_vit.hf_deit, {"tamper": controls.swapped("cls_token", "dist_token")}, "blocks.0.attn",
+                 id="deit-class-and-distillation-tokens-swapped"),
+    pytest.param(case_vit.hf_dinov2, {"overrides": {"init_values": None}, "tamper": controls.dropped(r"blocks\.\d+\.ls\d\.gamma")},
+                 "blocks.0", id="dinov2-layerscale-ignored"),
+    pytest.param(case_vit.hf_dinov2_registers, {"tamper": _class_position_not_folded()}, "blocks.0.attn",
+                 id="dinov2-registers-class-position-not-folded"),
 ])
 def test_known_wrong_variant_fails_at_its_first_bad_layer(run, kwargs, first_bad) -> None:
     report = run(**kwargs)
@@ -59,6 +74,8 @@ def test_the_same_case_passes_without_the_mistake() -> None:
     assert case_gpt.hf_gpt2().passed
     assert case_attention.llama_gqa().passed
     assert case_llama.hf_llama().passed
+    for run in (case_vit.hf_deit_distilled, case_vit.hf_deit, case_vit.hf_dinov2, case_vit.hf_dinov2_registers):
+        assert run().passed
 
 
 def test_tiled_kv_control_computes_what_a_tiling_implementation_computes() -> None:

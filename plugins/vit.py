@@ -34,7 +34,9 @@ class ViTConfig:
     DeiT-III / CaiT), ``qk_norm``, ``no_embed_class`` (position embedding over patches
     only), ``pre_norm`` (a norm before the blocks, no patch-embedding bias, as CLIP),
     ``dist_token`` (DeiT's distillation token and head; inference returns the mean of the
-    two heads), ``act_layer`` and ``proj_bias`` (output-projection and MLP biases).
+    two heads), ``dist_head`` (False: the distillation token has no head and the class head
+    alone classifies, as HF ``DeiTForImageClassification``), ``act_layer`` and ``proj_bias``
+    (output-projection and MLP biases).
     """
 
     width: int
@@ -54,6 +56,7 @@ class ViTConfig:
     no_embed_class: bool = False
     pre_norm: bool = False
     dist_token: bool = False
+    dist_head: bool = True
     init_values: float | None = None
     qk_norm: bool = False
     qkv_bias: bool = True
@@ -93,6 +96,8 @@ class ViTConfig:
                 "dist_token=True (DeiT) needs class_token=True, global_pool='token', no reg_tokens and "
                 "fc_norm not True, as timm's VisionTransformerDistilled"
             )
+        if not self.dist_head and not self.dist_token:
+            raise ValueError("dist_head=False drops the distillation token's head: it needs dist_token=True")
         if self.init_values is not None and not self.init_values > 0:
             raise ValueError(f"init_values (LayerScale) must be positive or None, got {self.init_values!r}")
 
@@ -125,8 +130,8 @@ class ViTConfig:
 
     @property
     def num_heads_out(self) -> int:
-        """Classifier heads: two with a distillation token."""
-        return 2 if self.dist_token else 1
+        """Classifier heads: two with a distillation token that has its own head."""
+        return 2 if self.dist_token and self.dist_head else 1
 
     @classmethod
     def of(cls, width: int, **config) -> ViTConfig:

@@ -104,7 +104,7 @@ class VisionTransformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
         self.norm = nn.LayerNorm(c, eps=cfg.norm_eps)  # before pooling, or after it (norm_after_pool)
         self.head = nn.Linear(c, cfg.num_classes)
-        self.head_dist = nn.Linear(c, cfg.num_classes) if cfg.dist_token else None
+        self.head_dist = nn.Linear(c, cfg.num_classes) if cfg.num_heads_out == 2 else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

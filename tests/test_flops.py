@@ -57,6 +57,7 @@ VIT_CASES = [
     (64, "clip-no-embed-class", {**vit.VIT_DEFAULTS, "pre_norm": True, "act_layer": "quick_gelu", "no_embed_class": True,
                                  "proj_bias": False}),
     (64, "deit-distilled", {**vit.VIT_DEFAULTS, "dist_token": True, "act_layer": "silu"}),
+    (64, "deit-class-head-only", {**vit.VIT_DEFAULTS, "dist_token": True, "dist_head": False}),
 ]
 
 

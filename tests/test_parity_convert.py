@@ -6,12 +6,13 @@ import pytest
 import torch
 from flops_fit.parity import case_gpt, case_vit, probe
 from flops_fit.parity.convert_gpt2 import convert_gpt2
-from flops_fit.parity.convert_hf_vit import convert_hf_vit
+from flops_fit.parity.convert_hf_vit import FAMILIES, convert_hf_vit, hf_vit_config
 from flops_fit.parity.convert_llama_attn import convert_llama_attention
 from flops_fit.parity.convert_timm import convert_timm_vit
 from flops_fit.parity.convert_torch_mha import convert_torch_mha
 from flops_fit.parity.mapping import KeyMapper
 from flops_fit.parity.pipeline import save_hf
+from flops_fit.plugins.vit import ViTConfig
 from safetensors.torch import save_file
 from torch import nn
 
@@ -161,8 +162,9 @@ def test_zero_filled_conversion_is_caught_but_zero_reference_is_fine() -> None:
         m.finish()
 
 
-def test_hf_vit_in_memory_names_convert_like_the_files(tmp_path) -> None:
-    ref = case_vit.hf_reference()
+@pytest.mark.parametrize("variant", ["vit", "deit-distilled", "dinov2", "dinov2-registers"])
+def test_hf_vit_family_in_memory_names_convert_like_the_files(variant, tmp_path) -> None:
+    ref = case_vit.hf_reference(variant)
     save_hf(ref, tmp_path)
     from_disk = convert_hf_vit(tmp_path)
     from_memory = convert_hf_vit(ref.state_dict(), config=ref.config.to_dict())
@@ -172,11 +174,93 @@ def test_hf_vit_in_memory_names_convert_like_the_files(tmp_path) -> None:
 
 
 def test_hf_vit_model_drops_its_pooler_and_keeps_a_fresh_head(tmp_path) -> None:
-    save_hf(case_vit.hf_reference(classifier=False), tmp_path)
+    save_hf(case_vit.hf_reference("vit-backbone"), tmp_path)
     converted = convert_hf_vit(tmp_path)
     assert converted.dropped == ["pooler.dense.bias", "pooler.dense.weight"]
     assert converted.fresh == ("head.weight", "head.bias")
     converted.build()
+
+
+@pytest.mark.parametrize(("variant", "uncounted"), [
+    ("vit", 0), ("deit", 0), ("deit-distilled", 0),
+    ("vit-backbone", 64 * 64 + 64),  # the pooler (dense 64 -> 64), dropped
+    ("deit-backbone", 64 * 64 + 64),  # the pooler (dense 64 -> 64), dropped
+    ("dinov2", 64),  # the mask token, dropped
+    ("dinov2-registers", 64 + 64),  # the mask token, and the class position folded into the class token
+])
+def test_hf_vit_family_parameters_are_counted_exactly(variant, uncounted, tmp_path) -> None:
+    """Our converted model has the reference's parameters, less what the conversion drops or
+    folds; the analytic count agrees."""
+    ref = case_vit.hf_reference(variant)
+    save_hf(ref, tmp_path)
+    converted = convert_hf_vit(tmp_path)
+    ours = converted.build()
+    assert ours.num_params() == sum(p.numel() for p in ref.parameters()) - uncounted + (
+        64 * 1 + 1 if converted.fresh else 0)  # a backbone's fresh one-class head
+    entry = flops_fit.model_info("vit")
+    assert entry.param_count(converted.size, **{**entry.defaults, **converted.config}) == ours.num_params()
+
+
+def test_hf_deit_heads_follow_the_saved_class(tmp_path) -> None:
+    """WithTeacher: two heads averaged; ForImageClassification: the class head alone; DeiTModel:
+    one fresh head. The distillation token is there in all three."""
+    expected = {"deit-distilled": (True, ()), "deit": (False, ()), "deit-backbone": (False, ("head.weight", "head.bias"))}
+    for variant, (dist_head, fresh) in expected.items():
+        save_hf(case_vit.hf_reference(variant), tmp_path / variant)
+        converted = convert_hf_vit(tmp_path / variant)
+        assert converted.config["dist_token"] is True and converted.config["dist_head"] is dist_head, variant
+        assert converted.fresh == fresh, variant
+    assert convert_hf_vit(tmp_path / "deit").config["qkv_bias"] is False
+
+
+def test_hf_dinov2_registers_fold_the_class_position(tmp_path) -> None:
+    ref = case_vit.hf_reference("dinov2-registers")
+    save_hf(ref, tmp_path)
+    converted = convert_hf_vit(tmp_path)
+    assert converted.config["reg_tokens"] == 4 and converted.config["no_embed_class"] is True
+    assert converted.config["init_values"] is not None and converted.dropped == ["embeddings.mask_token"]
+    e = ref.embeddings
+    assert torch.equal(converted.state["cls_token"], (e.cls_token + e.position_embeddings[:, :1]).detach())
+    assert torch.equal(converted.state["pos_embed"], e.position_embeddings[:, 1:].detach())
+    assert torch.equal(converted.state["reg_token"], e.register_tokens.detach())
+
+
+def _hf_config(variant: str, **changes) -> dict:
+    return {**case_vit.hf_reference(variant).config.to_dict(), **changes}
+
+
+@pytest.mark.parametrize(("variant", "changes", "refusal"), [
+    ("dinov2", {"use_swiglu_ffn": True}, "HF DINOv2: options our vit does not reproduce: use_swiglu_ffn=True"),
+    ("dinov2-registers", {"use_swiglu_ffn": True}, "HF DINOv2 with registers: options .*use_swiglu_ffn=True"),
+    ("deit", {"hidden_act": "mish"}, r"HF DeiT: options our vit does not reproduce: hidden_act='mish' \(ours: "),
+    ("vit", {"image_size": [32, 16]}, r"HF ViT: .*image_size=\[32, 16\] \(ours needs one int: square"),
+    ("dinov2", {"patch_size": [8, 4]}, r"patch_size=\[8, 4\]"),
+    ("deit", {"layer_scale_init": 0.1}, r"layer_scale_init=0.1 \(unknown option\)"),
+    ("vit", {"model_type": "beit"}, r"model_type='beit' is not supported; it converts \['deit', 'dinov2', "),
+])
+def test_hf_vit_family_options_we_do_not_reproduce_are_refused_by_name(variant, changes, refusal) -> None:
+    with pytest.raises(ConversionError, match=refusal):
+        convert_hf_vit({}, _hf_config(variant, **changes))
+
+
+@pytest.mark.parametrize("stem", ["Dinov2", "Dinov2WithRegisters"])
+def test_hf_dinov2_image_classification_head_is_refused_by_name(stem, tmp_path) -> None:
+    """Its classifier reads [class token, mean patch token]: our heads read one of them."""
+    config = getattr(transformers, f"{stem}Config")(**case_vit.HF_TINY)
+    save_hf(getattr(transformers, f"{stem}ForImageClassification")(config), tmp_path)
+    with pytest.raises(ConversionError, match=rf"HF DINOv2.*: {stem}ForImageClassification's classifier is not "
+                                              rf"supported: it reads the class token concatenated with the mean "
+                                              rf"patch token.*convert the backbone \({stem}Model\) instead"):
+        convert_hf_vit(tmp_path)
+
+
+def test_hf_vit_family_square_lists_and_unround_mlp_sizes_convert() -> None:
+    """``image_size=[32, 32]`` is square; ``intermediate_size`` 333 on width 100 (333 / 100 * 100
+    is 332.99999999999994 in floating point) still gives 333 hidden units."""
+    config = {**_hf_config("vit", image_size=[32, 32], hidden_size=100, intermediate_size=333)}
+    our = hf_vit_config(config, FAMILIES["vit"], num_classes=10, dist_head=False)
+    assert our["image_size"] == 32
+    assert ViTConfig.of(our.pop("width"), **our).mlp_hidden == 333
 
 
 def _legacy_gpt2_state(ref) -> dict:

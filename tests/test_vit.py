@@ -125,6 +125,7 @@ def test_gqa_vit_runs_and_shrinks_kv():
         ({"act_layer": "mish"}, "act_layer must be one of .* got 'mish'"),
         ({"class_token": False}, "global_pool='token' reads the class token"),
         ({"dist_token": True, "global_pool": "avg"}, "dist_token=True .DeiT. needs class_token=True, global_pool='token'"),
+        ({"dist_head": False}, "dist_head=False drops the distillation token's head: it needs dist_token=True"),
         ({"reg_tokens": -1}, "reg_tokens must be a non-negative integer, got -1"),
         ({"init_values": 0.0}, "init_values .LayerScale. must be positive or None, got 0.0"),
         ({"depth": 0}, "depth must be a positive integer, got 0"),
@@ -192,3 +193,22 @@ def test_same_seed_identical_outputs():
         torch.manual_seed(seed)
         outs.append(build(32, **SMALL)(x))
     assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+
+
+def test_distillation_token_without_its_head_classifies_from_the_class_token():
+    """dist_head=False (HF DeiTForImageClassification): the distillation token attends but
+    has no head; the logits are the class head's alone, and the counts drop one head."""
+    torch.manual_seed(0)
+    config = {**SMALL, "dist_token": True}
+    both, single = build(32, **config).eval(), build(32, **config, dist_head=False).eval()
+    assert single.head_dist is None and not any(k.startswith("head_dist") for k in single.state_dict())
+    single.load_state_dict({k: v for k, v in both.state_dict().items() if not k.startswith("head_dist")})
+    x = images()
+    with torch.no_grad():
+        tokens = both.norm(both.forward_features(x))
+        torch.testing.assert_close(single(x), both.head(tokens[:, 0]), rtol=0, atol=0)
+        torch.testing.assert_close(both(x), (both.head(tokens[:, 0]) + both.head_dist(tokens[:, 1])) / 2)
+    full = {**vit.VIT_DEFAULTS, **config}
+    alone = {**full, "dist_head": False}
+    assert single.num_params() == vit.param_count(32, **alone)
+    assert vit.param_count(32, **full) - vit.param_count(32, **alone) == 32 * 5 + 5

@@ -12,6 +12,7 @@ import sweep_support
 from flops_fit.errors import PlanError
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps import branches
 from flops_fit.sweeps.planner import plan, sweep
 from flops_fit.sweeps.schedules import cosine_factor, schedule_factor, wsd_factor
 from flops_fit.sweeps.trainer import train
@@ -144,3 +145,44 @@ def test_a_wsd_sweep_on_worker_processes_matches_in_process(tmp_path):
     options = {**sweep_support.small_plan_options(), "schedule": "wsd"}
     serial = sweep(host=HOST, out_dir=tmp_path / "serial", show_progress=False, **options).runs
     assert parallel == serial.set_index("run_id").loss.to_dict()
+
+
+class Killed(BaseException):
+    """What a SIGKILL does to a run, in-process: it stops where it stands and saves nothing more."""
+
+
+def test_a_family_killed_mid_way_keeps_its_finished_branches_and_stable_phase(tmp_path, monkeypatch):
+    p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
+    family = max(families(p.runs), key=lambda f: len(f.runs))
+    assert len(family.runs) == 3
+    first, second, third = family.runs
+    reports = []
+
+    def train_and_listen(spec, progress, **kwargs):
+        def listen(run_id, done, total, loss):
+            reports.append((run_id, done))
+            if kill and run_id == third.run_id and done > stable_tokens(second):
+                raise Killed  # the third branch, past the stable state the second one saved
+            progress(run_id, done, total, loss)
+        return train(spec, listen, **kwargs)
+
+    monkeypatch.setattr(branches, "train", train_and_listen)
+    kill = True
+    with pytest.raises(Killed):
+        p.run(tmp_path, show_progress=False, host=HOST)
+    with RunStore(tmp_path) as store:
+        assert store.statuses()[first.run_id] != "done"  # the family's task never returned
+
+    reports.clear()
+    kill = False
+    frame = p.run(tmp_path, resume=True, show_progress=False, host=HOST).runs.set_index("run_id")
+    assert set(frame.status) == {"done"}
+    heard = {run_id for run_id, _ in reports}
+    assert first.run_id not in heard and second.run_id not in heard  # recovered, not trained again
+    # the third branch went on from the second's stable state, not from scratch
+    assert min(done for run_id, done in reports if run_id == third.run_id) == stable_tokens(second) > 0
+    for spec in family.runs:
+        alone = train(spec, host=HOST)
+        assert (frame.loss[spec.run_id], frame.curve[spec.run_id]) == (alone.loss, alone.curve)
+    leftovers = tmp_path / "checkpoints"
+    assert not leftovers.exists() or not any(leftovers.iterdir())

@@ -10,11 +10,22 @@ and data order and initialisation are seeded (tests/test_wsd.py checks it bit fo
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.store.runs import RunResult
-from flops_fit.sweeps.checkpoint import CheckpointPolicy
+from flops_fit.sweeps.checkpoint import (
+    CheckpointPolicy,
+    TrainState,
+    load_latest,
+    load_result,
+    save_result,
+    save_state,
+)
 from flops_fit.sweeps.trainer import StableState, train
 from flops_fit.sweeps.wsd import Family, executed_flops, families
 from flops_fit.tracking.base import RunTracker
@@ -36,7 +47,10 @@ def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any
     """The executor's task: a family's list of outcomes, or one run's result."""
     if isinstance(item, Family):
         return train_family(item, progress, host=host, checkpoints=checkpoints, tracking=tracking)
-    return train_tracked(item, progress, tracking=tracking, host=host, checkpoints=checkpoints)
+    result = train_tracked(item, progress, tracking=tracking, host=host, checkpoints=checkpoints)
+    if checkpoints is not None:
+        save_result(checkpoints.run_dir(item.run_id), result)
+    return result
 
 
 def train_tracked(spec: Any, progress: ProgressSink = ignore_progress, *, tracking: Destination | None = None,
@@ -51,6 +65,15 @@ def train_tracked(spec: Any, progress: ProgressSink = ignore_progress, *, tracki
     return result
 
 
+def recover_results(specs: list[Any], checkpoints: CheckpointPolicy | None) -> list[RunResult]:
+    """Results that runs of ``specs`` finished and saved (``save_result``) but the driver never
+    stored: their task died before it returned (a family's later branch, a lost worker)."""
+    if checkpoints is None:
+        return []
+    found = (load_result(checkpoints.run_dir(spec.run_id), spec.run_id) for spec in specs)
+    return [result for result in found if result is not None]
+
+
 def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
     """(spec, outcome) per run of what the executor returned for ``item``."""
     return branch_outcomes(item, outcome) if isinstance(item, Family) else [(item, outcome)]
@@ -60,21 +83,63 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
                  checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> list[Any]:
     """Train each branch of ``family`` in token order, each from the stable state the
     branch before it reached at its own cooldown start (the first from scratch); a list
-    with one ``RunResult`` (or the exception it raised) per branch, in the family's order."""
-    outcomes: list[Any] = []
+    with one ``RunResult`` (or the exception it raised) per branch, in the family's order.
+
+    With ``checkpoints``, each stable state is also saved in the family's folder and each
+    finished branch's result beside its checkpoints, so a family killed at any point goes
+    on from there: finished branches are not trained again, the next one starts from the
+    saved stable state (or its own newer checkpoint)."""
+    family_dir = checkpoints.run_dir(family.run_id) if checkpoints else None
     latest: list[StableState] = []  # the newest stable state, kept while the next branch needs it
+    if family_dir is not None and (saved := load_stable(family_dir, family.run_id)) is not None:
+        latest.append(saved)
 
     def keep(state: StableState) -> None:
         latest[:] = [state]
+        if family_dir is not None:
+            save_stable(family_dir, state)
 
+    outcomes: list[Any] = []
     for spec in family.runs:
+        if checkpoints and (finished := load_result(checkpoints.run_dir(spec.run_id), spec.run_id)):
+            outcomes.append(finished)
+            continue
         start = next((s for s in latest if s.step <= spec.cooldown_start), None)
         try:
-            outcomes.append(train_tracked(spec, progress, tracking=tracking, host=host, checkpoints=checkpoints,
-                                          start=start, on_stable=keep))
+            outcome = train_tracked(spec, progress, tracking=tracking, host=host, checkpoints=checkpoints,
+                                    start=start, on_stable=keep)
         except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
-            outcomes.append(exc)
+            outcome = exc
+        if checkpoints and isinstance(outcome, RunResult):
+            save_result(checkpoints.run_dir(spec.run_id), outcome)
+        outcomes.append(outcome)
     return outcomes
+
+
+def save_stable(directory: Path, state: StableState) -> None:
+    """A family's stable state as a checkpoint (the newest only) in the family's folder."""
+    train_state = TrainState(
+        run_id=state.family, step=state.step, tokens=0,
+        scalars={"data_rng": state.data[0], "data_pos": state.data[2],
+                 "param_groups": state.optimizer["param_groups"]},
+        tensors={"data_order": torch.from_numpy(np.ascontiguousarray(state.data[1])),
+                 "torch_rng": state.torch_rng, "losses": state.losses},
+    )
+    save_state(directory, state.model, state.optimizer, train_state, keep=1)
+
+
+def load_stable(directory: Path, family: str) -> StableState | None:
+    """The stable state ``save_stable`` left for ``family``, or None."""
+    saved = load_latest(directory, run_id=family)
+    if saved is None:
+        return None
+    scalars, tensors = saved.state.scalars, saved.state.tensors
+    groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g for g in scalars["param_groups"]]
+    return StableState(
+        family, saved.state.step, saved.model, {"state": saved.optimizer, "param_groups": groups},
+        (scalars["data_rng"], tensors["data_order"].numpy().copy(), scalars["data_pos"]),
+        tensors["torch_rng"], tensors["losses"],
+    )
 
 
 def branch_outcomes(family: Family, outcome: Any) -> list[tuple[Any, Any]]:

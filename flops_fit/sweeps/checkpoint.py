@@ -25,6 +25,7 @@ import os
 import random
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,11 @@ import numpy as np
 import torch
 
 from flops_fit.errors import CheckpointError, CheckpointWarning
+from flops_fit.store.runs import RunResult
 
 FORMAT = 1
 PATTERN = re.compile(r"^step-(\d+)\.safetensors$")
+RESULT = "result.json"
 _MODEL, _OPTIM, _RNG, _EXTRA = "model/", "optim/", "rng/", "extra/"
 
 
@@ -150,14 +153,20 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
                     state: TrainState, *, keep: int = 2) -> Path:
     """Write ``state`` with the model's and optimizer's tensors as ``step-<N>.safetensors``
     in ``directory``, atomically; delete all but the newest ``keep`` checkpoints."""
-    from safetensors.torch import save_file
+    return save_state(directory, model.state_dict(), None if optimizer is None else optimizer.state_dict(),
+                      state, keep=keep)
 
+
+def save_state(directory: str | Path, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any] | None,
+               state: TrainState, *, keep: int = 2) -> Path:
+    """``save_checkpoint`` from state dicts (a state captured earlier, e.g. a WSD stable phase);
+    the RNGs saved are the ones current now."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rng_values, rng_tensors = capture_rng()
-    tensors = {_MODEL + k: _cpu_copy(v) for k, v in model.state_dict().items()}
-    if optimizer is not None:
-        for index, values in optimizer.state_dict()["state"].items():
+    tensors = {_MODEL + k: _cpu_copy(v) for k, v in model_state.items()}
+    if optimizer_state is not None:
+        for index, values in optimizer_state["state"].items():
             for key, value in values.items():
                 if value is None:
                     continue
@@ -168,11 +177,7 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
     header.update(rng=rng_values, format=FORMAT)
     metadata = {"flops_fit": json.dumps(header), "digest": _digest(tensors)}
     final = checkpoint_path(directory, state.step)
-    temporary = directory / f".{final.name}.{os.getpid()}.tmp"
-    save_file(tensors, str(temporary), metadata=metadata)
-    _fsync(temporary)
-    os.replace(temporary, final)
-    _fsync(directory)
+    _write_safetensors(final, tensors, metadata)
     for old in list_checkpoints(directory)[keep:]:
         old.unlink(missing_ok=True)
     return final
@@ -225,12 +230,12 @@ def load_latest(directory: str | Path, *, run_id: str | None = None) -> Checkpoi
 
 
 def remove_checkpoints(directory: str | Path) -> None:
-    """Delete a run's checkpoint folder (its run finished), leftovers of interrupted writes included."""
+    """Delete a run's checkpoint folder (its result is stored), leftovers of interrupted writes included."""
     directory = Path(directory)
     if not directory.is_dir():
         return
     for name in os.listdir(directory):
-        if PATTERN.match(name) or name.endswith(".tmp"):
+        if PATTERN.match(name) or name == RESULT or name.endswith(".tmp"):
             (directory / name).unlink(missing_ok=True)
     try:
         directory.rmdir()
@@ -240,16 +245,46 @@ def remove_checkpoints(directory: str | Path) -> None:
 
 def save_weights(path: str | Path, model: torch.nn.Module) -> Path:
     """A finished model's parameters and buffers as a plain safetensors file, atomically."""
-    from safetensors.torch import save_file
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write_safetensors(path, {k: _cpu_copy(v) for k, v in model.state_dict().items()})
+    return path
+
+
+def save_result(directory: str | Path, result: RunResult) -> Path:
+    """A finished run's result beside its checkpoints (``result.json``, written atomically),
+    until the driver has stored it: a run finished inside a task that dies later (a WSD
+    family's earlier branches) is recovered on resume instead of trained again."""
+    path = Path(directory) / RESULT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(path, lambda temporary: temporary.write_text(json.dumps(result.to_dict())))
+    return path
+
+
+def load_result(directory: str | Path, run_id: str) -> RunResult | None:
+    """The result ``save_result`` left for ``run_id``, or None (none, unreadable, or another run's)."""
+    path = Path(directory) / RESULT
+    try:
+        result = RunResult(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return result if result.run_id == run_id else None
+
+
+def _write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    from safetensors.torch import save_file
+
+    _write_atomically(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
+
+
+def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
+    """``write`` a temporary file beside ``path``, fsync it, rename it over ``path`` and fsync the
+    folder: a kill at any instant leaves the old file or the new one, never a torn one."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    save_file({k: _cpu_copy(v) for k, v in model.state_dict().items()}, str(temporary))
+    write(temporary)
     _fsync(temporary)
     os.replace(temporary, path)
     _fsync(path.parent)
-    return path
 
 
 def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:

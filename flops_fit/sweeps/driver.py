@@ -2,6 +2,8 @@
 
 WSD runs go to the executor as families (``branches``): one task trains a size's stable
 phase once and every cooldown branched from it; each branch is recorded as its own run.
+A run that finished in a task that died before returning (a family's earlier branch) left
+its result beside its checkpoints: the driver stores it on resume instead of training it.
 
 The driver is the store's only writer and holds its lease (``store.lease``): a second
 driver on the same folder is refused. Each finished run is committed on its own, and runs
@@ -29,10 +31,11 @@ from flops_fit.plugin import api
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult, RunSpec
-from flops_fit.sweeps.branches import item_outcomes, train_item, work_items
+from flops_fit.sweeps.branches import item_outcomes, recover_results, train_item, work_items
 from flops_fit.sweeps.checkpoint import CheckpointPolicy, remove_checkpoints
 from flops_fit.sweeps.gate import check
 from flops_fit.sweeps.progress import SweepDisplay
+from flops_fit.sweeps.wsd import Family
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 
@@ -183,6 +186,9 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                       tracking: Destination | None = None) -> None:
     if retry_failed:
         store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
+    for result in recover_results(store.unfinished(plan), policy):
+        store.record(result)
+        remove_checkpoints(policy.run_dir(result.run_id))
     todo = store.unfinished(plan)
     model = plan.runs[0].model
     if todo:
@@ -213,6 +219,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 if policy is not None:  # the result is committed: its checkpoints are no longer needed
                     remove_checkpoints(policy.run_dir(spec.run_id))
                 display.run_finished(_summary(spec, result), failed=result.status != "done")
+            if policy is not None and isinstance(item, Family):  # every branch is stored: drop its stable state
+                remove_checkpoints(policy.run_dir(item.run_id))
 
 
 def _summary(spec: RunSpec, result: RunResult) -> str:
