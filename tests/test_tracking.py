@@ -275,6 +275,22 @@ def test_wandb_offline_writes_a_run_per_run_with_its_config_and_curve(tracked):
 
 
 # ------------------------------------------------------------------------- resume
+def test_resuming_a_finished_sweep_logs_no_step_twice(tmp_path):
+    first = run(tmp_path, tracking=["tensorboard", "mlflow"]).runs
+    sweep(host=HOST, out_dir=tmp_path, resume=True, show_progress=False, skip_parity=True,
+          **sweep_support.small_plan_options(tracking=["tensorboard", "mlflow"]))
+    events = tensorboard(tmp_path / "tracking" / "tensorboard" / "sweep")
+    for tag in events.Tags()["scalars"]:
+        steps = [s for s, _ in scalars(events, tag)]
+        assert len(steps) == len(set(steps)), f"{tag} logged a step twice: {steps}"
+    assert scalars(events, "sweep/runs_done") == [(6, 6.0)]
+    assert len(events.Tensors("plan.json/text_summary")) == 1  # the plan, once
+    client = mlflow_client(tmp_path / "tracking")
+    found = mlflow_runs(client, tmp_path.name)  # one MLflow run per run and one for the sweep, reopened
+    assert set(found) == {*first.run_id, "sweep"}
+    assert history(client, found["sweep"], "sweep/runs_done") == [(6, 6.0)]
+
+
 def test_a_run_resumed_after_a_kill_continues_its_curve_without_repeated_steps(tmp_path):
     spec = plan(host=HOST, **sweep_support.small_plan_options(budgets=[2.1e7])).runs[1]
     reference = train(spec, host=HOST)

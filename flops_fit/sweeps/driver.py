@@ -168,7 +168,7 @@ def run_plan(
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
             new = _check_store(store, plan, out_dir, resume, host)
             tracking = sweep_destination({"created": store.get_meta("created")}, out_dir, plan.options.tracking)
-            with SweepTracker(tracking, plan, new=new) as tracker:
+            with SweepTracker(tracking, plan, new=new, counts=store.counts()) as tracker:
                 _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
                                   executor_options=executor_options, skip_parity=skip_parity,
                                   retry_failed=retry_failed, show_progress=show_progress, host=host,

@@ -202,7 +202,9 @@ class SweepTracker:
     """The driver's tracking of a sweep: the plan when it is new, how the runs ended, and
     the destination its runs log to (the backends that opened here)."""
 
-    def __init__(self, destination: Destination | None, plan: Any, *, new: bool) -> None:
+    def __init__(self, destination: Destination | None, plan: Any, *, new: bool,
+                 counts: Mapping[str, int] | None = None) -> None:
+        self.finished_before = _finished(counts or {})
         self.trackers = Trackers(destination, sweep_run(destination)) if destination else None
         self.runs_destination = destination and destination.without(
             [b for b in destination.backends if b not in self.trackers.backends])
@@ -214,9 +216,11 @@ class SweepTracker:
             self.trackers.log_text("plan.json", json.dumps(plan.to_dict(), indent=1, default=str))
 
     def finished(self, counts: Mapping[str, int]) -> None:
-        if self.trackers is not None:
-            done = sum(counts.get(s, 0) for s in ("done", "failed"))
-            self.trackers.log_metrics({f"sweep/runs_{status}": n for status, n in counts.items()}, done)
+        """Log how many runs are done and failed (step: finished runs), unless no run finished
+        since the sweep started (a resume with nothing left adds no repeated step)."""
+        finished = _finished(counts)
+        if self.trackers is not None and finished != self.finished_before:
+            self.trackers.log_metrics({f"sweep/runs_{s}": counts.get(s, 0) for s in FINISHED}, sum(finished.values()))
 
     def __enter__(self) -> SweepTracker:
         return self
@@ -224,6 +228,13 @@ class SweepTracker:
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         if self.trackers is not None:
             self.trackers.close(_status(exc))
+
+
+FINISHED = ("done", "failed")
+
+
+def _finished(counts: Mapping[str, int]) -> dict[str, int]:
+    return {s: counts.get(s, 0) for s in FINISHED}
 
 
 def budget_label(budget: float) -> str:
