@@ -339,6 +339,16 @@ def test_wsd_branches_log_their_whole_curve_the_shared_stable_phase_included(tmp
         assert [v for _, v in curve] == pytest.approx([v for _, v in row.curve], rel=1e-6)
 
 
+def test_a_sweep_folder_deleted_and_swept_again_in_the_same_process_is_tracked_again(tmp_path):
+    options = {"budgets": [2e7], "tracking": ["mlflow"]}
+    run(tmp_path / "again", **options)
+    shutil.rmtree(tmp_path / "again")  # MLflow still holds its store of the deleted folder
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrackingWarning)
+        frame = run(tmp_path / "again", **options).runs
+    assert set(mlflow_runs(mlflow_client(tmp_path / "again" / "tracking"), "again")) == {*frame.run_id, "sweep"}
+
+
 # -------------------------------------------------------------- failures are isolated
 def tracking_warnings(caught):
     return [str(w.message) for w in caught if issubclass(w.category, TrackingWarning)]

@@ -69,6 +69,11 @@ class MlflowTracker:
         uri = destination.mlflow_uri
         if uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            from mlflow.store.tracking.file_store import FileStore
+
+            # MLflow keeps one store per URI for the process: if the folder was deleted since
+            # (a sweep folder removed and run again), only a new FileStore makes it again.
+            FileStore(uri)
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=uri)
