@@ -22,6 +22,7 @@ from flops_fit.plugins.text_data import (
     TokenWindows,
     check_split,
     expand,
+    file_identity,
     in_validation,
     windows,
 )
@@ -80,19 +81,18 @@ class _Corpus:
         if self.files is not None:
             self.builder = _builder(name, [f for files in self.files.values() for f in files])
         self.saved = _saved_folder(path)
-        if self.saved:
+        self.folder = bool(path) and os.path.isdir(path)  # local: a save_to_disk folder or a folder of data files
+        if self.folder:
             self.path = str(Path(path).resolve())
 
     def identity(self) -> dict[str, Any]:
         """What decides the records: local files by path, size and modification time; a hub
         dataset by name, configuration and revision."""
         if self.files is not None:
-            files = {s: [(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in fs]
-                     for s, fs in self.files.items()}
-            return {"files": files}
-        if self.saved:
-            return {"saved": [(str(f), f.stat().st_size, f.stat().st_mtime_ns)
-                              for f in sorted(Path(self.path).rglob("*")) if f.is_file()]}
+            return {"files": {s: file_identity(fs) for s, fs in self.files.items()}}
+        if self.folder:
+            return {"folder": file_identity(f for f in sorted(Path(self.path).rglob("*")) if f.is_file()),
+                    "config": self.config}
         return {"hub": self.path, "config": self.config, "revision": self.revision}
 
     def splits(self) -> list[str]:
@@ -119,9 +119,7 @@ class _Corpus:
                 return data.to_iterable_dataset() if self.streaming else data
             return datasets.load_dataset(self.path, self.config, split=split, revision=self.revision,
                                          streaming=self.streaming)
-        except DataError:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # missing or unreadable files, no network: the library's own exceptions
             raise DataError(f"{self.name}: cannot load split {split!r} of {self.path or 'data_files'}: {exc}") from None
 
 

@@ -104,7 +104,7 @@ def configure_text(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "vocab_size": vocab}
 
 
-def _file_identity(files: Sequence[Path]) -> list[tuple[str, int, int]]:
+def file_identity(files: Iterable[Path]) -> list[tuple[str, int, int]]:
     """What decides the files' text: each one's absolute path, size and modification time."""
     stats = [(str(Path(f).resolve()), Path(f).stat()) for f in files]
     return [(path, st.st_size, st.st_mtime_ns) for path, st in stats]
@@ -112,14 +112,14 @@ def _file_identity(files: Sequence[Path]) -> list[tuple[str, int, int]]:
 
 def _files_source(name: str, files: Sequence[Path]) -> TextSource:
     """The files' bytes, one file after the other."""
-    identity = _file_identity(files)
+    identity = file_identity(files)
     return TextSource(name, ["files", identity], lambda: (Path(f).read_bytes() for f in files),
                       sum(size for _, size, _ in identity))
 
 
 def _stream_source(name: str, files: Sequence[Path], split: str, fraction: float) -> TextSource:
     """One split of the files' bytes taken as one stream (``_split_stream``)."""
-    identity = _file_identity(files)
+    identity = file_identity(files)
     return TextSource(name, ["stream", split, fraction, identity],
                       lambda: [bytes(_split_stream(_read_bytes(files), split, fraction))])
 
