@@ -27,6 +27,7 @@ from flops_fit.errors import (
     RunLost,
     StoreBusy,
     StoreError,
+    TrackingWarning,
     UnknownEntryError,
     WeightFileError,
 )
@@ -78,6 +79,7 @@ _LAZY: dict[str, str] = {
     "RunSpec": "flops_fit.store.runs:RunSpec",
     "RunResult": "flops_fit.store.runs:RunResult",
     "RunStore": "flops_fit.store.run_store:RunStore",
+    "TrackingOptions": "flops_fit.tracking.options:TrackingOptions",
 }
 
 
@@ -115,6 +117,7 @@ __all__ = [
     "RunLost",
     "StoreBusy",
     "StoreError",
+    "TrackingWarning",
     "UnknownEntryError",
     "WeightFileError",
     "__version__",

@@ -68,6 +68,11 @@ class CheckpointWarning(UserWarning):
     """A checkpoint was skipped (it did not validate); the run falls back to an earlier one."""
 
 
+class TrackingWarning(UserWarning):
+    """An experiment-tracking backend failed to import or to write; it is switched off for the
+    rest of the sweep (warned once per backend) and the sweep goes on without it."""
+
+
 class StoreBusy(StoreError):
     """Another live driver holds the store's lease: two drivers would train the same runs."""
 

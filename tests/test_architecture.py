@@ -20,6 +20,7 @@ LAYERS = [
     ("plugin", ("flops_fit.plugin", "flops_fit.testing")),
     ("api", ("flops_fit",)),  # the root package: the public names and the lazy table
     ("store", ("flops_fit.store",)),
+    ("tracking", ("flops_fit.tracking",)),
     ("fitting", ("flops_fit.fitting",)),
     ("executors", ("flops_fit.executors",)),
     ("sweeps", ("flops_fit.sweeps",)),

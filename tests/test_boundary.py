@@ -10,6 +10,7 @@ from flops_fit.plugins.gpt import GPTConfig
 from flops_fit.cli.main import main
 from flops_fit.sweeps.config import sweep_keys
 from flops_fit.sweeps.hparams import HyperParams
+from flops_fit.tracking.options import TrackingOptions
 
 # A valid sweep file of the built-in GPT; every table's keys are set so each is exercised.
 BASE = {
@@ -26,6 +27,8 @@ BASE = {
     "hparams": {"lr_rule": "constant", "base_lr": 3e-3, "base_width": 128, "warmup_fraction": 0.05,
                 "max_warmup_steps": 100, "min_lr_ratio": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
                 "eps": 1e-8, "grad_clip": 1.0, "divergence_factor": 3.0, "lr": 1e-3},
+    "tracking": {"backends": ["tensorboard", "mlflow"], "dir": "logs", "experiment": "lab", "wandb_mode": "offline",
+                 "mlflow_uri": "file:///tmp/mlruns"},
     "executor": {"name": "local", "workers": 1, "threads": 1},
 }
 # keys that a plan does not read, with the value that fills them in BASE
@@ -51,6 +54,7 @@ def toml(data):
 def cases():
     keys = [("sweep", k) for k in sweep_keys()] + [("hparams", f.name) for f in dataclasses.fields(HyperParams)]
     keys += [("model", f.name) for f in dataclasses.fields(GPTConfig)[1:]] + [("executor", k) for k in BASE["executor"]]
+    keys += [("tracking", k) for k in TrackingOptions.keys()]
     for table, key in keys:
         for kind in WRONG:
             yield table, key, kind

@@ -32,6 +32,9 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to "
                    "(report: the budget its answer is for, default 10x the largest swept)")
+    p.add_argument("--tracking", metavar="B1,B2|off",
+                   help="log the fitted parameters and predictions to these tracking backends (tensorboard, "
+                   "mlflow, wandb); default: a sweep folder's own [tracking], none for a CSV; off: none")
     p.add_argument("--holdout", metavar="largest|each|C",
                    help="also fit every method without one budget's runs (the largest, each in turn, or the "
                    "budget C) and compare its prediction there with that budget's own IsoFLOP minimum")
@@ -56,7 +59,8 @@ def _fit(args: argparse.Namespace):
     return flops_fit.fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
                          curve=args.curve, holdout=args.holdout, metric=args.metric, params_col=args.params_col,
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
-                         budget_col=args.budget_col, exclude_top=args.exclude_top)
+                         budget_col=args.budget_col, exclude_top=args.exclude_top,
+                         tracking=False if args.tracking == "off" else args.tracking)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:

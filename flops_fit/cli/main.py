@@ -1,7 +1,8 @@
 """``flops-fit``: the parser, the dispatch, and the boundary where errors become one line.
 
 Any ``FlopsFitError`` is printed as ``flops-fit: error: ...`` with exit status 2 (argparse's
-own usage errors exit 2 too); flops-fit's warnings (a skipped plugin) are one line each.
+own usage errors exit 2 too); flops-fit's warnings (a skipped plugin, a tracking backend
+switched off) are one line each.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 from flops_fit._version import __version__
 from flops_fit.cli import fit, listings, parity, sweep
-from flops_fit.errors import FlopsFitError, PluginWarning
+from flops_fit.errors import FlopsFitError, PluginWarning, TrackingWarning
 
 COMMAND_MODULES = (listings, sweep, fit, parity)
 
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    if issubclass(category, PluginWarning):
+    if issubclass(category, (PluginWarning, TrackingWarning)):
         print(f"flops-fit: {message}", file=file or sys.stderr)
     else:
         print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=file or sys.stderr)

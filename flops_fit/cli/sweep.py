@@ -49,7 +49,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    plan = flops_fit.plan(config.options)
+    sweep_options = config.options if args.tracking is None else config.options.replace(
+        tracking=None if args.tracking == "off" else args.tracking)
+    plan = flops_fit.plan(sweep_options)
     options = dict(config.executor_options)
     executor = args.executor or config.executor
     if args.workers is not None:
@@ -157,6 +159,8 @@ def add_commands(sub) -> None:
     p.add_argument("--retry-failed", action="store_true", help="train failed runs again")
     p.add_argument("--checkpoint-dir", help="folder for the runs' checkpoints (default OUT/checkpoints; "
                    "on a cluster, one every node sees)")
+    p.add_argument("--tracking", metavar="B1,B2|off", help="log to these tracking backends (tensorboard, mlflow, "
+                   "wandb) instead of the config's [tracking] table; off: none")
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("status", help="show a sweep's runs and their state")

@@ -7,6 +7,7 @@ a new method subclasses ``Approach`` and is added there.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import FitInputError
@@ -21,6 +22,8 @@ from flops_fit.fitting.profiles import CURVES, check_curve
 from flops_fit.fitting.report import write_report
 from flops_fit.fitting.result import FitResult
 from flops_fit.fitting.vpnls import Vpnls
+from flops_fit.tracking.base import log_fit, sweep_destination
+from flops_fit.tracking.options import Destination, destination, parse_tracking
 
 APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, Parametric, Vpnls)}
 METHODS = tuple(APPROACHES)  # the built-in methods' names
@@ -30,7 +33,7 @@ LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col
 
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
         level: float = 0.95, curve: str = "parabola", holdout: str | float | None = None,
-        metric: str | None = None, **options: Any) -> FitResult | FitSet:
+        metric: str | None = None, tracking: Any = None, **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
@@ -41,6 +44,11 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     the held-out loss per token) or ``"bpb"`` (held-out bits per byte, comparable across
     tokenizers); given ``Runs``, theirs. ``options`` are ``load_runs`` arguments: column names
     and ``exclude_top``.
+
+    ``tracking`` logs the fitted parameters and predictions (docs/tracking.md): by default a
+    sweep folder's fit goes to the trackers its sweep was run with; ``False`` logs nothing;
+    backends (``["mlflow"]``, or a ``[tracking]``-style mapping) log any source's fit, under
+    ``tracking/`` beside a CSV or in the sweep folder.
     """
     unknown = sorted(set(options) - set(LOAD_OPTIONS))
     if unknown:
@@ -57,6 +65,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         runs = source
     else:
         runs = load_runs(source, metric=metric or "loss", **options)
+    target = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
     names = tuple(APPROACHES) if method == "all" else (method,)
@@ -76,7 +85,36 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                                 bootstrap=bootstrap, seed=seed, level=level)
         for name, items in checks.items():
             results[name].holdout_checks = items
-    return FitSet(results, skipped) if method == "all" else results[method]
+    fitted = FitSet(results, skipped) if method == "all" else results[method]
+    if target is not None:
+        log_fit(fitted, target)
+    return fitted
+
+
+def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
+    """Where a fit of ``runs`` is logged: its sweep's trackers (``tracking`` None or True, or
+    other backends for the same sweep), trackers beside a CSV, or nowhere (False)."""
+    if tracking is False:
+        return None
+    if "created" in runs.metadata:  # a sweep folder's store
+        options = None if tracking in (None, True) else parse_tracking(tracking, "tracking", FitInputError)
+        target = sweep_destination(runs.metadata, runs.source, options)
+        if target is None and tracking is True:
+            raise FitInputError(f"tracking=True: the sweep in {runs.source} was run without [tracking]; "
+                                "name the backends instead, e.g. tracking=['tensorboard']")
+        return target
+    if tracking is None:
+        return None
+    if tracking is True:
+        raise FitInputError(f"tracking=True logs to a sweep's own trackers, and {runs.source} is not a sweep "
+                            "folder; name the backends instead, e.g. tracking=['tensorboard']")
+    options = parse_tracking(tracking, "tracking", FitInputError)
+    if options is None:
+        return None
+    path = Path(runs.source)
+    if path.is_file():
+        return destination(options, path.parent, f"fit of {path.resolve()}", path.stem)
+    return destination(options, Path.cwd(), f"fit of {runs.source}", "fit")
 
 
 __all__ = ["APPROACHES", "CURVES", "METHODS", "METRICS", "Approach", "FitInputError", "FitResult", "FitSet", "HoldoutCheck",

@@ -28,6 +28,8 @@ from flops_fit.sweeps.checkpoint import (
 )
 from flops_fit.sweeps.trainer import StableState, train
 from flops_fit.sweeps.wsd import Family, executed_flops, families
+from flops_fit.tracking.base import RunTracker
+from flops_fit.tracking.options import Destination
 
 
 def work_items(runs: list[Any]) -> list[Any]:
@@ -41,13 +43,25 @@ def work_items(runs: list[Any]) -> list[Any]:
 
 
 def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any = None,
-               checkpoints: CheckpointPolicy | None = None) -> Any:
+               checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> Any:
     """The executor's task: a family's list of outcomes, or one run's result."""
     if isinstance(item, Family):
-        return train_family(item, progress, host=host, checkpoints=checkpoints)
-    result = train(item, progress, host=host, checkpoints=checkpoints)
+        return train_family(item, progress, host=host, checkpoints=checkpoints, tracking=tracking)
+    result = train_tracked(item, progress, tracking=tracking, host=host, checkpoints=checkpoints)
     if checkpoints is not None:
         save_result(checkpoints.run_dir(item.run_id), result)
+    return result
+
+
+def train_tracked(spec: Any, progress: ProgressSink = ignore_progress, *, tracking: Destination | None = None,
+                  **options: Any) -> RunResult:
+    """``train`` with the run tracked at ``tracking`` (its spec, curve and result; a run that
+    raises is closed as failed, or interrupted on a stop)."""
+    if tracking is None:
+        return train(spec, progress, **options)
+    with RunTracker(tracking, spec) as tracker:
+        result = train(spec, progress, tracker=tracker, **options)
+        tracker.finish(result)
     return result
 
 
@@ -66,7 +80,7 @@ def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
 
 
 def train_family(family: Family, progress: ProgressSink = ignore_progress, *, host: Any = None,
-                 checkpoints: CheckpointPolicy | None = None) -> list[Any]:
+                 checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> list[Any]:
     """Train each branch of ``family`` in token order, each from the stable state the
     branch before it reached at its own cooldown start (the first from scratch); a list
     with one ``RunResult`` (or the exception it raised) per branch, in the family's order.
@@ -92,7 +106,8 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
             continue
         start = next((s for s in latest if s.step <= spec.cooldown_start), None)
         try:
-            outcome = train(spec, progress, host=host, checkpoints=checkpoints, start=start, on_stable=keep)
+            outcome = train_tracked(spec, progress, tracking=tracking, host=host, checkpoints=checkpoints,
+                                    start=start, on_stable=keep)
         except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
             outcome = exc
         if checkpoints and isinstance(outcome, RunResult):

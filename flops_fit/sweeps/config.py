@@ -2,7 +2,8 @@
 
 Tables: ``[sweep]`` holds ``SweepOptions`` fields (model, budgets, ...) and ``out``;
 ``[model]`` and ``[dataset]`` the model and dataset configuration; ``[hparams]`` the
-optimizer hyper-parameters; ``[executor]`` the executor's ``name`` and its options.
+optimizer hyper-parameters; ``[tracking]`` experiment tracking (``tracking.options``);
+``[executor]`` the executor's ``name`` and its options.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any
 from flops_fit.errors import ConfigError, PlanError
 from flops_fit.sweeps.options import SweepOptions
 
-TABLES = ("sweep", "model", "dataset", "hparams", "executor")
+TABLES = ("sweep", "model", "dataset", "hparams", "tracking", "executor")
 # SweepOptions fields that come from their own table rather than from [sweep]
-TABLE_OPTIONS = {"model": "model_config", "dataset": "dataset_config", "hparams": "hparams"}
+TABLE_OPTIONS = {"model": "model_config", "dataset": "dataset_config", "hparams": "hparams", "tracking": "tracking"}
 DEFAULT_OUT = "flops-fit-out"
 # [sweep] keys that say where a sweep is written rather than what it trains
 FOLDER_KEYS = ("out", "checkpoint_dir")

@@ -36,6 +36,8 @@ from flops_fit.sweeps.checkpoint import CheckpointPolicy, remove_checkpoints
 from flops_fit.sweeps.gate import check
 from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.sweeps.wsd import Family
+from flops_fit.tracking.base import SweepTracker, sweep_destination
+from flops_fit.tracking.options import Destination
 
 
 @dataclass
@@ -88,8 +90,9 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
     return {"status": report.status, "reason": report.summary()[:4000]}
 
 
-def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool, host: Any) -> None:
-    """Refuse a folder that holds another sweep, or this one without ``resume``; record a new plan."""
+def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool, host: Any) -> bool:
+    """Refuse a folder that holds another sweep, or this one without ``resume``; record a new
+    plan (and say so: True)."""
     stored = {r.run_id for r in store.planned_runs()}
     planned = {r.run_id for r in plan.runs}
     if stored and stored != planned:
@@ -101,6 +104,7 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool, host: 
         raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
     if not stored:
         store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
+    return not stored
 
 
 def checkpoint_policy(plan: Any, out_dir: Path, checkpoint_dir: str | Path | None) -> CheckpointPolicy | None:
@@ -152,7 +156,9 @@ def run_plan(
     Runs checkpoint into ``checkpoint_dir`` (default ``out_dir/checkpoints``; on a cluster, a
     folder every node sees). Ctrl-C or SIGTERM makes the runs in flight checkpoint, then
     ``Interrupted`` (a ``KeyboardInterrupt``) propagates with the store consistent. Raises
-    ``StoreBusy`` while another live driver holds the folder.
+    ``StoreBusy`` while another live driver holds the folder. With ``tracking`` among the
+    plan's options, the sweep's own tracker run logs the plan and how the runs ended, and
+    each run logs to its own (``flops_fit.tracking``).
     """
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
@@ -160,11 +166,15 @@ def run_plan(
     store = RunStore(out_dir, create=True)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
-            _check_store(store, plan, out_dir, resume, host)
-            _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
-                              executor_options=executor_options, skip_parity=skip_parity,
-                              retry_failed=retry_failed, show_progress=show_progress, host=host,
-                              policy=checkpoint_policy(plan, out_dir, checkpoint_dir))
+            new = _check_store(store, plan, out_dir, resume, host)
+            tracking = sweep_destination({"created": store.get_meta("created")}, out_dir, plan.options.tracking)
+            with SweepTracker(tracking, plan, new=new, counts=store.counts()) as tracker:
+                _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
+                                  executor_options=executor_options, skip_parity=skip_parity,
+                                  retry_failed=retry_failed, show_progress=show_progress, host=host,
+                                  policy=checkpoint_policy(plan, out_dir, checkpoint_dir),
+                                  tracking=tracker.runs_destination)
+                tracker.finished(store.counts())
     finally:
         store.close()
     return SweepResult(out_dir)
@@ -172,7 +182,8 @@ def run_plan(
 
 def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: str, workers: int,
                       executor_options: dict[str, Any] | None, skip_parity: bool, retry_failed: bool,
-                      show_progress: bool, host: Any, policy: CheckpointPolicy | None) -> None:
+                      show_progress: bool, host: Any, policy: CheckpointPolicy | None,
+                      tracking: Destination | None = None) -> None:
     if retry_failed:
         store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
     for result in recover_results(store.unfinished(plan), policy):
@@ -197,7 +208,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             display.run_progress(run_id, done, total, loss)
 
     options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
-    task = functools.partial(train_item, host=host, checkpoints=policy)
+    task = functools.partial(train_item, host=host, checkpoints=policy, tracking=tracking)
     with api.create_executor(executor, host=host, **options) as runner:
         for item, item_outcome in runner.map(task, work_items(todo)):
             for spec, outcome in item_outcomes(item, item_outcome):

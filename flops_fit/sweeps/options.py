@@ -19,6 +19,7 @@ from flops_fit.checks import non_negative_number, one_of, positive_int, positive
 from flops_fit.errors import PlanError
 from flops_fit.sweeps.hparams import HyperParams
 from flops_fit.sweeps.schedules import COOLDOWN_SHAPES, SCHEDULES
+from flops_fit.tracking.options import TrackingOptions, parse_tracking
 
 FLOPS_ACCOUNTING = ("model", "6nd")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -115,6 +116,10 @@ def _device(value: Any, name: str) -> str:
     return value
 
 
+def _tracking(value: Any, name: str) -> TrackingOptions | None:
+    return parse_tracking(value, name, PlanError)
+
+
 def _bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise PlanError(f"{name} must be true or false, got {value!r}")
@@ -196,6 +201,10 @@ class SweepOptions:
         check=_non_negative, cli=float)
     keep_weights: bool = option(False, help="keep each finished run's weights (weights/RUN_ID.safetensors)",
                                 check=_bool, cli=parse_bool)
+    tracking: TrackingOptions | None = option(
+        None, help="experiment tracking ([tracking] table): backends among tensorboard, mlflow, wandb, logging "
+        "every run's spec, curve and held-out metrics, the plan and the fits (under OUT/tracking by default)",
+        check=_tracking, cli=str, metavar="B1,B2")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -228,6 +237,7 @@ class SweepOptions:
         out["budgets"] = list(self.budgets)
         out["sizes"] = None if self.sizes is None else list(self.sizes)
         out["hparams"] = self.hparams.to_dict()
+        out["tracking"] = None if self.tracking is None else self.tracking.to_dict()
         return out
 
     @classmethod

@@ -35,6 +35,7 @@ from flops_fit.sweeps.checkpoint import (
     save_weights,
 )
 from flops_fit.sweeps.schedules import schedule_factor
+from flops_fit.tracking.base import RunTracker
 
 
 class Batches:
@@ -125,7 +126,7 @@ class StableState:
 
 def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None,
           checkpoints: CheckpointPolicy | None = None, start: StableState | None = None,
-          on_stable: Callable[[StableState], None] | None = None) -> RunResult:
+          on_stable: Callable[[StableState], None] | None = None, tracker: RunTracker | None = None) -> RunResult:
     """Train ``spec`` and return its result; divergence gives ``status="failed"``.
 
     ``progress(run_id, done, total, train_loss)`` hears about the run as it trains (an
@@ -172,6 +173,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             # (not reported as progress: the store counts only the steps this run trains)
             _report(losses, done - interval, done, done * spec.batch_size * per_sample, spec, result,
                     ignore_progress)
+    if tracker is not None:
+        tracker.begin(result.tokens, [curve_point(spec, point, per_sample) for point in result.curve])
     data_s = 0.0
     progress(spec.run_id, result.tokens, spec.tokens, math.nan)
     t_train = last_save = time.perf_counter()
@@ -208,6 +211,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             if result.steps % interval == 0 or step == spec.steps - 1:
                 last = (result.steps - 1) // interval * interval
                 _report(losses, last, result.steps, result.tokens, spec, result, progress)
+                if tracker is not None:
+                    tracker.point(*curve_point(spec, result.curve[-1], per_sample))
             if step == spec.steps - 1:  # a stop waits for the held-out loss: seconds, not the run
                 break
             if checkpoints is None:
@@ -285,6 +290,14 @@ def _report(losses: torch.Tensor, begin: int, end: int, tokens: int, spec: RunSp
     result.curve.append([tokens, mean])
     _check_divergence(mean, float(losses[0]), spec, end, tokens)
     progress(spec.run_id, tokens, spec.tokens, mean)
+
+
+def curve_point(spec: RunSpec, point: list[float], per_sample: int) -> tuple[int, dict[str, float]]:
+    """A curve point ``[tokens, mean loss]`` as a tracker logs it: step = tokens seen, with the
+    learning rate of the interval's last optimizer step."""
+    tokens = int(point[0])
+    steps = -(-tokens // (spec.batch_size * per_sample))
+    return tokens, {"train/loss": point[1], "train/lr": spec.lr * schedule_factor(spec, steps - 1)}
 
 
 def _check_divergence(mean: float, first: float, spec: RunSpec, steps: int, tokens: int) -> None:
