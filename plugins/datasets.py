@@ -38,9 +38,11 @@ def register_datasets(register):
     ))
     register(flops_fit.DatasetEntry(
         "token-file",
-        description="A pre-tokenised uint16/uint32 token file (path=...), memory-mapped",
+        description="A pre-tokenised uint16/uint32 token file (path=...), memory-mapped; tokenizer=... (the "
+        "tokenizer file that made it) for bits per byte",
         builder=f"{_MOD}.text_data:build_token_file",
         defaults={"dtype": "uint16", "seq_len": 256, "vocab_size": None, "validation_fraction": 0.05},
+        configure=f"{_MOD}.text_data:configure_token_file",
         **_TEXT,
     ))
     register(flops_fit.DatasetEntry(

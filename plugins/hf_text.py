@@ -171,7 +171,7 @@ def _sources(corpus: _Corpus, text_field: str, separator: str, max_documents: in
         sources[split] = TextSource(
             corpus.name, {**base, "split": how},
             lambda read=read, keep=keep: _joined(_texts(corpus, read, text_field), separator, keep, max_documents),
-            sizes.get(read))
+            None if held_out else sizes.get(read))
     return sources
 
 

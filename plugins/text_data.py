@@ -104,6 +104,11 @@ def configure_text(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "vocab_size": vocab}
 
 
+def configure_token_file(config: dict[str, Any]) -> dict[str, Any]:
+    """token-file's ``vocab_size`` follows the tokenizer that made its tokens, when it names one."""
+    return configure_text(config) if config.get("tokenizer") is not None else config
+
+
 def file_identity(files: Iterable[Path]) -> list[tuple[str, int, int]]:
     """What decides the files' text: each one's absolute path, size and modification time."""
     stats = [(str(Path(f).resolve()), Path(f).stat()) for f in files]
@@ -224,13 +229,21 @@ TOKEN_DTYPES = ("uint16", "uint32")
 def build_token_file(
     split: str, path: str | None = None, validation_path: str | None = None, dtype: str = "uint16",
     seq_len: int = 256, vocab_size: int | None = None, validation_fraction: float = 0.05,
+    tokenizer: str | None = None,
 ) -> TokenWindows:
     """A pre-tokenised flat binary file of ``dtype`` token ids, read through a memory map.
 
     With ``validation_path`` that file is the validation split; otherwise the last
-    ``validation_fraction`` of ``path`` is.
+    ``validation_fraction`` of ``path`` is. ``tokenizer`` (a tokenizer file, or ``"bytes"``)
+    names what made the tokens: then runs record bits per byte and ``vocab_size`` follows it.
     """
     check_split(split)
+    encoder = None
+    if tokenizer is not None:
+        encoder = text_tokenizers.load_ready(tokenizer)
+        if encoder is None:
+            raise DataError(f"token-file: tokenizer={tokenizer!r} would have to be learnt from text this file does "
+                            "not have; name the tokenizer file that made its tokens, or leave tokenizer out")
     if dtype not in TOKEN_DTYPES:
         raise DataError(f"token-file: dtype must be one of {TOKEN_DTYPES}, got {dtype!r}")
     if not path:
@@ -245,4 +258,4 @@ def build_token_file(
         tokens = _split_stream(tokens, split, validation_fraction)
     if vocab_size is not None and len(tokens) and int(tokens.max()) >= vocab_size:
         raise DataError(f"token-file: {source!r} holds token id {int(tokens.max())} >= vocab_size {vocab_size}")
-    return TokenWindows(tokens, seq_len, "token-file")
+    return TokenWindows(tokens, seq_len, "token-file", token_bytes=encoder.token_bytes() if encoder else None)

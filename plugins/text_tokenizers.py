@@ -213,15 +213,24 @@ def train_bpe(texts: Iterable[str | bytes], vocab: int) -> Any:
     return tokenizer
 
 
-def load(spec: Any, train_texts: Any, train_identity: Any, root: Path, *, sample_bytes: int, seed: int):
-    """The tokenizer ``spec`` names. A BPE is learnt from ``train_texts()`` (an iterable of the
-    training split's text) once, saved under ``root/tokenizers`` keyed by the training text's
-    identity, the vocabulary, the sample size and the seed, and loaded from there afterwards."""
+def load_ready(spec: Any) -> ByteTokenizer | HFTokenizer | None:
+    """The tokenizer ``spec`` names if it needs no training (bytes, a tokenizer file); None for a BPE."""
     kind, value = parse(spec)
     if kind == BYTES:
         return ByteTokenizer()
     if kind == "file":
         return HFTokenizer(_load_file(value), _digest_file(value), name=f"tokenizer {str(value)!r}")
+    return None
+
+
+def load(spec: Any, train_texts: Any, train_identity: Any, root: Path, *, sample_bytes: int, seed: int):
+    """The tokenizer ``spec`` names. A BPE is learnt from ``train_texts()`` (an iterable of the
+    training split's text) once, saved under ``root/tokenizers`` keyed by the training text's
+    identity, the vocabulary, the sample size and the seed, and loaded from there afterwards."""
+    ready = load_ready(spec)
+    if ready is not None:
+        return ready
+    _, value = parse(spec)
     key = hashlib.sha256(json.dumps(["bpe", value, sample_bytes, seed, train_identity], sort_keys=True,
                                     default=str).encode()).hexdigest()[:24]
     path = Path(root) / "tokenizers" / f"bpe{value}-{key}.json"

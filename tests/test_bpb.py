@@ -139,3 +139,23 @@ def test_the_command_line_fits_either_metric(tmp_path, capsys):
     assert main(["fit", str(tmp_path / "old.csv"), "--metric", "bpb"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("flops-fit: error:") and "--metric loss" in err and "\n" not in err
+
+
+def test_a_token_file_counts_bytes_when_it_names_the_tokenizer_that_made_it(tmp_path):
+    pytest.importorskip("tokenizers", reason="needs the `tokenizers` library (pip install 'flops-fit[data]')")
+    from flops_fit.plugins.text_tokenizers import train_bpe
+
+    text = "".join(open(f).read() for f in sorted(write_corpus(tmp_path / "corpus").iterdir()))
+    tokenizer = train_bpe([text], 300)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    np.asarray(tokenizer.encode(text).ids, dtype=np.uint16).tofile(tmp_path / "tokens.bin")
+    config = {"path": str(tmp_path / "tokens.bin"), "tokenizer": str(tmp_path / "tokenizer.json"), "seq_len": 16}
+    assert flops_fit.dataset_info("token-file").config(**config)["vocab_size"] == 300
+    data = flops_fit.create_dataset("token-file", "validation", **config)
+    windows = np.arange(len(data))
+    by_hand = sum(len(tokenizer.decode(data.tokens[i * 16 + 1:(i + 1) * 16].tolist()).encode()) for i in windows)
+    assert int(data.target_bytes(windows).sum()) == by_hand
+    bare = flops_fit.create_dataset("token-file", "validation", path=str(tmp_path / "tokens.bin"), seq_len=16)
+    assert bare.target_bytes(windows) is None  # no tokenizer, no bytes: such runs record no bits per byte
+    with pytest.raises(flops_fit.FlopsFitError, match="would have to be learnt from text"):
+        flops_fit.create_dataset("token-file", "train", path=str(tmp_path / "tokens.bin"), tokenizer="bpe:300")

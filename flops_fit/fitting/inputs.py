@@ -25,7 +25,7 @@ FINISHED = ("done", "finished", "ok", "completed")
 METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out bits per byte"}
 METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)"}
 NO_BPB = ("bits per byte is recorded for runs on text datasets that know their tokenizer (python-stdlib, "
-          "text-files, tinystories, hf-text), not for token-file runs nor sweeps trained before flops-fit "
+          "text-files, tinystories, hf-text, token-file with its tokenizer), not for sweeps trained before flops-fit "
           "recorded it; fit these runs with metric='loss' (CLI: --metric loss)")
 
 
