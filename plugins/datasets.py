@@ -1,7 +1,7 @@
 """Built-in datasets (registration only; the loaders live in text_data and image_data).
 
-Text datasets are byte-level unless pre-tokenised; their defaults set the model's
-``vocab_size``. Image datasets' defaults set the model keys they imply (image size,
+Text datasets take a ``tokenizer`` (bytes by default, ``bpe:<vocab>``, or a local tokenizer);
+``configure_text`` sets their ``vocab_size`` from it, and the model follows. Image datasets' defaults set the model keys they imply (image size,
 channels, classes, a patch size that divides the image), so ``plan(model="vit",
 dataset="digits")`` needs no extra configuration.
 """
@@ -15,37 +15,51 @@ _IMAGES = {
     "tasks": (flops_fit.TASK_IMAGE_CLASSIFICATION,),
 }
 _MOD = "flops_fit.plugins"
+# Text datasets with a tokenizer: vocab_size follows it (text_data.configure_text).
+_TOKENIZED = {"configure": f"{_MOD}.text_data:configure_text"}
+_TOKENIZER_DEFAULTS = {"tokenizer": "bytes", "vocab_size": None}
 
 
 @flops_fit.hookimpl
 def register_datasets(register):
     register(flops_fit.DatasetEntry(
         "python-stdlib",
-        description="The Python standard library's own .py files as bytes (offline, vocab 256); split by file",
+        description="The Python standard library's own .py files (offline; bytes, or tokenizer=...); split by file",
         builder=f"{_MOD}.text_data:build_python_stdlib",
-        defaults={"vocab_size": 256, "seq_len": 256, "validation_fraction": 0.05},
-        **_TEXT,
+        defaults={**_TOKENIZER_DEFAULTS, "seq_len": 256, "validation_fraction": 0.05},
+        **_TEXT, **_TOKENIZED,
     ))
     register(flops_fit.DatasetEntry(
         "text-files",
-        description="Local text files as bytes (paths=[files, folders, globs]); split by file",
+        description="Local text files (paths=[files, folders, globs]; bytes, or tokenizer=...); split by file",
         builder=f"{_MOD}.text_data:build_text_files",
-        defaults={"vocab_size": 256, "seq_len": 256, "validation_fraction": 0.05},
-        **_TEXT,
+        defaults={**_TOKENIZER_DEFAULTS, "seq_len": 256, "validation_fraction": 0.05},
+        **_TEXT, **_TOKENIZED,
     ))
     register(flops_fit.DatasetEntry(
         "token-file",
-        description="A pre-tokenised uint16/uint32 token file (path=...), memory-mapped",
+        description="A pre-tokenised uint16/uint32 token file (path=...), memory-mapped; tokenizer=... (the "
+        "tokenizer file that made it) for bits per byte",
         builder=f"{_MOD}.text_data:build_token_file",
         defaults={"dtype": "uint16", "seq_len": 256, "vocab_size": None, "validation_fraction": 0.05},
+        configure=f"{_MOD}.text_data:configure_token_file",
         **_TEXT,
     ))
     register(flops_fit.DatasetEntry(
         "tinystories",
-        description="TinyStories via the `datasets` library (local data_files=... or the hub), bytes",
-        builder=f"{_MOD}.text_data:build_tinystories",
-        defaults={"vocab_size": 256, "seq_len": 256},
-        **_TEXT,
+        description="TinyStories via `datasets`: local data_files=... (parquet/jsonl/arrow) or the hub; "
+        "bytes, or tokenizer=...",
+        builder=f"{_MOD}.hf_text:build_tinystories",
+        defaults={**_TOKENIZER_DEFAULTS, "seq_len": 256},
+        **_TEXT, **_TOKENIZED,
+    ))
+    register(flops_fit.DatasetEntry(
+        "hf-text",
+        description="Any text corpus via `datasets`: local data_files=... (parquet/jsonl/json/arrow/csv/txt), "
+        "a save_to_disk folder or a hub path=...; text_field=, streaming=, tokenizer=...",
+        builder=f"{_MOD}.hf_text:build_hf_text",
+        defaults={**_TOKENIZER_DEFAULTS, "seq_len": 256, "text_field": "text", "validation_fraction": 0.05},
+        **_TEXT, **_TOKENIZED,
     ))
     register(flops_fit.DatasetEntry(
         "digits",

@@ -78,10 +78,7 @@ def param_count(width: int, **config) -> int:
 def forward_flops(width: int, **config) -> float:
     """Forward FLOPs per token at sequence length ``block_size``: blocks and the LM head."""
     cfg = GPTConfig.of(width, **config)
-    per_sequence = cfg.n_layer * sizing.block_forward_flops(
-        cfg.block_size, cfg.width, cfg.n_head, cfg.n_kv_head, 4 * cfg.width
-    )
-    return per_sequence / cfg.block_size + 2 * cfg.width * cfg.vocab_size
+    return sizing.decoder_forward_flops(cfg, 4 * cfg.width)
 
 
 def training_flops(width: int, **config) -> float:

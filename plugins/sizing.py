@@ -10,6 +10,7 @@ in full even under a causal mask; training = 3 x forward (backward = 2 x forward
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from flops_fit.checks import positive_int
 
@@ -86,6 +87,15 @@ def block_forward_flops(seq_len: int, width: int, num_heads: int, num_kv_heads: 
     """Forward FLOPs of one pre-norm block on one sequence of ``seq_len`` tokens."""
     return (attention_forward_flops(seq_len, width, num_heads, num_kv_heads, head_dim)
             + mlp_forward_flops(seq_len, width, hidden, gated))
+
+
+def decoder_forward_flops(cfg: Any, hidden: int, *, head_dim: int | None = None, gated: bool = False) -> float:
+    """Forward FLOPs per token of a decoder-only LM at its full context (``cfg.block_size``):
+    ``cfg.n_layer`` blocks and the LM head."""
+    per_sequence = cfg.n_layer * block_forward_flops(
+        cfg.block_size, cfg.width, cfg.n_head, cfg.n_kv_head, hidden, head_dim=head_dim, gated=gated
+    )
+    return per_sequence / cfg.block_size + 2 * cfg.width * cfg.vocab_size
 
 
 def training_from_forward(forward_flops: float) -> float:

@@ -1,9 +1,14 @@
-"""Byte-level and pre-tokenised text datasets for causal language models.
+"""Text datasets for causal language models: local files, the standard library, token files.
 
 Every text dataset is a ``TokenWindows``: a flat token stream cut into non-overlapping
 windows of ``seq_len`` tokens; ``get_batch`` gathers a batch with one vectorised index,
 so loading is never the bottleneck. Splits are decided before windowing (by file, or by
 position in one stream), so held-out windows never share a byte with training ones.
+
+Text is tokenised by the dataset's ``tokenizer`` (``text_tokenizers``: ``"bytes"``, the
+default, ``"bpe:<vocab>"`` learnt from the training split, or a local tokenizer); anything
+but bytes is encoded once into a memory-mapped token file (``token_cache``) that every run
+reuses. ``configure_text`` sets ``vocab_size`` from the tokenizer, so the model follows it.
 """
 
 from __future__ import annotations
@@ -14,25 +19,35 @@ import os
 import sysconfig
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from flops_fit.plugins import text_tokenizers
+from flops_fit.plugins.text_tokenizers import BYTES, ByteTokenizer
+from flops_fit.plugins.token_cache import TextSource, cache_root, cached_tokens, digest
 
 from flops_fit.errors import DataError
 
-BYTE_VOCAB = 256
 SPLITS = ("train", "validation")
+# A BPE learns from at most about this much of the training split (a seeded sample of it).
+TOKENIZER_SAMPLE_BYTES = 1 << 28
 
 
 class TokenWindows:
-    """Non-overlapping ``seq_len`` windows of a 1-D token array (numpy array or memmap)."""
+    """Non-overlapping ``seq_len`` windows of a 1-D token array (numpy array or memmap).
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, name: str = "text") -> None:
+    ``token_bytes[id]``, when known, is the number of UTF-8 bytes token ``id`` stands for:
+    ``target_bytes`` then gives the bytes a window's predicted tokens cover (bits per byte).
+    """
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, name: str = "text",
+                 token_bytes: np.ndarray | None = None) -> None:
         if seq_len < 2:
             raise DataError(f"{name}: seq_len must be at least 2, got {seq_len}")
         if len(tokens) < seq_len:
             raise DataError(f"{name}: {len(tokens)} tokens cannot fill one window of seq_len={seq_len}")
-        self.tokens, self.seq_len = tokens, seq_len
+        self.tokens, self.seq_len, self.token_bytes = tokens, seq_len, token_bytes
         self._offsets = np.arange(seq_len, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -41,17 +56,26 @@ class TokenWindows:
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {k: v[0] for k, v in self.get_batch(np.array([index])).items()}
 
+    def _rows(self, indices: np.ndarray) -> np.ndarray:
+        return np.asarray(indices, dtype=np.int64)[:, None] * self.seq_len + self._offsets
+
     def get_batch(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
-        rows = np.asarray(indices, dtype=np.int64)[:, None] * self.seq_len + self._offsets
-        return {"tokens": torch.from_numpy(self.tokens[rows].astype(np.int64))}
+        return {"tokens": torch.from_numpy(self.tokens[self._rows(indices)].astype(np.int64))}
+
+    def target_bytes(self, indices: np.ndarray) -> np.ndarray | None:
+        """UTF-8 bytes of the tokens the next-token loss predicts in each window (all but its
+        first token); None when the tokenizer is unknown (a bare token file)."""
+        if self.token_bytes is None:
+            return None
+        return self.token_bytes[self.tokens[self._rows(indices)[:, 1:]]].sum(axis=1)
 
 
-def _in_validation(key: str, fraction: float) -> bool:
+def in_validation(key: str, fraction: float) -> bool:
     """A stable per-file coin: the same file is always on the same side of the split."""
     return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2**64 < fraction
 
 
-def _check_split(split: str) -> None:
+def check_split(split: str) -> None:
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; text datasets have {SPLITS}")
 
@@ -59,11 +83,7 @@ def _check_split(split: str) -> None:
 def split_files(files: Sequence[Path], root: Path | None, split: str, fraction: float) -> list[Path]:
     """The files of one split, chosen by a hash of each file's path relative to ``root``."""
     keys = [str(f.relative_to(root)) if root else f.name for f in files]
-    return [f for f, k in zip(files, keys, strict=True) if _in_validation(k, fraction) == (split == "validation")]
-
-
-def _read_bytes(files: Iterable[Path]) -> np.ndarray:
-    return np.frombuffer(b"".join(Path(f).read_bytes() for f in files), dtype=np.uint8)
+    return [f for f, k in zip(files, keys, strict=True) if in_validation(k, fraction) == (split == "validation")]
 
 
 def _split_stream(tokens: np.ndarray, split: str, fraction: float) -> np.ndarray:
@@ -72,12 +92,73 @@ def _split_stream(tokens: np.ndarray, split: str, fraction: float) -> np.ndarray
     return tokens[:cut] if split == "train" else tokens[cut:]
 
 
-def _check_vocab(vocab_size: int | None, name: str) -> None:
-    if vocab_size not in (None, BYTE_VOCAB):
-        raise DataError(f"{name} is byte-level: its vocab_size is {BYTE_VOCAB}, got {vocab_size}")
+def configure_text(config: dict[str, Any]) -> dict[str, Any]:
+    """A text dataset's configuration with ``vocab_size`` set by its tokenizer (256 for bytes,
+    ``<vocab>`` for ``bpe:<vocab>``, a tokenizer file's largest id + 1): the model follows it."""
+    spec = config.get("tokenizer", BYTES)
+    vocab = text_tokenizers.vocab_size(spec)
+    given = config.get("vocab_size")
+    if given is not None and given != vocab:
+        raise DataError(f"tokenizer {spec!r} has a vocabulary of {vocab} tokens, but vocab_size={given} was given; "
+                        "leave vocab_size out: it follows the tokenizer")
+    return {**config, "vocab_size": vocab}
+
+
+def configure_token_file(config: dict[str, Any]) -> dict[str, Any]:
+    """token-file's ``vocab_size`` follows the tokenizer that made its tokens, when it names one."""
+    return configure_text(config) if config.get("tokenizer") is not None else config
+
+
+def file_identity(files: Iterable[Path]) -> list[tuple[str, int, int]]:
+    """What decides the files' text: each one's absolute path, size and modification time."""
+    stats = [(str(Path(f).resolve()), Path(f).stat()) for f in files]
+    return [(path, st.st_size, st.st_mtime_ns) for path, st in stats]
+
+
+def _files_source(name: str, files: Sequence[Path]) -> TextSource:
+    """The files' bytes, one file after the other."""
+    identity = file_identity(files)
+    return TextSource(name, ["files", identity], lambda: (Path(f).read_bytes() for f in files),
+                      sum(size for _, size, _ in identity))
+
+
+def _stream_source(name: str, files: Sequence[Path], split: str, fraction: float) -> TextSource:
+    """One split of the files' bytes taken as one stream (``_split_stream``)."""
+    identity = file_identity(files)
+    return TextSource(name, ["stream", split, fraction, identity],
+                      lambda: [bytes(_split_stream(_read_bytes(files), split, fraction))])
+
+
+def _read_bytes(files: Iterable[Path]) -> np.ndarray:
+    return np.frombuffer(b"".join(Path(f).read_bytes() for f in files), dtype=np.uint8)
 
 
 _CACHE: dict[tuple, np.ndarray] = {}
+
+
+def windows(name: str, sources: dict[str, TextSource], split: str, seq_len: int, vocab_size: int | None,
+             tokenizer: str, cache_dir: str | None, tokenizer_sample_bytes: int, tokenizer_seed: int,
+             bytes_in_memory: bool = True) -> TokenWindows:
+    """The windows of ``sources[split]`` under ``tokenizer`` (a BPE learns from ``sources["train"]``).
+
+    Bytes of local files are read into memory (as fast as mapping a cache of them); every
+    other tokenizer's tokens come from the token cache, built once."""
+    root = cache_root(cache_dir)
+    train = sources["train"]
+    encoder = text_tokenizers.load(tokenizer, train.pieces, train.identity, root,
+                                   sample_bytes=tokenizer_sample_bytes, seed=tokenizer_seed)
+    if vocab_size is not None and encoder.vocab_size > vocab_size:
+        raise DataError(f"{name}: tokenizer {tokenizer!r} has {encoder.vocab_size} tokens, more than "
+                        f"vocab_size={vocab_size}; leave vocab_size out: it follows the tokenizer")
+    source = sources[split]
+    if isinstance(encoder, ByteTokenizer) and bytes_in_memory:
+        key = ("bytes", digest(source.identity))
+        if key not in _CACHE:
+            _CACHE[key] = np.frombuffer(b"".join(source.pieces()), dtype=np.uint8)
+        tokens = _CACHE[key]
+    else:
+        tokens = cached_tokens(source, encoder, root)
+    return TokenWindows(tokens, seq_len, name, token_bytes=encoder.token_bytes())
 
 
 def stdlib_files(root: str | None = None) -> tuple[Path, list[Path]]:
@@ -94,19 +175,19 @@ def stdlib_files(root: str | None = None) -> tuple[Path, list[Path]]:
 
 def build_python_stdlib(
     split: str, seq_len: int = 256, root: str | None = None, validation_fraction: float = 0.05,
-    vocab_size: int | None = BYTE_VOCAB,
+    vocab_size: int | None = None, tokenizer: str = BYTES, cache_dir: str | None = None,
+    tokenizer_sample_bytes: int = TOKENIZER_SAMPLE_BYTES, tokenizer_seed: int = 0,
 ) -> TokenWindows:
-    """The standard library's source as bytes (vocabulary 256), split by file."""
-    _check_split(split)
-    _check_vocab(vocab_size, "python-stdlib")
-    key = ("stdlib", root, split, validation_fraction)
-    if key not in _CACHE:
-        base, files = stdlib_files(root)
-        _CACHE[key] = _read_bytes(split_files(files, base, split, validation_fraction))
-    return TokenWindows(_CACHE[key], seq_len, "python-stdlib")
+    """The standard library's source, split by file, as bytes (vocabulary 256) or ``tokenizer``'s tokens."""
+    check_split(split)
+    base, files = stdlib_files(root)
+    sources = {s: _files_source("python-stdlib", split_files(files, base, s, validation_fraction)) for s in SPLITS}
+    return windows("python-stdlib", sources, split, seq_len, vocab_size, tokenizer, cache_dir,
+                    tokenizer_sample_bytes, tokenizer_seed)
 
 
-def _expand(paths: str | Sequence[str]) -> list[Path]:
+def expand(paths: str | Sequence[str], name: str = "text-files") -> list[Path]:
+    """The files that ``paths`` (files, folders, glob patterns) name, each pattern's sorted."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     found: list[Path] = []
     for p in paths:
@@ -116,29 +197,30 @@ def _expand(paths: str | Sequence[str]) -> list[Path]:
         else:
             matches = sorted(glob.glob(p, recursive=True))
             if not matches:
-                raise DataError(f"text-files: {p!r} matches no file")
+                raise DataError(f"{name}: {p!r} matches no file")
             found += [Path(m) for m in matches if os.path.isfile(m)]
     return found
 
 
 def build_text_files(
     split: str, paths: str | Sequence[str] | None = None, seq_len: int = 256,
-    validation_fraction: float = 0.05, vocab_size: int | None = BYTE_VOCAB,
+    validation_fraction: float = 0.05, vocab_size: int | None = None, tokenizer: str = BYTES,
+    cache_dir: str | None = None, tokenizer_sample_bytes: int = TOKENIZER_SAMPLE_BYTES, tokenizer_seed: int = 0,
 ) -> TokenWindows:
-    """Any local text files as bytes. With enough files the split is by file; otherwise the
-    last ``validation_fraction`` of the concatenated bytes is held out."""
-    _check_split(split)
-    _check_vocab(vocab_size, "text-files")
+    """Any local text files, as bytes or ``tokenizer``'s tokens. With enough files the split is by
+    file; otherwise the last ``validation_fraction`` of the concatenated bytes is held out."""
+    check_split(split)
     if not paths:
         raise DataError("text-files needs paths=[...]: files, folders or glob patterns of text")
-    files = _expand(paths)
+    files = expand(paths)
     root = Path(os.path.commonpath([str(f.parent) for f in files]))
     by_file = [split_files(files, root, s, validation_fraction) for s in SPLITS]
     if all(by_file):
-        tokens = _read_bytes(by_file[SPLITS.index(split)])
+        sources = {s: _files_source("text-files", chosen) for s, chosen in zip(SPLITS, by_file, strict=True)}
     else:
-        tokens = _split_stream(_read_bytes(files), split, validation_fraction)
-    return TokenWindows(tokens, seq_len, "text-files")
+        sources = {s: _stream_source("text-files", files, s, validation_fraction) for s in SPLITS}
+    return windows("text-files", sources, split, seq_len, vocab_size, tokenizer, cache_dir,
+                    tokenizer_sample_bytes, tokenizer_seed)
 
 
 TOKEN_DTYPES = ("uint16", "uint32")
@@ -147,13 +229,21 @@ TOKEN_DTYPES = ("uint16", "uint32")
 def build_token_file(
     split: str, path: str | None = None, validation_path: str | None = None, dtype: str = "uint16",
     seq_len: int = 256, vocab_size: int | None = None, validation_fraction: float = 0.05,
+    tokenizer: str | None = None,
 ) -> TokenWindows:
     """A pre-tokenised flat binary file of ``dtype`` token ids, read through a memory map.
 
     With ``validation_path`` that file is the validation split; otherwise the last
-    ``validation_fraction`` of ``path`` is.
+    ``validation_fraction`` of ``path`` is. ``tokenizer`` (a tokenizer file, or ``"bytes"``)
+    names what made the tokens: then runs record bits per byte and ``vocab_size`` follows it.
     """
-    _check_split(split)
+    check_split(split)
+    encoder = None
+    if tokenizer is not None:
+        encoder = text_tokenizers.load_ready(tokenizer)
+        if encoder is None:
+            raise DataError(f"token-file: tokenizer={tokenizer!r} would have to be learnt from text this file does "
+                            "not have; name the tokenizer file that made its tokens, or leave tokenizer out")
     if dtype not in TOKEN_DTYPES:
         raise DataError(f"token-file: dtype must be one of {TOKEN_DTYPES}, got {dtype!r}")
     if not path:
@@ -168,38 +258,4 @@ def build_token_file(
         tokens = _split_stream(tokens, split, validation_fraction)
     if vocab_size is not None and len(tokens) and int(tokens.max()) >= vocab_size:
         raise DataError(f"token-file: {source!r} holds token id {int(tokens.max())} >= vocab_size {vocab_size}")
-    return TokenWindows(tokens, seq_len, "token-file")
-
-
-def build_tinystories(
-    split: str, seq_len: int = 256, data_files: str | dict | None = None,
-    hub_name: str = "roneneldan/TinyStories", max_stories: int | None = None,
-    vocab_size: int | None = BYTE_VOCAB,
-) -> TokenWindows:
-    """TinyStories through the ``datasets`` library, byte-level, one blank line between stories.
-
-    ``data_files`` loads local JSON/JSONL/Parquet/text files (a dict maps split -> files);
-    otherwise ``hub_name`` is loaded from the Hugging Face cache or the hub. The official
-    train/validation splits are disjoint.
-    """
-    _check_split(split)
-    _check_vocab(vocab_size, "tinystories")
-    try:
-        import datasets
-    except ImportError:
-        raise DataError("tinystories needs the `datasets` library: pip install 'flops-fit[data]'") from None
-    key = ("tinystories", str(data_files), hub_name, split, max_stories)
-    if key not in _CACHE:
-        if data_files is not None:
-            any_file = next(iter(data_files.values())) if isinstance(data_files, dict) else data_files
-            any_file = any_file[0] if isinstance(any_file, (list, tuple)) else any_file
-            ext = Path(str(any_file)).suffix.lstrip(".")
-            builder = {"jsonl": "json", "txt": "text"}.get(ext, ext)
-            data = datasets.load_dataset(builder, data_files=data_files, split=split)
-        else:
-            data = datasets.load_dataset(hub_name, split=split)
-        if max_stories is not None:
-            data = data.select(range(min(max_stories, len(data))))
-        text = "\n\n".join(data["text"]).encode("utf-8")
-        _CACHE[key] = np.frombuffer(text, dtype=np.uint8)
-    return TokenWindows(_CACHE[key], seq_len, "tinystories")
+    return TokenWindows(tokens, seq_len, "token-file", token_bytes=encoder.token_bytes() if encoder else None)

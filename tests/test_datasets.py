@@ -133,7 +133,7 @@ def test_digits_ship_with_scikit_learn_and_split_without_overlap():
 
 
 @pytest.mark.parametrize("name, config, message", [
-    ("python-stdlib", {"vocab_size": 512}, "byte-level: its vocab_size is 256"),
+    ("python-stdlib", {"vocab_size": 512}, "tokenizer 'bytes' has a vocabulary of 256 tokens, but vocab_size=512"),
     ("text-files", {}, "needs paths="),
     ("text-files", {"paths": ["/nonexistent/*.txt"]}, "matches no file"),
     ("token-file", {}, "needs path="),

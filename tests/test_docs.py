@@ -1,6 +1,8 @@
-"""Every hook is documented in docs/plugins.md with its exact signature."""
+"""Every hook is documented in docs/plugins.md with its exact signature, and docs/data.md's
+examples run as written."""
 
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -22,3 +24,26 @@ def test_hook_is_documented_with_its_exact_signature(hook):
     fn = getattr(hookspecs, hook)
     params = ", ".join(inspect.signature(fn).parameters)
     assert f"### `{hook}({params})`" in DOC, f"docs/plugins.md lacks a '### `{hook}({params})`' section"
+
+
+DATA_DOC = Path(__file__).resolve().parents[1] / "docs" / "data.md"
+
+
+def test_the_data_pages_examples_run_as_written(tmp_path, monkeypatch):
+    pytest.importorskip("datasets", reason="docs/data.md's examples need `datasets` (pip install 'flops-fit[data]')")
+    pytest.importorskip("tokenizers", reason="docs/data.md's examples need `tokenizers`")
+    from flops_fit.sweeps.config import load_config
+    from flops_fit.sweeps.planner import plan
+
+    monkeypatch.chdir(tmp_path)
+    text = DATA_DOC.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3
+    for block in blocks:
+        exec(compile(block, str(DATA_DOC), "exec"), {})
+    [sweep_file] = re.findall(r"```toml\n(.*?)```", text, re.S)
+    (tmp_path / "sweep.toml").write_text(sweep_file)
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("a little text\n")
+    config = load_config(tmp_path / "sweep.toml")
+    assert plan(config.options).runs[0].model_config["vocab_size"] == 8192

@@ -200,3 +200,44 @@ def test_a_driver_killed_mid_sweep_resumes_from_the_store(local_ray, local_sweep
     for run_id, before in finished_before.items():
         assert final[run_id] == before  # kept as it was: same loss, same finish time, trained once
     assert {k: v[1] for k, v in final.items()} == pytest.approx(_losses(local_sweep), rel=1e-6)
+
+
+def train_preempted_once(spec, progress, *, folder, preempt):
+    """Train ``spec`` with checkpoints in ``folder``; with ``preempt``, the first attempt's
+    worker gets SIGTERM (what a preempted node receives) after the run's first curve point."""
+    import math
+    import signal
+
+    from flops_fit.sweeps.branches import train_item
+    from flops_fit.sweeps.checkpoint import CheckpointPolicy
+
+    marker = Path(folder) / f"preempted-{spec.run_id}"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+
+    def listen(run_id, done, total, loss):
+        progress(run_id, done, total, loss)
+        if preempt and not math.isnan(loss) and not marker.exists():
+            marker.write_text(str(done))
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    policy = CheckpointPolicy(str(Path(folder) / "checkpoints"), seconds=600)  # only the stop saves
+    return train_item(spec, listen, checkpoints=policy)
+
+
+def test_a_preempted_task_checkpoints_and_its_retry_resumes_bit_for_bit(local_ray, tmp_path):
+    import functools
+
+    spec = flops_fit.plan(host=sweep_support.host(), **sweep_support.small_plan_options(budgets=[2.1e7])).runs[1]
+    executor = RayExecutor(max_retries=1)
+    runs = {}
+    for name, preempt in (("uninterrupted", False), ("preempted", True)):
+        task = functools.partial(train_preempted_once, folder=str(tmp_path / name), preempt=preempt)
+        ((_, runs[name]),) = list(executor.map(task, [spec]))
+    reference, result = runs["uninterrupted"], runs["preempted"]
+    stopped_at = int((tmp_path / "preempted" / f"preempted-{spec.run_id}").read_text())
+    assert 0 < stopped_at < spec.tokens
+    # the retry went on from the checkpoint the SIGTERM made, one step after the report
+    resumed = result.timings["resumed_from_step"]
+    assert stopped_at // (spec.batch_size * spec.seq_len) <= resumed <= stopped_at // (spec.batch_size * spec.seq_len) + 1
+    assert "resumed_from_step" not in reference.timings
+    assert (result.status, result.loss, result.curve) == (reference.status, reference.loss, reference.curve)

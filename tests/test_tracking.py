@@ -330,6 +330,21 @@ def test_a_run_resumed_after_a_kill_continues_its_curve_without_repeated_steps(t
     assert history(client, again, "train/loss") == [(int(t), v) for t, v in result.curve]
 
 
+def test_a_text_runs_bits_per_byte_is_logged_beside_its_loss(tmp_path):
+    from flops_fit.store.runs import RunResult
+    from flops_fit.tracking.base import RunTracker
+
+    text_run, other_run = plan(host=HOST, **sweep_support.small_plan_options()).runs[:2]
+    target = destination(TrackingOptions(("tensorboard",)), tmp_path, "bpb test", "bpb")
+    for spec, bpb in ((text_run, 1.25), (other_run, math.nan)):  # NaN: a dataset that counts no bytes
+        with RunTracker(target, spec) as tracker:
+            tracker.finish(RunResult(run_id=spec.run_id, status="done", loss=2.5, bpb=bpb, tokens=640, steps=10))
+    folder = tmp_path / "tracking" / "tensorboard"
+    events = tensorboard(folder / text_run.run_id)
+    assert scalars(events, "eval/bpb") == [(640, 1.25)] and scalars(events, "eval/loss") == [(640, 2.5)]
+    assert "eval/bpb" not in tensorboard(folder / other_run.run_id).Tags()["scalars"]
+
+
 def test_wsd_branches_log_their_whole_curve_the_shared_stable_phase_included(tmp_path):
     frame = run(tmp_path, schedule="wsd", tracking=["tensorboard"]).runs.set_index("run_id")
     assert any(t.get("stable_steps_reused") for t in frame.timings)  # some branch took over a stable phase

@@ -8,7 +8,7 @@ from pathlib import Path
 import flops_fit
 
 # The fitting package (numpy, pandas) is reached only through flops_fit.fit, so that
-# `flops-fit --help` stays light: it checks --method, --curve and --holdout itself, and a bad
+# `flops-fit --help` stays light: it checks --method, --curve, --holdout and --metric itself, and a bad
 # value is its FitInputError (one line, exit 2).
 
 
@@ -19,8 +19,13 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
                    f"all, or a registered method's name; default {method}")
     p.add_argument("--curve", default="parabola", metavar="parabola|huber|akima",
                    help="IsoFLOP profile fit (isoflop, held-out check); default parabola")
-    for name in ("params", "tokens", "flops", "loss", "budget"):
+    p.add_argument("--metric", default="loss", metavar="loss|bpb",
+                   help="what the laws fit: loss (held-out loss per token, default) or bpb (held-out bits per byte, "
+                   "comparable across tokenizers)")
+    for name in ("params", "tokens", "flops", "budget"):
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
+    p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss', or 'bpb' with "
+                   "--metric bpb)")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -52,7 +57,7 @@ def add_commands(subparsers) -> None:
 
 def _fit(args: argparse.Namespace):
     return flops_fit.fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
-                         curve=args.curve, holdout=args.holdout, params_col=args.params_col,
+                         curve=args.curve, holdout=args.holdout, metric=args.metric, params_col=args.params_col,
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking)

@@ -15,7 +15,7 @@ from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.envelope import Envelope
 from flops_fit.fitting.fit_set import FitSet
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_checks, select_budgets
-from flops_fit.fitting.inputs import Runs, load_runs
+from flops_fit.fitting.inputs import METRICS, Runs, load_runs
 from flops_fit.fitting.isoflop import Isoflop
 from flops_fit.fitting.parametric import Parametric
 from flops_fit.fitting.profiles import CURVES, check_curve
@@ -33,15 +33,17 @@ LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col
 
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
         level: float = 0.95, curve: str = "parabola", holdout: str | float | None = None,
-        tracking: Any = None, **options: Any) -> FitResult | FitSet:
+        metric: str | None = None, tracking: Any = None, **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
     "parabola", "huber" or "akima"), "parametric" (Approach 3), "vpnls" (Approach 3 by variable
     projection). ``holdout`` ("largest", a budget in FLOPs, or "each") also fits every method
     without that budget's runs and compares its prediction there with the budget's own
-    IsoFLOP minimum (``result.holdout``). ``options`` are ``load_runs`` arguments: column
-    names and ``exclude_top``.
+    IsoFLOP minimum (``result.holdout``). ``metric`` is what the laws fit: ``"loss"`` (default:
+    the held-out loss per token) or ``"bpb"`` (held-out bits per byte, comparable across
+    tokenizers); given ``Runs``, theirs. ``options`` are ``load_runs`` arguments: column names
+    and ``exclude_top``.
 
     ``tracking`` logs the fitted parameters and predictions (docs/tracking.md): by default a
     sweep folder's fit goes to the trackers its sweep was run with; ``False`` logs nothing;
@@ -56,7 +58,13 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     if not 0 < level < 1:
         raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
     check_curve(curve)
-    runs = source if isinstance(source, Runs) else load_runs(source, **options)
+    if isinstance(source, Runs):
+        if metric not in (None, source.metric):
+            raise FitInputError(f"these runs were loaded with metric={source.metric!r}; load them again with "
+                                f"load_runs(..., metric={metric!r})")
+        runs = source
+    else:
+        runs = load_runs(source, metric=metric or "loss", **options)
     target = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
@@ -109,5 +117,5 @@ def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
     return destination(options, Path.cwd(), f"fit of {runs.source}", "fit")
 
 
-__all__ = ["APPROACHES", "CURVES", "METHODS", "Approach", "FitInputError", "FitResult", "FitSet", "HoldoutCheck",
+__all__ = ["APPROACHES", "CURVES", "METHODS", "METRICS", "Approach", "FitInputError", "FitResult", "FitSet", "HoldoutCheck",
            "Runs", "fit", "load_runs", "write_report"]

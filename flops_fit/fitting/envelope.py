@@ -18,7 +18,6 @@ from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws import fit_frontier, line_r2
-from flops_fit.fitting.plots import LOSS_LABEL
 from flops_fit.fitting.result import Diagnostics, FitResult, PowerLawResult
 
 GRID_POINTS = 200
@@ -83,7 +82,7 @@ class EnvelopeResult(PowerLawResult):
         good = env[env["excluded"] == ""]
         ax.plot(env["flops"], env["loss"], color="tab:blue", lw=1, label="envelope (all points)")
         ax.scatter(good["flops"], good["loss"], s=8, color="tab:red", zorder=3, label="envelope points fitted")
-        ax.set(xscale="log", xlabel="training compute so far (FLOPs)", ylabel=LOSS_LABEL,
+        ax.set(xscale="log", xlabel="training compute so far (FLOPs)", ylabel=self.runs.label,
                title="Approach 1: training curves and their lower envelope")
 
     def observed_optima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

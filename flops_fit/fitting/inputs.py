@@ -20,16 +20,30 @@ from flops_fit.store.run_store import STORE_NAME, RunStore
 # one of tokens / flops is missing and the caller gives no other rule.
 FLOPS_PER_PARAM_TOKEN = 6.0
 FINISHED = ("done", "finished", "ok", "completed")
+# What a fit minimises: the held-out loss as the runs record it (nats per token or sample),
+# or bits per byte of held-out text (``bpb``), comparable across tokenizers.
+METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out bits per byte"}
+METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)"}
+NO_BPB = ("bits per byte is recorded for runs on text datasets that know their tokenizer (python-stdlib, "
+          "text-files, tinystories, hf-text, token-file with its tokenizer), not for sweeps trained before flops-fit "
+          "recorded it; fit these runs with metric='loss' (CLI: --metric loss)")
 
 
 @dataclass
 class Runs:
-    """Validated runs: ``frame`` has params, tokens, flops, loss, run_id (+ budget, curve)."""
+    """Validated runs: ``frame`` has params, tokens, flops, loss, run_id (+ budget, curve).
+    ``loss`` holds the ``metric`` the fit minimises (``METRICS``)."""
 
     frame: pd.DataFrame
     source: str
     excluded: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    metric: str = "loss"
+
+    @property
+    def label(self) -> str:
+        """The fitted metric with its unit, for tables and axes."""
+        return METRIC_LABELS[self.metric]
 
     @property
     def has_budget(self) -> bool:
@@ -45,7 +59,7 @@ class Runs:
     def subset(self, keep: np.ndarray) -> Runs:
         """The runs where ``keep`` (a boolean mask) is true, with the same source and provenance."""
         return Runs(frame=self.frame.loc[np.asarray(keep, dtype=bool)].reset_index(drop=True), source=self.source,
-                    excluded=list(self.excluded), metadata=self.metadata)
+                    excluded=list(self.excluded), metadata=self.metadata, metric=self.metric)
 
 
 def _curve_length(curve: Any) -> int:
@@ -61,20 +75,30 @@ def load_runs(
     params_col: str = "params",
     tokens_col: str = "tokens",
     flops_col: str = "flops",
-    loss_col: str = "loss",
+    loss_col: str | None = None,
     budget_col: str = "budget",
     curve_col: str = "curve",
     run_id_col: str = "run_id",
     exclude_top: int = 0,
     flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN,
+    metric: str = "loss",
 ) -> Runs:
     """Load runs from a DataFrame, a CSV file or a sweep output folder (``runs.sqlite``).
 
     When only flops is given, tokens = flops / (k * params); when only tokens, flops =
     k * params * tokens, with k = ``flops_per_param_token`` (6 by default).
     ``exclude_top`` drops that many highest-loss runs (Epoch's replication drops 5).
+    ``metric`` is what the fit minimises: ``"loss"`` (the ``loss`` column) or ``"bpb"`` (the
+    ``bpb`` column, held-out bits per byte); ``loss_col`` names another column for it. With
+    ``"bpb"`` each run's training curve is put on the same scale by its own bits per byte /
+    loss (its held-out text's tokens per byte / ln 2).
     """
+    if metric not in METRICS:
+        raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
     frame, name, metadata = _read(source)
+    loss_col = loss_col or metric
+    if metric == "bpb":
+        frame = _bits_per_byte(frame, name, loss_col, curve_col)
     mapping = {
         "params": (params_col, "params_col"),
         "tokens": (tokens_col, "tokens_col"),
@@ -135,7 +159,34 @@ def load_runs(
         excluded += [{"run_id": r, "reason": f"among the {exclude_top} highest losses (exclude_top)"}
                      for r in out.loc[top, "run_id"]]
         out = out.drop(index=top).reset_index(drop=True)
-    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata)
+    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric)
+
+
+def _bits_per_byte(frame: pd.DataFrame, name: str, bpb_col: str, curve_col: str) -> pd.DataFrame:
+    """``frame`` checked for bits per byte in every finished run, its curves rescaled to bits per
+    byte by each run's held-out bpb / loss (curves without a loss to scale by are dropped)."""
+    if bpb_col not in frame:
+        raise FitInputError(f"{name}: no bits-per-byte column {bpb_col!r}: {NO_BPB}")
+    finished = frame["status"].astype(str).isin(FINISHED) if "status" in frame else pd.Series(True, frame.index)
+    missing = pd.to_numeric(frame[bpb_col], errors="coerce").isna() & finished
+    if missing.any():
+        raise FitInputError(f"{name}: {int(missing.sum())} of {int(finished.sum())} finished runs have no bits per "
+                            f"byte: {NO_BPB}")
+    if curve_col in frame:
+        frame = frame.copy()
+        scale = pd.to_numeric(frame[bpb_col], errors="coerce") / pd.to_numeric(frame.get("loss"), errors="coerce") \
+            if "loss" in frame else pd.Series(np.nan, frame.index)
+        frame[curve_col] = [_scaled(_parse_curve(c), k) for c, k in zip(frame[curve_col], scale, strict=True)]
+    return frame
+
+
+def _scaled(curve: Any, factor: float) -> Any:
+    """A curve's losses times ``factor``; None when there is no curve or no finite factor."""
+    if curve is None or not np.isfinite(factor):
+        return None
+    out = np.array(curve, dtype=float)
+    out[:, 1] *= factor
+    return out
 
 
 def _numeric(series: pd.Series, column: str, name: str) -> pd.Series:

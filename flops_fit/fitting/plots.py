@@ -18,8 +18,7 @@ import numpy as np
 from flops_fit.fitting import formatting as fmt
 
 PLOTS = ("profiles", "frontier", "contours", "residuals", "tokens_per_param")
-# Axis labels with units, written once. Held-out cross-entropy is in nats.
-LOSS_LABEL = "loss (nats)"
+# Axis labels with units, written once (the loss axis is the runs' metric: ``runs.label``).
 COMPUTE_LABEL = "compute C (FLOPs)"
 PARAMS_LABEL = "parameters N"
 TOKENS_LABEL = "tokens D"
@@ -106,7 +105,7 @@ def scatter_profiles(ax, runs: Any, groups: np.ndarray) -> dict[float, Any]:
         ticks = np.unique(np.linspace(0, len(budgets) - 1, 6).round().astype(int))
         bar.set_ticks(ticks, labels=[fmt.flops(budgets[i]) for i in ticks])
         bar.set_label("budget C (FLOPs)")
-    ax.set(xscale="log", xlabel=PARAMS_LABEL, ylabel=LOSS_LABEL)
+    ax.set(xscale="log", xlabel=PARAMS_LABEL, ylabel=runs.label)
     return budget_colours
 
 
@@ -175,11 +174,11 @@ def _plot_contours(fig, result: Any, budgets, target) -> None:
     surface = result.loss_surface(N, D)
     if surface is not None:
         cs = ax.contourf(N, D, np.log(surface), levels=20, cmap="viridis")
-        fig.colorbar(cs, ax=ax, label="log of the fitted loss (log nats)")
+        fig.colorbar(cs, ax=ax, label=f"log of the fitted {result.runs.label}")
         ax.scatter(n, d, s=8, color="w", edgecolor="k", lw=0.3, label="runs")
     else:
         sc = ax.scatter(n, d, c=f["loss"], s=18, cmap="viridis", label="runs (colour: loss)")
-        fig.colorbar(sc, ax=ax, label=LOSS_LABEL)
+        fig.colorbar(sc, ax=ax, label=result.runs.label)
     ax.plot(frontier["N_opt"][0], frontier["D_opt"][0], color="tab:red", lw=2, label="efficient frontier")
     k = float(np.median(f["flops"] / (f["params"] * f["tokens"])))  # FLOPs per parameter per token
     for c in np.geomspace(budgets[0], budgets[-1], 5):

@@ -27,12 +27,13 @@ from flops_fit._version import __version__
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.figures import forest, headline, holdout_figure
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
+from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
 from flops_fit.fitting.profiles import budget_groups
 
 TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
 TOP_WARNINGS = 8
-ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "loss (nats)", "exponent a"]
+ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
 
 
 def default_target(runs: Any) -> float:
@@ -66,7 +67,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     for result in results.values():
         body.append(_section(result, figure, plot_dir, target, budgets))
     provenance = {
-        "source": runs.source, "runs": len(runs), "store metadata": runs.metadata or "none",
+        "source": runs.source, "runs": len(runs), "metric": runs.metric, "store metadata": runs.metadata or "none",
         "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "target budget": target,
     }
@@ -90,11 +91,12 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
                                  ("loss", _loss))] + [fmt.with_interval(*a)])
     parts = ["<h1>flops-fit report</h1>",
              f"<p class=lead>{len(runs)} runs from <code>{_e(runs.source)}</code> at {len(swept)} budgets "
-             f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {_e(', '.join(results))}.</p>",
+             f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {_e(', '.join(results))}; "
+             f"fitted metric: {_e(METRICS[runs.metric])}.</p>",
              f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs</h2>",
              f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
              "intervals in brackets.</p>",
-             _table(ANSWER_HEADERS, rows),
+             _table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
              f"<p>{_e(agreement(predictions))}</p>"]
     if fitted.holdout:
         misses = holdout_misses(fitted.holdout)
@@ -195,7 +197,7 @@ def _section(result: Any, figure: _Figures, plot_dir: Path, target: float, budge
              "<div class=row><div><h3>Parameters</h3>",
              _table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], param_rows),
              "</div><div><h3>Compute-optimal table</h3>",
-             _table(["FLOPs", "N_opt", "D_opt", "tokens / parameter", "loss (nats)"], rows), "</div></div>"]
+             _table(["FLOPs", "N_opt", "D_opt", "tokens / parameter", result.runs.label], rows), "</div></div>"]
     notes = [f"<li class=warn>{_e(w)}</li>" for w in d.warnings]
     if d.convergence:
         notes.append(f"<li>convergence: {_e(_describe(d.convergence))}</li>")

@@ -21,7 +21,7 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summary
-from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws import Params, power_frontier
 from flops_fit.fitting.plots import plot_result
 from flops_fit.fitting.report import write_report
@@ -181,12 +181,13 @@ class FitResult(Presentable):
         """Plain text: parameters with intervals, predictions, warnings, held-out checks."""
         pct = f"{100 * self.level:g}%"
         lines = [f"{self.title}  ({len(self.runs)} runs from {self.runs.source}, "
-                 f"{len(self.samples)} bootstrap resamples, seed {self.seed})", ""]
+                 f"{len(self.samples)} bootstrap resamples, seed {self.seed})",
+                 f"fitted metric: {METRICS[self.runs.metric]}", ""]
         lines.append(format_table([[n, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]",
                                     fmt.sig(r.se, 4)] for n, r in self.intervals().iterrows()],
                                   ["param", "estimate", f"{pct} interval", "bootstrap s.e."]))
         lines += ["", format_table(prediction_rows(self.table(budgets)),
-                                   ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", "loss"])]
+                                   ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", self.runs.label])]
         d = self.diagnostics
         if "k" in self.params:
             lines += ["", f"frontier with C = k N D, k = {self.params['k']:.4g} FLOPs per parameter per token (from the runs)"]
@@ -202,6 +203,7 @@ class FitResult(Presentable):
             "method": self.method,
             "title": self.title,
             "source": self.runs.source,
+            "metric": self.runs.metric,
             "runs": len(self.runs),
             "bootstrap": len(self.samples),
             "seed": self.seed,

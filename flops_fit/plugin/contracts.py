@@ -180,6 +180,9 @@ class DatasetEntry(Entry):
 
     ``batch_format`` maps each field of a batch to its dtype and shape, for example
     ``{"tokens": "int64[B, T+1]"}`` or ``{"images": "float32[B, C, H, W]", "labels": "int64[B]"}``.
+    ``configure(config) -> config``, if given, returns the full configuration with the keys it
+    implies filled in (a text dataset's ``vocab_size`` from its tokenizer); the planner and
+    ``create_dataset`` call it, so the model follows the dataset's configuration.
     """
 
     kind: ClassVar[str] = "dataset"
@@ -190,9 +193,12 @@ class DatasetEntry(Entry):
     batch_format: Mapping[str, str] = field(kw_only=True)
     tasks: tuple[str, ...] = field(default=(), kw_only=True)
     defaults: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
+    configure: Ref | None = field(default=None, kw_only=True)
 
     def validate(self) -> None:
         _check_ref(self.builder, "builder")
+        if self.configure is not None:
+            _check_ref(self.configure, "configure")
         check_name(self.modality, "modality")
         object.__setattr__(self, "splits", _check_names(self.splits, "splits", allow_empty=False))
         object.__setattr__(self, "tasks", _check_names(self.tasks, "tasks"))
@@ -208,8 +214,13 @@ class DatasetEntry(Entry):
         if not isinstance(self.defaults, Mapping):
             raise EntryError(f"defaults must be a mapping, got {self.defaults!r}")
 
+    def config(self, **config: Any) -> dict[str, Any]:
+        """The entry's defaults overridden by ``config``, completed by ``configure``."""
+        full = {**self.defaults, **config}
+        return dict(resolve(self.configure)(full)) if self.configure is not None else full
+
     def build(self, split: str, **config: Any) -> Any:
-        return resolve(self.builder)(split=split, **{**self.defaults, **config})
+        return resolve(self.builder)(split=split, **self.config(**config))
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,13 @@ CREATE TABLE IF NOT EXISTS runs (
 # gets them on open (ALTER TABLE ADD COLUMN), so old sweeps stay readable and resumable.
 ADDED_COLUMNS = (
     ("steps_trained", "INTEGER NOT NULL DEFAULT 0"),  # optimizer steps over all attempts, lost ones included
+    ("bpb", "REAL"),  # held-out bits per byte (text runs whose dataset counts bytes)
 )
+
+
+def _number(value: float) -> float | None:
+    """NULL for NaN: the store keeps no NaN."""
+    return None if math.isnan(value) else value
 
 
 def check_folder(out_dir: Path) -> Path:
@@ -182,10 +188,10 @@ class RunStore:
         with self._tx():
             cursor = self.db.execute(
                 "UPDATE runs SET status = ?, loss = ?, tokens = ?, flops = ?, steps = ?, curve = ?, error = ?,"
-                " timings = ?, device = ?, finished = ? WHERE run_id = ?",
-                (result.status, None if math.isnan(result.loss) else result.loss, result.tokens, result.flops,
+                " timings = ?, device = ?, finished = ?, bpb = ? WHERE run_id = ?",
+                (result.status, _number(result.loss), result.tokens, result.flops,
                  result.steps, json.dumps(result.curve), result.error, json.dumps(result.timings),
-                 result.device, time.time(), result.run_id),
+                 result.device, time.time(), _number(result.bpb), result.run_id),
             )
             if cursor.rowcount != 1:
                 raise StoreError(f"run {result.run_id} is not in this sweep's plan")
@@ -195,19 +201,20 @@ class RunStore:
 
     def runs_frame(self, include_failed: bool = True):
         """One row per finished run: run_id, model, size, params, tokens, flops, budget, loss,
-        status, curve, plus error, steps, tokens_planned, lr and timings. Failed runs have
-        loss NaN; ``include_failed=False`` leaves them out."""
+        status, curve, plus error, steps, tokens_planned, lr, timings and bpb (held-out bits per
+        byte). Failed runs have loss NaN, runs without bits per byte bpb NaN;
+        ``include_failed=False`` leaves failed runs out."""
         import pandas as pd
 
         wanted = ("done", "failed") if include_failed else ("done",)
         rows = self.db.execute(
             "SELECT run_id, model, size, params, tokens, flops, budget, loss, status, curve, error, steps,"
-            f" tokens_planned, spec, timings FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
+            f" tokens_planned, spec, timings, bpb FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
             " ORDER BY position",
             wanted,
         ).fetchall()
         columns = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "loss", "status", "curve",
-                   "error", "steps", "tokens_planned", "lr", "timings"]
+                   "error", "steps", "tokens_planned", "lr", "timings", "bpb"]
         records = []
         for row in rows:
             r = dict(zip(columns[:13], row[:13], strict=True))
@@ -215,5 +222,6 @@ class RunStore:
             r["curve"] = json.loads(r["curve"] or "[]")
             r["lr"] = json.loads(row[13])["lr"]
             r["timings"] = json.loads(row[14] or "{}")
+            r["bpb"] = math.nan if row[15] is None else row[15]
             records.append(r)
         return pd.DataFrame.from_records(records, columns=columns)

@@ -120,7 +120,9 @@ class RunSpec:
 
 @dataclass
 class RunResult:
-    """What a finished (or failed) run produced. ``loss`` is the held-out loss at the end."""
+    """What a finished (or failed) run produced. ``loss`` is the held-out loss at the end (per
+    token or sample); ``bpb`` the same held-out windows' loss in bits per byte of their text
+    (text datasets that count their bytes; NaN otherwise), comparable across tokenizers."""
 
     run_id: str
     status: str  # "done" | "failed"
@@ -132,6 +134,7 @@ class RunResult:
     error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     device: str = ""
+    bpb: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

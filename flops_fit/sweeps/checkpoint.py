@@ -25,7 +25,6 @@ import os
 import random
 import re
 import warnings
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 
 from flops_fit.errors import CheckpointError, CheckpointWarning
+from flops_fit.files import write_atomically
 from flops_fit.store.runs import RunResult
 
 FORMAT = 1
@@ -257,7 +257,7 @@ def save_result(directory: str | Path, result: RunResult) -> Path:
     family's earlier branches) is recovered on resume instead of trained again."""
     path = Path(directory) / RESULT
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(path, lambda temporary: temporary.write_text(json.dumps(result.to_dict())))
+    write_atomically(path, lambda temporary: temporary.write_text(json.dumps(result.to_dict())))
     return path
 
 
@@ -274,17 +274,7 @@ def load_result(directory: str | Path, run_id: str) -> RunResult | None:
 def _write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
     from safetensors.torch import save_file
 
-    _write_atomically(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
-
-
-def _write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
-    """``write`` a temporary file beside ``path``, fsync it, rename it over ``path`` and fsync the
-    folder: a kill at any instant leaves the old file or the new one, never a torn one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(temporary)
-    _fsync(temporary)
-    os.replace(temporary, path)
-    _fsync(path.parent)
+    write_atomically(path, lambda temporary: save_file(tensors, str(temporary), metadata=metadata))
 
 
 def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
@@ -299,11 +289,3 @@ def _digest(tensors: dict[str, torch.Tensor]) -> str:
         h.update(f"{key}:{t.dtype}:{tuple(t.shape)};".encode())
         h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

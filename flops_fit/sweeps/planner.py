@@ -149,7 +149,7 @@ def _resolve_configs(
     in_chans, patch_size, ...) follow the dataset unless the caller set them for the model,
     so a byte-level corpus gets a 256-token vocabulary without extra options.
     """
-    full_dataset = {**dataset_entry.defaults, **dataset_config}
+    full_dataset = dataset_entry.config(**dataset_config)
     shared = {k: full_dataset[k] for k in entry.defaults if full_dataset.get(k) is not None and k not in model_config}
     full_model = {**entry.defaults, **shared, **model_config}
     if entry.task != TASK_CAUSAL_LM:

@@ -1,0 +1,109 @@
+"""Text corpora through Hugging Face ``datasets``: local parquet, jsonl, arrow and
+``save_to_disk`` folders the tests write, records joined into one stream per split, a held-out
+share of the records when the data has no validation split, and the shared token cache."""
+
+import json
+
+import numpy as np
+import pytest
+
+import flops_fit
+from flops_fit.errors import FlopsFitError
+
+datasets = pytest.importorskip("datasets", reason="needs the `datasets` library (pip install 'flops-fit[data]')")
+
+STORIES = [f"Story {i}: once upon a time a {'cat dog bird fox'.split()[i % 4]} found {i} shiny stones." for i in range(60)]
+
+
+def write_parquet(path, texts, field="text"):
+    datasets.Dataset.from_dict({field: texts, "id": list(range(len(texts)))}).to_parquet(str(path))
+    return path
+
+
+def write_jsonl(path, texts, field="text"):
+    path.write_text("".join(json.dumps({field: t, "source": "test"}) + "\n" for t in texts))
+    return path
+
+
+def stream(data):
+    return bytes(np.asarray(data.tokens)).decode("utf-8")
+
+
+def test_one_parquet_file_holds_out_a_stable_share_of_its_records(tmp_path):
+    write_parquet(tmp_path / "corpus.parquet", STORIES)
+    config = {"data_files": str(tmp_path / "*.parquet"), "seq_len": 8, "validation_fraction": 0.2}
+    train = flops_fit.create_dataset("hf-text", "train", **config)
+    held = flops_fit.create_dataset("hf-text", "validation", **config)
+    train_stories, held_stories = stream(train).split("\n\n"), stream(held).split("\n\n")
+    assert sorted(train_stories + held_stories) == sorted(STORIES)  # every record once, on one side
+    assert 3 <= len(held_stories) <= 24
+    assert [STORIES.index(s) for s in train_stories] == sorted(STORIES.index(s) for s in train_stories)
+    assert isinstance(train.tokens, np.memmap) and train.tokens.dtype == np.uint8
+    again = flops_fit.create_dataset("hf-text", "validation", **config)
+    assert stream(again) == stream(held)
+
+
+def test_jsonl_with_another_text_field_streamed_or_loaded_gives_the_same_text(tmp_path):
+    files = {"train": str(write_jsonl(tmp_path / "train.jsonl", STORIES[:50], field="body")),
+             "validation": str(write_jsonl(tmp_path / "valid.jsonl", STORIES[50:], field="body"))}
+    texts = []
+    for streaming in (True, False):
+        data = flops_fit.create_dataset("hf-text", "validation", data_files=files, text_field="body", separator="\n",
+                                        streaming=streaming, seq_len=4, cache_dir=str(tmp_path / f"cache-{streaming}"))
+        texts.append(stream(data))
+    assert texts[0] == texts[1] == "\n".join(STORIES[50:])  # the dataset's own validation split
+    with pytest.raises(FlopsFitError, match=r"records have no field 'text'; their fields are \['body', 'source'\]"):
+        flops_fit.create_dataset("hf-text", "train", data_files=files, seq_len=4)
+
+
+def test_arrow_files_and_save_to_disk_folders(tmp_path):
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": STORIES[:40]}),
+                                   "validation": datasets.Dataset.from_dict({"text": STORIES[40:]})})
+    splits.save_to_disk(str(tmp_path / "saved"))
+    held = flops_fit.create_dataset("hf-text", "validation", path=str(tmp_path / "saved"), seq_len=4)
+    assert stream(held) == "\n\n".join(STORIES[40:])
+    [arrow] = (tmp_path / "saved" / "train").glob("*.arrow")
+    train = flops_fit.create_dataset("hf-text", "train", data_files=str(arrow), seq_len=4, validation_fraction=0.1)
+    assert set(stream(train).split("\n\n")) < set(STORIES[:40])
+
+
+def test_a_local_folder_of_split_files_loads_like_a_hub_dataset(tmp_path):
+    (tmp_path / "data").mkdir()
+    write_jsonl(tmp_path / "data" / "train.jsonl", STORIES[:45])
+    write_jsonl(tmp_path / "data" / "validation.jsonl", STORIES[45:])
+    held = flops_fit.create_dataset("hf-text", "validation", path=str(tmp_path / "data"), seq_len=4)
+    assert stream(held) == "\n\n".join(STORIES[45:])
+
+
+def test_tinystories_from_local_parquet_with_a_learnt_bpe(tmp_path):
+    pytest.importorskip("tokenizers", reason="needs the `tokenizers` library (pip install 'flops-fit[data]')")
+    files = {"train": str(write_parquet(tmp_path / "train.parquet", STORIES[:50])),
+             "validation": str(write_parquet(tmp_path / "validation.parquet", STORIES[50:]))}
+    config = {"data_files": files, "tokenizer": "bpe:320", "seq_len": 8, "cache_dir": str(tmp_path / "cache")}
+    assert flops_fit.dataset_info("tinystories").config(**config)["vocab_size"] == 320
+    held = flops_fit.create_dataset("tinystories", "validation", **config)
+    assert held.tokens.dtype == np.uint16 and int(held.tokens.max()) < 320
+    [learnt] = (tmp_path / "cache" / "tokenizers").glob("bpe320-*.json")
+    from tokenizers import Tokenizer
+
+    assert Tokenizer.from_file(str(learnt)).decode(held.tokens.tolist()) == "\n\n".join(STORIES[50:])
+    capped = flops_fit.create_dataset("tinystories", "validation", data_files=files, max_stories=3, seq_len=4)
+    assert stream(capped) == "\n\n".join(STORIES[50:53])
+
+
+@pytest.mark.parametrize("config, message", [
+    ({}, "needs data_files=... .* or path=..."),
+    ({"data_files": "/nonexistent/*.parquet"}, "matches no file"),
+    ({"data_files": {"test": "x.parquet"}}, "maps the splits"),
+    ({"max_documents": 0}, "must be a positive integer"),
+])
+def test_bad_configurations_are_refused_with_the_fix(config, message):
+    with pytest.raises(FlopsFitError, match=message):
+        flops_fit.create_dataset("hf-text", "train", **config)
+
+
+def test_files_of_mixed_kinds_are_refused(tmp_path):
+    write_parquet(tmp_path / "a.parquet", STORIES[:5])
+    write_jsonl(tmp_path / "b.jsonl", STORIES[5:10])
+    with pytest.raises(FlopsFitError, match="must all be one of the kinds"):
+        flops_fit.create_dataset("hf-text", "train", data_files=[str(tmp_path / "a.parquet"), str(tmp_path / "b.jsonl")])
