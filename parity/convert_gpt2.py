@@ -14,13 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source, unknown_options
 
 from flops_fit.errors import ConversionError
 
 REFERENCE = "HF GPT-2"
 GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "exact"}
 _MASK_BUFFERS = [r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)"]
+HANDLED = {
+    "activation_function", "n_embd", "n_head", "n_layer", "n_inner", "n_positions", "vocab_size",
+    "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "tie_word_embeddings",
+    "add_cross_attention", "reorder_and_upcast_attn",
+}
+# GPT-2 keys that do not change what the LM forward computes: dropout (off in eval), the legacy
+# context length (n_positions sizes the model), GPT2DoubleHeadsModel's summary head.
+INERT = {"attn_pdrop", "embd_pdrop", "resid_pdrop", "n_ctx", "summary_activation", "summary_first_dropout",
+         "summary_proj_to_labels", "summary_type", "summary_use_proj"}
 
 
 def convert_gpt2(source: str | Path | dict[str, Any], config: dict[str, Any] | None = None) -> Converted:
@@ -44,8 +53,9 @@ def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
         "scale_attn_by_inverse_layer_idx": bool(config.get("scale_attn_by_inverse_layer_idx", False)),
         "tie_word_embeddings": config.get("tie_word_embeddings", True) is not True,
         "add_cross_attention": bool(config.get("add_cross_attention", False)),
+        "reorder_and_upcast_attn": bool(config.get("reorder_and_upcast_attn", False)),
     }
-    bad = [f"{k}={config.get(k)!r}" for k, v in unsupported.items() if v]
+    bad = [f"{k}={config.get(k)!r}" for k, v in unsupported.items() if v] + unknown_options(config, HANDLED | INERT)
     if bad:
         raise ConversionError(f"{REFERENCE}: config options our gpt does not implement: {', '.join(bad)}")
     heads = int(config["n_head"])

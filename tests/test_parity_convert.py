@@ -291,9 +291,14 @@ def test_gpt2_untied_head_is_refused() -> None:
         convert_gpt2(state, ref.config.to_dict())
 
 
-def test_gpt2_unsupported_config_is_named() -> None:
-    config = {**case_gpt.gpt2_reference().config.to_dict(), "scale_attn_by_inverse_layer_idx": True}
-    with pytest.raises(ConversionError, match="scale_attn_by_inverse_layer_idx=True"):
+@pytest.mark.parametrize(("extra", "named"), [
+    ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx=True"),
+    ({"reorder_and_upcast_attn": True}, "reorder_and_upcast_attn=True"),
+    ({"attn_logit_softcapping": 30.0}, r"attn_logit_softcapping=30.0 \(unknown option\)"),
+])
+def test_gpt2_unsupported_config_is_named(extra, named) -> None:
+    config = {**case_gpt.gpt2_reference().config.to_dict(), **extra}
+    with pytest.raises(ConversionError, match=named):
         convert_gpt2({}, config)
 
 
