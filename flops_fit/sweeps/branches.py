@@ -47,21 +47,22 @@ def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any
     """The executor's task: a family's list of outcomes, or one run's result."""
     if isinstance(item, Family):
         return train_family(item, progress, host=host, checkpoints=checkpoints, tracking=tracking)
-    result = train_tracked(item, progress, tracking=tracking, host=host, checkpoints=checkpoints)
-    if checkpoints is not None:
-        save_result(checkpoints.run_dir(item.run_id), result)
-    return result
+    return train_tracked(item, progress, tracking=tracking, host=host, checkpoints=checkpoints)
 
 
 def train_tracked(spec: Any, progress: ProgressSink = ignore_progress, *, tracking: Destination | None = None,
-                  **options: Any) -> RunResult:
+                  checkpoints: CheckpointPolicy | None = None, **options: Any) -> RunResult:
     """``train`` with the run tracked at ``tracking`` (its spec, curve and result; a run that
-    raises is closed as failed, or interrupted on a stop)."""
+    raises is closed as failed, or interrupted on a stop); with ``checkpoints``, its result is
+    also left beside its checkpoints (``save_result``) until the driver has stored it."""
     if tracking is None:
-        return train(spec, progress, **options)
-    with RunTracker(tracking, spec) as tracker:
-        result = train(spec, progress, tracker=tracker, **options)
-        tracker.finish(result)
+        result = train(spec, progress, checkpoints=checkpoints, **options)
+    else:
+        with RunTracker(tracking, spec) as tracker:
+            result = train(spec, progress, tracker=tracker, checkpoints=checkpoints, **options)
+            tracker.finish(result)
+    if checkpoints is not None:
+        save_result(checkpoints.run_dir(spec.run_id), result)
     return result
 
 
@@ -110,8 +111,6 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
                                     start=start, on_stable=keep)
         except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
             outcome = exc
-        if checkpoints and isinstance(outcome, RunResult):
-            save_result(checkpoints.run_dir(spec.run_id), outcome)
         outcomes.append(outcome)
     return outcomes
 
