@@ -156,6 +156,7 @@ def test_parameter_names_are_the_contract():
         ({"n_head": 4, "n_kv_head": 3}, "number of heads 4 is not divisible by the number of key/value heads 3"),
         ({"gelu": "relu"}, "gelu must be one of .* got 'relu'"),
         ({"layer_norm_eps": -1.0}, "layer_norm_eps must be a positive number"),
+        ({"bias": "yes"}, "bias must be true or false, got 'yes'"),
         ({"nlayer": 2}, r"unknown configuration keyword\(s\) \['nlayer'\]"),
     ],
 )

@@ -67,6 +67,12 @@ def test_arrow_files_and_save_to_disk_folders(tmp_path):
     assert set(stream(train).split("\n\n")) < set(STORIES[:40])
 
 
+def test_a_dataset_without_a_train_split_is_refused_naming_its_splits(tmp_path):
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"text": STORIES[:5]})}).save_to_disk(str(tmp_path / "saved"))
+    with pytest.raises(FlopsFitError, match=r"the dataset has no 'train' split; its splits are \['test'\]"):
+        flops_fit.create_dataset("hf-text", "validation", path=str(tmp_path / "saved"), seq_len=4)
+
+
 def test_a_local_folder_of_split_files_loads_like_a_hub_dataset(tmp_path):
     (tmp_path / "data").mkdir()
     write_jsonl(tmp_path / "data" / "train.jsonl", STORIES[:45])
