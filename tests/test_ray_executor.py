@@ -31,8 +31,11 @@ def local_ray():
 
     # functions defined in this test module travel to the Ray workers by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    saved = {k: os.environ.get(k) for k in ("FLOPS_FIT_PLUGINS", "PYTHONPATH")}
+    saved = {k: os.environ.get(k) for k in ("FLOPS_FIT_PLUGINS", "PYTHONPATH", "RAY_worker_niceness")}
     os.environ["FLOPS_FIT_PLUGINS"] = "sweep_support"
+    # Ray starts its workers at niceness 15: beside any other busy process they all but stop,
+    # and the tests' sweeps run out of their time limits. At 0 they share the CPU fairly.
+    os.environ["RAY_worker_niceness"] = "0"
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), saved["PYTHONPATH"]]))
     reset_host()
     executor = RayExecutor(num_cpus=2)
