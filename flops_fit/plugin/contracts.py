@@ -116,6 +116,13 @@ class ModelEntry(Entry):
     ``param_count(size, **config)`` is the exact total parameter count, computed analytically.
     ``training_flops(size, **config)`` is the exact training FLOPs (forward + backward) per
     ``flops_unit``: one ``"token"`` for language models, one ``"sample"`` for image models.
+
+    Optional, each computed without building the model (``None``: the entry cannot tell):
+    ``embedding_params(size, **config)``, the parameters that are looked up or added rather
+    than multiplied (token, position and class embeddings); ``non_embedding_flops(size, **config)``,
+    the training FLOPs per unit without the embedding and the output head (DeepSeek's M);
+    ``activation_memory(size, micro_batch_size, seq_len, **config)``, the bytes of fp32
+    activations one micro-batch keeps for its backward pass.
     """
 
     kind: ClassVar[str] = "model"
@@ -131,10 +138,16 @@ class ModelEntry(Entry):
     default_datasets: tuple[str, ...] = field(default=(), kw_only=True)
     defaults: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
     default_size: int | None = field(default=None, kw_only=True)
+    embedding_params: Ref | None = field(default=None, kw_only=True)
+    non_embedding_flops: Ref | None = field(default=None, kw_only=True)
+    activation_memory: Ref | None = field(default=None, kw_only=True)
 
     def validate(self) -> None:
         for name in ("builder", "valid_sizes", "param_count", "training_flops"):
             _check_ref(getattr(self, name), name)
+        for name in ("embedding_params", "non_embedding_flops", "activation_memory"):
+            if getattr(self, name) is not None:
+                _check_ref(getattr(self, name), name)
         if not isinstance(self.size_param, str) or not self.size_param.isidentifier():
             raise EntryError(f"size_param must be an identifier such as 'width', got {self.size_param!r}")
         if self.flops_unit not in FLOPS_UNITS:
@@ -168,6 +181,24 @@ class ModelEntry(Entry):
     def flops_per_unit(self, size: int, **config: Any) -> float:
         """Exact training FLOPs per token or sample (see ``flops_unit``)."""
         return float(resolve(self.training_flops)(size, **self.config(**config)))
+
+    def embedding_param_count(self, size: int, **config: Any) -> int | None:
+        """Embedding parameters of this size (analytic), or None if the entry does not say."""
+        if self.embedding_params is None:
+            return None
+        return int(resolve(self.embedding_params)(size, **self.config(**config)))
+
+    def non_embedding_flops_per_unit(self, size: int, **config: Any) -> float | None:
+        """Training FLOPs per unit without embedding and output head, or None if the entry does not say."""
+        if self.non_embedding_flops is None:
+            return None
+        return float(resolve(self.non_embedding_flops)(size, **self.config(**config)))
+
+    def activation_bytes(self, size: int, micro_batch_size: int, seq_len: int, **config: Any) -> int | None:
+        """fp32 activation bytes one micro-batch keeps for backward, or None if the entry does not say."""
+        if self.activation_memory is None:
+            return None
+        return int(resolve(self.activation_memory)(size, micro_batch_size, seq_len, **self.config(**config)))
 
     def build(self, size: int, **config: Any) -> Any:
         """Call the builder; the host's ``create_model`` adds the contract checks."""

@@ -23,6 +23,7 @@ from flops_fit.tracking.options import TrackingOptions, parse_tracking
 
 FLOPS_ACCOUNTING = ("model", "6nd")
 PRECISIONS = ("auto", "fp32", "bf16")
+PARALLEL = ("ddp", "fsdp")
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, check: Callable[[Any, str], Any] | None = None,
@@ -116,6 +117,14 @@ def _device(value: Any, name: str) -> str:
     return value
 
 
+def _micro_batch(value: Any, name: str) -> int | str | None:
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return positive_int(value, name, PlanError)
+
+
 def _tracking(value: Any, name: str) -> TrackingOptions | None:
     return parse_tracking(value, name, PlanError)
 
@@ -160,6 +169,15 @@ class SweepOptions:
     sizes: tuple[int, ...] | None = option(None, help="explicit model sizes for every budget (instead of span)",
                                            check=_optional(_sizes), cli=parse_ints, metavar="S1,S2,...")
     batch_size: int = option(32, help="sequences (or samples) per optimizer step", check=_positive_int, cli=int)
+    micro_batch_size: int | str | None = option(
+        None, help="sequences (or samples) per forward pass: batch_size is split into micro-batches whose "
+        "gradients accumulate (default: the whole batch; auto: on CUDA the largest that fits)",
+        check=_micro_batch, cli=str)
+    processes_per_run: int = option(
+        1, help="processes one run spans (data parallel, each taking its slice of the global batch)",
+        check=_positive_int, cli=int)
+    parallel: str = option("ddp", help="how a run's processes share the model: ddp (replicas) or fsdp (sharded)",
+                           check=_choice(PARALLEL), cli=str)
     seq_len: int | None = option(None, help="tokens per sequence (default: the model's or dataset's)",
                                  check=_optional(_positive_int), cli=int)
     model_config: dict[str, Any] = option({}, help="the model's configuration besides its size ([model] table)",

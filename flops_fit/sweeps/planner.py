@@ -314,7 +314,8 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             grad_clip=hparams.grad_clip, seed=options.seed, eval_split=options.eval_split,
             eval_tokens=options.eval_tokens, curve_points=options.curve_points,
             divergence_factor=hparams.divergence_factor, precision=precision, version=__version__,
-            device=options.device, compile=options.compile, **_schedule_fields(options, steps, warmup, budget, size),
+            device=options.device, compile=options.compile, micro_batch_size=options.micro_batch_size,
+            processes_per_run=options.processes_per_run, parallel=options.parallel, **_schedule_fields(options, steps, warmup, budget, size),
         ))
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
     return Plan(runs, options, entry.flops_unit, throughput)
