@@ -20,6 +20,7 @@ BASE = {
               "compile": False, "throughput": 1e10, "max_size": 256, "flops_accounting": "model",
               "checkpoint_seconds": 600.0, "keep_weights": False, "loss": "next-token", "schedule": "wsd",
               "cooldown_fraction": 0.2, "cooldown_shape": "linear", "size_ladder": True,
+              "micro_batch_size": 4, "processes_per_run": 1, "parallel": "ddp",
               "out": "out", "checkpoint_dir": "ck"},
     "model": {"n_layer": 1, "n_head": 2, "n_kv_head": 1, "head_dim": 8, "vocab_size": 256, "block_size": 32,
               "layer_norm_eps": 1e-5, "bias": True, "gelu": "tanh"},
