@@ -86,6 +86,19 @@ def training_flops(width: int, **config) -> float:
     return sizing.training_from_forward(forward_flops(width, **config))
 
 
+def embedding_param_count(width: int, **config) -> int:
+    """Parameters looked up, not multiplied: ``wte`` and ``wpe`` (``wte`` also serves as the
+    tied head, whose FLOPs ``non_embedding_flops`` leaves out)."""
+    return embedding_params(GPTConfig.of(width, **config))
+
+
+def non_embedding_flops(width: int, **config) -> float:
+    """Training FLOPs per token without the LM head (DeepSeek LLM's M): the blocks, attention
+    over the full context included."""
+    cfg = GPTConfig.of(width, **config)
+    return training_flops(width, **config) - sizing.training_from_forward(2 * cfg.width * cfg.vocab_size)
+
+
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     """Widths in [lo, hi] whose head split is valid (multiples of head_dim or n_head)."""
     return sizing.valid_widths(GPTConfig, lo, hi, config, "n_head", "n_kv_head")
@@ -106,6 +119,8 @@ def _entry(name: str, description: str, defaults: dict, default_size: int | None
         valid_sizes=valid_sizes,
         param_count=param_count,
         training_flops=training_flops,
+        embedding_params=embedding_param_count,
+        non_embedding_flops=non_embedding_flops,
         flops_unit="token",
         task=flops_fit.TASK_CAUSAL_LM,
         default_loss="next-token",

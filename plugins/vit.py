@@ -184,6 +184,20 @@ def training_flops(width: int, **config) -> float:
     return sizing.training_from_forward(forward_flops(width, **config)) - patch_embed_flops(cfg)
 
 
+def embedding_param_count(width: int, **config) -> int:
+    """Parameters added, not multiplied: the prefix (class, register, distillation) tokens and
+    the position embedding. The patch embedding is a matmul: it counts as compute."""
+    cfg = ViTConfig.of(width, **config)
+    return (cfg.num_prefix_tokens + cfg.pos_embed_len) * cfg.width
+
+
+def non_embedding_flops(width: int, **config) -> float:
+    """Training FLOPs per image without the patch embedding and the head(s): the blocks."""
+    cfg = ViTConfig.of(width, **config)
+    head = cfg.num_heads_out * 2 * cfg.width * cfg.num_classes
+    return training_flops(width, **config) - 2 * patch_embed_flops(cfg) - sizing.training_from_forward(head)
+
+
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     """Widths in [lo, hi] whose head split is valid (multiples of head_dim or num_heads)."""
     return sizing.valid_widths(ViTConfig, lo, hi, config, "num_heads", "num_kv_heads")
@@ -208,6 +222,8 @@ def _entry(name: str, description: str, defaults: dict, default_size: int | None
         valid_sizes=valid_sizes,
         param_count=param_count,
         training_flops=training_flops,
+        embedding_params=embedding_param_count,
+        non_embedding_flops=non_embedding_flops,
         flops_unit="sample",
         task=flops_fit.TASK_IMAGE_CLASSIFICATION,
         default_loss="cross-entropy",

@@ -108,7 +108,7 @@ def test_fit_refuses_bad_arguments():
         fit(frame, level=95)
     with pytest.raises(FitInputError, match="bootstrap must be a non-negative number of resamples"):
         fit(frame, method="isoflop", bootstrap=-5)
-    with pytest.raises(FitInputError, match="curve must be one of parabola, huber, akima"):
+    with pytest.raises(FitInputError, match="curve must be one of slice, parabola, huber, akima"):
         fit(frame, method="isoflop", curve="cubic")
 
 
@@ -133,7 +133,7 @@ def test_methods_refuse_too_few_runs_or_missing_structure():
 def test_all_records_methods_that_cannot_run():
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"])
     fitted = fit(frame, method="all", bootstrap=0)
-    assert set(fitted.results) == {"isoflop", "parametric", "vpnls"}
+    assert set(fitted.results) == {"isoflop", "parametric", "vpnls", "interaction"}
     assert "Approach 1 needs a training curve" in fitted.skipped["envelope"]
 
 

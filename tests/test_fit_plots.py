@@ -43,7 +43,7 @@ def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
             svg = tmp_path / "report_plots" / f"{method}_{name}.svg"
             assert f"href='report_plots/{svg.name}'" in text and _valid(svg)
             assert _valid(svg.with_suffix(".png"))
-    assert len(re.findall(r"src='data:image/png;base64,", text)) == 4 * len(PLOTS) + 2
+    assert len(re.findall(r"src='data:image/png;base64,", text)) == len(fitted.results) * len(PLOTS) + 2
     assert "Provenance" in text and "Compute-optimal table" in text and "The answer at C = 1e+22 FLOPs" in text
 
 

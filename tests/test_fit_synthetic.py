@@ -89,7 +89,7 @@ def test_budgets_are_inferred_when_the_column_is_missing():
 
 def test_all_methods_agree_on_clean_data_and_disagreement_is_reported(fitted_all):
     fitted = fitted_all
-    assert set(fitted.results) == {"envelope", "isoflop", "parametric", "vpnls"}
+    assert set(fitted.results) == {"envelope", "isoflop", "parametric", "vpnls", "interaction"}
     assert fitted.warnings == []
     # A law with a different exponent fitted to other runs must be called out.
     other = fit(synthetic_runs(law={**DEFAULT_LAW, "beta": 0.8}, seed=2), method="isoflop", bootstrap=50)

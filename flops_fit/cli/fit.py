@@ -17,8 +17,9 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("--method", default=method, metavar="METHOD",
                    help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
                    f"all, or a registered method's name; default {method}")
-    p.add_argument("--curve", default="parabola", metavar="parabola|huber|akima",
-                   help="IsoFLOP profile fit (isoflop, held-out check); default parabola")
+    p.add_argument("--curve", default="slice", metavar="slice|parabola|huber|akima",
+                   help="IsoFLOP profile fit (isoflop, held-out check): slice (the curve a Chinchilla law traces at "
+                   "fixed compute, unbiased), parabola, huber or akima; default slice")
     p.add_argument("--metric", default="loss", metavar="loss|bpb",
                    help="what the laws fit: loss (held-out loss per token, default) or bpb (held-out bits per byte, "
                    "comparable across tokenizers)")

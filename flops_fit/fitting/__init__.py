@@ -14,36 +14,45 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.envelope import Envelope
 from flops_fit.fitting.fit_set import FitSet
+from flops_fit.fitting.forecast import Forecast, forecast
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_checks, select_budgets
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
+from flops_fit.fitting.interaction import Interaction
 from flops_fit.fitting.isoflop import Isoflop
 from flops_fit.fitting.parametric import Parametric
 from flops_fit.fitting.profiles import CURVES, check_curve
-from flops_fit.fitting.report import write_report
+from flops_fit.fitting.report import default_target, write_report
 from flops_fit.fitting.result import FitResult
+from flops_fit.fitting.scales import SCALES, check_scale, rescale
 from flops_fit.fitting.vpnls import Vpnls
 from flops_fit.tracking.base import log_fit, sweep_destination
 from flops_fit.tracking.options import Destination, destination, parse_tracking
 
-APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, Parametric, Vpnls)}
+APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, Parametric, Vpnls, Interaction)}
 METHODS = tuple(APPROACHES)  # the built-in methods' names
 LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col", "curve_col", "run_id_col",
                 "exclude_top", "flops_per_param_token")
 
 
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
-        level: float = 0.95, curve: str = "parabola", holdout: str | float | None = None,
-        metric: str | None = None, tracking: Any = None, **options: Any) -> FitResult | FitSet:
+        level: float = 0.95, curve: str = "slice", holdout: str | float | None = None,
+        metric: str | None = None, scale: str = "params", target: float | None = None, tracking: Any = None,
+        **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
-    "parabola", "huber" or "akima"), "parametric" (Approach 3), "vpnls" (Approach 3 by variable
+    "slice", "parabola", "huber" or "akima"), "parametric" (Approach 3), "vpnls" (Approach 3 by variable
     projection). ``holdout`` ("largest", a budget in FLOPs, or "each") also fits every method
     without that budget's runs and compares its prediction there with the budget's own
     IsoFLOP minimum (``result.holdout``). ``metric`` is what the laws fit: ``"loss"`` (default:
     the held-out loss per token) or ``"bpb"`` (held-out bits per byte, comparable across
-    tokenizers); given ``Runs``, theirs. ``options`` are ``load_runs`` arguments: column names
-    and ``exclude_top``.
+    tokenizers); given ``Runs``, theirs. ``scale`` is what N is: "params" (default),
+    "non_embedding_params" or "flops_per_token" (DeepSeek's M; ``scales``). ``options`` are
+    ``load_runs`` arguments: column names and ``exclude_top``.
+
+    ``method="all"`` with ``holdout="each"`` also chooses **the forecast** (``fitted.forecast``,
+    ``forecast``): every method on every scale is scored by leave-one-budget-out error, and
+    the best answers at ``target`` (default 10x the largest budget).
 
     ``tracking`` logs the fitted parameters and predictions (docs/tracking.md): by default a
     sweep folder's fit goes to the trackers its sweep was run with; ``False`` logs nothing;
@@ -58,6 +67,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     if not 0 < level < 1:
         raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
     check_curve(curve)
+    check_scale(scale)
     if isinstance(source, Runs):
         if metric not in (None, source.metric):
             raise FitInputError(f"these runs were loaded with metric={source.metric!r}; load them again with "
@@ -65,6 +75,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         runs = source
     else:
         runs = load_runs(source, metric=metric or "loss", **options)
+    runs = rescale(runs, scale)
     target = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
@@ -86,6 +97,10 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         for name, items in checks.items():
             results[name].holdout_checks = items
     fitted = FitSet(results, skipped) if method == "all" else results[method]
+    if method == "all" and holdout == "each":
+        chosen = float(target) if target else default_target(runs)
+        base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
+        fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve)
     if target is not None:
         log_fit(fitted, target)
     return fitted
@@ -117,5 +132,6 @@ def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
     return destination(options, Path.cwd(), f"fit of {runs.source}", "fit")
 
 
-__all__ = ["APPROACHES", "CURVES", "METHODS", "METRICS", "Approach", "FitInputError", "FitResult", "FitSet", "HoldoutCheck",
+__all__ = ["APPROACHES", "CURVES", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
+           "Forecast", "HoldoutCheck",
            "Runs", "fit", "load_runs", "write_report"]

@@ -3,7 +3,8 @@
 Every curve point (tokens seen, loss) is placed at the FLOPs spent so far (tokens seen times
 the run's FLOPs per token). At each of many log-spaced FLOP values, the run with the lowest
 interpolated loss gives N_opt(C) and D_opt(C). Points won by the smallest or largest model
-are excluded: the optimum may lie beyond the sizes trained.
+are excluded: the optimum may lie beyond the sizes trained. The loss law comes from the
+runs' final losses on the lower envelope of loss against compute (``pareto_losses``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws import fit_frontier, line_r2
+from flops_fit.fitting.profiles import budget_groups
 from flops_fit.fitting.result import Diagnostics, FitResult, PowerLawResult
 
 GRID_POINTS = 200
@@ -62,12 +64,31 @@ def envelope_points(grid: np.ndarray, matrix: np.ndarray, runs: Runs, use: np.nd
                          "loss": loss, "excluded": status})
 
 
-def _fit_points(points: pd.DataFrame) -> dict[str, float] | None:
+def pareto_losses(runs: Runs, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log C, loss) of the lower envelope of final loss against compute: each budget's best
+    run, kept if no smaller budget's best run reached a lower loss.
+
+    The loss law is fitted through these, not through the curves' envelope: a curve is
+    training loss (not the held-out metric), and mid-run points of a WSD or cosine run are
+    not cooled down, so the curves' envelope sits above the loss a run of that length reaches.
+    """
+    budgets, _ = budget_groups(runs)
+    loss = runs.frame["loss"].to_numpy(float)
+    best_c, best_l = [], []
+    for c in np.unique(budgets[use]):
+        lowest = loss[use & (budgets == c)].min()
+        if not best_l or lowest < best_l[-1]:
+            best_c.append(np.log(c))
+            best_l.append(lowest)
+    return np.array(best_c), np.array(best_l)
+
+
+def _fit_points(points: pd.DataFrame, losses: tuple[np.ndarray, np.ndarray]) -> dict[str, float] | None:
     p = points[points["excluded"] == ""]
     if len(p) < MIN_POINTS or p["N"].nunique() < 2:
         return None
     return fit_frontier(np.log(p["flops"].to_numpy()), np.log(p["N"].to_numpy()), np.log(p["D"].to_numpy()),
-                        np.log(p["loss"].to_numpy()))
+                        np.log(p["loss"].to_numpy()), loss_points=losses)
 
 
 class EnvelopeResult(PowerLawResult):
@@ -111,8 +132,9 @@ class Envelope(Approach):
             raise FitInputError(f"Approach 1 needs curves from at least {MIN_SIZES} model sizes; "
                                 f"got {runs.frame['params'].nunique()}")
         grid, matrix = loss_matrix(runs, self.points)
-        env = envelope_points(grid, matrix, runs, np.ones(len(runs), dtype=bool))
-        params = _fit_points(env)
+        everyone = np.ones(len(runs), dtype=bool)
+        env = envelope_points(grid, matrix, runs, everyone)
+        params = _fit_points(env, pareto_losses(runs, everyone))
         if params is None:
             raise FitInputError(
                 f"Approach 1 found fewer than {MIN_POINTS} envelope points won by an interior model size "
@@ -121,7 +143,7 @@ class Envelope(Approach):
         samples = pd.DataFrame()
         warnings = []
         if self.bootstrap:
-            draws = [_fit_points(envelope_points(grid, matrix, runs, w > 0))
+            draws = [_fit_points(envelope_points(grid, matrix, runs, w > 0), pareto_losses(runs, w > 0))
                      for w in resample_weights(len(runs), self.bootstrap, self.seed)]
             kept = [d for d in draws if d is not None]
             samples = pd.DataFrame(kept)

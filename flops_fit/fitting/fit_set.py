@@ -23,6 +23,7 @@ class FitSet(Presentable):
     results: dict[str, FitResult]
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    forecast: Any = None  # forecast.Forecast: set by fit(method="all", holdout="each")
 
     def __post_init__(self) -> None:
         self.warnings.extend(disagreements(list(self.results.values())))
@@ -44,7 +45,8 @@ class FitSet(Presentable):
 
     def summary(self, budgets: Sequence[float] | None = None) -> str:
         """Each method's summary (without its held-out rows), then one held-out table for all."""
-        parts = [r.summary(budgets, with_holdout=False) for r in self.results.values()]
+        parts = [self.forecast.summary()] if self.forecast is not None else []
+        parts += [r.summary(budgets, with_holdout=False) for r in self.results.values()]
         parts += [f"skipped {m}: {why}" for m, why in self.skipped.items()]
         parts += [f"warning: {w}" for w in self.warnings]
         if self.holdout:
@@ -54,6 +56,8 @@ class FitSet(Presentable):
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
         out = {"results": {m: r.to_dict(budgets) for m, r in self.results.items()},
                "skipped": self.skipped, "warnings": self.warnings}
+        if self.forecast is not None:
+            out["forecast"] = self.forecast.to_dict()
         if self.holdout:
             out["holdout"] = {m: holdout_json(checks) for m, checks in self.holdout.items()}
         return out

@@ -19,7 +19,7 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval, resample_weights
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.profiles import budget_groups, profile_minimum
+from flops_fit.fitting.profiles import budget_groups, profile_minimum, slice_minima
 from flops_fit.tables import format_table
 
 CHOICES = ("largest", "each")  # besides a budget in FLOPs
@@ -97,20 +97,33 @@ def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
 
 def observe(runs: Runs, budgets: np.ndarray, budget: float, *, curve: str, bootstrap: int, seed: int | None,
             level: float) -> Observed:
-    """The held-out budget's profile minimum, with percentile intervals from resampling its runs."""
-    m = budgets == budget
-    f = runs.frame.loc[m]
+    """The held-out budget's profile minimum, with percentile intervals from resampling its runs.
+
+    With the slice curve (the default) the budget's own runs set its slice, and every
+    budget's runs set the slices' shared exponents (the shape of a profile, not where its
+    minimum is): one budget's 5-15 runs cannot fit five parameters alone.
+    """
+    f = runs.frame
     log_n, loss = np.log(f["params"].to_numpy(float)), f["loss"].to_numpy(float)
-    x, y, reason = profile_minimum(log_n, loss, np.ones(loss.size), curve)
+    held = budgets == budget
+    others = [budgets == c for c in np.unique(budgets) if c != budget]
+
+    def minimum(w: np.ndarray, start=None):
+        if curve != "slice":
+            return profile_minimum(log_n[held], loss[held], w, curve), None
+        groups = [(log_n[held], loss[held], w)] + [(log_n[m], loss[m], np.ones(m.sum())) for m in others]
+        minima, exponents = slice_minima(groups, start)
+        return minima[0], exponents
+
+    (x, y, reason), exponents = minimum(np.ones(held.sum()))
     if reason is not None:
-        return Observed(budget=budget, runs=int(m.sum()), reason=f"the held-out budget has no observed optimum: {reason}")
+        return Observed(budget=budget, runs=int(held.sum()), reason=f"the held-out budget has no observed optimum: {reason}")
     n_int = l_int = (np.nan, np.nan)
     if bootstrap:
-        draws = np.array([profile_minimum(log_n, loss, w, curve)[:2]
-                          for w in resample_weights(loss.size, bootstrap, seed)])
+        draws = np.array([minimum(w, exponents)[0][:2] for w in resample_weights(int(held.sum()), bootstrap, seed)])
         lo, hi = interval(draws, level)
         n_int, l_int = (float(np.exp(lo[0])), float(np.exp(hi[0]))), (float(lo[1]), float(hi[1]))
-    return Observed(budget=budget, runs=int(m.sum()), n_opt=float(np.exp(x)), n_opt_interval=n_int,
+    return Observed(budget=budget, runs=int(held.sum()), n_opt=float(np.exp(x)), n_opt_interval=n_int,
                     loss=float(y), loss_interval=l_int)
 
 

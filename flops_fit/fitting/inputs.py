@@ -39,6 +39,7 @@ class Runs:
     excluded: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     metric: str = "loss"
+    scale: str = "params"  # what the ``params`` column holds (``scales.SCALES``)
 
     @property
     def label(self) -> str:
@@ -59,7 +60,7 @@ class Runs:
     def subset(self, keep: np.ndarray) -> Runs:
         """The runs where ``keep`` (a boolean mask) is true, with the same source and provenance."""
         return Runs(frame=self.frame.loc[np.asarray(keep, dtype=bool)].reset_index(drop=True), source=self.source,
-                    excluded=list(self.excluded), metadata=self.metadata, metric=self.metric)
+                    excluded=list(self.excluded), metadata=self.metadata, metric=self.metric, scale=self.scale)
 
 
 def _curve_length(curve: Any) -> int:
@@ -143,7 +144,7 @@ def load_runs(
         out["budget"] = _numeric(frame[budget_col], budget_col, name)
     if curve_col in frame:
         out["curve"] = frame[curve_col].map(_parse_curve)
-    for extra in ("model", "size", "status"):
+    for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit"):
         if extra in frame and extra not in out:
             out[extra] = frame[extra]
     out = out.reset_index(drop=True)

@@ -26,6 +26,7 @@ from flops_fit.fitting.profiles import (
     profile_optima,
 )
 from flops_fit.fitting.result import Diagnostics, FitResult, PowerLawResult
+from flops_fit.fitting.slices import slice_curve
 
 MIN_BUDGETS = 2
 FEW_BUDGETS = 4
@@ -39,12 +40,17 @@ class IsoflopResult(PowerLawResult):
         f = self.runs.frame
         groups = self.details["budgets_of_runs"]
         log_n, loss = np.log(f["params"].to_numpy(float)), f["loss"].to_numpy(float)
+        exponents = self.details["optima"].attrs.get("exponents")
         for c, colour in scatter_profiles(ax, self.runs, groups).items():
             m = groups == c
             if np.unique(log_n[m]).size >= 3:
                 line = np.linspace(log_n[m].min(), log_n[m].max(), 100)
-                ax.plot(np.exp(line), profile_curve(log_n[m], loss[m], np.ones(m.sum()), self.details["curve"], line),
-                        color=colour, lw=1)
+                if exponents is not None:
+                    fitted = slice_curve((log_n[m], loss[m], np.ones(m.sum())), exponents, line)
+                else:
+                    curve = "parabola" if self.details["curve"] == "slice" else self.details["curve"]
+                    fitted = profile_curve(log_n[m], loss[m], np.ones(m.sum()), curve, line)
+                ax.plot(np.exp(line), fitted, color=colour, lw=1)
         good = self.details["optima"].dropna(subset=["log_n"])
         ax.scatter(np.exp(good["log_n"]), good["loss"], marker="*", s=90, color="k", zorder=4, label="minima")
         ax.set_title(f"IsoFLOP profiles ({self.details['curve']} per budget) and their minima")
@@ -61,7 +67,7 @@ class Isoflop(Approach):
     title = "Approach 2: IsoFLOP profiles"
     options = ("curve",)
 
-    def __init__(self, *, curve: str = "parabola", **settings: Any) -> None:
+    def __init__(self, *, curve: str = "slice", **settings: Any) -> None:
         super().__init__(**settings)
         self.curve = check_curve(curve)
 
@@ -80,8 +86,9 @@ class Isoflop(Approach):
         samples = pd.DataFrame()
         if self.bootstrap:
             draws = []
+            start = optima.attrs["exponents"]
             for w in resample_weights(len(runs), self.bootstrap, self.seed, groups=budgets):
-                o = profile_optima(runs, budgets, w, self.curve)
+                o = profile_optima(runs, budgets, w, self.curve, start)
                 o = o[o["excluded"].isna()]
                 if len(o) >= MIN_BUDGETS:
                     draws.append(_frontier_through(o))

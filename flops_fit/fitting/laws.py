@@ -40,12 +40,14 @@ def parametric_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def power_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Separate power laws N = exp(n0) C^a, D = exp(d0) C^b, L = exp(l0) C^l (Approaches 1, 2)."""
+    """Power laws N = exp(n0) C^a, D = exp(d0) C^b and the loss L = l_inf + exp(l0) C^l
+    (Approaches 1, 2); ``l_inf``, the irreducible loss, is 0 in results from before it existed."""
     log_c = np.log(np.asarray(budgets, dtype=float))[None, :]
     col = {key: np.asarray(p[key], dtype=float)[:, None] for key in ("a", "n0", "b", "d0", "l", "l0")}
+    l_inf = np.asarray(p["l_inf"], dtype=float)[:, None] if "l_inf" in p else 0.0
     n = np.exp(col["n0"] + col["a"] * log_c)
     d = np.exp(col["d0"] + col["b"] * log_c)
-    loss = np.exp(col["l0"] + col["l"] * log_c)
+    loss = l_inf + np.exp(col["l0"] + col["l"] * log_c)
     return n, d, loss
 
 
@@ -58,12 +60,51 @@ def fit_power(log_c: np.ndarray, log_y: np.ndarray, weights: np.ndarray | None =
     return float(slope), float(intercept)
 
 
-def fit_frontier(log_c: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray) -> dict[str, float]:
-    """Power laws through compute-optimal points: the parameters ``power_frontier`` reads."""
+def fit_loss_law(log_c: np.ndarray, loss: np.ndarray, slope: float | None = None) -> dict[str, float]:
+    """L(C) = l_inf + exp(l0) C^l through compute-optimal losses, least squares in log L.
+
+    The irreducible term matters: at a Chinchilla law's optimum L(C) = E + K C^-g exactly,
+    and a pure power law (l_inf = 0) bends the wrong way, forecasting too low a loss beyond
+    the sweep. With ``slope`` (-g, known from the profiles' shape) l_inf and exp(l0) are
+    linear, found from 2 or more points; otherwise l_inf is profiled over [0, min loss), and
+    with fewer than MIN_LOSS_POINTS points (or a rising loss) it is 0.
+    """
+    from scipy.optimize import minimize_scalar
+
+    if slope is not None and np.isfinite(slope) and slope < 0 and loss.size >= 2:
+        columns = np.column_stack([np.ones_like(log_c), np.exp(slope * log_c)])
+        (l_inf, k), *_ = np.linalg.lstsq(columns, loss, rcond=None)
+        if l_inf < 0 or k <= 0:
+            l_inf, k = 0.0, float(np.exp(np.mean(np.log(loss) - slope * log_c)))
+        return {"l": float(slope), "l0": float(np.log(k)), "l_inf": float(l_inf)}
+    lslope, l0 = fit_power(log_c, np.log(loss))
+    if loss.size < MIN_LOSS_POINTS or not lslope < 0:
+        return {"l": lslope, "l0": l0, "l_inf": 0.0}
+    floor = float(loss.min())
+
+    def sse(l_inf: float) -> float:
+        slope, intercept = fit_power(log_c, np.log(loss - l_inf))
+        return float(np.sum((np.log(l_inf + np.exp(intercept + slope * log_c)) - np.log(loss)) ** 2))
+
+    best = minimize_scalar(sse, bounds=(0.0, floor * (1 - 1e-9)), method="bounded", options={"xatol": floor * 1e-7})
+    l_inf = float(best.x) if best.fun < sse(0.0) else 0.0
+    lslope, l0 = fit_power(log_c, np.log(loss - l_inf))
+    return {"l": lslope, "l0": l0, "l_inf": l_inf}
+
+
+MIN_LOSS_POINTS = 3  # compute-optimal losses needed to fit an irreducible term beside the power law
+
+
+def fit_frontier(log_c: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray,
+                 loss_points: tuple[np.ndarray, np.ndarray] | None = None,
+                 loss_slope: float | None = None) -> dict[str, float]:
+    """Power laws through compute-optimal points: the parameters ``power_frontier`` reads.
+    ``loss_points`` (log C, loss) fit the loss law instead of (log_c, exp(log_l));
+    ``loss_slope`` fixes its exponent (see ``fit_loss_law``)."""
     a, n0 = fit_power(log_c, log_n)
     b, d0 = fit_power(log_c, log_d)
-    lslope, l0 = fit_power(log_c, log_l)
-    return {"a": a, "b": b, "n0": n0, "d0": d0, "l": lslope, "l0": l0}
+    lc, ls = loss_points if loss_points is not None else (log_c, np.exp(log_l))
+    return {"a": a, "b": b, "n0": n0, "d0": d0, **fit_loss_law(lc, ls, loss_slope)}
 
 
 def line_r2(x: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> tuple[np.ndarray, float]:

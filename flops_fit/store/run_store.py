@@ -201,8 +201,8 @@ class RunStore:
 
     def runs_frame(self, include_failed: bool = True):
         """One row per finished run: run_id, model, size, params, tokens, flops, budget, loss,
-        status, curve, plus error, steps, tokens_planned, lr, timings and bpb (held-out bits per
-        byte). Failed runs have loss NaN, runs without bits per byte bpb NaN;
+        status, curve, plus error, steps, tokens_planned, lr, timings, bpb (held-out bits per
+        byte), the other scales (embedding_params, non_embedding_flops_per_unit) and model_config. Failed runs have loss NaN, runs without bits per byte bpb NaN;
         ``include_failed=False`` leaves failed runs out."""
         import pandas as pd
 
@@ -214,13 +214,18 @@ class RunStore:
             wanted,
         ).fetchall()
         columns = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "loss", "status", "curve",
-                   "error", "steps", "tokens_planned", "lr", "timings", "bpb"]
+                   "error", "steps", "tokens_planned", "lr", "timings", "bpb", "embedding_params",
+                   "non_embedding_flops_per_unit", "model_config"]
         records = []
         for row in rows:
             r = dict(zip(columns[:13], row[:13], strict=True))
             r["loss"] = math.nan if r["loss"] is None else r["loss"]
             r["curve"] = json.loads(r["curve"] or "[]")
-            r["lr"] = json.loads(row[13])["lr"]
+            spec = json.loads(row[13])
+            r["lr"] = spec["lr"]
+            r["model_config"] = spec["model_config"]
+            for scale in ("embedding_params", "non_embedding_flops_per_unit"):  # None in stores before them
+                r[scale] = math.nan if spec.get(scale) is None else spec[scale]
             r["timings"] = json.loads(row[14] or "{}")
             r["bpb"] = math.nan if row[15] is None else row[15]
             records.append(r)

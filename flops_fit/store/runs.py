@@ -3,7 +3,8 @@
 A run's id is a hash of every field that decides its result (plus the flops-fit version),
 so a changed spec never reuses an old result. ``device``, ``compile`` and how the batch is
 spread (``micro_batch_size``, ``processes_per_run``, ``parallel``) are left out: they change
-where and how fast a run goes, not what it computes. The schedule's fields enter the
+where and how fast a run goes, not what it computes; so are the counts derived from the
+model (``embedding_params``, ``non_embedding_flops_per_unit``). The schedule's fields enter the
 id only when they differ from their defaults, so cosine runs keep the ids they always had.
 
 Runs with the ``"wsd"`` schedule that differ only in length (budget, tokens, steps and
@@ -20,7 +21,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 # Fields that do not decide a run's result, so they do not enter its id.
-_NOT_IN_ID = frozenset({"run_id", "device", "compile", "micro_batch_size", "processes_per_run", "parallel"})
+_NOT_IN_ID = frozenset({"run_id", "device", "compile", "micro_batch_size", "processes_per_run", "parallel",
+                        "embedding_params", "non_embedding_flops_per_unit"})
 # Fields added after the first release: hashed only when set, so older ids stay valid.
 _IN_ID_WHEN_SET = {"schedule": "cosine", "cooldown_start": 0, "cooldown_shape": "1-sqrt"}
 # Fields that set a run's length; the rest of the identity is its stable prefix (WSD family).
@@ -84,6 +86,9 @@ class RunSpec:
     micro_batch_size: int | str | None = None  # per forward pass; None: the whole batch, "auto": probed on CUDA
     processes_per_run: int = 1  # data-parallel processes of this one run
     parallel: str = "ddp"  # "ddp" or "fsdp" across those processes
+    # the other scales a law can be fitted on (derived from the model; None: the model does not say)
+    embedding_params: int | None = None  # parameters looked up, not multiplied
+    non_embedding_flops_per_unit: float | None = None  # training FLOPs per unit without embedding and head
     run_id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

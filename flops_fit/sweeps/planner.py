@@ -315,7 +315,9 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             eval_tokens=options.eval_tokens, curve_points=options.curve_points,
             divergence_factor=hparams.divergence_factor, precision=precision, version=__version__,
             device=options.device, compile=options.compile, micro_batch_size=options.micro_batch_size,
-            processes_per_run=options.processes_per_run, parallel=options.parallel, **_schedule_fields(options, steps, warmup, budget, size),
+            processes_per_run=options.processes_per_run, parallel=options.parallel,
+            embedding_params=entry.embedding_param_count(size, **model_config),
+            non_embedding_flops_per_unit=entry.non_embedding_flops_per_unit(size, **model_config), **_schedule_fields(options, steps, warmup, budget, size),
         ))
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
     return Plan(runs, options, entry.flops_unit, throughput)
