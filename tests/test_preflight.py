@@ -22,7 +22,9 @@ from flops_fit.sweeps.planner import plan, sweep
 from flops_fit.sweeps.preflight import (
     CHECKPOINT_BYTES_PER_PARAM,
     check_checkpoint_folder,
+    check_datasets,
     check_losses,
+    check_models,
     preflight,
 )
 from flops_fit.testing import isolated_host
@@ -93,14 +95,21 @@ class _Fragile:
         return torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), batch["tokens"][:, 1:],
                                                  reduction="none")
 
+    class Clamped(sweep_support.TinyLM):
+        """Reads a value out of its input: code the meta device cannot run, yet nothing wrong."""
+
+        def forward(self, tokens):
+            return super().forward(tokens.clamp(max=int(tokens.max().item())))
+
     @flops_fit.hookimpl
     def register_models(self, register):
-        register(flops_fit.ModelEntry(
-            "fragile-lm", builder=self.build, size_param="width", valid_sizes=sweep_support.valid_sizes,
-            param_count=sweep_support.param_count, training_flops=sweep_support.training_flops,
-            flops_unit="token", task=flops_fit.TASK_CAUSAL_LM, default_loss="tiny-next-token",
-            default_datasets=("counting-text",), defaults={"vocab_size": sweep_support.VOCAB, "block_size": 16},
-        ))
+        for name, builder in (("fragile-lm", self.build), ("clamped-lm", self.Clamped)):
+            register(flops_fit.ModelEntry(
+                name, builder=builder, size_param="width", valid_sizes=sweep_support.valid_sizes,
+                param_count=sweep_support.param_count, training_flops=sweep_support.training_flops,
+                flops_unit="token", task=flops_fit.TASK_CAUSAL_LM, default_loss="tiny-next-token",
+                default_datasets=("counting-text",), defaults={"vocab_size": sweep_support.VOCAB, "block_size": 16},
+            ))
 
     @flops_fit.hookimpl
     def register_losses(self, register):
@@ -118,6 +127,12 @@ def test_a_model_that_does_not_build_and_a_loss_that_is_not_a_scalar_are_refused
     with pytest.raises(PreflightError, match=r"loss 'per-token' returns shape \(2, 15\) .* not a scalar"):
         sweep(host=FRAGILE, out_dir=tmp_path / "b", show_progress=False, loss="per-token",
               **sweep_support.small_plan_options())
+
+
+def test_what_the_meta_device_cannot_run_is_left_to_the_runs():
+    the_plan = plan(host=FRAGILE, **sweep_support.small_plan_options(model="clamped-lm"))
+    context = preflight(the_plan, host=FRAGILE, checks=[check_datasets, check_models])
+    assert context.samples and context.batches  # the datasets were opened; the forward was tried, not held against it
 
 
 def test_a_loss_of_another_task_is_refused():

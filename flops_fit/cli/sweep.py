@@ -166,7 +166,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     else:
         print(outcome.fit)
         print(f"report (with its plots): {outcome.report}")
-    return 0
+    return _print_failures(out)
 
 
 def add_commands(sub) -> None:

@@ -92,7 +92,7 @@ def check_losses(plan: Any, context: Context) -> None:
 def check_models(plan: Any, context: Context) -> None:
     """Build each size on the meta device and run it, with its loss, on one held-out batch.
 
-    A model whose forward the meta device cannot run (data-dependent code) is only built."""
+    What the meta device cannot run (data-dependent code) is left to the runs."""
     import torch
 
     for run in _distinct(context.runs, lambda r: (r.model, r.size, json.dumps(r.model_config, sort_keys=True,
@@ -104,6 +104,8 @@ def check_models(plan: Any, context: Context) -> None:
         except FlopsFitError as exc:
             raise PreflightError(f"{where} does not build: {exc}") from exc
         except Exception as exc:  # noqa: BLE001 - the model's own checks of its configuration
+            if _meta_unsupported(exc):
+                continue
             raise PreflightError(f"{where} does not build with configuration {run.model_config}: "
                                  f"{type(exc).__name__}: {exc}; fix the [model] table (model_config)") from exc
         batch = context.batches.get(dataset_key(run))
@@ -122,16 +124,20 @@ def _forward(model: Any, batch: dict[str, Any], run: RunSpec, host: Any, where: 
     meta = {k: v.to("meta") for k, v in batch.items()}
     try:
         loss = api.get_loss(run.loss, host=host)(model(meta[TASK_INPUTS[entry.task]]), meta)
-    except NotImplementedError:
-        return  # an operator the meta device lacks: nothing is known against the model
     except Exception as exc:  # noqa: BLE001 - shapes that do not meet: the model's or the loss's message
-        if "meta" in str(exc).lower():  # data-dependent code (.item(), nonzero): not a configuration error
+        if _meta_unsupported(exc):
             return
         raise PreflightError(f"{where} fails on a batch of dataset {run.dataset!r} with loss {run.loss!r}: "
                              f"{type(exc).__name__}: {exc}; make the [model] and [dataset] tables agree") from exc
     if getattr(loss, "ndim", 0) != 0:
         raise PreflightError(f"loss {run.loss!r} returns shape {tuple(loss.shape)} for model {run.model!r}, not a "
                              "scalar: it must average over the batch")
+
+
+def _meta_unsupported(exc: Exception) -> bool:
+    """An error of the meta device itself (an operator it lacks, data-dependent code such as
+    ``.item()``), which says nothing against the configuration."""
+    return isinstance(exc, NotImplementedError) or "meta" in str(exc).lower()
 
 
 def checkpoint_bytes(run: RunSpec, samples: int) -> int:
