@@ -56,6 +56,11 @@ def test_a_dataset_that_does_not_open_exits_2_before_any_run(tmp_path, capsys):
     assert "needs data_files=..." in line and "Traceback" not in err and "sweep [" not in err
     with RunStore(out) as store:  # no plan recorded, no parity gate run: the folder takes the fixed sweep
         assert store.planned_runs() == [] and store.get_meta("parity") is None
+    # without the preflight, the old behaviour: every run fails the same way (now exit 1, grouped)
+    assert main(["sweep", str(config), "--out", str(out), "--skip-preflight"]) == 1
+    err = capsys.readouterr().err
+    assert "flops-fit: 7 of 7 runs failed, for 1 distinct reason(s)" in err
+    assert "  7 run(s) (" in err and "): DataError: hf-text needs data_files=..." in err
 
 
 def test_a_refused_sweep_leaves_its_folder_to_the_corrected_one(tmp_path):
