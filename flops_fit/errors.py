@@ -52,6 +52,11 @@ class ParityGateError(FlopsFitError):
     """The model failed its parity cases, so no compute is spent on it."""
 
 
+class PreflightError(FlopsFitError, ValueError):
+    """A sweep that cannot work (a dataset that does not open, a model that does not build,
+    no room for checkpoints), refused by the preflight before its first run."""
+
+
 class DataError(FlopsFitError, ValueError):
     """A dataset cannot be loaded as configured."""
 
@@ -105,3 +110,8 @@ class WeightFileError(ParityError, ValueError):
 
 class ConversionError(ParityError, ValueError):
     """Reference weights do not fit the target: missing, unexpected, mis-shaped or zeroed keys."""
+
+
+class ConversionAssumptionWarning(UserWarning):
+    """A converter assumed what the weights it read cannot tell (an activation, a norm eps, the
+    pooling); the message lists each assumption and the argument that sets it."""

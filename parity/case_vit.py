@@ -74,6 +74,27 @@ def timm_vit(device: str = "cpu", dtype: str = "float32", *, global_pool: str = 
     )
 
 
+def save_bare(model: Any, folder: Path) -> None:
+    """Only the weights (``model.safetensors``, no config.json): what the converter must assume."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "model.safetensors"))
+
+
+def timm_vit_bare(device: str = "cpu", dtype: str = "float32", *, overrides: dict | None = None,
+                  tamper: Tamper | None = None) -> ParityReport:
+    """A bare timm ViT weights file (heads given, the rest assumed) -> our ``vit``: timm's
+    defaults (exact GELU, eps 1e-6, token pooling) are what the converter assumes."""
+    return run_model_case(
+        case="timm-vit-bare", model="vit", reference="timm vit_tiny_patch16_224 layout, bare weights file",
+        ref_module=timm_reference(), save=save_bare,
+        convert=lambda folder: convert_timm_vit(folder / "model.safetensors", num_heads=TINY["num_heads"]),
+        inputs=[probe.images(BATCH, 3, TINY["img_size"])], ref_forward=call, our_forward=call,
+        taps=block_taps(TINY["depth"], "blocks.{i}", "blocks.{i}.attn"),
+        device=device, dtype=dtype, overrides=overrides, tamper=tamper,
+    )
+
+
 def _variant_case(variant: str):
     return variant_case(timm_vit, variant, f"timm ViT variant {variant!r} ({TIMM_VARIANTS[variant]}) -> our ``vit``.")
 

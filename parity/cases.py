@@ -10,6 +10,8 @@ _CASES = "flops_fit.parity.case_"
 BUILTIN_CASES = (
     # name, model, reference, run, requires, quick
     ("timm-vit", "vit", "timm VisionTransformer (class token)", "vit:timm_vit", ("timm",), True),
+    ("timm-vit-bare", "vit", "timm VisionTransformer from a bare weights file (activation, eps, pooling assumed)",
+     "vit:timm_vit_bare", ("timm",), False),
     ("timm-vit-avg", "vit", "timm VisionTransformer (global_pool='avg', fc_norm)", "vit:timm_vit_avg", ("timm",), False),
     ("timm-vit-avg-norm-first", "vit", "timm VisionTransformer (global_pool='avg', fc_norm=False)",
      "vit:timm_vit_avg_norm_first", ("timm",), False),

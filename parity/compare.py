@@ -72,6 +72,7 @@ class ParityReport:
     layers: list[LayerResult] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    assumptions: dict[str, str] = field(default_factory=dict)  # what the converter assumed (Converted.assumptions)
 
     @property
     def passed(self) -> bool:

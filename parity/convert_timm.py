@@ -13,7 +13,8 @@ on the meta device (no weights, no memory) from, lowest priority first,
 then reads our configuration off the built modules, refusing by name every module or option
 our ``vit`` does not reproduce (attention pooling ``map``, EVA / RoPE ViTs, ``final_norm=False``,
 a non-LayerNorm norm, ...). What a bare weights file cannot tell (activation, LayerNorm eps,
-pooling when the final norm sits before it) is assumed and stated in ``Converted.assumptions``.
+pooling when the final norm sits before it) is assumed, stated in ``Converted.assumptions`` and
+warned about (``ConversionAssumptionWarning``), naming the argument that sets each.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
 
 from flops_fit.errors import ConversionError
 
@@ -63,6 +64,7 @@ def convert_timm_vit(
     state = timm_vit_state(tensors, our)
     fresh = () if "head.weight" in tensors else tuple(f"{h}.{p}" for h in ("head", "head_dist") for p in ("weight", "bias"))
     notes = {k: f"{v!r} (assumed: {_WHY[k]})" for k, v in assumptions.items()}
+    warn_assumptions(REFERENCE, notes, _SETTERS)
     return Converted("vit", our.pop("width"), our, state, REFERENCE, fresh=fresh, assumptions=notes)
 
 
@@ -73,12 +75,19 @@ _WHY = {
                    "(or avg from max pooling)",
 }
 
+# How a caller sets each assumed option instead (keyword arguments of convert_timm_vit).
+_SETTERS = {
+    "act_layer": "act_layer=... (e.g. 'gelu_tanh', 'silu', 'quick_gelu')",
+    "norm_eps": "norm_eps=...",
+    "global_pool": "global_pool=... (with fc_norm=...)",
+}
+
 
 def _assume(facts: dict[str, Any], declared: dict[str, Any]) -> dict[str, Any]:
     """What a bare weights file cannot tell, with timm's defaults; declared values win."""
     assumed = {"act_layer": "gelu", "global_pool": "token" if facts["class_token"] and not facts["fc_norm"] else "avg"}
     out = {k: v for k, v in assumed.items() if k not in declared}
-    if "norm_layer" not in declared:
+    if "norm_layer" not in declared and "norm_eps" not in declared:
         out["norm_eps"] = TIMM_NORM_EPS  # not a timm argument: recorded, checked against the build
     return out
 

@@ -10,6 +10,7 @@ attention). ``load_strict`` does the same on our side: missing, unexpected, mis-
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from flops_fit.parity.safetensors_io import load_weights
 
-from flops_fit.errors import ConversionError
+from flops_fit.errors import ConversionAssumptionWarning, ConversionError
 from flops_fit.plugin.api import create_model
 from flops_fit.plugin.contracts import resolve
 
@@ -53,6 +54,20 @@ class Converted:
             model = create_model(self.model, self.size, **config)
         load_strict(model, self.state, what=f"{self.reference} -> {self.model}", fresh=self.fresh)
         return model
+
+
+def warn_assumptions(what: str, assumptions: Mapping[str, str], setters: Mapping[str, str] | None = None) -> None:
+    """Warn once (``ConversionAssumptionWarning``) about what a converter assumed because the
+    weights cannot tell: each assumption (``assumptions``: option -> the value and why) with
+    the argument that sets it (``setters``: option -> how; default ``option=...``).
+    Nothing to say, no warning. Every converter that records assumptions calls this."""
+    if not assumptions:
+        return
+    setters = setters or {}
+    listed = "; ".join(f"{name} = {note}, set it with {setters.get(name, name + '=...')}"
+                       for name, note in assumptions.items())
+    warnings.warn(f"{what}: the weights do not say everything, so {len(assumptions)} option(s) were assumed: "
+                  f"{listed}", ConversionAssumptionWarning, stacklevel=3)
 
 
 def read_source(

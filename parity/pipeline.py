@@ -9,12 +9,15 @@ the converted state dict) inject known-wrong variants for the negative controls.
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.compare import ParityReport, Side, compare_sides, timed_report
 from flops_fit.parity.mapping import Converted
+
+from flops_fit.errors import ConversionAssumptionWarning
 
 Tamper = Callable[[dict[str, Any]], None]
 
@@ -41,12 +44,16 @@ def run_model_case(
     """``taps`` maps report names to (reference module path, our module path), in forward order.
 
     ``setup(ours)`` runs on our built model before the comparison (e.g. installing hooks).
+    What the converter assumed goes into the report (``assumptions``) instead of a warning.
     """
+    assumed: dict[str, str] = {}
 
     def compute():
-        with tempfile.TemporaryDirectory(prefix="flops-fit-parity-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="flops-fit-parity-") as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConversionAssumptionWarning)
             save(ref_module, Path(tmp))
             converted = convert(Path(tmp))
+        assumed.update(converted.assumptions)
         if tamper is not None:
             converted.state = dict(converted.state)
             tamper(converted.state)
@@ -59,7 +66,9 @@ def run_model_case(
             inputs, device=device, dtype=dtype, output_name=output_name,
         )
 
-    return timed_report(case, model, reference, device, dtype, compute)
+    report = timed_report(case, model, reference, device, dtype, compute)
+    report.assumptions = assumed
+    return report
 
 
 def variant_case(runner: Callable[..., ParityReport], variant: str, doc: str) -> Callable[..., ParityReport]:

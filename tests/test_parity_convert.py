@@ -342,3 +342,44 @@ def test_timm_without_qkv_bias_round_trips(tmp_path) -> None:
     ours = converted.build()
     rows = compare_sides(Side(ref, lambda m, i: m(*i)), Side(ours, lambda m, i: m(*i)), [probe.images(2, 3, 32)])
     assert all(r.passed for r in rows), rows
+
+
+def test_a_bare_file_warns_once_listing_each_assumption_and_its_argument(tmp_path) -> None:
+    import warnings
+
+    from flops_fit.parity.mapping import warn_assumptions
+
+    ref = case_vit.timm_reference()
+    path = _save(ref.state_dict(), tmp_path / "bare.safetensors")
+    with pytest.warns(flops_fit.ConversionAssumptionWarning) as caught:
+        convert_timm_vit(path, num_heads=4)
+    [warning] = caught.list  # one warning for the conversion, listing all three
+    message = str(warning.message)
+    assert message.startswith("timm VisionTransformer: the weights do not say everything, so 3 option(s) were assumed")
+    for option, value in (("act_layer", "'gelu'"), ("norm_eps", "1e-06"), ("global_pool", "'token'")):
+        assert f"{option} = {value} (assumed: " in message and f"set it with {option}=..." in message
+    assert warning.filename == __file__  # points at the caller's line, not the converter's
+    case_vit.save_timm(ref, tmp_path / "folder")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", flops_fit.ConversionAssumptionWarning)
+        convert_timm_vit(tmp_path / "folder")  # config.json declares everything: nothing assumed, no warning
+        convert_timm_vit(path, num_heads=4, act_layer="gelu", norm_eps=1e-6, global_pool="token")
+        warn_assumptions("x", {})
+    with pytest.warns(flops_fit.ConversionAssumptionWarning, match="eps = 1e-05 .*, set it with eps=...$"):
+        warn_assumptions("a converter", {"eps": "1e-05 (assumed: the usual)"})
+
+
+def test_flops_fit_parity_prints_the_assumptions(capsys) -> None:
+    import json
+
+    from flops_fit.cli.main import main
+
+    assert main(["parity", "--case", "timm-vit-bare"]) == 0
+    captured = capsys.readouterr()
+    assert "flops_fit/timm-vit-bare: act_layer = 'gelu' (assumed: weights do not record the MLP activation" in captured.out
+    assert "flops_fit/timm-vit-bare: global_pool = 'token' (assumed: " in captured.out
+    assert "flops_fit/timm-vit-bare: norm_eps = 1e-06 (assumed: " in captured.out
+    assert "ConversionAssumptionWarning" not in captured.err  # the report carries them, not a warning
+    assert main(["parity", "--case", "timm-vit-bare", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert set(row["report"]["assumptions"]) == {"act_layer", "global_pool", "norm_eps"}

@@ -62,4 +62,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
         for name, _, o in outcomes:
             if o.status in ("failed", "error"):
                 print(f"{name}: {o.detail}")
+        for name, _, o in outcomes:
+            for option, note in (o.report.assumptions if o.report is not None else {}).items():
+                print(f"{name}: {option} = {note}")
     return 0 if all(o.status in ("passed", "skipped") for _, _, o in outcomes) else 1

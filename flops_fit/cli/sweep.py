@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -67,7 +68,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir
     try:
         plan.run(out, resume=args.resume, executor=executor, workers=workers, executor_options=options,
-                 skip_parity=args.skip_parity, retry_failed=args.retry_failed, checkpoint_dir=checkpoint_dir)
+                 skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
+                 retry_failed=args.retry_failed, checkpoint_dir=checkpoint_dir)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         resume = f"flops-fit sweep {args.config} --out {out} --resume"
@@ -77,8 +79,33 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
               f"{out / STORE_NAME}, runs in flight continue from their checkpoints. Resume with: {resume}",
               file=sys.stderr)
         return 128 + signum
-    return _print_status(out)
+    _print_status(out)
+    return _print_failures(out)
 
+
+def failure_reasons(frame) -> list[tuple[str, list[str]]]:
+    """The failed runs' errors grouped by reason (numbers aside, so "diverged at step 12" and
+    "at step 40" are one reason), most frequent first: (the first run's error, run ids)."""
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for r in frame[frame.status == "failed"].itertuples():
+        error = r.error or "no error recorded"
+        groups.setdefault(re.sub(r"\d[\d.,]*(e[+-]?\d+)?", "#", error), (error, []))[1].append(r.run_id)
+    return sorted(groups.values(), key=lambda group: -len(group[1]))
+
+
+def _print_failures(out_dir: str | Path) -> int:
+    """Exit status 1 after a summary of the distinct failure reasons if any run failed; else 0."""
+    with RunStore(out_dir) as store:
+        frame = store.runs_frame()
+    groups = failure_reasons(frame)
+    if not groups:
+        return 0
+    failed = sum(len(ids) for _, ids in groups)
+    print(f"flops-fit: {failed} of {len(frame)} runs failed, for {len(groups)} distinct reason(s); "
+          f"fix the cause, then train them again with --resume --retry-failed:", file=sys.stderr)
+    for error, ids in groups:
+        print(f"  {len(ids)} run(s) ({', '.join(i[:8] for i in ids)}): {error}", file=sys.stderr)
+    return 1
 
 
 def _print_status(out_dir: str | Path) -> int:
@@ -139,7 +166,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     else:
         print(outcome.fit)
         print(f"report (with its plots): {outcome.report}")
-    return 0
+    return _print_failures(out)
 
 
 def add_commands(sub) -> None:
@@ -156,6 +183,8 @@ def add_commands(sub) -> None:
     p.add_argument("--executor", help="run on this executor instead of the config's (e.g. local, ray)")
     p.add_argument("--address", help="Ray cluster to join, e.g. ray://head:10001 (default RAY_ADDRESS)")
     p.add_argument("--skip-parity", action="store_true", help="train even if the model fails its parity gate")
+    p.add_argument("--skip-preflight", action="store_true",
+                   help="start the runs without first checking datasets, models and the checkpoint folder")
     p.add_argument("--retry-failed", action="store_true", help="train failed runs again")
     p.add_argument("--checkpoint-dir", help="folder for the runs' checkpoints (default OUT/checkpoints; "
                    "on a cluster, one every node sees)")

@@ -34,6 +34,7 @@ from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.branches import item_outcomes, recover_results, train_item, work_items
 from flops_fit.sweeps.checkpoint import CheckpointPolicy, remove_checkpoints
 from flops_fit.sweeps.gate import check
+from flops_fit.sweeps.preflight import preflight
 from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.sweeps.wsd import Family
 from flops_fit.tracking.base import SweepTracker, sweep_destination
@@ -90,9 +91,9 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
     return {"status": report.status, "reason": report.summary()[:4000]}
 
 
-def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool, host: Any) -> bool:
-    """Refuse a folder that holds another sweep, or this one without ``resume``; record a new
-    plan (and say so: True)."""
+def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> bool:
+    """Refuse a folder that holds another sweep, or this one without ``resume``; True for a
+    folder that holds no plan yet."""
     stored = {r.run_id for r in store.planned_runs()}
     planned = {r.run_id for r in plan.runs}
     if stored and stored != planned:
@@ -102,8 +103,6 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool, host: 
         )
     if stored and not resume:
         raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
-    if not stored:
-        store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
     return not stored
 
 
@@ -145,6 +144,7 @@ def run_plan(
     workers: int = 1,
     executor_options: dict[str, Any] | None = None,
     skip_parity: bool = False,
+    skip_preflight: bool = False,
     retry_failed: bool = False,
     show_progress: bool = True,
     checkpoint_dir: str | Path | None = None,
@@ -159,6 +159,11 @@ def run_plan(
     ``StoreBusy`` while another live driver holds the folder. With ``tracking`` among the
     plan's options, the sweep's own tracker run logs the plan and how the runs ended, and
     each run logs to its own (``flops_fit.tracking``).
+
+    Before the parity gate and the first run, the preflight (``sweeps.preflight``) checks the
+    runs to train once per distinct configuration and raises ``PreflightError`` for a sweep
+    that cannot work; the plan is then not recorded, so the folder takes the corrected sweep.
+    ``skip_preflight=True`` skips it (a driver that cannot see what the workers see).
     """
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
@@ -166,13 +171,21 @@ def run_plan(
     store = RunStore(out_dir, create=True)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
-            new = _check_store(store, plan, out_dir, resume, host)
+            new = _check_store(store, plan, out_dir, resume)
+            policy = checkpoint_policy(plan, out_dir, checkpoint_dir)
+            if not skip_preflight:
+                status = store.statuses()
+                todo = [r for r in plan.runs if status.get(r.run_id) != "done"] if retry_failed else \
+                    store.unfinished(plan)
+                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host)
+            if new:
+                store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
             tracking = sweep_destination({"created": store.get_meta("created")}, out_dir, plan.options.tracking)
             with SweepTracker(tracking, plan, new=new, counts=store.counts()) as tracker:
                 _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
                                   executor_options=executor_options, skip_parity=skip_parity,
                                   retry_failed=retry_failed, show_progress=show_progress, host=host,
-                                  policy=checkpoint_policy(plan, out_dir, checkpoint_dir),
+                                  policy=policy,
                                   tracking=tracker.runs_destination)
                 tracker.finished(store.counts())
     finally:

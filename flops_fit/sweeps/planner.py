@@ -343,13 +343,14 @@ def _schedule_fields(options: SweepOptions, steps: int, warmup: int, budget: flo
 
 def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flops-fit-out", resume: bool = False,
           executor: str = "local", workers: int = 1, executor_options: dict[str, Any] | None = None,
-          skip_parity: bool = False, retry_failed: bool = False, show_progress: bool = True,
-          checkpoint_dir: str | Path | None = None, host: Any = None, **values: Any) -> SweepResult:
+          skip_parity: bool = False, skip_preflight: bool = False, retry_failed: bool = False,
+          show_progress: bool = True, checkpoint_dir: str | Path | None = None, host: Any = None,
+          **values: Any) -> SweepResult:
     """Plan (``values`` are ``SweepOptions`` fields) and run an IsoFLOP sweep into ``out_dir``;
     the other keywords are ``run_plan``'s."""
     return plan(options, host=host, **values).run(
         out_dir, resume=resume, executor=executor, workers=workers, executor_options=executor_options,
-        skip_parity=skip_parity, retry_failed=retry_failed, show_progress=show_progress,
+        skip_parity=skip_parity, skip_preflight=skip_preflight, retry_failed=retry_failed, show_progress=show_progress,
         checkpoint_dir=checkpoint_dir, host=host,
     )
 

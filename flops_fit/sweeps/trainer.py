@@ -89,6 +89,15 @@ def eval_indices(n: int, count: int) -> np.ndarray:
     return np.linspace(0, n - 1, count).round().astype(np.int64)
 
 
+def check_sequence_length(spec: RunSpec, x: torch.Tensor) -> None:
+    """A language model's batch holds sequences of the plan's ``seq_len`` (ValueError if not)."""
+    if spec.seq_len > 1 and x.ndim >= 2 and x.shape[1] != spec.seq_len:
+        raise ValueError(
+            f"dataset {spec.dataset!r} yields sequences of {x.shape[1]} tokens but the plan's "
+            f"seq_len is {spec.seq_len}; set the dataset's seq_len to match"
+        )
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -191,11 +200,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             batch = {k: v.to(device, non_blocking=True) for k, v in batches.next(rows).items()}
             data_s += time.perf_counter() - t0
             x = batch[input_key]
-            if step == start_step and per_sample > 1 and x.shape[1] != per_sample:
-                raise ValueError(
-                    f"dataset {spec.dataset!r} yields sequences of {x.shape[1]} tokens but the plan's "
-                    f"seq_len is {per_sample}; set the dataset's seq_len to match"
-                )
+            if step == start_step:
+                check_sequence_length(spec, x)
             for group in optimizer.param_groups:
                 group["lr"] = spec.lr * schedule_factor(spec, step)
             with autocast:

@@ -1,0 +1,195 @@
+"""The preflight: everything a sweep needs, checked once before its first run.
+
+A sweep that cannot work used to start every run and let each fail the same way. The
+preflight looks at each distinct configuration once, in the driver, before the parity gate
+and before any training: each dataset configuration opened for its training and held-out
+splits (a tokenised corpus is built into the token cache here, and the runs map it), each
+size's model built on the meta device (no memory, no compute) and run on one held-out
+sample with the loss, the loss checked against the model's task, and the checkpoint folder
+writable with room for one checkpoint per concurrent run. The first problem raises
+``PreflightError`` naming its cause and fix; nothing is recorded or trained.
+
+``CHECKS`` is the list the driver runs, in order; a check is a function
+``check(plan, context)`` that raises a ``FlopsFitError``. Add one there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flops_fit.errors import FlopsFitError, PreflightError
+from flops_fit.plugin import api
+from flops_fit.plugin.contracts import TASK_INPUTS
+from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.checkpoint import CheckpointPolicy
+from flops_fit.sweeps.trainer import check_sequence_length, gather
+
+# Bytes of a checkpoint per parameter: fp32 weights and AdamW's two fp32 moments.
+CHECKPOINT_BYTES_PER_PARAM = 4 + 4 + 4
+# Bytes of a checkpoint per training sample: the epoch's permutation (int64).
+CHECKPOINT_BYTES_PER_SAMPLE = 8
+
+
+@dataclass
+class Context:
+    """What the checks share: the runs about to train, where they checkpoint, how many train
+    at once, and what earlier checks found (``samples``: training samples per dataset
+    configuration; ``batches``: one held-out batch per dataset configuration)."""
+
+    runs: list[RunSpec]
+    checkpoints: CheckpointPolicy | None = None
+    concurrent: int = 1
+    host: Any = None
+    samples: dict[str, int] = field(default_factory=dict)
+    batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def dataset_key(run: RunSpec) -> str:
+    """One dataset configuration (with its held-out split) as a string key."""
+    return json.dumps([run.dataset, run.dataset_config, run.eval_split], sort_keys=True, default=str)
+
+
+def check_datasets(plan: Any, context: Context) -> None:
+    """Open each distinct dataset configuration's training and held-out splits; keep the
+    training split's length and one held-out batch for the later checks."""
+    for key, run in _distinct(context.runs, dataset_key).items():
+        for split in dict.fromkeys(("train", run.eval_split)):
+            where = f"dataset {run.dataset!r} (split {split!r}, configuration {run.dataset_config})"
+            try:
+                data = api.create_dataset(run.dataset, split, host=context.host, **run.dataset_config)
+                size = len(data)
+            except FlopsFitError as exc:
+                raise PreflightError(f"{where} does not open: {exc}") from exc
+            except Exception as exc:  # noqa: BLE001 - a plugin's own exception: named, with its type
+                raise PreflightError(f"{where} does not open: {type(exc).__name__}: {exc}; "
+                                     "fix the [dataset] table (dataset_config)") from exc
+            if size == 0:
+                raise PreflightError(f"{where} is empty: give it data, or lower validation_fraction / seq_len")
+            if split == "train":
+                context.samples[key] = size
+            else:
+                context.batches[key] = gather(data, np.arange(min(2, size)))
+
+
+def check_losses(plan: Any, context: Context) -> None:
+    """Each run's loss is registered and solves its model's task."""
+    for run in _distinct(context.runs, lambda r: (r.model, r.loss)).values():
+        task = api.model_info(run.model, host=context.host).task
+        loss_task = api.loss_info(run.loss, host=context.host).task
+        if loss_task != task:
+            raise PreflightError(f"loss {run.loss!r} is for task {loss_task!r}, but model {run.model!r} solves "
+                                 f"{task!r}: pass loss=... for {task!r} (see `flops-fit losses`)")
+
+
+def check_models(plan: Any, context: Context) -> None:
+    """Build each size on the meta device and run it, with its loss, on one held-out batch.
+
+    What the meta device cannot run (data-dependent code) is left to the runs."""
+    import torch
+
+    for run in _distinct(context.runs, lambda r: (r.model, r.size, json.dumps(r.model_config, sort_keys=True,
+                                                                              default=str))).values():
+        where = f"model {run.model!r} size {run.size}"
+        try:
+            with torch.device("meta"):
+                model = api.create_model(run.model, run.size, host=context.host, **run.model_config)
+        except FlopsFitError as exc:
+            raise PreflightError(f"{where} does not build: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - the model's own checks of its configuration
+            if _meta_unsupported(exc):
+                continue
+            raise PreflightError(f"{where} does not build with configuration {run.model_config}: "
+                                 f"{type(exc).__name__}: {exc}; fix the [model] table (model_config)") from exc
+        batch = context.batches.get(dataset_key(run))
+        if batch is not None:
+            _forward(model, batch, run, context.host, where)
+
+
+def _forward(model: Any, batch: dict[str, Any], run: RunSpec, host: Any, where: str) -> None:
+    """The model and its loss on ``batch``, on the meta device: shapes meet, the loss is a scalar."""
+    entry = api.model_info(run.model, host=host)
+    x = batch[TASK_INPUTS[entry.task]]
+    try:
+        check_sequence_length(run, x)
+    except ValueError as exc:
+        raise PreflightError(str(exc)) from exc
+    meta = {k: v.to("meta") for k, v in batch.items()}
+    try:
+        loss = api.get_loss(run.loss, host=host)(model(meta[TASK_INPUTS[entry.task]]), meta)
+    except Exception as exc:  # noqa: BLE001 - shapes that do not meet: the model's or the loss's message
+        if _meta_unsupported(exc):
+            return
+        raise PreflightError(f"{where} fails on a batch of dataset {run.dataset!r} with loss {run.loss!r}: "
+                             f"{type(exc).__name__}: {exc}; make the [model] and [dataset] tables agree") from exc
+    if getattr(loss, "ndim", 0) != 0:
+        raise PreflightError(f"loss {run.loss!r} returns shape {tuple(loss.shape)} for model {run.model!r}, not a "
+                             "scalar: it must average over the batch")
+
+
+def _meta_unsupported(exc: Exception) -> bool:
+    """An error of the meta device itself (an operator it lacks, data-dependent code such as
+    ``.item()``), which says nothing against the configuration."""
+    return isinstance(exc, NotImplementedError) or "meta" in str(exc).lower()
+
+
+def checkpoint_bytes(run: RunSpec, samples: int) -> int:
+    """A lower bound on one checkpoint's size: weights, AdamW's moments and the data order."""
+    return CHECKPOINT_BYTES_PER_PARAM * run.params + CHECKPOINT_BYTES_PER_SAMPLE * samples
+
+
+def check_checkpoint_folder(plan: Any, context: Context) -> None:
+    """The checkpoint folder (or the folder it will be made in) is writable and holds one
+    checkpoint of each of the ``concurrent`` largest runs."""
+    policy = context.checkpoints
+    if policy is None:
+        return
+    folder = Path(policy.directory)
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise PreflightError(f"checkpoint folder {folder} cannot be written ({existing} is not a writable folder): "
+                             "choose another checkpoint_dir (--checkpoint-dir), or checkpoint_seconds=0")
+    sizes = sorted((checkpoint_bytes(r, context.samples.get(dataset_key(r), 0)) for r in context.runs),
+                   reverse=True)
+    need = sum(sizes[:context.concurrent])
+    free = shutil.disk_usage(existing).free
+    if need > free:
+        raise PreflightError(
+            f"checkpoint folder {folder} has {free / 1e9:.2f} GB free, but {min(context.concurrent, len(sizes))} "
+            f"run(s) at once need at least {need / 1e9:.2f} GB for one checkpoint each: free space, choose "
+            "another checkpoint_dir (--checkpoint-dir), train fewer runs at once (workers), or checkpoint_seconds=0"
+        )
+
+
+Check = Callable[[Any, Context], None]
+# In order: the datasets first (the model check runs on their held-out batch, the checkpoint
+# check counts their samples). A plan-level check (e.g. memory per run) goes here as
+# ``lambda plan, context: check_memory(plan)``.
+CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_checkpoint_folder]
+
+
+def preflight(plan: Any, runs: list[RunSpec] | None = None, *, checkpoints: CheckpointPolicy | None = None,
+              concurrent: int = 1, host: Any = None, checks: list[Check] | None = None) -> Context:
+    """Run ``checks`` (default ``CHECKS``) on ``runs`` (default: all of ``plan``'s); raise the
+    first problem as a ``FlopsFitError``. ``concurrent``: how many runs train at once."""
+    runs = list(plan.runs if runs is None else runs)
+    context = Context(runs, checkpoints, max(1, min(concurrent, len(runs))), host)
+    if runs:
+        for check in CHECKS if checks is None else checks:
+            check(plan, context)
+    return context
+
+
+def _distinct(runs: list[RunSpec], key: Callable[[RunSpec], Any]) -> dict[Any, RunSpec]:
+    """The first run of each distinct ``key(run)``, in plan order."""
+    out: dict[Any, RunSpec] = {}
+    for run in runs:
+        out.setdefault(key(run), run)
+    return out

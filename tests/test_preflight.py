@@ -1,0 +1,189 @@
+"""The preflight: a sweep that cannot work is refused once, before the parity gate and its
+first run, naming the cause and the fix; a sweep whose runs fail exits 1 with a summary."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import sweep_support
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.cli.sweep import failure_reasons
+from flops_fit.errors import PreflightError
+from flops_fit.store.run_store import RunStore
+from flops_fit.sweeps.checkpoint import CheckpointPolicy
+from flops_fit.sweeps.driver import run_plan
+from flops_fit.sweeps.planner import plan, sweep
+from flops_fit.sweeps.preflight import (
+    CHECKPOINT_BYTES_PER_PARAM,
+    check_checkpoint_folder,
+    check_datasets,
+    check_losses,
+    check_models,
+    preflight,
+)
+from flops_fit.testing import isolated_host
+
+HOST = sweep_support.host()
+TESTS = Path(__file__).resolve().parent
+# The issue's example: an hf-text sweep whose dataset names no files.
+NO_FILES = """
+[sweep]
+model = "gpt"
+dataset = "hf-text"
+budgets = [1e11, 3e11]
+batch_size = 8
+seq_len = 64
+min_steps = 5
+[model]
+n_layer = 2
+"""
+
+
+def test_a_dataset_that_does_not_open_exits_2_before_any_run(tmp_path, capsys):
+    config = tmp_path / "sweep.toml"
+    config.write_text(NO_FILES)
+    out = tmp_path / "out"
+    assert main(["sweep", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    [line] = [x for x in err.splitlines() if x.startswith("flops-fit: error:")]
+    assert "dataset 'hf-text' (split 'train'" in line and "does not open" in line
+    assert "needs data_files=..." in line and "Traceback" not in err and "sweep [" not in err
+    with RunStore(out) as store:  # no plan recorded, no parity gate run: the folder takes the fixed sweep
+        assert store.planned_runs() == [] and store.get_meta("parity") is None
+    # without the preflight, the issue's old behaviour: every run fails the same way (now exit 1, grouped)
+    assert main(["sweep", str(config), "--out", str(out), "--skip-preflight"]) == 1
+    err = capsys.readouterr().err
+    assert "flops-fit: 7 of 7 runs failed, for 1 distinct reason(s)" in err
+    assert "  7 run(s) (" in err and "): DataError: hf-text needs data_files=..." in err
+
+
+def test_a_refused_sweep_leaves_its_folder_to_the_corrected_one(tmp_path):
+    options = sweep_support.small_plan_options(sizes=[4, 8, 12], budgets=[2e7])
+    with pytest.raises(PreflightError, match="dataset 'hf-text' .* needs data_files="):
+        sweep(host=HOST, out_dir=tmp_path, show_progress=False, dataset="hf-text", **options)
+    before = sweep_support.CountingText.train_instances
+    result = sweep(host=HOST, out_dir=tmp_path, show_progress=False, **options)
+    assert set(result.runs.status) == {"done"} and len(result.runs) == 3
+    assert sweep_support.CountingText.train_instances == before + 3  # the preflight opened, never trained
+
+
+def test_a_sequence_length_mismatch_is_refused_before_any_run(tmp_path):
+    """The plan test_sweep trains with skip_preflight (one run's dataset yields 8 tokens, not 16)."""
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    broken = the_plan.runs[0]
+    the_plan.runs[0] = dataclasses.replace(broken, dataset_config={**broken.dataset_config, "seq_len": 8}, run_id="")
+    before = dict(sweep_support.CountingText.rows_served)
+    with pytest.raises(PreflightError, match="yields sequences of 8 tokens but the plan's seq_len is 16"):
+        run_plan(the_plan, tmp_path, host=HOST, show_progress=False)
+    assert sweep_support.CountingText.rows_served["train"] == before["train"]  # nothing trained
+
+
+class _Fragile:
+    """tiny-lm's entry with a builder that refuses width 8, and a loss that forgets to average."""
+
+    @staticmethod
+    def build(width, **config):
+        if width == 8:
+            raise ValueError("width 8 needs an even number of groups")
+        return sweep_support.TinyLM(width, **config)
+
+    @staticmethod
+    def per_token(logits, batch):
+        import torch
+
+        return torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), batch["tokens"][:, 1:],
+                                                 reduction="none")
+
+    class Clamped(sweep_support.TinyLM):
+        """Reads a value out of its input: code the meta device cannot run, yet nothing wrong."""
+
+        def forward(self, tokens):
+            return super().forward(tokens.clamp(max=int(tokens.max().item())))
+
+    @flops_fit.hookimpl
+    def register_models(self, register):
+        for name, builder in (("fragile-lm", self.build), ("clamped-lm", self.Clamped)):
+            register(flops_fit.ModelEntry(
+                name, builder=builder, size_param="width", valid_sizes=sweep_support.valid_sizes,
+                param_count=sweep_support.param_count, training_flops=sweep_support.training_flops,
+                flops_unit="token", task=flops_fit.TASK_CAUSAL_LM, default_loss="tiny-next-token",
+                default_datasets=("counting-text",), defaults={"vocab_size": sweep_support.VOCAB, "block_size": 16},
+            ))
+
+    @flops_fit.hookimpl
+    def register_losses(self, register):
+        register(flops_fit.LossEntry("per-token", fn=self.per_token, task=flops_fit.TASK_CAUSAL_LM))
+
+
+FRAGILE = isolated_host(("sweep_support", sweep_support), ("fragile", _Fragile()), builtins=True)
+
+
+def test_a_model_that_does_not_build_and_a_loss_that_is_not_a_scalar_are_refused(tmp_path):
+    options = sweep_support.small_plan_options(model="fragile-lm")
+    with pytest.raises(PreflightError, match=r"model 'fragile-lm' size 8 does not build .* ValueError: width 8 "
+                                             r"needs an even number of groups; fix the \[model\] table"):
+        sweep(host=FRAGILE, out_dir=tmp_path / "a", show_progress=False, **options)
+    with pytest.raises(PreflightError, match=r"loss 'per-token' returns shape \(2, 15\) .* not a scalar"):
+        sweep(host=FRAGILE, out_dir=tmp_path / "b", show_progress=False, loss="per-token",
+              **sweep_support.small_plan_options())
+
+
+def test_what_the_meta_device_cannot_run_is_left_to_the_runs():
+    the_plan = plan(host=FRAGILE, **sweep_support.small_plan_options(model="clamped-lm"))
+    context = preflight(the_plan, host=FRAGILE, checks=[check_datasets, check_models])
+    assert context.samples and context.batches  # the datasets were opened; the forward was tried, not held against it
+
+
+def test_a_loss_of_another_task_is_refused():
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    the_plan.runs[2] = dataclasses.replace(the_plan.runs[2], loss="cross-entropy", run_id="")
+    with pytest.raises(PreflightError, match="loss 'cross-entropy' is for task 'image-classification', but model "
+                                             "'tiny-lm' solves 'causal-lm'"):
+        preflight(the_plan, host=HOST, checks=[check_losses])
+
+
+def test_the_checkpoint_folder_must_be_writable_with_room(tmp_path):
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(PreflightError, match="a-file is not a writable folder.*--checkpoint-dir"):
+        preflight(the_plan, checkpoints=CheckpointPolicy(str(tmp_path / "a-file" / "checkpoints")), host=HOST,
+                  checks=[check_checkpoint_folder])
+    free = __import__("shutil").disk_usage(tmp_path).free
+    huge = [dataclasses.replace(r, params=free // CHECKPOINT_BYTES_PER_PARAM // 2 + 1, run_id="")
+            for r in the_plan.runs]
+    policy = CheckpointPolicy(str(tmp_path / "new" / "checkpoints"))
+    preflight(the_plan, huge, checkpoints=policy, concurrent=1, host=HOST, checks=[check_checkpoint_folder])
+    with pytest.raises(PreflightError, match="2 run\\(s\\) at once need at least .* GB for one checkpoint each"):
+        preflight(the_plan, huge, checkpoints=policy, concurrent=2, host=HOST, checks=[check_checkpoint_folder])
+    assert not (tmp_path / "new").exists()  # checked, not created
+
+
+def test_failures_are_grouped_by_reason_numbers_aside():
+    frame = pd.DataFrame([
+        {"run_id": "a" * 32, "status": "failed", "error": "diverged: train loss 9.1 exceeds 4 x 2.2 at step 12"},
+        {"run_id": "b" * 32, "status": "done", "error": None},
+        {"run_id": "c" * 32, "status": "failed", "error": "DataError: no file"},
+        {"run_id": "d" * 32, "status": "failed", "error": "diverged: train loss 1e+05 exceeds 4 x 2.5 at step 40"},
+    ])
+    assert failure_reasons(frame) == [
+        ("diverged: train loss 9.1 exceeds 4 x 2.2 at step 12", ["a" * 32, "d" * 32]),
+        ("DataError: no file", ["c" * 32]),
+    ]
+
+
+def test_cli_sweep_with_failed_runs_exits_1_with_a_summary(tmp_path):
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML.replace("[2e7, 4e7]", "[2e7]")
+                      + "[hparams]\nlr_rule = 'constant'\nbase_lr = 1e4\ngrad_clip = 0.0\n")
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "FLOPS_FIT_PLUGINS": "sweep_support"}
+    proc = subprocess.run([sys.executable, "-m", "flops_fit", "sweep", str(config), "--out", str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert "flops-fit: 3 of 3 runs failed, for 1 distinct reason(s)" in proc.stderr
+    assert "  3 run(s) (" in proc.stderr and ": diverged: " in proc.stderr and "Traceback" not in proc.stderr
