@@ -74,7 +74,8 @@ PEAK_BF16: list[tuple[str, float]] = [
 # over the steps of a short run.
 CURVE_RTOL = {"fp32": 1e-3, "bf16": 3e-2}
 
-BUDGET_S = {"parity": 120.0, "trainer": 90.0, "speed": 180.0, "packed": 90.0}
+# Seconds per step on a GPU (8 minutes in all, with room for start-up); checked between units of work.
+BUDGET_S = {"parity": 100.0, "trainer": 90.0, "speed": 170.0, "packed": 90.0}
 STEPS = tuple(BUDGET_S)
 
 
@@ -109,6 +110,7 @@ class Step:
     deadline: float
     checks: list[dict[str, Any]]
     step: str
+    result: dict[str, Any] = dataclasses.field(default_factory=dict)  # filled as the step goes: kept if it stops
 
     def check(self, name: str, passed: bool, detail: str = "") -> bool:
         self.checks.append({"step": self.step, "name": name, "passed": bool(passed), "detail": detail})
@@ -125,7 +127,8 @@ class Step:
 
 def parity_step(s: Step) -> dict[str, Any]:
     dtypes = ("float32", "bfloat16", "float16")
-    rows = []
+    rows: list[dict[str, Any]] = []
+    s.result.update(tf32_off_for_fp32=True, cases=rows)
     names = api.list_parity_cases(qualified=True)
     for name in names:
         entry = api.parity_case_info(name)
@@ -149,8 +152,7 @@ def parity_step(s: Step) -> dict[str, Any]:
                 s.check(f"parity {name} {dtype}", outcome.status == "passed", outcome.detail)
     ran = [r for r in rows if r["status"] not in ("skipped",)]
     log(f"  parity: {sum(r['status'] == 'passed' for r in ran)} of {len(ran)} case x dtype passed")
-    return {"tf32_off_for_fp32": True, "cases": rows,
-            "worst_ratio": {d: _finite(max((r["worst_ratio"] for r in ran if r["dtype"] == d
+    return {**s.result, "worst_ratio": {d: _finite(max((r["worst_ratio"] for r in ran if r["dtype"] == d
                                             and r.get("worst_ratio") is not None), default=None))
                             for d in dtypes}}
 
@@ -194,8 +196,8 @@ def trainer_step(s: Step) -> dict[str, Any]:
     variants = {"fp32": {"precision": "fp32"}, "bf16": {"precision": "bf16"},
                 "bf16-compiled": {"precision": "bf16", "compile": True},
                 "bf16-micro-auto": {"precision": "bf16", "micro_batch_size": "auto"}}
-    out: dict[str, Any] = {"steps": steps, "fused_adamw": s.device.startswith("cuda"), "curve_rtol": CURVE_RTOL,
-                           "models": {}}
+    out = s.result
+    out.update(steps=steps, fused_adamw=s.device.startswith("cuda"), curve_rtol=CURVE_RTOL, models={})
     for model in ("gpt", "vit"):
         s.time_left(f"the {model} runs")
         reference = train(short_spec(model, steps, eval_tokens, device="cpu", precision="fp32"))
@@ -313,6 +315,7 @@ def speed_step(s: Step) -> dict[str, Any]:
         skipped["litgpt"] = "litgpt is not installed (pip install litgpt)"
     else:
         builders["litgpt"] = litgpt_model
+    s.result.update(shape=shape, skipped=skipped)
     modes = [False, True] if s.compile else [False]
     if not s.compile:
         skipped["compiled"] = "compile turned off (--no-compile)"
@@ -369,24 +372,28 @@ def speed_step(s: Step) -> dict[str, Any]:
 # --- 4. small runs packed on one device -----------------------------------------------------------
 
 def packed_groups(smoke: bool, device: str) -> dict[str, list[flops_fit.RunSpec]]:
-    """Two groups of short runs: the demo's GPT sizes, and GPTs of 10M-100M parameters (smoke: tiny)."""
-    steps = 4 if smoke else 60
+    """Two groups of short runs, in the precision a sweep uses on the device (bf16 on CUDA): the
+    demo's GPT sizes, and GPTs of 10M-100M parameters (smoke: both tiny). On a GPU each size runs
+    with two seeds, so the group has enough runs to keep the workers busy past their start-up."""
+    precision = "bf16" if device.startswith("cuda") else "fp32"
+    seeds = (0,) if smoke else (0, 1)
+    base = short_spec("gpt", 4 if smoke else 400, 1024 if smoke else 8192, device=device, precision=precision)
     demo = sorted({r.size: r for r in demo_plan("gpt")[0].runs}.values(), key=lambda r: r.size)
     demo = demo[:: max(1, len(demo) // 4)][:4] if smoke else demo
-    base = short_spec("gpt", steps, 1024 if smoke else 8192, device=device, precision="fp32")
     groups = {"demo": [dataclasses.replace(base, size=r.size, model_config=r.model_config, params=r.params,
-                                           flops_per_unit=r.flops_per_unit, run_id="") for r in demo]}
-    widths, n_layer, seq = ((32, 48), 2, 64) if smoke else ((384, 512, 640, 768), 8, 256)
+                                           flops_per_unit=r.flops_per_unit, seed=seed, run_id="")
+                       for r in demo for seed in seeds]}
+    steps, widths, n_layer, head_dim, seq = (4, (32, 48), 2, 16, 64) if smoke else (60, (384, 512, 640, 768), 8, 64, 256)
     entry = flops_fit.model_info("gpt")
     mid = []
     for width in widths:
-        config = {**base.model_config, "n_layer": n_layer, "n_head": None, "head_dim": 16 if smoke else 64,
-                  "block_size": seq}
-        mid.append(dataclasses.replace(
+        config = {**base.model_config, "n_layer": n_layer, "n_head": None, "head_dim": head_dim, "block_size": seq}
+        mid += [dataclasses.replace(
             base, size=width, model_config=config, params=entry.params(width, **config),
-            flops_per_unit=entry.flops_per_unit(width, **config), seq_len=seq,
-            tokens=steps * base.batch_size * seq, dataset_config={**base.dataset_config, "seq_len": seq}, run_id=""))
-    groups["10M-100M" if not smoke else "mid (tiny in smoke)"] = mid
+            flops_per_unit=entry.flops_per_unit(width, **config), seq_len=seq, steps=steps,
+            tokens=steps * base.batch_size * seq, warmup_steps=max(1, steps // 5), curve_points=min(steps, 10),
+            dataset_config={**base.dataset_config, "seq_len": seq}, seed=seed, run_id="") for seed in seeds]
+    groups["mid (tiny in smoke)" if smoke else "10M-100M"] = mid
     return groups
 
 
@@ -399,7 +406,8 @@ def run_all(specs: list[flops_fit.RunSpec], executor: LocalExecutor) -> tuple[fl
 
 def packed_step(s: Step) -> dict[str, Any]:
     workers = 2 if s.smoke else 4
-    out: dict[str, Any] = {"workers": workers, "groups": {}}
+    out = s.result
+    out.update(workers=workers, groups={})
     for group, specs in packed_groups(s.smoke, s.device).items():
         s.time_left(f"the {group} runs")
         params = [spec.params for spec in specs]
@@ -474,10 +482,10 @@ def run_suite(device: str, smoke: bool, out: Path, only: list[str], compile: boo
         try:
             result = {"status": "done", **STEP_FUNCTIONS[name](step)}
         except OutOfTime as exc:
-            result = {"status": "out of time", "error": str(exc)}
+            result = {"status": "out of time", **step.result, "error": str(exc)}
             step.check(f"{name} finished in its budget", False, str(exc))
         except Exception as exc:  # noqa: BLE001 - one broken step must not cost the others
-            result = {"status": "error", "error": f"{type(exc).__name__}: {exc}",
+            result = {"status": "error", **step.result, "error": f"{type(exc).__name__}: {exc}",
                       "traceback": traceback.format_exc(limit=8)}
             step.check(f"{name} ran", False, result["error"])
         result["seconds"] = round(time.perf_counter() - t0, 2)
