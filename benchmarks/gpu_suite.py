@@ -28,6 +28,7 @@ only torch, transformers, timm and this project (litgpt is optional); progress g
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import inspect
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from flops_fit.parity.compare import exact_fp32
 
 import flops_fit
 from flops_fit.executors.local import LocalExecutor
@@ -69,9 +71,9 @@ PEAK_BF16: list[tuple[str, float]] = [
 ]
 
 # Loss-curve tolerance of a device run against the fp32 CPU run of the same spec, relative,
-# on every curve point and the held-out loss: fp32 kernels differ in summation order only;
-# bf16 rounds activations to 8 bits of mantissa (eps 7.8e-3) and the difference compounds
-# over the steps of a short run.
+# on every curve point and the held-out loss: fp32 (run with TF32 off, convolutions too) differs
+# in summation order only; bf16 rounds activations to 8 bits of mantissa (eps 7.8e-3) and the
+# difference compounds over the steps of a short run.
 CURVE_RTOL = {"fp32": 1e-3, "bf16": 3e-2}
 
 # Seconds per step on a GPU (8 minutes in all, with room for start-up); checked between units of work.
@@ -118,8 +120,11 @@ class Step:
             log(f"  FAILED {name}: {detail}")
         return passed
 
+    def out_of_time(self) -> bool:
+        return time.monotonic() > self.deadline
+
     def time_left(self, what: str) -> None:
-        if time.monotonic() > self.deadline:
+        if self.out_of_time():
             raise OutOfTime(f"the step's time budget ran out before {what}")
 
 
@@ -216,7 +221,8 @@ def trainer_step(s: Step) -> dict[str, Any]:
             s.time_left(f"{model} {name}")
             spec = short_spec(model, steps, eval_tokens, device=s.device, **fields)
             try:
-                result = train(spec)
+                with exact_fp32() if fields["precision"] == "fp32" else contextlib.nullcontext():
+                    result = train(spec)
             except Exception as exc:  # noqa: BLE001 - "auto" on a CPU may refuse; every variant is reported
                 if "micro_batch_size" in fields and not s.device.startswith("cuda"):
                     rows[name] = {"status": f"skipped: {type(exc).__name__}: {exc}"}
@@ -326,7 +332,9 @@ def speed_step(s: Step) -> dict[str, Any]:
     for name, build in builders.items():
         for compiled in modes:
             key = f"{name}-{'compiled' if compiled else 'eager'}"
-            s.time_left(f"building {key}")
+            if s.out_of_time():  # time what is built rather than nothing
+                skipped[key] = "the step's time budget ran out before it was built"
+                continue
             try:
                 torch.manual_seed(0)
                 step = make_stepper(build(shape), s.device, compiled, batch)
@@ -340,9 +348,10 @@ def speed_step(s: Step) -> dict[str, Any]:
                 skipped[key] = f"{type(exc).__name__}: {exc}"
                 log(f"  speed: {key} skipped: {skipped[key]}")
     times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeats):  # alternated, so every variant sees the same drift of the machine
+    for repeat in range(repeats):  # alternated, so every variant sees the same drift of the machine
+        if repeat and s.out_of_time():
+            break
         for key, step in variants.items():
-            s.time_left(f"timing {key}")
             sync(s.device)
             t0 = time.perf_counter()
             for _ in range(steps):
@@ -377,7 +386,10 @@ def packed_groups(smoke: bool, device: str) -> dict[str, list[flops_fit.RunSpec]
     with two seeds, so the group has enough runs to keep the workers busy past their start-up."""
     precision = "bf16" if device.startswith("cuda") else "fp32"
     seeds = (0,) if smoke else (0, 1)
-    base = short_spec("gpt", 4 if smoke else 400, 1024 if smoke else 8192, device=device, precision=precision)
+    # "cuda", not "cuda:N": a packed worker sees only its own GPU (CUDA_VISIBLE_DEVICES), and
+    # this process's current device is the chosen one (main() sets it)
+    base = short_spec("gpt", 4 if smoke else 400, 1024 if smoke else 8192, device=device.split(":")[0],
+                      precision=precision)
     demo = sorted({r.size: r for r in demo_plan("gpt")[0].runs}.values(), key=lambda r: r.size)
     demo = demo[:: max(1, len(demo) // 4)][:4] if smoke else demo
     groups = {"demo": [dataclasses.replace(base, size=r.size, model_config=r.model_config, params=r.params,
@@ -412,7 +424,7 @@ def packed_step(s: Step) -> dict[str, Any]:
         s.time_left(f"the {group} runs")
         params = [spec.params for spec in specs]
         one_at_a_time = LocalExecutor(workers=1, threads=1 if not s.device.startswith("cuda") else None)
-        packed = (LocalExecutor(devices=[s.device if ":" in s.device else "cuda:0"] * workers)
+        packed = (LocalExecutor(devices=[f"cuda:{torch.cuda.current_device()}"] * workers)
                   if s.device.startswith("cuda") else LocalExecutor(workers=workers, threads=1))
         serial_s, serial = run_all(specs, one_at_a_time)
         s.time_left(f"the packed {group} runs")
@@ -541,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--device cuda: no CUDA device is available here; use --device cpu --smoke")
     if not args.device.startswith(("cuda", "cpu")):
         parser.error(f"--device {args.device!r}: use cuda, cuda:N or cpu")
+    if args.device.startswith("cuda:"):
+        torch.cuda.set_device(torch.device(args.device))
     if args.device.startswith("cpu"):
         torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     run_suite(args.device, args.smoke, Path(args.out), only, not args.no_compile, args.budget_scale)
