@@ -268,15 +268,17 @@ def _accepts_attn(cls) -> bool:
 
 
 def litgpt_model(shape: dict[str, Any]) -> torch.nn.Module:
-    """litgpt's GPT at GPT-2's shape: LayerNorm, GELU MLP of 4 x width, biases, learned-free
-    (rotary) positions: the closest litgpt block to GPT-2's, the same matmul FLOPs."""
+    """litgpt's GPT at GPT-2's shape: LayerNorm, tanh-GELU MLP of 4 x width, biases everywhere,
+    sequential residual; rotary positions instead of learned ones (litgpt has no learned
+    positions): the closest litgpt model to GPT-2, the same matmul FLOPs."""
     from litgpt.config import Config
     from litgpt.model import GPT
 
     config = Config(block_size=shape["block_size"], vocab_size=shape["vocab_size"],
                     padded_vocab_size=shape["vocab_size"], n_layer=shape["n_layer"], n_head=shape["n_head"],
-                    n_embd=shape["width"], bias=True, norm_class_name="LayerNorm", mlp_class_name="GptNeoxMLP",
-                    intermediate_size=4 * shape["width"], parallel_residual=False, rotary_percentage=1.0)
+                    n_embd=shape["width"], bias=True, attn_bias=True, norm_class_name="LayerNorm",
+                    mlp_class_name="GptNeoxMLP", gelu_approximate="tanh", intermediate_size=4 * shape["width"],
+                    parallel_residual=False, rotary_percentage=1.0)
     return GPT(config)
 
 
