@@ -255,17 +255,13 @@ def ours_model(shape: dict[str, Any]) -> torch.nn.Module:
 
 
 def hf_model(shape: dict[str, Any]) -> torch.nn.Module:
+    """Hugging Face's GPT-2 at the shape, on its SDPA attention (the fused kernels ours uses)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_embd=shape["width"], n_layer=shape["n_layer"], n_head=shape["n_head"],
-                        vocab_size=shape["vocab_size"], n_positions=shape["block_size"], attn_pdrop=0.0,
-                        resid_pdrop=0.0, embd_pdrop=0.0, bos_token_id=None, eos_token_id=None)
-    return GPT2LMHeadModel(config, attn_implementation="sdpa") if _accepts_attn(GPT2LMHeadModel) else \
-        GPT2LMHeadModel(config)
-
-
-def _accepts_attn(cls) -> bool:
-    return "attn_implementation" in inspect.signature(cls.__init__).parameters
+    return GPT2LMHeadModel(GPT2Config(
+        n_embd=shape["width"], n_layer=shape["n_layer"], n_head=shape["n_head"], vocab_size=shape["vocab_size"],
+        n_positions=shape["block_size"], attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, bos_token_id=None,
+        eos_token_id=None, attn_implementation="sdpa"))
 
 
 def litgpt_model(shape: dict[str, Any]) -> torch.nn.Module:
@@ -509,9 +505,23 @@ def run_suite(device: str, smoke: bool, out: Path, only: list[str], compile: boo
         write_json(path, record)
         log(f"step {name}: {result['status']} in {result['seconds']:.1f}s")
     record["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record["summary"] = summary(record["steps"])
     write_json(path, record)
+    log(f"summary: {json.dumps(_nan_to_null(record['summary']), default=str)}")
     log(f"{record['failed']} failed check(s) of {len(record['checks'])}; wrote {path}")
     return record
+
+
+def summary(steps: dict[str, Any]) -> dict[str, Any]:
+    """The headline figures, the issue's goals beside them: parity's worst ratio per dtype (< 1),
+    MFU of the compiled step (>= 0.5), ours / references (>= 1), packed throughput (>= 3x)."""
+    speed = steps.get("speed", {})
+    return {
+        "parity_worst_ratio": steps.get("parity", {}).get("worst_ratio"),
+        "mfu": {k: v["mfu"] for k, v in speed.get("variants", {}).items() if v.get("mfu") is not None},
+        "speed_ratios": speed.get("ratios"),
+        "packed_ratios": {k: g["throughput_ratio"] for k, g in steps.get("packed", {}).get("groups", {}).items()},
+    }
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
@@ -553,10 +563,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(only) - set(STEPS))
     if unknown:
         parser.error(f"--only: unknown step(s) {', '.join(unknown)}; choose from {', '.join(STEPS)}")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        parser.error(f"--device {args.device!r}: use cuda, cuda:N or cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available here; use --device cpu --smoke")
-    if not args.device.startswith(("cuda", "cpu")):
-        parser.error(f"--device {args.device!r}: use cuda, cuda:N or cpu")
     if args.device.startswith("cuda:"):
         torch.cuda.set_device(torch.device(args.device))
     if args.device.startswith("cpu"):

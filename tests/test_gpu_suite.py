@@ -104,3 +104,23 @@ def test_a_step_that_raises_is_recorded_and_the_json_still_written(suite, tmp_pa
 ])
 def test_peak_table_matches_device_names(suite, name, peak):
     assert suite.peak_bf16(name) == peak
+
+
+def test_summary_gathers_the_headline_figures(smoke):
+    figures = smoke["summary"]
+    assert figures["parity_worst_ratio"] == smoke["steps"]["parity"]["worst_ratio"]
+    assert figures["mfu"] == {}  # no peak on a CPU
+    assert figures["speed_ratios"] == smoke["steps"]["speed"]["ratios"]
+    assert set(figures["packed_ratios"]) == set(smoke["steps"]["packed"]["groups"])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--device", "cpu", "--only", "parity,nope"], "--only: unknown step(s) nope"),
+    (["--device", "tpu"], "--device 'tpu': use cuda, cuda:N or cpu"),
+    (["--device", "cpu", "--budget-scale", "0"], "--budget-scale 0.0: give a positive number"),
+])
+def test_bad_arguments_exit_2_with_one_line(suite, argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        suite.main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
