@@ -433,10 +433,11 @@ def packed_step(s: Step) -> dict[str, Any]:
             a, b = serial.get(spec.run_id), together.get(spec.run_id)
             for label, r in (("one at a time", a), ("packed", b)):
                 if not isinstance(r, flops_fit.RunResult) or r.status != "done":
-                    problems.append(f"{spec.size} {label}: {getattr(r, 'error', None) or r!r}")
+                    problems.append(f"width {spec.size} seed {spec.seed} {label}: {getattr(r, 'error', None) or r!r}")
             if isinstance(a, flops_fit.RunResult) and isinstance(b, flops_fit.RunResult) and \
                     (a.loss != b.loss or a.curve != b.curve):
-                problems.append(f"width {spec.size}: held-out loss {a.loss!r} one at a time, {b.loss!r} packed")
+                problems.append(f"width {spec.size} seed {spec.seed}: held-out loss {a.loss!r} one at a time, "
+                                f"{b.loss!r} packed; curves {'equal' if a.curve == b.curve else 'differ'}")
         tokens = sum(spec.tokens for spec in specs)
         ratio = serial_s / packed_s
         out["groups"][group] = {"runs": len(specs), "params": [min(params), max(params)], "steps": specs[0].steps,
