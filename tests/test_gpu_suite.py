@@ -1,0 +1,126 @@
+"""benchmarks/gpu_suite.py proven on the CPU before a GPU runs it: the smoke mode writes the
+JSON a GPU run writes, every step ran and nothing failed; a step that raises is recorded and
+the others still run. Compilation is left out here (--no-compile: it alone takes a minute of
+CPU); ``python benchmarks/gpu_suite.py --device cpu --smoke`` runs it too."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_suite.py"
+
+
+@pytest.fixture(scope="module")
+def suite():
+    spec = importlib.util.spec_from_file_location("gpu_suite", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_suite"] = module  # its dataclass looks its module up by name
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("gpu_suite", None)
+
+
+@pytest.fixture(scope="module")
+def smoke(suite, tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu-suite")
+    suite.run_suite("cpu", True, out, list(suite.STEPS), False, 1.0)
+    return json.loads((out / "gpu-cpu.json").read_text())
+
+
+def test_smoke_runs_every_step_and_fails_nothing(smoke):
+    assert smoke["device"] == "cpu" and smoke["smoke"] is True
+    assert smoke["torch"] and "cuda" in smoke
+    assert {name: step["status"] for name, step in smoke["steps"].items()} == dict.fromkeys(
+        ("parity", "trainer", "speed", "packed"), "done")
+    assert smoke["failed"] == 0, [c for c in smoke["checks"] if not c["passed"]]
+    assert len(smoke["checks"]) >= 12
+
+
+def test_parity_reports_worst_ratio_per_case_and_dtype(smoke):
+    rows = {(r["case"], r["dtype"]): r for r in smoke["steps"]["parity"]["cases"]}
+    gpt2 = rows[("flops_fit/hf-gpt2", "float32")]
+    assert gpt2["status"] == "passed" and 0 <= gpt2["worst_ratio"] < 1
+    assert rows[("flops_fit/hf-gpt2", "bfloat16")]["status"] == "passed"
+    assert rows[("flops_fit/hf-gpt2", "float16")] == {
+        "case": "flops_fit/hf-gpt2", "model": "gpt", "dtype": "float16", "status": "skipped",
+        "detail": "fp16 runs on CUDA only"}
+    assert 0 <= smoke["steps"]["parity"]["worst_ratio"]["bfloat16"] < 1
+
+
+def test_trainer_paths_match_the_fp32_cpu_curve(smoke):
+    for model in ("gpt", "vit"):
+        rows = smoke["steps"]["trainer"]["models"][model]
+        # on the CPU the fp32 variant is the reference's own spec: deterministic, so equal
+        assert rows["fp32"]["max_rel_diff"] == 0.0
+        assert rows["fp32"]["curve"] == rows["reference"]["curve"]
+        assert rows["bf16"]["status"] == "passed" and 0 < rows["bf16"]["max_rel_diff"] <= 3e-2
+        assert rows["bf16-compiled"]["status"] == "skipped: compile turned off (--no-compile)"
+        assert rows["bf16-micro-auto"]["status"].startswith(("skipped", "passed"))
+
+
+def test_speed_has_tokens_per_second_ratio_and_no_mfu_on_cpu(smoke):
+    speed = smoke["steps"]["speed"]
+    assert set(speed["variants"]) == {"ours-eager", "hf-eager"} | (
+        {"litgpt-eager"} if "litgpt" not in speed["skipped"] else set())
+    ours, hf = speed["variants"]["ours-eager"], speed["variants"]["hf-eager"]
+    assert ours["tokens_per_s"] > 0 and ours["mfu"] is None and speed["peak_bf16"] is None
+    assert speed["ratios"]["ours/hf eager"] == pytest.approx(ours["tokens_per_s"] / hf["tokens_per_s"])
+    # 6 N + attention per token of the tiny gpt2-shaped model: 2 layers of width 64, vocab 256, 64 tokens
+    assert speed["flops_per_token"] > 6 * (2 * 12 * 64 * 64 + 256 * 64)
+
+
+def test_packed_runs_give_the_same_losses_as_one_at_a_time(smoke):
+    groups = smoke["steps"]["packed"]["groups"]
+    assert len(groups) == 2
+    for group in groups.values():
+        assert group["identical"] is True and group["problems"] == []
+        assert group["one_at_a_time_s"] > 0 and group["packed_s"] > 0
+        assert group["throughput_ratio"] == pytest.approx(group["one_at_a_time_s"] / group["packed_s"])
+
+
+def test_a_step_that_raises_is_recorded_and_the_json_still_written(suite, tmp_path, monkeypatch):
+    def broken(step):
+        step.result["partial"] = 1
+        raise RuntimeError("no kernel image is available")
+
+    monkeypatch.setitem(suite.STEP_FUNCTIONS, "speed", broken)
+    suite.run_suite("cpu", True, tmp_path, ["speed"], False, 1.0)
+    record = json.loads((tmp_path / "gpu-cpu.json").read_text())
+    assert record["failed"] == 1
+    assert record["steps"]["speed"]["status"] == "error"
+    assert record["steps"]["speed"]["error"] == "RuntimeError: no kernel image is available"
+    assert record["steps"]["speed"]["partial"] == 1
+    assert record["steps"]["parity"] == {"status": "skipped: not in --only"}
+
+
+@pytest.mark.parametrize(("name", "peak"), [
+    ("NVIDIA H100 80GB HBM3", 989.4e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989.4e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA L4", 121e12), ("NVIDIA L40S", 362.05e12), ("cpu", None),
+])
+def test_peak_table_matches_device_names(suite, name, peak):
+    assert suite.peak_bf16(name) == peak
+
+
+def test_summary_gathers_the_headline_figures(smoke):
+    figures = smoke["summary"]
+    assert figures["parity_worst_ratio"] == smoke["steps"]["parity"]["worst_ratio"]
+    assert figures["mfu"] == {}  # no peak on a CPU
+    assert figures["speed_ratios"] == smoke["steps"]["speed"]["ratios"]
+    assert set(figures["packed_ratios"]) == set(smoke["steps"]["packed"]["groups"])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--device", "cpu", "--only", "parity,nope"], "--only: unknown step(s) nope"),
+    (["--device", "tpu"], "--device 'tpu': use cuda, cuda:N or cpu"),
+    (["--device", "cpu", "--budget-scale", "0"], "--budget-scale 0.0: give a positive number"),
+])
+def test_bad_arguments_exit_2_with_one_line(suite, argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        suite.main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
