@@ -20,6 +20,9 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("--curve", default="slice", metavar="slice|parabola|huber|akima",
                    help="IsoFLOP profile fit (isoflop, held-out check): slice (the curve a Chinchilla law traces at "
                    "fixed compute, unbiased), parabola, huber or akima; default slice")
+    p.add_argument("--scale", default="params", metavar="params|non_embedding_params|flops_per_token",
+                   help="what N is: total parameters (default), non-embedding parameters, or non-embedding training "
+                   "FLOPs per token (DeepSeek's M); --method all --holdout each also cross-validates every scale")
     p.add_argument("--metric", default="loss", metavar="loss|bpb",
                    help="what the laws fit: loss (held-out loss per token, default) or bpb (held-out bits per byte, "
                    "comparable across tokenizers)")
@@ -31,14 +34,16 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to "
-                   "(report: the budget its answer is for, default 10x the largest swept)")
+    p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to, and the "
+                   "forecast's and the report's answer budget (default 10x the largest swept)")
     p.add_argument("--tracking", metavar="B1,B2|off",
                    help="log the fitted parameters and predictions to these tracking backends (tensorboard, "
                    "mlflow, wandb); default: a sweep folder's own [tracking], none for a CSV; off: none")
     p.add_argument("--holdout", metavar="largest|each|C",
                    help="also fit every method without one budget's runs (the largest, each in turn, or the "
-                   "budget C) and compare its prediction there with that budget's own IsoFLOP minimum")
+                   "budget C) and compare its prediction there with that budget's own IsoFLOP minimum; "
+                   "each, with --method all, also chooses the forecast: the method and scale with the lowest "
+                   "leave-one-budget-out error")
 
 
 def add_commands(subparsers) -> None:
@@ -58,7 +63,8 @@ def add_commands(subparsers) -> None:
 
 def _fit(args: argparse.Namespace):
     return flops_fit.fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
-                         curve=args.curve, holdout=args.holdout, metric=args.metric, params_col=args.params_col,
+                         curve=args.curve, holdout=args.holdout, metric=args.metric, scale=args.scale,
+                         target=args.target, params_col=args.params_col,
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking)

@@ -5,7 +5,9 @@ question with a measurable answer: leave out each budget whose IsoFLOP profile h
 interior minimum in turn, refit every method on every scale without it, and score each
 (method, scale) by its mean absolute error on the held-out minimum loss (and N_opt). The
 forecast is the (method, scale) with the lowest cross-validated loss error, refitted on all
-runs with bootstrap intervals at the target, its cross-validated errors beside it.
+runs with bootstrap intervals at the target, its cross-validated errors beside it. Loss
+errors within TIE of the best count as a tie, broken by the N_opt error: a forecast is a size
+as well as a loss.
 """
 
 from __future__ import annotations
@@ -13,17 +15,26 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.holdout import check, observe, select_budgets
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.scales import SCALES, rescale, to_params
 from flops_fit.tables import format_table
+
+
+class Approach(Protocol):  # fitting.approach.Approach (not imported: the report imports this module)
+    name: str
+    bootstrap: int
+
+    def fit(self, runs: Runs) -> Any: ...
+
+
+TIE = 0.1  # cross-validated loss errors within this fraction of the best one are a tie
 
 
 @dataclass(kw_only=True)
@@ -119,7 +130,8 @@ def forecast(approaches: Sequence[Approach], runs: Runs, target: float, *, curve
     if not scored:
         raise FitInputError("no method could be cross-validated on these runs: " +
                             "; ".join(f"{c.method}/{c.scale}: {c.reason}" for c in candidates))
-    best = min(scored, key=_rank)
+    floor = min(c.cv_loss_error for c in scored)
+    best = min((c for c in scored if c.cv_loss_error <= floor * (1 + TIE)), key=lambda c: _rank(c)[::-1])
     scaled = rescale(runs, best.scale)
     row = next(a for a in approaches if a.name == best.method).fit(scaled).predict(target).iloc[0]
     scale_opt = (float(row.N_opt), float(row.N_opt_lo), float(row.N_opt_hi))

@@ -26,10 +26,12 @@ import numpy as np
 from flops_fit._version import __version__
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.figures import forest, headline, holdout_figure
+from flops_fit.fitting.forecast import CANDIDATE_HEADERS, candidate_rows
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
 from flops_fit.fitting.profiles import budget_groups
+from flops_fit.fitting.scales import SCALES
 
 TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
 TOP_WARNINGS = 8
@@ -92,8 +94,12 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     parts = ["<h1>flops-fit report</h1>",
              f"<p class=lead>{len(runs)} runs from <code>{_e(runs.source)}</code> at {len(swept)} budgets "
              f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {_e(', '.join(results))}; "
-             f"fitted metric: {_e(METRICS[runs.metric])}.</p>",
-             f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs</h2>",
+             f"fitted metric: {_e(METRICS[runs.metric])}; scale: {_e(SCALES[runs.scale])}.</p>"]
+    forecast = getattr(fitted, "forecast", None)
+    if forecast is not None:
+        parts.append(_forecast(forecast))
+    parts += [f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs"
+              f"{', by every method' if forecast is not None else ''}</h2>",
              f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
              "intervals in brackets.</p>",
              _table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
@@ -112,6 +118,22 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     if fitted.skipped:
         parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
     return "\n".join(parts)
+
+
+def _forecast(f: Any) -> str:
+    """The forecast first: the answer of the (method, scale) that forecast best, and the scores."""
+    value = ", ".join([f"N_opt {fmt.with_interval(*f.n_opt, fmt=fmt.count)} parameters",
+                       f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} tokens",
+                       f"loss {fmt.with_interval(*f.loss, fmt=_loss)}"])
+    return "\n".join([
+        f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs</h2>",
+        f"<p class=lead><b>{_e(value)}</b></p>",
+        f"<p>From <b>{_e(f.method)}</b> on <b>{_e(SCALES[f.scale])}</b>: of every method on every scale, the one "
+        f"whose leave-one-budget-out forecasts came truest (each budget with an interior minimum held out in turn, "
+        f"{f.folds} budgets): mean loss error {100 * f.cv_loss_error:.2f}%, mean N_opt error "
+        f"{100 * f.cv_n_opt_error:.1f}%.</p>",
+        "<details><summary>Every method and scale, cross-validated</summary>",
+        _table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])
 
 
 def _target_note(target: float, largest: float) -> str:
@@ -138,9 +160,18 @@ def agreement(predictions: Mapping[str, Any]) -> str:
 
 
 def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
-    """One phrase per held-out value outside its predicted interval, or a check not made."""
+    """One phrase per held-out value outside its predicted interval, or a check not made; with
+    several budgets held out in turn, one phrase per method and value counting them."""
     out = []
     for method, items in checks.items():
+        if len(items) > 1:
+            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
+                missed = [c for c in items if c.covered[key] is False]
+                if missed:
+                    errors = np.abs([getattr(c, f"{key}_error") for c in items if np.isfinite(getattr(c, f"{key}_error"))])
+                    out.append(f"{method}'s {name} falls outside its interval at {len(missed)} of {len(items)} "
+                               f"held-out budgets (mean error {100 * errors.mean():.1f}%)")
+            continue
         for c in items:
             if c.reason:
                 out.append(f"{method} at {fmt.flops(c.budget)}: {c.reason}")

@@ -1,0 +1,181 @@
+"""Forecasts that come true: an unbiased observed optimum, loss laws with an irreducible term,
+the scale variable, a second law form, and the forecast chosen by leave-one-budget-out error."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.fitting import fit, load_runs
+from flops_fit.fitting.forecast import TIE
+from flops_fit.fitting.holdout import observe
+from flops_fit.fitting.interaction import interaction_frontier, interaction_loss
+from flops_fit.fitting.laws import fit_loss_law, law_loss
+from flops_fit.fitting.scales import rescale, to_params
+from flops_fit.fitting.synthetic import optimal_size, synthetic_runs
+
+# Hoffmann et al.'s fitted law: its IsoFLOP profiles are asymmetric in log N (beta < alpha).
+LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
+BUDGETS = (1e18, 1e19, 1e20, 1e21)
+
+
+def _observed(frame: pd.DataFrame, curve: str, bootstrap: int = 0, seed: int = 0):
+    runs = load_runs(frame)
+    budgets = runs.frame["budget"].to_numpy(float)
+    return observe(runs, budgets, BUDGETS[-1], curve=curve, bootstrap=bootstrap, seed=seed, level=0.95)
+
+
+def test_the_slice_minimum_is_unbiased_where_a_parabola_is_not():
+    truth = optimal_size(LAW, BUDGETS[-1])
+    true_loss = float(law_loss(LAW, truth, BUDGETS[-1] / (6 * truth)))
+    for sizes, decades in ((5, 1.0), (9, 1.0), (15, 0.3)):  # spans of 100x and 4x
+        frame = synthetic_runs(LAW, budgets=BUDGETS, sizes_per_budget=sizes, span=decades, noise=0.0, curve_points=2)
+        sliced, parabola = _observed(frame, "slice"), _observed(frame, "parabola")
+        assert sliced.n_opt == pytest.approx(truth, rel=1e-3) and sliced.loss == pytest.approx(true_loss, rel=1e-5)
+        if decades == 1.0:  # over a factor 100 the parabola's vertex slides by percents
+            assert abs(parabola.n_opt / truth - 1) > 0.03
+
+
+def test_the_slice_interval_covers_the_truth_under_noise():
+    truth = optimal_size(LAW, BUDGETS[-1])
+    errors, covered = [], []
+    for seed in range(12):
+        frame = synthetic_runs(LAW, budgets=BUDGETS, sizes_per_budget=9, span=1.0, noise=0.005, seed=seed,
+                               curve_points=2)
+        o = _observed(frame, "slice", bootstrap=100, seed=seed)
+        errors.append(math.log(o.n_opt / truth))
+        covered.append(o.n_opt_interval[0] <= truth <= o.n_opt_interval[1])
+    assert abs(np.median(errors)) < 0.03  # the parabola's bias on these grids is +4%, larger than its noise
+    assert np.mean(covered) >= 0.8
+
+
+def test_the_loss_law_has_an_irreducible_term():
+    budgets = np.geomspace(1e18, 1e22, 6)
+    n = np.array([optimal_size(LAW, c) for c in budgets])
+    best = law_loss(LAW, n, budgets / (6 * n))
+    fitted = fit_loss_law(np.log(budgets[:-1]), best[:-1])
+    g = LAW["alpha"] * LAW["beta"] / (LAW["alpha"] + LAW["beta"])
+    assert fitted["l_inf"] == pytest.approx(LAW["E"], rel=1e-3) and fitted["l"] == pytest.approx(-g, rel=1e-3)
+    predicted = fitted["l_inf"] + math.exp(fitted["l0"]) * budgets[-1] ** fitted["l"]
+    assert predicted == pytest.approx(best[-1], rel=1e-5)
+    pure = np.polyfit(np.log(budgets[:-1]), np.log(best[:-1]), 1)  # no irreducible term: bends the wrong way
+    assert math.exp(np.polyval(pure, math.log(budgets[-1]))) < best[-1] * 0.97
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_approach_2_predicts_a_held_out_minimum_loss_within_half_a_percent(seed):
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20, 1e21), sizes_per_budget=9, noise=0.003, seed=seed,
+                           curve_points=2)
+    (check,) = fit(frame, method="isoflop", bootstrap=0, holdout="largest").holdout["isoflop"]
+    assert abs(check.loss_error) < 0.005
+
+
+def test_the_models_report_their_embedding_and_non_embedding_flops():
+    for name, size, embedding in (("gpt", 32, ("wte", "wpe")), ("llama", 32, ("embed_tokens",)),
+                                  ("vit", 64, ("cls_token", "pos_embed"))):
+        entry = flops_fit.model_info(name)
+        model = flops_fit.create_model(name, size)
+        counted = sum(p.numel() for n, p in model.named_parameters() if n.split(".")[0] in embedding)
+        assert entry.embedding_param_count(size) == counted, name
+        assert 0 < entry.non_embedding_flops_per_unit(size) < entry.flops_per_unit(size)
+    # GPT-2 124M: DeepSeek LLM's M = 72 n_layer d^2 + 12 n_layer d l (their eq. 2), exactly.
+    gpt2 = flops_fit.model_info("gpt2")
+    assert gpt2.non_embedding_flops_per_unit(768) == 72 * 12 * 768**2 + 12 * 12 * 768 * 1024
+    assert gpt2.embedding_param_count(768) == (50257 + 1024) * 768
+
+
+def test_the_planner_records_the_scales_and_the_fit_reads_them_back():
+    plan = flops_fit.plan(model="gpt", budgets=[1e11], span=16, tokens_per_param=100, seq_len=64,
+                          model_config={"n_layer": 2, "head_dim": 4})
+    entry = flops_fit.model_info("gpt")
+    for spec in plan.runs:
+        assert spec.embedding_params == entry.embedding_param_count(spec.size, **spec.model_config)
+        assert spec.non_embedding_flops_per_unit == entry.non_embedding_flops_per_unit(spec.size, **spec.model_config)
+    # a table of runs: the scale replaces N; runs stored before the scales existed get them from their model
+    rows = [{"run_id": f"r{i}", "model": "gpt", "size": s.size, "model_config": s.model_config, "params": s.params,
+             "tokens": s.tokens, "flops": s.flops, "budget": s.budget, "loss": 2.0,
+             "embedding_params": math.nan if i == 0 else s.embedding_params}
+            for i, s in enumerate(plan.runs)]
+    runs = load_runs(pd.DataFrame(rows))
+    lean = rescale(runs, "non_embedding_params")
+    expected = [s.params - s.embedding_params for s in plan.runs]
+    assert lean.frame["params"].tolist() == expected and lean.scale == "non_embedding_params"
+    m = rescale(runs, "flops_per_token")
+    assert m.frame["params"].tolist() == [s.non_embedding_flops_per_unit for s in plan.runs]
+    assert to_params(m, m.frame["params"].to_numpy()) == pytest.approx([s.params for s in plan.runs])
+
+
+def test_a_csv_without_the_scale_columns_is_refused_with_the_fix():
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5)
+    with pytest.raises(flops_fit.FitInputError, match="have no embedding_params.*fit with scale='params'"):
+        fit(frame, method="isoflop", scale="non_embedding_params", bootstrap=0)
+    with pytest.raises(flops_fit.FitInputError, match="scale must be one of params, non_embedding_params"):
+        fit(frame, method="isoflop", scale="tokens", bootstrap=0)
+
+
+def test_the_interaction_law_is_recovered_and_its_frontier_is_the_minimum_along_c():
+    law = {**LAW, "F": 2000.0}
+    rows = []
+    for c in (1e17, 1e18, 1e19, 1e20):
+        for n in np.geomspace(optimal_size(LAW, c) / 10, optimal_size(LAW, c) * 10, 7):
+            d = c / (6 * n)
+            rows.append({"params": n, "tokens": d, "flops": c, "budget": c, "loss": float(interaction_loss(law, n, d))})
+    fitted = fit(pd.DataFrame(rows), method="interaction", bootstrap=0)
+    for key in ("alpha", "beta"):
+        assert fitted.params[key] == pytest.approx(law[key], rel=1e-3)
+    assert fitted.params["F"] == pytest.approx(law["F"], rel=1e-2)
+    p = {k: np.array([v]) for k, v in {**law, "k": 6.0}.items()}
+    n_opt, d_opt, loss = interaction_frontier(p, np.array([1e21]))
+    grid = np.geomspace(n_opt[0, 0] / 3, n_opt[0, 0] * 3, 2001)
+    brute = interaction_loss(law, grid, 1e21 / (6 * grid))
+    assert loss[0, 0] == pytest.approx(brute.min(), rel=1e-9) and n_opt[0, 0] == pytest.approx(grid[brute.argmin()], rel=3e-3)
+
+
+@pytest.fixture(scope="module")
+def forecast_json(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fc") / "runs.csv"
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7, noise=0.003, seed=3,
+                           curve_points=8)
+    frame["curve"] = frame["curve"].map(json.dumps)
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_holdout_each_chooses_the_forecast_by_cross_validated_error(forecast_json, capsys):
+    assert main(["fit", str(forecast_json), "--method", "all", "--holdout", "each", "--bootstrap", "20",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    f = data["forecast"]
+    assert {"method", "scale", "target", "n_opt", "d_opt", "loss", "cv_loss_error", "cv_n_opt_error"} <= set(f)
+    assert f["target"] == pytest.approx(1e21) and f["scale"] == "params"  # a CSV has no other scale
+    for key in ("n_opt", "d_opt", "loss"):
+        lo, hi = f[key]["interval"]
+        assert lo <= f[key]["value"] <= hi
+    scored = [c for c in f["candidates"] if c["cv_loss_error"] is not None]
+    assert {c["method"] for c in scored} == set(data["results"])
+    assert all(c["cv_loss_error"] >= f["cv_loss_error"] / (1 + TIE) for c in scored)
+    # the other scales are listed with the reason they could not be scored
+    assert all("fit with scale='params'" in c["reason"] for c in f["candidates"] if c["scale"] != "params")
+    # the forecast is the chosen method's own answer at the target
+    direct = fit(str(forecast_json), method=f["method"], bootstrap=20).predict(1e21).iloc[0]
+    assert f["loss"]["value"] == pytest.approx(direct.loss) and f["n_opt"]["value"] == pytest.approx(direct.N_opt)
+
+
+def test_the_report_leads_with_the_forecast(forecast_json, tmp_path):
+    out = tmp_path / "report.html"
+    assert main(["report", str(forecast_json), "--holdout", "each", "--bootstrap", "10", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.index("The forecast at C = 1e+21 FLOPs") < text.index("The answer at C = 1e+21 FLOPs, by every method")
+    assert "scale: parameters" in text and "leave-one-budget-out" in text
+
+
+def test_a_bad_scale_on_the_command_line_is_one_line_and_exit_2(forecast_json, capsys):
+    assert main(["fit", str(forecast_json), "--scale", "width"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scale must be one of" in err[0]
