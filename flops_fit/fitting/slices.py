@@ -40,14 +40,18 @@ def _solve(stack, alpha: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.n
     budget's (e, a, b) about its mean log N, shape P + (budgets, 3)."""
     u, y, w, _ = stack
     al, be = np.asarray(alpha)[..., None, None], np.asarray(beta)[..., None, None]
-    design = np.stack(np.broadcast_arrays(np.ones_like(u), np.exp(-al * u), np.exp(be * u)), -1)
-    sw = np.sqrt(w)[..., None]
-    xw = design * sw
-    gram = np.einsum("...ni,...nj->...ij", xw, xw) + 1e-12 * np.eye(3)
-    rhs = np.einsum("...ni,...n->...i", xw, y * sw[..., 0])
-    c = np.linalg.solve(gram, rhs[..., None])[..., 0]
-    r = np.einsum("...ni,...i->...n", design, c) - y
-    return np.einsum("...gn->...", w * r * r), c
+    with np.errstate(all="ignore"):  # exponents far too large overflow: their error is infinite
+        design = np.stack(np.broadcast_arrays(np.ones_like(u), np.exp(-al * u), np.exp(be * u)), -1)
+        sw = np.sqrt(w)[..., None]
+        xw = design * sw
+        gram = np.einsum("...ni,...nj->...ij", xw, xw) + 1e-12 * np.eye(3)
+        rhs = np.einsum("...ni,...n->...i", xw, y * sw[..., 0])
+        finite = np.isfinite(gram).all((-2, -1)) & np.isfinite(rhs).all(-1)
+        gram = np.where(finite[..., None, None], gram, np.eye(3))
+        c = np.linalg.solve(gram, np.where(finite[..., None], rhs, 0.0)[..., None])[..., 0]
+        r = np.einsum("...ni,...i->...n", design, c) - y
+        sse = np.einsum("...gn->...", w * r * r)
+    return np.where(finite.all(-1) & np.isfinite(sse), sse, np.inf), c
 
 
 def fit_slices(groups: Sequence[Group], start: tuple[float, float] | None = None
