@@ -51,3 +51,16 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+CACHE_ENV = "FLOPS_FIT_CACHE"
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """``cache_dir``, else ``$FLOPS_FIT_CACHE``, else ``flops-fit`` in the user's cache folder:
+    where what is worth keeping between sweeps lives (token files, probed micro-batch sizes)."""
+    if cache_dir:
+        return Path(cache_dir).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "flops-fit"

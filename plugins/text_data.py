@@ -25,9 +25,10 @@ import numpy as np
 import torch
 from flops_fit.plugins import text_tokenizers
 from flops_fit.plugins.text_tokenizers import BYTES, ByteTokenizer
-from flops_fit.plugins.token_cache import TextSource, cache_root, cached_tokens, digest
+from flops_fit.plugins.token_cache import TextSource, cached_tokens, digest
 
 from flops_fit.errors import DataError
+from flops_fit.files import cache_root
 
 SPLITS = ("train", "validation")
 # A BPE learns from at most about this much of the training split (a seeded sample of it).

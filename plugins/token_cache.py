@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from flops_fit.plugins.text_tokenizers import chunks
 from flops_fit.files import file_lock, write_atomically
 
 log = logging.getLogger(__name__)
-CACHE_ENV = "FLOPS_FIT_CACHE"
 FORMAT = 1  # bump when the tokens a source gives change for the same identity
 BATCH_CHARS = 1 << 23  # text handed to the encoder at once: enough for every core
 
@@ -44,15 +42,6 @@ class TextSource:
     identity: Any
     pieces: Callable[[], Iterable[str | bytes]]
     size: int | None = None  # bytes, when known (the progress bar's total)
-
-
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """``cache_dir``, else ``$FLOPS_FIT_CACHE``, else ``flops-fit`` in the user's cache folder."""
-    if cache_dir:
-        return Path(cache_dir).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "flops-fit"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:

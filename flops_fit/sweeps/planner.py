@@ -273,6 +273,10 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     hparams = options.hparams
     width_like = entry.size_param in WIDTH_PARAMS
     batch_size = options.batch_size
+    micro = options.micro_batch_size
+    if isinstance(micro, int) and micro > batch_size:
+        raise PlanError(f"micro_batch_size {micro} is larger than batch_size {batch_size}: a micro-batch splits the "
+                        f"batch of one optimizer step; use micro_batch_size <= {batch_size} (or leave it out)")
     unit = batch_size * seq_len  # units per full step
     min_units = options.min_steps * unit
 

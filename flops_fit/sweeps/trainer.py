@@ -2,7 +2,7 @@
 
 AdamW (no weight decay on biases, norms and other 1-D parameters), the run's learning-rate
 schedule (``schedules``: warmup then a cosine that ends with this run, or warmup-stable-decay),
-gradient clipping, seeded data order and initialisation, bf16 autocast on CUDA. The
+each step's batch in micro-batches whose gradients accumulate (``micro_batch_size``), gradient clipping, seeded data order and initialisation, bf16 autocast on CUDA. The
 training loss is averaged over ``curve_points`` equal intervals for the curve; a
 non-finite or diverging loss stops the run and returns it as failed with the reason.
 With a ``CheckpointPolicy`` the run saves its full state every few minutes and continues
@@ -34,6 +34,7 @@ from flops_fit.sweeps.checkpoint import (
     save_checkpoint,
     save_weights,
 )
+from flops_fit.sweeps.micro_batch import largest_fitting_micro_batch
 from flops_fit.sweeps.schedules import schedule_factor
 from flops_fit.tracking.base import RunTracker
 
@@ -167,6 +168,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
         torch.autocast(device.type, dtype=torch.bfloat16) if spec.precision == "bf16" else contextlib.nullcontext()
     )
     batches = Batches(train_data, spec.seed)
+    micro = micro_batch_rows(spec, model, loss_fn, train_data, input_key, device, autocast)
     params = [p for p in model.parameters() if p.requires_grad]
     result = RunResult(run_id=spec.run_id, status="done", device=str(device))
     interval = max(1, math.ceil(spec.steps / spec.curve_points))
@@ -204,9 +206,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
                 check_sequence_length(spec, x)
             for group in optimizer.param_groups:
                 group["lr"] = spec.lr * schedule_factor(spec, step)
-            with autocast:
-                loss = loss_fn(step_model(x), batch)
-            loss.backward()
+            loss = accumulate(step_model, loss_fn, batch, input_key, micro, autocast)
             if spec.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)
             optimizer.step()
@@ -249,6 +249,45 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
         "total_s": time.perf_counter() - t_start,
     })
     return result
+
+
+def accumulate(model, loss_fn, batch: dict[str, torch.Tensor], input_key: str, micro: int, autocast,
+               no_sync: Callable[[], Any] = contextlib.nullcontext) -> torch.Tensor:
+    """Forward and backward one optimizer step's rows in micro-batches of ``micro`` rows; the
+    gradients add up to the whole batch's. Returns the step's loss (detached).
+
+    Each micro-batch's loss is weighted by its share of the rows, so the summed gradient is the
+    gradient of the whole batch's mean loss: exact for a loss that averages equally many terms
+    per row (the built-in losses on fixed-length windows and images). ``no_sync`` is entered for
+    every micro-batch but the last (DDP's ``model.no_sync``: one all-reduce per step); a rank of
+    a data-parallel run passes its own slice of the global batch as ``batch``.
+    """
+    rows = batch[input_key].shape[0]
+    total = torch.zeros((), device=batch[input_key].device)
+    for start in range(0, rows, micro):
+        part = {k: v[start:start + micro] for k, v in batch.items()}
+        share = part[input_key].shape[0] / rows
+        with no_sync() if start + micro < rows else contextlib.nullcontext():
+            with autocast:
+                loss = loss_fn(model(part[input_key]), part)
+            (loss * share).backward() if share != 1 else loss.backward()
+        total += loss.detach().float() * share
+    return total
+
+
+def micro_batch_rows(spec: RunSpec, model, loss_fn, data, input_key: str, device: torch.device, autocast) -> int:
+    """Rows per forward pass: ``spec.micro_batch_size``, the whole batch when unset, and with
+    ``"auto"`` on CUDA the largest that fits (``sweeps.micro_batch``); on CPU "auto" is the
+    whole batch (memory is the machine's, not a device's)."""
+    size = spec.micro_batch_size
+    if size is None or (size == "auto" and device.type != "cuda"):
+        return spec.batch_size
+    if size == "auto":
+        def rows(k: int) -> dict[str, torch.Tensor]:
+            return gather(data, np.arange(min(k, len(data))))
+
+        return largest_fitting_micro_batch(spec, model, loss_fn, rows, input_key, device, autocast)
+    return min(int(size), spec.batch_size)
 
 
 def _save(policy: CheckpointPolicy, spec: RunSpec, model, optimizer, result: RunResult, batches: Batches,
