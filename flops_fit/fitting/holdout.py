@@ -20,6 +20,7 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval, resample_weights
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.profiles import budget_groups, profile_minimum, slice_minima
+from flops_fit.fitting.slices import slice_residuals
 from flops_fit.tables import format_table
 
 CHOICES = ("largest", "each")  # besides a budget in FLOPs
@@ -101,7 +102,8 @@ def observe(runs: Runs, budgets: np.ndarray, budget: float, *, curve: str, boots
 
     With the slice curve (the default) the budget's own runs set its slice, and every
     budget's runs set the slices' shared exponents (the shape of a profile, not where its
-    minimum is): one budget's 5-15 runs cannot fit five parameters alone.
+    minimum is): one budget's 5-15 runs cannot fit five parameters alone. Its intervals come
+    from a residual bootstrap (``_residual_draws``); other curves resample the budget's runs.
     """
     f = runs.frame
     log_n, loss = np.log(f["params"].to_numpy(float)), f["loss"].to_numpy(float)
@@ -119,12 +121,30 @@ def observe(runs: Runs, budgets: np.ndarray, budget: float, *, curve: str, boots
     if reason is not None:
         return Observed(budget=budget, runs=int(held.sum()), reason=f"the held-out budget has no observed optimum: {reason}")
     n_int = l_int = (np.nan, np.nan)
-    if bootstrap:
+    if bootstrap and exponents is not None:
+        draws = np.array(_residual_draws(log_n, loss, held, others, exponents, bootstrap, seed))
+    elif bootstrap:
         draws = np.array([minimum(w, exponents)[0][:2] for w in resample_weights(int(held.sum()), bootstrap, seed)])
+    if bootstrap:
         lo, hi = interval(draws, level)
         n_int, l_int = (float(np.exp(lo[0])), float(np.exp(hi[0]))), (float(lo[1]), float(hi[1]))
     return Observed(budget=budget, runs=int(held.sum()), n_opt=float(np.exp(x)), n_opt_interval=n_int,
                     loss=float(y), loss_interval=l_int)
+
+
+def _residual_draws(log_n, loss, held, others, exponents, bootstrap: int, seed: int | None) -> list[tuple[float, float]]:
+    """Slice minima of the held-out budget refitted to its fitted slice plus residuals drawn from
+    every budget's (a residual bootstrap: 5-15 runs of one budget are too few to resample
+    themselves, and a resample of 5 runs often has 2 sizes left)."""
+    groups = [(log_n[held], loss[held], np.ones(held.sum()))] + [(log_n[m], loss[m], np.ones(m.sum())) for m in others]
+    fitted, residuals = slice_residuals(groups, exponents)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(bootstrap):
+        noisy = fitted[0] + rng.choice(residuals, size=fitted[0].size)
+        minima, _ = slice_minima([(groups[0][0], noisy, groups[0][2])] + groups[1:], exponents)
+        draws.append(minima[0][:2])
+    return draws
 
 
 def check(approach: Fitter, runs: Runs, budgets: np.ndarray, observed: Observed) -> HoldoutCheck:

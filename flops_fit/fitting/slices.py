@@ -94,4 +94,20 @@ def slice_curve(group: Group, exponents: tuple[float, float], at: np.ndarray) ->
     return e + ca * np.exp(-alpha * u) + cb * np.exp(beta * u)
 
 
-__all__ = ["fit_slices", "slice_curve"]
+def slice_residuals(groups: Sequence[Group], exponents: tuple[float, float]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each budget's fitted slice at its own runs, and every run's residual scaled up for the
+    parameters fitted (3 per budget and the 2 shared exponents), for a residual bootstrap."""
+    stack = _stack(groups)
+    _, coefs = _solve(stack, *exponents)
+    fitted, residuals = [], []
+    for (x, y, w), (e, ca, cb), centre in zip(groups, coefs, stack[3]):
+        u = x - centre
+        f = e + ca * np.exp(-exponents[0] * u) + cb * np.exp(exponents[1] * u)
+        fitted.append(f)
+        residuals.append((y - f)[w > 0])
+    r = np.concatenate(residuals)
+    spare = r.size - 3 * len(groups) - 2
+    return fitted, r * np.sqrt(r.size / spare) if spare > 0 else r
+
+
+__all__ = ["fit_slices", "slice_curve", "slice_residuals"]
