@@ -99,6 +99,17 @@ def non_embedding_flops(width: int, **config) -> float:
     return training_flops(width, **config) - sizing.training_from_forward(2 * cfg.width * cfg.vocab_size)
 
 
+def activation_memory(width: int, micro_batch_size: int, seq_len: int, **config) -> int:
+    """Bytes of fp32 activations autograd keeps for backward in one micro-batch: per layer and
+    token 8 x width (norm inputs, q/k/v, attention output, projections) + 2 x the MLP's 4 x width
+    + norm statistics and attention's log-sum-exp per head; then the embeddings' sum, the final
+    norm and the log-softmax over the vocabulary (checked against the tensors autograd saves)."""
+    cfg = GPTConfig.of(width, **config)
+    d = cfg.width
+    per_token = cfg.n_layer * (8 * d + 2 * 4 * d + 4 + cfg.n_head) + cfg.vocab_size + 2 * d + 5
+    return 4 * micro_batch_size * seq_len * per_token
+
+
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     """Widths in [lo, hi] whose head split is valid (multiples of head_dim or n_head)."""
     return sizing.valid_widths(GPTConfig, lo, hi, config, "n_head", "n_kv_head")
@@ -121,6 +132,7 @@ def _entry(name: str, description: str, defaults: dict, default_size: int | None
         training_flops=training_flops,
         embedding_params=embedding_param_count,
         non_embedding_flops=non_embedding_flops,
+        activation_memory=activation_memory,
         flops_unit="token",
         task=flops_fit.TASK_CAUSAL_LM,
         default_loss="next-token",

@@ -153,6 +153,17 @@ def non_embedding_flops(width: int, **config) -> float:
     return training_flops(width, **config) - sizing.training_from_forward(2 * cfg.width * cfg.vocab_size)
 
 
+def activation_memory(width: int, micro_batch_size: int, seq_len: int, **config) -> int:
+    """Bytes of fp32 activations autograd keeps for backward in one micro-batch: per layer and
+    token the norms' inputs, queries and keys before and after RoPE, values, the attention output
+    and its projection, the SwiGLU's four hidden-width tensors, norm statistics and the log-sum-exp
+    per head; then the embedding, the final norm and the log-softmax over the vocabulary."""
+    cfg = LlamaConfig.of(width, **config)
+    d, q, kv = cfg.width, cfg.n_head * cfg.head_size, cfg.n_kv_head * cfg.head_size
+    per_token = cfg.n_layer * (7 * d + 2 * q + 3 * kv + 4 * cfg.mlp_hidden + 2 + cfg.n_head) + cfg.vocab_size + 3 * d + 11
+    return 4 * micro_batch_size * seq_len * per_token
+
+
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     """Widths in [lo, hi] whose head split is valid (multiples of head_dim or n_head)."""
     return sizing.valid_widths(LlamaConfig, lo, hi, config, "n_head", "n_kv_head")
@@ -174,6 +185,7 @@ def register_models(register):
         training_flops=training_flops,
         embedding_params=embedding_param_count,
         non_embedding_flops=non_embedding_flops,
+        activation_memory=activation_memory,
         flops_unit="token",
         task=flops_fit.TASK_CAUSAL_LM,
         default_loss="next-token",

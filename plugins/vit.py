@@ -198,6 +198,19 @@ def non_embedding_flops(width: int, **config) -> float:
     return training_flops(width, **config) - 2 * patch_embed_flops(cfg) - sizing.training_from_forward(head)
 
 
+def activation_memory(width: int, micro_batch_size: int, seq_len: int, **config) -> int:
+    """Bytes of fp32 activations autograd keeps for backward in one micro-batch of images
+    (``seq_len`` is 1: a sample is an image): per block and token as in ``gpt`` (8 x width, 2 x
+    the MLP width, norm statistics, a log-sum-exp per head), then the image, the embedded
+    tokens, the final norm and the logits."""
+    cfg = ViTConfig.of(width, **config)
+    d, tokens = cfg.width, cfg.seq_len
+    per_block = tokens * (8 * d + 2 * cfg.mlp_hidden + 4 + cfg.num_heads)
+    image = cfg.in_chans * cfg.image_size**2
+    per_sample = cfg.depth * per_block + image + 2 * tokens * d + 2 * tokens + cfg.num_classes + 2
+    return 4 * micro_batch_size * per_sample
+
+
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     """Widths in [lo, hi] whose head split is valid (multiples of head_dim or num_heads)."""
     return sizing.valid_widths(ViTConfig, lo, hi, config, "num_heads", "num_kv_heads")
@@ -224,6 +237,7 @@ def _entry(name: str, description: str, defaults: dict, default_size: int | None
         training_flops=training_flops,
         embedding_params=embedding_param_count,
         non_embedding_flops=non_embedding_flops,
+        activation_memory=activation_memory,
         flops_unit="sample",
         task=flops_fit.TASK_IMAGE_CLASSIFICATION,
         default_loss="cross-entropy",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
 from flops_fit.store.runs import RunSpec
 from flops_fit.sweeps.driver import SweepResult, run_plan
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
+from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.schedules import cooldown_steps
 from flops_fit.sweeps.wsd import executed_flops
@@ -44,6 +45,7 @@ class Plan:
     options: SweepOptions
     unit: str = "token"  # what the model's FLOPs are counted per: "token" or "sample"
     throughput: float = DEFAULT_THROUGHPUT["cpu"]
+    memory: dict[str, Memory | None] = field(default_factory=dict)  # run id -> estimate per process
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -85,15 +87,20 @@ class Plan:
             [
                 f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.tokens / r.params:.1f}",
                 r.steps, f"{r.flops:.3e}", *([r.cooldown_start, f"{executed[r.run_id]:.3e}"] if wsd else []),
-                f"{r.lr:.2e}", _duration(executed[r.run_id] / self.throughput),
+                f"{r.lr:.2e}", self._memory(r), _duration(executed[r.run_id] / self.throughput),
             ]
             for r in self.runs
         ]
 
+    def _memory(self, spec: RunSpec) -> str:
+        """A run's estimated training memory per process (``sweeps.memory``), or "unknown"."""
+        memory = self.memory.get(spec.run_id)
+        return "unknown" if memory is None else gib(memory.total)
+
     def table(self) -> str:
         wsd = self.options.schedule == "wsd"
         headers = ["budget", "size", "params", "tokens", "tokens/param", "steps", "FLOPs",
-                   *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "est. time"]
+                   *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "memory", "est. time"]
         first = self.runs[0]
         head = (
             f"{len(self.runs)} runs of {first.model} on {first.dataset} ({self.unit}s; batch {first.batch_size} x "
@@ -323,8 +330,10 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             embedding_params=entry.embedding_param_count(size, **model_config),
             non_embedding_flops_per_unit=entry.non_embedding_flops_per_unit(size, **model_config), **_schedule_fields(options, steps, warmup, budget, size),
         ))
+    device = device_kind if options.device == "auto" else options.device
+    check_memory(runs, entry, device)
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
-    return Plan(runs, options, entry.flops_unit, throughput)
+    return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs})
 
 
 def uses_ladder(options: SweepOptions) -> bool:

@@ -30,6 +30,7 @@ from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunSpec
 from flops_fit.sweeps.checkpoint import CheckpointPolicy
+from flops_fit.sweeps.memory import check_memory
 from flops_fit.sweeps.trainer import check_sequence_length, gather
 
 # Bytes of a checkpoint per parameter: fp32 weights and AdamW's two fp32 moments.
@@ -168,11 +169,26 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
         )
 
 
+def check_run_memory(plan: Any, context: Context) -> None:
+    """Each run fits its device with the runs that train beside it: the plan checked one run
+    alone; on CPU the ``concurrent`` runs share the memory available now."""
+    if not context.runs:
+        return
+    first = context.runs[0]
+    device = first.device if first.device != "auto" else ("cuda" if _cuda() else "cpu")
+    check_memory(context.runs, api.model_info(first.model, host=context.host), device, context.concurrent)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 Check = Callable[[Any, Context], None]
 # In order: the datasets first (the model check runs on their held-out batch, the checkpoint
-# check counts their samples). A plan-level check (e.g. memory per run) goes here as
-# ``lambda plan, context: check_memory(plan)``.
-CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_checkpoint_folder]
+# check counts their samples).
+CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_run_memory, check_checkpoint_folder]
 
 
 def preflight(plan: Any, runs: list[RunSpec] | None = None, *, checkpoints: CheckpointPolicy | None = None,

@@ -1,0 +1,116 @@
+"""A run's training memory per process, estimated before anything is built, and the device it must fit.
+
+Per process: fp32 parameters, their gradients and AdamW's two moments (16 bytes a parameter;
+bf16 autocast keeps fp32 master weights), divided by the processes with ``parallel = "fsdp"``,
+plus the activations one micro-batch keeps for backward (the model entry's
+``activation_memory``, fp32; under bf16 autocast most are kept in bf16, so the estimate is an
+upper bound there), plus OVERHEAD for allocator slack and backward's temporaries, plus the
+runtime's own (RUNTIME: thread pools and kernel workspaces on CPU, measured at about 150 MiB
+with benchmarks/bench_memory.py; the CUDA context and cuBLAS workspace on a GPU). A model entry that does
+not estimate its activations gives None: the plan says "unknown" and refuses nothing.
+
+The device: on CUDA its memory (per process); on CPU the memory available now, shared by the
+runs training at once (one process per run, ``workers`` of them).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from flops_fit.errors import PlanError
+from flops_fit.plugin.contracts import ModelEntry
+from flops_fit.store.runs import RunSpec
+
+STATE_BYTES = 16  # fp32 weight + gradient + AdamW's exp_avg and exp_avg_sq, per parameter
+OVERHEAD = 0.1  # allocator slack, backward's and the optimizer's temporaries, the batch itself
+RUNTIME = {"cpu": 160 * 2**20, "cuda": 768 * 2**20}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per process: ``state`` (weights, gradients, optimizer), ``activations`` of one
+    micro-batch, and the ``runtime``'s own."""
+
+    state: int
+    activations: int
+    runtime: int = RUNTIME["cpu"]
+
+    @property
+    def total(self) -> int:
+        return int((self.state + self.activations) * (1 + OVERHEAD)) + self.runtime
+
+
+def micro_rows(spec: RunSpec) -> int:
+    """Rows one process puts through one forward pass: its slice of the batch, split by
+    ``micro_batch_size`` ("auto" probes the device at run time: the smallest, 1, is what must fit)."""
+    share = -(-spec.batch_size // spec.processes_per_run)
+    size = spec.micro_batch_size
+    if size == "auto":
+        return 1
+    return min(share, int(size)) if size is not None else share
+
+
+def run_memory(spec: RunSpec, entry: ModelEntry, device: str = "cpu") -> Memory | None:
+    """The estimate for one run on ``device`` ("cpu", "cuda[:N]"), or None when the model does not
+    estimate its activations."""
+    activations = entry.activation_bytes(spec.size, micro_rows(spec), spec.seq_len, **spec.model_config)
+    if activations is None:
+        return None
+    shards = spec.processes_per_run if spec.parallel == "fsdp" else 1
+    return Memory(state=-(-STATE_BYTES * spec.params // shards), activations=activations,
+                  runtime=RUNTIME["cuda" if device.startswith("cuda") else "cpu"])
+
+
+def device_memory(device: str, concurrent: int = 1) -> tuple[int | None, str]:
+    """(bytes one process may use, what that is), None when it cannot be told."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            return None, "no CUDA device here"
+        index = int(device.split(":")[1]) if ":" in device else 0
+        props = torch.cuda.get_device_properties(index)
+        return int(props.total_memory), f"{props.name}'s {props.total_memory / 2**30:.1f} GiB"
+    available = _available_ram()
+    if available is None:
+        return None, "unknown available memory"
+    share = available // max(1, concurrent)
+    return share, f"{available / 2**30:.1f} GiB of available RAM" + (f" / {concurrent} runs at once" if concurrent > 1 else "")
+
+
+def _available_ram() -> int | None:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(runs: list[RunSpec], entry: ModelEntry, device: str, concurrent: int = 1) -> None:
+    """PlanError naming the largest run that cannot fit its device, and the fixes."""
+    limit, what = device_memory(device, concurrent)
+    if limit is None:
+        return
+    for spec in sorted(runs, key=lambda r: -r.params):
+        memory = run_memory(spec, entry, device)
+        if memory is None or memory.total <= limit:
+            continue
+        raise PlanError(
+            f"run size {spec.size} at budget {spec.budget:.3g} needs about {gib(memory.total)} per process "
+            f"({gib(memory.state)} weights, gradients and AdamW state + {gib(memory.activations)} activations of a "
+            f"micro-batch of {micro_rows(spec)}), more than {what}; set micro_batch_size (smaller micro-batches), "
+            "processes_per_run (split the batch), or parallel = \"fsdp\" (shard the state)")
+
+
+def gib(value: int | float) -> str:
+    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
+
+
+__all__ = ["Memory", "check_memory", "device_memory", "gib", "micro_rows", "run_memory"]

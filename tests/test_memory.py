@@ -1,0 +1,81 @@
+"""A run's training memory, estimated without building it, and plans that cannot fit refused."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.errors import PlanError
+from flops_fit.sweeps.memory import STATE_BYTES, micro_rows, run_memory
+
+
+def _saved_bytes(model, loss_fn, batch, key) -> int:
+    """Bytes of the tensors autograd saves for backward in one forward pass (parameters aside)."""
+    storages = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss_fn(model(batch[key]), batch)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(n for ptr, n in storages.items() if ptr not in params)
+
+
+@pytest.mark.parametrize("name,width,config,rows,seq", [
+    ("gpt", 48, {"n_layer": 3}, 3, 96),
+    ("gpt", 64, {"n_head": 2}, 2, 128),
+    ("llama", 96, {"n_kv_head": 2}, 3, 64),
+    ("vit", 96, {"depth": 3}, 5, 1),
+    ("vit", 64, {"num_classes": 100}, 3, 1),
+])
+def test_activation_estimate_matches_what_autograd_saves(name, width, config, rows, seq):
+    entry = flops_fit.model_info(name)
+    torch.manual_seed(0)
+    model = flops_fit.create_model(name, width, **config)
+    if entry.flops_unit == "sample":
+        batch, key = {"images": torch.randn(rows, 3, 32, 32), "labels": torch.randint(0, 10, (rows,))}, "images"
+    else:
+        batch, key = {"tokens": torch.randint(0, 256, (rows, seq))}, "tokens"
+    saved = _saved_bytes(model, flops_fit.get_loss(entry.default_loss), batch, key)
+    assert entry.activation_bytes(width, rows, seq, **config) == pytest.approx(saved, rel=0.005)
+
+
+def _plan(**options):
+    base = {"model": "gpt2", "budgets": [1e21], "sizes": [768, 1536, 2304], "batch_size": 4096, "seq_len": 1024,
+            "device": "cpu", "min_steps": 1}
+    return flops_fit.plan(**{**base, **options})
+
+
+def test_a_run_that_cannot_fit_is_refused_at_plan_time_naming_it_and_the_fixes():
+    with pytest.raises(PlanError) as refused:
+        _plan()
+    text = str(refused.value)
+    assert text.startswith("run size 2304 at budget 1e+21 needs about ") and "of available RAM" in text
+    assert all(fix in text for fix in ("micro_batch_size", "processes_per_run", 'parallel = "fsdp"'))
+
+
+def test_the_estimate_follows_micro_batches_processes_and_sharding():
+    plan = _plan(sizes=[384, 576, 768], micro_batch_size=2)
+    spec = next(r for r in plan.runs if r.size == 768)
+    entry = flops_fit.model_info("gpt2")
+    alone = run_memory(spec, entry)
+    assert micro_rows(spec) == 2 and alone.state == STATE_BYTES * spec.params
+    assert alone.activations == entry.activation_bytes(768, 2, 1024, **spec.model_config)
+    split = run_memory(dataclasses.replace(spec, processes_per_run=4, micro_batch_size=None), entry)
+    assert split.activations == entry.activation_bytes(768, 1024, 1024, **spec.model_config)  # 4096 / 4 ranks
+    sharded = run_memory(dataclasses.replace(spec, processes_per_run=4, parallel="fsdp"), entry)
+    assert sharded.state == -(-alone.state // 4) and sharded.activations == alone.activations
+    assert "memory" in plan.table() and f"{alone.total / 2**30:.2f} GiB" in plan.table()
+
+
+def test_flops_fit_plan_refuses_with_one_line_and_exit_2(capsys):
+    code = main(["plan", "--model", "gpt2", "--budgets", "1e21", "--sizes", "768,1536,2304", "--batch-size", "4096",
+                 "--seq-len", "1024", "--device", "cpu", "--min-steps", "1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "needs about" in err[0] and "micro_batch_size" in err[0]
