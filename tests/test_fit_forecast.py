@@ -17,6 +17,7 @@ from flops_fit.fitting.forecast import TIE
 from flops_fit.fitting.holdout import observe
 from flops_fit.fitting.interaction import interaction_frontier, interaction_loss
 from flops_fit.fitting.laws import fit_loss_law, law_loss
+from flops_fit.fitting.report import write_report
 from flops_fit.fitting.scales import rescale, to_params
 from flops_fit.fitting.synthetic import optimal_size, synthetic_runs
 
@@ -147,10 +148,13 @@ def forecast_json(tmp_path_factory):
     return path
 
 
-def test_holdout_each_chooses_the_forecast_by_cross_validated_error(forecast_json, capsys):
-    assert main(["fit", str(forecast_json), "--method", "all", "--holdout", "each", "--bootstrap", "20",
-                 "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
+@pytest.fixture(scope="module")
+def fitted(forecast_json):
+    return fit(str(forecast_json), method="all", holdout="each", bootstrap=20)
+
+
+def test_holdout_each_chooses_the_forecast_by_cross_validated_error(forecast_json, fitted):
+    data = json.loads(fitted.to_json())
     f = data["forecast"]
     assert {"method", "scale", "target", "n_opt", "d_opt", "loss", "cv_loss_error", "cv_n_opt_error"} <= set(f)
     assert f["target"] == pytest.approx(1e21) and f["scale"] == "params"  # a CSV has no other scale
@@ -165,12 +169,11 @@ def test_holdout_each_chooses_the_forecast_by_cross_validated_error(forecast_jso
     # the forecast is the chosen method's own answer at the target
     direct = fit(str(forecast_json), method=f["method"], bootstrap=20).predict(1e21).iloc[0]
     assert f["loss"]["value"] == pytest.approx(direct.loss) and f["n_opt"]["value"] == pytest.approx(direct.N_opt)
+    assert fitted.summary().startswith("Forecast at C = 1e+21 FLOPs")
 
 
-def test_the_report_leads_with_the_forecast(forecast_json, tmp_path):
-    out = tmp_path / "report.html"
-    assert main(["report", str(forecast_json), "--holdout", "each", "--bootstrap", "10", "--out", str(out)]) == 0
-    text = out.read_text()
+def test_the_report_leads_with_the_forecast(fitted, tmp_path):
+    text = write_report(fitted, tmp_path / "report.html").read_text()
     assert text.index("The forecast at C = 1e+21 FLOPs") < text.index("The answer at C = 1e+21 FLOPs, by every method")
     assert "scale: parameters" in text and "leave-one-budget-out" in text
 
