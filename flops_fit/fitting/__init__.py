@@ -100,7 +100,10 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     if method == "all" and holdout == "each":
         chosen = float(target) if target else default_target(runs)
         base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
-        fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve)
+        try:
+            fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve)
+        except FitInputError as exc:  # the fits stand without it; say why there is no forecast
+            fitted.warnings.append(f"no forecast: {exc}")
     if target is not None:
         log_fit(fitted, target)
     return fitted

@@ -37,12 +37,12 @@ def method_colour(method: str, index: int = 0) -> str:
 
 def measured_minima(results: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(C, N, D) at the minima of the runs' IsoFLOP profiles: Approach 2's own when it ran,
-    else parabolas through each budget's runs. None when no budget has an interior minimum."""
+    else the IsoFLOP slices through each budget's runs. None when no budget has an interior minimum."""
     if "isoflop" in results:
         return results["isoflop"].observed_optima()
     runs = next(iter(results.values())).runs
     budgets, _ = budget_groups(runs)
-    good = profile_optima(runs, budgets, np.ones(len(runs)), "parabola").dropna(subset=["log_n"])
+    good = profile_optima(runs, budgets, np.ones(len(runs)), "slice").dropna(subset=["log_n"])
     if good.empty:
         return None
     return good["budget"].to_numpy(float), np.exp(good["log_n"].to_numpy()), np.exp(good["log_d"].to_numpy())

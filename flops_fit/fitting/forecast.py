@@ -114,7 +114,7 @@ def cross_validate(approaches: Mapping[str, Approach], runs: Runs, scales: Seque
                 reasons = sorted({c.reason for c in checks if c.reason}) or ["no budget with an interior minimum"]
                 candidates.append(Candidate(method=name, scale=scale, reason="; ".join(reasons)))
                 continue
-            loss_err, n_err = np.mean(errors, axis=0)
+            loss_err, n_err = np.nanmean(errors, axis=0)
             candidates.append(Candidate(method=name, scale=scale, cv_loss_error=float(loss_err),
                                         cv_n_opt_error=float(n_err), folds=len(errors)))
     return candidates
