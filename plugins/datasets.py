@@ -69,6 +69,16 @@ def register_datasets(register):
         **_IMAGES,
     ))
     register(flops_fit.DatasetEntry(
+        "glyphs",
+        description="Offline corpus that does not run out: 139 characters (digits, Latin, Greek, Cyrillic) from "
+        "matplotlib's DejaVu fonts, transformed, coloured, textured and cluttered from each sample's index; "
+        "32x32 RGB; disjoint held-out seeds",
+        builder=f"{_MOD}.glyphs:build_glyphs",
+        defaults={"image_size": 32, "in_chans": 3, "num_classes": 139, "patch_size": 4, "seed": 0, "clutter": 0.5,
+                  "noise": 0.03},
+        **_IMAGES,
+    ))
+    register(flops_fit.DatasetEntry(
         "cifar10",
         description="CIFAR-10 through torchvision from a local root=... folder (download=True to fetch)",
         builder=f"{_MOD}.image_data:build_cifar10",

@@ -1,0 +1,60 @@
+"""The glyphs corpus: deterministic from the index, a held-out split that shares no sample with
+training, every class a different picture, and a plan that needs no extra configuration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flops_fit.plugins import glyphs
+
+import flops_fit
+from flops_fit.errors import DataError
+
+
+def test_a_sample_is_its_index_alone():
+    a, b = glyphs.build_glyphs("train"), glyphs.build_glyphs("train")
+    first = a.get_batch(np.array([5, 17, 123456]))
+    again = b.get_batch(np.array([123456, 5]))  # another instance, another batch, another order
+    assert torch.equal(first["images"][2], again["images"][0]) and torch.equal(first["images"][0], again["images"][1])
+    assert first["images"].shape == (3, 3, 32, 32) and first["images"].dtype == torch.float32
+    assert first["labels"].dtype == torch.int64
+    other_seed = glyphs.build_glyphs("train", seed=1).get_batch(np.array([5]))
+    assert not torch.equal(other_seed["images"][0], first["images"][0])
+
+
+def test_the_held_out_split_shares_no_sample_with_training():
+    train, held = glyphs.build_glyphs("train"), glyphs.build_glyphs("validation")
+    assert len(train) == glyphs.TRAIN_SAMPLES and len(held) == glyphs.VALIDATION_SAMPLES
+    a, b = train.get_batch(np.arange(64))["images"], held.get_batch(np.arange(64))["images"]
+    distance = torch.cdist(b.flatten(1), a.flatten(1))
+    assert distance.min() > 1.0  # no held-out image is (nearly) a training image
+
+
+def test_labels_cover_every_class_and_no_two_classes_look_alike():
+    labels = glyphs.build_glyphs("train").get_batch(np.arange(4000))["labels"].numpy()
+    counts = np.bincount(labels, minlength=len(glyphs.CHARACTERS))
+    assert counts.size == len(glyphs.CHARACTERS) == flops_fit.dataset_info("glyphs").defaults["num_classes"]
+    assert counts.min() > 5  # uniform over 139 classes: about 29 each
+    masks = glyphs.glyph_masks()
+    assert (masks.sum((2, 3)) > 5).all()  # every character is drawn in every font
+    flat = masks.reshape(masks.shape[0], masks.shape[1], -1)
+    for j in range(flat.shape[1]):
+        for i in range(j):
+            same = np.abs(flat[:, i] - flat[:, j]).max(1) < 0.05
+            assert not same.all(), (glyphs.CHARACTERS[i], glyphs.CHARACTERS[j])
+
+
+def test_bad_options_and_indices_are_refused():
+    with pytest.raises(DataError, match="clutter is a probability"):
+        glyphs.build_glyphs("train", clutter=2)
+    with pytest.raises(DataError, match="unknown split 'test'"):
+        glyphs.build_glyphs("test")
+    with pytest.raises(IndexError, match="outside"):
+        glyphs.build_glyphs("validation").get_batch(np.array([glyphs.VALIDATION_SAMPLES]))
+
+
+def test_a_vit_plan_on_glyphs_needs_no_configuration():
+    plan = flops_fit.plan(model="vit", dataset="glyphs", budgets=[3e13], span=8, model_config={"depth": 2})
+    config = plan.runs[0].model_config
+    assert (config["num_classes"], config["image_size"], config["in_chans"]) == (139, 32, 3)
