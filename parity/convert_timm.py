@@ -313,3 +313,56 @@ def timm_vit_state(tensors: dict[str, Any], our: dict[str, Any]) -> dict[str, An
             for ls in ("ls1", "ls2"):
                 m.map(f"{b}{ls}.gamma", f"{b}{ls}.gamma")
     return m.finish()
+
+
+# timm vision families the zoo names; only VisionTransformer's converter exists so far
+_VIT_CLASSES = ("VisionTransformer", "VisionTransformerDistilled")
+_PLANNED = ("SwinTransformer", "Cait", "PyramidVisionTransformerV2")
+# a key only that family's state dict has, to name the family of bare weights
+_FAMILY_KEYS = (
+    ("relative_position_bias_table", "SwinTransformer"),
+    ("blocks_token_only.", "Cait"),
+    ("stages.0.blocks.0.attn.q.weight", "PyramidVisionTransformerV2"),
+)
+
+
+def convert_timm_model(
+    source: str | Path | dict[str, Any], architecture: str | None = None, **model_args: Any,
+) -> Converted:
+    """Convert timm weights to our zoo, choosing the converter by timm class.
+
+    The class comes from ``architecture`` (a timm model name), else ``config.json``'s
+    ``"architecture"``, else the tensors' names. ViTs (and DeiT's distilled ViT) go to
+    ``convert_timm_vit``; every other class is refused by name.
+    """
+    tensors, config = read_source(source, None, "timm model")
+    architecture = architecture or config.get("architecture")
+    family = _timm_class_name(architecture) if architecture else _family_from_keys(tensors)
+    if family in _VIT_CLASSES:
+        return convert_timm_vit(source, architecture=architecture, **model_args)
+    if family in _PLANNED:
+        raise ConversionError(
+            f"timm {family} ({architecture or 'bare weights'}) has no model in the zoo yet, so it cannot be "
+            f"converted; supported: {', '.join(_VIT_CLASSES)}"
+        )
+    raise ConversionError(
+        f"timm model class {family} ({architecture}) is not supported; supported: {', '.join(_VIT_CLASSES)}"
+    )
+
+
+def _timm_class_name(architecture: str) -> str:
+    """The class timm builds for ``architecture`` (built on the meta device: no weights, no memory)."""
+    import timm
+    import torch
+
+    if not timm.is_model(architecture):
+        raise ConversionError(f"timm does not know architecture {architecture!r}; pass a timm model name")
+    with torch.device("meta"):
+        return type(timm.create_model(architecture, pretrained=False)).__name__
+
+
+def _family_from_keys(tensors: dict[str, Any]) -> str:
+    for marker, family in _FAMILY_KEYS:
+        if any(marker in key for key in tensors):
+            return family
+    return "VisionTransformer"  # its converter names what is missing if these are not ViT weights

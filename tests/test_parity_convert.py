@@ -8,7 +8,7 @@ from flops_fit.parity import case_gpt, case_vit, probe
 from flops_fit.parity.convert_gpt2 import convert_gpt2
 from flops_fit.parity.convert_hf_vit import FAMILIES, convert_hf_vit, hf_vit_config
 from flops_fit.parity.convert_llama_attn import convert_llama_attention
-from flops_fit.parity.convert_timm import convert_timm_vit
+from flops_fit.parity.convert_timm import convert_timm_model, convert_timm_vit
 from flops_fit.parity.convert_torch_mha import convert_torch_mha
 from flops_fit.parity.mapping import KeyMapper
 from flops_fit.parity.pipeline import save_hf
@@ -383,3 +383,44 @@ def test_flops_fit_parity_prints_the_assumptions(capsys) -> None:
     assert main(["parity", "--case", "timm-vit-bare", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert set(row["report"]["assumptions"]) == {"act_layer", "global_pool", "norm_eps"}
+
+def test_timm_entry_point_routes_vits_by_config_json_name_or_keys(tmp_path) -> None:
+    """One entry point: a timm hub folder (config.json names the architecture), a bare state
+    dict with a head count, and a distilled DeiT by name all reach the ViT converter exactly."""
+    ref = case_vit.timm_reference(variant="avg-norm-first")
+    case_vit.save_timm(ref, tmp_path)
+    assert _logits_match(ref, convert_timm_model(tmp_path).build())
+    plain = case_vit.timm_reference()
+    assert _logits_match(plain, convert_timm_model(plain.state_dict(), num_heads=4).build())
+    deit = timm.create_model("deit_tiny_distilled_patch16_224", pretrained=False, depth=1)
+    assert convert_timm_model(deit.state_dict(), architecture="deit_tiny_distilled_patch16_224").config["dist_token"]
+
+
+_TINY_FAMILIES = {
+    "swin_tiny_patch4_window7_224": {"depths": (1, 1), "num_heads": (1, 1), "embed_dim": 8},
+    "cait_xxs24_224": {"depth": 1, "depth_token_only": 1, "embed_dim": 8, "num_heads": 1},
+    "pvt_v2_b0": {"depths": (1, 1, 1, 1), "embed_dims": (8, 8, 8, 8), "num_heads": (1, 1, 1, 1)},
+}
+
+
+@pytest.mark.parametrize("architecture, family", [
+    ("swin_tiny_patch4_window7_224", "SwinTransformer"),
+    ("cait_xxs24_224", "Cait"),
+    ("pvt_v2_b0", "PyramidVisionTransformerV2"),
+])
+def test_timm_entry_point_refuses_families_without_a_zoo_model_by_name(architecture, family, tmp_path) -> None:
+    """By name and from bare weights alike, the refusal names the timm class."""
+    with pytest.raises(ConversionError, match=f"timm {family} \\({architecture}\\)"):
+        convert_timm_model({}, architecture=architecture)
+    state = timm.create_model(architecture, pretrained=False, **_TINY_FAMILIES[architecture]).state_dict()
+    with pytest.raises(ConversionError, match=f"timm {family} \\(bare weights\\)"):
+        convert_timm_model(_save(state, tmp_path / "m.safetensors"))
+
+
+@pytest.mark.parametrize("architecture, named", [
+    ("vit_nope", "timm does not know architecture 'vit_nope'"),
+    ("resnet18", "timm model class ResNet \\(resnet18\\) is not supported"),
+])
+def test_timm_entry_point_refuses_unknown_architectures_by_name(architecture, named) -> None:
+    with pytest.raises(ConversionError, match=named):
+        convert_timm_model({}, architecture=architecture)
