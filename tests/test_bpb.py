@@ -51,7 +51,7 @@ def test_bpe_bits_per_byte_counts_the_bytes_its_tokens_decode_to(tmp_path):
     model = flops_fit.create_model("gpt", spec.size, **spec.model_config)
     data = flops_fit.create_dataset("text-files", "validation", **config)
     no_autocast = torch.autocast("cpu", enabled=False)
-    loss, bpb = evaluate(model, data, next_token, "tokens", spec, torch.device("cpu"), no_autocast, 16)
+    loss, bpb, _ = evaluate(model, data, next_token, "tokens", spec, torch.device("cpu"), no_autocast, 16)
 
     # by hand: each window's summed loss over its 15 predicted tokens, and the UTF-8 bytes the
     # learnt tokenizer decodes those tokens to

@@ -23,13 +23,13 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("--scale", default="params", metavar="params|non_embedding_params|flops_per_token",
                    help="what N is: total parameters (default), non-embedding parameters, or non-embedding training "
                    "FLOPs per token (DeepSeek's M); --method all --holdout each also cross-validates every scale")
-    p.add_argument("--metric", default="loss", metavar="loss|bpb",
-                   help="what the laws fit: loss (held-out loss per token, default) or bpb (held-out bits per byte, "
-                   "comparable across tokenizers)")
+    p.add_argument("--metric", default="loss", metavar="loss|bpb|error",
+                   help="what the laws fit: loss (held-out loss per token, default), bpb (held-out bits per byte, "
+                   "comparable across tokenizers) or error (held-out top-1 error of image classifiers)")
     for name in ("params", "tokens", "flops", "budget"):
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
-    p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss', or 'bpb' with "
-                   "--metric bpb)")
+    p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss'; 'bpb' with "
+                   "--metric bpb, 'top1_error' with --metric error)")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")

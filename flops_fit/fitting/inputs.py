@@ -22,8 +22,12 @@ FLOPS_PER_PARAM_TOKEN = 6.0
 FINISHED = ("done", "finished", "ok", "completed")
 # What a fit minimises: the held-out loss as the runs record it (nats per token or sample),
 # or bits per byte of held-out text (``bpb``), comparable across tokenizers.
-METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out bits per byte"}
-METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)"}
+METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out bits per byte",
+           "error": "held-out top-1 error"}
+METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)", "error": "top-1 error"}
+METRIC_COLUMNS = {"loss": "loss", "bpb": "bpb", "error": "top1_error"}
+NO_ERROR = ("top-1 error is recorded for image-classification runs of sweeps since flops-fit recorded it; fit "
+            "these runs with metric='loss' (CLI: --metric loss)")
 NO_BPB = ("bits per byte is recorded for runs on text datasets that know their tokenizer (python-stdlib, "
           "text-files, tinystories, hf-text, token-file with its tokenizer), not for sweeps trained before flops-fit "
           "recorded it; fit these runs with metric='loss' (CLI: --metric loss)")
@@ -89,17 +93,20 @@ def load_runs(
     When only flops is given, tokens = flops / (k * params); when only tokens, flops =
     k * params * tokens, with k = ``flops_per_param_token`` (6 by default).
     ``exclude_top`` drops that many highest-loss runs (Epoch's replication drops 5).
-    ``metric`` is what the fit minimises: ``"loss"`` (the ``loss`` column) or ``"bpb"`` (the
-    ``bpb`` column, held-out bits per byte); ``loss_col`` names another column for it. With
+    ``metric`` is what the fit minimises: ``"loss"`` (the ``loss`` column), ``"bpb"`` (the
+    ``bpb`` column, held-out bits per byte) or ``"error"`` (the ``top1_error`` column of image
+    classifiers; without training curves); ``loss_col`` names another column for it. With
     ``"bpb"`` each run's training curve is put on the same scale by its own bits per byte /
     loss (its held-out text's tokens per byte / ln 2).
     """
     if metric not in METRICS:
         raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
     frame, name, metadata = _read(source)
-    loss_col = loss_col or metric
+    loss_col = loss_col or METRIC_COLUMNS[metric]
     if metric == "bpb":
         frame = _bits_per_byte(frame, name, loss_col, curve_col)
+    if metric == "error":
+        frame = _top1_error(frame, name, loss_col, curve_col)
     mapping = {
         "params": (params_col, "params_col"),
         "tokens": (tokens_col, "tokens_col"),
@@ -179,6 +186,19 @@ def _bits_per_byte(frame: pd.DataFrame, name: str, bpb_col: str, curve_col: str)
             if "loss" in frame else pd.Series(np.nan, frame.index)
         frame[curve_col] = [_scaled(_parse_curve(c), k) for c, k in zip(frame[curve_col], scale, strict=True)]
     return frame
+
+
+def _top1_error(frame: pd.DataFrame, name: str, error_col: str, curve_col: str) -> pd.DataFrame:
+    """``frame`` checked for a top-1 error in every finished run, without its training curves
+    (they are losses: Approach 1 has no error curve to take an envelope of)."""
+    if error_col not in frame:
+        raise FitInputError(f"{name}: no top-1 error column {error_col!r}: {NO_ERROR}")
+    finished = frame["status"].astype(str).isin(FINISHED) if "status" in frame else pd.Series(True, frame.index)
+    missing = pd.to_numeric(frame[error_col], errors="coerce").isna() & finished
+    if missing.any():
+        raise FitInputError(f"{name}: {int(missing.sum())} of {int(finished.sum())} finished runs have no top-1 "
+                            f"error: {NO_ERROR}")
+    return frame.drop(columns=[curve_col]) if curve_col in frame else frame
 
 
 def _scaled(curve: Any, factor: float) -> Any:

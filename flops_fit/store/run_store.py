@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS runs (
 ADDED_COLUMNS = (
     ("steps_trained", "INTEGER NOT NULL DEFAULT 0"),  # optimizer steps over all attempts, lost ones included
     ("bpb", "REAL"),  # held-out bits per byte (text runs whose dataset counts bytes)
+    ("top1_error", "REAL"),  # held-out top-1 error (image classification runs)
 )
 
 
@@ -188,10 +189,10 @@ class RunStore:
         with self._tx():
             cursor = self.db.execute(
                 "UPDATE runs SET status = ?, loss = ?, tokens = ?, flops = ?, steps = ?, curve = ?, error = ?,"
-                " timings = ?, device = ?, finished = ?, bpb = ? WHERE run_id = ?",
+                " timings = ?, device = ?, finished = ?, bpb = ?, top1_error = ? WHERE run_id = ?",
                 (result.status, _number(result.loss), result.tokens, result.flops,
                  result.steps, json.dumps(result.curve), result.error, json.dumps(result.timings),
-                 result.device, time.time(), _number(result.bpb), result.run_id),
+                 result.device, time.time(), _number(result.bpb), _number(result.top1_error), result.run_id),
             )
             if cursor.rowcount != 1:
                 raise StoreError(f"run {result.run_id} is not in this sweep's plan")
@@ -202,20 +203,21 @@ class RunStore:
     def runs_frame(self, include_failed: bool = True):
         """One row per finished run: run_id, model, size, params, tokens, flops, budget, loss,
         status, curve, plus error, steps, tokens_planned, lr, timings, bpb (held-out bits per
-        byte), the other scales (embedding_params, non_embedding_flops_per_unit) and model_config. Failed runs have loss NaN, runs without bits per byte bpb NaN;
+        byte), top1_error (held-out top-1 error of image classifiers), the other scales
+        (embedding_params, non_embedding_flops_per_unit) and model_config. Failed runs have loss NaN, runs without bits per byte bpb NaN;
         ``include_failed=False`` leaves failed runs out."""
         import pandas as pd
 
         wanted = ("done", "failed") if include_failed else ("done",)
         rows = self.db.execute(
             "SELECT run_id, model, size, params, tokens, flops, budget, loss, status, curve, error, steps,"
-            f" tokens_planned, spec, timings, bpb FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
+            f" tokens_planned, spec, timings, bpb, top1_error FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
             " ORDER BY position",
             wanted,
         ).fetchall()
         columns = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "loss", "status", "curve",
                    "error", "steps", "tokens_planned", "lr", "timings", "bpb", "embedding_params",
-                   "non_embedding_flops_per_unit", "model_config"]
+                   "non_embedding_flops_per_unit", "model_config", "top1_error"]
         records = []
         for row in rows:
             r = dict(zip(columns[:13], row[:13], strict=True))
@@ -228,5 +230,6 @@ class RunStore:
                 r[scale] = math.nan if spec.get(scale) is None else spec[scale]
             r["timings"] = json.loads(row[14] or "{}")
             r["bpb"] = math.nan if row[15] is None else row[15]
+            r["top1_error"] = math.nan if row[16] is None else row[16]
             records.append(r)
         return pd.DataFrame.from_records(records, columns=columns)

@@ -144,6 +144,7 @@ class RunResult:
     timings: dict[str, float] = field(default_factory=dict)
     device: str = ""
     bpb: float = math.nan
+    top1_error: float = math.nan  # held-out top-1 error (image classification; NaN otherwise)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

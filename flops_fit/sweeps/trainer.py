@@ -233,7 +233,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             raise_if_stopped()
         train_s = time.perf_counter() - t_train
         t_eval = time.perf_counter()
-        result.loss, result.bpb = evaluate(model, eval_data, loss_fn, input_key, spec, device, autocast, per_sample)
+        result.loss, result.bpb, result.top1_error = evaluate(model, eval_data, loss_fn, input_key, spec, device,
+                                                              autocast, per_sample)
         if not math.isfinite(result.loss):
             raise _Diverged(f"held-out loss is {result.loss} after training")
         result.timings["eval_s"] = time.perf_counter() - t_eval
@@ -356,21 +357,29 @@ def _check_divergence(mean: float, first: float, spec: RunSpec, steps: int, toke
 
 
 @torch.no_grad()
-def evaluate(model, data, loss_fn, input_key, spec: RunSpec, device, autocast, per_sample: int) -> tuple[float, float]:
+def evaluate(model, data, loss_fn, input_key, spec: RunSpec, device, autocast,
+             per_sample: int) -> tuple[float, float, float]:
     """Mean loss over ``spec.eval_tokens`` held-out units spread evenly over the split
-    (the same units for every run of the sweep), and bits per byte: the summed loss over
+    (the same units for every run of the sweep); bits per byte: the summed loss over
     the windows' predicted tokens / their UTF-8 bytes (``data.target_bytes``) / ln 2, NaN when
-    the dataset does not count bytes. Bits per byte assumes a loss averaged over the
-    ``seq_len - 1`` predicted tokens of each window, as the next-token loss is."""
+    the dataset does not count bytes (it assumes a loss averaged over the ``seq_len - 1``
+    predicted tokens of each window, as the next-token loss is); and, for batches with
+    ``labels`` (image classification), the top-1 error: the share whose highest logit is not
+    the label (NaN otherwise)."""
     model.eval()
     indices = eval_indices(len(data), max(1, spec.eval_tokens // per_sample))
     count_bytes = getattr(data, "target_bytes", None) if per_sample > 1 else None
-    total, count, target_bytes = 0.0, 0, 0
+    total, count, target_bytes, wrong = 0.0, 0, 0, 0
     for start in range(0, len(indices), spec.batch_size):
         chunk = indices[start:start + spec.batch_size]
         batch = {k: v.to(device) for k, v in gather(data, chunk).items()}
         with autocast:
-            loss = loss_fn(model(batch[input_key]), batch)
+            logits = model(batch[input_key])
+            loss = loss_fn(logits, batch)
+        if "labels" in batch and wrong is not None:
+            wrong += int((logits.argmax(-1) != batch["labels"]).sum())
+        else:
+            wrong = None
         total += float(loss) * len(chunk)
         count += len(chunk)
         counted = count_bytes(chunk) if count_bytes is not None else None
@@ -380,4 +389,4 @@ def evaluate(model, data, loss_fn, input_key, spec: RunSpec, device, autocast, p
             target_bytes += int(np.sum(counted))
     model.train()
     bpb = total * (per_sample - 1) / target_bytes / math.log(2) if count_bytes is not None and target_bytes else math.nan
-    return total / count, bpb
+    return total / count, bpb, (wrong / count if wrong is not None else math.nan)

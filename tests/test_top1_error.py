@@ -1,0 +1,74 @@
+"""Image classifiers record their held-out top-1 error beside the loss, and the laws can fit it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from flops_fit.plugins.image_data import ImageTensors
+
+import flops_fit
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import fit
+from flops_fit.fitting.synthetic import synthetic_runs
+from flops_fit.store.run_store import RunStore
+from flops_fit.store.runs import RunResult
+from flops_fit.sweeps.trainer import evaluate
+
+
+class AlwaysClass(torch.nn.Module):
+    """Predicts one class for every image: its top-1 error is the share of other labels."""
+
+    def __init__(self, label: int, classes: int) -> None:
+        super().__init__()
+        self.label, self.classes = label, classes
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(len(images), self.classes)
+        logits[:, self.label] = 1.0
+        return logits
+
+
+def test_the_top1_error_is_the_share_of_images_whose_best_logit_is_not_the_label():
+    labels = torch.tensor([0, 1, 2, 0, 0, 3, 1, 0, 2, 0])
+    data = ImageTensors(torch.zeros(10, 1, 4, 4), labels, mean=[0.0], std=[1.0])
+    spec = flops_fit.plan(model="vit", dataset="digits", budgets=[1e12], sizes=[32, 64, 96],
+                          eval_tokens=10, batch_size=3, min_steps=1).runs[0]
+    loss_fn = flops_fit.get_loss("cross-entropy")
+    _, bpb, error = evaluate(AlwaysClass(0, 4), data, loss_fn, "images", spec, torch.device("cpu"),
+                             contextlib.nullcontext(), 1)
+    assert error == pytest.approx(5 / 10) and math.isnan(bpb)
+
+
+def test_a_vit_run_records_it_and_the_store_keeps_it(tmp_path):
+    plan = flops_fit.plan(model="vit", dataset="digits", budgets=[1e12], sizes=[32, 64, 96], batch_size=16,
+                          min_steps=1, eval_tokens=64)
+    spec = dataclasses.replace(plan.runs[0], steps=5, tokens=5 * 16, run_id="")
+    plan.runs[:] = [spec]
+    result = flops_fit.train(spec)
+    assert result.status == "done" and 0.0 <= result.top1_error <= 1.0
+    assert result.top1_error * 64 == pytest.approx(round(result.top1_error * 64))  # a share of 64 images
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(plan)
+        store.record(result)
+        frame = store.runs_frame()
+    assert frame["top1_error"].tolist() == [result.top1_error]
+    text = flops_fit.plan(model="gpt", budgets=[1e11], span=16, tokens_per_param=100, seq_len=64,
+                          model_config={"n_layer": 2, "head_dim": 4}).runs[0]
+    assert math.isnan(RunResult(run_id=text.run_id, status="done").top1_error)  # not an image classifier
+
+
+def test_fitting_the_error_reads_its_column_and_leaves_the_loss_curves_out():
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7)
+    frame["top1_error"] = frame["loss"] / 10  # any positive metric with a minimum per budget
+    fitted = fit(frame, method="all", metric="error", bootstrap=0)
+    assert "envelope" in fitted.skipped and fitted.runs.label == "top-1 error"
+    assert fitted["isoflop"].predict(1e19).iloc[0].loss == pytest.approx(
+        fit(frame, method="isoflop", bootstrap=0).predict(1e19).iloc[0].loss / 10, rel=1e-6)
+    with pytest.raises(FitInputError, match="no top-1 error column 'top1_error'.*metric='loss'"):
+        fit(frame.drop(columns=["top1_error"]), method="isoflop", metric="error")
+    assert np.isfinite(fitted["parametric"].params["E"])
