@@ -2,9 +2,9 @@
 
 ``digits`` is scikit-learn's copy of the UCI handwritten digits (1797 8x8 grey images,
 shipped inside the scikit-learn wheel: no download). ``cifar10`` reads the official
-CIFAR-10 folder through torchvision. The official CIFAR-10 format is Python pickle, which
-torchvision unpickles: that is acceptable only because it is this dataset's own format,
-read from a folder the user points at (or downloads from the official site on request).
+CIFAR-10 folder. That format is Python pickle; it is read by an unpickler that builds only
+numpy arrays, lists, dicts and strings and refuses any other object by name, so a tampered
+file cannot run code (torchvision's own reader would unpickle anything).
 """
 
 from __future__ import annotations
@@ -73,26 +73,48 @@ def build_cifar10(
 ) -> ImageTensors:
     """CIFAR-10 from ``root`` (the folder holding ``cifar-10-batches-py``); ``validation`` is
     the official test batch, disjoint from the five training batches. ``verify=False`` skips
-    torchvision's MD5 check of the official files (for a sample in the official format)."""
+    the MD5 check of the official files (for a sample in the official format)."""
     _check_split(split)
     if not root:
         raise DataError("cifar10 needs root=...: the folder that holds (or will hold) cifar-10-batches-py")
     from torchvision.datasets import CIFAR10
+    from torchvision.datasets.utils import check_integrity, download_and_extract_archive
 
-    class Unverified(CIFAR10):
-        def _check_integrity(self) -> bool:
-            folder = os.path.join(self.root, self.base_folder)
-            return all(os.path.isfile(os.path.join(folder, name)) for name, _ in self.train_list + self.test_list)
-
-        def _load_meta(self) -> None:
-            self.classes = CIFAR_CLASSES
-
-    try:
-        data = (CIFAR10 if verify else Unverified)(root, train=split == "train", download=download)
-    except RuntimeError as exc:
+    folder = os.path.join(root, CIFAR10.base_folder)
+    files = CIFAR10.train_list if split == "train" else CIFAR10.test_list
+    if download and not all(check_integrity(os.path.join(folder, name), md5) for name, md5 in files):
+        download_and_extract_archive(CIFAR10.url, root, filename=CIFAR10.filename, md5=CIFAR10.tgz_md5)
+    bad = [name for name, md5 in files if not (check_integrity(os.path.join(folder, name), md5 if verify else None))]
+    if bad:
         raise DataError(
-            f"cifar10: no valid CIFAR-10 under {root!r} ({exc}); pass download=True to fetch it "
-            "(about 170 MB from the official site) or point root at the folder holding cifar-10-batches-py"
-        ) from None
-    images = torch.from_numpy(np.ascontiguousarray(data.data)).permute(0, 3, 1, 2).contiguous()  # uint8
-    return ImageTensors(images, torch.tensor(data.targets), CIFAR_MEAN, CIFAR_STD)
+            f"cifar10: no valid CIFAR-10 under {root!r} ({', '.join(bad)} missing or failing its checksum); pass "
+            "download=True to fetch it (about 170 MB from the official site) or point root at the folder holding "
+            "cifar-10-batches-py"
+        )
+    batches = [read_pickled_arrays(os.path.join(folder, name)) for name, _ in files]
+    data = np.concatenate([np.asarray(b["data"], dtype=np.uint8) for b in batches]).reshape(-1, 3, 32, 32)
+    labels = np.concatenate([np.asarray(b.get("labels", b.get("fine_labels")), dtype=np.int64) for b in batches])
+    return ImageTensors(torch.from_numpy(data), torch.from_numpy(labels), CIFAR_MEAN, CIFAR_STD)
+
+
+_ARRAY_BUILDERS = {
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+}
+
+
+def read_pickled_arrays(path: str) -> dict:
+    """A pickle of dicts, lists, strings and numpy arrays (CIFAR's batches), refusing any other
+    object: ``find_class`` is where pickle would import and call arbitrary code."""
+    import pickle
+
+    class ArraysOnly(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            if (module, name) in _ARRAY_BUILDERS:
+                return super().find_class(module, name)
+            raise DataError(f"{path}: the pickle asks for {module}.{name}; only numpy arrays, lists, dicts and "
+                            "strings are read from a dataset file (refusing to run pickled code)")
+
+    with open(path, "rb") as handle:
+        return ArraysOnly(handle, encoding="latin1").load()

@@ -116,6 +116,26 @@ def test_cifar10_from_a_local_folder_in_the_official_format(tmp_path):
         flops_fit.create_dataset("cifar10", "train")
 
 
+class _Payload:
+    """Pickles to a call of os.system: what a tampered dataset file could hold."""
+
+    def __reduce__(self):
+        import os
+
+        return os.system, ("touch PWNED",)
+
+
+def test_cifar10_files_are_read_without_running_pickled_code(tmp_path, monkeypatch):
+    pytest.importorskip("torchvision", reason="cifar10 needs torchvision (pip install 'flops-fit[data]')")
+    names = _write_cifar_sample(tmp_path)
+    with open(tmp_path / "cifar-10-batches-py" / names[0], "wb") as f:
+        pickle.dump({"data": _Payload(), "labels": [0]}, f)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FlopsFitError, match="asks for posix.system.*refusing to run pickled code"):
+        flops_fit.create_dataset("cifar10", "train", root=str(tmp_path), verify=False)
+    assert not (tmp_path / "PWNED").exists()
+
+
 def test_digits_ship_with_scikit_learn_and_split_without_overlap():
     pytest.importorskip("sklearn")
     from sklearn.datasets import load_digits
