@@ -82,6 +82,17 @@ def register_datasets(register):
         "cifar10",
         description="CIFAR-10 through torchvision from a local root=... folder (download=True to fetch)",
         builder=f"{_MOD}.image_data:build_cifar10",
-        defaults={"image_size": 32, "in_chans": 3, "num_classes": 10, "patch_size": 4, "download": False},
+        defaults={"image_size": 32, "in_chans": 3, "num_classes": 10, "patch_size": 4, "download": False,
+                  "crop_padding": 0, "flip": False},
+        **_IMAGES,
+    ))
+    register(flops_fit.DatasetEntry(
+        "image-folder",
+        description="A local ImageFolder tree (root=.../<class>/<image>, or train/ and validation/ trees), resized "
+        "to image_size; crop_padding=, flip= augment training; num_classes follows the class folders",
+        builder=f"{_MOD}.image_data:build_image_folder",
+        configure=f"{_MOD}.image_data:configure_image_folder",
+        defaults={"image_size": 32, "in_chans": 3, "num_classes": 10, "patch_size": 4, "validation_fraction": 0.1,
+                  "crop_padding": 0, "flip": False},
         **_IMAGES,
     ))

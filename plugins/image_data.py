@@ -20,14 +20,24 @@ SPLITS = ("train", "validation")
 
 
 class ImageTensors:
-    """Images (uint8 or float, [N, C, H, W]) and int64 labels; normalised per channel on the fly."""
+    """Images (uint8 or float, [N, C, H, W]) and int64 labels; normalised per channel on the fly.
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean: list[float], std: list[float]) -> None:
+    ``crop_padding`` > 0 takes a random crop of the image padded by that many pixels, ``flip``
+    mirrors half the images: the usual CIFAR augmentation, for training splits. Its randomness
+    comes from the batch's own indices (and ``seed``), so the same batch is augmented the same
+    way in a resumed run, and a batch of the next epoch (other indices together) differently.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, mean: list[float], std: list[float], *,
+                 crop_padding: int = 0, flip: bool = False, seed: int = 0) -> None:
         if len(images) != len(labels) or len(images) == 0:
             raise DataError(f"need as many labels as images (>0), got {len(images)} and {len(labels)}")
+        if isinstance(crop_padding, bool) or not isinstance(crop_padding, int) or crop_padding < 0:
+            raise DataError(f"crop_padding must be a number of pixels >= 0 (e.g. 4), got {crop_padding!r}")
         self.images, self.labels = images, labels.long()
         self.mean = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+        self.crop_padding, self.flip, self.seed = crop_padding, bool(flip), seed
 
     def __len__(self) -> int:
         return len(self.images)
@@ -36,9 +46,28 @@ class ImageTensors:
         return {k: v[0] for k, v in self.get_batch(np.array([index])).items()}
 
     def get_batch(self, indices: np.ndarray) -> dict[str, torch.Tensor]:
-        idx = torch.from_numpy(np.asarray(indices, dtype=np.int64))
+        indices = np.asarray(indices, dtype=np.int64)
+        idx = torch.from_numpy(indices)
         images = (self.images[idx].float() - self.mean) / self.std
+        if self.crop_padding or self.flip:
+            images = self._augment(images, indices)
         return {"images": images, "labels": self.labels[idx]}
+
+    def _augment(self, images: torch.Tensor, indices: np.ndarray) -> torch.Tensor:
+        import hashlib
+
+        key = hashlib.sha256(np.ascontiguousarray(indices).tobytes()).digest()[:8]
+        rng = np.random.default_rng([self.seed, int.from_bytes(key, "little")])
+        n, _, h, w = images.shape
+        if self.crop_padding:
+            p = self.crop_padding
+            padded = torch.nn.functional.pad(images, (p, p, p, p))  # zeros: the normalised mean
+            dy, dx = rng.integers(0, 2 * p + 1, (2, n))
+            images = torch.stack([padded[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
+        if self.flip:
+            mirror = torch.from_numpy(rng.random(n) < 0.5)
+            images = torch.where(mirror[:, None, None, None], images.flip(-1), images)
+        return images
 
 
 def _check_split(split: str) -> None:
@@ -69,11 +98,13 @@ CIFAR_STD = [63.0, 62.1, 66.7]
 
 
 def build_cifar10(
-    split: str, root: str | None = None, download: bool = False, verify: bool = True, **model_keys
+    split: str, root: str | None = None, download: bool = False, verify: bool = True, crop_padding: int = 0,
+    flip: bool = False, seed: int = 0, **model_keys
 ) -> ImageTensors:
     """CIFAR-10 from ``root`` (the folder holding ``cifar-10-batches-py``); ``validation`` is
     the official test batch, disjoint from the five training batches. ``verify=False`` skips
-    the MD5 check of the official files (for a sample in the official format)."""
+    the MD5 check of the official files (for a sample in the official format). ``crop_padding``
+    and ``flip`` augment the training split (``ImageTensors``)."""
     _check_split(split)
     if not root:
         raise DataError("cifar10 needs root=...: the folder that holds (or will hold) cifar-10-batches-py")
@@ -94,7 +125,83 @@ def build_cifar10(
     batches = [read_pickled_arrays(os.path.join(folder, name)) for name, _ in files]
     data = np.concatenate([np.asarray(b["data"], dtype=np.uint8) for b in batches]).reshape(-1, 3, 32, 32)
     labels = np.concatenate([np.asarray(b.get("labels", b.get("fine_labels")), dtype=np.int64) for b in batches])
-    return ImageTensors(torch.from_numpy(data), torch.from_numpy(labels), CIFAR_MEAN, CIFAR_STD)
+    augment = {"crop_padding": crop_padding, "flip": flip, "seed": seed} if split == "train" else {}
+    return ImageTensors(torch.from_numpy(data), torch.from_numpy(labels), CIFAR_MEAN, CIFAR_STD, **augment)
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".ppm")
+
+
+def build_image_folder(split: str, root: str | None = None, image_size: int = 32, in_chans: int = 3,
+                       validation_fraction: float = 0.1, crop_padding: int = 0, flip: bool = False, seed: int = 0,
+                       **model_keys) -> ImageTensors:
+    """An ImageFolder tree: ``root/<class>/<image>``, classes in sorted order, or ``root/train`` and
+    ``root/validation`` (or ``val``) trees with the same classes. Without split folders, a seeded
+    ``validation_fraction`` of each class is held out. Images are resized to ``image_size``
+    (RGB, or grey with ``in_chans=1``), decoded once into memory; per-channel mean and std come
+    from the training split."""
+    from PIL import Image
+
+    _check_split(split)
+    if not root or not os.path.isdir(root):
+        raise DataError(f"image-folder needs root=...: a folder of class folders (root/<class>/<image>); got {root!r}")
+    splits = {"train": os.path.join(root, "train"),
+              "validation": next((os.path.join(root, v) for v in ("validation", "val")
+                                  if os.path.isdir(os.path.join(root, v))), None)}
+    split_folders = os.path.isdir(splits["train"]) and splits["validation"] is not None
+
+    def listing(folder: str) -> list[tuple[str, str]]:
+        return [(c, os.path.join(folder, c, f)) for c in sorted(os.listdir(folder)) if os.path.isdir(os.path.join(folder, c))
+                for f in sorted(os.listdir(os.path.join(folder, c))) if f.lower().endswith(IMAGE_SUFFIXES)]
+
+    files = {s: listing(splits[s]) for s in SPLITS} if split_folders else _held_out(listing(root), validation_fraction)
+    classes = sorted({c for c, _ in files["train"]})
+    if not classes:
+        raise DataError(f"image-folder: no images ({', '.join(IMAGE_SUFFIXES)}) in class folders under {root!r}")
+    mode = "L" if in_chans == 1 else "RGB"
+
+    def load(pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
+        unknown = sorted({c for c, _ in pairs} - set(classes))
+        if unknown:
+            raise DataError(f"image-folder: held-out classes {unknown} have no training images under {root!r}")
+        arrays = [np.asarray(Image.open(path).convert(mode).resize((image_size, image_size)), np.uint8)
+                  for _, path in pairs]
+        images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1).permute(0, 3, 1, 2)
+        return images.contiguous(), torch.tensor([classes.index(c) for c, _ in pairs])
+
+    train_images, _ = load(files["train"])
+    mean = train_images.float().mean((0, 2, 3)).tolist()
+    std = train_images.float().std((0, 2, 3)).clamp_min(1e-6).tolist()
+    images, labels = load(files[split])
+    augment = {"crop_padding": crop_padding, "flip": flip, "seed": seed} if split == "train" else {}
+    return ImageTensors(images, labels, mean, std, **augment)
+
+
+def configure_image_folder(config: dict) -> dict:
+    """``num_classes`` follows the class folders under ``root`` (the model's head follows it)."""
+    root = config.get("root")
+    if not root or not os.path.isdir(root):
+        return config
+    train = os.path.join(root, "train")
+    folder = train if os.path.isdir(train) and any(os.path.isdir(os.path.join(root, v)) for v in ("validation", "val")) \
+        else root
+    classes = [c for c in os.listdir(folder) if os.path.isdir(os.path.join(folder, c))]
+    return {**config, "num_classes": len(classes)} if classes else config
+
+
+def _held_out(pairs: list[tuple[str, str]], fraction: float) -> dict[str, list[tuple[str, str]]]:
+    """A seeded ``fraction`` of each class's images held out (at least one when a class has two)."""
+    if not 0 < fraction < 1:
+        raise DataError(f"validation_fraction must be between 0 and 1 (e.g. 0.1), got {fraction!r}")
+    rng = np.random.default_rng(0)
+    out = {"train": [], "validation": []}
+    for c in sorted({c for c, _ in pairs}):
+        members = [p for p in pairs if p[0] == c]
+        order = rng.permutation(len(members))
+        cut = max(1, int(round(fraction * len(members)))) if len(members) > 1 else 0
+        out["validation"] += [members[i] for i in sorted(order[:cut])]
+        out["train"] += [members[i] for i in sorted(order[cut:])]
+    return out
 
 
 _ARRAY_BUILDERS = {

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from flops_fit.plugins import text_data
+from flops_fit.plugins.image_data import ImageTensors
 
 import flops_fit
 from flops_fit.errors import FlopsFitError
@@ -168,3 +169,49 @@ def test_unknown_split_is_refused():
     with pytest.raises(FlopsFitError, match="has no split 'test'"):
         flops_fit.create_dataset("python-stdlib", "test")
 
+
+
+def _write_image_folder(root, classes=("cat", "dog", "emu"), per_class=5, size=12):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for k, name in enumerate(classes):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            pixels[..., k] = 255  # each class has its own saturated channel
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+
+
+def test_an_image_folder_tree_is_read_split_and_sizes_the_model(tmp_path):
+    _write_image_folder(tmp_path / "pets")
+    config = {"root": str(tmp_path / "pets"), "image_size": 8}
+    train = flops_fit.create_dataset("image-folder", "train", **config)
+    held = flops_fit.create_dataset("image-folder", "validation", **config)
+    assert len(train) + len(held) == 15 and len(held) == 3  # 10% of 5 per class, at least one each
+    batch = held.get_batch(np.arange(3))
+    assert batch["images"].shape == (3, 3, 8, 8) and sorted(batch["labels"].tolist()) == [0, 1, 2]
+    for label in range(3):  # the class's saturated channel survives resizing and normalisation
+        image = batch["images"][batch["labels"].tolist().index(label)]
+        assert image[label].mean() == image.mean(dim=(1, 2)).max()
+    plan = flops_fit.plan(model="vit", dataset="image-folder", budgets=[1e12], sizes=[32, 64, 96],
+                          dataset_config=config, min_steps=1, batch_size=4)
+    assert plan.runs[0].model_config["num_classes"] == 3 and plan.runs[0].model_config["image_size"] == 8
+    with pytest.raises(FlopsFitError, match="image-folder needs root="):
+        flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "nothing"))
+
+
+def test_augmentation_is_a_crop_and_flip_fixed_by_the_batch():
+    images = torch.arange(2 * 1 * 4 * 4, dtype=torch.float32).reshape(2, 1, 4, 4)
+    plain = ImageTensors(images, torch.tensor([0, 1]), mean=[0.0], std=[1.0])
+    augmented = ImageTensors(images, torch.tensor([0, 1]), mean=[0.0], std=[1.0], crop_padding=1, flip=True)
+    a, b = augmented.get_batch(np.array([0, 1])), augmented.get_batch(np.array([0, 1]))
+    assert torch.equal(a["images"], b["images"])  # the same batch, the same augmentation (a resume agrees)
+    x, y = plain.get_batch(np.array([0, 1]))["images"], a["images"]
+    for i in range(2):  # each image is a shifted (by at most a pixel) and possibly mirrored window of the original
+        padded = torch.nn.functional.pad(x[i], (1, 1, 1, 1))
+        windows = [padded[:, dy:dy + 4, dx:dx + 4] for dy in range(3) for dx in range(3)]
+        assert any(torch.equal(y[i], w) or torch.equal(y[i], w.flip(-1)) for w in windows)
+    many = ImageTensors(images.repeat(16, 1, 1, 1), torch.zeros(32, dtype=torch.long), [0.0], [1.0], flip=True)
+    flipped = (many.get_batch(np.arange(32))["images"] != images.repeat(16, 1, 1, 1)).flatten(1).any(1)
+    assert 4 < int(flipped.sum()) < 28  # about half mirrored
