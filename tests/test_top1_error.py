@@ -72,3 +72,24 @@ def test_fitting_the_error_reads_its_column_and_leaves_the_loss_curves_out():
     with pytest.raises(FitInputError, match="no top-1 error column 'top1_error'.*metric='loss'"):
         fit(frame.drop(columns=["top1_error"]), method="isoflop", metric="error")
     assert np.isfinite(fitted["parametric"].params["E"])
+
+
+def test_the_error_law_recovers_a_known_frontier_and_the_report_plots_it(tmp_path):
+    from flops_fit.fitting.error_law import error_frontier, fit_error_law
+    from flops_fit.fitting.report import write_report
+
+    law = {"a": 40.0, "b": 0.35, "d": 2e9, "c": 0.08}
+    flops = np.geomspace(1e10, 1e14, 12)
+    best = law["a"] * (flops + law["d"]) ** -law["b"] + law["c"]
+    worse = best * 1.3  # runs off the frontier do not move it
+    c, e = error_frontier(np.concatenate([flops, flops * 1.01]), np.concatenate([best, worse]))
+    assert c.tolist() == flops.tolist()
+    fitted = fit_error_law(np.concatenate([flops, flops * 1.01]), np.concatenate([best, worse]), bootstrap=20)
+    assert fitted.params["b"] == pytest.approx(law["b"], rel=0.02) and fitted.params["c"] == pytest.approx(0.08, abs=0.005)
+    assert fitted.error(np.array([1e15]))[0] == pytest.approx(law["a"] * (1e15 + law["d"]) ** -law["b"] + law["c"],
+                                                               rel=0.01)
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=5).drop(columns=["curve"])
+    frame["top1_error"] = 40.0 * (frame["flops"] * frame["loss"] / frame["loss"].min()) ** -0.3 + 0.05
+    text = write_report(fit(frame, method="isoflop", bootstrap=0), tmp_path / "r.html").read_text()
+    assert "Top-1 error against compute" in text and "alt='top1_error'" in text
+    assert (tmp_path / "r_plots" / "top1_error.svg").is_file()

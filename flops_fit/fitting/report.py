@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from flops_fit._version import __version__
+from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.error_law import fit_error_law, plot_error_law
 from flops_fit.fitting.figures import forest, headline, holdout_figure
 from flops_fit.fitting.forecast import CANDIDATE_HEADERS, candidate_rows
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
@@ -66,6 +68,9 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                              "The exponent a of N_opt ~ C^a by method, with intervals."))
     if fitted.holdout:
         body.append(_holdout_section(fitted.holdout, figure, plot_dir))
+    errors = _error_section(runs, figure, plot_dir, target)
+    if errors:
+        body.append(errors)
     for result in results.values():
         body.append(_section(result, figure, plot_dir, target, budgets))
     provenance = {
@@ -117,6 +122,27 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
                      + (f"<li>{more} more in the method sections below</li>" if more > 0 else "") + "</ul>")
     if fitted.skipped:
         parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
+    return "\n".join(parts)
+
+
+def _error_section(runs: Any, figure: _Figures, plot_dir: Path, target: float) -> str:
+    """Image classifiers' top-1 error against compute and the Zhai et al. law fitted to its
+    frontier, when every run recorded the error."""
+    f = runs.frame
+    if "top1_error" not in f or not np.isfinite(f["top1_error"].to_numpy(float)).all():
+        return ""
+    flops, error = f["flops"].to_numpy(float), f["top1_error"].to_numpy(float)
+    parts = ["<h2 id='error'>Top-1 error against compute</h2>"]
+    try:
+        law = fit_error_law(flops, error, bootstrap=100, seed=0)
+    except FitInputError as exc:
+        return "\n".join(parts + [f"<p>{_e(exc)}</p>"])
+    at = float(law.error(np.array([target]))[0])
+    parts.append(f"<p>{_e(law.summary())}. At the target C = {fmt.flops(target)} FLOPs it forecasts a top-1 error "
+                 f"of {at:.3f}; the floor c is the error no compute removes.</p>")
+    parts.append(figure.embed(plot_error_law(law, flops, error, plot_dir / "top1_error", target),
+                              "Every run's held-out top-1 error (grey), the compute frontier (red) and the law "
+                              "fitted to it."))
     return "\n".join(parts)
 
 
