@@ -96,3 +96,12 @@ def register_datasets(register):
                   "crop_padding": 0, "flip": False},
         **_IMAGES,
     ))
+    register(flops_fit.DatasetEntry(
+        "hf-images",
+        description="Images with integer labels from parquet / arrow / json files (data_files=...) or a save_to_disk "
+        "folder (path=...) through `datasets`; image_field=, label_field=; set num_classes",
+        builder=f"{_MOD}.image_data:build_hf_images",
+        defaults={"image_size": 32, "in_chans": 3, "num_classes": 10, "patch_size": 4, "validation_fraction": 0.1,
+                  "crop_padding": 0, "flip": False},
+        **_IMAGES,
+    ))

@@ -9,7 +9,9 @@ file cannot run code (torchvision's own reader would unpickle anything).
 
 from __future__ import annotations
 
+import io
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -173,6 +175,66 @@ def build_image_folder(split: str, root: str | None = None, image_size: int = 32
     mean = train_images.float().mean((0, 2, 3)).tolist()
     std = train_images.float().std((0, 2, 3)).clamp_min(1e-6).tolist()
     images, labels = load(files[split])
+    augment = {"crop_padding": crop_padding, "flip": flip, "seed": seed} if split == "train" else {}
+    return ImageTensors(images, labels, mean, std, **augment)
+
+
+def build_hf_images(split: str, data_files: Any = None, path: str | None = None, image_field: str = "image",
+                    label_field: str = "label", image_size: int = 32, in_chans: int = 3,
+                    validation_fraction: float = 0.1, crop_padding: int = 0, flip: bool = False, seed: int = 0,
+                    **model_keys) -> ImageTensors:
+    """Images and integer labels from parquet / arrow / json files (``data_files``: a path, glob,
+    list, or ``{"train": ..., "validation": ...}``) or a ``save_to_disk`` folder (``path``), read
+    through ``datasets``; images are decoded, resized to ``image_size`` and held in memory. With
+    one split of files a seeded ``validation_fraction`` is held out."""
+    from PIL import Image
+
+    _check_split(split)
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("hf-images needs the `datasets` library: pip install 'flops-fit[data]'") from None
+    if (data_files is None) == (path is None):
+        raise DataError("hf-images needs data_files=... (parquet/arrow/json files) or path=... (a save_to_disk folder)")
+    if path is not None:
+        loaded = datasets.load_from_disk(path)
+    else:
+        files = data_files if isinstance(data_files, dict) else {"train": data_files}
+        first = str(next(iter(files.values()))[0] if isinstance(next(iter(files.values())), list)
+                    else next(iter(files.values())))
+        kind = {".parquet": "parquet", ".arrow": "arrow", ".json": "json", ".jsonl": "json"}.get(
+            os.path.splitext(first)[1].lower())
+        if kind is None:
+            raise DataError(f"hf-images: {first!r} is not a parquet, arrow or json file")
+        loaded = datasets.load_dataset(kind, data_files=files)
+    if isinstance(loaded, datasets.DatasetDict):
+        held = next((loaded[k] for k in ("validation", "val", "test") if k in loaded), None)
+        table = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
+    else:
+        table, held = loaded, None
+    for field_name in (image_field, label_field):
+        if field_name not in table.column_names:
+            raise DataError(f"hf-images: no column {field_name!r}; columns: {table.column_names} "
+                            "(name them with image_field= / label_field=)")
+    if held is None:
+        parts = table.train_test_split(test_size=validation_fraction, seed=0)
+        table, held = parts["train"], parts["test"]
+    chosen = table if split == "train" else held
+    mode = "L" if in_chans == 1 else "RGB"
+
+    def decode(value: Any) -> np.ndarray:
+        image = value if isinstance(value, Image.Image) else Image.open(io.BytesIO(value["bytes"]))
+        return np.asarray(image.convert(mode).resize((image_size, image_size)), np.uint8)
+
+    def tensors(rows: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        arrays = [decode(v) for v in rows[image_field]]
+        images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1)
+        return images.permute(0, 3, 1, 2).contiguous(), torch.tensor(rows[label_field], dtype=torch.int64)
+
+    train_images, _ = tensors(table)
+    mean = train_images.float().mean((0, 2, 3)).tolist()
+    std = train_images.float().std((0, 2, 3)).clamp_min(1e-6).tolist()
+    images, labels = tensors(chosen)
     augment = {"crop_padding": crop_padding, "flip": flip, "seed": seed} if split == "train" else {}
     return ImageTensors(images, labels, mean, std, **augment)
 

@@ -215,3 +215,30 @@ def test_augmentation_is_a_crop_and_flip_fixed_by_the_batch():
     many = ImageTensors(images.repeat(16, 1, 1, 1), torch.zeros(32, dtype=torch.long), [0.0], [1.0], flip=True)
     flipped = (many.get_batch(np.arange(32))["images"] != images.repeat(16, 1, 1, 1)).flatten(1).any(1)
     assert 4 < int(flipped.sum()) < 28  # about half mirrored
+
+
+def test_parquet_and_save_to_disk_images_through_datasets(tmp_path):
+    datasets = pytest.importorskip("datasets", reason="hf-images needs `datasets` (pip install 'flops-fit[data]')")
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images, labels = [], []
+    for i in range(20):
+        pixels = rng.integers(0, 256, (10, 10, 3), dtype=np.uint8)
+        pixels[..., i % 2] = 255
+        images.append(Image.fromarray(pixels))
+        labels.append(i % 2)
+    table = datasets.Dataset.from_dict({"img": images, "y": labels}).cast_column("img", datasets.Image())
+    table.to_parquet(str(tmp_path / "pics.parquet"))
+    table.save_to_disk(str(tmp_path / "saved"))
+    config = {"image_field": "img", "label_field": "y", "image_size": 8, "num_classes": 2}
+    for source in ({"data_files": str(tmp_path / "pics.parquet")}, {"path": str(tmp_path / "saved")}):
+        train = flops_fit.create_dataset("hf-images", "train", **config, **source)
+        held = flops_fit.create_dataset("hf-images", "validation", **config, **source)
+        assert len(train) == 18 and len(held) == 2
+        batch = train.get_batch(np.arange(18))
+        assert batch["images"].shape == (18, 3, 8, 8)
+        for image, label in zip(batch["images"], batch["labels"].tolist(), strict=True):
+            assert image[label].mean() > image[1 - label].mean()  # the saturated channel is the label's
+    with pytest.raises(FlopsFitError, match="no column 'image'"):
+        flops_fit.create_dataset("hf-images", "train", data_files=str(tmp_path / "pics.parquet"))
