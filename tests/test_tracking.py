@@ -336,13 +336,17 @@ def test_a_text_runs_bits_per_byte_is_logged_beside_its_loss(tmp_path):
 
     text_run, other_run = plan(host=HOST, **sweep_support.small_plan_options()).runs[:2]
     target = destination(TrackingOptions(("tensorboard",)), tmp_path, "bpb test", "bpb")
-    for spec, bpb in ((text_run, 1.25), (other_run, math.nan)):  # NaN: a dataset that counts no bytes
+    # NaN: a dataset that counts no bytes; an image classifier's top-1 error beside its loss
+    for spec, bpb, error in ((text_run, 1.25, math.nan), (other_run, math.nan, 0.375)):
         with RunTracker(target, spec) as tracker:
-            tracker.finish(RunResult(run_id=spec.run_id, status="done", loss=2.5, bpb=bpb, tokens=640, steps=10))
+            tracker.finish(RunResult(run_id=spec.run_id, status="done", loss=2.5, bpb=bpb, top1_error=error,
+                                     tokens=640, steps=10))
     folder = tmp_path / "tracking" / "tensorboard"
     events = tensorboard(folder / text_run.run_id)
     assert scalars(events, "eval/bpb") == [(640, 1.25)] and scalars(events, "eval/loss") == [(640, 2.5)]
-    assert "eval/bpb" not in tensorboard(folder / other_run.run_id).Tags()["scalars"]
+    assert "eval/top1_error" not in events.Tags()["scalars"]
+    other = tensorboard(folder / other_run.run_id)
+    assert "eval/bpb" not in other.Tags()["scalars"] and scalars(other, "eval/top1_error") == [(640, 0.375)]
 
 
 def test_wsd_branches_log_their_whole_curve_the_shared_stable_phase_included(tmp_path):

@@ -159,7 +159,8 @@ class RunTracker:
         """Log the held-out metrics, tokens, FLOPs and timings of ``result``, and close."""
         if self.trackers is None:
             self.begin(0)
-        metrics = {"eval/loss": result.loss, "eval/bpb": result.bpb, "run/tokens": result.tokens, "run/flops": result.flops,
+        metrics = {"eval/loss": result.loss, "eval/bpb": result.bpb, "eval/top1_error": result.top1_error,
+                   "run/tokens": result.tokens, "run/flops": result.flops,
                    "run/steps": result.steps, "run/failed": float(result.status != "done"),
                    **{(f"time/{k}" if k.endswith("_s") else f"run/{k}"): v for k, v in result.timings.items()}}
         if result.tokens and result.timings.get("train_s"):
