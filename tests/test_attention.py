@@ -368,7 +368,7 @@ def test_fully_masked_query_attends_to_nothing_on_every_path():
 
 # --------------------------------------------------------- single-key path
 @pytest.mark.parametrize("kv", [8, 2, 1])
-def test_single_key_has_weight_one_and_q_k_gradients_exactly_zero(kv):
+def test_single_key_has_weight_one_and_q_k_gradients_vanish(kv):
     m = make(kv, qk_norm=True)
     x = rand(3, 1, E)
     q = rand(3, 4, E, seed=2)  # several queries, one key
@@ -379,10 +379,15 @@ def test_single_key_has_weight_one_and_q_k_gradients_exactly_zero(kv):
     torch.testing.assert_close(m(q, x), m.out_proj(v.reshape(3, 1, E)).expand(3, 4, E))
     m.train()
     m(q, x).square().sum().backward()
-    for name, p in m.named_parameters():  # in the graph (DDP needs that), q/k rows exactly zero
+    for name, p in m.named_parameters():  # in the graph (DDP needs that)
         assert p.grad is not None, name
-    assert not m.qkv_proj.weight.grad[: E + kv * E // H].any() and not m.q_norm.weight.grad.any()
-    assert m.qkv_proj.weight.grad[E + kv * E // H:].abs().sum() > 0
+    # The softmax of one key is 1 whatever its logit, so q/k get no gradient in exact arithmetic;
+    # SDPA's fused CPU backward (torch 2.15) leaves rounding residue (~3e-7 of v's gradient).
+    # A weight that is not exactly one would give q/k gradients of v's order.
+    v_grad = m.qkv_proj.weight.grad[E + kv * E // H:].abs().max()
+    assert v_grad > 0
+    assert m.qkv_proj.weight.grad[: E + kv * E // H].abs().max() <= 1e-5 * v_grad
+    assert m.q_norm.weight.grad.abs().max() <= 1e-5 * v_grad
 
 
 # -------------------------------------------------------------- gradients
