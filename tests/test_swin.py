@@ -276,3 +276,15 @@ def test_a_swin_sweep_plans_and_trains():
     spec = dataclasses.replace(plan.runs[0], steps=2, tokens=2 * 4, run_id="")
     result = flops_fit.train(spec)
     assert result.status == "done" and result.loss > 0 and 0.0 <= result.top1_error <= 1.0
+
+
+def test_registration_does_not_import_torch_and_the_builtin_zoo_lists_swin():
+    import subprocess
+    import sys
+
+    from flops_fit.plugin.host import BUILTIN_PLUGINS
+
+    code = "import sys, flops_fit.plugins.swin; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False" and "flops_fit.plugins.swin" in BUILTIN_PLUGINS
+    assert {"swin", "swin_tiny_patch4_window7_224"} <= set(flops_fit.list_models())
