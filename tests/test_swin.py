@@ -2,6 +2,7 @@
 converter's refusals, and a sweep that plans and trains."""
 
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -203,12 +204,17 @@ def _state(model):
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
-def test_a_state_dict_converts_and_computes_what_timm_computes():
+@pytest.mark.parametrize("options, eps", [
+    ({}, 1e-5),
+    ({"dynamic_img_size": True}, 1e-5),  # the mask is computed per forward, the same at the configured size
+    ({"norm_layer": functools.partial(torch.nn.LayerNorm, eps=1e-6)}, 1e-6),
+], ids=["plain", "dynamic-img-size", "eps-1e-6"])
+def test_a_state_dict_converts_and_computes_what_timm_computes(options, eps):
     torch.manual_seed(0)
-    ref = timm_swin()
-    converted = convert_timm_model(_state(ref), architecture="swin_tiny_patch4_window7_224", **TINY)
+    ref = timm_swin(**options)
+    converted = convert_timm_model(_state(ref), architecture="swin_tiny_patch4_window7_224", **TINY, **options)
     assert converted.model == "swin" and converted.size == 32
-    assert converted.config["num_heads"] == (1, 2) and converted.config["norm_eps"] == 1e-5
+    assert converted.config["num_heads"] == (1, 2) and converted.config["norm_eps"] == eps
     ours = converted.build().eval()
     with torch.no_grad():
         torch.testing.assert_close(ours(images()), ref(images()))
