@@ -236,20 +236,26 @@ def non_embedding_flops(width: int, **config) -> float:
 
 def activation_memory(width: int, micro_batch_size: int, seq_len: int, **config) -> int:
     """Bytes of fp32 activations autograd keeps for backward in one micro-batch of images
-    (``seq_len`` is 1: a sample is an image): per block and token as in ``vit`` (8 x width,
-    2 x the MLP width, norm statistics, a log-sum-exp per head) plus the attention bias each
-    window's heads add (window^2 per token and head), the patch mergings, the image and the
-    embedded tokens."""
+    (``seq_len`` is 1: a sample is an image). Per block and token: 8 x width (the norms' and
+    projections' inputs, q, k, v), 2 x the MLP width, 4 norm statistics and the attention
+    weights (heads x window^2: the additive bias sends SDPA down its explicit path on CPU);
+    per merged token the merge norm's input and output (2 x 4 x the previous width) and 2
+    statistics; then the image, the patch embedding and final norms, the pooled features,
+    the logits and the label. Per micro-batch: each block's int64 bias index (window^4 x 8
+    bytes) and the loss."""
     cfg = SwinConfig.of(width, **config)
-    per_sample = cfg.in_chans * cfg.image_size**2 + 2 * cfg.grid**2 * cfg.width + cfg.num_features + cfg.num_classes
+    first, last = cfg.stages[0], cfg.stages[-1]
+    per_sample = cfg.in_chans * cfg.image_size**2 + first.tokens * (first.width + 2)
+    per_sample += last.tokens * (last.width + 2) + last.width + cfg.num_classes + 2
+    per_batch = 1
     previous = None
     for depth, st in zip(cfg.depths, cfg.stages):
         if previous is not None:
             per_sample += st.tokens * (2 * 4 * previous + 2)
-        per_token = 8 * st.width + 2 * st.hidden + 4 + st.heads + st.heads * st.window**2
-        per_sample += depth * st.tokens * per_token
+        per_sample += depth * st.tokens * (8 * st.width + 2 * st.hidden + 4 + st.heads * st.window**2)
+        per_batch += depth * 2 * st.window**4
         previous = st.width
-    return 4 * micro_batch_size * per_sample
+    return 4 * (micro_batch_size * per_sample + per_batch)
 
 
 def _heads_fit(width: int, config: dict) -> bool:

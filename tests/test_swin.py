@@ -184,7 +184,9 @@ def test_analytic_extras_are_consistent():
     head = 2 * cfg.num_features * cfg.num_classes
     assert swin.non_embedding_flops(64, **config) == flops - 2 * swin.patch_embed_flops(cfg) - 3 * head
     small, large = (swin.activation_memory(w, 8, 1, **config) for w in (32, 64))
-    assert 0 < small < large and swin.activation_memory(32, 16, 1, **config) == 2 * small
+    assert 0 < small < large  # tests/test_memory.py checks it against what autograd saves
+    rows = [swin.activation_memory(32, b, 1, **config) for b in (8, 16, 24)]
+    assert rows[1] - rows[0] == rows[2] - rows[1] > 0  # per image, plus the bias indices once per micro-batch
 
 
 # ------------------------------------------------------------------ the timm converter
