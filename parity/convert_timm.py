@@ -334,8 +334,8 @@ def convert_timm_model(
 
     The class comes from ``architecture`` (a timm model name), else ``config.json``'s
     ``"architecture"``, else the tensors' names. ViTs (and DeiT's distilled ViT) go to
-    ``convert_timm_vit``; every other class is refused by name.
-    SwinTransformer goes to ``convert_timm_swin``.
+    ``convert_timm_vit``, SwinTransformer to ``convert_timm_swin``; every other class is
+    refused by name.
     """
     tensors, config = read_source(source, None, "timm model")
     architecture = architecture or config.get("architecture")
