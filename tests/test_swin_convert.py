@@ -6,7 +6,7 @@ import functools
 import pytest
 import torch
 from flops_fit.plugins import swin
-from flops_fit.plugins.swin_model import build
+from flops_fit.plugins.swin_model import build, relative_position_index, shift_mask
 
 from flops_fit.errors import ConversionAssumptionWarning, ConversionError
 
@@ -118,3 +118,14 @@ def test_timm_architectures_are_read_exactly_at_full_size(architecture):
         assert ours.config == swin.SwinConfig.of(96, **{**swin.SWIN_DEFAULTS, "depths": (2, 2, 6, 2),
                                                          "num_heads": (3, 6, 12, 24), "window_size": 7, "patch_size": 4,
                                                          "image_size": 224, "num_classes": 1000})
+
+
+@pytest.mark.parametrize("resolution, window, shift", [(8, 4, 2), (16, 4, 2), (12, 6, 3), (4, 4, 2), (14, 7, 3)])
+def test_the_shift_mask_and_bias_index_are_timms(resolution, window, shift):
+    from timm.models.swin_transformer import SwinTransformerBlock, get_relative_position_index
+
+    block = SwinTransformerBlock(8, (resolution, resolution), num_heads=1, window_size=window, shift_size=shift,
+                                 always_partition=True)
+    assert torch.equal(shift_mask(resolution, window, shift), block.attn_mask)
+    assert torch.equal(relative_position_index(window), get_relative_position_index(window, window))
+
