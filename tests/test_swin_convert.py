@@ -82,6 +82,8 @@ def test_a_feature_extractor_gets_a_fresh_head():
          r"stage 1 resolution \(9, 9\) is odd \(timm pads it before merging\)"),
         ({"norm_layer": torch.nn.RMSNorm}, r"norm_layer=RMSNorm \(only affine LayerNorm is reproduced\)"),
         ({"mlp_ratio": (4.0, 2.0)}, r"mlp_ratio per stage \[2.0, 4.0\]"),
+        ({"img_size": (16, 32)}, r"img_size=\(16, 32\) \(not square\)"),
+        ({"window_size": (4, 2)}, r"window_size=\(4, 2\) \(not square\)"),
     ],
 )
 def test_timm_options_we_do_not_reproduce_are_refused_by_name(options, message):
