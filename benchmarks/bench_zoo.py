@@ -1,6 +1,6 @@
 """Speed of the built-in zoo against its references, side by side in one process.
 
-    python benchmarks/bench_zoo.py [attention|vit|gpt|all] [--repeats N]
+    python benchmarks/bench_zoo.py [attention|vit|gpt|swin|all] [--repeats N]
 
 Prints, per case, the median time of ours and of the reference and the ratio
 reference_time / our_time (>= 1.0: ours is at least as fast). Runs fp32 on CPU (TF32 off)
@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention
 from flops_fit.plugins.gpt_model import build as build_gpt
+from flops_fit.plugins.swin_model import build as build_swin
 from flops_fit.plugins.vit_model import build as build_vit
 
 
@@ -137,6 +138,29 @@ def bench_gpt(device, dtype, repeats: int) -> list[float]:
 
 
 BENCHES = {"attention": bench_attention, "vit": bench_vit, "gpt": bench_gpt}
+
+
+def bench_swin(device, dtype, repeats: int) -> list[float]:
+    """The default ``swin`` (3 stages, 32 px, patch 2, shifted 4x4 windows) against timm's
+    SwinTransformer of the same shape."""
+    from timm.models.swin_transformer import SwinTransformer
+
+    width, depths, heads, batch = 64, (2, 2, 2), (2, 4, 8), 32
+    torch.manual_seed(0)
+    ours = build_swin(width, depths=depths, num_heads=heads).to(device, dtype)
+    ref = SwinTransformer(img_size=32, patch_size=2, num_classes=10, embed_dim=width, depths=depths, num_heads=heads,
+                          window_size=4, drop_path_rate=0.0).to(device, dtype)
+    images = torch.randn(batch, 3, 32, 32, device=device, dtype=dtype)
+    labels = torch.randint(0, 10, (batch,), device=device)
+
+    def loss(logits):
+        return F.cross_entropy(logits.float(), labels)
+
+    return [compare(f"Swin training step (w{width} d{depths} b{batch} 32px) vs timm",
+                    training_step(ours, images, loss), training_step(ref, images, loss), device, repeats)]
+
+
+BENCHES["swin"] = bench_swin
 
 
 def main(argv=None) -> None:

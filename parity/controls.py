@@ -84,3 +84,47 @@ def shifted(key: str, delta: Any):
         state[key] = state[key] + delta
 
     return tamper
+
+
+def zeroed_all(pattern: str):
+    """Every converted tensor matching ``pattern`` (a regular expression) zeroed: Swin's
+    relative position bias tables, as a converter that drops the bias leaves them."""
+    import re
+
+    def tamper(state: dict[str, Any]) -> None:
+        for key in [k for k in state if re.fullmatch(pattern, k)]:
+            state[key] = state[key] * 0
+
+    return tamper
+
+
+def permuted_chunks(pattern: str, order: tuple[int, ...]):
+    """The last dimension of each tensor matching ``pattern`` cut into ``len(order)`` equal
+    chunks and put in ``order``: Swin's patch merging concatenating its 2x2 tokens in another
+    order (row-major instead of timm's (0,0), (1,0), (0,1), (1,1)) with the same weights."""
+    import re
+
+    import torch
+
+    def tamper(state: dict[str, Any]) -> None:
+        for key in [k for k in state if re.fullmatch(pattern, k)]:
+            chunks = state[key].chunk(len(order), dim=-1)
+            state[key] = torch.cat([chunks[i] for i in order], dim=-1)
+
+    return tamper
+
+
+def unshifted_windows(model: Any) -> None:
+    """A ``setup`` for our built Swin: no block shifts its windows (W-MSA only, the shift
+    and its mask ignored)."""
+    for block in model.modules():
+        if hasattr(block, "shift_mask"):
+            block.shift, block.shift_mask = 0, None
+
+
+def unmasked_shift(model: Any) -> None:
+    """A ``setup`` for our built Swin: windows shift but the mask that keeps the rolled-around
+    regions apart is left out, so tokens from opposite image edges attend to each other."""
+    for block in model.modules():
+        if hasattr(block, "shift_mask"):
+            block.shift_mask = None

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from flops_fit.parity.convert_timm_swin import convert_timm_swin
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
 
 from flops_fit.errors import ConversionError
@@ -333,13 +334,16 @@ def convert_timm_model(
 
     The class comes from ``architecture`` (a timm model name), else ``config.json``'s
     ``"architecture"``, else the tensors' names. ViTs (and DeiT's distilled ViT) go to
-    ``convert_timm_vit``; every other class is refused by name.
+    ``convert_timm_vit``, SwinTransformer to ``convert_timm_swin``; every other class is
+    refused by name.
     """
     tensors, config = read_source(source, None, "timm model")
     architecture = architecture or config.get("architecture")
     family = _timm_class_name(architecture) if architecture else _family_from_keys(tensors)
     if family in _VIT_CLASSES:
         return convert_timm_vit(source, architecture=architecture, **model_args)
+    if family == "SwinTransformer":
+        return convert_timm_swin(source, architecture=architecture, **model_args)
     if family in _PLANNED:
         raise ConversionError(
             f"timm {family} ({architecture or 'bare weights'}) has no model in the zoo yet, so it cannot be "

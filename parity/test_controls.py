@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from flops_fit.parity import case_attention, case_gpt, case_llama, case_vit, controls
+from flops_fit.parity import case_attention, case_gpt, case_llama, case_swin, case_vit, controls
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
@@ -57,6 +57,16 @@ def _class_position_not_folded():
                  "blocks.0", id="dinov2-layerscale-ignored"),
     pytest.param(case_vit.hf_dinov2_registers, {"tamper": _class_position_not_folded()}, "blocks.0.attn",
                  id="dinov2-registers-class-position-not-folded"),
+    pytest.param(case_swin.timm_swin, {"setup": controls.unshifted_windows}, "layers.0.blocks.1.attn",
+                 id="swin-unshifted-windows"),
+    pytest.param(case_swin.timm_swin, {"setup": controls.unmasked_shift}, "layers.0.blocks.1.attn",
+                 id="swin-shift-without-its-mask"),
+    pytest.param(case_swin.timm_swin, {"tamper": controls.zeroed_all(r".*relative_position_bias_table")},
+                 "layers.0.blocks.0.attn", id="swin-relative-position-bias-missing"),
+    pytest.param(case_swin.timm_swin, {"tamper": controls.permuted_chunks(
+        r"layers\.1\.downsample\.(reduction\.weight|norm\.weight|norm\.bias)", (0, 2, 1, 3))},
+                 "layers.1.downsample", id="swin-patch-merging-row-major"),
+    pytest.param(case_swin.timm_swin, {"overrides": {"norm_eps": 1e-6}}, "patch_embed", id="swin-eps-1e-6"),
 ])
 def test_known_wrong_variant_fails_at_its_first_bad_layer(run, kwargs, first_bad) -> None:
     report = run(**kwargs)
@@ -74,6 +84,7 @@ def test_the_same_case_passes_without_the_mistake() -> None:
     assert case_gpt.hf_gpt2().passed
     assert case_attention.llama_gqa().passed
     assert case_llama.hf_llama().passed
+    assert case_swin.timm_swin().passed
     for run in (case_vit.hf_deit_distilled, case_vit.hf_deit, case_vit.hf_dinov2, case_vit.hf_dinov2_registers):
         assert run().passed
 

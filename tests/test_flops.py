@@ -14,7 +14,7 @@ analytic count keeps the backward = 2 x forward convention.
 
 import pytest
 import torch
-from flops_fit.plugins import gpt, gpt_model, llama, llama_model, vit, vit_model
+from flops_fit.plugins import gpt, gpt_model, llama, llama_model, swin, swin_model, vit, vit_model
 from torch.utils.flop_counter import FlopCounterMode
 
 VIT_PRESETS = {
@@ -109,6 +109,34 @@ def test_llama_training_flops_match_flop_counter(width, label, config):
     assert count_llama(width, config) == llama.training_flops(width, **config)
 
 
+def count_swin(width, config, device="meta"):
+    with torch.device(device):
+        model = swin_model.build(width, **config)
+        cfg = model.config
+        return counted_training_flops(model, torch.randn(1, cfg.in_chans, cfg.image_size, cfg.image_size))
+
+
+SWIN_PRESETS = {
+    name: {**swin.SWIN_DEFAULTS, "depths": depths, "num_heads": heads, "window_size": 7, "patch_size": 4,
+           "image_size": 224, "num_classes": 1000}
+    for name, (_, depths, heads) in swin.TIMM_PRESETS.items()
+}
+SWIN_CASES = [
+    (96, "swin_tiny_patch4_window7_224", SWIN_PRESETS["swin_tiny_patch4_window7_224"]),
+    (128, "swin_base_patch4_window7_224", SWIN_PRESETS["swin_base_patch4_window7_224"]),
+    (32, "small", swin.SWIN_DEFAULTS),
+    (256, "large", swin.SWIN_DEFAULTS),
+    (64, "s3-windows-always-partition", {**swin.SWIN_DEFAULTS, "window_size": (4, 2, 4), "always_partition": True,
+                                         "qkv_bias": False, "mlp_ratio": 2.0}),
+    (48, "whole-stage-window-heads", {**swin.SWIN_DEFAULTS, "window_size": 8, "num_heads": (3, 6, 12)}),
+]
+
+
+@pytest.mark.parametrize("width, label, config", SWIN_CASES, ids=[c[1] for c in SWIN_CASES])
+def test_swin_training_flops_match_flop_counter(width, label, config):
+    assert count_swin(width, config) == swin.training_flops(width, **config)
+
+
 def _math_attention(model):
     for module in model.modules():
         if hasattr(module, "path"):
@@ -127,6 +155,11 @@ def test_meta_count_equals_real_cpu_execution_on_the_math_path():
     model = _math_attention(llama_model.build(32, **lconfig))
     real = counted_training_flops(model, torch.randint(0, 256, (1, 32))) / 32
     assert real == count_llama(32, lconfig) == llama.training_flops(32, **lconfig)
+
+    sconfig = {**swin.SWIN_DEFAULTS, "depths": (2, 1)}
+    model = _math_attention(swin_model.build(32, **sconfig))
+    real = counted_training_flops(model, torch.randn(1, 3, 32, 32))
+    assert real == count_swin(32, sconfig) == swin.training_flops(32, **sconfig)
 
     vconfig = {**vit.VIT_DEFAULTS, "depth": 2}
     model = _math_attention(vit_model.build(64, **vconfig))

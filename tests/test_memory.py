@@ -33,6 +33,8 @@ def _saved_bytes(model, loss_fn, batch, key) -> int:
     ("llama", 96, {"n_kv_head": 2}, 3, 64),
     ("vit", 96, {"depth": 3}, 5, 1),
     ("vit", 64, {"num_classes": 100}, 3, 1),
+    ("swin", 64, {}, 3, 1),
+    ("swin", 32, {"depths": (1, 2), "window_size": 8, "num_heads": (2, 2)}, 2, 1),
 ])
 def test_activation_estimate_matches_what_autograd_saves(name, width, config, rows, seq):
     entry = flops_fit.model_info(name)

@@ -397,14 +397,12 @@ def test_timm_entry_point_routes_vits_by_config_json_name_or_keys(tmp_path) -> N
 
 
 _TINY_FAMILIES = {
-    "swin_tiny_patch4_window7_224": {"depths": (1, 1), "num_heads": (1, 1), "embed_dim": 8},
     "cait_xxs24_224": {"depth": 1, "depth_token_only": 1, "embed_dim": 8, "num_heads": 1},
     "pvt_v2_b0": {"depths": (1, 1, 1, 1), "embed_dims": (8, 8, 8, 8), "num_heads": (1, 1, 1, 1)},
 }
 
 
 @pytest.mark.parametrize("architecture, family", [
-    ("swin_tiny_patch4_window7_224", "SwinTransformer"),
     ("cait_xxs24_224", "Cait"),
     ("pvt_v2_b0", "PyramidVisionTransformerV2"),
 ])

@@ -32,6 +32,7 @@ BUILTIN_NAMESPACE = "flops_fit"
 # paths only: each is imported when the host loads (none imports torch at module level).
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "flops_fit.plugins.vit",
+    "flops_fit.plugins.swin",
     "flops_fit.plugins.gpt",
     "flops_fit.plugins.llama",
     "flops_fit.plugins.losses",
