@@ -1,0 +1,374 @@
+"""The SLURM executor: each run is one element of a SLURM job array, submitted through
+submitit from the login node (no sbatch script to write).
+
+Arrays, not one job per run: one ``sbatch`` call submits the whole sweep, the scheduler
+holds it as one pending entry (sites cap the jobs a user may queue, and count an array as
+one submission), and ``array_parallelism`` throttles how many runs train at once with
+SLURM's own ``%N``. Runs that need different resources (processes or GPUs per run) go into
+one array each.
+
+A run on k processes (``processes_per_run``) is one job with k tasks on one node; each task
+exports the ``torch.distributed`` variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT, as torchrun does) before the run starts, and the driver keeps rank 0's outcome.
+
+Preemption and time limits: SLURM signals the job (submitit's USR2, ``signal_delay_s``
+before the limit, and on preemption where the cluster sends user signals); the run
+checkpoints at its next optimizer step, then submitit requeues the same call, which resumes
+from that checkpoint. SIGTERM (``scancel``, a cluster that preempts with SIGTERM and
+requeues by itself) also checkpoints, then the job ends without a result. The driver, which
+consumes ``map``, stays the only writer of the run store, so a requeued run is recorded once.
+
+Progress: submitit cannot call back into the driver, so each job appends its reports to a
+file in the job folder, and the driver relays new lines every ``poll_seconds``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import pickle
+import re
+import shutil
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from flops_fit.checks import positive_int, positive_number
+from flops_fit.errors import FlopsFitError, Interrupted, OptionError, RunLost
+from flops_fit.executors.base import (
+    ClosingExecutor,
+    ProgressSink,
+    Task,
+    check_options,
+    ignore_progress,
+)
+from flops_fit.executors.stopping import raise_if_stopped, stop_on_signals
+from flops_fit.plugin.contracts import ExecutorEntry
+from flops_fit.plugin.hookspecs import hookimpl
+
+CLUSTERS = ("slurm", "local")
+JOB_FOLDER = "slurm"  # under the sweep's output folder
+_LOG = logging.getLogger(__name__)
+
+
+def _import_submitit():
+    try:
+        import submitit
+    except ImportError:
+        raise FlopsFitError(
+            "the 'slurm' executor needs submitit, which is not installed: pip install 'flops-fit[slurm]'"
+        ) from None
+    return submitit
+
+
+def minutes(value: Any) -> int:
+    """A time limit in minutes, from minutes or sbatch's ``--time`` forms ("90", "1:30:00",
+    "2-00:00:00", "1-12"); seconds round up to a whole minute."""
+    if isinstance(value, bool):
+        value = None
+    if isinstance(value, int | float) and value > 0:
+        return math.ceil(value)
+    text = str(value).strip()
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
+    if value is None or not isinstance(value, str) or match is None:
+        raise OptionError(f"time must be minutes or sbatch's form like '4:00:00' or '1-12:00:00', got {value!r}")
+    days, first, second, third = (int(x) if x is not None else None for x in match.groups())
+    if days is not None:  # days-hours[:minutes[:seconds]]
+        hours, mins, secs = first, second or 0, third or 0
+    elif third is not None:  # hours:minutes:seconds
+        hours, mins, secs = first, second, third
+    else:  # minutes[:seconds]
+        hours, mins, secs = 0, first, second or 0
+    total = (days or 0) * 1440 + hours * 60 + mins + math.ceil(secs / 60)
+    if total <= 0:
+        raise OptionError(f"time must be positive, got {value!r}")
+    return total
+
+
+def gigabytes(value: Any) -> float:
+    """Memory per node in GB, from a number of GB or sbatch's ``--mem`` form ("64G", "500M", "1T")."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])B?", str(value).strip(), re.IGNORECASE) \
+        if isinstance(value, str) else None
+    if match is None or float(match.group(1)) <= 0:
+        raise OptionError(f"mem must be GB or sbatch's form like '64G' or '500M', got {value!r}")
+    scale = {"K": 2**-20, "M": 2**-10, "G": 1, "T": 2**10}[match.group(2).upper()]
+    return float(match.group(1)) * scale
+
+
+def _optional_name(value: Any, what: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise OptionError(f"{what} must be a name (a string), got {value!r}")
+    return value
+
+
+class SlurmExecutor(ClosingExecutor):
+    """Map runs onto SLURM jobs through submitit.
+
+    ``cluster``: "slurm" (submit with sbatch; run the sweep on a login node) or "local"
+    (submitit runs each job as a process here: try a sweep file before queueing it).
+    Resources per run: ``partition``, ``time`` (minutes or "HH:MM:SS"), ``gpus_per_node``
+    (default: one per process for CUDA runs, else none), ``cpus_per_task``, ``mem`` ("64G"),
+    ``account``, ``qos``, ``slurm_params`` (any other sbatch option, e.g.
+    ``{constraint = "a100"}``), ``setup`` (shell lines run before the job, e.g. activating an
+    environment). ``array_parallelism``: runs in flight at once (with cluster "local":
+    ``workers``). ``max_timeouts``: requeues after hitting ``time`` before the run fails.
+    ``folder``: job logs, submissions and progress (default: ``slurm/`` in the sweep's
+    output folder; a folder every node sees).
+    """
+
+    def __init__(
+        self,
+        folder: str | Path | None = None,
+        *,
+        cluster: str = "slurm",
+        partition: str | None = None,
+        time: int | str = 240,
+        gpus_per_node: int | None = None,
+        cpus_per_task: int | None = None,
+        mem: str | float | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        slurm_params: dict[str, Any] | None = None,
+        setup: list[str] | None = None,
+        array_parallelism: int = 256,
+        max_timeouts: int = 3,
+        poll_seconds: float = 5.0,
+        workers: int = 1,
+        on_progress: ProgressSink | None = None,
+    ) -> None:
+        if cluster not in CLUSTERS:
+            raise OptionError(f"cluster must be one of {list(CLUSTERS)}, got {cluster!r}")
+        self.cluster = cluster
+        self.folder = None if folder is None else Path(folder)
+        self.partition = _optional_name(partition, "partition")
+        self.account = _optional_name(account, "account")
+        self.qos = _optional_name(qos, "qos")
+        self.time_min = minutes(time)
+        if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
+                                          or gpus_per_node < 0):
+            raise OptionError(f"gpus_per_node must be a non-negative integer, got {gpus_per_node!r}")
+        self.gpus_per_node = gpus_per_node
+        self.cpus_per_task = None if cpus_per_task is None else positive_int(cpus_per_task, "cpus_per_task")
+        self.mem_gb = None if mem is None else gigabytes(mem)
+        if slurm_params is not None and (not isinstance(slurm_params, dict)
+                                         or not all(isinstance(k, str) for k in slurm_params)):
+            raise OptionError(f"slurm_params must be a table of sbatch options like {{constraint = 'a100'}}, "
+                              f"got {slurm_params!r}")
+        self.slurm_params = dict(slurm_params or {})
+        if setup is not None and (isinstance(setup, str) or not all(isinstance(s, str) for s in setup)):
+            raise OptionError(f"setup must be a list of shell lines like ['source ~/venv/bin/activate'], got {setup!r}")
+        self.setup = list(setup or [])
+        self.array_parallelism = positive_int(array_parallelism, "array_parallelism")
+        if isinstance(max_timeouts, bool) or not isinstance(max_timeouts, int) or max_timeouts < 0:
+            raise OptionError(f"max_timeouts must be a non-negative integer, got {max_timeouts!r}")
+        self.max_timeouts = max_timeouts
+        self.poll_seconds = positive_number(poll_seconds, "poll_seconds")
+        self.workers = positive_int(workers, "workers")
+        self.on_progress = on_progress or ignore_progress
+        self.submitit = _import_submitit()
+        if cluster == "slurm" and shutil.which("sbatch") is None:
+            raise OptionError("the slurm executor submits with sbatch, which is not on PATH: run the sweep on a "
+                              "SLURM login node (or set cluster = 'local' to try it on this machine)")
+        self._jobs: dict[Any, int] = {}  # jobs in flight -> index of their item
+
+    def use_sweep_folder(self, out_dir: str | Path) -> None:
+        """Keep the jobs' files in the sweep's output folder unless ``folder`` was given."""
+        if self.folder is None:
+            self.folder = Path(out_dir) / JOB_FOLDER
+
+    # --------------------------------------------------------------- resources
+    def resources(self, item: Any) -> dict[str, Any]:
+        """submitit parameters for one item's job: k tasks on one node for a run on k processes."""
+        spec = item.runs[0] if hasattr(item, "runs") else item
+        processes = int(getattr(spec, "processes_per_run", 1) or 1)
+        cuda = str(getattr(spec, "device", "cpu")).startswith("cuda")
+        gpus = self.gpus_per_node if self.gpus_per_node is not None else (processes if cuda else 0)
+        return {"nodes": 1, "tasks_per_node": processes, "gpus_per_node": gpus}
+
+    def _submitter(self, folder: Path) -> Any:
+        executor = self.submitit.AutoExecutor(
+            folder=folder / "%j", cluster=self.cluster,
+            slurm_max_num_timeout=self.max_timeouts, local_max_num_timeout=self.max_timeouts,
+        )
+        parameters: dict[str, Any] = {"name": "flops-fit", "timeout_min": self.time_min,
+                                      "slurm_array_parallelism": self.array_parallelism}
+        optional = {"cpus_per_task": self.cpus_per_task, "mem_gb": self.mem_gb,
+                    "slurm_partition": self.partition, "slurm_account": self.account, "slurm_qos": self.qos,
+                    "slurm_additional_parameters": self.slurm_params or None, "slurm_setup": self.setup or None}
+        parameters.update({k: v for k, v in optional.items() if v is not None})
+        executor.update_parameters(**parameters)
+        return executor
+
+    # --------------------------------------------------------------------- map
+    def map(self, fn: Task, items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
+        """Submit the items (arrays on SLURM; at most ``workers`` at once locally); yield
+        ``(item, result_or_exception)`` as each job ends."""
+        items = list(items)
+        if not items:
+            return
+        if self.folder is None:
+            raise OptionError("the slurm executor needs folder= (a folder every node sees) outside a sweep")
+        folder = self.folder.resolve()
+        progress_dir = folder / "progress"
+        progress_dir.mkdir(parents=True, exist_ok=True)
+        token = uuid.uuid4().hex[:8]  # this map's progress files (a resumed sweep maps again)
+        submitter = self._submitter(folder)
+        relays = [_Relay(progress_dir / f"{token}-{i}.jsonl", self.on_progress) for i in range(len(items))]
+        calls = [RunJob(fn, item, str(relays[i].path)) for i, item in enumerate(items)]
+        waiting = list(range(len(items)))[::-1]  # popped from the end: plan order
+        states: dict[Any, str] = {}
+        try:
+            if self.cluster == "slurm":
+                self._submit_arrays(submitter, items, calls, waiting)
+            while self._jobs or waiting:
+                while waiting and len(self._jobs) < self.workers:  # local: a window of `workers` jobs
+                    index = waiting.pop()
+                    submitter.update_parameters(**self.resources(items[index]))
+                    self._jobs[submitter.submit(calls[index])] = index
+                for job, index in list(self._jobs.items()):
+                    relays[index].relay()
+                    if job.done():
+                        del self._jobs[job]
+                        relays[index].relay()
+                        relays[index].path.unlink(missing_ok=True)
+                        yield items[index], self._outcome(job)
+                    elif states.get(job) != (state := job.state):
+                        states[job] = state
+                        _LOG.info("job %s (run %s): %s", job.job_id, _label(items[index]), state)
+                raise_if_stopped()
+                if self._jobs:
+                    time.sleep(self.poll_seconds)
+        except BaseException:
+            self.close()
+            raise
+
+    def _submit_arrays(self, submitter: Any, items: list[Any], calls: list[Any], waiting: list[int]) -> None:
+        """One array per set of resources, submitted with one sbatch call each."""
+        groups: dict[tuple[tuple[str, Any], ...], list[int]] = {}
+        for index in waiting[::-1]:
+            groups.setdefault(tuple(sorted(self.resources(items[index]).items())), []).append(index)
+        for resources, indices in groups.items():
+            submitter.update_parameters(**dict(resources))
+            with submitter.batch():
+                jobs = [submitter.submit(calls[i]) for i in indices]
+            self._jobs.update(zip(jobs, indices))
+        waiting.clear()
+
+    def _outcome(self, job: Any) -> Any:
+        """Rank 0's return value (the run's result, or the exception the run raised); a job
+        that ended without one (killed, out of memory, timed out too often) is a lost run."""
+        try:
+            return job.task(0).result()
+        except Exception as exc:  # noqa: BLE001 - submitit's Uncompleted/FailedJobError: the job, not the run
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            cause = next((line for line in reversed(lines) if re.match(r"^\w+(\.\w+)*(Error|Exception):", line)),
+                         lines[0] if lines else type(exc).__name__)
+            return RunLost(f"its SLURM job {job.job_id} ended without a result ({cause[:300]}); "
+                           f"log: {job.paths.stderr}")
+
+    def close(self) -> None:
+        """Cancel the jobs still in flight (their runs checkpoint on SLURM's SIGTERM, and a
+        resumed sweep continues them); a local job's processes are waited for."""
+        jobs, self._jobs = list(self._jobs), {}
+        for job in jobs:
+            try:
+                job.cancel(check=False)
+            except Exception as exc:  # noqa: BLE001 - scancel missing or refused: say so, go on
+                _LOG.warning("could not cancel job %s: %s", job.job_id, exc)
+        if self.cluster == "local":
+            for job in jobs:
+                while not job.done():
+                    time.sleep(0.05)
+
+
+def _label(item: Any) -> str:
+    return str(getattr(item, "run_id", item))[:8]
+
+
+class _Relay:
+    """The driver's end of a job's progress file: passes on each complete new line."""
+
+    def __init__(self, path: Path, sink: ProgressSink) -> None:
+        self.path, self.sink, self.offset = path, sink, 0
+
+    def relay(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        for line in complete.splitlines():
+            run_id, done, total, loss = json.loads(line)
+            self.sink(run_id, done, total, loss)
+
+
+class RunJob:
+    """What one job runs (in each of its tasks): the executor's task on one item.
+
+    submitit pickles this call, runs it on the node, and on USR2 calls ``checkpoint`` to get
+    the call to requeue: the same one, since the run itself resumes from its checkpoint.
+    """
+
+    def __init__(self, fn: Task, item: Any, progress_path: str) -> None:
+        self.fn, self.item, self.progress_path = fn, item, progress_path
+
+    def checkpoint(self) -> Any:
+        """The call submitit requeues after a preemption or a time limit: this one, unchanged."""
+        return _import_submitit().helpers.DelayedSubmission(self)
+
+    def __call__(self) -> Any:
+        submitit = _import_submitit()
+        environment = submitit.JobEnvironment()
+        if environment.num_tasks > 1:  # a run on k processes: torchrun's variables for torch.distributed
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
+        preempt = getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG)
+        requeue = signal.getsignal(preempt)  # submitit's: calls checkpoint(), requeues, exits
+        progress = self._report if environment.global_rank == 0 else ignore_progress
+        with stop_on_signals((preempt, signal.SIGTERM)):
+            try:
+                return _transportable(self.fn(self.item, progress))
+            except Interrupted as exc:  # the run checkpointed at its next step
+                signum = exc.signum
+            except Exception as exc:  # noqa: BLE001 - the run's failure is its outcome
+                return _transportable(exc)
+        if signum == preempt and callable(requeue):
+            requeue(signum, None)  # rank 0 requeues the job and exits; other ranks return here
+        sys.exit(128 + signum)  # no result: the requeued job (or a resumed sweep) goes on
+
+    def _report(self, run_id: str, done: int, total: int, loss: float) -> None:
+        with open(self.progress_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps([run_id, done, total, loss]) + "\n")
+
+
+def _transportable(outcome: Any) -> Any:
+    """``outcome``, or for an exception that cannot be pickled back, a RuntimeError saying what it was."""
+    if isinstance(outcome, BaseException):
+        try:
+            pickle.loads(pickle.dumps(outcome))
+        except Exception as exc:  # noqa: BLE001 - any pickling failure
+            return RuntimeError(f"{type(outcome).__name__}: {outcome} (could not be sent back: {exc})")
+    return outcome
+
+
+def build(**options: Any) -> SlurmExecutor:
+    return SlurmExecutor(**check_options(SlurmExecutor, options, "slurm"))
+
+
+@hookimpl
+def register_executors(register):
+    register(ExecutorEntry(
+        "slurm",
+        description="A SLURM cluster through submitit: one job-array element per run, requeued from its "
+        "checkpoint on preemption; needs pip install 'flops-fit[slurm]'",
+        builder="flops_fit.executors.slurm:build",
+    ))
