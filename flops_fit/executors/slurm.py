@@ -264,14 +264,18 @@ class SlurmExecutor(ClosingExecutor):
     def _outcome(self, job: Any) -> Any:
         """Rank 0's return value (the run's result, or the exception the run raised); a job
         that ended without one (killed, out of memory, timed out too often) is a lost run."""
+        task = job.task(0)
+        if self.cluster == "local" and not task.paths.result_pickle.exists():  # no shared filesystem to wait on
+            return RunLost(f"its job {job.job_id} ended without a result (killed, or out of memory); "
+                           f"log: {task.paths.stderr}")
         try:
-            return job.task(0).result()
+            return task.result()
         except Exception as exc:  # noqa: BLE001 - submitit's Uncompleted/FailedJobError: the job, not the run
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
             cause = next((line for line in reversed(lines) if re.match(r"^\w+(\.\w+)*(Error|Exception):", line)),
                          lines[0] if lines else type(exc).__name__)
             return RunLost(f"its SLURM job {job.job_id} ended without a result ({cause[:300]}); "
-                           f"log: {job.paths.stderr}")
+                           f"log: {task.paths.stderr}")
 
     def close(self) -> None:
         """Cancel the jobs still in flight (their runs checkpoint on SLURM's SIGTERM, and a
