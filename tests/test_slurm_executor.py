@@ -164,7 +164,7 @@ SLURM_SWEEP = sweep_support.SMALL_SWEEP_TOML.replace("budgets = [2e7, 4e7]", "bu
 [executor]
 name = "slurm"
 cluster = "local"
-workers = 2
+workers = 3  # every job at once: their imports overlap
 poll_seconds = 0.1
 """
 
@@ -205,3 +205,72 @@ def test_a_sweep_file_on_slurm_matches_the_local_executor_and_a_preempted_job_re
     logs = "".join(p.read_text() for p in (out / "slurm").glob("*/*_log.out"))
     assert "Requeued job" in logs  # submitit requeued it rather than it running again from scratch
     assert not any((out / "checkpoints").glob("*/*.safetensors"))  # stored, so its checkpoints are gone
+
+
+def _slurm_doc_example():
+    import re
+
+    text = (TESTS.parent / "docs" / "sweeps.md").read_text()
+    return re.findall(r"```toml\n(.*?)```", text[text.index("### SLURM"):], re.S)[0]
+
+
+FAKE_SLURM = {  # stand-ins for SLURM's commands: record what they were asked, answer like SLURM
+    "sbatch": 'n=$(($(ls "$FAKE_SLURM_LOG"/sbatch-* 2>/dev/null | wc -l) + 1)); '
+              'cp "$1" "$FAKE_SLURM_LOG/sbatch-$n"; echo "Submitted batch job $((4240 + n))"',
+    "scancel": 'echo "$@" >> "$FAKE_SLURM_LOG/scancel"',
+    "sacct": "exit 0",
+    "srun": "exit 0",
+}
+
+
+def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_path, monkeypatch):
+    """No SLURM here: fake sbatch / scancel record what the executor asked for. The docs'
+    [executor] table reaches the sbatch scripts; a stop cancels every job it submitted."""
+    from flops_fit.executors.stopping import clear_stop, request_stop
+    from flops_fit.sweeps.config import load_config
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "log"
+    bin_dir.mkdir(), log.mkdir()
+    for name, body in FAKE_SLURM.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_LOG", str(log))
+    (tmp_path / "sweep.toml").write_text(_slurm_doc_example())
+    config = load_config(tmp_path / "sweep.toml")
+    assert config.executor == "slurm"
+    specs = [executor_tasks.Spec(f"r{i}", str(tmp_path), device="cuda") for i in range(3)]
+    specs.append(executor_tasks.Spec("r3", str(tmp_path), processes_per_run=2, device="cuda"))
+    options = {**config.executor_options, "array_parallelism": 2}  # below the array's size: SLURM's %2
+    executor = flops_fit.create_executor("slurm", folder=tmp_path / "jobs", **options)
+    request_stop()  # the driver's Ctrl-C, right after submitting
+    try:
+        with pytest.raises(KeyboardInterrupt), executor:
+            next(executor.map(executor_tasks.square, specs))
+    finally:
+        clear_stop()
+    array, single = (log / "sbatch-1").read_text(), (log / "sbatch-2").read_text()
+    for line in ("--array=0-2%2", "--partition=gpu", "--time=720", "--mem=64GB", "--cpus-per-task=8",
+                 "--account=my-lab", "--qos=normal", "--constraint=a100", "--gpus-per-node=1",
+                 "--ntasks-per-node=1", "--signal=USR2@90"):
+        assert f"#SBATCH {line}\n" in array
+    assert "\n# setup\nmodule load cuda/12.4\n" in array
+    assert "#SBATCH --array" not in single
+    assert "#SBATCH --ntasks-per-node=2\n" in single and "#SBATCH --gpus-per-node=2\n" in single
+    assert sorted((log / "scancel").read_text().split()) == ["4241_0", "4241_1", "4241_2", "4242"]
+
+
+def test_a_bad_executor_option_in_a_sweep_file_exits_2_with_one_line(job_env, tmp_path, capsys):
+    from flops_fit.cli import main as cli
+    from flops_fit.plugin.host import reset_host
+
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML + '\n[executor]\nname = "slurm"\ncluster = "local"\nmem = "lots"\n')
+    reset_host()  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS)
+    try:
+        assert cli.main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
+    finally:
+        reset_host()
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["flops-fit: error: mem must be GB or sbatch's form like '64G' or '500M', got 'lots'"]
+    assert not (tmp_path / "out").exists()  # refused before anything was written

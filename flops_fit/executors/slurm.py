@@ -116,8 +116,9 @@ class SlurmExecutor(ClosingExecutor):
     Resources per run: ``partition``, ``time`` (minutes or "HH:MM:SS"), ``gpus_per_node``
     (default: one per process for CUDA runs, else none), ``cpus_per_task``, ``mem`` ("64G"),
     ``account``, ``qos``, ``slurm_params`` (any other sbatch option, e.g.
-    ``{constraint = "a100"}``), ``setup`` (shell lines run before the job, e.g. activating an
-    environment). ``array_parallelism``: runs in flight at once (with cluster "local":
+    ``{constraint = "a100"}``), ``setup`` (shell lines the job runs first, e.g. module loads),
+    ``python`` (the interpreter jobs run; default the driver's, so on storage every node
+    sees). ``array_parallelism``: runs in flight at once (with cluster "local":
     ``workers``). ``max_timeouts``: requeues after hitting ``time`` before the run fails.
     ``folder``: job logs, submissions and progress (default: ``slurm/`` in the sweep's
     output folder; a folder every node sees).
@@ -137,6 +138,7 @@ class SlurmExecutor(ClosingExecutor):
         qos: str | None = None,
         slurm_params: dict[str, Any] | None = None,
         setup: list[str] | None = None,
+        python: str | None = None,
         array_parallelism: int = 256,
         max_timeouts: int = 3,
         poll_seconds: float = 5.0,
@@ -165,6 +167,7 @@ class SlurmExecutor(ClosingExecutor):
         if setup is not None and (isinstance(setup, str) or not all(isinstance(s, str) for s in setup)):
             raise OptionError(f"setup must be a list of shell lines like ['source ~/venv/bin/activate'], got {setup!r}")
         self.setup = list(setup or [])
+        self.python = _optional_name(python, "python")
         self.array_parallelism = positive_int(array_parallelism, "array_parallelism")
         if isinstance(max_timeouts, bool) or not isinstance(max_timeouts, int) or max_timeouts < 0:
             raise OptionError(f"max_timeouts must be a non-negative integer, got {max_timeouts!r}")
@@ -196,6 +199,7 @@ class SlurmExecutor(ClosingExecutor):
         executor = self.submitit.AutoExecutor(
             folder=folder / "%j", cluster=self.cluster,
             slurm_max_num_timeout=self.max_timeouts, local_max_num_timeout=self.max_timeouts,
+            **({"slurm_python": self.python, "local_python": self.python} if self.python else {}),
         )
         parameters: dict[str, Any] = {"name": "flops-fit", "timeout_min": self.time_min,
                                       "slurm_array_parallelism": self.array_parallelism}
