@@ -225,7 +225,8 @@ FAKE_SLURM = {  # stand-ins for SLURM's commands: record what they were asked, a
 
 def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_path, monkeypatch):
     """No SLURM here: fake sbatch / scancel record what the executor asked for. The docs'
-    [executor] table reaches the sbatch scripts; a stop cancels every job it submitted."""
+    [executor] table reaches the sbatch scripts; a job a killed driver left for one of these
+    runs is cancelled before they are submitted; a stop cancels every job submitted."""
     from flops_fit.executors.stopping import clear_stop, request_stop
     from flops_fit.sweeps.config import load_config
 
@@ -241,6 +242,8 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
     assert config.executor == "slurm"
     specs = [executor_tasks.Spec(f"r{i}", str(tmp_path), device="cuda") for i in range(3)]
     specs.append(executor_tasks.Spec("r3", str(tmp_path), processes_per_run=2, device="cuda"))
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "jobs.json").write_text(json.dumps({"r1": "4000_1", "other-run": "4000_9"}))
     options = {**config.executor_options, "array_parallelism": 2}  # below the array's size: SLURM's %2
     executor = flops_fit.create_executor("slurm", folder=tmp_path / "jobs", **options)
     request_stop()  # the driver's Ctrl-C, right after submitting
@@ -257,7 +260,10 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
     assert "\n# setup\nmodule load cuda/12.4\n" in array
     assert "#SBATCH --array" not in single
     assert "#SBATCH --ntasks-per-node=2\n" in single and "#SBATCH --gpus-per-node=2\n" in single
-    assert sorted((log / "scancel").read_text().split()) == ["4241_0", "4241_1", "4241_2", "4242"]
+    first, *stopped = (log / "scancel").read_text().splitlines()
+    assert first == "4000_1"  # run r1's orphan, first; other-run's job is not this sweep's business
+    assert sorted(stopped) == ["4241_0", "4241_1", "4241_2", "4242"]
+    assert json.loads((tmp_path / "jobs" / "jobs.json").read_text()) == {"other-run": "4000_9"}
 
 
 def test_a_bad_executor_option_in_a_sweep_file_exits_2_with_one_line(job_env, tmp_path, capsys):

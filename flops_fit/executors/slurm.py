@@ -20,6 +20,10 @@ consumes ``map``, stays the only writer of the run store, so a requeued run is r
 
 Progress: submitit cannot call back into the driver, so each job appends its reports to a
 file in the job folder, and the driver relays new lines every ``poll_seconds``.
+
+Jobs outlive a driver killed outright (``kill -9``, a lost login session). The driver keeps
+the ids of its unfinished jobs in ``jobs.json``; the next driver on the folder cancels the
+ones left for runs it is about to submit again, so no run trains in two jobs at once.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import pickle
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -48,6 +53,7 @@ from flops_fit.executors.base import (
     ignore_progress,
 )
 from flops_fit.executors.stopping import raise_if_stopped, stop_on_signals
+from flops_fit.files import write_atomically
 from flops_fit.plugin.contracts import ExecutorEntry
 from flops_fit.plugin.hookspecs import hookimpl
 
@@ -228,21 +234,29 @@ class SlurmExecutor(ClosingExecutor):
         calls = [RunJob(fn, item, str(relays[i].path)) for i, item in enumerate(items)]
         waiting = list(range(len(items)))[::-1]  # popped from the end: plan order
         states: dict[Any, str] = {}
+        ledger = _Ledger(folder / "jobs.json")
+        if self.cluster == "slurm":
+            _cancel_orphans(ledger, items)
         try:
             if self.cluster == "slurm":
                 self._submit_arrays(submitter, items, calls, waiting)
+                ledger.add({_run_id(items[i]): job.job_id for job, i in self._jobs.items()})
             while self._jobs or waiting:
                 while waiting and len(self._jobs) < self.workers:  # local: a window of `workers` jobs
                     index = waiting.pop()
                     submitter.update_parameters(**self.resources(items[index]))
-                    self._jobs[submitter.submit(calls[index])] = index
+                    job = submitter.submit(calls[index])
+                    self._jobs[job] = index
+                    ledger.add({_run_id(items[index]): job.job_id})
                 for job, index in list(self._jobs.items()):
                     relays[index].relay()
                     if job.done():
                         del self._jobs[job]
                         relays[index].relay()
                         relays[index].path.unlink(missing_ok=True)
-                        yield items[index], self._outcome(job)
+                        outcome = self._outcome(job)
+                        ledger.remove([job.job_id])
+                        yield items[index], outcome
                     elif states.get(job) != (state := job.state):
                         states[job] = state
                         _LOG.info("job %s (run %s): %s", job.job_id, _label(items[index]), state)
@@ -250,7 +264,9 @@ class SlurmExecutor(ClosingExecutor):
                 if self._jobs:
                     time.sleep(self.poll_seconds)
         except BaseException:
+            jobs = [job.job_id for job in self._jobs]
             self.close()
+            ledger.remove(jobs)
             raise
 
     def _submit_arrays(self, submitter: Any, items: list[Any], calls: list[Any], waiting: list[int]) -> None:
@@ -296,8 +312,52 @@ class SlurmExecutor(ClosingExecutor):
                     time.sleep(0.05)
 
 
+def _run_id(item: Any) -> str:
+    return str(getattr(item, "run_id", item))
+
+
 def _label(item: Any) -> str:
-    return str(getattr(item, "run_id", item))[:8]
+    return _run_id(item)[:8]
+
+
+class _Ledger:
+    """``jobs.json``: run id -> id of the job training it, for the jobs a driver has not seen end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> dict[str, str]:
+        try:
+            return json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def add(self, jobs: dict[str, str]) -> None:
+        self._write({**self.read(), **jobs})
+
+    def remove(self, job_ids: list[str]) -> None:
+        self._write({run: job for run, job in self.read().items() if job not in set(job_ids)})
+
+    def _write(self, jobs: dict[str, str]) -> None:
+        if jobs:
+            write_atomically(self.path, lambda p: p.write_text(json.dumps(jobs, indent=1)))
+        else:
+            self.path.unlink(missing_ok=True)
+
+
+def _cancel_orphans(ledger: _Ledger, items: list[Any]) -> None:
+    """Cancel the jobs a killed driver left for runs about to be submitted again (they
+    checkpoint on SLURM's SIGTERM; the new jobs resume from there)."""
+    wanted = {_run_id(item) for item in items}
+    left = {run: job for run, job in ledger.read().items() if run in wanted}
+    if not left:
+        return
+    _LOG.warning("cancelling %d job(s) an earlier driver left running: %s", len(left), " ".join(left.values()))
+    try:  # a job that already ended is not an error worth stopping for
+        subprocess.run(["scancel", *left.values()], capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _LOG.warning("scancel failed (%s): cancel %s yourself", exc, " ".join(left.values()))
+    ledger.remove(list(left.values()))
 
 
 class _Relay:
