@@ -78,12 +78,19 @@ def test_a_run_on_two_processes_is_one_job_of_two_tasks_and_rank_0_reports(job_e
 def test_a_sweep_with_two_processes_per_run_trains_on_slurm_like_one_process(job_env, tmp_path):
     """Once runs span k processes (torch.distributed, gloo on CPU): a sweep with
     processes_per_run=2 through cluster 'local' gives the one-process losses (rel 1e-5)."""
+    from flops_fit.plugin.host import reset_host
+
     options = sweep_support.small_plan_options(budgets=[2e7])
     one = flops_fit.sweep(host=sweep_support.host(), out_dir=tmp_path / "one", show_progress=False, **options)
-    two = flops_fit.sweep(out_dir=tmp_path / "two", executor="slurm", show_progress=False,
-                          executor_options={"cluster": "local", "poll_seconds": 0.2},
-                          **options, processes_per_run=2)
+    reset_host()  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS), as the jobs do
+    try:
+        two = flops_fit.sweep(out_dir=tmp_path / "two", executor="slurm", show_progress=False,
+                              executor_options={"cluster": "local", "poll_seconds": 0.2},
+                              **options, processes_per_run=2)
+    finally:
+        reset_host()
     assert _losses(two.runs) == pytest.approx(_losses(one.runs), rel=1e-5)
+    assert len(list((tmp_path / "two" / "slurm").glob("*/*_1_log.out"))) == 3  # a second task per run
 
 
 def test_gpus_follow_the_run_unless_set():
@@ -164,15 +171,16 @@ SLURM_SWEEP = sweep_support.SMALL_SWEEP_TOML.replace("budgets = [2e7, 4e7]", "bu
 [executor]
 name = "slurm"
 cluster = "local"
-workers = 3  # every job at once: their imports overlap
+workers = 3  # every job at once: their start-ups (imports) overlap
 poll_seconds = 0.1
 """
 
 
 def test_a_sweep_file_on_slurm_matches_the_local_executor_and_a_preempted_job_resumes(job_env, tmp_path, monkeypatch):
-    """`flops-fit sweep` with [executor] name = "slurm": every job's first run stops at its 8th
-    batch (after its first curve point); the first job to get there is sent USR2 (SLURM's preemption signal through submitit),
-    so its run checkpoints, submitit requeues the job and the run resumes from the checkpoint."""
+    """`flops-fit sweep` with [executor] name = "slurm" (runs of 26, 13 and 7 steps): each job's
+    run stops at its 8th batch, after its first curve point (the 7-step run never does); the
+    first job there is sent USR2 (SLURM's preemption signal through submitit), so its run
+    checkpoints, submitit requeues the job and the run resumes from that checkpoint."""
     reference = flops_fit.sweep(host=sweep_support.host(), out_dir=tmp_path / "local", show_progress=False,
                                 **sweep_support.small_plan_options(budgets=[2e7])).runs
     config, out, gate = tmp_path / "sweep.toml", tmp_path / "out", tmp_path / "gate"
