@@ -288,3 +288,27 @@ def test_a_bad_executor_option_in_a_sweep_file_exits_2_with_one_line(job_env, tm
     err = capsys.readouterr().err
     assert err.strip().splitlines() == ["flops-fit: error: mem must be GB or sbatch's form like '64G' or '500M', got 'lots'"]
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env, tmp_path):
+    from flops_fit.errors import Interrupted
+    from flops_fit.executors.stopping import clear_stop, request_stop
+
+    heard = []
+
+    def stop(*report):  # Ctrl-C once the run trains
+        heard.append(report)
+        request_stop()
+
+    executor = local(tmp_path, on_progress=stop)
+    try:
+        with pytest.raises(Interrupted), executor:
+            next(executor.map(executor_tasks.report_then_block, [1]))
+    finally:
+        clear_stop()
+    (folder,) = (tmp_path / "jobs").glob("[0-9]*")
+    with pytest.raises(ProcessLookupError):  # the job's controller (its id is its pid) has ended
+        os.kill(int(folder.name), 0)
+    task = Path(f"/proc/{heard[0][0].removeprefix('pid-')}/status")
+    assert not task.exists() or "\nState:\tZ" in task.read_text()  # the run's process: gone (or a zombie)
+    assert not (tmp_path / "jobs" / "jobs.json").exists()

@@ -402,7 +402,7 @@ class RunJob:
         preempt = getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG)
         requeue = signal.getsignal(preempt)  # submitit's: calls checkpoint(), requeues, exits
         progress = self._report if environment.global_rank == 0 else ignore_progress
-        with stop_on_signals((preempt, signal.SIGTERM)):
+        with stop_on_signals((preempt, signal.SIGTERM, signal.SIGINT)):  # SIGINT: a local job cancelled
             try:
                 return _transportable(self.fn(self.item, progress))
             except Interrupted as exc:  # the run checkpointed at its next step
