@@ -231,6 +231,18 @@ FAKE_SLURM = {  # stand-ins for SLURM's commands: record what they were asked, a
 }
 
 
+def fake_slurm(tmp_path, monkeypatch, **override):
+    """SLURM's commands as shell scripts on PATH (``override``: other bodies); their log folder."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "log"
+    bin_dir.mkdir(), log.mkdir()
+    for name, body in {**FAKE_SLURM, **override}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_LOG", str(log))
+    return log
+
+
 def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_path, monkeypatch):
     """No SLURM here: fake sbatch / scancel record what the executor asked for. The docs'
     [executor] table reaches the sbatch scripts; a job a killed driver left for one of these
@@ -238,13 +250,7 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
     from flops_fit.executors.stopping import clear_stop, request_stop
     from flops_fit.sweeps.config import load_config
 
-    bin_dir, log = tmp_path / "bin", tmp_path / "log"
-    bin_dir.mkdir(), log.mkdir()
-    for name, body in FAKE_SLURM.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SLURM_LOG", str(log))
+    log = fake_slurm(tmp_path, monkeypatch)
     (tmp_path / "sweep.toml").write_text(_slurm_doc_example())
     config = load_config(tmp_path / "sweep.toml")
     assert config.executor == "slurm"
@@ -311,4 +317,12 @@ def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env,
         os.kill(int(folder.name), 0)
     task = Path(f"/proc/{heard[0][0].removeprefix('pid-')}/status")
     assert not task.exists() or "\nState:\tZ" in task.read_text()  # the run's process: gone (or a zombie)
-    assert not (tmp_path / "jobs" / "jobs.json").exists()
+
+
+def test_options_sbatch_refuses_are_one_line_naming_its_reason(tmp_path, monkeypatch):
+    fake_slurm(tmp_path, monkeypatch, sbatch='echo "sbatch: error: invalid partition specified: gpux" >&2; exit 1')
+    executor = SlurmExecutor(tmp_path / "jobs", partition="gpux")
+    specs = [executor_tasks.Spec(f"r{i}", str(tmp_path)) for i in range(2)]
+    with pytest.raises(OptionError, match=r"^sbatch refused the sweep's jobs \(sbatch: error: invalid partition "
+                                          r"specified: gpux\): check the \[executor\] options \(partition, "):
+        list(executor.map(executor_tasks.square, specs))

@@ -234,9 +234,8 @@ class SlurmExecutor(ClosingExecutor):
         calls = [RunJob(fn, item, str(relays[i].path)) for i, item in enumerate(items)]
         waiting = list(range(len(items)))[::-1]  # popped from the end: plan order
         states: dict[Any, str] = {}
-        ledger = _Ledger(folder / "jobs.json")
-        if self.cluster == "slurm":
-            _cancel_orphans(ledger, items)
+        ledger = _Ledger(folder / "jobs.json" if self.cluster == "slurm" else None)
+        _cancel_orphans(ledger, items)
         try:
             if self.cluster == "slurm":
                 self._submit_arrays(submitter, items, calls, waiting)
@@ -276,8 +275,14 @@ class SlurmExecutor(ClosingExecutor):
             groups.setdefault(tuple(sorted(self.resources(items[index]).items())), []).append(index)
         for resources, indices in groups.items():
             submitter.update_parameters(**dict(resources))
-            with submitter.batch():
-                jobs = [submitter.submit(calls[i]) for i in indices]
+            try:
+                with submitter.batch():
+                    jobs = [submitter.submit(calls[i]) for i in indices]
+            except self.submitit.core.utils.FailedJobError as exc:  # sbatch said no, on its stderr
+                said = [line.strip() for line in str(exc).splitlines() if line.strip()]
+                raise OptionError(f"sbatch refused the sweep's jobs ({said[-1] if said else 'no reason given'}): "
+                                  "check the [executor] options (partition, account, qos, time, mem, "
+                                  "slurm_params)") from None
             self._jobs.update(zip(jobs, indices))
         waiting.clear()
 
@@ -321,12 +326,15 @@ def _label(item: Any) -> str:
 
 
 class _Ledger:
-    """``jobs.json``: run id -> id of the job training it, for the jobs a driver has not seen end."""
+    """``jobs.json``: run id -> id of the job training it, for the jobs a driver has not seen end
+    (SLURM's only: a local job's id is a process id, not something to cancel later)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | None) -> None:
         self.path = path
 
     def read(self) -> dict[str, str]:
+        if self.path is None:
+            return {}
         try:
             return json.loads(self.path.read_text())
         except (FileNotFoundError, ValueError):
@@ -339,6 +347,8 @@ class _Ledger:
         self._write({run: job for run, job in self.read().items() if job not in set(job_ids)})
 
     def _write(self, jobs: dict[str, str]) -> None:
+        if self.path is None:
+            return
         if jobs:
             write_atomically(self.path, lambda p: p.write_text(json.dumps(jobs, indent=1)))
         else:
