@@ -234,6 +234,9 @@ class SlurmExecutor(ClosingExecutor):
         calls = [RunJob(fn, item, str(relays[i].path)) for i, item in enumerate(items)]
         waiting = list(range(len(items)))[::-1]  # popped from the end: plan order
         states: dict[Any, str] = {}
+        if self.gpus_per_node is None and any(str(getattr(i, "device", "")) == "auto" for i in items):
+            _LOG.warning("runs with device 'auto' get no GPU from SLURM (auto is resolved in the job): "
+                         "set device = 'cuda' in [sweep], or gpus_per_node in [executor]")
         ledger = _Ledger(folder / "jobs.json" if self.cluster == "slurm" else None)
         _cancel_orphans(ledger, items)
         try:
