@@ -319,10 +319,11 @@ def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env,
     assert not task.exists() or "\nState:\tZ" in task.read_text()  # the run's process: gone (or a zombie)
 
 
-def test_options_sbatch_refuses_are_one_line_naming_its_reason(tmp_path, monkeypatch):
+def test_options_sbatch_refuses_are_one_line_naming_its_reason(tmp_path, monkeypatch, caplog):
     fake_slurm(tmp_path, monkeypatch, sbatch='echo "sbatch: error: invalid partition specified: gpux" >&2; exit 1')
     executor = SlurmExecutor(tmp_path / "jobs", partition="gpux")
-    specs = [executor_tasks.Spec(f"r{i}", str(tmp_path)) for i in range(2)]
+    specs = [executor_tasks.Spec(f"r{i}", str(tmp_path), device="auto") for i in range(2)]
     with pytest.raises(OptionError, match=r"^sbatch refused the sweep's jobs \(sbatch: error: invalid partition "
                                           r"specified: gpux\): check the \[executor\] options \(partition, "):
         list(executor.map(executor_tasks.square, specs))
+    assert "runs with device 'auto' get no GPU from SLURM" in caplog.text  # said before submitting
