@@ -4,6 +4,7 @@ preemption signalled with USR2 as SLURM does).
 Skipped when the ``slurm`` extra is not installed; CI installs it.
 """
 
+import importlib.util
 import json
 import os
 import signal
@@ -74,7 +75,8 @@ def test_a_run_on_two_processes_is_one_job_of_two_tasks_and_rank_0_reports(job_e
     assert heard == [("run-a", 1, 1, 0.0)]  # rank 0's reports only
 
 
-@pytest.mark.skip(reason="needs the distributed runs of processes_per_run")
+@pytest.mark.skipif(importlib.util.find_spec("flops_fit.sweeps.distributed") is None,
+                    reason="needs the distributed runs of processes_per_run")
 def test_a_sweep_with_two_processes_per_run_trains_on_slurm_like_one_process(job_env, tmp_path):
     """Once runs span k processes (torch.distributed, gloo on CPU): a sweep with
     processes_per_run=2 through cluster 'local' gives the one-process losses (rel 1e-5)."""
