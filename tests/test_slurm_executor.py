@@ -44,11 +44,12 @@ def test_registered_as_a_builtin_executor():
     assert flops_fit.executor_info("slurm").builder == "flops_fit.executors.slurm:build"
 
 
-def test_results_and_progress_come_back_once_per_item(job_env, tmp_path):
+def test_results_progress_and_job_states_come_back_once_per_item(job_env, tmp_path, capsys):
     heard = []
     with local(tmp_path, workers=2, on_progress=lambda *report: heard.append(report)) as executor:
         results = dict(executor.map(executor_tasks.square, [1, 2, 3]))
     assert results == {1: 1, 2: 4, 3: 9}
+    assert "slurm jobs: 2 RUNNING\n" in capsys.readouterr().err  # the first look, before any job could end
     assert sorted(heard) == [("run-1", 1, 10, 1.0), ("run-2", 2, 10, 2.0), ("run-3", 3, 10, 3.0)]
     assert list((tmp_path / "jobs" / "progress").iterdir()) == []  # relayed, then removed
 
@@ -120,6 +121,7 @@ def test_time_and_memory_read_sbatchs_forms():
         ({"slurm_params": ["--constraint=a100"]}, "slurm_params must be a table of sbatch options"),
         ({"setup": "module load cuda"}, "setup must be a list of shell lines"),
         ({"max_timeouts": -1}, "max_timeouts must be a non-negative integer"),
+        ({"show_jobs": "yes"}, "show_jobs must be true or false"),
     ],
 )
 def test_bad_options_are_refused_with_the_fix(options, message):

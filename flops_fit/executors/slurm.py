@@ -126,7 +126,8 @@ class SlurmExecutor(ClosingExecutor):
     ``python`` (the interpreter jobs run; default the driver's, so on storage every node
     sees). ``array_parallelism``: runs in flight at once (with cluster "local":
     ``workers``). ``max_timeouts``: requeues after hitting ``time`` before the run fails.
-    ``folder``: job logs, submissions and progress (default: ``slurm/`` in the sweep's
+    ``show_jobs``: a line on stderr whenever the count of jobs per state changes (a sweep
+    waiting in the queue is not a hung one). ``folder``: job logs, submissions and progress (default: ``slurm/`` in the sweep's
     output folder; a folder every node sees).
     """
 
@@ -148,6 +149,7 @@ class SlurmExecutor(ClosingExecutor):
         array_parallelism: int = 256,
         max_timeouts: int = 3,
         poll_seconds: float = 5.0,
+        show_jobs: bool = True,
         workers: int = 1,
         on_progress: ProgressSink | None = None,
     ) -> None:
@@ -179,6 +181,9 @@ class SlurmExecutor(ClosingExecutor):
             raise OptionError(f"max_timeouts must be a non-negative integer, got {max_timeouts!r}")
         self.max_timeouts = max_timeouts
         self.poll_seconds = positive_number(poll_seconds, "poll_seconds")
+        if not isinstance(show_jobs, bool):
+            raise OptionError(f"show_jobs must be true or false, got {show_jobs!r}")
+        self.show_jobs = show_jobs
         self.workers = positive_int(workers, "workers")
         self.on_progress = on_progress or ignore_progress
         self.submitit = _import_submitit()
@@ -234,6 +239,7 @@ class SlurmExecutor(ClosingExecutor):
         calls = [RunJob(fn, item, str(relays[i].path)) for i, item in enumerate(items)]
         waiting = list(range(len(items)))[::-1]  # popped from the end: plan order
         states: dict[Any, str] = {}
+        summary = ""
         if self.gpus_per_node is None and any(str(getattr(i, "device", "")) == "auto" for i in items):
             _LOG.warning("runs with device 'auto' get no GPU from SLURM (auto is resolved in the job): "
                          "set device = 'cuda' in [sweep], or gpus_per_node in [executor]")
@@ -262,6 +268,10 @@ class SlurmExecutor(ClosingExecutor):
                     elif states.get(job) != (state := job.state):
                         states[job] = state
                         _LOG.info("job %s (run %s): %s", job.job_id, _label(items[index]), state)
+                now = _summary(states.get(job, "SUBMITTED") for job in self._jobs)
+                if self.show_jobs and now and now != summary:
+                    print(f"slurm jobs: {now}", file=sys.stderr, flush=True)
+                summary = now
                 raise_if_stopped()
                 if self._jobs:
                     time.sleep(self.poll_seconds)
@@ -318,6 +328,14 @@ class SlurmExecutor(ClosingExecutor):
             for job in jobs:
                 while not job.done():
                     time.sleep(0.05)
+
+
+def _summary(states: Iterable[str]) -> str:
+    """"2 RUNNING, 1 PENDING": jobs in flight per state, the most common first."""
+    counts: dict[str, int] = {}
+    for state in states:
+        counts[state] = counts.get(state, 0) + 1
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _run_id(item: Any) -> str:
