@@ -262,14 +262,15 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
     specs.append(executor_tasks.Spec("r3", str(tmp_path), processes_per_run=2, device="cuda"))
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "jobs.json").write_text(json.dumps({"r1": "4000_1", "other-run": "4000_9"}))
-    options = {**config.executor_options, "array_parallelism": 2}  # below the array's size: SLURM's %2
-    executor = flops_fit.create_executor("slurm", folder=tmp_path / "jobs", **options)
-    request_stop()  # the driver's Ctrl-C, right after submitting
-    try:
-        with pytest.raises(KeyboardInterrupt), executor:
-            next(executor.map(executor_tasks.square, specs))
-    finally:
-        clear_stop()
+    for options in ({"array_parallelism": 2}, {"workers": 2}):  # below the array's size: SLURM's %2
+        executor = flops_fit.create_executor("slurm", folder=tmp_path / "jobs", **{**config.executor_options, **options})
+        request_stop()  # the driver's Ctrl-C, right after submitting
+        try:
+            with pytest.raises(KeyboardInterrupt), executor:
+                next(executor.map(executor_tasks.square, specs))
+        finally:
+            clear_stop()
+    assert "#SBATCH --array=0-2%2\n" in (log / "sbatch-3").read_text()  # --workers 2 caps the array too
     array, single = (log / "sbatch-1").read_text(), (log / "sbatch-2").read_text()
     for line in ("--array=0-2%2", "--partition=gpu", "--time=720", "--mem=64GB", "--cpus-per-task=8",
                  "--account=my-lab", "--qos=normal", "--constraint=a100", "--gpus-per-node=1",
@@ -280,7 +281,7 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
     assert "#SBATCH --ntasks-per-node=2\n" in single and "#SBATCH --gpus-per-node=2\n" in single
     first, *stopped = (log / "scancel").read_text().splitlines()
     assert first == "4000_1"  # run r1's orphan, first; other-run's job is not this sweep's business
-    assert sorted(stopped) == ["4241_0", "4241_1", "4241_2", "4242"]
+    assert sorted(stopped) == ["4241_0", "4241_1", "4241_2", "4242", "4243_0", "4243_1", "4243_2", "4244"]
     assert json.loads((tmp_path / "jobs" / "jobs.json").read_text()) == {"other-run": "4000_9"}
 
 

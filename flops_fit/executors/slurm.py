@@ -124,8 +124,8 @@ class SlurmExecutor(ClosingExecutor):
     ``account``, ``qos``, ``slurm_params`` (any other sbatch option, e.g.
     ``{constraint = "a100"}``), ``setup`` (shell lines the job runs first, e.g. module loads),
     ``python`` (the interpreter jobs run; default the driver's, so on storage every node
-    sees). ``array_parallelism``: runs in flight at once (with cluster "local":
-    ``workers``). ``max_timeouts``: requeues after hitting ``time`` before the run fails.
+    sees). ``array_parallelism``: runs in flight at once (``workers`` above 1 lowers it; with
+    cluster "local", ``workers`` alone sets it). ``max_timeouts``: requeues after hitting ``time`` before the run fails.
     ``show_jobs``: a line on stderr whenever the count of jobs per state changes (a sweep
     waiting in the queue is not a hung one). ``folder``: job logs, submissions and progress (default: ``slurm/`` in the sweep's
     output folder; a folder every node sees).
@@ -212,8 +212,9 @@ class SlurmExecutor(ClosingExecutor):
             slurm_max_num_timeout=self.max_timeouts, local_max_num_timeout=self.max_timeouts,
             **({"slurm_python": self.python, "local_python": self.python} if self.python else {}),
         )
+        in_flight = self.array_parallelism if self.workers == 1 else min(self.array_parallelism, self.workers)
         parameters: dict[str, Any] = {"name": "flops-fit", "timeout_min": self.time_min,
-                                      "slurm_array_parallelism": self.array_parallelism}
+                                      "slurm_array_parallelism": in_flight}
         optional = {"cpus_per_task": self.cpus_per_task, "mem_gb": self.mem_gb,
                     "slurm_partition": self.partition, "slurm_account": self.account, "slurm_qos": self.qos,
                     "slurm_additional_parameters": self.slurm_params or None, "slurm_setup": self.setup or None}
