@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("submitit", reason="the slurm extra is not installed: pip install 'flops-fit[slurm]'")
 
 import executor_tasks  # noqa: E402
+import slurm_tasks  # noqa: E402
 import sweep_support  # noqa: E402
 
 import flops_fit  # noqa: E402
@@ -64,11 +65,11 @@ def test_the_runs_exception_is_its_outcome_and_a_killed_job_is_a_lost_run(job_en
 
 
 def test_a_run_on_two_processes_is_one_job_of_two_tasks_and_rank_0_reports(job_env, tmp_path):
-    spec = executor_tasks.Spec("run-a", str(tmp_path), processes_per_run=2)
+    spec = slurm_tasks.Spec("run-a", str(tmp_path), processes_per_run=2)
     heard = []
     with local(tmp_path, on_progress=lambda *report: heard.append(report)) as executor:
         assert executor.resources(spec) == {"nodes": 1, "tasks_per_node": 2, "gpus_per_node": 0}
-        ((_, outcome),) = executor.map(executor_tasks.distributed_environment, [spec])
+        ((_, outcome),) = executor.map(slurm_tasks.distributed_environment, [spec])
     assert outcome == "rank 0 of 2"
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert [(s["RANK"], s["LOCAL_RANK"], s["WORLD_SIZE"]) for s in ranks] == [("0", "0", "2"), ("1", "1", "2")]
@@ -98,7 +99,7 @@ def test_a_sweep_with_two_processes_per_run_trains_on_slurm_like_one_process(job
 
 def test_gpus_follow_the_run_unless_set():
     executor = SlurmExecutor("unused", cluster="local")
-    cuda = executor_tasks.Spec("r", "unused", processes_per_run=4, device="cuda")
+    cuda = slurm_tasks.Spec("r", "unused", processes_per_run=4, device="cuda")
     assert executor.resources(cuda)["gpus_per_node"] == 4
     assert SlurmExecutor("unused", cluster="local", gpus_per_node=8).resources(cuda)["gpus_per_node"] == 8
 
@@ -258,8 +259,8 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
     (tmp_path / "sweep.toml").write_text(_slurm_doc_example())
     config = load_config(tmp_path / "sweep.toml")
     assert config.executor == "slurm"
-    specs = [executor_tasks.Spec(f"r{i}", str(tmp_path), device="cuda") for i in range(3)]
-    specs.append(executor_tasks.Spec("r3", str(tmp_path), processes_per_run=2, device="cuda"))
+    specs = [slurm_tasks.Spec(f"r{i}", str(tmp_path), device="cuda") for i in range(3)]
+    specs.append(slurm_tasks.Spec("r3", str(tmp_path), processes_per_run=2, device="cuda"))
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "jobs.json").write_text(json.dumps({"r1": "4000_1", "other-run": "4000_9"}))
     for options in ({"array_parallelism": 2}, {"workers": 2}):  # below the array's size: SLURM's %2
@@ -314,7 +315,7 @@ def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env,
     executor = local(tmp_path, on_progress=stop)
     try:
         with pytest.raises(Interrupted), executor:
-            next(executor.map(executor_tasks.report_then_block, [1]))
+            next(executor.map(slurm_tasks.report_then_block, [1]))
     finally:
         clear_stop()
     (folder,) = (tmp_path / "jobs").glob("[0-9]*")
@@ -327,7 +328,7 @@ def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env,
 def test_options_sbatch_refuses_are_one_line_naming_its_reason(tmp_path, monkeypatch, caplog):
     fake_slurm(tmp_path, monkeypatch, sbatch='echo "sbatch: error: invalid partition specified: gpux" >&2; exit 1')
     executor = SlurmExecutor(tmp_path / "jobs", partition="gpux")
-    specs = [executor_tasks.Spec(f"r{i}", str(tmp_path), device="auto") for i in range(2)]
+    specs = [slurm_tasks.Spec(f"r{i}", str(tmp_path), device="auto") for i in range(2)]
     with pytest.raises(OptionError, match=r"^sbatch refused the sweep's jobs \(sbatch: error: invalid partition "
                                           r"specified: gpux\): check the \[executor\] options \(partition, "):
         list(executor.map(executor_tasks.square, specs))
