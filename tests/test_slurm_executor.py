@@ -123,6 +123,7 @@ def test_time_and_memory_read_sbatchs_forms():
         ({"setup": "module load cuda"}, "setup must be a list of shell lines"),
         ({"max_timeouts": -1}, "max_timeouts must be a non-negative integer"),
         ({"show_jobs": "yes"}, "show_jobs must be true or false"),
+        ({"signal_delay_s": 0}, "signal_delay_s must be a positive integer"),
     ],
 )
 def test_bad_options_are_refused_with_the_fix(options, message):
@@ -263,7 +264,7 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
     specs.append(slurm_tasks.Spec("r3", str(tmp_path), processes_per_run=2, device="cuda"))
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "jobs.json").write_text(json.dumps({"r1": "4000_1", "other-run": "4000_9"}))
-    for options in ({"array_parallelism": 2}, {"workers": 2}):  # below the array's size: SLURM's %2
+    for options in ({"array_parallelism": 2}, {"workers": 2, "signal_delay_s": 300}):  # %2: below the array's size
         executor = flops_fit.create_executor("slurm", folder=tmp_path / "jobs", **{**config.executor_options, **options})
         request_stop()  # the driver's Ctrl-C, right after submitting
         try:
@@ -271,7 +272,8 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
                 next(executor.map(executor_tasks.square, specs))
         finally:
             clear_stop()
-    assert "#SBATCH --array=0-2%2\n" in (log / "sbatch-3").read_text()  # --workers 2 caps the array too
+    again = (log / "sbatch-3").read_text()
+    assert "#SBATCH --array=0-2%2\n" in again and "#SBATCH --signal=USR2@300\n" in again  # --workers 2 caps it too
     array, single = (log / "sbatch-1").read_text(), (log / "sbatch-2").read_text()
     for line in ("--array=0-2%2", "--partition=gpu", "--time=720", "--mem=64GB", "--cpus-per-task=8",
                  "--account=my-lab", "--qos=normal", "--constraint=a100", "--gpus-per-node=1",

@@ -125,9 +125,11 @@ class SlurmExecutor(ClosingExecutor):
     ``{constraint = "a100"}``), ``setup`` (shell lines the job runs first, e.g. module loads),
     ``python`` (the interpreter jobs run; default the driver's, so on storage every node
     sees). ``array_parallelism``: runs in flight at once (``workers`` above 1 lowers it; with
-    cluster "local", ``workers`` alone sets it). ``max_timeouts``: requeues after hitting ``time`` before the run fails.
-    ``show_jobs``: a line on stderr whenever the count of jobs per state changes (a sweep
-    waiting in the queue is not a hung one). ``folder``: job logs, submissions and progress (default: ``slurm/`` in the sweep's
+    cluster "local", ``workers`` alone sets it). ``max_timeouts``: requeues after hitting
+    ``time`` before the run fails; ``signal_delay_s``: how long before ``time`` SLURM
+    signals the job (time for a step and a checkpoint). ``show_jobs``: a line on stderr
+    whenever the count of jobs per state changes (a queued sweep is not a hung one).
+    ``folder``: job logs, submissions and progress (default: ``slurm/`` in the sweep's
     output folder; a folder every node sees).
     """
 
@@ -148,6 +150,7 @@ class SlurmExecutor(ClosingExecutor):
         python: str | None = None,
         array_parallelism: int = 256,
         max_timeouts: int = 3,
+        signal_delay_s: int = 90,
         poll_seconds: float = 5.0,
         show_jobs: bool = True,
         workers: int = 1,
@@ -180,6 +183,7 @@ class SlurmExecutor(ClosingExecutor):
         if isinstance(max_timeouts, bool) or not isinstance(max_timeouts, int) or max_timeouts < 0:
             raise OptionError(f"max_timeouts must be a non-negative integer, got {max_timeouts!r}")
         self.max_timeouts = max_timeouts
+        self.signal_delay_s = positive_int(signal_delay_s, "signal_delay_s")
         self.poll_seconds = positive_number(poll_seconds, "poll_seconds")
         if not isinstance(show_jobs, bool):
             raise OptionError(f"show_jobs must be true or false, got {show_jobs!r}")
@@ -214,7 +218,8 @@ class SlurmExecutor(ClosingExecutor):
         )
         in_flight = self.array_parallelism if self.workers == 1 else min(self.array_parallelism, self.workers)
         parameters: dict[str, Any] = {"name": "flops-fit", "timeout_min": self.time_min,
-                                      "slurm_array_parallelism": in_flight}
+                                      "slurm_array_parallelism": in_flight,
+                                      "slurm_signal_delay_s": self.signal_delay_s}
         optional = {"cpus_per_task": self.cpus_per_task, "mem_gb": self.mem_gb,
                     "slurm_partition": self.partition, "slurm_account": self.account, "slurm_qos": self.qos,
                     "slurm_additional_parameters": self.slurm_params or None, "slurm_setup": self.setup or None}
