@@ -334,4 +334,4 @@ def test_options_sbatch_refuses_are_one_line_naming_its_reason(tmp_path, monkeyp
     with pytest.raises(OptionError, match=r"^sbatch refused the sweep's jobs \(sbatch: error: invalid partition "
                                           r"specified: gpux\): check the \[executor\] options \(partition, "):
         list(executor.map(executor_tasks.square, specs))
-    assert "runs with device 'auto' get no GPU from SLURM" in caplog.text  # said before submitting
+    assert "runs with device 'auto' get no GPU (a job gets GPUs only by asking" in caplog.text  # said first

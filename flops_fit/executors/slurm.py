@@ -247,8 +247,8 @@ class SlurmExecutor(ClosingExecutor):
         states: dict[Any, str] = {}
         summary = ""
         if self.gpus_per_node is None and any(str(getattr(i, "device", "")) == "auto" for i in items):
-            _LOG.warning("runs with device 'auto' get no GPU from SLURM (auto is resolved in the job): "
-                         "set device = 'cuda' in [sweep], or gpus_per_node in [executor]")
+            _LOG.warning("runs with device 'auto' get no GPU (a job gets GPUs only by asking; auto is resolved "
+                         "in the job): set device = 'cuda' in [sweep], or gpus_per_node in [executor]")
         ledger = _Ledger(folder / "jobs.json" if self.cluster == "slurm" else None)
         _cancel_orphans(ledger, items)
         try:
