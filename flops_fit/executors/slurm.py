@@ -330,10 +330,13 @@ class SlurmExecutor(ClosingExecutor):
                 job.cancel(check=False)
             except Exception as exc:  # noqa: BLE001 - scancel missing or refused: say so, go on
                 _LOG.warning("could not cancel job %s: %s", job.job_id, exc)
-        if self.cluster == "local":
+        if self.cluster == "local":  # the controller ends its tasks (SIGINT, then SIGKILL a second later)
+            deadline = time.monotonic() + 60
             for job in jobs:
-                while not job.done():
+                while not job.done() and time.monotonic() < deadline:
                     time.sleep(0.05)
+                if not job.done():
+                    _LOG.warning("local job %s (process %s) did not end after its cancel", job.job_id, job.job_id)
 
 
 def _summary(states: Iterable[str]) -> str:
@@ -371,7 +374,8 @@ class _Ledger:
         self._write({**self.read(), **jobs})
 
     def remove(self, job_ids: list[str]) -> None:
-        self._write({run: job for run, job in self.read().items() if job not in set(job_ids)})
+        gone = set(job_ids)
+        self._write({run: job for run, job in self.read().items() if job not in gone})
 
     def _write(self, jobs: dict[str, str]) -> None:
         if self.path is None:
