@@ -180,7 +180,7 @@ def add_commands(sub) -> None:
     p.add_argument("--out", help="output folder (default: [sweep] out, or flops-fit-out)")
     p.add_argument("--resume", action="store_true", help="continue the sweep stored in the output folder")
     p.add_argument("--workers", type=int, help="runs trained at once (worker processes)")
-    p.add_argument("--executor", help="run on this executor instead of the config's (e.g. local, ray)")
+    p.add_argument("--executor", help="run on this executor instead of the config's (e.g. local, ray, slurm)")
     p.add_argument("--address", help="Ray cluster to join, e.g. ray://head:10001 (default RAY_ADDRESS)")
     p.add_argument("--skip-parity", action="store_true", help="train even if the model fails its parity gate")
     p.add_argument("--skip-preflight", action="store_true",

@@ -12,7 +12,9 @@ it, and yields ``(item, result_or_exception)`` as runs finish, in any order; a r
 raised (or whose worker died) yields the exception. ``progress(run_id, done, total,
 train_loss)`` is a callable the executor provides that carries reports back to the
 driver's ``on_progress``. ``close()`` releases whatever the executor started (worker
-processes, a local Ray), also after an interrupted ``map``.
+processes, a local Ray, queued SLURM jobs), also after an interrupted ``map``. An executor
+that keeps files of its own may define ``use_sweep_folder(out_dir)``: the driver calls it
+with the sweep's output folder before ``map``.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "flops_fit.plugins.datasets",
     "flops_fit.executors.local",
     "flops_fit.executors.ray",
+    "flops_fit.executors.slurm",
     "flops_fit.parity.cases",
 )
 

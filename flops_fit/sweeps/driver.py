@@ -223,6 +223,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
     task = functools.partial(train_item, host=host, checkpoints=policy, tracking=tracking)
     with api.create_executor(executor, host=host, **options) as runner:
+        if hasattr(runner, "use_sweep_folder"):  # an executor that keeps files (SLURM's job logs)
+            runner.use_sweep_folder(out_dir)
         for item, item_outcome in runner.map(task, work_items(todo)):
             for spec, outcome in item_outcomes(item, item_outcome):
                 result = outcome if isinstance(outcome, RunResult) else RunResult(
