@@ -34,6 +34,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "flops_fit.plugins.vit",
     "flops_fit.plugins.gpt",
     "flops_fit.plugins.llama",
+    "flops_fit.plugins.cait",
+    "flops_fit.plugins.pvt_v2",
     "flops_fit.plugins.losses",
     "flops_fit.plugins.datasets",
     "flops_fit.executors.local",
