@@ -405,8 +405,6 @@ _TINY_FAMILIES = {
 
 @pytest.mark.parametrize("architecture, family", [
     ("swin_tiny_patch4_window7_224", "SwinTransformer"),
-    ("cait_xxs24_224", "Cait"),
-    ("pvt_v2_b0", "PyramidVisionTransformerV2"),
 ])
 def test_timm_entry_point_refuses_families_without_a_zoo_model_by_name(architecture, family, tmp_path) -> None:
     """By name and from bare weights alike, the refusal names the timm class."""
