@@ -8,6 +8,7 @@ here), so each branch contributes and a dropped LayerScale shows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from flops_fit.parity import probe
@@ -52,14 +53,15 @@ def taps() -> dict[str, tuple[str, str]]:
 
 
 def timm_cait(device: str = "cpu", dtype: str = "float32", *, variant: str = "token", overrides: dict | None = None,
-              tamper: Tamper | None = None) -> ParityReport:
-    """timm ``Cait`` (hub folder: config.json + model.safetensors) -> our ``cait``."""
+              tamper: Tamper | None = None, setup: Callable[[Any], None] | None = None) -> ParityReport:
+    """timm ``Cait`` (hub folder: config.json + model.safetensors) -> our ``cait``; ``setup``
+    rewires our built model (negative controls)."""
     return run_model_case(
         case="timm-cait" + ("" if variant == "token" else f"-{variant}"), model="cait",
         reference=f"timm cait_xxs24_224 layout, {VARIANTS[variant] or 'defaults'}",
         ref_module=cait_reference(variant), save=save_timm, convert=convert_timm_model,
         inputs=[probe.images(BATCH, 3, TINY["img_size"])], ref_forward=call, our_forward=call, taps=taps(),
-        device=device, dtype=dtype, overrides=overrides, tamper=tamper,
+        device=device, dtype=dtype, overrides=overrides, tamper=tamper, setup=setup,
     )
 
 

@@ -84,3 +84,41 @@ def shifted(key: str, delta: Any):
         state[key] = state[key] + delta
 
     return tamper
+
+
+def filled(pattern: str, value: float):
+    """Converted tensors matching ``pattern`` set to ``value`` everywhere: LayerScale gammas of 1
+    are a model without LayerScale (a converter that drops ``gamma_1`` / ``gamma_2``)."""
+    import re
+
+    def tamper(state: dict[str, Any]) -> None:
+        for key in [k for k in state if re.fullmatch(pattern, k)]:
+            state[key] = state[key].clone().fill_(value)
+
+    return tamper
+
+
+def swapped_rows(key: str, first: slice, second: slice):
+    """Two equal row blocks of one tensor exchanged (keys and values of a packed projection
+    unpacked in the wrong order)."""
+
+    def tamper(state: dict[str, Any]) -> None:
+        value = state[key].clone()
+        value[first], value[second] = state[key][second], state[key][first]
+        state[key] = value
+
+    return tamper
+
+
+def class_attention_without_its_own_key(model: Any) -> None:
+    """CaiT's class token attending to the patches only (keys and values leave the class
+    token out): each class-attention block of ``model`` rewired in place."""
+    import torch
+
+    for block in model.blocks_token_only:
+        def forward(patches, cls, block=block):
+            tokens = block.norm1(torch.cat((cls, patches), dim=1))
+            cls = cls + block.ls1(block.attn(tokens[:, :1], tokens[:, 1:], tokens[:, 1:]))
+            return cls + block.ls2(block.mlp(block.norm2(cls)))
+
+        block.forward = forward

@@ -136,7 +136,12 @@ def describe_reference(model: Any) -> dict[str, Any]:
     do not reproduce."""
     import torch.nn as nn
     from timm.layers import Mlp, PatchEmbed
-    from timm.models.cait import ClassAttn, LayerScaleBlock, LayerScaleBlockClassAttn, TalkingHeadAttn
+    from timm.models.cait import (
+        ClassAttn,
+        LayerScaleBlock,
+        LayerScaleBlockClassAttn,
+        TalkingHeadAttn,
+    )
 
     refused: list[str] = []
 
