@@ -92,8 +92,12 @@ def build_reference(architecture: str | None, args: dict[str, Any], declared: di
     """The timm model these arguments describe, on the meta device."""
     import timm
     import torch
+    from timm.layers import get_act_layer
     from timm.models.cait import Cait
 
+    # Cait takes activation classes; timm's names ('gelu', 'gelu_tanh', ...) are looked up
+    args, declared = ({**d, "act_layer": get_act_layer(d["act_layer"])} if isinstance(d.get("act_layer"), str) else d
+                      for d in (args, declared))
     try:
         with torch.device("meta"):
             if architecture:
