@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from flops_fit.parity import case_attention, case_cait, case_gpt, case_llama, case_pvt_v2, case_vit, controls
+from flops_fit.parity import (
+    case_attention,
+    case_cait,
+    case_gpt,
+    case_llama,
+    case_pvt_v2,
+    case_vit,
+    controls,
+)
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
