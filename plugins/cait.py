@@ -155,6 +155,28 @@ def non_embedding_flops(width: int, **config) -> float:
     return training_flops(width, **config) - 2 * patch_embed_flops(cfg) - sizing.training_from_forward(head)
 
 
+def activation_memory(width: int, micro_batch_size: int, seq_len: int, **config) -> int:
+    """Bytes of fp32 activations autograd keeps for backward in one micro-batch of images
+    (``seq_len`` is 1), as measured with ``saved_tensors_hooks``: per self-attention block and
+    patch token 10 x width (LayerScale keeps its inputs), 2 x the MLP width and norm
+    statistics, plus 4 N^2 H for the talking-heads score maps (or a log-sum-exp per head
+    without them); per class-attention block the N + 1 normed tokens, their keys and values,
+    and the class token's path; then the image, the final norm, the pooled token, the logits."""
+    cfg = CaitConfig.of(width, **config)
+    n, d, h = cfg.num_patches, cfg.width, cfg.num_heads
+    if cfg.talking_heads:
+        self_block = n * (10 * d + 2 * cfg.mlp_hidden + 4) + 4 * n * n * h
+    else:
+        self_block = n * (10 * d + 2 * cfg.mlp_hidden + 4 + h)
+    class_block = (n + 1) * (4 * d + 2) + 6 * d + 2 * cfg.mlp_hidden_token_only + h + 2
+    image = cfg.in_chans * cfg.image_size**2
+    # the final norm's input and statistics; its output (the head reads a view of it) or the mean
+    pooled = (n + 1) * d if cfg.global_pool == "token" else d
+    tail = (n + 1) * (d + 2) + pooled + cfg.num_classes + 2
+    per_sample = cfg.depth * self_block + cfg.depth_token_only * class_block + image + tail
+    return 4 * micro_batch_size * per_sample
+
+
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     """Widths in [lo, hi] whose head split is valid (multiples of head_dim or num_heads)."""
     return sizing.valid_widths(CaitConfig, lo, hi, config, "num_heads", "num_kv_heads")
@@ -178,6 +200,7 @@ def _entry(name: str, description: str, defaults: dict, default_size: int | None
         training_flops=training_flops,
         embedding_params=embedding_param_count,
         non_embedding_flops=non_embedding_flops,
+        activation_memory=activation_memory,
         flops_unit="sample",
         task=flops_fit.TASK_IMAGE_CLASSIFICATION,
         default_loss="cross-entropy",

@@ -195,6 +195,26 @@ def non_embedding_flops(width: int, **config) -> float:
     return training_flops(width, **config) - 2 * _embed_flops(cfg, 0) - sizing.training_from_forward(head)
 
 
+def activation_memory(width: int, micro_batch_size: int, seq_len: int, **config) -> int:
+    """Bytes of fp32 activations autograd keeps for backward in one micro-batch of images
+    (``seq_len`` is 1), as measured with ``saved_tensors_hooks``: per block and token 6 x the
+    stage width (8 x without reduction: the packed q, k, v), 3 x the MLP width (fc1 output,
+    depthwise-conv output, activation) and norm statistics and a log-sum-exp per head; per
+    reduced key / value token 4 x the width (6 x for linear attention's GELU); per stage the
+    embedding and stage norms and the next embedding's input; the image, pooled map, logits."""
+    cfg = PvtV2Config.of(width, **config)
+    per_sample = cfg.in_chans * cfg.image_size**2 + cfg.dims[-1] + cfg.num_classes + 2
+    for i, (c, h) in enumerate(zip(cfg.dims, cfg.num_heads)):
+        n, nk, m = cfg.feature_sizes[i] ** 2, cfg.kv_tokens(i), cfg.mlp_hidden(i)
+        if cfg.linear or cfg.sr_ratios[i] > 1:
+            block = n * (6 * c + 3 * m + 4 + h) + nk * (4 * c + 2) + cfg.linear * nk * 2 * c
+        else:
+            block = n * (8 * c + 3 * m + 4 + h)
+        per_sample += cfg.depths[i] * block + n * (3 * c + 4)
+    per_sample -= cfg.feature_sizes[-1] ** 2 * cfg.dims[-1]  # the last stage feeds no embedding
+    return 4 * micro_batch_size * per_sample
+
+
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     """Stage-1 widths in [lo, hi] for which every stage splits into its heads."""
     if config.get("num_heads") is None:
@@ -232,6 +252,7 @@ def _entry(name: str, description: str, defaults: dict, default_size: int | None
         training_flops=training_flops,
         embedding_params=embedding_param_count,
         non_embedding_flops=non_embedding_flops,
+        activation_memory=activation_memory,
         flops_unit="sample",
         task=flops_fit.TASK_IMAGE_CLASSIFICATION,
         default_loss="cross-entropy",
