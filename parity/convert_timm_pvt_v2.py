@@ -74,7 +74,8 @@ def convert_timm_pvt_v2(source: str | Path | dict[str, Any], *, architecture: st
 def _default_input_size(architecture: str) -> int:
     import timm
 
-    return timm.get_pretrained_cfg(architecture).input_size[-1]
+    cfg = timm.get_pretrained_cfg(architecture)  # None for a name timm does not know: refused when built
+    return cfg.input_size[-1] if cfg is not None else 224
 
 
 def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:

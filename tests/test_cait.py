@@ -8,6 +8,7 @@ import pytest
 import torch
 from flops_fit.parity import case_cait
 from flops_fit.parity.convert_timm import convert_timm_model
+from flops_fit.parity.convert_timm_cait import convert_timm_cait
 from flops_fit.plugins import cait, cait_model
 from flops_fit.plugins.attention import MultiheadAttention
 from torch.utils.flop_counter import FlopCounterMode
@@ -132,6 +133,18 @@ def test_options_cait_does_not_reproduce_are_refused_by_name(args, named):
         convert_timm_model(state, architecture="cait_xxs24_224", **case_cait.TINY, **args)
 
 
+def test_the_converter_refuses_other_architectures_and_attention_layers():
+    state = case_cait.cait_reference().state_dict()
+    with pytest.raises(ConversionError, match="architecture 'pvt_v2_b0' is not a timm Cait"):
+        convert_timm_cait(state, architecture="pvt_v2_b0")
+    with pytest.raises(ConversionError, match="timm does not know architecture 'cait_nope'"):
+        convert_timm_cait(state, architecture="cait_nope")
+    from timm.models.vision_transformer import Attention
+
+    with pytest.raises(ConversionError, match="attention Attention \\(timm's TalkingHeadAttn is reproduced\\)"):
+        convert_timm_cait(state, architecture="cait_xxs24_224", **case_cait.TINY, attn_block=Attention)
+
+
 def test_weights_that_are_not_cait_are_refused():
     with pytest.raises(ConversionError, match="'pos_embed' is missing, so these are not timm CaiT weights"):
         convert_timm_model({"blocks_token_only.0.x": torch.zeros(1)})
@@ -146,6 +159,7 @@ def test_weights_that_are_not_cait_are_refused():
     ({"act_layer": "mish"}, "act_layer must be one of"),
     ({"num_heads": 5}, "width 32 is not divisible by the number of heads 5"),
     ({"dpeth": 3}, "unknown configuration keyword\\(s\\) \\['dpeth'\\]"),
+    ({"norm_eps": -1.0}, "norm_eps must be positive, got -1.0"),
 ])
 def test_configuration_errors(config, message):
     with pytest.raises(ValueError, match=message):

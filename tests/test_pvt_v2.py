@@ -8,6 +8,7 @@ import torch
 import torch.utils.flop_counter as flop_counter
 from flops_fit.parity import case_pvt_v2
 from flops_fit.parity.convert_timm import convert_timm_model
+from flops_fit.parity.convert_timm_pvt_v2 import convert_timm_pvt_v2
 from flops_fit.plugins import pvt_v2, pvt_v2_model
 from flops_fit.plugins.attention import MultiheadAttention
 from torch.utils.flop_counter import FlopCounterMode
@@ -143,11 +144,31 @@ def test_options_pvt_v2_does_not_reproduce_are_refused_by_name(args, named):
     ({"mlp_ratios": (8.0, 8.0, 0.0, 4.0)}, "mlp_ratios must be positive"),
     ({"act_layer": "mish"}, "act_layer must be one of"),
     ({"sr_ratio": 2}, "unknown configuration keyword\\(s\\) \\['sr_ratio'\\]"),
+    ({"depths": (1, 0, 1, 1)}, "each of depths must be a positive integer, got 0"),
+    ({"num_heads": (1, 0, 5, 8)}, "number of heads must be a positive integer, got 0"),
+    ({"norm_eps": 0.0}, "norm_eps must be positive, got 0.0"),
 ])
 def test_configuration_errors(config, message):
     with pytest.raises(ValueError, match=message):
         pvt_v2_model.build(32, **config)
     assert pvt_v2_model.build(32, sr_ratios=(8, 4, 2, 1), image_size=224).config.kv_tokens(0) == 49
+
+
+def test_valid_sizes_skip_head_splits_but_raise_other_configuration_errors():
+    with pytest.raises(ValueError, match="stage 0 sees a 8x8 map, smaller than its sr_ratio 16"):
+        flops_fit.model_info("pvt_v2").sizes(1, 64, sr_ratios=(16, 4, 2, 1))
+
+
+def test_the_converter_refuses_what_is_not_pvt_v2():
+    with pytest.raises(ConversionError, match="'patch_embed.proj.weight' is missing, so these are not timm PVT v2"):
+        convert_timm_model({"x": torch.zeros(1)}, architecture="pvt_v2_b0")
+    state = case_pvt_v2.pvt_v2_reference().state_dict()
+    with pytest.raises(ConversionError, match="architecture 'vit_tiny_patch16_224' is not a timm PVT v2"):
+        convert_timm_pvt_v2(state, architecture="vit_tiny_patch16_224")
+    with pytest.raises(ConversionError, match="timm does not know architecture 'pvt_v9'"):
+        convert_timm_pvt_v2(state, architecture="pvt_v9")
+    with pytest.raises(ConversionError, match="timm PyramidVisionTransformerV2: timm refuses these options .*act_layer"):
+        convert_timm_pvt_v2(state, num_heads=(1, 2, 5, 8), act_layer="silu")
 
 
 def test_width_not_splitting_into_heads():
