@@ -1,6 +1,6 @@
 """Speed of the built-in zoo against its references, side by side in one process.
 
-    python benchmarks/bench_zoo.py [attention|vit|gpt|swin|all] [--repeats N]
+    python benchmarks/bench_zoo.py [attention|vit|gpt|swin|cait|pvt_v2|all] [--repeats N]
 
 Prints, per case, the median time of ours and of the reference and the ratio
 reference_time / our_time (>= 1.0: ours is at least as fast). Runs fp32 on CPU (TF32 off)
@@ -21,8 +21,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention
+from flops_fit.plugins.cait_model import build as build_cait
 from flops_fit.plugins.gpt_model import build as build_gpt
 from flops_fit.plugins.swin_model import build as build_swin
+from flops_fit.plugins.pvt_v2_model import build as build_pvt_v2
 from flops_fit.plugins.vit_model import build as build_vit
 
 
@@ -137,7 +139,41 @@ def bench_gpt(device, dtype, repeats: int) -> list[float]:
                     training_step(ours, tokens, loss), training_step(ref, tokens, loss), device, repeats)]
 
 
-BENCHES = {"attention": bench_attention, "vit": bench_vit, "gpt": bench_gpt}
+def _image_step_pair(name, ours, ref, device, dtype, repeats: int) -> list[float]:
+    """One training step of two image classifiers on the same 32 px batch."""
+    batch = 32
+    images = torch.randn(batch, 3, 32, 32, device=device, dtype=dtype)
+    labels = torch.randint(0, 10, (batch,), device=device)
+
+    def loss(logits):
+        return F.cross_entropy(logits.float(), labels)
+
+    return [compare(name, training_step(ours.to(device, dtype), images, loss),
+                    training_step(ref.to(device, dtype), images, loss), device, repeats)]
+
+
+def bench_cait(device, dtype, repeats: int) -> list[float]:
+    import timm
+
+    torch.manual_seed(0)
+    ours = build_cait(192, depth=6, num_heads=6)
+    ref = timm.create_model("cait_xxs24_224", pretrained=False, img_size=32, patch_size=4, num_classes=10,
+                            embed_dim=192, depth=6, num_heads=6, init_values=1e-4)
+    return _image_step_pair("CaiT training step (w192 d6+2 b32 32px) vs timm", ours, ref, device, dtype, repeats)
+
+
+def bench_pvt_v2(device, dtype, repeats: int) -> list[float]:
+    import timm
+
+    torch.manual_seed(0)
+    ours = build_pvt_v2(32, num_heads=(1, 2, 5, 8))
+    ref = timm.create_model("pvt_v2_b0", pretrained=False, num_classes=10, sr_ratios=(4, 2, 1, 1))
+    return _image_step_pair("PVT v2 training step (b0 widths, sr 4,2,1,1, b32 32px) vs timm", ours, ref, device, dtype,
+                            repeats)
+
+
+BENCHES = {"attention": bench_attention, "vit": bench_vit, "gpt": bench_gpt, "cait": bench_cait,
+           "pvt_v2": bench_pvt_v2}
 
 
 def bench_swin(device, dtype, repeats: int) -> list[float]:

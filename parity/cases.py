@@ -59,6 +59,13 @@ BUILTIN_CASES = (
      "attention:torch_mha_functional", (), False),
     ("attention-llama-gqa", "attention", "transformers LlamaAttention (GQA, RoPE)", "attention:llama_gqa",
      ("transformers",), False),
+    ("timm-cait", "cait", "timm Cait (talking heads, class attention, LayerScale)", "cait:timm_cait", ("timm",), True),
+    ("timm-cait-avg", "cait", "timm Cait (global_pool='avg', qkv_bias=False, mlp_ratio_token_only=2)",
+     "cait:timm_cait_avg", ("timm",), False),
+    ("timm-pvt-v2", "pvt_v2", "timm PyramidVisionTransformerV2 (spatial reduction 4, 2, 1, 1)", "pvt_v2:timm_pvt_v2",
+     ("timm",), True),
+    ("timm-pvt-v2-linear", "pvt_v2", "timm PyramidVisionTransformerV2 (linear=True, qkv_bias=False)",
+     "pvt_v2:timm_pvt_v2_linear", ("timm",), False),
 )
 
 

@@ -98,6 +98,18 @@ def zeroed_all(pattern: str):
     return tamper
 
 
+def filled(pattern: str, value: float):
+    """Converted tensors matching ``pattern`` set to ``value`` everywhere: LayerScale gammas of 1
+    are a model without LayerScale (a converter that drops ``gamma_1`` / ``gamma_2``)."""
+    import re
+
+    def tamper(state: dict[str, Any]) -> None:
+        for key in [k for k in state if re.fullmatch(pattern, k)]:
+            state[key] = state[key].clone().fill_(value)
+
+    return tamper
+
+
 def permuted_chunks(pattern: str, order: tuple[int, ...]):
     """The last dimension of each tensor matching ``pattern`` cut into ``len(order)`` equal
     chunks and put in ``order``: Swin's patch merging concatenating its 2x2 tokens in another
@@ -128,3 +140,29 @@ def unmasked_shift(model: Any) -> None:
     for block in model.modules():
         if hasattr(block, "shift_mask"):
             block.shift_mask = None
+
+
+def swapped_rows(key: str, first: slice, second: slice):
+    """Two equal row blocks of one tensor exchanged (keys and values of a packed projection
+    unpacked in the wrong order)."""
+
+    def tamper(state: dict[str, Any]) -> None:
+        value = state[key].clone()
+        value[first], value[second] = state[key][second], state[key][first]
+        state[key] = value
+
+    return tamper
+
+
+def class_attention_without_its_own_key(model: Any) -> None:
+    """CaiT's class token attending to the patches only (keys and values leave the class
+    token out): each class-attention block of ``model`` rewired in place."""
+    import torch
+
+    for block in model.blocks_token_only:
+        def forward(patches, cls, block=block):
+            tokens = block.norm1(torch.cat((cls, patches), dim=1))
+            cls = cls + block.ls1(block.attn(tokens[:, :1], tokens[:, 1:], tokens[:, 1:]))
+            return cls + block.ls2(block.mlp(block.norm2(cls)))
+
+        block.forward = forward

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.convert_timm_swin import convert_timm_swin
+from flops_fit.parity.convert_timm_cait import convert_timm_cait
+from flops_fit.parity.convert_timm_pvt_v2 import convert_timm_pvt_v2
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
 
 from flops_fit.errors import ConversionError
@@ -316,9 +318,13 @@ def timm_vit_state(tensors: dict[str, Any], our: dict[str, Any]) -> dict[str, An
     return m.finish()
 
 
-# timm vision families the zoo names; only VisionTransformer's converter exists so far
+# timm ViT classes, converted by convert_timm_vit
 _VIT_CLASSES = ("VisionTransformer", "VisionTransformerDistilled")
-_PLANNED = ("SwinTransformer", "Cait", "PyramidVisionTransformerV2")
+# other timm classes with a converter of their own (same arguments as convert_timm_model)
+_FAMILY_CONVERTERS = {
+    "SwinTransformer": convert_timm_swin, "Cait": convert_timm_cait, "PyramidVisionTransformerV2": convert_timm_pvt_v2,
+}
+_SUPPORTED = (*_VIT_CLASSES, *_FAMILY_CONVERTERS)
 # a key only that family's state dict has, to name the family of bare weights
 _FAMILY_KEYS = (
     ("relative_position_bias_table", "SwinTransformer"),
@@ -334,23 +340,19 @@ def convert_timm_model(
 
     The class comes from ``architecture`` (a timm model name), else ``config.json``'s
     ``"architecture"``, else the tensors' names. ViTs (and DeiT's distilled ViT) go to
-    ``convert_timm_vit``, SwinTransformer to ``convert_timm_swin``; every other class is
-    refused by name.
+    ``convert_timm_vit``, ``SwinTransformer`` to ``convert_timm_swin``, ``Cait`` to
+    ``convert_timm_cait``, ``PyramidVisionTransformerV2`` to ``convert_timm_pvt_v2``; every
+    other class is refused by name.
     """
     tensors, config = read_source(source, None, "timm model")
     architecture = architecture or config.get("architecture")
     family = _timm_class_name(architecture) if architecture else _family_from_keys(tensors)
     if family in _VIT_CLASSES:
         return convert_timm_vit(source, architecture=architecture, **model_args)
-    if family == "SwinTransformer":
-        return convert_timm_swin(source, architecture=architecture, **model_args)
-    if family in _PLANNED:
-        raise ConversionError(
-            f"timm {family} ({architecture or 'bare weights'}) has no model in the zoo yet, so it cannot be "
-            f"converted; supported: {', '.join(_VIT_CLASSES)}"
-        )
+    if family in _FAMILY_CONVERTERS:
+        return _FAMILY_CONVERTERS[family](source, architecture=architecture, **model_args)
     raise ConversionError(
-        f"timm model class {family} ({architecture}) is not supported; supported: {', '.join(_VIT_CLASSES)}"
+        f"timm model class {family} ({architecture}) is not supported; supported: {', '.join(_SUPPORTED)}"
     )
 
 

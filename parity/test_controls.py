@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from flops_fit.parity import case_attention, case_gpt, case_llama, case_swin, case_vit, controls
+from flops_fit.parity import (
+    case_attention,
+    case_cait,
+    case_gpt,
+    case_llama,
+    case_pvt_v2,
+    case_swin,
+    case_vit,
+    controls,
+)
 
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
@@ -67,6 +76,19 @@ def _class_position_not_folded():
         r"layers\.1\.downsample\.(reduction\.weight|norm\.weight|norm\.bias)", (0, 2, 1, 3))},
                  "layers.1.downsample", id="swin-patch-merging-row-major"),
     pytest.param(case_swin.timm_swin, {"overrides": {"norm_eps": 1e-6}}, "patch_embed", id="swin-eps-1e-6"),
+    pytest.param(case_cait.timm_cait, {"tamper": controls.filled(r"blocks(_token_only)?\.\d+\.ls\d\.gamma", 1.0)},
+                 "blocks.0", id="cait-layerscale-dropped"),
+    pytest.param(case_cait.timm_cait, {"overrides": {"talking_heads": False},
+                                       "tamper": controls.dropped(r"blocks\.\d+\.attn\.proj_[lw]\..*")},
+                 "blocks.0.attn", id="cait-talking-heads-ignored"),
+    pytest.param(case_cait.timm_cait, {"setup": controls.class_attention_without_its_own_key},
+                 "blocks_token_only.0.attn", id="cait-class-token-not-among-its-keys"),
+    pytest.param(case_pvt_v2.timm_pvt_v2, {"overrides": {"sr_ratios": (1, 1, 1, 1)},
+                                           "tamper": controls.dropped(r".*\.reduce\..*")},
+                 "stages.0.blocks.0.attn", id="pvt-v2-spatial-reduction-dropped"),
+    pytest.param(case_pvt_v2.timm_pvt_v2, {"tamper": controls.swapped_rows("stages.1.blocks.0.attn.qkv_proj.weight",
+                                                                           slice(32, 64), slice(64, 96))},
+                 "stages.1.blocks.0.attn", id="pvt-v2-kv-unpacked-as-vk"),
 ])
 def test_known_wrong_variant_fails_at_its_first_bad_layer(run, kwargs, first_bad) -> None:
     report = run(**kwargs)
@@ -85,7 +107,8 @@ def test_the_same_case_passes_without_the_mistake() -> None:
     assert case_attention.llama_gqa().passed
     assert case_llama.hf_llama().passed
     assert case_swin.timm_swin().passed
-    for run in (case_vit.hf_deit_distilled, case_vit.hf_deit, case_vit.hf_dinov2, case_vit.hf_dinov2_registers):
+    for run in (case_vit.hf_deit_distilled, case_vit.hf_deit, case_vit.hf_dinov2, case_vit.hf_dinov2_registers,
+                case_cait.timm_cait, case_pvt_v2.timm_pvt_v2):
         assert run().passed
 
 

@@ -92,6 +92,10 @@ class MultiheadAttention(nn.Module):
         dropout: attention-probability dropout, applied in training mode only.
         path: ``"sdpa"`` (default) or ``"math"``; see the module docstring.
         scale: softmax scale (default ``D ** -0.5``).
+        talking_heads: CaiT's talking-heads attention (Shazeer et al. 2020, timm
+            ``TalkingHeadAttn``): learned ``H -> H`` mixes of the heads' scores before the
+            softmax (``proj_l``) and of their weights after it (``proj_w``). Always the
+            explicit path; masks and ``causal`` are refused (mixing heads would leak them).
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class MultiheadAttention(nn.Module):
         dropout: float = 0.0,
         path: str = "sdpa",
         scale: float | None = None,
+        talking_heads: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -150,6 +155,10 @@ class MultiheadAttention(nn.Module):
             self.q_norm = self.k_norm = None
         out_bias = bias if out_bias is None else out_bias
         self.out_proj = nn.Linear(self.q_dim, embed_dim, bias=out_bias, **factory)
+        self.talking_heads = bool(talking_heads)
+        if self.talking_heads:  # mixes over the head axis, with biases, as timm's TalkingHeadAttn
+            self.proj_l = nn.Linear(num_heads, num_heads, **factory)
+            self.proj_w = nn.Linear(num_heads, num_heads, **factory)
         self.register_load_state_dict_pre_hook(_pack_separate_projections)
 
     def extra_repr(self) -> str:
@@ -207,6 +216,9 @@ class MultiheadAttention(nn.Module):
         self._check_inputs(query, key, value, causal)
         if rotary is not None and not self_attention:
             raise ValueError("rotary position embeddings need self-attention (key and value left out)")
+        if self.talking_heads and (causal or attn_mask is not None or key_padding_mask is not None
+                                   or attend_mask is not None):
+            raise ValueError("talking_heads=True mixes the heads' scores, so masks and causal=True are not supported")
         batch, q_len, _ = query.shape
         k_len = key.shape[1]
         mask = self._combined_mask(attn_mask, key_padding_mask, attend_mask, batch, q_len, k_len, query)
@@ -219,7 +231,9 @@ class MultiheadAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if rotary is not None:
             q, k = apply_rotary(q, rotary), apply_rotary(k, rotary)
-        if need_weights or path == "math":
+        if self.talking_heads:
+            out, weights = self._talking_heads(q, k, v)
+        elif need_weights or path == "math":
             out, weights = self._math(q, k, v, mask, causal)
         else:
             out, weights = self._sdpa(q, k, v, mask, causal), None
@@ -359,6 +373,18 @@ class MultiheadAttention(nn.Module):
         if mask is not None:  # a query with every key blocked attends to nothing, as in SDPA
             weights = weights.masked_fill(scores.isneginf().all(-1, keepdim=True), 0.0)
         weights = weights.to(q.dtype)
+        dropped = F.dropout(weights, self._dropout_p()) if self._dropout_p() else weights
+        return torch.matmul(dropped, v), weights
+
+
+    def _talking_heads(self, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Scores mixed across heads by ``proj_l``, softmax, weights mixed by ``proj_w``, then
+        the values; in timm's order (the query scaled before the product)."""
+        k, v = self._expand_kv(k), self._expand_kv(v)
+        scores = torch.matmul(q * self.scale, k.transpose(-2, -1))
+        scores = self.proj_l(scores.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        weights = self.proj_w(weights.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
         dropped = F.dropout(weights, self._dropout_p()) if self._dropout_p() else weights
         return torch.matmul(dropped, v), weights
 

@@ -35,6 +35,11 @@ def _saved_bytes(model, loss_fn, batch, key) -> int:
     ("vit", 64, {"num_classes": 100}, 3, 1),
     ("swin", 64, {}, 3, 1),
     ("swin", 32, {"depths": (1, 2), "window_size": 8, "num_heads": (2, 2)}, 2, 1),
+    ("cait", 64, {"depth": 2}, 3, 1),
+    ("cait", 64, {"global_pool": "avg", "talking_heads": False, "head_dim": 16}, 2, 1),
+    ("pvt_v2", 32, {}, 3, 1),
+    ("pvt_v2", 64, {"linear": True, "depths": (1, 2, 1, 1)}, 2, 1),
+    ("pvt_v2", 32, {"sr_ratios": (2, 2, 2, 1), "mlp_ratios": (4.0, 4.0, 4.0, 4.0)}, 2, 1),
 ])
 def test_activation_estimate_matches_what_autograd_saves(name, width, config, rows, seq):
     entry = flops_fit.model_info(name)

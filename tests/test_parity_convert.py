@@ -396,25 +396,6 @@ def test_timm_entry_point_routes_vits_by_config_json_name_or_keys(tmp_path) -> N
     assert convert_timm_model(deit.state_dict(), architecture="deit_tiny_distilled_patch16_224").config["dist_token"]
 
 
-_TINY_FAMILIES = {
-    "cait_xxs24_224": {"depth": 1, "depth_token_only": 1, "embed_dim": 8, "num_heads": 1},
-    "pvt_v2_b0": {"depths": (1, 1, 1, 1), "embed_dims": (8, 8, 8, 8), "num_heads": (1, 1, 1, 1)},
-}
-
-
-@pytest.mark.parametrize("architecture, family", [
-    ("cait_xxs24_224", "Cait"),
-    ("pvt_v2_b0", "PyramidVisionTransformerV2"),
-])
-def test_timm_entry_point_refuses_families_without_a_zoo_model_by_name(architecture, family, tmp_path) -> None:
-    """By name and from bare weights alike, the refusal names the timm class."""
-    with pytest.raises(ConversionError, match=f"timm {family} \\({architecture}\\)"):
-        convert_timm_model({}, architecture=architecture)
-    state = timm.create_model(architecture, pretrained=False, **_TINY_FAMILIES[architecture]).state_dict()
-    with pytest.raises(ConversionError, match=f"timm {family} \\(bare weights\\)"):
-        convert_timm_model(_save(state, tmp_path / "m.safetensors"))
-
-
 @pytest.mark.parametrize("architecture, named", [
     ("vit_nope", "timm does not know architecture 'vit_nope'"),
     ("resnet18", "timm model class ResNet \\(resnet18\\) is not supported"),
