@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention
 from flops_fit.plugins.cait_model import build as build_cait
 from flops_fit.plugins.gpt_model import build as build_gpt
-from flops_fit.plugins.swin_model import build as build_swin
 from flops_fit.plugins.pvt_v2_model import build as build_pvt_v2
+from flops_fit.plugins.swin_model import build as build_swin
 from flops_fit.plugins.vit_model import build as build_vit
 
 

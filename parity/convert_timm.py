@@ -23,9 +23,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.convert_timm_swin import convert_timm_swin
 from flops_fit.parity.convert_timm_cait import convert_timm_cait
 from flops_fit.parity.convert_timm_pvt_v2 import convert_timm_pvt_v2
+from flops_fit.parity.convert_timm_swin import convert_timm_swin
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
 
 from flops_fit.errors import ConversionError
