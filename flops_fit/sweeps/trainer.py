@@ -135,8 +135,8 @@ def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) 
         if p.requires_grad:
             decay, scale = p.ndim >= 2, factors.get(p, 1.0)
             if (decay, scale) not in groups:
-                groups[decay, scale] = {"params": [], "weight_decay": spec.weight_decay / scale if decay else 0.0,
-                                        "lr_scale": scale}
+                groups[decay, scale] = {"params": [], "lr": spec.lr * scale, "lr_scale": scale,
+                                        "weight_decay": spec.weight_decay / scale if decay else 0.0}
             groups[decay, scale]["params"].append(p)
     groups = list(groups.values())
     return torch.optim.AdamW(
