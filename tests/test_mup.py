@@ -1,13 +1,14 @@
 """muP (``parametrization="mup"``) on gpt, llama and vit, and the trainer's per-parameter
 learning-rate factors.
 
-The coordinate check (Yang et al. 2022, Tensor Programs V, sec. D.1): the mean |activation| of
-every block's output and of the logits after a few Adam steps, at four widths spanning 8x.
-Under muP it is width-independent up to finite-width fluctuations, which at these tiny widths
-(16 = a single head) are tens of percent: the bound is a factor 2 either way between the
-widest and the narrowest model. Under the standard parametrization Adam moves each hidden
-coordinate by about lr x fan_in, so the same ratio grows with the width (8x here; measured
-2.7x-25x across layers and models): every layer exceeds that factor 2.
+The coordinate check (Yang et al. 2022, Tensor Programs V): the mean |activation| of every
+block's output and of the logits after a few Adam steps, at four widths spanning 8x. Under
+muP it is width-independent up to finite-width fluctuations, which at these tiny widths (16 =
+a single head) are tens of percent: the bound is a factor 2 either way across the four
+widths. Under the standard parametrization an Adam step changes each weight entry by about
+the rate, so a hidden activation moves by about rate x fan_in and the ratio grows with the
+width (8x here): every layer exceeds that factor 2. Measured from width 16 to 128: muP
+0.59x-1.29x, standard 2.7x-24x.
 """
 
 import dataclasses
