@@ -122,7 +122,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(GPTConfig, lo, hi, config, "n_head", "n_kv_head")
 
 
-GPT_DEFAULTS = sizing.config_defaults(GPTConfig)  # the defaults of model `gpt`
+GPT_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(GPTConfig))  # the defaults of model `gpt`
 
 # Hugging Face GPT2Config() defaults: the 124M model.
 GPT2_DEFAULTS = {**GPT_DEFAULTS, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "block_size": 1024}

@@ -182,7 +182,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(LlamaConfig, lo, hi, config, "n_head", "n_kv_head")
 
 
-LLAMA_DEFAULTS = sizing.config_defaults(LlamaConfig)  # the defaults of model `llama`
+LLAMA_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(LlamaConfig))  # the defaults of model `llama`
 
 
 @flops_fit.hookimpl

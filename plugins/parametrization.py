@@ -27,6 +27,13 @@ from dataclasses import dataclass
 from flops_fit.checks import positive_int
 
 PARAMETRIZATIONS = ("standard", "mup")
+KEYWORDS = ("parametrization", "base_width")
+
+
+def without_keywords(defaults: dict) -> dict:
+    """A model entry's defaults without this option's keywords: a plan's model configuration (and
+    so its run ids) stays what it was before muP unless the sweep sets them."""
+    return {k: v for k, v in defaults.items() if k not in KEYWORDS}
 
 
 def check(parametrization: object, base_width: object) -> None:

@@ -223,7 +223,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(ViTConfig, lo, hi, config, "num_heads", "num_kv_heads")
 
 
-VIT_DEFAULTS = sizing.config_defaults(ViTConfig)  # the defaults of model `vit`
+VIT_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(ViTConfig))  # the defaults of model `vit`
 
 # timm's vit_*_patch16_224: width, heads; all have 12 blocks, patch 16, 224 px, 1000 classes.
 TIMM_PRESETS = {
