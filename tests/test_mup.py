@@ -245,3 +245,13 @@ def test_the_training_loop_applies_each_groups_factor():
 def test_bad_factors_raise_one_clear_error(names, factor, message):
     with pytest.raises(ValueError, match=message):
         lr_multipliers(Scaled(8, lr_factor=factor, names=names))
+
+
+def test_a_plan_records_the_base_width_and_standard_plans_keep_their_configuration():
+    options = {"model": "gpt", "dataset": "counting-text", "sizes": [16, 32, 64], "budgets": [1e11], "batch_size": 8,
+               "min_steps": 1, "model_config": {"n_layer": 2}}
+    standard = plan(host=HOST, **options).runs[0].model_config
+    assert not {"parametrization", "base_width"} & set(standard)  # run ids as before muP existed
+    options["model_config"] = {"n_layer": 2, "parametrization": "mup", "base_width": 16}
+    mup = plan(host=HOST, **options).runs[0].model_config
+    assert mup == {**standard, "parametrization": "mup", "base_width": 16}
