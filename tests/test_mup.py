@@ -192,12 +192,15 @@ def test_optimizer_groups_carry_the_factors_and_keep_decay_per_step(spec):
 
 
 def test_factors_are_read_through_a_wrapper():
+    """DistributedDataParallel holds the model as ``module``; torch.compile as ``_orig_mod``."""
     mup = build("gpt", 64, "mup", base_width=32)
     wrapper = torch.nn.Module()
-    wrapper.module = mup  # as DistributedDataParallel holds it
+    wrapper.module = mup
     factors = lr_multipliers(wrapper)
     assert factors == lr_multipliers(mup) and len(factors) == len(mup.lr_multipliers())
     assert set(factors.values()) == {0.5}
+    assert lr_multipliers(torch.compile(mup)) == factors  # compiling builds nothing until called
+    assert lr_multipliers(torch.nn.Linear(2, 2)) == {}
 
 
 class Scaled(sweep_support.TinyLM):

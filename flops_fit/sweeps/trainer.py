@@ -109,11 +109,15 @@ def lr_multipliers(model: torch.nn.Module) -> dict[torch.nn.Parameter, float]:
     """Each parameter's learning-rate factor from the model's ``lr_multipliers()`` (names -> factors,
     e.g. muP's), read from the model itself under a DDP / FSDP / compile wrapper; {} without one."""
     inner = model
-    while not hasattr(inner, "lr_multipliers"):
-        wrapped = getattr(inner, "module", getattr(inner, "_orig_mod", None))  # DDP / FSDP, torch.compile
+    while True:
+        wrapped = getattr(inner, "_orig_mod", None)  # torch.compile (which forwards attribute look-ups)
+        if wrapped is None and not hasattr(inner, "lr_multipliers"):
+            wrapped = getattr(inner, "module", None)  # DistributedDataParallel, FSDP
         if not isinstance(wrapped, torch.nn.Module):
-            return {}
+            break
         inner = wrapped
+    if not hasattr(inner, "lr_multipliers"):
+        return {}
     factors = inner.lr_multipliers()
     named = dict(inner.named_parameters())
     for name, factor in factors.items():
