@@ -20,6 +20,7 @@ import sweep_support
 import torch
 
 import flops_fit
+from flops_fit.errors import PlanError
 from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.trainer import lr_multipliers, make_optimizer, train
 from flops_fit.testing import isolated_host
@@ -258,3 +259,9 @@ def test_a_plan_records_the_base_width_and_standard_plans_keep_their_configurati
     options["model_config"] = {"n_layer": 2, "parametrization": "mup", "base_width": 16}
     mup = plan(host=HOST, **options).runs[0].model_config
     assert mup == {**standard, "parametrization": "mup", "base_width": 16}
+
+
+def test_a_sweep_without_base_width_is_refused_at_planning():
+    with pytest.raises(PlanError, match="model 'gpt' refuses its configuration .*needs base_width"):
+        plan(host=HOST, model="gpt", dataset="counting-text", sizes=[16, 32, 64], budgets=[1e11], batch_size=8,
+             min_steps=1, model_config={"parametrization": "mup"})
