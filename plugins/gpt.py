@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from flops_fit.plugins import sizing
+from flops_fit.plugins import parametrization, sizing
 
 import flops_fit
 from flops_fit.checks import positive_int
@@ -37,8 +37,12 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
     bias: bool = True
     gelu: str = "tanh"
+    parametrization: str = "standard"
+    base_width: int | None = None
 
     def __post_init__(self) -> None:
+        parametrization.check(self.parametrization, self.base_width)
+        head_grows = self.n_head is not None  # a fixed number of heads: the head size grows with the width
         heads, kv_heads = sizing.resolve_heads(self.width, self.n_head, self.n_kv_head, self.head_dim)
         object.__setattr__(self, "n_head", heads)
         object.__setattr__(self, "n_kv_head", kv_heads)
@@ -51,6 +55,9 @@ class GPTConfig:
             raise ValueError(f"layer_norm_eps must be a positive number, got {eps!r}")
         if not isinstance(self.bias, bool):
             raise ValueError(f"bias must be true or false, got {self.bias!r}")
+        # muP's factors (None: standard); derived, so not a field (``plugins.parametrization``)
+        object.__setattr__(self, "mup", parametrization.of(
+            self.parametrization, self.width, self.base_width, self.width // heads, head_grows))
 
     @classmethod
     def of(cls, width: int, **config) -> GPTConfig:
@@ -115,7 +122,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(GPTConfig, lo, hi, config, "n_head", "n_kv_head")
 
 
-GPT_DEFAULTS = sizing.config_defaults(GPTConfig)  # the defaults of model `gpt`
+GPT_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(GPTConfig))  # the defaults of model `gpt`
 
 # Hugging Face GPT2Config() defaults: the 124M model.
 GPT2_DEFAULTS = {**GPT_DEFAULTS, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "block_size": 1024}

@@ -38,7 +38,8 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.width, eps=cfg.layer_norm_eps, bias=cfg.bias)
-        self.attn = MultiheadAttention(cfg.width, cfg.n_head, cfg.n_kv_head, cfg.bias)
+        scale = cfg.mup.attention_scale if cfg.mup else None  # None: the standard 1 / sqrt(head size)
+        self.attn = MultiheadAttention(cfg.width, cfg.n_head, cfg.n_kv_head, cfg.bias, scale=scale)
         self.ln_2 = nn.LayerNorm(cfg.width, eps=cfg.layer_norm_eps, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
@@ -72,6 +73,20 @@ class GPT(nn.Module):
         for block in self.blocks:
             for proj in (block.attn.out_proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layer))
+        if self.config.mup:  # muP: hidden weights' std times sqrt(base_width / width)
+            with torch.no_grad():
+                for weight in self.hidden_weights().values():
+                    weight.mul_(self.config.mup.hidden_init)
+
+    def hidden_weights(self) -> dict[str, nn.Parameter]:
+        """The weights whose two dimensions both grow with the width: every linear layer in the blocks."""
+        return {f"blocks.{name}.weight": m.weight for name, m in self.blocks.named_modules() if isinstance(m, nn.Linear)}
+
+    def lr_multipliers(self) -> dict[str, float]:
+        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
+        hidden weights; none under the standard parametrization."""
+        mup = self.config.mup
+        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
 
     def forward(self, tokens: Tensor) -> Tensor:
         if tokens.dim() != 2:
@@ -88,7 +103,10 @@ class GPT(nn.Module):
         x = self.wte(tokens) + self.wpe(positions)
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        x = self.ln_f(x)
+        if self.config.mup:  # muP's output multiplier (an elementwise scale: no FLOPs counted)
+            x = x * self.config.mup.readout
+        return self.lm_head(x)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Total parameters, the tied ``wte``/``lm_head`` weight counted once;

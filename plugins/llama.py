@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from flops_fit.plugins import sizing
+from flops_fit.plugins import parametrization, sizing
 
 import flops_fit
 from flops_fit.checks import positive_int
@@ -63,8 +63,18 @@ class LlamaConfig:
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     sliding_window: int | None = None
+    parametrization: str = "standard"
+    base_width: int | None = None
 
     def __post_init__(self) -> None:
+        parametrization.check(self.parametrization, self.base_width)
+        if self.parametrization == "mup" and (
+                self.intermediate_size is not None or (self.n_head is not None and self.head_size is not None)):
+            raise ValueError(
+                "parametrization='mup' needs every hidden dimension to grow with the width: leave "
+                "intermediate_size unset, and set at most one of n_head and head_size"
+            )
+        head_grows = self.n_head is not None and self.head_size is None  # fixed heads: head size ~ width
         if self.head_size is None:
             heads, kv_heads = sizing.resolve_heads(self.width, self.n_head, self.n_kv_head, self.head_dim)
             object.__setattr__(self, "head_size", self.width // heads)
@@ -99,6 +109,9 @@ class LlamaConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if self.sliding_window is not None:
             positive_int(self.sliding_window, "sliding_window")
+        # muP's factors (None: standard); derived, so not a field (``plugins.parametrization``)
+        object.__setattr__(self, "mup", parametrization.of(
+            self.parametrization, self.width, self.base_width, self.head_size, head_grows))
 
     @property
     def mlp_hidden(self) -> int:
@@ -169,7 +182,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(LlamaConfig, lo, hi, config, "n_head", "n_kv_head")
 
 
-LLAMA_DEFAULTS = sizing.config_defaults(LlamaConfig)  # the defaults of model `llama`
+LLAMA_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(LlamaConfig))  # the defaults of model `llama`
 
 
 @flops_fit.hookimpl

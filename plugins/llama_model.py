@@ -58,7 +58,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.width, cfg.rms_norm_eps)
         self.self_attn = MultiheadAttention(
             cfg.width, cfg.n_head, cfg.n_kv_head, cfg.has_qkv_bias, head_dim=cfg.head_size,
-            out_bias=cfg.attention_bias,
+            out_bias=cfg.attention_bias, scale=cfg.mup.attention_scale if cfg.mup else None,
         )
         self.post_attention_layernorm = RMSNorm(cfg.width, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
@@ -111,6 +111,20 @@ class Llama(nn.Module):
                 nn.init.zeros_(module.bias)
             if isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
+        if self.config.mup:  # muP: hidden weights' std times sqrt(base_width / width)
+            with torch.no_grad():
+                for weight in self.hidden_weights().values():
+                    weight.mul_(self.config.mup.hidden_init)
+
+    def hidden_weights(self) -> dict[str, nn.Parameter]:
+        """The weights whose two dimensions both grow with the width: every linear layer in the layers."""
+        return {f"layers.{name}.weight": m.weight for name, m in self.layers.named_modules() if isinstance(m, nn.Linear)}
+
+    def lr_multipliers(self) -> dict[str, float]:
+        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
+        hidden weights; none under the standard parametrization."""
+        mup = self.config.mup
+        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
 
     def rotary(self, length: int, like: Tensor) -> Rotary:
         """cos/sin tables (1, 1, T, D) for positions 0..T-1, computed in float32 whatever the
@@ -147,7 +161,10 @@ class Llama(nn.Module):
         window = self.window_mask(length, tokens.device)
         for layer in self.layers:
             x = layer(x, rotary, window)
-        return self.lm_head(self.norm(x))
+        x = self.norm(x)
+        if self.config.mup:  # muP's output multiplier (an elementwise scale: no FLOPs counted)
+            x = x * self.config.mup.readout
+        return self.lm_head(x)
 
     def num_params(self, non_embedding: bool = False) -> int:
         """Total parameters, a tied head counted once; ``non_embedding=True`` leaves out

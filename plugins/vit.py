@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flops_fit.plugins import sizing
+from flops_fit.plugins import parametrization, sizing
 
 import flops_fit
 from flops_fit.checks import positive_int
@@ -63,8 +63,12 @@ class ViTConfig:
     proj_bias: bool = True
     norm_eps: float = 1e-6
     act_layer: str = "gelu"
+    parametrization: str = "standard"
+    base_width: int | None = None
 
     def __post_init__(self) -> None:
+        parametrization.check(self.parametrization, self.base_width)
+        head_grows = self.num_heads is not None  # a fixed number of heads: the head size grows with the width
         heads, kv_heads = sizing.resolve_heads(self.width, self.num_heads, self.num_kv_heads, self.head_dim)
         object.__setattr__(self, "num_heads", heads)
         object.__setattr__(self, "num_kv_heads", kv_heads)
@@ -100,6 +104,9 @@ class ViTConfig:
             raise ValueError("dist_head=False drops the distillation token's head: it needs dist_token=True")
         if self.init_values is not None and not self.init_values > 0:
             raise ValueError(f"init_values (LayerScale) must be positive or None, got {self.init_values!r}")
+        # muP's factors (None: standard); derived, so not a field (``plugins.parametrization``)
+        object.__setattr__(self, "mup", parametrization.of(
+            self.parametrization, self.width, self.base_width, self.width // heads, head_grows))
 
     @property
     def num_patches(self) -> int:
@@ -216,7 +223,7 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
     return sizing.valid_widths(ViTConfig, lo, hi, config, "num_heads", "num_kv_heads")
 
 
-VIT_DEFAULTS = sizing.config_defaults(ViTConfig)  # the defaults of model `vit`
+VIT_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(ViTConfig))  # the defaults of model `vit`
 
 # timm's vit_*_patch16_224: width, heads; all have 12 blocks, patch 16, 224 px, 1000 classes.
 TIMM_PRESETS = {

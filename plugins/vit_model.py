@@ -75,7 +75,7 @@ class Block(nn.Module):
         self.norm1 = nn.LayerNorm(cfg.width, eps=cfg.norm_eps)
         self.attn = MultiheadAttention(
             cfg.width, cfg.num_heads, cfg.num_kv_heads, cfg.qkv_bias, out_bias=cfg.proj_bias,
-            qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps,
+            qk_norm=cfg.qk_norm, norm_eps=cfg.norm_eps, scale=cfg.mup.attention_scale if cfg.mup else None,
         )
         self.norm2 = nn.LayerNorm(cfg.width, eps=cfg.norm_eps)
         self.mlp = Mlp(cfg.width, cfg.mlp_hidden, cfg.act_layer, cfg.proj_bias)
@@ -118,6 +118,20 @@ class VisionTransformer(nn.Module):
                 nn.init.trunc_normal_(module.weight, std=0.02)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+        if self.config.mup:  # muP: hidden weights' std times sqrt(base_width / width)
+            with torch.no_grad():
+                for weight in self.hidden_weights().values():
+                    weight.mul_(self.config.mup.hidden_init)
+
+    def hidden_weights(self) -> dict[str, nn.Parameter]:
+        """The weights whose two dimensions both grow with the width: every linear layer in the blocks."""
+        return {f"blocks.{name}.weight": m.weight for name, m in self.blocks.named_modules() if isinstance(m, nn.Linear)}
+
+    def lr_multipliers(self) -> dict[str, float]:
+        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
+        hidden weights; none under the standard parametrization."""
+        mup = self.config.mup
+        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
 
     def _check_images(self, images: Tensor) -> None:
         cfg = self.config
@@ -164,9 +178,13 @@ class VisionTransformer(nn.Module):
             pooled = x[:, 0]
         if cfg.norm_after_pool:
             pooled = self.norm(pooled)
+        dist = x[:, 1] if self.head_dist is not None else None
+        if cfg.mup:  # muP's output multiplier on the heads' inputs (elementwise: no FLOPs counted)
+            pooled = pooled * cfg.mup.readout
+            dist = dist * cfg.mup.readout if dist is not None else None
         logits = self.head(pooled)
-        if self.head_dist is not None:  # DeiT: the mean of the class and distillation heads
-            logits = (logits + self.head_dist(x[:, 1])) / 2
+        if dist is not None:  # DeiT: the mean of the class and distillation heads
+            logits = (logits + self.head_dist(dist)) / 2
         return logits
 
     def num_params(self, non_embedding: bool = False) -> int:

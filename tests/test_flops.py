@@ -58,6 +58,7 @@ VIT_CASES = [
                                  "proj_bias": False}),
     (64, "deit-distilled", {**vit.VIT_DEFAULTS, "dist_token": True, "act_layer": "silu"}),
     (64, "deit-class-head-only", {**vit.VIT_DEFAULTS, "dist_token": True, "dist_head": False}),
+    (128, "mup-distilled", {**vit.VIT_DEFAULTS, "dist_token": True, "parametrization": "mup", "base_width": 32}),
 ]
 
 
@@ -75,6 +76,7 @@ GPT_CASES = [
     (128, "medium", gpt.GPT_DEFAULTS),
     (512, "large", gpt.GPT_DEFAULTS),
     (128, "gqa", {**gpt.GPT_DEFAULTS, "n_kv_head": 2}),
+    (128, "mup-fixed-heads", {**gpt.GPT_DEFAULTS, "n_head": 2, "parametrization": "mup", "base_width": 32}),
 ]
 
 
@@ -97,6 +99,7 @@ LLAMA_CASES = [
     (32, "small", llama.LLAMA_DEFAULTS),
     (128, "medium-gqa", {**llama.LLAMA_DEFAULTS, "n_kv_head": 2}),
     (512, "large-mqa-tied", {**llama.LLAMA_DEFAULTS, "n_kv_head": 1, "tie_word_embeddings": True}),
+    (128, "mup-tied", {**llama.LLAMA_DEFAULTS, "tie_word_embeddings": True, "parametrization": "mup", "base_width": 32}),
     (64, "head-size-biases-window", {**llama.LLAMA_DEFAULTS, "n_head": 4, "head_size": 32, "attention_bias": True,
                                      "mlp_bias": True, "sliding_window": 16, "rope_type": "llama3", "rope_factor": 8.0}),
     (4096, "llama-3-8b-shape", {**llama.LLAMA_DEFAULTS, "n_layer": 1, "n_head": 32, "n_kv_head": 8,

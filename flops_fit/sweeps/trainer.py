@@ -105,10 +105,44 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def lr_multipliers(model: torch.nn.Module) -> dict[torch.nn.Parameter, float]:
+    """Each parameter's learning-rate factor from the model's ``lr_multipliers()`` (names -> factors,
+    e.g. muP's), read from the model itself under a DDP / FSDP / compile wrapper; {} without one."""
+    inner = model
+    while True:
+        wrapped = getattr(inner, "_orig_mod", None)  # torch.compile (which forwards attribute look-ups)
+        if wrapped is None and not hasattr(inner, "lr_multipliers"):
+            wrapped = getattr(inner, "module", None)  # DistributedDataParallel, FSDP
+        if not isinstance(wrapped, torch.nn.Module):
+            break
+        inner = wrapped
+    if not hasattr(inner, "lr_multipliers"):
+        return {}
+    factors = inner.lr_multipliers()
+    named = dict(inner.named_parameters())
+    for name, factor in factors.items():
+        if name not in named:
+            raise ValueError(f"lr_multipliers() names {name!r}, which is not a parameter of the model")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"lr_multipliers() gives {name!r} the factor {factor!r}: it must be a positive number")
+    return {named[name]: float(factor) for name, factor in factors.items()}
+
+
 def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    """AdamW with no weight decay on 1-D parameters; parameters with a learning-rate factor
+    (``lr_multipliers``) go into groups carrying it as ``lr_scale``, their weight decay divided
+    by it so that the decay per step (lr x weight decay) stays the base rate's."""
+    factors = lr_multipliers(model)
+    groups: dict[tuple[bool, float], dict] = {(True, 1.0): {"params": [], "weight_decay": spec.weight_decay},
+                                              (False, 1.0): {"params": [], "weight_decay": 0.0}}
+    for p in model.parameters():
+        if p.requires_grad:
+            decay, scale = p.ndim >= 2, factors.get(p, 1.0)
+            if (decay, scale) not in groups:
+                groups[decay, scale] = {"params": [], "lr": spec.lr * scale, "lr_scale": scale,
+                                        "weight_decay": spec.weight_decay / scale if decay else 0.0}
+            groups[decay, scale]["params"].append(p)
+    groups = list(groups.values())
     return torch.optim.AdamW(
         groups, lr=spec.lr, betas=(spec.beta1, spec.beta2), eps=spec.eps,
         **({"fused": True} if device.type == "cuda" else {"foreach": True}),
@@ -205,7 +239,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             if step == start_step:
                 check_sequence_length(spec, x)
             for group in optimizer.param_groups:
-                group["lr"] = spec.lr * schedule_factor(spec, step)
+                group["lr"] = spec.lr * schedule_factor(spec, step) * group.get("lr_scale", 1.0)
             loss = accumulate(step_model, loss_fn, batch, input_key, micro, autocast)
             if spec.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)

@@ -1,0 +1,98 @@
+"""muP for the built-in transformers under Adam (Yang et al. 2022, "Tensor Programs V", Table 8).
+
+Pure Python, so that the registration modules can check the option without torch. With
+``m = width / base_width``:
+
+* hidden weights (both dimensions grow with the width: attention and MLP projections) start
+  at the standard initialisation times ``m ** -0.5`` (variance ~ 1 / fan_in) and learn at
+  ``lr / m``; AdamW's decoupled weight decay is divided by the same factor, so the decay per
+  step (``lr * weight_decay``) does not move with the width (``mup``'s ``MuAdamW``);
+* input weights (token and position embeddings, the patch projection), every bias, norm gain,
+  LayerScale and prefix token keep the standard initialisation and rate;
+* the readout's input is multiplied by ``1 / m`` (the output multiplier; the readout weight,
+  tied to the embedding or not, keeps its constant initialisation and the base rate);
+* attention scores are scaled by ``sqrt(d0) / d`` instead of ``1 / sqrt(d)``: ``1 / d`` as
+  muP asks, with the constant ``sqrt(d0)`` (``d0`` the head size at the base width) that
+  makes it the standard scale there. When the number of heads follows the width (the
+  default) the head size is fixed and this is the standard scale at every width.
+
+At ``width == base_width`` every factor is 1: the model is the standard one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from flops_fit.checks import positive_int
+
+PARAMETRIZATIONS = ("standard", "mup")
+KEYWORDS = ("parametrization", "base_width")
+
+
+def without_keywords(defaults: dict) -> dict:
+    """A model entry's defaults without this option's keywords: a plan's model configuration (and
+    so its run ids) stays what it was before muP unless the sweep sets them."""
+    return {k: v for k, v in defaults.items() if k not in KEYWORDS}
+
+
+def check(parametrization: object, base_width: object) -> None:
+    """ValueError unless ``parametrization`` is known and ``base_width`` fits it."""
+    if parametrization not in PARAMETRIZATIONS:
+        raise ValueError(f"parametrization must be one of {PARAMETRIZATIONS}, got {parametrization!r}")
+    if parametrization == "standard":
+        if base_width is not None:
+            raise ValueError(
+                f"base_width={base_width!r} only applies to parametrization='mup': set parametrization='mup' "
+                f"or leave base_width out"
+            )
+        return
+    if base_width is None:
+        raise ValueError(
+            "parametrization='mup' needs base_width: the width whose initialisation and learning rate it "
+            "keeps (e.g. the smallest width of the sweep, where the rate was tuned)"
+        )
+    positive_int(base_width, "base_width")
+
+
+@dataclass(frozen=True)
+class MuP:
+    """The muP factors of one model: ``width`` against ``base_width``; ``head_size`` (``d``) and
+    whether it grows with the width (a fixed number of heads) give the attention scale."""
+
+    width: int
+    base_width: int
+    head_size: int
+    head_grows: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.width / self.base_width
+
+    @property
+    def hidden_init(self) -> float:
+        """Factor on the standard init std of a hidden weight: variance ~ 1 / fan_in."""
+        return self.ratio ** -0.5
+
+    @property
+    def hidden_lr(self) -> float:
+        """Factor on the learning rate of a hidden weight (Adam)."""
+        return 1.0 / self.ratio
+
+    @property
+    def readout(self) -> float:
+        """Factor on the readout's input (the logits' output multiplier)."""
+        return 1.0 / self.ratio
+
+    @property
+    def attention_scale(self) -> float:
+        """``sqrt(d0) / d``: ``1 / d``, equal to the standard ``1 / sqrt(d)`` at the base width."""
+        base_head = self.head_size / self.ratio if self.head_grows else self.head_size
+        return math.sqrt(base_head) / self.head_size
+
+
+def of(parametrization: str, width: int, base_width: int | None, head_size: int, head_grows: bool) -> MuP | None:
+    """The model's ``MuP``, or None under the standard parametrization."""
+    if parametrization != "mup":
+        return None
+    return MuP(width, base_width, head_size, head_grows)
