@@ -243,11 +243,12 @@ def remove_checkpoints(directory: str | Path) -> None:
         pass
 
 
-def save_weights(path: str | Path, model: torch.nn.Module) -> Path:
-    """A finished model's parameters and buffers as a plain safetensors file, atomically."""
+def save_weights(path: str | Path, model: torch.nn.Module | dict[str, torch.Tensor]) -> Path:
+    """A finished model's parameters and buffers (or a state dict) as a plain safetensors file, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_safetensors(path, {k: _cpu_copy(v) for k, v in model.state_dict().items()})
+    state = model if isinstance(model, dict) else model.state_dict()
+    _write_safetensors(path, {k: _cpu_copy(v) for k, v in state.items()})
     return path
 
 
