@@ -30,3 +30,25 @@ def block_unless_zero(item, progress):
         return 0
     while True:
         time.sleep(60)
+
+
+def rank_fails(item, progress, parallel):
+    """A rank task whose rank 1 raises at once while rank 0 waits for it in a collective."""
+    import torch
+    import torch.distributed as dist
+
+    if parallel.rank == 1:
+        raise ValueError("rank 1 found a bad batch")
+    dist.all_reduce(torch.zeros(1))
+    return "rank 0 finished"
+
+
+def rank_dies(item, progress, parallel):
+    """A rank task whose rank 1 dies (as if killed) while rank 0 waits for it in a collective."""
+    import torch
+    import torch.distributed as dist
+
+    if parallel.rank == 1:
+        os._exit(7)
+    dist.all_reduce(torch.zeros(1))
+    return "rank 0 finished"

@@ -52,8 +52,10 @@ from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.executors.stopping import stop_on_signals, stop_requested
 from flops_fit.files import fsync
 from flops_fit.sweeps.checkpoint import (
+    SHARDED,
     CheckpointPolicy,
     TrainState,
+    checkpoint_path,
     read_checkpoint,
     restore_rng,
     save_state,
@@ -69,8 +71,7 @@ RankTask = Callable[[Any, ProgressSink, OneProcess], Any]
 
 def processes_per_run(item: Any) -> int:
     """The processes a work item (a RunSpec or a WSD family) spans."""
-    runs = getattr(item, "runs", None)
-    return int((runs[0] if runs else item).processes_per_run)
+    return int(item.processes_per_run)
 
 
 def launched_world() -> int | None:
@@ -111,12 +112,10 @@ def train_this_rank(task: RankTask, item: Any, progress: ProgressSink = ignore_p
     joined = not dist.is_initialized()
     if joined:
         dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", rank=rank, world_size=world)
-    try:
-        kind = FullyShardedRanks if spec.parallel == "fsdp" else ReplicatedRanks
-        outcome = task(item, progress if rank == 0 else ignore_progress, kind(rank, world, local))
-    finally:
-        if joined:
-            dist.destroy_process_group()
+    kind = FullyShardedRanks if spec.parallel == "fsdp" else ReplicatedRanks
+    outcome = task(item, progress if rank == 0 else ignore_progress, kind(rank, world, local))
+    if joined:  # not after an exception: leaving the group waits for ranks that may never come
+        dist.destroy_process_group()
     return outcome if rank == 0 else None
 
 
@@ -245,7 +244,7 @@ class FullyShardedRanks(ReplicatedRanks):
         if not found:
             return None
         newest = found[0]
-        saved = read_checkpoint(newest / f"step-{int(newest.name[5:14]):09d}.safetensors", run_id=run_id)
+        saved = read_checkpoint(checkpoint_path(newest, int(SHARDED.match(newest.name).group(1))), run_id=run_id)
         state = _sharded_state(model, optimizer)
         dcp.load(state, storage_reader=HuggingFaceStorageReader(str(newest / "shards")))
         model_state, optimizer_state = _unflatten(state, optimizer, model)
@@ -265,8 +264,8 @@ def sharded_checkpoints(folder: Path) -> list[Path]:
     """A run's committed FSDP checkpoints (``step-N.dcp`` folders), newest first."""
     if not folder.is_dir():
         return []
-    return sorted((p for p in folder.iterdir() if p.name.startswith("step-") and p.name.endswith(".dcp")),
-                  reverse=True)
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := SHARDED.match(p.name)) and not m.group(2)]
+    return [path for _, path in sorted(found, reverse=True)]
 
 
 def _sharded_state(model, optimizer) -> dict[str, Any]:
@@ -275,11 +274,20 @@ def _sharded_state(model, optimizer) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    flat = {f"model/{k}": v for k, v in model_state.items()}
+    tied = _tied(model)
+    flat = {f"model/{k}": v for k, v in model_state.items() if k not in tied}
     for name, values in optimizer_state["state"].items():
         for key, value in values.items():
             flat[f"optim/{name}/{key}"] = value
     return flat
+
+
+def _tied(model) -> dict[str, str]:
+    """Names of parameters tied to an earlier one (a head sharing the embedding) -> that one's
+    name: written once, under the first name, and loaded into both."""
+    first: dict[int, str] = {}
+    return {name: first[id(p)] for name, p in model.named_parameters(remove_duplicate=False)
+            if first.setdefault(id(p), name) != name}
 
 
 def _unflatten(flat: dict[str, Any], optimizer, model) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -287,6 +295,7 @@ def _unflatten(flat: dict[str, Any], optimizer, model) -> tuple[dict[str, Any], 
 
     _, current = get_state_dict(model, optimizer)
     model_state = {k[len("model/"):]: v for k, v in flat.items() if k.startswith("model/")}
+    model_state.update({name: model_state[first] for name, first in _tied(model).items()})
     state: dict[str, dict[str, Any]] = {}
     for key, value in flat.items():
         if key.startswith("optim/"):
@@ -350,7 +359,7 @@ def _watch(ranks: list[tuple[Any, Any]], progress: ProgressSink) -> tuple[bool, 
     a stop, a death (restart), an exception (the run's outcome), or rank 0's outcome."""
     running = {conn: rank for rank, (_, conn) in enumerate(ranks)}
     outcomes: dict[int, Any] = {}
-    errors: list[BaseException] = []
+    errors: list[tuple[float, BaseException]] = []  # (when the rank raised it, the exception)
     died: list[str] = []
     ended: set[int] = set()  # ranks this launcher killed
     signals: list[int] = []
@@ -399,8 +408,8 @@ def _watch(ranks: list[tuple[Any, Any]], progress: ProgressSink) -> tuple[bool, 
         raise Interrupted(signals[0], f"stopped by signal {signals[0]}; the run checkpointed")
     if died:
         return True, died[0]
-    if errors:
-        raise errors[0]
+    if errors:  # the first raised is the cause; the others' collectives failed because of it
+        raise min(errors, key=lambda error: error[0])[1]
     return False, outcomes.get(0)
 
 
@@ -422,16 +431,19 @@ def _rank_main(task: RankTask, item: Any, env: dict[str, str], threads: int, par
             conn.send(("interrupted", exc.signum))
             return
         except Exception as exc:  # noqa: BLE001 - the rank's failure travels back to the launcher
-            _send(conn, "error", exc)
+            _send(conn, "error", exc, time.monotonic())
             return
         _send(conn, "done", outcome)
 
 
-def _send(conn: Any, kind: str, value: Any) -> None:
+def _send(conn: Any, kind: str, value: Any, when: float | None = None) -> None:
+    """``value`` (an error: with the monotonic time it was raised at, the same clock for every
+    rank of this host) to the launcher; a value that cannot be pickled goes as an error."""
     try:
-        conn.send((kind, value))
+        conn.send((kind, value if when is None else (when, value)))
     except Exception as exc:  # noqa: BLE001 - a value that cannot be pickled
-        conn.send(("error", RuntimeError(f"{type(value).__name__}: {value} (could not be sent back: {exc})")))
+        error = RuntimeError(f"{type(value).__name__}: {value} (could not be sent back: {exc})")
+        conn.send(("error", (when or time.monotonic(), error)))
 
 
 def _end_with_parent(parent: int) -> None:
