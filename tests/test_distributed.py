@@ -22,6 +22,7 @@ from flops_fit.cli.main import main
 from flops_fit.errors import OptionError, PlanError, RunLost
 from flops_fit.executors.base import ignore_progress
 from flops_fit.executors.ray import RayExecutor
+from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult
 from flops_fit.sweeps.branches import train_item
@@ -167,3 +168,6 @@ def test_train_run_refuses_a_folder_without_plan_an_unknown_run_and_a_finished_o
         store.record(RunResult(run_id=done, status="done", loss=1.0))
     assert main(["train-run", str(out), done]) == 2
     assert f"run {done} already has a result in {out} (done)" in capsys.readouterr().err
+    with Lease(out / "runs.sqlite"):  # a driver sweeping the folder
+        assert main(["train-run", str(out), plan.runs[1].run_id]) == 2
+    assert f"{out} is being swept by another driver (pid {os.getpid()}" in capsys.readouterr().err
