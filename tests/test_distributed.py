@@ -19,14 +19,14 @@ import sweep_support
 
 import flops_fit
 from flops_fit.cli.main import main
-from flops_fit.errors import OptionError, PlanError, RunLost
+from flops_fit.errors import Interrupted, OptionError, PlanError, RunLost
 from flops_fit.executors.base import ignore_progress
 from flops_fit.executors.ray import RayExecutor
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult
 from flops_fit.sweeps.branches import train_item
-from flops_fit.sweeps.checkpoint import CheckpointPolicy
+from flops_fit.sweeps.checkpoint import CheckpointPolicy, list_checkpoints
 from flops_fit.sweeps.distributed import launch, run_ranks
 from flops_fit.sweeps.trainer import train
 
@@ -36,14 +36,9 @@ GPT = {"model": "gpt", "budgets": [3e8], "sizes": [16, 32, 48], "batch_size": 5,
        "hparams": {"lr": 0.005}}  # a rate at which float reassociation stays near 1e-7 over the run
 
 
-def gpt_spec(**changes):
-    """A 2-layer GPT of width 32 trained for 8 steps of 5 sequences (slices of 3 and 2 rows)."""
-    spec = next(r for r in flops_fit.plan(**GPT).runs if r.size == 32)
-    return dataclasses.replace(spec, **changes)
-
-
-def tiny_spec(**changes):
-    spec = flops_fit.plan(host=HOST, **sweep_support.small_plan_options(budgets=[2e7])).runs[0]
+def tiny_spec(batch_size=8, **changes):
+    """The smallest run of tiny-lm (a bigram model), planned at ``batch_size``."""
+    spec = flops_fit.plan(host=HOST, **sweep_support.small_plan_options(budgets=[2e7], batch_size=batch_size)).runs[0]
     return dataclasses.replace(spec, **changes)
 
 
@@ -62,12 +57,37 @@ def no_children_left():
     assert set(multiprocessing.active_children()) <= before
 
 
-def test_ddp_on_two_ranks_trains_the_loss_curve_of_one_process(no_children_left):
-    spec = gpt_spec(processes_per_run=2, micro_batch_size=2)  # each rank's slice in micro-batches of 2
+def test_ddp_ranks_stopped_by_sigterm_checkpoint_together_and_resume_to_one_process_curve(
+        tmp_path, monkeypatch, no_children_left):
+    """5 rows a step: slices of 3 and 2 rows, each in micro-batches of 2. SIGTERM to one rank
+    during step 3 stops both after that step, each having checkpointed the same state."""
+    spec = tiny_spec(batch_size=5, micro_batch_size=2, processes_per_run=2)
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("FLOPS_FIT_PLUGINS", "sweep_support")
+    monkeypatch.setenv(sweep_support.GATE, f"{gate}:1:3")
+    policy = CheckpointPolicy(str(tmp_path / "checkpoints"), seconds=600)  # saved on the stop only
+
+    def stop_at_the_gate():
+        try:
+            sweep_support.gate_reached(gate)
+            waiting = next(p for p in tmp_path.iterdir() if p.name.startswith("gate.waiting."))
+            os.kill(int(waiting.name.rsplit(".", 1)[1]), signal.SIGTERM)  # pending before the release is seen
+        finally:
+            (tmp_path / "gate.release").touch()
+
+    stopper = threading.Thread(target=stop_at_the_gate)
+    stopper.start()
+    try:
+        with pytest.raises(Interrupted, match="stopped by signal 15; the run checkpointed"):
+            train_item(spec, checkpoints=policy)
+    finally:
+        stopper.join()
+    assert [p.name for p in list_checkpoints(policy.run_dir(spec.run_id))] == ["step-000000003.safetensors"]
     heard = []
-    result = train_item(spec, lambda *message: heard.append(message))
-    same_training(result, train(spec))
+    result = train_item(spec, lambda *message: heard.append(message), checkpoints=policy)
+    assert result.timings["resumed_from_step"] == 3
     assert math.isnan(heard[0][3]) and heard[-1][1] == spec.tokens  # rank 0's progress came back
+    same_training(result, train(spec, host=HOST))
 
 
 def test_fsdp_under_torchrun_trains_one_planned_run_and_records_it(tmp_path):
