@@ -362,7 +362,8 @@ def _watch(ranks: list[tuple[Any, Any]], progress: ProgressSink) -> tuple[bool, 
     errors: list[tuple[float, BaseException]] = []  # (when the rank raised it, the exception)
     died: list[str] = []
     ended: set[int] = set()  # ranks this launcher killed
-    signals: list[int] = []
+    signals: list[int] = []  # the ranks that stopped on a stop request, by its signal
+    forwarded: int | None = None  # this process's stop request, passed on to the ranks
     deadline: float | None = None
 
     def end_all() -> None:
@@ -371,8 +372,8 @@ def _watch(ranks: list[tuple[Any, Any]], progress: ProgressSink) -> tuple[bool, 
             ended.add(rank)
 
     while running:
-        if stop_requested() is not None and not signals:
-            signals.append(stop_requested())
+        if stop_requested() is not None and forwarded is None:
+            forwarded = stop_requested()
             for rank in running.values():
                 ranks[rank][0].terminate()  # SIGTERM: the ranks checkpoint at one step and stop
         if deadline is not None and time.monotonic() > deadline:
@@ -404,8 +405,9 @@ def _watch(ranks: list[tuple[Any, Any]], progress: ProgressSink) -> tuple[bool, 
                 end_all()  # the others wait on it in a collective
             if errors and deadline is None:  # the others end by themselves, or soon by force
                 deadline = time.monotonic() + ERROR_GRACE
-    if signals:
-        raise Interrupted(signals[0], f"stopped by signal {signals[0]}; the run checkpointed")
+    if signals or (died and forwarded is not None):  # a rank the stop reached before its handler: no restart
+        signum = signals[0] if signals else forwarded
+        raise Interrupted(signum, f"stopped by signal {signum}; the run checkpointed")
     if died:
         return True, died[0]
     if errors:  # the first raised is the cause; the others' collectives failed because of it
