@@ -22,6 +22,7 @@ from flops_fit.cli.main import main
 from flops_fit.errors import Interrupted, OptionError, PlanError, RunLost
 from flops_fit.executors.base import ignore_progress
 from flops_fit.executors.ray import RayExecutor
+from flops_fit.plugin.host import reset_host
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult
@@ -191,3 +192,19 @@ def test_train_run_refuses_a_folder_without_plan_an_unknown_run_and_a_finished_o
     with Lease(out / "runs.sqlite"):  # a driver sweeping the folder
         assert main(["train-run", str(out), plan.runs[1].run_id]) == 2
     assert f"{out} is being swept by another driver (pid {os.getpid()}" in capsys.readouterr().err
+
+
+def test_train_run_records_a_diverged_run_as_failed_and_exits_1(tmp_path, capsys):
+    out = tmp_path / "out"
+    plan = flops_fit.plan(host=HOST, **sweep_support.small_plan_options(hparams={"lr": 1e4, "grad_clip": 0.0}))
+    plan.run(out, record_only=True, show_progress=False, host=HOST)
+    run = plan.runs[0].run_id
+    reset_host(HOST)  # the command's default host: the built-ins and the tests' tiny-lm
+    try:
+        assert main(["train-run", str(out), run]) == 1
+    finally:
+        reset_host()
+    assert f"flops-fit: run {run} failed: diverged: train loss" in capsys.readouterr().err
+    with RunStore(out) as store:
+        assert store.statuses()[run] == "failed"
+        assert next(r for r in store.accounting() if r["run_id"] == run)["attempts"] == 1
