@@ -42,7 +42,7 @@ from flops_fit.tracking.base import RunTracker
 
 
 class Batches:
-    """Seeded epochs of shuffled sample indices, gathered into batch dicts.
+    """Seeded epochs of shuffled sample indices (``gather`` makes a batch dict of them).
 
     Datasets with ``get_batch(indices)`` are gathered in one call; any other map-style
     dataset of dicts is stacked item by item.
@@ -65,9 +65,6 @@ class Batches:
             self.pos += take
             k -= take
         return np.concatenate(parts)
-
-    def next(self, k: int) -> dict[str, torch.Tensor]:
-        return gather(self.dataset, self.indices(k))
 
     def state(self) -> tuple[Any, np.ndarray, int]:
         """Where the data order stands: the generator's state, the epoch's permutation, the position."""
