@@ -4,6 +4,7 @@ global batch, a killed rank restarts the run from its checkpoint, a group launch
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
@@ -93,16 +94,23 @@ def test_ddp_ranks_stopped_by_sigterm_checkpoint_together_and_resume_to_one_proc
 
 def test_fsdp_under_torchrun_trains_one_planned_run_and_records_it(tmp_path):
     out = tmp_path / "out"
-    plan = flops_fit.plan(**GPT, processes_per_run=2, parallel="fsdp", checkpoint_seconds=1e-6)
+    # sharded per block, each rank's 3 or 2 rows in micro-batches of 2, a sharded checkpoint every step
+    plan = flops_fit.plan(**GPT, processes_per_run=2, parallel="fsdp", micro_batch_size=2, checkpoint_seconds=1e-6)
     plan.run(out, record_only=True, show_progress=False)
     spec = next(r for r in plan.runs if r.size == 32)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    launched = subprocess.run(
+    torchrun = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "-m", "flops_fit", "train-run", str(out), spec.run_id],
-        capture_output=True, text=True, env=env, timeout=600)
-    assert launched.returncode == 0, launched.stderr[-3000:]
-    assert f"run {spec.run_id}: held-out loss" in launched.stdout
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        stdout, stderr = torchrun.communicate(timeout=300)
+    finally:  # torchrun and its ranks, whatever happened
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(torchrun.pid, signal.SIGKILL)
+        torchrun.wait()
+    assert torchrun.returncode == 0, stderr[-3000:]
+    assert f"run {spec.run_id}: held-out loss" in stdout
     with RunStore(out) as store:
         assert store.statuses() == {r.run_id: "done" if r is spec else "pending" for r in plan.runs}
         row = next(r for r in store.accounting() if r["run_id"] == spec.run_id)

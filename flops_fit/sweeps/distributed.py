@@ -33,6 +33,7 @@ The task every executor maps (``branches.train_item``) works in three situations
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -196,6 +197,10 @@ class FullyShardedRanks(ReplicatedRanks):
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         self._model = model
         return model
+
+    def passes(self, rows: int, micro: int) -> int | None:
+        largest = math.ceil(rows / self.world)  # the largest slice's micro-batches
+        return math.ceil(largest / micro)
 
     def no_sync(self) -> Callable[[], Any]:
         model = self._model

@@ -150,6 +150,10 @@ class OneProcess:
         """This process's rows of a step's ``indices``, and the weight of its mean loss."""
         return indices, 1.0
 
+    def passes(self, rows: int, micro: int) -> int | None:
+        """Forward passes every process makes for a step of ``rows`` (None: each as its rows need)."""
+        return None
+
     def agree(self, loss: torch.Tensor, stop: bool, due: bool) -> tuple[torch.Tensor, bool, bool]:
         """The step's loss over the whole batch, whether any process must stop, whether the
         checkpoint timer (the writer's) has run out: the same on every process."""
@@ -265,7 +269,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
                 check_sequence_length(spec, batch[input_key])
             for group in optimizer.param_groups:
                 group["lr"] = spec.lr * schedule_factor(spec, step)
-            loss = accumulate(step_model, loss_fn, batch, input_key, micro, autocast, parallel.no_sync(), weight)
+            loss = accumulate(step_model, loss_fn, batch, input_key, micro, autocast, parallel.no_sync(), weight,
+                              parallel.passes(rows, micro))
             stop = stop_requested()
             due = bool(checkpoints) and 0 < checkpoints.seconds <= time.perf_counter() - last_save
             loss, stop_all, due = parallel.agree(loss, stop is not None, due)
@@ -313,7 +318,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
 
 
 def accumulate(model, loss_fn, batch: dict[str, torch.Tensor], input_key: str, micro: int, autocast,
-               no_sync: Callable[[], Any] = contextlib.nullcontext, weight: float = 1.0) -> torch.Tensor:
+               no_sync: Callable[[], Any] = contextlib.nullcontext, weight: float = 1.0,
+               passes: int | None = None) -> torch.Tensor:
     """Forward and backward one optimizer step's rows in micro-batches of ``micro`` rows; the
     gradients add up to the whole batch's. Returns the step's loss (detached).
 
@@ -323,14 +329,21 @@ def accumulate(model, loss_fn, batch: dict[str, torch.Tensor], input_key: str, m
     every micro-batch but the last (DDP's ``model.no_sync``: one all-reduce per step); a rank of
     a data-parallel run passes its own slice of the global batch as ``batch`` and the ``weight``
     that makes the ranks' averaged gradients the whole batch's (its rows x ranks / the batch's rows).
+    Ranks whose forward passes are collective (FSDP) make the same number of ``passes``: the rows
+    in that many near-equal micro-batches, a pass without rows running one row at weight 0.
     """
     rows = batch[input_key].shape[0]
     total = torch.zeros((), device=batch[input_key].device)
-    for start in range(0, rows, micro):
-        part = {k: v[start:start + micro] for k, v in batch.items()}
-        share = part[input_key].shape[0] / rows
+    if passes is None:
+        bounds = [(start, min(start + micro, rows)) for start in range(0, rows, micro)]
+    else:
+        edges = [rows * i // passes for i in range(passes + 1)]
+        bounds = list(zip(edges[:-1], edges[1:], strict=True))
+    for i, (start, end) in enumerate(bounds):
+        part = {k: v[start:end] if end > start else v[:1] for k, v in batch.items()}
+        share = (end - start) / rows
         scale = share * weight
-        with no_sync() if start + micro < rows else contextlib.nullcontext():
+        with no_sync() if i < len(bounds) - 1 else contextlib.nullcontext():
             with autocast:
                 loss = loss_fn(model(part[input_key]), part)
             (loss * scale).backward() if scale != 1 else loss.backward()
