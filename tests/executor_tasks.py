@@ -52,3 +52,26 @@ def rank_dies(item, progress, parallel):
         os._exit(7)
     dist.all_reduce(torch.zeros(1))
     return "rank 0 finished"
+
+
+class Gang:
+    """An item that spans two processes, as a run with processes_per_run = 2 does."""
+
+    processes_per_run = 2
+
+    def __init__(self, n):
+        self.n = n
+
+
+def exit_with(code):
+    os._exit(code)
+
+
+def start_a_process(item, progress):
+    """Start a child process from the worker, as a launcher of ranks does; its exit code."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=exit_with, args=(item.n,))
+    child.start()
+    child.join()
+    return child.exitcode
