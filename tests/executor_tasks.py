@@ -30,3 +30,48 @@ def block_unless_zero(item, progress):
         return 0
     while True:
         time.sleep(60)
+
+
+def rank_fails(item, progress, parallel):
+    """A rank task whose rank 1 raises at once while rank 0 waits for it in a collective."""
+    import torch
+    import torch.distributed as dist
+
+    if parallel.rank == 1:
+        raise ValueError("rank 1 found a bad batch")
+    dist.all_reduce(torch.zeros(1))
+    return "rank 0 finished"
+
+
+def rank_dies(item, progress, parallel):
+    """A rank task whose rank 1 dies (as if killed) while rank 0 waits for it in a collective."""
+    import torch
+    import torch.distributed as dist
+
+    if parallel.rank == 1:
+        os._exit(7)
+    dist.all_reduce(torch.zeros(1))
+    return "rank 0 finished"
+
+
+class Gang:
+    """An item that spans two processes, as a run with processes_per_run = 2 does."""
+
+    processes_per_run = 2
+
+    def __init__(self, n):
+        self.n = n
+
+
+def exit_with(code):
+    os._exit(code)
+
+
+def start_a_process(item, progress):
+    """Start a child process from the worker, as a launcher of ranks does; its exit code."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=exit_with, args=(item.n,))
+    child.start()
+    child.join()
+    return child.exitcode

@@ -88,7 +88,7 @@ saves = []
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
-real_save, real_next = trainer.save_checkpoint, trainer.Batches.next
+real_save, real_next = trainer.save_checkpoint, trainer.Batches.indices
 
 def save(directory, model, optimizer, state, **kw):
     saves.append(state.step)
@@ -109,7 +109,7 @@ def next_batch(self, k):
         die()
     return real_next(self, k)
 
-trainer.save_checkpoint, trainer.Batches.next = save, next_batch
+trainer.save_checkpoint, trainer.Batches.indices = save, next_batch
 spec = plan(host=sweep_support.host(), **sweep_support.small_plan_options(budgets=[2.1e7])).runs[1]
 policy = checkpoint.CheckpointPolicy(sys.argv[1], seconds=1e-9)
 result = trainer.train(spec, host=sweep_support.host(), checkpoints=policy)

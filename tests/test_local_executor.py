@@ -44,6 +44,13 @@ def test_close_stops_workers_still_running_after_an_abandoned_map():
     assert set(multiprocessing.active_children()) <= before
 
 
+def test_workers_of_runs_that_span_processes_may_start_them():
+    with LocalExecutor(workers=2, threads=1) as executor:
+        outcomes = [outcome for _, outcome in executor.map(executor_tasks.start_a_process,
+                                                           [executor_tasks.Gang(3), executor_tasks.Gang(4)])]
+    assert sorted(outcomes) == [3, 4]  # a daemonic worker could not have started them
+
+
 def test_bad_options_are_refused():
     with pytest.raises(OptionError, match="workers must be a positive integer, got 0"):
         LocalExecutor(workers=0)

@@ -3,6 +3,7 @@
 Skipped when the ``ray`` extra is not installed; CI installs it.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -112,6 +113,18 @@ def test_resources_follow_the_run():
     assert cpu["num_cpus"] == 2 and cpu["num_gpus"] == 0
     assert cpu["memory"] == 512 * 2**20 + 16 * 10_000_000
     assert executor.resources(Spec("1", device="cuda:0"))["num_gpus"] == 1
+
+
+def test_a_run_of_two_processes_is_one_task_that_launches_its_ranks(local_ray):
+    """The gang reserves both CPUs of the local Ray and trains one process's run (to 1e-5)."""
+    from flops_fit.sweeps.branches import train_item
+    from flops_fit.sweeps.trainer import train
+
+    spec = flops_fit.plan(host=sweep_support.host(), **sweep_support.small_plan_options(budgets=[2e7])).runs[-1]
+    gang = dataclasses.replace(spec, processes_per_run=2)
+    ((_, outcome),) = list(RayExecutor(cpus_per_run=1).map(train_item, [gang]))
+    assert outcome.status == "done", outcome
+    assert outcome.loss == pytest.approx(train(spec, host=sweep_support.host()).loss, rel=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         plan.run(out, resume=args.resume, executor=executor, workers=workers, executor_options=options,
                  skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
-                 retry_failed=args.retry_failed, checkpoint_dir=checkpoint_dir)
+                 retry_failed=args.retry_failed, checkpoint_dir=checkpoint_dir, record_only=args.record_only)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         resume = f"flops-fit sweep {args.config} --out {out} --resume"
@@ -79,8 +79,31 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
               f"{out / STORE_NAME}, runs in flight continue from their checkpoints. Resume with: {resume}",
               file=sys.stderr)
         return 128 + signum
+    if args.record_only:
+        print(f"flops-fit: the plan is recorded in {out / STORE_NAME}; train each run with "
+              f"`flops-fit train-run {out} RUN_ID` (run ids: `flops-fit status {out} --json`)", file=sys.stderr)
+        return 0
     _print_status(out)
     return _print_failures(out)
+
+
+def _cmd_train_run(args: argparse.Namespace) -> int:
+    """One planned run, alone or as one rank under torchrun / srun; rank 0 records it."""
+    try:
+        result = flops_fit.train_run(args.out_dir, args.run_id, checkpoint_dir=args.checkpoint_dir)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; run {args.run_id} continues from its "
+              "checkpoint when launched again", file=sys.stderr)
+        return 128 + signum
+    if result is None:  # a rank other than 0: rank 0 reports
+        return 0
+    if result.status != "done":
+        print(f"flops-fit: run {args.run_id} failed: {result.error}", file=sys.stderr)
+        return 1
+    print(f"run {args.run_id}: held-out loss {result.loss:.4f} after {result.tokens:,} tokens "
+          f"({result.timings.get('total_s', 0):.1f}s), recorded in {Path(args.out_dir) / STORE_NAME}")
+    return 0
 
 
 def failure_reasons(frame) -> list[tuple[str, list[str]]]:
@@ -190,7 +213,17 @@ def add_commands(sub) -> None:
                    "on a cluster, one every node sees)")
     p.add_argument("--tracking", metavar="B1,B2|off", help="log to these tracking backends (tensorboard, mlflow, "
                    "wandb) instead of the config's [tracking] table; off: none")
+    p.add_argument("--record-only", action="store_true",
+                   help="record the plan in the output folder and train nothing (then: flops-fit train-run)")
     p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("train-run", help="train one planned run and record its result (alone, or as one rank "
+                       "under torchrun / srun)")
+    p.add_argument("out_dir", help="the sweep's output folder (its plan recorded, e.g. with sweep --record-only)")
+    p.add_argument("run_id", help="the run to train (`flops-fit status OUT --json` lists them)")
+    p.add_argument("--checkpoint-dir", help="folder for the run's checkpoints (default OUT/checkpoints; "
+                   "on a cluster, one every node sees)")
+    p.set_defaults(func=_cmd_train_run)
 
     p = sub.add_parser("status", help="show a sweep's runs and their state")
     p.add_argument("out_dir", help="the sweep's output folder")

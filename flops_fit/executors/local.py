@@ -43,7 +43,9 @@ from flops_fit.plugin.hookspecs import hookimpl
 class LocalExecutor(ClosingExecutor):
     """``workers`` processes (1: in this process); ``devices`` like ``["cuda:0", "cuda:1"]``
     gives one worker per GPU; ``threads`` torch threads per worker (default: CPUs / workers
-    for worker processes, torch's own setting in this process). On a small or shared CPU
+    for worker processes, torch's own setting in this process). A run of
+    ``processes_per_run = k`` launches its k ranks from its worker, each with the worker's
+    threads / k: ``workers`` runs at once are ``workers x k`` processes. On a small or shared CPU
     ``threads=1`` is often fastest for small models: idle threads spin and contend."""
 
     def __init__(self, workers: int = 1, devices: list[str] | None = None, threads: int | None = None,
@@ -105,6 +107,10 @@ class LocalExecutor(ClosingExecutor):
         context = multiprocessing.get_context("spawn")
         slots = self.devices or [None] * min(self.workers, len(items))
         threads = self.threads or max(1, (os.cpu_count() or 1) // len(slots))
+        # a run of k processes launches its ranks from the worker (which then splits its threads
+        # among them), and a daemonic process may not start processes: such workers are not
+        # daemonic (close() ends them all the same, and their ranks end with them)
+        daemon = all(int(getattr(item, "processes_per_run", 1) or 1) == 1 for item in items)
         todo = list(range(len(items)))[::-1]  # popped from the end: plan order
         workers: dict[Any, tuple[Any, str | None]] = {}  # driver's pipe end -> (process, device)
         busy: dict[Any, int] = {}  # pipe end -> index of the item its worker runs
@@ -112,7 +118,7 @@ class LocalExecutor(ClosingExecutor):
 
         def start(device: str | None) -> None:
             ours, theirs = context.Pipe()
-            process = context.Process(target=_worker, args=(fn, theirs, device, threads), daemon=True)
+            process = context.Process(target=_worker, args=(fn, theirs, device, threads), daemon=daemon)
             process.start()
             theirs.close()
             self._processes.append(process)

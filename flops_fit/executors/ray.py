@@ -6,7 +6,10 @@ they finish. The sweep driver consuming ``map`` stays the only writer of the run
 a run is recorded once, whatever happened to its workers. Exceptions raised by the training
 code itself are not retried: a diverged run is a result, not a fault.
 
-A task whose node is preempted gets SIGTERM: its run checkpoints (into a folder all nodes
+A run of ``processes_per_run = k`` is one task that reserves k processes' CPUs, GPUs and
+memory on one node and launches its k ranks there (``sweeps.distributed``, case (b)):
+Ray places the gang as one unit, and a rank that dies restarts the gang from the run's
+checkpoint inside the task. A task whose node is preempted gets SIGTERM: its run checkpoints (into a folder all nodes
 see, ``checkpoint_dir``) and its worker exits, so Ray retries the task and the run
 continues from that checkpoint. A stop request on the driver (Ctrl-C, SIGTERM) cancels
 the tasks; each run later resumes from its newest checkpoint.
@@ -102,12 +105,15 @@ class RayExecutor(ClosingExecutor):
             self._started_here = False
 
     def resources(self, spec: Any) -> dict[str, Any]:
-        """Ray resource requests for one run, from its device and parameter count."""
+        """Ray resource requests for one run, from its device, parameter count and processes:
+        a run of ``processes_per_run = k`` reserves k times one process's CPUs, GPUs and memory
+        in one task, which launches its k ranks on that node."""
         device = str(getattr(spec, "device", "cpu"))
+        k = int(getattr(spec, "processes_per_run", 1) or 1)
         gpus = self.gpus_per_run if self.gpus_per_run is not None else (1 if device.startswith("cuda") else 0)
         params = int(getattr(spec, "params", 0) or 0)
         memory = _MEMORY_FLOOR + _TRAIN_BYTES_PER_PARAM * params
-        return {"num_cpus": self.cpus_per_run, "num_gpus": gpus, "memory": memory}
+        return {"num_cpus": self.cpus_per_run * k, "num_gpus": gpus * k, "memory": memory * k}
 
     # ---------------------------------------------------------------------- map
     def map(self, fn: Task, items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:

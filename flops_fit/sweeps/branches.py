@@ -10,12 +10,14 @@ and data order and initialisation are seeded (tests/test_wsd.py checks it bit fo
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from flops_fit.errors import OptionError
 from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.store.runs import RunResult
 from flops_fit.sweeps.checkpoint import (
@@ -26,7 +28,8 @@ from flops_fit.sweeps.checkpoint import (
     save_result,
     save_state,
 )
-from flops_fit.sweeps.trainer import StableState, train
+from flops_fit.sweeps.distributed import processes_per_run, run_ranks
+from flops_fit.sweeps.trainer import OneProcess, StableState, train
 from flops_fit.sweeps.wsd import Family, executed_flops, families
 from flops_fit.tracking.base import RunTracker
 from flops_fit.tracking.options import Destination
@@ -44,24 +47,41 @@ def work_items(runs: list[Any]) -> list[Any]:
 
 def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any = None,
                checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> Any:
-    """The executor's task: a family's list of outcomes, or one run's result."""
+    """The executor's task: a family's list of outcomes, or one run's result. A run of
+    ``processes_per_run = k > 1`` trains on k ranks, launched here or by an outside launcher
+    (the three cases are ``sweeps.distributed``'s); the ranks other than 0 return None."""
+    if processes_per_run(item) == 1:
+        return train_part(item, progress, OneProcess(), host=host, checkpoints=checkpoints, tracking=tracking)
+    if host is not None:
+        raise OptionError("a custom host= cannot reach the processes of a run with processes_per_run > 1: "
+                          "register the plugins through entry points or FLOPS_FIT_PLUGINS instead")
+    return run_ranks(functools.partial(train_part, checkpoints=checkpoints, tracking=tracking), item, progress)
+
+
+def train_part(item: Any, progress: ProgressSink, parallel: OneProcess, *, host: Any = None,
+               checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> Any:
+    """This process's part of an item (all of it on one process); only the writer tracks it."""
+    tracking = tracking if parallel.writer else None
     if isinstance(item, Family):
-        return train_family(item, progress, host=host, checkpoints=checkpoints, tracking=tracking)
-    return train_tracked(item, progress, tracking=tracking, host=host, checkpoints=checkpoints)
+        return train_family(item, progress, host=host, checkpoints=checkpoints, tracking=tracking, parallel=parallel)
+    return train_tracked(item, progress, tracking=tracking, host=host, checkpoints=checkpoints, parallel=parallel)
 
 
 def train_tracked(spec: Any, progress: ProgressSink = ignore_progress, *, tracking: Destination | None = None,
-                  checkpoints: CheckpointPolicy | None = None, **options: Any) -> RunResult:
+                  checkpoints: CheckpointPolicy | None = None, parallel: OneProcess | None = None,
+                  **options: Any) -> RunResult:
     """``train`` with the run tracked at ``tracking`` (its spec, curve and result; a run that
     raises is closed as failed, or interrupted on a stop); with ``checkpoints``, its result is
-    also left beside its checkpoints (``save_result``) until the driver has stored it."""
+    also left beside its checkpoints (``save_result``, by the writing process) until the driver
+    has stored it."""
+    parallel = parallel or OneProcess()
     if tracking is None:
-        result = train(spec, progress, checkpoints=checkpoints, **options)
+        result = train(spec, progress, checkpoints=checkpoints, parallel=parallel, **options)
     else:
         with RunTracker(tracking, spec) as tracker:
-            result = train(spec, progress, tracker=tracker, checkpoints=checkpoints, **options)
+            result = train(spec, progress, tracker=tracker, checkpoints=checkpoints, parallel=parallel, **options)
             tracker.finish(result)
-    if checkpoints is not None:
+    if checkpoints is not None and parallel.writer:
         save_result(checkpoints.run_dir(spec.run_id), result)
     return result
 
@@ -81,7 +101,8 @@ def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
 
 
 def train_family(family: Family, progress: ProgressSink = ignore_progress, *, host: Any = None,
-                 checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> list[Any]:
+                 checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None,
+                 parallel: OneProcess | None = None) -> list[Any]:
     """Train each branch of ``family`` in token order, each from the stable state the
     branch before it reached at its own cooldown start (the first from scratch); a list
     with one ``RunResult`` (or the exception it raised) per branch, in the family's order.
@@ -97,7 +118,7 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
 
     def keep(state: StableState) -> None:
         latest[:] = [state]
-        if family_dir is not None:
+        if family_dir is not None and (parallel is None or parallel.writer):
             save_stable(family_dir, state)
 
     outcomes: list[Any] = []
@@ -108,7 +129,7 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
         start = next((s for s in latest if s.step <= spec.cooldown_start), None)
         try:
             outcome = train_tracked(spec, progress, tracking=tracking, host=host, checkpoints=checkpoints,
-                                    start=start, on_stable=keep)
+                                    start=start, on_stable=keep, parallel=parallel)
         except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
             outcome = exc
         outcomes.append(outcome)

@@ -24,6 +24,7 @@ import json
 import os
 import random
 import re
+import shutil
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from flops_fit.store.runs import RunResult
 
 FORMAT = 1
 PATTERN = re.compile(r"^step-(\d+)\.safetensors$")
+SHARDED = re.compile(r"^step-(\d+)\.dcp(\.tmp)?$")  # a sharded checkpoint's folder (sweeps.distributed)
 RESULT = "result.json"
 _MODEL, _OPTIM, _RNG, _EXTRA = "model/", "optim/", "rng/", "extra/"
 
@@ -230,12 +232,15 @@ def load_latest(directory: str | Path, *, run_id: str | None = None) -> Checkpoi
 
 
 def remove_checkpoints(directory: str | Path) -> None:
-    """Delete a run's checkpoint folder (its result is stored), leftovers of interrupted writes included."""
+    """Delete a run's checkpoint folder (its result is stored): its checkpoints, sharded ones and
+    leftovers of interrupted writes included."""
     directory = Path(directory)
     if not directory.is_dir():
         return
     for name in os.listdir(directory):
-        if PATTERN.match(name) or name == RESULT or name.endswith(".tmp"):
+        if SHARDED.match(name):
+            shutil.rmtree(directory / name, ignore_errors=True)
+        elif PATTERN.match(name) or name == RESULT or name.endswith(".tmp"):
             (directory / name).unlink(missing_ok=True)
     try:
         directory.rmdir()
@@ -243,11 +248,12 @@ def remove_checkpoints(directory: str | Path) -> None:
         pass
 
 
-def save_weights(path: str | Path, model: torch.nn.Module) -> Path:
-    """A finished model's parameters and buffers as a plain safetensors file, atomically."""
+def save_weights(path: str | Path, model: torch.nn.Module | dict[str, torch.Tensor]) -> Path:
+    """A finished model's parameters and buffers (or a state dict) as a plain safetensors file, atomically."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_safetensors(path, {k: _cpu_copy(v) for k, v in model.state_dict().items()})
+    state = model if isinstance(model, dict) else model.state_dict()
+    _write_safetensors(path, {k: _cpu_copy(v) for k, v in state.items()})
     return path
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import platform
 import time
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.branches import item_outcomes, recover_results, train_item, work_items
 from flops_fit.sweeps.checkpoint import CheckpointPolicy, remove_checkpoints
 from flops_fit.sweeps.gate import check
+from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.preflight import preflight
 from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.sweeps.wsd import Family
@@ -106,10 +108,9 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> boo
     return not stored
 
 
-def checkpoint_policy(plan: Any, out_dir: Path, checkpoint_dir: str | Path | None) -> CheckpointPolicy | None:
+def checkpoint_policy(options: SweepOptions, out_dir: Path, checkpoint_dir: str | Path | None) -> CheckpointPolicy | None:
     """Where the plan's runs checkpoint (None when ``checkpoint_seconds`` is 0). Absolute paths,
     so that worker processes and Ray tasks find them wherever they run."""
-    options = plan.options
     if options.checkpoint_seconds == 0:
         return None
     folder = Path(checkpoint_dir) if checkpoint_dir is not None else out_dir / "checkpoints"
@@ -148,6 +149,7 @@ def run_plan(
     retry_failed: bool = False,
     show_progress: bool = True,
     checkpoint_dir: str | Path | None = None,
+    record_only: bool = False,
     host: Any = None,
 ) -> SweepResult:
     """Run ``plan`` (a ``Plan``) into ``out_dir``, resuming a store of the same plan if ``resume``.
@@ -164,6 +166,8 @@ def run_plan(
     runs to train once per distinct configuration and raises ``PreflightError`` for a sweep
     that cannot work; the plan is then not recorded, so the folder takes the corrected sweep.
     ``skip_preflight=True`` skips it (a driver that cannot see what the workers see).
+    ``record_only=True`` records the plan and trains nothing: its runs are then trained one by
+    one with ``train_run`` (``flops-fit train-run``), e.g. under an outside launcher.
     """
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
@@ -172,7 +176,7 @@ def run_plan(
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
             new = _check_store(store, plan, out_dir, resume)
-            policy = checkpoint_policy(plan, out_dir, checkpoint_dir)
+            policy = checkpoint_policy(plan.options, out_dir, checkpoint_dir)
             if not skip_preflight:
                 status = store.statuses()
                 todo = [r for r in plan.runs if status.get(r.run_id) != "done"] if retry_failed else \
@@ -180,6 +184,8 @@ def run_plan(
                 preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host)
             if new:
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
+            if record_only:
+                return SweepResult(out_dir)
             tracking = sweep_destination({"created": store.get_meta("created")}, out_dir, plan.options.tracking)
             with SweepTracker(tracking, plan, new=new, counts=store.counts()) as tracker:
                 _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
@@ -236,6 +242,55 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 display.run_finished(_summary(spec, result), failed=result.status != "done")
             if policy is not None and isinstance(item, Family):  # every branch is stored: drop its stable state
                 remove_checkpoints(policy.run_dir(item.run_id))
+
+
+def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None) -> RunResult | None:
+    """Train one planned run of the sweep stored in ``out_dir`` and record its result there:
+    the way to train a run under an outside launcher (``torchrun``, ``srun``; every rank calls
+    it, ``sweeps.distributed`` case (c)), or alone (its k ranks launched here, case (b)).
+
+    Rank 0 holds the store's lease while the run trains, so no sweep driver trains the same
+    folder meanwhile (``StoreBusy`` names the one that does); it counts the steps, records the
+    result once and removes the checkpoints; the other ranks only train and return None. A
+    run that already has a final result is refused (``StoreError``). The run checkpoints into
+    ``checkpoint_dir`` (default OUT/checkpoints), so a relaunch continues it; SIGTERM
+    checkpoints and raises ``Interrupted``. Runs are not tracked here (``[tracking]``)."""
+    out_dir = Path(out_dir)
+    with RunStore(out_dir) as store:
+        stored = store.get_meta("plan")
+        status = store.statuses().get(run_id)
+    if stored is None:
+        raise StoreError(f"{out_dir} holds no plan: record one with `flops-fit sweep CONFIG --out {out_dir} "
+                         "--record-only`")
+    runs = [RunSpec.from_dict(r) for r in stored["runs"]]
+    spec = next((r for r in runs if r.run_id == run_id), None)
+    if spec is None:
+        raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} --json` "
+                         "lists its run ids")
+    if status in ("done", "failed"):
+        raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); to train it again, "
+                         f"`flops-fit sweep CONFIG --out {out_dir} --resume --retry-failed` (failed runs only)")
+    policy = checkpoint_policy(SweepOptions.from_dict(stored["options"]), out_dir, checkpoint_dir)
+    task = functools.partial(train_item, checkpoints=policy)
+    if int(os.environ.get("RANK", "0")) != 0:
+        with stop_on_signals():
+            return task(spec)
+    store = RunStore(out_dir)
+    try:
+        with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
+            accounting = _Accounting(store, runs)
+            try:
+                outcome = task(spec, lambda rid, done, total, loss: accounting.heard(rid, done, loss))
+            except Exception as exc:  # noqa: BLE001 - the run's failure is its result
+                outcome = exc
+            result = outcome if isinstance(outcome, RunResult) else RunResult(
+                run_id=run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}")
+            store.record(result)
+            if policy is not None:
+                remove_checkpoints(policy.run_dir(run_id))
+    finally:
+        store.close()
+    return result
 
 
 def _summary(spec: RunSpec, result: RunResult) -> str:

@@ -10,7 +10,7 @@ with benchmarks/bench_memory.py; the CUDA context and cuBLAS workspace on a GPU)
 not estimate its activations gives None: the plan says "unknown" and refuses nothing.
 
 The device: on CUDA its memory (per process); on CPU the memory available now, shared by the
-runs training at once (one process per run, ``workers`` of them).
+processes training at once (``workers`` runs of ``processes_per_run`` processes each).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def device_memory(device: str, concurrent: int = 1) -> tuple[int | None, str]:
     if available is None:
         return None, "unknown available memory"
     share = available // max(1, concurrent)
-    return share, f"{available / 2**30:.1f} GiB of available RAM" + (f" / {concurrent} runs at once" if concurrent > 1 else "")
+    at_once = f" / {concurrent} processes at once" if concurrent > 1 else ""
+    return share, f"{available / 2**30:.1f} GiB of available RAM{at_once}"
 
 
 def _available_ram() -> int | None:
@@ -94,8 +95,9 @@ def _available_ram() -> int | None:
 
 
 def check_memory(runs: list[RunSpec], entry: ModelEntry, device: str, concurrent: int = 1) -> None:
-    """PlanError naming the largest run that cannot fit its device, and the fixes."""
-    limit, what = device_memory(device, concurrent)
+    """PlanError naming the largest run that cannot fit its device, and the fixes. On CPU each of
+    the ``concurrent`` runs is ``processes_per_run`` processes sharing the memory."""
+    limit, what = device_memory(device, concurrent * max(spec.processes_per_run for spec in runs))
     if limit is None:
         return
     for spec in sorted(runs, key=lambda r: -r.params):

@@ -229,6 +229,9 @@ class SweepOptions:
             check = f.metadata["check"]
             if check is not None:
                 object.__setattr__(self, f.name, check(getattr(self, f.name), f.name))
+        if self.schedule == "wsd" and self.parallel == "fsdp" and self.processes_per_run > 1:
+            raise PlanError('schedule = "wsd" does not yet hand a sharded (parallel = "fsdp") stable phase to its '
+                            'branches: use parallel = "ddp" or the cosine schedule')
 
     @classmethod
     def names(cls) -> list[str]:

@@ -14,16 +14,18 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from flops_fit.errors import Interrupted
 from flops_fit.executors.base import ProgressSink, ignore_progress
-from flops_fit.executors.stopping import raise_if_stopped, stop_requested
+from flops_fit.executors.stopping import stop_requested
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunResult, RunSpec
@@ -40,7 +42,7 @@ from flops_fit.tracking.base import RunTracker
 
 
 class Batches:
-    """Seeded epochs of shuffled sample indices, gathered into batch dicts.
+    """Seeded epochs of shuffled sample indices (``gather`` makes a batch dict of them).
 
     Datasets with ``get_batch(indices)`` are gathered in one call; any other map-style
     dataset of dicts is stacked item by item.
@@ -63,9 +65,6 @@ class Batches:
             self.pos += take
             k -= take
         return np.concatenate(parts)
-
-    def next(self, k: int) -> dict[str, torch.Tensor]:
-        return gather(self.dataset, self.indices(k))
 
     def state(self) -> tuple[Any, np.ndarray, int]:
         """Where the data order stands: the generator's state, the epoch's permutation, the position."""
@@ -153,6 +152,63 @@ class _Diverged(Exception):
     pass
 
 
+class OneProcess:
+    """How a run's processes share its work, at each point of the loop where that matters;
+    this base is the run on one process. ``sweeps.distributed`` has the data-parallel ones
+    (DDP, FSDP2), so that one loop trains a run on one process or on k."""
+
+    rank, world = 0, 1
+    lockstep = False  # every forward pass is collective (FSDP): all ranks run as many
+
+    @property
+    def writer(self) -> bool:
+        """Whether this process writes the run's files (checkpoints, weights, its result)."""
+        return self.rank == 0
+
+    def device(self, device: torch.device) -> torch.device:
+        return device
+
+    def shard(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model the optimizer is built from (FSDP shards it here)."""
+        return model
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module the training steps run through (DDP wraps it here)."""
+        return model
+
+    def no_sync(self) -> Callable[[], Any]:
+        """A context for the micro-batches whose gradients are not yet to be synchronised."""
+        return contextlib.nullcontext
+
+    def rows(self, indices: np.ndarray) -> tuple[np.ndarray, float]:
+        """This process's rows of a step's ``indices``, and the weight of its mean loss."""
+        return indices, 1.0
+
+    def passes(self, rows: int, micro: int) -> int | None:
+        """Forward passes every process makes for a step of ``rows`` (None: each as its rows need)."""
+        return None
+
+    def agree(self, loss: torch.Tensor, stop: bool, due: bool) -> tuple[torch.Tensor, bool, bool]:
+        """The step's loss over the whole batch, whether any process must stop, whether the
+        checkpoint timer (the writer's) has run out: the same on every process."""
+        return loss, stop, due
+
+    def combine(self, sums: list[float]) -> list[float]:
+        """Sums over every process (the held-out loss's partial sums)."""
+        return sums
+
+    def load(self, policy: CheckpointPolicy, run_id: str, model, optimizer) -> TrainState | None:
+        """Restore the run's newest checkpoint into ``model`` and ``optimizer``; its state, or None."""
+        saved = load_latest(policy.run_dir(run_id), run_id=run_id)
+        return saved.restore(model, optimizer) if saved else None
+
+    def save(self, policy: CheckpointPolicy, model, optimizer, state: TrainState) -> None:
+        save_checkpoint(policy.run_dir(state.run_id), model, optimizer, state, keep=policy.keep)
+
+    def save_weights(self, path, model) -> None:
+        save_weights(path, model)
+
+
 @dataclass
 class StableState:
     """A WSD run's training state at the start of its cooldown, ``step`` steps in: what a
@@ -170,7 +226,8 @@ class StableState:
 
 def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None,
           checkpoints: CheckpointPolicy | None = None, start: StableState | None = None,
-          on_stable: Callable[[StableState], None] | None = None, tracker: RunTracker | None = None) -> RunResult:
+          on_stable: Callable[[StableState], None] | None = None, tracker: RunTracker | None = None,
+          parallel: OneProcess | None = None) -> RunResult:
     """Train ``spec`` and return its result; divergence gives ``status="failed"``.
 
     ``progress(run_id, done, total, train_loss)`` hears about the run as it trains (an
@@ -185,32 +242,38 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     A WSD branch may ``start`` from a stable state of its family at or before its cooldown
     start (unless it has its own checkpoint), and hands its own to ``on_stable`` when its
     cooldown starts; either way its result is the one it would have trained from scratch.
+
+    ``parallel`` is this process's part of a run spread over several (``sweeps.distributed``):
+    its slice of each step's rows, the reductions of gradients and losses, the checkpoints.
     """
+    parallel = parallel or OneProcess()
     t_start = time.perf_counter()
-    device = resolve_device(spec.device)
+    device = parallel.device(resolve_device(spec.device))
     torch.manual_seed(spec.seed)
     entry = api.model_info(spec.model, host=host)
     input_key = TASK_INPUTS[entry.task]
     per_sample = spec.seq_len if entry.flops_unit == "token" else 1
-    model = api.create_model(spec.model, spec.size, host=host, **spec.model_config).to(device)
+    model = parallel.shard(api.create_model(spec.model, spec.size, host=host, **spec.model_config).to(device))
     loss_fn = api.get_loss(spec.loss, host=host)
     train_data = api.create_dataset(spec.dataset, "train", host=host, **spec.dataset_config)
     eval_data = api.create_dataset(spec.dataset, spec.eval_split, host=host, **spec.dataset_config)
     optimizer = make_optimizer(model, spec, device)
-    step_model = torch.compile(model) if spec.compile else model
+    step_model = parallel.wrap(model)
+    step_model = torch.compile(step_model) if spec.compile else step_model
     autocast = (
         torch.autocast(device.type, dtype=torch.bfloat16) if spec.precision == "bf16" else contextlib.nullcontext()
     )
     batches = Batches(train_data, spec.seed)
-    micro = micro_batch_rows(spec, model, loss_fn, train_data, input_key, device, autocast)
+    micro = micro_batch_rows(spec, model, loss_fn, train_data, input_key, device, autocast,
+                             rows=-(-spec.batch_size // parallel.world))
     params = [p for p in model.parameters() if p.requires_grad]
     result = RunResult(run_id=spec.run_id, status="done", device=str(device))
     interval = max(1, math.ceil(spec.steps / spec.curve_points))
     losses = torch.empty(spec.steps, device=device)  # each step's training loss, for the curve
     start_step = 0
-    saved = checkpoints and load_latest(checkpoints.run_dir(spec.run_id), run_id=spec.run_id)
+    saved = checkpoints and parallel.load(checkpoints, spec.run_id, model, optimizer)
     if saved:
-        start_step = _resume(saved.restore(model, optimizer), result, batches, losses)
+        start_step = _resume(saved, result, batches, losses)
         result.timings["resumed_from_step"] = start_step
     elif start is not None:
         start_step = _start_branch(start, spec, model, optimizer, batches, losses, result, per_sample)
@@ -233,19 +296,23 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
                     losses[:step].clone()))
             t0 = time.perf_counter()
             rows = min(spec.batch_size, (spec.tokens - result.tokens) // per_sample)
-            batch = {k: v.to(device, non_blocking=True) for k, v in batches.next(rows).items()}
+            mine, weight = parallel.rows(batches.indices(rows))
+            batch = {k: v.to(device, non_blocking=True) for k, v in gather(train_data, mine).items()}
             data_s += time.perf_counter() - t0
-            x = batch[input_key]
             if step == start_step:
-                check_sequence_length(spec, x)
+                check_sequence_length(spec, batch[input_key])
             for group in optimizer.param_groups:
                 group["lr"] = spec.lr * schedule_factor(spec, step) * group.get("lr_scale", 1.0)
-            loss = accumulate(step_model, loss_fn, batch, input_key, micro, autocast)
+            loss = accumulate(step_model, loss_fn, batch, input_key, micro, autocast, parallel.no_sync(), weight,
+                              parallel.passes(rows, micro))
+            stop = stop_requested()
+            due = bool(checkpoints) and 0 < checkpoints.seconds <= time.perf_counter() - last_save
+            loss, stop_all, due = parallel.agree(loss, stop is not None, due)
             if spec.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            result.tokens += x.shape[0] * per_sample
+            result.tokens += rows * per_sample
             result.steps += 1
             losses[step] = loss.detach().float()
             if result.steps % interval == 0 or step == spec.steps - 1:
@@ -255,26 +322,24 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
                     tracker.point(*curve_point(spec, result.curve[-1], per_sample))
             if step == spec.steps - 1:  # a stop waits for the held-out loss: seconds, not the run
                 break
-            if checkpoints is None:
-                raise_if_stopped()
-                continue
-            stop = stop_requested()
-            if stop or (checkpoints.seconds > 0 and time.perf_counter() - last_save >= checkpoints.seconds):
-                _save(checkpoints, spec, model, optimizer, result, batches, losses)
+            if checkpoints is not None and (stop_all or due):
+                _save(checkpoints, spec, model, optimizer, result, batches, losses, parallel)
                 last_save = time.perf_counter()
                 if result.curve:
                     progress(spec.run_id, result.tokens, spec.tokens, result.curve[-1][1])
-            raise_if_stopped()
+            if stop_all:  # every process stops at the same step (a signal may reach only one)
+                signum = stop if stop is not None else signal.SIGTERM
+                raise Interrupted(signum, f"stopped by signal {signum}")
         train_s = time.perf_counter() - t_train
         t_eval = time.perf_counter()
         result.loss, result.bpb, result.top1_error = evaluate(model, eval_data, loss_fn, input_key, spec, device,
-                                                              autocast, per_sample)
+                                                              autocast, per_sample, parallel)
         if not math.isfinite(result.loss):
             raise _Diverged(f"held-out loss is {result.loss} after training")
         result.timings["eval_s"] = time.perf_counter() - t_eval
         weights = checkpoints and checkpoints.weights_path(spec.run_id)
         if weights:
-            save_weights(weights, model)
+            parallel.save_weights(weights, model)
     except _Diverged as exc:
         train_s = time.perf_counter() - t_train
         result.status, result.error = "failed", f"diverged: {exc}"
@@ -287,7 +352,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
 
 
 def accumulate(model, loss_fn, batch: dict[str, torch.Tensor], input_key: str, micro: int, autocast,
-               no_sync: Callable[[], Any] = contextlib.nullcontext) -> torch.Tensor:
+               no_sync: Callable[[], Any] = contextlib.nullcontext, weight: float = 1.0,
+               passes: int | None = None) -> torch.Tensor:
     """Forward and backward one optimizer step's rows in micro-batches of ``micro`` rows; the
     gradients add up to the whole batch's. Returns the step's loss (detached).
 
@@ -295,45 +361,56 @@ def accumulate(model, loss_fn, batch: dict[str, torch.Tensor], input_key: str, m
     gradient of the whole batch's mean loss: exact for a loss that averages equally many terms
     per row (the built-in losses on fixed-length windows and images). ``no_sync`` is entered for
     every micro-batch but the last (DDP's ``model.no_sync``: one all-reduce per step); a rank of
-    a data-parallel run passes its own slice of the global batch as ``batch``.
+    a data-parallel run passes its own slice of the global batch as ``batch`` and the ``weight``
+    that makes the ranks' averaged gradients the whole batch's (its rows x ranks / the batch's rows).
+    Ranks whose forward passes are collective (FSDP) make the same number of ``passes``: the rows
+    in that many near-equal micro-batches, a pass without rows running one row at weight 0.
     """
     rows = batch[input_key].shape[0]
     total = torch.zeros((), device=batch[input_key].device)
-    for start in range(0, rows, micro):
-        part = {k: v[start:start + micro] for k, v in batch.items()}
-        share = part[input_key].shape[0] / rows
-        with no_sync() if start + micro < rows else contextlib.nullcontext():
+    if passes is None:
+        bounds = [(start, min(start + micro, rows)) for start in range(0, rows, micro)]
+    else:
+        edges = [rows * i // passes for i in range(passes + 1)]
+        bounds = list(zip(edges[:-1], edges[1:], strict=True))
+    for i, (start, end) in enumerate(bounds):
+        part = {k: v[start:end] if end > start else v[:1] for k, v in batch.items()}
+        share = (end - start) / rows
+        scale = share * weight
+        with no_sync() if i < len(bounds) - 1 else contextlib.nullcontext():
             with autocast:
                 loss = loss_fn(model(part[input_key]), part)
-            (loss * share).backward() if share != 1 else loss.backward()
+            (loss * scale).backward() if scale != 1 else loss.backward()
         total += loss.detach().float() * share
     return total
 
 
-def micro_batch_rows(spec: RunSpec, model, loss_fn, data, input_key: str, device: torch.device, autocast) -> int:
-    """Rows per forward pass: ``spec.micro_batch_size``, the whole batch when unset, and with
-    ``"auto"`` on CUDA the largest that fits (``sweeps.micro_batch``); on CPU "auto" is the
-    whole batch (memory is the machine's, not a device's)."""
-    size = spec.micro_batch_size
+def micro_batch_rows(spec: RunSpec, model, loss_fn, data, input_key: str, device: torch.device, autocast,
+                     rows: int | None = None) -> int:
+    """Rows per forward pass: ``spec.micro_batch_size``, the whole batch (or this process's
+    ``rows`` of it) when unset, and with ``"auto"`` on CUDA the largest that fits
+    (``sweeps.micro_batch``); on CPU "auto" is the whole batch (memory is the machine's)."""
+    size, rows = spec.micro_batch_size, rows or spec.batch_size
     if size is None or (size == "auto" and device.type != "cuda"):
-        return spec.batch_size
+        return rows
     if size == "auto":
-        def rows(k: int) -> dict[str, torch.Tensor]:
+        def probe_rows(k: int) -> dict[str, torch.Tensor]:
             return gather(data, np.arange(min(k, len(data))))
 
-        return largest_fitting_micro_batch(spec, model, loss_fn, rows, input_key, device, autocast)
-    return min(int(size), spec.batch_size)
+        share = spec if rows == spec.batch_size else replace(spec, batch_size=rows)
+        return largest_fitting_micro_batch(share, model, loss_fn, probe_rows, input_key, device, autocast)
+    return min(int(size), rows)
 
 
 def _save(policy: CheckpointPolicy, spec: RunSpec, model, optimizer, result: RunResult, batches: Batches,
-          losses: torch.Tensor) -> None:
+          losses: torch.Tensor, parallel: OneProcess) -> None:
     state = TrainState(
         run_id=spec.run_id, step=result.steps, tokens=result.tokens, curve=result.curve,
         scalars={"data_pos": batches.pos, "data_rng": batches.rng.bit_generator.state},
         tensors={"data_order": torch.from_numpy(np.ascontiguousarray(batches.order)),
                  "losses": losses[:result.steps]},
     )
-    save_checkpoint(policy.run_dir(spec.run_id), model, optimizer, state, keep=policy.keep)
+    parallel.save(policy, model, optimizer, state)
 
 
 def _resume(state: TrainState, result: RunResult, batches: Batches, losses: torch.Tensor) -> int:
@@ -392,35 +469,47 @@ def _check_divergence(mean: float, first: float, spec: RunSpec, steps: int, toke
 
 @torch.no_grad()
 def evaluate(model, data, loss_fn, input_key, spec: RunSpec, device, autocast,
-             per_sample: int) -> tuple[float, float, float]:
+             per_sample: int, parallel: OneProcess | None = None) -> tuple[float, float, float]:
     """Mean loss over ``spec.eval_tokens`` held-out units spread evenly over the split
     (the same units for every run of the sweep); bits per byte: the summed loss over
     the windows' predicted tokens / their UTF-8 bytes (``data.target_bytes``) / ln 2, NaN when
     the dataset does not count bytes (it assumes a loss averaged over the ``seq_len - 1``
     predicted tokens of each window, as the next-token loss is); and, for batches with
     ``labels`` (image classification), the top-1 error: the share whose highest logit is not
-    the label (NaN otherwise)."""
+    the label (NaN otherwise).
+
+    The units go in chunks of ``batch_size``; the processes of a run (``parallel``) take every
+    k-th chunk and add up their sums, so k processes measure the same units as one."""
+    parallel = parallel or OneProcess()
     model.eval()
     indices = eval_indices(len(data), max(1, spec.eval_tokens // per_sample))
+    chunks = [indices[start:start + spec.batch_size] for start in range(0, len(indices), spec.batch_size)]
+    mine = chunks[parallel.rank::parallel.world]
+    passes = -(-len(chunks) // parallel.world) if parallel.lockstep else len(mine)
     count_bytes = getattr(data, "target_bytes", None) if per_sample > 1 else None
-    total, count, target_bytes, wrong = 0.0, 0, 0, 0
-    for start in range(0, len(indices), spec.batch_size):
-        chunk = indices[start:start + spec.batch_size]
+    total, count, target_bytes, wrong, unlabelled, uncounted = 0.0, 0, 0, 0, 0, 0
+    for i in range(passes):
+        chunk = mine[i] if i < len(mine) else chunks[0]  # a collective forward pass counted elsewhere
         batch = {k: v.to(device) for k, v in gather(data, chunk).items()}
         with autocast:
             logits = model(batch[input_key])
             loss = loss_fn(logits, batch)
-        if "labels" in batch and wrong is not None:
+        if i >= len(mine):
+            continue
+        if "labels" in batch:
             wrong += int((logits.argmax(-1) != batch["labels"]).sum())
         else:
-            wrong = None
+            unlabelled += 1
         total += float(loss) * len(chunk)
         count += len(chunk)
         counted = count_bytes(chunk) if count_bytes is not None else None
         if counted is None:
-            count_bytes = None
+            uncounted += 1
         else:
             target_bytes += int(np.sum(counted))
     model.train()
-    bpb = total * (per_sample - 1) / target_bytes / math.log(2) if count_bytes is not None and target_bytes else math.nan
-    return total / count, bpb, (wrong / count if wrong is not None else math.nan)
+    total, count, target_bytes, wrong, unlabelled, uncounted = parallel.combine(
+        [total, count, target_bytes, wrong, unlabelled, uncounted])
+    bpb = (total * (per_sample - 1) / target_bytes / math.log(2)
+           if count_bytes is not None and not uncounted and target_bytes else math.nan)
+    return total / count, bpb, (wrong / count if not unlabelled else math.nan)

@@ -20,8 +20,8 @@ from flops_fit.store.runs import RunSpec
 @dataclass(frozen=True)
 class Family:
     """The branches of one stable phase, shortest first: the unit a WSD sweep hands to an
-    executor, so that one worker trains the stable phase once. ``device`` and ``params``
-    are the runs' own, for executors that size resources from them."""
+    executor, so that one worker trains the stable phase once. ``device``, ``params`` and
+    ``processes_per_run`` are the runs' own, for executors that size resources from them."""
 
     runs: tuple[RunSpec, ...]
 
@@ -36,6 +36,10 @@ class Family:
     @property
     def params(self) -> int:
         return self.runs[0].params
+
+    @property
+    def processes_per_run(self) -> int:
+        return self.runs[0].processes_per_run
 
 
 def families(runs: Iterable[RunSpec]) -> list[Family]:
