@@ -28,7 +28,7 @@ from flops_fit.fitting.report import write_report
 from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier.
-CONSTANTS = ("k",)
+CONSTANTS = ("k", "k_slope")
 
 
 @dataclass(kw_only=True)
