@@ -48,7 +48,8 @@ def interaction_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np
     """Per parameter row and budget: N_opt, D_opt and the loss there, minimising along
     C = k N^(1+s) N D (the runs' FLOPs rule; s = ``k_slope``, 0 when absent)."""
     col = {key: np.asarray(p[key], dtype=float)[:, None, None] for key in ("E", "A", "B", "F", "alpha", "beta", "k")}
-    grow = 1.0 + (np.asarray(p["k_slope"], dtype=float)[:, None, None] if "k_slope" in p else 0.0)
+    slope = np.asarray(p["k_slope"], dtype=float) if "k_slope" in p else np.zeros_like(col["k"][:, 0, 0])
+    grow = 1.0 + slope[:, None, None]
     c = np.asarray(budgets, dtype=float)[None, :, None] / col["k"]
     # Chinchilla's optimum of the additive part centres the search.
     with np.errstate(all="ignore"):
