@@ -28,6 +28,9 @@ from flops_fit.fitting.profiles import budget_groups
 FOCI = ("all", "frontier")
 WIDTH_DECADES = 0.3
 FLOOR = 3.0
+FOCUS_LABELS = {"all": "every run alike (Chinchilla)",
+                "frontier": f"the floor of the runs near each budget's best (weights with s.d. {WIDTH_DECADES} "
+                            f"decades in N, residuals above the law x{FLOOR:g})"}
 
 
 def check_focus(focus: str) -> str:
@@ -53,4 +56,4 @@ def focus_weights(runs: Runs, focus: str) -> tuple[np.ndarray, float]:
     return weights * (weights.size / weights.sum()), FLOOR
 
 
-__all__ = ["FLOOR", "FOCI", "WIDTH_DECADES", "check_focus", "focus_weights"]
+__all__ = ["FLOOR", "FOCI", "FOCUS_LABELS", "WIDTH_DECADES", "check_focus", "focus_weights"]
