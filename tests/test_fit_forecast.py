@@ -163,11 +163,15 @@ def test_holdout_each_chooses_the_forecast_by_cross_validated_error(forecast_jso
         assert lo <= f[key]["value"] <= hi
     scored = [c for c in f["candidates"] if c["cv_loss_error"] is not None]
     assert {c["method"] for c in scored} == set(data["results"])
+    # the laws over (N, D) are scored with each focus, the others once
+    with_focus = {"parametric", "vpnls", "interaction"} & set(data["results"])
+    assert sorted((c["method"], c["focus"] or "") for c in scored) == sorted(
+        [(m, fo) for m in with_focus for fo in ("all", "frontier")] + [(m, "") for m in set(data["results"]) - with_focus])
     assert all(c["cv_loss_error"] >= f["cv_loss_error"] / (1 + TIE) for c in scored)
     # the other scales are listed with the reason they could not be scored
     assert all("fit with scale='params'" in c["reason"] for c in f["candidates"] if c["scale"] != "params")
     # the forecast is the chosen method's own answer at the target
-    direct = fit(str(forecast_json), method=f["method"], bootstrap=20).predict(1e21).iloc[0]
+    direct = fit(str(forecast_json), method=f["method"], focus=f["focus"] or "all", bootstrap=20).predict(1e21).iloc[0]
     assert f["loss"]["value"] == pytest.approx(direct.loss) and f["n_opt"]["value"] == pytest.approx(direct.N_opt)
     assert fitted.summary().startswith("Forecast at C = 1e+21 FLOPs")
 

@@ -23,6 +23,10 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("--scale", default="params", metavar="params|non_embedding_params|flops_per_token",
                    help="what N is: total parameters (default), non-embedding parameters, or non-embedding training "
                    "FLOPs per token (DeepSeek's M); --method all --holdout each also cross-validates every scale")
+    p.add_argument("--focus", default="all", metavar="all|frontier",
+                   help="which runs the laws over (N, D) fit (parametric, vpnls, interaction): all alike (default, "
+                   "Chinchilla's procedure) or frontier (weighted toward each budget's best run, fitted to the floor "
+                   "of the runs; see docs/fitting.md)")
     p.add_argument("--metric", default="loss", metavar="loss|bpb|error",
                    help="what the laws fit: loss (held-out loss per token, default), bpb (held-out bits per byte, "
                    "comparable across tokenizers) or error (held-out top-1 error of image classifiers)")
@@ -64,7 +68,7 @@ def add_commands(subparsers) -> None:
 def _fit(args: argparse.Namespace):
     return flops_fit.fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
                          curve=args.curve, holdout=args.holdout, metric=args.metric, scale=args.scale,
-                         target=args.target, params_col=args.params_col,
+                         focus=args.focus, target=args.target, params_col=args.params_col,
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking)

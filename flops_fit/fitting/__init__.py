@@ -14,6 +14,7 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.envelope import Envelope
 from flops_fit.fitting.fit_set import FitSet
+from flops_fit.fitting.focus import FOCI, check_focus
 from flops_fit.fitting.forecast import Forecast, forecast
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_checks, select_budgets
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
@@ -36,8 +37,8 @@ LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col
 
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
         level: float = 0.95, curve: str = "slice", holdout: str | float | None = None,
-        metric: str | None = None, scale: str = "params", target: float | None = None, tracking: Any = None,
-        **options: Any) -> FitResult | FitSet:
+        metric: str | None = None, scale: str = "params", focus: str = "all", target: float | None = None,
+        tracking: Any = None, **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
@@ -47,7 +48,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     IsoFLOP minimum (``result.holdout``). ``metric`` is what the laws fit: ``"loss"`` (default:
     the held-out loss per token) or ``"bpb"`` (held-out bits per byte, comparable across
     tokenizers); given ``Runs``, theirs. ``scale`` is what N is: "params" (default),
-    "non_embedding_params" or "flops_per_token" (DeepSeek's M; ``scales``). ``options`` are
+    "non_embedding_params" or "flops_per_token" (DeepSeek's M; ``scales``). ``focus`` is which runs
+    the laws over (N, D) (parametric, vpnls, interaction) fit: "all" alike (default, Chinchilla's
+    procedure) or "frontier" (the floor of the runs near each budget's optimum; ``focus``). ``options`` are
     ``load_runs`` arguments: column names and ``exclude_top``.
 
     ``method="all"`` with ``holdout="each"`` also chooses **the forecast** (``fitted.forecast``,
@@ -68,6 +71,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
     check_curve(curve)
     check_scale(scale)
+    check_focus(focus)
     if isinstance(source, Runs):
         if metric not in (None, source.metric):
             raise FitInputError(f"these runs were loaded with metric={source.metric!r}; load them again with "
@@ -80,7 +84,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
     names = tuple(APPROACHES) if method == "all" else (method,)
-    approaches = [APPROACHES[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve) for m in names]
+    approaches = [APPROACHES[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus)
+                  for m in names]
     results, skipped = {}, {}
     for approach in approaches:
         try:
@@ -135,6 +140,6 @@ def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
     return destination(options, Path.cwd(), f"fit of {runs.source}", "fit")
 
 
-__all__ = ["APPROACHES", "CURVES", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
+__all__ = ["APPROACHES", "CURVES", "FOCI", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
            "Forecast", "HoldoutCheck",
            "Runs", "fit", "load_runs", "write_report"]

@@ -11,14 +11,17 @@ log N along C = k N D, then refined by a parabola through the three best points.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from flops_fit.fitting._lbfgs import CONVERGED, ITERATION_LIMIT
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
+from flops_fit.fitting.focus import check_focus, focus_weights
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import Params
+from flops_fit.fitting.laws import Params, frontier_exponents
 from flops_fit.fitting.parametric import (
     ParametricResult,
     convergence_report,
@@ -26,6 +29,7 @@ from flops_fit.fitting.parametric import (
     parametric_diagnostics,
 )
 from flops_fit.fitting.result import FitResult
+from flops_fit.fitting.vpnls import floor_solve
 
 BOUNDS = (0.02, 2.5)
 NM_MAXITER = 1000
@@ -41,18 +45,22 @@ def interaction_loss(p: Params | dict[str, float], n: np.ndarray, d: np.ndarray)
 
 
 def interaction_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per parameter row and budget: N_opt, D_opt and the loss there, minimising along C = k N D."""
+    """Per parameter row and budget: N_opt, D_opt and the loss there, minimising along
+    C = k N^(1+s) N D (the runs' FLOPs rule; s = ``k_slope``, 0 when absent)."""
     col = {key: np.asarray(p[key], dtype=float)[:, None, None] for key in ("E", "A", "B", "F", "alpha", "beta", "k")}
+    slope = np.asarray(p["k_slope"], dtype=float) if "k_slope" in p else np.zeros_like(col["k"][:, 0, 0])
+    grow = 1.0 + slope[:, None, None]
     c = np.asarray(budgets, dtype=float)[None, :, None] / col["k"]
     # Chinchilla's optimum of the additive part centres the search.
     with np.errstate(all="ignore"):
-        log_g = (np.log(col["alpha"] * col["A"]) - np.log(col["beta"] * col["B"])) / (col["alpha"] + col["beta"])
-        centre = log_g + col["beta"] / (col["alpha"] + col["beta"]) * np.log(c)
+        total = col["alpha"] + grow * col["beta"]
+        log_g = (np.log(col["alpha"] * col["A"]) - np.log(grow * col["beta"] * col["B"])) / total
+        centre = log_g + col["beta"] / total * np.log(c)
     centre = np.where(np.isfinite(centre), centre, 0.5 * np.log(c))
     offsets = np.linspace(-FRONTIER_DECADES, FRONTIER_DECADES, FRONTIER_POINTS) * np.log(10)
     log_n = centre + offsets[None, None, :]
     with np.errstate(all="ignore"):
-        loss = interaction_loss(col, np.exp(log_n), c / np.exp(log_n))
+        loss = interaction_loss(col, np.exp(log_n), c / np.exp(grow * log_n))
     loss = np.where(np.isfinite(loss), loss, np.inf)
     i = np.clip(loss.argmin(-1), 1, FRONTIER_POINTS - 2)
     rows, cols = np.indices(i.shape)
@@ -62,18 +70,15 @@ def interaction_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np
         shift = np.where((y0 - 2 * y1 + y2) > 0, 0.5 * (y0 - y2) / (y0 - 2 * y1 + y2), 0.0)
     best = log_n[rows, cols, i] + np.clip(shift, -1, 1) * step
     n = np.exp(best)
-    d = c[..., 0] / n
+    d = c[..., 0] / n ** grow[..., 0]
     with np.errstate(all="ignore"):
         value = interaction_loss({k: v[..., 0] for k, v in col.items()}, n, d)
     return n, d, value
 
 
-def _solve(n: np.ndarray, d: np.ndarray, loss: np.ndarray, w: np.ndarray, ab: np.ndarray) -> tuple[np.ndarray, float]:
+def _least_squares(columns: np.ndarray, loss: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, float]:
     """(E, A, B, F) by weighted least squares with E, A, B kept >= 0 (a negative one is dropped
     and the rest refitted), and the squared error."""
-    alpha, beta = ab
-    size, data = n ** -alpha, d ** -beta
-    columns = np.column_stack([np.ones_like(n), size, data, size * data])
     active = [0, 1, 2, 3]
     sw = np.sqrt(w)
     while True:
@@ -88,14 +93,22 @@ def _solve(n: np.ndarray, d: np.ndarray, loss: np.ndarray, w: np.ndarray, ab: np
     return coef, float(np.sum(w * r * r))
 
 
-def _fit(n, d, loss, w, start=None) -> tuple[np.ndarray, float, int, int]:
+def _solve(n: np.ndarray, d: np.ndarray, loss: np.ndarray, w: np.ndarray, ab: np.ndarray,
+           floor: float = 1.0) -> tuple[np.ndarray, float]:
+    """(E, A, B, F) and the squared error for exponents ``ab`` (``floor``: see ``vpnls.floor_solve``)."""
+    alpha, beta = ab
+    size, data = n ** -alpha, d ** -beta
+    return floor_solve(_least_squares, np.column_stack([np.ones_like(n), size, data, size * data]), loss, w, floor)
+
+
+def _fit(n, d, loss, w, start=None, floor: float = 1.0) -> tuple[np.ndarray, float, int, int]:
     from scipy.optimize import minimize
 
     if start is None:
-        start = min((_solve(n, d, loss, w, np.array([a, b]))[1], a, b) for a in _GRID for b in _GRID)[1:]
-    res = minimize(lambda ab: _solve(n, d, loss, w, ab)[1], np.asarray(start, float), method="Nelder-Mead",
+        start = min((_solve(n, d, loss, w, np.array([a, b]), floor)[1], a, b) for a in _GRID for b in _GRID)[1:]
+    res = minimize(lambda ab: _solve(n, d, loss, w, ab, floor)[1], np.asarray(start, float), method="Nelder-Mead",
                    bounds=[BOUNDS] * 2, options={"xatol": 1e-6, "fatol": 1e-13, "maxiter": NM_MAXITER})
-    coef, ssr = _solve(n, d, loss, w, res.x)
+    coef, ssr = _solve(n, d, loss, w, res.x, floor)
     return np.concatenate([coef, res.x]), ssr, int(res.nit), CONVERGED if res.success else ITERATION_LIMIT
 
 
@@ -114,22 +127,30 @@ class Interaction(Approach):
 
     name = "interaction"
     title = "Approach 3 with an N-D interaction term"
+    options = ("focus",)
+
+    def __init__(self, *, focus: str = "all", **settings: Any) -> None:
+        super().__init__(**settings)
+        self.focus = check_focus(focus)
 
     def fit(self, runs: Runs) -> FitResult:
-        log_n, log_d, loss, k = law_columns(runs)
+        log_n, log_d, loss, rule = law_columns(runs)
+        weights, floor = focus_weights(runs, self.focus)
         n_scale, d_scale = np.exp(log_n.mean()), np.exp(log_d.mean())
         n, d = np.exp(log_n) / n_scale, np.exp(log_d) / d_scale  # order one: well-conditioned columns
-        est, _, iterations, status = _fit(n, d, loss, np.ones(n.size))
+        est, _, iterations, status = _fit(n, d, loss, weights, floor=floor)
 
         def unscale(v: np.ndarray) -> dict[str, np.ndarray]:
             E, A, B, F, alpha, beta = np.atleast_2d(v).T
             nf, df = n_scale ** alpha, d_scale ** beta
+            a, b = frontier_exponents(alpha, beta, rule.slope)  # the additive part's exponents
             return {"E": E, "A": A * nf, "B": B * df, "F": F * nf * df, "alpha": alpha, "beta": beta,
-                    "a": beta / (alpha + beta), "b": alpha / (alpha + beta), "k": np.full(E.shape, k)}
+                    "a": a, "b": b, **rule.columns(E.size)}
 
         samples, boot_status, boot_iterations = pd.DataFrame(), None, None
         if self.bootstrap:
-            solved = [_fit(n, d, loss, w, start=est[4:]) for w in resample_weights(n.size, self.bootstrap, self.seed)]
+            draws = resample_weights(n.size, self.bootstrap, self.seed) * weights
+            solved = [_fit(n, d, loss, w, start=est[4:], floor=floor) for w in draws]
             samples = pd.DataFrame(unscale(np.array([s[0] for s in solved])))
             boot_iterations = np.array([s[2] for s in solved])
             boot_status = np.array([s[3] for s in solved])
@@ -139,7 +160,8 @@ class Interaction(Approach):
         diagnostics = parametric_diagnostics(runs, interaction_loss(params, np.exp(log_n), np.exp(log_d)), params,
                                              bounds=BOUNDS, convergence=convergence, warnings=warnings)
         return self.result(InteractionResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
-                           details={"search": "grid 0.05..2 step 0.075, then Nelder-Mead", "bounds": list(BOUNDS)})
+                           details={"search": "grid 0.05..2 step 0.075, then Nelder-Mead", "bounds": list(BOUNDS),
+                                    "focus": self.focus})
 
 
 __all__ = ["Interaction", "InteractionResult", "interaction_frontier", "interaction_loss"]

@@ -23,20 +23,37 @@ def law_loss(p: Mapping[str, float | np.ndarray], n: np.ndarray, d: np.ndarray) 
 
 
 def parametric_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Minimise E + A/N^alpha + B/D^beta subject to k N D = C (Chinchilla eq. 4).
+    """Minimise E + A/N^alpha + B/D^beta subject to C = k N^s N D (Chinchilla eq. 4 when s = 0).
 
-    N_opt = G (C/k)^a, D_opt = (C/k) / N_opt, a = beta / (alpha + beta),
-    G = (alpha A / (beta B))^(1 / (alpha + beta)). Shapes: params (m,), budgets (c,) -> (m, c).
+    k N^s is the runs' FLOPs per parameter per token (``k_slope`` s; 0, i.e. k constant, when
+    absent): at small sizes attention and the output head make it fall with N. Then
+    N_opt = G (C/k)^a with a = beta / (alpha + (1+s) beta),
+    G = (alpha A / ((1+s) beta B))^(1 / (alpha + (1+s) beta)), and D_opt = C / (k N_opt^(1+s)).
+    Shapes: params (m,), budgets (c,) -> (m, c).
     """
     col = {key: np.asarray(p[key], dtype=float)[:, None] for key in ("E", "A", "B", "alpha", "beta", "k")}
     A, B, alpha, beta = col["A"], col["B"], col["alpha"], col["beta"]
+    grow = 1.0 + k_slope(p)
     c = np.asarray(budgets, dtype=float)[None, :] / col["k"]
     with np.errstate(all="ignore"):
-        log_g = (np.log(alpha * A) - np.log(beta * B)) / (alpha + beta)
-        n = np.exp(log_g + beta / (alpha + beta) * np.log(c))
-        d = c / n
+        total = alpha + grow * beta
+        log_g = (np.log(alpha * A) - np.log(grow * beta * B)) / total
+        n = np.exp(log_g + beta / total * np.log(c))
+        d = c / n ** grow
         loss = law_loss(col, n, d)
     return n, d, loss
+
+
+def k_slope(p: Params) -> np.ndarray | float:
+    """The exponent s of FLOPs per parameter-token k N^s, as a column (0 without one)."""
+    return np.asarray(p["k_slope"], dtype=float)[:, None] if "k_slope" in p else 0.0
+
+
+def frontier_exponents(alpha: np.ndarray, beta: np.ndarray, slope: float) -> tuple[np.ndarray, np.ndarray]:
+    """a and b of N_opt ~ C^a, D_opt ~ C^b for C = k N^(1+s) D: beta / (alpha + (1+s) beta) and
+    alpha / (alpha + (1+s) beta) (Chinchilla's beta / (alpha + beta), alpha / (alpha + beta) at s = 0)."""
+    total = alpha + (1.0 + slope) * beta
+    return beta / total, alpha / total
 
 
 def power_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -28,8 +28,9 @@ from flops_fit.fitting._huber import HUBER_DELTA, objective
 from flops_fit.fitting._lbfgs import ITERATION_LIMIT, STATUS, BatchResult, minimize_batch
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
+from flops_fit.fitting.focus import check_focus, focus_weights
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import Params, law_loss, parametric_frontier
+from flops_fit.fitting.laws import Params, frontier_exponents, law_loss, parametric_frontier
 from flops_fit.fitting.plots import scatter_profiles
 from flops_fit.fitting.profiles import budget_groups
 from flops_fit.fitting.result import Diagnostics, FitResult
@@ -48,9 +49,34 @@ BOOTSTRAP_MAXITER = 500
 MIN_RUNS = 6  # five parameters need more runs than that to say anything
 
 
-def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """(log N, log D, loss, k) of runs a five-parameter law can be fitted to; refuses too few or
-    too uniform runs. k is the runs' FLOPs per parameter per token."""
+class FlopsRule(NamedTuple):
+    """C = k N^slope N D: the runs' FLOPs per parameter per token as a power law in N.
+
+    6ND data give k = 6, slope 0 (Chinchilla). At small sizes the count is not
+    proportional to N (the embedding costs no FLOPs, attention's context term and the head
+    do), so k falls with N; a single median k would put the frontier's D off by several
+    percent at sizes away from the median run's.
+    """
+
+    k: float
+    slope: float
+
+    def columns(self, rows: int) -> dict[str, np.ndarray]:
+        return {"k": np.full(rows, self.k), "k_slope": np.full(rows, self.slope)}
+
+
+def flops_rule(log_n: np.ndarray, flops: np.ndarray, n: np.ndarray, d: np.ndarray) -> FlopsRule:
+    """Least squares of log(C / (N D)) on log N; a constant ratio (6ND data) is exactly (k, 0)."""
+    log_k = np.log(flops / (n * d))
+    if np.ptp(log_k) < 1e-9:
+        return FlopsRule(float(np.exp(np.median(log_k))), 0.0)
+    slope, intercept = np.polyfit(log_n, log_k, 1)
+    return FlopsRule(float(np.exp(intercept)), float(slope))
+
+
+def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, FlopsRule]:
+    """(log N, log D, loss, FLOPs rule) of runs a five-parameter law can be fitted to; refuses too few
+    or too uniform runs. The rule is the runs' FLOPs per parameter per token (``FlopsRule``)."""
     f = runs.frame
     if len(f) < MIN_RUNS:
         raise FitInputError(f"the parametric fit needs at least {MIN_RUNS} runs; got {len(f)}")
@@ -58,16 +84,15 @@ def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     if np.ptp(np.log(n)) == 0 or np.ptp(np.log(d)) == 0:
         raise FitInputError("the parametric fit needs runs of several model sizes and token counts; "
                             "all runs share one size or one token count")
-    k = float(np.median(f["flops"].to_numpy(float) / (n * d)))  # FLOPs per parameter per token
-    return np.log(n), np.log(d), f["loss"].to_numpy(float), k
+    return np.log(n), np.log(d), f["loss"].to_numpy(float), flops_rule(np.log(n), f["flops"].to_numpy(float), n, d)
 
 
-def _theta_params(theta: np.ndarray, k: float) -> dict[str, np.ndarray]:
+def _theta_params(theta: np.ndarray, rule: FlopsRule) -> dict[str, np.ndarray]:
     theta = np.atleast_2d(theta)
     alpha, beta = theta[:, 3], theta[:, 4]
+    a, b = frontier_exponents(alpha, beta, rule.slope)
     return {"E": np.exp(theta[:, 2]), "A": np.exp(theta[:, 0]), "B": np.exp(theta[:, 1]),
-            "alpha": alpha, "beta": beta, "a": beta / (alpha + beta), "b": alpha / (alpha + beta),
-            "k": np.full(theta.shape[0], k)}
+            "alpha": alpha, "beta": beta, "a": a, "b": b, **rule.columns(theta.shape[0])}
 
 
 def distinct_optima(x: np.ndarray, f: np.ndarray, count: int) -> np.ndarray:
@@ -111,7 +136,8 @@ class HuberFit(NamedTuple):
     status: np.ndarray
 
 
-def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA, maxiter: int = BOOTSTRAP_MAXITER) -> HuberFit:
+def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA, maxiter: int = BOOTSTRAP_MAXITER,
+              floor: float = 1.0) -> HuberFit:
     """Best L-BFGS solution per weight row (R of them) from each start."""
     weights = np.atleast_2d(weights)
     reps, s = weights.shape[0], starts.shape[0]
@@ -119,7 +145,7 @@ def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA, maxiter: 
     row_weights = np.repeat(weights, s, axis=0)
 
     def fun(x, rows):
-        return objective(x, log_n, log_d, log_l, row_weights[rows] if reps > 1 else row_weights[0], delta)
+        return objective(x, log_n, log_d, log_l, row_weights[rows] if reps > 1 else row_weights[0], delta, floor)
 
     out = minimize_batch(fun, x0, maxiter=maxiter)
     f = np.where(np.isfinite(out.f), out.f, np.inf).reshape(reps, s)
@@ -171,7 +197,8 @@ class ParametricResult(FitResult):
         for (c, colour), n_opt in zip(scatter_profiles(ax, self.runs, groups).items(), optima["N_opt"], strict=True):
             m = groups == c
             line = np.geomspace(min(n[m].min(), n_opt / 2), max(n[m].max(), n_opt * 2), 100)
-            ax.plot(line, self.loss_surface(line, c / (self.params["k"] * line)), color=colour, lw=1)
+            ax.plot(line, self.loss_surface(line, c / (self.params["k"] * line ** (1 + self.params.get("k_slope", 0.0)))),
+                    color=colour, lw=1)
         ax.scatter(optima["N_opt"], optima["loss"], marker="*", s=90, color="k", zorder=4, label="fitted optimum")
         ax.set_title("IsoFLOP profiles of the fitted law L(N, D) and its optima")
 
@@ -181,28 +208,28 @@ class Parametric(Approach):
 
     name = "parametric"
     title = "Approach 3: parametric fit (Huber, L-BFGS)"
-    options = ("starts", "delta")
+    options = ("starts", "delta", "focus")
 
-    def __init__(self, *, starts: int = 3, delta: float = HUBER_DELTA, **settings: Any) -> None:
+    def __init__(self, *, starts: int = 3, delta: float = HUBER_DELTA, focus: str = "all", **settings: Any) -> None:
         super().__init__(**settings)
-        self.starts, self.delta = starts, delta
+        self.starts, self.delta, self.focus = starts, delta, check_focus(focus)
 
     def fit(self, runs: Runs) -> FitResult:
-        log_n, log_d, loss, k = law_columns(runs)
+        log_n, log_d, loss, rule = law_columns(runs)
         log_l = np.log(loss)
-        ones = np.ones(log_n.size)
+        weights, floor = focus_weights(runs, self.focus)
         clock = time.perf_counter()
-        best_starts, f, polished = grid_search(lambda t, rows: objective(t, log_n, log_d, log_l, ones, self.delta),
-                                               self.starts)
+        best_starts, f, polished = grid_search(
+            lambda t, rows: objective(t, log_n, log_d, log_l, weights, self.delta, floor), self.starts)
         theta, value = best_starts[0], float(np.nanmin(f))
         grid_seconds = time.perf_counter() - clock
         samples = pd.DataFrame()
         boot = None
         if self.bootstrap:
-            weights = resample_weights(log_n.size, self.bootstrap, self.seed)
-            boot = huber_fit(log_n, log_d, log_l, weights, best_starts, self.delta)
-            samples = pd.DataFrame(_theta_params(boot.theta, k))
-        params = {key: float(v[0]) for key, v in _theta_params(theta, k).items()}
+            draws = resample_weights(log_n.size, self.bootstrap, self.seed) * weights
+            boot = huber_fit(log_n, log_d, log_l, draws, best_starts, self.delta, floor=floor)
+            samples = pd.DataFrame(_theta_params(boot.theta, rule))
+        params = {key: float(v[0]) for key, v in _theta_params(theta, rule).items()}
         convergence, warnings = convergence_report(
             int(polished.status[0]), int(polished.iterations[0]), POLISH_MAXITER,
             None if boot is None else boot.status, None if boot is None else boot.iterations, BOOTSTRAP_MAXITER,
@@ -210,7 +237,8 @@ class Parametric(Approach):
         diagnostics = parametric_diagnostics(runs, law_loss(params, np.exp(log_n), np.exp(log_d)), params,
                                              convergence=convergence, warnings=warnings)
         return self.result(ParametricResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
-                           details={"objective": value, "huber_delta": self.delta, "starts": int(len(INIT_GRID)),
+                           details={"objective": value, "huber_delta": self.delta, "focus": self.focus,
+                                    "starts": int(len(INIT_GRID)),
                                     "bootstrap_starts": int(len(best_starts)), "grid_seconds": grid_seconds})
 
 

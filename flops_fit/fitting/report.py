@@ -28,6 +28,7 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.error_law import fit_error_law, plot_error_law
 from flops_fit.fitting.figures import forest, headline, holdout_figure
+from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.forecast import CANDIDATE_HEADERS, candidate_rows
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
 from flops_fit.fitting.inputs import METRICS
@@ -154,12 +155,17 @@ def _forecast(f: Any) -> str:
     return "\n".join([
         f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs</h2>",
         f"<p class=lead><b>{_e(value)}</b></p>",
-        f"<p>From <b>{_e(f.method)}</b> on <b>{_e(SCALES[f.scale])}</b>: of every method on every scale, the one "
+        f"<p>From <b>{_e(f.method)}</b>{_focus_note(f.focus)} on <b>{_e(SCALES[f.scale])}</b>: of every method on "
+        "every scale, the one "
         f"whose leave-one-budget-out forecasts came truest (each budget with an interior minimum held out in turn, "
         f"{f.folds} budgets): mean loss error {100 * f.cv_loss_error:.2f}%, mean N_opt error "
         f"{100 * f.cv_n_opt_error:.1f}%.</p>",
         "<details><summary>Every method and scale, cross-validated</summary>",
         _table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])
+
+
+def _focus_note(focus: str | None) -> str:
+    return "" if focus is None else f" (fitted to {_e(FOCUS_LABELS[focus])})"
 
 
 def _target_note(target: float, largest: float) -> str:

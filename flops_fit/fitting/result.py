@@ -20,6 +20,7 @@ import pandas as pd
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval
+from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summary
 from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws import Params, power_frontier
@@ -28,7 +29,7 @@ from flops_fit.fitting.report import write_report
 from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier.
-CONSTANTS = ("k",)
+CONSTANTS = ("k", "k_slope")
 
 
 @dataclass(kw_only=True)
@@ -190,7 +191,12 @@ class FitResult(Presentable):
                                    ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", self.runs.label])]
         d = self.diagnostics
         if "k" in self.params:
-            lines += ["", f"frontier with C = k N D, k = {self.params['k']:.4g} FLOPs per parameter per token (from the runs)"]
+            slope = self.params.get("k_slope", 0.0)
+            rule = f"k N^{slope:+.3g} N D" if slope else "k N D"
+            lines += ["", f"frontier with C = {rule}, k = {self.params['k']:.4g} FLOPs per parameter per token "
+                      "(from the runs)"]
+        if "focus" in self.details:
+            lines.append(f"fitted to: {FOCUS_LABELS[self.details['focus']]} (focus={self.details['focus']!r})")
         lines += ["", f"R^2 ({d.r2_of}): {d.r2:.4f}; exclusions: {len(d.excluded)}"]
         lines += [f"warning: {w}" for w in d.warnings]
         if with_holdout and self.holdout_checks:

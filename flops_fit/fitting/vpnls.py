@@ -8,6 +8,7 @@ conditioned than the five-parameter one. A 0.05 grid, then Nelder-Mead within bo
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,8 +16,9 @@ import pandas as pd
 from flops_fit.fitting._lbfgs import CONVERGED, ITERATION_LIMIT
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
+from flops_fit.fitting.focus import check_focus, focus_weights
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import law_loss
+from flops_fit.fitting.laws import frontier_exponents, law_loss
 from flops_fit.fitting.parametric import (
     ParametricResult,
     convergence_report,
@@ -57,16 +59,34 @@ def _nnls3(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, flo
 
 
 _SUPPORTS = [list(s) for r in (3, 2, 1) for s in itertools.combinations(range(3), r)]
+FLOOR_ITERATIONS = 30
 
 
-def _vp_solve(n, d, loss, w, start=None) -> tuple[np.ndarray, float, int, int]:
+def floor_solve(solve, X: np.ndarray, y: np.ndarray, w: np.ndarray, floor: float) -> tuple[np.ndarray, float]:
+    """``solve(X, y, weights)`` with residuals where the law lies above a run weighted ``floor``
+    times (asymmetric least squares, an expectile: iteratively reweighted until the sides settle).
+    ``floor`` 1 is plain weighted least squares."""
+    coef, ssr = solve(X, y, w)
+    if floor == 1.0:
+        return coef, ssr
+    side = np.ones_like(w)
+    for _ in range(FLOOR_ITERATIONS):
+        new = np.where(X @ coef > y, floor, 1.0)
+        if np.array_equal(new, side):
+            break
+        side = new
+        coef, ssr = solve(X, y, w * side)
+    return coef, ssr
+
+
+def _vp_solve(n, d, loss, w, start=None, floor: float = 1.0) -> tuple[np.ndarray, float, int, int]:
     """(E, A, B, alpha, beta), the squared error, Nelder-Mead's iterations and status code."""
     from scipy.optimize import minimize
 
     def profile(ab):
         alpha, beta = ab
         X = np.column_stack([np.ones_like(n), n ** -alpha, d ** -beta])
-        return _nnls3(X, loss, w)
+        return floor_solve(_nnls3, X, loss, w, floor)
 
     if start is None:
         start = min((profile((a, b))[1], a, b) for a in _SEARCH_GRID for b in _SEARCH_GRID)[1:]
@@ -82,35 +102,41 @@ class Vpnls(Approach):
 
     name = "vpnls"
     title = "Approach 3, variable projection (NNLS)"
+    options = ("focus",)
+
+    def __init__(self, *, focus: str = "all", **settings: Any) -> None:
+        super().__init__(**settings)
+        self.focus = check_focus(focus)
 
     def fit(self, runs: Runs) -> FitResult:
-        log_n, log_d, loss, k = law_columns(runs)
+        log_n, log_d, loss, rule = law_columns(runs)
         n, d = np.exp(log_n), np.exp(log_d)
+        weights, floor = focus_weights(runs, self.focus)
         # Scale columns to order one so the normal equations stay well conditioned.
         n_s, d_s = n / np.exp(log_n.mean()), d / np.exp(log_d.mean())
-        est, _, iterations, status = _vp_solve(n_s, d_s, loss, np.ones(n.size))
+        est, _, iterations, status = _vp_solve(n_s, d_s, loss, weights, floor=floor)
 
         def unscale(v):
-            E, A, B, alpha, beta = v.T
+            E, A, B, alpha, beta = np.atleast_2d(v).T
+            a, b = frontier_exponents(alpha, beta, rule.slope)
             return {"E": E, "A": A * np.exp(log_n.mean()) ** alpha, "B": B * np.exp(log_d.mean()) ** beta,
-                    "alpha": alpha, "beta": beta, "a": beta / (alpha + beta), "b": alpha / (alpha + beta),
-                    "k": np.full(np.shape(E), k)}
+                    "alpha": alpha, "beta": beta, "a": a, "b": b, **rule.columns(E.size)}
 
         samples = pd.DataFrame()
         boot_status = boot_iterations = None
         if self.bootstrap:
-            weights = resample_weights(n.size, self.bootstrap, self.seed)
-            solved = [_vp_solve(n_s, d_s, loss, w, start=est[3:]) for w in weights]
+            draws = resample_weights(n.size, self.bootstrap, self.seed) * weights
+            solved = [_vp_solve(n_s, d_s, loss, w, start=est[3:], floor=floor) for w in draws]
             samples = pd.DataFrame(unscale(np.array([s[0] for s in solved])))
             boot_iterations = np.array([s[2] for s in solved])
             boot_status = np.array([s[3] for s in solved])
-        params = {key: float(v) for key, v in unscale(est).items()}
+        params = {key: float(v[0]) for key, v in unscale(est).items()}
         convergence, warnings = convergence_report(status, iterations, NM_MAXITER, boot_status, boot_iterations,
                                                    NM_MAXITER, "Nelder-Mead")
         diagnostics = parametric_diagnostics(runs, law_loss(params, n, d), params, bounds=ALPHA_BETA_BOUNDS,
                                              convergence=convergence, warnings=warnings)
         return self.result(ParametricResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
-                           details={"search": "grid 0.05..2 step 0.05, then Nelder-Mead",
+                           details={"search": "grid 0.05..2 step 0.05, then Nelder-Mead", "focus": self.focus,
                                     "bounds": list(ALPHA_BETA_BOUNDS)})
 
 
