@@ -23,7 +23,7 @@ BASE = {
               "micro_batch_size": 4, "processes_per_run": 1, "parallel": "ddp",
               "out": "out", "checkpoint_dir": "ck"},
     "model": {"n_layer": 1, "n_head": 2, "n_kv_head": 1, "head_dim": 8, "vocab_size": 256, "block_size": 32,
-              "layer_norm_eps": 1e-5, "bias": True, "gelu": "tanh"},
+              "layer_norm_eps": 1e-5, "bias": True, "gelu": "tanh", "parametrization": "mup", "base_width": 16},
     "dataset": {},
     "hparams": {"lr_rule": "constant", "base_lr": 3e-3, "base_width": 128, "warmup_fraction": 0.05,
                 "max_warmup_steps": 100, "min_lr_ratio": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
