@@ -27,6 +27,7 @@ from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.schedules import cooldown_steps
+from flops_fit.sweeps.tuned import TunedLaw
 from flops_fit.sweeps.wsd import executed_flops
 from flops_fit.tables import format_table
 
@@ -87,7 +88,8 @@ class Plan:
             [
                 f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.tokens / r.params:.1f}",
                 r.steps, f"{r.flops:.3e}", *([r.cooldown_start, f"{executed[r.run_id]:.3e}"] if wsd else []),
-                f"{r.lr:.2e}", self._memory(r), _duration(executed[r.run_id] / self.throughput),
+                f"{r.lr:.2e}", short_source(r.lr_source), self._memory(r),
+                _duration(executed[r.run_id] / self.throughput),
             ]
             for r in self.runs
         ]
@@ -100,7 +102,7 @@ class Plan:
     def table(self) -> str:
         wsd = self.options.schedule == "wsd"
         headers = ["budget", "size", "params", "tokens", "tokens/param", "steps", "FLOPs",
-                   *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "memory", "est. time"]
+                   *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "lr from", "memory", "est. time"]
         first = self.runs[0]
         head = (
             f"{len(self.runs)} runs of {first.model} on {first.dataset} ({self.unit}s; batch {first.batch_size} x "
@@ -114,6 +116,12 @@ class Plan:
                 f"each run): {sizes} stable runs branch {len(self.runs)} cooldowns; the same grid with cosine "
                 f"schedules costs {self.cosine_flops:.3e} FLOPs, so WSD saves {self.saved_fraction:.0%}"
             )
+        tuned = sorted({r.lr_source.partition(":")[2] for r in self.runs if r.lr_source.startswith("tuned:")})
+        if tuned:
+            law = TunedLaw.load(tuned[0])
+            head += f"\nlearning rates from the tuned law in {', '.join(tuned)}: {law.describe()}"
+            if self.options.schedule == "wsd":
+                head += " (a WSD family shares one rate: the law's at the geometric mean of its branches' tokens)"
         return head + "\n" + format_table(self.rows(), headers)
 
     def __str__(self) -> str:
@@ -131,6 +139,11 @@ class Plan:
     def run(self, out_dir: str | Path, **options: Any) -> SweepResult:
         """Run this plan as a sweep into ``out_dir``; ``options`` are ``run_plan``'s."""
         return run_plan(self, out_dir, **options)
+
+
+def short_source(source: str) -> str:
+    """``RunSpec.lr_source`` for a table cell: "tuned" for a law (the header names its file)."""
+    return "tuned" if source.startswith("tuned:") else source.removeprefix("tune:")
 
 
 def _duration(seconds: float) -> str:
@@ -310,6 +323,8 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     # A WSD family shares its warmup: set by its shortest branch, so no branch warms up
     # for more than its share of steps.
     shortest = {i: min(steps for _, j, _, steps in grid_runs if j == i) for _, i, _, _ in grid_runs}
+    rates = _rates(hparams, grid_runs, grid, options, width_like, model)
+    beta2 = _beta2(hparams, batch_size)
     runs: list[RunSpec] = []
     for budget, i, tokens, steps in grid_runs:
         size = grid.sizes[i]
@@ -319,9 +334,9 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             loss=loss, budget=budget, tokens=tokens, batch_size=batch_size, seq_len=seq_len, steps=steps,
             params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
             flops_accounting=options.flops_accounting,
-            lr=hparams.learning_rate(size if width_like else None, batch_size, model),
+            lr=rates[(budget, i)], lr_source=hparams.source(),
             warmup_steps=warmup, min_lr_ratio=hparams.min_lr_ratio,
-            weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=hparams.adam_beta2(batch_size), eps=hparams.eps,
+            weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=beta2, eps=hparams.eps,
             grad_clip=hparams.grad_clip, seed=options.seed, eval_split=options.eval_split,
             eval_tokens=options.eval_tokens, curve_points=options.curve_points,
             divergence_factor=hparams.divergence_factor, precision=precision, version=__version__,
@@ -334,6 +349,44 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     check_memory(runs, entry, device)
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
     return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs})
+
+
+def _rates(hparams: Any, grid_runs: list[tuple[float, int, int, int]], grid: _SizeGrid, options: SweepOptions,
+           width_like: bool, model: str) -> dict[tuple[float, int], float]:
+    """Each run's peak learning rate, keyed by (budget, size index): from the rule, or from a
+    tuned law (``sweeps.tuned``) at the run's width (or parameters), tokens and batch. Under
+    WSD a size's runs share their stable phase, so they share one rate: the law's at the
+    geometric mean of their token counts."""
+    batch = options.batch_size
+    if hparams.lr is not None or hparams.lr_rule != "tuned":
+        return {(b, i): hparams.learning_rate(grid.sizes[i] if width_like else None, batch, model)
+                for b, i, _, _ in grid_runs}
+    law = _law(hparams, width_like, model, batch)
+    tokens = {(b, i): float(t) for b, i, t, _ in grid_runs}
+    if options.schedule == "wsd":
+        for i in {i for _, i, _, _ in grid_runs}:
+            mine = [k for k in tokens if k[1] == i]
+            mean = math.exp(sum(math.log(tokens[k]) for k in mine) / len(mine))
+            tokens.update(dict.fromkeys(mine, mean))
+    scale = {i: float(grid.sizes[i] if law.scale == "width" else grid.params[i]) for _, i, _, _ in grid_runs}
+    return {k: law.rate(scale[k[1]], tokens[k], batch) for k in tokens}
+
+
+def _law(hparams: Any, width_like: bool, model: str, batch_size: int) -> TunedLaw:
+    law = TunedLaw.load(hparams.tuned)
+    law.check_batch(batch_size, model)
+    if law.scale == "width" and not width_like:
+        raise PlanError(f"hparams {law.path}: the law is in the model's width, but model {model!r}'s size is not a width")
+    return law
+
+
+def _beta2(hparams: Any, batch_size: int) -> float:
+    """AdamW's beta2: given, the tuned law's (when it tuned one), else the rule's."""
+    if hparams.beta2 is None and hparams.lr_rule == "tuned":
+        beta2 = TunedLaw.load(hparams.tuned).beta2
+        if beta2 is not None:
+            return beta2
+    return hparams.adam_beta2(batch_size)
 
 
 def uses_ladder(options: SweepOptions) -> bool:
