@@ -9,8 +9,8 @@ have interior minima; then the runs go to ``flops_fit.fit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

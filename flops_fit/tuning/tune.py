@@ -24,8 +24,8 @@ import numpy as np
 
 from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, OptionError
-from flops_fit.fitting import formatting as fmt
 from flops_fit.files import write_atomically
+from flops_fit.fitting import formatting as fmt
 from flops_fit.plugin import api
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunSpec
