@@ -120,6 +120,8 @@ class Plan:
         if tuned:
             law = TunedLaw.load(tuned[0])
             head += f"\nlearning rates from the tuned law in {', '.join(tuned)}: {law.describe()}"
+            if law.batch_law is not None:
+                head += f"; batch per budget from B* = {law.batch_law[0]:.4g} * C^{law.batch_law[1]:.3g}"
             if self.options.schedule == "wsd":
                 head += " (a WSD family shares one rate: the law's at the geometric mean of its branches' tokens)"
         return head + "\n" + format_table(self.rows(), headers)
@@ -297,11 +299,14 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     if isinstance(micro, int) and micro > batch_size:
         raise PlanError(f"micro_batch_size {micro} is larger than batch_size {batch_size}: a micro-batch splits the "
                         f"batch of one optimizer step; use micro_batch_size <= {batch_size} (or leave it out)")
-    unit = batch_size * seq_len  # units per full step
-    min_units = options.min_steps * unit
+    law = _law(hparams, width_like, model, batch_size) if hparams.lr is None and hparams.lr_rule == "tuned" else None
+    batches = {budget: law.batch(budget) if law is not None and law.batch_law is not None else batch_size
+               for budget in options.budgets}  # a tuned batch law sets each budget's batch
 
     grid_runs: list[tuple[float, int, int, int]] = []  # (budget, size index, tokens, steps)
     for budget in options.budgets:
+        unit = batches[budget] * seq_len  # units per full step
+        min_units = options.min_steps * unit
         if options.sizes is not None:
             unknown = [s for s in options.sizes if s not in grid.sizes]
             if unknown:
@@ -323,15 +328,15 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     # A WSD family shares its warmup: set by its shortest branch, so no branch warms up
     # for more than its share of steps.
     shortest = {i: min(steps for _, j, _, steps in grid_runs if j == i) for _, i, _, _ in grid_runs}
-    rates = _rates(hparams, grid_runs, grid, options, width_like, model)
-    beta2 = _beta2(hparams, batch_size)
+    rates = _rates(hparams, law, grid_runs, grid, options, width_like, model, batches)
+    beta2 = _beta2(hparams, law, batch_size)
     runs: list[RunSpec] = []
     for budget, i, tokens, steps in grid_runs:
         size = grid.sizes[i]
         warmup = hparams.warmup_steps(shortest[i] if options.schedule == "wsd" else steps)
         runs.append(RunSpec(
             model=model, size=size, model_config=model_config, dataset=dataset, dataset_config=dataset_config,
-            loss=loss, budget=budget, tokens=tokens, batch_size=batch_size, seq_len=seq_len, steps=steps,
+            loss=loss, budget=budget, tokens=tokens, batch_size=batches[budget], seq_len=seq_len, steps=steps,
             params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
             flops_accounting=options.flops_accounting,
             lr=rates[(budget, i)], lr_source=hparams.source(),
@@ -351,25 +356,24 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs})
 
 
-def _rates(hparams: Any, grid_runs: list[tuple[float, int, int, int]], grid: _SizeGrid, options: SweepOptions,
-           width_like: bool, model: str) -> dict[tuple[float, int], float]:
+def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int, int, int]], grid: _SizeGrid,
+           options: SweepOptions, width_like: bool, model: str,
+           batches: dict[float, int]) -> dict[tuple[float, int], float]:
     """Each run's peak learning rate, keyed by (budget, size index): from the rule, or from a
     tuned law (``sweeps.tuned``) at the run's width (or parameters), tokens and batch. Under
-    WSD a size's runs share their stable phase, so they share one rate: the law's at the
-    geometric mean of their token counts."""
-    batch = options.batch_size
-    if hparams.lr is not None or hparams.lr_rule != "tuned":
-        return {(b, i): hparams.learning_rate(grid.sizes[i] if width_like else None, batch, model)
+    WSD a family (one size at one batch) shares its stable phase, so it shares one rate: the
+    law's at the geometric mean of its branches' token counts."""
+    if law is None:
+        return {(b, i): hparams.learning_rate(grid.sizes[i] if width_like else None, options.batch_size, model)
                 for b, i, _, _ in grid_runs}
-    law = _law(hparams, width_like, model, batch)
     tokens = {(b, i): float(t) for b, i, t, _ in grid_runs}
     if options.schedule == "wsd":
-        for i in {i for _, i, _, _ in grid_runs}:
-            mine = [k for k in tokens if k[1] == i]
+        for family in {(i, batches[b]) for b, i, _, _ in grid_runs}:
+            mine = [k for k in tokens if (k[1], batches[k[0]]) == family]
             mean = math.exp(sum(math.log(tokens[k]) for k in mine) / len(mine))
             tokens.update(dict.fromkeys(mine, mean))
     scale = {i: float(grid.sizes[i] if law.scale == "width" else grid.params[i]) for _, i, _, _ in grid_runs}
-    return {k: law.rate(scale[k[1]], tokens[k], batch) for k in tokens}
+    return {k: law.rate(scale[k[1]], tokens[k], batches[k[0]]) for k in tokens}
 
 
 def _law(hparams: Any, width_like: bool, model: str, batch_size: int) -> TunedLaw:
@@ -380,12 +384,10 @@ def _law(hparams: Any, width_like: bool, model: str, batch_size: int) -> TunedLa
     return law
 
 
-def _beta2(hparams: Any, batch_size: int) -> float:
-    """AdamW's beta2: given, the tuned law's (when it tuned one), else the rule's."""
-    if hparams.beta2 is None and hparams.lr_rule == "tuned":
-        beta2 = TunedLaw.load(hparams.tuned).beta2
-        if beta2 is not None:
-            return beta2
+def _beta2(hparams: Any, law: TunedLaw | None, batch_size: int) -> float:
+    """AdamW's beta2: given, the tuned law's (when it recorded one), else the rule's."""
+    if hparams.beta2 is None and law is not None and law.beta2 is not None:
+        return law.beta2
     return hparams.adam_beta2(batch_size)
 
 

@@ -81,12 +81,17 @@ class TunedLaw:
         value = self.m * tokens ** -self.a * scale ** -self.b
         return value * batch_size ** self.c if self.c is not None else value
 
+    def batch(self, flops: float) -> int:
+        """B*(C) rounded to a whole number of sequences (the batch law is required)."""
+        k, e = self.batch_law
+        return max(1, round(k * flops ** e))
+
     def check_batch(self, batch_size: int, model: str) -> None:
         """PlanError unless the law holds at ``batch_size`` (a law tuned at one batch holds only there)."""
         if model != self.model:
             raise PlanError(f"hparams {self.path} was tuned for model {self.model!r}, not {model!r}: "
                             f"tune this model (`flops-fit tune SPEC --out DIR`) or drop hparams")
-        if self.c is None and batch_size != self.batch_size:
+        if self.c is None and self.batch_law is None and batch_size != self.batch_size:
             raise PlanError(f"hparams {self.path} was tuned at batch_size {self.batch_size} only, this sweep uses "
                             f"{batch_size}: use batch_size = {self.batch_size}, or tune several batch sizes "
                             f"(--batch-sizes) so the law learns how the rate moves with the batch")

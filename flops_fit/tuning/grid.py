@@ -20,6 +20,7 @@ from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import Plan, plan
 
 DEFAULT_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
+DEFAULT_BUDGETS = 2
 
 
 def _positive_list(values: Any, name: str, kind: type = float) -> tuple:
@@ -36,7 +37,10 @@ def _positive_list(values: Any, name: str, kind: type = float) -> tuple:
 
 def check_grid(options: SweepOptions, budgets: Any, sizes: Any, multipliers: Any, batch_sizes: Any,
                beta2s: Any) -> dict[str, Any]:
-    """The grid's settings, checked (OptionError naming the setting and the fix)."""
+    """The grid's settings, checked (OptionError naming the setting and the fix). ``budgets``:
+    how many of the sweep's smallest budgets (None: 2, or the sweep's one), or a list."""
+    if budgets is None:
+        budgets = min(DEFAULT_BUDGETS, len(options.budgets))
     if isinstance(budgets, int) and not isinstance(budgets, bool):
         if not 1 <= budgets <= len(options.budgets):
             raise OptionError(f"budgets must count 1 to {len(options.budgets)} of the sweep's smallest budgets "

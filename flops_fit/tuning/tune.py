@@ -124,7 +124,7 @@ def _config(spec: Any) -> SweepConfig:
     raise OptionError(f"spec must be a sweep file, a sweep configuration mapping or SweepOptions, got {spec!r}")
 
 
-def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | list[float] = 2,
+def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | list[float] | None = None,
          sizes: list[int] | None = None, multipliers: list[float] = DEFAULT_MULTIPLIERS,
          batch_sizes: list[int] | None = None, beta2s: list[float] | None = None, holdout: str | None = None,
          bootstrap: int = 200, seed: int = 0, resume: bool = False, executor: str | None = None,
@@ -132,7 +132,7 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
          skip_preflight: bool = False, show_progress: bool = True, report: bool = True,
          host: Any = None) -> TuneResult:
     """Tune the learning rate of the sweep ``spec`` (a sweep file, its mapping, or
-    ``SweepOptions``): its runs at its ``budgets`` smallest budgets (or these budgets), on
+    ``SweepOptions``): its runs at its ``budgets`` smallest budgets (default 2; or these budgets), on
     ``sizes`` (default: every size planned there), each at every multiplier of its own rate
     (and each of ``batch_sizes`` / ``beta2s``). Writes ``out_dir/hparams.json`` and the report."""
     config = _config(spec)
