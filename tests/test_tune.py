@@ -240,6 +240,7 @@ def test_the_shipped_law_was_tuned_on_the_demos_current_setup():
     assert law["setup"]["model_config"] == planned.options.model_config
     assert law["setup"]["batch_size"] == planned.options.batch_size == law["setup"]["batch_size"]
     assert law["setup"]["budgets"] == settings["budgets"] and law["tune"]["multipliers"] == settings["multipliers"]
+    assert law["tune"]["sizes"] == settings["sizes"]
     assert law["setup"]["centre"] == "marin" and law["setup"]["hparams"]["beta2"] == config["hparams"]["beta2"]
 
 

@@ -57,11 +57,13 @@ DEMOS: dict[str, dict[str, Any]] = {
 
 
 # How each demo's shipped law was found: the demo's sweep at the rule its tune centres on
-# (Marin's, with the beta2 the demo trains at), at these budgets and multipliers of it.
+# (Marin's, with the beta2 the demo trains at), at these budgets, sizes and multipliers of it.
 # At these widths Marin's own rate spikes the loss after the families' short warmup (a probe
-# by hand at 1.7e11 FLOPs found 1/8 of it best for widths >= 26), so the multipliers reach 1/32.
+# by hand at 1.7e11 FLOPs found 1/8 of it best for widths >= 26), so the multipliers reach 1/32;
+# three of the ladder's sizes (the smallest, the middle, the largest at these budgets) keep the
+# tune to about half the demo's FLOPs.
 DEMO_TUNES: dict[str, dict[str, Any]] = {
-    "gpt": {"hparams": {"lr_rule": "marin", "beta2": 0.995}, "budgets": [6e10, 1.2e11],
+    "gpt": {"hparams": {"lr_rule": "marin", "beta2": 0.995}, "budgets": [6e10, 1.2e11], "sizes": [6, 16, 40],
             "multipliers": [1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]},
 }
 
