@@ -263,7 +263,7 @@ def test_the_demo_tune_rederives_on_a_reduced_grid(tmp_path):
     """`flops-fit tune --demo gpt` on a reduced grid (one tiny budget, 2 sizes, 3 multipliers, a short
     context): the same pipeline writes a law the demo's own configuration accepts."""
     config, settings = demo.demo_tune_spec("gpt")
-    config["sweep"].update(budgets=[2.5e8], seq_len=16, eval_tokens=1024, min_steps=10)
+    config["sweep"].update(budgets=[5e8], sizes=[6, 10, 16], seq_len=16, eval_tokens=1024, min_steps=10)
     config["model"]["n_head"] = 1
     result = flops_fit.tune(config, tmp_path, budgets=1, sizes=[6, 10],
                             multipliers=[settings["multipliers"][0], settings["multipliers"][2],
@@ -271,7 +271,8 @@ def test_the_demo_tune_rederives_on_a_reduced_grid(tmp_path):
                             skip_parity=True, show_progress=False, bootstrap=0, report=False)
     data = json.loads((tmp_path / "hparams.json").read_text())
     assert data["setup"]["centre"] == "marin" and data["beta2"] == 0.995
-    assert [c["size"] for c in data["cells"]] == [6, 10] and result.cells[0].fit.rates == sorted(result.cells[0].fit.rates)
+    assert [c["size"] for c in data["cells"]] == [6, 10] and all(c["in_law"] for c in data["cells"])
+    assert result.cells[0].fit.rates == sorted(result.cells[0].fit.rates)
 
 
 def hand_written_law(folder, **law):

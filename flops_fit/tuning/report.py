@@ -22,8 +22,9 @@ def plot_cells(result: Any, stem: Path) -> list[Path]:
     keys = sorted({c.key for c in result.cells})
     cols = min(4, len(keys))
     rows = math.ceil(len(keys) / cols)
-    fig = new_figure(3.2 * cols, 2.6 * rows + 0.4)
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.1, top=0.92, wspace=0.3, hspace=0.45)
+    height = 2.6 * rows + 0.9
+    fig = new_figure(3.2 * cols, height)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.55 / height, top=1 - 0.35 / height, wspace=0.3, hspace=0.5)
     settings = sorted({(c.batch_size, c.beta2) for c in result.cells})
     colour = colours(settings, "tab10") if len(settings) > 1 else {settings[0]: "tab:blue"}
     for k, key in enumerate(keys):
@@ -37,7 +38,8 @@ def plot_cells(result: Any, stem: Path) -> list[Path]:
             if failed and ok:
                 ax.plot(failed, [max(f.losses[i] for i in ok)] * len(failed), "x", color="tab:red", ms=6)
             if f.ok:
-                x = np.geomspace(f.band_lo / 1.5, f.band_hi * 1.5, 60)
+                span = [r for r in f.rates if f.lr_opt / 4 <= r <= f.lr_opt * 4] or [f.band_lo, f.band_hi]
+                x = np.geomspace(min(min(span), f.band_lo), max(max(span), f.band_hi), 60)
                 ax.plot(x, [f.loss_at(r) for r in x], "-", color=col, lw=1)
                 ax.axvspan(f.band_lo, f.band_hi, color=col, alpha=0.12)
                 ax.axvline(f.lr_opt, color=col, lw=0.8, ls="--")

@@ -63,6 +63,12 @@ class Cell:
     def key(self) -> tuple[int, int]:
         return (self.size, self.tokens)
 
+    @property
+    def largeness(self) -> tuple[float, int, int]:
+        """Order of "largest": the budget (the runs' FLOPs agree only to a sequence), then the size."""
+        budget = self.specs[0].budget if self.specs else self.flops
+        return (budget, self.params, self.tokens)
+
     def to_dict(self) -> dict[str, Any]:
         return {"size": self.size, "params": self.params, "scale": self.scale, "tokens": self.tokens,
                 "batch_size": self.batch_size, "beta2": self.beta2, "flops": self.flops, **self.fit.to_dict()}
@@ -251,10 +257,10 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
 
 def check_holdout(out: Path, plan: Plan, result: TuneResult, *, bootstrap: int, seed: int,
                   resume_run: dict[str, Any]) -> dict[str, Any]:
-    """Fit the law without the largest cell, train that cell once at the predicted rate, and
-    compare with the best loss of the cell's own runs."""
+    """Fit the law without the largest cell (the largest size at the largest budget), train that
+    cell once at the predicted rate, and compare with the best loss of the cell's own runs."""
     used = [c for c in result.cells if c.fit.ok and c.beta2 == result.data["beta2"]]
-    keys = sorted({c.key for c in used}, key=lambda k: (next(c.flops for c in used if c.key == k), k))
+    keys = sorted({c.key for c in used}, key=lambda k: next(c.largeness for c in used if c.key == k))
     if len(keys) < 3:
         raise FitInputError(f"holdout='largest' needs at least 3 cells with an interior optimum besides none held "
                             f"out (found {len(keys)}): tune at more sizes or budgets")
