@@ -339,3 +339,24 @@ def test_swept_beta2_and_batch_pick_the_better_beta2_and_fit_the_batch_law():
     slope, intercept = np.polyfit(np.log(flops), np.log([b for _, _, b in chosen]), 1)
     assert law["e"] == pytest.approx(slope, rel=1e-9) and law["k"] == pytest.approx(math.exp(intercept), rel=1e-9)
     assert law["cells"] == 4
+
+
+def test_an_unknown_holdout_is_refused_before_training(tmp_path):
+    with pytest.raises(OptionError, match=r"holdout must be one of \['largest'\] \(or left out\), got 'smallest'"):
+        flops_fit.tune(SPEC, tmp_path / "out", holdout="smallest")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
+    from flops_fit.tuning.grid import check_grid
+    from flops_fit.tuning.tune import Cell, fit_tune
+
+    options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
+                                     min_steps=5, model_config={"n_layer": 1, "n_head": 1})
+    grid = check_grid(options, 1, None, [0.25, 1, 4], None, None)
+    rates = [1e-3, 1e-2, 1e-1]
+    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, 1.0)), [])
+             for w in (8, 16)]  # the best rate (1.0) lies above every rate tried
+    with pytest.raises(FitInputError, match="no cell has its best rate inside the multipliers.*widen the "
+                                            "multipliers upwards"):
+        fit_tune(Path("."), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
