@@ -360,3 +360,14 @@ def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
     with pytest.raises(FitInputError, match="no cell has its best rate inside the multipliers.*widen the "
                                             "multipliers upwards"):
         fit_tune(Path("."), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+
+
+def test_tokens_that_nearly_follow_the_width_are_not_fitted():
+    """One budget: tokens = C / (6 N(W)) with N = 12 W^2 + 512 W is no exact power of W, but
+    the few percent it departs from one cannot carry an exponent of its own."""
+    widths = np.array([8.0, 12.0, 16.0])
+    tokens = 4e8 / (6 * (12 * widths ** 2 + 512 * widths))
+    lr = 0.3 / widths * np.array([1.0, 1.05, 0.97])  # a little noise
+    law, _ = fit_law(widths, tokens, [8] * 3, lr, [np.empty(0)] * 3, scale="width", bootstrap=0)
+    assert law.coefficients["a"].fitted is False and any("a not fitted" in n for n in law.notes)
+    assert 0.5 < law.coefficients["b"].value < 1.5

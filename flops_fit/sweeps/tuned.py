@@ -99,4 +99,4 @@ class TunedLaw:
     def describe(self) -> str:
         """The law as a formula with its numbers."""
         batch = f" * batch^{self.c:.3g}" if self.c is not None else f" (batch {self.batch_size})"
-        return f"lr = {self.m:.4g} * tokens^-{self.a:.3g} * {self.scale}^-{self.b:.3g}{batch}"
+        return f"lr = {self.m:.4g} * tokens^{-self.a:.3g} * {self.scale}^{-self.b:.3g}{batch}"

@@ -23,6 +23,10 @@ from flops_fit.fitting.bootstrap import interval
 # term -> (exponent's name, sign in log lr*)
 TERMS = {"tokens": ("a", -1.0), "scale": ("b", -1.0), "batch": ("c", 1.0)}
 FORM = "lr = m * tokens^-a * {scale}^-b * batch^c"
+# A term enters the law only if its log varies by this much (RMS) beyond what the terms
+# already chosen explain: at one budget the tokens follow the width to within a few percent,
+# and a fit that tried to separate them would extrapolate wildly.
+MIN_SPREAD = 0.1
 
 
 @dataclass
@@ -75,6 +79,12 @@ def _fmt(c: Coefficient) -> str:
     return f"{c.value:.4g}"
 
 
+def _independent_spread(values: np.ndarray, others: np.ndarray) -> float:
+    """RMS of ``values`` after removing their least-squares fit on the columns ``others``."""
+    residuals = values - others @ np.linalg.lstsq(others, values, rcond=None)[0]
+    return float(np.sqrt(np.mean(residuals ** 2)))
+
+
 def _terms(columns: dict[str, np.ndarray], n: int, notes: list[str]) -> list[str]:
     """The terms the cells can fit: varying, independent, and no more than the cells allow."""
     chosen = []
@@ -86,9 +96,9 @@ def _terms(columns: dict[str, np.ndarray], n: int, notes: list[str]) -> list[str
             continue
         trial = chosen + [term]
         design = np.column_stack([np.ones(n)] + [columns[t] for t in trial])
-        if n < design.shape[1] or np.linalg.matrix_rank(design, tol=1e-6 * np.abs(design).max()) < design.shape[1]:
-            notes.append(f"{TERMS[term][0]} not fitted: the cells' {term} moves with "
-                         f"{' and '.join(chosen) or 'nothing else'} (tune at more budgets or sizes to separate them)")
+        if n < design.shape[1] or _independent_spread(values, design[:, :-1]) < MIN_SPREAD:
+            notes.append(f"{TERMS[term][0]} not fitted: across these cells, {term} follows "
+                         f"{' and '.join(chosen) or 'the intercept'} (tune at more budgets or sizes to separate them)")
             continue
         chosen = trial
     return chosen
