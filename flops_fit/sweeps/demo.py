@@ -2,9 +2,10 @@
 
 The GPT demo trains a small byte-level GPT on the Python standard library's own source
 (8 budgets x 5 sizes on a ladder of 6 sizes, warmup-stable-decay: one stable phase per
-size, a cooldown branched for each budget), the ViT demo a small ViT on scikit-learn's 8x8 digits. Budgets,
-sizes and the learning-rate rule were chosen (and checked) so that the IsoFLOP curves
-have interior minima; then the runs go to ``flops_fit.fit``.
+size, a cooldown branched for each budget), the ViT demo a small ViT on scikit-learn's 8x8 digits. Budgets
+and sizes were chosen (and checked) so that the IsoFLOP curves have interior minima; the GPT
+demo's learning rates come from the law a tune of its own setup fitted (``DEMO_TUNES``,
+shipped as ``demo_hparams/gpt.json``); then the runs go to ``flops_fit.fit``.
 """
 
 from __future__ import annotations
