@@ -24,6 +24,7 @@ LAYERS = [
     ("fitting", ("flops_fit.fitting",)),
     ("executors", ("flops_fit.executors",)),
     ("sweeps", ("flops_fit.sweeps",)),
+    ("tuning", ("flops_fit.tuning",)),
     ("cli", ("flops_fit.cli", "flops_fit.__main__")),
 ]
 # Outside the core: built-in plugins and the parity suite sit beside it, on the plugin layer.

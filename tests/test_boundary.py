@@ -33,7 +33,8 @@ BASE = {
     "executor": {"name": "local", "workers": 1, "threads": 1},
 }
 # keys that a plan does not read, with the value that fills them in BASE
-OPTIONAL = {("sweep", "sizes"): [16, 32, 48], ("sweep", "seq_len"): 32}
+OPTIONAL = {("sweep", "sizes"): [16, 32, 48], ("sweep", "seq_len"): 32,
+            ("sweep", "hparams"): "a-tune-folder", ("hparams", "tuned"): "a-tune-folder"}
 WRONG = {"type": {"a": 1}, "sign": -5, "nan": math.nan}
 
 

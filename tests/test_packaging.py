@@ -40,5 +40,6 @@ def test_wheel_has_no_top_level_plugins_or_parity(tmp_path):
         for p in (ROOT / folder).rglob("*.py")
     }
     assert sources <= set(names), f"missing from the wheel: {sorted(sources - set(names))}"
+    assert "flops_fit/sweeps/demo_hparams/gpt.json" in names  # the demo's tuned law (package data)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "flops-fit = flops_fit.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

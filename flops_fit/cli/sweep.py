@@ -37,10 +37,18 @@ def _option_flags(parser: argparse.ArgumentParser) -> None:
 def _options_from_args(args: argparse.Namespace) -> SweepOptions:
     values: dict[str, Any] = load_config(args.config).options.to_dict() if args.config else {}
     values.update({f.name: getattr(args, f.name) for f in dataclasses.fields(SweepOptions)
-                   if getattr(args, f.name, None) is not None})
+                   if getattr(args, f.name, None) is not None and f.name != "hparams"})
+    if args.hparams is not None:  # --hparams DIR: the rates from a tune, the rest from the config's [hparams]
+        values["hparams"] = _with_tuned(values.get("hparams"), args.hparams)
     if "model" not in values or "budgets" not in values:
         raise ConfigError("flops-fit plan needs --model and --budgets (or a CONFIG.toml that sets them)")
     return SweepOptions.build(**values)
+
+
+def _with_tuned(hparams: Any, tuned: str) -> dict[str, Any]:
+    """The ``[hparams]`` table (a mapping or HyperParams) with its rates from the tune in ``tuned``."""
+    table = hparams.to_dict() if hasattr(hparams, "to_dict") else dict(hparams or {})
+    return {**table, "lr": None, "lr_rule": "tuned", "tuned": tuned}
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -52,6 +60,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     sweep_options = config.options if args.tracking is None else config.options.replace(
         tracking=None if args.tracking == "off" else args.tracking)
+    if args.hparams is not None:
+        sweep_options = sweep_options.replace(hparams=_with_tuned(sweep_options.hparams, args.hparams))
     plan = flops_fit.plan(sweep_options)
     options = dict(config.executor_options)
     executor = args.executor or config.executor
@@ -211,6 +221,8 @@ def add_commands(sub) -> None:
     p.add_argument("--retry-failed", action="store_true", help="train failed runs again")
     p.add_argument("--checkpoint-dir", help="folder for the runs' checkpoints (default OUT/checkpoints; "
                    "on a cluster, one every node sees)")
+    p.add_argument("--hparams", metavar="DIR", help="plan each run's learning rate from the law of the tune "
+                   "in DIR (`flops-fit tune`) instead of the config's rule")
     p.add_argument("--tracking", metavar="B1,B2|off", help="log to these tracking backends (tensorboard, mlflow, "
                    "wandb) instead of the config's [tracking] table; off: none")
     p.add_argument("--record-only", action="store_true",

@@ -52,6 +52,7 @@ ADDED_COLUMNS = (
     ("steps_trained", "INTEGER NOT NULL DEFAULT 0"),  # optimizer steps over all attempts, lost ones included
     ("bpb", "REAL"),  # held-out bits per byte (text runs whose dataset counts bytes)
     ("top1_error", "REAL"),  # held-out top-1 error (image classification runs)
+    ("lr_source", "TEXT"),  # where the run's learning rate came from (RunSpec.lr_source)
 )
 
 
@@ -134,10 +135,10 @@ class RunStore:
             self._put_meta({"plan": plan.to_dict(), **meta})
             for position, run in enumerate(plan.runs):
                 self.db.execute(
-                    "INSERT OR IGNORE INTO runs (run_id, position, model, size, params, budget, tokens_planned, spec)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT OR IGNORE INTO runs (run_id, position, model, size, params, budget, tokens_planned, spec,"
+                    " lr_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run.run_id, position, run.model, run.size, run.params, run.budget, run.tokens,
-                     json.dumps(run.to_dict())),
+                     json.dumps(run.to_dict()), run.lr_source),
                 )
 
     def planned_runs(self) -> list[RunSpec]:
@@ -202,7 +203,7 @@ class RunStore:
 
     def runs_frame(self, include_failed: bool = True):
         """One row per finished run: run_id, model, size, params, tokens, flops, budget, loss,
-        status, curve, plus error, steps, tokens_planned, lr, timings, bpb (held-out bits per
+        status, curve, plus error, steps, tokens_planned, lr (and lr_source: where it came from), timings, bpb (held-out bits per
         byte), top1_error (held-out top-1 error of image classifiers), the other scales
         (embedding_params, non_embedding_flops_per_unit) and model_config. Failed runs have loss NaN, runs without bits per byte bpb NaN;
         ``include_failed=False`` leaves failed runs out."""
@@ -211,13 +212,13 @@ class RunStore:
         wanted = ("done", "failed") if include_failed else ("done",)
         rows = self.db.execute(
             "SELECT run_id, model, size, params, tokens, flops, budget, loss, status, curve, error, steps,"
-            f" tokens_planned, spec, timings, bpb, top1_error FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
+            f" tokens_planned, spec, timings, bpb, top1_error, lr_source FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
             " ORDER BY position",
             wanted,
         ).fetchall()
         columns = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "loss", "status", "curve",
                    "error", "steps", "tokens_planned", "lr", "timings", "bpb", "embedding_params",
-                   "non_embedding_flops_per_unit", "model_config", "top1_error"]
+                   "non_embedding_flops_per_unit", "model_config", "top1_error", "lr_source"]
         records = []
         for row in rows:
             r = dict(zip(columns[:13], row[:13], strict=True))
@@ -231,5 +232,6 @@ class RunStore:
             r["timings"] = json.loads(row[14] or "{}")
             r["bpb"] = math.nan if row[15] is None else row[15]
             r["top1_error"] = math.nan if row[16] is None else row[16]
+            r["lr_source"] = row[17] or ""
             records.append(r)
         return pd.DataFrame.from_records(records, columns=columns)

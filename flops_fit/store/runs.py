@@ -22,7 +22,7 @@ from typing import Any
 
 # Fields that do not decide a run's result, so they do not enter its id.
 _NOT_IN_ID = frozenset({"run_id", "device", "compile", "micro_batch_size", "processes_per_run", "parallel",
-                        "embedding_params", "non_embedding_flops_per_unit"})
+                        "embedding_params", "non_embedding_flops_per_unit", "lr_source"})
 # Fields added after the first release: hashed only when set, so older ids stay valid.
 _IN_ID_WHEN_SET = {"schedule": "cosine", "cooldown_start": 0, "cooldown_shape": "1-sqrt"}
 # Fields that set a run's length; the rest of the identity is its stable prefix (WSD family).
@@ -89,6 +89,9 @@ class RunSpec:
     # the other scales a law can be fitted on (derived from the model; None: the model does not say)
     embedding_params: int | None = None  # parameters looked up, not multiplied
     non_embedding_flops_per_unit: float | None = None  # training FLOPs per unit without embedding and head
+    # where ``lr`` came from: "lr" (given), a rule ("marin", ...), "tuned:<hparams.json>" (a tuned law),
+    # "tune:x<multiplier> <source>" (a run of `flops-fit tune`); "" in stores written before it
+    lr_source: str = ""
     run_id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

@@ -2,7 +2,8 @@
 
 Tables: ``[sweep]`` holds ``SweepOptions`` fields (model, budgets, ...) and ``out``;
 ``[model]`` and ``[dataset]`` the model and dataset configuration; ``[hparams]`` the
-optimizer hyper-parameters; ``[tracking]`` experiment tracking (``tracking.options``);
+optimizer hyper-parameters (``[sweep] hparams = "DIR"`` takes the learning rates from the
+law a ``flops-fit tune`` wrote in DIR, the table the rest); ``[tracking]`` experiment tracking (``tracking.options``);
 ``[executor]`` the executor's ``name`` and its options.
 """
 
@@ -37,7 +38,7 @@ class SweepConfig:
 
 def sweep_keys() -> list[str]:
     """The keys a ``[sweep]`` table accepts."""
-    return sorted(set(SweepOptions.names()) - set(TABLE_OPTIONS.values())) + list(FOLDER_KEYS)
+    return sorted(set(SweepOptions.names()) - set(TABLE_OPTIONS.values())) + ["hparams", *FOLDER_KEYS]
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
@@ -62,8 +63,13 @@ def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
         raise ConfigError(f"{source}: [sweep] out must be a folder name, got {out!r}")
     if checkpoint_dir is not None and (not isinstance(checkpoint_dir, str) or not checkpoint_dir):
         raise ConfigError(f"{source}: [sweep] checkpoint_dir must be a folder name, got {checkpoint_dir!r}")
+    tuned = values.pop("hparams", None)  # [sweep] hparams = "DIR": the rates from a tune, [hparams] the rest
+    if tuned is not None and (not isinstance(tuned, str) or not tuned):
+        raise ConfigError(f"{source}: [sweep] hparams must name a `flops-fit tune` output folder, got {tuned!r}")
     for table, name in TABLE_OPTIONS.items():
         values[name] = dict(data.get(table, {}))
+    if tuned is not None:
+        values["hparams"].update(tuned=tuned, lr_rule="tuned")
     try:
         options = SweepOptions.build(**values)
     except PlanError as exc:

@@ -2,13 +2,15 @@
 
 The GPT demo trains a small byte-level GPT on the Python standard library's own source
 (8 budgets x 5 sizes on a ladder of 6 sizes, warmup-stable-decay: one stable phase per
-size, a cooldown branched for each budget), the ViT demo a small ViT on scikit-learn's 8x8 digits. Budgets,
-sizes and the learning-rate rule were chosen (and checked) so that the IsoFLOP curves
-have interior minima; then the runs go to ``flops_fit.fit``.
+size, a cooldown branched for each budget), the ViT demo a small ViT on scikit-learn's 8x8 digits. Budgets
+and sizes were chosen (and checked) so that the IsoFLOP curves have interior minima; the GPT
+demo's learning rates come from the law a tune of its own setup fitted (``DEMO_TUNES``,
+shipped as ``demo_hparams/gpt.json``); then the runs go to ``flops_fit.fit``.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ from flops_fit.sweeps.config import parse_config
 from flops_fit.sweeps.driver import SweepResult
 from flops_fit.sweeps.planner import Plan, plan
 from flops_fit.tables import format_table
+
+DEMO_HPARAMS = Path(__file__).with_name("demo_hparams")  # tuned laws shipped with the package
 
 DEMOS: dict[str, dict[str, Any]] = {
     "gpt": {
@@ -33,11 +37,9 @@ DEMOS: dict[str, dict[str, Any]] = {
         # Two heads at every width (not head_dim 4) and exact GELU: the same FLOPs, 1.5-3x
         # faster steps on the CPU at widths 16-64 (benchmarks/bench_step.py).
         "model": {"n_layer": 2, "n_head": 2, "gelu": "exact"},
-        # Marin's rule (0.33 sqrt(32) / width) / 8, with its beta2: at these widths Marin's own
-        # rate spikes the loss after the families' short warmup and leaves the small sizes
-        # above the curve (an IsoFLOP slice at 1.7e11 FLOPs, widths 6-58, rate x 1, 1/2, 1/4, 1/8:
-        # the loss falls with the rate at every width up to 1/4, and 1/8 is best for widths >= 26).
-        "hparams": {"lr_rule": "inverse-width", "base_lr": 1.46e-2, "base_width": 16, "beta2": 0.995},
+        # The rates come from the law a tune of this very setup fitted (DEMO_TUNES below; the
+        # file is re-derived by `flops-fit tune --demo gpt --out DIR`), beta2 too.
+        "hparams": {"tuned": str(DEMO_HPARAMS / "gpt.json")},
         "executor": {"threads": 1},
     },
     "vit": {
@@ -53,6 +55,30 @@ DEMOS: dict[str, dict[str, Any]] = {
         "executor": {"threads": 1},
     },
 }
+
+
+# How each demo's shipped law was found: the demo's sweep at the rule its tune centres on
+# (Marin's, with the beta2 the demo trains at), at these budgets, sizes and multipliers of it.
+# At these widths Marin's own rate spikes the loss after the families' short warmup (a probe
+# by hand at 1.7e11 FLOPs found 1/8 of it best for widths >= 26), so the multipliers reach 1/32;
+# three of the ladder's sizes (the smallest, the middle, the largest at these budgets) keep the
+# tune to about half the demo's FLOPs.
+DEMO_TUNES: dict[str, dict[str, Any]] = {
+    "gpt": {"hparams": {"lr_rule": "marin", "beta2": 0.995}, "budgets": [6e10, 1.2e11], "sizes": [6, 16, 40],
+            "multipliers": [1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]},
+}
+
+
+def demo_tune_spec(model: str = "gpt") -> tuple[dict[str, Any], dict[str, Any]]:
+    """The sweep configuration a demo's tune trains (the demo's, at its tune's centre rule)
+    and the tune's settings (budgets, multipliers): ``flops_fit.tune(*...)`` re-derives the
+    demo's shipped hparams file."""
+    if model not in DEMO_TUNES:
+        raise OptionError(f"no demo tune for model {model!r}; choose one of {sorted(DEMO_TUNES)}")
+    config = copy.deepcopy(DEMOS[model])
+    settings = copy.deepcopy(DEMO_TUNES[model])
+    config["hparams"] = settings.pop("hparams")
+    return config, settings
 
 
 @dataclass

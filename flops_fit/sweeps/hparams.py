@@ -11,6 +11,9 @@ rate across a sweep mis-tunes one end of every IsoFLOP curve and biases N* (Pori
 - ``"inverse-width"``: lr = base_lr * base_width / width (the muP-like 1/width rule for
   hidden weights in Adam, Yang et al. 2022), around a tuned ``base_lr`` at ``base_width``.
 - ``"constant"``: lr = base_lr for every size.
+- ``"tuned"``: the law a ``flops-fit tune`` fitted (``tuned`` names its folder or its
+  ``hparams.json``; ``sweeps.tuned``), planned per run from its width (or parameters),
+  tokens and batch by the planner. ``hparams = "DIR"`` is the short form.
 
 Both width rules read the width from the model's size parameter, so they need a model
 whose size is its width (the built-in ``gpt`` and ``vit`` are).
@@ -24,7 +27,7 @@ from typing import Any
 
 from flops_fit.errors import PlanError
 
-LR_RULES = ("marin", "inverse-width", "constant")
+LR_RULES = ("marin", "inverse-width", "constant", "tuned")
 WIDTH_PARAMS = ("width", "d_model", "hidden", "hidden_size", "n_embd", "embed_dim", "dim")
 
 
@@ -59,10 +62,17 @@ class HyperParams:
     eps: float = 1e-8
     grad_clip: float = 1.0
     divergence_factor: float = 3.0
+    tuned: str | None = None  # lr_rule "tuned": a `flops-fit tune` output folder (or its hparams.json)
 
     def __post_init__(self) -> None:
         if not isinstance(self.lr_rule, str) or self.lr_rule not in LR_RULES:
             raise PlanError(f"lr_rule {self.lr_rule!r} is unknown; choose one of {LR_RULES}")
+        if self.tuned is not None and (not isinstance(self.tuned, str) or not self.tuned):
+            raise PlanError(f"tuned must name a `flops-fit tune` output folder, got {self.tuned!r}")
+        if (self.lr_rule == "tuned") != (self.tuned is not None):
+            raise PlanError("lr_rule 'tuned' goes with tuned = \"DIR\" (a `flops-fit tune` output folder), and "
+                            f"tuned with lr_rule 'tuned' (got lr_rule {self.lr_rule!r}, tuned {self.tuned!r}); "
+                            "hparams = \"DIR\" sets both")
         if self.lr is not None:
             _in_range(self.lr, "lr", 0, math.inf, "positive (or leave it out for the per-size rule)", low_open=True)
         _in_range(self.base_lr, "base_lr", 0, math.inf, "positive", low_open=True)
@@ -85,6 +95,8 @@ class HyperParams:
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> HyperParams:
         data = dict(data or {})
+        if data.get("tuned") is not None and "lr_rule" not in data:
+            data["lr_rule"] = "tuned"
         unknown = sorted(set(data) - set(cls.__dataclass_fields__))
         if unknown:
             raise PlanError(
@@ -92,8 +104,20 @@ class HyperParams:
             )
         return cls(**data)
 
+    @classmethod
+    def from_tuned(cls, where: str, base: HyperParams | None = None) -> HyperParams:
+        """``base`` (default: the defaults) with its rate from the tune in ``where``."""
+        values = (base or cls()).to_dict()
+        return cls(**{**values, "lr": None, "lr_rule": "tuned", "tuned": str(where)})
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def source(self) -> str:
+        """Where this rule's rates come from, as ``RunSpec.lr_source`` records it."""
+        if self.lr is not None:
+            return "lr"
+        return f"tuned:{self.tuned}" if self.lr_rule == "tuned" else self.lr_rule
 
     def learning_rate(self, width: int | None, batch_size: int, model: str) -> float:
         """The peak learning rate for one size under this rule."""
@@ -101,6 +125,8 @@ class HyperParams:
             return self.lr
         if self.lr_rule == "constant":
             return self.base_lr
+        if self.lr_rule == "tuned":
+            raise PlanError("lr_rule 'tuned' plans each run's rate from its law (flops_fit.sweeps.tuned): plan the sweep")
         if width is None:
             raise PlanError(
                 f"lr_rule {self.lr_rule!r} needs the width, but model {model!r}'s size parameter is "

@@ -13,6 +13,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any
 
 from flops_fit.checks import non_negative_number, one_of, positive_int, positive_number
@@ -98,7 +99,13 @@ def _mapping(value: Any, name: str) -> dict[str, Any]:
 
 
 def _hparams(value: Any, name: str) -> HyperParams:
-    return value if isinstance(value, HyperParams) else HyperParams.from_dict(value)
+    """A HyperParams, the ``[hparams]`` table, or a tune's folder (``hparams = "DIR"``: the
+    rates come from the law ``flops-fit tune`` wrote there)."""
+    if isinstance(value, HyperParams):
+        return value
+    if isinstance(value, (str, PathLike)):
+        return HyperParams.from_tuned(str(value))
+    return HyperParams.from_dict(value)
 
 
 def _choice(choices: Sequence[str]) -> Callable[[Any, str], Any]:
@@ -185,8 +192,9 @@ class SweepOptions:
     dataset_config: dict[str, Any] = option({}, help="the dataset's configuration ([dataset] table)",
                                             check=_mapping)
     loss: str | None = option(None, help="loss (default: the model's default loss)", check=_optional(_text), cli=str)
-    hparams: HyperParams = option(HyperParams(), help="optimizer hyper-parameters ([hparams] table)",
-                                  check=_hparams)
+    hparams: HyperParams = option(
+        HyperParams(), help="optimizer hyper-parameters ([hparams] table), or a `flops-fit tune` output folder "
+        "whose law plans each run's learning rate", check=_hparams, cli=str, metavar="DIR")
     schedule: str = option(
         "cosine", help="learning-rate schedule: cosine (one run per budget and size) or wsd (warmup-stable-decay: "
         "one stable run per size, a cooldown branched at each token count the grid needs)",

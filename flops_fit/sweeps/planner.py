@@ -27,6 +27,7 @@ from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.schedules import cooldown_steps
+from flops_fit.sweeps.tuned import TunedLaw
 from flops_fit.sweeps.wsd import executed_flops
 from flops_fit.tables import format_table
 
@@ -87,7 +88,8 @@ class Plan:
             [
                 f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.tokens / r.params:.1f}",
                 r.steps, f"{r.flops:.3e}", *([r.cooldown_start, f"{executed[r.run_id]:.3e}"] if wsd else []),
-                f"{r.lr:.2e}", self._memory(r), _duration(executed[r.run_id] / self.throughput),
+                f"{r.lr:.2e}", short_source(r.lr_source), self._memory(r),
+                _duration(executed[r.run_id] / self.throughput),
             ]
             for r in self.runs
         ]
@@ -100,7 +102,7 @@ class Plan:
     def table(self) -> str:
         wsd = self.options.schedule == "wsd"
         headers = ["budget", "size", "params", "tokens", "tokens/param", "steps", "FLOPs",
-                   *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "memory", "est. time"]
+                   *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "lr from", "memory", "est. time"]
         first = self.runs[0]
         head = (
             f"{len(self.runs)} runs of {first.model} on {first.dataset} ({self.unit}s; batch {first.batch_size} x "
@@ -114,6 +116,14 @@ class Plan:
                 f"each run): {sizes} stable runs branch {len(self.runs)} cooldowns; the same grid with cosine "
                 f"schedules costs {self.cosine_flops:.3e} FLOPs, so WSD saves {self.saved_fraction:.0%}"
             )
+        tuned = sorted({r.lr_source.partition(":")[2] for r in self.runs if r.lr_source.startswith("tuned:")})
+        if tuned:
+            law = TunedLaw.load(tuned[0])
+            head += f"\nlearning rates from the tuned law in {', '.join(tuned)}: {law.describe()}"
+            if law.batch_law is not None:
+                head += f"; batch per budget from B* = {law.batch_law[0]:.4g} * C^{law.batch_law[1]:.3g}"
+            if self.options.schedule == "wsd":
+                head += " (a WSD family shares one rate: the law's at the geometric mean of its branches' tokens)"
         return head + "\n" + format_table(self.rows(), headers)
 
     def __str__(self) -> str:
@@ -131,6 +141,11 @@ class Plan:
     def run(self, out_dir: str | Path, **options: Any) -> SweepResult:
         """Run this plan as a sweep into ``out_dir``; ``options`` are ``run_plan``'s."""
         return run_plan(self, out_dir, **options)
+
+
+def short_source(source: str) -> str:
+    """``RunSpec.lr_source`` for a table cell: "tuned" for a law (the header names its file)."""
+    return "tuned" if source.startswith("tuned:") else source.removeprefix("tune:")
 
 
 def _duration(seconds: float) -> str:
@@ -284,11 +299,14 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     if isinstance(micro, int) and micro > batch_size:
         raise PlanError(f"micro_batch_size {micro} is larger than batch_size {batch_size}: a micro-batch splits the "
                         f"batch of one optimizer step; use micro_batch_size <= {batch_size} (or leave it out)")
-    unit = batch_size * seq_len  # units per full step
-    min_units = options.min_steps * unit
+    law = _law(hparams, width_like, model, batch_size) if hparams.lr is None and hparams.lr_rule == "tuned" else None
+    batches = {budget: law.batch(budget) if law is not None and law.batch_law is not None else batch_size
+               for budget in options.budgets}  # a tuned batch law sets each budget's batch
 
     grid_runs: list[tuple[float, int, int, int]] = []  # (budget, size index, tokens, steps)
     for budget in options.budgets:
+        unit = batches[budget] * seq_len  # units per full step
+        min_units = options.min_steps * unit
         if options.sizes is not None:
             unknown = [s for s in options.sizes if s not in grid.sizes]
             if unknown:
@@ -310,18 +328,20 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     # A WSD family shares its warmup: set by its shortest branch, so no branch warms up
     # for more than its share of steps.
     shortest = {i: min(steps for _, j, _, steps in grid_runs if j == i) for _, i, _, _ in grid_runs}
+    rates = _rates(hparams, law, grid_runs, grid, options, width_like, model, batches)
+    beta2 = _beta2(hparams, law, batch_size)
     runs: list[RunSpec] = []
     for budget, i, tokens, steps in grid_runs:
         size = grid.sizes[i]
         warmup = hparams.warmup_steps(shortest[i] if options.schedule == "wsd" else steps)
         runs.append(RunSpec(
             model=model, size=size, model_config=model_config, dataset=dataset, dataset_config=dataset_config,
-            loss=loss, budget=budget, tokens=tokens, batch_size=batch_size, seq_len=seq_len, steps=steps,
+            loss=loss, budget=budget, tokens=tokens, batch_size=batches[budget], seq_len=seq_len, steps=steps,
             params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
             flops_accounting=options.flops_accounting,
-            lr=hparams.learning_rate(size if width_like else None, batch_size, model),
+            lr=rates[(budget, i)], lr_source=hparams.source(),
             warmup_steps=warmup, min_lr_ratio=hparams.min_lr_ratio,
-            weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=hparams.adam_beta2(batch_size), eps=hparams.eps,
+            weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=beta2, eps=hparams.eps,
             grad_clip=hparams.grad_clip, seed=options.seed, eval_split=options.eval_split,
             eval_tokens=options.eval_tokens, curve_points=options.curve_points,
             divergence_factor=hparams.divergence_factor, precision=precision, version=__version__,
@@ -334,6 +354,41 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     check_memory(runs, entry, device)
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
     return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs})
+
+
+def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int, int, int]], grid: _SizeGrid,
+           options: SweepOptions, width_like: bool, model: str,
+           batches: dict[float, int]) -> dict[tuple[float, int], float]:
+    """Each run's peak learning rate, keyed by (budget, size index): from the rule, or from a
+    tuned law (``sweeps.tuned``) at the run's width (or parameters), tokens and batch. Under
+    WSD a family (one size at one batch) shares its stable phase, so it shares one rate: the
+    law's at the geometric mean of its branches' token counts."""
+    if law is None:
+        return {(b, i): hparams.learning_rate(grid.sizes[i] if width_like else None, options.batch_size, model)
+                for b, i, _, _ in grid_runs}
+    tokens = {(b, i): float(t) for b, i, t, _ in grid_runs}
+    if options.schedule == "wsd":
+        for family in {(i, batches[b]) for b, i, _, _ in grid_runs}:
+            mine = [k for k in tokens if (k[1], batches[k[0]]) == family]
+            mean = math.exp(sum(math.log(tokens[k]) for k in mine) / len(mine))
+            tokens.update(dict.fromkeys(mine, mean))
+    scale = {i: float(grid.sizes[i] if law.scale == "width" else grid.params[i]) for _, i, _, _ in grid_runs}
+    return {k: law.rate(scale[k[1]], tokens[k], batches[k[0]]) for k in tokens}
+
+
+def _law(hparams: Any, width_like: bool, model: str, batch_size: int) -> TunedLaw:
+    law = TunedLaw.load(hparams.tuned)
+    law.check_batch(batch_size, model)
+    if law.scale == "width" and not width_like:
+        raise PlanError(f"hparams {law.path}: the law is in the model's width, but model {model!r}'s size is not a width")
+    return law
+
+
+def _beta2(hparams: Any, law: TunedLaw | None, batch_size: int) -> float:
+    """AdamW's beta2: given, the tuned law's (when it recorded one), else the rule's."""
+    if hparams.beta2 is None and law is not None and law.beta2 is not None:
+        return law.beta2
+    return hparams.adam_beta2(batch_size)
 
 
 def uses_ladder(options: SweepOptions) -> bool:

@@ -1,0 +1,65 @@
+"""``flops-fit tune SPEC --out DIR``: the learning-rate law of a sweep, before the sweep.
+
+Goes through the lazy public API (``flops_fit.tune``), so ``flops-fit --help`` imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+import flops_fit
+from flops_fit.errors import OptionError
+from flops_fit.store.run_store import check_folder
+from flops_fit.sweeps.options import parse_floats, parse_ints
+
+
+def _budgets(text: str) -> int | list[float]:
+    """``2`` (the sweep's 2 smallest budgets) or ``1e11,2e11`` (these budgets)."""
+    return int(text) if text.isdigit() else parse_floats(text)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    if (args.spec is None) == (args.demo is None):
+        raise OptionError("flops-fit tune needs a sweep file SPEC or --demo MODEL (one of them)")
+    if args.demo:
+        spec, settings = flops_fit.demo_tune_spec(args.demo)
+    else:
+        spec, settings = args.spec, {}
+    for name in ("budgets", "sizes", "multipliers", "batch_sizes", "beta2s"):
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
+    out = check_folder(Path(args.out))
+    try:
+        result = flops_fit.tune(spec, out, holdout=args.holdout, bootstrap=args.bootstrap, resume=args.resume,
+                                workers=args.workers or (2 if args.demo else None), skip_parity=args.skip_parity, **settings)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; run the same command with --resume "
+              f"to continue", file=sys.stderr)
+        return 128 + signum
+    print(result)
+    return 0
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("tune", help="find the learning-rate law of a sweep: its smallest budgets at several rates")
+    p.add_argument("spec", nargs="?", help="the sweep file to tune (see examples/sweep.toml)")
+    p.add_argument("--demo", choices=("gpt",), help="tune the demo's own setup instead of a sweep file")
+    p.add_argument("--out", required=True, help="output folder: its runs, hparams.json and report.html")
+    p.add_argument("--budgets", type=_budgets, metavar="K|C1,C2",
+                   help="the sweep's K smallest budgets (default 2), or these budgets")
+    p.add_argument("--sizes", type=parse_ints, metavar="S1,S2", help="only these of the planned sizes")
+    p.add_argument("--multipliers", type=parse_floats, metavar="M1,M2,...",
+                   help="multipliers of the sweep's own rate (default 0.25,0.5,1,2,4)")
+    p.add_argument("--batch-sizes", type=parse_ints, metavar="B1,B2", help="also sweep these batch sizes")
+    p.add_argument("--beta2s", type=parse_floats, metavar="B1,B2", help="also sweep these AdamW beta2 values")
+    p.add_argument("--holdout", choices=("largest",),
+                   help="fit the law without the largest cell and check its prediction there (one more run)")
+    p.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples for the intervals (default 200)")
+    p.add_argument("--workers", type=int, help="runs trained at once (worker processes; --demo: default 2)")
+    p.add_argument("--resume", action="store_true", help="continue the tune stored in the output folder")
+    p.add_argument("--skip-parity", action="store_true", help="train even if the model fails its parity gate")
+    p.set_defaults(func=_cmd_tune)

@@ -1,0 +1,373 @@
+"""flops-fit tune: the per-cell parabola and the law recover known optima from synthetic
+cells; a tiny real tune runs end to end into hparams.json; a sweep plans its rates from it
+and records where they came from; bad input is one line and exit 2."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.errors import FitInputError, OptionError, PlanError
+from flops_fit.store.run_store import RunStore
+from flops_fit.sweeps import demo
+from flops_fit.sweeps.hparams import HyperParams
+from flops_fit.sweeps.tuned import TunedLaw
+from flops_fit.tuning.cells import fit_cell
+from flops_fit.tuning.law import fit_batch_law, fit_law
+
+
+def parabola_losses(rates, best, floor=2.0, curvature=0.05):
+    return [floor + curvature * (math.log(r) - math.log(best)) ** 2 for r in rates]
+
+
+def test_the_cell_parabola_finds_the_optimum_and_its_band():
+    rates = list(np.geomspace(1e-3, 1e-1, 9))
+    cell = fit_cell(rates, parabola_losses(rates, best=7e-3), bootstrap=0)
+    assert cell.ok and cell.lr_opt == pytest.approx(7e-3, rel=1e-9)
+    assert cell.loss_opt == pytest.approx(2.0, rel=1e-9)
+    half = math.sqrt(0.005 * 2.0 / 0.05)  # loss within 0.5% of 2.0 on a parabola of curvature 0.05
+    assert cell.band_lo == pytest.approx(7e-3 * math.exp(-half), rel=1e-9)
+    assert cell.band_hi == pytest.approx(7e-3 * math.exp(half), rel=1e-9)
+
+
+def test_the_cell_interval_covers_the_truth_under_noise():
+    rates = list(np.geomspace(1e-3, 1e-1, 7))
+    noise = np.random.default_rng(3).normal(0, 2e-3, len(rates))
+    cell = fit_cell(rates, list(np.array(parabola_losses(rates, best=1e-2)) + noise), bootstrap=300, seed=1)
+    assert cell.lr_lo < 1e-2 < cell.lr_hi and cell.lr_lo < cell.lr_opt < cell.lr_hi
+
+
+def test_a_far_off_diverged_rate_does_not_move_the_vertex():
+    rates = list(np.geomspace(1e-3, 1e-1, 9))
+    losses = parabola_losses(rates, best=5e-3)
+    losses[-1] = math.nan  # diverged at the highest rate
+    losses[-2] = 9.0  # and nearly so below it: outside the 2 neighbours either side of the lowest point
+    assert fit_cell(rates, losses, bootstrap=0).lr_opt == pytest.approx(5e-3, rel=1e-9)
+
+
+@pytest.mark.parametrize("best, word", [(1e-3, "downwards"), (1e-1, "upwards")])
+def test_a_cell_whose_best_rate_is_an_end_has_no_optimum(best, word):
+    rates = [1e-3, 1e-2, 1e-1]
+    cell = fit_cell(rates, parabola_losses(rates, best=best / 10 if word == "downwards" else best * 10))
+    assert not cell.ok and word in cell.reason and math.isnan(cell.lr_opt)
+
+
+def synthetic_cells(m=0.4, a=0.12, b=0.9, c=None):
+    widths, tokens, batches = np.meshgrid([8, 16, 32, 64], [1e5, 4e5, 1.6e6], [16, 64] if c else [32])
+    widths, tokens, batches = widths.ravel(), tokens.ravel(), batches.ravel()
+    lr = m * tokens ** -a * widths ** -b * (batches ** c if c else 1)
+    return widths, tokens, batches, lr
+
+
+def test_the_law_recovers_known_coefficients():
+    widths, tokens, batches, lr = synthetic_cells()
+    law, _ = fit_law(widths, tokens, batches, lr, [np.empty(0)] * len(lr), scale="width", bootstrap=0)
+    k = law.coefficients
+    assert (k["m"].value, k["a"].value, k["b"].value) == pytest.approx((0.4, 0.12, 0.9), rel=1e-9)
+    assert k["c"] is None and not law.notes
+    assert law.rate(20, 3e5, 32) == pytest.approx(0.4 * 3e5 ** -0.12 * 20 ** -0.9, rel=1e-9)
+
+
+def test_the_law_recovers_the_batch_exponent_and_its_intervals_cover_the_truth():
+    widths, tokens, batches, lr = synthetic_cells(c=0.5)
+    rng = np.random.default_rng(0)
+    noisy = lr * np.exp(rng.normal(0, 0.05, lr.size))
+    samples = [np.log(v) + rng.normal(0, 0.05, 100) for v in noisy]
+    law, _ = fit_law(widths, tokens, batches, noisy, samples, scale="width", bootstrap=400, batch_swept=True)
+    for name, truth in (("a", 0.12), ("b", 0.9), ("c", 0.5)):
+        k = law.coefficients[name]
+        assert k.lo < truth < k.hi, (name, k)
+    assert law.coefficients["m"].lo < 0.4 < law.coefficients["m"].hi
+
+
+def test_tokens_that_move_with_the_width_are_not_fitted_and_said_so():
+    widths = np.array([8.0, 16.0, 32.0])
+    tokens = 1e11 / widths ** 2  # one budget: tokens fall exactly as the width grows
+    lr = 0.3 * widths ** -1.0
+    law, _ = fit_law(widths, tokens, [32] * 3, lr, [np.empty(0)] * 3, scale="width", bootstrap=0)
+    assert law.coefficients["a"].fitted is False and law.coefficients["a"].value == 0
+    assert law.coefficients["b"].value == pytest.approx(1.0, rel=1e-9)
+    assert any("a not fitted" in note and "tokens" in note for note in law.notes)
+
+
+def test_the_law_needs_two_cells():
+    with pytest.raises(FitInputError, match="at least 2 cells"):
+        fit_law([8], [1e5], [32], [1e-2], [np.empty(0)], scale="width")
+
+
+def test_the_batch_law_recovers_its_exponent():
+    flops = np.geomspace(1e10, 1e13, 6)
+    law = fit_batch_law(flops, 0.3 * flops ** 0.33, bootstrap=0)
+    assert law["k"] == pytest.approx(0.3, rel=1e-9) and law["e"] == pytest.approx(0.33, rel=1e-9)
+
+
+# A GPT sweep small enough to tune in seconds: one budget, explicit sizes.
+SPEC = {"sweep": {"model": "gpt", "dataset": "python-stdlib", "budgets": [4e8], "sizes": [8, 12, 16],
+                  "batch_size": 8, "seq_len": 16, "eval_tokens": 512, "curve_points": 4, "min_steps": 5,
+                  "device": "cpu", "checkpoint_seconds": 0},
+        "model": {"n_layer": 1, "n_head": 1}, "executor": {"threads": 1}}
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tune")
+    result = flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 16], multipliers=[1 / 8, 1 / 2, 1],
+                            skip_parity=True, show_progress=False, bootstrap=20)
+    return out, result
+
+
+def test_a_tiny_tune_writes_its_runs_its_law_and_its_report(tuned):
+    out, result = tuned
+    with RunStore(out) as store:
+        frame = store.runs_frame()
+    assert len(frame) == 6 and set(frame.status) == {"done"}  # 2 sizes x 3 multipliers, stored like any sweep
+    assert sorted(frame.lr_source) == sorted(["tune:x0.125 marin", "tune:x0.5 marin", "tune:x1 marin"] * 2)
+    marin = {8: 0.33 * math.sqrt(8) / 8, 16: 0.33 * math.sqrt(8) / 16}  # the sweep's own rule, batch 8
+    for r in frame.itertuples():
+        assert r.lr == pytest.approx(marin[r.size] * float(r.lr_source.split()[0].removeprefix("tune:x")), rel=1e-9)
+    data = json.loads((out / "hparams.json").read_text())
+    assert [c["size"] for c in data["cells"]] == [8, 16]
+    for cell in data["cells"]:
+        assert len(cell["rates"]) == 3 and all(math.isfinite(v) for v in cell["losses"])
+        assert cell["best_loss"] == pytest.approx(min(cell["losses"]))
+    assert (out / "report.html").is_file() and (out / "report_plots" / "tune_cells.svg").is_file()
+    assert "size" in str(result) and "hparams.json" in str(result)
+
+
+def test_a_sweep_plans_its_rates_from_the_tune(tuned):
+    out, result = tuned
+    data = json.loads((out / "hparams.json").read_text())
+    assert all(c["in_law"] for c in data["cells"])  # both cells' best rate lies inside x1/8 ... x1
+    k = data["law"]["coefficients"]
+    options = {key: value for key, value in SPEC["sweep"].items() if key != "checkpoint_seconds"}
+    p = flops_fit.plan(**options, model_config=SPEC["model"], hparams=str(out))
+    for run in p.runs:
+        expected = k["m"]["value"] * run.tokens ** -k["a"]["value"] * run.size ** -k["b"]["value"]
+        assert run.lr == pytest.approx(expected, rel=1e-9)
+        assert run.lr_source == f"tuned:{out}"
+    assert "learning rates from the tuned law" in p.table() and "tuned" in p.table()
+
+
+SPEC_FILE = ('[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nsizes = [8, 12, 16]\nbatch_size = 8\nseq_len = 16\n'
+             'min_steps = 5\n[model]\nn_layer = 1\nn_head = 1\n')
+
+
+def test_flops_fit_plan_shows_the_tuned_rates(tuned, tmp_path, capsys):
+    out, _ = tuned
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC_FILE + '[hparams]\nwarmup_fraction = 0.1\n')
+    assert main(["plan", str(spec), "--hparams", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"learning rates from the tuned law in {out}" in text and " tuned " in text
+    spec.write_text(SPEC_FILE.replace("min_steps = 5\n", f'min_steps = 5\nhparams = "{out}"\n'))
+    assert main(["plan", str(spec)]) == 0  # the sweep-file key
+    assert f"learning rates from the tuned law in {out}" in capsys.readouterr().out
+
+
+def test_hparams_naming_a_folder_without_a_tune_is_one_line(tmp_path, capsys):
+    code = main(["plan", "--model", "gpt", "--budgets", "4e8", "--batch-size", "8", "--seq-len", "16",
+                 "--hparams", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (f"flops-fit: error: hparams {str(tmp_path)!r}: no {tmp_path / 'hparams.json'} "
+                                 "(a folder written by `flops-fit tune SPEC --out DIR`)\n")
+
+
+def test_a_law_tuned_at_one_batch_refuses_another(tuned):
+    out, _ = tuned
+    law = TunedLaw.load(out)
+    with pytest.raises(PlanError, match="tuned at batch_size 8 only, this sweep uses 32"):
+        law.check_batch(32, "gpt")
+    with pytest.raises(PlanError, match="tuned for model 'gpt', not 'llama'"):
+        law.check_batch(8, "llama")
+
+
+def test_the_tuned_rule_and_its_folder_go_together():
+    with pytest.raises(PlanError, match="lr_rule 'tuned' goes with tuned"):
+        HyperParams(lr_rule="tuned")
+    assert HyperParams.from_dict({"tuned": "t"}).lr_rule == "tuned"
+    assert flops_fit.SweepOptions(model="gpt", budgets=[1e9], hparams="some/dir").hparams.tuned == "some/dir"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--multipliers", "0.5,1"], "multipliers must hold at least 3 distinct rates"),
+    (["--multipliers", "0.5,1,-2"], "each of multipliers must be a positive number, got -2.0"),
+    (["--budgets", "3"], "budgets must count 1 to 1 of the sweep's smallest budgets"),
+    (["--sizes", "8,99"], "sizes [99] are not in the sweep's plan at budgets [400000000.0]; its sizes there: [8, 12, 16]"),
+    (["--beta2s", "0.9,1.5"], "each of beta2s must lie in (0, 1)"),
+])
+def test_bad_tune_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC_FILE)
+    code = main(["tune", str(spec), "--out", str(tmp_path / "out"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_tune_needs_a_spec_or_a_demo(tmp_path, capsys):
+    assert main(["tune", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == "flops-fit: error: flops-fit tune needs a sweep file SPEC or --demo MODEL (one of them)\n"
+
+
+def test_holdout_needs_three_cells(tuned):
+    out, _ = tuned
+    with pytest.raises((FitInputError, OptionError), match="holdout='largest' needs at least 3 cells"):
+        flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 16], multipliers=[1 / 8, 1 / 2, 1], holdout="largest",
+                       resume=True, skip_parity=True, show_progress=False, bootstrap=0, report=False)
+
+
+# ------------------------------------------------------------------ the demo's shipped law
+SHIPPED = demo.DEMO_HPARAMS / "gpt.json"
+
+
+def test_the_demo_takes_its_rates_from_the_shipped_tune():
+    plan, _ = demo.demo_plan("gpt")
+    law = json.loads(SHIPPED.read_text())
+    assert {r.lr_source for r in plan.runs} == {f"tuned:{SHIPPED}"}
+    assert {r.beta2 for r in plan.runs} == {law["beta2"]}
+
+
+def test_the_shipped_law_was_tuned_on_the_demos_current_setup():
+    """Changing the demo without tuning it again fails here: re-derive with
+    `flops-fit tune --demo gpt --out DIR` and copy DIR/hparams.json over the shipped file."""
+    config, settings = demo.demo_tune_spec("gpt")
+    law = json.loads(SHIPPED.read_text())
+    planned = flops_fit.plan(**config["sweep"], model_config=config["model"], hparams=config["hparams"])
+    assert law["setup"]["model_config"] == planned.options.model_config
+    assert law["setup"]["batch_size"] == planned.options.batch_size == law["setup"]["batch_size"]
+    assert law["setup"]["budgets"] == settings["budgets"] and law["tune"]["multipliers"] == settings["multipliers"]
+    assert law["tune"]["sizes"] == settings["sizes"]
+    assert law["setup"]["centre"] == "marin" and law["setup"]["hparams"]["beta2"] == config["hparams"]["beta2"]
+
+
+def test_the_shipped_law_refits_from_its_own_cells():
+    """The shipped coefficients are what the tune's fitting gives on the shipped losses."""
+    law = json.loads(SHIPPED.read_text())
+    cells = [fit_cell(c["rates"], c["losses"], bootstrap=0) for c in law["cells"]]
+    used = [(c, f) for c, f in zip(law["cells"], cells) if c["in_law"]]
+    assert all(f.ok for _, f in used) and len(used) >= 4
+    for (c, f) in used:
+        assert f.lr_opt == pytest.approx(c["lr_opt"], rel=1e-6)
+    refit, _ = fit_law([c["scale"] for c, _ in used], [c["tokens"] for c, _ in used],
+                       [c["batch_size"] for c, _ in used], [f.lr_opt for _, f in used], [np.empty(0)] * len(used),
+                       scale=law["law"]["scale"], bootstrap=0)
+    for name in ("m", "a", "b"):
+        assert refit.coefficients[name].value == pytest.approx(law["law"]["coefficients"][name]["value"], rel=1e-6)
+
+
+def test_the_demo_tune_rederives_on_a_reduced_grid(tmp_path):
+    """`flops-fit tune --demo gpt` on a reduced grid (one tiny budget, 2 sizes, 3 multipliers, a short
+    context): the same pipeline writes a law the demo's own configuration accepts."""
+    config, settings = demo.demo_tune_spec("gpt")
+    config["sweep"].update(budgets=[5e8], sizes=[6, 10, 16], seq_len=16, eval_tokens=1024, min_steps=10)
+    config["model"]["n_head"] = 1
+    result = flops_fit.tune(config, tmp_path, budgets=1, sizes=[6, 10],
+                            multipliers=[settings["multipliers"][0], settings["multipliers"][2],
+                                         settings["multipliers"][4]],
+                            skip_parity=True, show_progress=False, bootstrap=0, report=False)
+    data = json.loads((tmp_path / "hparams.json").read_text())
+    assert data["setup"]["centre"] == "marin" and data["beta2"] == 0.995
+    assert [c["size"] for c in data["cells"]] == [6, 10] and all(c["in_law"] for c in data["cells"])
+    assert result.cells[0].fit.rates == sorted(result.cells[0].fit.rates)
+
+
+def hand_written_law(folder, **law):
+    """An hparams.json written by hand (not by the code under test)."""
+    coefficients = {k: (None if v is None else {"value": v, "lo": None, "hi": None, "fitted": True})
+                    for k, v in law.pop("coefficients").items()}
+    data = {"format": "flops-fit-hparams/1", "model": "gpt", "setup": {"batch_size": 8}, "beta2": 0.99,
+            "law": {"scale": "width", "band": 0.3, "coefficients": coefficients}, **law}
+    folder.mkdir(exist_ok=True)
+    (folder / "hparams.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_a_batch_law_sets_each_budgets_batch_and_the_rate_follows_it(tmp_path):
+    folder = hand_written_law(tmp_path / "t", coefficients={"m": 0.5, "a": 0.1, "b": 0.8, "c": 0.4},
+                              batch_law={"k": 2e-3, "e": 0.5})
+    p = flops_fit.plan(model="gpt", budgets=[4e8, 1.6e9], sizes=[8, 12, 16], seq_len=16, min_steps=5,
+                       model_config={"n_layer": 1, "n_head": 1}, hparams=str(folder))
+    for run in p.runs:
+        batch = round(2e-3 * run.budget ** 0.5)  # 40 at 4e8, 80 at 1.6e9
+        assert run.batch_size == batch and run.beta2 == 0.99
+        assert run.lr == pytest.approx(0.5 * run.tokens ** -0.1 * run.size ** -0.8 * batch ** 0.4, rel=1e-9)
+    assert {r.batch_size for r in p.runs} == {40, 80} and "batch per budget from B*" in p.table()
+
+
+def test_under_wsd_a_family_shares_the_rate_at_its_mean_tokens(tmp_path):
+    folder = hand_written_law(tmp_path / "t", coefficients={"m": 0.5, "a": 0.2, "b": 1.0, "c": None})
+    p = flops_fit.plan(model="gpt", budgets=[4e8, 8e8], sizes=[8, 12, 16], seq_len=16, batch_size=8, min_steps=5,
+                       schedule="wsd", model_config={"n_layer": 1, "n_head": 1}, hparams=str(folder))
+    for size in (8, 12, 16):
+        runs = [r for r in p.runs if r.size == size]
+        mean = math.exp(sum(math.log(r.tokens) for r in runs) / len(runs))
+        assert [r.lr for r in runs] == pytest.approx([0.5 * mean ** -0.2 / size] * len(runs), rel=1e-9)
+        assert len({r.family for r in runs}) == 1  # one stable phase still serves both budgets
+
+
+def test_swept_beta2_and_batch_pick_the_better_beta2_and_fit_the_batch_law():
+    """fit_tune on synthetic cells: beta2 0.99 beats 0.95 in every cell, each cell's best batch
+    is the one whose parabola bottoms out lowest, and the law recovers a, b and c."""
+    from flops_fit.tuning.grid import check_grid
+    from flops_fit.tuning.tune import Cell, fit_tune
+
+    options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
+                                     min_steps=5, model_config={"n_layer": 1, "n_head": 1})
+    grid = check_grid(options, 1, None, [0.25, 1, 4], [8, 16, 32, 64], [0.95, 0.99])
+    plan = flops_fit.plan(options)
+    rates = list(np.geomspace(1e-3, 1.0, 10))
+    cells = []
+    chosen = ((8, 1e6, 8), (16, 2e6, 16), (32, 1.6e7, 32), (64, 3.2e7, 64))  # width, tokens, best batch
+    for width, tokens, best_batch in chosen:
+        flops = 6 * 1000 * width ** 2 * tokens
+        for batch in (8, 16, 32, 64):
+            for beta2 in (0.95, 0.99):
+                floor = 2 + 0.01 * math.log(batch / best_batch) ** 2 + (0.05 if beta2 == 0.95 else 0)
+                lr = 0.3 * width ** -1 * batch ** 0.5 * tokens ** -0.05
+                fit = fit_cell(rates, parabola_losses(rates, lr, floor=floor), bootstrap=0)
+                cells.append(Cell(width, 1000 * width ** 2, float(width), int(tokens), batch, beta2, flops, fit, []))
+    result = fit_tune(Path("."), plan, cells, grid, bootstrap=0, seed=0)
+    assert result.data["beta2"] == 0.99
+    k = result.law.coefficients
+    assert (k["a"].value, k["b"].value, k["c"].value) == pytest.approx((0.05, 1.0, 0.5), abs=1e-6)
+    law = result.data["batch_law"]
+    flops = [6 * 1000 * w ** 2 * t for w, t, _ in chosen]
+    slope, intercept = np.polyfit(np.log(flops), np.log([b for _, _, b in chosen]), 1)
+    assert law["e"] == pytest.approx(slope, rel=1e-9) and law["k"] == pytest.approx(math.exp(intercept), rel=1e-9)
+    assert law["cells"] == 4
+
+
+def test_an_unknown_holdout_is_refused_before_training(tmp_path):
+    with pytest.raises(OptionError, match=r"holdout must be one of \['largest'\] \(or left out\), got 'smallest'"):
+        flops_fit.tune(SPEC, tmp_path / "out", holdout="smallest")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
+    from flops_fit.tuning.grid import check_grid
+    from flops_fit.tuning.tune import Cell, fit_tune
+
+    options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
+                                     min_steps=5, model_config={"n_layer": 1, "n_head": 1})
+    grid = check_grid(options, 1, None, [0.25, 1, 4], None, None)
+    rates = [1e-3, 1e-2, 1e-1]
+    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, 1.0)), [])
+             for w in (8, 16)]  # the best rate (1.0) lies above every rate tried
+    with pytest.raises(FitInputError, match="no cell has its best rate inside the multipliers.*widen the "
+                                            "multipliers upwards"):
+        fit_tune(Path("."), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+
+
+def test_tokens_that_nearly_follow_the_width_are_not_fitted():
+    """One budget: tokens = C / (6 N(W)) with N = 12 W^2 + 512 W is no exact power of W, but
+    the few percent it departs from one cannot carry an exponent of its own."""
+    widths = np.array([8.0, 12.0, 16.0])
+    tokens = 4e8 / (6 * (12 * widths ** 2 + 512 * widths))
+    lr = 0.3 / widths * np.array([1.0, 1.05, 0.97])  # a little noise
+    law, _ = fit_law(widths, tokens, [8] * 3, lr, [np.empty(0)] * 3, scale="width", bootstrap=0)
+    assert law.coefficients["a"].fitted is False and any("a not fitted" in n for n in law.notes)
+    assert 0.5 < law.coefficients["b"].value < 1.5
