@@ -253,7 +253,7 @@ def test_bad_factors_raise_one_clear_error(names, factor, message):
 
 def test_a_plan_records_the_base_width_and_standard_plans_keep_their_configuration():
     options = {"model": "gpt", "dataset": "counting-text", "sizes": [16, 32, 64], "budgets": [1e11], "batch_size": 8,
-               "min_steps": 1, "model_config": {"n_layer": 2}}
+               "min_steps": 1, "model_config": {"n_layer": 2}, "hparams": {"lr_rule": "constant"}}
     standard = plan(host=HOST, **options).runs[0].model_config
     assert not {"parametrization", "base_width"} & set(standard)  # run ids as before muP existed
     options["model_config"] = {"n_layer": 2, "parametrization": "mup", "base_width": 16}
@@ -265,3 +265,14 @@ def test_a_sweep_without_base_width_is_refused_at_planning():
     with pytest.raises(PlanError, match="model 'gpt' refuses its configuration .*needs base_width"):
         plan(host=HOST, model="gpt", dataset="counting-text", sizes=[16, 32, 64], budgets=[1e11], batch_size=8,
              min_steps=1, model_config={"parametrization": "mup"})
+
+
+@pytest.mark.parametrize("rule", ["marin", "inverse-width"])
+def test_a_width_scaled_rate_rule_under_mup_is_refused_at_planning(rule):
+    """muP already divides each hidden layer's rate by width / base_width; a rule that divides
+    the whole rate by the width again would count the width twice."""
+    options = {"model": "gpt", "dataset": "counting-text", "sizes": [16, 32, 64], "budgets": [1e11],
+               "batch_size": 8, "min_steps": 1, "model_config": {"parametrization": "mup", "base_width": 16}}
+    with pytest.raises(PlanError, match=f"lr_rule '{rule}' scales the rate with the width.*lr_rule = \"constant\""):
+        plan(host=HOST, hparams={"lr_rule": rule}, **options)
+    assert plan(host=HOST, hparams={"lr_rule": "constant", "base_lr": 1e-2}, **options).runs
