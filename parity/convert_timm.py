@@ -27,6 +27,7 @@ from flops_fit.parity.convert_timm_cait import convert_timm_cait
 from flops_fit.parity.convert_timm_pvt_v2 import convert_timm_pvt_v2
 from flops_fit.parity.convert_timm_swin import convert_timm_swin
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
+from flops_fit.parity.timm_reference import activation_name, build_on_meta
 
 from flops_fit.errors import ConversionError
 
@@ -144,42 +145,14 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_reference(architecture: str | None, args: dict[str, Any], declared: dict[str, Any]) -> Any:
-    """The timm model these arguments describe, built on the meta device (an architecture is
-    first built with the declared arguments alone, to refuse other model families by name)."""
-    import timm
-    import torch
+    """The timm model these arguments describe, built on the meta device."""
     from timm.models.deit import VisionTransformerDistilled
     from timm.models.vision_transformer import VisionTransformer
 
     args = dict(args)
     args.pop("norm_eps", None)
-    distilled = args.pop("distilled", False)
-    try:
-        with torch.device("meta"):
-            if architecture:
-                family = timm.create_model(architecture, pretrained=False, **declared)
-                _check_family(family)  # before passing it ViT arguments it may not take
-                return timm.create_model(architecture, pretrained=False, **args)
-            return (VisionTransformerDistilled if distilled else VisionTransformer)(**args)
-    except RuntimeError as exc:
-        if architecture and "Unknown model" in str(exc):
-            raise ConversionError(f"{REFERENCE}: timm does not know architecture {architecture!r} ({exc})") from None
-        raise ConversionError(f"{REFERENCE}: timm refuses these options: {exc}") from None
-    except (TypeError, AssertionError, ValueError, KeyError) as exc:
-        raise ConversionError(f"{REFERENCE}: timm refuses these options ({args}): {exc}") from None
-
-
-def _act_name(act: Any) -> str | None:
-    import torch.nn as nn
-    from timm.layers.activations import GELU, GELUTanh, QuickGELU
-
-    if isinstance(act, nn.GELU):
-        return {"none": "gelu", "tanh": "gelu_tanh"}[act.approximate]
-    for cls, name in ((GELU, "gelu"), (GELUTanh, "gelu_tanh"), (QuickGELU, "quick_gelu"), (nn.SiLU, "silu"),
-                      (nn.ReLU, "relu")):
-        if type(act) is cls:
-            return name
-    return None
+    default = VisionTransformerDistilled if args.pop("distilled", False) else VisionTransformer
+    return build_on_meta(REFERENCE, architecture, args, declared, default, _check_family)
 
 
 def _check_family(model: Any) -> None:
@@ -230,7 +203,7 @@ def describe_reference(model: Any) -> dict[str, Any]:
         refuse(type(mlp) is not Mlp, f"mlp_layer={type(mlp).__name__}")
         refuse(not isinstance(getattr(attn, "norm", nn.Identity()), nn.Identity), "scale_attn_norm=True")
         refuse(not isinstance(getattr(mlp, "norm", nn.Identity()), nn.Identity), "scale_mlp_norm=True")
-        act = _act_name(getattr(mlp, "act", None))
+        act = activation_name(getattr(mlp, "act", None))
         refuse(act is None, f"act_layer={type(getattr(mlp, 'act', None)).__name__}")
         acts.add(act)
         qk_norm.add(not isinstance(attn.q_norm, nn.Identity))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
+from flops_fit.parity.timm_reference import activation_name, affine_layer_norm, build_on_meta
 
 from flops_fit.errors import ConversionError
 
@@ -90,49 +91,18 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
 
 def build_reference(architecture: str | None, args: dict[str, Any], declared: dict[str, Any]) -> Any:
     """The timm model these arguments describe, on the meta device."""
-    import timm
-    import torch
     from timm.layers import get_act_layer
     from timm.models.cait import Cait
 
     # Cait takes activation classes; timm's names ('gelu', 'gelu_tanh', ...) are looked up
     args, declared = ({**d, "act_layer": get_act_layer(d["act_layer"])} if isinstance(d.get("act_layer"), str) else d
                       for d in (args, declared))
-    try:
-        with torch.device("meta"):
-            if architecture:
-                if not isinstance(timm.create_model(architecture, pretrained=False, **declared), Cait):
-                    raise ConversionError(f"{REFERENCE}: architecture {architecture!r} is not a timm Cait")
-                return timm.create_model(architecture, pretrained=False, **args)
-            return Cait(**args)
-    except RuntimeError as exc:
-        if architecture and "Unknown model" in str(exc):
-            raise ConversionError(f"{REFERENCE}: timm does not know architecture {architecture!r} ({exc})") from None
-        raise ConversionError(f"{REFERENCE}: timm refuses these options: {exc}") from None
-    except (TypeError, AssertionError, ValueError, KeyError) as exc:
-        raise ConversionError(f"{REFERENCE}: timm refuses these options ({args}): {exc}") from None
 
+    def check_family(model: Any) -> None:
+        if not isinstance(model, Cait):
+            raise ConversionError(f"{REFERENCE}: architecture {architecture!r} is not a timm Cait")
 
-def activation_name(act: Any) -> str | None:
-    """Our ``act_layer`` name of a timm / torch activation module, or None."""
-    import torch.nn as nn
-    from timm.layers.activations import GELU, GELUTanh, QuickGELU
-
-    if isinstance(act, nn.GELU):
-        return {"none": "gelu", "tanh": "gelu_tanh"}[act.approximate]
-    for cls, name in ((GELU, "gelu"), (GELUTanh, "gelu_tanh"), (QuickGELU, "quick_gelu"), (nn.SiLU, "silu"),
-                      (nn.ReLU, "relu")):
-        if type(act) is cls:
-            return name
-    return None
-
-
-def affine_layer_norm(norm: Any) -> bool:
-    """An affine LayerNorm computed as ``F.layer_norm`` (torch's, or timm's ``LayerNorm``)."""
-    import torch.nn as nn
-    from timm.layers import LayerNorm
-
-    return type(norm) in (nn.LayerNorm, LayerNorm) and norm.elementwise_affine and norm.bias is not None
+    return build_on_meta(REFERENCE, architecture, args, declared, Cait, check_family)
 
 
 def describe_reference(model: Any) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.convert_timm_cait import activation_name, affine_layer_norm
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
+from flops_fit.parity.timm_reference import activation_name, affine_layer_norm, build_on_meta
 
 from flops_fit.errors import ConversionError
 
@@ -112,24 +112,13 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
 
 def build_reference(architecture: str | None, args: dict[str, Any], declared: dict[str, Any]) -> Any:
     """The timm model these arguments describe, on the meta device."""
-    import timm
-    import torch
     from timm.models.pvt_v2 import PyramidVisionTransformerV2
 
-    try:
-        with torch.device("meta"):
-            if architecture:
-                family = timm.create_model(architecture, pretrained=False, **declared)
-                if not isinstance(family, PyramidVisionTransformerV2):
-                    raise ConversionError(f"{REFERENCE}: architecture {architecture!r} is not a timm PVT v2")
-                return timm.create_model(architecture, pretrained=False, **args)
-            return PyramidVisionTransformerV2(**args)
-    except RuntimeError as exc:
-        if architecture and "Unknown model" in str(exc):
-            raise ConversionError(f"{REFERENCE}: timm does not know architecture {architecture!r} ({exc})") from None
-        raise ConversionError(f"{REFERENCE}: timm refuses these options: {exc}") from None
-    except (TypeError, AssertionError, ValueError, KeyError) as exc:
-        raise ConversionError(f"{REFERENCE}: timm refuses these options ({args}): {exc}") from None
+    def check_family(model: Any) -> None:
+        if not isinstance(model, PyramidVisionTransformerV2):
+            raise ConversionError(f"{REFERENCE}: architecture {architecture!r} is not a timm PVT v2")
+
+    return build_on_meta(REFERENCE, architecture, args, declared, PyramidVisionTransformerV2, check_family)
 
 
 def describe_reference(model: Any) -> dict[str, Any]:

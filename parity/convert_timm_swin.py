@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
+from flops_fit.parity.timm_reference import build_on_meta
 from flops_fit.plugins.swin import SwinConfig
 
 from flops_fit.errors import ConversionError
@@ -141,24 +142,10 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_reference(architecture: str | None, args: dict[str, Any], declared: dict[str, Any]) -> Any:
-    """The timm model these arguments describe, built on the meta device (an architecture is
-    first built with the declared arguments alone, to refuse other model families by name)."""
-    import timm
-    import torch
+    """The timm model these arguments describe, built on the meta device."""
     from timm.models.swin_transformer import SwinTransformer
 
-    try:
-        with torch.device("meta"):
-            if architecture:
-                _check_family(timm.create_model(architecture, pretrained=False, **declared))
-                return timm.create_model(architecture, pretrained=False, **args)
-            return SwinTransformer(**args)
-    except RuntimeError as exc:
-        if architecture and "Unknown model" in str(exc):
-            raise ConversionError(f"{REFERENCE}: timm does not know architecture {architecture!r} ({exc})") from None
-        raise ConversionError(f"{REFERENCE}: timm refuses these options: {exc}") from None
-    except (TypeError, AssertionError, ValueError, KeyError) as exc:
-        raise ConversionError(f"{REFERENCE}: timm refuses these options ({args}): {exc}") from None
+    return build_on_meta(REFERENCE, architecture, args, declared, SwinTransformer, _check_family)
 
 
 def _check_family(model: Any) -> None:

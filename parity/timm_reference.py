@@ -1,0 +1,59 @@
+"""What every timm converter reads off a timm model the same way: the reference built on the
+meta device (timm's refusals as one ConversionError), activation names, and which norms are
+plain affine LayerNorms. One place, so the converters cannot drift apart on them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flops_fit.errors import ConversionError
+
+
+def build_on_meta(reference: str, architecture: str | None, args: dict[str, Any], declared: dict[str, Any],
+                  default: Callable[..., Any], check_family: Callable[[Any], None]) -> Any:
+    """The timm model on the meta device: ``architecture`` built with ``args``, else ``default(**args)``.
+
+    An architecture is first built with the ``declared`` arguments alone and handed to
+    ``check_family``, so another model family is refused by name before it is given this
+    family's arguments. timm's own errors become one ConversionError naming ``reference``.
+    """
+    import timm
+    import torch
+
+    try:
+        with torch.device("meta"):
+            if architecture:
+                check_family(timm.create_model(architecture, pretrained=False, **declared))
+                return timm.create_model(architecture, pretrained=False, **args)
+            return default(**args)
+    except ConversionError:
+        raise
+    except RuntimeError as exc:
+        if architecture and "Unknown model" in str(exc):
+            raise ConversionError(f"{reference}: timm does not know architecture {architecture!r} ({exc})") from None
+        raise ConversionError(f"{reference}: timm refuses these options: {exc}") from None
+    except (TypeError, AssertionError, ValueError, KeyError) as exc:
+        raise ConversionError(f"{reference}: timm refuses these options ({args}): {exc}") from None
+
+
+def activation_name(act: Any) -> str | None:
+    """Our ``act_layer`` name of a timm / torch activation module, or None."""
+    import torch.nn as nn
+    from timm.layers.activations import GELU, GELUTanh, QuickGELU
+
+    if isinstance(act, nn.GELU):
+        return {"none": "gelu", "tanh": "gelu_tanh"}[act.approximate]
+    for cls, name in ((GELU, "gelu"), (GELUTanh, "gelu_tanh"), (QuickGELU, "quick_gelu"), (nn.SiLU, "silu"),
+                      (nn.ReLU, "relu")):
+        if type(act) is cls:
+            return name
+    return None
+
+
+def affine_layer_norm(norm: Any) -> bool:
+    """An affine LayerNorm computed as ``F.layer_norm`` (torch's, or timm's ``LayerNorm``)."""
+    import torch.nn as nn
+    from timm.layers import LayerNorm
+
+    return type(norm) in (nn.LayerNorm, LayerNorm) and norm.elementwise_affine and norm.bias is not None
