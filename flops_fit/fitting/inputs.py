@@ -171,16 +171,21 @@ def load_runs(
     return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric)
 
 
+def _require_metric(frame: pd.DataFrame, name: str, column: str, label: str, noun: str, hint: str) -> None:
+    """FitInputError unless ``column`` exists and every finished run has a value in it."""
+    if column not in frame:
+        raise FitInputError(f"{name}: no {label} column {column!r}: {hint}")
+    finished = frame["status"].astype(str).isin(FINISHED) if "status" in frame else pd.Series(True, frame.index)
+    missing = pd.to_numeric(frame[column], errors="coerce").isna() & finished
+    if missing.any():
+        raise FitInputError(f"{name}: {int(missing.sum())} of {int(finished.sum())} finished runs have no {noun}: "
+                            f"{hint}")
+
+
 def _bits_per_byte(frame: pd.DataFrame, name: str, bpb_col: str, curve_col: str) -> pd.DataFrame:
     """``frame`` checked for bits per byte in every finished run, its curves rescaled to bits per
     byte by each run's held-out bpb / loss (curves without a loss to scale by are dropped)."""
-    if bpb_col not in frame:
-        raise FitInputError(f"{name}: no bits-per-byte column {bpb_col!r}: {NO_BPB}")
-    finished = frame["status"].astype(str).isin(FINISHED) if "status" in frame else pd.Series(True, frame.index)
-    missing = pd.to_numeric(frame[bpb_col], errors="coerce").isna() & finished
-    if missing.any():
-        raise FitInputError(f"{name}: {int(missing.sum())} of {int(finished.sum())} finished runs have no bits per "
-                            f"byte: {NO_BPB}")
+    _require_metric(frame, name, bpb_col, "bits-per-byte", "bits per byte", NO_BPB)
     if curve_col in frame:
         frame = frame.copy()
         scale = pd.to_numeric(frame[bpb_col], errors="coerce") / pd.to_numeric(frame.get("loss"), errors="coerce") \
@@ -192,13 +197,7 @@ def _bits_per_byte(frame: pd.DataFrame, name: str, bpb_col: str, curve_col: str)
 def _top1_error(frame: pd.DataFrame, name: str, error_col: str, curve_col: str) -> pd.DataFrame:
     """``frame`` checked for a top-1 error in every finished run, without its training curves
     (they are losses: Approach 1 has no error curve to take an envelope of)."""
-    if error_col not in frame:
-        raise FitInputError(f"{name}: no top-1 error column {error_col!r}: {NO_ERROR}")
-    finished = frame["status"].astype(str).isin(FINISHED) if "status" in frame else pd.Series(True, frame.index)
-    missing = pd.to_numeric(frame[error_col], errors="coerce").isna() & finished
-    if missing.any():
-        raise FitInputError(f"{name}: {int(missing.sum())} of {int(finished.sum())} finished runs have no top-1 "
-                            f"error: {NO_ERROR}")
+    _require_metric(frame, name, error_col, "top-1 error", "top-1 error", NO_ERROR)
     return frame.drop(columns=[curve_col]) if curve_col in frame else frame
 
 
