@@ -156,7 +156,7 @@ class Glyphs:
         if indices.size and not (0 <= indices.min() and indices.max() < self.samples):
             raise IndexError(f"glyphs {self.split}: indices outside [0, {self.samples})")
         n, s = len(indices), self.size
-        u = torch.from_numpy(uniforms(self.seed, SPLITS.index(self.split), indices, 42).T.copy()).float().T
+        u = torch.from_numpy(uniforms(self.seed, SPLITS.index(self.split), indices, 43).T.copy()).float().T
 
         def pick(column: int, count: int) -> torch.Tensor:
             return (u[:, column] * count).long().clamp_max(count - 1)
@@ -178,11 +178,13 @@ class Glyphs:
         shift = torch.zeros(n, 2, 3)
         shift[:, 0, 0] = shift[:, 1, 1] = 1.0
         shift[:, :, 2] = torch.stack([between(10, -1, 1), between(11, -1, 1)], 1)
-        # Both glyphs in one resampling.
-        row = (torch.cat([stroke, torch.ones_like(stroke)]) * len(FONTS) + torch.cat([font, other_font])) \
-            * len(CHARACTERS) + torch.cat([label, other_label])
+        # Both glyphs in one resampling (the other glyph only where some sample has clutter).
+        cluttered = u[:, 28] < self.clutter
+        glyphs = 2 if bool(cluttered.any()) else 1
+        row = (torch.cat([stroke, torch.ones_like(stroke)][:glyphs]) * len(FONTS)
+               + torch.cat([font, other_font][:glyphs])) * len(CHARACTERS) + torch.cat([label, other_label][:glyphs])
         sources = self.masks.index_select(0, row)[:, None]
-        grid = F.affine_grid(torch.cat([theta, shift]), [2 * n, 1, s, s], align_corners=False)
+        grid = F.affine_grid(torch.cat([theta, shift][:glyphs]), [glyphs * n, 1, s, s], align_corners=False)
         drawn = F.grid_sample(sources, grid, mode="bilinear", align_corners=False)
         alpha, fragment = drawn[:n], drawn[n:]
         # Colours: a dark and a light level at least 0.3 apart, each tinted, either way round.
@@ -200,7 +202,6 @@ class Glyphs:
         texture = self.texture.index_select(0, pick(26, _BANK)) * (u[:, 27] * self.texture_strength)[:, None, None, None]
         image = bg[:, :, None, None] + texture + gradient
         # Clutter in a ``clutter`` share of samples: up to two strokes and a faint fragment of another glyph.
-        cluttered = u[:, 28] < self.clutter
         ys = torch.arange(s, dtype=torch.float32)[None, :, None]
         xs = torch.arange(s, dtype=torch.float32)[None, None, :]
         strokes = torch.where(cluttered, 1 + (u[:, 29] < 0.5).long(), torch.zeros_like(label))
@@ -212,11 +213,12 @@ class Glyphs:
             cover = (1 - distance / width).clamp(0, 1) * 0.4 * (strokes > k)[:, None, None]
             colour = torch.roll(bg, 1 + k, 1)  # another tint of the scene, fixed by the sample
             image = image * (1 - cover[:, None]) + colour[:, :, None, None] * cover[:, None]
-        fragment = fragment * (0.1 + 0.25 * u[:, 40])[:, None, None, None] * cluttered[:, None, None, None]
-        image = image * (1 - fragment) + (1 - fg[:, :, None, None]) * fragment
+        if glyphs == 2:
+            fragment = fragment * (0.1 + 0.25 * u[:, 40])[:, None, None, None] * cluttered[:, None, None, None]
+            image = image * (1 - fragment) + (1 - fg[:, :, None, None]) * fragment
         image = image * (1 - alpha) + fg[:, :, None, None] * alpha
         sign = torch.where(u[:, 41] < 0.5, -1.0, 1.0)
-        image = image + self.white.index_select(0, pick(27, _BANK)) * (self.noise * sign)[:, None, None, None]
+        image = image + self.white.index_select(0, pick(42, _BANK)) * (self.noise * sign)[:, None, None, None]
         image = image.clamp(0.0, 1.0)
         if self.in_chans == 1:
             image = (image * torch.tensor([0.299, 0.587, 0.114])[None, :, None, None]).sum(1, keepdim=True)
