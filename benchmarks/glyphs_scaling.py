@@ -7,7 +7,7 @@ each sample count (as the demo's sweep does): the held-out loss after each coold
 (width, samples) point. Writes a JSON of the grid and a two-panel plot: loss against
 parameters at each sample count, and loss against samples at each width.
 
-    python benchmarks/glyphs_scaling.py [--widths 12,24,48,96] [--samples 20000,40000,80000,160000]
+    python benchmarks/glyphs_scaling.py [--widths 8,14,20,28] [--samples 25000,50000,100000,200000]
         [--out docs/glyphs_scaling.png]
 """
 
@@ -110,8 +110,8 @@ def plot(grid: dict, params: dict, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--widths", default="12,24,48,96")
-    parser.add_argument("--samples", default="20000,40000,80000,160000")
+    parser.add_argument("--widths", default="8,14,20,28")
+    parser.add_argument("--samples", default="25000,50000,100000,200000")
     parser.add_argument("--eval-samples", type=int, default=4096)
     parser.add_argument("--out", default="docs/glyphs_scaling.png")
     args = parser.parse_args()
