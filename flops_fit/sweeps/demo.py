@@ -50,7 +50,7 @@ DEMOS: dict[str, dict[str, Any]] = {
         "sweep": {
             "model": "vit", "dataset": "glyphs",
             "budgets": [1.4e10, 2e10, 2.8e10, 4e10, 5.6e10, 8e10],
-            "sizes_per_budget": 5, "span": 8.0, "tokens_per_param": 16.0, "batch_size": 128,
+            "sizes_per_budget": 5, "span": 16.0, "tokens_per_param": 40.0, "batch_size": 128,
             "eval_tokens": 4096, "curve_points": 10, "min_steps": 20, "seed": 0, "schedule": "wsd",
         },
         "dataset": {"image_size": 16, "num_classes": 36, "inverted": 0.0, "clutter": 0.0, "rotation": 10.0},
