@@ -49,7 +49,7 @@ DEMOS: dict[str, dict[str, Any]] = {
         # GPT demo; batch 128 because a step of these models costs little more than its overhead.
         "sweep": {
             "model": "vit", "dataset": "glyphs",
-            "budgets": [1.4e10, 2e10, 2.8e10, 4e10, 5.6e10, 8e10],
+            "budgets": [7e9, 1e10, 1.4e10, 2e10, 2.8e10, 4e10, 5.6e10, 8e10],
             "sizes_per_budget": 5, "span": 16.0, "tokens_per_param": 40.0, "batch_size": 128,
             "eval_tokens": 4096, "curve_points": 10, "min_steps": 20, "seed": 0, "schedule": "wsd",
         },
