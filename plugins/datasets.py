@@ -72,10 +72,11 @@ def register_datasets(register):
         "glyphs",
         description="Offline corpus that does not run out: 139 characters (digits, Latin, Greek, Cyrillic) from "
         "matplotlib's DejaVu fonts, transformed, coloured, textured and cluttered from each sample's index; "
-        "32x32 RGB; disjoint held-out seeds",
+        "32x32 RGB by default (num_classes=, image_size=, in_chans=, rotation=, clutter=, texture=, inverted=, "
+        "noise= set the difficulty); disjoint held-out seeds",
         builder=f"{_MOD}.glyphs:build_glyphs",
         defaults={"image_size": 32, "in_chans": 3, "num_classes": 139, "patch_size": 4, "seed": 0, "clutter": 0.5,
-                  "noise": 0.03},
+                  "noise": 0.03, "rotation": 25.0, "texture": 0.15, "inverted": 0.5},
         **_IMAGES,
     ))
     register(flops_fit.DatasetEntry(

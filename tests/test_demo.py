@@ -42,3 +42,27 @@ def test_a_scaled_down_demo_runs_end_to_end(small_demo, tmp_path):
     text = (tmp_path / "isoflop.txt").read_text()
     assert f"of {len(outcome.plan.budgets)} IsoFLOP curves have an interior minimum" in text
     assert "saved)" in text
+
+
+def test_the_vit_demo_plan_sweeps_glyphs_with_the_promised_shape():
+    plan, config = demo.demo_plan("vit")
+    assert plan.options.dataset == "glyphs" and plan.options.schedule == "wsd" and config.executor_options["threads"] == 1
+    assert len(plan.budgets) >= 5
+    for budget in plan.budgets:
+        assert sum(r.budget == budget for r in plan.runs) >= 5
+    assert len(families(plan.runs)) == len({r.size for r in plan.runs}) < len(plan.runs) / 2
+    assert {r.model_config["num_classes"] for r in plan.runs} == {plan.options.dataset_config["num_classes"]}
+
+
+def test_a_scaled_down_vit_demo_runs_end_to_end(monkeypatch, tmp_path):
+    """The ViT demo's configuration (glyphs, WSD, one stable phase per size) at 8 x 8 pixels, 3 widths, 250 steps."""
+    vit = demo.DEMOS["vit"]
+    config = {**vit, "sweep": {**vit["sweep"], "budgets": [4e7, 5.6e7, 8e7], "sizes": [4, 8, 12], "batch_size": 32,
+                                "eval_tokens": 64, "min_steps": 10},
+              "dataset": {**vit["dataset"], "image_size": 8}, "model": {**vit["model"], "patch_size": 4}}
+    monkeypatch.setitem(demo.DEMOS, "vit-small", config)
+    outcome = demo.run_demo("vit-small", tmp_path, show_progress=False, fit=False, skip_parity=True)
+    frame = outcome.result.runs
+    assert len(frame) == len(outcome.plan.runs) >= 9 and set(frame.status) == {"done"}
+    assert (frame.loss < 5).all()  # a held-out cross-entropy over the demo's classes, every run finished
+    assert "of 3 IsoFLOP curves have an interior minimum" in (tmp_path / "isoflop.txt").read_text()

@@ -45,9 +45,41 @@ def test_labels_cover_every_class_and_no_two_classes_look_alike():
             assert not same.all(), (glyphs.CHARACTERS[i], glyphs.CHARACTERS[j])
 
 
-def test_bad_options_and_indices_are_refused():
-    with pytest.raises(DataError, match="clutter is a probability"):
-        glyphs.build_glyphs("train", clutter=2)
+def test_the_difficulty_knobs_shape_the_samples():
+    small = glyphs.build_glyphs("train", num_classes=10, image_size=16, in_chans=1).get_batch(np.arange(500))
+    assert small["images"].shape == (500, 1, 16, 16)
+    assert set(small["labels"].tolist()) == set(range(10))  # the first ten characters: the digits
+    plain = glyphs.build_glyphs("train", clutter=0.0, noise=0.0, texture=0.0, rotation=0.0, inverted=0.0)
+    images, labels = plain.render(np.arange(64))
+    # dark ink on a plain light ground: the corner pixel is the background, lighter than the glyph's darkest
+    corner, darkest = images[:, :, 0, 0].mean(1), images.mean(1).flatten(1).min(1).values
+    assert (corner > darkest + 0.1).all()
+    inverted, _ = glyphs.build_glyphs("train", clutter=0.0, noise=0.0, texture=0.0, inverted=1.0).render(np.arange(64))
+    assert (inverted[:, :, 0, 0].mean(1) < inverted.mean(1).flatten(1).max(1).values - 0.1).all()
+
+
+def test_a_sample_does_not_depend_on_its_batch():
+    u = glyphs.uniforms(0, 0, np.array([7, 3, 7]), 5)
+    assert np.array_equal(u[0], u[2]) and not np.array_equal(u[0], u[1]) and ((0 <= u) & (u < 1)).all()
+    assert np.array_equal(glyphs.uniforms(0, 0, np.array([3]), 5)[0], u[1])
+    assert not np.array_equal(glyphs.uniforms(0, 1, np.array([3]), 5), glyphs.uniforms(0, 0, np.array([3]), 5))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"clutter": 2}, "clutter is a probability"),
+    ({"num_classes": 1}, "num_classes is the number of characters, 2 to 139"),
+    ({"image_size": 4}, "image_size is a side in pixels"),
+    ({"in_chans": 2}, "in_chans is 3"),
+    ({"rotation": -1}, "rotation is the largest angle"),
+    ({"inverted": 1.5}, "inverted is a probability"),
+    ({"texture": -0.1}, "texture is a strength"),
+])
+def test_bad_knobs_are_refused_by_name(options, message):
+    with pytest.raises(DataError, match=message):
+        glyphs.build_glyphs("train", **options)
+
+
+def test_bad_splits_and_indices_are_refused():
     with pytest.raises(DataError, match="unknown split 'test'"):
         glyphs.build_glyphs("test")
     with pytest.raises(IndexError, match="outside"):

@@ -2,10 +2,12 @@
 
 The GPT demo trains a small byte-level GPT on the Python standard library's own source
 (8 budgets x 5 sizes on a ladder of 6 sizes, warmup-stable-decay: one stable phase per
-size, a cooldown branched for each budget), the ViT demo a small ViT on scikit-learn's 8x8 digits. Budgets
-and sizes were chosen (and checked) so that the IsoFLOP curves have interior minima; the GPT
-demo's learning rates come from the law a tune of its own setup fitted (``DEMO_TUNES``,
-shipped as ``demo_hparams/gpt.json``); then the runs go to ``flops_fit.fit``.
+size, a cooldown branched for each budget), the ViT demo a small ViT on the glyphs corpus
+(rendered characters, generated offline) the same way. Budgets and sizes were chosen (and
+checked) so that the IsoFLOP curves have interior minima; the GPT demo's learning rates come
+from the law a tune of its own setup fitted (``DEMO_TUNES``, shipped as
+``demo_hparams/gpt.json``), the ViT demo's from a probe on an IsoFLOP slice; then the runs go
+to ``flops_fit.fit``.
 """
 
 from __future__ import annotations
@@ -43,15 +45,25 @@ DEMOS: dict[str, dict[str, Any]] = {
         "executor": {"threads": 1},
     },
     "vit": {
+        # The glyphs corpus (an offline stream that never repeats) at 16 x 16 pixels, 36 classes
+        # (digits and capitals), dark ink on a light ground, no clutter: tiny ViTs leave chance
+        # within a few hundred steps there, and the held-out loss keeps falling with size and data
+        # (docs/data.md). 6 budgets a factor sqrt(2) apart on a ladder of widths with WSD, as the
+        # GPT demo; batch 128 because a step of these models costs little more than its overhead.
         "sweep": {
-            "model": "vit", "dataset": "digits", "budgets": [1.5e10, 3e10, 6e10],
-            "sizes_per_budget": 5, "span": 16.0, "batch_size": 128,
-            "eval_tokens": 359, "curve_points": 10, "min_steps": 20, "seed": 0,
+            "model": "vit", "dataset": "glyphs",
+            "budgets": [1.4e10, 2e10, 2.8e10, 4e10, 5.6e10, 8e10],
+            "sizes_per_budget": 5, "span": 16.0, "tokens_per_param": 40.0, "batch_size": 128,
+            "eval_tokens": 4096, "curve_points": 10, "min_steps": 20, "seed": 0, "schedule": "wsd",
         },
-        "model": {"depth": 2, "head_dim": 4},
-        # Marin's rule gives ~0.9 at width 4 with batch 128; a 1/width rule around 2e-2 at
-        # width 16 keeps these tiny ViTs stable.
-        "hparams": {"lr_rule": "inverse-width", "base_lr": 2e-2, "base_width": 16},
+        "dataset": {"image_size": 16, "num_classes": 36, "inverted": 0.0, "clutter": 0.0, "rotation": 10.0},
+        # Two heads at every width (cheap CPU attention) and 8-pixel patches: 4 patches and a class
+        # token. With 4-pixel patches (16 tokens) these widths stay at chance for hundreds of steps.
+        "model": {"depth": 2, "num_heads": 2, "patch_size": 8},
+        # 1/width around 3e-3 at width 64 (1.2e-2 at width 16). On this demo's IsoFLOP slice at
+        # 2.8e10 FLOPs (widths 6-24) x 1 beats x 1/2 and x 2 at the optimum and above it
+        # (docs/sweeps.md). 8 budgets (7e9-8e10) gave wider exponent intervals, not narrower.
+        "hparams": {"lr_rule": "inverse-width", "base_lr": 3e-3, "base_width": 64},
         "executor": {"threads": 1},
     },
 }
