@@ -19,7 +19,8 @@ after every step, so a killed run still leaves what it measured:
    over the device's published dense bf16 peak (``PEAK_BF16``);
 4. ``packed``: small runs several at a time on one device (worker processes of the local
    executor) against one at a time, at the demo's sizes and at 10M-100M parameters: the
-   sweep's throughput ratio, and every run's losses equal either way.
+   sweep's throughput ratio, and every run's losses equal either way (bit for bit on the CPU,
+   within ``PACKED_RTOL`` on CUDA, whose atomics are not bitwise reproducible).
 
 ``failed`` counts the checks that failed (a step that raised counts as one). The script needs
 only torch, transformers, timm and this project (litgpt is optional); progress goes to stderr.
@@ -76,6 +77,14 @@ PEAK_BF16: list[tuple[str, float]] = [
 # in summation order only; bf16 rounds activations to 8 bits of mantissa (eps 7.8e-3) and the
 # difference compounds over the steps of a short run.
 CURVE_RTOL = {"fp32": 1e-3, "bf16": 3e-2}
+
+# Packed against one at a time, relative, on every curve point and the held-out loss. On the CPU
+# the runs are bit for bit the same. CUDA kernels with atomic accumulation (SDPA's backward,
+# some reductions) are not bitwise reproducible run to run, so there a run must match within
+# this (a first guess for bf16 over a few hundred steps, to be calibrated by a GPU run; a wrong
+# device, data order or seed moves the loss by percents); whether the runs were bitwise equal is
+# recorded either way.
+PACKED_RTOL = {"cpu": 0.0, "cuda": 5e-3}
 
 # Seconds per step on a GPU (8 minutes in all, with room for start-up); checked between units of work.
 BUDGET_S = {"parity": 100.0, "trainer": 90.0, "speed": 170.0, "packed": 90.0}
@@ -224,11 +233,14 @@ def trainer_step(s: Step) -> dict[str, Any]:
             try:
                 with exact_fp32() if fields["precision"] == "fp32" else contextlib.nullcontext():
                     result = train(spec)
-            except Exception as exc:  # noqa: BLE001 - "auto" on a CPU may refuse; every variant is reported
+            except Exception as exc:  # noqa: BLE001 - one variant that raises must not cost the others
+                reason = f"{type(exc).__name__}: {exc}"
                 if "micro_batch_size" in fields and not s.device.startswith("cuda"):
-                    rows[name] = {"status": f"skipped: {type(exc).__name__}: {exc}"}
-                    continue
-                raise
+                    rows[name] = {"status": f"skipped: {reason}"}  # "auto" on a CPU may refuse
+                else:
+                    rows[name] = {"status": "failed", "error": reason}
+                    s.check(f"trainer {model} {name}", False, f"raised {reason}")
+                continue
             error = curve_error(result, reference)
             tol = CURVE_RTOL[fields["precision"]]
             passed = result.status == "done" and error <= tol
@@ -428,25 +440,31 @@ def packed_step(s: Step) -> dict[str, Any]:
         serial_s, serial = run_all(specs, one_at_a_time)
         s.time_left(f"the packed {group} runs")
         packed_s, together = run_all(specs, packed)
-        problems = []
+        problems, bitwise, worst = [], True, 0.0
+        rtol = PACKED_RTOL["cuda" if s.device.startswith("cuda") else "cpu"]
         for spec in specs:
             a, b = serial.get(spec.run_id), together.get(spec.run_id)
             for label, r in (("one at a time", a), ("packed", b)):
                 if not isinstance(r, flops_fit.RunResult) or r.status != "done":
                     problems.append(f"width {spec.size} seed {spec.seed} {label}: {getattr(r, 'error', None) or r!r}")
-            if isinstance(a, flops_fit.RunResult) and isinstance(b, flops_fit.RunResult) and \
-                    (a.loss != b.loss or a.curve != b.curve):
-                problems.append(f"width {spec.size} seed {spec.seed}: held-out loss {a.loss!r} one at a time, "
-                                f"{b.loss!r} packed; curves {'equal' if a.curve == b.curve else 'differ'}")
+            if isinstance(a, flops_fit.RunResult) and isinstance(b, flops_fit.RunResult):
+                bitwise &= a.loss == b.loss and a.curve == b.curve
+                error = curve_error(b, a)
+                worst = max(worst, error)
+                if not error <= rtol:
+                    problems.append(f"width {spec.size} seed {spec.seed}: held-out loss {a.loss!r} one at a time, "
+                                    f"{b.loss!r} packed; curves {'equal' if a.curve == b.curve else 'differ'} "
+                                    f"(max rel diff {error:.2e}, rtol {rtol:g})")
         tokens = sum(spec.tokens for spec in specs)
         ratio = serial_s / packed_s
         out["groups"][group] = {"runs": len(specs), "params": [min(params), max(params)], "steps": specs[0].steps,
                                 "one_at_a_time_s": serial_s, "packed_s": packed_s, "throughput_ratio": ratio,
                                 "tokens_per_s": {"one_at_a_time": tokens / serial_s, "packed": tokens / packed_s},
-                                "identical": not problems, "problems": problems}
+                                "identical": bitwise and not problems, "max_rel_diff": _finite(worst),
+                                "rtol": rtol, "problems": problems}
         log(f"  packed {group}: {len(specs)} runs, {serial_s:.1f}s one at a time, {packed_s:.1f}s packed "
             f"({workers} workers): {ratio:.2f}x")
-        s.check(f"packed {group} identical results", not problems, "; ".join(problems))
+        s.check(f"packed {group} same results", not problems, "; ".join(problems))
     return out
 
 

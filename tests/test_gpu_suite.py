@@ -79,6 +79,7 @@ def test_packed_runs_give_the_same_losses_as_one_at_a_time(smoke):
     assert len(groups) == 2
     for group in groups.values():
         assert group["identical"] is True and group["problems"] == []
+        assert group["max_rel_diff"] == 0.0 and group["rtol"] == 0.0  # bit for bit on a CPU
         assert group["one_at_a_time_s"] > 0 and group["packed_s"] > 0
         assert group["throughput_ratio"] == pytest.approx(group["one_at_a_time_s"] / group["packed_s"])
 
@@ -96,6 +97,27 @@ def test_a_step_that_raises_is_recorded_and_the_json_still_written(suite, tmp_pa
     assert record["steps"]["speed"]["error"] == "RuntimeError: no kernel image is available"
     assert record["steps"]["speed"]["partial"] == 1
     assert record["steps"]["parity"] == {"status": "skipped: not in --only"}
+
+
+def test_a_trainer_variant_that_raises_is_a_failed_check_and_the_others_still_run(suite, tmp_path, monkeypatch):
+    real = suite.train
+
+    def train(spec):
+        if spec.precision == "bf16" and spec.model == "gpt":
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(spec)
+
+    monkeypatch.setattr(suite, "train", train)
+    monkeypatch.setattr(suite, "trainer_reads_micro_batches", lambda: False)
+    suite.run_suite("cpu", True, tmp_path, ["trainer"], False, 1.0)
+    record = json.loads((tmp_path / "gpu-cpu.json").read_text())
+    gpt, vit = (record["steps"]["trainer"]["models"][m] for m in ("gpt", "vit"))
+    assert record["steps"]["trainer"]["status"] == "done"
+    assert gpt["bf16"] == {"status": "failed",
+                           "error": "RuntimeError: CUDA error: an illegal memory access was encountered"}
+    assert gpt["fp32"]["status"] == "passed" and vit["bf16"]["status"] == "passed"
+    assert [c["name"] for c in record["checks"] if not c["passed"]] == ["trainer gpt bf16"]
+    assert record["failed"] == 1
 
 
 @pytest.mark.parametrize(("name", "peak"), [
