@@ -3,7 +3,10 @@
 Found once by a short probe (forward and backward at the whole batch, then halving on
 ``torch.cuda.OutOfMemoryError``) and remembered per (model, size, configuration, sequence
 length, precision, device name) in ``$FLOPS_FIT_CACHE/micro_batch.json``, so the runs of a
-sweep and later sweeps do not probe again. The probe's gradients are discarded.
+sweep and later sweeps do not probe again. An entry says whether the device ran out of memory
+(``limited``): if not, its size was only the batch it was probed with, and a larger batch
+probes again. The probe's gradients are discarded. It runs one process's model alone, so a
+sharded (FSDP) model, whose forward needs every rank, is refused.
 """
 
 from __future__ import annotations
@@ -15,26 +18,38 @@ import torch
 
 from flops_fit.files import cache_root, file_lock, write_atomically
 from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.options import FSDP_AUTO, PlanError
 
 
 def _key(spec: RunSpec, device: torch.device) -> str:
-    name = torch.cuda.get_device_name(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     config = json.dumps(spec.model_config, sort_keys=True, default=str)
     return f"{spec.model}|{spec.size}|{config}|{spec.seq_len}|{spec.precision}|{name}"
+
+
+def _entry(value) -> tuple[int, bool]:
+    """(rows known to fit, whether that is the device's limit); a bare number from before
+    ``limited`` was kept says nothing of the limit."""
+    if isinstance(value, dict):
+        return int(value["fits"]), bool(value["limited"])
+    return int(value), False
 
 
 def largest_fitting_micro_batch(spec: RunSpec, model, loss_fn, rows: Callable[[int], dict[str, torch.Tensor]],
                                 input_key: str, device: torch.device, autocast) -> int:
     """The largest micro-batch (the batch size halved until it fits) for ``spec`` on ``device``;
     ``rows(k)`` gives a batch of k training rows to probe with."""
+    if spec.parallel == "fsdp" and spec.processes_per_run > 1:
+        raise PlanError(FSDP_AUTO)
     path = cache_root() / "micro_batch.json"
     key = _key(spec, device)
     with file_lock(path.with_suffix(".lock")):
         known = json.loads(path.read_text()) if path.is_file() else {}
-        if key in known:
-            return min(int(known[key]), spec.batch_size)
+        fits, limited = _entry(known[key]) if key in known else (0, False)
+        if limited or spec.batch_size <= fits:
+            return min(fits, spec.batch_size)
         size = spec.batch_size
-        while True:
+        while size > fits:  # a size known to fit ends the search
             try:
                 batch = {k: v.to(device) for k, v in rows(size).items()}
                 with autocast:
@@ -45,10 +60,12 @@ def largest_fitting_micro_batch(spec: RunSpec, model, loss_fn, rows: Callable[[i
                 if size == 1:
                     raise
                 size //= 2
+                limited = True
             finally:
                 model.zero_grad(set_to_none=True)
                 torch.cuda.empty_cache()
-        known[key] = size
+        size = max(size, fits)
+        known[key] = {"fits": size, "limited": limited}
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(known, indent=1)))
     return size
 

@@ -124,6 +124,11 @@ def _device(value: Any, name: str) -> str:
     return value
 
 
+# The probe runs one rank's model alone; a sharded model's forward needs every rank at once.
+FSDP_AUTO = ('micro_batch_size = "auto" cannot probe a sharded (parallel = "fsdp") model: every rank would '
+             'have to run out of memory together; give micro_batch_size a number of rows')
+
+
 def _micro_batch(value: Any, name: str) -> int | str | None:
     if value is None or value == "auto":
         return value
@@ -240,6 +245,8 @@ class SweepOptions:
         if self.schedule == "wsd" and self.parallel == "fsdp" and self.processes_per_run > 1:
             raise PlanError('schedule = "wsd" does not yet hand a sharded (parallel = "fsdp") stable phase to its '
                             'branches: use parallel = "ddp" or the cosine schedule')
+        if self.micro_batch_size == "auto" and self.parallel == "fsdp" and self.processes_per_run > 1:
+            raise PlanError(FSDP_AUTO)
 
     @classmethod
     def names(cls) -> list[str]:
