@@ -75,3 +75,8 @@ def start_a_process(item, progress):
     child.start()
     child.join()
     return child.exitcode
+
+
+def visible_gpus(item, progress):
+    """The GPUs this worker's ranks may use."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -51,10 +51,27 @@ def test_workers_of_runs_that_span_processes_may_start_them():
     assert sorted(outcomes) == [3, 4]  # a daemonic worker could not have started them
 
 
+def test_a_worker_of_multi_process_runs_gets_one_gpu_per_rank():
+    with LocalExecutor(devices=["cuda:0,1", "cuda:2,3"], threads=1) as executor:
+        seen = [outcome for _, outcome in executor.map(executor_tasks.visible_gpus,
+                                                       [executor_tasks.Gang(i) for i in range(4)])]
+    assert sorted(set(seen)) == ["0,1", "2,3"]  # each worker's ranks see their own two GPUs
+
+
+def test_runs_of_k_processes_on_workers_with_fewer_gpus_are_refused():
+    executor = LocalExecutor(devices=["cuda:0", "cuda:1", "cuda:2", "cuda:3"])
+    with pytest.raises(OptionError, match=r"runs of 2 processes need 2 GPUs per worker, one per rank, but devices "
+                                          r"\['cuda:0', 'cuda:1', 'cuda:2', 'cuda:3'\] name fewer: list each "
+                                          r"worker's GPUs, e.g. devices = \['cuda:0,1', 'cuda:2,3'\]"):
+        list(executor.map(executor_tasks.visible_gpus, [executor_tasks.Gang(0)]))
+    assert executor._processes == []  # refused before any worker started
+
+
 def test_bad_options_are_refused():
     with pytest.raises(OptionError, match="workers must be a positive integer, got 0"):
         LocalExecutor(workers=0)
     with pytest.raises(OptionError, match="threads must be a positive integer, got -1"):
         LocalExecutor(threads=-1)
-    with pytest.raises(OptionError, match=r"devices must look like 'cuda:0', got \['gpu0'\]"):
-        LocalExecutor(devices=["gpu0"])
+    with pytest.raises(OptionError, match=r"devices must look like 'cuda:0' \(or 'cuda:0,1': a worker's GPUs\), "
+                                          r"got \['gpu0', 'cuda:0,'\]"):
+        LocalExecutor(devices=["gpu0", "cuda:0,"])

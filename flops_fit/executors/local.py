@@ -16,6 +16,7 @@ SIGTERM directly (a cluster stopping every process) does the same and stops the 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterable, Iterator
@@ -42,7 +43,9 @@ from flops_fit.plugin.hookspecs import hookimpl
 
 class LocalExecutor(ClosingExecutor):
     """``workers`` processes (1: in this process); ``devices`` like ``["cuda:0", "cuda:1"]``
-    gives one worker per GPU; ``threads`` torch threads per worker (default: CPUs / workers
+    gives one worker per GPU (a GPU named twice: two workers share it), and ``"cuda:0,1"``
+    gives a worker two GPUs, as a run of ``processes_per_run = 2`` needs (one per rank);
+    ``threads`` torch threads per worker (default: CPUs / workers
     for worker processes, torch's own setting in this process). A run of
     ``processes_per_run = k`` launches its k ranks from its worker, each with the worker's
     threads / k: ``workers`` runs at once are ``workers x k`` processes. On a small or shared CPU
@@ -53,9 +56,9 @@ class LocalExecutor(ClosingExecutor):
         if devices is not None and (isinstance(devices, str) or not isinstance(devices, (list, tuple))):
             raise OptionError(f"devices must be a list like ['cuda:0', 'cuda:1'], got {devices!r}")
         if devices:
-            bad = [d for d in devices if not str(d).startswith("cuda:")]
+            bad = [d for d in devices if not re.fullmatch(r"cuda:\d+(,\d+)*", str(d))]
             if bad:
-                raise OptionError(f"devices must look like 'cuda:0', got {bad}")
+                raise OptionError(f"devices must look like 'cuda:0' (or 'cuda:0,1': a worker's GPUs), got {bad}")
             workers = len(devices)
         self.workers = positive_int(workers, "workers")
         self.devices = list(devices or [])
@@ -105,12 +108,18 @@ class LocalExecutor(ClosingExecutor):
         if not items:
             return
         context = multiprocessing.get_context("spawn")
+        k = max(int(getattr(item, "processes_per_run", 1) or 1) for item in items)
+        short = [d for d in self.devices if len(d.split(":", 1)[1].split(",")) < k]
+        if short:
+            raise OptionError(f"runs of {k} processes need {k} GPUs per worker, one per rank, but devices "
+                              f"{short} name fewer: list each worker's GPUs, e.g. devices = "
+                              f"{_grouped(self.devices, k)!r}")
         slots = self.devices or [None] * min(self.workers, len(items))
         threads = self.threads or max(1, (os.cpu_count() or 1) // len(slots))
         # a run of k processes launches its ranks from the worker (which then splits its threads
         # among them), and a daemonic process may not start processes: such workers are not
         # daemonic (close() ends them all the same, and their ranks end with them)
-        daemon = all(int(getattr(item, "processes_per_run", 1) or 1) == 1 for item in items)
+        daemon = k == 1
         todo = list(range(len(items)))[::-1]  # popped from the end: plan order
         workers: dict[Any, tuple[Any, str | None]] = {}  # driver's pipe end -> (process, device)
         busy: dict[Any, int] = {}  # pipe end -> index of the item its worker runs
@@ -186,6 +195,13 @@ class LocalExecutor(ClosingExecutor):
                 raise Interrupted(stopping[0], f"stopped by signal {stopping[0]}; in-flight runs checkpointed")
         finally:
             self.close()
+
+
+def _grouped(devices: list[str], k: int) -> list[str]:
+    """``devices``' GPUs, k to a worker (the suggestion in a refusal)."""
+    gpus = list(dict.fromkeys(g for d in devices for g in d.split(":", 1)[1].split(",")))
+    groups = [gpus[i:i + k] for i in range(0, len(gpus) - k + 1, k)] or [[str(i) for i in range(k)]]
+    return ["cuda:" + ",".join(g) for g in groups]
 
 
 def _worker(fn: Task, conn: Any, device: str | None, threads: int) -> None:
