@@ -220,6 +220,30 @@ def test_holdout_needs_three_cells(tuned):
                        resume=True, skip_parity=True, show_progress=False, bootstrap=0, report=False)
 
 
+def test_holdout_largest_trains_the_largest_cell_at_the_rate_of_a_law_fitted_without_it(tmp_path):
+    out = tmp_path / "tune"
+    result = flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 12, 16], multipliers=[1 / 8, 1 / 2, 1],
+                            holdout="largest", skip_parity=True, show_progress=False, bootstrap=20, report=False)
+    data = json.loads((out / "hparams.json").read_text())
+    held = data["holdout"]
+    cell = next(c for c in data["cells"] if c["size"] == 16)  # the largest size at the (one) budget
+    assert held["size"] == 16 and held["tokens"] == cell["tokens"]
+    k = held["law"]["coefficients"]
+    assert held["law"]["cells"] == 2  # fitted on sizes 8 and 12 only
+    rate = k["m"]["value"] * cell["tokens"] ** -k["a"]["value"] * cell["scale"] ** -k["b"]["value"]
+    assert held["predicted_lr"] == pytest.approx(rate, rel=1e-9)
+    with RunStore(out / held["folder"]) as store:  # the one run trained at that rate, stored on its own
+        run = store.runs_frame().iloc[0]
+    assert run.status == "done" and run["size"] == 16 and run.lr == pytest.approx(rate, rel=1e-12)
+    assert run.lr_source.startswith("tuned:holdout")
+    assert held["loss"] == run.loss and held["best_loss"] == min(cell["losses"])
+    assert held["excess"] == pytest.approx((run.loss - min(cell["losses"])) / min(cell["losses"]))
+    assert held["within_goal"] == (held["excess"] <= 0.005)
+    assert held["band"][0] < rate < held["band"][1]
+    assert held["optimum_in_band"] == (held["band"][0] <= cell["lr_opt"] <= held["band"][1])
+    assert f"law without it predicts lr {rate:.3g}" in str(result)
+
+
 # ------------------------------------------------------------------ the demo's shipped law
 SHIPPED = demo.DEMO_HPARAMS / "gpt.json"
 
