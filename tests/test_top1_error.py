@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 
 import numpy as np
@@ -93,3 +94,21 @@ def test_the_error_law_recovers_a_known_frontier_and_the_report_plots_it(tmp_pat
     text = write_report(fit(frame, method="isoflop", bootstrap=0), tmp_path / "r.html").read_text()
     assert "Top-1 error against compute" in text and "alt='top1_error'" in text
     assert (tmp_path / "r_plots" / "top1_error.svg").is_file()
+
+
+def test_the_command_line_fits_the_top1_error(tmp_path, capsys):
+    from flops_fit.cli.main import main
+
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"])
+    frame["top1_error"] = frame["loss"] / 10
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    assert main(["fit", str(tmp_path / "runs.csv"), "--method", "isoflop", "--bootstrap", "10",
+                 "--metric", "error", "--json", "--predict", "1e19"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    loss = fit(frame, method="isoflop", bootstrap=0).predict(1e19).iloc[0].loss  # the same runs' loss
+    assert out["metric"] == "error" and out["table"][0]["budget"] == 1e19
+    assert out["table"][0]["loss"] == pytest.approx(loss / 10, rel=1e-6)
+    frame.drop(columns=["top1_error"]).to_csv(tmp_path / "loss-only.csv", index=False)
+    assert main(["fit", str(tmp_path / "loss-only.csv"), "--metric", "error"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("flops-fit: error:") and "top-1 error" in err and "\n" not in err
