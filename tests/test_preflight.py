@@ -154,6 +154,10 @@ def test_the_checkpoint_folder_must_be_writable_with_room(tmp_path):
     with pytest.raises(PreflightError, match="a-file is not a writable folder.*--checkpoint-dir"):
         preflight(the_plan, checkpoints=CheckpointPolicy(str(tmp_path / "a-file" / "checkpoints")), host=HOST,
                   checks=[check_checkpoint_folder])
+    if Path("/proc/self").is_dir():  # a folder whose mode lets root in but whose file system takes no file
+        with pytest.raises(PreflightError, match="/proc is not a writable folder"):
+            preflight(the_plan, checkpoints=CheckpointPolicy("/proc/flops-fit-checkpoints"), host=HOST,
+                      checks=[check_checkpoint_folder])
     free = __import__("shutil").disk_usage(tmp_path).free
     huge = [dataclasses.replace(r, params=free // CHECKPOINT_BYTES_PER_PARAM // 2 + 1, run_id="")
             for r in the_plan.runs]

@@ -16,8 +16,8 @@ writable with room for one checkpoint per concurrent run. The first problem rais
 from __future__ import annotations
 
 import json
-import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,6 +146,16 @@ def checkpoint_bytes(run: RunSpec, samples: int) -> int:
     return CHECKPOINT_BYTES_PER_PARAM * run.params + CHECKPOINT_BYTES_PER_SAMPLE * samples
 
 
+def _can_write_in(folder: Path) -> bool:
+    """Whether a file can be made in ``folder``: tried, not read from its mode bits, which root
+    ignores and which say nothing of a read-only file system."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
 def check_checkpoint_folder(plan: Any, context: Context) -> None:
     """The checkpoint folder (or the folder it will be made in) is writable and holds one
     checkpoint of each of the ``concurrent`` largest runs."""
@@ -154,7 +164,7 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
         return
     folder = Path(policy.directory)
     existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    if not existing.is_dir() or not _can_write_in(existing):
         raise PreflightError(f"checkpoint folder {folder} cannot be written ({existing} is not a writable folder): "
                              "choose another checkpoint_dir (--checkpoint-dir), or checkpoint_seconds=0")
     sizes = sorted((checkpoint_bytes(r, context.samples.get(dataset_key(r), 0)) for r in context.runs),
