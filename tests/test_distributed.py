@@ -121,8 +121,9 @@ def test_fsdp_under_torchrun_trains_one_planned_run_and_records_it(tmp_path):
     assert not (out / "checkpoints" / spec.run_id).exists()  # its sharded checkpoints went with the result
 
 
-def test_a_killed_rank_restarts_the_run_from_its_sharded_checkpoint(tmp_path, monkeypatch, no_children_left):
-    spec = tiny_spec(processes_per_run=2, parallel="fsdp")
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_a_killed_rank_restarts_the_run_from_its_last_checkpoint(parallel, tmp_path, monkeypatch, no_children_left):
+    spec = tiny_spec(processes_per_run=2, parallel=parallel)
     gate = tmp_path / "gate"
     monkeypatch.setenv("FLOPS_FIT_PLUGINS", "sweep_support")
     monkeypatch.setenv(sweep_support.GATE, f"{gate}:1:4")  # each rank waits at its 4th batch: 3 steps checkpointed
