@@ -231,12 +231,24 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
         images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1)
         return images.permute(0, 3, 1, 2).contiguous(), torch.tensor(rows[label_field], dtype=torch.int64)
 
-    train_images, _ = tensors(table)
+    train_images, train_labels = tensors(table)
     mean = train_images.float().mean((0, 2, 3)).tolist()
     std = train_images.float().std((0, 2, 3)).clamp_min(1e-6).tolist()
     images, labels = tensors(chosen)
+    _check_labels(torch.cat([train_labels, labels]), model_keys.get("num_classes"), "hf-images")
     augment = {"crop_padding": crop_padding, "flip": flip, "seed": seed} if split == "train" else {}
     return ImageTensors(images, labels, mean, std, **augment)
+
+
+def _check_labels(labels: torch.Tensor, num_classes: int | None, name: str) -> None:
+    """Labels a classifier of ``num_classes`` can predict: 0 to num_classes - 1 (a label past
+    the head fails only inside the loss, run by run)."""
+    if num_classes is None or not len(labels):
+        return
+    low, high = int(labels.min()), int(labels.max())
+    if low < 0 or high >= num_classes:
+        raise DataError(f"{name}: labels run from {low} to {high}, but num_classes is {num_classes}: set "
+                        f"num_classes = {high + 1} (labels must be 0 to num_classes - 1)")
 
 
 def configure_image_folder(config: dict) -> dict:

@@ -242,3 +242,10 @@ def test_parquet_and_save_to_disk_images_through_datasets(tmp_path):
             assert image[label].mean() > image[1 - label].mean()  # the saturated channel is the label's
     with pytest.raises(FlopsFitError, match="no column 'image'"):
         flops_fit.create_dataset("hf-images", "train", data_files=str(tmp_path / "pics.parquet"))
+    shifted = datasets.Dataset.from_dict({"img": images, "y": [v + 9 for v in labels]}).cast_column("img",
+                                                                                                   datasets.Image())
+    shifted.to_parquet(str(tmp_path / "shifted.parquet"))
+    with pytest.raises(FlopsFitError, match=r"hf-images: labels run from 9 to 10, but num_classes is 10: set "
+                                            r"num_classes = 11 \(labels must be 0 to num_classes - 1\)"):
+        flops_fit.create_dataset("hf-images", "validation", image_field="img", label_field="y",
+                                 data_files=str(tmp_path / "shifted.parquet"))
