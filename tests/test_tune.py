@@ -198,6 +198,8 @@ def test_the_tuned_rule_and_its_folder_go_together():
     (["--budgets", "3"], "budgets must count 1 to 1 of the sweep's smallest budgets"),
     (["--sizes", "8,99"], "sizes [99] are not in the sweep's plan at budgets [400000000.0]; its sizes there: [8, 12, 16]"),
     (["--beta2s", "0.9,1.5"], "each of beta2s must lie in (0, 1)"),
+    (["--executor", "local", "--address", "ray://head:10001"], "--address is for the ray executor"),
+    (["--executor", "nope"], "no executor called 'nope'"),
 ])
 def test_bad_tune_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     spec = tmp_path / "spec.toml"

@@ -72,7 +72,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             raise OptionError(f"--address is for the ray executor (this sweep uses {executor!r}): add --executor ray")
         options["address"] = args.address
     workers = options.pop("workers", 1)
-    flops_fit.create_executor(executor, workers=workers, **options).close()  # bad options: one line, no training
+    flops_fit.create_executor(executor, workers=workers, **options).close()  # bad options: one line before the plan
     out = check_folder(Path(args.out or config.out))
     print(plan, file=sys.stderr)
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir

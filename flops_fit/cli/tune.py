@@ -31,10 +31,15 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     for name in ("budgets", "sizes", "multipliers", "batch_sizes", "beta2s"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
+    if args.address and args.executor not in (None, "ray"):
+        raise OptionError(f"--address is for the ray executor (this tune uses {args.executor!r}): use --executor ray")
+    executor = "ray" if args.address else args.executor
     out = check_folder(Path(args.out))
     try:
         result = flops_fit.tune(spec, out, holdout=args.holdout, bootstrap=args.bootstrap, resume=args.resume,
-                                workers=args.workers or (2 if args.demo else None), skip_parity=args.skip_parity, **settings)
+                                workers=args.workers or (2 if args.demo else None), skip_parity=args.skip_parity,
+                                skip_preflight=args.skip_preflight, executor=executor,
+                                executor_options={"address": args.address} if args.address else None, **settings)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; run the same command with --resume "
@@ -61,5 +66,9 @@ def add_commands(sub) -> None:
     p.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples for the intervals (default 200)")
     p.add_argument("--workers", type=int, help="runs trained at once (worker processes; --demo: default 2)")
     p.add_argument("--resume", action="store_true", help="continue the tune stored in the output folder")
+    p.add_argument("--executor", help="run on this executor instead of the sweep file's (e.g. local, ray, slurm)")
+    p.add_argument("--address", help="Ray cluster to join, e.g. ray://head:10001 (implies --executor ray)")
     p.add_argument("--skip-parity", action="store_true", help="train even if the model fails its parity gate")
+    p.add_argument("--skip-preflight", action="store_true",
+                   help="start the runs without checking the datasets, models, memory and checkpoint folder first")
     p.set_defaults(func=_cmd_tune)

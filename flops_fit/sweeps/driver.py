@@ -172,6 +172,8 @@ def run_plan(
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
         raise OptionError("a custom host= works only in-process (executor 'local', workers=1)")
+    # an unknown executor or a bad option of one is one line before the folder is touched
+    api.create_executor(executor, host=host, workers=workers, **(executor_options or {})).close()
     store = RunStore(out_dir, create=True)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
