@@ -50,11 +50,16 @@ DEMOS: dict[str, dict[str, Any]] = {
         # within a few hundred steps there, and the held-out loss keeps falling with size and data
         # (docs/data.md). 6 budgets a factor sqrt(2) apart on a ladder of widths with WSD, as the
         # GPT demo; batch 128 because a step of these models costs little more than its overhead.
+        # 7 widths per budget over a span of 10 (a ladder of 9, widths 4-30): the bootstrap resamples
+        # runs within each budget, and with 5 widths over 16 the exponents' intervals were 0.34-0.35
+        # wide, with 7 they are 0.23-0.24 (docs/sweeps.md). A 10% cooldown (not 20%) keeps the
+        # sweep's steps at the 5-width grid's; every held-out image (8,192) scores each run.
         "sweep": {
             "model": "vit", "dataset": "glyphs",
             "budgets": [1.4e10, 2e10, 2.8e10, 4e10, 5.6e10, 8e10],
-            "sizes_per_budget": 5, "span": 16.0, "tokens_per_param": 40.0, "batch_size": 128,
-            "eval_tokens": 4096, "curve_points": 10, "min_steps": 20, "seed": 0, "schedule": "wsd",
+            "sizes_per_budget": 7, "span": 10.0, "tokens_per_param": 40.0, "batch_size": 128,
+            "eval_tokens": 8192, "curve_points": 10, "min_steps": 20, "seed": 0, "schedule": "wsd",
+            "cooldown_fraction": 0.1,
         },
         "dataset": {"image_size": 16, "num_classes": 36, "inverted": 0.0, "clutter": 0.0, "rotation": 10.0},
         # Two heads at every width (cheap CPU attention) and 8-pixel patches: 4 patches and a class
