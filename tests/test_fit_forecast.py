@@ -176,6 +176,18 @@ def test_holdout_each_chooses_the_forecast_by_cross_validated_error(forecast_jso
     assert fitted.summary().startswith("Forecast at C = 1e+21 FLOPs")
 
 
+def test_refits_in_worker_processes_give_the_same_checks_and_forecast(forecast_json, fitted, capsys):
+    assert main(["fit", str(forecast_json), "--method", "all", "--holdout", "each", "--bootstrap", "20",
+                 "--workers", "2", "--json"]) == 0
+    spread = json.loads(capsys.readouterr().out)
+    alone = json.loads(fitted.to_json())  # the module's fit, in this process
+    assert spread["forecast"] == alone["forecast"]
+    for method, result in alone["results"].items():
+        assert spread["results"][method]["holdout"] == result["holdout"]
+    assert main(["fit", str(forecast_json), "--workers", "0"]) == 2
+    assert "workers must be a positive integer" in capsys.readouterr().err
+
+
 def test_the_report_leads_with_the_forecast(fitted, tmp_path):
     text = write_report(fitted, tmp_path / "report.html").read_text()
     assert text.index("The forecast at C = 1e+21 FLOPs") < text.index("The answer at C = 1e+21 FLOPs, by every method")

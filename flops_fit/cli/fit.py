@@ -48,6 +48,8 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
                    "budget C) and compare its prediction there with that budget's own IsoFLOP minimum; "
                    "each, with --method all, also chooses the forecast: the method and scale with the lowest "
                    "leave-one-budget-out error")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="processes for the held-out refits (--holdout; default 1): the same results, sooner")
 
 
 def add_commands(subparsers) -> None:
@@ -71,7 +73,7 @@ def _fit(args: argparse.Namespace):
                          focus=args.focus, target=args.target, params_col=args.params_col,
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
-                         tracking=False if args.tracking == "off" else args.tracking)
+                         tracking=False if args.tracking == "off" else args.tracking, workers=args.workers)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:

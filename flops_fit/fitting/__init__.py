@@ -38,7 +38,7 @@ LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
         level: float = 0.95, curve: str = "slice", holdout: str | float | None = None,
         metric: str | None = None, scale: str = "params", focus: str = "all", target: float | None = None,
-        tracking: Any = None, **options: Any) -> FitResult | FitSet:
+        tracking: Any = None, workers: int = 1, **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
@@ -61,6 +61,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     sweep folder's fit goes to the trackers its sweep was run with; ``False`` logs nothing;
     backends (``["mlflow"]``, or a ``[tracking]``-style mapping) log any source's fit, under
     ``tracking/`` beside a CSV or in the sweep folder.
+
+    ``workers`` > 1 refits the held-out checks and the forecast's cross-validation in that many
+    processes (the same results, sooner).
     """
     unknown = sorted(set(options) - set(LOAD_OPTIONS))
     if unknown:
@@ -72,6 +75,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     check_curve(curve)
     check_scale(scale)
     check_focus(focus)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise FitInputError(f"workers must be a positive integer (processes for the held-out refits), got {workers!r}")
     if isinstance(source, Runs):
         if metric not in (None, source.metric):
             raise FitInputError(f"these runs were loaded with metric={source.metric!r}; load them again with "
@@ -98,7 +103,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         raise FitInputError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
     if holdout is not None:
         checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
-                                bootstrap=bootstrap, seed=seed, level=level)
+                                bootstrap=bootstrap, seed=seed, level=level, workers=workers)
         for name, items in checks.items():
             results[name].holdout_checks = items
     fitted = FitSet(results, skipped) if method == "all" else results[method]
@@ -106,7 +111,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         chosen = float(target) if target else default_target(runs)
         base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
         try:
-            fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve)
+            fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve,
+                                       workers=workers)
         except FitInputError as exc:  # the fits stand without it; say why there is no forecast
             fitted.warnings.append(f"no forecast: {exc}")
     if target is not None:

@@ -24,7 +24,7 @@ import numpy as np
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.focus import FOCI
-from flops_fit.fitting.holdout import check, observe, select_budgets
+from flops_fit.fitting.holdout import observe, run_checks, select_budgets
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.scales import SCALES, rescale, to_params
 from flops_fit.tables import format_table
@@ -103,8 +103,9 @@ def _rank(c: Candidate) -> tuple[float, float]:
 
 
 def cross_validate(approaches: Sequence[Approach], runs: Runs, scales: Sequence[str], *,
-                   curve: str) -> list[Candidate]:
-    """Leave-one-budget-out errors of every approach on every scale (point fits, no bootstrap)."""
+                   curve: str, workers: int = 1) -> list[Candidate]:
+    """Leave-one-budget-out errors of every approach on every scale (point fits, no bootstrap;
+    the refits in ``workers`` processes)."""
     candidates = []
     for scale in scales:
         try:
@@ -115,9 +116,10 @@ def cross_validate(approaches: Sequence[Approach], runs: Runs, scales: Sequence[
         budgets, chosen = select_budgets(scaled, "each")
         observed = [observe(scaled, budgets, b, curve=curve, bootstrap=0, seed=None, level=0.95) for b in chosen]
         observed = [o for o in observed if o.reason is None]
+        done = iter(run_checks([(a, scaled, budgets, o) for a in approaches for o in observed], workers))
         for approach in approaches:
             name, focus = approach.name, _focus(approach)
-            checks = [check(approach, scaled, budgets, o) for o in observed]
+            checks = [next(done) for _ in observed]
             errors = [(abs(c.loss_error), abs(c.n_opt_error)) for c in checks if np.isfinite(c.loss_error)]
             if not errors:
                 reasons = sorted({c.reason for c in checks if c.reason}) or ["no budget with an interior minimum"]
@@ -130,12 +132,12 @@ def cross_validate(approaches: Sequence[Approach], runs: Runs, scales: Sequence[
 
 
 def forecast(approaches: Sequence[Approach], runs: Runs, target: float, *, curve: str,
-             scales: Sequence[str] = tuple(SCALES)) -> Forecast:
+             scales: Sequence[str] = tuple(SCALES), workers: int = 1) -> Forecast:
     """Cross-validate every (method, scale) (point fits), refit the best on all runs with the
     approach's own bootstrap, and answer at ``target``."""
     select_budgets(runs, "each")  # refuses runs at fewer than 2 budgets
     variants = [v for a in approaches for v in _variants(a)]
-    candidates = cross_validate([_point(v) for v in variants], runs, scales, curve=curve)
+    candidates = cross_validate([_point(v) for v in variants], runs, scales, curve=curve, workers=workers)
     scored = [c for c in candidates if np.isfinite(c.cv_loss_error)]
     if not scored:
         raise FitInputError("no method could be cross-validated on these runs: " +
