@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.forecast import spread_quantile
 from flops_fit.fitting.plots import (
     COMPUTE_LABEL,
     FRONTIER_LABELS,
@@ -138,15 +139,13 @@ def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Seq
 def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
     """Forward chaining: each prediction's error against how far it extrapolated (C / C_k), the
     chosen candidate in colour and the other comparable forms in grey, with the chosen one's
-    error band z s ln r carried to the target's ratio."""
-    from statistics import NormalDist
-
+    error band t s ln r carried to the target's ratio."""
     fig = new_figure(12, 4.6)
     fig.subplots_adjust(wspace=0.22, top=0.84)
     chosen = (forecast.method, forecast.scale, forecast.focus)
     near = {c.key for c in forecast.candidates if c.near}
-    z = NormalDist().inv_cdf(0.5 + forecast.level / 2)
     best = next(c for c in forecast.candidates if c.key == chosen)
+    z = spread_quantile(forecast.level, best.slope_records)
     reach = np.geomspace(1.0, max(forecast.ratio, max(r.ratio for r in forecast.records)), 60)
     for i, (key, name, slope) in enumerate((("loss_error", "minimum loss", best.loss_slope),
                                             ("n_opt_error", "N_opt", best.n_opt_slope))):
@@ -159,7 +158,7 @@ def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[P
         if np.isfinite(slope):
             band = 100 * np.expm1(z * slope * np.log(reach))
             ax.fill_between(reach, -band, band, color="tab:red", alpha=0.12, lw=0,
-                            label=f"{100 * forecast.level:g}% band, z s ln r")
+                            label=f"{100 * forecast.level:g}% band, t s ln r")
         ax.axvline(forecast.ratio, color="k", ls="--", lw=0.8, label=f"target ({forecast.ratio:.3g}x)")
         ax.axhline(0.0, color="k", lw=0.6)
         ax.set_xscale("log")

@@ -12,15 +12,15 @@ Its interval says what is not known, per side and in logs, as the root sum of sq
 - the spread of the law forms that forecast comparably (``FORM_TOLERANCE``): forms that fit
   a sweep equally well can part far beyond it,
 - the extrapolation error forward chaining measured, grown to the target's ratio
-  (z s ln r_t, ``chaining.error_slope``).
+  (t s ln r_t, ``chaining.error_slope``; Student's t over the chaining errors it rests on).
 Its calibration is measured, not assumed (docs/fitting.md, benchmarks/bench_forecast_calibration.py).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,7 @@ class Candidate:
     predictions: int = 0
     loss_slope: float = np.nan
     n_opt_slope: float = np.nan
+    slope_records: int = 0
     near: bool = False
     target_loss: float = np.nan
     target_n_opt: float = np.nan
@@ -161,7 +162,7 @@ def candidates_of(records: Sequence[Record], reasons: dict, keys: Sequence[tuple
         loss_err, n_err, count = score(mine, cutoff) if mine else (np.nan, np.nan, 0)
         out.append(Candidate(method=key[0], scale=key[1], focus=key[2], loss_error=loss_err, n_opt_error=n_err,
                              predictions=count, loss_slope=error_slope(mine, "loss_error"),
-                             n_opt_slope=error_slope(mine, "n_opt_error"),
+                             n_opt_slope=error_slope(mine, "n_opt_error"), slope_records=len(mine),
                              reason=reasons.get(key) if not count else None))
     return out, cutoff
 
@@ -170,6 +171,12 @@ def forecast(approaches: Sequence[Approach], runs: Runs, target: float, *, curve
              scales: Sequence[str] = tuple(SCALES), workers: int = 1, level: float = 0.95) -> Forecast:
     """Forward-chain every (method, scale, focus) (point fits), refit the best on all runs with
     the approach's own bootstrap, and answer at ``target`` with the combined interval."""
+    return forecasts(approaches, runs, [target], curve=curve, scales=scales, workers=workers, level=level)[0]
+
+
+def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[float], *, curve: str,
+              scales: Sequence[str] = tuple(SCALES), workers: int = 1, level: float = 0.95) -> list[Forecast]:
+    """``forecast`` at several targets from one chaining and one set of refits."""
     options = [v for a in approaches for v in variants(a)]
     records, reasons = forward_chain([point(v) for v in options], runs, scales, curve=curve, workers=workers)
     keys = [(v.name, s, focus_of(v)) for s in scales for v in options]
@@ -182,22 +189,35 @@ def forecast(approaches: Sequence[Approach], runs: Runs, target: float, *, curve
     floor = min(c.loss_error for c in scored)
     best = min((c for c in scored if c.loss_error <= floor * (1 + TIE)), key=lambda c: _rank(c)[::-1])
     by_key = {(v.name, focus_of(v)): v for v in options}
-    for c in scored:  # the comparable forms' point forecasts at the target
+    targets = np.asarray(targets, dtype=float)
+    near_tables = {}
+    for c in scored:  # the comparable forms' point forecasts at the targets
         if c is best or c.loss_error <= max(floor * (1 + FORM_TOLERANCE), floor + FORM_POINTS):
-            c.near = True
             try:
                 scaled = rescale(runs, c.scale)
-                row = point(by_key[(c.method, c.focus)]).fit(scaled).predict(target).iloc[0]
+                table = point(by_key[(c.method, c.focus)]).fit(scaled).predict(targets)
             except FitInputError as exc:
-                c.near, c.reason = False, f"cannot fit all runs: {exc}"
+                c.reason = f"cannot fit all runs: {exc}"
                 continue
-            c.target_loss, c.target_n_opt = float(row.loss), float(to_params(scaled, np.array([row.N_opt]))[0])
+            c.near = True
+            near_tables[c.key] = (table["loss"].to_numpy(float), to_params(scaled, table["N_opt"].to_numpy(float)))
     scaled = rescale(runs, best.scale)
-    row = by_key[(best.method, best.focus)].fit(scaled).predict(target).iloc[0]
+    table = by_key[(best.method, best.focus)].fit(scaled).predict(targets)
     budgets, _ = budget_groups(runs)
-    ratio = float(target / np.max(budgets))
-    z = NormalDist().inv_cdf(0.5 + level / 2)
-    reach = z * np.log(ratio) if ratio > 1 else 0.0
+    out = []
+    for i, target in enumerate(targets):
+        for c in candidates:
+            if c.key in near_tables:
+                c.target_loss, c.target_n_opt = float(near_tables[c.key][0][i]), float(near_tables[c.key][1][i])
+        out.append(_answer(best, table.iloc[i], scaled, float(target), float(target / np.max(budgets)), level,
+                           copy.deepcopy(candidates), records, cutoff))
+    return out
+
+
+def _answer(best: Candidate, row: Any, scaled: Runs, target: float, ratio: float, level: float,
+            candidates: list[Candidate], records: list[Record], cutoff: float) -> Forecast:
+    """The chosen candidate's prediction ``row`` at ``target`` with the combined interval."""
+    reach = spread_quantile(level, best.slope_records) * np.log(ratio) if ratio > 1 else 0.0
     near = [c for c in candidates if c.near and np.isfinite(c.target_loss)]
     loss, loss_parts = combine((float(row.loss), float(row.loss_lo), float(row.loss_hi)),
                                [c.target_loss for c in near], reach * best.loss_slope)
@@ -207,19 +227,29 @@ def forecast(approaches: Sequence[Approach], runs: Runs, target: float, *, curve
     n_opt = tuple(float(v) for v in to_params(scaled, np.array(scale_opt)))
     d = float(row.D_opt)  # the budget fixes N D: D's interval mirrors N's in logs
     d_opt = (d, d * scale_opt[0] / scale_opt[2], d * scale_opt[0] / scale_opt[1])
+    expected = np.log(ratio) if ratio > 1 else 0.0
     parts = {"near": len(near), "bootstrap": {"loss": [float(row.loss_lo), float(row.loss_hi)],
                                               "n_opt": list(to_params(scaled, np.array([row.N_opt_lo, row.N_opt_hi])))},
              "forms": {"loss": [min(c.target_loss for c in near), max(c.target_loss for c in near)],
                        "n_opt": [min(c.target_n_opt for c in near), max(c.target_n_opt for c in near)]},
              "extrapolation": {"loss": float(np.expm1(reach * best.loss_slope)),
                                "n_opt": float(np.expm1(reach * best.n_opt_slope)),
-                               "loss_expected": float(np.expm1(np.log(ratio) * best.loss_slope)) if ratio > 1 else 0.0,
-                               "n_opt_expected": float(np.expm1(np.log(ratio) * best.n_opt_slope)) if ratio > 1 else 0.0},
+                               "loss_expected": float(np.expm1(expected * best.loss_slope)),
+                               "n_opt_expected": float(np.expm1(expected * best.n_opt_slope))},
              "log_half_widths": {"loss": loss_parts, "n_opt": n_parts}}
-    return Forecast(method=best.method, scale=best.scale, focus=best.focus, target=float(target), ratio=ratio,
+    return Forecast(method=best.method, scale=best.scale, focus=best.focus, target=target, ratio=ratio,
                     level=level, n_opt=n_opt, scale_opt=scale_opt, d_opt=d_opt, loss=loss,
                     loss_error=best.loss_error, n_opt_error=best.n_opt_error, predictions=best.predictions,
                     score_cutoff=cutoff, parts=fmt.json_safe(parts), candidates=candidates, records=records)
+
+
+def spread_quantile(level: float, records: int) -> float:
+    """The two-sided ``level`` quantile of Student's t with ``records`` degrees of freedom: the
+    error slope is a root mean square of that many chaining errors, so with few of them it is
+    barely known (one error: 12.7 at 95%, against the normal's 1.96)."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + level / 2, max(records, 1)))
 
 
 def combine(estimate: Triple, forms: Sequence[float], extrapolation: float) -> tuple[Triple, dict[str, list[float]]]:
@@ -245,4 +275,4 @@ def _triple(t: Triple, f) -> str:
 
 
 __all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "Candidate", "Forecast", "candidate_rows", "chain_rows", "combine",
-           "forecast"]
+           "forecast", "forecasts"]
