@@ -114,3 +114,24 @@ def test_python_examples_in_docs_run(tmp_path, monkeypatch):
                      .replace("bootstrap=50", "bootstrap=10"), "docs/fitting.md", "exec"), {})
     text = (tmp_path / "fit-report" / "report.html").read_text()
     assert len(text) > 10_000 and "Held-out check" in text
+
+
+def test_the_figures_draw_every_fitted_method_in_its_own_colour(fitted, tmp_path):
+    from matplotlib.colors import to_hex
+
+    from flops_fit.fitting import APPROACHES
+    from flops_fit.fitting.figures import forest, headline, holdout_figure, method_colours
+
+    assert list(fitted.results) == list(APPROACHES)  # method="all": every registered method, interaction included
+    colours = method_colours(fitted.results)
+    assert len(set(colours.values())) == len(APPROACHES)
+    checks = {m: [r.holdout_checks[0]] for m, r in fit(fitted.runs, method="all", bootstrap=10, holdout="largest")
+              .results.items()}
+    for draw in (lambda stem: headline(fitted.results, 1e22, stem, ("svg",)),
+                 lambda stem: forest(fitted.results, stem, ("svg",)),
+                 lambda stem: holdout_figure(checks, stem, ("svg",), colours)):
+        [path] = draw(tmp_path / "figure")
+        svg = path.read_text()
+        for method, colour in colours.items():
+            assert re.search(rf"<!-- {method}\b[^>]* -->", svg), (path.name, method)  # its label
+            assert to_hex(colour) in svg, (path.name, method)  # and its marks, in its colour
