@@ -34,6 +34,24 @@ ACTIVATIONS = {
 }
 
 
+def check_images(images: Tensor, cfg) -> None:
+    """Refuse a batch of images whose shape is not ``cfg``'s (B, in_chans, image_size,
+    image_size), naming the fix; every built-in image model checks its input with this."""
+    if images.dim() != 4:
+        raise ValueError(f"images must be 4-D (batch, channels, height, width), got shape {tuple(images.shape)}")
+    if images.shape[1] != cfg.in_chans:
+        raise ValueError(
+            f"images have {images.shape[1]} channels but the model expects in_chans={cfg.in_chans} "
+            f"(shape {tuple(images.shape)})"
+        )
+    if tuple(images.shape[2:]) != (cfg.image_size, cfg.image_size):
+        raise ValueError(
+            f"images are {images.shape[2]}x{images.shape[3]} but the model expects "
+            f"{cfg.image_size}x{cfg.image_size} (image_size={cfg.image_size}); resize the "
+            f"images or build the model with image_size matching them"
+        )
+
+
 class PatchEmbed(nn.Module):
     """Non-overlapping patches by a strided convolution: (B, C_in, H, W) -> (B, P, C)."""
 
@@ -133,23 +151,6 @@ class VisionTransformer(nn.Module):
         mup = self.config.mup
         return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
 
-    def _check_images(self, images: Tensor) -> None:
-        cfg = self.config
-        expected = (cfg.in_chans, cfg.image_size, cfg.image_size)
-        if images.dim() != 4:
-            raise ValueError(f"images must be 4-D (batch, channels, height, width), got shape {tuple(images.shape)}")
-        if images.shape[1] != cfg.in_chans:
-            raise ValueError(
-                f"images have {images.shape[1]} channels but the model expects in_chans={cfg.in_chans} "
-                f"(shape {tuple(images.shape)})"
-            )
-        if tuple(images.shape[1:]) != expected:
-            raise ValueError(
-                f"images are {images.shape[2]}x{images.shape[3]} but the model expects "
-                f"{cfg.image_size}x{cfg.image_size} (image_size={cfg.image_size}); resize the "
-                f"images or build the model with image_size matching them"
-            )
-
     def _tokens(self, images: Tensor) -> Tensor:
         """Patch tokens with the prefix tokens (class, distillation, registers) and positions."""
         x = self.patch_embed(images)
@@ -161,7 +162,7 @@ class VisionTransformer(nn.Module):
 
     def forward_features(self, images: Tensor) -> Tensor:
         """Token features after the blocks (B, prefix tokens + patches, C), before the final norm."""
-        self._check_images(images)
+        check_images(images, self.config)
         x = self.norm_pre(self._tokens(images))
         for block in self.blocks:
             x = block(x)

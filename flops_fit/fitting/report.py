@@ -27,7 +27,13 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.error_law import fit_error_law, plot_error_law
-from flops_fit.fitting.figures import chaining_figure, forest, headline, holdout_figure
+from flops_fit.fitting.figures import (
+    chaining_figure,
+    forest,
+    headline,
+    holdout_figure,
+    method_colours,
+)
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.forecast import CANDIDATE_HEADERS, CHAIN_HEADERS, candidate_rows, chain_rows
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
@@ -71,7 +77,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     body.append(figure.embed(forest(results, plot_dir / "exponent_a", ("png", "svg")),
                              "The exponent a of N_opt ~ C^a by method, with intervals."))
     if fitted.holdout:
-        body.append(_holdout_section(fitted.holdout, figure, plot_dir))
+        body.append(_holdout_section(fitted.holdout, figure, plot_dir, method_colours(results)))
     errors = _error_section(runs, figure, plot_dir, target)
     if errors:
         body.append(errors)
@@ -255,7 +261,8 @@ def important_warnings(fitted: Any) -> list[str]:
     return out
 
 
-def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path) -> str:
+def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path,
+                     colours: Mapping[str, str]) -> str:
     parts = ["<h2 id='holdout'>Held-out check</h2>",
              "<p>Each method was fitted again without the held-out budget's runs; its prediction for that "
              "budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
@@ -266,7 +273,7 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot
                       if c.reason})
     if reasons:
         parts.append("<ul>" + "".join(f"<li class=warn>{_e(r)}</li>" for r in reasons) + "</ul>")
-    parts.append(figure.embed(holdout_figure(checks, plot_dir / "holdout", ("png", "svg")),
+    parts.append(figure.embed(holdout_figure(checks, plot_dir / "holdout", ("png", "svg"), colours),
                               "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
                               "intervals, grey bands the observed ones."))
     return "\n".join(parts)
