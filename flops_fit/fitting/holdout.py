@@ -248,7 +248,9 @@ def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]
     rows = []
     for method, items in checks.items():
         for c in items:
-            rows.append([method, fmt.flops(c.budget),
+            reach = (f" from <= {fmt.flops(max(c.fitted_budgets))}"
+                     if c.fitted_budgets and max(c.fitted_budgets) < c.budget else "")
+            rows.append([method, fmt.flops(c.budget) + reach,
                          fmt.with_interval(c.predicted_n_opt, *c.n_opt_interval, fmt=fmt.count),
                          fmt.with_interval(c.observed_n_opt, *c.observed_n_opt_interval, fmt=fmt.count),
                          fmt.percent(c.n_opt_error), _yes_no(c.covered["n_opt"]),

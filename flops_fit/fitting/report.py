@@ -264,8 +264,8 @@ def important_warnings(fitted: Any) -> list[str]:
 def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path,
                      colours: Mapping[str, str]) -> str:
     parts = ["<h2 id='holdout'>Held-out check</h2>",
-             "<p>Each method was fitted again without the held-out budget's runs; its prediction for that "
-             "budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
+             "<p>Each method was fitted again without the held-out budget's runs (with forward chaining, on "
+             "the budgets up to each split, predicting every larger one); its prediction for that budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
              "runs resampled). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
              "observed value lies inside the predicted interval.</p>",
              _table(HOLDOUT_HEADERS, holdout_rows(checks))]
@@ -273,10 +273,24 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot
                       if c.reason})
     if reasons:
         parts.append("<ul>" + "".join(f"<li class=warn>{_e(r)}</li>" for r in reasons) + "</ul>")
-    parts.append(figure.embed(holdout_figure(checks, plot_dir / "holdout", ("png", "svg"), colours),
+    furthest = {m: _furthest(items) for m, items in checks.items()}
+    forward = any(len(furthest[m]) < len(items) for m, items in checks.items())
+    parts.append(figure.embed(holdout_figure(furthest, plot_dir / "holdout", ("png", "svg"), colours),
                               "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
-                              "intervals, grey bands the observed ones."))
+                              "intervals, grey bands the observed ones."
+                              + (" Forward chaining: each budget's prediction from the fewest budgets fitted."
+                                 if forward else "")))
     return "\n".join(parts)
+
+
+def _furthest(items: Sequence[Any]) -> list[Any]:
+    """Per held-out budget, the check fitted on the fewest budgets (forward chaining predicts a
+    budget from every earlier split; the figure shows the furthest reach)."""
+    best: dict[float, Any] = {}
+    for c in items:
+        if c.budget not in best or len(c.fitted_budgets) < len(best[c.budget].fitted_budgets):
+            best[c.budget] = c
+    return list(best.values())
 
 
 def _section(result: Any, figure: _Figures, plot_dir: Path, target: float, budgets) -> str:
