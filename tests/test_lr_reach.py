@@ -108,3 +108,16 @@ def test_bad_guard_options_are_one_line(tmp_path, capsys, hparams, message):
     code = main(["plan", str(spec)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_the_fit_report_lists_runs_whose_rate_came_from_beyond_the_tune():
+    import pandas as pd
+
+    from flops_fit.fitting.inputs import Runs
+    from flops_fit.fitting.report import _reach_note
+
+    sources = ["tuned:t", "tuned:t (beyond the tune: tokens x2.3)", "centre:marin x0.2 (beyond tuned:t: tokens x7.9)"]
+    text = "".join(_reach_note(Runs(pd.DataFrame({"lr_source": sources}), "a store")))
+    assert "2 of 3 runs took their rate from a tuned law past its tune's grid" in text
+    assert "tokens x2.3" in text and "tokens x7.9" in text
+    assert _reach_note(Runs(pd.DataFrame({"lr_source": ["tuned:t", "marin"]}), "a store")) == []

@@ -398,3 +398,25 @@ def test_tokens_that_nearly_follow_the_width_are_not_fitted():
     law, _ = fit_law(widths, tokens, [8] * 3, lr, [np.empty(0)] * 3, scale="width", bootstrap=0)
     assert law.coefficients["a"].fitted is False and any("a not fitted" in n for n in law.notes)
     assert 0.5 < law.coefficients["b"].value < 1.5
+
+
+def test_the_vit_demo_tune_plans_its_grid_around_the_demos_rule():
+    """`flops-fit tune --demo vit`'s grid, planned without training (tiny ViTs stay at chance for
+    the first few hundred steps, so a reduced grid that trains in seconds has no optimum to find):
+    3 budgets spanning 8x, the chosen widths, each run at the demo's inverse-width rate times each
+    multiplier. The shipped law's fit from its stored losses is checked below."""
+    from flops_fit.sweeps.config import parse_config
+    from flops_fit.tuning.grid import check_grid, tune_plan
+
+    config, settings = demo.demo_tune_spec("vit")
+    assert config["hparams"] == {"lr_rule": "inverse-width", "base_lr": 3e-3, "base_width": 64}
+    assert max(settings["budgets"]) >= 8 * min(settings["budgets"])
+    options = parse_config(config, "demo vit tune").options
+    grid = check_grid(options, settings["budgets"], settings["sizes"], settings["multipliers"], None, None)
+    planned = tune_plan(options, grid)
+    assert {r.size for r in planned.runs} == set(settings["sizes"])
+    assert {r.budget for r in planned.runs} == set(settings["budgets"])
+    for run in planned.runs:
+        multiplier = float(run.lr_source.split()[0].removeprefix("tune:x"))
+        assert run.lr == pytest.approx(3e-3 * 64 / run.size * multiplier, rel=1e-12)
+        assert run.lr_source.endswith("inverse-width")
