@@ -81,7 +81,8 @@ class Cell:
         return (budget, self.params, self.tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"size": self.size, "params": self.params, "scale": self.scale, "tokens": self.tokens,
+        return {"size": self.size, "params": self.params, "nonembedding": self.nonembedding, "scale": self.scale,
+                "tokens": self.tokens,
                 "batch_size": self.batch_size, "beta2": self.beta2, "flops": self.flops, **self.fit.to_dict()}
 
 
