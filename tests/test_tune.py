@@ -247,6 +247,35 @@ def test_holdout_largest_trains_the_largest_cell_at_the_rate_of_a_law_fitted_wit
     assert f"law without it predicts lr {rate:.3g}" in str(result)
 
 
+def test_holdout_beyond_trains_a_cell_4x_past_the_grid_at_multiples_of_the_laws_rate(tmp_path):
+    out = tmp_path / "tune"
+    result = flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 12, 16], multipliers=[1 / 8, 1 / 2, 1],
+                            holdout="beyond", skip_parity=True, show_progress=False, bootstrap=0, report=False)
+    data = json.loads((out / "hparams.json").read_text())
+    held = data["holdout"]
+    top = max(data["cells"], key=lambda c: c["tokens"])  # the smallest size has the most tokens
+    assert held["kind"] == "beyond" and held["size"] == top["size"] == 8
+    assert held["tokens"] >= 4 * top["tokens"] and held["tokens_factor"] == held["tokens"] / top["tokens"]
+    k = data["law"]["coefficients"]  # Marin's form (one budget: no held-out budget to choose another by)
+    assert data["chosen"] == "marin" and k["a"]["fitted"] is False
+    assert held["predicted_lr"] == pytest.approx(k["m"]["value"] * 8 ** -k["b"]["value"], rel=1e-9)
+    with RunStore(out / held["folder"]) as store:
+        frame = store.runs_frame().sort_values("lr")
+    assert list(frame.lr) == pytest.approx([held["predicted_lr"] * m for m in (0.25, 0.5, 1, 2, 4)], rel=1e-12)
+    assert set(frame.tokens) == {held["tokens"]} and set(frame["size"]) == {8}
+    assert held["losses"] == pytest.approx(list(frame.loss)) and held["loss"] == pytest.approx(frame.loss.iloc[2])
+    assert held["best_loss"] == pytest.approx(frame.loss.min())
+    assert held["excess"] == pytest.approx((frame.loss.iloc[2] - frame.loss.min()) / frame.loss.min())
+    assert "held-out cell beyond the grid (size 8" in str(result)
+
+
+def test_holdout_beyond_needs_three_sizes(tuned):
+    out, _ = tuned
+    with pytest.raises(FitInputError, match="holdout='beyond' plans its cell with the tune's sizes and needs at least 3"):
+        flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 16], multipliers=[1 / 8, 1 / 2, 1], holdout="beyond",
+                       resume=True, skip_parity=True, show_progress=False, bootstrap=0, report=False)
+
+
 # ------------------------------------------------------------------ the demo's shipped law
 SHIPPED = demo.DEMO_HPARAMS / "gpt.json"
 

@@ -230,7 +230,10 @@ def sources_header(sources: set[str]) -> str:
                    {s.partition("(beyond tuned:")[2].partition(":")[0] for s in sources if s.startswith("centre:")})
     if not tuned:
         return ""
-    law = TunedLaw.load(tuned[0])
+    try:
+        law = TunedLaw.load(tuned[0])
+    except PlanError:  # e.g. a tune's own held-out run ("tuned:holdout"): no law file to describe
+        return ""
     head = f"\nlearning rates from the tuned law in {', '.join(tuned)}: {law.describe()}"
     if law.batch_law is not None:
         head += f"; batch per budget from B* = {law.batch_law[0]:.4g} * C^{law.batch_law[1]:.3g}"
