@@ -395,6 +395,9 @@ def test_swept_beta2_and_batch_pick_the_better_beta2_and_fit_the_batch_law():
     slope, intercept = np.polyfit(np.log(flops), np.log([b for _, _, b in chosen]), 1)
     assert law["e"] == pytest.approx(slope, rel=1e-9) and law["k"] == pytest.approx(math.exp(intercept), rel=1e-9)
     assert law["cells"] == 4
+    text = str(result)  # what `flops-fit tune` prints: every form's exponents with intervals, and the choice
+    assert "law forms" in text and "exponent of" in text and f"chosen: {result.data['chosen_because']}" in text
+    assert all(name in text for name in ("marin", "bjorck", "deepseek", "steplaw"))
 
 
 def test_an_unknown_holdout_is_refused_before_training(tmp_path):
