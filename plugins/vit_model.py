@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention
+from flops_fit.plugins.parametrization import MuPModel
 from flops_fit.plugins.vit import ViTConfig
 from torch import Tensor, nn
 
@@ -106,7 +107,7 @@ class Block(nn.Module):
         return x + self.ls2(self.mlp(self.norm2(x)))
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(MuPModel, nn.Module):
     """ViT classifier: images (B, C_in, H, W) -> logits (B, num_classes)."""
 
     def __init__(self, cfg: ViTConfig) -> None:
@@ -136,20 +137,8 @@ class VisionTransformer(nn.Module):
                 nn.init.trunc_normal_(module.weight, std=0.02)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        if self.config.mup:  # muP: hidden weights' std times sqrt(base_width / width)
-            with torch.no_grad():
-                for weight in self.hidden_weights().values():
-                    weight.mul_(self.config.mup.hidden_init)
+        self.scale_hidden_init()  # muP (plugins.parametrization.MuPModel)
 
-    def hidden_weights(self) -> dict[str, nn.Parameter]:
-        """The weights whose two dimensions both grow with the width: every linear layer in the blocks."""
-        return {f"blocks.{name}.weight": m.weight for name, m in self.blocks.named_modules() if isinstance(m, nn.Linear)}
-
-    def lr_multipliers(self) -> dict[str, float]:
-        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
-        hidden weights; none under the standard parametrization."""
-        mup = self.config.mup
-        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
 
     def _tokens(self, images: Tensor) -> Tensor:
         """Patch tokens with the prefix tokens (class, distillation, registers) and positions."""
@@ -180,9 +169,8 @@ class VisionTransformer(nn.Module):
         if cfg.norm_after_pool:
             pooled = self.norm(pooled)
         dist = x[:, 1] if self.head_dist is not None else None
-        if cfg.mup:  # muP's output multiplier on the heads' inputs (elementwise: no FLOPs counted)
-            pooled = pooled * cfg.mup.readout
-            dist = dist * cfg.mup.readout if dist is not None else None
+        pooled = self.readout_input(pooled)  # muP's output multiplier (plugins.parametrization.MuPModel)
+        dist = self.readout_input(dist) if dist is not None else None
         logits = self.head(pooled)
         if dist is not None:  # DeiT: the mean of the class and distillation heads
             logits = (logits + self.head_dist(dist)) / 2

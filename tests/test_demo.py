@@ -26,7 +26,8 @@ def small_demo(monkeypatch):
         "sweep": {**demo.DEMOS["gpt"]["sweep"], "budgets": [2.5e8, 3.5e8, 5e8], "sizes_per_budget": 4,
                   "span": 8.0, "batch_size": 32, "seq_len": 16, "eval_tokens": 2048, "min_steps": 10},
         "model": {"n_layer": 1, "n_head": 1, "gelu": "exact"},
-        "hparams": demo.DEMOS["gpt"]["hparams"],
+        # widths down to 1, far below the shipped law's grid (6-40): extrapolate it, as said
+        "hparams": {**demo.DEMOS["gpt"]["hparams"], "beyond": "extrapolate"},
         "executor": {"threads": 1},
     }
     monkeypatch.setitem(demo.DEMOS, "gpt-small", config)

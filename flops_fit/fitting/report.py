@@ -124,6 +124,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
                      + _e("; ".join(misses) if misses else
                           "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
+    parts += _reach_note(runs)
     warnings = important_warnings(fitted)
     if warnings:
         shown = "".join(f"<li class=warn>{_e(w)}</li>" for w in warnings[:TOP_WARNINGS])
@@ -133,6 +134,19 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     if fitted.skipped:
         parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
     return "\n".join(parts)
+
+
+def _reach_note(runs: Any) -> list[str]:
+    """Runs whose rate a tuned law gave beyond its tune's grid, or its centre rule gave past its
+    reach, as their ``lr_source`` says (``sweeps.tuned``): listed, with the factors."""
+    sources = runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
+    beyond = sorted({s for s in sources if "beyond" in s and s.startswith(("tuned:", "centre:"))})
+    if not beyond:
+        return []
+    count = sum(1 for s in sources if s in beyond)
+    return [f"<p class=warn><b>Learning rates beyond the tune</b>: {count} of {len(runs)} runs took their rate "
+            "from a tuned law past its tune's grid (or, past its reach, from the tune's centre rule):</p>",
+            "<ul>" + "".join(f"<li class=warn>{_e(s)}</li>" for s in beyond) + "</ul>"]
 
 
 def _error_section(runs: Any, figure: _Figures, plot_dir: Path, target: float) -> str:
