@@ -46,10 +46,12 @@ def target_budget() -> float:
 
 
 def arm_plan(widths, hparams=None) -> tuple[Plan, object]:
+    """The demo's setup at the target: its tuned law extrapolated as the demo's forecast assumes
+    (``beyond = "extrapolate"``: the law's rates, each run's ``lr_source`` saying how far past the
+    tune's grid), or ``hparams`` (the inverse-width arm)."""
     demo = copy.deepcopy(DEMOS["gpt"])
     demo["sweep"].update(budgets=[target_budget()], sizes=list(widths))
-    if hparams is not None:
-        demo["hparams"] = hparams
+    demo["hparams"] = {**demo["hparams"], "beyond": "extrapolate"} if hparams is None else hparams
     config = parse_config(demo, "forecast target")
     return plan(config.options), config
 
