@@ -121,6 +121,9 @@ class InteractionResult(ParametricResult):
     def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray:
         return interaction_loss(self.params, n, d)
 
+    def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return interaction_loss(params, n, d)
+
 
 class Interaction(Approach):
     """Chinchilla's law with an N-D interaction term, by variable projection, with bootstrap intervals."""

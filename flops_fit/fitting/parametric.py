@@ -190,6 +190,9 @@ class ParametricResult(FitResult):
     def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray:
         return law_loss(self.params, n, d)
 
+    def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return law_loss(params, n, d)
+
     def draw_profiles(self, ax: Any) -> None:
         groups, _ = budget_groups(self.runs)
         n = self.runs.frame["params"].to_numpy(float)

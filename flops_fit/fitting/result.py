@@ -22,6 +22,7 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summary
+from flops_fit.fitting.inference import inference_sizing, total_sizing
 from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws import Params, power_frontier
 from flops_fit.fitting.plots import plot_result
@@ -126,6 +127,10 @@ class FitResult(Presentable):
         """The fitted loss at (N, D), for a law that gives one."""
         return None
 
+    def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray | None:
+        """The law at (N, D) for parameter columns ``params`` (None without a law over (N, D))."""
+        return None
+
     # ---- shared -----------------------------------------------------------------------------
     @property
     def results(self) -> dict[str, FitResult]:
@@ -156,8 +161,13 @@ class FitResult(Presentable):
         table = self.intervals()
         return {k: tuple(float(v) for v in table.loc[k, ["estimate", "lo", "hi"]]) for k in ("a", "b")}
 
-    def predict(self, budgets: float | Iterable[float]) -> pd.DataFrame:
-        """N_opt, D_opt, loss and tokens per parameter at each budget C, with interval bounds."""
+    def predict(self, budgets: float | Iterable[float], *, inference_tokens: float | None = None) -> pd.DataFrame:
+        """N_opt, D_opt, loss and tokens per parameter at each budget C, with interval bounds.
+
+        With ``inference_tokens`` T: the N and D that reach the compute-optimal model's loss at C
+        with the least training + inference FLOPs (``inference.inference_sizing``)."""
+        if inference_tokens is not None:
+            return inference_sizing(self, budgets, inference_tokens)
         c = np.atleast_1d(np.asarray(budgets, dtype=float))
         if c.size == 0 or not np.all(np.isfinite(c) & (c > 0)):
             raise FitInputError(f"budgets must be finite positive FLOP counts, got {budgets!r}")
@@ -173,6 +183,11 @@ class FitResult(Presentable):
             lo, hi = interval(draws[i], self.level) if draws is not None else (np.full(c.size, np.nan),) * 2
             out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
         return out
+
+    def predict_total(self, total_flops: float | Iterable[float], *, inference_tokens: float = 0.0) -> pd.DataFrame:
+        """The lowest loss a total budget of training + ``inference_tokens`` served buys, and its N and D
+        (``inference.total_sizing``)."""
+        return total_sizing(self, total_flops, inference_tokens)
 
     def table(self, budgets: Sequence[float] | None = None) -> pd.DataFrame:
         """A Chinchilla-style table: compute, parameters, tokens, tokens/param, loss (+ intervals)."""
