@@ -66,6 +66,8 @@ from flops_fit.plugin.hookspecs import hookimpl
 _LAZY: dict[str, str] = {
     "check_parity": "flops_fit.sweeps.gate:check",
     "fit": "flops_fit.fitting:fit",
+    "compare": "flops_fit.fitting:compare",
+    "Comparison": "flops_fit.fitting:Comparison",
     "load_runs": "flops_fit.fitting:load_runs",
     "FitResult": "flops_fit.fitting:FitResult",
     "FitSet": "flops_fit.fitting:FitSet",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import flops_fit
@@ -50,12 +51,17 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
                    "leave-one-budget-out error")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes for the held-out refits (--holdout; default 1): the same results, sooner")
+    p.add_argument("--inference-tokens", type=float, metavar="T",
+                   help="also size for serving T tokens: the N and D reaching the compute-optimal model's loss "
+                   "with the least training + inference FLOPs (laws over (N, D): parametric, vpnls, interaction)")
 
 
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("fit", help="fit scaling laws to runs (CSV or sweep folder)")
     _source_options(p, method="parametric", bootstrap=1000)
     p.add_argument("--predict", type=float, nargs="+", metavar="C", help="budgets (FLOPs) to predict at")
+    p.add_argument("--total-flops", type=float, nargs="+", metavar="F",
+                   help="with --inference-tokens: the lowest loss a total budget F (training + inference) buys")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--plots", metavar="DIR", help="write PNG and SVG plots into DIR")
     p.set_defaults(func=_cmd_fit)
@@ -77,11 +83,23 @@ def _fit(args: argparse.Namespace):
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
+    tokens = args.inference_tokens
+    if tokens is not None and not (math.isfinite(tokens) and tokens >= 0):
+        raise flops_fit.FitInputError(f"--inference-tokens must be a finite number of tokens >= 0 (e.g. 2e12), "
+                                      f"got {tokens:g}")
+    if args.total_flops and tokens is None:
+        raise flops_fit.FitInputError("--total-flops goes with --inference-tokens T (the tokens the model will serve)")
     fitted = _fit(args)
     if args.plots:
         fitted.plot(args.plots, target=args.target)
-    print(fitted.to_json(args.predict) if args.json else fitted.summary(args.predict))
-    if args.plots and not args.json:
+    if args.json:
+        print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops))
+        return 0
+    text = fitted.summary(args.predict)
+    if tokens is not None:  # sized before anything is printed: a fit without a law says so alone
+        text += "\n\n" + fitted.sizing_summary(args.predict, tokens, args.total_flops)
+    print(text)
+    if args.plots:
         print(f"plots written to {args.plots}")
     return 0
 
@@ -90,5 +108,5 @@ def _cmd_report(args: argparse.Namespace) -> int:
     fitted = _fit(args)
     source = Path(args.source)
     out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
-    print(f"report written to {fitted.report(out, target=args.target)}")
+    print(f"report written to {fitted.report(out, target=args.target, inference_tokens=args.inference_tokens)}")
     return 0

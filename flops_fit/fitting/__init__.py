@@ -12,6 +12,7 @@ from typing import Any
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.approach import Approach
+from flops_fit.fitting.compare import Comparison, compare_results
 from flops_fit.fitting.envelope import Envelope
 from flops_fit.fitting.fit_set import FitSet
 from flops_fit.fitting.focus import FOCI, check_focus
@@ -120,6 +121,38 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     return fitted
 
 
+def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None = None,
+            budgets: Any = None, bootstrap: int = 1000, seed: int | None = 0, level: float = 0.95,
+            names: tuple[str, str] | None = None, **options: Any) -> Comparison:
+    """Recipe B against recipe A: B's effective compute multiplier over A at each swept budget and at
+    ``target`` (default 10x the largest swept), with bootstrap intervals (``fitting.compare``).
+
+    ``a`` and ``b`` are what ``fit`` reads (sweep folders, CSVs, DataFrames, Runs) or fitted results of
+    one method; both are fitted with ``method`` (the two fits resample with seeds ``seed`` and
+    ``seed + 1``: the sweeps are independent). ``options`` go to ``fit`` (``scale``, ``focus``, columns).
+    """
+    if method not in APPROACHES:
+        raise FitInputError(f"compare fits one method; choose one of {', '.join(APPROACHES)}, got {method!r}")
+    fitted = []
+    for i, source in enumerate((a, b)):
+        if isinstance(source, FitResult):
+            fitted.append(source)
+            continue
+        fitted.append(fit(source, method, bootstrap=bootstrap, seed=None if seed is None else seed + i,
+                          level=level, tracking=False, **options))
+    if names is None:
+        names = tuple(_name(s, d) for s, d in zip((a, b), ("A", "B"), strict=True))
+        names = names if names[0] != names[1] else ("A", "B")
+    return compare_results(*fitted, target=target, budgets=budgets, names=names)
+
+
+def _name(source: Any, default: str) -> str:
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        return path.stem if path.is_file() else path.name or default
+    return default
+
+
 def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
     """Where a fit of ``runs`` is logged: its sweep's trackers (``tracking`` None or True, or
     other backends for the same sweep), trackers beside a CSV, or nowhere (False)."""
@@ -146,6 +179,6 @@ def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
     return destination(options, Path.cwd(), f"fit of {runs.source}", "fit")
 
 
-__all__ = ["APPROACHES", "CURVES", "FOCI", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
+__all__ = ["APPROACHES", "CURVES", "Comparison", "compare", "FOCI", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
            "Forecast", "HoldoutCheck",
            "Runs", "fit", "load_runs", "write_report"]

@@ -22,7 +22,9 @@ import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval
+from flops_fit.tables import format_table
 
 GRID_POINTS = 161
 SEARCH_DECADES = 5.0  # N searched this far below the compute-optimal size (a heavy load shrinks it)
@@ -167,4 +169,47 @@ def total_sizing(result: Any, totals: Any, inference_tokens: Any) -> pd.DataFram
     return _table(result, "total_flops", check_budgets(totals, "total budgets"), tokens, _total, TOTAL_COLUMNS)
 
 
-__all__ = ["inference_sizing", "total_sizing"]
+
+
+SIZING_HEADERS = ["training FLOPs C", "loss to reach", "N", "D", "tokens/param", "total FLOPs",
+                  "compute-optimal model's total", "saved"]
+TOTAL_HEADERS = ["total FLOPs", "N", "D", "tokens/param", "best loss", "loss without inference"]
+
+
+def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
+    """``inference_sizing``'s table as "value [lo, hi]" cells (``SIZING_HEADERS``)."""
+    cells = (("loss", _loss), ("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig),
+             ("total_flops", fmt.flops), ("chinchilla_total_flops", fmt.flops), ("saving", _share))
+    return [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f) for k, f in cells]
+            for _, r in table.iterrows()]
+
+
+def total_rows(table: pd.DataFrame) -> list[list[str]]:
+    """``total_sizing``'s table as cells (``TOTAL_HEADERS``)."""
+    cells = (("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig), ("loss", _loss),
+             ("chinchilla_loss", _loss))
+    return [[fmt.flops(r.total_flops)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
+                                          for k, f in cells] for _, r in table.iterrows()]
+
+
+def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any = None) -> str:
+    """Plain text: the sizing at ``budgets`` (and, given ``totals``, the converse) for one fit."""
+    tokens = check_tokens(inference_tokens)
+    lines = [f"{result.method}: sizing for {fmt.count(tokens)} inference tokens (training k N D plus a forward pass, "
+             "k/3 N, per token served; Sardana et al. 2024)",
+             format_table(sizing_rows(inference_sizing(result, budgets, tokens)), SIZING_HEADERS)]
+    if totals is not None:
+        lines += ["", f"{result.method}: the lowest loss for a total budget (training + {fmt.count(tokens)} tokens "
+                  "served)", format_table(total_rows(total_sizing(result, totals, tokens)), TOTAL_HEADERS)]
+    return "\n".join(lines)
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
+
+
+def _share(value: Any) -> str:
+    return f"{100 * float(value):.1f}%" if np.isfinite(value) else "nan"
+
+
+__all__ = ["inference_sizing", "sizing_rows", "sizing_summary", "total_rows", "total_sizing"]

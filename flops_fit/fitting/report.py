@@ -31,6 +31,7 @@ from flops_fit.fitting.figures import forest, headline, holdout_figure
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.forecast import CANDIDATE_HEADERS, candidate_rows
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
+from flops_fit.fitting.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
 from flops_fit.fitting.profiles import budget_groups
@@ -48,7 +49,7 @@ def default_target(runs: Any) -> float:
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
-                 budgets: Sequence[float] | None = None) -> Path:
+                 budgets: Sequence[float] | None = None, inference_tokens: float | None = None) -> Path:
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path."""
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
@@ -69,6 +70,8 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                              "The exponent a of N_opt ~ C^a by method, with intervals."))
     if fitted.holdout:
         body.append(_holdout_section(fitted.holdout, figure, plot_dir))
+    if inference_tokens is not None:
+        body.append(_inference_section(fitted, inference_tokens, target))
     errors = _error_section(runs, figure, plot_dir, target)
     if errors:
         body.append(errors)
@@ -123,6 +126,19 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
                      + (f"<li>{more} more in the method sections below</li>" if more > 0 else "") + "</ul>")
     if fitted.skipped:
         parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
+    return "\n".join(parts)
+
+
+def _inference_section(fitted: Any, tokens: float, target: float) -> str:
+    """Each law's sizing for serving ``tokens`` (Sardana et al. 2024), at the swept budgets and the target."""
+    parts = [f"<h2 id='inference'>Sized for {_e(fmt.count(tokens))} inference tokens</h2>",
+             "<p>The N and D that reach the compute-optimal model's loss at each training budget with the least "
+             "training plus inference FLOPs (a forward pass, a third of a training step's FLOPs, per token served), "
+             "against the compute-optimal model's own total.</p>"]
+    for result in fitted.sizable():
+        budgets = np.append(np.unique(budget_groups(result.runs)[0]), target)
+        parts += [f"<h3>{_e(result.method)}</h3>",
+                  _table(SIZING_HEADERS, sizing_rows(result.predict(budgets, inference_tokens=tokens)))]
     return "\n".join(parts)
 
 

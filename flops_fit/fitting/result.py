@@ -22,7 +22,7 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summary
-from flops_fit.fitting.inference import inference_sizing, total_sizing
+from flops_fit.fitting.inference import inference_sizing, law_of, sizing_summary, total_sizing
 from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws import Params, power_frontier
 from flops_fit.fitting.plots import plot_result
@@ -83,16 +83,40 @@ class Presentable:
         """The held-out checks as a plain-text table ("" without any)."""
         return holdout_summary(self.holdout)
 
-    def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
+    def to_json(self, budgets: Sequence[float] | None = None, *, inference_tokens: float | None = None,
+                totals: Sequence[float] | None = None, **kwargs: Any) -> str:
+        out = self.to_dict(budgets)
+        if inference_tokens is not None:
+            out["inference"] = {r.method: {"sizing": fmt.json_safe(r.predict(_budgets(r, budgets),
+                                                                              inference_tokens=inference_tokens)
+                                                                    .to_dict("records")),
+                                           **({"totals": fmt.json_safe(r.predict_total(totals, inference_tokens=
+                                                                                         inference_tokens)
+                                                                       .to_dict("records"))} if totals else {})}
+                                for r in self.sizable()}
+        return json.dumps(out, indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
+
+    def sizable(self) -> list[FitResult]:
+        """The results with a law over (N, D), which sizing for inference needs (FitInputError if none)."""
+        results = [r for r in self.results.values() if r.law_loss(_point(r), np.ones((1, 1)), np.ones((1, 1)))
+                   is not None]
+        if not results:
+            law_of(next(iter(self.results.values())))  # raises the one-line reason
+        return results
+
+    def sizing_summary(self, budgets: Sequence[float] | None, inference_tokens: float,
+                       totals: Sequence[float] | None = None) -> str:
+        """Plain text: each law's sizing for ``inference_tokens`` served (``inference.sizing_summary``)."""
+        return "\n\n".join(sizing_summary(r, _budgets(r, budgets), inference_tokens, totals) for r in self.sizable())
 
     def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
         """Write every fit's plots (PNG and SVG by default) into ``out_dir``; returns the paths."""
         return [p for r in self.results.values() for p in plot_result(r, out_dir, target=target, formats=formats)]
 
-    def report(self, out: Any, *, target: float | None = None) -> Any:
-        """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path."""
-        return write_report(self, out, target=target)
+    def report(self, out: Any, *, target: float | None = None, inference_tokens: float | None = None) -> Any:
+        """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path. With
+        ``inference_tokens`` it also sizes each law for serving that many tokens."""
+        return write_report(self, out, target=target, inference_tokens=inference_tokens)
 
 
 @dataclass(kw_only=True)
@@ -262,6 +286,14 @@ def default_budgets(runs: Runs) -> list[float]:
     lo = np.floor(np.log10(runs.frame["flops"].min()))
     hi = np.ceil(np.log10(runs.frame["flops"].max())) + 2
     return [float(10.0 ** e) for e in np.arange(lo, hi + 1)]
+
+
+def _budgets(result: FitResult, budgets: Sequence[float] | None) -> Sequence[float]:
+    return default_budgets(result.runs) if budgets is None else budgets
+
+
+def _point(result: FitResult) -> dict[str, np.ndarray]:
+    return {k: np.array([[v]]) for k, v in result.params.items()}
 
 
 def json_default(value: Any) -> Any:
