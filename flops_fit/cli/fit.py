@@ -51,6 +51,10 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
                    "leave-one-budget-out error")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes for the held-out refits (--holdout; default 1): the same results, sooner")
+    p.add_argument("--unique-tokens", type=float, metavar="U",
+                   help="the dataset's unique training tokens (default: what a sweep folder recorded, used once runs "
+                   "repeat their data): parametric and vpnls then fit the data-constrained law (Muennighoff et al. "
+                   "2023), and the forecast and the sizing respect U")
     p.add_argument("--inference-tokens", type=float, metavar="T",
                    help="also size for serving T tokens: the N and D reaching the compute-optimal model's loss "
                    "with the least training + inference FLOPs (laws over (N, D): parametric, vpnls, interaction)")
@@ -79,7 +83,8 @@ def _fit(args: argparse.Namespace):
                          focus=args.focus, target=args.target, params_col=args.params_col,
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
-                         tracking=False if args.tracking == "off" else args.tracking, workers=args.workers)
+                         tracking=False if args.tracking == "off" else args.tracking, workers=args.workers,
+                         unique_tokens=args.unique_tokens)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:

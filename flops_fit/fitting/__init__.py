@@ -13,6 +13,7 @@ from typing import Any
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.compare import Comparison, compare_results
+from flops_fit.fitting.data_limit import DataLimited, check_unique_tokens
 from flops_fit.fitting.envelope import Envelope
 from flops_fit.fitting.fit_set import FitSet
 from flops_fit.fitting.focus import FOCI, check_focus
@@ -39,7 +40,8 @@ LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
         level: float = 0.95, curve: str = "slice", holdout: str | float | None = None,
         metric: str | None = None, scale: str = "params", focus: str = "all", target: float | None = None,
-        tracking: Any = None, workers: int = 1, **options: Any) -> FitResult | FitSet:
+        tracking: Any = None, workers: int = 1, unique_tokens: float | None = None,
+        **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
@@ -65,10 +67,19 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
 
     ``workers`` > 1 refits the held-out checks and the forecast's cross-validation in that many
     processes (the same results, sooner).
+
+    ``unique_tokens`` (U) is the data budget (a sweep folder's store records its dataset's, used when
+    this is None and some run repeats its data): given it, "parametric" and "vpnls" fit the
+    data-constrained law instead
+    (``data_limit``, Muennighoff et al. 2023: repeated tokens decay in worth), "all" adds it, and
+    every forecast and sizing reads that law.
     """
     unknown = sorted(set(options) - set(LOAD_OPTIONS))
     if unknown:
         raise FitInputError(f"unknown option(s) {', '.join(unknown)}; fit() accepts {', '.join(LOAD_OPTIONS)}")
+    if method == DataLimited.name:
+        raise FitInputError(f"method {method!r} is chosen by the data budget: fit with method 'vpnls' (or "
+                            "'parametric', 'all') and unique_tokens=U")
     if method not in (*APPROACHES, "all"):
         raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(APPROACHES)} or 'all'")
     if not 0 < level < 1:
@@ -86,12 +97,17 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     else:
         runs = load_runs(source, metric=metric or "loss", **options)
     runs = rescale(runs, scale)
+    unique = data_budget(runs, unique_tokens)
     target = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
     names = tuple(APPROACHES) if method == "all" else (method,)
-    approaches = [APPROACHES[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus)
-                  for m in names]
+    kinds = {**APPROACHES, DataLimited.name: DataLimited}
+    if unique is not None:  # the data budget: the laws over (N, D) read the effective data
+        names = ((*names, DataLimited.name) if method == "all" else
+                 tuple(DataLimited.name if m in ("parametric", "vpnls") else m for m in names))
+    approaches = [kinds[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus,
+                                      unique_tokens=unique) for m in names]
     results, skipped = {}, {}
     for approach in approaches:
         try:
@@ -107,7 +123,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                                 bootstrap=bootstrap, seed=seed, level=level, workers=workers)
         for name, items in checks.items():
             results[name].holdout_checks = items
-    fitted = FitSet(results, skipped) if method == "all" else results[method]
+    fitted = FitSet(results, skipped) if method == "all" else results[names[0]]
     if method == "all" and holdout == "each":
         chosen = float(target) if target else default_target(runs)
         base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
@@ -119,6 +135,16 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     if target is not None:
         log_fit(fitted, target)
     return fitted
+
+
+def data_budget(runs: Runs, unique_tokens: Any) -> float | None:
+    """The unique tokens a fit respects: the given ones, else a sweep's recorded ones (None: unknown)."""
+    if unique_tokens is not None:
+        return check_unique_tokens(unique_tokens)
+    recorded = runs.metadata.get("unique_tokens")  # a sweep's: used once its runs repeat their data
+    if recorded is None or not (runs.frame["tokens"].to_numpy(float) > float(recorded)).any():
+        return None
+    return check_unique_tokens(recorded)
 
 
 def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None = None,

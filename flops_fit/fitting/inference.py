@@ -90,7 +90,7 @@ def tokens_for_loss(law, p, n: np.ndarray, target: np.ndarray, d_centre: np.ndar
     return np.where(reachable, np.exp(hi), np.inf)
 
 
-def _refine(log_x: np.ndarray, value: np.ndarray) -> np.ndarray:
+def refine_minimum(log_x: np.ndarray, value: np.ndarray) -> np.ndarray:
     """The minimum of ``value`` over the last axis, refined by a parabola through the three best points."""
     value = np.where(np.isfinite(value), value, np.inf)
     i = np.clip(value.argmin(-1), 1, value.shape[-1] - 2)
@@ -113,7 +113,7 @@ def _sizing(result: Any, law, p: dict[str, np.ndarray], budgets: np.ndarray, tok
     d = tokens_for_loss(law, cols, n, target[..., None], d0[..., None])
     with np.errstate(all="ignore"):
         total = flops_per_token(cols, n) * (d + share)
-        best = np.exp(_refine(log_n, np.log(total)))
+        best = np.exp(refine_minimum(log_n, np.log(total)))
     cols2 = {k: v[:, :, 0] for k, v in cols.items()}  # (m, 1)
     d_best = tokens_for_loss(law, cols2, best, target, d0)
     per_token = flops_per_token(cols2, best)
@@ -134,7 +134,7 @@ def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, token
     with np.errstate(all="ignore"):
         d = totals[None, :, None] / flops_per_token(cols, n) - share
         loss = np.where(d > 0, law(cols, n, np.where(d > 0, d, 1.0)), np.inf)
-        best = np.exp(_refine(log_n, loss))
+        best = np.exp(refine_minimum(log_n, loss))
         cols2 = {k: v[:, :, 0] for k, v in cols.items()}
         per_token = flops_per_token(cols2, best)
         d_best = totals[None, :] / per_token - share

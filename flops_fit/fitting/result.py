@@ -29,8 +29,8 @@ from flops_fit.fitting.plots import plot_result
 from flops_fit.fitting.report import write_report
 from flops_fit.tables import format_table
 
-# Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier.
-CONSTANTS = ("k", "k_slope")
+# Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier, and U.
+CONSTANTS = ("k", "k_slope", "U")  # U: the unique tokens a data-constrained law was given
 
 
 @dataclass(kw_only=True)
