@@ -69,6 +69,8 @@ _LAZY: dict[str, str] = {
     "compare": "flops_fit.fitting:compare",
     "Comparison": "flops_fit.fitting:Comparison",
     "load_runs": "flops_fit.fitting:load_runs",
+    "write_report": "flops_fit.fitting.report:write_report",
+    "plot_fit": "flops_fit.fitting.plots:plot_fit",
     "FitResult": "flops_fit.fitting:FitResult",
     "FitSet": "flops_fit.fitting:FitSet",
     "plan": "flops_fit.sweeps.planner:plan",

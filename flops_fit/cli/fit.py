@@ -96,7 +96,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
         raise flops_fit.FitInputError("--total-flops goes with --inference-tokens T (the tokens the model will serve)")
     fitted = _fit(args)
     if args.plots:
-        fitted.plot(args.plots, target=args.target)
+        flops_fit.plot_fit(fitted, args.plots, target=args.target)
     if args.json:
         print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops))
         return 0
@@ -113,5 +113,5 @@ def _cmd_report(args: argparse.Namespace) -> int:
     fitted = _fit(args)
     source = Path(args.source)
     out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
-    print(f"report written to {fitted.report(out, target=args.target, inference_tokens=args.inference_tokens)}")
+    print(f"report written to {flops_fit.write_report(fitted, out, target=args.target, inference_tokens=args.inference_tokens)}")
     return 0

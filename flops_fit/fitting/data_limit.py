@@ -7,30 +7,30 @@ constant, is fitted (the paper's 15.4: about 4 epochs are nearly as good as new 
 vanish by about 16). Their excess-parameter term is left out: our sweeps' sizes stay near their
 budgets' optima.
 
-The law is Chinchilla's at D' (``laws.law_loss``; nothing is written out twice), so given
-(alpha, beta, R*) the loss is linear in E, A, B >= 0: variable projection as in ``vpnls``, over
-three nonlinear parameters (a grid, then Nelder-Mead within bounds). When no run repeats its data
-R* cannot be fitted and is fixed at the paper's value, so the forecast and the sizing for
-inference still respect U beyond the runs. The frontier has no closed form: each budget's
-optimum is found on a grid in log N along the runs' FLOPs rule, refined by a parabola.
+The law is a ``LawForm`` (``DataLimitedForm``): Chinchilla's at D' (``laws.law_loss``; nothing
+is written out twice), so given (alpha, beta, R*) the loss is linear in E, A, B >= 0 and
+``estimators.fit_projection`` fits it like any form (R* searched as r = ln(R*) / 4, inside the
+forms' common exponent bounds). When no run repeats its data R* cannot be fitted and is fixed at
+the paper's value, so the forecast and the sizing for inference still respect U beyond the runs.
+The frontier has no closed form: the forms' numeric one (``forms.numeric_frontier``).
 """
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting._lbfgs import CONVERGED, ITERATION_LIMIT
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
+from flops_fit.fitting.estimators import NM_MAXITER, Solution, fit_projection
 from flops_fit.fitting.focus import check_focus, focus_weights
-from flops_fit.fitting.inference import refine_minimum
+from flops_fit.fitting.forms import Chinchilla, Inputs
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import Params, frontier_exponents, law_loss, parametric_frontier
+from flops_fit.fitting.laws import frontier_exponents, law_loss
 from flops_fit.fitting.parametric import (
     ParametricResult,
     convergence_report,
@@ -38,15 +38,9 @@ from flops_fit.fitting.parametric import (
     parametric_diagnostics,
 )
 from flops_fit.fitting.result import FitResult
-from flops_fit.fitting.vpnls import ALPHA_BETA_BOUNDS, _nnls3, floor_solve
 
 PAPER_R_STAR = 15.4  # Muennighoff et al. 2023's fitted decay constant for repeated data
-R_STAR_BOUNDS = (0.3, 1e4)
-NM_MAXITER = 2000
-_GRID = list(itertools.product(np.arange(0.1, 1.51, 0.1), np.arange(0.1, 1.51, 0.1),
-                               np.log([1.0, 3.0, 8.0, 20.0, 60.0, 200.0])))
-FRONTIER_POINTS = 161
-FRONTIER_DECADES = 4.0
+R_SCALE = 4.0  # R* = exp(R_SCALE r): r in the forms' exponent bounds (0.01, 2.5) spans R* from 1.04 to 22,000
 
 
 def check_unique_tokens(value: Any) -> float:
@@ -68,66 +62,49 @@ def effective_data(d: np.ndarray, unique: Any, r_star: Any) -> np.ndarray:
     return np.minimum(d, unique) + unique * r_star * -np.expm1(-repeats / r_star)
 
 
-def data_limited_loss(p: Params | dict[str, float], n: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Chinchilla's law at the effective data: E + A/N^alpha + B/D'^beta (``p`` has U and r_star)."""
-    return law_loss(p, n, effective_data(d, p["U"], p["r_star"]))
+class DataLimitedForm(Chinchilla):
+    """E + A/N^alpha + B/D'^beta at the effective data D' of U unique tokens (input ``u``, in the
+    units of ``d``); R* = exp(4 r), r searched with the exponents. With ``r_star`` set, R* is held
+    there and only (alpha, beta) are searched."""
+
+    name = "data-limited"
+    inputs = ("n", "d", "u")
+    grid = np.arange(0.1, 1.51, 0.1)
+
+    def __init__(self, r_star: float | None = None) -> None:
+        self.r_star = r_star
+        self.nonlinear = ("alpha", "beta") if r_star is not None else ("alpha", "beta", "r")
+
+    def _r_star(self, p: Mapping[str, Any]) -> Any:
+        if "r_star" in p:
+            return p["r_star"]
+        return self.r_star if self.r_star is not None else np.exp(R_SCALE * p["r"])
+
+    def design(self, theta: np.ndarray, x: Inputs) -> np.ndarray:
+        r_star = self.r_star if self.r_star is not None else np.exp(R_SCALE * theta[2])
+        return super().design(theta[:2], {"n": x["n"], "d": effective_data(x["d"], x["u"], r_star)})
+
+    def loss(self, p: Mapping[str, Any], x: Inputs) -> np.ndarray:
+        unique = x["u"] if "u" in x else p["U"]
+        return law_loss(p, x["n"], effective_data(x["d"], unique, self._r_star(p)))
+
+    def frontier(self, p, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return super(Chinchilla, self).frontier(p, budgets)  # numeric: no closed form at D'
+
+    def unscale(self, p: dict[str, np.ndarray], scale: Mapping[str, float]) -> dict[str, np.ndarray]:
+        out = super().unscale(p, scale)  # D' scales with D and U alike: B as Chinchilla's
+        out["r_star"] = np.full_like(p["alpha"], self.r_star) if self.r_star is not None else np.exp(R_SCALE * p["r"])
+        out.pop("r", None)
+        return out
 
 
-def data_limited_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per parameter row and budget: (N_opt, D_opt, loss) along C = k N^(1+s) D, on a grid in log N
-    centred on the unconstrained law's optimum, refined by a parabola."""
-    centre, _, _ = parametric_frontier(p, budgets)  # (m, c)
-    col = {k: np.asarray(v, dtype=float)[:, None, None] for k, v in p.items()}
-    grow = 1.0 + col.get("k_slope", 0.0)
-    c = np.asarray(budgets, dtype=float)[None, :, None] / col["k"]
-    with np.errstate(all="ignore"):
-        log_n = np.log(centre)[..., None] + np.linspace(-FRONTIER_DECADES, FRONTIER_DECADES,
-                                                        FRONTIER_POINTS) * np.log(10)
-        loss = data_limited_loss(col, np.exp(log_n), c / np.exp(grow * log_n))
-        n = np.exp(refine_minimum(log_n, loss))
-        d = c[..., 0] / n ** grow[..., 0]
-        value = data_limited_loss({k: v[..., 0] for k, v in col.items()}, n, d)
-    return n, d, value
-
-
-class DataLimitedResult(ParametricResult):
-    """The data-constrained law's result: its surface (at the effective data) and numeric frontier."""
-
-    def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return data_limited_frontier(params, budgets)
-
-    def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray:
-        return data_limited_loss(self.params, n, d)
-
-    def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray:
-        return data_limited_loss(params, n, d)
-
-
-def _solve(n, d, loss, w, unique, start=None, fixed=None, floor: float = 1.0):
-    """(E, A, B, alpha, beta, log R*), the squared error, iterations and status; ``fixed`` holds R*."""
-    from scipy.optimize import minimize
-
-    def profile(theta):
-        alpha, beta = theta[0], theta[1]
-        log_r = np.log(fixed) if fixed is not None else theta[2]
-        X = np.column_stack([np.ones_like(n), n ** -alpha, effective_data(d, unique, np.exp(log_r)) ** -beta])
-        return floor_solve(_nnls3, X, loss, w, floor)
-
-    size = 2 if fixed is not None else 3
-    if start is None:
-        grid = {tuple(g[:size]) for g in _GRID}
-        start = min((profile(np.array(g))[1], g) for g in grid)[1]
-    bounds = [ALPHA_BETA_BOUNDS] * 2 + [tuple(np.log(R_STAR_BOUNDS))][: size - 2]
-    res = minimize(lambda t: profile(t)[1], np.asarray(start, float)[:size], method="Nelder-Mead", bounds=bounds,
-                   options={"xatol": 1e-6, "fatol": 1e-13, "maxiter": NM_MAXITER})
-    coef, ssr = profile(res.x)
-    log_r = np.log(fixed) if fixed is not None else res.x[2]
-    return (np.array([*coef, res.x[0], res.x[1], log_r]), ssr, int(res.nit),
-            CONVERGED if res.success else ITERATION_LIMIT)
+def data_limited_loss(p: Mapping[str, Any], n: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """The data-constrained law at (N, D) for parameters with ``U`` and ``r_star``."""
+    return DataLimitedForm().loss(p, {"n": n, "d": d})
 
 
 class DataLimited(Approach):
-    """Approach 3 at the effective data of repeated tokens: (alpha, beta, R*) searched, E, A, B by NNLS."""
+    """Approach 3 at the effective data of repeated tokens, by variable projection with bootstrap intervals."""
 
     name = "data-limited"
     title = "Approach 3 with repeated data (Muennighoff et al. 2023), variable projection"
@@ -142,42 +119,42 @@ class DataLimited(Approach):
 
     def fit(self, runs: Runs) -> FitResult:
         log_n, log_d, loss, rule = law_columns(runs)
-        n, d = np.exp(log_n), np.exp(log_d)
         weights, floor = focus_weights(runs, self.focus)
-        n_scale, d_scale = np.exp(log_n.mean()), np.exp(log_d.mean())  # order-one columns
-        repeated = int(np.sum(d > self.unique))
-        fixed = None if repeated else PAPER_R_STAR
-        est, _, iterations, status = _solve(n / n_scale, d / d_scale, loss, weights, self.unique / d_scale,
-                                            fixed=fixed, floor=floor)
+        repeated = int(np.sum(np.exp(log_d) > self.unique))
+        form = DataLimitedForm(None if repeated else PAPER_R_STAR)  # no repeats: R* cannot be measured
+        scale = {"n": float(np.exp(log_n.mean())), "d": float(np.exp(log_d.mean()))}
+        x = {"n": np.exp(log_n) / scale["n"], "d": np.exp(log_d) / scale["d"],
+             "u": np.full(log_n.size, self.unique / scale["d"])}  # order one: well conditioned
+        est = fit_projection(form, x, loss, weights, floor=floor)
 
-        def unscale(v: np.ndarray) -> dict[str, np.ndarray]:
-            E, A, B, alpha, beta, log_r = np.atleast_2d(v).T
-            a, b = frontier_exponents(alpha, beta, rule.slope)
-            return {"E": E, "A": A * n_scale ** alpha, "B": B * d_scale ** beta, "alpha": alpha, "beta": beta,
-                    "r_star": np.exp(log_r), "a": a, "b": b, "U": np.full(E.size, self.unique),
-                    **rule.columns(E.size)}
+        def unscale(solutions: list[Solution]) -> dict[str, np.ndarray]:
+            coef, theta = np.array([s.coef for s in solutions]), np.array([s.theta for s in solutions])
+            p = form.unscale({**dict(zip(form.linear, coef.T)), **dict(zip(form.nonlinear, theta.T))}, scale)
+            a, b = frontier_exponents(p["alpha"], p["beta"], rule.slope)  # the unconstrained law's
+            return {**p, "a": a, "b": b, "U": np.full(len(solutions), self.unique), **rule.columns(len(solutions))}
 
         samples, boot_status, boot_iterations = pd.DataFrame(), None, None
         if self.bootstrap:
-            draws = resample_weights(n.size, self.bootstrap, self.seed) * weights
-            solved = [_solve(n / n_scale, d / d_scale, loss, w, self.unique / d_scale, start=est[3:], fixed=fixed,
-                             floor=floor) for w in draws]
-            samples = pd.DataFrame(unscale(np.array([s[0] for s in solved])))
-            boot_iterations = np.array([s[2] for s in solved])
-            boot_status = np.array([s[3] for s in solved])
-        params = {key: float(v[0]) for key, v in unscale(est).items()}
-        convergence, warnings = convergence_report(status, iterations, NM_MAXITER, boot_status, boot_iterations,
-                                                   NM_MAXITER, "Nelder-Mead")
-        if fixed is not None:
+            draws = resample_weights(log_n.size, self.bootstrap, self.seed) * weights
+            solved = [fit_projection(form, x, loss, w, start=est.theta, floor=floor) for w in draws]
+            samples = pd.DataFrame(unscale(solved))
+            boot_iterations = np.array([s.iterations for s in solved])
+            boot_status = np.array([s.status for s in solved])
+        params = {key: float(v[0]) for key, v in unscale([est]).items()}
+        convergence, warnings = convergence_report(est.status, est.iterations, NM_MAXITER, boot_status,
+                                                   boot_iterations, NM_MAXITER, "Nelder-Mead")
+        if not repeated:
             warnings.append(f"no run trains on more than the {self.unique:,.0f} unique tokens: R* is not measured "
                             f"here and is fixed at Muennighoff et al.'s {PAPER_R_STAR}")
-        diagnostics = parametric_diagnostics(runs, data_limited_loss(params, n, d), params, bounds=ALPHA_BETA_BOUNDS,
-                                             convergence=convergence, warnings=warnings)
-        return self.result(DataLimitedResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
-                           details={"unique_tokens": self.unique, "repeated_runs": repeated,
-                                    "max_epochs": float(d.max() / self.unique), "focus": self.focus,
-                                    "r_star": "fixed" if fixed is not None else "fitted",
-                                    "search": "grid over alpha, beta, log R*, then Nelder-Mead"})
+        predicted = form.loss(params, {"n": np.exp(log_n), "d": np.exp(log_d)})
+        diagnostics = parametric_diagnostics(runs, predicted, params, bounds=form.bounds, convergence=convergence,
+                                             warnings=warnings)
+        return self.result(ParametricResult, form=form, params=params, samples=samples, runs=runs,
+                           diagnostics=diagnostics,
+                           details={"form": form.name, "unique_tokens": self.unique, "repeated_runs": repeated,
+                                    "max_epochs": float(np.exp(log_d).max() / self.unique), "focus": self.focus,
+                                    "r_star": "fitted" if repeated else "fixed",
+                                    "search": "grid over alpha, beta (and r), then Nelder-Mead"})
 
 
-__all__ = ["DataLimited", "DataLimitedResult", "data_limited_frontier", "data_limited_loss", "effective_data"]
+__all__ = ["DataLimited", "DataLimitedForm", "data_limited_loss", "effective_data"]
