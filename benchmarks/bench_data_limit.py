@@ -61,8 +61,10 @@ def main() -> None:
                                                 executor_options=parsed.executor_options, show_progress=False)
     print(f"sweep: {time.perf_counter() - t0:.0f} s -> {out / 'sweep'}", flush=True)
     runs = flops_fit.load_runs(out / "sweep")
-    unique = runs.metadata.get("unique_tokens")
-    print(f"unique tokens (recorded by the sweep): {unique}; epochs of the runs: "
+    unique = runs.metadata.get("unique_tokens")  # recorded by the sweep (runs trained before flops-fit did: ask)
+    unique = unique or flops_fit.create_dataset("text-files", "train", **{**parsed.options.dataset_config,
+                                                                         "seq_len": parsed.options.seq_len}).unique_tokens
+    print(f"unique tokens: {unique}; epochs of the runs: "
           f"{runs.frame['tokens'].min() / unique:.2f}-{runs.frame['tokens'].max() / unique:.1f}", flush=True)
     report = {"unique_tokens": unique}
     for name, kwargs in (("vpnls", {}), ("data-limited", {"unique_tokens": unique})):
