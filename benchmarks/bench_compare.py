@@ -9,10 +9,14 @@ Three sweeps of the demo (``flops_fit.sweeps.demo.DEMOS["gpt"]``) on its 5 small
   a real, if small, difference.
 
 Prints, for seed1 over seed0 and half-lr over seed0, the multiplier at each swept budget and at
-10x the largest with its interval, and the exponents' difference; writes compare.json beside.
+10x the largest with its interval, and the exponents' differences; writes compare.json beside.
 
     nice -n 10 python benchmarks/bench_compare.py [--out bench-compare] [--budgets 5] [--bootstrap 200]
+    nice -n 10 python benchmarks/bench_compare.py --budgets 3 --only seed1   # one sweep alone (in parallel)
+    nice -n 10 python benchmarks/bench_compare.py --budgets 3 --seed0 bench-compare/seed0  # a wider seed0
 
+Sweeps go to OUT/<recipe>-b<budgets>. ``--seed0 FOLDER`` takes recipe A from an existing sweep of
+the same setup (its runs at the budgets compared; a sweep of more budgets is cut to them).
 Interrupted? Run it again: the sweeps resume from their stores.
 """
 
@@ -47,7 +51,7 @@ def recipe(name: str, out: Path, budgets: int) -> dict:
 
 def run(name: str, out: Path, budgets: int) -> Path:
     config = parse_config(recipe(name, out, budgets), f"bench {name}")
-    folder = out / name
+    folder = out / f"{name}-b{budgets}"
     t0 = time.perf_counter()
     flops_fit.plan(config.options).run(folder, resume=True, executor=config.executor,
                                        executor_options=config.executor_options, show_progress=False)
@@ -61,15 +65,23 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, default=5, help="the demo's smallest budgets swept (of 8)")
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--method", default="vpnls")
+    parser.add_argument("--only", help="sweep this recipe only (seed0, seed1 or half-lr), and compare nothing")
+    parser.add_argument("--seed0", help="recipe A from this existing sweep folder of the demo's setup")
     args = parser.parse_args()
     out = Path(args.out)
-    folders = {name: run(name, out, args.budgets) for name in ("seed0", "seed1", "half-lr")}
+    if args.only:
+        run(args.only, out, args.budgets)
+        return
+    swept = DEMOS["gpt"]["sweep"]["budgets"][:args.budgets]
+    base = flops_fit.load_runs(args.seed0 if args.seed0 else run("seed0", out, args.budgets))
+    base = base.subset(base.frame["budget"].le(max(swept) * 1.0001).to_numpy())
+    folders = {name: run(name, out, args.budgets) for name in ("seed1", "half-lr")}
     report = {}
-    for name in ("seed1", "half-lr"):
+    for name, folder in folders.items():
         t0 = time.perf_counter()
-        result = flops_fit.compare(folders["seed0"], folders[name], method=args.method, bootstrap=args.bootstrap)
+        result = flops_fit.compare(base, folder, method=args.method, bootstrap=args.bootstrap, names=("seed0", name))
         print(f"\n== {name} over seed0 ({time.perf_counter() - t0:.0f} s) ==\n{result.summary()}", flush=True)
-        result.plot(out / f"compare-{name}")
+        result.report(out / f"compare-{name}")
         report[name] = result.to_dict()
     (out / "compare.json").write_text(json.dumps(report, indent=2))
 

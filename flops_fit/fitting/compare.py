@@ -187,7 +187,7 @@ def _with_interval(value: Any, lo: Any, hi: Any) -> str:
 
 def _columns(result: FitResult) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
     point = {k: np.array([v]) for k, v in result.params.items()}
-    draws = {k: result.samples[k].to_numpy(float) for k in result.samples} if len(result.samples) else None
+    draws = result.draws() if len(result.samples) else None
     return point, draws
 
 

@@ -58,7 +58,7 @@ def columns(result: Any) -> list[dict[str, np.ndarray]]:
     """The point estimate's parameter columns, then (if any) the bootstrap draws', each (m, 1)."""
     rows = [{k: np.array([[v]]) for k, v in result.params.items()}]
     if len(result.samples):
-        rows.append({k: result.samples[k].to_numpy(float)[:, None] for k in result.samples})
+        rows.append({k: v[:, None] for k, v in result.draws().items()})
     return rows
 
 
