@@ -142,7 +142,7 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
              fit: bool = True, bootstrap: int = 200, skip_parity: bool = False,
              on_plan: Callable[[Plan], None] | None = None) -> DemoOutcome:
     """Run (or resume) the demo sweep into ``out``, write the IsoFLOP table (``isoflop.txt``),
-    fit every approach that applies, hold out each budget in turn to choose the forecast (the
+    fit every approach that applies, forward-chain every budget to choose the forecast (the
     method and scale that forecast best; the refits on ``workers`` processes too), and write the
     HTML report beside the store.
     ``on_plan(plan)`` hears the plan before any training starts."""
@@ -162,7 +162,7 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
     outcome = DemoOutcome(demo, result, summary, interior)
     if fit:
         try:
-            outcome.fit = result.fit(method="all", bootstrap=bootstrap, holdout="each", workers=workers)
+            outcome.fit = result.fit(method="all", bootstrap=bootstrap, holdout="forward", workers=workers)
         except FitInputError as exc:
             outcome.refused = str(exc)
         else:
