@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--method", default="vpnls")
     parser.add_argument("--only", help="sweep this recipe only (seed0, seed1 or half-lr), and compare nothing")
     parser.add_argument("--seed0", help="recipe A from this existing sweep folder of the demo's setup")
+    parser.add_argument("--against", default="seed1,half-lr", help="the recipes B compared with seed0")
     args = parser.parse_args()
     out = Path(args.out)
     if args.only:
@@ -75,7 +76,7 @@ def main() -> None:
     swept = DEMOS["gpt"]["sweep"]["budgets"][:args.budgets]
     base = flops_fit.load_runs(args.seed0 if args.seed0 else run("seed0", out, args.budgets))
     base = base.subset(base.frame["budget"].le(max(swept) * 1.0001).to_numpy())
-    folders = {name: run(name, out, args.budgets) for name in ("seed1", "half-lr")}
+    folders = {name: run(name, out, args.budgets) for name in args.against.split(",")}
     report = {}
     for name, folder in folders.items():
         t0 = time.perf_counter()
@@ -83,7 +84,7 @@ def main() -> None:
         print(f"\n== {name} over seed0 ({time.perf_counter() - t0:.0f} s) ==\n{result.summary()}", flush=True)
         result.report(out / f"compare-{name}")
         report[name] = result.to_dict()
-    (out / "compare.json").write_text(json.dumps(report, indent=2))
+    (out / f"compare-b{args.budgets}.json").write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
