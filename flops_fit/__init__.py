@@ -67,6 +67,8 @@ from flops_fit.plugin.hookspecs import hookimpl
 _LAZY: dict[str, str] = {
     "check_parity": "flops_fit.sweeps.gate:check",
     "fit": "flops_fit.fitting:fit",
+    "compare": "flops_fit.fitting:compare",
+    "Comparison": "flops_fit.fitting:Comparison",
     "load_runs": "flops_fit.fitting:load_runs",
     "write_report": "flops_fit.fitting.report:write_report",
     "plot_fit": "flops_fit.fitting.plots:plot_fit",

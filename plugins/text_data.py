@@ -54,6 +54,12 @@ class TokenWindows:
     def __len__(self) -> int:
         return len(self.tokens) // self.seq_len
 
+    @property
+    def unique_tokens(self) -> int:
+        """The tokens its windows hold, each once: a training split's data budget (the contract's
+        ``unique_tokens``); a run that trains on more sees some of them again."""
+        return len(self) * self.seq_len
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {k: v[0] for k, v in self.get_batch(np.array([index])).items()}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import flops_fit
@@ -51,12 +52,21 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    + (f"; default {holdout}" if holdout else ""))
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes for the held-out refits (--holdout; default 1): the same results, sooner")
+    p.add_argument("--unique-tokens", type=float, metavar="U",
+                   help="the dataset's unique training tokens (default: what a sweep folder recorded, used once runs "
+                   "repeat their data): parametric and vpnls then fit the data-constrained law (Muennighoff et al. "
+                   "2023), and the forecast and the sizing respect U")
+    p.add_argument("--inference-tokens", type=float, metavar="T",
+                   help="also size for serving T tokens: the N and D reaching the compute-optimal model's loss "
+                   "with the least training + inference FLOPs (laws over (N, D): parametric, vpnls, interaction)")
 
 
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("fit", help="fit scaling laws to runs (CSV or sweep folder)")
     _source_options(p, method="parametric", bootstrap=1000)
     p.add_argument("--predict", type=float, nargs="+", metavar="C", help="budgets (FLOPs) to predict at")
+    p.add_argument("--total-flops", type=float, nargs="+", metavar="F",
+                   help="with --inference-tokens: the lowest loss a total budget F (training + inference) buys")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--plots", metavar="DIR", help="write PNG and SVG plots into DIR")
     p.set_defaults(func=_cmd_fit)
@@ -74,15 +84,28 @@ def _fit(args: argparse.Namespace):
                          focus=args.focus, target=args.target, params_col=args.params_col,
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
-                         tracking=False if args.tracking == "off" else args.tracking, workers=args.workers)
+                         tracking=False if args.tracking == "off" else args.tracking, workers=args.workers,
+                         unique_tokens=args.unique_tokens)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
+    tokens = args.inference_tokens
+    if tokens is not None and not (math.isfinite(tokens) and tokens >= 0):
+        raise flops_fit.FitInputError(f"--inference-tokens must be a finite number of tokens >= 0 (e.g. 2e12), "
+                                      f"got {tokens:g}")
+    if args.total_flops and tokens is None:
+        raise flops_fit.FitInputError("--total-flops goes with --inference-tokens T (the tokens the model will serve)")
     fitted = _fit(args)
     if args.plots:
         flops_fit.plot_fit(fitted, args.plots, target=args.target)
-    print(fitted.to_json(args.predict) if args.json else fitted.summary(args.predict))
-    if args.plots and not args.json:
+    if args.json:
+        print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops))
+        return 0
+    text = fitted.summary(args.predict)
+    if tokens is not None:  # sized before anything is printed: a fit without a law says so alone
+        text += "\n\n" + fitted.sizing_summary(args.predict, tokens, args.total_flops)
+    print(text)
+    if args.plots:
         print(f"plots written to {args.plots}")
     return 0
 
@@ -91,5 +114,5 @@ def _cmd_report(args: argparse.Namespace) -> int:
     fitted = _fit(args)
     source = Path(args.source)
     out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
-    print(f"report written to {flops_fit.write_report(fitted, out, target=args.target)}")
+    print(f"report written to {flops_fit.write_report(fitted, out, target=args.target, inference_tokens=args.inference_tokens)}")
     return 0

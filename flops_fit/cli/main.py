@@ -13,10 +13,10 @@ import warnings
 from collections.abc import Sequence
 
 from flops_fit._version import __version__
-from flops_fit.cli import fit, listings, parity, sweep, tune
+from flops_fit.cli import compare, fit, listings, parity, sweep, tune
 from flops_fit.errors import FlopsFitError, PluginWarning, TrackingWarning
 
-COMMAND_MODULES = (listings, sweep, tune, fit, parity)
+COMMAND_MODULES = (listings, sweep, tune, fit, compare, parity)
 
 
 def build_parser() -> argparse.ArgumentParser:

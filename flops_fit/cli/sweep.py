@@ -19,6 +19,7 @@ import flops_fit
 from flops_fit.errors import ConfigError, OptionError
 from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
+from flops_fit.sweeps.data_budget import repeat_warning, unique_tokens
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.tables import format_table
 
@@ -52,7 +53,11 @@ def _with_tuned(hparams: Any, tuned: str) -> dict[str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    print(flops_fit.plan(_options_from_args(args)))
+    plan = flops_fit.plan(_options_from_args(args))
+    print(plan)
+    warning = repeat_warning(plan.runs, unique_tokens(plan.options))
+    if warning:
+        print(warning)
     return 0
 
 
@@ -75,6 +80,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     workers = options.pop("workers", 1)
     flops_fit.create_executor(executor, workers=workers, **options).close()  # bad options: one line before the plan
     print(plan, file=sys.stderr)
+    warning = repeat_warning(plan.runs, unique_tokens(plan.options))
+    if warning:
+        print(warning, file=sys.stderr)
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir
     try:
         plan.run(out, resume=args.resume, executor=executor, workers=workers, executor_options=options,

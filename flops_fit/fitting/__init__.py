@@ -14,6 +14,8 @@ import numpy as np
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.approach import Approach
+from flops_fit.fitting.compare import Comparison, compare_results
+from flops_fit.fitting.data_limit import DataLimited, check_unique_tokens
 from flops_fit.fitting.envelope import Envelope
 from flops_fit.fitting.fit_set import FitSet
 from flops_fit.fitting.focus import FOCI, check_focus
@@ -40,7 +42,8 @@ LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
         level: float = 0.95, curve: str = "slice", holdout: str | float | None = None,
         metric: str | None = None, scale: str = "params", focus: str = "all", target: float | None = None,
-        tracking: Any = None, workers: int = 1, **options: Any) -> FitResult | FitSet:
+        tracking: Any = None, workers: int = 1, unique_tokens: float | None = None,
+        **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
@@ -69,10 +72,19 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
 
     ``workers`` > 1 refits the held-out checks and the forecast's cross-validation in that many
     processes (the same results, sooner).
+
+    ``unique_tokens`` (U) is the data budget (a sweep folder's store records its dataset's, used when
+    this is None and some run repeats its data): given it, "parametric" and "vpnls" fit the
+    data-constrained law instead
+    (``data_limit``, Muennighoff et al. 2023: repeated tokens decay in worth), "all" adds it, and
+    every forecast and sizing reads that law.
     """
     unknown = sorted(set(options) - set(LOAD_OPTIONS))
     if unknown:
         raise FitInputError(f"unknown option(s) {', '.join(unknown)}; fit() accepts {', '.join(LOAD_OPTIONS)}")
+    if method == DataLimited.name:
+        raise FitInputError(f"method {method!r} is chosen by the data budget: fit with method 'vpnls' (or "
+                            "'parametric', 'all') and unique_tokens=U")
     if method not in (*APPROACHES, "all"):
         raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(APPROACHES)} or 'all'")
     if not 0 < level < 1:
@@ -93,12 +105,17 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                                    and np.isfinite(target) and target > 0):
         raise FitInputError(f"target must be a positive budget in FLOPs (e.g. 1e22), got {target!r}")
     runs = rescale(runs, scale)
+    unique = data_budget(runs, unique_tokens)
     logged_to = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
     names = tuple(APPROACHES) if method == "all" else (method,)
-    approaches = [APPROACHES[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus)
-                  for m in names]
+    kinds = {**APPROACHES, DataLimited.name: DataLimited}
+    if unique is not None:  # the data budget: the laws over (N, D) read the effective data
+        names = ((*names, DataLimited.name) if method == "all" else
+                 tuple(DataLimited.name if m in ("parametric", "vpnls") else m for m in names))
+    approaches = [kinds[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus,
+                                      unique_tokens=unique) for m in names]
     results, skipped = {}, {}
     for approach in approaches:
         try:
@@ -114,7 +131,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                                 bootstrap=bootstrap, seed=seed, level=level, workers=workers)
         for name, items in checks.items():
             results[name].holdout_checks = items
-    fitted = FitSet(results, skipped) if method == "all" else results[method]
+    fitted = FitSet(results, skipped) if method == "all" else results[names[0]]
     if method == "all" and holdout == "forward":
         chosen = float(target) if target is not None else default_target(runs)
         base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
@@ -129,6 +146,48 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     if logged_to is not None:
         log_fit(fitted, logged_to)
     return fitted
+
+
+def data_budget(runs: Runs, unique_tokens: Any) -> float | None:
+    """The unique tokens a fit respects: the given ones, else a sweep's recorded ones (None: unknown)."""
+    if unique_tokens is not None:
+        return check_unique_tokens(unique_tokens)
+    recorded = runs.metadata.get("unique_tokens")  # a sweep's: used once its runs repeat their data
+    if recorded is None or not (runs.frame["tokens"].to_numpy(float) > float(recorded)).any():
+        return None
+    return check_unique_tokens(recorded)
+
+
+def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None = None,
+            budgets: Any = None, bootstrap: int = 1000, seed: int | None = 0, level: float = 0.95,
+            names: tuple[str, str] | None = None, **options: Any) -> Comparison:
+    """Recipe B against recipe A: B's effective compute multiplier over A at each swept budget and at
+    ``target`` (default 10x the largest swept), with bootstrap intervals (``fitting.compare``).
+
+    ``a`` and ``b`` are what ``fit`` reads (sweep folders, CSVs, DataFrames, Runs) or fitted results of
+    one method; both are fitted with ``method`` (the two fits resample with seeds ``seed`` and
+    ``seed + 1``: the sweeps are independent). ``options`` go to ``fit`` (``scale``, ``focus``, columns).
+    """
+    if method not in APPROACHES:
+        raise FitInputError(f"compare fits one method; choose one of {', '.join(APPROACHES)}, got {method!r}")
+    fitted = []
+    for i, source in enumerate((a, b)):
+        if isinstance(source, FitResult):
+            fitted.append(source)
+            continue
+        fitted.append(fit(source, method, bootstrap=bootstrap, seed=None if seed is None else seed + i,
+                          level=level, tracking=False, **options))
+    if names is None:
+        names = tuple(_name(s, d) for s, d in zip((a, b), ("A", "B"), strict=True))
+        names = names if names[0] != names[1] else ("A", "B")
+    return compare_results(*fitted, target=target, budgets=budgets, names=names)
+
+
+def _name(source: Any, default: str) -> str:
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        return path.stem if path.is_file() else path.name or default
+    return default
 
 
 def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
@@ -157,6 +216,6 @@ def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
     return destination(options, Path.cwd(), f"fit of {runs.source}", "fit")
 
 
-__all__ = ["APPROACHES", "CURVES", "FOCI", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
+__all__ = ["APPROACHES", "CURVES", "Comparison", "compare", "FOCI", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
            "Forecast", "HoldoutCheck",
            "Runs", "fit", "load_runs", "write_report"]

@@ -37,6 +37,7 @@ from flops_fit.fitting.figures import (
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.forecast import CANDIDATE_HEADERS, CHAIN_HEADERS, candidate_rows, chain_rows
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
+from flops_fit.fitting.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
 from flops_fit.fitting.profiles import budget_groups
@@ -54,7 +55,7 @@ def default_target(runs: Any) -> float:
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
-                 budgets: Sequence[float] | None = None) -> Path:
+                 budgets: Sequence[float] | None = None, inference_tokens: float | None = None) -> Path:
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path."""
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
@@ -78,6 +79,8 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                              "The exponent a of N_opt ~ C^a by method, with intervals."))
     if fitted.holdout:
         body.append(_holdout_section(fitted.holdout, figure, plot_dir, method_colours(results)))
+    if inference_tokens is not None:
+        body.append(_inference_section(fitted, inference_tokens, target))
     errors = _error_section(runs, figure, plot_dir, target)
     if errors:
         body.append(errors)
@@ -147,6 +150,19 @@ def _reach_note(runs: Any) -> list[str]:
     return [f"<p class=warn><b>Learning rates beyond the tune</b>: {count} of {len(runs)} runs took their rate "
             "from a tuned law past its tune's grid (or, past its reach, from the tune's centre rule):</p>",
             "<ul>" + "".join(f"<li class=warn>{_e(s)}</li>" for s in beyond) + "</ul>"]
+
+
+def _inference_section(fitted: Any, tokens: float, target: float) -> str:
+    """Each law's sizing for serving ``tokens`` (Sardana et al. 2024), at the swept budgets and the target."""
+    parts = [f"<h2 id='inference'>Sized for {_e(fmt.count(tokens))} inference tokens</h2>",
+             "<p>The N and D that reach the compute-optimal model's loss at each training budget with the least "
+             "training plus inference FLOPs (a forward pass, a third of a training step's FLOPs, per token served), "
+             "against the compute-optimal model's own total.</p>"]
+    for result in fitted.sizable():
+        budgets = np.append(np.unique(budget_groups(result.runs)[0]), target)
+        parts += [f"<h3>{_e(result.method)}</h3>",
+                  _table(SIZING_HEADERS, sizing_rows(result.predict(budgets, inference_tokens=tokens)))]
+    return "\n".join(parts)
 
 
 def _error_section(runs: Any, figure: _Figures, plot_dir: Path, target: float) -> str:

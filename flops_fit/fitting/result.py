@@ -22,12 +22,13 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summary
+from flops_fit.fitting.inference import inference_sizing, law_of, sizing_summary, total_sizing
 from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws import Params, power_frontier
 from flops_fit.tables import format_table
 
-# Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier.
-CONSTANTS = ("k", "k_slope")
+# Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier, and U.
+CONSTANTS = ("k", "k_slope", "U")  # U: the unique tokens a data-constrained law was given
 
 
 @dataclass(kw_only=True)
@@ -80,8 +81,31 @@ class Presentable:
         """The held-out checks as a plain-text table ("" without any)."""
         return holdout_summary(self.holdout)
 
-    def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
+    def to_json(self, budgets: Sequence[float] | None = None, *, inference_tokens: float | None = None,
+                totals: Sequence[float] | None = None, **kwargs: Any) -> str:
+        out = self.to_dict(budgets)
+        if inference_tokens is not None:
+            out["inference"] = {r.method: {"sizing": fmt.json_safe(r.predict(_budgets(r, budgets),
+                                                                              inference_tokens=inference_tokens)
+                                                                    .to_dict("records")),
+                                           **({"totals": fmt.json_safe(r.predict_total(totals, inference_tokens=
+                                                                                         inference_tokens)
+                                                                       .to_dict("records"))} if totals else {})}
+                                for r in self.sizable()}
+        return json.dumps(out, indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
+
+    def sizable(self) -> list[FitResult]:
+        """The results with a law over (N, D), which sizing for inference needs (FitInputError if none)."""
+        results = [r for r in self.results.values() if r.law_loss(_point(r), np.ones((1, 1)), np.ones((1, 1)))
+                   is not None]
+        if not results:
+            law_of(next(iter(self.results.values())))  # raises the one-line reason
+        return results
+
+    def sizing_summary(self, budgets: Sequence[float] | None, inference_tokens: float,
+                       totals: Sequence[float] | None = None) -> str:
+        """Plain text: each law's sizing for ``inference_tokens`` served (``inference.sizing_summary``)."""
+        return "\n\n".join(sizing_summary(r, _budgets(r, budgets), inference_tokens, totals) for r in self.sizable())
 
 
 @dataclass(kw_only=True)
@@ -155,8 +179,13 @@ class FitResult(Presentable):
         table = self.intervals()
         return {k: tuple(float(v) for v in table.loc[k, ["estimate", "lo", "hi"]]) for k in ("a", "b")}
 
-    def predict(self, budgets: float | Iterable[float]) -> pd.DataFrame:
-        """N_opt, D_opt, loss and tokens per parameter at each budget C, with interval bounds."""
+    def predict(self, budgets: float | Iterable[float], *, inference_tokens: float | None = None) -> pd.DataFrame:
+        """N_opt, D_opt, loss and tokens per parameter at each budget C, with interval bounds.
+
+        With ``inference_tokens`` T: the N and D that reach the compute-optimal model's loss at C
+        with the least training + inference FLOPs (``inference.inference_sizing``)."""
+        if inference_tokens is not None:
+            return inference_sizing(self, budgets, inference_tokens)
         c = np.atleast_1d(np.asarray(budgets, dtype=float))
         if c.size == 0 or not np.all(np.isfinite(c) & (c > 0)):
             raise FitInputError(f"budgets must be finite positive FLOP counts, got {budgets!r}")
@@ -172,6 +201,11 @@ class FitResult(Presentable):
             lo, hi = interval(draws[i], self.level) if draws is not None else (np.full(c.size, np.nan),) * 2
             out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
         return out
+
+    def predict_total(self, total_flops: float | Iterable[float], *, inference_tokens: float = 0.0) -> pd.DataFrame:
+        """The lowest loss a total budget of training + ``inference_tokens`` served buys, and its N and D
+        (``inference.total_sizing``)."""
+        return total_sizing(self, total_flops, inference_tokens)
 
     def table(self, budgets: Sequence[float] | None = None) -> pd.DataFrame:
         """A Chinchilla-style table: compute, parameters, tokens, tokens/param, loss (+ intervals)."""
@@ -246,6 +280,14 @@ def default_budgets(runs: Runs) -> list[float]:
     lo = np.floor(np.log10(runs.frame["flops"].min()))
     hi = np.ceil(np.log10(runs.frame["flops"].max())) + 2
     return [float(10.0 ** e) for e in np.arange(lo, hi + 1)]
+
+
+def _budgets(result: FitResult, budgets: Sequence[float] | None) -> Sequence[float]:
+    return default_budgets(result.runs) if budgets is None else budgets
+
+
+def _point(result: FitResult) -> dict[str, np.ndarray]:
+    return {k: np.array([[v]]) for k, v in result.params.items()}
 
 
 def json_default(value: Any) -> Any:

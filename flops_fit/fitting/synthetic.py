@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from flops_fit.fitting.data_limit import data_limited_loss
 from flops_fit.fitting.laws import law_loss, parametric_frontier
 
 DEFAULT_LAW = {"E": 1.8, "A": 400.0, "B": 1200.0, "alpha": 0.34, "beta": 0.37}
@@ -32,13 +33,20 @@ def synthetic_runs(
     curve_points: int = 20,
     offset: float = 0.0,
     seed: int = 0,
+    unique_tokens: float | None = None,
 ) -> pd.DataFrame:
     """A runs table (the run store's columns) for an IsoFLOP sweep over ``budgets``.
 
     Sizes span ``span`` decades either side of the optimum, shifted by ``offset`` decades
-    (to make off-centre grids); ``noise`` is the s.d. of log loss.
+    (to make off-centre grids); ``noise`` is the s.d. of log loss. With ``unique_tokens`` U the
+    runs repeat a corpus of U tokens and follow the data-constrained law at the law's ``r_star``
+    (``data_limit``).
     """
     law = dict(DEFAULT_LAW if law is None else law)
+    loss_of = law_loss
+    if unique_tokens is not None:
+        law["U"] = unique_tokens
+        loss_of = data_limited_loss
     rng = np.random.default_rng(seed)
     rows = []
     for budget in budgets:
@@ -47,8 +55,8 @@ def synthetic_runs(
             n = 10.0 ** log_n
             d = budget / (6.0 * n)
             seen = d * np.geomspace(0.02, 1.0, curve_points)
-            curve_loss = law_loss(law, n, seen) * np.exp(rng.normal(0.0, noise, curve_points))
-            loss = float(law_loss(law, n, d) * np.exp(rng.normal(0.0, noise)))
+            curve_loss = loss_of(law, n, seen) * np.exp(rng.normal(0.0, noise, curve_points))
+            loss = float(loss_of(law, n, d) * np.exp(rng.normal(0.0, noise)))
             rows.append({"run_id": f"b{budget:.0e}-s{i}", "model": "synthetic", "size": int(n), "params": n,
                          "tokens": d, "flops": budget, "budget": budget, "loss": loss, "status": "done",
                          "curve": [[float(t), float(v)] for t, v in zip(seen, curve_loss, strict=True)]})

@@ -214,6 +214,11 @@ class DatasetEntry(Entry):
     ``configure(config) -> config``, if given, returns the full configuration with the keys it
     implies filled in (a text dataset's ``vocab_size`` from its tokenizer); the planner and
     ``create_dataset`` call it, so the model follows the dataset's configuration.
+
+    A text dataset's split reports ``unique_tokens`` (an int attribute: the tokens it holds, each
+    once): runs record their epochs from the training split's, the data-constrained law fits them,
+    and ``flops-fit plan`` warns when a run repeats data. One that cannot say (an endless stream)
+    leaves it out; a sweep then states it (``SweepOptions.unique_tokens``).
     """
 
     kind: ClassVar[str] = "dataset"

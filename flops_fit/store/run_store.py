@@ -58,6 +58,7 @@ ADDED_COLUMNS = (
     ("bpb", "REAL"),  # held-out bits per byte (text runs whose dataset counts bytes)
     ("top1_error", "REAL"),  # held-out top-1 error (image classification runs)
     ("lr_source", "TEXT"),  # where the run's learning rate came from (RunSpec.lr_source)
+    ("epochs", "REAL"),  # tokens trained / the dataset's unique tokens (meta unique_tokens), when known
 )
 
 
@@ -256,13 +257,16 @@ class RunStore:
         with self._tx():
             cursor = self.db.execute(
                 "UPDATE runs SET status = ?, loss = ?, tokens = ?, flops = ?, steps = ?, curve = ?, error = ?,"
-                " timings = ?, device = ?, finished = ?, bpb = ?, top1_error = ? WHERE run_id = ?",
+                " timings = ?, device = ?, finished = ?, bpb = ?, top1_error = ?, epochs = ? WHERE run_id = ?",
                 (result.status, _number(result.loss), result.tokens, result.flops,
                  result.steps, json.dumps(result.curve), result.error, json.dumps(result.timings),
-                 result.device, time.time(), _number(result.bpb), _number(result.top1_error), result.run_id),
+                 result.device, time.time(), _number(result.bpb), _number(result.top1_error),
+                 _number(result.epochs), result.run_id),
             )
             if cursor.rowcount != 1:
                 raise StoreError(f"run {result.run_id} is not in this sweep's plan")
+            if result.unique_tokens:  # the sweep's data budget, as its dataset reported it
+                self._put_meta({"unique_tokens": int(result.unique_tokens)})
 
     def counts(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status"))
@@ -270,7 +274,7 @@ class RunStore:
     def runs_frame(self, include_failed: bool = True):
         """One row per finished run: run_id, model, size, params, tokens, flops, budget, loss,
         status, curve, plus error, steps, tokens_planned, lr (and lr_source: where it came from), timings, bpb (held-out bits per
-        byte), top1_error (held-out top-1 error of image classifiers), the other scales
+        byte), top1_error (held-out top-1 error of image classifiers), epochs (tokens trained / unique tokens), the other scales
         (embedding_params, non_embedding_flops_per_unit) and model_config. Failed runs have loss NaN, runs without bits per byte bpb NaN;
         ``include_failed=False`` leaves failed runs out."""
         import pandas as pd
@@ -278,13 +282,13 @@ class RunStore:
         wanted = ("done", "failed") if include_failed else ("done",)
         rows = self.db.execute(
             "SELECT run_id, model, size, params, tokens, flops, budget, loss, status, curve, error, steps,"
-            f" tokens_planned, spec, timings, bpb, top1_error, lr_source FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
+            f" tokens_planned, spec, timings, bpb, top1_error, lr_source, epochs FROM runs WHERE status IN ({','.join('?' * len(wanted))})"
             " ORDER BY position",
             wanted,
         ).fetchall()
         columns = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "loss", "status", "curve",
                    "error", "steps", "tokens_planned", "lr", "timings", "bpb", "embedding_params",
-                   "non_embedding_flops_per_unit", "model_config", "top1_error", "lr_source"]
+                   "non_embedding_flops_per_unit", "model_config", "top1_error", "lr_source", "epochs"]
         records = []
         for row in rows:
             r = dict(zip(columns[:13], row[:13], strict=True))
@@ -299,5 +303,6 @@ class RunStore:
             r["bpb"] = math.nan if row[15] is None else row[15]
             r["top1_error"] = math.nan if row[16] is None else row[16]
             r["lr_source"] = row[17] or ""
+            r["epochs"] = math.nan if row[18] is None else row[18]
             records.append(r)
         return pd.DataFrame.from_records(records, columns=columns)

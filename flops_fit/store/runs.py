@@ -22,7 +22,7 @@ from typing import Any
 
 # Fields that do not decide a run's result, so they do not enter its id.
 _NOT_IN_ID = frozenset({"run_id", "device", "compile", "micro_batch_size", "processes_per_run", "parallel",
-                        "embedding_params", "non_embedding_flops_per_unit", "lr_source"})
+                        "embedding_params", "non_embedding_flops_per_unit", "lr_source", "unique_tokens"})
 # Fields added after the first release: hashed only when set, so older ids stay valid.
 _IN_ID_WHEN_SET = {"schedule": "cosine", "cooldown_start": 0, "cooldown_shape": "1-sqrt"}
 # Fields that set a run's length; the rest of the identity is its stable prefix (WSD family).
@@ -92,6 +92,9 @@ class RunSpec:
     # where ``lr`` came from: "lr" (given), a rule ("marin", ...), "tuned:<hparams.json>" (a tuned law),
     # "tune:x<multiplier> <source>" (a run of `flops-fit tune`); "" in stores written before it
     lr_source: str = ""
+    # the dataset's unique training tokens when the sweep states them (``SweepOptions.unique_tokens``); None:
+    # the dataset reports them itself. Only the run's recorded epochs depend on it, so not its id.
+    unique_tokens: int | None = None
     run_id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +151,8 @@ class RunResult:
     device: str = ""
     bpb: float = math.nan
     top1_error: float = math.nan  # held-out top-1 error (image classification; NaN otherwise)
+    unique_tokens: int | None = None  # the training split's unique tokens (or samples), when known
+    epochs: float = math.nan  # tokens trained / unique_tokens: above 1, the run saw its data again
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

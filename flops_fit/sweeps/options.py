@@ -216,6 +216,10 @@ class SweepOptions:
     min_steps: int = option(20, help="sizes with fewer optimizer steps than this are left out",
                             check=_positive_int, cli=int)
     seed: int = option(0, help="seed of initialisation and data order", check=_non_negative_int, cli=int)
+    unique_tokens: int | None = option(
+        None, help="the dataset's unique training tokens (samples for images), for a dataset that does not report "
+        "them (default: what it reports): runs record their epochs, plan warns when one repeats data",
+        check=_optional(_positive_int), cli=int)
     eval_split: str = option("validation", help="split the held-out loss is measured on", check=_text, cli=str)
     eval_tokens: int = option(32768, help="held-out tokens (or samples) per run's final loss",
                               check=_positive_int, cli=int)

@@ -335,6 +335,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
             flops_accounting=options.flops_accounting,
             lr=rates[(budget, i)], lr_source=sources.get((budget, i), hparams.source()),
+            unique_tokens=options.unique_tokens,
             warmup_steps=warmup, min_lr_ratio=hparams.min_lr_ratio,
             weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=beta2, eps=hparams.eps,
             grad_clip=hparams.grad_clip, seed=options.seed, eval_split=options.eval_split,

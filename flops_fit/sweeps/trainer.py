@@ -267,7 +267,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     micro = micro_batch_rows(spec, model, loss_fn, train_data, input_key, device, autocast,
                              rows=-(-spec.batch_size // parallel.world))
     params = [p for p in model.parameters() if p.requires_grad]
-    result = RunResult(run_id=spec.run_id, status="done", device=str(device))
+    result = RunResult(run_id=spec.run_id, status="done", device=str(device),
+                       unique_tokens=spec.unique_tokens or getattr(train_data, "unique_tokens", None))
     interval = max(1, math.ceil(spec.steps / spec.curve_points))
     losses = torch.empty(spec.steps, device=device)  # each step's training loss, for the curve
     start_step = 0
@@ -344,6 +345,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
         train_s = time.perf_counter() - t_train
         result.status, result.error = "failed", f"diverged: {exc}"
     result.flops = result.tokens * spec.flops_per_unit
+    if result.unique_tokens:
+        result.epochs = result.tokens / result.unique_tokens
     result.timings.update({
         "setup_s": t_train - t_start, "train_s": train_s, "data_s": data_s,
         "total_s": time.perf_counter() - t_start,

@@ -1,0 +1,91 @@
+"""Compare two recipes on real sweeps of the GPT demo's setup: ``flops_fit.compare``.
+
+Three sweeps of the demo (``flops_fit.sweeps.demo.DEMOS["gpt"]``) on its 5 smallest budgets
+(6e10-2.4e11 FLOPs; the full 8 would triple the CPU time on a shared machine):
+
+- ``seed0`` and ``seed1``: the same recipe, two seeds (initialisation and data order). The
+  effective compute multiplier's interval should hold 1.0 ("no measurable difference").
+- ``half-lr``: seed 0 at half the demo's tuned learning rate (the tuned law's m halved):
+  a real, if small, difference.
+
+Prints, for seed1 over seed0 and half-lr over seed0, the multiplier at each swept budget and at
+10x the largest with its interval, and the exponents' differences; writes compare.json beside.
+
+    nice -n 10 python benchmarks/bench_compare.py [--out bench-compare] [--budgets 5] [--bootstrap 200]
+    nice -n 10 python benchmarks/bench_compare.py --budgets 3 --only seed1   # one sweep alone (in parallel)
+    nice -n 10 python benchmarks/bench_compare.py --budgets 3 --seed0 bench-compare/seed0  # a wider seed0
+
+Sweeps go to OUT/<recipe>-b<budgets>. ``--seed0 FOLDER`` takes recipe A from an existing sweep of
+the same setup (its runs at the budgets compared; a sweep of more budgets is cut to them).
+Interrupted? Run it again: the sweeps resume from their stores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from pathlib import Path
+
+import flops_fit
+from flops_fit.sweeps.config import parse_config
+from flops_fit.sweeps.demo import DEMO_HPARAMS, DEMOS
+
+
+def recipe(name: str, out: Path, budgets: int) -> dict:
+    """The demo's configuration on its smallest ``budgets`` budgets, changed as ``name`` says."""
+    config = copy.deepcopy(DEMOS["gpt"])
+    config["sweep"]["budgets"] = config["sweep"]["budgets"][:budgets]
+    if name == "seed1":
+        config["sweep"]["seed"] = 1
+    if name == "half-lr":
+        law = json.loads((DEMO_HPARAMS / "gpt.json").read_text())
+        law["law"]["coefficients"]["m"]["value"] /= 2
+        path = out / "half-lr-hparams.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(law, indent=1))
+        config["hparams"] = {"tuned": str(path)}
+    return config
+
+
+def run(name: str, out: Path, budgets: int) -> Path:
+    config = parse_config(recipe(name, out, budgets), f"bench {name}")
+    folder = out / f"{name}-b{budgets}"
+    t0 = time.perf_counter()
+    flops_fit.plan(config.options).run(folder, resume=True, executor=config.executor,
+                                       executor_options=config.executor_options, show_progress=False)
+    print(f"sweep {name}: {time.perf_counter() - t0:.0f} s -> {folder}", flush=True)
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="bench-compare")
+    parser.add_argument("--budgets", type=int, default=5, help="the demo's smallest budgets swept (of 8)")
+    parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument("--method", default="vpnls")
+    parser.add_argument("--only", help="sweep this recipe only (seed0, seed1 or half-lr), and compare nothing")
+    parser.add_argument("--seed0", help="recipe A from this existing sweep folder of the demo's setup")
+    parser.add_argument("--against", default="seed1,half-lr", help="the recipes B compared with seed0")
+    args = parser.parse_args()
+    out = Path(args.out)
+    if args.only:
+        run(args.only, out, args.budgets)
+        return
+    swept = DEMOS["gpt"]["sweep"]["budgets"][:args.budgets]
+    base = flops_fit.load_runs(args.seed0 if args.seed0 else run("seed0", out, args.budgets))
+    base = base.subset(base.frame["budget"].le(max(swept) * 1.0001).to_numpy())
+    folders = {name: run(name, out, args.budgets) for name in args.against.split(",")}
+    report = {}
+    for name, folder in folders.items():
+        t0 = time.perf_counter()
+        result = flops_fit.compare(base, folder, method=args.method, bootstrap=args.bootstrap, names=("seed0", name))
+        print(f"\n== {name} over seed0 ({time.perf_counter() - t0:.0f} s) ==\n{result.summary()}", flush=True)
+        result.report(out / f"compare-{name}")
+        report[name] = result.to_dict()
+    (out / f"compare-b{args.budgets}.json").write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""``flops-fit compare SWEEP_A SWEEP_B``: recipe B's effective compute multiplier over recipe A."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import flops_fit
+
+
+def add_commands(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="compare two recipes: B's effective compute multiplier over A, "
+                              "with intervals")
+    p.add_argument("a", metavar="SWEEP_A", help="recipe A: a sweep folder (runs.sqlite) or a CSV")
+    p.add_argument("b", metavar="SWEEP_B", help="recipe B: a sweep folder (runs.sqlite) or a CSV")
+    p.add_argument("--method", default="parametric", metavar="METHOD",
+                   help="the approach both recipes are fitted with (default parametric; see `flops-fit fit`)")
+    p.add_argument("--target", type=float, metavar="C",
+                   help="the budget to answer at besides the swept ones (default 10x the largest swept)")
+    p.add_argument("--budgets", type=float, nargs="+", metavar="C",
+                   help="budgets to compare at (default: every budget either sweep swept)")
+    p.add_argument("--scale", default="params", metavar="params|non_embedding_params|flops_per_token",
+                   help="what N is (default params)")
+    p.add_argument("--metric", default="loss", metavar="loss|bpb",
+                   help="what the laws fit: loss (default) or bpb (bits per byte: across tokenizers)")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed of A (B's is seed + 1; default 0)")
+    p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--out", metavar="DIR", help="write compare.html and the plot (PNG, SVG) into DIR")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_compare)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    result = flops_fit.compare(args.a, args.b, args.method, target=args.target, budgets=args.budgets,
+                               bootstrap=args.bootstrap, seed=args.seed, level=args.level, scale=args.scale,
+                               metric=args.metric)
+    print(result.to_json() if args.json else result.summary())
+    if args.out:
+        path = result.report(Path(args.out))
+        if not args.json:
+            print(f"report written to {path}")
+    return 0

@@ -1,0 +1,47 @@
+"""A sweep's data budget: its dataset's unique training tokens, and the runs that repeat them.
+
+Text datasets report ``unique_tokens`` (the plugin contract); a sweep may state it instead
+(``SweepOptions.unique_tokens``). A run that trains on more tokens than that sees some of
+them again: up to about 4 epochs that costs little, by about 16 repeats stop helping
+(Muennighoff et al. 2023), and Chinchilla's law, which counts every token as new, then
+over-promises. ``flops-fit plan`` says so before anything trains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flops_fit.plugin import api
+from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.options import SweepOptions
+
+FREE_EPOCHS = 4.0  # repeats up to this many epochs are worth almost as much as new data (Muennighoff et al.)
+
+
+def unique_tokens(options: SweepOptions, host: Any = None) -> int | None:
+    """The sweep's stated unique tokens, else what its dataset's training split reports (None: it does not)."""
+    if options.unique_tokens is not None:
+        return options.unique_tokens
+    data = api.create_dataset(options.dataset, "train", host=host, **options.dataset_config)
+    value = getattr(data, "unique_tokens", None)
+    return int(value) if value else None
+
+
+def repeats(runs: list[RunSpec], unique: int | None) -> list[tuple[RunSpec, float]]:
+    """(run, epochs) for every run that trains on more than ``unique`` tokens."""
+    if not unique:
+        return []
+    return [(r, r.tokens / unique) for r in runs if r.tokens > unique]
+
+
+def repeat_warning(runs: list[RunSpec], unique: int | None) -> str | None:
+    """One line when runs repeat their data (None when none does or the budget is unknown)."""
+    repeated = repeats(runs, unique)
+    if not repeated:
+        return None
+    worst, epochs = max(repeated, key=lambda item: item[1])
+    beyond = sum(e > FREE_EPOCHS for _, e in repeated)
+    return (f"warning: {len(repeated)} of {len(runs)} runs repeat their data, up to {epochs:.1f} epochs of "
+            f"{unique:,} unique tokens (run {worst.run_id}, size {worst.size}); {beyond} beyond {FREE_EPOCHS:g} "
+            "epochs, where repeats are worth much less than new data. Fit with unique_tokens (the sweep records "
+            "it) for the data-constrained law, or use a larger dataset")

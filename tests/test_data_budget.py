@@ -1,0 +1,51 @@
+"""A sweep's data budget: datasets report their unique tokens, runs record their epochs, plan warns."""
+
+import math
+
+import pytest
+from test_bpb import small_plan, write_corpus
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.store.run_store import RunStore
+from flops_fit.sweeps.data_budget import repeat_warning, repeats, unique_tokens
+from flops_fit.sweeps.trainer import train
+
+
+def test_a_text_dataset_reports_its_unique_tokens(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    data = flops_fit.create_dataset("text-files", "train", paths=[str(corpus)], seq_len=16)
+    assert data.unique_tokens == len(data) * 16 > 0
+    assert data.unique_tokens <= sum(f.stat().st_size for f in corpus.iterdir())  # bytes: one token each
+
+
+def test_runs_record_their_epochs_and_the_store_the_budget(tmp_path):
+    plan = small_plan(write_corpus(tmp_path / "corpus"), "bytes")
+    unique = unique_tokens(plan.options)
+    spec = plan.runs[0]
+    result = train(spec)
+    assert result.unique_tokens == unique
+    assert result.epochs == pytest.approx(result.tokens / unique)
+    with RunStore(tmp_path / "sweep", create=True) as store:
+        store.add_plan(plan, spec=plan.settings)
+        store.record(result)
+        assert store.get_meta("unique_tokens") == unique
+        assert store.runs_frame().set_index("run_id").loc[spec.run_id, "epochs"] == pytest.approx(result.epochs)
+    assert flops_fit.load_runs(tmp_path / "sweep").metadata["unique_tokens"] == unique
+
+
+def test_a_stated_budget_wins_and_plan_warns_of_repeats(tmp_path, capsys):
+    corpus = write_corpus(tmp_path / "corpus")
+    plan = flops_fit.plan(small_plan(corpus, "bytes").options.replace(unique_tokens=1000))
+    assert unique_tokens(plan.options) == 1000 and all(r.unique_tokens == 1000 for r in plan.runs)
+    repeated = repeats(plan.runs, 1000)
+    assert repeated and all(epochs == pytest.approx(r.tokens / 1000) for r, epochs in repeated)
+    assert "repeat their data, up to" in repeat_warning(plan.runs, 1000)
+    assert repeat_warning(plan.runs, 10**12) is None and repeat_warning(plan.runs, None) is None
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'[sweep]\nmodel = "gpt"\ndataset = "text-files"\nbudgets = [3e7]\nsizes = [4, 8, 12]\n'
+                      f'seq_len = 16\nbatch_size = 4\nmin_steps = 2\nunique_tokens = 1000\n'
+                      f'[model]\nn_layer = 1\nhead_dim = 4\n[dataset]\npaths = ["{corpus}"]\n')
+    assert main(["plan", str(config)]) == 0
+    assert "runs repeat their data, up to" in capsys.readouterr().out
+    assert math.isnan(flops_fit.RunResult("x", "done").epochs)

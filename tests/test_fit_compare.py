@@ -1,0 +1,91 @@
+"""Comparing two recipes: the effective compute multiplier on known laws, on noisy runs, from the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_fit_inference import stated
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.fitting.compare import compare_results
+from flops_fit.fitting.synthetic import DEFAULT_LAW, synthetic_runs
+
+BUDGETS = (1e17, 1e18, 1e19)
+
+
+def worth(law: dict[str, float], factor: float) -> dict[str, float]:
+    """The law of a model whose N counts ``factor`` times: L_B(N, D) = L(factor N, D). Its frontier
+    at C is the original's at factor C (N D = C / 6 maps onto N' D = factor C / 6), so B is worth
+    exactly ``factor`` times the compute at every budget."""
+    return {**law, "A": law["A"] * factor ** -law["alpha"]}
+
+
+def test_a_known_multiplier_is_recovered_at_every_budget():
+    a, b = stated(DEFAULT_LAW, draws=3), stated(worth(DEFAULT_LAW, 2.0), draws=3)
+    result = compare_results(a, b, budgets=[1e18, 1e21], target=1e24)
+    assert result.table.multiplier.to_numpy() == pytest.approx([2.0, 2.0, 2.0], rel=0.005)
+    assert result.trend[0] == pytest.approx(0.0, abs=1e-3)
+    assert result.exponents["a"][0] == pytest.approx(0.0, abs=1e-12)
+    assert "B is better" in result.verdict() and "2 [2, 2]" in result.verdict()
+    worse = compare_results(b, a, target=1e24)
+    assert worse.at_target.multiplier == pytest.approx(0.5, rel=0.005) and "is worse" in worse.verdict()
+
+
+def test_a_loss_recipe_a_never_reaches_is_an_infinite_multiplier():
+    a, b = stated(DEFAULT_LAW, draws=2), stated({**DEFAULT_LAW, "E": DEFAULT_LAW["E"] - 0.3}, draws=2)
+    result = compare_results(a, b, target=1e24)
+    assert np.isinf(result.at_target.multiplier)
+    assert result.trend[0] > 0  # a lower floor: the gain grows with scale
+    assert "grows with scale" in result.verdict()
+
+
+@pytest.fixture(scope="module")
+def recipes():
+    """Recipe A, A again (another seed of the same law), and a recipe with a smaller size term."""
+    better = {**DEFAULT_LAW, "A": DEFAULT_LAW["A"] * 0.7}
+    return [synthetic_runs(law, budgets=BUDGETS, sizes_per_budget=7, seed=seed)
+            for law, seed in ((None, 1), (None, 2), (better, 3))]
+
+
+def test_two_seeds_of_one_recipe_show_no_measurable_difference(recipes):
+    result = flops_fit.compare(recipes[0], recipes[1], "vpnls", bootstrap=60)
+    r = result.at_target
+    assert r.multiplier_lo <= 1.0 <= r.multiplier_hi
+    assert result.verdict().startswith("No measurable difference")
+    assert result.exponents["a"][1] <= 0 <= result.exponents["a"][2]
+
+
+def test_a_real_difference_is_measured(recipes):
+    result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=60)
+    swept = result.table[result.table.budget < result.target]
+    # A 0.7x size term is worth about 2.7x the compute at these budgets (the law's own answer).
+    truth = compare_results(stated(DEFAULT_LAW), stated({**DEFAULT_LAW, "A": DEFAULT_LAW["A"] * 0.7}),
+                            budgets=BUDGETS).table.multiplier.to_numpy()[:3]
+    assert (swept.multiplier_lo > 1.0).all()
+    assert (swept.multiplier_lo.to_numpy() <= truth).all() and (truth <= swept.multiplier_hi.to_numpy()).all()
+
+
+def test_cli_compare_writes_the_report(recipes, tmp_path, capsys):
+    paths = []
+    for name, frame in zip(("base", "seed2"), recipes[:2], strict=True):
+        paths.append(tmp_path / f"{name}.csv")
+        frame.drop(columns="curve").to_csv(paths[-1], index=False)
+    assert main(["compare", *map(str, paths), "--method", "vpnls", "--bootstrap", "20",
+                 "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "seed2 (B" in out and "multiplier" in out
+    page = (tmp_path / "out" / "compare.html").read_text()
+    assert "Effective compute multiplier" in page and "data:image/png;base64" in page
+    assert main(["compare", str(paths[0]), str(tmp_path / "missing.csv")]) == 2
+    assert main(["compare", *map(str, paths), "--method", "all"]) == 2
+    assert "compare fits one method" in capsys.readouterr().err
+
+
+def test_compare_reads_json(recipes):
+    result = flops_fit.compare(recipes[0], recipes[1], "vpnls", bootstrap=20, names=("gpt", "llama"))
+    data = json.loads(result.to_json())
+    assert data["a"]["name"] == "gpt" and len(data["table"]) == 4
+    assert data["verdict"] == result.verdict()

@@ -1,0 +1,79 @@
+"""The data-constrained law (Muennighoff et al. 2023): recovered from runs that repeat a known corpus."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flops_fit
+from flops_fit.fitting import load_runs
+from flops_fit.fitting.data_limit import PAPER_R_STAR, effective_data
+from flops_fit.fitting.laws import law_loss
+from flops_fit.fitting.synthetic import DEFAULT_LAW, synthetic_runs
+
+LAW = {**DEFAULT_LAW, "r_star": 15.0}
+U = 3e8  # the runs' 0.1-850 epochs of it span fresh data, the knee and the plateau
+
+
+@pytest.fixture(scope="module")
+def repeating():
+    return synthetic_runs(LAW, budgets=(1e17, 1e18, 1e19, 1e20, 1e21), sizes_per_budget=7, noise=0.003,
+                          unique_tokens=U, seed=0)
+
+
+@pytest.fixture(scope="module")
+def fitted(repeating):
+    return flops_fit.fit(repeating, "vpnls", bootstrap=30, unique_tokens=U, tracking=False)
+
+
+def test_effective_data_is_the_papers_formula():
+    assert effective_data(np.array([1e8, 3e8]), U, 15.0) == pytest.approx([1e8, 3e8])  # no repeat: D itself
+    # 4 epochs (R = 3): U + U R* (1 - exp(-3/15)), about 3.72 U: nearly all of it still counts
+    assert effective_data(4 * U, U, 15.0) == pytest.approx(U * (1 + 15 * (1 - np.exp(-0.2))))
+    assert effective_data(1e6 * U, U, 15.0) == pytest.approx(16 * U)  # the plateau: U (1 + R*)
+
+
+def test_recovers_the_decay_constant_and_the_exponents(fitted):
+    assert fitted.method == "data-limited"
+    table = fitted.intervals()
+    for name in ("r_star", "alpha", "beta"):
+        row = table.loc[name]
+        assert row.lo <= LAW[name] <= row.hi, (name, row.estimate, row.lo, row.hi)
+    assert table.loc["r_star", "estimate"] == pytest.approx(15.0, rel=0.15)
+    assert "U" not in table.index and fitted.params["U"] == U
+    assert fitted.details["repeated_runs"] > 0
+
+
+def test_the_forecast_respects_the_data_budget(repeating, fitted):
+    """Chinchilla's law, blind to repeats, promises a loss the corpus cannot buy."""
+    blind = flops_fit.fit(repeating, "vpnls", bootstrap=0, tracking=False)
+    at = fitted.predict(1e22).iloc[0]
+    n, d = at.N_opt, at.D_opt
+    truth = law_loss(LAW, n, effective_data(d, U, LAW["r_star"]))
+    assert at.loss == pytest.approx(truth, rel=0.01)
+    assert blind.predict(1e22).iloc[0].loss < at.loss_lo  # over-promised
+    sized = fitted.predict(1e22, inference_tokens=1e12).iloc[0]  # sizing reads the same law
+    assert sized.loss == pytest.approx(at.loss) and 0 < sized.saving < 1
+
+
+def test_without_repeats_the_papers_decay_constant_is_used():
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1)
+    result = flops_fit.fit(runs, "vpnls", bootstrap=0, unique_tokens=1e15, tracking=False)
+    assert result.params["r_star"] == pytest.approx(PAPER_R_STAR)
+    assert any("fixed at Muennighoff" in w for w in result.diagnostics.warnings)
+
+
+def test_a_sweeps_recorded_budget_is_used_once_runs_repeat(repeating):
+    runs = load_runs(repeating)
+    runs.metadata["unique_tokens"] = U
+    everything = flops_fit.fit(runs, "all", bootstrap=0, tracking=False)
+    assert "data-limited" in everything.results and "vpnls" in everything.results
+    runs.metadata["unique_tokens"] = 1e15  # no run repeats: the ordinary law
+    assert flops_fit.fit(runs, "vpnls", bootstrap=0, tracking=False).method == "vpnls"
+
+
+def test_refusals(repeating):
+    with pytest.raises(flops_fit.FitInputError, match="unique_tokens must be a positive number"):
+        flops_fit.fit(repeating, "vpnls", unique_tokens=-5, tracking=False)
+    with pytest.raises(flops_fit.FitInputError, match="chosen by the data budget"):
+        flops_fit.fit(repeating, "data-limited", unique_tokens=U, tracking=False)

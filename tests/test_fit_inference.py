@@ -1,0 +1,121 @@
+"""Sizing for inference (Sardana et al. 2024): the paper's worked example, the converse, intervals, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws import frontier_exponents
+from flops_fit.fitting.parametric import ParametricResult
+from flops_fit.fitting.result import Diagnostics
+from flops_fit.fitting.synthetic import synthetic_runs
+
+# Chinchilla's fitted law (Hoffmann et al. 2022, eq. 10), as the paper's code states it
+# (the paper's code, github.com/nikhilsardana/beyond-chinchilla, README: alpha = 0.336, beta = 0.283,
+# A = 406.4, B = 410.7, E = 1.69; 0.34 and 0.28 are the roundings the paper's text quotes).
+CHINCHILLA = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.336, "beta": 0.283}
+ROUNDED = {**CHINCHILLA, "alpha": 0.34, "beta": 0.28}
+# The worked example (the README's `compute_optimal.py --loss 1.947 --inference_tokens 2e12`: the loss of a
+# 70B model trained on 1T tokens, 2 trillion tokens served): 2.418e10 parameters, 2.657e12 training
+# tokens, 70.96% of the parameters and 146.77% of the tokens of the equal-loss Chinchilla-optimal model,
+# 95.22% of its total FLOPs.
+LOSS, SERVED = 1.947, 2e12
+PAPER = {"N": 2.418e10, "D": 2.657e12, "params_ratio": 0.7096, "tokens_ratio": 1.4677, "cost_ratio": 0.9522}
+
+
+def stated(law: dict[str, float], draws: int = 0) -> ParametricResult:
+    """A result holding a stated law (6ND FLOPs), with ``draws`` identical bootstrap rows."""
+    a, b = frontier_exponents(law["alpha"], law["beta"], 0.0)
+    params = {**law, "a": a, "b": b, "k": 6.0, "k_slope": 0.0}
+    runs = Runs(frame=pd.DataFrame({"params": [1e9], "tokens": [2e10], "flops": [1.2e20], "loss": [2.5],
+                                    "run_id": ["r"]}), source="stated")
+    return ParametricResult(method="parametric", title="stated law", params=params,
+                            samples=pd.DataFrame({k: np.full(draws, v) for k, v in params.items()}), runs=runs,
+                            diagnostics=Diagnostics(residuals=pd.DataFrame(), r2=1.0, r2_of="-"))
+
+
+def chinchilla_budget(law: dict[str, float], loss: float) -> tuple[float, float, float]:
+    """(N, D, C) of the compute-optimal model reaching ``loss`` (the paper's "Chinchilla-style" baseline)."""
+    a, b, excess = law["alpha"], law["beta"], loss - law["E"]
+    n = (law["A"] * (a / b + 1) / excess) ** (1 / a)
+    d = (law["B"] * (b / a + 1) / excess) ** (1 / b)
+    return n, d, 6 * n * d
+
+
+def test_reproduces_the_papers_worked_example():
+    n0, d0, c = chinchilla_budget(CHINCHILLA, LOSS)
+    row = stated(CHINCHILLA).predict(c, inference_tokens=SERVED).iloc[0]
+    assert row.loss == pytest.approx(LOSS, rel=1e-6)
+    assert row.N == pytest.approx(PAPER["N"], rel=0.01)
+    assert row.D == pytest.approx(PAPER["D"], rel=0.01)
+    assert row.N / n0 == pytest.approx(PAPER["params_ratio"], rel=0.01)
+    assert row.D / d0 == pytest.approx(PAPER["tokens_ratio"], rel=0.01)
+    assert 1 - row.saving == pytest.approx(PAPER["cost_ratio"], rel=0.005)
+    assert row.total_flops == pytest.approx(6 * row.N * row.D + 2 * row.N * SERVED, rel=1e-9)
+
+
+def test_the_rounded_exponents_land_within_ten_percent():
+    n0, d0, c = chinchilla_budget(ROUNDED, LOSS)
+    row = stated(ROUNDED).predict(c, inference_tokens=SERVED).iloc[0]
+    for got, want in ((row.N / n0, PAPER["params_ratio"]), (row.D / d0, PAPER["tokens_ratio"]),
+                      (1 - row.saving, PAPER["cost_ratio"])):
+        assert got == pytest.approx(want, rel=0.10)
+
+
+def test_no_inference_is_the_compute_optimal_model():
+    result = stated(CHINCHILLA)
+    row = result.predict(1e23, inference_tokens=0).iloc[0]
+    plain = result.predict(1e23).iloc[0]
+    assert row.N == pytest.approx(plain.N_opt, rel=2e-3)
+    assert row.total_flops == pytest.approx(1e23, rel=1e-3)
+    assert abs(row.saving) < 1e-3
+
+
+def test_more_inference_means_a_smaller_model_trained_longer():
+    light, heavy = (stated(CHINCHILLA).predict(1e23, inference_tokens=t).iloc[0] for t in (1e11, 1e13))
+    assert heavy.N < light.N and heavy.tokens_per_param > light.tokens_per_param
+    assert heavy.saving > light.saving > 0
+
+
+def test_the_converse_buys_the_same_model_back():
+    """The lowest loss for the sized model's total budget is that model (two solvers, one answer)."""
+    result = stated(CHINCHILLA)
+    sized = result.predict(3.7e23, inference_tokens=SERVED).iloc[0]
+    best = result.predict_total(sized.total_flops, inference_tokens=SERVED).iloc[0]
+    assert best.N == pytest.approx(sized.N, rel=0.01)
+    assert best.loss == pytest.approx(sized.loss, abs=1e-4)
+    assert best.chinchilla_loss < best.loss  # paying for inference costs loss
+
+
+def test_intervals_come_from_the_draws():
+    fitted = flops_fit.fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1), "vpnls",
+                           bootstrap=40, tracking=False)
+    table = fitted.predict([1e18, 1e20], inference_tokens=1e11)
+    assert (table.N_lo < table.N).all() and (table.N < table.N_hi).all()
+    assert (table.saving_lo > 0).all()
+
+
+def test_refusals():
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1)
+    fitted = flops_fit.fit(runs, "isoflop", bootstrap=0, tracking=False)
+    with pytest.raises(flops_fit.FitInputError, match="no law over"):
+        fitted.predict(1e20, inference_tokens=1e12)
+    with pytest.raises(flops_fit.FitInputError, match="inference_tokens"):
+        stated(CHINCHILLA).predict(1e20, inference_tokens=-1)
+
+
+def test_cli_sizes_for_inference(tmp_path, capsys):
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1).drop(columns="curve").to_csv(csv)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "20", "--inference-tokens", "1e12",
+                 "--predict", "1e20", "--total-flops", "1e21"]) == 0
+    out = capsys.readouterr().out
+    assert "sizing for 1T inference tokens" in out and "lowest loss for a total budget" in out
+    assert main(["fit", str(csv), "--method", "isoflop", "--bootstrap", "0", "--inference-tokens", "1e12"]) == 2
+    assert main(["fit", str(csv), "--total-flops", "1e21"]) == 2
+    err = capsys.readouterr().err
+    assert "no law over (N, D)" in err and "--total-flops goes with --inference-tokens" in err
