@@ -237,6 +237,16 @@ def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curv
     return {a.name: [c for _ in parts for c in next(done)] for a in approaches}
 
 
+def furthest_checks(items: Sequence[HoldoutCheck]) -> list[HoldoutCheck]:
+    """Per held-out budget, the check fitted on the fewest budgets (forward chaining predicts a
+    budget from every earlier split; a figure shows the furthest reach)."""
+    best: dict[float, HoldoutCheck] = {}
+    for c in items:
+        if c.budget not in best or len(c.fitted_budgets) < len(best[c.budget].fitted_budgets):
+            best[c.budget] = c
+    return list(best.values())
+
+
 def holdout_json(checks: Sequence[HoldoutCheck]) -> dict[str, Any] | list[dict[str, Any]]:
     """One check as a dict, several (``holdout="each"``) as a list of them."""
     dicts = [c.to_dict() for c in checks]

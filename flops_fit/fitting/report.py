@@ -36,7 +36,7 @@ from flops_fit.fitting.figures import (
 )
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.forecast import CANDIDATE_HEADERS, CHAIN_HEADERS, candidate_rows, chain_rows
-from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
+from flops_fit.fitting.holdout import HOLDOUT_HEADERS, furthest_checks, holdout_rows
 from flops_fit.fitting.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
@@ -303,7 +303,7 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot
                       if c.reason})
     if reasons:
         parts.append("<ul>" + "".join(f"<li class=warn>{_e(r)}</li>" for r in reasons) + "</ul>")
-    furthest = {m: _furthest(items) for m, items in checks.items()}
+    furthest = {m: furthest_checks(items) for m, items in checks.items()}
     forward = any(len(furthest[m]) < len(items) for m, items in checks.items())
     parts.append(figure.embed(holdout_figure(furthest, plot_dir / "holdout", ("png", "svg"), colours),
                               "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
@@ -311,16 +311,6 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot
                               + (" Forward chaining: each budget's prediction from the fewest budgets fitted."
                                  if forward else "")))
     return "\n".join(parts)
-
-
-def _furthest(items: Sequence[Any]) -> list[Any]:
-    """Per held-out budget, the check fitted on the fewest budgets (forward chaining predicts a
-    budget from every earlier split; the figure shows the furthest reach)."""
-    best: dict[float, Any] = {}
-    for c in items:
-        if c.budget not in best or len(c.fitted_budgets) < len(best[c.budget].fitted_budgets):
-            best[c.budget] = c
-    return list(best.values())
 
 
 def _section(result: Any, figure: _Figures, plot_dir: Path, target: float, budgets) -> str:
