@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from flops_fit.errors import CheckpointError, CheckpointWarning
-from flops_fit.sweeps.checkpoint import (
+from flops_fit.training.checkpoint import (
     TrainState,
     list_checkpoints,
     load_latest,

@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from flops_fit.errors import Interrupted
 from flops_fit.executors.stopping import clear_stop, request_stop
-from flops_fit.sweeps.checkpoint import CheckpointPolicy, list_checkpoints
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.trainer import train
+from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
+from flops_fit.training.loop import train
 
 HOST = sweep_support.host()
 TESTS = Path(__file__).resolve().parent
@@ -78,7 +78,8 @@ CRASH_SCRIPT = """
 import json, os, signal, sys
 sys.path.insert(0, {tests!r})
 import sweep_support
-from flops_fit.sweeps import checkpoint, trainer
+from flops_fit.training import checkpoint
+from flops_fit.training import loop as trainer
 from flops_fit.sweeps.planner import plan
 
 kind, at = os.environ.get("CRASH", "none:0").split(":")

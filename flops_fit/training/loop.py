@@ -6,7 +6,7 @@ each step's batch in micro-batches whose gradients accumulate (``micro_batch_siz
 training loss is averaged over ``curve_points`` equal intervals for the curve; a
 non-finite or diverging loss stops the run and returns it as failed with the reason.
 With a ``CheckpointPolicy`` the run saves its full state every few minutes and continues
-from it after a kill (``sweeps.checkpoint``).
+from it after a kill (``training.checkpoint``).
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from flops_fit.executors.stopping import stop_requested
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunResult, RunSpec
-from flops_fit.sweeps.checkpoint import (
+from flops_fit.tracking.base import RunTracker
+from flops_fit.training.checkpoint import (
     CheckpointPolicy,
     TrainState,
     load_latest,
     save_checkpoint,
     save_weights,
 )
-from flops_fit.sweeps.micro_batch import largest_fitting_micro_batch
-from flops_fit.sweeps.schedules import schedule_factor
-from flops_fit.tracking.base import RunTracker
+from flops_fit.training.micro_batch import largest_fitting_micro_batch
+from flops_fit.training.schedules import schedule_factor
 
 
 class Batches:
@@ -154,7 +154,7 @@ class _Diverged(Exception):
 
 class OneProcess:
     """How a run's processes share its work, at each point of the loop where that matters;
-    this base is the run on one process. ``sweeps.distributed`` has the data-parallel ones
+    this base is the run on one process. ``training.distributed`` has the data-parallel ones
     (DDP, FSDP2), so that one loop trains a run on one process or on k."""
 
     rank, world = 0, 1
@@ -243,7 +243,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     start (unless it has its own checkpoint), and hands its own to ``on_stable`` when its
     cooldown starts; either way its result is the one it would have trained from scratch.
 
-    ``parallel`` is this process's part of a run spread over several (``sweeps.distributed``):
+    ``parallel`` is this process's part of a run spread over several (``training.distributed``):
     its slice of each step's rows, the reductions of gradients and losses, the checkpoints.
     """
     parallel = parallel or OneProcess()
@@ -389,7 +389,7 @@ def micro_batch_rows(spec: RunSpec, model, loss_fn, data, input_key: str, device
                      rows: int | None = None) -> int:
     """Rows per forward pass: ``spec.micro_batch_size``, the whole batch (or this process's
     ``rows`` of it) when unset, and with ``"auto"`` on CUDA the largest that fits
-    (``sweeps.micro_batch``); on CPU "auto" is the whole batch (memory is the machine's)."""
+    (``training.micro_batch``); on CPU "auto" is the whole batch (memory is the machine's)."""
     size, rows = spec.micro_batch_size, rows or spec.batch_size
     if size is None or (size == "auto" and device.type != "cuda"):
         return rows

@@ -39,7 +39,7 @@ from flops_fit.store.runs import RunResult
 
 FORMAT = 1
 PATTERN = re.compile(r"^step-(\d+)\.safetensors$")
-SHARDED = re.compile(r"^step-(\d+)\.dcp(\.tmp)?$")  # a sharded checkpoint's folder (sweeps.distributed)
+SHARDED = re.compile(r"^step-(\d+)\.dcp(\.tmp)?$")  # a sharded checkpoint's folder (training.distributed)
 RESULT = "result.json"
 _MODEL, _OPTIM, _RNG, _EXTRA = "model/", "optim/", "rng/", "extra/"
 

@@ -52,7 +52,7 @@ from flops_fit.errors import Interrupted, OptionError, RunLost
 from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.executors.stopping import stop_on_signals, stop_requested
 from flops_fit.files import fsync
-from flops_fit.sweeps.checkpoint import (
+from flops_fit.training.checkpoint import (
     SHARDED,
     CheckpointPolicy,
     TrainState,
@@ -62,7 +62,7 @@ from flops_fit.sweeps.checkpoint import (
     save_state,
     save_weights,
 )
-from flops_fit.sweeps.trainer import OneProcess, resolve_device
+from flops_fit.training.loop import OneProcess, resolve_device
 
 RESTARTS = 3  # fresh gangs after a rank died, before the run is lost (torchrun's --max-restarts)
 ERROR_GRACE = 10.0  # seconds the other ranks get to end by themselves after one raised

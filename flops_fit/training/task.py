@@ -20,7 +20,9 @@ import torch
 from flops_fit.errors import OptionError
 from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.store.runs import RunResult
-from flops_fit.sweeps.checkpoint import (
+from flops_fit.tracking.base import RunTracker
+from flops_fit.tracking.options import Destination
+from flops_fit.training.checkpoint import (
     CheckpointPolicy,
     TrainState,
     load_latest,
@@ -28,11 +30,9 @@ from flops_fit.sweeps.checkpoint import (
     save_result,
     save_state,
 )
-from flops_fit.sweeps.distributed import processes_per_run, run_ranks
-from flops_fit.sweeps.trainer import OneProcess, StableState, train
-from flops_fit.sweeps.wsd import Family, executed_flops, families
-from flops_fit.tracking.base import RunTracker
-from flops_fit.tracking.options import Destination
+from flops_fit.training.distributed import processes_per_run, run_ranks
+from flops_fit.training.loop import OneProcess, StableState, train
+from flops_fit.training.wsd import Family, executed_flops, families
 
 
 def work_items(runs: list[Any]) -> list[Any]:
@@ -49,7 +49,7 @@ def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any
                checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> Any:
     """The executor's task: a family's list of outcomes, or one run's result. A run of
     ``processes_per_run = k > 1`` trains on k ranks, launched here or by an outside launcher
-    (the three cases are ``sweeps.distributed``'s); the ranks other than 0 return None."""
+    (the three cases are ``training.distributed``'s); the ranks other than 0 return None."""
     if processes_per_run(item) == 1:
         return train_part(item, progress, OneProcess(), host=host, checkpoints=checkpoints, tracking=tracking)
     if host is not None:
