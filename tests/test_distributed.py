@@ -28,7 +28,7 @@ from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult
 from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
-from flops_fit.training.distributed import launch, run_ranks
+from flops_fit.training.launch import launch, run_ranks
 from flops_fit.training.loop import train
 from flops_fit.training.task import train_item
 

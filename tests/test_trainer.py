@@ -8,7 +8,8 @@ import pytest
 import sweep_support
 
 from flops_fit.sweeps.planner import plan
-from flops_fit.training.loop import eval_indices, train
+from flops_fit.training.data import eval_indices
+from flops_fit.training.loop import train
 from flops_fit.training.schedules import cosine_factor as lr_factor
 
 HOST = sweep_support.host()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import pickle
 import re
 import shutil
 import signal
@@ -51,6 +50,7 @@ from flops_fit.executors.base import (
     Task,
     check_options,
     ignore_progress,
+    transportable,
 )
 from flops_fit.executors.stopping import raise_if_stopped, stop_on_signals
 from flops_fit.files import write_atomically
@@ -445,11 +445,11 @@ class RunJob:
         progress = self._report if environment.global_rank == 0 else ignore_progress
         with stop_on_signals((preempt, signal.SIGTERM, signal.SIGINT)):  # SIGINT: a local job cancelled
             try:
-                return _transportable(self.fn(self.item, progress))
+                return transportable(self.fn(self.item, progress))
             except Interrupted as exc:  # the run checkpointed at its next step
                 signum = exc.signum
             except Exception as exc:  # noqa: BLE001 - the run's failure is its outcome
-                return _transportable(exc)
+                return transportable(exc)
         if signum == preempt and callable(requeue):
             requeue(signum, None)  # rank 0 requeues the job and exits; other ranks return here
         sys.exit(128 + signum)  # no result: the requeued job (or a resumed sweep) goes on
@@ -457,16 +457,6 @@ class RunJob:
     def _report(self, run_id: str, done: int, total: int, loss: float) -> None:
         with open(self.progress_path, "a", encoding="utf-8") as f:
             f.write(json.dumps([run_id, done, total, loss]) + "\n")
-
-
-def _transportable(outcome: Any) -> Any:
-    """``outcome``, or for an exception that cannot be pickled back, a RuntimeError saying what it was."""
-    if isinstance(outcome, BaseException):
-        try:
-            pickle.loads(pickle.dumps(outcome))
-        except Exception as exc:  # noqa: BLE001 - any pickling failure
-            return RuntimeError(f"{type(outcome).__name__}: {outcome} (could not be sent back: {exc})")
-    return outcome
 
 
 def build(**options: Any) -> SlurmExecutor:

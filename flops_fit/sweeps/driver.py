@@ -264,7 +264,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
 def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None) -> RunResult | None:
     """Train one planned run of the sweep stored in ``out_dir`` and record its result there:
     the way to train a run under an outside launcher (``torchrun``, ``srun``; every rank calls
-    it, ``training.distributed`` case (c)), or alone (its k ranks launched here, case (b)).
+    it, ``training.launch`` case (c)), or alone (its k ranks launched here, case (b)).
 
     Rank 0 holds the store's lease while the run trains, so no sweep driver trains the same
     folder meanwhile (``StoreBusy`` names the one that does); it counts the steps, records the

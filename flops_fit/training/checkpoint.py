@@ -1,20 +1,19 @@
 """In-run checkpoints: a run's full training state in one safetensors file, written atomically.
 
-A checkpoint holds the model's parameters and buffers, the optimizer's state, and a
-``TrainState``: the step (the schedule's position), tokens seen, the data order, every RNG
-the run uses, the loop's partial sums and the curve so far. Loading it into a freshly built
-model and optimizer continues the run bit for bit on CPU. Nothing is pickled: tensors go
-into safetensors, everything else into its JSON metadata, with a digest of every tensor so
-a corrupt file is detected rather than trained on.
+A checkpoint holds the model's parameters and buffers, the optimizer's state, and the loop's
+state (``training.state.LoopState``: the step, units trained, curve, data order, each step's
+loss, every RNG). Loading it into a freshly built model and optimizer continues the run bit for
+bit on CPU. Nothing is pickled: tensors go into safetensors, everything else into its JSON
+metadata, with a digest of every tensor so a corrupt file is detected rather than trained on.
 
 Files are ``step-<N>.safetensors`` in one folder per run. A write goes to a temporary name,
 is fsynced, renamed over the final name and the folder fsynced, so a kill at any instant
-leaves the previous checkpoint intact; the newest ``keep`` are kept. ``load_latest`` takes
-the newest checkpoint that validates and warns about each one it has to skip.
+leaves the previous checkpoint intact; the newest ``keep`` are kept. ``Checkpointer.latest``
+takes the newest checkpoint that validates and warns about each one it has to skip.
 
-The API is small on purpose so that a run can also start from another run's state (e.g.
-cooldown runs branched from one stable-phase checkpoint): ``read_checkpoint(path)`` then
-``checkpoint.restore(model, optimizer)``.
+One ``Checkpointer`` per folder serves a run's checkpoints and a WSD family's stable phase
+alike (``training.task``); under FSDP every rank writes its shards instead
+(``training.sharded.ShardedCheckpointer``, the same interface).
 """
 
 from __future__ import annotations
@@ -22,13 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,12 +33,13 @@ import torch
 from flops_fit.errors import CheckpointError, CheckpointWarning
 from flops_fit.files import write_atomically
 from flops_fit.store.runs import RunResult
+from flops_fit.training.state import LoopState, Rng, Snapshot
 
-FORMAT = 1
+FORMAT = 2
 PATTERN = re.compile(r"^step-(\d+)\.safetensors$")
-SHARDED = re.compile(r"^step-(\d+)\.dcp(\.tmp)?$")  # a sharded checkpoint's folder (training.distributed)
+SHARDED = re.compile(r"^step-(\d+)\.dcp(\.tmp)?$")  # a sharded checkpoint's folder (training.sharded)
 RESULT = "result.json"
-_MODEL, _OPTIM, _RNG, _EXTRA = "model/", "optim/", "rng/", "extra/"
+_MODEL, _OPTIM, _RNG, _LOOP = "model/", "optim/", "rng/", "loop/"
 
 
 @dataclass(frozen=True)
@@ -62,81 +60,6 @@ class CheckpointPolicy:
         return None if self.weights_dir is None else Path(self.weights_dir) / f"{run_id}.safetensors"
 
 
-@dataclass
-class TrainState:
-    """What besides the model and optimizer a run needs to continue exactly.
-
-    ``step`` is the count of optimizer steps done (the LR schedule's position), ``tokens``
-    the units trained, ``curve`` the ``[tokens, loss]`` points so far. ``scalars`` holds the
-    loop's JSON-able values (data position and its RNG state, partial sums' counts, ...),
-    ``tensors`` its tensors (the data order, a running loss sum); both are the trainer's to
-    define. ``rng`` is filled by ``capture_rng`` when saving.
-    """
-
-    run_id: str
-    step: int
-    tokens: int
-    curve: list[list[float]] = field(default_factory=list)
-    scalars: dict[str, Any] = field(default_factory=dict)
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    rng: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Checkpoint:
-    """A validated checkpoint read from ``path``: its state and the tensors to restore."""
-
-    path: Path
-    state: TrainState
-    model: dict[str, torch.Tensor]
-    optimizer: dict[int, dict[str, torch.Tensor]]
-    rng_tensors: dict[str, torch.Tensor]
-
-    def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                *, rng: bool = True) -> TrainState:
-        """Load the weights (and optimizer state, and every RNG unless ``rng=False``) into
-        freshly built objects of the same shapes; return the state to continue from."""
-        model.load_state_dict(self.model, strict=True)
-        if optimizer is not None:
-            groups = optimizer.state_dict()["param_groups"]
-            optimizer.load_state_dict({"state": self.optimizer, "param_groups": groups})
-        if rng:
-            restore_rng(self.state.rng, self.rng_tensors)
-        return self.state
-
-
-# ------------------------------------------------------------------ RNG
-def capture_rng() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Every global RNG's state: JSON-able values and tensors."""
-    values: dict[str, Any] = {"python": _jsonable(random.getstate())}
-    legacy = np.random.get_state()
-    values["numpy"] = {"pos": int(legacy[2]), "has_gauss": int(legacy[3]), "gauss": float(legacy[4])}
-    tensors = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(legacy[1].astype(np.int64))}
-    if torch.cuda.is_available():
-        for i, state in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"cuda/{i}"] = state
-    return values, tensors
-
-
-def restore_rng(values: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
-    random.setstate(_tupled(values["python"]))
-    np_state = values["numpy"]
-    np.random.set_state(("MT19937", tensors["numpy_keys"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["gauss"]))
-    torch.set_rng_state(tensors["torch"])
-    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("cuda/")), key=lambda k: int(k[5:]))]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda[:torch.cuda.device_count()])
-
-
-def _jsonable(value: Any) -> Any:
-    return [_jsonable(v) for v in value] if isinstance(value, (tuple, list)) else value
-
-
-def _tupled(value: Any) -> Any:
-    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
-
-
 # ------------------------------------------------------------------ files
 def checkpoint_path(directory: str | Path, step: int) -> Path:
     return Path(directory) / f"step-{step:09d}.safetensors"
@@ -151,41 +74,67 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
-def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-                    state: TrainState, *, keep: int = 2) -> Path:
-    """Write ``state`` with the model's and optimizer's tensors as ``step-<N>.safetensors``
-    in ``directory``, atomically; delete all but the newest ``keep`` checkpoints."""
-    return save_state(directory, model.state_dict(), None if optimizer is None else optimizer.state_dict(),
-                      state, keep=keep)
+class Checkpointer:
+    """The checkpoints in ``folder`` (a run's, or a WSD family's stable phase): ``save`` the
+    newest ``keep`` (only where ``writer``: one process of a run writes), ``load`` the newest
+    that validates into a freshly built model and optimizer. ``run_id`` is checked on reading."""
+
+    def __init__(self, folder: str | Path, run_id: str, *, keep: int = 2, writer: bool = True) -> None:
+        self.folder, self.run_id, self.keep, self.writer = Path(folder), run_id, keep, writer
+
+    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: LoopState) -> None:
+        if self.writer:
+            self.save_snapshot(Snapshot(state, model.state_dict(), optimizer.state_dict()["state"]))
+
+    def load(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> LoopState | None:
+        """The newest valid checkpoint restored into ``model`` and ``optimizer``; its loop state, or None."""
+        snapshot = self.latest()
+        return snapshot.restore(model, optimizer) if snapshot else None
+
+    def save_snapshot(self, snapshot: Snapshot) -> Path:
+        """Write ``snapshot`` as ``step-<N>.safetensors``, atomically; prune all but the newest ``keep``."""
+        path = write_checkpoint(self.folder, snapshot)
+        for old in list_checkpoints(self.folder)[self.keep:]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def latest(self) -> Snapshot | None:
+        """The newest checkpoint that validates, or None; every newer one that does not is
+        reported with a ``CheckpointWarning`` (and left for the next save to prune)."""
+        for path in list_checkpoints(self.folder):
+            try:
+                return read_checkpoint(path, run_id=self.run_id)
+            except CheckpointError as exc:
+                warnings.warn(f"{exc}; falling back to an earlier checkpoint", CheckpointWarning, stacklevel=2)
+        return None
+
+    def save_weights(self, path: str | Path, model: torch.nn.Module) -> None:
+        if self.writer:
+            save_weights(path, model)
 
 
-def save_state(directory: str | Path, model_state: dict[str, torch.Tensor], optimizer_state: dict[str, Any] | None,
-               state: TrainState, *, keep: int = 2) -> Path:
-    """``save_checkpoint`` from state dicts (a state captured earlier, e.g. a WSD stable phase);
-    the RNGs saved are the ones current now."""
+def write_checkpoint(directory: str | Path, snapshot: Snapshot) -> Path:
+    """``snapshot`` as ``step-<N>.safetensors`` in ``directory``, written atomically."""
+    state = snapshot.loop
+    tensors = {_MODEL + k: _cpu_copy(v) for k, v in snapshot.model.items()}
+    for index, values in snapshot.optimizer.items():
+        for key, value in values.items():
+            if value is not None:
+                tensors[f"{_OPTIM}{index}/{key}"] = _cpu_copy(torch.as_tensor(value))
+    tensors.update({_RNG + k: _cpu_copy(v) for k, v in state.rng.tensors.items()})
+    tensors[_LOOP + "data_order"] = torch.from_numpy(np.ascontiguousarray(state.data_order)).clone()
+    tensors[_LOOP + "losses"] = _cpu_copy(state.losses)
+    header = {"run_id": state.run_id, "step": state.step, "tokens": state.tokens, "curve": state.curve,
+              "data_rng": state.data_rng, "data_pos": state.data_pos, "rng": state.rng.values, "format": FORMAT}
+    metadata = {"flops_fit": json.dumps(header), "digest": _digest(tensors)}
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    rng_values, rng_tensors = capture_rng()
-    tensors = {_MODEL + k: _cpu_copy(v) for k, v in model_state.items()}
-    if optimizer_state is not None:
-        for index, values in optimizer_state["state"].items():
-            for key, value in values.items():
-                if value is None:
-                    continue
-                tensors[f"{_OPTIM}{index}/{key}"] = _cpu_copy(torch.as_tensor(value))
-    tensors.update({_RNG + k: _cpu_copy(v) for k, v in rng_tensors.items()})
-    tensors.update({_EXTRA + k: _cpu_copy(v) for k, v in state.tensors.items()})
-    header = {k: v for k, v in asdict(state).items() if k != "tensors"}
-    header.update(rng=rng_values, format=FORMAT)
-    metadata = {"flops_fit": json.dumps(header), "digest": _digest(tensors)}
     final = checkpoint_path(directory, state.step)
     _write_safetensors(final, tensors, metadata)
-    for old in list_checkpoints(directory)[keep:]:
-        old.unlink(missing_ok=True)
     return final
 
 
-def read_checkpoint(path: str | Path, *, run_id: str | None = None) -> Checkpoint:
+def read_checkpoint(path: str | Path, *, run_id: str | None = None) -> Snapshot:
     """Read and validate one checkpoint; ``run_id`` (if given) must match the one it holds.
     Raises ``CheckpointError`` naming what is wrong."""
     from safetensors import safe_open
@@ -206,29 +155,15 @@ def read_checkpoint(path: str | Path, *, run_id: str | None = None) -> Checkpoin
         raise CheckpointError(f"{path} has an unknown checkpoint format")
     if run_id is not None and header["run_id"] != run_id:
         raise CheckpointError(f"{path} belongs to run {header['run_id']}, not {run_id}")
-    extra = {k[len(_EXTRA):]: v for k, v in tensors.items() if k.startswith(_EXTRA)}
-    state = TrainState(tensors=extra, **header)
+    rng = Rng(header.pop("rng"), {k[len(_RNG):]: v for k, v in tensors.items() if k.startswith(_RNG)})
+    state = LoopState(**header, data_order=tensors[_LOOP + "data_order"].numpy().copy(),
+                      losses=tensors[_LOOP + "losses"], rng=rng)
     optimizer: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in tensors.items():
         if key.startswith(_OPTIM):
             index, name = key[len(_OPTIM):].split("/", 1)
             optimizer.setdefault(int(index), {})[name] = value
-    return Checkpoint(
-        path=path, state=state, optimizer=optimizer,
-        model={k[len(_MODEL):]: v for k, v in tensors.items() if k.startswith(_MODEL)},
-        rng_tensors={k[len(_RNG):]: v for k, v in tensors.items() if k.startswith(_RNG)},
-    )
-
-
-def load_latest(directory: str | Path, *, run_id: str | None = None) -> Checkpoint | None:
-    """The newest checkpoint in ``directory`` that validates, or None; every newer one that
-    does not is reported with a ``CheckpointWarning`` (and left for the next save to prune)."""
-    for path in list_checkpoints(directory):
-        try:
-            return read_checkpoint(path, run_id=run_id)
-        except CheckpointError as exc:
-            warnings.warn(f"{exc}; falling back to an earlier checkpoint", CheckpointWarning, stacklevel=2)
-    return None
+    return Snapshot(state, {k[len(_MODEL):]: v for k, v in tensors.items() if k.startswith(_MODEL)}, optimizer)
 
 
 def remove_checkpoints(directory: str | Path) -> None:

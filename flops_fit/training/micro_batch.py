@@ -76,6 +76,3 @@ def largest_fitting_micro_batch(spec: RunSpec, model, loss_fn, rows: Callable[[i
         known[key] = {"fits": size, "limited": limited}
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(known, indent=1)))
     return size
-
-
-__all__ = ["largest_fitting_micro_batch"]
