@@ -50,7 +50,7 @@ class Parallelized:
 class OneProcess:
     """The run on one process."""
 
-    rank, world, local_rank = 0, 1, 0
+    rank, world = 0, 1
     lockstep = False  # every forward pass is collective (FSDP): all ranks run as many
     sharded = False  # every rank holds only a shard of the state (FSDP): checkpoints are sharded too
 
