@@ -4,7 +4,7 @@ end to end (sweep, IsoFLOP table) in seconds; the parity gate and the fit have t
 import pytest
 
 from flops_fit.sweeps import demo
-from flops_fit.sweeps.wsd import families
+from flops_fit.training.wsd import families
 
 
 def test_the_gpt_demo_plan_has_the_promised_shape():

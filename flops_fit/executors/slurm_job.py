@@ -10,14 +10,13 @@ reads every poll.
 from __future__ import annotations
 
 import json
-import pickle
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import FlopsFitError, Interrupted
-from flops_fit.executors.base import ProgressSink, Task, ignore_progress
+from flops_fit.executors.base import ProgressSink, Task, ignore_progress, transportable
 from flops_fit.executors.stopping import stop_on_signals
 
 
@@ -75,11 +74,11 @@ class RunJob:
         progress = self._report if environment.global_rank == 0 else ignore_progress
         with stop_on_signals((preempt, signal.SIGTERM, signal.SIGINT)):  # SIGINT: a local job cancelled
             try:
-                return _transportable(self.fn(self.item, progress))
+                return transportable(self.fn(self.item, progress))
             except Interrupted as exc:  # the run checkpointed at its next step
                 signum = exc.signum
             except Exception as exc:  # noqa: BLE001 - the run's failure is its outcome
-                return _transportable(exc)
+                return transportable(exc)
         if signum == preempt and callable(requeue):
             requeue(signum, None)  # rank 0 requeues the job and exits; other ranks return here
         sys.exit(128 + signum)  # no result: the requeued job (or a resumed sweep) goes on
@@ -88,12 +87,3 @@ class RunJob:
         with open(self.progress_path, "a", encoding="utf-8") as f:
             f.write(json.dumps([run_id, done, total, loss]) + "\n")
 
-
-def _transportable(outcome: Any) -> Any:
-    """``outcome``, or for an exception that cannot be pickled back, a RuntimeError saying what it was."""
-    if isinstance(outcome, BaseException):
-        try:
-            pickle.loads(pickle.dumps(outcome))
-        except Exception as exc:  # noqa: BLE001 - any pickling failure
-            return RuntimeError(f"{type(outcome).__name__}: {outcome} (could not be sent back: {exc})")
-    return outcome

@@ -16,20 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import flops_fit
 from flops_fit._version import __version__
 from flops_fit.checks import positive_int
 from flops_fit.errors import PlanError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
 from flops_fit.store.runs import RunSpec
-from flops_fit.sweeps.driver import SweepResult, run_plan
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.sweeps.schedules import cooldown_steps
 from flops_fit.sweeps.tuned import TunedLaw, guarded_rates, short_source, sources_header
-from flops_fit.sweeps.wsd import executed_flops
 from flops_fit.tables import format_table
+from flops_fit.training.schedules import cooldown_steps
+from flops_fit.training.wsd import executed_flops
 
 # Model configuration keys that hold the context length (set from the plan's seq_len).
 CONTEXT_KEYS = ("block_size", "seq_len", "context_length", "max_seq_len", "n_ctx")
@@ -133,9 +133,10 @@ class Plan:
         return cls([RunSpec.from_dict(r) for r in data["runs"]], SweepOptions.from_dict(data["options"]),
                    data["unit"], data["throughput"])
 
-    def run(self, out_dir: str | Path, **options: Any) -> SweepResult:
-        """Run this plan as a sweep into ``out_dir``; ``options`` are ``run_plan``'s."""
-        return run_plan(self, out_dir, **options)
+    def run(self, out_dir: str | Path, **options: Any) -> flops_fit.SweepResult:
+        """Run this plan as a sweep into ``out_dir``; ``options`` are ``run_plan``'s (reached
+        through the lazy public API, so that planning imports no torch)."""
+        return flops_fit.run_plan(self, out_dir, **options)
 
 
 def _duration(seconds: float) -> str:
@@ -408,20 +409,6 @@ def _schedule_fields(options: SweepOptions, steps: int, warmup: int, budget: flo
             f"at step {start}, inside the warmup ({warmup} steps); lower cooldown_fraction or warmup_fraction"
         )
     return {"schedule": "wsd", "cooldown_start": start, "cooldown_shape": options.cooldown_shape}
-
-
-def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flops-fit-out", resume: bool = False,
-          executor: str = "local", workers: int = 1, executor_options: dict[str, Any] | None = None,
-          skip_parity: bool = False, skip_preflight: bool = False, retry_failed: bool = False,
-          show_progress: bool = True, checkpoint_dir: str | Path | None = None, host: Any = None,
-          **values: Any) -> SweepResult:
-    """Plan (``values`` are ``SweepOptions`` fields) and run an IsoFLOP sweep into ``out_dir``;
-    the other keywords are ``run_plan``'s."""
-    return plan(options, host=host, **values).run(
-        out_dir, resume=resume, executor=executor, workers=workers, executor_options=executor_options,
-        skip_parity=skip_parity, skip_preflight=skip_preflight, retry_failed=retry_failed, show_progress=show_progress,
-        checkpoint_dir=checkpoint_dir, host=host,
-    )
 
 
 def _round_up(value: float) -> str:
