@@ -21,7 +21,7 @@ import bench_mup_lr as bench
 import torch
 from flops_fit.plugins import parametrization
 
-from flops_fit.sweeps import trainer
+from flops_fit.training import loop as trainer
 
 VARIANTS = ("shipped", "attn_sp", "init_sp", "wd_dec", "emb_lr")
 
