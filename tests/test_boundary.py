@@ -34,7 +34,8 @@ BASE = {
 }
 # keys that a plan does not read, with the value that fills them in BASE
 OPTIONAL = {("sweep", "sizes"): [16, 32, 48], ("sweep", "seq_len"): 32,
-            ("sweep", "hparams"): "a-tune-folder", ("hparams", "tuned"): "a-tune-folder"}
+            ("sweep", "hparams"): "a-tune-folder", ("hparams", "tuned"): "a-tune-folder",
+            ("sweep", "unique_tokens"): 10_000_000}
 WRONG = {"type": {"a": 1}, "sign": -5, "nan": math.nan}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flops_fit.errors import FlopsFitError
 from flops_fit.plugin import api
 from flops_fit.store.runs import RunSpec
 from flops_fit.sweeps.options import SweepOptions
@@ -19,10 +20,14 @@ FREE_EPOCHS = 4.0  # repeats up to this many epochs are worth almost as much as 
 
 
 def unique_tokens(options: SweepOptions, host: Any = None) -> int | None:
-    """The sweep's stated unique tokens, else what its dataset's training split reports (None: it does not)."""
+    """The sweep's stated unique tokens, else what its dataset's training split reports (None: it does
+    not, or it does not open; the preflight then says why, naming the dataset and the fix)."""
     if options.unique_tokens is not None:
         return options.unique_tokens
-    data = api.create_dataset(options.dataset, "train", host=host, **options.dataset_config)
+    try:
+        data = api.create_dataset(options.dataset, "train", host=host, **options.dataset_config)
+    except FlopsFitError:
+        return None
     value = getattr(data, "unique_tokens", None)
     return int(value) if value else None
 
