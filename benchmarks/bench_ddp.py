@@ -32,8 +32,8 @@ def main() -> None:
     import torch
 
     import flops_fit
-    from flops_fit.sweeps.branches import train_item
-    from flops_fit.sweeps.trainer import train
+    from flops_fit.training.loop import train
+    from flops_fit.training.task import train_item
 
     cores = os.cpu_count() or 1
     torch.set_num_threads(cores)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import flops_fit
-from flops_fit.sweeps.trainer import train
+from flops_fit.training.loop import train
 
 MODEL = {"n_layer": 2, "n_head": 2, "gelu": "exact"}  # the GPT demo's model (flops_fit.sweeps.demo)
 

@@ -24,7 +24,8 @@ import torch
 import flops_fit
 from flops_fit.sweeps.driver import run_plan
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.trainer import make_optimizer, train
+from flops_fit.training.loop import train
+from flops_fit.training.steps import make_optimizer
 
 MODEL = {"n_layer": 2, "head_dim": 8}
 

@@ -53,10 +53,10 @@ import flops_fit
 from flops_fit.executors.local import LocalExecutor
 from flops_fit.files import write_atomically
 from flops_fit.plugin import api
-from flops_fit.sweeps import trainer
 from flops_fit.sweeps.demo import demo_plan
 from flops_fit.sweeps.gate import run_case
-from flops_fit.sweeps.trainer import train
+from flops_fit.training import loop as trainer
+from flops_fit.training.loop import train
 
 # Published dense (no sparsity) bf16 tensor-core peaks, FLOP/s; the first name fragment
 # found in torch.cuda.get_device_name() wins, so specific names come before families.

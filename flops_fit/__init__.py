@@ -59,6 +59,7 @@ from flops_fit.plugin.contracts import (
     ModelEntry,
     ParityCaseEntry,
 )
+from flops_fit.plugin.family import ModelFamily, model_family
 from flops_fit.plugin.hookspecs import hookimpl
 
 # The heavier part of the API, imported on first attribute access so that
@@ -75,7 +76,7 @@ _LAZY: dict[str, str] = {
     "FitSet": "flops_fit.fitting:FitSet",
     "plan": "flops_fit.sweeps.planner:plan",
     "Plan": "flops_fit.sweeps.planner:Plan",
-    "sweep": "flops_fit.sweeps.planner:sweep",
+    "sweep": "flops_fit.sweeps.driver:sweep",
     "SweepOptions": "flops_fit.sweeps.options:SweepOptions",
     "HyperParams": "flops_fit.sweeps.hparams:HyperParams",
     "run_plan": "flops_fit.sweeps.driver:run_plan",
@@ -85,7 +86,7 @@ _LAZY: dict[str, str] = {
     "demo_tune_spec": "flops_fit.sweeps.demo:demo_tune_spec",
     "tune": "flops_fit.tuning:tune",
     "TuneResult": "flops_fit.tuning:TuneResult",
-    "train": "flops_fit.sweeps.trainer:train",
+    "train": "flops_fit.training.loop:train",
     "RunSpec": "flops_fit.store.runs:RunSpec",
     "RunResult": "flops_fit.store.runs:RunResult",
     "RunStore": "flops_fit.store.run_store:RunStore",
@@ -118,6 +119,7 @@ __all__ = [
     "Interrupted",
     "LossEntry",
     "ModelEntry",
+    "ModelFamily",
     "OptionError",
     "ParityCaseEntry",
     "ParityError",
@@ -148,5 +150,6 @@ __all__ = [
     "list_plugins",
     "loss_info",
     "model_info",
+    "model_family",
     "parity_case_info",
 ]

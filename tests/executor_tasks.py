@@ -80,3 +80,16 @@ def start_a_process(item, progress):
 def visible_gpus(item, progress):
     """The GPUs this worker's ranks may use."""
     return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+class NeedsTwoArguments(Exception):
+    """An exception pickle cannot rebuild (its constructor takes two arguments, ``args`` holds one)."""
+
+    def __init__(self, what, why):
+        super().__init__(f"{what}: {why}")
+
+
+def fail_unpicklably(item, progress):
+    if item == 1:
+        raise NeedsTwoArguments(f"item {item}", "a custom constructor")
+    return item

@@ -23,6 +23,7 @@ LAYERS = [
     ("tracking", ("flops_fit.tracking",)),
     ("fitting", ("flops_fit.fitting",)),
     ("executors", ("flops_fit.executors",)),
+    ("training", ("flops_fit.training",)),
     ("sweeps", ("flops_fit.sweeps",)),
     ("tuning", ("flops_fit.tuning",)),
     ("cli", ("flops_fit.cli", "flops_fit.__main__")),

@@ -15,7 +15,9 @@ from flops_fit.fitting import FitInputError, fit, load_runs
 from flops_fit.fitting.synthetic import synthetic_runs
 from flops_fit.store.run_store import SCHEMA, RunStore
 from flops_fit.store.runs import RunResult
-from flops_fit.sweeps.trainer import eval_indices, evaluate, train
+from flops_fit.training.data import eval_indices
+from flops_fit.training.loop import train
+from flops_fit.training.steps import evaluate
 
 ASCII_WORDS = "the cat sat on a mat and then the dog ran home while birds sang in trees\n".split(" ")
 

@@ -1,5 +1,6 @@
-"""The checkpoint module: a full training state round-trips bit for bit through safetensors,
-writes are atomic, and a corrupt or partial checkpoint is skipped with a warning."""
+"""The checkpointer: a full training state (model, optimizer, the loop's ``LoopState``)
+round-trips bit for bit through safetensors, writes are atomic, and a corrupt or partial
+checkpoint is skipped with a warning."""
 
 import os
 import random
@@ -10,15 +11,14 @@ import torch
 from safetensors.torch import load_file
 
 from flops_fit.errors import CheckpointError, CheckpointWarning
-from flops_fit.sweeps.checkpoint import (
-    TrainState,
+from flops_fit.training.checkpoint import (
+    Checkpointer,
     list_checkpoints,
-    load_latest,
     read_checkpoint,
     remove_checkpoints,
-    save_checkpoint,
     save_weights,
 )
+from flops_fit.training.state import LoopState
 
 
 class Tied(torch.nn.Module):
@@ -52,28 +52,35 @@ def step(model, optimizer, n=1):
     return loss.detach()
 
 
-def state(step_count, **extra):
-    return TrainState(run_id="run-a", step=step_count, tokens=24 * step_count, curve=[[24, 3.5]],
-                      scalars={"pos": 7, "rng": np.random.default_rng(3).bit_generator.state, **extra},
-                      tensors={"order": torch.arange(10), "loss_sum": torch.tensor(1.25)})
+def state(step_count):
+    """The loop's state after ``step_count`` steps, every RNG captured now."""
+    return LoopState(run_id="run-a", step=step_count, tokens=24 * step_count, curve=[[24, 3.5]],
+                     data_rng=np.random.default_rng(3).bit_generator.state, data_order=np.arange(10),
+                     data_pos=7, losses=torch.linspace(4, 3, step_count))
+
+
+def save(folder, model, optimizer, loop, keep=2):
+    Checkpointer(folder, "run-a", keep=keep).save(model, optimizer, loop)
+    return list_checkpoints(folder)[0]
 
 
 def test_a_restored_run_continues_bit_for_bit(tmp_path):
     model, optimizer = build()
     step(model, optimizer, 3)
     random.random(), np.random.rand()
-    save_checkpoint(tmp_path, model, optimizer, state(3))
+    save(tmp_path, model, optimizer, state(3))
     expected_loss = step(model, optimizer, 4)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
     expected_draws = (random.random(), np.random.rand())
 
     torch.manual_seed(123), random.seed(9), np.random.seed(9)  # everything the restore must undo
     fresh, fresh_optimizer = build()
-    checkpoint = load_latest(tmp_path, run_id="run-a")
-    restored = checkpoint.restore(fresh, fresh_optimizer)
-    assert (restored.step, restored.tokens, restored.curve) == (3, 72, [[24, 3.5]])
-    assert restored.scalars == state(3).scalars  # the numpy generator's state survives JSON
-    assert torch.equal(restored.tensors["order"], torch.arange(10))
+    restored = Checkpointer(tmp_path, "run-a").load(fresh, fresh_optimizer)
+    restored.rng.restore()
+    assert (restored.step, restored.tokens, restored.curve, restored.data_pos) == (3, 72, [[24, 3.5]], 7)
+    assert restored.data_rng == np.random.default_rng(3).bit_generator.state  # its big integers survive JSON
+    assert np.array_equal(restored.data_order, np.arange(10))
+    assert torch.equal(restored.losses, torch.linspace(4, 3, 3))
     assert torch.equal(step(fresh, fresh_optimizer, 4), expected_loss)
     for name, value in fresh.state_dict().items():
         assert torch.equal(value, expected[name]), name
@@ -85,12 +92,12 @@ def test_writes_are_atomic_and_only_the_newest_are_kept(tmp_path):
     model, optimizer = build()
     for n in range(1, 5):
         step(model, optimizer)
-        save_checkpoint(tmp_path, model, optimizer, state(n), keep=2)
+        save(tmp_path, model, optimizer, state(n), keep=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000004.safetensors",
                                                            "step-000000003.safetensors"]
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     (tmp_path / ".step-000000005.safetensors.99.tmp").write_bytes(b"half a write")  # a kill mid-write
-    assert load_latest(tmp_path).state.step == 4
+    assert Checkpointer(tmp_path, "run-a").latest().loop.step == 4
     remove_checkpoints(tmp_path)
     assert not tmp_path.exists()
 
@@ -100,27 +107,29 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous_one_with_a_warning(tmp_
     model, optimizer = build()
     for n in (1, 2):
         step(model, optimizer)
-        save_checkpoint(tmp_path, model, optimizer, state(n))
+        save(tmp_path, model, optimizer, state(n))
     newest = list_checkpoints(tmp_path)[0]
     data = bytearray(newest.read_bytes())
     if damage == "flip":
         data[-5] ^= 0xFF  # inside the last tensor's bytes: only the digest can tell
     newest.write_bytes({"flip": bytes(data), "truncate": bytes(data[:len(data) // 2]), "empty": b""}[damage])
     with pytest.warns(CheckpointWarning, match="step-000000002.*falling back"):
-        checkpoint = load_latest(tmp_path)
-    assert checkpoint.state.step == 1
+        checkpoint = Checkpointer(tmp_path, "run-a").latest()
+    assert checkpoint.loop.step == 1
     for path in list_checkpoints(tmp_path):
         path.write_bytes(b"")
     with pytest.warns(CheckpointWarning):
-        assert load_latest(tmp_path) is None
+        assert Checkpointer(tmp_path, "run-a").latest() is None
 
 
 def test_another_runs_checkpoint_is_refused_unless_asked_for(tmp_path):
     model, optimizer = build()
-    path = save_checkpoint(tmp_path, model, optimizer, state(0))
+    path = save(tmp_path, model, optimizer, state(0))
     with pytest.raises(CheckpointError, match="belongs to run run-a, not run-b"):
         read_checkpoint(path, run_id="run-b")
-    assert read_checkpoint(path).state.run_id == "run-a"  # e.g. a cooldown branched from it
+    assert read_checkpoint(path).loop.run_id == "run-a"  # e.g. a cooldown branched from it
+    with pytest.warns(CheckpointWarning, match="not run-b"):
+        assert Checkpointer(tmp_path, "run-b").load(*build()) is None
 
 
 def test_final_weights_are_plain_safetensors(tmp_path):

@@ -9,7 +9,7 @@ import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.data_budget import repeat_warning, repeats, unique_tokens
-from flops_fit.sweeps.trainer import train
+from flops_fit.training.loop import train
 
 
 def test_a_text_dataset_reports_its_unique_tokens(tmp_path):

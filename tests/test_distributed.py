@@ -27,10 +27,10 @@ from flops_fit.plugin.host import reset_host
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult
-from flops_fit.sweeps.branches import train_item
-from flops_fit.sweeps.checkpoint import CheckpointPolicy, list_checkpoints
-from flops_fit.sweeps.distributed import launch, run_ranks
-from flops_fit.sweeps.trainer import train
+from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
+from flops_fit.training.launch import launch, run_ranks
+from flops_fit.training.loop import train
+from flops_fit.training.task import train_item
 
 HOST = sweep_support.host()
 GPT = {"model": "gpt", "budgets": [3e8], "sizes": [16, 32, 48], "batch_size": 5, "seq_len": 32, "min_steps": 3,

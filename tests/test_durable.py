@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from flops_fit.errors import Interrupted
 from flops_fit.executors.stopping import clear_stop, request_stop
-from flops_fit.sweeps.checkpoint import CheckpointPolicy, list_checkpoints
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.trainer import train
+from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
+from flops_fit.training.loop import train
 
 HOST = sweep_support.host()
 TESTS = Path(__file__).resolve().parent
@@ -78,8 +78,9 @@ CRASH_SCRIPT = """
 import json, os, signal, sys
 sys.path.insert(0, {tests!r})
 import sweep_support
-from flops_fit.sweeps import checkpoint, trainer
 from flops_fit.sweeps.planner import plan
+from flops_fit.training import checkpoint, loop
+from flops_fit.training.data import Batches
 
 kind, at = os.environ.get("CRASH", "none:0").split(":")
 at = int(at)
@@ -88,9 +89,9 @@ saves = []
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
-real_save, real_next = trainer.save_checkpoint, trainer.Batches.indices
+real_save, real_next = checkpoint.Checkpointer.save, Batches.indices
 
-def save(directory, model, optimizer, state, **kw):
+def save(self, model, optimizer, state):
     saves.append(state.step)
     if state.step % 3:  # checkpoint every third step: a kill then loses up to two steps
         return None
@@ -102,17 +103,17 @@ def save(directory, model, optimizer, state, **kw):
         checkpoint.os.replace = torn
     if kind == "rename" and state.step == at:  # die with the file written, before the rename
         checkpoint.os.replace = lambda src, dst: die()
-    return real_save(directory, model, optimizer, state, **kw)
+    return real_save(self, model, optimizer, state)
 
 def next_batch(self, k):
     if kind == "step" and len(saves) == at:  # die fetching the batch after step `at`
         die()
     return real_next(self, k)
 
-trainer.save_checkpoint, trainer.Batches.indices = save, next_batch
+checkpoint.Checkpointer.save, Batches.indices = save, next_batch
 spec = plan(host=sweep_support.host(), **sweep_support.small_plan_options(budgets=[2.1e7])).runs[1]
 policy = checkpoint.CheckpointPolicy(sys.argv[1], seconds=1e-9)
-result = trainer.train(spec, host=sweep_support.host(), checkpoints=policy)
+result = loop.train(spec, host=sweep_support.host(), checkpoints=policy)
 print(json.dumps({{"loss": result.loss, "curve": result.curve, "resumed": result.timings.get("resumed_from_step")}}))
 """
 

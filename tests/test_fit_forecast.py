@@ -251,3 +251,14 @@ def test_a_bad_scale_on_the_command_line_is_one_line_and_exit_2(forecast_json, c
     assert main(["fit", str(forecast_json), "--scale", "width"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "scale must be one of" in err[0]
+
+
+def test_forward_chaining_a_law_the_runs_follow_exactly_has_no_error_to_grow():
+    from flops_fit.fitting.chaining import error_slope, forward_chain
+    from flops_fit.fitting.vpnls import Vpnls
+
+    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7, noise=0.0))
+    records, reasons = forward_chain([Vpnls(bootstrap=0)], runs, ["params"], curve="slice")
+    assert not reasons and sorted(round(r.ratio) for r in records) == [10, 10, 100]
+    assert max(abs(r.loss_error) for r in records) < 1e-3 and max(abs(r.n_opt_error) for r in records) < 1e-2
+    assert error_slope(records, "loss_error") < 1e-3

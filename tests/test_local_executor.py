@@ -27,6 +27,16 @@ def test_an_exception_is_that_runs_outcome():
     assert pairs == {0: 0, 1: 1, 2: 2, 4: 4}
 
 
+def test_an_outcome_that_cannot_be_sent_back_arrives_as_an_error_naming_it():
+    """The one fallback (``executors.base.transportable``) every executor and the rank launcher use."""
+    with LocalExecutor(workers=2, threads=1) as executor:
+        pairs = dict(executor.map(executor_tasks.fail_unpicklably, range(3)))
+    lost = pairs.pop(1)
+    assert type(lost) is RuntimeError
+    assert str(lost).startswith("NeedsTwoArguments: item 1: a custom constructor (could not be sent back: ")
+    assert pairs == {0: 0, 2: 2}
+
+
 def test_a_dead_worker_loses_only_its_run_and_a_new_worker_takes_the_rest():
     with LocalExecutor(workers=2, threads=1) as executor:
         pairs = dict(executor.map(executor_tasks.die_on_two, range(6)))
@@ -64,7 +74,7 @@ def test_runs_of_k_processes_on_workers_with_fewer_gpus_are_refused():
                                           r"\['cuda:0', 'cuda:1', 'cuda:2', 'cuda:3'\] name fewer: list each "
                                           r"worker's GPUs, e.g. devices = \['cuda:0,1', 'cuda:2,3'\]"):
         list(executor.map(executor_tasks.visible_gpus, [executor_tasks.Gang(0)]))
-    assert executor._processes == []  # refused before any worker started
+    assert executor._supervisor is None  # refused before any worker started
 
 
 def test_bad_options_are_refused():

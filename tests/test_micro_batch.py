@@ -13,9 +13,9 @@ import torch
 
 from flops_fit.errors import PlanError
 from flops_fit.files import cache_root
-from flops_fit.sweeps.micro_batch import largest_fitting_micro_batch
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
+from flops_fit.training.micro_batch import largest_fitting_micro_batch
 
 HOST = sweep_support.host()
 

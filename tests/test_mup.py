@@ -22,8 +22,9 @@ import torch
 import flops_fit
 from flops_fit.errors import PlanError
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.trainer import lr_multipliers, make_optimizer, train
 from flops_fit.testing import isolated_host
+from flops_fit.training.loop import train
+from flops_fit.training.steps import lr_multipliers, make_optimizer
 
 HOST = sweep_support.host()
 TINY = {"gpt": {"n_layer": 2, "block_size": 16}, "llama": {"n_layer": 2, "block_size": 16},

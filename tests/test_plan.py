@@ -4,6 +4,8 @@ say what would work, and run ids that change with anything that decides a result
 import dataclasses
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 import sweep_support
@@ -17,6 +19,16 @@ HOST = sweep_support.host()
 
 def make(**overrides):
     return plan(host=HOST, **sweep_support.small_plan_options(**overrides))
+
+
+def test_importing_the_planner_imports_no_torch():
+    """Planning reads schedules and WSD families from ``training`` but never its torch half:
+    ``Plan.run`` and ``sweep()`` reach the driver lazily."""
+    code = ("import sys, flops_fit.sweeps.planner, flops_fit.sweeps.options; "
+            "print(sorted(m for m in ('torch', 'flops_fit.sweeps.driver', 'flops_fit.training.loop') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_tokens_are_the_budget_under_the_models_own_flops():

@@ -16,9 +16,8 @@ from flops_fit.cli.main import main
 from flops_fit.cli.sweep import failure_reasons
 from flops_fit.errors import PreflightError
 from flops_fit.store.run_store import RunStore
-from flops_fit.sweeps.checkpoint import CheckpointPolicy
-from flops_fit.sweeps.driver import run_plan
-from flops_fit.sweeps.planner import plan, sweep
+from flops_fit.sweeps.driver import run_plan, sweep
+from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.preflight import (
     CHECKPOINT_BYTES_PER_PARAM,
     check_checkpoint_folder,
@@ -28,6 +27,7 @@ from flops_fit.sweeps.preflight import (
     preflight,
 )
 from flops_fit.testing import isolated_host
+from flops_fit.training.checkpoint import CheckpointPolicy
 
 HOST = sweep_support.host()
 TESTS = Path(__file__).resolve().parent

@@ -117,8 +117,8 @@ def test_resources_follow_the_run():
 
 def test_a_run_of_two_processes_is_one_task_that_launches_its_ranks(local_ray):
     """The gang reserves both CPUs of the local Ray and trains one process's run (to 1e-5)."""
-    from flops_fit.sweeps.branches import train_item
-    from flops_fit.sweeps.trainer import train
+    from flops_fit.training.loop import train
+    from flops_fit.training.task import train_item
 
     spec = flops_fit.plan(host=sweep_support.host(), **sweep_support.small_plan_options(budgets=[2e7])).runs[-1]
     gang = dataclasses.replace(spec, processes_per_run=2)
@@ -224,8 +224,8 @@ def train_preempted_once(spec, progress, *, folder, preempt):
     import math
     import signal
 
-    from flops_fit.sweeps.branches import train_item
-    from flops_fit.sweeps.checkpoint import CheckpointPolicy
+    from flops_fit.training.checkpoint import CheckpointPolicy
+    from flops_fit.training.task import train_item
 
     marker = Path(folder) / f"preempted-{spec.run_id}"
     marker.parent.mkdir(parents=True, exist_ok=True)

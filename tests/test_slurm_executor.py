@@ -22,7 +22,8 @@ import sweep_support  # noqa: E402
 
 import flops_fit  # noqa: E402
 from flops_fit.errors import FlopsFitError, OptionError, RunLost  # noqa: E402
-from flops_fit.executors.slurm import SlurmExecutor, gigabytes, minutes  # noqa: E402
+from flops_fit.executors.slurm import SlurmExecutor  # noqa: E402
+from flops_fit.executors.slurm_options import gigabytes, minutes  # noqa: E402
 from flops_fit.store.run_store import RunStore  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
@@ -77,7 +78,7 @@ def test_a_run_on_two_processes_is_one_job_of_two_tasks_and_rank_0_reports(job_e
     assert heard == [("run-a", 1, 1, 0.0)]  # rank 0's reports only
 
 
-@pytest.mark.skipif(importlib.util.find_spec("flops_fit.sweeps.distributed") is None,
+@pytest.mark.skipif(importlib.util.find_spec("flops_fit.training.launch") is None,
                     reason="needs the distributed runs of processes_per_run")
 def test_a_sweep_with_two_processes_per_run_trains_on_slurm_like_one_process(job_env, tmp_path):
     """Once runs span k processes (torch.distributed, gloo on CPU): a sweep with

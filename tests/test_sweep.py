@@ -15,10 +15,10 @@ import sweep_support
 import flops_fit
 from flops_fit.errors import StoreError
 from flops_fit.store.run_store import RunStore
-from flops_fit.sweeps.checkpoint import list_checkpoints
-from flops_fit.sweeps.driver import SweepResult, run_plan
+from flops_fit.sweeps.driver import SweepResult, run_plan, sweep
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.sweeps.planner import plan, sweep
+from flops_fit.sweeps.planner import plan
+from flops_fit.training.checkpoint import list_checkpoints
 
 HOST = sweep_support.host()
 TESTS = Path(__file__).resolve().parent
@@ -99,7 +99,7 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
 import sweep_support
-from flops_fit.sweeps.planner import sweep
+from flops_fit.sweeps.driver import sweep
 
 if __name__ == "__main__":
     sweep(host=sweep_support.host(), out_dir=sys.argv[1], resume=True, show_progress=False,

@@ -18,7 +18,7 @@ from flops_fit.fitting import fit
 from flops_fit.fitting.synthetic import synthetic_runs
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult
-from flops_fit.sweeps.trainer import evaluate
+from flops_fit.training.steps import evaluate
 
 
 class AlwaysClass(torch.nn.Module):

@@ -20,13 +20,14 @@ from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError, PlanError, TrackingWarning
 from flops_fit.executors.stopping import clear_stop, request_stop
 from flops_fit.store.run_store import RunStore
-from flops_fit.sweeps.branches import train_tracked
-from flops_fit.sweeps.checkpoint import CheckpointPolicy, list_checkpoints
 from flops_fit.sweeps.config import parse_config
-from flops_fit.sweeps.planner import plan, sweep
-from flops_fit.sweeps.trainer import train
+from flops_fit.sweeps.driver import sweep
+from flops_fit.sweeps.planner import plan
 from flops_fit.tracking import OPENERS, TrackingOptions, destination, parse_tracking
 from flops_fit.tracking.tensorboard_backend import TensorBoardTracker
+from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
+from flops_fit.training.loop import train
+from flops_fit.training.task import train_tracked
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 mlflow_tracking = pytest.importorskip("mlflow.tracking")

@@ -8,8 +8,9 @@ import pytest
 import sweep_support
 
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.schedules import cosine_factor as lr_factor
-from flops_fit.sweeps.trainer import eval_indices, train
+from flops_fit.training.data import eval_indices
+from flops_fit.training.loop import train
+from flops_fit.training.schedules import cosine_factor as lr_factor
 
 HOST = sweep_support.host()
 

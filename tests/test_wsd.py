@@ -12,11 +12,12 @@ import sweep_support
 from flops_fit.errors import PlanError
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunSpec
-from flops_fit.sweeps import branches
-from flops_fit.sweeps.planner import plan, sweep
-from flops_fit.sweeps.schedules import cosine_factor, schedule_factor, wsd_factor
-from flops_fit.sweeps.trainer import train
-from flops_fit.sweeps.wsd import families, stable_tokens
+from flops_fit.sweeps.driver import sweep
+from flops_fit.sweeps.planner import plan
+from flops_fit.training import task
+from flops_fit.training.loop import train
+from flops_fit.training.schedules import cosine_factor, schedule_factor, wsd_factor
+from flops_fit.training.wsd import families, stable_tokens
 
 HOST = sweep_support.host()
 # tiny-lm on a ladder: 5 budgets, each size serving several of them
@@ -166,7 +167,7 @@ def test_a_family_killed_mid_way_keeps_its_finished_branches_and_stable_phase(tm
             progress(run_id, done, total, loss)
         return train(spec, listen, **kwargs)
 
-    monkeypatch.setattr(branches, "train", train_and_listen)
+    monkeypatch.setattr(task, "train", train_and_listen)
     kill = True
     with pytest.raises(Killed):
         p.run(tmp_path, show_progress=False, host=HOST)

@@ -20,6 +20,7 @@ with the sweep's output folder before ``map``.
 from __future__ import annotations
 
 import inspect
+import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
@@ -48,6 +49,17 @@ def check_options(cls: type, options: dict[str, Any], executor: str) -> dict[str
     if unknown:
         raise OptionError(f"unknown option(s) {unknown} for executor {executor!r}; its options: {known}")
     return options
+
+
+def transportable(value: Any) -> Any:
+    """``value``, or if it cannot be pickled and read back (an exception with a custom
+    constructor, a lock in a result), a RuntimeError saying what it was: what every executor
+    sends back from where a run trained, so that the driver always hears of its outcome."""
+    try:
+        pickle.loads(pickle.dumps(value))
+    except Exception as exc:  # noqa: BLE001 - any pickling failure
+        return RuntimeError(f"{type(value).__name__}: {value} (could not be sent back: {exc})")
+    return value
 
 
 def ignore_progress(run_id: str, done: int, total: int, loss: float) -> None:

@@ -1,8 +1,8 @@
 """The local executor: runs one after another in this process, or several at once on
 worker processes (CPU threads split between them, or one process per GPU).
 
-Each worker process has its own pipe to the driver, which multiplexes the pipes and the
-processes' sentinels with ``multiprocessing.connection.wait``: a worker that dies mid-run
+Each worker process has its own pipe to the driver (``executors.supervisor``, which
+multiplexes the pipes and the processes' sentinels): a worker that dies mid-run
 (killed, out of memory) is noticed at once, its run is reported failed and a fresh worker
 takes the remaining runs. Progress reports come back over the same pipes; the driver stays
 the only writer of the store.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -31,12 +30,8 @@ from flops_fit.executors.base import (
     check_options,
     ignore_progress,
 )
-from flops_fit.executors.stopping import (
-    raise_if_stopped,
-    request_stop,
-    stop_on_signals,
-    stop_requested,
-)
+from flops_fit.executors.stopping import raise_if_stopped, request_stop, stop_requested
+from flops_fit.executors.supervisor import Child, Supervisor, child_signals, progress_over, send
 from flops_fit.plugin.contracts import ExecutorEntry
 from flops_fit.plugin.hookspecs import hookimpl
 
@@ -64,7 +59,7 @@ class LocalExecutor(ClosingExecutor):
         self.devices = list(devices or [])
         self.threads = None if threads is None else positive_int(threads, "threads")
         self.on_progress = on_progress or ignore_progress
-        self._processes: list[Any] = []
+        self._supervisor: Supervisor | None = None
 
     def map(self, fn: Task, items: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
         items = list(items)
@@ -76,12 +71,9 @@ class LocalExecutor(ClosingExecutor):
     def close(self) -> None:
         """Kill any worker processes still running (after an abandoned ``map`` or a second
         Ctrl-C; a first stop request lets them checkpoint inside ``map``)."""
-        for process in self._processes:
-            if process.is_alive():
-                process.kill()
-        for process in self._processes:
-            process.join()
-        self._processes.clear()
+        if self._supervisor is not None:
+            self._supervisor.close()
+            self._supervisor = None
 
     def _serial(self, fn: Task, items: list[Any]) -> Iterator[tuple[Any, Any]]:
         if self.threads:
@@ -102,12 +94,8 @@ class LocalExecutor(ClosingExecutor):
                 torch.set_num_threads(previous)
 
     def _parallel(self, fn: Task, items: list[Any]) -> Iterator[tuple[Any, Any]]:
-        import multiprocessing
-        from multiprocessing.connection import wait
-
         if not items:
             return
-        context = multiprocessing.get_context("spawn")
         k = max(int(getattr(item, "processes_per_run", 1) or 1) for item in items)
         short = [d for d in self.devices if len(d.split(":", 1)[1].split(",")) < k]
         if short:
@@ -121,76 +109,51 @@ class LocalExecutor(ClosingExecutor):
         # daemonic (close() ends them all the same, and their ranks end with them)
         daemon = k == 1
         todo = list(range(len(items)))[::-1]  # popped from the end: plan order
-        workers: dict[Any, tuple[Any, str | None]] = {}  # driver's pipe end -> (process, device)
-        busy: dict[Any, int] = {}  # pipe end -> index of the item its worker runs
+        busy: dict[Child, int] = {}  # worker -> index of the item it runs
         stopping: list[int] = []  # the signal of a stop in progress
+        self._supervisor = supervisor = Supervisor()
 
         def start(device: str | None) -> None:
-            ours, theirs = context.Pipe()
-            process = context.Process(target=_worker, args=(fn, theirs, device, threads), daemon=daemon)
-            process.start()
-            theirs.close()
-            self._processes.append(process)
-            workers[ours] = (process, device)
-            hand_out(ours)
+            hand_out(supervisor.start(_worker, fn, device, threads, tag=device, daemon=daemon))
 
-        def hand_out(conn: Any) -> None:
+        def hand_out(worker: Child) -> None:
             if todo:
-                busy[conn] = todo.pop()
-                conn.send(("run", items[busy[conn]]))
+                busy[worker] = todo.pop()
+                worker.conn.send(("run", items[busy[worker]]))
             else:
-                conn.send(("stop", None))
+                worker.conn.send(("stop", None))
 
-        def exited(conn: Any) -> tuple[Any, Any] | None:
-            """A worker is gone: fine when idle; when busy, its run is lost and a new worker
-            takes over the rest."""
-            process, device = workers.pop(conn)
-            process.join()
-            index = busy.pop(conn, None)
-            if index is None or stopping:  # a run stopped on the way out stays unfinished
-                return None
-            if todo:
-                start(device)
-            return items[index], RunLost(f"its worker process died (exit code {process.exitcode}) mid-run")
+        def stop(signum: int) -> None:
+            stopping.append(signum)
+            todo.clear()
+            for worker in busy:
+                worker.process.terminate()  # SIGTERM: its run checkpoints and stops
 
         try:
             for device in slots:
                 start(device)
-            def stop(signum: int) -> None:
-                stopping.append(signum)
-                todo.clear()
-                for conn in busy:
-                    workers[conn][0].terminate()  # SIGTERM: its run checkpoints and stops
-
             while busy:
                 if not stopping and stop_requested() is not None:
                     stop(stop_requested())
-                sentinels = {process.sentinel: conn for conn, (process, _) in workers.items()}
-                for ready in wait([*busy, *sentinels], timeout=0.2):
-                    conn = sentinels.get(ready, ready)
-                    if conn not in workers:  # already handled through its other handle
-                        continue
-                    if ready is not conn and conn.poll():  # read its last messages before its exit
-                        continue
-                    try:
-                        kind, payload = conn.recv() if conn is ready else ("exit", None)
-                    except EOFError:
-                        kind, payload = "exit", None
-                    if kind == "exit":
-                        lost = exited(conn)
-                        if lost is not None:
-                            yield lost
+                for worker, kind, payload in supervisor.events():
+                    if kind == "exit":  # fine when idle; when busy, its run is lost and a new worker takes the rest
+                        index = busy.pop(worker, None)
+                        if index is not None and not stopping:  # a run stopped on the way out stays unfinished
+                            if todo:
+                                start(worker.tag)
+                            yield items[index], RunLost(f"its worker process died (exit code "
+                                                        f"{worker.process.exitcode}) mid-run")
                     elif kind == "progress":
                         self.on_progress(*payload)
                     elif kind == "interrupted":  # the run checkpointed and its worker stops
-                        busy.pop(conn)
+                        busy.pop(worker)
                         if not stopping:  # SIGTERM reached the worker first: the driver stops too
                             request_stop(payload)
                             stop(payload)
                     else:  # "done": the item's outcome
-                        index = busy.pop(conn)
+                        index = busy.pop(worker)
                         yield items[index], payload
-                        hand_out(conn)
+                        hand_out(worker)
             if stopping:
                 raise Interrupted(stopping[0], f"stopped by signal {stopping[0]}; in-flight runs checkpointed")
         finally:
@@ -204,25 +167,20 @@ def _grouped(devices: list[str], k: int) -> list[str]:
     return ["cuda:" + ",".join(g) for g in groups]
 
 
-def _worker(fn: Task, conn: Any, device: str | None, threads: int) -> None:
-    """Worker loop: leave Ctrl-C to the driver, turn SIGTERM into a stop request, pin a GPU,
-    size the thread pool, run items.
+def _worker(fn: Task, device: str | None, threads: int, conn: Any) -> None:
+    """Worker loop: pin a GPU, size the thread pool, run items until told to stop (Ctrl-C is the
+    driver's; SIGTERM a stop request: ``executors.supervisor.child_signals``).
 
     ``fn``'s module was imported when this process unpickled it: torch is already loaded if
     the task uses it at module level, and a later import reads the environment.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
-
-    def progress(*message: Any) -> None:
-        conn.send(("progress", message))
-
-    with stop_on_signals((signal.SIGTERM,)):
-        _serve(fn, conn, progress)
+    with child_signals():
+        _serve(fn, conn, progress_over(conn))
 
 
 def _serve(fn: Task, conn: Any, progress: Any) -> None:
@@ -240,10 +198,7 @@ def _serve(fn: Task, conn: Any, progress: Any) -> None:
             return
         except Exception as exc:  # noqa: BLE001 - the run's failure travels back as its outcome
             outcome = exc
-        try:
-            conn.send(("done", outcome))
-        except Exception as exc:  # noqa: BLE001 - an outcome that cannot be pickled
-            conn.send(("done", RuntimeError(f"{type(outcome).__name__}: {outcome} (could not be sent back: {exc})")))
+        send(conn, "done", outcome)
 
 
 def build(**options: Any) -> LocalExecutor:

@@ -7,7 +7,7 @@ a run is recorded once, whatever happened to its workers. Exceptions raised by t
 code itself are not retried: a diverged run is a result, not a fault.
 
 A run of ``processes_per_run = k`` is one task that reserves k processes' CPUs, GPUs and
-memory on one node and launches its k ranks there (``sweeps.distributed``, case (b)):
+memory on one node and launches its k ranks there (``training.launch``, case (b)):
 Ray places the gang as one unit, and a rank that dies restarts the gang from the run's
 checkpoint inside the task. A task whose node is preempted gets SIGTERM: its run checkpoints (into a folder all nodes
 see, ``checkpoint_dir``) and its worker exits, so Ray retries the task and the run

@@ -183,9 +183,13 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
     candidates, cutoff = candidates_of(records, reasons, keys)
     scored = [c for c in candidates if np.isfinite(c.loss_error)]
     if not scored:
+        why: dict[str, list[str]] = {}
+        for c in candidates:
+            if c.reason and f"{c.method}/{c.scale}" not in why.setdefault(c.reason, []):
+                why[c.reason].append(f"{c.method}/{c.scale}")
         raise FitInputError("no method could be forward-chained on these runs (it fits the budgets up to each one "
                             "and predicts the larger ones): " +
-                            "; ".join(f"{c.method}/{c.scale}: {c.reason}" for c in candidates if c.reason))
+                            "; ".join(f"{', '.join(names)}: {reason}" for reason, names in why.items()))
     floor = min(c.loss_error for c in scored)
     best = min((c for c in scored if c.loss_error <= floor * (1 + TIE)), key=lambda c: _rank(c)[::-1])
     by_key = {(v.name, focus_of(v)): v for v in options}

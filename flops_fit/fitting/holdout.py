@@ -237,6 +237,16 @@ def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curv
     return {a.name: [c for _ in parts for c in next(done)] for a in approaches}
 
 
+def furthest_checks(items: Sequence[HoldoutCheck]) -> list[HoldoutCheck]:
+    """Per held-out budget, the check fitted on the fewest budgets (forward chaining predicts a
+    budget from every earlier split; a figure shows the furthest reach)."""
+    best: dict[float, HoldoutCheck] = {}
+    for c in items:
+        if c.budget not in best or len(c.fitted_budgets) < len(best[c.budget].fitted_budgets):
+            best[c.budget] = c
+    return list(best.values())
+
+
 def holdout_json(checks: Sequence[HoldoutCheck]) -> dict[str, Any] | list[dict[str, Any]]:
     """One check as a dict, several (``holdout="each"``) as a list of them."""
     dicts = [c.to_dict() for c in checks]
@@ -248,7 +258,9 @@ def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]
     rows = []
     for method, items in checks.items():
         for c in items:
-            rows.append([method, fmt.flops(c.budget),
+            reach = (f" from <= {fmt.flops(max(c.fitted_budgets))}"
+                     if c.fitted_budgets and max(c.fitted_budgets) < c.budget else "")
+            rows.append([method, fmt.flops(c.budget) + reach,
                          fmt.with_interval(c.predicted_n_opt, *c.n_opt_interval, fmt=fmt.count),
                          fmt.with_interval(c.observed_n_opt, *c.observed_n_opt_interval, fmt=fmt.count),
                          fmt.percent(c.n_opt_error), _yes_no(c.covered["n_opt"]),

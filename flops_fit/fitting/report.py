@@ -27,10 +27,16 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.error_law import fit_error_law, plot_error_law
-from flops_fit.fitting.figures import chaining_figure, forest, headline, holdout_figure
+from flops_fit.fitting.figures import (
+    chaining_figure,
+    forest,
+    headline,
+    holdout_figure,
+    method_colours,
+)
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.forecast import CANDIDATE_HEADERS, CHAIN_HEADERS, candidate_rows, chain_rows
-from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
+from flops_fit.fitting.holdout import HOLDOUT_HEADERS, furthest_checks, holdout_rows
 from flops_fit.fitting.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
@@ -72,7 +78,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     body.append(figure.embed(forest(results, plot_dir / "exponent_a", ("png", "svg")),
                              "The exponent a of N_opt ~ C^a by method, with intervals."))
     if fitted.holdout:
-        body.append(_holdout_section(fitted.holdout, figure, plot_dir))
+        body.append(_holdout_section(fitted.holdout, figure, plot_dir, method_colours(results)))
     if inference_tokens is not None:
         body.append(_inference_section(fitted, inference_tokens, target))
     errors = _error_section(runs, figure, plot_dir, target)
@@ -121,6 +127,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
                      + _e("; ".join(misses) if misses else
                           "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
+    parts += _reach_note(runs)
     warnings = important_warnings(fitted)
     if warnings:
         shown = "".join(f"<li class=warn>{_e(w)}</li>" for w in warnings[:TOP_WARNINGS])
@@ -130,6 +137,19 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     if fitted.skipped:
         parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
     return "\n".join(parts)
+
+
+def _reach_note(runs: Any) -> list[str]:
+    """Runs whose rate a tuned law gave beyond its tune's grid, or its centre rule gave past its
+    reach, as their ``lr_source`` says (``sweeps.tuned``): listed, with the factors."""
+    sources = runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
+    beyond = sorted({s for s in sources if "beyond" in s and s.startswith(("tuned:", "centre:"))})
+    if not beyond:
+        return []
+    count = sum(1 for s in sources if s in beyond)
+    return [f"<p class=warn><b>Learning rates beyond the tune</b>: {count} of {len(runs)} runs took their rate "
+            "from a tuned law past its tune's grid (or, past its reach, from the tune's centre rule):</p>",
+            "<ul>" + "".join(f"<li class=warn>{_e(s)}</li>" for s in beyond) + "</ul>"]
 
 
 def _inference_section(fitted: Any, tokens: float, target: float) -> str:
@@ -271,10 +291,11 @@ def important_warnings(fitted: Any) -> list[str]:
     return out
 
 
-def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path) -> str:
+def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path,
+                     colours: Mapping[str, str]) -> str:
     parts = ["<h2 id='holdout'>Held-out check</h2>",
-             "<p>Each method was fitted again without the held-out budget's runs; its prediction for that "
-             "budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
+             "<p>Each method was fitted again without the held-out budget's runs (with forward chaining, on "
+             "the budgets up to each split, predicting every larger one); its prediction for that budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
              "runs resampled). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
              "observed value lies inside the predicted interval.</p>",
              _table(HOLDOUT_HEADERS, holdout_rows(checks))]
@@ -282,9 +303,13 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot
                       if c.reason})
     if reasons:
         parts.append("<ul>" + "".join(f"<li class=warn>{_e(r)}</li>" for r in reasons) + "</ul>")
-    parts.append(figure.embed(holdout_figure(checks, plot_dir / "holdout", ("png", "svg")),
+    furthest = {m: furthest_checks(items) for m, items in checks.items()}
+    forward = any(len(furthest[m]) < len(items) for m, items in checks.items())
+    parts.append(figure.embed(holdout_figure(furthest, plot_dir / "holdout", ("png", "svg"), colours),
                               "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
-                              "intervals, grey bands the observed ones."))
+                              "intervals, grey bands the observed ones."
+                              + (" Forward chaining: each budget's prediction from the fewest budgets fitted."
+                                 if forward else "")))
     return "\n".join(parts)
 
 

@@ -80,7 +80,7 @@ class RunSpec:
     version: str
     device: str = "auto"
     compile: bool = False
-    schedule: str = "cosine"  # "cosine" or "wsd" (flops_fit.sweeps.schedules)
+    schedule: str = "cosine"  # "cosine" or "wsd" (flops_fit.training.schedules)
     cooldown_start: int = 0  # wsd: the step whose learning rate starts the cooldown
     cooldown_shape: str = "1-sqrt"  # wsd: "1-sqrt" or "linear"
     micro_batch_size: int | str | None = None  # per forward pass; None: the whole batch, "auto": probed on CUDA

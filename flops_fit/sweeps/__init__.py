@@ -1,4 +1,5 @@
-"""Sweeps: options, planning, the parity gate, training, the driver and the demo.
+"""Sweeps: options, planning, the parity gate, the preflight, the driver, sweep files and the demo.
 
-Modules import torch only where they train (``trainer`` and the ``driver`` above it).
+Planning imports no torch; training one run is ``flops_fit.training``'s, which the driver
+(and the preflight) import.
 """

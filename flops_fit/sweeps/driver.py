@@ -7,7 +7,7 @@ its result beside its checkpoints: the driver stores it on resume instead of tra
 
 The driver is the store's only writer and holds its lease (``store.lease``): a second
 driver on the same folder is refused. Each finished run is committed on its own, and runs
-in flight checkpoint every ``checkpoint_seconds`` (``sweeps.checkpoint``), so a crash loses
+in flight checkpoint every ``checkpoint_seconds`` (``training.checkpoint``), so a crash loses
 at most one checkpoint interval per run; Ctrl-C or SIGTERM makes them checkpoint first.
 ``resume=True`` trains exactly the runs of the plan that have no final result, each from
 its newest checkpoint. The store counts every optimizer step trained, lost ones included.
@@ -32,15 +32,16 @@ from flops_fit.plugin import api
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult, RunSpec
-from flops_fit.sweeps.branches import item_outcomes, recover_results, train_item, work_items
-from flops_fit.sweeps.checkpoint import CheckpointPolicy, remove_checkpoints
 from flops_fit.sweeps.gate import check
 from flops_fit.sweeps.options import SweepOptions
+from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.preflight import preflight
 from flops_fit.sweeps.progress import SweepDisplay
-from flops_fit.sweeps.wsd import Family
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
+from flops_fit.training.checkpoint import CheckpointPolicy, remove_checkpoints
+from flops_fit.training.task import item_outcomes, recover_results, train_item, work_items
+from flops_fit.training.wsd import Family
 
 
 @dataclass
@@ -201,6 +202,20 @@ def run_plan(
     return SweepResult(out_dir)
 
 
+def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flops-fit-out", resume: bool = False,
+          executor: str = "local", workers: int = 1, executor_options: dict[str, Any] | None = None,
+          skip_parity: bool = False, skip_preflight: bool = False, retry_failed: bool = False,
+          show_progress: bool = True, checkpoint_dir: str | Path | None = None, host: Any = None,
+          **values: Any) -> SweepResult:
+    """Plan (``values`` are ``SweepOptions`` fields) and run an IsoFLOP sweep into ``out_dir``;
+    the other keywords are ``run_plan``'s."""
+    return run_plan(
+        plan(options, host=host, **values), out_dir, resume=resume, executor=executor, workers=workers,
+        executor_options=executor_options, skip_parity=skip_parity, skip_preflight=skip_preflight,
+        retry_failed=retry_failed, show_progress=show_progress, checkpoint_dir=checkpoint_dir, host=host,
+    )
+
+
 def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: str, workers: int,
                       executor_options: dict[str, Any] | None, skip_parity: bool, retry_failed: bool,
                       show_progress: bool, host: Any, policy: CheckpointPolicy | None,
@@ -249,7 +264,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
 def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None) -> RunResult | None:
     """Train one planned run of the sweep stored in ``out_dir`` and record its result there:
     the way to train a run under an outside launcher (``torchrun``, ``srun``; every rank calls
-    it, ``sweeps.distributed`` case (c)), or alone (its k ranks launched here, case (b)).
+    it, ``training.launch`` case (c)), or alone (its k ranks launched here, case (b)).
 
     Rank 0 holds the store's lease while the run trains, so no sweep driver trains the same
     folder meanwhile (``StoreBusy`` names the one that does); it counts the steps, records the

@@ -19,8 +19,9 @@ from typing import Any
 from flops_fit.checks import non_negative_number, one_of, positive_int, positive_number
 from flops_fit.errors import PlanError
 from flops_fit.sweeps.hparams import HyperParams
-from flops_fit.sweeps.schedules import COOLDOWN_SHAPES, SCHEDULES
 from flops_fit.tracking.options import TrackingOptions, parse_tracking
+from flops_fit.training.micro_batch import FSDP_AUTO
+from flops_fit.training.schedules import COOLDOWN_SHAPES, SCHEDULES
 
 FLOPS_ACCOUNTING = ("model", "6nd")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -122,11 +123,6 @@ def _device(value: Any, name: str) -> str:
     if not isinstance(value, str) or not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
         raise PlanError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
     return value
-
-
-# The probe runs one rank's model alone; a sharded model's forward needs every rank at once.
-FSDP_AUTO = ('micro_batch_size = "auto" cannot probe a sharded (parallel = "fsdp") model: every rank would '
-             'have to run out of memory together; give micro_batch_size a number of rows')
 
 
 def _micro_batch(value: Any, name: str) -> int | str | None:

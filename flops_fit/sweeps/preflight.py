@@ -29,9 +29,9 @@ from flops_fit.errors import FlopsFitError, PreflightError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunSpec
-from flops_fit.sweeps.checkpoint import CheckpointPolicy
 from flops_fit.sweeps.memory import check_memory
-from flops_fit.sweeps.trainer import check_sequence_length, gather
+from flops_fit.training.checkpoint import CheckpointPolicy
+from flops_fit.training.data import check_sequence_length, gather
 
 # Bytes of a checkpoint per parameter: fp32 weights and AdamW's two fp32 moments.
 CHECKPOINT_BYTES_PER_PARAM = 4 + 4 + 4

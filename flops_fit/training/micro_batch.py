@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
 
-import torch
-
+from flops_fit.errors import PlanError
 from flops_fit.files import cache_root, file_lock, write_atomically
 from flops_fit.store.runs import RunSpec
-from flops_fit.sweeps.options import FSDP_AUTO, PlanError
+
+# The probe runs one rank's model alone; a sharded model's forward needs every rank at once.
+# (torch is imported inside the functions, so that the options can read this without it.)
+FSDP_AUTO = ('micro_batch_size = "auto" cannot probe a sharded (parallel = "fsdp") model: every rank would '
+             'have to run out of memory together; give micro_batch_size a number of rows')
 
 
-def _key(spec: RunSpec, device: torch.device) -> str:
+def _key(spec: RunSpec, device: Any) -> str:
+    import torch
+
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     config = json.dumps(spec.model_config, sort_keys=True, default=str)
     return f"{spec.model}|{spec.size}|{config}|{spec.seq_len}|{spec.precision}|{name}"
@@ -35,10 +41,12 @@ def _entry(value) -> tuple[int, bool]:
     return int(value), False
 
 
-def largest_fitting_micro_batch(spec: RunSpec, model, loss_fn, rows: Callable[[int], dict[str, torch.Tensor]],
-                                input_key: str, device: torch.device, autocast) -> int:
+def largest_fitting_micro_batch(spec: RunSpec, model, loss_fn, rows: Callable[[int], dict[str, Any]],
+                                input_key: str, device: Any, autocast) -> int:
     """The largest micro-batch (the batch size halved until it fits) for ``spec`` on ``device``;
     ``rows(k)`` gives a batch of k training rows to probe with."""
+    import torch
+
     if spec.parallel == "fsdp" and spec.processes_per_run > 1:
         raise PlanError(FSDP_AUTO)
     path = cache_root() / "micro_batch.json"
@@ -68,6 +76,3 @@ def largest_fitting_micro_batch(spec: RunSpec, model, loss_fn, rows: Callable[[i
         known[key] = {"fits": size, "limited": limited}
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(known, indent=1)))
     return size
-
-
-__all__ = ["largest_fitting_micro_batch"]

@@ -1,4 +1,4 @@
-"""Train a WSD family: its branches in token order, in one worker.
+"""The executor's task: one run, or a WSD family's branches in token order, in one worker.
 
 A family's branches share their stable phase (``RunSpec.family``), so they run together,
 shortest first, and each is recorded as an ordinary run: each branch takes over the
@@ -11,28 +11,19 @@ and data order and initialisation are seeded (tests/test_wsd.py checks it bit fo
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 from flops_fit.errors import OptionError
 from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.store.runs import RunResult
-from flops_fit.sweeps.checkpoint import (
-    CheckpointPolicy,
-    TrainState,
-    load_latest,
-    load_result,
-    save_result,
-    save_state,
-)
-from flops_fit.sweeps.distributed import processes_per_run, run_ranks
-from flops_fit.sweeps.trainer import OneProcess, StableState, train
-from flops_fit.sweeps.wsd import Family, executed_flops, families
 from flops_fit.tracking.base import RunTracker
 from flops_fit.tracking.options import Destination
+from flops_fit.training.checkpoint import Checkpointer, CheckpointPolicy, load_result, save_result
+from flops_fit.training.launch import processes_per_run, run_ranks
+from flops_fit.training.loop import train
+from flops_fit.training.state import Snapshot
+from flops_fit.training.strategies import OneProcess
+from flops_fit.training.wsd import Family, executed_flops, families
 
 
 def work_items(runs: list[Any]) -> list[Any]:
@@ -49,7 +40,7 @@ def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any
                checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> Any:
     """The executor's task: a family's list of outcomes, or one run's result. A run of
     ``processes_per_run = k > 1`` trains on k ranks, launched here or by an outside launcher
-    (the three cases are ``sweeps.distributed``'s); the ranks other than 0 return None."""
+    (the three cases are ``training.launch``'s); the ranks other than 0 return None."""
     if processes_per_run(item) == 1:
         return train_part(item, progress, OneProcess(), host=host, checkpoints=checkpoints, tracking=tracking)
     if host is not None:
@@ -111,22 +102,23 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
     finished branch's result beside its checkpoints, so a family killed at any point goes
     on from there: finished branches are not trained again, the next one starts from the
     saved stable state (or its own newer checkpoint)."""
-    family_dir = checkpoints.run_dir(family.run_id) if checkpoints else None
-    latest: list[StableState] = []  # the newest stable state, kept while the next branch needs it
-    if family_dir is not None and (saved := load_stable(family_dir, family.run_id)) is not None:
+    writer = parallel is None or parallel.writer
+    stable = checkpoints and Checkpointer(checkpoints.run_dir(family.run_id), family.run_id, keep=1, writer=writer)
+    latest: list[Snapshot] = []  # the newest stable phase, kept while the next branch needs it
+    if stable and (saved := stable.latest()) is not None:
         latest.append(saved)
 
-    def keep(state: StableState) -> None:
-        latest[:] = [state]
-        if family_dir is not None and (parallel is None or parallel.writer):
-            save_stable(family_dir, state)
+    def keep(snapshot: Snapshot) -> None:
+        latest[:] = [snapshot]
+        if stable and writer:
+            stable.save_snapshot(snapshot)
 
     outcomes: list[Any] = []
     for spec in family.runs:
         if checkpoints and (finished := load_result(checkpoints.run_dir(spec.run_id), spec.run_id)):
             outcomes.append(finished)
             continue
-        start = next((s for s in latest if s.step <= spec.cooldown_start), None)
+        start = next((s for s in latest if s.loop.step <= spec.cooldown_start), None)
         try:
             outcome = train_tracked(spec, progress, tracking=tracking, host=host, checkpoints=checkpoints,
                                     start=start, on_stable=keep, parallel=parallel)
@@ -134,32 +126,6 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
             outcome = exc
         outcomes.append(outcome)
     return outcomes
-
-
-def save_stable(directory: Path, state: StableState) -> None:
-    """A family's stable state as a checkpoint (the newest only) in the family's folder."""
-    train_state = TrainState(
-        run_id=state.family, step=state.step, tokens=0,
-        scalars={"data_rng": state.data[0], "data_pos": state.data[2],
-                 "param_groups": state.optimizer["param_groups"]},
-        tensors={"data_order": torch.from_numpy(np.ascontiguousarray(state.data[1])),
-                 "torch_rng": state.torch_rng, "losses": state.losses},
-    )
-    save_state(directory, state.model, state.optimizer, train_state, keep=1)
-
-
-def load_stable(directory: Path, family: str) -> StableState | None:
-    """The stable state ``save_stable`` left for ``family``, or None."""
-    saved = load_latest(directory, run_id=family)
-    if saved is None:
-        return None
-    scalars, tensors = saved.state.scalars, saved.state.tensors
-    groups = [{**g, "betas": tuple(g["betas"])} if "betas" in g else g for g in scalars["param_groups"]]
-    return StableState(
-        family, saved.state.step, saved.model, {"state": saved.optimizer, "param_groups": groups},
-        (scalars["data_rng"], tensors["data_order"].numpy().copy(), scalars["data_pos"]),
-        tensors["torch_rng"], tensors["losses"],
-    )
 
 
 def branch_outcomes(family: Family, outcome: Any) -> list[tuple[Any, Any]]:

@@ -1,0 +1,104 @@
+"""Child processes that each talk to this one over a pipe: one supervisor for the local
+executor's workers and for a run's ranks (``training.launch``).
+
+Children are spawned (no state forked from a process that may hold threads or a CUDA
+context). ``events`` multiplexes the pipes and the processes' sentinels with
+``multiprocessing.connection.wait``, so a child that dies (killed, out of memory) is noticed at
+once: it comes as an ``"exit"`` event, once, after every message it sent before. ``close``
+ends every child still running. On the child's side, ``send`` carries a value back, or for
+one that cannot be pickled a ``RuntimeError`` saying what it was (``executors.base.transportable``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+from flops_fit.executors.base import transportable
+from flops_fit.executors.stopping import stop_on_signals
+
+
+@dataclass(eq=False)
+class Child:
+    """A started child: its process, this side's end of its pipe, and what it serves (``tag``)."""
+
+    process: Any
+    conn: Any
+    tag: Any = None
+
+
+class Supervisor:
+    """Start children, hear their messages and exits as they come, end them all on ``close``."""
+
+    def __init__(self) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.children: list[Child] = []
+        self.live: dict[Any, Child] = {}  # pipe end -> a child not yet seen to exit
+
+    def start(self, target: Callable[..., None], *args: Any, tag: Any = None, daemon: bool = True) -> Child:
+        """Spawn ``target(*args, conn)``, ``conn`` being the child's end of its pipe."""
+        ours, theirs = self.context.Pipe()
+        process = self.context.Process(target=target, args=(*args, theirs), daemon=daemon)
+        process.start()
+        theirs.close()
+        child = Child(process, ours, tag)
+        self.children.append(child)
+        self.live[ours] = child
+        return child
+
+    def events(self, timeout: float = 0.2) -> Iterator[tuple[Child, str, Any]]:
+        """``(child, kind, payload)`` for each message that arrived within ``timeout``, and
+        ``(child, "exit", None)`` for each child that ended (its process joined)."""
+        sentinels = {child.process.sentinel: child for child in self.live.values()}
+        for ready in wait([*self.live, *sentinels], timeout=timeout):
+            child = sentinels.get(ready) or self.live.get(ready)
+            if child is None or child.conn not in self.live:
+                continue  # already seen to exit, through its other handle
+            if ready is not child.conn and child.conn.poll():
+                continue  # its last messages come first
+            try:
+                kind, payload = child.conn.recv() if ready is child.conn else ("exit", None)
+            except EOFError:
+                kind, payload = "exit", None
+            if kind == "exit":
+                del self.live[child.conn]
+                child.process.join()
+            yield child, kind, payload
+
+    def close(self) -> None:
+        """Kill every child still running and wait for all of them."""
+        for child in self.children:
+            if child.process.is_alive():
+                child.process.kill()
+        for child in self.children:
+            child.process.join()
+            child.conn.close()
+        self.children.clear()
+        self.live.clear()
+
+
+@contextmanager
+def child_signals() -> Iterator[None]:
+    """A child's signals: Ctrl-C is left to its supervisor (which stops the children); SIGTERM
+    is a stop request (``executors.stopping``), so the work in hand checkpoints first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with stop_on_signals((signal.SIGTERM,)):
+        yield
+
+
+def send(conn: Any, kind: str, value: Any) -> None:
+    """``(kind, value)`` to the supervisor; a value that cannot be pickled goes as a RuntimeError."""
+    conn.send((kind, transportable(value)))
+
+
+def progress_over(conn: Any) -> Callable[..., None]:
+    """A progress sink that forwards each report to the supervisor."""
+    def progress(*message: Any) -> None:
+        conn.send(("progress", message))
+
+    return progress
