@@ -113,7 +113,7 @@ def test_python_examples_in_docs_run(tmp_path, monkeypatch):
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "fitting.md").read_text()
     blocks = [part.split("```", 1)[0] for part in doc.split("```python\n")[1:]]
-    assert len(blocks) == 2
+    assert len(blocks) == 4  # with the decisions section's two (compare; sizing and the data budget)
     monkeypatch.chdir(tmp_path)
     for code in blocks:
         exec(compile(code.replace("bootstrap=200", "bootstrap=20").replace("bootstrap=100", "bootstrap=20")
