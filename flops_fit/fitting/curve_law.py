@@ -34,7 +34,14 @@ import pandas as pd
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
-from flops_fit.fitting.curve_areas import TAU_GRID, annealed, curve_points, factors, s2_at, units_per_step
+from flops_fit.fitting.curve_areas import (
+    TAU_GRID,
+    annealed,
+    curve_points,
+    factors,
+    s2_at,
+    units_per_step,
+)
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws import Params
 from flops_fit.fitting.parametric import flops_rule
@@ -223,10 +230,13 @@ class CurveLawResult(FitResult):
 
         sizes = np.unique(frame["params"])
         colours = dict(zip(sizes, matplotlib.colormaps["viridis"](np.linspace(0, 0.9, sizes.size)), strict=True))
+        labelled = set()
         for i, run in frame.iterrows():
             m = (pts.run == i) & ~pts.final
-            colour = colours[run["params"]]
-            ax.scatter(pts.tokens[m], pts.loss[m], s=4, color=colour)
+            colour, size = colours[run["params"]], run["params"]
+            label = None if size in labelled else f"N = {size:,.0f}"
+            labelled.add(size)
+            ax.scatter(pts.tokens[m], pts.loss[m], s=4, color=colour, label=label)
             ax.plot(pts.tokens[m], predicted[m], lw=0.8, color=colour)
         ax.set_xscale("log")
         ax.set_xlabel("tokens seen")
@@ -294,8 +304,9 @@ def _diagnostics(problem: CurveProblem, est: np.ndarray, frame: pd.DataFrame, ru
     pts = problem.points
     predicted = problem.design(est[:3]) @ est[3:]
     residual = pts.loss - predicted
+    per_token = (frame["flops"] / frame["tokens"]).to_numpy(float)  # FLOPs spent so far at each point
     table = pd.DataFrame({"run_id": frame["run_id"].to_numpy()[pts.run], "params": frame["params"].to_numpy()[pts.run],
-                          "tokens": pts.tokens, "loss": pts.loss, "predicted": predicted, "residual": residual,
+                          "tokens": pts.tokens, "flops": pts.tokens * per_token[pts.run], "loss": pts.loss, "predicted": predicted, "residual": residual,
                           "held_out": pts.final})
     r2 = 1.0 - np.sum(residual ** 2) / np.sum((pts.loss - pts.loss.mean()) ** 2)
     warnings = []
