@@ -9,7 +9,7 @@ family's longest branch held out together (the sweep's longest horizon per size 
 Beside it, the reference that cannot read curves: vpnls (Chinchilla's law by variable
 projection) fitted on the same runs' final losses, at the held-out run's (N, D).
 
-    python benchmarks/bench_curve_branches.py --out /tmp/curve-demo
+    python benchmarks/bench_curve_branches.py --out /tmp/curve-demo [--coarsen 5]
 """
 
 from __future__ import annotations
@@ -18,6 +18,18 @@ import argparse
 import time
 
 import numpy as np
+
+
+def coarsen(curve, factor: int) -> np.ndarray:
+    """A curve as if recorded with 1/``factor`` the points: each ``factor`` consecutive intervals merged
+    (their mean losses weighted by their lengths)."""
+    curve = np.asarray(curve, float)
+    lengths = np.diff(np.r_[0.0, curve[:, 0]])
+    out = []
+    for i in range(0, len(curve), factor):
+        w = lengths[i:i + factor]
+        out.append([curve[min(i + factor, len(curve)) - 1, 0], float(w @ curve[i:i + factor, 1] / w.sum())])
+    return np.array(out)
 
 
 def hide(runs, rows):
@@ -38,6 +50,8 @@ def hide(runs, rows):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/curve-demo", help="a WSD sweep folder")
+    parser.add_argument("--coarsen", type=int, default=1,
+                        help="merge this many consecutive curve points (5: the demo's 50 points as 10)")
     args = parser.parse_args()
 
     from flops_fit.fitting import load_runs
@@ -45,6 +59,8 @@ def main() -> None:
     from flops_fit.fitting.vpnls import Vpnls
 
     runs = load_runs(args.out)
+    if args.coarsen > 1:
+        runs.frame["curve"] = [coarsen(c, args.coarsen) for c in runs.frame["curve"]]
     frame = runs.frame
     longest = [int(g["tokens"].idxmax()) for _, g in frame.groupby("params") if len(g) >= 2]
     print(f"{len(frame)} runs in {frame['params'].nunique()} families; held out: each family's longest branch")

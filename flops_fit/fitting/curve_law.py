@@ -18,7 +18,7 @@ final held-out points (each weighted as its run's curve points together). A cons
 held-out text is a fixed sample of the same source, so the gap does not grow with N or D
 (the docs report it and the residuals).
 
-Linear in (E, A, B, C, delta), with A, B, C >= 0: the nonlinear (alpha, beta, log tau) are
+Linear in (E, A, B, C, delta), with E, A, B, C >= 0: the nonlinear (alpha, beta, log tau) are
 searched (a grid, then Nelder-Mead; variable projection). The bootstrap resamples runs (a
 run's points go together) and refits each resample from the full fit's optimum.
 """
@@ -57,15 +57,15 @@ SHAPE_STEPS = 4000  # the sweep's schedule on this many normalised steps, for th
 
 
 def _lsq(G: np.ndarray, h: np.ndarray, yy: float) -> tuple[np.ndarray, float]:
-    """min |y - X c|^2 from its normal equations (G, h, y.y) with c[1:4] (A, B, C) >= 0."""
+    """min |y - X c|^2 from its normal equations (G, h, y.y) with c[:4] (E, A, B, C) >= 0."""
     best, best_ssr = None, np.inf
-    for drop in itertools.chain.from_iterable(itertools.combinations((1, 2, 3), r) for r in range(4)):
+    for drop in itertools.chain.from_iterable(itertools.combinations(range(4), r) for r in range(5)):
         keep = [j for j in range(5) if j not in drop]
         try:
             c = np.linalg.solve(G[np.ix_(keep, keep)], h[keep])
         except np.linalg.LinAlgError:
             continue
-        if np.all(c[[keep.index(j) for j in (1, 2, 3) if j in keep]] >= 0):
+        if np.all(c[[keep.index(j) for j in range(4) if j in keep]] >= 0):
             ssr = yy - float(c @ h[keep])
             if ssr < best_ssr:
                 best, best_ssr = np.zeros(5), ssr
@@ -134,6 +134,40 @@ class CurveProblem:
                             xtol=1e-8, ftol=1e-12, max_nfev=200)
         coef, _ = self.solve(res.x, run_weights)
         return np.r_[res.x, coef], evaluations + int(res.nfev), converged and res.status > 0
+
+    def refit(self, run_weights: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, int, bool]:
+        """A bootstrap resample's fit from a nearby optimum ``start`` (all 8 parameters): bounded
+        least squares with the analytic Jacobian, a few evaluations each."""
+        from scipy.optimize import least_squares
+
+        root = np.sqrt(self.base * run_weights[self.points.run])
+        final = self.points.final.astype(float)
+        step = np.log(TAU_GRID[1] / TAU_GRID[0])
+
+        def parts(z):
+            alpha, beta, log_tau = z[:3]
+            size = np.exp(-alpha * self.log_n)
+            power = np.exp(-beta * self.log_s1)
+            return size, power, s2_at(self.points.s2, log_tau), log_tau
+
+        def residuals(z):
+            size, power, s2, _ = parts(z)
+            E, A, B, C, delta = z[3:]
+            return root * (E + A * size + B * power.mean(axis=1) - C * s2 + delta * final - self.y)
+
+        def jacobian(z):
+            size, power, s2, log_tau = parts(z)
+            A, B, C = z[4:7]
+            slope = (s2_at(self.points.s2, log_tau + 1e-3 * step) - s2) / (1e-3 * step)
+            columns = [-A * self.log_n * size, -B * (self.log_s1 * power).mean(axis=1), -C * slope,
+                       np.ones_like(s2), size, power.mean(axis=1), -s2, final]
+            return root[:, None] * np.column_stack(columns)
+
+        lo = np.r_[[BOUNDS[k][0] for k in ("alpha", "beta", "log_tau")], 0, 0, 0, 0, -np.inf]
+        hi = np.r_[[BOUNDS[k][1] for k in ("alpha", "beta", "log_tau")], [np.inf] * 5]
+        res = least_squares(residuals, np.clip(start, lo, hi), jac=jacobian, bounds=(lo, hi),
+                            x_scale=np.r_[0.1, 0.1, 1.0, [0.1] * 5], xtol=1e-8, ftol=1e-10, max_nfev=100)
+        return res.x, int(res.nfev), res.status > 0
 
     def unscale(self, est: np.ndarray) -> dict[str, np.ndarray]:
         est = np.atleast_2d(est)
@@ -260,7 +294,7 @@ class CurveLaw(Approach):
         samples, failed = pd.DataFrame(), 0
         if self.bootstrap:
             draws = resample_weights(len(frame), self.bootstrap, self.seed)
-            solved = [problem.minimise(w, start=est[:3]) for w in draws]
+            solved = [problem.refit(w, est) for w in draws]
             failed = sum(not s[2] for s in solved)
             samples = pd.DataFrame(problem.unscale(np.array([s[0] for s in solved])))
         params = {k: float(v[0]) for k, v in problem.unscale(est).items()}
