@@ -13,7 +13,8 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import APPROACHES, fit, load_runs
 from flops_fit.fitting.curve_law import CurveLaw
 
-TRUTH = {"E": 1.2, "A": 40.0, "alpha": 0.34, "B": 60.0, "beta": 0.3, "C": 0.25, "tau": 40.0, "delta": 0.06}
+TRUTH = {"E": 1.2, "A": 40.0, "alpha": 0.34, "B": 60.0, "beta": 0.3, "F": 500.0, "C": 0.25, "tau": 40.0,
+         "delta": 0.06}
 PER_STEP = 4096  # tokens per step: batch 64 x sequence 64
 
 
@@ -27,10 +28,11 @@ def law_curve(n: float, steps: int, warmup: int, cooldown_start: int, truth: dic
             1.0 if t < cooldown_start else 1.0 - math.sqrt((t - cooldown_start) / (steps - cooldown_start)))
         s1_eff = max(s1, PER_STEP)
         loss[t] = (truth["E"] + truth["A"] * n ** -truth["alpha"] + truth["B"] * s1_eff ** -truth["beta"]
-                   - truth["C"] * ema)
+                   + truth["F"] * n ** -truth["alpha"] * s1_eff ** -truth["beta"] - truth["C"] * ema)
         s1 += lr * PER_STEP
         ema = lam * ema + (1 - lam) * (1.0 - (lr if t >= warmup else 1.0))
-    final = truth["E"] + truth["A"] * n ** -truth["alpha"] + truth["B"] * s1 ** -truth["beta"] - truth["C"] * ema
+    final = (truth["E"] + truth["A"] * n ** -truth["alpha"] + truth["B"] * s1 ** -truth["beta"]
+             + truth["F"] * n ** -truth["alpha"] * s1 ** -truth["beta"] - truth["C"] * ema)
     return loss, final + truth["delta"]
 
 
@@ -78,6 +80,7 @@ def test_exact_curves_give_back_the_law(exact_fit):
     p = exact_fit.params
     for name in ("alpha", "beta"):
         assert p[name] == pytest.approx(TRUTH[name], abs=0.02), name
+    assert p["F"] == pytest.approx(TRUTH["F"], rel=0.1)
     for name in ("E", "C", "delta"):
         assert p[name] == pytest.approx(TRUTH[name], abs=0.03), name
     assert p["tau"] == pytest.approx(TRUTH["tau"], rel=0.15)

@@ -1,6 +1,6 @@
 """A law of the whole loss curve, fitted to every recorded point of every run ("curve").
 
-L(N, t) = E + A N^-alpha + B S1(t)^-beta - C S2(t)                    (training loss at step t)
+L(N, t) = E + A N^-alpha + B S1(t)^-beta + F N^-alpha S1(t)^-beta - C S2(t)   (training loss at step t)
 held-out loss after the last step = L(N, T) + delta
 
 Tissue et al. 2024 ("Scaling Law with Learning Rate Annealing": L0 + A S1^-alpha - C S2) with
@@ -47,7 +47,8 @@ from flops_fit.fitting.laws import Params
 from flops_fit.fitting.parametric import flops_rule
 from flops_fit.fitting.result import Diagnostics, FitResult
 
-LINEAR = ("E", "A", "B", "C", "delta")
+LINEAR = ("E", "A", "B", "C", "delta", "F")  # the first NONNEGATIVE kept >= 0
+NONNEGATIVE = 4
 BOUNDS = {"alpha": (0.02, 2.5), "beta": (0.02, 2.5), "log_tau": (np.log(TAU_GRID[0]), np.log(TAU_GRID[-1]))}
 GRID = (np.arange(0.1, 1.31, 0.2), np.arange(0.1, 1.31, 0.2), np.log(np.geomspace(3.0, 3e4, 9)))
 MIN_RUNS = 6
@@ -59,20 +60,22 @@ SHAPE_STEPS = 4000  # the sweep's schedule on this many normalised steps, for th
 def _lsq(G: np.ndarray, h: np.ndarray, yy: float) -> tuple[np.ndarray, float]:
     """min |y - X c|^2 from its normal equations (G, h, y.y) with c[:4] (E, A, B, C) >= 0."""
     best, best_ssr = None, np.inf
-    for drop in itertools.chain.from_iterable(itertools.combinations(range(4), r) for r in range(5)):
-        keep = [j for j in range(5) if j not in drop]
+    size = len(h)
+    for drop in itertools.chain.from_iterable(itertools.combinations(range(NONNEGATIVE), r)
+                                              for r in range(NONNEGATIVE + 1)):
+        keep = [j for j in range(size) if j not in drop]
         try:
             c = np.linalg.solve(G[np.ix_(keep, keep)], h[keep])
         except np.linalg.LinAlgError:
             continue
-        if np.all(c[[keep.index(j) for j in range(4) if j in keep]] >= 0):
+        if np.all(c[[keep.index(j) for j in range(NONNEGATIVE) if j in keep]] >= 0):
             ssr = yy - float(c @ h[keep])
             if ssr < best_ssr:
-                best, best_ssr = np.zeros(5), ssr
+                best, best_ssr = np.zeros(size), ssr
                 best[keep] = c
             if not drop:  # the unconstrained optimum is feasible: nothing beats it
                 break
-    return (np.zeros(5) if best is None else best), best_ssr
+    return (np.zeros(size) if best is None else best), best_ssr
 
 
 class CurveProblem:
@@ -99,9 +102,9 @@ class CurveProblem:
 
     def design(self, theta: np.ndarray) -> np.ndarray:
         alpha, beta, log_tau = theta
-        return np.column_stack([np.ones_like(self.y), np.exp(-alpha * self.log_n),
-                                np.exp(-beta * self.log_s1).mean(axis=1), -s2_at(self.points.s2, log_tau),
-                                self.points.final.astype(float)])
+        size, data = np.exp(-alpha * self.log_n), np.exp(-beta * self.log_s1).mean(axis=1)
+        return np.column_stack([np.ones_like(self.y), size, data, -s2_at(self.points.s2, log_tau),
+                                self.points.final.astype(float), size * data])
 
     def solve(self, theta: np.ndarray, run_weights: np.ndarray) -> tuple[np.ndarray, float]:
         X, w = self.design(theta), self.base * run_weights[self.points.run]
@@ -152,28 +155,31 @@ class CurveProblem:
 
         def residuals(z):
             size, power, s2, _ = parts(z)
-            E, A, B, C, delta = z[3:]
-            return root * (E + A * size + B * power.mean(axis=1) - C * s2 + delta * final - self.y)
+            E, A, B, C, delta, F = z[3:]
+            data = power.mean(axis=1)
+            return root * (E + A * size + B * data - C * s2 + delta * final + F * size * data - self.y)
 
         def jacobian(z):
             size, power, s2, log_tau = parts(z)
-            A, B, C = z[4:7]
+            A, B, C, F = z[4], z[5], z[6], z[8]
+            data, d_data = power.mean(axis=1), -(self.log_s1 * power).mean(axis=1)
             slope = (s2_at(self.points.s2, log_tau + 1e-3 * step) - s2) / (1e-3 * step)
-            columns = [-A * self.log_n * size, -B * (self.log_s1 * power).mean(axis=1), -C * slope,
-                       np.ones_like(s2), size, power.mean(axis=1), -s2, final]
+            columns = [-(A + F * data) * self.log_n * size, (B + F * size) * d_data, -C * slope,
+                       np.ones_like(s2), size, data, -s2, final, size * data]
             return root[:, None] * np.column_stack(columns)
 
-        lo = np.r_[[BOUNDS[k][0] for k in ("alpha", "beta", "log_tau")], 0, 0, 0, 0, -np.inf]
-        hi = np.r_[[BOUNDS[k][1] for k in ("alpha", "beta", "log_tau")], [np.inf] * 5]
+        lo = np.r_[[BOUNDS[k][0] for k in ("alpha", "beta", "log_tau")], [0.0] * NONNEGATIVE,
+                   [-np.inf] * (len(LINEAR) - NONNEGATIVE)]
+        hi = np.r_[[BOUNDS[k][1] for k in ("alpha", "beta", "log_tau")], [np.inf] * len(LINEAR)]
         res = least_squares(residuals, np.clip(start, lo, hi), jac=jacobian, bounds=(lo, hi),
-                            x_scale=np.r_[0.1, 0.1, 1.0, [0.1] * 5], xtol=1e-8, ftol=1e-10, max_nfev=100)
+                            x_scale=np.r_[0.1, 0.1, 1.0, [0.1] * len(LINEAR)], xtol=1e-8, ftol=1e-10, max_nfev=100)
         return res.x, int(res.nfev), res.status > 0
 
     def unscale(self, est: np.ndarray) -> dict[str, np.ndarray]:
         est = np.atleast_2d(est)
-        alpha, beta, log_tau, E, A, B, C, delta = est.T
+        alpha, beta, log_tau, E, A, B, C, delta, F = est.T
         return {"E": E, "A": A * self.n0 ** alpha, "B": B * self.s0 ** beta, "C": C, "delta": delta,
-                "alpha": alpha, "beta": beta, "tau": np.exp(log_tau)}
+                "F": F * self.n0 ** alpha * self.s0 ** beta, "alpha": alpha, "beta": beta, "tau": np.exp(log_tau)}
 
 
 class Schedule:
@@ -204,11 +210,16 @@ class Schedule:
         return np.interp(kappa, np.log(KAPPA), self.s2_table)
 
 
+def held_out(p: Params, n: np.ndarray, data: np.ndarray, s2: np.ndarray) -> np.ndarray:
+    """The law's held-out loss after a run: N, its S1^-beta (``data``) and its final S2."""
+    size = n ** -p["alpha"]
+    return p["E"] + p["delta"] + p["A"] * size + p["B"] * data + p["F"] * size * data - p["C"] * s2
+
+
 def final_loss(p: Params, schedule: Schedule, n: np.ndarray, d: np.ndarray) -> np.ndarray:
     """The held-out loss after a run of the sweep's schedule at (N, D); p's columns broadcast."""
     s2 = schedule.final_s2(d / schedule.per_step, p["tau"])
-    return (p["E"] + p["delta"] + p["A"] * n ** -p["alpha"] + p["B"] * (schedule.s1_per_token * d) ** -p["beta"]
-            - p["C"] * s2)
+    return held_out(p, n, (schedule.s1_per_token * d) ** -p["beta"], s2)
 
 
 class CurveLawResult(FitResult):
@@ -251,8 +262,7 @@ class CurveLawResult(FitResult):
         points, _ = curve_points(rows, with_final=True)
         p = self.params
         n = rows["params"].to_numpy(float)[points.run]
-        return (p["E"] + p["delta"] + p["A"] * n ** -p["alpha"]
-                + p["B"] * np.exp(-p["beta"] * points.log_s1).mean(axis=1) - p["C"] * s2_at(points.s2, np.log(p["tau"])))
+        return held_out(p, n, np.exp(-p["beta"] * points.log_s1).mean(axis=1), s2_at(points.s2, np.log(p["tau"])))
 
     def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray:
         return final_loss(self.params, self.schedule, np.asarray(n, float), np.asarray(d, float))
