@@ -67,6 +67,8 @@ _LAZY: dict[str, str] = {
     "check_parity": "flops_fit.sweeps.gate:check",
     "fit": "flops_fit.fitting:fit",
     "load_runs": "flops_fit.fitting:load_runs",
+    "write_report": "flops_fit.fitting.report:write_report",
+    "plot_fit": "flops_fit.fitting.plots:plot_fit",
     "FitResult": "flops_fit.fitting:FitResult",
     "FitSet": "flops_fit.fitting:FitSet",
     "plan": "flops_fit.sweeps.planner:plan",

@@ -111,7 +111,7 @@ def test_fitting_bits_per_byte_moves_the_loss_scale_not_the_optimum():
 
 def test_the_report_says_which_metric_it_fitted(tmp_path):
     fitted = fit(sweep_with_bpb(), method="isoflop", bootstrap=10, metric="bpb")
-    text = fitted.report(tmp_path / "report.html").read_text()
+    text = flops_fit.write_report(fitted, tmp_path / "report.html").read_text()
     assert "fitted metric: held-out bits per byte" in text and "<th>loss (bits per byte)</th>" in text
 
 

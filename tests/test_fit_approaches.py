@@ -11,6 +11,7 @@ from flops_fit.fitting import APPROACHES, fit
 from flops_fit.fitting._lbfgs import STATUS, minimize_batch
 from flops_fit.fitting.isoflop import Isoflop
 from flops_fit.fitting.parametric import convergence_report
+from flops_fit.fitting.report import write_report
 from flops_fit.fitting.synthetic import synthetic_runs
 
 
@@ -64,7 +65,7 @@ def test_a_registered_approach_is_fitted_checked_and_reported(monkeypatch, tmp_p
     fitted = fit(frame, method="all", bootstrap=20, holdout="largest")
     assert "isoflop-huber" in fitted.results and fitted["isoflop-huber"].details["curve"] == "huber"
     assert fitted.holdout["isoflop-huber"][0].budget == 1e19
-    text = fitted.report(tmp_path).read_text()
+    text = write_report(fitted, tmp_path).read_text()
     assert "Approach 2 with Huber parabolas" in text and "alt='isoflop-huber_profiles'" in text
 
 

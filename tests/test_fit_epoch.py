@@ -66,8 +66,7 @@ def test_warm_started_bootstrap_reaches_the_full_grid_optimum(epoch_fit):
 def test_batched_lbfgs_matches_scipy_lbfgsb(epoch_fit):
     from scipy.optimize import minimize
 
-    from flops_fit.fitting._huber import objective
-    from flops_fit.fitting.parametric import INIT_GRID, law_columns
+    from flops_fit.fitting.parametric import INIT_GRID, law_columns, objective
 
     log_n, log_d, loss, _ = law_columns(epoch_fit.runs)
     ones = np.ones(log_n.size)

@@ -14,8 +14,8 @@ import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.fitting import fit, load_runs
 from flops_fit.fitting.forecast import TIE
+from flops_fit.fitting.forms import InteractionForm
 from flops_fit.fitting.holdout import observe
-from flops_fit.fitting.interaction import interaction_frontier, interaction_loss
 from flops_fit.fitting.laws import fit_loss_law, law_loss
 from flops_fit.fitting.report import write_report
 from flops_fit.fitting.scales import rescale, to_params
@@ -120,6 +120,10 @@ def test_a_csv_without_the_scale_columns_is_refused_with_the_fix():
         fit(frame, method="isoflop", scale="tokens", bootstrap=0)
 
 
+def interaction_loss(p, n, d):
+    return InteractionForm().loss(p, {"n": n, "d": d})
+
+
 def test_the_interaction_law_is_recovered_and_its_frontier_is_the_minimum_along_c():
     law = {**LAW, "F": 2000.0}
     rows = []
@@ -132,7 +136,7 @@ def test_the_interaction_law_is_recovered_and_its_frontier_is_the_minimum_along_
         assert fitted.params[key] == pytest.approx(law[key], rel=1e-3)
     assert fitted.params["F"] == pytest.approx(law["F"], rel=1e-2)
     p = {k: np.array([v]) for k, v in {**law, "k": 6.0}.items()}
-    n_opt, d_opt, loss = interaction_frontier(p, np.array([1e21]))
+    n_opt, d_opt, loss = InteractionForm().frontier(p, np.array([1e21]))
     grid = np.geomspace(n_opt[0, 0] / 3, n_opt[0, 0] * 3, 2001)
     brute = interaction_loss(law, grid, 1e21 / (6 * grid))
     assert loss[0, 0] == pytest.approx(brute.min(), rel=1e-9) and n_opt[0, 0] == pytest.approx(grid[brute.argmin()], rel=3e-3)

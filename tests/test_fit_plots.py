@@ -50,7 +50,7 @@ def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
 def test_report_leads_with_the_answer_and_the_held_out_check(tmp_path):
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7).drop(columns=["curve"])
     fitted = fit(frame, method="all", bootstrap=30, holdout="largest")
-    text = fitted.report(tmp_path).read_text()
+    text = write_report(fitted, tmp_path).read_text()
     # Default target: 10x the largest budget; the answer comes before every figure and section.
     answer = text.index("The answer at C = 1e+21 FLOPs")
     assert answer < text.index("<img") < text.index("id='holdout'") < text.index("id='isoflop'")
@@ -63,7 +63,7 @@ def test_report_leads_with_the_answer_and_the_held_out_check(tmp_path):
 
 
 def test_report_method_writes_into_a_folder(fitted, tmp_path):
-    path = fitted["isoflop"].report(tmp_path / "sweep")
+    path = write_report(fitted["isoflop"], tmp_path / "sweep")
     assert path == tmp_path / "sweep" / "report.html" and "alt='isoflop_frontier'" in path.read_text()
     assert str(fitted["isoflop"]).startswith("Approach 2: IsoFLOP profiles")
 

@@ -79,7 +79,7 @@ def _fit(args: argparse.Namespace):
 def _cmd_fit(args: argparse.Namespace) -> int:
     fitted = _fit(args)
     if args.plots:
-        fitted.plot(args.plots, target=args.target)
+        flops_fit.plot_fit(fitted, args.plots, target=args.target)
     print(fitted.to_json(args.predict) if args.json else fitted.summary(args.predict))
     if args.plots and not args.json:
         print(f"plots written to {args.plots}")
@@ -90,5 +90,5 @@ def _cmd_report(args: argparse.Namespace) -> int:
     fitted = _fit(args)
     source = Path(args.source)
     out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
-    print(f"report written to {fitted.report(out, target=args.target)}")
+    print(f"report written to {flops_fit.write_report(fitted, out, target=args.target)}")
     return 0

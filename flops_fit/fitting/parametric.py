@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting._huber import HUBER_DELTA, objective
 from flops_fit.fitting._lbfgs import ITERATION_LIMIT, STATUS, BatchResult, minimize_batch
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
+from flops_fit.fitting.estimators import HUBER_DELTA, huber_objective
 from flops_fit.fitting.focus import check_focus, focus_weights
+from flops_fit.fitting.forms import Chinchilla, LawForm
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import Params, frontier_exponents, law_loss, parametric_frontier
+from flops_fit.fitting.laws import Params, frontier_exponents
 from flops_fit.fitting.plots import scatter_profiles
 from flops_fit.fitting.profiles import budget_groups
 from flops_fit.fitting.result import Diagnostics, FitResult
@@ -47,6 +49,14 @@ POLISH = 10
 POLISH_MAXITER = 2000
 BOOTSTRAP_MAXITER = 500
 MIN_RUNS = 6  # five parameters need more runs than that to say anything
+CHINCHILLA = Chinchilla()
+
+
+def objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray, weights: np.ndarray,
+              delta: float = HUBER_DELTA, floor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Chinchilla's Approach 3 objective: summed Huber loss on log loss in the log-sum-exp
+    parameterisation theta = (a, b, e, alpha, beta) (``estimators.huber_objective``)."""
+    return huber_objective(CHINCHILLA, theta, {"n": log_n, "d": log_d}, log_l, weights, delta, floor)
 
 
 class FlopsRule(NamedTuple):
@@ -88,11 +98,9 @@ def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, FlopsRu
 
 
 def _theta_params(theta: np.ndarray, rule: FlopsRule) -> dict[str, np.ndarray]:
-    theta = np.atleast_2d(theta)
-    alpha, beta = theta[:, 3], theta[:, 4]
-    a, b = frontier_exponents(alpha, beta, rule.slope)
-    return {"E": np.exp(theta[:, 2]), "A": np.exp(theta[:, 0]), "B": np.exp(theta[:, 1]),
-            "alpha": alpha, "beta": beta, "a": a, "b": b, **rule.columns(theta.shape[0])}
+    p = Chinchilla.from_log_theta(theta)
+    a, b = frontier_exponents(p["alpha"], p["beta"], rule.slope)
+    return {**p, "a": a, "b": b, **rule.columns(p["E"].size)}
 
 
 def distinct_optima(x: np.ndarray, f: np.ndarray, count: int) -> np.ndarray:
@@ -181,14 +189,17 @@ def convergence_report(fit_status: int, fit_iterations: int, maxiter: int, boot_
     return report, warnings
 
 
+@dataclass(kw_only=True)
 class ParametricResult(FitResult):
-    """Approach 3's result: L(N, D) = E + A/N^alpha + B/D^beta and the frontier it implies."""
+    """Approach 3's result: a law L(N, D) (``form``; Chinchilla's by default) and the frontier it implies."""
+
+    form: LawForm = CHINCHILLA
 
     def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return parametric_frontier(params, budgets)
+        return self.form.frontier(params, budgets)
 
-    def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray:
-        return law_loss(self.params, n, d)
+    def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return self.form.loss(params, {"n": n, "d": d})
 
     def draw_profiles(self, ax: Any) -> None:
         groups, _ = budget_groups(self.runs)
@@ -234,7 +245,7 @@ class Parametric(Approach):
             int(polished.status[0]), int(polished.iterations[0]), POLISH_MAXITER,
             None if boot is None else boot.status, None if boot is None else boot.iterations, BOOTSTRAP_MAXITER,
             "batched L-BFGS")
-        diagnostics = parametric_diagnostics(runs, law_loss(params, np.exp(log_n), np.exp(log_d)), params,
+        diagnostics = parametric_diagnostics(runs, CHINCHILLA.loss(params, {"n": np.exp(log_n), "d": np.exp(log_d)}), params,
                                              convergence=convergence, warnings=warnings)
         return self.result(ParametricResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
                            details={"objective": value, "huber_delta": self.delta, "focus": self.focus,

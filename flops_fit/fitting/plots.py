@@ -48,6 +48,11 @@ def save_figure(fig, stem: Path, formats: Sequence[str]) -> list[Path]:
     return paths
 
 
+def plot_fit(fitted: Any, out_dir, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
+    """Write every plot of each fit in ``fitted`` (a FitResult or FitSet) into ``out_dir``; returns the paths."""
+    return [p for r in fitted.results.values() for p in plot_result(r, out_dir, target=target, formats=formats)]
+
+
 def plot_result(result: Any, out_dir, *, target: float | None = None,
                 formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Write every plot of ``result`` as ``<method>_<plot>.<format>``; returns the paths."""

@@ -2,9 +2,9 @@
 
 ``FitResult`` is the interface every approach's result implements: ``frontier`` (the law
 C -> N_opt, D_opt, loss for columns of parameters), ``draw_profiles`` (its own picture of
-the profiles it fitted), ``observed_optima`` and ``loss_surface``. Everything else
-(intervals, predictions, tables, text, JSON, plots, the report) is shared and written here
-once.
+the profiles it fitted), ``observed_optima`` and ``law_loss``. Everything else
+(intervals, predictions, tables, text, JSON) is shared and written here once; plots and the
+report sit above, in ``plots`` (``plot_fit``) and ``report`` (``write_report``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summary
 from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws import Params, power_frontier
-from flops_fit.fitting.plots import plot_result
-from flops_fit.fitting.report import write_report
 from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier.
@@ -85,14 +83,6 @@ class Presentable:
     def to_json(self, budgets: Sequence[float] | None = None, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(budgets), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
 
-    def plot(self, out_dir: Any, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list:
-        """Write every fit's plots (PNG and SVG by default) into ``out_dir``; returns the paths."""
-        return [p for r in self.results.values() for p in plot_result(r, out_dir, target=target, formats=formats)]
-
-    def report(self, out: Any, *, target: float | None = None) -> Any:
-        """Write the HTML report to ``out`` (a folder gets ``report.html``); returns its path."""
-        return write_report(self, out, target=target)
-
 
 @dataclass(kw_only=True)
 class FitResult(Presentable):
@@ -122,11 +112,20 @@ class FitResult(Presentable):
         """(C, N, D) of the optima the frontier was fitted through, if it has any."""
         return None
 
-    def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray | None:
-        """The fitted loss at (N, D), for a law that gives one."""
+    def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray | None:
+        """The law's loss at (N, D) for parameter columns ``params`` (one per draw, shape (m, 1)
+        against n, d), for a law that gives one (None for approaches 1-2)."""
         return None
 
     # ---- shared -----------------------------------------------------------------------------
+    def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray | None:
+        """The fitted loss at (N, D), for a law that gives one."""
+        return self.law_loss(self.params, n, d)
+
+    def draws(self) -> dict[str, np.ndarray]:
+        """The bootstrap samples as parameter columns (empty without a bootstrap)."""
+        return {k: self.samples[k].to_numpy(float) for k in self.samples}
+
     @property
     def results(self) -> dict[str, FitResult]:
         return {self.method: self}
@@ -165,7 +164,7 @@ class FitResult(Presentable):
         point = (n, d, loss, d / n)
         draws = None
         if len(self.samples):
-            n, d, loss = self.frontier({k: self.samples[k].to_numpy(float) for k in self.samples}, c)
+            n, d, loss = self.frontier(self.draws(), c)
             draws = (n, d, loss, d / n)
         out = pd.DataFrame({"budget": c})
         for i, name in enumerate(("N_opt", "D_opt", "loss", "tokens_per_param")):

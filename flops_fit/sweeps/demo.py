@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import FitInputError, OptionError
+from flops_fit.fitting.report import write_report
 from flops_fit.sweeps.config import parse_config
 from flops_fit.sweeps.driver import SweepResult
 from flops_fit.sweeps.planner import Plan, plan
@@ -165,5 +166,5 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
         except FitInputError as exc:
             outcome.refused = str(exc)
         else:
-            outcome.report = outcome.fit.report(out)
+            outcome.report = write_report(outcome.fit, out)
     return outcome

@@ -1,0 +1,142 @@
+"""Does the demo's forecast come true? Train the demo's setup at the budget its report forecasts.
+
+    python benchmarks/bench_forecast_target.py --sweep /tmp/gptdemo --out /tmp/forecast-target
+
+1. Trains the GPT demo's own setup (its model, data, schedule and learning-rate rule, every
+   option as ``flops-fit demo``) at the report's target budget, 10x the demo's largest, at
+   ``--widths`` spanning the forecast's interval (``OUT/truth``). The truth there: the minimum
+   of a parabola in log N through the three lowest runs (and the lowest run itself).
+2. Checks the learning-rate rule where it is used (issue 28): at the width nearest the forecast's
+   N_opt, the planned rate x0.5 and x2 (``OUT/rates``; x1 is the truth run), and the simple
+   inverse-width rule the tuned law replaced at three widths (``OUT/inverse-width``).
+3. Fits the demo's sweep (``--sweep``, a finished ``flops-fit demo`` folder) as the demo does
+   (every method, ``holdout="forward"``) and scores its forecast: loss and N_opt errors, and
+   whether each lies inside its interval. Writes ``OUT/score.json`` and prints a table.
+
+The target runs are a test set: nothing in the fit reads them (the fit sees ``--sweep`` only).
+Training is resumable (each arm is a sweep folder); ``--skip-train`` scores what is there.
+About 15-25 minutes of training on 2 free cores for the truth, as much again for the arms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from flops_fit.fitting import fit, load_runs
+from flops_fit.sweeps.config import parse_config
+from flops_fit.sweeps.demo import DEMOS
+from flops_fit.sweeps.planner import Plan, plan
+
+WIDTHS = (40, 48, 58, 70, 84, 102)  # 52k-290k parameters: the old forecast's interval and the old truth inside
+INVERSE_WIDTH = {"lr_rule": "inverse-width", "base_lr": 1.46e-2, "base_width": 16}  # the rule the law replaced
+INVERSE_WIDTHS = (40, 58, 84)
+MULTIPLIERS = (0.5, 2.0)
+
+
+def target_budget() -> float:
+    """The demo report's target: 10x its largest budget (``report.default_target``)."""
+    return 10 * max(DEMOS["gpt"]["sweep"]["budgets"])
+
+
+def arm_plan(widths, hparams=None) -> tuple[Plan, object]:
+    demo = copy.deepcopy(DEMOS["gpt"])
+    demo["sweep"].update(budgets=[target_budget()], sizes=list(widths))
+    if hparams is not None:
+        demo["hparams"] = hparams
+    config = parse_config(demo, "forecast target")
+    return plan(config.options), config
+
+
+def train(out: Path, widths, rate_width: int | None, workers: int) -> None:
+    truth, config = arm_plan(widths)
+    arms = [("truth", truth)]
+    if rate_width is not None:
+        base = [r for r in arm_plan(sorted({*widths, rate_width}))[0].runs if r.size == rate_width]
+        runs = [dataclasses.replace(r, lr=r.lr * m, lr_source=f"x{m:g} {r.lr_source}", run_id="")
+                for r in base for m in MULTIPLIERS]
+        arms.append(("rates", Plan(runs, truth.options, truth.unit, truth.throughput, {})))
+    arms.append(("inverse-width", arm_plan(INVERSE_WIDTHS, INVERSE_WIDTH)[0]))
+    for name, arm in arms:
+        print(f"== {name}: {len(arm.runs)} runs at {target_budget():.3g} FLOPs", flush=True)
+        arm.run(out / name, resume=True, executor=config.executor, workers=workers,
+                executor_options=config.executor_options, show_progress=False, skip_parity=True)
+
+
+def observed_optimum(frame) -> dict:
+    """The truth: a parabola in log N through the three lowest runs (its vertex), and the lowest run."""
+    f = frame.sort_values("params")
+    n, loss = f["params"].to_numpy(float), f["loss"].to_numpy(float)
+    i = int(np.argmin(loss))
+    out = {"lowest_params": float(n[i]), "lowest_loss": float(loss[i]), "interior": 0 < i < len(n) - 1}
+    if out["interior"]:
+        x, y = np.log(n[i - 1 : i + 2]), loss[i - 1 : i + 2]
+        c2, c1, c0 = np.polyfit(x, y, 2)
+        vertex = -c1 / (2 * c2)
+        out.update(n_opt=float(np.exp(vertex)), loss=float(c0 + c1 * vertex + c2 * vertex ** 2))
+    else:
+        out.update(n_opt=float(n[i]), loss=float(loss[i]))
+    return out
+
+
+def score(sweep: Path, out: Path, workers: int, bootstrap: int) -> dict:
+    truth_runs = load_runs(out / "truth")
+    truth = observed_optimum(truth_runs.frame)
+    fitted = fit(sweep, method="all", holdout="forward", bootstrap=bootstrap, workers=workers, tracking=False)
+    fc = fitted.forecast
+    result = {"target": target_budget(), "truth": truth, "truth_runs": truth_runs.frame[["params", "loss"]].to_dict("list"),
+              "forecast": fc.to_dict()}
+    n, n_lo, n_hi = fc.n_opt
+    loss, l_lo, l_hi = fc.loss
+    result["score"] = {"loss_error": loss / truth["loss"] - 1, "n_opt_error": n / truth["n_opt"] - 1,
+                       "loss_inside": bool(l_lo <= truth["loss"] <= l_hi),
+                       "n_opt_inside": bool(n_lo <= truth["n_opt"] <= n_hi)}
+    result["methods"] = {}
+    for name, r in fitted.results.items():
+        row = r.predict(target_budget()).iloc[0]
+        result["methods"][name] = {"loss": float(row.loss), "n_opt": float(row.N_opt),
+                                   "loss_error": float(row.loss) / truth["loss"] - 1,
+                                   "n_opt_error": float(row.N_opt) / truth["n_opt"] - 1}
+    for arm in ("rates", "inverse-width"):
+        if (out / arm / "runs.sqlite").exists():
+            frame = load_runs(out / arm).frame
+            result[arm] = frame[["params", "loss"]].assign(lr=frame.get("lr")).to_dict("records")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep", required=True, help="a finished `flops-fit demo` folder (the GPT demo)")
+    parser.add_argument("--out", required=True, help="folder for the target runs and score.json")
+    parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
+    parser.add_argument("--rate-width", type=int, default=58, help="width for the x0.5 / x2 rate runs "
+                        "(the one nearest the forecast's N_opt; 0 skips them)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument("--train-only", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out)
+    if not args.skip_train:
+        train(out, args.widths, args.rate_width or None, args.workers)
+    if args.train_only:
+        return
+    result = score(Path(args.sweep), out, args.workers, args.bootstrap)
+    (out / "score.json").write_text(json.dumps(result, indent=2, default=float))
+    s, t, fc = result["score"], result["truth"], result["forecast"]
+    print(f"truth at {result['target']:.3g} FLOPs: loss {t['loss']:.4f}, N_opt {t['n_opt']:,.0f}")
+    print(f"forecast ({fc['method']}): loss {fc['loss']['value']:.4f} {fc['loss']['interval']}, "
+          f"N_opt {fc['n_opt']['value']:,.0f} {fc['n_opt']['interval']}")
+    print(f"loss error {100 * s['loss_error']:+.1f}% (inside: {s['loss_inside']}), "
+          f"N_opt error {100 * s['n_opt_error']:+.0f}% (inside: {s['n_opt_inside']})")
+    for name, m in result["methods"].items():
+        print(f"  {name:12s} loss {100 * m['loss_error']:+6.1f}%  N_opt {100 * m['n_opt_error']:+5.0f}%")
+
+
+if __name__ == "__main__":
+    main()
