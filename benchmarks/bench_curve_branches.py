@@ -6,8 +6,9 @@ stable run had gone on to that branch's cooldown start and no cooldown had been 
 there yet). Fit the curve law on that, predict the branch's held-out loss from its own
 schedule, compare. "each": one family at a time (every other run seen); "all at once": every
 family's longest branch held out together (the sweep's longest horizon per size never seen).
-Beside it, the reference that cannot read curves: vpnls (Chinchilla's law by variable
-projection) fitted on the same runs' final losses, at the held-out run's (N, D).
+Beside it, the references that cannot read curves: vpnls (Chinchilla's law by variable
+projection) and interaction (the same with F/(N^alpha D^beta)), fitted on the other runs'
+final losses, at the held-out run's (N, D).
 
     python benchmarks/bench_curve_branches.py --out /tmp/curve-demo [--coarsen 5]
 """
@@ -56,6 +57,7 @@ def main() -> None:
 
     from flops_fit.fitting import load_runs
     from flops_fit.fitting.curve_law import CurveLaw
+    from flops_fit.fitting.interaction import Interaction
     from flops_fit.fitting.vpnls import Vpnls
 
     runs = load_runs(args.out)
@@ -65,27 +67,29 @@ def main() -> None:
     longest = [int(g["tokens"].idxmax()) for _, g in frame.groupby("params") if len(g) >= 2]
     print(f"{len(frame)} runs in {frame['params'].nunique()} families; held out: each family's longest branch")
     header = f"{'case':>12} {'params':>8} {'tokens':>11} {'stable seen':>11} {'observed':>8} " \
-             f"{'curve law':>9} {'error':>7} {'vpnls':>7} {'error':>7}"
+             f"{'curve law':>9} {'error':>7} {'vpnls':>7} {'error':>7} {'interaction':>11} {'error':>7}"
     for case, groups in (("each", [[i] for i in longest]), ("all at once", [longest])):
         print(f"\n{case}\n{header}")
-        errors, reference, start = [], [], time.perf_counter()
+        errors, reference, other, start = [], [], [], time.perf_counter()
         for rows in groups:
             law = CurveLaw(bootstrap=0).fit(hide(runs, rows))
             keep = np.ones(len(frame), bool)
             keep[rows] = False
-            chinchilla = Vpnls(bootstrap=0).fit(runs.subset(keep))
+            at = (frame.loc[rows, "params"].to_numpy(float), frame.loc[rows, "tokens"].to_numpy(float))
             predicted = law.final_losses(frame.loc[rows])
-            baseline = chinchilla.loss_surface(frame.loc[rows, "params"].to_numpy(float),
-                                               frame.loc[rows, "tokens"].to_numpy(float))
-            for i, p, b in zip(rows, predicted, baseline, strict=True):
+            baseline = Vpnls(bootstrap=0).fit(runs.subset(keep)).loss_surface(*at)
+            interaction = Interaction(bootstrap=0).fit(runs.subset(keep)).loss_surface(*at)
+            for i, p, b, f in zip(rows, predicted, baseline, interaction, strict=True):
                 r = frame.loc[i]
                 seen = r["schedule"]["cooldown_start"] / r["schedule"]["steps"]
                 errors.append(p / r["loss"] - 1)
                 reference.append(b / r["loss"] - 1)
+                other.append(f / r["loss"] - 1)
                 print(f"{case:>12} {int(r['params']):>8} {int(r['tokens']):>11} {seen:>10.0%} {r['loss']:>8.4f} "
-                      f"{p:>9.4f} {errors[-1]:>+7.2%} {b:>7.4f} {reference[-1]:>+7.2%}")
+                      f"{p:>9.4f} {errors[-1]:>+7.2%} {b:>7.4f} {reference[-1]:>+7.2%} {f:>11.4f} {other[-1]:>+7.2%}")
         print(f"{case}: mean |error| curve law {np.mean(np.abs(errors)):.2%} (max {np.max(np.abs(errors)):.2%}), "
-              f"vpnls {np.mean(np.abs(reference)):.2%} (max {np.max(np.abs(reference)):.2%}); "
+              f"vpnls {np.mean(np.abs(reference)):.2%} (max {np.max(np.abs(reference)):.2%}), "
+              f"interaction {np.mean(np.abs(other)):.2%} (max {np.max(np.abs(other)):.2%}); "
               f"{time.perf_counter() - start:.0f} s")
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 from flops_fit.errors import FitInputError
 
 TAU_GRID = np.geomspace(1.0, 2e6, 64)  # steps: the ladder S2 is tabulated on
-SUBSTEPS = 8  # an interval's mean is taken over at most this many evenly spaced steps (S1) / all steps (S2)
+SUBSTEPS = 4  # an interval's mean is taken over at most this many evenly spaced steps (S1) / all steps (S2)
 BURN_IN = 0.5  # a family's first points (before this share of its shortest branch's steps, or 2 warmups) are
 # left out: the power law in S1 describes training past its first transient (Tissue et al. fit after warmup)
 

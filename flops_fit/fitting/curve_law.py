@@ -135,8 +135,7 @@ class CurveProblem:
         lo = np.r_[[FORM.bounds[0]] * 3, [0.0] * len(FORM.nonnegative), [-np.inf] * free]
         hi = np.r_[[FORM.bounds[1]] * 3, [np.inf] * len(FORM.linear)]
         res = least_squares(residuals, np.clip(start, lo, hi), jac=jacobian, bounds=(lo, hi),
-                            x_scale=np.r_[0.1, 0.1, 0.1, [0.1] * len(FORM.linear)], xtol=1e-8, ftol=1e-10,
-                            max_nfev=REFIT_EVALUATIONS)
+                            x_scale="jac", xtol=1e-6, ftol=1e-6, max_nfev=REFIT_EVALUATIONS)
         return res.x, res.status > 0
 
     def unscale(self, estimates: np.ndarray) -> dict[str, np.ndarray]:
@@ -161,7 +160,8 @@ class CurveLaw(Approach):
         n, d = frame["params"].to_numpy(float), frame["tokens"].to_numpy(float)
         rule = flops_rule(np.log(n), frame["flops"].to_numpy(float), n, d)
         solution = fit_projection(FORM, problem.x, problem.y, problem.base)
-        est = np.r_[solution.theta, solution.coef]
+        # polished on all nine parameters (Nelder-Mead crawls along the valley A, B and F share)
+        est, _ = problem.refit(np.ones(len(frame)), np.r_[solution.theta, solution.coef])
         samples, failed = pd.DataFrame(), 0
         if self.bootstrap:
             draws = resample_weights(len(frame), self.bootstrap, self.seed)
@@ -170,7 +170,7 @@ class CurveLaw(Approach):
             samples = pd.DataFrame(problem.unscale(np.array([z for z, _ in solved])))
         params = {k: float(v[0]) for k, v in problem.unscale(est).items()}
         schedule = Schedule(frame)
-        predicted = FORM.design(solution.theta, problem.x) @ solution.coef
+        predicted = FORM.design(est[:3], problem.x) @ est[3:]
         result = self.result(CurveLawResult, params=params, samples=samples, runs=runs,
                              diagnostics=_diagnostics(problem, predicted, frame, runs, solution, failed, params),
                              details={"_schedule": schedule, "_points": problem.points, **schedule.description,
