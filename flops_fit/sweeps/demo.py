@@ -35,7 +35,7 @@ DEMOS: dict[str, dict[str, Any]] = {
             "model": "gpt", "dataset": "python-stdlib",
             "budgets": [6e10, 8.5e10, 1.2e11, 1.7e11, 2.4e11, 3.4e11, 4.8e11, 6.8e11],
             "sizes_per_budget": 5, "span": 16.0, "tokens_per_param": 100.0, "batch_size": 32, "seq_len": 64,
-            "eval_tokens": 32768, "curve_points": 50, "min_steps": 20, "seed": 0, "schedule": "wsd",
+            "eval_tokens": 32768, "curve_points": 10, "min_steps": 20, "seed": 0, "schedule": "wsd",
         },
         # Two heads at every width (not head_dim 4) and exact GELU: the same FLOPs, 1.5-3x
         # faster steps on the CPU at widths 16-64 (benchmarks/bench_step.py).
