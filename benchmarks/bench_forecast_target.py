@@ -24,6 +24,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -45,10 +46,12 @@ def target_budget() -> float:
 
 
 def arm_plan(widths, hparams=None) -> tuple[Plan, object]:
+    """The demo's setup at the target: its tuned law extrapolated as the demo's forecast assumes
+    (``beyond = "extrapolate"``: the law's rates, each run's ``lr_source`` saying how far past the
+    tune's grid), or ``hparams`` (the inverse-width arm)."""
     demo = copy.deepcopy(DEMOS["gpt"])
     demo["sweep"].update(budgets=[target_budget()], sizes=list(widths))
-    if hparams is not None:
-        demo["hparams"] = hparams
+    demo["hparams"] = {**demo["hparams"], "beyond": "extrapolate"} if hparams is None else hparams
     config = parse_config(demo, "forecast target")
     return plan(config.options), config
 
@@ -89,8 +92,7 @@ def score(sweep: Path, out: Path, workers: int, bootstrap: int) -> dict:
     truth = observed_optimum(truth_runs.frame)
     fitted = fit(sweep, method="all", holdout="forward", bootstrap=bootstrap, workers=workers, tracking=False)
     fc = fitted.forecast
-    result = {"target": target_budget(), "truth": truth, "truth_runs": truth_runs.frame[["params", "loss"]].to_dict("list"),
-              "forecast": fc.to_dict()}
+    result = {"target": target_budget(), "truth": truth, "forecast": fc.to_dict()}
     n, n_lo, n_hi = fc.n_opt
     loss, l_lo, l_hi = fc.loss
     result["score"] = {"loss_error": loss / truth["loss"] - 1, "n_opt_error": n / truth["n_opt"] - 1,
@@ -102,11 +104,18 @@ def score(sweep: Path, out: Path, workers: int, bootstrap: int) -> dict:
         result["methods"][name] = {"loss": float(row.loss), "n_opt": float(row.N_opt),
                                    "loss_error": float(row.loss) / truth["loss"] - 1,
                                    "n_opt_error": float(row.N_opt) / truth["n_opt"] - 1}
-    for arm in ("rates", "inverse-width"):
+    for arm in ("truth", "rates", "inverse-width"):
         if (out / arm / "runs.sqlite").exists():
-            frame = load_runs(out / arm).frame
-            result[arm] = frame[["params", "loss"]].assign(lr=frame.get("lr")).to_dict("records")
+            result[f"{arm}_runs"] = arm_runs(out / arm)
     return result
+
+
+def arm_runs(folder: Path) -> list[dict]:
+    """Each finished run's width, parameters, learning rate and held-out loss (read-only)."""
+    with sqlite3.connect(f"file:{folder / 'runs.sqlite'}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT size, params, spec, loss FROM runs WHERE status = 'done' ORDER BY size").fetchall()
+    return [{"width": size, "params": params, "lr": json.loads(spec)["lr"], "loss": loss}
+            for size, params, spec, loss in rows]
 
 
 def main() -> None:
@@ -136,6 +145,9 @@ def main() -> None:
           f"N_opt error {100 * s['n_opt_error']:+.0f}% (inside: {s['n_opt_inside']})")
     for name, m in result["methods"].items():
         print(f"  {name:12s} loss {100 * m['loss_error']:+6.1f}%  N_opt {100 * m['n_opt_error']:+5.0f}%")
+    for arm in ("truth", "rates", "inverse-width"):
+        for r in result.get(f"{arm}_runs", []):
+            print(f"  {arm:13s} width {r['width']:4d} ({r['params']:,} params) lr {r['lr']:.3g}: loss {r['loss']:.4f}")
 
 
 if __name__ == "__main__":

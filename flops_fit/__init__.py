@@ -59,6 +59,7 @@ from flops_fit.plugin.contracts import (
     ModelEntry,
     ParityCaseEntry,
 )
+from flops_fit.plugin.family import ModelFamily, model_family
 from flops_fit.plugin.hookspecs import hookimpl
 
 # The heavier part of the API, imported on first attribute access so that
@@ -116,6 +117,7 @@ __all__ = [
     "Interrupted",
     "LossEntry",
     "ModelEntry",
+    "ModelFamily",
     "OptionError",
     "ParityCaseEntry",
     "ParityError",
@@ -146,5 +148,6 @@ __all__ = [
     "list_plugins",
     "loss_info",
     "model_info",
+    "model_family",
     "parity_case_info",
 ]

@@ -189,33 +189,17 @@ CAIT_XXS24 = {**CAIT_DEFAULTS, "depth": 24, "num_heads": 4, "patch_size": 16, "i
               "num_classes": 1000, "init_values": 1e-5}
 
 
-def _entry(name: str, description: str, defaults: dict, default_size: int | None) -> flops_fit.ModelEntry:
-    return flops_fit.ModelEntry(
-        name,
-        description=description,
-        builder="flops_fit.plugins.cait_model:build",
-        size_param="width",
-        valid_sizes=valid_sizes,
-        param_count=param_count,
-        training_flops=training_flops,
-        embedding_params=embedding_param_count,
-        non_embedding_flops=non_embedding_flops,
-        activation_memory=activation_memory,
-        flops_unit="sample",
-        task=flops_fit.TASK_IMAGE_CLASSIFICATION,
-        default_loss="cross-entropy",
-        default_datasets=("digits",),
-        defaults=defaults,
-        default_size=default_size,
-    )
+# the shared entry fields; the builder is cait_model.build
+FAMILY = flops_fit.model_family(__name__, task=flops_fit.TASK_IMAGE_CLASSIFICATION, default_datasets=("digits",))
 
 
 @flops_fit.hookimpl
 def register_models(register):
-    register(_entry(
+    register(FAMILY.entry(
         "cait",
         "CaiT sized by width: 6 talking-heads self-attention blocks + 2 class-attention blocks, LayerScale, "
         "heads = width / 32, CIFAR-sized input (32 px, patch 4, 10 classes)",
-        dict(CAIT_DEFAULTS), None,
+        defaults=CAIT_DEFAULTS,
     ))
-    register(_entry("cait_xxs24_224", "timm cait_xxs24_224: width 192, 24 + 2 blocks, 4 heads", dict(CAIT_XXS24), 192))
+    register(FAMILY.entry("cait_xxs24_224", "timm cait_xxs24_224: width 192, 24 + 2 blocks, 4 heads",
+                          defaults=CAIT_XXS24, default_size=192))

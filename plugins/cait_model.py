@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from flops_fit.plugins.attention import MultiheadAttention
 from flops_fit.plugins.cait import CaitConfig
-from flops_fit.plugins.vit_model import LayerScale, Mlp
+from flops_fit.plugins.vit_model import LayerScale, Mlp, check_images
 from torch import Tensor, nn
 
 
@@ -96,20 +96,9 @@ class Cait(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
 
-    def _check_images(self, images: Tensor) -> None:
-        cfg = self.config
-        if images.dim() != 4:
-            raise ValueError(f"images must be 4-D (batch, channels, height, width), got shape {tuple(images.shape)}")
-        if tuple(images.shape[1:]) != (cfg.in_chans, cfg.image_size, cfg.image_size):
-            raise ValueError(
-                f"images of shape {tuple(images.shape[1:])} but the model expects "
-                f"{(cfg.in_chans, cfg.image_size, cfg.image_size)} (in_chans={cfg.in_chans}, "
-                f"image_size={cfg.image_size}); resize the images or build the model to match them"
-            )
-
     def forward_features(self, images: Tensor) -> Tensor:
         """All tokens (B, 1 + patches, C) after the blocks, before the final norm."""
-        self._check_images(images)
+        check_images(images, self.config)
         x = self.patch_embed(images) + self.pos_embed
         for block in self.blocks:
             x = block(x)

@@ -128,37 +128,19 @@ GPT_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(GPTConfig
 GPT2_DEFAULTS = {**GPT_DEFAULTS, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "block_size": 1024}
 
 
-def _entry(name: str, description: str, defaults: dict, default_size: int | None) -> flops_fit.ModelEntry:
-    return flops_fit.ModelEntry(
-        name,
-        description=description,
-        builder="flops_fit.plugins.gpt_model:build",
-        size_param="width",
-        valid_sizes=valid_sizes,
-        param_count=param_count,
-        training_flops=training_flops,
-        embedding_params=embedding_param_count,
-        non_embedding_flops=non_embedding_flops,
-        activation_memory=activation_memory,
-        flops_unit="token",
-        task=flops_fit.TASK_CAUSAL_LM,
-        default_loss="next-token",
-        default_datasets=("python-stdlib",),
-        defaults=defaults,
-        default_size=default_size,
-    )
+# the shared entry fields; the builder is gpt_model.build
+FAMILY = flops_fit.model_family(__name__, task=flops_fit.TASK_CAUSAL_LM, default_datasets=("python-stdlib",))
 
 
 @flops_fit.hookimpl
 def register_models(register):
-    register(_entry(
+    register(FAMILY.entry(
         "gpt",
         "GPT-2-style language model sized by width: 4 layers, heads = width / 16, "
         "byte vocabulary (256), context 128",
-        dict(GPT_DEFAULTS),
-        None,
+        defaults=GPT_DEFAULTS,
     ))
-    register(_entry(
+    register(FAMILY.entry(
         "gpt2", "GPT-2 124M (Hugging Face GPT2Config defaults): width 768, 12 layers, 12 heads",
-        dict(GPT2_DEFAULTS), 768,
+        defaults=GPT2_DEFAULTS, default_size=768,
     ))

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention
 from flops_fit.plugins.gpt import GPTConfig
+from flops_fit.plugins.parametrization import MuPModel
 from torch import Tensor, nn
 
 
@@ -48,7 +49,7 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
+class GPT(MuPModel, nn.Module):
     """Causal language model: tokens int64 (B, T <= block_size) -> logits (B, T, vocab_size)."""
 
     def __init__(self, cfg: GPTConfig) -> None:
@@ -73,20 +74,8 @@ class GPT(nn.Module):
         for block in self.blocks:
             for proj in (block.attn.out_proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layer))
-        if self.config.mup:  # muP: hidden weights' std times sqrt(base_width / width)
-            with torch.no_grad():
-                for weight in self.hidden_weights().values():
-                    weight.mul_(self.config.mup.hidden_init)
+        self.scale_hidden_init()  # muP (plugins.parametrization.MuPModel)
 
-    def hidden_weights(self) -> dict[str, nn.Parameter]:
-        """The weights whose two dimensions both grow with the width: every linear layer in the blocks."""
-        return {f"blocks.{name}.weight": m.weight for name, m in self.blocks.named_modules() if isinstance(m, nn.Linear)}
-
-    def lr_multipliers(self) -> dict[str, float]:
-        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
-        hidden weights; none under the standard parametrization."""
-        mup = self.config.mup
-        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
 
     def forward(self, tokens: Tensor) -> Tensor:
         if tokens.dim() != 2:
@@ -104,8 +93,7 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         x = self.ln_f(x)
-        if self.config.mup:  # muP's output multiplier (an elementwise scale: no FLOPs counted)
-            x = x * self.config.mup.readout
+        x = self.readout_input(x)  # muP's output multiplier (plugins.parametrization.MuPModel)
         return self.lm_head(x)
 
     def num_params(self, non_embedding: bool = False) -> int:

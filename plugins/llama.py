@@ -185,23 +185,15 @@ def valid_sizes(lo: int, hi: int, **config) -> list[int]:
 LLAMA_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(LlamaConfig))  # the defaults of model `llama`
 
 
+# the shared entry fields; the builder is llama_model.build
+FAMILY = flops_fit.model_family(__name__, task=flops_fit.TASK_CAUSAL_LM, default_datasets=("python-stdlib",))
+
+
 @flops_fit.hookimpl
 def register_models(register):
-    register(flops_fit.ModelEntry(
+    register(FAMILY.entry(
         "llama",
-        description="Llama-family decoder sized by width: 4 layers, heads = width / 16, RoPE, RMSNorm, "
-                    "SwiGLU, optional GQA; byte vocabulary (256), context 128",
-        builder="flops_fit.plugins.llama_model:build",
-        size_param="width",
-        valid_sizes=valid_sizes,
-        param_count=param_count,
-        training_flops=training_flops,
-        embedding_params=embedding_param_count,
-        non_embedding_flops=non_embedding_flops,
-        activation_memory=activation_memory,
-        flops_unit="token",
-        task=flops_fit.TASK_CAUSAL_LM,
-        default_loss="next-token",
-        default_datasets=("python-stdlib",),
-        defaults=dict(LLAMA_DEFAULTS),
+        "Llama-family decoder sized by width: 4 layers, heads = width / 16, RoPE, RMSNorm, "
+        "SwiGLU, optional GQA; byte vocabulary (256), context 128",
+        defaults=LLAMA_DEFAULTS,
     ))

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention, Rotary
 from flops_fit.plugins.llama import LlamaConfig
+from flops_fit.plugins.parametrization import MuPModel
 from torch import Tensor, nn
 
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
@@ -88,8 +89,10 @@ def inverse_frequencies(cfg: LlamaConfig) -> Tensor:
     return inv
 
 
-class Llama(nn.Module):
+class Llama(MuPModel, nn.Module):
     """Causal language model: tokens int64 (B, T <= block_size) -> logits (B, T, vocab_size)."""
+
+    hidden_root = "layers"  # muP's hidden weights: the linear layers under it
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
@@ -111,20 +114,8 @@ class Llama(nn.Module):
                 nn.init.zeros_(module.bias)
             if isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
-        if self.config.mup:  # muP: hidden weights' std times sqrt(base_width / width)
-            with torch.no_grad():
-                for weight in self.hidden_weights().values():
-                    weight.mul_(self.config.mup.hidden_init)
+        self.scale_hidden_init()  # muP (plugins.parametrization.MuPModel)
 
-    def hidden_weights(self) -> dict[str, nn.Parameter]:
-        """The weights whose two dimensions both grow with the width: every linear layer in the layers."""
-        return {f"layers.{name}.weight": m.weight for name, m in self.layers.named_modules() if isinstance(m, nn.Linear)}
-
-    def lr_multipliers(self) -> dict[str, float]:
-        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
-        hidden weights; none under the standard parametrization."""
-        mup = self.config.mup
-        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
 
     def rotary(self, length: int, like: Tensor) -> Rotary:
         """cos/sin tables (1, 1, T, D) for positions 0..T-1, computed in float32 whatever the
@@ -162,8 +153,7 @@ class Llama(nn.Module):
         for layer in self.layers:
             x = layer(x, rotary, window)
         x = self.norm(x)
-        if self.config.mup:  # muP's output multiplier (an elementwise scale: no FLOPs counted)
-            x = x * self.config.mup.readout
+        x = self.readout_input(x)  # muP's output multiplier (plugins.parametrization.MuPModel)
         return self.lm_head(x)
 
     def num_params(self, non_embedding: bool = False) -> int:

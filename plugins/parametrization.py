@@ -96,3 +96,41 @@ def of(parametrization: str, width: int, base_width: int | None, head_size: int,
     if parametrization != "mup":
         return None
     return MuP(width, base_width, head_size, head_grows)
+
+
+class MuPModel:
+    """What the built-in transformers share under muP, mixed into their ``nn.Module``: the
+    hidden weights (every linear layer under the attribute ``hidden_root``), their
+    initialisation and learning-rate factors, and the readout's output multiplier. The model
+    keeps its ``MuP`` (or None) at ``self.config.mup``."""
+
+    hidden_root = "blocks"
+
+    def hidden_weights(self) -> dict:
+        """The weights whose two dimensions both grow with the width: every linear layer under
+        ``hidden_root``, by parameter name."""
+        from torch import nn
+
+        root = getattr(self, self.hidden_root)
+        return {f"{self.hidden_root}.{name}.weight": m.weight for name, m in root.named_modules()
+                if isinstance(m, nn.Linear)}
+
+    def lr_multipliers(self) -> dict[str, float]:
+        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
+        hidden weights; none under the standard parametrization."""
+        mup = self.config.mup
+        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
+
+    def scale_hidden_init(self) -> None:
+        """muP: every hidden weight's standard std times ``sqrt(base_width / width)`` (call after the
+        standard initialisation; nothing under the standard parametrization)."""
+        if self.config.mup:
+            import torch
+
+            with torch.no_grad():
+                for weight in self.hidden_weights().values():
+                    weight.mul_(self.config.mup.hidden_init)
+
+    def readout_input(self, x):
+        """The readout's input times muP's output multiplier (elementwise: no FLOPs counted)."""
+        return x * self.config.mup.readout if self.config.mup else x

@@ -241,33 +241,17 @@ PVT_V2_B0 = {**PVT_V2_DEFAULTS, "num_heads": (1, 2, 5, 8), "sr_ratios": (8, 4, 2
              "num_classes": 1000}
 
 
-def _entry(name: str, description: str, defaults: dict, default_size: int | None) -> flops_fit.ModelEntry:
-    return flops_fit.ModelEntry(
-        name,
-        description=description,
-        builder="flops_fit.plugins.pvt_v2_model:build",
-        size_param="width",
-        valid_sizes=valid_sizes,
-        param_count=param_count,
-        training_flops=training_flops,
-        embedding_params=embedding_param_count,
-        non_embedding_flops=non_embedding_flops,
-        activation_memory=activation_memory,
-        flops_unit="sample",
-        task=flops_fit.TASK_IMAGE_CLASSIFICATION,
-        default_loss="cross-entropy",
-        default_datasets=("digits",),
-        defaults=defaults,
-        default_size=default_size,
-    )
+# the shared entry fields; the builder is pvt_v2_model.build
+FAMILY = flops_fit.model_family(__name__, task=flops_fit.TASK_IMAGE_CLASSIFICATION, default_datasets=("digits",))
 
 
 @flops_fit.hookimpl
 def register_models(register):
-    register(_entry(
+    register(FAMILY.entry(
         "pvt_v2",
         "PVT v2 sized by its stage-1 width: 4 stages of 2 blocks, widths x (1, 2, 5, 8), spatial-reduction "
         "attention (sr 4, 2, 1, 1), heads = stage width / 32, CIFAR-sized input (32 px, 10 classes)",
-        dict(PVT_V2_DEFAULTS), None,
+        defaults=PVT_V2_DEFAULTS,
     ))
-    register(_entry("pvt_v2_b0", "timm pvt_v2_b0: stage widths 32, 64, 160, 256, 2 blocks each", dict(PVT_V2_B0), 32))
+    register(FAMILY.entry("pvt_v2_b0", "timm pvt_v2_b0: stage widths 32, 64, 160, 256, 2 blocks each",
+                          defaults=PVT_V2_B0, default_size=32))

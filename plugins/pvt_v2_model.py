@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention
 from flops_fit.plugins.pvt_v2 import LINEAR_POOL, TORCH_NORM_EPS, PvtV2Config
-from flops_fit.plugins.vit_model import ACTIVATIONS
+from flops_fit.plugins.vit_model import ACTIVATIONS, check_images
 from torch import Tensor, nn
 
 
@@ -144,20 +144,9 @@ class PyramidVisionTransformerV2(nn.Module):
                 nn.init.normal_(module.weight, std=(2.0 / fan_out) ** 0.5)
                 nn.init.zeros_(module.bias)
 
-    def _check_images(self, images: Tensor) -> None:
-        cfg = self.config
-        if images.dim() != 4:
-            raise ValueError(f"images must be 4-D (batch, channels, height, width), got shape {tuple(images.shape)}")
-        if tuple(images.shape[1:]) != (cfg.in_chans, cfg.image_size, cfg.image_size):
-            raise ValueError(
-                f"images of shape {tuple(images.shape[1:])} but the model expects "
-                f"{(cfg.in_chans, cfg.image_size, cfg.image_size)} (in_chans={cfg.in_chans}, "
-                f"image_size={cfg.image_size}); resize the images or build the model to match them"
-            )
-
     def forward_features(self, images: Tensor) -> Tensor:
         """The last stage's normed map (B, C, H', W')."""
-        self._check_images(images)
+        check_images(images, self.config)
         grid = self.patch_embed(images)  # (B, H, W, C); later stages embed (B, C, H, W) maps themselves
         for stage in self.stages:
             grid = stage(grid)

@@ -291,39 +291,22 @@ TIMM_PRESETS = {
 }
 
 
-def _entry(name: str, description: str, defaults: dict, default_size: int | None) -> flops_fit.ModelEntry:
-    return flops_fit.ModelEntry(
-        name,
-        description=description,
-        builder="flops_fit.plugins.swin_model:build",
-        size_param="width",
-        valid_sizes=valid_sizes,
-        param_count=param_count,
-        training_flops=training_flops,
-        embedding_params=embedding_param_count,
-        non_embedding_flops=non_embedding_flops,
-        activation_memory=activation_memory,
-        flops_unit="sample",
-        task=flops_fit.TASK_IMAGE_CLASSIFICATION,
-        default_loss="cross-entropy",
-        default_datasets=("digits",),
-        defaults=defaults,
-        default_size=default_size,
-    )
+# the shared entry fields; the builder is swin_model.build
+FAMILY = flops_fit.model_family(__name__, task=flops_fit.TASK_IMAGE_CLASSIFICATION, default_datasets=("digits",))
 
 
 @flops_fit.hookimpl
 def register_models(register):
-    register(_entry(
+    register(FAMILY.entry(
         "swin",
         "Swin Transformer sized by the first stage's width: 3 stages of 2 blocks, heads = stage width / 32, "
         "shifted 4x4 windows, CIFAR-sized input (32 px, patch 2, 10 classes)",
-        dict(SWIN_DEFAULTS),
-        None,
+        defaults=SWIN_DEFAULTS,
     ))
     for name, (width, depths, heads) in TIMM_PRESETS.items():
         defaults = {
             **SWIN_DEFAULTS, "depths": depths, "num_heads": heads, "window_size": 7, "patch_size": 4,
             "image_size": 224, "num_classes": 1000,
         }
-        register(_entry(name, f"timm {name}: width {width}, depths {depths}, heads {heads}", defaults, width))
+        register(FAMILY.entry(name, f"timm {name}: width {width}, depths {depths}, heads {heads}",
+                                 defaults=defaults, default_size=width))

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention
 from flops_fit.plugins.swin import MASKED, Stage, SwinConfig
+from flops_fit.plugins.vit_model import check_images
 from torch import Tensor, nn
 
 
@@ -174,25 +175,9 @@ class SwinTransformer(nn.Module):
             elif isinstance(module, SwinBlock):
                 nn.init.trunc_normal_(module.relative_position_bias_table, std=0.02)
 
-    def _check_images(self, images: Tensor) -> None:
-        cfg = self.config
-        if images.dim() != 4:
-            raise ValueError(f"images must be 4-D (batch, channels, height, width), got shape {tuple(images.shape)}")
-        if images.shape[1] != cfg.in_chans:
-            raise ValueError(
-                f"images have {images.shape[1]} channels but the model expects in_chans={cfg.in_chans} "
-                f"(shape {tuple(images.shape)})"
-            )
-        if tuple(images.shape[2:]) != (cfg.image_size, cfg.image_size):
-            raise ValueError(
-                f"images are {images.shape[2]}x{images.shape[3]} but the model expects "
-                f"{cfg.image_size}x{cfg.image_size} (image_size={cfg.image_size}); resize the "
-                f"images or build the model with image_size matching them"
-            )
-
     def forward_features(self, images: Tensor) -> Tensor:
         """Last-stage features (B, h, w, C_last) after the final norm."""
-        self._check_images(images)
+        check_images(images, self.config)
         x = self.patch_embed(images)
         for stage in self.layers:
             x = stage(x)

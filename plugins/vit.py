@@ -233,39 +233,22 @@ TIMM_PRESETS = {
 }
 
 
-def _entry(name: str, description: str, defaults: dict, default_size: int | None) -> flops_fit.ModelEntry:
-    return flops_fit.ModelEntry(
-        name,
-        description=description,
-        builder="flops_fit.plugins.vit_model:build",
-        size_param="width",
-        valid_sizes=valid_sizes,
-        param_count=param_count,
-        training_flops=training_flops,
-        embedding_params=embedding_param_count,
-        non_embedding_flops=non_embedding_flops,
-        activation_memory=activation_memory,
-        flops_unit="sample",
-        task=flops_fit.TASK_IMAGE_CLASSIFICATION,
-        default_loss="cross-entropy",
-        default_datasets=("digits",),
-        defaults=defaults,
-        default_size=default_size,
-    )
+# the shared entry fields; the builder is vit_model.build
+FAMILY = flops_fit.model_family(__name__, task=flops_fit.TASK_IMAGE_CLASSIFICATION, default_datasets=("digits",))
 
 
 @flops_fit.hookimpl
 def register_models(register):
-    register(_entry(
+    register(FAMILY.entry(
         "vit",
         "Vision Transformer sized by width: 6 blocks, heads = width / 32, CIFAR-sized input "
         "(32 px, patch 4, 10 classes)",
-        dict(VIT_DEFAULTS),
-        None,
+        defaults=VIT_DEFAULTS,
     ))
     for name, (width, heads) in TIMM_PRESETS.items():
         defaults = {
             **VIT_DEFAULTS, "depth": 12, "num_heads": heads, "patch_size": 16, "image_size": 224,
             "num_classes": 1000,
         }
-        register(_entry(name, f"timm {name}: width {width}, 12 blocks, {heads} heads", defaults, width))
+        register(FAMILY.entry(name, f"timm {name}: width {width}, 12 blocks, {heads} heads", defaults=defaults,
+                                 default_size=width))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from flops_fit.plugins.attention import MultiheadAttention
+from flops_fit.plugins.parametrization import MuPModel
 from flops_fit.plugins.vit import ViTConfig
 from torch import Tensor, nn
 
@@ -32,6 +33,24 @@ ACTIVATIONS = {
     "silu": F.silu,
     "relu": F.relu,
 }
+
+
+def check_images(images: Tensor, cfg) -> None:
+    """Refuse a batch of images whose shape is not ``cfg``'s (B, in_chans, image_size,
+    image_size), naming the fix; every built-in image model checks its input with this."""
+    if images.dim() != 4:
+        raise ValueError(f"images must be 4-D (batch, channels, height, width), got shape {tuple(images.shape)}")
+    if images.shape[1] != cfg.in_chans:
+        raise ValueError(
+            f"images have {images.shape[1]} channels but the model expects in_chans={cfg.in_chans} "
+            f"(shape {tuple(images.shape)})"
+        )
+    if tuple(images.shape[2:]) != (cfg.image_size, cfg.image_size):
+        raise ValueError(
+            f"images are {images.shape[2]}x{images.shape[3]} but the model expects "
+            f"{cfg.image_size}x{cfg.image_size} (image_size={cfg.image_size}); resize the "
+            f"images or build the model with image_size matching them"
+        )
 
 
 class PatchEmbed(nn.Module):
@@ -88,7 +107,7 @@ class Block(nn.Module):
         return x + self.ls2(self.mlp(self.norm2(x)))
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(MuPModel, nn.Module):
     """ViT classifier: images (B, C_in, H, W) -> logits (B, num_classes)."""
 
     def __init__(self, cfg: ViTConfig) -> None:
@@ -118,37 +137,8 @@ class VisionTransformer(nn.Module):
                 nn.init.trunc_normal_(module.weight, std=0.02)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        if self.config.mup:  # muP: hidden weights' std times sqrt(base_width / width)
-            with torch.no_grad():
-                for weight in self.hidden_weights().values():
-                    weight.mul_(self.config.mup.hidden_init)
+        self.scale_hidden_init()  # muP (plugins.parametrization.MuPModel)
 
-    def hidden_weights(self) -> dict[str, nn.Parameter]:
-        """The weights whose two dimensions both grow with the width: every linear layer in the blocks."""
-        return {f"blocks.{name}.weight": m.weight for name, m in self.blocks.named_modules() if isinstance(m, nn.Linear)}
-
-    def lr_multipliers(self) -> dict[str, float]:
-        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
-        hidden weights; none under the standard parametrization."""
-        mup = self.config.mup
-        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
-
-    def _check_images(self, images: Tensor) -> None:
-        cfg = self.config
-        expected = (cfg.in_chans, cfg.image_size, cfg.image_size)
-        if images.dim() != 4:
-            raise ValueError(f"images must be 4-D (batch, channels, height, width), got shape {tuple(images.shape)}")
-        if images.shape[1] != cfg.in_chans:
-            raise ValueError(
-                f"images have {images.shape[1]} channels but the model expects in_chans={cfg.in_chans} "
-                f"(shape {tuple(images.shape)})"
-            )
-        if tuple(images.shape[1:]) != expected:
-            raise ValueError(
-                f"images are {images.shape[2]}x{images.shape[3]} but the model expects "
-                f"{cfg.image_size}x{cfg.image_size} (image_size={cfg.image_size}); resize the "
-                f"images or build the model with image_size matching them"
-            )
 
     def _tokens(self, images: Tensor) -> Tensor:
         """Patch tokens with the prefix tokens (class, distillation, registers) and positions."""
@@ -161,7 +151,7 @@ class VisionTransformer(nn.Module):
 
     def forward_features(self, images: Tensor) -> Tensor:
         """Token features after the blocks (B, prefix tokens + patches, C), before the final norm."""
-        self._check_images(images)
+        check_images(images, self.config)
         x = self.norm_pre(self._tokens(images))
         for block in self.blocks:
             x = block(x)
@@ -179,9 +169,8 @@ class VisionTransformer(nn.Module):
         if cfg.norm_after_pool:
             pooled = self.norm(pooled)
         dist = x[:, 1] if self.head_dist is not None else None
-        if cfg.mup:  # muP's output multiplier on the heads' inputs (elementwise: no FLOPs counted)
-            pooled = pooled * cfg.mup.readout
-            dist = dist * cfg.mup.readout if dist is not None else None
+        pooled = self.readout_input(pooled)  # muP's output multiplier (plugins.parametrization.MuPModel)
+        dist = self.readout_input(dist) if dist is not None else None
         logits = self.head(pooled)
         if dist is not None:  # DeiT: the mean of the class and distillation heads
             logits = (logits + self.head_dist(dist)) / 2

@@ -27,7 +27,7 @@ BASE = {
     "dataset": {},
     "hparams": {"lr_rule": "constant", "base_lr": 3e-3, "base_width": 128, "warmup_fraction": 0.05,
                 "max_warmup_steps": 100, "min_lr_ratio": 0.1, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
-                "eps": 1e-8, "grad_clip": 1.0, "divergence_factor": 3.0, "lr": 1e-3},
+                "eps": 1e-8, "grad_clip": 1.0, "divergence_factor": 3.0, "lr": 1e-3, "reach": 4.0, "beyond": "refuse"},
     "tracking": {"backends": ["tensorboard", "mlflow"], "dir": "logs", "experiment": "lab", "wandb_mode": "offline",
                  "mlflow_uri": "file:///tmp/mlruns"},
     "executor": {"name": "local", "workers": 1, "threads": 1},

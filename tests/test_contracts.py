@@ -128,3 +128,82 @@ def test_entries_are_exported_and_serialisable():
     data = entry.to_dict()
     assert data["name"] == "toy" and data["builder"] == "math:sqrt"
     assert data["valid_sizes"].endswith("<lambda>")  # callables shown by qualified name
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "flops-fit-example-plugin"
+
+
+@pytest.fixture
+def fresh_modules():
+    """The example package is forgotten after the test (two copies of it share one name)."""
+    import sys
+
+    yield
+    for name in [n for n in sys.modules if n.partition(".")[0] == "flops_fit_example"]:
+        del sys.modules[name]
+
+
+def _docs_plugin(folder):
+    """docs/plugins.md's plugin.py, as written, beside the example's model module."""
+    import re
+    import shutil
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith("# flops_fit_example/plugin.py")]
+    shutil.copytree(EXAMPLE / "flops_fit_example", folder / "flops_fit_example")
+    (folder / "flops_fit_example" / "plugin.py").write_text(block)
+    return folder
+
+
+@pytest.mark.parametrize("source", ["the example plugin", "docs/plugins.md"])
+def test_a_model_family_reads_its_builder_and_sizing_from_the_function(source, tmp_path, monkeypatch, fresh_modules):
+    import importlib
+
+    from flops_fit.testing import check_model_entry, isolated_host
+
+    monkeypatch.syspath_prepend(str(EXAMPLE if source == "the example plugin" else _docs_plugin(tmp_path)))
+    plugin = importlib.import_module("flops_fit_example.plugin")
+    host = isolated_host(("example", plugin))
+    entry = flops_fit.model_info("mlp-lm", host=host)
+    assert entry.builder == "flops_fit_example.plugin:build"  # derived from the function, not typed
+    assert (entry.valid_sizes, entry.param_count, entry.training_flops) == \
+        (plugin.valid_sizes, plugin.param_count, plugin.training_flops)
+    assert (entry.flops_unit, entry.default_loss, entry.task) == ("token", "next-token", flops_fit.TASK_CAUSAL_LM)
+    assert entry.embedding_params is None and entry.defaults == {"vocab_size": 64}
+    assert check_model_entry("mlp-lm", [8, 16], host=host) == [8, 16]  # built through the reference; counts match
+
+
+def test_the_built_in_families_derive_their_model_modules_builder():
+    from flops_fit.plugins import gpt, swin
+
+    assert flops_fit.model_info("gpt2").builder == "flops_fit.plugins.gpt_model:build"
+    assert flops_fit.model_info("gpt2").default_size == 768
+    entry = flops_fit.model_info("swin")
+    assert entry.builder == "flops_fit.plugins.swin_model:build" and entry.flops_unit == "sample"
+    assert entry.embedding_params is swin.embedding_param_count and entry.activation_memory is swin.activation_memory
+    assert gpt.FAMILY.entry("x", defaults={}).default_datasets == ("python-stdlib",)
+
+
+def test_a_model_family_names_what_it_cannot_fill(monkeypatch):
+    import types
+
+    sizing = types.ModuleType("half_a_plugin")
+    sizing.valid_sizes = lambda lo, hi, **config: [8]
+    monkeypatch.setitem(__import__("sys").modules, "half_a_plugin", sizing)
+    family = flops_fit.model_family("half_a_plugin", task=flops_fit.TASK_CAUSAL_LM)
+    with pytest.raises(EntryError, match="module half_a_plugin defines no param_count, training_flops: define them"):
+        family.entry("half")
+    with pytest.raises(EntryError, match="task 'speech' has no default flops_unit and default_loss: pass both"):
+        flops_fit.model_family("half_a_plugin", task="speech")
+    family = flops_fit.model_family("half_a_plugin", task="speech", flops_unit="sample", default_loss="ctc")
+    assert (family.flops_unit, family.default_loss, family.builder) == ("sample", "ctc", "half_a_plugin_model:build")
+
+
+def test_a_builder_that_cannot_be_named_is_kept_itself():
+    @flops_fit.model_family(task=flops_fit.TASK_CAUSAL_LM)
+    def build(width, **config):
+        return width
+
+    assert build.builder is build.function  # a local function has no "module:function" name
+    assert build(3) == 3  # the family builds as its builder does

@@ -154,34 +154,82 @@ def forecast_json(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fitted(forecast_json):
-    return fit(str(forecast_json), method="all", holdout="each", bootstrap=20)
+    return fit(str(forecast_json), method="all", holdout="forward", bootstrap=20)
 
 
-def test_holdout_each_chooses_the_forecast_by_cross_validated_error(forecast_json, fitted):
+def test_holdout_forward_chooses_the_forecast_by_its_error_at_the_largest_ratios(forecast_json, fitted):
     data = json.loads(fitted.to_json())
     f = data["forecast"]
-    assert {"method", "scale", "target", "n_opt", "d_opt", "loss", "cv_loss_error", "cv_n_opt_error"} <= set(f)
-    assert f["target"] == pytest.approx(1e21) and f["scale"] == "params"  # a CSV has no other scale
-    for key in ("n_opt", "d_opt", "loss"):
-        lo, hi = f[key]["interval"]
-        assert lo <= f[key]["value"] <= hi
-    scored = [c for c in f["candidates"] if c["cv_loss_error"] is not None]
+    assert {"method", "scale", "target", "ratio", "n_opt", "d_opt", "loss", "loss_error", "n_opt_error", "parts",
+            "records"} <= set(f)
+    assert f["target"] == pytest.approx(1e21) and f["ratio"] == pytest.approx(10) and f["scale"] == "params"
+    # budgets 1e17..1e20: fits up to 1e18 predict 1e19 and 1e20 (10x, 100x), up to 1e19 predicts 1e20 (10x)
+    chosen = [r for r in f["records"] if (r["method"], r["scale"], r["focus"]) == (f["method"], f["scale"], f["focus"])]
+    assert sorted((r["fitted_upto"], r["budget"]) for r in chosen) == [(1e18, 1e19), (1e18, 1e20), (1e19, 1e20)]
+    assert sorted(round(r["ratio"]) for r in chosen) == [10, 10, 100]
+    # the score reads the predictions with log r >= half the largest log r: all three here
+    assert f["score_cutoff"] == pytest.approx(10) and f["predictions"] == 3
+    assert f["loss_error"] == pytest.approx(np.mean([abs(r["loss_error"]) for r in chosen]))
+    scored = [c for c in f["candidates"] if c["loss_error"] is not None]
     assert {c["method"] for c in scored} == set(data["results"])
-    # the laws over (N, D) are scored with each focus, the others once
     with_focus = {"parametric", "vpnls", "interaction"} & set(data["results"])
     assert sorted((c["method"], c["focus"] or "") for c in scored) == sorted(
         [(m, fo) for m in with_focus for fo in ("all", "frontier")] + [(m, "") for m in set(data["results"]) - with_focus])
-    assert all(c["cv_loss_error"] >= f["cv_loss_error"] / (1 + TIE) for c in scored)
-    # the other scales are listed with the reason they could not be scored
+    assert all(c["loss_error"] >= f["loss_error"] / (1 + TIE) for c in scored)
     assert all("fit with scale='params'" in c["reason"] for c in f["candidates"] if c["scale"] != "params")
-    # the forecast is the chosen method's own answer at the target
+    # the forecast's value is the chosen method's own answer; its interval holds the bootstrap's and more
     direct = fit(str(forecast_json), method=f["method"], focus=f["focus"] or "all", bootstrap=20).predict(1e21).iloc[0]
     assert f["loss"]["value"] == pytest.approx(direct.loss) and f["n_opt"]["value"] == pytest.approx(direct.N_opt)
-    assert fitted.summary().startswith("Forecast at C = 1e+21 FLOPs")
+    lo, hi = f["loss"]["interval"]
+    assert lo <= direct.loss_lo and hi >= direct.loss_hi
+    lo, hi = f["n_opt"]["interval"]
+    assert lo <= direct.N_opt_lo * (1 + 1e-9) and hi >= direct.N_opt_hi * (1 - 1e-9)
+    assert fitted.summary().startswith("Forecast at C = 1e+21 FLOPs, 10x the largest budget")
+
+
+def test_the_error_slope_is_the_rms_of_log_error_over_log_ratio():
+    from flops_fit.fitting.chaining import Record, error_slope, score, score_cutoff
+
+    def rec(ratio, err):
+        return Record(method="m", scale="params", focus=None, fitted_upto=1.0, budget=ratio, ratio=ratio,
+                      loss_error=err, n_opt_error=-err)
+
+    records = [rec(np.e, np.expm1(0.02)), rec(np.e ** 2, np.expm1(-0.08))]
+    # (0.02 / 1)^2 and (-0.08 / 2)^2: mean 0.001, root 0.0316...
+    assert error_slope(records, "loss_error") == pytest.approx(math.sqrt((0.02 ** 2 + 0.04 ** 2) / 2))
+    assert score_cutoff(records) == pytest.approx(np.e)  # exp(0.5 ln e^2)
+    assert score(records, np.e ** 1.5)[0] == pytest.approx(abs(np.expm1(-0.08))) and score(records, np.e)[2] == 2
+
+
+def test_combine_adds_the_parts_in_quadrature_per_side():
+    from flops_fit.fitting.forecast import combine
+
+    (value, lo, hi), parts = combine((2.0, 2.0 * math.exp(-0.03), 2.0 * math.exp(0.04)), [1.9, 2.0, 2.2], 0.05)
+    assert value == 2.0
+    assert lo == pytest.approx(2.0 * math.exp(-math.sqrt(0.03 ** 2 + math.log(2.0 / 1.9) ** 2 + 0.05 ** 2)))
+    assert hi == pytest.approx(2.0 * math.exp(math.sqrt(0.04 ** 2 + math.log(2.2 / 2.0) ** 2 + 0.05 ** 2)))
+
+
+def test_target_reaches_the_forecast_and_a_bad_target_is_refused(forecast_json, capsys):
+    # holdout "largest" without bootstrap keeps this quick; the forecast is asked of "forward" only
+    f = fit(str(forecast_json), method="all", holdout="forward", bootstrap=0, target=3e21).forecast
+    assert f.target == pytest.approx(3e21) and f.ratio == pytest.approx(30)
+    for bad in (0.0, -1e21, float("nan")):
+        with pytest.raises(flops_fit.FitInputError, match="target must be a positive budget"):
+            fit(str(forecast_json), method="isoflop", bootstrap=0, target=bad)
+        assert main(["fit", str(forecast_json), "--method", "isoflop", f"--target={bad}"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "target must be a positive budget" in err[0]
+
+
+def test_leaving_one_budget_out_gives_no_forecast_and_says_why(forecast_json):
+    each = fit(str(forecast_json), method="all", holdout="each", bootstrap=0)
+    assert each.forecast is None
+    assert any("forward chaining" in w for w in each.warnings)
 
 
 def test_refits_in_worker_processes_give_the_same_checks_and_forecast(forecast_json, fitted, capsys):
-    assert main(["fit", str(forecast_json), "--method", "all", "--holdout", "each", "--bootstrap", "20",
+    assert main(["fit", str(forecast_json), "--method", "all", "--holdout", "forward", "--bootstrap", "20",
                  "--workers", "2", "--json"]) == 0
     spread = json.loads(capsys.readouterr().out)
     alone = json.loads(fitted.to_json())  # the module's fit, in this process
@@ -195,10 +243,22 @@ def test_refits_in_worker_processes_give_the_same_checks_and_forecast(forecast_j
 def test_the_report_leads_with_the_forecast(fitted, tmp_path):
     text = write_report(fitted, tmp_path / "report.html").read_text()
     assert text.index("The forecast at C = 1e+21 FLOPs") < text.index("The answer at C = 1e+21 FLOPs, by every method")
-    assert "scale: parameters" in text and "leave-one-budget-out" in text
+    assert "scale: parameters" in text and "forward chaining" in text and "id='chaining'" in text
+    assert (tmp_path / "report_plots" / "chaining.png").exists()
 
 
 def test_a_bad_scale_on_the_command_line_is_one_line_and_exit_2(forecast_json, capsys):
     assert main(["fit", str(forecast_json), "--scale", "width"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "scale must be one of" in err[0]
+
+
+def test_forward_chaining_a_law_the_runs_follow_exactly_has_no_error_to_grow():
+    from flops_fit.fitting.chaining import error_slope, forward_chain
+    from flops_fit.fitting.vpnls import Vpnls
+
+    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7, noise=0.0))
+    records, reasons = forward_chain([Vpnls(bootstrap=0)], runs, ["params"], curve="slice")
+    assert not reasons and sorted(round(r.ratio) for r in records) == [10, 10, 100]
+    assert max(abs(r.loss_error) for r in records) < 1e-3 and max(abs(r.n_opt_error) for r in records) < 1e-2
+    assert error_slope(records, "loss_error") < 1e-3

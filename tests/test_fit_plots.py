@@ -47,9 +47,15 @@ def test_report_embeds_every_plot_and_links_its_svg(fitted, tmp_path):
     assert "Provenance" in text and "Compute-optimal table" in text and "The answer at C = 1e+22 FLOPs" in text
 
 
-def test_report_leads_with_the_answer_and_the_held_out_check(tmp_path):
+@pytest.fixture(scope="module")
+def held_out():
+    """Every method that needs no training curves, each also fitted without the largest budget."""
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7).drop(columns=["curve"])
-    fitted = fit(frame, method="all", bootstrap=30, holdout="largest")
+    return fit(frame, method="all", bootstrap=30, holdout="largest")
+
+
+def test_report_leads_with_the_answer_and_the_held_out_check(held_out, tmp_path):
+    fitted = held_out
     text = write_report(fitted, tmp_path).read_text()
     # Default target: 10x the largest budget; the answer comes before every figure and section.
     answer = text.index("The answer at C = 1e+21 FLOPs")
@@ -114,3 +120,24 @@ def test_python_examples_in_docs_run(tmp_path, monkeypatch):
                      .replace("bootstrap=50", "bootstrap=10"), "docs/fitting.md", "exec"), {})
     text = (tmp_path / "fit-report" / "report.html").read_text()
     assert len(text) > 10_000 and "Held-out check" in text
+
+
+def test_the_figures_draw_every_fitted_method_in_its_own_colour(fitted, held_out, tmp_path):
+    from matplotlib.colors import to_hex
+
+    from flops_fit.fitting import APPROACHES
+    from flops_fit.fitting.figures import forest, headline, holdout_figure, method_colours
+
+    assert list(fitted.results) == list(APPROACHES)  # method="all": every registered method, interaction included
+    colours = method_colours(fitted.results)
+    assert len(set(colours.values())) == len(APPROACHES)
+    checks = held_out.holdout
+    assert set(checks) == set(APPROACHES) - {"envelope"}  # the methods that need no training curves
+    figures = [(headline(fitted.results, 1e22, tmp_path / "headline", ("svg",)), colours),
+               (forest(fitted.results, tmp_path / "forest", ("svg",)), colours),
+               (holdout_figure(checks, tmp_path / "holdout", ("svg",), colours), {m: colours[m] for m in checks})]
+    for [path], drawn in figures:
+        svg = path.read_text()
+        for method, colour in drawn.items():
+            assert re.search(rf"<!-- {method}\b[^>]* -->", svg), (path.name, method)  # its label
+            assert to_hex(colour) in svg, (path.name, method)  # and its marks, in its colour

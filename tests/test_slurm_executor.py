@@ -22,7 +22,8 @@ import sweep_support  # noqa: E402
 
 import flops_fit  # noqa: E402
 from flops_fit.errors import FlopsFitError, OptionError, RunLost  # noqa: E402
-from flops_fit.executors.slurm import SlurmExecutor, gigabytes, minutes  # noqa: E402
+from flops_fit.executors.slurm import SlurmExecutor  # noqa: E402
+from flops_fit.executors.slurm_options import gigabytes, minutes  # noqa: E402
 from flops_fit.store.run_store import RunStore  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent

@@ -139,3 +139,80 @@ def test_a_lease_taken_over_tells_its_holder_to_stop(store):
     with Lease(s.path, heartbeat=0.01, on_lost=lambda message: told.set()):
         s.db.execute("UPDATE lease SET token = 'someone else'")
         assert told.wait(30)
+
+
+def _truncated(path):
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    with RunStore(path.parent, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:len(whole) // 2])
+
+
+def _random(path):
+    import random
+
+    path.write_bytes(random.Random(0).randbytes(8192))
+
+
+def _foreign(path):
+    db = sqlite3.connect(path)
+    db.executescript("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('not a sweep');")
+    db.close()
+
+
+DAMAGED = {"truncated": (_truncated, "is damaged (database disk image is malformed)"),
+           "random bytes": (_random, "is damaged (file is not a database)"),
+           "foreign schema": (_foreign, "is an SQLite file but not a flops-fit store (no meta table; no runs table)")}
+SPEC = '[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nsizes = [8, 12, 16]\nbatch_size = 8\nmin_steps = 5\n'
+COMMANDS = [["fit", "{out}"], ["report", "{out}"], ["status", "{out}"], ["status", "{out}", "--json"],
+            ["sweep", "{spec}", "--out", "{out}", "--resume"], ["tune", "{spec}", "--out", "{out}", "--resume"]]
+
+
+@pytest.fixture(params=list(DAMAGED))
+def damaged(request, tmp_path):
+    """A sweep folder whose runs.sqlite is damaged or not a store, its bytes, and the expected message."""
+    make, message = DAMAGED[request.param]
+    out = tmp_path / "out"
+    out.mkdir()
+    make(out / "runs.sqlite")
+    return out, {p.name: p.read_bytes() for p in out.iterdir()}, message
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2] if c[0] != "status" else c))
+def test_every_command_answers_a_damaged_store_with_one_line_and_writes_nothing(damaged, tmp_path, capsys, command):
+    from flops_fit.cli.main import main
+
+    out, before, message = damaged
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    code = main([arg.format(out=out, spec=spec) for arg in command])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("flops-fit: error: ") and captured.err.count("\n") == 1, captured.err
+    assert message in captured.err and "flops-fit wrote nothing into it" in captured.err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_the_python_api_refuses_a_damaged_store_and_writes_nothing(damaged):
+    import flops_fit
+
+    out, before, message = damaged
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    calls = {"fit": lambda: flops_fit.fit(out), "fit runs.sqlite": lambda: flops_fit.fit(out / "runs.sqlite"),
+             "load_runs": lambda: flops_fit.load_runs(out), "RunStore": lambda: RunStore(out),
+             "sweep resume": lambda: swept.run(out, resume=True, host=HOST, skip_parity=True, show_progress=False)}
+    for name, call in calls.items():
+        with pytest.raises(StoreError, match="fix|restore|move the file away") as caught:
+            call()
+        assert message in str(caught.value), name
+    assert issubclass(flops_fit.StoreError, flops_fit.FlopsFitError)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_an_empty_store_file_is_filled_by_a_sweep_and_refused_to_readers(tmp_path):
+    (tmp_path / "runs.sqlite").write_bytes(b"")  # a driver killed between creating the file and its tables
+    with pytest.raises(StoreError, match="holds no sweep yet"):
+        RunStore(tmp_path)
+    with RunStore(tmp_path, create=True) as s:
+        assert s.counts() == {}

@@ -196,7 +196,8 @@ def test_the_tuned_rule_and_its_folder_go_together():
     (["--multipliers", "0.5,1"], "multipliers must hold at least 3 distinct rates"),
     (["--multipliers", "0.5,1,-2"], "each of multipliers must be a positive number, got -2.0"),
     (["--budgets", "3"], "budgets must count 1 to 1 of the sweep's smallest budgets"),
-    (["--sizes", "8,99"], "sizes [99] are not in the sweep's plan at budgets [400000000.0]; its sizes there: [8, 12, 16]"),
+    (["--sizes", "8,99"], "sizes [99] are not in the sweep's plan at budgets [400000000.0, 1130000000.0, 3200000000.0]; its sizes "
+         "there: [8, 12, 16]"),
     (["--beta2s", "0.9,1.5"], "each of beta2s must lie in (0, 1)"),
     (["--executor", "local", "--address", "ray://head:10001"], "--address is for the ray executor"),
     (["--executor", "nope"], "no executor called 'nope'"),
@@ -246,6 +247,35 @@ def test_holdout_largest_trains_the_largest_cell_at_the_rate_of_a_law_fitted_wit
     assert f"law without it predicts lr {rate:.3g}" in str(result)
 
 
+def test_holdout_beyond_trains_a_cell_4x_past_the_grid_at_multiples_of_the_laws_rate(tmp_path):
+    out = tmp_path / "tune"
+    result = flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 12, 16], multipliers=[1 / 8, 1 / 2, 1],
+                            holdout="beyond", skip_parity=True, show_progress=False, bootstrap=0, report=False)
+    data = json.loads((out / "hparams.json").read_text())
+    held = data["holdout"]
+    top = max(data["cells"], key=lambda c: c["tokens"])  # the smallest size has the most tokens
+    assert held["kind"] == "beyond" and held["size"] == top["size"] == 8
+    assert held["tokens"] >= 4 * top["tokens"] and held["tokens_factor"] == held["tokens"] / top["tokens"]
+    k = data["law"]["coefficients"]  # Marin's form (one budget: no held-out budget to choose another by)
+    assert data["chosen"] == "marin" and k["a"]["fitted"] is False
+    assert held["predicted_lr"] == pytest.approx(k["m"]["value"] * 8 ** -k["b"]["value"], rel=1e-9)
+    with RunStore(out / held["folder"]) as store:
+        frame = store.runs_frame().sort_values("lr")
+    assert list(frame.lr) == pytest.approx([held["predicted_lr"] * m for m in (0.25, 0.5, 1, 2, 4)], rel=1e-12)
+    assert set(frame.tokens) == {held["tokens"]} and set(frame["size"]) == {8}
+    assert held["losses"] == pytest.approx(list(frame.loss)) and held["loss"] == pytest.approx(frame.loss.iloc[2])
+    assert held["best_loss"] == pytest.approx(frame.loss.min())
+    assert held["excess"] == pytest.approx((frame.loss.iloc[2] - frame.loss.min()) / frame.loss.min())
+    assert "held-out cell beyond the grid (size 8" in str(result)
+
+
+def test_holdout_beyond_needs_three_sizes(tuned):
+    out, _ = tuned
+    with pytest.raises(FitInputError, match="holdout='beyond' plans its cell with the tune's sizes and needs at least 3"):
+        flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 16], multipliers=[1 / 8, 1 / 2, 1], holdout="beyond",
+                       resume=True, skip_parity=True, show_progress=False, bootstrap=0, report=False)
+
+
 # ------------------------------------------------------------------ the demo's shipped law
 SHIPPED = demo.DEMO_HPARAMS / "gpt.json"
 
@@ -253,7 +283,7 @@ SHIPPED = demo.DEMO_HPARAMS / "gpt.json"
 def test_the_demo_takes_its_rates_from_the_shipped_tune():
     plan, _ = demo.demo_plan("gpt")
     law = json.loads(SHIPPED.read_text())
-    assert {r.lr_source for r in plan.runs} == {f"tuned:{SHIPPED}"}
+    assert {r.lr_source.partition(" (")[0] for r in plan.runs} == {f"tuned:{SHIPPED}"}
     assert {r.beta2 for r in plan.runs} == {law["beta2"]}
 
 
@@ -365,10 +395,13 @@ def test_swept_beta2_and_batch_pick_the_better_beta2_and_fit_the_batch_law():
     slope, intercept = np.polyfit(np.log(flops), np.log([b for _, _, b in chosen]), 1)
     assert law["e"] == pytest.approx(slope, rel=1e-9) and law["k"] == pytest.approx(math.exp(intercept), rel=1e-9)
     assert law["cells"] == 4
+    text = str(result)  # what `flops-fit tune` prints: every form's exponents with intervals, and the choice
+    assert "law forms" in text and "exponent of" in text and f"chosen: {result.data['chosen_because']}" in text
+    assert all(name in text for name in ("marin", "bjorck", "deepseek", "steplaw"))
 
 
 def test_an_unknown_holdout_is_refused_before_training(tmp_path):
-    with pytest.raises(OptionError, match=r"holdout must be one of \['largest'\] \(or left out\), got 'smallest'"):
+    with pytest.raises(OptionError, match=r"holdout must be one of \['largest', 'beyond'\] \(or left out\), got 'smallest'"):
         flops_fit.tune(SPEC, tmp_path / "out", holdout="smallest")
     assert not (tmp_path / "out").exists()
 
@@ -397,3 +430,25 @@ def test_tokens_that_nearly_follow_the_width_are_not_fitted():
     law, _ = fit_law(widths, tokens, [8] * 3, lr, [np.empty(0)] * 3, scale="width", bootstrap=0)
     assert law.coefficients["a"].fitted is False and any("a not fitted" in n for n in law.notes)
     assert 0.5 < law.coefficients["b"].value < 1.5
+
+
+def test_the_vit_demo_tune_plans_its_grid_around_the_demos_rule():
+    """`flops-fit tune --demo vit`'s grid, planned without training (tiny ViTs stay at chance for
+    the first few hundred steps, so a reduced grid that trains in seconds has no optimum to find):
+    3 budgets spanning 8x, the chosen widths, each run at the demo's inverse-width rate times each
+    multiplier. The shipped law's fit from its stored losses is checked below."""
+    from flops_fit.sweeps.config import parse_config
+    from flops_fit.tuning.grid import check_grid, tune_plan
+
+    config, settings = demo.demo_tune_spec("vit")
+    assert config["hparams"] == {"lr_rule": "inverse-width", "base_lr": 3e-3, "base_width": 64}
+    assert max(settings["budgets"]) >= 8 * min(settings["budgets"])
+    options = parse_config(config, "demo vit tune").options
+    grid = check_grid(options, settings["budgets"], settings["sizes"], settings["multipliers"], None, None)
+    planned = tune_plan(options, grid)
+    assert {r.size for r in planned.runs} == set(settings["sizes"])
+    assert {r.budget for r in planned.runs} == set(settings["budgets"])
+    for run in planned.runs:
+        multiplier = float(run.lr_source.split()[0].removeprefix("tune:x"))
+        assert run.lr == pytest.approx(3e-3 * 64 / run.size * multiplier, rel=1e-12)
+        assert run.lr_source.endswith("inverse-width")

@@ -12,7 +12,7 @@ import flops_fit
 # value is its FitInputError (one line, exit 2).
 
 
-def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) -> None:
+def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, holdout: str | None = None) -> None:
     p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
     p.add_argument("--method", default=method, metavar="METHOD",
                    help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
@@ -22,7 +22,7 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
                    "fixed compute, unbiased), parabola, huber or akima; default slice")
     p.add_argument("--scale", default="params", metavar="params|non_embedding_params|flops_per_token",
                    help="what N is: total parameters (default), non-embedding parameters, or non-embedding training "
-                   "FLOPs per token (DeepSeek's M); --method all --holdout each also cross-validates every scale")
+                   "FLOPs per token (DeepSeek's M); --method all --holdout forward also scores every scale")
     p.add_argument("--focus", default="all", metavar="all|frontier",
                    help="which runs the laws over (N, D) fit (parametric, vpnls, interaction): all alike (default, "
                    "Chinchilla's procedure) or frontier (weighted toward each budget's best run, fitted to the floor "
@@ -43,11 +43,12 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int) 
     p.add_argument("--tracking", metavar="B1,B2|off",
                    help="log the fitted parameters and predictions to these tracking backends (tensorboard, "
                    "mlflow, wandb); default: a sweep folder's own [tracking], none for a CSV; off: none")
-    p.add_argument("--holdout", metavar="largest|each|C",
-                   help="also fit every method without one budget's runs (the largest, each in turn, or the "
-                   "budget C) and compare its prediction there with that budget's own IsoFLOP minimum; "
-                   "each, with --method all, also chooses the forecast: the method and scale with the lowest "
-                   "leave-one-budget-out error")
+    p.add_argument("--holdout", metavar="forward|largest|each|C", default=holdout,
+                   help="also fit every method without some budgets' runs and compare its prediction there with "
+                   "that budget's own IsoFLOP minimum: forward fits the budgets up to each one and predicts every "
+                   "larger one (with --method all it also chooses the forecast by its error at the largest "
+                   "ratios tested); largest, each (in turn) or C leave that budget out"
+                   + (f"; default {holdout}" if holdout else ""))
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes for the held-out refits (--holdout; default 1): the same results, sooner")
 
@@ -61,7 +62,7 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_fit)
 
     p = subparsers.add_parser("report", help="write an HTML report (table, plots, diagnostics, provenance)")
-    _source_options(p, method="all", bootstrap=500)
+    _source_options(p, method="all", bootstrap=500, holdout="forward")
     p.add_argument("--out", metavar="FILE.html", help="report file (default: report.html in the sweep folder, "
                    "or beside the CSV)")
     p.set_defaults(func=_cmd_report)

@@ -58,6 +58,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     config = load_config(args.config)
+    out = check_folder(Path(args.out or config.out))  # a damaged store: one line before the plan
     sweep_options = config.options if args.tracking is None else config.options.replace(
         tracking=None if args.tracking == "off" else args.tracking)
     if args.hparams is not None:
@@ -73,7 +74,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         options["address"] = args.address
     workers = options.pop("workers", 1)
     flops_fit.create_executor(executor, workers=workers, **options).close()  # bad options: one line before the plan
-    out = check_folder(Path(args.out or config.out))
     print(plan, file=sys.stderr)
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir
     try:

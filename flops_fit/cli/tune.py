@@ -52,7 +52,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("tune", help="find the learning-rate law of a sweep: its smallest budgets at several rates")
     p.add_argument("spec", nargs="?", help="the sweep file to tune (see examples/sweep.toml)")
-    p.add_argument("--demo", choices=("gpt",), help="tune the demo's own setup instead of a sweep file")
+    p.add_argument("--demo", choices=("gpt", "vit"), help="tune the demo's own setup instead of a sweep file")
     p.add_argument("--out", required=True, help="output folder: its runs, hparams.json and report.html")
     p.add_argument("--budgets", type=_budgets, metavar="K|C1,C2",
                    help="the sweep's K smallest budgets (default 2), or these budgets")
@@ -61,8 +61,9 @@ def add_commands(sub) -> None:
                    help="multipliers of the sweep's own rate (default 0.25,0.5,1,2,4)")
     p.add_argument("--batch-sizes", type=parse_ints, metavar="B1,B2", help="also sweep these batch sizes")
     p.add_argument("--beta2s", type=parse_floats, metavar="B1,B2", help="also sweep these AdamW beta2 values")
-    p.add_argument("--holdout", choices=("largest",),
-                   help="fit the law without the largest cell and check its prediction there (one more run)")
+    p.add_argument("--holdout", choices=("largest", "beyond"),
+                   help="largest: fit the law without the largest cell and check its prediction there (one more "
+                        "run); beyond: train a cell 4x further in tokens than the grid at x0.25-x4 the law's rate")
     p.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples for the intervals (default 200)")
     p.add_argument("--workers", type=int, help="runs trained at once (worker processes; --demo: default 2)")
     p.add_argument("--resume", action="store_true", help="continue the tune stored in the output folder")

@@ -19,7 +19,9 @@ requeues by itself) also checkpoints, then the job ends without a result. The dr
 consumes ``map``, stays the only writer of the run store, so a requeued run is recorded once.
 
 Progress: submitit cannot call back into the driver, so each job appends its reports to a
-file in the job folder, and the driver relays new lines every ``poll_seconds``.
+file in the job folder, and the driver relays new lines every ``poll_seconds``. What runs in
+a job, and that file, are ``executors.slurm_job``; the sbatch forms of the options
+(``time``, ``mem``) are read by ``executors.slurm_options``.
 
 Jobs outlive a driver killed outright (``kill -9``, a lost login session). The driver keeps
 the ids of its unfinished jobs in ``jobs.json``; the next driver on the folder cancels the
@@ -30,11 +32,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import pickle
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.checks import positive_int, positive_number
-from flops_fit.errors import FlopsFitError, Interrupted, OptionError, RunLost
+from flops_fit.errors import OptionError, RunLost
 from flops_fit.executors.base import (
     ClosingExecutor,
     ProgressSink,
@@ -52,7 +51,9 @@ from flops_fit.executors.base import (
     check_options,
     ignore_progress,
 )
-from flops_fit.executors.stopping import raise_if_stopped, stop_on_signals
+from flops_fit.executors.slurm_job import Relay, RunJob, import_submitit
+from flops_fit.executors.slurm_options import gigabytes, minutes, optional_name
+from flops_fit.executors.stopping import raise_if_stopped
 from flops_fit.files import write_atomically
 from flops_fit.plugin.contracts import ExecutorEntry
 from flops_fit.plugin.hookspecs import hookimpl
@@ -60,58 +61,6 @@ from flops_fit.plugin.hookspecs import hookimpl
 CLUSTERS = ("slurm", "local")
 JOB_FOLDER = "slurm"  # under the sweep's output folder
 _LOG = logging.getLogger(__name__)
-
-
-def _import_submitit():
-    try:
-        import submitit
-    except ImportError:
-        raise FlopsFitError(
-            "the 'slurm' executor needs submitit, which is not installed: pip install 'flops-fit[slurm]'"
-        ) from None
-    return submitit
-
-
-def minutes(value: Any) -> int:
-    """A time limit in minutes, from minutes or sbatch's ``--time`` forms ("90", "1:30:00",
-    "2-00:00:00", "1-12"); seconds round up to a whole minute."""
-    if isinstance(value, bool):
-        value = None
-    if isinstance(value, int | float) and value > 0:
-        return math.ceil(value)
-    text = str(value).strip()
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
-    if value is None or not isinstance(value, str) or match is None:
-        raise OptionError(f"time must be minutes or sbatch's form like '4:00:00' or '1-12:00:00', got {value!r}")
-    days, first, second, third = (int(x) if x is not None else None for x in match.groups())
-    if days is not None:  # days-hours[:minutes[:seconds]]
-        hours, mins, secs = first, second or 0, third or 0
-    elif third is not None:  # hours:minutes:seconds
-        hours, mins, secs = first, second, third
-    else:  # minutes[:seconds]
-        hours, mins, secs = 0, first, second or 0
-    total = (days or 0) * 1440 + hours * 60 + mins + math.ceil(secs / 60)
-    if total <= 0:
-        raise OptionError(f"time must be positive, got {value!r}")
-    return total
-
-
-def gigabytes(value: Any) -> float:
-    """Memory per node in GB, from a number of GB or sbatch's ``--mem`` form ("64G", "500M", "1T")."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT])B?", str(value).strip(), re.IGNORECASE) \
-        if isinstance(value, str) else None
-    if match is None or float(match.group(1)) <= 0:
-        raise OptionError(f"mem must be GB or sbatch's form like '64G' or '500M', got {value!r}")
-    scale = {"K": 2**-20, "M": 2**-10, "G": 1, "T": 2**10}[match.group(2).upper()]
-    return float(match.group(1)) * scale
-
-
-def _optional_name(value: Any, what: str) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise OptionError(f"{what} must be a name (a string), got {value!r}")
-    return value
 
 
 class SlurmExecutor(ClosingExecutor):
@@ -160,9 +109,9 @@ class SlurmExecutor(ClosingExecutor):
             raise OptionError(f"cluster must be one of {list(CLUSTERS)}, got {cluster!r}")
         self.cluster = cluster
         self.folder = None if folder is None else Path(folder)
-        self.partition = _optional_name(partition, "partition")
-        self.account = _optional_name(account, "account")
-        self.qos = _optional_name(qos, "qos")
+        self.partition = optional_name(partition, "partition")
+        self.account = optional_name(account, "account")
+        self.qos = optional_name(qos, "qos")
         self.time_min = minutes(time)
         if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
                                           or gpus_per_node < 0):
@@ -178,7 +127,7 @@ class SlurmExecutor(ClosingExecutor):
         if setup is not None and (isinstance(setup, str) or not all(isinstance(s, str) for s in setup)):
             raise OptionError(f"setup must be a list of shell lines like ['source ~/venv/bin/activate'], got {setup!r}")
         self.setup = list(setup or [])
-        self.python = _optional_name(python, "python")
+        self.python = optional_name(python, "python")
         self.array_parallelism = positive_int(array_parallelism, "array_parallelism")
         if isinstance(max_timeouts, bool) or not isinstance(max_timeouts, int) or max_timeouts < 0:
             raise OptionError(f"max_timeouts must be a non-negative integer, got {max_timeouts!r}")
@@ -190,7 +139,7 @@ class SlurmExecutor(ClosingExecutor):
         self.show_jobs = show_jobs
         self.workers = positive_int(workers, "workers")
         self.on_progress = on_progress or ignore_progress
-        self.submitit = _import_submitit()
+        self.submitit = import_submitit()
         if cluster == "slurm" and shutil.which("sbatch") is None:
             raise OptionError("the slurm executor submits with sbatch, which is not on PATH: run the sweep on a "
                               "SLURM login node (or set cluster = 'local' to try it on this machine)")
@@ -241,7 +190,7 @@ class SlurmExecutor(ClosingExecutor):
         progress_dir.mkdir(parents=True, exist_ok=True)
         token = uuid.uuid4().hex[:8]  # this map's progress files (a resumed sweep maps again)
         submitter = self._submitter(folder)
-        relays = [_Relay(progress_dir / f"{token}-{i}.jsonl", self.on_progress) for i in range(len(items))]
+        relays = [Relay(progress_dir / f"{token}-{i}.jsonl", self.on_progress) for i in range(len(items))]
         calls = [RunJob(fn, item, str(relays[i].path)) for i, item in enumerate(items)]
         waiting = list(range(len(items)))[::-1]  # popped from the end: plan order
         states: dict[Any, str] = {}
@@ -399,74 +348,6 @@ def _cancel_orphans(ledger: _Ledger, items: list[Any]) -> None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         _LOG.warning("scancel failed (%s): cancel %s yourself", exc, " ".join(left.values()))
     ledger.remove(list(left.values()))
-
-
-class _Relay:
-    """The driver's end of a job's progress file: passes on each complete new line."""
-
-    def __init__(self, path: Path, sink: ProgressSink) -> None:
-        self.path, self.sink, self.offset = path, sink, 0
-
-    def relay(self) -> None:
-        try:
-            with self.path.open("rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        complete = data[: data.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        for line in complete.splitlines():
-            run_id, done, total, loss = json.loads(line)
-            self.sink(run_id, done, total, loss)
-
-
-class RunJob:
-    """What one job runs (in each of its tasks): the executor's task on one item.
-
-    submitit pickles this call, runs it on the node, and on USR2 calls ``checkpoint`` to get
-    the call to requeue: the same one, since the run itself resumes from its checkpoint.
-    """
-
-    def __init__(self, fn: Task, item: Any, progress_path: str) -> None:
-        self.fn, self.item, self.progress_path = fn, item, progress_path
-
-    def checkpoint(self) -> Any:
-        """The call submitit requeues after a preemption or a time limit: this one, unchanged."""
-        return _import_submitit().helpers.DelayedSubmission(self)
-
-    def __call__(self) -> Any:
-        submitit = _import_submitit()
-        environment = submitit.JobEnvironment()
-        if environment.num_tasks > 1:  # a run on k processes: torchrun's variables for torch.distributed
-            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
-        preempt = getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG)
-        requeue = signal.getsignal(preempt)  # submitit's: calls checkpoint(), requeues, exits
-        progress = self._report if environment.global_rank == 0 else ignore_progress
-        with stop_on_signals((preempt, signal.SIGTERM, signal.SIGINT)):  # SIGINT: a local job cancelled
-            try:
-                return _transportable(self.fn(self.item, progress))
-            except Interrupted as exc:  # the run checkpointed at its next step
-                signum = exc.signum
-            except Exception as exc:  # noqa: BLE001 - the run's failure is its outcome
-                return _transportable(exc)
-        if signum == preempt and callable(requeue):
-            requeue(signum, None)  # rank 0 requeues the job and exits; other ranks return here
-        sys.exit(128 + signum)  # no result: the requeued job (or a resumed sweep) goes on
-
-    def _report(self, run_id: str, done: int, total: int, loss: float) -> None:
-        with open(self.progress_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps([run_id, done, total, loss]) + "\n")
-
-
-def _transportable(outcome: Any) -> Any:
-    """``outcome``, or for an exception that cannot be pickled back, a RuntimeError saying what it was."""
-    if isinstance(outcome, BaseException):
-        try:
-            pickle.loads(pickle.dumps(outcome))
-        except Exception as exc:  # noqa: BLE001 - any pickling failure
-            return RuntimeError(f"{type(outcome).__name__}: {outcome} (could not be sent back: {exc})")
-    return outcome
 
 
 def build(**options: Any) -> SlurmExecutor:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.curve_law import CurveLaw
@@ -47,7 +49,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     "slice", "parabola", "huber" or "akima"), "parametric" (Approach 3), "vpnls" (Approach 3 by variable
     projection). ``holdout`` ("largest", a budget in FLOPs, or "each") also fits every method
     without that budget's runs and compares its prediction there with the budget's own
-    IsoFLOP minimum (``result.holdout``). ``metric`` is what the laws fit: ``"loss"`` (default:
+    IsoFLOP minimum (``result.holdout``); "forward" fits the budgets up to each one and
+    predicts every larger one. ``metric`` is what the laws fit: ``"loss"`` (default:
     the held-out loss per token) or ``"bpb"`` (held-out bits per byte, comparable across
     tokenizers); given ``Runs``, theirs. ``scale`` is what N is: "params" (default),
     "non_embedding_params" or "flops_per_token" (DeepSeek's M; ``scales``). ``focus`` is which runs
@@ -55,9 +58,11 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     procedure) or "frontier" (the floor of the runs near each budget's optimum; ``focus``). ``options`` are
     ``load_runs`` arguments: column names and ``exclude_top``.
 
-    ``method="all"`` with ``holdout="each"`` also chooses **the forecast** (``fitted.forecast``,
-    ``forecast``): every method on every scale is scored by leave-one-budget-out error, and
-    the best answers at ``target`` (default 10x the largest budget).
+    ``method="all"`` with ``holdout="forward"`` also chooses **the forecast** (``fitted.forecast``,
+    ``forecast``): every method on every scale is scored by forward chaining (fit the budgets up
+    to each C_k, predict every larger one) at the largest ratios the sweep can test, and the best
+    answers at ``target`` (default 10x the largest budget) with an interval that adds the spread of
+    comparable law forms and the extrapolation error measured to the bootstrap.
 
     ``tracking`` logs the fitted parameters and predictions (docs/tracking.md): by default a
     sweep folder's fit goes to the trackers its sweep was run with; ``False`` logs nothing;
@@ -86,8 +91,11 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         runs = source
     else:
         runs = load_runs(source, metric=metric or "loss", **options)
+    if target is not None and not (isinstance(target, (int, float)) and not isinstance(target, bool)
+                                   and np.isfinite(target) and target > 0):
+        raise FitInputError(f"target must be a positive budget in FLOPs (e.g. 1e22), got {target!r}")
     runs = rescale(runs, scale)
-    target = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
+    logged_to = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
     names = tuple(APPROACHES) if method == "all" else (method,)
@@ -109,16 +117,19 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         for name, items in checks.items():
             results[name].holdout_checks = items
     fitted = FitSet(results, skipped) if method == "all" else results[method]
-    if method == "all" and holdout == "each":
-        chosen = float(target) if target else default_target(runs)
+    if method == "all" and holdout == "forward":
+        chosen = float(target) if target is not None else default_target(runs)
         base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
         try:
             fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve,
-                                       workers=workers)
+                                       workers=workers, level=level)
         except FitInputError as exc:  # the fits stand without it; say why there is no forecast
             fitted.warnings.append(f"no forecast: {exc}")
-    if target is not None:
-        log_fit(fitted, target)
+    elif method == "all" and holdout == "each":
+        fitted.warnings.append("no forecast: leaving one budget out tests interpolation; the forecast is chosen by "
+                               "forward chaining (holdout='forward', --holdout forward)")
+    if logged_to is not None:
+        log_fit(fitted, logged_to)
     return fitted
 
 

@@ -23,7 +23,7 @@ class FitSet(Presentable):
     results: dict[str, FitResult]
     skipped: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-    forecast: Any = None  # forecast.Forecast: set by fit(method="all", holdout="each")
+    forecast: Any = None  # forecast.Forecast: set by fit(method="all", holdout="forward")
 
     def __post_init__(self) -> None:
         self.warnings.extend(disagreements(list(self.results.values())))

@@ -25,7 +25,8 @@ from flops_fit.fitting.profiles import budget_groups, profile_minimum, slice_min
 from flops_fit.fitting.slices import slice_residuals
 from flops_fit.tables import format_table
 
-CHOICES = ("largest", "each")  # besides a budget in FLOPs
+CHOICES = ("largest", "each", "forward")  # besides a budget in FLOPs
+FORWARD_MIN = 2  # budgets every forward-chaining fit sees at least
 MATCH_RTOL = 1e-3  # a named budget matches a runs' budget within this relative tolerance
 
 
@@ -85,12 +86,16 @@ def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
     unique = sorted(float(b) for b in np.unique(budgets))
     if len(unique) < 2:
         raise FitInputError(f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}")
+    if which == "forward" and len(unique) <= FORWARD_MIN:
+        raise FitInputError(f"holdout='forward' fits at least {FORWARD_MIN} budgets and predicts a larger one: it needs "
+                            f"{FORWARD_MIN + 1} or more budgets; these runs have {len(unique)}")
     if which in CHOICES:
-        return budgets, unique[-1:] if which == "largest" else unique
+        return budgets, {"largest": unique[-1:], "each": unique, "forward": unique[FORWARD_MIN:]}[which]
     try:
         value = float(which)
     except (TypeError, ValueError):
-        raise FitInputError(f"holdout must be 'largest', 'each' or a budget in FLOPs (e.g. 1e21); got {which!r}") from None
+        raise FitInputError(f"holdout must be 'largest', 'each', 'forward' or a budget in FLOPs (e.g. 1e21); "
+                           f"got {which!r}") from None
     match = [b for b in unique if np.isclose(b, value, rtol=MATCH_RTOL, atol=0)]
     if not match:
         raise FitInputError(f"holdout={value:g}: no runs at that budget; the runs' budgets are "
@@ -151,56 +156,85 @@ def _residual_draws(log_n, loss, held, others, exponents, bootstrap: int, seed: 
 
 def check(approach: Fitter, runs: Runs, budgets: np.ndarray, observed: Observed) -> HoldoutCheck:
     """Fit ``approach`` without the held-out budget's runs and compare its prediction there."""
-    keep = budgets != observed.budget
-    base = {"method": approach.name, "budget": observed.budget,
-            "fitted_budgets": sorted(float(b) for b in np.unique(budgets[keep]))}
+    return check_many(approach, runs, budgets, budgets != observed.budget, [observed])[0]
+
+
+def check_many(approach: Fitter, runs: Runs, budgets: np.ndarray, keep: np.ndarray,
+               observed: Sequence[Observed]) -> list[HoldoutCheck]:
+    """Fit ``approach`` on the runs ``keep`` selects (once) and compare its prediction at each
+    observed budget (forward chaining predicts every larger budget from one fit)."""
+    fitted = sorted(float(b) for b in np.unique(budgets[keep]))
     try:
         result = approach.fit(runs.subset(keep))
     except FitInputError as exc:
-        return HoldoutCheck(**base, reason=f"cannot fit the other budgets: {exc}")
-    p = result.predict(observed.budget).iloc[0]
-    loss_int, n_int = (float(p.loss_lo), float(p.loss_hi)), (float(p.N_opt_lo), float(p.N_opt_hi))
-    return HoldoutCheck(
-        **base,
-        predicted_loss=float(p.loss), loss_interval=loss_int, observed_loss=observed.loss,
-        observed_loss_interval=observed.loss_interval, loss_error=float(p.loss) / observed.loss - 1,
-        predicted_n_opt=float(p.N_opt), n_opt_interval=n_int, observed_n_opt=observed.n_opt,
-        observed_n_opt_interval=observed.n_opt_interval, n_opt_error=float(p.N_opt) / observed.n_opt - 1,
-        covered={"loss": _inside(observed.loss, loss_int), "n_opt": _inside(observed.n_opt, n_int)},
-        reason=observed.reason,
-    )
+        return [HoldoutCheck(method=approach.name, budget=o.budget, fitted_budgets=fitted,
+                             reason=f"cannot fit the other budgets: {exc}") for o in observed]
+    table = result.predict([o.budget for o in observed])
+    checks = []
+    for o, p in zip(observed, table.itertuples(), strict=True):
+        loss_int, n_int = (float(p.loss_lo), float(p.loss_hi)), (float(p.N_opt_lo), float(p.N_opt_hi))
+        checks.append(HoldoutCheck(
+            method=approach.name, budget=o.budget, fitted_budgets=fitted,
+            predicted_loss=float(p.loss), loss_interval=loss_int, observed_loss=o.loss,
+            observed_loss_interval=o.loss_interval, loss_error=float(p.loss) / o.loss - 1,
+            predicted_n_opt=float(p.N_opt), n_opt_interval=n_int, observed_n_opt=o.n_opt,
+            observed_n_opt_interval=o.n_opt_interval, n_opt_error=float(p.N_opt) / o.n_opt - 1,
+            covered={"loss": _inside(o.loss, loss_int), "n_opt": _inside(o.n_opt, n_int)},
+            reason=o.reason,
+        ))
+    return checks
 
 
-def run_checks(tasks: Sequence[tuple[Fitter, Runs, np.ndarray, Observed]], workers: int = 1) -> list[HoldoutCheck]:
-    """``check(*task)`` for every task, in order; with ``workers`` > 1 in that many worker
-    processes (each refit is independent, and leave-one-budget-out over every method is most
+Task = tuple[Fitter, Runs, np.ndarray, np.ndarray, Sequence[Observed]]
+
+
+def run_checks(tasks: Sequence[Task], workers: int = 1) -> list[list[HoldoutCheck]]:
+    """``check_many(*task)`` for every task, in order; with ``workers`` > 1 in that many worker
+    processes (each refit is independent, and refitting every method on every split is most
     of a sweep's fitting time). The results are the same either way."""
     if workers <= 1 or len(tasks) < 2:
-        return [check(*task) for task in tasks]
+        return [check_many(*task) for task in tasks]
     with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(_check_task, tasks))
 
 
-def _check_task(task: tuple[Fitter, Runs, np.ndarray, Observed]) -> HoldoutCheck:
-    return check(*task)
+def _check_task(task: Task) -> list[HoldoutCheck]:
+    return check_many(*task)
+
+
+def splits(runs: Runs, budgets: np.ndarray, which: Any, observed: Sequence[Observed]) -> list[tuple[np.ndarray, list[Observed]]]:
+    """(runs to fit, budgets to predict) pairs: each observed budget alone left out, or with
+    "forward" each split C_k (from the FORWARD_MIN-th budget) fitting the budgets up to C_k and
+    predicting every larger observed one."""
+    if which != "forward":
+        return [(budgets != o.budget, [o]) for o in observed]
+    unique = sorted(float(b) for b in np.unique(budgets))
+    out = []
+    for upto in unique[FORWARD_MIN - 1 : -1]:
+        later = [o for o in observed if o.budget > upto]
+        if later:
+            out.append((budgets <= upto, later))
+    return out
 
 
 def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curve: str, bootstrap: int,
                    seed: int | None, level: float, workers: int = 1) -> dict[str, list[HoldoutCheck]]:
-    """Every approach's checks for the budgets ``which`` selects (see ``select_budgets``).
+    """Every approach's checks for the budgets ``which`` selects (see ``select_budgets``);
+    "forward" fits the budgets up to each C_k and predicts every larger one (``splits``).
 
-    With "each", only budgets whose own profile has an interior minimum are checked: the
-    others have no observed optimum to compare with.
+    With "each" and "forward", only budgets whose own profile has an interior minimum are
+    checked: the others have no observed optimum to compare with.
     """
     budgets, chosen = select_budgets(runs, which)
     observed = [observe(runs, budgets, b, curve=curve, bootstrap=bootstrap, seed=seed, level=level) for b in chosen]
-    if which == "each":
+    if which in ("each", "forward"):
         observed = [o for o in observed if o.reason is None]
         if not observed:
-            raise FitInputError("holdout='each': no budget's IsoFLOP profile has an interior minimum to compare "
+            raise FitInputError(f"holdout={which!r}: no budget's IsoFLOP profile has an interior minimum to compare "
                                 "with; add sizes around each budget's optimum")
-    done = iter(run_checks([(a, runs, budgets, o) for a in approaches for o in observed], workers))
-    return {a.name: [next(done) for _ in observed] for a in approaches}
+    parts = splits(runs, budgets, which, observed)
+    done = iter(run_checks([(a, runs, budgets, keep, later) for a in approaches for keep, later in parts], workers))
+    return {a.name: [c for _ in parts for c in next(done)] for a in approaches}
 
 
 def holdout_json(checks: Sequence[HoldoutCheck]) -> dict[str, Any] | list[dict[str, Any]]:
@@ -214,7 +248,9 @@ def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]
     rows = []
     for method, items in checks.items():
         for c in items:
-            rows.append([method, fmt.flops(c.budget),
+            reach = (f" from <= {fmt.flops(max(c.fitted_budgets))}"
+                     if c.fitted_budgets and max(c.fitted_budgets) < c.budget else "")
+            rows.append([method, fmt.flops(c.budget) + reach,
                          fmt.with_interval(c.predicted_n_opt, *c.n_opt_interval, fmt=fmt.count),
                          fmt.with_interval(c.observed_n_opt, *c.observed_n_opt_interval, fmt=fmt.count),
                          fmt.percent(c.n_opt_error), _yes_no(c.covered["n_opt"]),

@@ -9,9 +9,10 @@ the best few distinct optima of that grid (``starts``) rather than the 4500 grid
 On the full data this warm start reaches the same optimum as the full grid (a test checks
 it), and it is what lets 4000 resamples finish in seconds.
 
-``ParametricResult`` is the result of both Approach 3 variants (this module's and
-``vpnls.py``'s): the law's own IsoFLOP profiles, frontier and loss surface. Whether the
-batched L-BFGS converged (on the full data and in every resample) is a diagnostic.
+``ParametricResult`` is the result of every law over (N, D) (this module's, and those
+``projection.py`` fits: its ``form`` gives the loss and frontier): the law's own IsoFLOP
+profiles, frontier and loss surface. Whether the batched L-BFGS converged (on the full data
+and in every resample) is a diagnostic.
 """
 
 from __future__ import annotations

@@ -27,9 +27,15 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.error_law import fit_error_law, plot_error_law
-from flops_fit.fitting.figures import forest, headline, holdout_figure
+from flops_fit.fitting.figures import (
+    chaining_figure,
+    forest,
+    headline,
+    holdout_figure,
+    method_colours,
+)
 from flops_fit.fitting.focus import FOCUS_LABELS
-from flops_fit.fitting.forecast import CANDIDATE_HEADERS, candidate_rows
+from flops_fit.fitting.forecast import CANDIDATE_HEADERS, CHAIN_HEADERS, candidate_rows, chain_rows
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, holdout_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
@@ -60,6 +66,9 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     target = float(target) if target else default_target(runs)
     figure = _Figures(plot_dir, out.parent)
     body = [_answer(fitted, runs, target)]
+    forecast = getattr(fitted, "forecast", None)
+    if forecast is not None:
+        body.append(_chaining_section(forecast, figure, plot_dir))
     body.append("<h2 id='headline'>The fit at a glance</h2>")
     body.append(figure.embed(headline(results, target, plot_dir / "headline", ("png", "svg")),
                              "Left: each budget's runs, the fitted profiles and their minima. Middle and right: "
@@ -68,7 +77,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     body.append(figure.embed(forest(results, plot_dir / "exponent_a", ("png", "svg")),
                              "The exponent a of N_opt ~ C^a by method, with intervals."))
     if fitted.holdout:
-        body.append(_holdout_section(fitted.holdout, figure, plot_dir))
+        body.append(_holdout_section(fitted.holdout, figure, plot_dir, method_colours(results)))
     errors = _error_section(runs, figure, plot_dir, target)
     if errors:
         body.append(errors)
@@ -115,6 +124,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
                      + _e("; ".join(misses) if misses else
                           "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
+    parts += _reach_note(runs)
     warnings = important_warnings(fitted)
     if warnings:
         shown = "".join(f"<li class=warn>{_e(w)}</li>" for w in warnings[:TOP_WARNINGS])
@@ -124,6 +134,19 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     if fitted.skipped:
         parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
     return "\n".join(parts)
+
+
+def _reach_note(runs: Any) -> list[str]:
+    """Runs whose rate a tuned law gave beyond its tune's grid, or its centre rule gave past its
+    reach, as their ``lr_source`` says (``sweeps.tuned``): listed, with the factors."""
+    sources = runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
+    beyond = sorted({s for s in sources if "beyond" in s and s.startswith(("tuned:", "centre:"))})
+    if not beyond:
+        return []
+    count = sum(1 for s in sources if s in beyond)
+    return [f"<p class=warn><b>Learning rates beyond the tune</b>: {count} of {len(runs)} runs took their rate "
+            "from a tuned law past its tune's grid (or, past its reach, from the tune's centre rule):</p>",
+            "<ul>" + "".join(f"<li class=warn>{_e(s)}</li>" for s in beyond) + "</ul>"]
 
 
 def _error_section(runs: Any, figure: _Figures, plot_dir: Path, target: float) -> str:
@@ -148,20 +171,44 @@ def _error_section(runs: Any, figure: _Figures, plot_dir: Path, target: float) -
 
 
 def _forecast(f: Any) -> str:
-    """The forecast first: the answer of the (method, scale) that forecast best, and the scores."""
+    """The forecast first: the answer of the candidate that extrapolated best, and its interval's sources."""
     value = ", ".join([f"N_opt {fmt.with_interval(*f.n_opt, fmt=fmt.count)} parameters",
                        f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} tokens",
                        f"loss {fmt.with_interval(*f.loss, fmt=_loss)}"])
+    ext = f.parts.get("extrapolation", {})
+    boot, forms = f.parts.get("bootstrap", {}), f.parts.get("forms", {})
     return "\n".join([
-        f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs</h2>",
+        f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs ({f.ratio:.3g}x the largest budget)</h2>",
         f"<p class=lead><b>{_e(value)}</b></p>",
         f"<p>From <b>{_e(f.method)}</b>{_focus_note(f.focus)} on <b>{_e(SCALES[f.scale])}</b>: of every method on "
-        "every scale, the one "
-        f"whose leave-one-budget-out forecasts came truest (each budget with an interior minimum held out in turn, "
-        f"{f.folds} budgets): mean loss error {100 * f.cv_loss_error:.2f}%, mean N_opt error "
-        f"{100 * f.cv_n_opt_error:.1f}%.</p>",
-        "<details><summary>Every method and scale, cross-validated</summary>",
+        "every scale, the one whose forecasts came truest where they extrapolated furthest (forward chaining: fit the "
+        f"budgets up to each one, predict the larger ones; scored on the {f.predictions} predictions at "
+        f"{f.score_cutoff:.3g}x or more beyond their fit): mean loss error {100 * f.loss_error:.2f}%, mean N_opt error "
+        f"{100 * f.n_opt_error:.1f}% (<a href='#chaining'>details</a>).</p>",
+        f"<p>The {100 * f.level:g}% interval combines what is not known: the bootstrap (loss "
+        f"{_span(boot.get('loss'), _loss)}, N_opt {_span(boot.get('n_opt'), fmt.count)}), the spread of the "
+        f"{f.parts.get('near', 1)} law forms that forecast comparably (loss {_span(forms.get('loss'), _loss)}, N_opt "
+        f"{_span(forms.get('n_opt'), fmt.count)}) and the extrapolation error forward chaining measured, grown to "
+        f"{f.ratio:.3g}x (&plusmn;{100 * ext.get('loss', np.nan):.1f}% on the loss, &plusmn;"
+        f"{100 * ext.get('n_opt', np.nan):.0f}% on N_opt).</p>",
+        "<details><summary>Every method and scale, forward-chained</summary>",
         _table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])
+
+
+def _span(bounds: Any, f) -> str:
+    return "-" if not bounds else f"[{f(bounds[0])}, {f(bounds[1])}]"
+
+
+def _chaining_section(f: Any, figure: _Figures, plot_dir: Path) -> str:
+    chosen = [r for r in f.records if (r.method, r.scale, r.focus) == (f.method, f.scale, f.focus)]
+    return "\n".join([
+        "<h2 id='chaining'>How far the forecast's law extrapolates: forward chaining</h2>",
+        "<p>Each point: the law fitted to the budgets up to C_k, predicting a larger budget C's IsoFLOP minimum. "
+        "The error grows with the reach; its trend, carried to the target's ratio, is the interval's extrapolation "
+        "part.</p>",
+        figure.embed(chaining_figure(f, plot_dir / "chaining", ("png", "svg")),
+                     "Error against the ratio C / C_k, the chosen candidate in red, the comparable forms in grey."),
+        _table(CHAIN_HEADERS, chain_rows(chosen, f))])
 
 
 def _focus_note(focus: str | None) -> str:
@@ -228,10 +275,11 @@ def important_warnings(fitted: Any) -> list[str]:
     return out
 
 
-def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path) -> str:
+def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path,
+                     colours: Mapping[str, str]) -> str:
     parts = ["<h2 id='holdout'>Held-out check</h2>",
-             "<p>Each method was fitted again without the held-out budget's runs; its prediction for that "
-             "budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
+             "<p>Each method was fitted again without the held-out budget's runs (with forward chaining, on "
+             "the budgets up to each split, predicting every larger one); its prediction for that budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
              "runs resampled). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
              "observed value lies inside the predicted interval.</p>",
              _table(HOLDOUT_HEADERS, holdout_rows(checks))]
@@ -239,10 +287,24 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot
                       if c.reason})
     if reasons:
         parts.append("<ul>" + "".join(f"<li class=warn>{_e(r)}</li>" for r in reasons) + "</ul>")
-    parts.append(figure.embed(holdout_figure(checks, plot_dir / "holdout", ("png", "svg")),
+    furthest = {m: _furthest(items) for m, items in checks.items()}
+    forward = any(len(furthest[m]) < len(items) for m, items in checks.items())
+    parts.append(figure.embed(holdout_figure(furthest, plot_dir / "holdout", ("png", "svg"), colours),
                               "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
-                              "intervals, grey bands the observed ones."))
+                              "intervals, grey bands the observed ones."
+                              + (" Forward chaining: each budget's prediction from the fewest budgets fitted."
+                                 if forward else "")))
     return "\n".join(parts)
+
+
+def _furthest(items: Sequence[Any]) -> list[Any]:
+    """Per held-out budget, the check fitted on the fewest budgets (forward chaining predicts a
+    budget from every earlier split; the figure shows the furthest reach)."""
+    best: dict[float, Any] = {}
+    for c in items:
+        if c.budget not in best or len(c.fitted_budgets) < len(best[c.budget].fitted_budgets):
+            best[c.budget] = c
+    return list(best.values())
 
 
 def _section(result: Any, figure: _Figures, plot_dir: Path, target: float, budgets) -> str:

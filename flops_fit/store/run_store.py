@@ -3,6 +3,10 @@
 WAL journal, one transaction per write: a process killed at any instant leaves every
 committed run intact and no half-written row. One driver process writes; readers (the
 fitter, ``flops-fit status``) may read while it runs.
+
+An existing file is read first through a read-only connection (``check_store``): a damaged
+file, or an SQLite file that is not a store, is refused with a ``StoreError`` before anything
+writes into it, so whatever it still holds stays as it was.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -64,23 +69,84 @@ def _number(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def check_folder(out_dir: Path) -> Path:
-    """``out_dir`` unless it names an existing file (StoreError: a store needs a folder)."""
+@cache
+def _schema_columns() -> dict[str, frozenset[str]]:
+    """Each table of ``SCHEMA`` and its columns (the added ones aside: opening adds those)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(SCHEMA)
+        return {table: frozenset(row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (table,)))
+                for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        db.close()
+
+
+def check_store(path: Path) -> set[str]:
+    """The table names of the store file ``path``, read without writing a byte into it.
+
+    Raises ``StoreError`` for a file SQLite cannot read (random bytes, a truncated or
+    otherwise damaged file) and for an SQLite file that is not a flops-fit store; an empty
+    SQLite file (no tables) passes, for ``RunStore(create=True)`` to fill. The read-only
+    connection may create the WAL's side files; a refused file is left without them.
+    """
+    sides = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+    new_sides = [side for side in sides if not side.exists()]
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+            tables = {name: {row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (name,))}
+                      for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            db.close()
+    except sqlite3.OperationalError as exc:  # locked past the timeout, no permission to read
+        raise StoreError(f"cannot read the store {path} ({exc}): check that it is readable and that no other "
+                         "program holds it locked, then try again") from None
+    except sqlite3.DatabaseError as exc:  # not a database, malformed pages
+        problems, tables = [str(exc)], {}
+    wrong = [f"no {table} table" if table not in tables else f"{table} lacks {', '.join(sorted(columns - tables[table]))}"
+             for table, columns in _schema_columns().items() if not columns <= tables.get(table, set())]
+    if problems == ["ok"] and (not tables or not wrong):
+        return set(tables)
+    for side in new_sides:
+        side.unlink(missing_ok=True)
+    untouched = "flops-fit wrote nothing into it"
+    if problems != ["ok"]:
+        raise StoreError(f"the store {path} is damaged ({' '.join(problems[0].split())[:200]}): restore it from a "
+                         f"backup, or move it away and run the sweep again into a new --out folder; {untouched}")
+    raise StoreError(f"{path} is an SQLite file but not a flops-fit store ({'; '.join(wrong)}): give a sweep's "
+                     f"output folder, or move the file away; {untouched}")
+
+
+def _not_a_file(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise StoreError(f"{out_dir} is an existing file, not a folder: choose a folder for the sweep's store")
+
+
+def check_folder(out_dir: Path) -> Path:
+    """``out_dir`` unless it names an existing file (a store needs a folder) or holds a
+    store that ``check_store`` refuses (StoreError)."""
+    _not_a_file(out_dir)
+    if (out_dir / STORE_NAME).exists():
+        check_store(out_dir / STORE_NAME)
     return out_dir
 
 
 class RunStore:
-    """Open (``create=True``: create) the store in ``out_dir``."""
+    """Open (``create=True``: create) the store in ``out_dir``; an existing file is checked
+    (``check_store``) before anything writes into it."""
 
     def __init__(self, out_dir: str | Path, *, create: bool = False) -> None:
         self.dir = Path(out_dir)
         self.path = self.dir / STORE_NAME
-        check_folder(self.dir)
-        if not self.path.exists():
-            if not create:
-                raise StoreError(f"no sweep store at {self.path}: run a sweep with --out {self.dir} first")
+        _not_a_file(self.dir)
+        if self.path.exists():
+            if not check_store(self.path) and not create:
+                raise StoreError(f"{self.path} holds no sweep yet (an empty store): run a sweep with --out "
+                                 f"{self.dir} first")
+        elif not create:
+            raise StoreError(f"no sweep store at {self.path}: run a sweep with --out {self.dir} first")
+        else:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")

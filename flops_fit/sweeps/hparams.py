@@ -13,7 +13,8 @@ rate across a sweep mis-tunes one end of every IsoFLOP curve and biases N* (Pori
 - ``"constant"``: lr = base_lr for every size.
 - ``"tuned"``: the law a ``flops-fit tune`` fitted (``tuned`` names its folder or its
   ``hparams.json``; ``sweeps.tuned``), planned per run from its width (or parameters),
-  tokens and batch by the planner. ``hparams = "DIR"`` is the short form.
+  tokens and batch by the planner. ``hparams = "DIR"`` is the short form. ``reach`` and
+  ``beyond`` guard how far past the tune's grid the law is carried (``sweeps.tuned``).
 
 Both width rules read the width from the model's size parameter, so they need a model
 whose size is its width (the built-in ``gpt`` and ``vit`` are).
@@ -28,6 +29,7 @@ from typing import Any
 from flops_fit.errors import PlanError
 
 LR_RULES = ("marin", "inverse-width", "constant", "tuned")
+BEYOND = ("refuse", "centre", "extrapolate")  # a tuned law past `reach` of its grid: what the planner does
 WIDTH_PARAMS = ("width", "d_model", "hidden", "hidden_size", "n_embd", "embed_dim", "dim")
 
 
@@ -63,6 +65,10 @@ class HyperParams:
     grad_clip: float = 1.0
     divergence_factor: float = 3.0
     tuned: str | None = None  # lr_rule "tuned": a `flops-fit tune` output folder (or its hparams.json)
+    # How far past its tune's grid (a factor in tokens, width or parameters, FLOPs, batch) a tuned law
+    # is used, and what happens beyond: refuse to plan, the tune's centre rule, or extrapolate anyway.
+    reach: float = 4.0
+    beyond: str = "refuse"
 
     def __post_init__(self) -> None:
         if not isinstance(self.lr_rule, str) or self.lr_rule not in LR_RULES:
@@ -73,6 +79,10 @@ class HyperParams:
             raise PlanError("lr_rule 'tuned' goes with tuned = \"DIR\" (a `flops-fit tune` output folder), and "
                             f"tuned with lr_rule 'tuned' (got lr_rule {self.lr_rule!r}, tuned {self.tuned!r}); "
                             "hparams = \"DIR\" sets both")
+        _in_range(self.reach, "reach", 1, math.inf, ">= 1 (a factor beyond the tune's grid)")
+        if self.beyond not in BEYOND:
+            raise PlanError(f"beyond must be one of {BEYOND} (what a tuned law does past its reach), "
+                            f"got {self.beyond!r}")
         if self.lr is not None:
             _in_range(self.lr, "lr", 0, math.inf, "positive (or leave it out for the per-size rule)", low_open=True)
         _in_range(self.base_lr, "base_lr", 0, math.inf, "positive", low_open=True)

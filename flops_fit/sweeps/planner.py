@@ -27,7 +27,7 @@ from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.schedules import cooldown_steps
-from flops_fit.sweeps.tuned import TunedLaw
+from flops_fit.sweeps.tuned import TunedLaw, guarded_rates, short_source, sources_header
 from flops_fit.sweeps.wsd import executed_flops
 from flops_fit.tables import format_table
 
@@ -116,14 +116,9 @@ class Plan:
                 f"each run): {sizes} stable runs branch {len(self.runs)} cooldowns; the same grid with cosine "
                 f"schedules costs {self.cosine_flops:.3e} FLOPs, so WSD saves {self.saved_fraction:.0%}"
             )
-        tuned = sorted({r.lr_source.partition(":")[2] for r in self.runs if r.lr_source.startswith("tuned:")})
-        if tuned:
-            law = TunedLaw.load(tuned[0])
-            head += f"\nlearning rates from the tuned law in {', '.join(tuned)}: {law.describe()}"
-            if law.batch_law is not None:
-                head += f"; batch per budget from B* = {law.batch_law[0]:.4g} * C^{law.batch_law[1]:.3g}"
-            if self.options.schedule == "wsd":
-                head += " (a WSD family shares one rate: the law's at the geometric mean of its branches' tokens)"
+        head += sources_header({r.lr_source for r in self.runs})
+        if self.options.schedule == "wsd" and any(r.lr_source.startswith("tuned:") for r in self.runs):
+            head += "\n  (a WSD family shares one rate: the law's at the geometric mean of its branches' tokens)"
         return head + "\n" + format_table(self.rows(), headers)
 
     def __str__(self) -> str:
@@ -141,11 +136,6 @@ class Plan:
     def run(self, out_dir: str | Path, **options: Any) -> SweepResult:
         """Run this plan as a sweep into ``out_dir``; ``options`` are ``run_plan``'s."""
         return run_plan(self, out_dir, **options)
-
-
-def short_source(source: str) -> str:
-    """``RunSpec.lr_source`` for a table cell: "tuned" for a law (the header names its file)."""
-    return "tuned" if source.startswith("tuned:") else source.removeprefix("tune:")
 
 
 def _duration(seconds: float) -> str:
@@ -333,7 +323,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     # A WSD family shares its warmup: set by its shortest branch, so no branch warms up
     # for more than its share of steps.
     shortest = {i: min(steps for _, j, _, steps in grid_runs if j == i) for _, i, _, _ in grid_runs}
-    rates = _rates(hparams, law, grid_runs, grid, options, width_like, model, batches)
+    rates, sources = _rates(hparams, law, grid_runs, grid, options, width_like, model, batches, entry)
     beta2 = _beta2(hparams, law, batch_size)
     runs: list[RunSpec] = []
     for budget, i, tokens, steps in grid_runs:
@@ -344,7 +334,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             loss=loss, budget=budget, tokens=tokens, batch_size=batches[budget], seq_len=seq_len, steps=steps,
             params=grid.params[i], flops_per_unit=grid.flops_per_unit(i),
             flops_accounting=options.flops_accounting,
-            lr=rates[(budget, i)], lr_source=hparams.source(),
+            lr=rates[(budget, i)], lr_source=sources.get((budget, i), hparams.source()),
             warmup_steps=warmup, min_lr_ratio=hparams.min_lr_ratio,
             weight_decay=hparams.weight_decay, beta1=hparams.beta1, beta2=beta2, eps=hparams.eps,
             grad_clip=hparams.grad_clip, seed=options.seed, eval_split=options.eval_split,
@@ -362,23 +352,28 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
 
 
 def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int, int, int]], grid: _SizeGrid,
-           options: SweepOptions, width_like: bool, model: str,
-           batches: dict[float, int]) -> dict[tuple[float, int], float]:
-    """Each run's peak learning rate, keyed by (budget, size index): from the rule, or from a
-    tuned law (``sweeps.tuned``) at the run's width (or parameters), tokens and batch. Under
-    WSD a family (one size at one batch) shares its stable phase, so it shares one rate: the
-    law's at the geometric mean of its branches' token counts."""
+           options: SweepOptions, width_like: bool, model: str, batches: dict[float, int],
+           entry: Any) -> tuple[dict[tuple[float, int], float], dict[tuple[float, int], str]]:
+    """Each run's peak learning rate and its source, keyed by (budget, size index): from the
+    rule, or from a tuned law (``sweeps.tuned``, guarded on its reach) at the run's variables.
+    Under WSD a family (one size at one batch) shares its stable phase, so it shares one rate:
+    the law's at the geometric mean of its branches' token counts."""
     if law is None:
         return {(b, i): hparams.learning_rate(grid.sizes[i] if width_like else None, options.batch_size, model)
-                for b, i, _, _ in grid_runs}
+                for b, i, _, _ in grid_runs}, {}
     tokens = {(b, i): float(t) for b, i, t, _ in grid_runs}
     if options.schedule == "wsd":
         for family in {(i, batches[b]) for b, i, _, _ in grid_runs}:
             mine = [k for k in tokens if (k[1], batches[k[0]]) == family]
             mean = math.exp(sum(math.log(tokens[k]) for k in mine) / len(mine))
             tokens.update(dict.fromkeys(mine, mean))
-    scale = {i: float(grid.sizes[i] if law.scale == "width" else grid.params[i]) for _, i, _, _ in grid_runs}
-    return {k: law.rate(scale[k[1]], tokens[k], batches[k[0]]) for k in tokens}
+    values = {}
+    for (b, i), t in tokens.items():
+        embedding = entry.embedding_param_count(grid.sizes[i], **options.model_config) or 0
+        values[(b, i)] = {"tokens": t, "params": float(grid.params[i]), "nonembedding": float(grid.params[i] - embedding),
+                          "flops": grid.flops_per_unit(i) * t,
+                          "batch": float(batches[b]), **({"width": float(grid.sizes[i])} if width_like else {})}
+    return guarded_rates(law, hparams, values, model)
 
 
 def _law(hparams: Any, width_like: bool, model: str, batch_size: int) -> TunedLaw:

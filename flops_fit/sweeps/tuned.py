@@ -1,25 +1,39 @@
-"""A tuned learning-rate law, read from ``hparams.json`` (what ``flops-fit tune`` writes).
+"""A tuned learning-rate law, read from ``hparams.json`` (what ``flops-fit tune`` writes), and
+the guard on how far the planner may carry it.
 
-The law is Marin's form, lr* = m * tokens^-a * scale^-b * batch^c, where the scale is the
-model's width when its size is a width and its parameter count otherwise; where the tune
-swept batch sizes it also holds B*(C) = k * C^e. The planner reads it here (a layer below
-``flops_fit.tuning``, which fits it), so a sweep with ``hparams = "DIR"`` plans each run's
-rate from the tune in DIR.
+The law is a power law in some of a run's variables: Marin's form, lr* = m * tokens^-a *
+scale^-b * batch^c (the scale is the model's width when its size is a width, its parameter
+count otherwise), or the form the tune chose (``tuning.forms``: Bjorck's N and D, DeepSeek's
+C, Step Law's non-embedding N and D); where the tune swept batch sizes it also holds
+B*(C) = k * C^e. The planner reads it here (a layer below ``flops_fit.tuning``, which fits
+it), so a sweep with ``hparams = "DIR"`` plans each run's rate from the tune in DIR.
+
+A law is only known over its tune's grid. ``reach`` measures how far a run lies beyond it (the
+largest factor over tokens, width or parameters, FLOPs and batch), and ``guarded_rates``
+applies ``hparams.beyond`` past ``hparams.reach``: refuse, fall back to the tune's centre rule
+(scaled by the cells' median best multiplier of it), or extrapolate, saying so in each run's
+``lr_source``. A run beyond the grid in a variable whose exponent the tune did not identify
+(its interval crosses zero) says so too, whatever the factor.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import PlanError
+from flops_fit.sweeps.hparams import HyperParams
 
 HPARAMS_FILE = "hparams.json"
-FORMAT = "flops-fit-hparams/1"
+FORMAT = "flops-fit-hparams/2"  # what a tune writes; /1 (Marin's form only) still reads
+FORMATS = ("flops-fit-hparams/1", FORMAT)
 SCALES = ("width", "params")
+NAMES = {"tokens": "tokens", "width": "width", "params": "parameters", "nonembedding": "non-embedding parameters",
+         "flops": "FLOPs", "batch": "batch"}
+_V1 = (("a", "tokens", -1.0), ("b", None, -1.0), ("c", "batch", 1.0))  # v1 coefficient -> (variable, sign)
 
 
 def hparams_path(where: str | Path) -> Path:
@@ -28,22 +42,64 @@ def hparams_path(where: str | Path) -> Path:
     return where if where.suffix == ".json" else where / HPARAMS_FILE
 
 
+def _exponents(law: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
+    """Signed exponent (value, lo, hi) per variable, from either layout of the law."""
+    if law.get("exponents"):
+        return {v: (float(c["value"]), _num(c.get("lo")), _num(c.get("hi")))
+                for v, c in law["exponents"].items() if c.get("fitted", True)}
+    out = {}
+    for name, var, sign in _V1:
+        c = law["coefficients"].get(name)
+        if c is not None and c.get("fitted", True):
+            lo, hi = sorted((sign * _num(c.get("lo")), sign * _num(c.get("hi"))))
+            out[var or law["scale"]] = (sign * float(c["value"]), lo, hi)
+    return out
+
+
+def _num(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _range(data: dict[str, Any], scale: str) -> dict[str, tuple[float, float]]:
+    """Each variable's (min, max) over the cells the law was fitted on (none recorded: empty)."""
+    if data.get("range"):
+        return {v: (float(lo), float(hi)) for v, (lo, hi) in data["range"].items()}
+    cells = [c for c in data.get("cells") or [] if c.get("in_law", True)]
+    keys = {"tokens": "tokens", scale: "scale", "flops": "flops", "batch": "batch_size"}
+    return {v: (min(c[k] for c in cells), max(c[k] for c in cells)) for v, k in keys.items()
+            if cells and all(k in c for c in cells)}
+
+
+def _centre_ratio(data: dict[str, Any]) -> float | None:
+    """The median over the law's cells of lr* / the centre rule's rate (None: not recorded)."""
+    multipliers = sorted((data.get("tune") or {}).get("multipliers") or [])
+    ratios = sorted(c["lr_opt"] * multipliers[0] / sorted(c["rates"])[0]
+                    for c in data.get("cells") or [] if c.get("in_law") and c.get("reason") is None and c.get("rates"))
+    if not ratios or not multipliers:
+        return None
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else math.sqrt(ratios[mid - 1] * ratios[mid])
+
+
 @dataclass(frozen=True)
 class TunedLaw:
-    """The law of one tune: coefficients (point estimates), what it was tuned on, and the
-    near-optimal band (the median half-width, in log rate, of its cells' 0.5% bands)."""
+    """The law of one tune: lr = m * prod(v ** exponent), what it was tuned on (each variable's
+    range, the centre rule), and the near-optimal band (the median half-width, in log rate, of
+    its cells' 0.5% bands)."""
 
     path: str
     model: str
-    scale: str  # "width" or "params"
+    scale: str  # "width" or "params": how the tune measured a model's size
     m: float
-    a: float
-    b: float
-    c: float | None  # None: one batch size was tuned (``batch_size``), the law holds for it only
+    exponents: dict[str, tuple[float, float, float]]  # variable -> (signed exponent, lo, hi)
     batch_size: int
     beta2: float | None
     band: float
     batch_law: tuple[float, float] | None = None  # (k, e): B* = k * C^e
+    name: str = "marin"
+    range: dict[str, tuple[float, float]] = field(default_factory=dict)
+    centre: dict[str, Any] | None = None  # the tune's centre rule (HyperParams fields)
+    centre_ratio: float | None = None
 
     @classmethod
     def load(cls, where: str | Path) -> TunedLaw:
@@ -59,27 +115,34 @@ class TunedLaw:
 
     @classmethod
     def from_dict(cls, data: Any, path: str = "hparams.json") -> TunedLaw:
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in FORMATS:
             raise PlanError(f"hparams {path}: not a flops-fit tune's hparams.json (format {FORMAT!r} expected)")
         try:
             law = data["law"]
-            coef = {k: (None if law["coefficients"][k] is None else float(law["coefficients"][k]["value"]))
-                    for k in ("m", "a", "b", "c")}
             batch = data.get("batch_law")
-            out = cls(path=path, model=str(data["model"]), scale=str(law["scale"]), m=coef["m"], a=coef["a"],
-                      b=coef["b"], c=coef["c"], batch_size=int(data["setup"]["batch_size"]),
+            m = law["m"] if "m" in law else law["coefficients"]["m"]
+            out = cls(path=path, model=str(data["model"]), scale=str(law["scale"]), m=float(m["value"]),
+                      exponents=_exponents(law), batch_size=int(data["setup"]["batch_size"]),
                       beta2=None if data.get("beta2") is None else float(data["beta2"]), band=float(law["band"]),
-                      batch_law=None if batch is None else (float(batch["k"]), float(batch["e"])))
-        except (KeyError, TypeError, ValueError) as exc:
+                      batch_law=None if batch is None else (float(batch["k"]), float(batch["e"])),
+                      name=str(law.get("name", "marin")), range=_range(data, str(law["scale"])),
+                      centre=(data["setup"].get("hparams")), centre_ratio=_centre_ratio(data))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise PlanError(f"hparams {path}: missing or malformed entry {exc}; run `flops-fit tune` again") from None
-        if out.scale not in SCALES or not (out.m > 0 and all(math.isfinite(v) for v in (out.m, out.a, out.b))):
+        if out.scale not in SCALES or not (out.m > 0 and all(math.isfinite(e[0]) for e in out.exponents.values())) \
+                or not set(out.exponents) <= set(NAMES):
             raise PlanError(f"hparams {path}: the law's scale or coefficients are invalid; run `flops-fit tune` again")
         return out
 
-    def rate(self, scale: float, tokens: float, batch_size: int) -> float:
-        """lr* for one run: ``scale`` is its width (or parameters, per ``self.scale``)."""
-        value = self.m * tokens ** -self.a * scale ** -self.b
-        return value * batch_size ** self.c if self.c is not None else value
+    @property
+    def c(self) -> float | None:
+        """The batch exponent (None: the law holds at its one tuned batch size)."""
+        return self.exponents["batch"][0] if "batch" in self.exponents else None
+
+    def rate(self, values: dict[str, float]) -> float:
+        """lr* for one run from its variables (``width``, ``params``, ``nonembedding``, ``tokens``,
+        ``flops``, ``batch``: those the law uses)."""
+        return self.m * math.prod(values[v] ** e for v, (e, _, _) in self.exponents.items())
 
     def batch(self, flops: float) -> int:
         """B*(C) rounded to a whole number of sequences (the batch law is required)."""
@@ -96,7 +159,99 @@ class TunedLaw:
                             f"{batch_size}: use batch_size = {self.batch_size}, or tune several batch sizes "
                             f"(--batch-sizes) so the law learns how the rate moves with the batch")
 
+    def unidentified(self) -> list[str]:
+        """Variables whose exponent's interval crosses zero (or was not measured)."""
+        return [v for v, (_, lo, hi) in self.exponents.items()
+                if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 <= hi]
+
+    def reach(self, values: dict[str, float]) -> dict[str, float]:
+        """How far beyond the tune's grid a run lies, per variable: factors above 1 only."""
+        checked = {*self.exponents, "tokens", self.scale, "batch"}
+        out = {}
+        for v in checked & set(self.range) & set(values):
+            lo, hi = self.range[v]
+            factor = max(values[v] / hi, lo / values[v]) if lo > 0 else values[v] / hi
+            if factor > 1 + 1e-9:
+                out[v] = factor
+        return out
+
     def describe(self) -> str:
         """The law as a formula with its numbers."""
-        batch = f" * batch^{self.c:.3g}" if self.c is not None else f" (batch {self.batch_size})"
-        return f"lr = {self.m:.4g} * tokens^{-self.a:.3g} * {self.scale}^{-self.b:.3g}{batch}"
+        terms = "".join(f" * {v}^{e:.3g}" for v, (e, _, _) in self.exponents.items())
+        batch = "" if "batch" in self.exponents else f" (batch {self.batch_size})"
+        return f"lr = {self.m:.4g}{terms}{batch}" + ("" if self.name == "marin" else f" ({self.name}'s form)")
+
+
+def _factors(reach: dict[str, float]) -> str:
+    return ", ".join(f"{NAMES[v]} x{f:.3g}" for v, f in sorted(reach.items(), key=lambda kv: -kv[1]))
+
+
+def guarded_rates(law: TunedLaw, hparams: HyperParams, values: dict[Any, dict[str, float]],
+                  model: str) -> tuple[dict[Any, float], dict[Any, str]]:
+    """Each run's rate and ``lr_source`` (keys of ``values``: the planner's runs): the law's
+    within ``hparams.reach`` of its grid; beyond it, ``hparams.beyond`` decides (PlanError for
+    "refuse", naming the run, the factors and the options)."""
+    rates, sources = {}, {}
+    source = hparams.source()
+    shaky = set(law.unidentified())
+    for key, vals in values.items():
+        reach = law.reach(vals)
+        worst = max(reach.values(), default=1.0)
+        notes = [f"beyond the tune: {_factors(reach)}"] if reach else []
+        blind = sorted(shaky & set(reach))
+        if blind:
+            notes.append("exponent not identified for " + ", ".join(NAMES[v] for v in blind))
+        if worst <= hparams.reach or hparams.beyond == "extrapolate":
+            rates[key] = law.rate(vals)
+            sources[key] = source + (f" ({'; '.join(notes)})" if notes else "")
+        elif hparams.beyond == "refuse":
+            raise PlanError(
+                f"a run ({', '.join(f'{NAMES[v]} {vals[v]:.4g}' for v in sorted(reach))}) lies beyond the tuned law's "
+                f"grid in {law.path} by {_factors(reach)}, past reach = {hparams.reach:g}: tune at larger budgets or "
+                f"sizes, or set [hparams] beyond = \"centre\" (the tune's centre rule) or \"extrapolate\"")
+        else:
+            rates[key], sources[key] = _centre(law, vals, model), (
+                f"centre:{law.centre.get('lr_rule')} x{law.centre_ratio:.3g} (beyond {source}: {_factors(reach)})")
+    return rates, sources
+
+
+def _centre(law: TunedLaw, values: dict[str, float], model: str) -> float:
+    """The tune's centre rule at this run, times the cells' median best multiplier of it."""
+    if not law.centre or law.centre_ratio is None:
+        raise PlanError(f"hparams {law.path} records no centre rule (written by hand?): use beyond = \"refuse\" or "
+                        f"\"extrapolate\", or tune again")
+    rule = HyperParams.from_dict({k: v for k, v in law.centre.items() if k in ("lr", "lr_rule", "base_lr", "base_width")})
+    return rule.learning_rate(values.get("width"), int(values["batch"]), model) * law.centre_ratio
+
+
+def sources_header(sources: set[str]) -> str:
+    """The plan's header lines for its runs' rate sources: the law (and how far it reaches)."""
+    tuned = sorted({s.partition(":")[2].partition(" (")[0] for s in sources if s.startswith("tuned:")} |
+                   {s.partition("(beyond tuned:")[2].partition(":")[0] for s in sources if s.startswith("centre:")})
+    if not tuned:
+        return ""
+    try:
+        law = TunedLaw.load(tuned[0])
+    except PlanError:  # e.g. a tune's own held-out run ("tuned:holdout"): no law file to describe
+        return ""
+    head = f"\nlearning rates from the tuned law in {', '.join(tuned)}: {law.describe()}"
+    if law.batch_law is not None:
+        head += f"; batch per budget from B* = {law.batch_law[0]:.4g} * C^{law.batch_law[1]:.3g}"
+    notes = sorted({s.partition(" (")[2].rstrip(")") for s in sources if " (" in s})
+    for note in notes:
+        head += f"\n  {note}"
+    shaky = law.unidentified()
+    if shaky:
+        head += ("\n  the tune did not identify the exponent of " + ", ".join(NAMES[v] for v in shaky) +
+                 " (its interval crosses zero)")
+    return head
+
+
+def short_source(source: str) -> str:
+    """``RunSpec.lr_source`` for a table cell: "tuned" for a law (the header names its file),
+    "tuned*" beyond its grid, "centre" for the fallback."""
+    if source.startswith("tuned:"):
+        return "tuned*" if "beyond the tune" in source else "tuned"
+    if source.startswith("centre:"):
+        return "centre"
+    return source.removeprefix("tune:")

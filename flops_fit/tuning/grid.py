@@ -20,7 +20,12 @@ from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import Plan, plan
 
 DEFAULT_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
-DEFAULT_BUDGETS = 2
+# The default grid: 3 budgets from the sweep's smallest to SPAN times it (a factor sqrt(SPAN)
+# apart). Budgets a factor 2 apart cannot tell the tokens' exponent from zero (the GPT demo's
+# first tune: a in [-0.84, 1.26]); 8x separates it on synthetic cells with 10% noise
+# (tests/test_tune.py) and makes the sizes of a ladder span more widths.
+SPAN = 8.0
+DEFAULT_BUDGETS = 3
 
 
 def _positive_list(values: Any, name: str, kind: type = float) -> tuple:
@@ -38,9 +43,11 @@ def _positive_list(values: Any, name: str, kind: type = float) -> tuple:
 def check_grid(options: SweepOptions, budgets: Any, sizes: Any, multipliers: Any, batch_sizes: Any,
                beta2s: Any) -> dict[str, Any]:
     """The grid's settings, checked (OptionError naming the setting and the fix). ``budgets``:
-    how many of the sweep's smallest budgets (None: 2, or the sweep's one), or a list."""
+    how many of the sweep's smallest budgets, or a list (None: the sweep's smallest budget and
+    ``SPAN`` times it, ``DEFAULT_BUDGETS`` in all, evenly apart in log)."""
     if budgets is None:
-        budgets = min(DEFAULT_BUDGETS, len(options.budgets))
+        low = min(options.budgets)
+        budgets = [float(f"{low * SPAN ** (k / (DEFAULT_BUDGETS - 1)):.3g}") for k in range(DEFAULT_BUDGETS)]
     if isinstance(budgets, int) and not isinstance(budgets, bool):
         if not 1 <= budgets <= len(options.budgets):
             raise OptionError(f"budgets must count 1 to {len(options.budgets)} of the sweep's smallest budgets "

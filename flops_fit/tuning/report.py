@@ -13,6 +13,7 @@ import numpy as np
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.plots import colours, new_figure, save_figure
 from flops_fit.fitting.report import _PAGE, _e, _Figures, _table
+from flops_fit.tuning.forms import form_rows
 
 FORMATS = ("png", "svg")
 
@@ -95,6 +96,12 @@ def plot_law(result: Any, stem: Path) -> list[Path]:
     return save_figure(fig, stem, FORMATS)
 
 
+def _chosen(result: Any) -> str:
+    """The law the planner uses: Marin's with its intervals, or the chosen form's."""
+    chosen = result.data.get("chosen", "marin")
+    return result.law.describe() if chosen == "marin" or not result.forms else result.forms[chosen].describe()
+
+
 def write_tune_report(result: Any, out: Path) -> Path:
     """``out/report.html`` with its plots in ``out/report_plots``."""
     path = out / "report.html"
@@ -119,17 +126,35 @@ def write_tune_report(result: Any, out: Path) -> Path:
         f"{len(data['tune']['multipliers'])} multipliers of the sweep's rate ({_e(data['setup']['centre'])}): "
         f"{', '.join(f'{m:g}' for m in data['tune']['multipliers'])}.</p>",
         "<h2 id='law'>The law</h2>",
-        f"<p><b>{_e(result.law.describe())}</b>; rms residual {law['rms_log']:.3f} in log lr over "
+        f"<p><b>{_e(_chosen(result))}</b>; rms residual {law['rms_log']:.3f} in log lr over "
         f"{law['cells']} cells; near-optimal band (loss within {100 * data['tune']['band']:g}% of a cell's best): "
         f"x{math.exp(law['band']):.2f} either side of lr* (median over cells); beta2 {data['beta2']:g}.</p>",
         _table(["coefficient", "estimate", "95% interval"], rows),
     ]
     body += [f"<p class=warn>{_e(n)}</p>" for n in law["notes"]]
+    if result.forms:
+        body += ["<h2 id='forms'>Law forms</h2>",
+                 "<p>Each form fitted to the cells' optima; an exponent is identified when its 95% interval excludes "
+                 f"zero and is at most {data['identified_width']:g} wide. Held out: fitted without the largest "
+                 "budget's cells, the loss their parabolas give at the predicted rate above their best.</p>",
+                 _table(["form", "exponent of", "estimate [95%]", "identified", "held out"], form_rows(result.forms)),
+                 f"<p><b>Chosen: {_e(data['chosen_because'])}</b></p>"]
+        body += [f"<p class=warn>{_e(n)}: exponents NOT identified: {_e(', '.join(f.unidentified))}</p>"
+                 for n, f in result.forms.items() if f.unidentified]
     if data.get("batch_law"):
         b = data["batch_law"]
         body.append(f"<p>Batch-size law: B* = {b['k']:.4g} * C^{b['e']:.3g} [{b['e_lo']:.3g}, {b['e_hi']:.3g}] "
                     f"over {b['cells']} cells.</p>")
-    if data.get("holdout"):
+    if data.get("holdout") and data["holdout"].get("kind") == "beyond":
+        h = data["holdout"]
+        body += ["<h2 id='holdout'>Held-out check beyond the grid</h2>",
+                 f"<p>A cell {h['tokens_factor']:.2f}x further in tokens than any cell of the grid (size {h['size']}, "
+                 f"{fmt.count(h['tokens'])} tokens), trained at the law's rate {h['predicted_lr']:.3g} times "
+                 f"{', '.join(f'{m:g}' for m in h['multipliers'])}: losses "
+                 f"{', '.join(f'{v:.4f}' for v in h['losses'])}. At the law's own rate {h['loss']:.4f} against the "
+                 f"best {h['best_loss']:.4f}: {100 * h['excess']:+.2f}% (goal: within 0.5%, "
+                 f"<b>{'met' if h['within_goal'] else 'missed'}</b>).</p>"]
+    elif data.get("holdout"):
         h = data["holdout"]
         body += ["<h2 id='holdout'>Held-out check</h2>",
                  f"<p>The law fitted without the largest cell (size {h['size']}, {fmt.count(h['tokens'])} tokens) "

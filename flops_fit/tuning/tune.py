@@ -11,7 +11,6 @@ trains that cell once at the rate the law predicts (its own one-run sweep in
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import math
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit._version import __version__
-from flops_fit.errors import FitInputError, OptionError
+from flops_fit.errors import FitInputError, FlopsFitError, OptionError
 from flops_fit.files import write_atomically
 from flops_fit.fitting import formatting as fmt
 from flops_fit.plugin import api
@@ -34,15 +33,17 @@ from flops_fit.sweeps.driver import run_plan
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import Plan
+from flops_fit.sweeps.planner import plan as plan_sweep
 from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE
 from flops_fit.tables import format_table
 from flops_fit.tuning.cells import BAND, CellFit, fit_cell
+from flops_fit.tuning.forms import MAX_WIDTH, FormFit, Point, choose, fit_forms, form_rows
 from flops_fit.tuning.grid import DEFAULT_MULTIPLIERS, check_grid, tune_plan
+from flops_fit.tuning.heldout import GOAL, band_of, check_beyond, check_largest, law_from
 from flops_fit.tuning.law import LawFit, fit_batch_law, fit_law
 from flops_fit.tuning.report import write_tune_report
 
-HOLDOUTS = ("largest",)
-GOAL = 0.005  # the held-out cell's loss at the predicted rate: within 0.5% of its best
+HOLDOUTS = ("largest", "beyond")
 
 
 @dataclass
@@ -58,6 +59,16 @@ class Cell:
     flops: float
     fit: CellFit
     specs: list[RunSpec]
+    width: float | None = None  # None: the model's size is not a width
+    nonembedding: float = 0.0  # parameters less the embedding's
+
+    def point(self, best_batch: bool = True) -> Point:
+        """The cell as the law's forms see it (``tuning.forms``)."""
+        values = {"tokens": float(self.tokens), "params": float(self.params), "flops": float(self.flops),
+                  "nonembedding": float(self.nonembedding or self.params), "batch": float(self.batch_size),
+                  **({"width": self.width or self.scale} if self.width or self.scale != self.params else {})}
+        budget = self.specs[0].budget if self.specs else self.flops
+        return Point(values, self.fit.lr_opt, self.fit.samples, budget, self.fit.loss_at, self.fit.loss_opt, best_batch)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -70,7 +81,8 @@ class Cell:
         return (budget, self.params, self.tokens)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"size": self.size, "params": self.params, "scale": self.scale, "tokens": self.tokens,
+        return {"size": self.size, "params": self.params, "nonembedding": self.nonembedding, "scale": self.scale,
+                "tokens": self.tokens,
                 "batch_size": self.batch_size, "beta2": self.beta2, "flops": self.flops, **self.fit.to_dict()}
 
 
@@ -83,6 +95,7 @@ class TuneResult:
     law: LawFit
     data: dict[str, Any]
     report: Path | None = None
+    forms: dict[str, FormFit] | None = None
 
     @property
     def hparams_path(self) -> Path:
@@ -101,9 +114,25 @@ class TuneResult:
                                      "best loss", "no optimum because"]),
                  f"law: {self.law.describe()} (rms {self.law.rms_log:.3f} in log lr over {self.law.cells} cells)"]
         lines += [f"  {n}" for n in self.law.notes]
+        if self.forms:
+            lines += ["law forms (95% intervals of the exponents; held out: fitted without the largest budget, "
+                      "the loss its cells' parabolas give at the predicted rate above their best):",
+                      format_table(form_rows(self.forms), ["form", "exponent of", "estimate [95%]", "identified",
+                                                           "held out"]),
+                      f"chosen: {self.data['chosen_because']}"]
+            shaky = [f"{n}: {', '.join(f.unidentified)}" for n, f in self.forms.items() if f.unidentified]
+            if shaky:
+                lines.append("NOT identified (interval crosses zero or wider than "
+                             f"{self.data['identified_width']:g}): " + "; ".join(shaky))
         if self.data.get("batch_law"):
             b = self.data["batch_law"]
             lines.append(f"batch law: B* = {b['k']:.4g} * C^{b['e']:.3g} [{b['e_lo']:.3g}, {b['e_hi']:.3g}]")
+        cover = self.data.get("coverage")
+        if cover:
+            lines.append(f"grid: sizes {cover['tune_sizes'][0]}-{cover['tune_sizes'][1]} and tokens "
+                         f"{cover['tune_tokens'][0]:,}-{cover['tune_tokens'][1]:,}; the sweep plans sizes "
+                         f"{cover['sweep_sizes'][0]}-{cover['sweep_sizes'][1]} and tokens {cover['sweep_tokens'][0]:,}-"
+                         f"{cover['sweep_tokens'][1]:,} (the planner guards how far past the grid the law goes)")
         if self.holdout:
             lines.append(describe_holdout(self.holdout))
         lines.append(f"wrote {self.hparams_path}" + (f" and {self.report}" if self.report else ""))
@@ -111,10 +140,17 @@ class TuneResult:
 
 
 def describe_holdout(h: dict[str, Any]) -> str:
+    verdict = f"{100 * h['excess']:+.2f}%, goal within {100 * GOAL:g}%: {'met' if h['within_goal'] else 'missed'}"
+    if h.get("kind") == "beyond":
+        rates = ", ".join(f"x{m:g} {v:.4f}" for m, v in zip(h["multipliers"], h["losses"]))
+        return (f"held-out cell beyond the grid (size {h['size']}, {h['tokens']:,} tokens: x{h['tokens_factor']:.2f} "
+                f"the grid's most): the law predicts lr {h['predicted_lr']:.3g}; loss at its multiples {rates}; "
+                f"at x1 {h['loss']:.4f} vs the best {h['best_loss']:.4f} ({verdict}); the cell's own optimum "
+                + (f"{h['cell_lr_opt']:.3g} (x{h['cell_lr_opt'] / h['predicted_lr']:.2f} the law's)"
+                   if h["cell_reason"] is None else f"not interior ({h['cell_reason']})"))
     return (f"held-out cell (size {h['size']}, {h['tokens']:,} tokens): law without it predicts lr {h['predicted_lr']:.3g} "
             f"(band [{h['band'][0]:.3g}, {h['band'][1]:.3g}]); loss there {h['loss']:.4f} vs the cell's best "
-            f"{h['best_loss']:.4f} ({100 * h['excess']:+.2f}%, goal within {100 * GOAL:g}%: "
-            f"{'met' if h['within_goal'] else 'missed'}); the cell's own optimum {h['cell_lr_opt']:.3g} is "
+            f"{h['best_loss']:.4f} ({verdict}); the cell's own optimum {h['cell_lr_opt']:.3g} is "
             f"{'inside' if h['optimum_in_band'] else 'outside'} the predicted band")
 
 
@@ -138,7 +174,7 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
          skip_preflight: bool = False, show_progress: bool = True, report: bool = True,
          host: Any = None) -> TuneResult:
     """Tune the learning rate of the sweep ``spec`` (a sweep file, its mapping, or
-    ``SweepOptions``): its runs at its ``budgets`` smallest budgets (default 2; or these budgets), on
+    ``SweepOptions``): its runs at its ``budgets`` smallest budgets (or these budgets; default: its smallest and 8x it, 3 in all), on
     ``sizes`` (default: every size planned there), each at every multiplier of its own rate
     (and each of ``batch_sizes`` / ``beta2s``). Writes ``out_dir/hparams.json`` and the report."""
     config = _config(spec)
@@ -156,14 +192,30 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
     run_plan(plan, out, resume=resume, **run)
     cells = collect_cells(out, plan, bootstrap=bootstrap, seed=seed, host=host)
     result = fit_tune(out, plan, cells, grid, bootstrap=bootstrap, seed=seed)
+    result.data["coverage"] = _coverage(config.options, [c for c in cells if c.fit.ok], host)
     if holdout:
-        result.data["holdout"] = check_holdout(out, plan, result, bootstrap=bootstrap, seed=seed,
-                                               resume_run=run)
+        check = check_largest if holdout == "largest" else check_beyond
+        result.data["holdout"] = check(out, plan, result, bootstrap=bootstrap, seed=seed, resume_run=run)
     text = json.dumps(fmt.json_safe(result.data), indent=2) + "\n"
     write_atomically(result.hparams_path, lambda path: path.write_text(text))
     if report:
         result.report = write_tune_report(result, out)
     return result
+
+
+def _coverage(options: SweepOptions, used: list[Cell], host: Any) -> dict[str, list[float]] | None:
+    """The sizes and tokens the sweep plans against those the law was tuned on (None: the
+    sweep does not plan on its own, e.g. its law is this very tune)."""
+    try:
+        sweep = plan_sweep(options, host=host)
+    except FlopsFitError:
+        return None
+    if not used:
+        return None
+    return {"sweep_sizes": [min(r.size for r in sweep.runs), max(r.size for r in sweep.runs)],
+            "tune_sizes": [min(c.size for c in used), max(c.size for c in used)],
+            "sweep_tokens": [min(r.tokens for r in sweep.runs), max(r.tokens for r in sweep.runs)],
+            "tune_tokens": [min(c.tokens for c in used), max(c.tokens for c in used)]}
 
 
 def collect_cells(out: Path, plan: Plan, *, bootstrap: int, seed: int, host: Any = None) -> list[Cell]:
@@ -182,7 +234,8 @@ def collect_cells(out: Path, plan: Plan, *, bootstrap: int, seed: int, host: Any
         losses = [float(loss.get(s.run_id, math.nan)) for s in specs]
         first = specs[0]
         cells.append(Cell(size, first.params, float(size if width_like else first.params), tokens, batch, beta2,
-                          first.flops, fit_cell(rates, losses, bootstrap=bootstrap, seed=seed), specs))
+                          first.flops, fit_cell(rates, losses, bootstrap=bootstrap, seed=seed), specs,
+                          float(size) if width_like else None, float(first.params - (first.embedding_params or 0))))
     return cells
 
 
@@ -197,20 +250,6 @@ def _best_beta2(cells: list[Cell]) -> float:
 
 def _law_cells(cells: list[Cell], beta2: float) -> list[Cell]:
     return [c for c in cells if c.beta2 == beta2 and c.fit.ok]
-
-
-def law_from(cells: list[Cell], *, scale: str, batch_swept: bool, bootstrap: int, seed: int):
-    if not cells:
-        raise FitInputError("no cell has its best rate inside the multipliers: widen them (the report and "
-                            "`flops-fit status` show each cell's losses)")
-    return fit_law([c.scale for c in cells], [c.tokens for c in cells], [c.batch_size for c in cells],
-                   [c.fit.lr_opt for c in cells], [c.fit.samples for c in cells], scale=scale,
-                   bootstrap=bootstrap, seed=seed, batch_swept=batch_swept)
-
-
-def _band(cells: list[Cell]) -> float:
-    """The median half-width, in log rate, of the cells' near-optimal bands."""
-    return float(np.median([math.log(c.fit.band_hi / c.fit.lr_opt) for c in cells]))
 
 
 def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, bootstrap: int,
@@ -234,6 +273,8 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
                 best[c.key] = c
         batch_law = fit_batch_law([c.flops for c in best.values()], [c.batch_size for c in best.values()],
                                   bootstrap=bootstrap, seed=seed)
+    forms = _forms(used, law, scale, batch_swept, bootstrap, seed)
+    chosen, because = choose(forms)
     options = plan.options
     data = {
         "format": FORMAT, "model": options.model, "dataset": options.dataset,
@@ -246,44 +287,49 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
                  "batch_sizes": grid["batch_sizes"] and list(grid["batch_sizes"]),
                  "beta2s": grid["beta2s"] and list(grid["beta2s"]), "bootstrap": bootstrap, "seed": seed,
                  "band": BAND},
-        "law": {**law.to_dict(), "band": _band(used)},
+        "law": {**_law_dict(law, forms[chosen], scale), "band": band_of(used)},
+        "chosen": chosen, "chosen_because": because, "identified_width": MAX_WIDTH,
+        "forms": {n: f.to_dict() for n, f in forms.items()},
+        "range": _ranges(used),
         "batch_law": batch_law,
         "beta2": beta2,
         "cells": [c.to_dict() | {"in_law": c in used} for c in cells],
         "holdout": None,
     }
-    return TuneResult(out, cells, law, data)
+    return TuneResult(out, cells, law, data, forms=forms)
 
 
-def check_holdout(out: Path, plan: Plan, result: TuneResult, *, bootstrap: int, seed: int,
-                  resume_run: dict[str, Any]) -> dict[str, Any]:
-    """Fit the law without the largest cell (the largest size at the largest budget), train that
-    cell once at the predicted rate, and compare with the best loss of the cell's own runs."""
-    used = [c for c in result.cells if c.fit.ok and c.beta2 == result.data["beta2"]]
-    keys = sorted({c.key for c in used}, key=lambda k: next(c.largeness for c in used if c.key == k))
-    if len(keys) < 3:
-        raise FitInputError(f"holdout='largest' needs at least 3 cells with an interior optimum besides none held "
-                            f"out (found {len(keys)}): tune at more sizes or budgets")
-    held = keys[-1]
-    rest = [c for c in used if c.key != held]
-    target = min((c for c in used if c.key == held), key=lambda c: c.fit.best_loss)
-    law, _ = law_from(rest, scale=result.law.scale, batch_swept=result.law.coefficients["c"] is not None,
-                      bootstrap=bootstrap, seed=seed)
-    predicted = law.rate(target.scale, target.tokens, target.batch_size)
-    half = _band(rest)
-    band = (predicted * math.exp(-half), predicted * math.exp(half))
-    base = target.specs[0]
-    spec = dataclasses.replace(base, lr=predicted, lr_source="tuned:holdout (the law fitted without this cell)",
-                               run_id="")
-    folder = out / f"holdout-{spec.run_id[:8]}"
-    single = Plan([spec], plan.options, plan.unit, plan.throughput, {spec.run_id: plan.memory.get(base.run_id)})
-    run_plan(single, folder, resume=True, **resume_run)
-    with RunStore(folder) as store:
-        loss = float(store.runs_frame().loss.iloc[0])
-    best = target.fit.best_loss
-    return {"size": target.size, "params": target.params, "tokens": target.tokens,
-            "batch_size": target.batch_size, "law": law.to_dict(), "predicted_lr": predicted, "band": list(band),
-            "loss": loss, "best_loss": best, "excess": (loss - best) / best, "within_goal": (loss - best) / best <= GOAL,
-            "parabola_loss": target.fit.loss_at(predicted), "cell_lr_opt": target.fit.lr_opt,
-            "optimum_in_band": band[0] <= target.fit.lr_opt <= band[1], "run_id": spec.run_id,
-            "folder": folder.name}
+def _forms(used: list[Cell], law: LawFit, scale: str, batch_swept: bool, bootstrap: int,
+           seed: int) -> dict[str, FormFit]:
+    """Each form of the law (``tuning.forms``) on these cells; where batches were swept the
+    forms without a batch term see each (size, tokens)'s best batch only."""
+    best: dict[tuple[int, int], Cell] = {}
+    for c in used:
+        if c.key not in best or c.fit.loss_opt < best[c.key].fit.loss_opt:
+            best[c.key] = c
+    points = [c.point(best_batch=best[c.key] is c) for c in used]
+
+    def refit(subset: list[Point]) -> LawFit:
+        return fit_law([p.values[scale] for p in subset], [p.values["tokens"] for p in subset],
+                       [p.values["batch"] for p in subset], [p.lr_opt for p in subset], [p.samples for p in subset],
+                       scale=scale, bootstrap=0, batch_swept=batch_swept)[0]
+
+    return fit_forms(points, law, refit, batch_swept=batch_swept, bootstrap=bootstrap, seed=seed)
+
+
+def _law_dict(law: LawFit, form: FormFit, scale: str) -> dict[str, Any]:
+    """hparams.json's law: Marin's coefficients (a, b, c), or the chosen form's; signed
+    exponents per variable either way (what ``sweeps.tuned`` plans from)."""
+    described = form.to_dict()
+    if form.name == "marin":
+        return {**law.to_dict(), "name": "marin", "exponents": described["exponents"]}
+    return {"name": form.name, "form": described["form"], "scale": scale, "m": described["m"],
+            "coefficients": {"m": described["m"], **described["exponents"]}, "exponents": described["exponents"],
+            "cells": form.cells, "rms_log": form.rms_log, "notes": form.notes}
+
+
+def _ranges(used: list[Cell]) -> dict[str, list[float]]:
+    """Each variable's [min, max] over the law's cells: how far the planner may carry it."""
+    points = [c.point() for c in used]
+    return {v: [min(p.values[v] for p in points), max(p.values[v] for p in points)]
+            for v in points[0].values if all(v in p.values for p in points)}

@@ -19,7 +19,3 @@ class MLPLanguageModel(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def build(width: int, vocab_size: int = 64) -> MLPLanguageModel:
-    return MLPLanguageModel(width, vocab_size)

@@ -1,4 +1,4 @@
-"""Hook implementations: metadata and lazy references only (no torch import here)."""
+"""Hook implementations: metadata and lazy references only (torch is imported only inside ``build``)."""
 
 import flops_fit
 
@@ -20,22 +20,19 @@ def training_flops(width: int, vocab_size: int = 64, **config) -> float:
     return 3.0 * forward
 
 
+@flops_fit.model_family(task=flops_fit.TASK_CAUSAL_LM, default_datasets=("modular-sequences",))
+def build(width: int, vocab_size: int = 64, **config):
+    """Builder of mlp-lm: torch is imported here, when a model is built, not when the plugin loads."""
+    from flops_fit_example.model import MLPLanguageModel
+
+    return MLPLanguageModel(width, vocab_size)
+
+
 @flops_fit.hookimpl
 def register_models(register):
-    register(flops_fit.ModelEntry(
-        "mlp-lm",
-        description="Next-token MLP language model (example plugin)",
-        builder="flops_fit_example.model:build",
-        size_param="width",
-        valid_sizes=valid_sizes,
-        param_count=param_count,
-        training_flops=training_flops,
-        flops_unit="token",
-        task=flops_fit.TASK_CAUSAL_LM,
-        default_loss="next-token",
-        default_datasets=("modular-sequences",),
-        defaults={"vocab_size": 64},
-    ))
+    # the builder reference "flops_fit_example.plugin:build" and the sizing functions above
+    # are read by model_family; the task sets flops_unit "token" and default_loss "next-token"
+    register(build.entry("mlp-lm", "Next-token MLP language model (example plugin)", defaults={"vocab_size": 64}))
 
 
 @flops_fit.hookimpl

@@ -1,0 +1,123 @@
+"""The guard on a tuned law's reach (sweeps.tuned): a run within `reach` of the tune's grid takes
+the law's rate, beyond it the planner refuses, falls back to the tune's centre rule or
+extrapolates (hparams.beyond), and says by what factor; an exponent the tune did not identify is
+never extrapolated silently. Laws are written by hand here, not by the code under test."""
+
+import json
+
+import pytest
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.errors import PlanError
+
+MODEL = {"n_layer": 1, "n_head": 1}
+# At batch 8 x 16 the planner gives width 8 21,696 tokens at 4e8 FLOPs, 86,800 at 1.6e9 and
+# 173,600 at 3.2e9 (6N + attention FLOPs per token; checked below).
+TOKENS_8 = {4e8: 21696, 1.6e9: 86800, 3.2e9: 173600}
+
+
+def write_law(folder, tokens_interval=(-0.3, -0.1)):
+    """lr = 0.5 tokens^-0.2 width^-1, tuned on tokens 8,000-22,000 and widths 8-16 at batch 8,
+    around the inverse-width rule (0.01 x 8 / width) whose cells' best was half of it."""
+    centre = {"lr": None, "lr_rule": "inverse-width", "base_lr": 0.01, "base_width": 8}
+    cells = [{"size": w, "scale": float(w), "tokens": t, "batch_size": 8, "flops": 1.0, "in_law": True,
+              "reason": None, "rates": [0.01 * 8 / w * m for m in (0.5, 1, 2)], "lr_opt": 0.005 * 8 / w}
+             for w, t in ((8, 22000), (16, 8000))]
+    data = {"format": "flops-fit-hparams/1", "model": "gpt", "beta2": 0.99,
+            "setup": {"batch_size": 8, "hparams": centre}, "tune": {"multipliers": [0.5, 1, 2]}, "cells": cells,
+            "law": {"scale": "width", "band": 0.3, "coefficients": {
+                "m": {"value": 0.5, "lo": 0.1, "hi": 1.0, "fitted": True},
+                "a": {"value": 0.2, "lo": -tokens_interval[1], "hi": -tokens_interval[0], "fitted": True},
+                "b": {"value": 1.0, "lo": 0.8, "hi": 1.2, "fitted": True}, "c": None}}}
+    folder.mkdir(exist_ok=True)
+    (folder / "hparams.json").write_text(json.dumps(data))
+    return folder
+
+
+def plan(folder, budget, **hparams):
+    return flops_fit.plan(model="gpt", budgets=[budget], sizes=[8, 12, 16], seq_len=16, batch_size=8, min_steps=5,
+                          model_config=MODEL, hparams={"tuned": str(folder), **hparams})
+
+
+def test_within_the_grid_runs_take_the_law_and_say_nothing_more(tmp_path):
+    folder = write_law(tmp_path / "t")
+    p = plan(folder, 4e8)
+    assert next(r.tokens for r in p.runs if r.size == 8) == TOKENS_8[4e8]
+    for r in p.runs:
+        assert r.lr == pytest.approx(0.5 * r.tokens ** -0.2 / r.size, rel=1e-9)
+        assert r.lr_source == f"tuned:{folder}"
+
+
+def test_past_reach_the_planner_refuses_by_default_naming_the_factor(tmp_path):
+    folder = write_law(tmp_path / "t")
+    factor = TOKENS_8[3.2e9] / 22000  # 7.9: width 8's tokens over the grid's most
+    with pytest.raises(PlanError, match=rf"beyond the tuned law's grid .* by tokens x{factor:.3g}.*past reach = 4"):
+        plan(folder, 3.2e9)
+
+
+def test_within_reach_but_beyond_the_grid_the_factor_is_said(tmp_path):
+    folder = write_law(tmp_path / "t")
+    p = plan(folder, 1.6e9)
+    run = next(r for r in p.runs if r.size == 8)
+    assert run.tokens == TOKENS_8[1.6e9]
+    assert run.lr == pytest.approx(0.5 * run.tokens ** -0.2 / 8, rel=1e-9)
+    assert run.lr_source == f"tuned:{folder} (beyond the tune: tokens x{TOKENS_8[1.6e9] / 22000:.3g})"
+    assert f"beyond the tune: tokens x{TOKENS_8[1.6e9] / 22000:.3g}" in p.table()
+
+
+def test_beyond_centre_falls_back_to_the_tunes_centre_rule_times_its_best_multiplier(tmp_path):
+    folder = write_law(tmp_path / "t")
+    p = plan(folder, 3.2e9, beyond="centre")
+    for r in p.runs:
+        factor = r.tokens / 22000
+        if factor > 4:
+            assert r.lr == pytest.approx(0.01 * 8 / r.size * 0.5, rel=1e-9)  # inverse-width x the cells' 0.5
+            assert r.lr_source.startswith("centre:inverse-width x0.5 (beyond tuned:") and "tokens x" in r.lr_source
+        else:
+            assert r.lr == pytest.approx(0.5 * r.tokens ** -0.2 / r.size, rel=1e-9)
+    assert "centre" in p.table() and str(folder) in p.table()
+
+
+def test_beyond_extrapolate_uses_the_law_and_says_how_far(tmp_path):
+    folder = write_law(tmp_path / "t")
+    p = plan(folder, 3.2e9, beyond="extrapolate", reach=2.0)
+    run = next(r for r in p.runs if r.size == 8)
+    assert run.lr == pytest.approx(0.5 * TOKENS_8[3.2e9] ** -0.2 / 8, rel=1e-9)
+    assert f"tokens x{TOKENS_8[3.2e9] / 22000:.3g}" in run.lr_source
+
+
+def test_an_exponent_not_identified_is_not_extrapolated_silently(tmp_path):
+    folder = write_law(tmp_path / "t", tokens_interval=(-0.3, 0.1))  # crosses zero
+    p = plan(folder, 1.6e9)
+    run = next(r for r in p.runs if r.size == 8)
+    assert "exponent not identified for tokens" in run.lr_source
+    assert "did not identify the exponent of tokens" in p.table()
+
+
+@pytest.mark.parametrize("hparams, message", [
+    ({"beyond": "ignore"}, "beyond must be one of ('refuse', 'centre', 'extrapolate')"),
+    ({"reach": 0.5}, "reach must be a number >= 1"),
+])
+def test_bad_guard_options_are_one_line(tmp_path, capsys, hparams, message):
+    folder = write_law(tmp_path / "t")
+    spec = tmp_path / "sweep.toml"
+    options = "\n".join(f"{k} = {json.dumps(v)}" for k, v in hparams.items())
+    spec.write_text(f'[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nsizes = [8, 12, 16]\nseq_len = 16\nbatch_size = 8\n'
+                    f'min_steps = 5\n[model]\nn_layer = 1\nn_head = 1\n[hparams]\ntuned = "{folder}"\n{options}\n')
+    code = main(["plan", str(spec)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_the_fit_report_lists_runs_whose_rate_came_from_beyond_the_tune():
+    import pandas as pd
+
+    from flops_fit.fitting.inputs import Runs
+    from flops_fit.fitting.report import _reach_note
+
+    sources = ["tuned:t", "tuned:t (beyond the tune: tokens x2.3)", "centre:marin x0.2 (beyond tuned:t: tokens x7.9)"]
+    text = "".join(_reach_note(Runs(pd.DataFrame({"lr_source": sources}), "a store")))
+    assert "2 of 3 runs took their rate from a tuned law past its tune's grid" in text
+    assert "tokens x2.3" in text and "tokens x7.9" in text
+    assert _reach_note(Runs(pd.DataFrame({"lr_source": ["tuned:t", "marin"]}), "a store")) == []
