@@ -50,6 +50,9 @@ def test_results_and_the_frame_for_fitting(store):
     fields = ["size", "params", "tokens", "flops", "budget", "loss"]
     assert [done[f] for f in fields] == [a.size, a.params, a.tokens, a.flops, a.budget, 2.5]
     assert done.curve == [[10, 3.0], [20, 2.7]]
+    assert done.schedule == {"schedule": a.schedule, "steps": a.steps, "warmup_steps": a.warmup_steps,
+                             "cooldown_start": a.cooldown_start, "cooldown_shape": a.cooldown_shape,
+                             "min_lr_ratio": a.min_lr_ratio, "batch_size": a.batch_size, "seq_len": a.seq_len}
     assert failed.status == "failed" and math.isnan(failed.loss) and failed.error == "diverged: boom"
     assert s.runs_frame(include_failed=False).run_id.tolist() == [a.run_id]
     assert [r.run_id for r in s.unfinished(plan)] == [r.run_id for r in plan.runs[2:]]

@@ -15,6 +15,7 @@ import numpy as np
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.compare import Comparison, compare_results
+from flops_fit.fitting.curve_law import CurveLaw
 from flops_fit.fitting.data_limit import DataLimited, check_unique_tokens
 from flops_fit.fitting.envelope import Envelope
 from flops_fit.fitting.fit_set import FitSet
@@ -33,7 +34,8 @@ from flops_fit.fitting.vpnls import Vpnls
 from flops_fit.tracking.base import log_fit, sweep_destination
 from flops_fit.tracking.options import Destination, destination, parse_tracking
 
-APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, Parametric, Vpnls, Interaction)}
+APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, Parametric, Vpnls, Interaction,
+                                                              CurveLaw)}
 METHODS = tuple(APPROACHES)  # the built-in methods' names
 LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col", "curve_col", "run_id_col",
                 "exclude_top", "flops_per_param_token")

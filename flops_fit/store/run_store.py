@@ -26,6 +26,9 @@ from flops_fit.store.runs import RunResult, RunSpec
 
 STORE_NAME = "runs.sqlite"
 FINAL = ("done", "failed")  # statuses that resuming never repeats
+# A run's spec fields that give its learning rate at every step (``sweeps.schedules``).
+SCHEDULE_FIELDS = ("schedule", "steps", "warmup_steps", "cooldown_start", "cooldown_shape", "min_lr_ratio",
+                   "batch_size", "seq_len")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -273,8 +276,10 @@ class RunStore:
 
     def runs_frame(self, include_failed: bool = True):
         """One row per finished run: run_id, model, size, params, tokens, flops, budget, loss,
-        status, curve, plus error, steps, tokens_planned, lr (and lr_source: where it came from), timings, bpb (held-out bits per
-        byte), top1_error (held-out top-1 error of image classifiers), epochs (tokens trained / unique tokens), the other scales
+        status, curve, plus error, steps, tokens_planned, lr (and lr_source: where it came from; ``schedule``: the
+        fields that set its learning rate at each step, for laws of the whole curve), timings, bpb (held-out bits per
+        byte), top1_error (held-out top-1 error of image classifiers), epochs (tokens trained / unique tokens), the
+        other scales
         (embedding_params, non_embedding_flops_per_unit) and model_config. Failed runs have loss NaN, runs without bits per byte bpb NaN;
         ``include_failed=False`` leaves failed runs out."""
         import pandas as pd
@@ -288,7 +293,7 @@ class RunStore:
         ).fetchall()
         columns = ["run_id", "model", "size", "params", "tokens", "flops", "budget", "loss", "status", "curve",
                    "error", "steps", "tokens_planned", "lr", "timings", "bpb", "embedding_params",
-                   "non_embedding_flops_per_unit", "model_config", "top1_error", "lr_source", "epochs"]
+                   "non_embedding_flops_per_unit", "model_config", "top1_error", "lr_source", "epochs", "schedule"]
         records = []
         for row in rows:
             r = dict(zip(columns[:13], row[:13], strict=True))
@@ -304,5 +309,6 @@ class RunStore:
             r["top1_error"] = math.nan if row[16] is None else row[16]
             r["lr_source"] = row[17] or ""
             r["epochs"] = math.nan if row[18] is None else row[18]
+            r["schedule"] = {k: spec.get(k) for k in SCHEDULE_FIELDS}
             records.append(r)
         return pd.DataFrame.from_records(records, columns=columns)
