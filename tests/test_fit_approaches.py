@@ -73,10 +73,16 @@ def test_a_registered_approach_is_fitted_checked_and_reported(monkeypatch, tmp_p
 def test_every_result_draws_its_own_profiles(method):
     from matplotlib.figure import Figure
 
-    fitted = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, curve_points=10, seed=1),
-                 method=method, bootstrap=0)
+    if method == "curve":  # the whole-curve law needs each run's learning-rate schedule: a sweep of its own
+        from tests.test_fit_curve_law import synthetic_sweep
+
+        runs = synthetic_sweep()
+    else:
+        runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, curve_points=10, seed=1)
+    fitted = fit(runs, method=method, bootstrap=0)
     ax = Figure().add_subplot()
     fitted.draw_profiles(ax)
-    assert ax.get_xscale() == "log" and ax.get_ylabel() == "loss (nats)" and ax.get_title()
+    ylabel = "training loss" if method == "curve" else "loss (nats)"  # the curve law draws the training curves
+    assert ax.get_xscale() == "log" and ax.get_ylabel() == ylabel and ax.get_title()
     # Points (runs and minima, or the fitted envelope points) and lines (fitted profiles, or curves).
     assert len(ax.collections) >= 1 and len(ax.lines) >= 3

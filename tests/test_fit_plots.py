@@ -128,11 +128,14 @@ def test_the_figures_draw_every_fitted_method_in_its_own_colour(fitted, held_out
     from flops_fit.fitting import APPROACHES
     from flops_fit.fitting.figures import forest, headline, holdout_figure, method_colours
 
-    assert list(fitted.results) == list(APPROACHES)  # method="all": every registered method, interaction included
+    # method="all": every registered method, interaction included, but the curve law (it needs each run's
+    # learning-rate schedule, which a sweep's store has and a DataFrame does not)
+    fitted_here = [m for m in APPROACHES if m != "curve"]
+    assert list(fitted.results) == fitted_here and "curve" in fitted.skipped
     colours = method_colours(fitted.results)
-    assert len(set(colours.values())) == len(APPROACHES)
+    assert len(set(colours.values())) == len(fitted_here)
     checks = held_out.holdout
-    assert set(checks) == set(APPROACHES) - {"envelope"}  # the methods that need no training curves
+    assert set(checks) == set(fitted_here) - {"envelope"}  # the methods that need no training curves
     figures = [(headline(fitted.results, 1e22, tmp_path / "headline", ("svg",)), colours),
                (forest(fitted.results, tmp_path / "forest", ("svg",)), colours),
                (holdout_figure(checks, tmp_path / "holdout", ("svg",), colours), {m: colours[m] for m in checks})]
