@@ -10,7 +10,6 @@ trains on exactly the tokens the budget allows under the model's own FLOPs accou
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from flops_fit.store.runs import RunSpec
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
+from flops_fit.sweeps.size_grid import SizeGrid, refusal, too_few_sizes
 from flops_fit.sweeps.tuned import TunedLaw, guarded_rates, short_source, sources_header
 from flops_fit.tables import format_table
 from flops_fit.training.schedules import cooldown_steps
@@ -183,68 +183,6 @@ def _resolve_configs(
     return full_model, full_dataset, seq_len
 
 
-class _SizeGrid:
-    """Valid sizes with their analytic parameter counts and FLOPs per unit (cached)."""
-
-    def __init__(self, entry: ModelEntry, config: dict, max_size: int, accounting: str) -> None:
-        self.entry, self.config, self.accounting = entry, config, accounting
-        self.sizes = entry.sizes(1, max_size, **config)
-        if not self.sizes:
-            raise PlanError(f"model {entry.name!r} has no valid size in [1, {max_size}] with config {config}")
-        self.params = [entry.params(s, **config) for s in self.sizes]
-        if any(b <= a for a, b in zip(self.params, self.params[1:], strict=False)):
-            raise PlanError(f"model {entry.name!r}: parameter count does not grow with size")
-        self._flops_per_unit: dict[int, float] = {}
-
-    def flops_per_unit(self, i: int) -> float:
-        """Training FLOPs per token (or sample) of the i-th size, under the plan's accounting."""
-        if i not in self._flops_per_unit:
-            if self.accounting == "6nd":
-                self._flops_per_unit[i] = 6.0 * self.params[i]
-            else:
-                self._flops_per_unit[i] = self.entry.flops_per_unit(self.sizes[i], **self.config)
-        return self._flops_per_unit[i]
-
-    def nearest(self, params: float) -> int:
-        """Index of the size whose parameter count is nearest ``params`` in log space."""
-        j = bisect.bisect_left(self.params, params)
-        candidates = [k for k in (j - 1, j) if 0 <= k < len(self.sizes)]
-        return min(candidates, key=lambda k: abs(math.log(self.params[k] / params)))
-
-    def around(self, centre: float, span: float, count: int) -> list[int]:
-        """Up to ``count`` distinct sizes log-spaced over ``span`` around ``centre`` (params):
-        each target takes the nearest unused size within the span's ends."""
-        lo, hi = self.nearest(centre / math.sqrt(span)), self.nearest(centre * math.sqrt(span))
-        targets = [centre * span ** (k / (count - 1) - 0.5) for k in range(count)]
-        free, chosen = set(range(lo, hi + 1)), []
-        for t in targets:
-            if free:
-                best = min(free, key=lambda k: abs(math.log(self.params[k] / t)))
-                free.discard(best)
-                chosen.append(best)
-        return sorted(chosen)
-
-    def ladder(self, centre: float, span: float, count: int) -> list[int]:
-        """``count`` consecutive rungs of one ladder, centred on ``centre`` (params): rung k is
-        the size nearest ``params[0] * span ** (k / (count - 1))``, the same for every
-        budget, so neighbouring budgets share most of their sizes (a WSD sweep trains each
-        size's stable phase once for all of them). Rungs that snap to one size count once."""
-        step = math.log(span) / (count - 1)
-        first = round(math.log(centre / self.params[0]) / step - (count - 1) / 2)
-        return sorted({self.nearest(self.params[0] * math.exp((first + k) * step)) for k in range(count)})
-
-    def prior_optimum(self, budget: float, tokens_per_param: float) -> float:
-        """Parameters N with flops_per_unit(N) * tokens_per_param * N = budget (interpolated in log space)."""
-        costs = [self.flops_per_unit(i) * tokens_per_param * self.params[i] for i in range(len(self.sizes))]
-        j = bisect.bisect_left(costs, budget)
-        if j == 0:
-            return float(self.params[0])
-        if j == len(costs):
-            return float(self.params[-1])
-        t = math.log(budget / costs[j - 1]) / math.log(costs[j] / costs[j - 1])
-        return math.exp((1 - t) * math.log(self.params[j - 1]) + t * math.log(self.params[j]))
-
-
 def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: Any) -> Plan:
     """Plan an IsoFLOP sweep from ``SweepOptions`` (or its fields as keywords, which also
     override a given ``options``): for each budget, ``sizes_per_budget`` sizes spanning
@@ -278,7 +216,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     options = options.replace(dataset=dataset, loss=loss, seq_len=seq_len, model_config=model_config,
                               dataset_config=dataset_config, precision=precision)
     try:
-        grid = _SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
+        grid = SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
     except PlanError:
         raise
     except (ValueError, TypeError) as exc:  # the model's own checks of its configuration
@@ -314,10 +252,10 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             choose = grid.ladder if uses_ladder(options) else grid.around
             chosen = choose(centre, options.span, options.sizes_per_budget)
             if len(chosen) < 3:
-                raise PlanError(_too_few_sizes(budget, grid, centre, options, len(chosen)))
+                raise PlanError(too_few_sizes(budget, grid, centre, options, len(chosen)))
         feasible = [i for i in chosen if budget / grid.flops_per_unit(i) >= min_units]
         if len(feasible) < 3:
-            raise PlanError(_refusal(budget, grid, chosen, feasible, min_units, options))
+            raise PlanError(refusal(budget, grid, chosen, feasible, min_units, options))
         for i in feasible:
             tokens = int(budget / grid.flops_per_unit(i) / seq_len) * seq_len
             grid_runs.append((float(budget), i, tokens, -(-tokens // unit)))
@@ -353,7 +291,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs})
 
 
-def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int, int, int]], grid: _SizeGrid,
+def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int, int, int]], grid: SizeGrid,
            options: SweepOptions, width_like: bool, model: str, batches: dict[float, int],
            entry: Any) -> tuple[dict[tuple[float, int], float], dict[tuple[float, int], str]]:
     """Each run's peak learning rate and its source, keyed by (budget, size index): from the
@@ -409,44 +347,3 @@ def _schedule_fields(options: SweepOptions, steps: int, warmup: int, budget: flo
             f"at step {start}, inside the warmup ({warmup} steps); lower cooldown_fraction or warmup_fraction"
         )
     return {"schedule": "wsd", "cooldown_start": start, "cooldown_shape": options.cooldown_shape}
-
-
-def _round_up(value: float) -> str:
-    """``value`` rounded up to 3 significant digits, so a suggested budget is enough."""
-    exponent = math.floor(math.log10(value)) - 2
-    return f"{math.ceil(value / 10**exponent) * 10**exponent:.3g}"
-
-
-def _too_few_sizes(budget: float, grid: _SizeGrid, centre: float, options: SweepOptions, found: int) -> str:
-    span, tokens_per_param, model = options.span, options.tokens_per_param, options.model
-    where = (
-        f"budget {budget:.3g} FLOPs: the span of {span:g}x around its prior optimum ({centre:,.0f} params at "
-        f"{tokens_per_param:g} tokens/param) holds only {found} valid size(s) of model {model!r}"
-    )
-    low = grid.params[0] * math.sqrt(span)
-    if centre < low:
-        need = grid.flops_per_unit(grid.nearest(low)) * tokens_per_param * low
-        return f"{where}, next to its smallest size ({grid.params[0]:,} params); use budgets >= {_round_up(need)} FLOPs, a wider span, or pass sizes=[...]"
-    return f"{where}; widen span, or pass sizes=[...]"
-
-
-def _refusal(budget: float, grid: _SizeGrid, chosen: list[int], feasible: list[int], min_units: int,
-             options: SweepOptions) -> str:
-    """Why a budget cannot be swept, and the smallest budget that could."""
-    min_steps, batch_size, seq_len, model = options.min_steps, options.batch_size, options.seq_len, options.model
-    need_smallest = grid.flops_per_unit(0) * min_units
-    third = chosen[2] if len(chosen) >= 3 else min(2, len(grid.sizes) - 1)
-    need_three = grid.flops_per_unit(third) * min_units
-    how = f"{min_steps} steps x batch {batch_size} x seq_len {seq_len}"
-    if budget < need_smallest:
-        return (
-            f"budget {budget:.3g} FLOPs is too small for model {model!r}: its smallest size "
-            f"({grid.sizes[0]}, {grid.params[0]:,} params) needs {need_smallest:.3g} FLOPs for {how}; "
-            f"use budgets >= {_round_up(need_three)} FLOPs (3 sizes), or lower batch_size / min_steps"
-        )
-    return (
-        f"budget {budget:.3g} FLOPs leaves only {len(feasible)} of the planned sizes "
-        f"{[grid.sizes[i] for i in chosen]} with at least {how}; an IsoFLOP curve needs 3 or more. "
-        f"Raise the budget (>= {_round_up(need_three)} FLOPs fits 3 of them), lower span, "
-        f"batch_size or min_steps, or pass sizes=[...]"
-    )
