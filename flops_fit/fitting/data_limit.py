@@ -21,22 +21,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.approach import Approach
-from flops_fit.fitting.bootstrap import resample_weights
-from flops_fit.fitting.estimators import NM_MAXITER, Solution, fit_projection
+from flops_fit.fitting.estimators import Solution, fit_projection
 from flops_fit.fitting.focus import check_focus, focus_weights
 from flops_fit.fitting.forms import Chinchilla, Inputs
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws import frontier_exponents, law_loss
 from flops_fit.fitting.parametric import (
     ParametricResult,
-    convergence_report,
     law_columns,
     parametric_diagnostics,
 )
+from flops_fit.fitting.projection import ProjectionApproach
 from flops_fit.fitting.result import FitResult
 
 PAPER_R_STAR = 15.4  # Muennighoff et al. 2023's fitted decay constant for repeated data
@@ -103,7 +100,7 @@ def data_limited_loss(p: Mapping[str, Any], n: np.ndarray, d: np.ndarray) -> np.
     return DataLimitedForm().loss(p, {"n": n, "d": d})
 
 
-class DataLimited(Approach):
+class DataLimited(ProjectionApproach):
     """Approach 3 at the effective data of repeated tokens, by variable projection with bootstrap intervals."""
 
     name = "data-limited"
@@ -111,7 +108,7 @@ class DataLimited(Approach):
     options = ("focus", "unique_tokens")
 
     def __init__(self, *, unique_tokens: float | None = None, focus: str = "all", **settings: Any) -> None:
-        super().__init__(**settings)
+        super().__init__(focus=focus, **settings)
         if unique_tokens is None:
             raise FitInputError("the data-constrained law needs the dataset's unique tokens: fit(..., "
                                 "unique_tokens=U) (a sweep folder records them)")
@@ -133,16 +130,8 @@ class DataLimited(Approach):
             a, b = frontier_exponents(p["alpha"], p["beta"], rule.slope)  # the unconstrained law's
             return {**p, "a": a, "b": b, "U": np.full(len(solutions), self.unique), **rule.columns(len(solutions))}
 
-        samples, boot_status, boot_iterations = pd.DataFrame(), None, None
-        if self.bootstrap:
-            draws = resample_weights(log_n.size, self.bootstrap, self.seed) * weights
-            solved = [fit_projection(form, x, loss, w, start=est.theta, floor=floor) for w in draws]
-            samples = pd.DataFrame(unscale(solved))
-            boot_iterations = np.array([s.iterations for s in solved])
-            boot_status = np.array([s.status for s in solved])
+        samples, convergence, warnings = self.resampled(form, x, loss, weights, floor, est, unscale)
         params = {key: float(v[0]) for key, v in unscale([est]).items()}
-        convergence, warnings = convergence_report(est.status, est.iterations, NM_MAXITER, boot_status,
-                                                   boot_iterations, NM_MAXITER, "Nelder-Mead")
         if not repeated:
             warnings.append(f"no run trains on more than the {self.unique:,.0f} unique tokens: R* is not measured "
                             f"here and is fixed at Muennighoff et al.'s {PAPER_R_STAR}")

@@ -53,16 +53,8 @@ class ProjectionApproach(Approach):
             a, b = frontier_exponents(p["alpha"], p["beta"], rule.slope)
             return {**self.form.unscale(p, scale), "a": a, "b": b, **rule.columns(len(solutions))}
 
-        samples, boot_status, boot_iterations = pd.DataFrame(), None, None
-        if self.bootstrap:
-            draws = resample_weights(log_n.size, self.bootstrap, self.seed) * weights
-            solved = [fit_projection(self.form, x, loss, w, start=est.theta, floor=floor) for w in draws]
-            samples = pd.DataFrame(unscale(solved))
-            boot_iterations = np.array([s.iterations for s in solved])
-            boot_status = np.array([s.status for s in solved])
+        samples, convergence, warnings = self.resampled(self.form, x, loss, weights, floor, est, unscale)
         params = {key: float(v[0]) for key, v in unscale([est]).items()}
-        convergence, warnings = convergence_report(est.status, est.iterations, NM_MAXITER, boot_status,
-                                                   boot_iterations, NM_MAXITER, "Nelder-Mead")
         predicted = self.form.loss(params, {"n": np.exp(log_n), "d": np.exp(log_d)})
         diagnostics = parametric_diagnostics(runs, predicted, params, bounds=self.form.bounds,
                                              convergence=convergence, warnings=warnings)
@@ -72,6 +64,21 @@ class ProjectionApproach(Approach):
                            details={"search": f"grid {grid[0]:g}..{grid[-1]:.3g} step {grid[1] - grid[0]:.3g}, "
                                               "then Nelder-Mead",
                                     "form": self.form.name, "focus": self.focus, "bounds": list(self.form.bounds)})
+
+    def resampled(self, form: LawForm, x: dict[str, np.ndarray], loss: np.ndarray, weights: np.ndarray,
+                  floor: float, est: Solution, unscale) -> tuple[pd.DataFrame, dict[str, Any], list[str]]:
+        """The bootstrap: ``form`` refitted from the full fit's exponents on resampled run weights
+        (``unscale``d to parameter columns), and the optimiser's convergence report and warnings."""
+        samples, boot_status, boot_iterations = pd.DataFrame(), None, None
+        if self.bootstrap:
+            draws = resample_weights(loss.size, self.bootstrap, self.seed) * weights
+            solved = [fit_projection(form, x, loss, w, start=est.theta, floor=floor) for w in draws]
+            samples = pd.DataFrame(unscale(solved))
+            boot_iterations = np.array([s.iterations for s in solved])
+            boot_status = np.array([s.status for s in solved])
+        convergence, warnings = convergence_report(est.status, est.iterations, NM_MAXITER, boot_status,
+                                                   boot_iterations, NM_MAXITER, "Nelder-Mead")
+        return samples, convergence, warnings
 
 
 __all__ = ["ProjectionApproach"]
