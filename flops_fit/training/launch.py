@@ -89,6 +89,7 @@ def train_this_rank(task: RankTask, item: Any, progress: ProgressSink = ignore_p
     kind = FullyShardedRanks if spec.parallel == "fsdp" else ReplicatedRanks
     outcome = task(item, progress if rank == 0 else ignore_progress, kind(rank, world, local))
     if joined:  # not after an exception: leaving the group waits for ranks that may never come
+        dist.barrier()  # no rank tears gloo down while another is still in its last collective
         dist.destroy_process_group()
     return outcome if rank == 0 else None
 
