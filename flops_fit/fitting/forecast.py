@@ -194,19 +194,19 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
     best = min((c for c in scored if c.loss_error <= floor * (1 + TIE)), key=lambda c: _rank(c)[::-1])
     by_key = {(v.name, focus_of(v)): v for v in options}
     targets = np.asarray(targets, dtype=float)
+    scaled = rescale(runs, best.scale)
+    table = by_key[(best.method, best.focus)].fit(scaled).predict(targets)  # with its bootstrap
     near_tables = {}
-    for c in scored:  # the comparable forms' point forecasts at the targets
+    for c in scored:  # the comparable forms' point forecasts at the targets (the best's from its own fit)
         if c is best or c.loss_error <= max(floor * (1 + FORM_TOLERANCE), floor + FORM_POINTS):
             try:
-                scaled = rescale(runs, c.scale)
-                table = point(by_key[(c.method, c.focus)]).fit(scaled).predict(targets)
+                own = rescale(runs, c.scale)
+                found = table if c is best else point(by_key[(c.method, c.focus)]).fit(own).predict(targets)
             except FitInputError as exc:
                 c.reason = f"cannot fit all runs: {exc}"
                 continue
             c.near = True
-            near_tables[c.key] = (table["loss"].to_numpy(float), to_params(scaled, table["N_opt"].to_numpy(float)))
-    scaled = rescale(runs, best.scale)
-    table = by_key[(best.method, best.focus)].fit(scaled).predict(targets)
+            near_tables[c.key] = (found["loss"].to_numpy(float), to_params(own, found["N_opt"].to_numpy(float)))
     budgets, _ = budget_groups(runs)
     out = []
     for i, target in enumerate(targets):
