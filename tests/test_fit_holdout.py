@@ -90,7 +90,7 @@ def test_forward_chaining_fits_the_budgets_up_to_each_split_and_predicts_the_lar
     # one fit per split: both predictions from the first split come from the same law
     alone = fit(frame[frame.budget <= 1e18], method="isoflop", bootstrap=0).predict([1e19, 1e20])
     assert [c.predicted_loss for c in forward[:2]] == pytest.approx(list(alone["loss"]))
-    with pytest.raises(FitInputError, match="holdout='forward' fits at least 2 budgets and predicts a larger one"):
+    with pytest.raises(FitInputError, match="holdout='forward' fits at least 2 budgets and predicts a larger one.*hold out 'largest' or 'each' instead"):
         fit(frame[frame.budget <= 1e18], method="isoflop", bootstrap=0, holdout="forward")
 
 

@@ -88,7 +88,8 @@ def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
         raise FitInputError(f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}")
     if which == "forward" and len(unique) <= FORWARD_MIN:
         raise FitInputError(f"holdout='forward' fits at least {FORWARD_MIN} budgets and predicts a larger one: it needs "
-                            f"{FORWARD_MIN + 1} or more budgets; these runs have {len(unique)}")
+                            f"{FORWARD_MIN + 1} or more budgets; these runs have {len(unique)}: hold out 'largest' or 'each' "
+                            "instead (--holdout largest)")
     if which in CHOICES:
         return budgets, {"largest": unique[-1:], "each": unique, "forward": unique[FORWARD_MIN:]}[which]
     try:
