@@ -114,10 +114,31 @@ def test_the_fit_report_lists_runs_whose_rate_came_from_beyond_the_tune():
     import pandas as pd
 
     from flops_fit.fitting.inputs import Runs
-    from flops_fit.fitting.report import _reach_note
+    from flops_fit.fitting.rate_notes import reach_note
 
     sources = ["tuned:t", "tuned:t (beyond the tune: tokens x2.3)", "centre:marin x0.2 (beyond tuned:t: tokens x7.9)"]
-    text = "".join(_reach_note(Runs(pd.DataFrame({"lr_source": sources}), "a store")))
+    text = "".join(reach_note(Runs(pd.DataFrame({"lr_source": sources}), "a store")))
     assert "2 of 3 runs took their rate from a tuned law past its tune's grid" in text
     assert "tokens x2.3" in text and "tokens x7.9" in text
-    assert _reach_note(Runs(pd.DataFrame({"lr_source": ["tuned:t", "marin"]}), "a store")) == []
+    assert reach_note(Runs(pd.DataFrame({"lr_source": ["tuned:t", "marin"]}), "a store")) == []
+
+
+def test_the_forecast_says_how_far_its_target_carries_the_tuned_law(tmp_path):
+    """A tune's hparams.json records the most tokens it saw (range); the forecast's D_opt at the
+    target over it is the factor the report prints, and a forecast inside the tune says nothing."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from flops_fit.fitting.inputs import Runs
+    from flops_fit.fitting.rate_notes import target_rate_note
+
+    law = tmp_path / "hparams.json"
+    law.write_text(json.dumps({"format": "flops-fit-hparams/2", "range": {"tokens": [1000.0, 2.0e6]}}))
+    runs = Runs(pd.DataFrame({"lr_source": [f"tuned:{law}", f"tuned:{law} (beyond the tune: tokens x1.5)"]}),
+                "a store")
+    far = "".join(target_rate_note(runs, SimpleNamespace(d_opt=(5.0e7, 2.0e7, 1.0e8))))
+    assert "25x beyond the most tokens it was tuned on" in far and str(law) in far
+    assert target_rate_note(runs, SimpleNamespace(d_opt=(1.5e6, 1.0e6, 3.0e6))) == []
+    moved = Runs(pd.DataFrame({"lr_source": [f"tuned:{tmp_path / 'gone.json'}", "marin"]}), "a store")
+    assert target_rate_note(moved, SimpleNamespace(d_opt=(5.0e7, 2.0e7, 1.0e8))) == []

@@ -41,6 +41,7 @@ from flops_fit.fitting.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
 from flops_fit.fitting.profiles import budget_groups
+from flops_fit.fitting.rate_notes import reach_note, target_rate_note
 from flops_fit.fitting.scales import SCALES
 
 TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
@@ -116,6 +117,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     forecast = getattr(fitted, "forecast", None)
     if forecast is not None:
         parts.append(_forecast(forecast))
+        parts += target_rate_note(runs, forecast)
     parts += [f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs"
               f"{', by every method' if forecast is not None else ''}</h2>",
              f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
@@ -127,7 +129,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
                      + _e("; ".join(misses) if misses else
                           "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
-    parts += _reach_note(runs)
+    parts += reach_note(runs)
     warnings = important_warnings(fitted)
     if warnings:
         shown = "".join(f"<li class=warn>{_e(w)}</li>" for w in warnings[:TOP_WARNINGS])
@@ -137,19 +139,6 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     if fitted.skipped:
         parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
     return "\n".join(parts)
-
-
-def _reach_note(runs: Any) -> list[str]:
-    """Runs whose rate a tuned law gave beyond its tune's grid, or its centre rule gave past its
-    reach, as their ``lr_source`` says (``sweeps.tuned``): listed, with the factors."""
-    sources = runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
-    beyond = sorted({s for s in sources if "beyond" in s and s.startswith(("tuned:", "centre:"))})
-    if not beyond:
-        return []
-    count = sum(1 for s in sources if s in beyond)
-    return [f"<p class=warn><b>Learning rates beyond the tune</b>: {count} of {len(runs)} runs took their rate "
-            "from a tuned law past its tune's grid (or, past its reach, from the tune's centre rule):</p>",
-            "<ul>" + "".join(f"<li class=warn>{_e(s)}</li>" for s in beyond) + "</ul>"]
 
 
 def _inference_section(fitted: Any, tokens: float, target: float) -> str:

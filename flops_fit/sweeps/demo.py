@@ -85,7 +85,7 @@ DEMOS: dict[str, dict[str, Any]] = {
 # budgets spanning 8x (7e9-5.6e10, below the demo's largest) on widths 4, 10 and 24 (the demo's
 # run from 4 to 30): 6 cells, about the demo's FLOPs.
 DEMO_TUNES: dict[str, dict[str, Any]] = {
-    "gpt": {"hparams": {"lr_rule": "marin", "beta2": 0.995}, "budgets": [6e10, 1.2e11], "sizes": [6, 16, 40],
+    "gpt": {"hparams": {"lr_rule": "marin", "beta2": 0.995}, "budgets": [6e10, 1.7e11, 4.8e11], "sizes": [10, 26, 58],
             "multipliers": [1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2]},
     "vit": {"hparams": {"lr_rule": "inverse-width", "base_lr": 3e-3, "base_width": 64}, "budgets": [7e9, 2e10, 5.6e10],
             "sizes": [4, 10, 24], "multipliers": [0.25, 0.5, 1.0, 2.0, 4.0]},

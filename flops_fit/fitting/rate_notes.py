@@ -1,0 +1,54 @@
+"""What the report says about the runs' learning rates: the runs a tuned law gave a rate beyond
+its tune's grid, and how far training the forecast's model at the target would carry the law.
+
+A forecast comes true only if the target's runs train as well as the sweep's did; a rate
+extrapolated past the tune is the first thing that breaks that (the GPT demo's first law lost
+0.4-2.2% at its report's target against the simple rule it replaced)."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from flops_fit.fitting import formatting as fmt
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def reach_note(runs: Any) -> list[str]:
+    """Runs whose rate a tuned law gave beyond its tune's grid, or its centre rule gave past its
+    reach, as their ``lr_source`` says (``sweeps.tuned``): listed, with the factors."""
+    sources = runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
+    beyond = sorted({s for s in sources if "beyond" in s and s.startswith(("tuned:", "centre:"))})
+    if not beyond:
+        return []
+    count = sum(1 for s in sources if s in beyond)
+    return [f"<p class=warn><b>Learning rates beyond the tune</b>: {count} of {len(runs)} runs took their rate "
+            "from a tuned law past its tune's grid (or, past its reach, from the tune's centre rule):</p>",
+            "<ul>" + "".join(f"<li class=warn>{_e(s)}</li>" for s in beyond) + "</ul>"]
+
+
+def target_rate_note(runs: Any, f: Any) -> list[str]:
+    """How far training the forecast's model at the target carries the sweep's tuned learning-rate
+    law past the most tokens its tune saw (the ``range`` a tune's hparams.json records): the rate
+    is part of what makes the target's runs come out as forecast."""
+    sources = runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
+    for path in sorted({s.partition(":")[2].partition(" (")[0] for s in sources if s.startswith("tuned:")}):
+        try:
+            tuned = float(json.loads(Path(path).read_text())["range"]["tokens"][1])
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            continue  # not a tune's file here (moved, or a tune's own held-out runs)
+        factor = f.d_opt[0] / tuned
+        if factor > 1:
+            return [f"<p class=warn><b>The learning rate at the target is extrapolated</b>: training the forecast's "
+                    f"model there (D_opt {fmt.count(f.d_opt[0])} tokens) takes its rate from the tuned law in "
+                    f"<code>{_e(path)}</code> {factor:.3g}x beyond the most tokens it was tuned on "
+                    f"({fmt.count(tuned)}). Past <code>hparams.reach</code> (4 by default) <code>flops-fit plan</code> "
+                    "refuses, falls back to the tune's centre rule or extrapolates, as <code>[hparams] beyond</code> "
+                    "says; a rate carried this far can train the target's runs worse than forecast. Tune at larger "
+                    "budgets (<code>flops-fit tune --budgets</code>) to bring it inside.</p>"]
+    return []
