@@ -6,7 +6,7 @@ Three sweeps of the demo (``flops_fit.sweeps.demo.DEMOS["gpt"]``) on its 5 small
 - ``seed0`` and ``seed1``: the same recipe, two seeds (initialisation and data order). The
   effective compute multiplier's interval should hold 1.0 ("no measurable difference").
 - ``half-lr``: seed 0 at half the demo's tuned learning rate (the tuned law's m halved):
-  a real, if small, difference.
+  a real, if small, difference; ``quarter-lr`` at a quarter of it: a larger one.
 
 Prints, for seed1 over seed0 and half-lr over seed0, the multiplier at each swept budget and at
 10x the largest with its interval, and the exponents' differences; writes compare.json beside.
@@ -15,7 +15,9 @@ Prints, for seed1 over seed0 and half-lr over seed0, the multiplier at each swep
     nice -n 10 python benchmarks/bench_compare.py --budgets 3 --only seed1   # one sweep alone (in parallel)
     nice -n 10 python benchmarks/bench_compare.py --budgets 3 --seed0 bench-compare/seed0  # a wider seed0
 
-Sweeps go to OUT/<recipe>-b<budgets>. ``--seed0 FOLDER`` takes recipe A from an existing sweep of
+Sweeps go to OUT/<recipe>-b<budgets>. Every recipe takes its rates from OUT/law.json: the
+shipped law (``demo_hparams/gpt.json``) copied there on the first run, so a later re-tune of the
+demo does not change the recipes of sweeps already stored. ``--seed0 FOLDER`` takes recipe A from an existing sweep of
 the same setup (its runs at the budgets compared; a sweep of more budgets is cut to them).
 Interrupted? Run it again: the sweeps resume from their stores.
 """
@@ -32,17 +34,31 @@ import flops_fit
 from flops_fit.sweeps.config import parse_config
 from flops_fit.sweeps.demo import DEMO_HPARAMS, DEMOS
 
+LR_FACTORS = {"half-lr": 0.5, "quarter-lr": 0.25}  # recipes at a fraction of the tuned law's rates
+
+
+def pinned_law(out: Path) -> Path:
+    """OUT/law.json: the shipped law when the benchmark first ran in OUT."""
+    path = out / "law.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text((DEMO_HPARAMS / "gpt.json").read_text())
+    return path
+
 
 def recipe(name: str, out: Path, budgets: int) -> dict:
     """The demo's configuration on its smallest ``budgets`` budgets, changed as ``name`` says."""
     config = copy.deepcopy(DEMOS["gpt"])
     config["sweep"]["budgets"] = config["sweep"]["budgets"][:budgets]
+    config["hparams"] = {"tuned": str(pinned_law(out))}
     if name == "seed1":
         config["sweep"]["seed"] = 1
-    if name == "half-lr":
-        law = json.loads((DEMO_HPARAMS / "gpt.json").read_text())
-        law["law"]["coefficients"]["m"]["value"] /= 2
-        path = out / "half-lr-hparams.json"
+    if name in LR_FACTORS:
+        law = json.loads(pinned_law(out).read_text())
+        for m in (law["law"].get("m"), law["law"]["coefficients"].get("m")):  # a tune's /2 file has both
+            if m is not None:
+                m["value"] *= LR_FACTORS[name]
+        path = out / f"{name}-hparams.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(law, indent=1))
         config["hparams"] = {"tuned": str(path)}
@@ -65,9 +81,10 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, default=5, help="the demo's smallest budgets swept (of 8)")
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--method", default="vpnls")
-    parser.add_argument("--only", help="sweep this recipe only (seed0, seed1 or half-lr), and compare nothing")
+    parser.add_argument("--only", help="sweep this recipe only (seed0, seed1, half-lr or quarter-lr), and compare nothing")
     parser.add_argument("--seed0", help="recipe A from this existing sweep folder of the demo's setup")
     parser.add_argument("--against", default="seed1,half-lr", help="the recipes B compared with seed0")
+    parser.add_argument("--skip-train", action="store_true", help="compare the sweeps stored in OUT as they are")
     args = parser.parse_args()
     out = Path(args.out)
     if args.only:
@@ -76,15 +93,17 @@ def main() -> None:
     swept = DEMOS["gpt"]["sweep"]["budgets"][:args.budgets]
     base = flops_fit.load_runs(args.seed0 if args.seed0 else run("seed0", out, args.budgets))
     base = base.subset(base.frame["budget"].le(max(swept) * 1.0001).to_numpy())
-    folders = {name: run(name, out, args.budgets) for name in args.against.split(",")}
-    report = {}
+    folders = {name: out / f"{name}-b{args.budgets}" if args.skip_train else run(name, out, args.budgets)
+               for name in args.against.split(",")}
+    saved = out / f"compare-b{args.budgets}.json"
+    report = json.loads(saved.read_text()) if saved.exists() else {}
     for name, folder in folders.items():
         t0 = time.perf_counter()
         result = flops_fit.compare(base, folder, method=args.method, bootstrap=args.bootstrap, names=("seed0", name))
         print(f"\n== {name} over seed0 ({time.perf_counter() - t0:.0f} s) ==\n{result.summary()}", flush=True)
         result.report(out / f"compare-{name}")
         report[name] = result.to_dict()
-    (out / f"compare-b{args.budgets}.json").write_text(json.dumps(report, indent=2))
+    saved.write_text(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

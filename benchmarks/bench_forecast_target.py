@@ -45,22 +45,23 @@ def target_budget() -> float:
     return 10 * max(DEMOS["gpt"]["sweep"]["budgets"])
 
 
-def arm_plan(widths, hparams=None) -> tuple[Plan, object]:
-    """The demo's setup at the target: its tuned law extrapolated as the demo's forecast assumes
-    (``beyond = "extrapolate"``: the law's rates, each run's ``lr_source`` saying how far past the
-    tune's grid), or ``hparams`` (the inverse-width arm)."""
+def arm_plan(widths, hparams=None, law=None) -> tuple[Plan, object]:
+    """The demo's setup at the target: its tuned law (or the law file ``law``) extrapolated as the
+    demo's forecast assumes (``beyond = "extrapolate"``: the law's rates, each run's ``lr_source``
+    saying how far past the tune's grid), or ``hparams`` (the inverse-width arm)."""
     demo = copy.deepcopy(DEMOS["gpt"])
     demo["sweep"].update(budgets=[target_budget()], sizes=list(widths))
-    demo["hparams"] = {**demo["hparams"], "beyond": "extrapolate"} if hparams is None else hparams
+    tuned = {**demo["hparams"], **({"tuned": str(law)} if law else {}), "beyond": "extrapolate"}
+    demo["hparams"] = tuned if hparams is None else hparams
     config = parse_config(demo, "forecast target")
     return plan(config.options), config
 
 
-def train(out: Path, widths, rate_width: int | None, workers: int) -> None:
-    truth, config = arm_plan(widths)
+def train(out: Path, widths, rate_width: int | None, workers: int, law=None) -> None:
+    truth, config = arm_plan(widths, law=law)
     arms = [("truth", truth)]
     if rate_width is not None:
-        base = [r for r in arm_plan(sorted({*widths, rate_width}))[0].runs if r.size == rate_width]
+        base = [r for r in arm_plan(sorted({*widths, rate_width}), law=law)[0].runs if r.size == rate_width]
         runs = [dataclasses.replace(r, lr=r.lr * m, lr_source=f"x{m:g} {r.lr_source}", run_id="")
                 for r in base for m in MULTIPLIERS]
         arms.append(("rates", Plan(runs, truth.options, truth.unit, truth.throughput, {})))
@@ -125,6 +126,9 @@ def main() -> None:
     parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS))
     parser.add_argument("--rate-width", type=int, default=58, help="width for the x0.5 / x2 rate runs "
                         "(the one nearest the forecast's N_opt; 0 skips them)")
+    parser.add_argument("--law", help="the tuned law the demo's setup trains at (default: the shipped "
+                        "demo_hparams/gpt.json; benchmarks/results/gpt-law-v1.json is the law the stored truth and "
+                        "the demo sweep it scores were trained with)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--skip-train", action="store_true")
@@ -132,7 +136,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     if not args.skip_train:
-        train(out, args.widths, args.rate_width or None, args.workers)
+        train(out, args.widths, args.rate_width or None, args.workers, args.law)
     if args.train_only:
         return
     result = score(Path(args.sweep), out, args.workers, args.bootstrap)

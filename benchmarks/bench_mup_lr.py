@@ -29,6 +29,7 @@ import flops_fit
 from flops_fit.training.loop import train
 
 MODEL = {"n_layer": 2, "n_head": 2, "gelu": "exact"}  # the GPT demo's model (flops_fit.sweeps.demo)
+SCALED = ("mup", "per-layer")  # the parametrizations that transfer the base width's rate
 
 
 def base_specs(widths: list[int], config: dict, args) -> dict[int, object]:
@@ -73,16 +74,18 @@ def main() -> None:
     torch.set_num_threads(1)
     narrow, wide = args.widths
     log2_rates = list(range(args.log2_rates[0], args.log2_rates[1] + 1))
-    mup = {**MODEL, "parametrization": "mup", "base_width": narrow}
-    specs = {"standard": base_specs(args.widths, MODEL, args), "mup": base_specs(args.widths, mup, args)}
+    specs = {"standard": base_specs(args.widths, MODEL, args)}
+    for name in SCALED:
+        specs[name] = base_specs(args.widths, {**MODEL, "parametrization": name, "base_width": narrow}, args)
     t0 = time.process_time()
     rows = {}
-    for name, width in (("standard", narrow), ("standard", wide), ("mup", wide)):
+    for name, width in (("standard", narrow), ("standard", wide), *((name, wide) for name in SCALED)):
         rows[name, width] = []
         for k in log2_rates:
             rows[name, width].append(held_out_loss(specs[name][width], 2.0**k, args))
             print(f"{name:8s} width {width:4d} lr 2^{k:<3d} held-out loss {rows[name, width][-1]:.4f}", flush=True)
-    rows["mup", narrow] = rows["standard", narrow]  # muP at its base width is the standard model
+    for name in SCALED:
+        rows[name, narrow] = rows["standard", narrow]  # at its base width each is the standard model
     print(f"\n{args.steps} steps x {args.batch} x {args.seq_len} tokens per run; CPU time "
           f"{time.process_time() - t0:.0f} s\n")
     print("| parametrization | width | " + " | ".join(f"2^{k}" for k in log2_rates) + " | best (grid) | best (parabola) |")
@@ -94,10 +97,11 @@ def main() -> None:
         grid, vertex = best[name, width]
         print(f"| {name} | {width} | {cells} | 2^{grid} | 2^{vertex:.2f} |")
     print()
-    for name in ("standard", "mup"):
+    for name in ("standard", *SCALED):
         (g0, v0), (g1, v1) = best[name, narrow], best[name, wide]
+        gap = min(rows[name, wide]) / min(rows["standard", wide]) - 1
         print(f"{name}: best rate moves {g1 - g0:+d} grid steps (parabola {v1 - v0:+.2f}) from width {narrow} "
-              f"to {wide}")
+              f"to {wide}; best loss at {wide} {100 * gap:+.1f}% against the standard parametrization's best there")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,17 @@ Pure Python, so that the registration modules can check the option without torch
   default) the head size is fixed and this is the standard scale at every width.
 
 At ``width == base_width`` every factor is 1: the model is the standard one.
+
+``"per-layer"`` is the standard model with per-layer Adam rates (Everett et al. 2024, "Scaling
+Exponents Across Parameterizations and Optimizers"): the standard initialisation, attention
+scale and logits, and every weight matrix (embeddings, readout and patch projection included:
+anything with two dimensions larger than 1) learning at ``lr / m``; biases, norm gains and
+tokens keep ``lr``. It exists because muP as above lost 8.3% at 8x its base width of 16 on the
+GPT demo's model, and undoing its pieces one at a time found the cause: the tied
+embedding/readout at the base rate behind the 1 / m multiplier (-> 3.9%), then the 1 / d
+attention scale and the m^-1/2 hidden initialisation (-> 0.8%), while the best rate stays at
+the base width's (docs/models.md, ``benchmarks/bench_mup_ablation.py``). Its forward pass is
+the standard model's at every width, so parity and FLOP counts are unchanged.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from dataclasses import dataclass
 
 from flops_fit.checks import positive_int
 
-PARAMETRIZATIONS = ("standard", "mup")
+PARAMETRIZATIONS = ("standard", "mup", "per-layer")
 KEYWORDS = ("parametrization", "base_width")
 
 
@@ -49,7 +60,7 @@ def check(parametrization: object, base_width: object) -> None:
         return
     if base_width is None:
         raise ValueError(
-            "parametrization='mup' needs base_width: the width whose initialisation and learning rate it "
+            f"parametrization={parametrization!r} needs base_width: the width whose initialisation and learning rate it "
             "keeps (e.g. the smallest width of the sweep, where the rate was tuned)"
         )
     positive_int(base_width, "base_width")
@@ -64,6 +75,7 @@ class MuP:
     base_width: int
     head_size: int
     head_grows: bool
+    kind: str = "mup"  # or "per-layer": the standard model, only the rates scaled (module docstring)
 
     @property
     def ratio(self) -> float:
@@ -72,7 +84,7 @@ class MuP:
     @property
     def hidden_init(self) -> float:
         """Factor on the standard init std of a hidden weight: variance ~ 1 / fan_in."""
-        return self.ratio ** -0.5
+        return self.ratio ** -0.5 if self.kind == "mup" else 1.0
 
     @property
     def hidden_lr(self) -> float:
@@ -82,20 +94,23 @@ class MuP:
     @property
     def readout(self) -> float:
         """Factor on the readout's input (the logits' output multiplier)."""
-        return 1.0 / self.ratio
+        return 1.0 / self.ratio if self.kind == "mup" else 1.0
 
     @property
-    def attention_scale(self) -> float:
-        """``sqrt(d0) / d``: ``1 / d``, equal to the standard ``1 / sqrt(d)`` at the base width."""
+    def attention_scale(self) -> float | None:
+        """``sqrt(d0) / d``: ``1 / d``, equal to the standard ``1 / sqrt(d)`` at the base width
+        (None under "per-layer": the standard scale, as the model computes it)."""
+        if self.kind != "mup":
+            return None
         base_head = self.head_size / self.ratio if self.head_grows else self.head_size
         return math.sqrt(base_head) / self.head_size
 
 
 def of(parametrization: str, width: int, base_width: int | None, head_size: int, head_grows: bool) -> MuP | None:
     """The model's ``MuP``, or None under the standard parametrization."""
-    if parametrization != "mup":
+    if parametrization == "standard":
         return None
-    return MuP(width, base_width, head_size, head_grows)
+    return MuP(width, base_width, head_size, head_grows, parametrization)
 
 
 class MuPModel:
@@ -116,15 +131,20 @@ class MuPModel:
                 if isinstance(m, nn.Linear)}
 
     def lr_multipliers(self) -> dict[str, float]:
-        """Learning-rate factors by parameter name, for the trainer: muP's ``base_width / width`` on the
-        hidden weights; none under the standard parametrization."""
+        """Learning-rate factors by parameter name, for the trainer: ``base_width / width`` on the
+        hidden weights under muP, on every weight matrix under "per-layer"; none under the
+        standard parametrization."""
         mup = self.config.mup
-        return {name: mup.hidden_lr for name in self.hidden_weights()} if mup else {}
+        if not mup:
+            return {}
+        if mup.kind == "per-layer":
+            return {name: mup.hidden_lr for name, p in self.named_parameters() if sum(d > 1 for d in p.shape) >= 2}
+        return {name: mup.hidden_lr for name in self.hidden_weights()}
 
     def scale_hidden_init(self) -> None:
         """muP: every hidden weight's standard std times ``sqrt(base_width / width)`` (call after the
         standard initialisation; nothing under the standard parametrization)."""
-        if self.config.mup:
+        if self.config.mup and self.config.mup.kind == "mup":
             import torch
 
             with torch.no_grad():
@@ -133,4 +153,4 @@ class MuPModel:
 
     def readout_input(self, x):
         """The readout's input times muP's output multiplier (elementwise: no FLOPs counted)."""
-        return x * self.config.mup.readout if self.config.mup else x
+        return x * self.config.mup.readout if self.config.mup and self.config.mup.kind == "mup" else x

@@ -84,14 +84,14 @@ def test_the_held_out_score_predicts_the_largest_budget_and_prefers_the_true_for
                        scale="width", bootstrap=200)[0]
 
     forms = fit_forms(points, marin(points), marin, batch_swept=False, bootstrap=200)
-    assert set(forms) == {"marin", "bjorck", "deepseek", "steplaw"}
+    assert set(forms) == {"marin", "bjorck", "deepseek", "steplaw", "size"}
     name, why = choose(forms)
     assert name == "deepseek" and "lowest held-out excess" in why
     assert forms["deepseek"].heldout["excess"] == min(f.heldout["excess"] for f in forms.values())
 
 
 def test_with_nothing_identified_marin_is_kept_and_the_reason_given():
-    points = cells((1, 2), bjorck, noise=0.3, seed=1)
+    points = cells((1, 2), lambda n, d, c: 0.01, noise=0.3, seed=1)  # no variable moves the rate
 
     def marin(subset):
         return fit_law([p.values["width"] for p in subset], [p.values["tokens"] for p in subset],
@@ -102,3 +102,27 @@ def test_with_nothing_identified_marin_is_kept_and_the_reason_given():
     assert all(f.unidentified for f in forms.values())
     name, why = choose(forms)
     assert name == "marin" and "no form has all its exponents identified" in why
+
+
+def size_only(n, d, c):
+    return 0.5 * n ** -0.5
+
+
+def test_when_the_tokens_do_not_move_the_rate_the_size_alone_is_chosen():
+    """Cells whose best rate follows the size alone, with noise: every form with a tokens (or
+    FLOPs) exponent leaves it NOT identified, the size form identifies its one exponent and is
+    chosen, so nothing unidentified is carried past the grid."""
+    points = cells((1, 2.83, 8), size_only, noise=0.15, seed=4)
+
+    def marin(subset):
+        return fit_law([p.values["width"] for p in subset], [p.values["tokens"] for p in subset],
+                       [32] * len(subset), [p.lr_opt for p in subset], [p.samples for p in subset],
+                       scale="width", bootstrap=200)[0]
+
+    forms = fit_forms(points, marin(points), marin, batch_swept=False, bootstrap=400, seed=5)
+    size = forms["size"]
+    assert size.unidentified == [] and size.exponents["params"].lo < -0.5 < size.exponents["params"].hi
+    for name, variable in (("marin", "tokens"), ("bjorck", "tokens"), ("steplaw", "tokens"), ("deepseek", "flops")):
+        assert variable in forms[name].unidentified, name
+    name, why = choose(forms)
+    assert name == "size" and "every exponent identified" in why

@@ -39,7 +39,7 @@ def spec():
 
 def build(name, width, parametrization="standard", base_width=None, seed=0, **config):
     torch.manual_seed(seed)
-    mup = {"parametrization": "mup", "base_width": base_width} if parametrization == "mup" else {}
+    mup = {"parametrization": parametrization, "base_width": base_width} if parametrization != "standard" else {}
     return flops_fit.create_model(name, size=width, host=HOST, **TINY[name], **mup, **config)
 
 
@@ -154,7 +154,7 @@ def test_parameter_and_flop_counts_do_not_change(name):
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"parametrization": "mu-p"}, "parametrization must be one of ('standard', 'mup'), got 'mu-p'"),
+    ({"parametrization": "mu-p"}, "parametrization must be one of ('standard', 'mup', 'per-layer'), got 'mu-p'"),
     ({"parametrization": "mup"}, "parametrization='mup' needs base_width"),
     ({"base_width": 32}, "base_width=32 only applies to parametrization='mup'"),
     ({"parametrization": "mup", "base_width": 0}, "base_width must be a positive integer, got 0"),
@@ -268,12 +268,31 @@ def test_a_sweep_without_base_width_is_refused_at_planning():
              min_steps=1, model_config={"parametrization": "mup"})
 
 
+@pytest.mark.parametrize("name", ["gpt", "llama", "vit"])
+@pytest.mark.parametrize("base_width", [32, 128])
+def test_per_layer_is_the_standard_model_with_every_matrix_at_base_over_width(name, base_width):
+    """"per-layer": the standard model's weights and outputs at every width (the same draw), and
+    the rate lr x base_width / width on every parameter with two dimensions larger than 1
+    (embeddings, readout, patch projection, hidden layers), the rate lr on the rest."""
+    standard, layered = build(name, 128), build(name, 128, "per-layer", base_width=base_width)
+    x, _ = inputs(name, rows=2)
+    assert all(torch.equal(a, b) for a, b in zip(standard.state_dict().values(), layered.state_dict().values()))
+    assert torch.equal(standard(x), layered(x))
+    factors = layered.lr_multipliers()
+    matrices = {n for n, p in layered.named_parameters() if sum(d > 1 for d in p.shape) >= 2}
+    assert set(factors) == matrices and set(factors.values()) == {base_width / 128}
+    embedding = {"gpt": "wte.weight", "llama": "embed_tokens.weight", "vit": "patch_embed.proj.weight"}[name]
+    assert embedding in factors and any(n.endswith("bias") or "norm" in n for n, _ in layered.named_parameters()
+                                        if n not in factors)
+
+
+@pytest.mark.parametrize("parametrization", ["mup", "per-layer"])
 @pytest.mark.parametrize("rule", ["marin", "inverse-width"])
-def test_a_width_scaled_rate_rule_under_mup_is_refused_at_planning(rule):
+def test_a_width_scaled_rate_rule_under_mup_is_refused_at_planning(rule, parametrization):
     """muP already divides each hidden layer's rate by width / base_width; a rule that divides
     the whole rate by the width again would count the width twice."""
     options = {"model": "gpt", "dataset": "counting-text", "sizes": [16, 32, 64], "budgets": [1e11],
-               "batch_size": 8, "min_steps": 1, "model_config": {"parametrization": "mup", "base_width": 16}}
+               "batch_size": 8, "min_steps": 1, "model_config": {"parametrization": parametrization, "base_width": 16}}
     with pytest.raises(PlanError, match=f"lr_rule '{rule}' scales the rate with the width.*lr_rule = \"constant\""):
         plan(host=HOST, hparams={"lr_rule": rule}, **options)
     assert plan(host=HOST, hparams={"lr_rule": "constant", "base_lr": 1e-2}, **options).runs

@@ -17,6 +17,7 @@ from flops_fit.sweeps import demo
 from flops_fit.sweeps.hparams import HyperParams
 from flops_fit.sweeps.tuned import TunedLaw
 from flops_fit.tuning.cells import fit_cell
+from flops_fit.tuning.forms import FORMS, Point, fit_form
 from flops_fit.tuning.law import fit_batch_law, fit_law
 
 
@@ -300,19 +301,38 @@ def test_the_shipped_law_was_tuned_on_the_demos_current_setup():
     assert law["setup"]["centre"] == "marin" and law["setup"]["hparams"]["beta2"] == config["hparams"]["beta2"]
 
 
-def test_the_shipped_law_refits_from_its_own_cells():
-    """The shipped coefficients are what the tune's fitting gives on the shipped losses."""
-    law = json.loads(SHIPPED.read_text())
+def refits_from_its_own_cells(path):
+    """The law in ``path`` is what the tune's fitting gives on its stored losses: each cell's best
+    rate, then the chosen form over the cells (Marin's by ``fit_law``, the others by ``fit_form``)."""
+    law = json.loads(path.read_text())
     cells = [fit_cell(c["rates"], c["losses"], bootstrap=0) for c in law["cells"]]
     used = [(c, f) for c, f in zip(law["cells"], cells) if c["in_law"]]
     assert all(f.ok for _, f in used) and len(used) >= 4
     for (c, f) in used:
         assert f.lr_opt == pytest.approx(c["lr_opt"], rel=1e-6)
-    refit, _ = fit_law([c["scale"] for c, _ in used], [c["tokens"] for c, _ in used],
-                       [c["batch_size"] for c, _ in used], [f.lr_opt for _, f in used], [np.empty(0)] * len(used),
-                       scale=law["law"]["scale"], bootstrap=0)
-    for name in ("m", "a", "b"):
-        assert refit.coefficients[name].value == pytest.approx(law["law"]["coefficients"][name]["value"], rel=1e-6)
+    if law.get("chosen", "marin") == "marin":
+        refit, _ = fit_law([c["scale"] for c, _ in used], [c["tokens"] for c, _ in used],
+                           [c["batch_size"] for c, _ in used], [f.lr_opt for _, f in used], [np.empty(0)] * len(used),
+                           scale=law["law"]["scale"], bootstrap=0)
+        for name in ("m", "a", "b"):
+            assert refit.coefficients[name].value == pytest.approx(law["law"]["coefficients"][name]["value"], rel=1e-6)
+        return law
+    points = [Point({"params": c["params"], "nonembedding": c["nonembedding"], "tokens": c["tokens"],
+                     "flops": c["flops"], "batch": c["batch_size"]}, f.lr_opt, np.empty(0), c["flops"], f.loss_at,
+                    f.loss_opt) for c, f in used]
+    refit = fit_form(FORMS[law["chosen"]], points, bootstrap=0)
+    assert refit.m.value == pytest.approx(law["law"]["m"]["value"], rel=1e-6)
+    for v, c in refit.exponents.items():
+        assert c.value == pytest.approx(law["law"]["exponents"][v]["value"], rel=1e-6)
+    return law
+
+
+def test_the_shipped_law_refits_from_its_own_cells():
+    """The shipped coefficients are what the tune's fitting gives on the shipped losses; the tune
+    chose the size-only form (the tokens' exponent was not identified on the 8x grid)."""
+    law = refits_from_its_own_cells(SHIPPED)
+    assert law["chosen"] == "size" and law["law"]["exponents"]["params"]["identified"]
+    assert "tokens" in law["forms"]["marin"]["unidentified"]
 
 
 def test_the_demo_tune_rederives_on_a_reduced_grid(tmp_path):

@@ -10,7 +10,12 @@ says). The forms the literature uses:
   al. 2025, "Scaling Optimal LR Across Token Horizons");
 - ``deepseek``: lr = m * C^e_C and B* = k * C^e (DeepSeek LLM 2024);
 - ``steplaw``: lr = m * N_ne^e_N * D^e_D with N_ne the non-embedding parameters, and
-  B* = k * D^e (Step Law, Li et al. 2025, "Predictable Scale").
+  B* = k * D^e (Step Law, Li et al. 2025, "Predictable Scale");
+- ``size``: lr = m * N^e_N, the size alone: what the width rules (muP's 1/width, Marin's) say,
+  and the law left when a grid cannot tell the tokens' exponent from zero. Carrying an
+  unidentified exponent 10-100x past the grid is how the GPT demo's first law lost at its
+  target; with this form beside the others the held-out score, not the point estimate of
+  that exponent, decides whether the tokens enter the law.
 
 An exponent is *identified* when its bootstrap interval excludes zero and is at most
 ``MAX_WIDTH`` wide: otherwise the grid cannot tell its sign or size, and a law that uses it
@@ -48,6 +53,7 @@ FORMS = {
     "bjorck": Form("bjorck", "Bjorck et al. 2025", ("params", "tokens"), None),
     "deepseek": Form("deepseek", "DeepSeek LLM 2024", ("flops",), "flops"),
     "steplaw": Form("steplaw", "Step Law (Li et al. 2025)", ("nonembedding", "tokens"), "tokens"),
+    "size": Form("size", "the size alone", ("params",), None),
 }
 
 
