@@ -27,9 +27,10 @@ import pandas as pd
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.bootstrap import interval
+from flops_fit.fitting.html import PAGE, Figures, escape, html_table
 from flops_fit.fitting.plots import COMPUTE_LABEL, budget_span, new_figure, save_figure
 from flops_fit.fitting.profiles import budget_groups
-from flops_fit.fitting.report import _PAGE, TARGET_FACTOR, _e, _Figures, _table
+from flops_fit.fitting.report import TARGET_FACTOR
 from flops_fit.fitting.result import FitResult, json_default
 from flops_fit.tables import format_table
 
@@ -156,22 +157,22 @@ class Comparison:
             out = out / "compare.html"
         out.parent.mkdir(parents=True, exist_ok=True)
         plot_dir = out.parent / f"{out.stem}_plots"
-        figure = _Figures(plot_dir, out.parent)
+        figure = Figures(plot_dir, out.parent)
         a, b = self.names
-        body = [f"<h1>{_e(b)} against {_e(a)}</h1>",
-                f"<p class=lead>A: <code>{_e(self.a.runs.source)}</code> ({len(self.a.runs)} runs); B: "
-                f"<code>{_e(self.b.runs.source)}</code> ({len(self.b.runs)} runs); {_e(self.a.title)}; "
+        body = [f"<h1>{escape(b)} against {escape(a)}</h1>",
+                f"<p class=lead>A: <code>{escape(self.a.runs.source)}</code> ({len(self.a.runs)} runs); B: "
+                f"<code>{escape(self.b.runs.source)}</code> ({len(self.b.runs)} runs); {escape(self.a.title)}; "
                 f"{100 * self.level:g}% bootstrap intervals.</p>",
-                f"<p><b>{_e(self.verdict())}</b></p>",
+                f"<p><b>{escape(self.verdict())}</b></p>",
                 "<h2>Effective compute multiplier</h2>",
                 "<p>The compute A needs to reach B's loss at C, over C: above 1, B is worth more compute.</p>",
-                _table(HEADERS, self.rows()),
+                html_table(HEADERS, self.rows()),
                 "<h2>Do the exponents differ?</h2>",
-                _table(["exponent", "B - A", "verdict"], self.exponent_rows()),
+                html_table(["exponent", "B - A", "verdict"], self.exponent_rows()),
                 figure.embed(self.plot(plot_dir), "Left: each recipe's runs and compute-optimal loss frontier with "
                              "its band. Right: the multiplier against compute with its band; 1 is no difference.")]
-        body += [f"<p class=warn>{_e(n)}</p>" for n in self.notes]
-        out.write_text(_PAGE.format(body="\n".join(body)), encoding="utf-8")
+        body += [f"<p class=warn>{escape(n)}</p>" for n in self.notes]
+        out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
         return out
 
 

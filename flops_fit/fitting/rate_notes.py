@@ -7,16 +7,12 @@ extrapolated past the tune is the first thing that breaks that (the GPT demo's f
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 from typing import Any
 
 from flops_fit.fitting import formatting as fmt
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text))
+from flops_fit.fitting.html import escape
 
 
 def reach_note(runs: Any) -> list[str]:
@@ -29,7 +25,7 @@ def reach_note(runs: Any) -> list[str]:
     count = sum(1 for s in sources if s in beyond)
     return [f"<p class=warn><b>Learning rates beyond the tune</b>: {count} of {len(runs)} runs took their rate "
             "from a tuned law past its tune's grid (or, past its reach, from the tune's centre rule):</p>",
-            "<ul>" + "".join(f"<li class=warn>{_e(s)}</li>" for s in beyond) + "</ul>"]
+            "<ul>" + "".join(f"<li class=warn>{escape(s)}</li>" for s in beyond) + "</ul>"]
 
 
 def target_rate_note(runs: Any, f: Any) -> list[str]:
@@ -46,7 +42,7 @@ def target_rate_note(runs: Any, f: Any) -> list[str]:
         if factor > 1:
             return [f"<p class=warn><b>The learning rate at the target is extrapolated</b>: training the forecast's "
                     f"model there (D_opt {fmt.count(f.d_opt[0])} tokens) takes its rate from the tuned law in "
-                    f"<code>{_e(path)}</code> {factor:.3g}x beyond the most tokens it was tuned on "
+                    f"<code>{escape(path)}</code> {factor:.3g}x beyond the most tokens it was tuned on "
                     f"({fmt.count(tuned)}). Past <code>hparams.reach</code> (4 by default) <code>flops-fit plan</code> "
                     "refuses, falls back to the tune's centre rule or extrapolates, as <code>[hparams] beyond</code> "
                     "says; a rate carried this far can train the target's runs worse than forecast. Tune at larger "

@@ -12,9 +12,7 @@ PNGs are embedded (the file opens anywhere on its own); SVGs are written beside 
 
 from __future__ import annotations
 
-import base64
 import datetime
-import html
 import json
 from collections.abc import Mapping, Sequence
 from itertools import combinations
@@ -37,6 +35,7 @@ from flops_fit.fitting.figures import (
 from flops_fit.fitting.focus import FOCUS_LABELS
 from flops_fit.fitting.forecast import CANDIDATE_HEADERS, CHAIN_HEADERS, candidate_rows, chain_rows
 from flops_fit.fitting.holdout import HOLDOUT_HEADERS, furthest_checks, holdout_rows
+from flops_fit.fitting.html import PAGE, Figures, escape, html_table
 from flops_fit.fitting.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.plots import plot_result
@@ -66,7 +65,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     results = fitted.results
     runs = next(iter(results.values())).runs
     target = float(target) if target else default_target(runs)
-    figure = _Figures(plot_dir, out.parent)
+    figure = Figures(plot_dir, out.parent)
     body = [_answer(fitted, runs, target)]
     forecast = getattr(fitted, "forecast", None)
     if forecast is not None:
@@ -92,9 +91,9 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
         "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "target budget": target,
     }
-    body.append("<h2 id='provenance'>Provenance</h2><pre>" + _e(json.dumps(provenance, indent=2, default=str))
+    body.append("<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(provenance, indent=2, default=str))
                 + "</pre>")
-    out.write_text(_PAGE.format(body="\n".join(body)), encoding="utf-8")
+    out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
     return out
 
 
@@ -111,9 +110,9 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
                                 (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
                                  ("loss", _loss))] + [fmt.with_interval(*a)])
     parts = ["<h1>flops-fit report</h1>",
-             f"<p class=lead>{len(runs)} runs from <code>{_e(runs.source)}</code> at {len(swept)} budgets "
-             f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {_e(', '.join(results))}; "
-             f"fitted metric: {_e(METRICS[runs.metric])}; scale: {_e(SCALES[runs.scale])}.</p>"]
+             f"<p class=lead>{len(runs)} runs from <code>{escape(runs.source)}</code> at {len(swept)} budgets "
+             f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {escape(', '.join(results))}; "
+             f"fitted metric: {escape(METRICS[runs.metric])}; scale: {escape(SCALES[runs.scale])}.</p>"]
     forecast = getattr(fitted, "forecast", None)
     if forecast is not None:
         parts.append(_forecast(forecast))
@@ -122,39 +121,39 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
               f"{', by every method' if forecast is not None else ''}</h2>",
              f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
              "intervals in brackets.</p>",
-             _table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
-             f"<p>{_e(agreement(predictions))}</p>"]
+             html_table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
+             f"<p>{escape(agreement(predictions))}</p>"]
     if fitted.holdout:
         misses = holdout_misses(fitted.holdout)
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
-                     + _e("; ".join(misses) if misses else
+                     + escape("; ".join(misses) if misses else
                           "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
     parts += reach_note(runs)
     warnings = important_warnings(fitted)
     if warnings:
-        shown = "".join(f"<li class=warn>{_e(w)}</li>" for w in warnings[:TOP_WARNINGS])
+        shown = "".join(f"<li class=warn>{escape(w)}</li>" for w in warnings[:TOP_WARNINGS])
         more = len(warnings) - TOP_WARNINGS
         parts.append("<h3>Warnings</h3><ul>" + shown
                      + (f"<li>{more} more in the method sections below</li>" if more > 0 else "") + "</ul>")
     if fitted.skipped:
-        parts.append("<p>Skipped: " + "; ".join(f"{_e(m)}: {_e(w)}" for m, w in fitted.skipped.items()) + "</p>")
+        parts.append("<p>Skipped: " + "; ".join(f"{escape(m)}: {escape(w)}" for m, w in fitted.skipped.items()) + "</p>")
     return "\n".join(parts)
 
 
 def _inference_section(fitted: Any, tokens: float, target: float) -> str:
     """Each law's sizing for serving ``tokens`` (Sardana et al. 2024), at the swept budgets and the target."""
-    parts = [f"<h2 id='inference'>Sized for {_e(fmt.count(tokens))} inference tokens</h2>",
+    parts = [f"<h2 id='inference'>Sized for {escape(fmt.count(tokens))} inference tokens</h2>",
              "<p>The N and D that reach the compute-optimal model's loss at each training budget with the least "
              "training plus inference FLOPs (a forward pass, a third of a training step's FLOPs, per token served), "
              "against the compute-optimal model's own total.</p>"]
     for result in fitted.sizable():
         budgets = np.append(np.unique(budget_groups(result.runs)[0]), target)
-        parts += [f"<h3>{_e(result.method)}</h3>",
-                  _table(SIZING_HEADERS, sizing_rows(result.predict(budgets, inference_tokens=tokens)))]
+        parts += [f"<h3>{escape(result.method)}</h3>",
+                  html_table(SIZING_HEADERS, sizing_rows(result.predict(budgets, inference_tokens=tokens)))]
     return "\n".join(parts)
 
 
-def _error_section(runs: Any, figure: _Figures, plot_dir: Path, target: float) -> str:
+def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) -> str:
     """Image classifiers' top-1 error against compute and the Zhai et al. law fitted to its
     frontier, when every run recorded the error."""
     f = runs.frame
@@ -165,9 +164,9 @@ def _error_section(runs: Any, figure: _Figures, plot_dir: Path, target: float) -
     try:
         law = fit_error_law(flops, error, bootstrap=100, seed=0)
     except FitInputError as exc:
-        return "\n".join(parts + [f"<p>{_e(exc)}</p>"])
+        return "\n".join(parts + [f"<p>{escape(exc)}</p>"])
     at = float(law.error(np.array([target]))[0])
-    parts.append(f"<p>{_e(law.summary())}. At the target C = {fmt.flops(target)} FLOPs it forecasts a top-1 error "
+    parts.append(f"<p>{escape(law.summary())}. At the target C = {fmt.flops(target)} FLOPs it forecasts a top-1 error "
                  f"of {at:.3f}; the floor c is the error no compute removes.</p>")
     parts.append(figure.embed(plot_error_law(law, flops, error, plot_dir / "top1_error", target),
                               "Every run's held-out top-1 error (grey), the compute frontier (red) and the law "
@@ -184,8 +183,8 @@ def _forecast(f: Any) -> str:
     boot, forms = f.parts.get("bootstrap", {}), f.parts.get("forms", {})
     return "\n".join([
         f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs ({f.ratio:.3g}x the largest budget)</h2>",
-        f"<p class=lead><b>{_e(value)}</b></p>",
-        f"<p>From <b>{_e(f.method)}</b>{_focus_note(f.focus)} on <b>{_e(SCALES[f.scale])}</b>: of every method on "
+        f"<p class=lead><b>{escape(value)}</b></p>",
+        f"<p>From <b>{escape(f.method)}</b>{_focus_note(f.focus)} on <b>{escape(SCALES[f.scale])}</b>: of every method on "
         "every scale, the one whose forecasts came truest where they extrapolated furthest (forward chaining: fit the "
         f"budgets up to each one, predict the larger ones; scored on the {f.predictions} predictions at "
         f"{f.score_cutoff:.3g}x or more beyond their fit): mean loss error {100 * f.loss_error:.2f}%, mean N_opt error "
@@ -197,14 +196,14 @@ def _forecast(f: Any) -> str:
         f"{f.ratio:.3g}x (&plusmn;{100 * ext.get('loss', np.nan):.1f}% on the loss, &plusmn;"
         f"{100 * ext.get('n_opt', np.nan):.0f}% on N_opt).</p>",
         "<details><summary>Every method and scale, forward-chained</summary>",
-        _table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])
+        html_table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])
 
 
 def _span(bounds: Any, f) -> str:
     return "-" if not bounds else f"[{f(bounds[0])}, {f(bounds[1])}]"
 
 
-def _chaining_section(f: Any, figure: _Figures, plot_dir: Path) -> str:
+def _chaining_section(f: Any, figure: Figures, plot_dir: Path) -> str:
     chosen = [r for r in f.records if (r.method, r.scale, r.focus) == (f.method, f.scale, f.focus)]
     return "\n".join([
         "<h2 id='chaining'>How far the forecast's law extrapolates: forward chaining</h2>",
@@ -213,11 +212,11 @@ def _chaining_section(f: Any, figure: _Figures, plot_dir: Path) -> str:
         "part.</p>",
         figure.embed(chaining_figure(f, plot_dir / "chaining", ("png", "svg")),
                      "Error against the ratio C / C_k, the chosen candidate in red, the comparable forms in grey."),
-        _table(CHAIN_HEADERS, chain_rows(chosen, f))])
+        html_table(CHAIN_HEADERS, chain_rows(chosen, f))])
 
 
 def _focus_note(focus: str | None) -> str:
-    return "" if focus is None else f" (fitted to {_e(FOCUS_LABELS[focus])})"
+    return "" if focus is None else f" (fitted to {escape(FOCUS_LABELS[focus])})"
 
 
 def _target_note(target: float, largest: float) -> str:
@@ -280,18 +279,18 @@ def important_warnings(fitted: Any) -> list[str]:
     return out
 
 
-def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot_dir: Path,
+def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_dir: Path,
                      colours: Mapping[str, str]) -> str:
     parts = ["<h2 id='holdout'>Held-out check</h2>",
              "<p>Each method was fitted again without the held-out budget's runs (with forward chaining, on "
              "the budgets up to each split, predicting every larger one); its prediction for that budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
              "runs resampled). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
              "observed value lies inside the predicted interval.</p>",
-             _table(HOLDOUT_HEADERS, holdout_rows(checks))]
+             html_table(HOLDOUT_HEADERS, holdout_rows(checks))]
     reasons = sorted({f"{m} at {fmt.flops(c.budget)}: {c.reason}" for m, items in checks.items() for c in items
                       if c.reason})
     if reasons:
-        parts.append("<ul>" + "".join(f"<li class=warn>{_e(r)}</li>" for r in reasons) + "</ul>")
+        parts.append("<ul>" + "".join(f"<li class=warn>{escape(r)}</li>" for r in reasons) + "</ul>")
     furthest = {m: furthest_checks(items) for m, items in checks.items()}
     forward = any(len(furthest[m]) < len(items) for m, items in checks.items())
     parts.append(figure.embed(holdout_figure(furthest, plot_dir / "holdout", ("png", "svg"), colours),
@@ -302,7 +301,7 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: _Figures, plot
     return "\n".join(parts)
 
 
-def _section(result: Any, figure: _Figures, plot_dir: Path, target: float, budgets) -> str:
+def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budgets) -> str:
     d = result.diagnostics
     par = result.intervals()
     param_rows = [[name, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 3)]
@@ -311,45 +310,25 @@ def _section(result: Any, figure: _Figures, plot_dir: Path, target: float, budge
     rows = [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f) for k, f in
                                      (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
                                       ("loss", _loss))] for _, r in table.iterrows()]
-    parts = [f"<h2 id='{_e(result.method)}'>{_e(result.title)}</h2>",
+    parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
-             f"percentile intervals. R<sup>2</sup> ({_e(d.r2_of)}): {d.r2:.4f}.</p>",
+             f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",
              "<div class=row><div><h3>Parameters</h3>",
-             _table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], param_rows),
+             html_table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], param_rows),
              "</div><div><h3>Compute-optimal table</h3>",
-             _table(["FLOPs", "N_opt", "D_opt", "tokens / parameter", result.runs.label], rows), "</div></div>"]
-    notes = [f"<li class=warn>{_e(w)}</li>" for w in d.warnings]
+             html_table(["FLOPs", "N_opt", "D_opt", "tokens / parameter", result.runs.label], rows), "</div></div>"]
+    notes = [f"<li class=warn>{escape(w)}</li>" for w in d.warnings]
     if d.convergence:
-        notes.append(f"<li>convergence: {_e(_describe(d.convergence))}</li>")
+        notes.append(f"<li>convergence: {escape(_describe(d.convergence))}</li>")
     notes.append(f"<li>{len(d.excluded)} exclusions</li>")
     parts.append("<h3>Diagnostics</h3><ul>" + "".join(notes) + "</ul>")
     if d.excluded:
         parts.append("<details><summary>excluded and why</summary><ul>"
-                     + "".join(f"<li>{_e(_describe(x))}</li>" for x in d.excluded) + "</ul></details>")
+                     + "".join(f"<li>{escape(_describe(x))}</li>" for x in d.excluded) + "</ul></details>")
     parts.append("<h3>Plots</h3>")
     for png in (p for p in plot_result(result, plot_dir, target=target) if p.suffix == ".png"):
         parts.append(figure.embed([png, png.with_suffix(".svg")], png.stem))
     return "\n".join(parts)
-
-
-class _Figures:
-    """Embeds a written PNG in the page and links its SVG."""
-
-    def __init__(self, plot_dir: Path, root: Path) -> None:
-        self.plot_dir, self.root = plot_dir, root
-
-    def embed(self, paths: Sequence[Path], caption: str) -> str:
-        png = next(p for p in paths if p.suffix == ".png")
-        svg = png.with_suffix(".svg").relative_to(self.root).as_posix()
-        data = base64.b64encode(png.read_bytes()).decode("ascii")
-        return (f"<figure><img alt='{_e(png.stem)}' src='data:image/png;base64,{data}'>"
-                f"<figcaption>{_e(caption)} (<a href='{_e(svg)}'>SVG</a>)</figcaption></figure>")
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _loss(value: Any) -> str:
@@ -358,26 +337,3 @@ def _loss(value: Any) -> str:
 
 def _describe(item: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in item.items())
-
-
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>flops-fit report</title>
-<style>
-body {{ font-family: system-ui, sans-serif; max-width: 1280px; margin: 2em auto; padding: 0 1em; color: #222; }}
-h1 {{ margin-bottom: 0.2em; }} h2 {{ border-bottom: 1px solid #ddd; padding-bottom: 0.2em; margin-top: 1.6em; }}
-.lead {{ color: #555; }}
-table {{ border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; max-width: 100%; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
-th {{ background: #f4f4f4; }} td {{ font-variant-numeric: tabular-nums; }}
-.row {{ display: flex; flex-wrap: wrap; gap: 2em; }}
-img {{ max-width: 100%; }} .warn {{ color: #a40; }} figure {{ margin: 1em 0; }}
-figcaption {{ font-size: 0.85em; color: #555; }}
-pre {{ white-space: pre-wrap; word-break: break-word; font-size: 0.8em; background: #f8f8f8; padding: 0.5em; }}
-</style></head><body>
-{body}
-</body></html>
-"""
