@@ -472,3 +472,20 @@ def test_the_vit_demo_tune_plans_its_grid_around_the_demos_rule():
         multiplier = float(run.lr_source.split()[0].removeprefix("tune:x"))
         assert run.lr == pytest.approx(3e-3 * 64 / run.size * multiplier, rel=1e-12)
         assert run.lr_source.endswith("inverse-width")
+
+
+VIT_SHIPPED = demo.DEMO_HPARAMS / "vit.json"
+
+
+def test_the_vit_demo_takes_its_rates_from_its_own_tune_which_refits_from_its_cells():
+    """`demo_hparams/vit.json` is `flops-fit tune --demo vit`'s output on the grid above (re-derived
+    here from its stored losses: each cell's optimum, then the chosen form), and the ViT demo
+    plans every run from it, saying which exponents the tune did not identify."""
+    config, settings = demo.demo_tune_spec("vit")
+    law = refits_from_its_own_cells(VIT_SHIPPED)
+    assert law["setup"]["budgets"] == settings["budgets"] and law["tune"]["sizes"] == settings["sizes"]
+    assert law["tune"]["multipliers"] == settings["multipliers"]
+    assert law["setup"]["centre"] == "inverse-width" and law["model"] == "vit"
+    plan, _ = demo.demo_plan("vit")
+    assert {r.lr_source.partition(" (")[0] for r in plan.runs} == {f"tuned:{VIT_SHIPPED}"}
+    assert {r.beta2 for r in plan.runs} == {law["beta2"]}

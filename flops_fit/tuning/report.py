@@ -1,6 +1,6 @@
 """The tune's report: the law, each cell's loss against rate with its parabola, and lr*
 against the scale and the tokens with the law, in the fitting report's page and plot style
-(``fitting.report``, ``fitting.plots``)."""
+(``fitting.html``, ``fitting.plots``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.html import PAGE, Figures, escape, html_table
 from flops_fit.fitting.plots import colours, new_figure, save_figure
-from flops_fit.fitting.report import _PAGE, _e, _Figures, _table
 from flops_fit.tuning.forms import form_rows
 
 FORMATS = ("png", "svg")
@@ -106,7 +106,7 @@ def write_tune_report(result: Any, out: Path) -> Path:
     """``out/report.html`` with its plots in ``out/report_plots``."""
     path = out / "report.html"
     plot_dir = out / "report_plots"
-    figure = _Figures(plot_dir, out)
+    figure = Figures(plot_dir, out)
     data = result.data
     law = data["law"]
     rows = []
@@ -121,25 +121,25 @@ def write_tune_report(result: Any, out: Path) -> Path:
               fmt.sig(c["best_loss"], 4), "yes" if c["in_law"] else "no", c["reason"] or ""] for c in data["cells"]]
     body = [
         "<h1>flops-fit tune</h1>",
-        f"<p class=lead>{len(data['cells'])} cells of {_e(data['model'])} on {_e(data['dataset'])} "
+        f"<p class=lead>{len(data['cells'])} cells of {escape(data['model'])} on {escape(data['dataset'])} "
         f"(budgets {', '.join(fmt.flops(b) for b in data['setup']['budgets'])}), each trained at "
-        f"{len(data['tune']['multipliers'])} multipliers of the sweep's rate ({_e(data['setup']['centre'])}): "
+        f"{len(data['tune']['multipliers'])} multipliers of the sweep's rate ({escape(data['setup']['centre'])}): "
         f"{', '.join(f'{m:g}' for m in data['tune']['multipliers'])}.</p>",
         "<h2 id='law'>The law</h2>",
-        f"<p><b>{_e(_chosen(result))}</b>; rms residual {law['rms_log']:.3f} in log lr over "
+        f"<p><b>{escape(_chosen(result))}</b>; rms residual {law['rms_log']:.3f} in log lr over "
         f"{law['cells']} cells; near-optimal band (loss within {100 * data['tune']['band']:g}% of a cell's best): "
         f"x{math.exp(law['band']):.2f} either side of lr* (median over cells); beta2 {data['beta2']:g}.</p>",
-        _table(["coefficient", "estimate", "95% interval"], rows),
+        html_table(["coefficient", "estimate", "95% interval"], rows),
     ]
-    body += [f"<p class=warn>{_e(n)}</p>" for n in law["notes"]]
+    body += [f"<p class=warn>{escape(n)}</p>" for n in law["notes"]]
     if result.forms:
         body += ["<h2 id='forms'>Law forms</h2>",
                  "<p>Each form fitted to the cells' optima; an exponent is identified when its 95% interval excludes "
                  f"zero and is at most {data['identified_width']:g} wide. Held out: fitted without the largest "
                  "budget's cells, the loss their parabolas give at the predicted rate above their best.</p>",
-                 _table(["form", "exponent of", "estimate [95%]", "identified", "held out"], form_rows(result.forms)),
-                 f"<p><b>Chosen: {_e(data['chosen_because'])}</b></p>"]
-        body += [f"<p class=warn>{_e(n)}: exponents NOT identified: {_e(', '.join(f.unidentified))}</p>"
+                 html_table(["form", "exponent of", "estimate [95%]", "identified", "held out"], form_rows(result.forms)),
+                 f"<p><b>Chosen: {escape(data['chosen_because'])}</b></p>"]
+        body += [f"<p class=warn>{escape(n)}: exponents NOT identified: {escape(', '.join(f.unidentified))}</p>"
                  for n, f in result.forms.items() if f.unidentified]
     if data.get("batch_law"):
         b = data["batch_law"]
@@ -164,7 +164,7 @@ def write_tune_report(result: Any, out: Path) -> Path:
                  f"<b>{'met' if h['within_goal'] else 'missed'}</b>); the cell's own optimum {h['cell_lr_opt']:.3g} "
                  f"lies <b>{'inside' if h['optimum_in_band'] else 'outside'}</b> the predicted band.</p>"]
     body += ["<h2 id='cells'>Cells</h2>",
-             _table(["size", "params", "tokens", "batch", "beta2", "lr* [95%]", "0.5% band", "best loss",
+             html_table(["size", "params", "tokens", "batch", "beta2", "lr* [95%]", "0.5% band", "best loss",
                      "in law", "no optimum because"], cells),
              figure.embed(plot_cells(result, plot_dir / "tune_cells"),
                           "Held-out loss against learning rate per cell: the parabola in log rate, its vertex "
@@ -172,6 +172,6 @@ def write_tune_report(result: Any, out: Path) -> Path:
              figure.embed(plot_law(result, plot_dir / "tune_law"),
                           "The cells' best rates against the scale and the tokens, each moved to the other "
                           "variable's mean by the law, with the law's line.")]
-    path.write_text(_PAGE.format(body="\n".join(body)).replace("flops-fit report</title>", "flops-fit tune</title>"),
+    path.write_text(PAGE.format(body="\n".join(body)).replace("flops-fit report</title>", "flops-fit tune</title>"),
                     encoding="utf-8")
     return path
