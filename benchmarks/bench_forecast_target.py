@@ -28,6 +28,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from flops_fit.fitting import fit, load_runs
 from flops_fit.sweeps.config import parse_config
@@ -57,9 +58,9 @@ def arm_plan(widths, hparams=None, law=None) -> tuple[Plan, object]:
     return plan(config.options), config
 
 
-def train(out: Path, widths, rate_width: int | None, workers: int, law=None) -> None:
+def train(out: Path, widths, rate_width: int | None, workers: int, law=None, truth_folder="truth") -> None:
     truth, config = arm_plan(widths, law=law)
-    arms = [("truth", truth)]
+    arms = [(truth_folder, truth)]
     if rate_width is not None:
         base = [r for r in arm_plan(sorted({*widths, rate_width}), law=law)[0].runs if r.size == rate_width]
         runs = [dataclasses.replace(r, lr=r.lr * m, lr_source=f"x{m:g} {r.lr_source}", run_id="")
@@ -89,8 +90,7 @@ def observed_optimum(frame) -> dict:
 
 
 def score(sweep: Path, out: Path, workers: int, bootstrap: int) -> dict:
-    truth_runs = load_runs(out / "truth")
-    truth = observed_optimum(truth_runs.frame)
+    truth = observed_optimum(pd.concat([load_runs(p).frame for p in sorted(out.glob("truth*"))]))
     fitted = fit(sweep, method="all", holdout="forward", bootstrap=bootstrap, workers=workers, tracking=False)
     fc = fitted.forecast
     result = {"target": target_budget(), "truth": truth, "forecast": fc.to_dict()}
@@ -105,7 +105,8 @@ def score(sweep: Path, out: Path, workers: int, bootstrap: int) -> dict:
         result["methods"][name] = {"loss": float(row.loss), "n_opt": float(row.N_opt),
                                    "loss_error": float(row.loss) / truth["loss"] - 1,
                                    "n_opt_error": float(row.N_opt) / truth["n_opt"] - 1}
-    for arm in ("truth", "rates", "inverse-width"):
+    result["truth_runs"] = sorted((r for p in sorted(out.glob("truth*")) for r in arm_runs(p)), key=lambda r: r["width"])
+    for arm in ("rates", "inverse-width"):
         if (out / arm / "runs.sqlite").exists():
             result[f"{arm}_runs"] = arm_runs(out / arm)
     return result
@@ -129,6 +130,8 @@ def main() -> None:
     parser.add_argument("--law", help="the tuned law the demo's setup trains at (default: the shipped "
                         "demo_hparams/gpt.json; benchmarks/results/gpt-law-v1.json is the law the stored truth and "
                         "the demo sweep it scores were trained with)")
+    parser.add_argument("--truth-folder", default="truth", help="the truth arm's folder under OUT (widths trained "
+                        "later go to another, e.g. truth-more: every OUT/truth* folder counts)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--skip-train", action="store_true")
@@ -136,7 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out)
     if not args.skip_train:
-        train(out, args.widths, args.rate_width or None, args.workers, args.law)
+        train(out, args.widths, args.rate_width or None, args.workers, args.law, args.truth_folder)
     if args.train_only:
         return
     result = score(Path(args.sweep), out, args.workers, args.bootstrap)

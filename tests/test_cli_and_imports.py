@@ -89,3 +89,18 @@ def test_public_functions_are_not_shadowed_by_submodules():
         importlib.import_module(module.name)
     for name in flops_fit._LAZY:
         assert not isinstance(getattr(flops_fit, name), type(flops_fit)), f"flops_fit.{name} is a module"
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """`flops-fit plugins | head -0`: the reader is gone before the first write; the command exits
+    0 with nothing on stderr (no BrokenPipeError traceback, none at the interpreter's exit)."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "flops_fit", "plugins"], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -2,12 +2,14 @@
 
 Any ``FlopsFitError`` is printed as ``flops-fit: error: ...`` with exit status 2 (argparse's
 own usage errors exit 2 too); flops-fit's warnings (a skipped plugin, a tracking backend
-switched off) are one line each.
+switched off) are one line each; output piped into a reader that stops early (``| head``) ends
+quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -47,10 +49,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a reader gone early shows here, inside the handler, not at exit
+            return code
         except FlopsFitError as exc:
             print(f"flops-fit: error: {exc}", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # `flops-fit status DIR | head`: the reader left, which is not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            return 0
 
 
 if __name__ == "__main__":
