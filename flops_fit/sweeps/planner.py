@@ -231,8 +231,8 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     scaled = model_config.get("parametrization") in ("mup", "per-layer")
     if scaled and hparams.lr is None and hparams.lr_rule in ("marin", "inverse-width"):
         raise PlanError(f"lr_rule {hparams.lr_rule!r} scales the rate with the width, and parametrization "
-                        f"{model_config['parametrization']!r} already scales the layers' rates by base_width / width; use lr_rule = \"constant\" with the rate tuned "
-                        f"at the base width (or lr = ..., or a tuned law)")
+                        f"{model_config['parametrization']!r} already scales the layers' rates by base_width / width; "
+                        f"use lr_rule = \"constant\" with the rate tuned at the base width (or lr = ..., or a tuned law)")
     law = _law(hparams, width_like, model, batch_size) if hparams.lr is None and hparams.lr_rule == "tuned" else None
     batches = {budget: law.batch(budget) if law is not None and law.batch_law is not None else batch_size
                for budget in options.budgets}  # a tuned batch law sets each budget's batch
