@@ -18,8 +18,9 @@ Pure Python, so that the registration modules can check the option without torch
 
 At ``width == base_width`` every factor is 1: the model is the standard one.
 
-``"per-layer"`` is the standard model with per-layer Adam rates (Everett et al. 2024, "Scaling
-Exponents Across Parameterizations and Optimizers"): the standard initialisation, attention
+``"per-layer"`` is the standard model with per-layer Adam rates (after Everett et al. 2024,
+"Scaling Exponents Across Parameterizations and Optimizers", whose prescription keeps an untied
+embedding's rate constant; here the embeddings, tied or not, take the matrices'): the standard initialisation, attention
 scale and logits, and every weight matrix (embeddings, readout and patch projection included:
 anything with two dimensions larger than 1) learning at ``lr / m``; biases, norm gains and
 tokens keep ``lr``. It exists because muP as above lost 8.3% at 8x its base width of 16 on the
