@@ -142,3 +142,18 @@ def test_the_forecast_says_how_far_its_target_carries_the_tuned_law(tmp_path):
     assert target_rate_note(runs, SimpleNamespace(d_opt=(1.5e6, 1.0e6, 3.0e6))) == []
     moved = Runs(pd.DataFrame({"lr_source": [f"tuned:{tmp_path / 'gone.json'}", "marin"]}), "a store")
     assert target_rate_note(moved, SimpleNamespace(d_opt=(5.0e7, 2.0e7, 1.0e8))) == []
+
+
+def test_runs_read_from_a_table_keep_where_each_rate_came_from():
+    """The report's rate notes read ``lr_source``: reading a store's (or any table's) runs keeps it."""
+    import pandas as pd
+
+    from flops_fit.fitting.inputs import load_runs
+    from flops_fit.fitting.rate_notes import reach_note
+
+    sources = ["tuned:t", "tuned:t (beyond the tune: tokens x2.3)"] * 4
+    frame = pd.DataFrame({"params": [1e4, 2e4, 4e4, 8e4] * 2, "tokens": [1e6, 5e5, 2.5e5, 1.25e5] * 2,
+                          "loss": [3.0, 2.9, 2.95, 3.1] * 2, "lr_source": sources})
+    runs = load_runs(frame)
+    assert list(runs.frame["lr_source"]) == sources
+    assert "4 of 8 runs took their rate from a tuned law past its tune's grid" in "".join(reach_note(runs))

@@ -152,7 +152,7 @@ def load_runs(
     if curve_col in frame:
         out["curve"] = frame[curve_col].map(_parse_curve)
     for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit",
-                  "top1_error", "lr", "schedule"):
+                  "top1_error", "lr", "lr_source", "schedule"):  # lr_source: the report's notes on the rates
         if extra in frame and extra not in out:
             out[extra] = frame[extra]
     out = out.reset_index(drop=True)
