@@ -1,23 +1,24 @@
 """Compare two recipes on real sweeps of the GPT demo's setup: ``flops_fit.compare``.
 
-Three sweeps of the demo (``flops_fit.sweeps.demo.DEMOS["gpt"]``) on its 5 smallest budgets
-(6e10-2.4e11 FLOPs; the full 8 would triple the CPU time on a shared machine):
+Sweeps of the demo (``flops_fit.sweeps.demo.DEMOS["gpt"]``) on its smallest budgets (5:
+6e10-2.4e11 FLOPs; the full 8 would triple the CPU time on a shared machine), one per recipe:
 
 - ``seed0`` and ``seed1``: the same recipe, two seeds (initialisation and data order). The
   effective compute multiplier's interval should hold 1.0 ("no measurable difference").
 - ``half-lr``: seed 0 at half the demo's tuned learning rate (the tuned law's m halved):
   a real, if small, difference; ``quarter-lr`` at a quarter of it: a larger one.
 
-Prints, for seed1 over seed0 and half-lr over seed0, the multiplier at each swept budget and at
-10x the largest with its interval, and the exponents' differences; writes compare.json beside.
+Prints, for each recipe B against seed0, the multiplier at each swept budget and at 10x the
+largest with its interval, and the exponents' differences; writes compare-b<budgets>.json beside.
 
     nice -n 10 python benchmarks/bench_compare.py [--out bench-compare] [--budgets 5] [--bootstrap 200]
     nice -n 10 python benchmarks/bench_compare.py --budgets 3 --only seed1   # one sweep alone (in parallel)
     nice -n 10 python benchmarks/bench_compare.py --budgets 3 --seed0 bench-compare/seed0  # a wider seed0
 
-Sweeps go to OUT/<recipe>-b<budgets>. Every recipe takes its rates from OUT/law.json: the
-shipped law (``demo_hparams/gpt.json``) copied there on the first run, so a later re-tune of the
-demo does not change the recipes of sweeps already stored. ``--seed0 FOLDER`` takes recipe A from an existing sweep of
+Sweeps go to OUT/<recipe>-b<budgets>. Every recipe takes its rates from OUT/law.json: the law
+given by ``--law`` (default: the shipped ``demo_hparams/gpt.json``) copied there on the first run,
+so a later re-tune of the demo does not change the recipes of sweeps already stored. The
+measurements in docs/fitting.md used ``--law benchmarks/results/gpt-law-v1.json``. ``--seed0 FOLDER`` takes recipe A from an existing sweep of
 the same setup (its runs at the budgets compared; a sweep of more budgets is cut to them).
 Interrupted? Run it again: the sweeps resume from their stores.
 """
@@ -37,12 +38,12 @@ from flops_fit.sweeps.demo import DEMO_HPARAMS, DEMOS
 LR_FACTORS = {"half-lr": 0.5, "quarter-lr": 0.25}  # recipes at a fraction of the tuned law's rates
 
 
-def pinned_law(out: Path) -> Path:
-    """OUT/law.json: the shipped law when the benchmark first ran in OUT."""
+def pinned_law(out: Path, law: str | None = None) -> Path:
+    """OUT/law.json: ``law`` (or the shipped law) when the benchmark first ran in OUT."""
     path = out / "law.json"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text((DEMO_HPARAMS / "gpt.json").read_text())
+        path.write_text(Path(law or DEMO_HPARAMS / "gpt.json").read_text())
     return path
 
 
@@ -85,8 +86,11 @@ def main() -> None:
     parser.add_argument("--seed0", help="recipe A from this existing sweep folder of the demo's setup")
     parser.add_argument("--against", default="seed1,half-lr", help="the recipes B compared with seed0")
     parser.add_argument("--skip-train", action="store_true", help="compare the sweeps stored in OUT as they are")
+    parser.add_argument("--law", help="the tuned law every recipe starts from (default: the shipped one; kept in "
+                        "OUT/law.json from the first run on)")
     args = parser.parse_args()
     out = Path(args.out)
+    pinned_law(out, args.law)
     if args.only:
         run(args.only, out, args.budgets)
         return
