@@ -305,9 +305,18 @@ def test_a_bad_executor_option_in_a_sweep_file_exits_2_with_one_line(job_env, tm
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
-def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env, tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env, tmp_path, sigint):
+    """Also when the driver ignores SIGINT (started in the background by a shell without job
+    control), which a local job's controller would inherit and then ignore submitit's cancel."""
+    import signal
+
     from flops_fit.errors import Interrupted
     from flops_fit.executors.stopping import clear_stop, request_stop
+
+    before = signal.getsignal(signal.SIGINT)
+    if sigint == "ignored":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     heard = []
 
@@ -321,6 +330,8 @@ def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env,
             next(executor.map(slurm_tasks.report_then_block, [1]))
     finally:
         clear_stop()
+        assert signal.getsignal(signal.SIGINT) == (signal.SIG_IGN if sigint == "ignored" else before)
+        signal.signal(signal.SIGINT, before)
     (folder,) = (tmp_path / "jobs").glob("[0-9]*")
     with pytest.raises(ProcessLookupError):  # the job's controller (its id is its pid) has ended
         os.kill(int(folder.name), 0)

@@ -34,11 +34,14 @@ import json
 import logging
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +211,8 @@ class SlurmExecutor(ClosingExecutor):
                 while waiting and len(self._jobs) < self.workers:  # local: a window of `workers` jobs
                     index = waiting.pop()
                     submitter.update_parameters(**self.resources(items[index]))
-                    job = submitter.submit(calls[index])
+                    with _cancellable_by_sigint():
+                        job = submitter.submit(calls[index])
                     self._jobs[job] = index
                     ledger.add({_run_id(items[index]): job.job_id})
                 for job, index in list(self._jobs.items()):
@@ -286,6 +290,21 @@ class SlurmExecutor(ClosingExecutor):
                     time.sleep(0.05)
                 if not job.done():
                     _LOG.warning("local job %s (process %s) did not end after its cancel", job.job_id, job.job_id)
+
+
+@contextmanager
+def _cancellable_by_sigint() -> Iterator[None]:
+    """submitit cancels a local job with SIGINT, and a job's controller started while SIGINT is
+    ignored (a sweep launched in the background by a shell without job control inherits that)
+    never ends: start it with SIGINT's default disposition (the main thread only can set it)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _summary(states: Iterable[str]) -> str:
