@@ -124,8 +124,9 @@ def test_the_fit_report_lists_runs_whose_rate_came_from_beyond_the_tune():
 
 
 def test_the_forecast_says_how_far_its_target_carries_the_tuned_law(tmp_path):
-    """A tune's hparams.json records the most tokens it saw (range); the forecast's D_opt at the
-    target over it is the factor the report prints, and a forecast inside the tune says nothing."""
+    """A tune's hparams.json records the most tokens it saw (range) and its cells: the forecast's
+    D_opt over the most tokens, and over the most any cell of N_opt's size or larger got, are the
+    factors the report prints; a forecast inside both says nothing."""
     from types import SimpleNamespace
 
     import pandas as pd
@@ -134,14 +135,24 @@ def test_the_forecast_says_how_far_its_target_carries_the_tuned_law(tmp_path):
     from flops_fit.fitting.rate_notes import target_rate_note
 
     law = tmp_path / "hparams.json"
-    law.write_text(json.dumps({"format": "flops-fit-hparams/2", "range": {"tokens": [1000.0, 2.0e6]}}))
+    cells = [{"params": 1e3, "tokens": 2.0e6, "in_law": True}, {"params": 1e4, "tokens": 4.0e5, "in_law": True},
+             {"params": 1e5, "tokens": 1.0e5, "in_law": True}, {"params": 1e6, "tokens": 9.0e9, "in_law": False}]
+    law.write_text(json.dumps({"format": "flops-fit-hparams/2", "range": {"tokens": [1e5, 2.0e6]}, "cells": cells}))
     runs = Runs(pd.DataFrame({"lr_source": [f"tuned:{law}", f"tuned:{law} (beyond the tune: tokens x1.5)"]}),
                 "a store")
-    far = "".join(target_rate_note(runs, SimpleNamespace(d_opt=(5.0e7, 2.0e7, 1.0e8))))
-    assert "25x beyond the most tokens it was tuned on" in far and str(law) in far
-    assert target_rate_note(runs, SimpleNamespace(d_opt=(1.5e6, 1.0e6, 3.0e6))) == []
+
+    def note(n_opt, d_opt):
+        return "".join(target_rate_note(runs, SimpleNamespace(n_opt=(n_opt, 0, 0), d_opt=(d_opt, 0, 0))))
+
+    far = note(5e3, 5.0e7)  # past every cell: 25x the most tokens, 125x what sizes >= 5e3 got (4e5 at 1e4)
+    assert "25x the most tokens it was tuned on" in far and "125x beyond the most it gave a model" in far
+    assert str(law) in far
+    inside_range = note(5e4, 1.0e6)  # within the tokens' range, but 10x what the 1e5-parameter cell got
+    assert "0.5x the most tokens" in inside_range and "10x beyond the most it gave a model" in inside_range
+    assert note(2e6, 5e4) == ""  # past the largest cell's size, inside what it got: the largest cell decides
+    assert note(5e2, 1.0e6) == ""
     moved = Runs(pd.DataFrame({"lr_source": [f"tuned:{tmp_path / 'gone.json'}", "marin"]}), "a store")
-    assert target_rate_note(moved, SimpleNamespace(d_opt=(5.0e7, 2.0e7, 1.0e8))) == []
+    assert target_rate_note(moved, SimpleNamespace(n_opt=(5e3, 0, 0), d_opt=(5.0e7, 0, 0))) == []
 
 
 def test_runs_read_from_a_table_keep_where_each_rate_came_from():
