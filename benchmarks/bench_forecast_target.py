@@ -58,14 +58,19 @@ def arm_plan(widths, hparams=None, law=None) -> tuple[Plan, object]:
     return plan(config.options), config
 
 
+def rates_plan(planned: Plan, width: int) -> Plan:
+    """``planned``'s run at ``width`` at each of ``MULTIPLIERS`` times its rate (x1 is the run itself)."""
+    base = next(r for r in planned.runs if r.size == width)
+    runs = [dataclasses.replace(base, lr=base.lr * m, lr_source=f"x{m:g} {base.lr_source}", run_id="")
+            for m in MULTIPLIERS]
+    return Plan(runs, planned.options, planned.unit, planned.throughput, {})
+
+
 def train(out: Path, widths, rate_width: int | None, workers: int, law=None, truth_folder="truth") -> None:
     truth, config = arm_plan(widths, law=law)
     arms = [(truth_folder, truth)]
     if rate_width is not None:
-        base = [r for r in arm_plan(sorted({*widths, rate_width}), law=law)[0].runs if r.size == rate_width]
-        runs = [dataclasses.replace(r, lr=r.lr * m, lr_source=f"x{m:g} {r.lr_source}", run_id="")
-                for r in base for m in MULTIPLIERS]
-        arms.append(("rates", Plan(runs, truth.options, truth.unit, truth.throughput, {})))
+        arms.append(("rates", rates_plan(arm_plan(sorted({*widths, rate_width}), law=law)[0], rate_width)))
     arms.append(("inverse-width", arm_plan(INVERSE_WIDTHS, INVERSE_WIDTH)[0]))
     for name, arm in arms:
         print(f"== {name}: {len(arm.runs)} runs at {target_budget():.3g} FLOPs", flush=True)

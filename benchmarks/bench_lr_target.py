@@ -20,7 +20,6 @@ These runs are a test set: no law, rule or constant is tuned on them.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -28,13 +27,11 @@ from pathlib import Path
 from bench_forecast_target import (
     INVERSE_WIDTH,
     INVERSE_WIDTHS,
-    MULTIPLIERS,
     arm_plan,
     arm_runs,
+    rates_plan,
     target_budget,
 )
-
-from flops_fit.sweeps.planner import Plan
 
 GOAL = 0.005
 RATE_WIDTH = 58
@@ -42,10 +39,9 @@ RATE_WIDTH = 58
 
 def train(out: Path, law: str | None, workers: int) -> None:
     planned, config = arm_plan(INVERSE_WIDTHS, law=law)
-    base = next(r for r in planned.runs if r.size == RATE_WIDTH)
-    rates = Plan([dataclasses.replace(base, lr=base.lr * m, lr_source=f"x{m:g} {base.lr_source}", run_id="")
-                  for m in MULTIPLIERS], planned.options, planned.unit, planned.throughput, {})
-    for name, arm in (("law", planned), ("rates", rates), ("inverse-width", arm_plan(INVERSE_WIDTHS, INVERSE_WIDTH)[0])):
+    arms = (("law", planned), ("rates", rates_plan(planned, RATE_WIDTH)),
+            ("inverse-width", arm_plan(INVERSE_WIDTHS, INVERSE_WIDTH)[0]))
+    for name, arm in arms:
         print(f"== {name}: {len(arm.runs)} runs at {target_budget():.3g} FLOPs", flush=True)
         arm.run(out / name, resume=True, executor=config.executor, workers=workers,
                 executor_options=config.executor_options, show_progress=False, skip_parity=True)

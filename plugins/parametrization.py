@@ -145,7 +145,7 @@ class MuPModel:
     def scale_hidden_init(self) -> None:
         """muP: every hidden weight's standard std times ``sqrt(base_width / width)`` (call after the
         standard initialisation; nothing under the standard parametrization)."""
-        if self.config.mup and self.config.mup.kind == "mup":
+        if self.config.mup and self.config.mup.hidden_init != 1.0:  # 1 at the base width and under "per-layer"
             import torch
 
             with torch.no_grad():
@@ -154,4 +154,4 @@ class MuPModel:
 
     def readout_input(self, x):
         """The readout's input times muP's output multiplier (elementwise: no FLOPs counted)."""
-        return x * self.config.mup.readout if self.config.mup and self.config.mup.kind == "mup" else x
+        return x * self.config.mup.readout if self.config.mup and self.config.mup.readout != 1.0 else x

@@ -224,12 +224,18 @@ def test_holdout_needs_three_cells(tuned):
                        resume=True, skip_parity=True, show_progress=False, bootstrap=0, report=False)
 
 
+def tune_held_out(out, holdout, bootstrap):
+    """A tiny tune (one budget, sizes 8, 12, 16) with its held-out check: the result, hparams.json
+    and its held-out entry."""
+    result = flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 12, 16], multipliers=[1 / 8, 1 / 2, 1],
+                            holdout=holdout, skip_parity=True, show_progress=False, bootstrap=bootstrap, report=False)
+    data = json.loads((out / "hparams.json").read_text())
+    return result, data, data["holdout"]
+
+
 def test_holdout_largest_trains_the_largest_cell_at_the_rate_of_a_law_fitted_without_it(tmp_path):
     out = tmp_path / "tune"
-    result = flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 12, 16], multipliers=[1 / 8, 1 / 2, 1],
-                            holdout="largest", skip_parity=True, show_progress=False, bootstrap=20, report=False)
-    data = json.loads((out / "hparams.json").read_text())
-    held = data["holdout"]
+    result, data, held = tune_held_out(out, "largest", bootstrap=20)
     cell = next(c for c in data["cells"] if c["size"] == 16)  # the largest size at the (one) budget
     assert held["size"] == 16 and held["tokens"] == cell["tokens"]
     k = held["law"]["coefficients"]
@@ -250,10 +256,7 @@ def test_holdout_largest_trains_the_largest_cell_at_the_rate_of_a_law_fitted_wit
 
 def test_holdout_beyond_trains_a_cell_4x_past_the_grid_at_multiples_of_the_laws_rate(tmp_path):
     out = tmp_path / "tune"
-    result = flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 12, 16], multipliers=[1 / 8, 1 / 2, 1],
-                            holdout="beyond", skip_parity=True, show_progress=False, bootstrap=0, report=False)
-    data = json.loads((out / "hparams.json").read_text())
-    held = data["holdout"]
+    result, data, held = tune_held_out(out, "beyond", bootstrap=0)
     top = max(data["cells"], key=lambda c: c["tokens"])  # the smallest size has the most tokens
     assert held["kind"] == "beyond" and held["size"] == top["size"] == 8
     assert held["tokens"] >= 4 * top["tokens"] and held["tokens_factor"] == held["tokens"] / top["tokens"]

@@ -14,12 +14,18 @@ from typing import Any
 
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.html import escape
+from flops_fit.store.runs import tuned_law_paths
+
+
+def _sources(runs: Any) -> Any:
+    """Each run's ``lr_source`` (none for runs from a table without the column)."""
+    return runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
 
 
 def reach_note(runs: Any) -> list[str]:
     """Runs whose rate a tuned law gave beyond its tune's grid, or its centre rule gave past its
     reach, as their ``lr_source`` says (``sweeps.tuned``): listed, with the factors."""
-    sources = runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
+    sources = _sources(runs)
     beyond = sorted({s for s in sources if "beyond" in s and s.startswith(("tuned:", "centre:"))})
     if not beyond:
         return []
@@ -36,8 +42,7 @@ def target_rate_note(runs: Any, f: Any) -> list[str]:
     of N_opt's size or larger (its cells), which is where an IsoFLOP grid is thinnest: its large
     models get the fewest tokens. The rate is part of what makes the target's runs come out as
     forecast."""
-    sources = runs.frame["lr_source"].dropna() if "lr_source" in runs.frame else []
-    for path in sorted({s.partition(":")[2].partition(" (")[0] for s in sources if s.startswith("tuned:")}):
+    for path in sorted(tuned_law_paths(_sources(runs))):
         try:
             data = json.loads(Path(path).read_text())
             tuned = float(data["range"]["tokens"][1])

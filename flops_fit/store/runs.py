@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -27,6 +28,12 @@ _NOT_IN_ID = frozenset({"run_id", "device", "compile", "micro_batch_size", "proc
 _IN_ID_WHEN_SET = {"schedule": "cosine", "cooldown_start": 0, "cooldown_shape": "1-sqrt"}
 # Fields that set a run's length; the rest of the identity is its stable prefix (WSD family).
 _LENGTH_FIELDS = frozenset({"budget", "tokens", "steps", "cooldown_start"})
+
+
+def tuned_law_paths(sources: Iterable[str]) -> set[str]:
+    """The hparams.json paths of the tuned laws that ``lr_source`` values name ("tuned:<path>",
+    maybe followed by " (<note>)"): what the planner's header and the report's notes read."""
+    return {s.partition(":")[2].partition(" (")[0] for s in sources if s.startswith("tuned:")}
 
 
 def _canonical(value: Any) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import PlanError
+from flops_fit.store.runs import tuned_law_paths
 from flops_fit.sweeps.hparams import HyperParams
 
 HPARAMS_FILE = "hparams.json"
@@ -226,7 +227,7 @@ def _centre(law: TunedLaw, values: dict[str, float], model: str) -> float:
 
 def sources_header(sources: set[str]) -> str:
     """The plan's header lines for its runs' rate sources: the law (and how far it reaches)."""
-    tuned = sorted({s.partition(":")[2].partition(" (")[0] for s in sources if s.startswith("tuned:")} |
+    tuned = sorted(tuned_law_paths(sources) |
                    {s.partition("(beyond tuned:")[2].partition(":")[0] for s in sources if s.startswith("centre:")})
     if not tuned:
         return ""
