@@ -55,7 +55,7 @@ def check(parametrization: object, base_width: object) -> None:
     if parametrization == "standard":
         if base_width is not None:
             raise ValueError(
-                f"base_width={base_width!r} only applies to parametrization='mup': set parametrization='mup' "
+                f"base_width={base_width!r} only applies to parametrization='mup' or 'per-layer': set one of them "
                 f"or leave base_width out"
             )
         return

@@ -157,7 +157,7 @@ def test_parameter_and_flop_counts_do_not_change(name):
     ({"parametrization": "mu-p"}, "parametrization must be one of ('standard', 'mup', 'per-layer'), got 'mu-p'"),
     ({"parametrization": "mup"}, "parametrization='mup' needs base_width"),
     ({"parametrization": "per-layer"}, "parametrization='per-layer' needs base_width"),
-    ({"base_width": 32}, "base_width=32 only applies to parametrization='mup'"),
+    ({"base_width": 32}, "base_width=32 only applies to parametrization='mup' or 'per-layer': set one of them"),
     ({"parametrization": "mup", "base_width": 0}, "base_width must be a positive integer, got 0"),
     ({"parametrization": "mup", "base_width": 32.0}, "base_width must be a positive integer, got 32.0"),
 ])
