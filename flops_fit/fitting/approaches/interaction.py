@@ -8,8 +8,8 @@ no closed form: each budget's optimum is found numerically (``forms.numeric_fron
 
 from __future__ import annotations
 
-from flops_fit.fitting.forms import InteractionForm
-from flops_fit.fitting.projection import ProjectionApproach
+from flops_fit.fitting.approaches.projection import ProjectionApproach
+from flops_fit.fitting.laws.forms import InteractionForm
 
 
 class Interaction(ProjectionApproach):

@@ -6,8 +6,8 @@ a two-parameter problem far better conditioned than the five-parameter one (``pr
 
 from __future__ import annotations
 
-from flops_fit.fitting.forms import Chinchilla
-from flops_fit.fitting.projection import ProjectionApproach
+from flops_fit.fitting.approaches.projection import ProjectionApproach
+from flops_fit.fitting.laws.forms import Chinchilla
 
 
 class Vpnls(ProjectionApproach):

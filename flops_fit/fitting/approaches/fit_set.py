@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from flops_fit.fitting.holdout import holdout_json
-from flops_fit.fitting.result import FitResult, Presentable
+from flops_fit.fitting.approaches.result import FitResult, Presentable
+from flops_fit.fitting.validation.holdout import holdout_json
 
 # Without intervals, exponents this far apart count as a disagreement.
 POINT_TOLERANCE = 0.05
