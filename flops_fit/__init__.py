@@ -71,6 +71,7 @@ _LAZY: dict[str, str] = {
     "Comparison": "flops_fit.fitting:Comparison",
     "load_runs": "flops_fit.fitting:load_runs",
     "write_report": "flops_fit.fitting.report.html_report:write_report",
+    "write_comparison": "flops_fit.fitting.report.compare_page:write_comparison",
     "plot_fit": "flops_fit.fitting.report.plots:plot_fit",
     "FitResult": "flops_fit.fitting:FitResult",
     "FitSet": "flops_fit.fitting:FitSet",

@@ -26,7 +26,7 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
-from flops_fit.fitting.laws.error_law import fit_error_law, plot_error_law
+from flops_fit.fitting.laws.error_law import fit_error_law
 from flops_fit.fitting.laws.focus import FOCUS_LABELS
 from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.report.figures import (
@@ -35,6 +35,7 @@ from flops_fit.fitting.report.figures import (
     headline,
     holdout_figure,
     method_colours,
+    plot_error_law,
 )
 from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
 from flops_fit.fitting.report.plots import plot_result
@@ -45,18 +46,12 @@ from flops_fit.fitting.validation.forecast import (
     CHAIN_HEADERS,
     candidate_rows,
     chain_rows,
+    default_target,
 )
 from flops_fit.fitting.validation.holdout import HOLDOUT_HEADERS, furthest_checks, holdout_rows
 
-TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
 TOP_WARNINGS = 8
 ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
-
-
-def default_target(runs: Any) -> float:
-    """TARGET_FACTOR times the largest budget swept."""
-    budgets, _ = budget_groups(runs)
-    return float(TARGET_FACTOR * np.max(budgets))
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,

@@ -51,6 +51,15 @@ FORM_TOLERANCE, FORM_POINTS = 1.0, 0.005
 
 Triple = tuple[float, float, float]
 
+TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
+
+
+
+def default_target(runs: Any) -> float:
+    """TARGET_FACTOR times the largest budget swept."""
+    budgets, _ = budget_groups(runs)
+    return float(TARGET_FACTOR * np.max(budgets))
+
 
 @dataclass(kw_only=True)
 class Candidate:
