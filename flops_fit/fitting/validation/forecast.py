@@ -13,7 +13,7 @@ Its interval says what is not known, per side and in logs, as the root sum of sq
   a sweep equally well can part far beyond it,
 - the extrapolation error forward chaining measured, grown to the target's ratio
   (t s ln r_t, ``chaining.error_slope``; Student's t over the chaining errors it rests on).
-Its calibration is measured, not assumed (docs/fitting.md, benchmarks/bench_forecast_calibration.py).
+Its calibration is measured, not assumed (docs/validation/fitting.md, benchmarks/bench_forecast_calibration.py).
 """
 
 from __future__ import annotations
