@@ -40,8 +40,7 @@ from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import CheckpointPolicy, remove_checkpoints
-from flops_fit.training.task import item_outcomes, recover_results, train_item, work_items
-from flops_fit.training.wsd import Family
+from flops_fit.training.task import item_outcomes, recover_results, stable_folders, train_item, work_items
 
 
 @dataclass
@@ -248,7 +247,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     with api.create_executor(executor, host=host, **options) as runner:
         if hasattr(runner, "use_sweep_folder"):  # an executor that keeps files (SLURM's job logs)
             runner.use_sweep_folder(out_dir)
-        for item, item_outcome in runner.map(task, work_items(todo)):
+        for item, item_outcome in runner.map(task, work_items(todo, stack=plan.options.stack_runs)):
             for spec, outcome in item_outcomes(item, item_outcome):
                 result = outcome if isinstance(outcome, RunResult) else RunResult(
                     run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
@@ -257,8 +256,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 if policy is not None:  # the result is committed: its checkpoints are no longer needed
                     remove_checkpoints(policy.run_dir(spec.run_id))
                 display.run_finished(_summary(spec, result), failed=result.status != "done")
-            if policy is not None and isinstance(item, Family):  # every branch is stored: drop its stable state
-                remove_checkpoints(policy.run_dir(item.run_id))
+            for family in stable_folders(item) if policy is not None else ():  # every branch is stored
+                remove_checkpoints(policy.run_dir(family))
 
 
 def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None) -> RunResult | None:
