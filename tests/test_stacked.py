@@ -71,7 +71,7 @@ def test_same_shape_items_are_grouped_and_split_evenly():
     alone = dataclasses.replace(base[2], processes_per_run=2)
     items = stack_items([*five, *other_size, alone], limit=4)
     assert [type(i).__name__ for i in items] == ["Stack", "Stack", "Stack", "RunSpec"]
-    assert [len(i.runs) for i in items[:3]] == [3, 2, 2]  # 5 at most 4 a program: 3 and 2, not 4 and 1
+    assert sorted(len(i.runs) for i in items[:2]) == [2, 3] and len(items[2].runs) == 2  # 5 by 4: 2 + 3, not 4 + 1
     assert {r.size for r in items[2].runs} == {base[1].size}
     assert stack_items([*five, alone], limit=1) == [*five, alone]
     # WSD: a size's families at several rates stack when their branches match one to one

@@ -40,7 +40,13 @@ from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import CheckpointPolicy, remove_checkpoints
-from flops_fit.training.task import item_outcomes, recover_results, stable_folders, train_item, work_items
+from flops_fit.training.task import (
+    item_outcomes,
+    recover_results,
+    stable_folders,
+    train_item,
+    work_items,
+)
 
 
 @dataclass

@@ -22,7 +22,13 @@ from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import Checkpointer, CheckpointPolicy, load_result, save_result
 from flops_fit.training.launch import processes_per_run, run_ranks
 from flops_fit.training.loop import train
-from flops_fit.training.stacked import Stack, StackedFamilies, stack_items, train_stack, train_stacked_families
+from flops_fit.training.stacked import (
+    Stack,
+    StackedFamilies,
+    stack_items,
+    train_stack,
+    train_stacked_families,
+)
 from flops_fit.training.state import Snapshot
 from flops_fit.training.strategies import OneProcess
 from flops_fit.training.wsd import Family, executed_flops, families
