@@ -223,8 +223,29 @@ def _finished(specs: tuple[RunSpec, ...] | list[RunSpec], checkpoints: Checkpoin
     return {k: v for k, v in found.items() if v is not None}
 
 
-# ------------------------------------------------------------------ exact per-run LayerNorm
+# ------------------------------------------------------------------ exact per-run kernels
+# vmap's rules for these reduce in another order than the kernel a run calls alone (LayerNorm's
+# weight gradient; a linear layer's weight gradient as a batched matmul once a batch holds more
+# than a few hundred rows): a bit apart, which training then amplifies. Inside the program they
+# run run by run, on the kernels a run calls alone, so each run's arithmetic is its own.
+_LINEAR = torch.nn.functional.linear
 _LAYER_NORM = torch.nn.functional.layer_norm
+
+
+def _pick(t: torch.Tensor | None, dim: int | None, i: int) -> torch.Tensor | None:
+    return t if t is None or dim is None else t.select(dim, i)
+
+
+@torch.library.custom_op("flops_fit::stacked_linear", mutates_args=())
+def _stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return _LINEAR(x, weight, bias).clone()
+
+
+@_stacked_linear.register_vmap
+def _linear_per_run(info: Any, in_dims: tuple, x: torch.Tensor, weight: torch.Tensor,
+                    bias: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    return torch.stack([_LINEAR(_pick(x, in_dims[0], i), _pick(weight, in_dims[1], i), _pick(bias, in_dims[2], i))
+                        for i in range(info.batch_size)]), 0
 
 
 @torch.library.custom_op("flops_fit::stacked_layer_norm", mutates_args=())
@@ -236,32 +257,35 @@ def _stacked_layer_norm(x: torch.Tensor, shape: list[int], weight: torch.Tensor 
 @_stacked_layer_norm.register_vmap
 def _layer_norm_per_run(info: Any, in_dims: tuple, x: torch.Tensor, shape: list[int], weight: torch.Tensor | None,
                         bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, int]:
-    """LayerNorm run by run: vmap's own rule reduces the weight's and bias's gradients in another
-    order (one bit apart, which training then amplifies); the kernel alone gives each run's exactly."""
-    def pick(t: torch.Tensor | None, dim: int | None, i: int) -> torch.Tensor | None:
-        return t if t is None or dim is None else t.select(dim, i)
+    return torch.stack([_LAYER_NORM(_pick(x, in_dims[0], i), shape, _pick(weight, in_dims[2], i),
+                                    _pick(bias, in_dims[3], i), eps) for i in range(info.batch_size)]), 0
 
-    return torch.stack([_LAYER_NORM(pick(x, in_dims[0], i), shape, pick(weight, in_dims[2], i),
-                                    pick(bias, in_dims[3], i), eps) for i in range(info.batch_size)]), 0
+
+def _batched(*tensors: torch.Tensor | None) -> bool:
+    return any(t is not None and torch._C._functorch.is_batchedtensor(t) for t in tensors)
+
+
+def _linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return _stacked_linear(input, weight, bias) if _batched(input, weight, bias) else _LINEAR(input, weight, bias)
 
 
 def _layer_norm(input: torch.Tensor, normalized_shape: Any, weight: torch.Tensor | None = None,
                 bias: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
-    batched = torch._C._functorch.is_batchedtensor
-    if not any(t is not None and batched(t) for t in (input, weight, bias)):
+    if not _batched(input, weight, bias):
         return _LAYER_NORM(input, normalized_shape, weight, bias, eps)
     return _stacked_layer_norm(input, list(normalized_shape), weight, bias, eps)
 
 
 @contextlib.contextmanager
 def _exact_per_run() -> Any:
-    """Inside: ``F.layer_norm`` of stacked runs is each run's own kernel (``nn.LayerNorm`` looks it up per call)."""
+    """Inside: ``F.linear`` and ``F.layer_norm`` of stacked runs are each run's own kernels
+    (``nn.Linear`` and ``nn.LayerNorm`` look them up at each call)."""
     functional = torch.nn.functional
-    functional.layer_norm = _layer_norm
+    functional.linear, functional.layer_norm = _linear, _layer_norm
     try:
         yield
     finally:
-        functional.layer_norm = _LAYER_NORM
+        functional.linear, functional.layer_norm = _LINEAR, _LAYER_NORM
 
 
 # ------------------------------------------------------------------ the stacked program
