@@ -31,6 +31,7 @@ import pandas as pd
 
 from flops_fit.sweeps.adaptive import (
     StopRule,
+    additive,
     budget_costs,
     interval_factor,
     isoflop_fitter,
@@ -48,7 +49,7 @@ def simulate(runs: pd.DataFrame, bootstrap: int, seed: int) -> dict:
     full_factor = interval_factor(*full)
     full_flops = sum(costs.values())
     t0 = time.perf_counter()
-    design = run_design(costs, target, StopRule(n_opt_factor=full_factor), fit_at)
+    design = run_design(costs, additive(costs), target, StopRule(n_opt_factor=full_factor), fit_at)
     seconds = time.perf_counter() - t0
     last = design.rounds[-1]
     # the grid in order, cut where it has spent what the adaptive design spent

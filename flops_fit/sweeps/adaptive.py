@@ -122,24 +122,32 @@ def initial_budgets(pool: Iterable[float], start: int = 3) -> list[float]:
     return budgets[:start]
 
 
-def next_budgets(trained: Iterable[float], costs: Mapping[float, float], target: float, batch: int = 1) -> list[Choice]:
-    """Up to ``batch`` budgets of ``costs`` (budget -> FLOPs of its runs) not yet ``trained``,
-    chosen one after another by the drop of the extrapolation factor at ``target`` per FLOP."""
+def additive(costs: Mapping[float, float]) -> Callable[[Iterable[float]], float]:
+    """``spend`` for budgets whose runs cost what they cost alone (cosine runs, a public sweep)."""
+    return lambda budgets: sum(costs[b] for b in budgets)
+
+
+def next_budgets(trained: Iterable[float], pool: Iterable[float], spend: Callable[[Iterable[float]], float],
+                 target: float, batch: int = 1) -> list[Choice]:
+    """Up to ``batch`` budgets of ``pool`` not yet ``trained``, chosen one after another by the
+    drop of the extrapolation factor at ``target`` per FLOP they add (``spend(budgets)``: the
+    FLOPs the runs of those budgets execute together, so WSD's shared stable phases count once)."""
     chosen = list(trained)
     out: list[Choice] = []
     for _ in range(batch):
-        now = extrapolation_factor(chosen, target)
-        left = [b for b in costs if b not in chosen]
+        now, base = extrapolation_factor(chosen, target), spend(chosen)
+        left = [b for b in pool if b not in chosen]
         if not left:
             break
-        scored = sorted(((now - extrapolation_factor([*chosen, b], target)) / costs[b], b) for b in left)
+        added = {b: max(spend([*chosen, b]) - base, 1.0) for b in left}
+        scored = sorted(((now - extrapolation_factor([*chosen, b], target)) / added[b], b) for b in left)
         score, best = scored[-1]
         after = extrapolation_factor([*chosen, best], target)
         runner = (f"; next best {scored[-2][1]:.3g} at {scored[-2][0] / score:.0%} of its gain per FLOP"
                   if len(scored) > 1 and score > 0 else "")
         reason = (f"budget {best:.3g}: the extrapolation factor at the target {now:.3g} -> {after:.3g} for "
-                  f"{costs[best]:.3g} FLOPs, the most per FLOP of {len(left)} untrained budgets{runner}")
-        out.append(Choice(best, costs[best], score, reason))
+                  f"{added[best]:.3g} FLOPs, the most per FLOP of {len(left)} untrained budgets{runner}")
+        out.append(Choice(best, added[best], score, reason))
         chosen.append(best)
     return out
 
@@ -179,38 +187,54 @@ class Design:
     def spent(self) -> float:
         return self.rounds[-1].spent if self.rounds else 0.0
 
+    def __str__(self) -> str:
+        lines = [f"adaptive design, target {self.target:.3g} FLOPs, rule {self.rule}:"]
+        for n, r in enumerate(self.rounds, 1):
+            fitted = (f"N_opt {r.n_opt:.3g} [{r.n_opt_lo:.3g}, {r.n_opt_hi:.3g}] (x{r.factor:.2f})"
+                      if math.isfinite(r.factor) else (r.note or "no interval"))
+            lines.append(f"  round {n}: {r.spent:.3g} FLOPs spent; {fitted}")
+            lines += [f"    {c.reason}" for c in r.choices]
+        lines.append(f"stopped: {self.stopped}")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "rule": str(self.rule), "rounds": [r.to_dict() for r in self.rounds],
                 "stopped": self.stopped, "spent": self.spent, "budgets": self.budgets}
 
 
-def run_design(costs: Mapping[float, float], target: float, rule: StopRule,
-               fit_at: Callable[[list[float]], tuple[float, float, float]], *, start: int = 3,
-               batch: int = 1) -> Design:
-    """Drive a design over the pool ``costs`` (budget -> FLOPs of its runs): train (``fit_at``
-    is called with every budget trained so far, trains what it has not, fits and returns
-    N_opt, lo, hi at ``target``), check ``rule``, choose the next batch; until the rule holds
-    or the pool is spent."""
+def run_design(pool: Iterable[float], spend: Callable[[Iterable[float]], float], target: float, rule: StopRule,
+               fit_at: Callable[[list[float]], tuple[float, float, float]], *, start: int = 3, batch: int = 1,
+               on_round: Callable[[Design], None] | None = None) -> Design:
+    """Drive a design over the budgets of ``pool`` (``spend``: FLOPs of a set of budgets' runs):
+    ``fit_at`` is called with every budget chosen so far, trains what it has not, fits and
+    returns N_opt, lo, hi at ``target``; then ``rule`` is checked and the next batch chosen, until
+    the rule holds or the pool is spent. ``on_round`` hears the design after each batch is chosen
+    and after each fit (a sweep records it in its store)."""
+    pool = sorted(set(pool))
     design = Design(target, rule)
-    first = [Choice(b, costs[b], math.nan, f"budget {b:.3g}: one of the {start} smallest budgets, the first grid")
-             for b in initial_budgets(costs, start)]
-    batch_choices = first
-    spent = 0.0
+    batch_choices = [Choice(b, spend([b]), math.nan, f"budget {b:.3g}: one of the {start} smallest budgets, "
+                            "the first grid") for b in initial_budgets(pool, start)]
     while batch_choices:
-        spent += sum(c.flops for c in batch_choices)
-        round_ = Round(batch_choices, spent)
+        round_ = Round(batch_choices, spend([*design.budgets, *(c.budget for c in batch_choices)]))
         design.rounds.append(round_)
+        if on_round is not None:
+            on_round(design)
         try:
             round_.n_opt, round_.n_opt_lo, round_.n_opt_hi = fit_at(design.budgets)
             round_.factor = interval_factor(round_.n_opt, round_.n_opt_lo, round_.n_opt_hi)
         except FitInputError as exc:
             round_.note = f"no fit yet: {exc}"
-        reason = rule.holds(round_.factor, spent)
+        reason = rule.holds(round_.factor, round_.spent)
         if reason:
             design.stopped = reason
+        else:
+            batch_choices = next_budgets(design.budgets, pool, spend, target, batch)
+            if not batch_choices:
+                design.stopped = "every budget of the pool is trained"
+        if on_round is not None:
+            on_round(design)
+        if design.stopped:
             return design
-        batch_choices = next_budgets(design.budgets, costs, target, batch)
-    design.stopped = "every budget of the pool is trained"
     return design
 
 
@@ -232,3 +256,83 @@ def budget_costs(runs: Any) -> dict[float, float]:
     """FLOPs of each budget's runs in a table (6 N D per run): what choosing that budget costs."""
     flops = 6.0 * runs.params * runs.tokens
     return {float(b): float(v) for b, v in flops.groupby(runs.budget).sum().items()}
+
+
+# ------------------------------------------------------------------ a planned sweep, designed as it trains
+DEFAULT_RULE = "n_opt<=1.5x"
+
+
+def plan_budgets(plan: Any) -> dict[float, list[Any]]:
+    """The plan's runs by budget: the pool an adaptive sweep chooses from."""
+    out: dict[float, list[Any]] = {}
+    for run in plan.runs:
+        out.setdefault(float(run.budget), []).append(run)
+    return out
+
+
+def plan_spend(plan: Any) -> Callable[[Iterable[float]], float]:
+    """FLOPs the runs of a set of the plan's budgets execute together (WSD: each stable phase once)."""
+    from flops_fit.training.wsd import executed_flops
+
+    by = plan_budgets(plan)
+
+    def spend(budgets: Iterable[float]) -> float:
+        runs = [r for b in budgets for r in by[b]]
+        return float(sum(executed_flops(runs).values())) if runs else 0.0
+
+    return spend
+
+
+def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, start: int = 3) -> str:
+    """What ``flops-fit plan --adaptive`` prints: the first batch, how the rest is chosen, the rule."""
+    by = plan_budgets(plan)
+    target = target or 10 * max(by)
+    spend = plan_spend(plan)
+    first = initial_budgets(by, start)
+    total = spend(list(by))
+    runs = sum(len(by[b]) for b in first)
+    return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{b:.3g}' for b in first)}: {runs} runs, "
+            f"{spend(first):.3g} FLOPs ({spend(first) / total:.0%} of the grid's {total:.3g}); then one budget at a "
+            f"time of the other {len(by) - start}, the one whose runs shrink the extrapolation factor of N_opt at the "
+            f"target {target:.3g} most per FLOP; stops when {rule} holds (read from the fitted interval after each "
+            f"batch) or every budget is trained")
+
+
+def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE, *, target: float | None = None,
+                   start: int = 3, batch: int = 1, method: str = "isoflop", bootstrap: int = 200, seed: int = 0,
+                   resume: bool = False, **run: Any) -> Design:
+    """Train ``plan``'s budgets as the design chooses them (``run_plan`` with ``only=``, into
+    ``out_dir``), fitting after each batch (``flops_fit.fit(out_dir, method)``) until ``rule``.
+    The whole plan is recorded; the store's meta ``adaptive`` holds the design (each budget's
+    reason, its run ids, each round's interval, why it stopped). Resumable: the design is
+    deterministic given its runs, so ``resume=True`` replays the rounds (trained runs are not
+    trained again) and goes on. ``run`` are ``run_plan``'s options (executor, workers, ...)."""
+    from pathlib import Path
+
+    from flops_fit.fitting import fit
+    from flops_fit.store.run_store import STORE_NAME, RunStore
+    from flops_fit.sweeps.driver import run_plan
+
+    rule = StopRule.parse(rule) if isinstance(rule, str) else rule
+    out_dir = Path(out_dir)
+    by = plan_budgets(plan)
+    target = target or 10 * max(by)
+    started = [resume]
+
+    def fit_at(budgets: list[float]) -> tuple[float, float, float]:
+        ids = {r.run_id for b in budgets for r in by[b]}
+        run_plan(plan, out_dir, resume=started[0], only=ids, **run)
+        started[0] = True
+        row = fit(str(out_dir), method, bootstrap=bootstrap, seed=seed, tracking=False).predict(target).iloc[0]
+        return float(row.N_opt), float(row.N_opt_lo), float(row.N_opt_hi)
+
+    def record(design: Design) -> None:
+        if not (out_dir / STORE_NAME).exists():
+            return  # the first batch is recorded once its sweep has a store
+        data = design.to_dict()
+        data["run_ids"] = {f"{b:.6g}": [r.run_id for r in by[b]] for b in design.budgets}
+        data["method"], data["start"], data["batch"] = method, start, batch
+        with RunStore(out_dir) as store:
+            store.set_meta(adaptive=data)
+
+    return run_design(list(by), plan_spend(plan), target, rule, fit_at, start=start, batch=batch, on_round=record)

@@ -20,6 +20,7 @@ import math
 import os
 import platform
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,7 @@ def run_plan(
     show_progress: bool = True,
     checkpoint_dir: str | Path | None = None,
     record_only: bool = False,
+    only: Collection[str] | None = None,
     host: Any = None,
 ) -> SweepResult:
     """Run ``plan`` (a ``Plan``) into ``out_dir``, resuming a store of the same plan if ``resume``.
@@ -174,6 +176,8 @@ def run_plan(
     ``skip_preflight=True`` skips it (a driver that cannot see what the workers see).
     ``record_only=True`` records the plan and trains nothing: its runs are then trained one by
     one with ``train_run`` (``flops-fit train-run``), e.g. under an outside launcher.
+    ``only`` (run ids) trains just those of the plan's runs (an adaptive sweep's chosen budgets,
+    ``sweeps.adaptive``); the whole plan is recorded either way.
     """
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
@@ -189,6 +193,7 @@ def run_plan(
                 status = store.statuses()
                 todo = [r for r in plan.runs if status.get(r.run_id) != "done"] if retry_failed else \
                     store.unfinished(plan)
+                todo = [r for r in todo if only is None or r.run_id in only]
                 preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host)
             if new:
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
@@ -199,7 +204,7 @@ def run_plan(
                 _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
                                   executor_options=executor_options, skip_parity=skip_parity,
                                   retry_failed=retry_failed, show_progress=show_progress, host=host,
-                                  policy=policy,
+                                  policy=policy, only=only,
                                   tracking=tracker.runs_destination)
                 tracker.finished(store.counts())
     finally:
@@ -224,13 +229,13 @@ def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flop
 def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: str, workers: int,
                       executor_options: dict[str, Any] | None, skip_parity: bool, retry_failed: bool,
                       show_progress: bool, host: Any, policy: CheckpointPolicy | None,
-                      tracking: Destination | None = None) -> None:
+                      tracking: Destination | None = None, only: Collection[str] | None = None) -> None:
     if retry_failed:
         store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
     for result in recover_results(store.unfinished(plan), policy):
         store.record(result)
         remove_checkpoints(policy.run_dir(result.run_id))
-    todo = store.unfinished(plan)
+    todo = [r for r in store.unfinished(plan) if only is None or r.run_id in only]
     model = plan.runs[0].model
     if todo:
         gate = parity_gate(model, skip=skip_parity, host=host)
