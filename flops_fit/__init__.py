@@ -80,6 +80,7 @@ _LAZY: dict[str, str] = {
     "SweepOptions": "flops_fit.sweeps.options:SweepOptions",
     "HyperParams": "flops_fit.sweeps.hparams:HyperParams",
     "run_plan": "flops_fit.sweeps.driver:run_plan",
+    "adaptive_sweep": "flops_fit.sweeps.adaptive:adaptive_sweep",
     "train_run": "flops_fit.sweeps.driver:train_run",
     "SweepResult": "flops_fit.sweeps.driver:SweepResult",
     "run_demo": "flops_fit.sweeps.demo:run_demo",
