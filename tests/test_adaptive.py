@@ -125,3 +125,28 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
     out = capsys.readouterr().out
     assert "first batch: the 3 smallest budgets 4e+12, 8e+12, 1.6e+13" in out and "n_opt<=1.4x" in out
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive", "--until", "loss<=2"]) == 2
+
+
+def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
+    import sweep_support
+
+    from flops_fit.cli.main import main
+    from flops_fit.plugin.host import reset_host
+    from flops_fit.store.run_store import RunStore
+
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML)
+    out = tmp_path / "out"
+    reset_host(sweep_support.host())
+    try:
+        assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--record-only"]) == 2
+        assert "chooses its runs as it trains" in capsys.readouterr().err
+        assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--until", "flops<=1", "--start", "2",
+                     "--skip-parity"]) == 0
+    finally:
+        reset_host()
+    printed = capsys.readouterr().out
+    assert "round 1:" in printed and "stopped: " in printed and "cap 1" in printed
+    with RunStore(out) as store:
+        assert store.get_meta("adaptive")["stopped"].endswith("(cap 1)")
+        assert set(store.statuses().values()) == {"done"}  # the 2 budgets of this plan, both the first batch
