@@ -151,3 +151,10 @@ def test_a_sweep_records_runs_trained_together_as_its_own(tmp_path):
     assert (frames["together"].status == "done").all()
     assert (frames["together"].loss - frames["alone"].loss).abs().max() <= TOLERANCE
     assert isinstance(work_items(runs, stack=3)[0], Stack)
+
+
+def test_micro_batches_and_other_seeds_match_alone():
+    base = dataclasses.replace(max(tiny_plan().runs, key=lambda r: r.steps), micro_batch_size=3)
+    specs = [dataclasses.replace(base, seed=s, lr=base.lr * m, run_id="") for s, m in ((0, 1.0), (5, 0.5))]
+    for spec, result in zip(specs, train_stacked(specs, host=HOST), strict=True):
+        assert_same_run(train(spec, host=HOST), result)
