@@ -232,8 +232,10 @@ _LINEAR = torch.nn.functional.linear
 _LAYER_NORM = torch.nn.functional.layer_norm
 
 
-def _pick(t: torch.Tensor | None, dim: int | None, i: int) -> torch.Tensor | None:
-    return t if t is None or dim is None else t.select(dim, i)
+def _slices(t: torch.Tensor | None, dim: int | None, runs: int) -> list[torch.Tensor | None]:
+    """Each run's slice (``unbind``: its backward stacks the gradients once, where a ``select``
+    per run would fill a zero tensor of every run's size per run)."""
+    return [t] * runs if t is None or dim is None else list(t.unbind(dim))
 
 
 @torch.library.custom_op("flops_fit::stacked_linear", mutates_args=())
@@ -244,8 +246,9 @@ def _stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 @_stacked_linear.register_vmap
 def _linear_per_run(info: Any, in_dims: tuple, x: torch.Tensor, weight: torch.Tensor,
                     bias: torch.Tensor | None) -> tuple[torch.Tensor, int]:
-    return torch.stack([_LINEAR(_pick(x, in_dims[0], i), _pick(weight, in_dims[1], i), _pick(bias, in_dims[2], i))
-                        for i in range(info.batch_size)]), 0
+    runs = info.batch_size
+    parts = zip(_slices(x, in_dims[0], runs), _slices(weight, in_dims[1], runs), _slices(bias, in_dims[2], runs))
+    return torch.stack([_LINEAR(*part) for part in parts]), 0
 
 
 @torch.library.custom_op("flops_fit::stacked_layer_norm", mutates_args=())
@@ -257,8 +260,9 @@ def _stacked_layer_norm(x: torch.Tensor, shape: list[int], weight: torch.Tensor 
 @_stacked_layer_norm.register_vmap
 def _layer_norm_per_run(info: Any, in_dims: tuple, x: torch.Tensor, shape: list[int], weight: torch.Tensor | None,
                         bias: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, int]:
-    return torch.stack([_LAYER_NORM(_pick(x, in_dims[0], i), shape, _pick(weight, in_dims[2], i),
-                                    _pick(bias, in_dims[3], i), eps) for i in range(info.batch_size)]), 0
+    runs = info.batch_size
+    parts = zip(_slices(x, in_dims[0], runs), _slices(weight, in_dims[2], runs), _slices(bias, in_dims[3], runs))
+    return torch.stack([_LAYER_NORM(xi, shape, wi, bi, eps) for xi, wi, bi in parts]), 0
 
 
 def _batched(*tensors: torch.Tensor | None) -> bool:
