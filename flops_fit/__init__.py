@@ -82,6 +82,8 @@ _LAZY: dict[str, str] = {
     "HyperParams": "flops_fit.sweeps.hparams:HyperParams",
     "run_plan": "flops_fit.sweeps.driver:run_plan",
     "adaptive_sweep": "flops_fit.sweeps.adaptive:adaptive_sweep",
+    "StopRule": "flops_fit.sweeps.adaptive:StopRule",
+    "describe_adaptive_start": "flops_fit.sweeps.adaptive:describe_start",
     "train_run": "flops_fit.sweeps.driver:train_run",
     "SweepResult": "flops_fit.sweeps.driver:SweepResult",
     "run_demo": "flops_fit.sweeps.demo:run_demo",

@@ -56,9 +56,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plan = flops_fit.plan(_options_from_args(args))
     print(plan)
     if args.adaptive:
-        from flops_fit.sweeps.adaptive import StopRule, describe_start
-
-        print(describe_start(plan, StopRule.parse(args.until), target=args.target, start=args.start))
+        rule = flops_fit.StopRule.parse(args.until)
+        print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start))
     warning = repeat_warning(plan.runs, unique_tokens(plan.options))
     if warning:
         print(warning)
@@ -114,13 +113,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int:
     """``sweep --adaptive``: the design trains the budgets it chooses (``sweeps.adaptive``)."""
-    from flops_fit.sweeps.adaptive import StopRule, adaptive_sweep
-
     if args.record_only:
         raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
-    rule = StopRule.parse(args.until)
+    rule = flops_fit.StopRule.parse(args.until)
     try:
-        design = adaptive_sweep(plan, out, rule, target=args.target, start=args.start, resume=args.resume,
+        design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start, resume=args.resume,
                                 skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
                                 retry_failed=args.retry_failed, **run)
     except KeyboardInterrupt as exc:

@@ -25,9 +25,14 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import FitInputError, OptionError
+from flops_fit.fitting import fit
+from flops_fit.store.run_store import STORE_NAME, RunStore
+from flops_fit.sweeps.driver import run_plan
+from flops_fit.training.wsd import executed_flops
 
 _RULE = re.compile(r"^\s*(n_opt\s*<=\s*(?P<factor>[0-9.eE+-]+)\s*x|flops\s*<=\s*(?P<cap>[0-9.eE+-]+))\s*$")
 
@@ -242,8 +247,6 @@ def isoflop_fitter(runs: Any, target: float, *, method: str = "isoflop", bootstr
                    seed: int = 0) -> Callable[[list[float]], tuple[float, float, float]]:
     """``fit_at`` for a table of runs (``params``, ``tokens``, ``budget``, ``loss``): the runs of
     the chosen budgets fitted by ``flops_fit.fit`` (the public API), N_opt at ``target``."""
-    from flops_fit.fitting import fit
-
     def fit_at(budgets: list[float]) -> tuple[float, float, float]:
         chosen = runs[runs.budget.isin(budgets)]
         row = fit(chosen, method, bootstrap=bootstrap, seed=seed, tracking=False).predict(target).iloc[0]
@@ -272,8 +275,6 @@ def plan_budgets(plan: Any) -> dict[float, list[Any]]:
 
 def plan_spend(plan: Any) -> Callable[[Iterable[float]], float]:
     """FLOPs the runs of a set of the plan's budgets execute together (WSD: each stable phase once)."""
-    from flops_fit.training.wsd import executed_flops
-
     by = plan_budgets(plan)
 
     def spend(budgets: Iterable[float]) -> float:
@@ -307,12 +308,6 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
     reason, its run ids, each round's interval, why it stopped). Resumable: the design is
     deterministic given its runs, so ``resume=True`` replays the rounds (trained runs are not
     trained again) and goes on. ``run`` are ``run_plan``'s options (executor, workers, ...)."""
-    from pathlib import Path
-
-    from flops_fit.fitting import fit
-    from flops_fit.store.run_store import STORE_NAME, RunStore
-    from flops_fit.sweeps.driver import run_plan
-
     rule = StopRule.parse(rule) if isinstance(rule, str) else rule
     out_dir = Path(out_dir)
     by = plan_budgets(plan)
