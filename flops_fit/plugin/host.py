@@ -37,6 +37,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "flops_fit.plugins.llama",
     "flops_fit.plugins.cait",
     "flops_fit.plugins.pvt_v2",
+    "flops_fit.plugins.declared",
+    "flops_fit.plugins.hf_causal_lm",
     "flops_fit.plugins.losses",
     "flops_fit.plugins.datasets",
     "flops_fit.executors.local",
