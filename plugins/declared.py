@@ -10,9 +10,10 @@ model, the ``[model]`` table says them, as a formula of the size or as a table:
     multiple_of = 16                         # flops_per_token defaults to 6 x params
 
 A formula is arithmetic (``+ - * / // % **``, parentheses, numbers) over ``size``, the
-``[model]`` table's other numbers (``n_layer = 4`` makes ``n_layer`` a name) and ``seq_len``;
+``[model]`` table's other numbers (``n_layer = 4`` makes ``n_layer`` a name) and ``seq_len`` (the sweep's);
 ``flops_per_token`` may also use ``params``. Sizes are the multiples of ``multiple_of`` (a
-formula) or the table's keys. flops-fit cannot build such a model: only a ``[train]``
+formula) or the table's keys. The size is a width (``width`` is another name for it), so the
+width-based learning-rate rules apply; pass ``lr`` when yours is not. flops-fit cannot build such a model: only a ``[train]``
 command trains it. Dataset ``external`` is the data such a script reads itself (nothing is
 loaded; ``seq_len`` comes from the sweep).
 """
@@ -76,7 +77,7 @@ def _table(table: Any) -> dict[int, Mapping[str, Any]]:
 
 def _names(size: int, config: Mapping[str, Any]) -> dict[str, float]:
     numbers = {k: v for k, v in config.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return {**numbers, "size": size}
+    return {**numbers, "size": size, "width": size, "seq_len": config.get("context_length") or 0}
 
 
 def _positive(value: float, what: str) -> float:
@@ -126,17 +127,17 @@ def build(size: int, **config: Any) -> Any:
 
 
 def build_external(split: str, **config: Any) -> Any:
-    raise ValueError("dataset 'external' is the data a [train] command reads itself: flops-fit loads nothing of it")
+    raise flops_fit.DataError("dataset 'external' is the data a [train] command reads itself: flops-fit loads nothing of it")
 
 
-DEFAULTS = {"params": None, "flops_per_token": None, "table": None, "multiple_of": 1, "seq_len": None}
+DEFAULTS = {"params": None, "flops_per_token": None, "table": None, "multiple_of": 1, "context_length": None}
 
 
 @flops_fit.hookimpl
 def register_models(register):
     register(flops_fit.ModelEntry(
         "declared", description="Sizes stated by the sweep file ([model] params and flops_per_token formulas, or a "
-        "[model.table]), trained by a [train] command only", builder=f"{__name__}:build", size_param="size",
+        "[model.table]), trained by a [train] command only", builder=f"{__name__}:build", size_param="width",
         valid_sizes=valid_sizes, param_count=param_count, training_flops=training_flops, flops_unit="token",
         task=flops_fit.TASK_CAUSAL_LM, default_loss="next-token", default_datasets=("external",), defaults=DEFAULTS))
 

@@ -13,7 +13,7 @@ line naming the field and the fix.
 
 ``[model]`` keys: ``config`` (a ``config.json``, its folder, or the config inline as a
 table), ``scale``, ``depth``, ``size_field``, ``set`` (fields overridden before scaling), and
-``vocab_size`` / ``seq_len`` (they follow the dataset and the sweep). The model is the
+``vocab_size`` / ``context_length`` (the sequence length; they follow the dataset and the sweep). The model is the
 ``transformers`` class itself (``AutoModelForCausalLM.from_config``), so no converter and no
 parity case: parameters and exact training FLOPs are counted on it on the meta device
 (``hf_causal_lm_model``). The run id hashes the ``[model]`` table, not the file: edit a
@@ -34,7 +34,7 @@ _MODEL = "flops_fit.plugins.hf_causal_lm_model"
 WIDTH_FIELDS = ("intermediate_size", "num_attention_heads", "num_key_value_heads")  # the default scale
 HEAD_FIELDS = (("num_attention_heads", "n_head"), ("num_key_value_heads",))
 DEFAULTS = {"config": None, "scale": None, "depth": None, "size_field": "hidden_size", "set": {},
-            "vocab_size": None, "seq_len": None}
+            "vocab_size": None, "context_length": None}
 
 
 def load_config(source: Any) -> dict[str, Any]:
@@ -64,7 +64,7 @@ class Rule:
     def __init__(self, config: Any = None, scale: Sequence[str] | None = None, depth: str | None = None,
                  size_field: str = "hidden_size", **rest: Any) -> None:
         overrides = rest.pop("set", None) or {}
-        unknown = sorted(set(rest) - {"vocab_size", "seq_len"})
+        unknown = sorted(set(rest) - {"vocab_size", "context_length"})
         if unknown:
             raise ValueError(f"unknown [model] key(s) {unknown}; the keys are {sorted(DEFAULTS)}")
         if not isinstance(overrides, Mapping):
@@ -72,7 +72,7 @@ class Rule:
         base = {**load_config(config), **overrides}
         if rest.get("vocab_size") is not None:  # the dataset's tokenizer decides it
             base["vocab_size"] = rest["vocab_size"]
-        seq_len = rest.get("seq_len")
+        seq_len = rest.get("context_length")
         for key in ("max_position_embeddings", "n_positions"):
             if seq_len is not None and isinstance(base.get(key), int) and base[key] < seq_len:
                 raise ValueError(f"seq_len {seq_len} is longer than the config's {key} = {base[key]}: lower seq_len, "

@@ -62,7 +62,7 @@ def _measure(size: int, key: str) -> tuple[int, int]:
     from torch.utils.flop_counter import FlopCounterMode
 
     config = json.loads(key)
-    seq_len = config.get("seq_len") or 16
+    seq_len = config.get("context_length") or 16
     with torch.device("meta"):
         model = HFCausalLM(hf_config(size, attn_implementation="eager", **config))
         tokens = torch.zeros(1, seq_len, dtype=torch.long)
@@ -116,5 +116,5 @@ def param_count(width: int, **config: Any) -> int:
 def training_flops(width: int, **config: Any) -> float:
     """Exact training FLOPs per token (forward and backward, FlopCounterMode) at ``seq_len``."""
     Rule(**config).at(width)
-    seq_len = config.get("seq_len") or 16
+    seq_len = config.get("context_length") or 16
     return _counts(_key(config))(width)[1] / seq_len
