@@ -141,7 +141,8 @@ def test_each_failure_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path
     script = tmp_path / "misbehave.py"
     script.write_text(MISBEHAVING)
     path = write_sweep(tmp_path, [sys.executable, str(script)], "time_limit = 3", TABLE_SWEEP)
-    runs = {row["size"]: row for row in sweep_file(path, tmp_path / "out").values()}
+    # two worker processes: the task, its [train] command and the results cross process boundaries
+    runs = {row["size"]: row for row in sweep_file(path, tmp_path / "out", workers=2).values()}
     assert runs[1]["status"] == "failed" and runs[1]["error"].startswith("crash: the script exited with status 1")
     assert "out of memory, say" in runs[1]["error"]  # the log's tail
     assert runs[2]["status"] == "failed" and runs[2]["error"].startswith("hang: ")
