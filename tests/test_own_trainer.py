@@ -263,3 +263,18 @@ def test_the_guides_size_formulas_and_tables_plan():
     for model in declared:
         runs = flops_fit.plan(model="declared", model_config=model, budgets=[1e18], seq_len=1024, batch_size=256).runs
         assert len({r.size for r in runs}) >= 3 and all(r.flops_per_unit >= 6 * r.params for r in runs)
+
+
+def test_train_run_trains_one_recorded_run_with_the_command(tmp_path):
+    from flops_fit.sweeps.driver import train_run
+
+    script = tmp_path / "misbehave.py"
+    script.write_text(MISBEHAVING)
+    config = load_config(write_sweep(tmp_path, [sys.executable, str(script)], "time_limit = 3", TABLE_SWEEP))
+    run_plan(plan(config.options), tmp_path / "out", show_progress=False, record_only=True)
+    with RunStore(tmp_path / "out") as store:
+        by_size = {r.size: r for r in store.planned_runs()}
+    assert train_run(tmp_path / "out", by_size[6].run_id).status == "done"
+    assert train_run(tmp_path / "out", by_size[3].run_id).error.startswith("no result: ")
+    with RunStore(tmp_path / "out") as store:
+        assert store.statuses()[by_size[6].run_id] == "done" and store.statuses()[by_size[3].run_id] == "failed"
