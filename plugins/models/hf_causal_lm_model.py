@@ -19,7 +19,7 @@ from fractions import Fraction
 from typing import Any
 
 import torch
-from flops_fit.plugins.hf_causal_lm import Rule, valid_sizes
+from flops_fit.plugins.models.hf_causal_lm import Rule, valid_sizes
 from torch import nn
 
 

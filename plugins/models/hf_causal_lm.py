@@ -30,7 +30,7 @@ from typing import Any
 
 import flops_fit
 
-_MODEL = "flops_fit.plugins.hf_causal_lm_model"
+_MODEL = "flops_fit.plugins.models.hf_causal_lm_model"
 WIDTH_FIELDS = ("intermediate_size", "num_attention_heads", "num_key_value_heads")  # the default scale
 HEAD_FIELDS = (("num_attention_heads", "n_head"), ("num_key_value_heads",))
 DEFAULTS = {"config": None, "scale": None, "depth": None, "size_field": "hidden_size", "set": {},
