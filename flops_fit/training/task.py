@@ -57,7 +57,7 @@ def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any
     ``trainer`` (the ``[train]`` command) the user's script trains each run instead
     (``training.external``; it launches its own processes), a family's branches one by one."""
     if trainer is not None:
-        if isinstance(item, Family):
+        if isinstance(item, (Family, Stack, StackedFamilies)):  # the script trains each run on its own
             return [train_external(spec, trainer, progress, checkpoints=checkpoints) for spec in item.runs]
         return train_external(item, trainer, progress, checkpoints=checkpoints)
     if processes_per_run(item) == 1:
