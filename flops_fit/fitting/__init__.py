@@ -26,7 +26,7 @@ from flops_fit.fitting.inputs import METRICS, Runs, load_runs
 from flops_fit.fitting.interaction import Interaction
 from flops_fit.fitting.isoflop import Isoflop
 from flops_fit.fitting.parametric import Parametric
-from flops_fit.fitting.profiles import CURVES, check_curve
+from flops_fit.fitting.profiles import CURVES, budget_groups, check_curve
 from flops_fit.fitting.report import default_target, write_report
 from flops_fit.fitting.result import FitResult, default_budgets
 from flops_fit.fitting.scales import SCALES, check_scale, rescale
@@ -122,7 +122,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     approaches = [kinds[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus,
                                       unique_tokens=unique) for m in names]
     results, skipped = {}, {}
-    checked = default_budgets(runs) + ([float(target)] if target is not None else [])
+    checked = sorted({*default_budgets(runs), *budget_groups(runs)[0].tolist(),  # the tables', the swept, the target
+                      *([float(target)] if target is not None else [])})
     for approach in approaches:
         try:
             result = approach.fit(runs)

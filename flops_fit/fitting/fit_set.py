@@ -11,7 +11,7 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.holdout import holdout_json
-from flops_fit.fitting.planned import PlannedLoss, has_law, rms_residual
+from flops_fit.fitting.planned import EXTRAPOLATION_SLOPE, PlannedLoss, has_law, rms_residual
 from flops_fit.fitting.result import FitResult, Presentable
 
 # Without intervals, exponents this far apart count as a disagreement.
@@ -39,7 +39,7 @@ class FitSet(Presentable):
     def runs(self):
         return next(iter(self.results.values())).runs
 
-    def loss_at(self, n: Any, d: Any) -> PlannedLoss:
+    def loss_at(self, n: Any, d: Any, *, slope: float = EXTRAPOLATION_SLOPE) -> PlannedLoss:
         """The loss of planned runs (N, D) from the law that fits the runs best (lowest RMS log residual),
         the other laws as its comparable forms (``planned.loss_at``)."""
         laws = {m: r for m, r in self.results.items() if has_law(r)}
@@ -47,7 +47,7 @@ class FitSet(Presentable):
             raise FitInputError("the loss of a planned run needs a law over (N, D); none of "
                                 f"{', '.join(self.results)} gives one (fit parametric, vpnls or interaction)")
         best = min(laws, key=lambda m: (_finite_or_inf(rms_residual(laws[m])), m))
-        return laws[best].loss_at(n, d, forms=laws)
+        return laws[best].loss_at(n, d, forms=laws, slope=slope)
 
     def predict(self, budgets: Any) -> pd.DataFrame:
         return pd.concat([r.predict(budgets).assign(method=m) for m, r in self.results.items()], ignore_index=True)

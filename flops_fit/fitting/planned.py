@@ -10,11 +10,12 @@ sum of squares):
   that fit the runs equally well can part beyond them;
 - the **extrapolation error**: ``z * EXTRAPOLATION_SLOPE * distance``, where ``distance`` is the
   Euclidean distance in (ln N, ln D) from the planned run to the convex hull of the fitted runs
-  (0 inside it) and ``EXTRAPOLATION_SLOPE`` the root-mean-square log error per unit of that
-  distance, measured on public runs that are not the test set (``benchmarks/bench_planned_runs.py``
-  fits small runs of Chinchilla's Figure 4 and the public IsoFLOP sweeps and predicts their larger
-  runs; its result file records the value shipped here). The test set (Gadre et al.'s over-trained
-  models) fitted nothing.
+  (0 inside it) and ``EXTRAPOLATION_SLOPE`` the log error per unit of that distance that the
+  bootstrap and the forms leave uncovered: the smallest slope at which the combined interval holds
+  the truth at the stated level on public runs that are not the test set
+  (``benchmarks/bench_planned_runs.py`` fits small runs of Chinchilla's Figure 4 and of the public
+  IsoFLOP sweeps and predicts their larger runs; its result file records the value shipped here).
+  The test set (Gadre et al.'s over-trained models) fitted nothing.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.tables import format_table
 
-# RMS of ln(predicted / observed loss) per unit distance in (ln N, ln D) beyond the fitted runs;
-# from `python benchmarks/bench_planned_runs.py` (its "calibration" block): the Chinchilla Figure 4
-# runs and the three public IsoFLOP sweeps, never the Gadre test set.
+# The log error per unit distance in (ln N, ln D) beyond the fitted runs that the bootstrap and the
+# forms leave uncovered, from `python benchmarks/bench_planned_runs.py` (its "calibration" block:
+# the Chinchilla Figure 4 runs and the three public IsoFLOP sweeps, never the Gadre test set).
 EXTRAPOLATION_SLOPE = 0.0109
 # A form counts as comparable when its RMS log residual is within this factor of the best form's.
 FORM_TOLERANCE = 1.5
@@ -157,7 +158,8 @@ def other_forms(result: Any) -> dict[str, Any]:
     return out
 
 
-def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None) -> PlannedLoss:
+def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
+            slope: float = EXTRAPOLATION_SLOPE) -> PlannedLoss:
     """``result``'s law at each planned (N, D) with the combined interval (module docstring).
 
     ``forms`` are other laws fitted to the same runs (method -> FitResult); by default the built-in
@@ -201,13 +203,13 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None)
     distance = hull_distance(fitted, np.column_stack([np.log(n_arr), np.log(d_arr)]))
     from scipy.stats import norm
 
-    ext = float(norm.ppf(0.5 + result.level / 2)) * EXTRAPOLATION_SLOPE * distance
+    ext = float(norm.ppf(0.5 + result.level / 2)) * slope * distance
     below = np.sqrt(boot[0] ** 2 + form[0] ** 2 + ext ** 2)
     above = np.sqrt(boot[1] ** 2 + form[1] ** 2 + ext ** 2)
     table = pd.DataFrame({"N": n_arr, "D": d_arr, "loss": point, "loss_lo": point * np.exp(-below),
                           "loss_hi": point * np.exp(above), "distance": distance,
                           "boot": np.maximum(*boot), "form": np.maximum(*form), "extrapolation": ext})
-    return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable,
+    return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
                        label=result.runs.label)
 
 

@@ -25,7 +25,7 @@ from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summar
 from flops_fit.fitting.inference import inference_sizing, law_of, sizing_summary, total_sizing
 from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws import Params, power_frontier
-from flops_fit.fitting.planned import PlannedLoss, loss_at
+from flops_fit.fitting.planned import EXTRAPOLATION_SLOPE, PlannedLoss, loss_at
 from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier, and U.
@@ -205,11 +205,12 @@ class FitResult(Presentable):
             out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
         return out
 
-    def loss_at(self, n: Any, d: Any, *, forms: dict[str, FitResult] | None = None) -> PlannedLoss:
+    def loss_at(self, n: Any, d: Any, *, forms: dict[str, FitResult] | None = None,
+                slope: float = EXTRAPOLATION_SLOPE) -> PlannedLoss:
         """The loss of planned runs of ``n`` parameters on ``d`` tokens, with an interval of the bootstrap,
         the comparable law forms (``forms``, fitted to the same runs; by default the built-in ones are
         fitted here) and the extrapolation error by distance from the runs (``planned``)."""
-        return loss_at(self, n, d, forms=forms)
+        return loss_at(self, n, d, forms=forms, slope=slope)
 
     def predict_total(self, total_flops: float | Iterable[float], *, inference_tokens: float = 0.0) -> pd.DataFrame:
         """The lowest loss a total budget of training + ``inference_tokens`` served buys, and its N and D
