@@ -12,7 +12,7 @@ from scipy.stats import norm
 from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import FitSet, fit
-from flops_fit.fitting.planned import EXTRAPOLATION_SLOPE, hull_distance, parse_planned
+from flops_fit.fitting.planned import EXTRAPOLATION_SLOPE, hull_distance
 from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss, synthetic_runs
 
 RESULT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "planned_runs.json"
@@ -36,11 +36,11 @@ def test_distance_is_zero_inside_the_runs_and_euclidean_in_logs_outside():
     assert hull_distance(line, [[2.0, 0.0], [3.0, 2.0]]) == pytest.approx([np.sqrt(2.0), 1.0])
 
 
-def test_planned_runs_parse_and_bad_ones_are_refused():
-    assert parse_planned(["1.4e9:2.8e10", "7e9:1.4e11"]) == ([1.4e9, 7e9], [2.8e10, 1.4e11])
-    for bad in ("1.4e9", "1e9:x", "-1e9:1e10", "1e9:2e10:3"):
-        with pytest.raises(FitInputError, match="N:D|positive number of parameters"):
-            parse_planned([bad])
+def test_planned_runs_must_be_positive_and_paired(fitted):
+    assert fitted.loss_at(1e9, [1e10, 2e10]).table.N.tolist() == [1e9, 1e9]  # one size, two token counts
+    for n, d in ((-1e9, 1e10), (1e9, float("nan")), ([1e9, 2e9, 3e9], [1e10, 2e10])):
+        with pytest.raises(FitInputError, match="positive number of parameters|as many token counts as sizes"):
+            fitted.loss_at(n, d)
 
 
 def test_the_interval_holds_the_true_law_and_grows_with_distance(fitted, frame):
@@ -78,8 +78,9 @@ def test_cli_at_prints_json_and_text_and_refuses_a_bad_run(frame, tmp_path, caps
     assert run["N"] == 1e9 and run["D"] == 2e10 and run["loss_lo"] < run["loss"] < run["loss_hi"]
     assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "10", "--at", "1e9:2e10"]) == 0
     assert "Planned runs (vpnls" in capsys.readouterr().out
-    assert main(["fit", str(csv), "--at", "1e9"]) == 2
-    assert "--at takes planned runs as N:D" in capsys.readouterr().err
+    for bad in ("1e9", "1e9:x", "-1e9:1e10", "1e9:2e10:3"):
+        assert main(["fit", str(csv), f"--at={bad}"]) == 2
+        assert "--at takes planned runs as N:D" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not RESULT.is_file(), reason="benchmarks/results/planned_runs.json not written yet")

@@ -121,12 +121,21 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _planned(args: argparse.Namespace) -> tuple[list[float], list[float]] | None:
-    """--at N:D ... as (sizes, token counts), checked before any fitting."""
+    """--at N:D ... as (sizes, token counts) of finite positive numbers, checked before any fitting."""
     if not args.at:
         return None
-    from flops_fit.fitting.planned import parse_planned
-
-    return parse_planned(args.at)
+    sizes, tokens = [], []
+    for spec in args.at:
+        try:
+            n, d = (float(v) for v in spec.split(":"))
+        except ValueError:
+            n = d = math.nan
+        if not (math.isfinite(n) and math.isfinite(d) and n > 0 and d > 0):
+            raise flops_fit.FitInputError(f"--at takes planned runs as N:D, positive parameters and tokens (e.g. "
+                                          f"1.4e9:2.8e10), got {spec!r}")
+        sizes.append(n)
+        tokens.append(d)
+    return sizes, tokens
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -136,9 +145,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         fitted = _fit(args)
     except NoFitError as exc:  # a page that says why, not just an error line
-        from flops_fit.fitting.report import write_failure
-
-        print(f"report written to {write_failure(str(exc), out, args.source)}")
+        exc.source = args.source
+        print(f"report written to {flops_fit.write_report(exc, out)}")
         raise
     print(f"report written to {flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens)}")
     return 0

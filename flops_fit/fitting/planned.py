@@ -20,7 +20,6 @@ sum of squares):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,24 +110,6 @@ def check_planned(n: Any, d: Any) -> tuple[np.ndarray, np.ndarray]:
     return n_arr, d_arr
 
 
-def parse_planned(specs: Sequence[str]) -> tuple[list[float], list[float]]:
-    """``N:D`` strings (``7e9:1.4e11``) as sizes and token counts; FitInputError naming a bad one."""
-    sizes, tokens = [], []
-    for spec in specs:
-        parts = str(spec).split(":")
-        try:
-            if len(parts) != 2:
-                raise ValueError
-            n, d = float(parts[0]), float(parts[1])
-        except ValueError:
-            raise FitInputError(f"--at takes planned runs as N:D (parameters:tokens, e.g. 1.4e9:2.8e10), "
-                                f"got {spec!r}") from None
-        sizes.append(n)
-        tokens.append(d)
-    check_planned(sizes, tokens)
-    return sizes, tokens
-
-
 def rms_residual(result: Any) -> float:
     """The RMS log-loss residual of a law's fit to its runs (in-sample)."""
     residual = result.diagnostics.residuals["residual"].to_numpy(float)
@@ -141,15 +122,23 @@ def has_law(result: Any) -> bool:
     return result.law_loss(point, np.ones((1, 1)), np.ones((1, 1))) is not None
 
 
+# The approaches that fit a law form by variable projection (``Vpnls``, ``Interaction``), each
+# registered by ``law_form`` where it is defined: the comparable forms a lone result is checked against.
+FORM_APPROACHES: list[type] = []
+
+
+def law_form(approach: type) -> type:
+    """Class decorator: ``approach`` fits a law form that ``loss_at`` compares a result with."""
+    FORM_APPROACHES.append(approach)
+    return approach
+
+
 def other_forms(result: Any) -> dict[str, Any]:
     """The law forms fitted to ``result``'s runs besides its own (point fits, same focus), for the spread."""
-    from flops_fit.fitting.interaction import Interaction
-    from flops_fit.fitting.vpnls import Vpnls
-
     focus = result.details.get("focus", "all")
     out = {}
-    for kind in (Vpnls, Interaction):
-        if kind.name == result.method or result.method == "data_limited":
+    for kind in FORM_APPROACHES:
+        if kind.name == result.method or "U" in result.params:  # a data budget: the others ignore it
             continue
         try:
             out[kind.name] = kind(bootstrap=0, focus=focus).fit(result.runs)
@@ -217,5 +206,5 @@ def _pct(log_half_width: float) -> str:
     return "-" if not np.isfinite(log_half_width) else f"{100 * np.expm1(log_half_width):.1f}%"
 
 
-__all__ = ["EXTRAPOLATION_SLOPE", "FORM_TOLERANCE", "PlannedLoss", "check_planned", "hull_distance", "loss_at",
-           "parse_planned"]
+__all__ = ["EXTRAPOLATION_SLOPE", "FORM_APPROACHES", "FORM_TOLERANCE", "PlannedLoss", "check_planned", "hull_distance",
+           "law_form", "loss_at"]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit._version import __version__
-from flops_fit.errors import FitInputError
+from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.error_law import fit_error_law, plot_error_law
 from flops_fit.fitting.figures import (
@@ -60,7 +60,10 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path.
 
     ``at`` (sizes, token counts) adds the loss of those planned runs (``loss_at``). A section that
-    cannot be computed says why in its place: the page is always written."""
+    cannot be computed says why in its place: the page is always written. ``fitted`` may also be the
+    ``NoFitError`` a fit raised: the page then says why no method gave an answer."""
+    if isinstance(fitted, NoFitError):
+        return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"))
     out = _html_path(out)
     plot_dir = out.parent / f"{out.stem}_plots"
     results = fitted.results

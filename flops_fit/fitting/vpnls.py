@@ -7,9 +7,11 @@ a two-parameter problem far better conditioned than the five-parameter one (``pr
 from __future__ import annotations
 
 from flops_fit.fitting.forms import Chinchilla
+from flops_fit.fitting.planned import law_form
 from flops_fit.fitting.projection import ProjectionApproach
 
 
+@law_form  # a form loss_at compares other laws' planned-run losses with
 class Vpnls(ProjectionApproach):
     """Variable projection: grid then Nelder-Mead over (alpha, beta); E, A, B by NNLS."""
 
