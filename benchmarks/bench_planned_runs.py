@@ -33,7 +33,7 @@ from scipy.stats import norm
 
 import flops_fit
 from flops_fit.fitting import FitSet
-from flops_fit.fitting.planned import EXTRAPOLATION_SLOPE
+from flops_fit.fitting.decisions.planned import EXTRAPOLATION_SLOPE
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 FORMS = ("parametric", "vpnls", "interaction")
@@ -162,13 +162,43 @@ def test(bootstrap: int) -> dict:
             "bootstrap": bootstrap, "predictions": rows, "measured": measured, "goals": GOALS, "met": met}
 
 
+def markdown(result: dict) -> str:
+    """The stored result as the tables docs/validation/planned-runs.md quotes (``--table FILE``)."""
+    test, cal = result["test"], result.get("calibration")
+    lines = ["| corpus | N | tokens / param (x20) | observed | predicted [95%] | error | width | inside | distance | "
+             "bootstrap / forms / extrapolation (+-) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in test["predictions"]:
+        lines.append(f"| {r['corpus']} | {r['params'] / 1e9:.2f}B | {r['multiplier']:g}x | {r['observed']:.3f} | "
+                     f"{r['predicted']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] | {100 * r['error']:+.1f}% | "
+                     f"{100 * r['width']:.1f}% | {'yes' if r['inside'] else 'NO'} | {r['distance']:.2f} | "
+                     + " / ".join(f"{100 * np.expm1(r[k]):.1f}%" for k in ("bootstrap_part", "forms_part",
+                                                                        "extrapolation_part")) + " |")
+    m, goals = test["measured"], test["goals"]
+    lines += ["", f"Median |loss error| **{100 * m['median_abs_error']:.2f}%** (goal <= {100 * goals['median_abs_error']:g}%), "
+              f"coverage **{100 * m['coverage']:.0f}%** (goal >= {100 * goals['coverage']:g}%), median width "
+              f"**{100 * m['median_width']:.1f}%** (goal <= {100 * goals['median_width']:g}%)."]
+    if cal:
+        lines += ["", "| calibration set | runs fitted | runs predicted | law chosen | comparable forms | median |error| | "
+                  "median width |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {c['set']} | {c['fitted']} | {c['predicted']} | {c['chosen']} | {', '.join(c['forms'])} | "
+                  f"{100 * c['median_abs_error']:.2f}% | {100 * c['median_width_at_slope']:.1f}% |" for c in cal["sets"]]
+        lines += ["", f"Slope {cal['slope_chosen']:.4f} per unit of distance: coverage {100 * cal['coverage_at_slope']:.1f}% "
+                  f"of the calibration predictions beyond the fitted runs ({100 * cal['coverage_without_slope']:.1f}% "
+                  "with the bootstrap and forms alone)."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="benchmarks/results/planned_runs.json")
     parser.add_argument("--bootstrap", type=int, default=200, help="resamples of each Gadre fit")
     parser.add_argument("--calibration-bootstrap", type=int, default=100, help="resamples of each calibration fit")
     parser.add_argument("--skip-calibration", action="store_true", help="only the Gadre test")
+    parser.add_argument("--table", metavar="RESULT", help="print a stored result as markdown tables, run nothing")
     args = parser.parse_args()
+    if args.table:
+        print(markdown(json.loads(Path(args.table).read_text())))
+        return
     out = {"command": "python benchmarks/bench_planned_runs.py"}
     if not args.skip_calibration:
         out["calibration"] = calibrate(args.calibration_bootstrap)

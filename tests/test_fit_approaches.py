@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from flops_fit.fitting import APPROACHES, fit
-from flops_fit.fitting._lbfgs import STATUS, minimize_batch
-from flops_fit.fitting.isoflop import Isoflop
-from flops_fit.fitting.parametric import convergence_report
-from flops_fit.fitting.report import write_report
+from flops_fit.fitting.approaches.isoflop import Isoflop
+from flops_fit.fitting.approaches.parametric import convergence_report
+from flops_fit.fitting.laws._lbfgs import STATUS, minimize_batch
+from flops_fit.fitting.report.html_report import write_report
 from flops_fit.fitting.synthetic import synthetic_runs
 
 

@@ -12,7 +12,7 @@ from scipy.stats import norm
 from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import FitSet, fit
-from flops_fit.fitting.planned import EXTRAPOLATION_SLOPE, hull_distance
+from flops_fit.fitting.decisions.planned import EXTRAPOLATION_SLOPE, hull_distance
 from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss, synthetic_runs
 
 RESULT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "planned_runs.json"

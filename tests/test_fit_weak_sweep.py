@@ -19,10 +19,10 @@ import pytest
 from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import fit, load_runs
-from flops_fit.fitting.forms import Chinchilla
-from flops_fit.fitting.report import _guarded, agreement
+from flops_fit.fitting.laws.forms import Chinchilla
+from flops_fit.fitting.report.html_report import _guarded, agreement
 from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss
-from flops_fit.fitting.validity import failure
+from flops_fit.fitting.validation.validity import failure
 
 WEAK = Path(__file__).parent / "data" / "weak_sweep.csv"
 FAILED = "failed: no finite, ordered answer"

@@ -19,11 +19,11 @@ import numpy as np
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.bootstrap import interval, resample_weights
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.profiles import MIN_SIZES, budget_groups, profile_minimum, slice_minima
-from flops_fit.fitting.slices import slice_residuals
-from flops_fit.fitting.validity import failure
+from flops_fit.fitting.laws.bootstrap import interval, resample_weights
+from flops_fit.fitting.laws.profiles import MIN_SIZES, budget_groups, profile_minimum, slice_minima
+from flops_fit.fitting.laws.slices import slice_residuals
+from flops_fit.fitting.validation.validity import failure
 from flops_fit.tables import format_table
 
 CHOICES = ("largest", "each", "forward")  # besides a budget in FLOPs

@@ -18,7 +18,7 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.slices import fit_slices
+from flops_fit.fitting.laws.slices import fit_slices
 
 CURVES = ("slice", "parabola", "huber", "akima")
 SLICE_SPARE = 3  # residual degrees of freedom the slices need to fit their two shared exponents

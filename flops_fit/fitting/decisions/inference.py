@@ -23,7 +23,7 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.bootstrap import interval
+from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.tables import format_table
 
 GRID_POINTS = 161

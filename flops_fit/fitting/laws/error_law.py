@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.bootstrap import interval
+from flops_fit.fitting.laws.bootstrap import interval
 
 MIN_POINTS = 4
 

@@ -13,20 +13,20 @@ import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.approach import Approach
-from flops_fit.fitting.bootstrap import resample_weights
+from flops_fit.fitting.approaches.approach import Approach
+from flops_fit.fitting.approaches.result import Diagnostics, FitResult, PowerLawResult
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import fit_frontier, line_r2
-from flops_fit.fitting.plots import scatter_profiles
-from flops_fit.fitting.profiles import (
+from flops_fit.fitting.laws.bootstrap import resample_weights
+from flops_fit.fitting.laws.laws import fit_frontier, line_r2
+from flops_fit.fitting.laws.profiles import (
     CURVES,
     budget_groups,
     check_curve,
     profile_curve,
     profile_optima,
 )
-from flops_fit.fitting.result import Diagnostics, FitResult, PowerLawResult
-from flops_fit.fitting.slices import slice_curve
+from flops_fit.fitting.laws.slices import slice_curve
+from flops_fit.fitting.report.plots import scatter_profiles
 
 MIN_BUDGETS = 2
 FEW_BUDGETS = 4

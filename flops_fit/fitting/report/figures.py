@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.forecast import spread_quantile
-from flops_fit.fitting.plots import (
+from flops_fit.fitting.laws.profiles import budget_groups, profile_optima
+from flops_fit.fitting.report.plots import (
     COMPUTE_LABEL,
     FRONTIER_LABELS,
     budget_span,
@@ -25,7 +25,7 @@ from flops_fit.fitting.plots import (
     new_figure,
     save_figure,
 )
-from flops_fit.fitting.profiles import budget_groups, profile_optima
+from flops_fit.fitting.validation.forecast import spread_quantile
 
 # Every method the fit holds is drawn: a result's ``colour`` class attribute where its class
 # declares one, else the next free colour of this cycle, in the order the fit holds them (so

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from flops_fit.fitting.laws import Params, law_loss, parametric_frontier
+from flops_fit.fitting.laws.laws import Params, law_loss, parametric_frontier
 
 Inputs = Mapping[str, np.ndarray]
 FRONTIER_POINTS = 241

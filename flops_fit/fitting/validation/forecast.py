@@ -27,7 +27,10 @@ import numpy as np
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.chaining import (
+from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws.profiles import budget_groups
+from flops_fit.fitting.scales import SCALES, rescale, to_params
+from flops_fit.fitting.validation.chaining import (
     Approach,
     Record,
     error_slope,
@@ -39,9 +42,6 @@ from flops_fit.fitting.chaining import (
     score_cutoff,
     variants,
 )
-from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.profiles import budget_groups
-from flops_fit.fitting.scales import SCALES, rescale, to_params
 from flops_fit.tables import format_table
 
 TIE = 0.1  # loss errors within this fraction of the best one are a tie

@@ -26,17 +26,17 @@ import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting._lbfgs import ITERATION_LIMIT, STATUS, BatchResult, minimize_batch
-from flops_fit.fitting.approach import Approach
-from flops_fit.fitting.bootstrap import resample_weights
-from flops_fit.fitting.estimators import HUBER_DELTA, huber_objective
-from flops_fit.fitting.focus import check_focus, focus_weights
-from flops_fit.fitting.forms import Chinchilla, LawForm
+from flops_fit.fitting.approaches.approach import Approach
+from flops_fit.fitting.approaches.result import Diagnostics, FitResult
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import Params, frontier_exponents
-from flops_fit.fitting.plots import scatter_profiles
-from flops_fit.fitting.profiles import budget_groups
-from flops_fit.fitting.result import Diagnostics, FitResult
+from flops_fit.fitting.laws._lbfgs import ITERATION_LIMIT, STATUS, BatchResult, minimize_batch
+from flops_fit.fitting.laws.bootstrap import resample_weights
+from flops_fit.fitting.laws.estimators import HUBER_DELTA, huber_objective
+from flops_fit.fitting.laws.focus import check_focus, focus_weights
+from flops_fit.fitting.laws.forms import Chinchilla, LawForm
+from flops_fit.fitting.laws.laws import Params, frontier_exponents
+from flops_fit.fitting.laws.profiles import budget_groups
+from flops_fit.fitting.report.plots import scatter_profiles
 
 # Chinchilla's initialisation grid (Hoffmann et al. 2022, app. D.2): 4500 starts.
 INIT_GRID = np.array([

@@ -35,15 +35,15 @@ import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.approach import Approach
-from flops_fit.fitting.bootstrap import resample_weights
-from flops_fit.fitting.curve_areas import TAU_GRID, curve_points, s2_at
-from flops_fit.fitting.curve_result import CurveLawResult, Schedule, with_exponents
-from flops_fit.fitting.estimators import fit_projection
-from flops_fit.fitting.forms import Inputs, LawForm
+from flops_fit.fitting.approaches.approach import Approach
+from flops_fit.fitting.approaches.curve_result import CurveLawResult, Schedule, with_exponents
+from flops_fit.fitting.approaches.parametric import flops_rule
+from flops_fit.fitting.approaches.result import Diagnostics, FitResult
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.parametric import flops_rule
-from flops_fit.fitting.result import Diagnostics, FitResult
+from flops_fit.fitting.laws.bootstrap import resample_weights
+from flops_fit.fitting.laws.curve_areas import TAU_GRID, curve_points, s2_at
+from flops_fit.fitting.laws.estimators import fit_projection
+from flops_fit.fitting.laws.forms import Inputs, LawForm
 
 LAG_DECADES = 2.5  # tau = 10^(LAG_DECADES lag): the form's one exponent range [0.02, 2.5] spans tau 1.1 .. 1.8e6
 MIN_RUNS = 6

@@ -24,10 +24,10 @@ import numpy as np
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.focus import FOCI
-from flops_fit.fitting.holdout import observe, run_checks, select_budgets, splits
 from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws.focus import FOCI
 from flops_fit.fitting.scales import rescale
+from flops_fit.fitting.validation.holdout import observe, run_checks, select_budgets, splits
 
 SCORE_SHARE = 0.5  # the score reads predictions with log r >= this share of the largest log r tested
 

@@ -24,24 +24,29 @@ import numpy as np
 from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.error_law import fit_error_law, plot_error_law
-from flops_fit.fitting.figures import (
+from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
+from flops_fit.fitting.inputs import METRICS
+from flops_fit.fitting.laws.error_law import fit_error_law, plot_error_law
+from flops_fit.fitting.laws.focus import FOCUS_LABELS
+from flops_fit.fitting.laws.profiles import budget_groups
+from flops_fit.fitting.report.figures import (
     chaining_figure,
     forest,
     headline,
     holdout_figure,
     method_colours,
 )
-from flops_fit.fitting.focus import FOCUS_LABELS
-from flops_fit.fitting.forecast import CANDIDATE_HEADERS, CHAIN_HEADERS, candidate_rows, chain_rows
-from flops_fit.fitting.holdout import HOLDOUT_HEADERS, furthest_checks, holdout_rows
-from flops_fit.fitting.html import PAGE, Figures, escape, html_table
-from flops_fit.fitting.inference import SIZING_HEADERS, sizing_rows
-from flops_fit.fitting.inputs import METRICS
-from flops_fit.fitting.plots import plot_result
-from flops_fit.fitting.profiles import budget_groups
-from flops_fit.fitting.rate_notes import reach_note, target_rate_note
+from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
+from flops_fit.fitting.report.plots import plot_result
+from flops_fit.fitting.report.rate_notes import reach_note, target_rate_note
 from flops_fit.fitting.scales import SCALES
+from flops_fit.fitting.validation.forecast import (
+    CANDIDATE_HEADERS,
+    CHAIN_HEADERS,
+    candidate_rows,
+    chain_rows,
+)
+from flops_fit.fitting.validation.holdout import HOLDOUT_HEADERS, furthest_checks, holdout_rows
 
 TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
 TOP_WARNINGS = 8

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.html import escape
+from flops_fit.fitting.report.html import escape
 from flops_fit.store.runs import tuned_law_paths
 
 

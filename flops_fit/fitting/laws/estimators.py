@@ -18,8 +18,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from flops_fit.fitting._lbfgs import CONVERGED, ITERATION_LIMIT
-from flops_fit.fitting.forms import Inputs, LawForm
+from flops_fit.fitting.laws._lbfgs import CONVERGED, ITERATION_LIMIT
+from flops_fit.fitting.laws.forms import Inputs, LawForm
 
 NM_MAXITER = 1000
 FLOOR_ITERATIONS = 30

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from flops_fit.fitting.approaches.result import FitResult
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.result import FitResult
 
 
 class Approach:

@@ -23,18 +23,18 @@ from typing import Any
 import numpy as np
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.estimators import Solution, fit_projection
-from flops_fit.fitting.focus import check_focus, focus_weights
-from flops_fit.fitting.forms import Chinchilla, Inputs
-from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import frontier_exponents, law_loss
-from flops_fit.fitting.parametric import (
+from flops_fit.fitting.approaches.parametric import (
     ParametricResult,
     law_columns,
     parametric_diagnostics,
 )
-from flops_fit.fitting.projection import ProjectionApproach
-from flops_fit.fitting.result import FitResult
+from flops_fit.fitting.approaches.projection import ProjectionApproach
+from flops_fit.fitting.approaches.result import FitResult
+from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws.estimators import Solution, fit_projection
+from flops_fit.fitting.laws.focus import check_focus, focus_weights
+from flops_fit.fitting.laws.forms import Chinchilla, Inputs
+from flops_fit.fitting.laws.laws import frontier_exponents, law_loss
 
 PAPER_R_STAR = 15.4  # Muennighoff et al. 2023's fitted decay constant for repeated data
 R_SCALE = 4.0  # R* = exp(R_SCALE r): r in the forms' exponent bounds (0.01, 2.5) spans R* from 1.04 to 22,000

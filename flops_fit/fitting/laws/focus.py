@@ -23,7 +23,7 @@ import numpy as np
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.profiles import budget_groups
+from flops_fit.fitting.laws.profiles import budget_groups
 
 FOCI = ("all", "frontier")
 WIDTH_DECADES = 0.3

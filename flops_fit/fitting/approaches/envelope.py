@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.approach import Approach
-from flops_fit.fitting.bootstrap import resample_weights
+from flops_fit.fitting.approaches.approach import Approach
+from flops_fit.fitting.approaches.result import Diagnostics, FitResult, PowerLawResult
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import fit_frontier, line_r2
-from flops_fit.fitting.profiles import budget_groups
-from flops_fit.fitting.result import Diagnostics, FitResult, PowerLawResult
+from flops_fit.fitting.laws.bootstrap import resample_weights
+from flops_fit.fitting.laws.laws import fit_frontier, line_r2
+from flops_fit.fitting.laws.profiles import budget_groups
 
 GRID_POINTS = 200
 MIN_SIZES = 3

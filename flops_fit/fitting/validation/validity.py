@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.profiles import budget_groups
+from flops_fit.fitting.laws.profiles import budget_groups
 
 # Fixed by the runs, not estimated (result.CONSTANTS): not checked.
 CONSTANTS = ("k", "k_slope", "U")

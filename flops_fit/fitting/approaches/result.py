@@ -19,13 +19,18 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.bootstrap import interval
-from flops_fit.fitting.focus import FOCUS_LABELS
-from flops_fit.fitting.holdout import HoldoutCheck, holdout_json, holdout_summary
-from flops_fit.fitting.inference import inference_sizing, law_of, sizing_summary, total_sizing
+from flops_fit.fitting.decisions.inference import (
+    inference_sizing,
+    law_of,
+    sizing_summary,
+    total_sizing,
+)
+from flops_fit.fitting.decisions.planned import EXTRAPOLATION_SLOPE, PlannedLoss, loss_at
 from flops_fit.fitting.inputs import METRICS, Runs
-from flops_fit.fitting.laws import Params, power_frontier
-from flops_fit.fitting.planned import EXTRAPOLATION_SLOPE, PlannedLoss, loss_at
+from flops_fit.fitting.laws.bootstrap import interval
+from flops_fit.fitting.laws.focus import FOCUS_LABELS
+from flops_fit.fitting.laws.laws import Params, power_frontier
+from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_json, holdout_summary
 from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier, and U.

@@ -26,12 +26,12 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.bootstrap import interval
-from flops_fit.fitting.html import PAGE, Figures, escape, html_table
-from flops_fit.fitting.plots import COMPUTE_LABEL, budget_span, new_figure, save_figure
-from flops_fit.fitting.profiles import budget_groups
-from flops_fit.fitting.report import TARGET_FACTOR
-from flops_fit.fitting.result import FitResult, json_default
+from flops_fit.fitting.approaches.result import FitResult, json_default
+from flops_fit.fitting.laws.bootstrap import interval
+from flops_fit.fitting.laws.profiles import budget_groups
+from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
+from flops_fit.fitting.report.html_report import TARGET_FACTOR
+from flops_fit.fitting.report.plots import COMPUTE_LABEL, budget_span, new_figure, save_figure
 from flops_fit.tables import format_table
 
 PER_DECADE = 20

@@ -10,9 +10,14 @@ from typing import Any
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.holdout import holdout_json
-from flops_fit.fitting.planned import EXTRAPOLATION_SLOPE, PlannedLoss, has_law, rms_residual
-from flops_fit.fitting.result import FitResult, Presentable
+from flops_fit.fitting.approaches.result import FitResult, Presentable
+from flops_fit.fitting.decisions.planned import (
+    EXTRAPOLATION_SLOPE,
+    PlannedLoss,
+    has_law,
+    rms_residual,
+)
+from flops_fit.fitting.validation.holdout import holdout_json
 
 # Without intervals, exponents this far apart count as a disagreement.
 POINT_TOLERANCE = 0.05

@@ -6,9 +6,9 @@ a two-parameter problem far better conditioned than the five-parameter one (``pr
 
 from __future__ import annotations
 
-from flops_fit.fitting.forms import Chinchilla
-from flops_fit.fitting.planned import law_form
-from flops_fit.fitting.projection import ProjectionApproach
+from flops_fit.fitting.approaches.projection import ProjectionApproach
+from flops_fit.fitting.decisions.planned import law_form
+from flops_fit.fitting.laws.forms import Chinchilla
 
 
 @law_form  # a form loss_at compares other laws' planned-run losses with

@@ -13,20 +13,20 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from flops_fit.fitting.approach import Approach
-from flops_fit.fitting.bootstrap import resample_weights
-from flops_fit.fitting.estimators import NM_MAXITER, Solution, fit_projection
-from flops_fit.fitting.focus import check_focus, focus_weights
-from flops_fit.fitting.forms import LawForm
-from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import frontier_exponents
-from flops_fit.fitting.parametric import (
+from flops_fit.fitting.approaches.approach import Approach
+from flops_fit.fitting.approaches.parametric import (
     ParametricResult,
     convergence_report,
     law_columns,
     parametric_diagnostics,
 )
-from flops_fit.fitting.result import FitResult
+from flops_fit.fitting.approaches.result import FitResult
+from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws.bootstrap import resample_weights
+from flops_fit.fitting.laws.estimators import NM_MAXITER, Solution, fit_projection
+from flops_fit.fitting.laws.focus import check_focus, focus_weights
+from flops_fit.fitting.laws.forms import LawForm
+from flops_fit.fitting.laws.laws import frontier_exponents
 
 
 class ProjectionApproach(Approach):

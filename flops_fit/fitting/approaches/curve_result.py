@@ -14,10 +14,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from flops_fit.fitting.curve_areas import annealed, curve_points, factors, s2_at, units_per_step
-from flops_fit.fitting.forms import numeric_frontier
-from flops_fit.fitting.laws import Params
-from flops_fit.fitting.result import FitResult
+from flops_fit.fitting.approaches.result import FitResult
+from flops_fit.fitting.laws.curve_areas import (
+    annealed,
+    curve_points,
+    factors,
+    s2_at,
+    units_per_step,
+)
+from flops_fit.fitting.laws.forms import numeric_frontier
+from flops_fit.fitting.laws.laws import Params
 
 KAPPA = np.geomspace(1e-4, 1e4, 161)  # run steps / tau: the table of a run's final S2
 SHAPE_STEPS = 4000  # the sweep's schedule on this many normalised steps
