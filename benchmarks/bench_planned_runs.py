@@ -32,6 +32,7 @@ import pandas as pd
 from scipy.stats import norm
 
 import flops_fit
+from flops_fit.errors import NoFitError
 from flops_fit.fitting import FitSet
 from flops_fit.fitting.decisions.planned import EXTRAPOLATION_SLOPE
 
@@ -69,13 +70,22 @@ def calibrate(bootstrap: int, level: float = 0.95) -> dict:
     sets = []
     for name, fit_frame, predict in calibration_sets():
         clock = time.perf_counter()
-        fitted = FitSet({m: flops_fit.fit(fit_frame.reset_index(drop=True), m, bootstrap=bootstrap, tracking=False)
-                         for m in FORMS})
+        results, failed = {}, {}
+        for m in FORMS:
+            try:
+                results[m] = flops_fit.fit(fit_frame.reset_index(drop=True), m, bootstrap=bootstrap, tracking=False)
+            except NoFitError as exc:  # a form without a finite, ordered answer is left out, as fit("all") does
+                failed[m] = str(exc)
+        if not results:
+            print(f"{name}: no form fits: {failed}")
+            continue
+        fitted = FitSet(results)
         n, d = predict.params.to_numpy(float), predict.tokens.to_numpy(float)
         planned = fitted.loss_at(n, d, slope=0.0)
         t = planned.table
-        errors = {m: np.log(fitted[m].loss_surface(n, d) / predict.loss.to_numpy(float)) for m in FORMS}
+        errors = {m: np.log(r.loss_surface(n, d) / predict.loss.to_numpy(float)) for m, r in results.items()}
         sets.append({"set": name, "fitted": len(fit_frame), "predicted": len(predict), "chosen": planned.method,
+                     "failed": failed,
                      "forms": sorted(planned.forms), "error": np.log(t.loss.to_numpy() / predict.loss.to_numpy(float)),
                      "below": np.log(t.loss / t.loss_lo).to_numpy(), "above": np.log(t.loss_hi / t.loss).to_numpy(),
                      "distance": t.distance.to_numpy(),
