@@ -87,3 +87,19 @@ def test_cli_at_prints_json_and_text_and_refuses_a_bad_run(frame, tmp_path, caps
 def test_the_shipped_extrapolation_slope_is_the_benchmarks_calibration():
     calibration = json.loads(RESULT.read_text())["calibration"]
     assert EXTRAPOLATION_SLOPE == pytest.approx(calibration["slope_chosen"], rel=0.01)
+
+
+@pytest.mark.skipif(not RESULT.is_file(), reason="benchmarks/results/planned_runs.json not written yet")
+def test_the_docs_quote_the_stored_result():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_planned_runs", RESULT.parents[1] / "bench_planned_runs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = json.loads(RESULT.read_text())
+    root = RESULT.parents[2]
+    assert bench.markdown(result) in (root / "docs" / "validation" / "planned-runs.md").read_text()
+    m = result["test"]["measured"]
+    row = next(line for line in (root / "README.md").read_text().splitlines() if "bench_planned_runs.py" in line)
+    for figure in (f"{100 * m['median_abs_error']:.2f}%", f"{100 * m['coverage']:.0f}%", f"{100 * m['median_width']:.1f}%"):
+        assert figure in row
