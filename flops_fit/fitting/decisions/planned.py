@@ -158,6 +158,9 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
     if not has_law(result):
         raise FitInputError(f"{result.method} fits power laws in compute, not a loss L(N, D): the loss of a planned "
                             "run needs a law over (N, D) (methods parametric, vpnls, interaction)")
+    if result.runs.scale != "params":
+        raise FitInputError(f"loss_at reads N as total parameters, and this law was fitted on {result.runs.scale}: "
+                            "fit with scale='params' (--scale params) to ask for the loss of a planned run")
     n_arr, d_arr = check_planned(n, d)
     point = np.asarray(result.loss_surface(n_arr, d_arr), dtype=float).ravel()
     if not np.all(np.isfinite(point) & (point > 0)):
