@@ -143,8 +143,9 @@ def _rms(result) -> float:
     return float(np.sqrt(np.mean(result.diagnostics.residuals["residual"] ** 2)))
 
 
-def test(bootstrap: int) -> dict:
-    """Gadre's models: fit below 1e9 parameters per corpus, predict the larger ones."""
+def test(bootstrap: int, slope: float) -> dict:
+    """Gadre's models: fit below 1e9 parameters per corpus, predict the larger ones (extrapolation
+    ``slope`` from the calibration)."""
     data = pd.read_csv(DATA / "gadre_overtraining.csv")
     data = data[data.eval_data == "c4_val"]
     rows = []
@@ -153,7 +154,7 @@ def test(bootstrap: int) -> dict:
         clock = time.perf_counter()
         fitted = flops_fit.fit(small[["params", "tokens", "loss"]].reset_index(drop=True), "all",
                                bootstrap=bootstrap, tracking=False)
-        planned = fitted.loss_at(big.params.to_numpy(float), big.tokens.to_numpy(float))
+        planned = fitted.loss_at(big.params.to_numpy(float), big.tokens.to_numpy(float), slope=slope)
         for (_, truth), r in zip(big.iterrows(), planned.table.itertuples(), strict=True):
             rows.append({"corpus": corpus, "params": float(truth.params), "multiplier": float(truth.chinchilla_multiplier),
                          "observed": float(truth.loss), "predicted": float(r.loss), "lo": float(r.loss_lo),
@@ -169,7 +170,7 @@ def test(bootstrap: int) -> dict:
            "coverage": measured["coverage"] >= GOALS["coverage"],
            "median_width": measured["median_width"] <= GOALS["median_width"]}
     return {"data": "gadre_overtraining.csv, eval c4_val, fit params < 1e9, predict params > 1e9",
-            "bootstrap": bootstrap, "predictions": rows, "measured": measured, "goals": GOALS, "met": met}
+            "bootstrap": bootstrap, "slope": slope, "predictions": rows, "measured": measured, "goals": GOALS, "met": met}
 
 
 def markdown(result: dict) -> str:
@@ -203,17 +204,21 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/planned_runs.json")
     parser.add_argument("--bootstrap", type=int, default=200, help="resamples of each Gadre fit")
     parser.add_argument("--calibration-bootstrap", type=int, default=100, help="resamples of each calibration fit")
-    parser.add_argument("--skip-calibration", action="store_true", help="only the Gadre test")
+    parser.add_argument("--calibration-from", metavar="RESULT",
+                        help="reuse the calibration block of a stored result instead of refitting it")
     parser.add_argument("--table", metavar="RESULT", help="print a stored result as markdown tables, run nothing")
     args = parser.parse_args()
     if args.table:
         print(markdown(json.loads(Path(args.table).read_text())))
         return
     out = {"command": "python benchmarks/bench_planned_runs.py"}
-    if not args.skip_calibration:
+    if args.calibration_from:
+        out["calibration"] = json.loads(Path(args.calibration_from).read_text())["calibration"]
+    else:
         out["calibration"] = calibrate(args.calibration_bootstrap)
         print(json.dumps(out["calibration"], indent=2))
-    out["test"] = test(args.bootstrap)
+    out["calibration"]["shipped_slope"] = EXTRAPOLATION_SLOPE
+    out["test"] = test(args.bootstrap, out["calibration"]["slope_chosen"])
     print(json.dumps(out["test"]["measured"], indent=2), json.dumps(out["test"]["met"]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
