@@ -16,6 +16,8 @@ from flops_fit.errors import NoFitError
 
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, holdout: str | None = None) -> None:
     p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print every method's details, the candidates and the chaining records after the answer")
     p.add_argument("--method", default=method, metavar="METHOD",
                    help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
                    f"all, or a registered method's name; default {method}")
@@ -109,7 +111,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops, planned=planned))
         return 0
-    text = fitted.summary(args.predict)
+    text = summary(fitted, args.predict, args.verbose)
     if tokens is not None:  # sized before anything is printed: a fit without a law says so alone
         text += "\n\n" + fitted.sizing_summary(args.predict, tokens, args.total_flops)
     if planned is not None:
@@ -148,5 +150,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
         exc.source = args.source
         print(f"report written to {flops_fit.write_report(exc, out)}")
         raise
-    print(f"report written to {flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens)}")
+    path = flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens)
+    print(summary(fitted, None, args.verbose))
+    print(f"report written to {path}")
     return 0
+
+
+def summary(fitted, budgets, verbose: bool) -> str:
+    """The answer first: a set of fits prints the forecast and one row per method unless ``verbose``."""
+    return fitted.summary(budgets, verbose=verbose) if isinstance(fitted, flops_fit.FitSet) else fitted.summary(budgets)

@@ -27,9 +27,10 @@ from flops_fit.fitting.decisions.compare import Comparison, compare_results
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
 from flops_fit.fitting.laws.focus import FOCI, check_focus
 from flops_fit.fitting.laws.profiles import CURVES, budget_groups, check_curve
-from flops_fit.fitting.report.html_report import default_target, write_report
+from flops_fit.fitting.report.compare_page import write_comparison
+from flops_fit.fitting.report.html_report import write_report
 from flops_fit.fitting.scales import SCALES, check_scale, rescale
-from flops_fit.fitting.validation.forecast import Forecast, forecast
+from flops_fit.fitting.validation.forecast import Forecast, default_target, forecast
 from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_checks, select_budgets
 from flops_fit.fitting.validation.validity import failed_message, failure
 from flops_fit.tracking.base import log_fit, sweep_destination
@@ -233,4 +234,4 @@ def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
 
 __all__ = ["APPROACHES", "CURVES", "Comparison", "compare", "FOCI", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
            "Forecast", "HoldoutCheck",
-           "Runs", "fit", "load_runs", "write_report"]
+           "Runs", "fit", "load_runs", "write_comparison", "write_report"]

@@ -9,8 +9,6 @@ the law there plus delta; the frontier minimises it over N (``forms.numeric_fron
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
@@ -55,7 +53,6 @@ class Schedule:
         return np.interp(kappa, np.log(KAPPA), self.s2_table)
 
 
-
 def held_out(p: Params, n: np.ndarray, data: np.ndarray, s2: np.ndarray) -> np.ndarray:
     """The law's held-out loss after a run: N, its S1^-beta (``data``) and its final S2."""
     size = n ** -p["alpha"]
@@ -66,7 +63,6 @@ def final_loss(p: Params, schedule: Schedule, n: np.ndarray, d: np.ndarray) -> n
     """The held-out loss after a run of the sweep's schedule at (N, D); p's columns broadcast."""
     s2 = schedule.final_s2(d / schedule.per_step, p["tau"])
     return held_out(p, n, (schedule.s1_per_token * d) ** -p["beta"], s2)
-
 
 
 class CurveLawResult(FitResult):
@@ -91,27 +87,6 @@ class CurveLawResult(FitResult):
 
     def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray:
         return final_loss(params, self.schedule, np.asarray(n, float), np.asarray(d, float))
-
-    def draw_profiles(self, ax: Any) -> None:
-        pts, frame = self.details["_points"], self.runs.frame
-        predicted = self.diagnostics.residuals["predicted"].to_numpy()
-        import matplotlib
-
-        sizes = np.unique(frame["params"])
-        colours = dict(zip(sizes, matplotlib.colormaps["viridis"](np.linspace(0, 0.9, sizes.size)), strict=True))
-        labelled = set()
-        for i, run in frame.iterrows():
-            m = (pts.run == i) & ~pts.final
-            colour, size = colours[run["params"]], run["params"]
-            label = None if size in labelled else f"N = {size:,.0f}"
-            labelled.add(size)
-            ax.scatter(pts.tokens[m], pts.loss[m], s=4, color=colour, label=label)
-            ax.plot(pts.tokens[m], predicted[m], lw=0.8, color=colour)
-        ax.set_xscale("log")
-        ax.set_xlabel("tokens seen")
-        ax.set_ylabel("training loss")
-        ax.set_title("Training curves (points) and the fitted curve law (lines), one colour per size")
-
 
 
 def with_exponents(result: CurveLawResult, rule) -> CurveLawResult:

@@ -94,17 +94,6 @@ def _fit_points(points: pd.DataFrame, losses: tuple[np.ndarray, np.ndarray]) -> 
 class EnvelopeResult(PowerLawResult):
     """Approach 1's result: its profiles are the training curves and their lower envelope."""
 
-    def draw_profiles(self, ax: Any) -> None:
-        f = self.runs.frame
-        env = self.details["envelope"]
-        for curve, k in zip(f["curve"], f["flops"] / f["tokens"], strict=True):
-            c = np.asarray(curve, float)
-            ax.plot(c[:, 0] * k, c[:, 1], color="0.7", lw=0.8)
-        good = env[env["excluded"] == ""]
-        ax.plot(env["flops"], env["loss"], color="tab:blue", lw=1, label="envelope (all points)")
-        ax.scatter(good["flops"], good["loss"], s=8, color="tab:red", zorder=3, label="envelope points fitted")
-        ax.set(xscale="log", xlabel="training compute so far (FLOPs)", ylabel=self.runs.label,
-               title="Approach 1: training curves and their lower envelope")
 
     def observed_optima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         good = self.details["envelope"].query("excluded == ''")

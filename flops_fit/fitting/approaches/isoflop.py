@@ -22,11 +22,8 @@ from flops_fit.fitting.laws.profiles import (
     CURVES,
     budget_groups,
     check_curve,
-    profile_curve,
     profile_optima,
 )
-from flops_fit.fitting.laws.slices import slice_curve
-from flops_fit.fitting.report.plots import scatter_profiles
 
 MIN_BUDGETS = 2
 FEW_BUDGETS = 4
@@ -36,24 +33,6 @@ OFF_CENTRE = 0.25  # optimum within this fraction of either end of the log-size 
 class IsoflopResult(PowerLawResult):
     """Approach 2's result: its profiles are each budget's fitted curve and minimum."""
 
-    def draw_profiles(self, ax: Any) -> None:
-        f = self.runs.frame
-        groups = self.details["budgets_of_runs"]
-        log_n, loss = np.log(f["params"].to_numpy(float)), f["loss"].to_numpy(float)
-        exponents = self.details["optima"].attrs.get("exponents")
-        for c, colour in scatter_profiles(ax, self.runs, groups).items():
-            m = groups == c
-            if np.unique(log_n[m]).size >= 3:
-                line = np.linspace(log_n[m].min(), log_n[m].max(), 100)
-                if exponents is not None:
-                    fitted = slice_curve((log_n[m], loss[m], np.ones(m.sum())), exponents, line)
-                else:
-                    curve = "parabola" if self.details["curve"] == "slice" else self.details["curve"]
-                    fitted = profile_curve(log_n[m], loss[m], np.ones(m.sum()), curve, line)
-                ax.plot(np.exp(line), fitted, color=colour, lw=1)
-        good = self.details["optima"].dropna(subset=["log_n"])
-        ax.scatter(np.exp(good["log_n"]), good["loss"], marker="*", s=90, color="k", zorder=4, label="minima")
-        ax.set_title(f"IsoFLOP profiles ({self.details['curve']} per budget) and their minima")
 
     def observed_optima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         good = self.details["optima"].dropna(subset=["log_n"])

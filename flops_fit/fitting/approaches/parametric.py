@@ -35,8 +35,6 @@ from flops_fit.fitting.laws.estimators import HUBER_DELTA, huber_objective
 from flops_fit.fitting.laws.focus import check_focus, focus_weights
 from flops_fit.fitting.laws.forms import Chinchilla, LawForm
 from flops_fit.fitting.laws.laws import Params, frontier_exponents
-from flops_fit.fitting.laws.profiles import budget_groups
-from flops_fit.fitting.report.plots import scatter_profiles
 
 # Chinchilla's initialisation grid (Hoffmann et al. 2022, app. D.2): 4500 starts.
 INIT_GRID = np.array([
@@ -190,7 +188,7 @@ def convergence_report(fit_status: int, fit_iterations: int, maxiter: int, boot_
     return report, warnings
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False)
 class ParametricResult(FitResult):
     """Approach 3's result: a law L(N, D) (``form``; Chinchilla's by default) and the frontier it implies."""
 
@@ -201,18 +199,6 @@ class ParametricResult(FitResult):
 
     def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray:
         return self.form.loss(params, {"n": n, "d": d})
-
-    def draw_profiles(self, ax: Any) -> None:
-        groups, _ = budget_groups(self.runs)
-        n = self.runs.frame["params"].to_numpy(float)
-        optima = self.predict(np.unique(groups))
-        for (c, colour), n_opt in zip(scatter_profiles(ax, self.runs, groups).items(), optima["N_opt"], strict=True):
-            m = groups == c
-            line = np.geomspace(min(n[m].min(), n_opt / 2), max(n[m].max(), n_opt * 2), 100)
-            ax.plot(line, self.loss_surface(line, c / (self.params["k"] * line ** (1 + self.params.get("k_slope", 0.0)))),
-                    color=colour, lw=1)
-        ax.scatter(optima["N_opt"], optima["loss"], marker="*", s=90, color="k", zorder=4, label="fitted optimum")
-        ax.set_title("IsoFLOP profiles of the fitted law L(N, D) and its optima")
 
 
 class Parametric(Approach):

@@ -1,10 +1,9 @@
 """What a fit hands back: point estimates, bootstrap draws, predictions, diagnostics.
 
 ``FitResult`` is the interface every approach's result implements: ``frontier`` (the law
-C -> N_opt, D_opt, loss for columns of parameters), ``draw_profiles`` (its own picture of
-the profiles it fitted), ``observed_optima`` and ``law_loss``. Everything else
-(intervals, predictions, tables, text, JSON) is shared and written here once; plots and the
-report sit above, in ``plots`` (``plot_fit``) and ``report`` (``write_report``).
+C -> N_opt, D_opt, loss for columns of parameters), ``observed_optima`` and ``law_loss``.
+Everything else (intervals, predictions, tables, text, JSON) is shared and written here once.
+Drawing sits above, in the report (``report.profile_plots.draw_profiles``, ``report.plots``).
 """
 
 from __future__ import annotations
@@ -72,6 +71,14 @@ class Presentable:
     def summary(self, budgets: Sequence[float] | None = None) -> str:
         raise NotImplementedError
 
+    def __repr__(self) -> str:
+        """One line (a dataclass's own repr would print every draw): what this is, how to see more."""
+        methods = ", ".join(self.results) or "no method"
+        forecast = getattr(self, "forecast", None)
+        answer = f"; {forecast!r}" if forecast is not None else ""
+        runs = len(next(iter(self.results.values())).runs) if self.results else 0
+        return f"<{type(self).__name__} of {methods} on {runs} runs{answer}; print() it for the summary, .to_json() for all>"
+
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -100,7 +107,7 @@ class Presentable:
                                                                                          inference_tokens)
                                                                        .to_dict("records"))} if totals else {})}
                                 for r in self.sizable()}
-        return json.dumps(out, indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
+        return json.dumps(out, indent=kwargs.pop("indent", 2), default=fmt.json_default, **kwargs)
 
     def sizable(self) -> list[FitResult]:
         """The results with a law over (N, D), which sizing for inference needs (FitInputError if none)."""
@@ -116,7 +123,7 @@ class Presentable:
         return "\n\n".join(sizing_summary(r, _budgets(r, budgets), inference_tokens, totals) for r in self.sizable())
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False)
 class FitResult(Presentable):
     """One method's fit. ``params`` are point estimates, ``samples`` one row per resample."""
 
@@ -134,10 +141,6 @@ class FitResult(Presentable):
     # ---- what each approach's result provides -------------------------------------------
     def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(N_opt, D_opt, loss), each (draws, budgets), for parameter columns ``params``."""
-        raise NotImplementedError
-
-    def draw_profiles(self, ax: Any) -> None:
-        """Draw the profiles this approach fitted (IsoFLOP curves, training curves) on ``ax``."""
         raise NotImplementedError
 
     def observed_optima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -303,10 +306,3 @@ def _budgets(result: FitResult, budgets: Sequence[float] | None) -> Sequence[flo
 
 def _point(result: FitResult) -> dict[str, np.ndarray]:
     return {k: np.array([[v]]) for k, v in result.params.items()}
-
-
-def json_default(value: Any) -> Any:
-    """numpy scalars and arrays (in exclusions, metadata) as plain JSON values."""
-    if isinstance(value, (np.generic, np.ndarray)):
-        return fmt.json_safe(value)
-    return str(value)

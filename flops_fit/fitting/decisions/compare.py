@@ -11,6 +11,9 @@ bootstrap draw; draw i of A is paired with draw i of B (the two fits resample wi
 seeds: the sweeps are independent), so every number has an interval. C_A is found on a grid
 of 20 points per decade, interpolated in log C and log loss; a loss A's frontier does not
 reach within the grid reads as an infinite (or zero) multiplier, not as a number.
+
+A fit is read only through the result it hands back (duck-typed), so this sits below the
+approaches; its page and figure are the report's (``report.compare_page``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,12 +28,9 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.approaches.result import FitResult, json_default
 from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.fitting.laws.profiles import budget_groups
-from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
-from flops_fit.fitting.report.html_report import TARGET_FACTOR
-from flops_fit.fitting.report.plots import COMPUTE_LABEL, budget_span, new_figure, save_figure
+from flops_fit.fitting.validation.forecast import TARGET_FACTOR
 from flops_fit.tables import format_table
 
 PER_DECADE = 20
@@ -40,12 +39,12 @@ CHUNK = 100  # draws per frontier evaluation (a numeric frontier holds draws x g
 HEADERS = ["FLOPs", "loss A", "loss B", "multiplier (A's compute / B's)", "verdict"]
 
 
-@dataclass
+@dataclass(repr=False)
 class Comparison:
     """B against A: the multiplier per budget (``table``), its trend with scale, the exponents' differences."""
 
-    a: FitResult
-    b: FitResult
+    a: Any
+    b: Any
     names: tuple[str, str]
     target: float
     table: pd.DataFrame
@@ -114,6 +113,10 @@ class Comparison:
     def __str__(self) -> str:
         return self.summary()
 
+    def __repr__(self) -> str:
+        return (f"<Comparison of {self.names[1]} against {self.names[0]} up to C = {fmt.flops(self.target)}: "
+                f"{self.verdict()}; print() it for the table>")
+
     def to_dict(self) -> dict[str, Any]:
         return fmt.json_safe({
             "a": {"name": self.names[0], "source": self.a.runs.source, "runs": len(self.a.runs)},
@@ -126,54 +129,7 @@ class Comparison:
             "notes": self.notes})
 
     def to_json(self, **kwargs: Any) -> str:
-        return json.dumps(self.to_dict(), indent=kwargs.pop("indent", 2), default=json_default, **kwargs)
-
-    def plot(self, out_dir: Any, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
-        """Both frontiers' loss against compute (with bands and the runs) and the multiplier: ``compare.*``."""
-        fig = new_figure(11, 4.6)
-        left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-        span = np.geomspace(min(budget_span(r.runs, self.target)[0] for r in (self.a, self.b)), self.target, 80)
-        for result, name, colour in ((self.a, self.names[0], "tab:blue"), (self.b, self.names[1], "tab:orange")):
-            f = result.runs.frame
-            left.scatter(f["flops"], f["loss"], s=10, alpha=0.35, color=colour)
-            p = result.predict(span)
-            left.plot(span, p["loss"], color=colour, label=f"{name}: compute-optimal frontier")
-            left.fill_between(span, p["loss_lo"], p["loss_hi"], color=colour, alpha=0.2, lw=0)
-        left.set(xscale="log", xlabel=COMPUTE_LABEL, ylabel=self.a.runs.label, title="Both recipes' frontiers")
-        left.legend(fontsize=8)
-        t = self.table
-        right.plot(t["budget"], t["multiplier"], "o-", color="k")
-        right.fill_between(t["budget"], t["multiplier_lo"], t["multiplier_hi"], color="grey", alpha=0.3, lw=0)
-        right.axhline(1.0, color="tab:red", lw=1, ls="--")
-        right.set(xscale="log", yscale="log", xlabel=COMPUTE_LABEL,
-                  ylabel=f"{self.names[1]}'s compute multiplier over {self.names[0]}",
-                  title=f"Effective compute multiplier ({100 * self.level:g}% band)")
-        return save_figure(fig, Path(out_dir) / "compare", formats)
-
-    def report(self, out: Any) -> Path:
-        """An HTML page: the verdict, the table, the exponents, the figure (``out``: a file or a folder)."""
-        out = Path(out)
-        if out.suffix.lower() not in (".html", ".htm"):
-            out = out / "compare.html"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        plot_dir = out.parent / f"{out.stem}_plots"
-        figure = Figures(plot_dir, out.parent)
-        a, b = self.names
-        body = [f"<h1>{escape(b)} against {escape(a)}</h1>",
-                f"<p class=lead>A: <code>{escape(self.a.runs.source)}</code> ({len(self.a.runs)} runs); B: "
-                f"<code>{escape(self.b.runs.source)}</code> ({len(self.b.runs)} runs); {escape(self.a.title)}; "
-                f"{100 * self.level:g}% bootstrap intervals.</p>",
-                f"<p><b>{escape(self.verdict())}</b></p>",
-                "<h2>Effective compute multiplier</h2>",
-                "<p>The compute A needs to reach B's loss at C, over C: above 1, B is worth more compute.</p>",
-                html_table(HEADERS, self.rows()),
-                "<h2>Do the exponents differ?</h2>",
-                html_table(["exponent", "B - A", "verdict"], self.exponent_rows()),
-                figure.embed(self.plot(plot_dir), "Left: each recipe's runs and compute-optimal loss frontier with "
-                             "its band. Right: the multiplier against compute with its band; 1 is no difference.")]
-        body += [f"<p class=warn>{escape(n)}</p>" for n in self.notes]
-        out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
-        return out
+        return json.dumps(self.to_dict(), indent=kwargs.pop("indent", 2), default=fmt.json_default, **kwargs)
 
 
 def _loss(value: Any) -> str:
@@ -186,7 +142,7 @@ def _with_interval(value: Any, lo: Any, hi: Any) -> str:
     return f"{_times(value)} [{_times(lo)}, {_times(hi)}]"
 
 
-def _columns(result: FitResult) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+def _columns(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
     point = {k: np.array([v]) for k, v in result.params.items()}
     draws = result.draws() if len(result.samples) else None
     return point, draws
@@ -196,7 +152,7 @@ def _take(columns: dict[str, np.ndarray], rows: slice) -> dict[str, np.ndarray]:
     return {k: v[rows] for k, v in columns.items()}
 
 
-def compute_to_reach(result: FitResult, params: dict[str, np.ndarray], loss: np.ndarray,
+def compute_to_reach(result: Any, params: dict[str, np.ndarray], loss: np.ndarray,
                      grid: np.ndarray) -> np.ndarray:
     """Per parameter row and target loss (``loss``: (m, c)): the compute at which the frontier reaches
     it, interpolated on ``grid`` in log C and log loss; inf beyond the grid's end, 0 before its start."""
@@ -221,7 +177,7 @@ def compute_to_reach(result: FitResult, params: dict[str, np.ndarray], loss: np.
     return out
 
 
-def compare_results(a: FitResult, b: FitResult, *, target: float | None = None,
+def compare_results(a: Any, b: Any, *, target: float | None = None,
                     budgets: Sequence[float] | None = None, names: tuple[str, str] = ("A", "B")) -> Comparison:
     """The comparison of two fitted results (the same method, fitted to each recipe's runs)."""
     if a.method != b.method:

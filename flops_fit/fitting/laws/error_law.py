@@ -10,7 +10,6 @@ from a grid of starts, with bootstrap intervals from resampling the frontier's p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -90,33 +89,4 @@ def fit_error_law(flops: np.ndarray, error: np.ndarray, *, bootstrap: int = 200,
                     {k: (float(a), float(b)) for k, a, b in zip(names, lo, hi, strict=True)}, (c, e))
 
 
-def plot_error_law(law: ErrorLaw, flops: np.ndarray, error: np.ndarray, path: Path,
-                   target: float | None = None) -> list[Path]:
-    """Every run's error against its compute, the frontier and the fitted law (to ``target``), as
-    ``path`` with .png and .svg suffixes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter(flops, error, s=12, color="0.6", label="runs")
-    ax.scatter(*law.frontier, s=24, color="tab:red", zorder=3, label="compute frontier")
-    top = max(float(np.max(flops)), target or 0.0)
-    grid = np.geomspace(float(np.min(flops)), top, 200)
-    ax.plot(grid, law.error(grid), color="tab:blue", label="E = a (C + d)^-b + c")
-    ax.axhline(law.params["c"], color="tab:blue", ls=":", lw=1, label=f"floor c = {law.params['c']:.3f}")
-    ax.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="held-out top-1 error",
-           title="Top-1 error against compute (Zhai et al. 2022)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    paths = [path.with_suffix(".png"), path.with_suffix(".svg")]
-    for out in paths:
-        fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return paths
-
-
-__all__ = ["ErrorLaw", "error_frontier", "fit_error_law", "plot_error_law"]
+__all__ = ["ErrorLaw", "error_frontier", "fit_error_law"]

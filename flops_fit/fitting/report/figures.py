@@ -16,7 +16,7 @@ import numpy as np
 
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.laws.profiles import budget_groups, profile_optima
-from flops_fit.fitting.report.plots import (
+from flops_fit.fitting.report.drawing import (
     COMPUTE_LABEL,
     FRONTIER_LABELS,
     budget_span,
@@ -25,6 +25,7 @@ from flops_fit.fitting.report.plots import (
     new_figure,
     save_figure,
 )
+from flops_fit.fitting.report.profile_plots import draw_profiles
 from flops_fit.fitting.validation.forecast import spread_quantile
 
 # Every method the fit holds is drawn: a result's ``colour`` class attribute where its class
@@ -71,7 +72,7 @@ def headline(results: Mapping[str, Any], target: float, stem: Path, formats: Seq
     source = profile_source(results)
     colours = method_colours(results)
     ax = fig.add_subplot(1, 3, 1)
-    source.draw_profiles(ax)
+    draw_profiles(source, ax)
     ax.set_title(f"IsoFLOP profiles ({source.method})", fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     runs = source.runs
@@ -188,3 +189,32 @@ def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[P
     fig.suptitle(f"Forward chaining: fit the budgets up to C_k, predict the larger ones (red: {how} on "
                  f"{forecast.scale}; grey: the comparable forms)", fontsize=10)
     return save_figure(fig, stem, formats)
+
+
+def plot_error_law(law: Any, flops: np.ndarray, error: np.ndarray, path: Path,
+                   target: float | None = None) -> list[Path]:
+    """Every run's error against its compute, the frontier and the fitted law (to ``target``), as
+    ``path`` with .png and .svg suffixes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(flops, error, s=12, color="0.6", label="runs")
+    ax.scatter(*law.frontier, s=24, color="tab:red", zorder=3, label="compute frontier")
+    top = max(float(np.max(flops)), target or 0.0)
+    grid = np.geomspace(float(np.min(flops)), top, 200)
+    ax.plot(grid, law.error(grid), color="tab:blue", label="E = a (C + d)^-b + c")
+    ax.axhline(law.params["c"], color="tab:blue", ls=":", lw=1, label=f"floor c = {law.params['c']:.3f}")
+    ax.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="held-out top-1 error",
+           title="Top-1 error against compute (Zhai et al. 2022)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    paths = [path.with_suffix(".png"), path.with_suffix(".svg")]
+    for out in paths:
+        fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return paths

@@ -51,6 +51,15 @@ FORM_TOLERANCE, FORM_POINTS = 1.0, 0.005
 
 Triple = tuple[float, float, float]
 
+TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
+
+
+
+def default_target(runs: Any) -> float:
+    """TARGET_FACTOR times the largest budget swept."""
+    budgets, _ = budget_groups(runs)
+    return float(TARGET_FACTOR * np.max(budgets))
+
 
 @dataclass(kw_only=True)
 class Candidate:
@@ -102,6 +111,11 @@ class Forecast:
     parts: dict[str, Any] = field(default_factory=dict)
     candidates: list[Candidate] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """One line: the answer (the dataclass's own repr would print every chaining record)."""
+        return (f"<Forecast at C = {fmt.flops(self.target)}: N_opt {fmt.count(self.n_opt[0])}, "
+                f"loss {fmt.sig(self.loss[0], 4)} ({self.method})>")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
