@@ -21,6 +21,7 @@ LAYERS = [
     ("api", ("flops_fit",)),  # the root package: the public names and the lazy table
     ("store", ("flops_fit.store",)),
     ("tracking", ("flops_fit.tracking",)),
+    ("sources", ("flops_fit.sources",)),
     ("fitting", ("flops_fit.fitting",)),
     ("executors", ("flops_fit.executors",)),
     ("training", ("flops_fit.training",)),
