@@ -14,7 +14,8 @@ import flops_fit
 
 
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, holdout: str | None = None) -> None:
-    p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
+    p.add_argument("source", help="CSV file, sweep output folder (runs.sqlite), or a tracker's runs: W&B offline "
+                   "runs or CSV export, an MLflow store or URI, TensorBoard logs")
     p.add_argument("--method", default=method, metavar="METHOD",
                    help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
                    f"all, or a registered method's name; default {method}")
@@ -35,6 +36,7 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
     p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss'; 'bpb' with "
                    "--metric bpb, 'top1_error' with --metric error)")
+    tracker_options(p)
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -61,6 +63,13 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    "with the least training + inference FLOPs (laws over (N, D): parametric, vpnls, interaction)")
 
 
+def tracker_options(p: argparse.ArgumentParser) -> None:
+    """Options for runs read from a tracker (``flops_fit.sources``)."""
+    p.add_argument("--curve-metric", metavar="NAME", help="a tracker's series holding each run's training loss, "
+                   "its curve (default: train_loss or train/loss where logged)")
+    p.add_argument("--experiment", metavar="NAME", help="an MLflow store's experiment to read (default: all)")
+
+
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("fit", help="fit scaling laws to runs (CSV or sweep folder)")
     _source_options(p, method="parametric", bootstrap=1000)
@@ -85,7 +94,8 @@ def _fit(args: argparse.Namespace):
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking, workers=args.workers,
-                         unique_tokens=args.unique_tokens)
+                         unique_tokens=args.unique_tokens, curve_metric=args.curve_metric,
+                         experiment=args.experiment)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
