@@ -275,8 +275,11 @@ def heldout_check(source: Any, *, held_flops: float, lr_col: str = "lr", batch_c
         rate = fitted.rate(c.params, c.tokens, c.batch, nonembedding=c.nonembedding, flops=c.flops)
         excess = measured_excess(c, rate)
         finite = [i for i, v in enumerate(c.fit.losses) if math.isfinite(v)]
+        by_form = {n: measured_excess(c, f.rate(c.values())) for n, f in fitted.forms.items() if f.exponents
+                   and all(e.fitted for e in f.exponents.values())}
         rows.append({"params": c.params, "tokens": c.tokens, "flops": c.flops, "rates": c.fit.rates,
                      "losses": c.fit.losses, "predicted_lr": rate,
+                     "excess_by_form": {n: None if math.isnan(v) else v for n, v in by_form.items()},
                      "best_lr": c.fit.rates[min(finite, key=lambda i: c.fit.losses[i])],
                      "loss_at_predicted": measured_loss(c, rate), "best_loss": c.fit.best_loss,
                      "excess": None if math.isnan(excess) else excess})
