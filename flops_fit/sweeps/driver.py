@@ -16,7 +16,6 @@ its newest checkpoint. The store counts every optimizer step trained, lost ones 
 from __future__ import annotations
 
 import dataclasses
-
 import functools
 import math
 import os

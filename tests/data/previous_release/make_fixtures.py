@@ -79,7 +79,12 @@ def store() -> None:
 def checkpoint_v1() -> None:
     import torch
 
-    from flops_fit.training.checkpoint import TrainState, list_checkpoints, read_checkpoint, save_checkpoint
+    from flops_fit.training.checkpoint import (
+        TrainState,
+        list_checkpoints,
+        read_checkpoint,
+        save_checkpoint,
+    )
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
