@@ -92,6 +92,7 @@ _LAZY: dict[str, str] = {
     "RunSpec": "flops_fit.store.runs:RunSpec",
     "RunResult": "flops_fit.store.runs:RunResult",
     "RunStore": "flops_fit.store.run_store:RunStore",
+    "record_result": "flops_fit.store.outside:record_result",
     "TrackingOptions": "flops_fit.tracking.options:TrackingOptions",
 }
 
