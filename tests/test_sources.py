@@ -50,7 +50,8 @@ def test_wandb_offline_runs_read_back(quiet_env):
     wandb = pytest.importorskip("wandb")
     for params, tokens, lr, loss, ok in RUNS:
         run = wandb.init(mode="offline", project="sweep", dir=str(quiet_env),
-                         config={"model": {"params": params}, "tokens": tokens, "lr": lr})
+                         config={"model": {"params": params}, "tokens": tokens, "lr": lr, "steps": STEPS,
+                                 "warmup_steps": 1, "min_lr_ratio": 0.1, "batch_size": 8, "seq_len": 16})
         for s in range(1, STEPS + 1):
             run.log({"train_loss": curve(params, s)}, step=s)
         run.summary["eval/loss"] = loss
@@ -58,6 +59,9 @@ def test_wandb_offline_runs_read_back(quiet_env):
     runs = flops_fit.load_runs(quiet_env / "wandb", params_col="model.params", loss_col="eval/loss", keep=("lr",))
     check(runs)
     assert "exit code 1" in runs.excluded[0]["reason"]
+    assert runs.frame["schedule"][0] == {"schedule": "cosine", "steps": STEPS, "warmup_steps": 1, "cooldown_start": 0,
+                                         "cooldown_shape": "1-sqrt", "min_lr_ratio": 0.1, "batch_size": 8,
+                                         "seq_len": 16}  # what the whole-curve law reads
 
 
 def test_mlflow_file_store_read_back(quiet_env):
@@ -73,7 +77,9 @@ def test_mlflow_file_store_read_back(quiet_env):
             mlflow.log_metric("val_loss", loss)
             if not ok:
                 mlflow.end_run(status="FAILED")
-    check(flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",)))
+    runs = flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",))
+    check(runs)
+    assert "schedule" not in runs.frame  # the runs logged no schedule: the whole-curve law says so
     check(flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",), experiment="sweep"))
     with pytest.raises(FitInputError, match="no MLflow experiment 'other'.*'sweep'"):
         flops_fit.load_runs(store, loss_col="val_loss", experiment="other")

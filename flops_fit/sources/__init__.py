@@ -5,7 +5,9 @@ the tracker stored into ``TrackedRun`` values: a run's id, status, parameters (c
 hyperparameters), final metrics and metric histories. ``table`` makes them one row per run,
 the columns ``fitting.inputs.load_runs`` maps and validates like a CSV's; a run's training
 curve is the history of ``curve_metric`` with its steps put on tokens (step / last step x the
-run's tokens, so a curve logged at tokens seen stays as it is).
+run's tokens, so a curve logged at tokens seen stays as it is), and its learning-rate schedule
+(``run_store.SCHEDULE_FIELDS``, what the whole-curve law needs) is read from its parameters
+when they hold it (as flops-fit's own tracking logs them).
 
 ``read(path)`` picks the reader from what the path holds (None: not a tracker's).
 """
@@ -21,8 +23,12 @@ import pandas as pd
 from flops_fit.errors import FitInputError
 from flops_fit.sources import mlflow_runs, tensorboard_runs, wandb_runs
 from flops_fit.sources.base import TrackedRun
+from flops_fit.store.run_store import SCHEDULE_FIELDS
 
 CURVE_METRICS = ("train_loss", "train/loss")  # tried in turn when no curve_metric is named
+# The schedule fields a run may leave out, at RunSpec's defaults; the rest (steps, warmup_steps,
+# min_lr_ratio, batch_size, seq_len) must be logged as parameters for the whole-curve law.
+SCHEDULE_DEFAULTS = {"schedule": "cosine", "cooldown_start": 0, "cooldown_shape": "1-sqrt"}
 
 
 def detect(source: Any) -> str | None:
@@ -76,6 +82,9 @@ def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens
         points = r.series.get(wanted) if wanted else None
         if points:
             row["curve"] = _on_tokens(points, _number(row.get(tokens_col)))
+        schedule = {k: r.params.get(k, SCHEDULE_DEFAULTS.get(k)) for k in SCHEDULE_FIELDS}
+        if all(v is not None for v in schedule.values()):  # what the whole-curve law reads (``curve_areas``)
+            row["schedule"] = schedule
         rows.append(row)
     return pd.DataFrame(rows)
 
