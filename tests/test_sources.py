@@ -3,6 +3,7 @@ each written by its own library here, read back by ``load_runs`` (and fitted by 
 
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -124,3 +125,15 @@ def test_boundaries_one_line_exit_2(tmp_path, capsys):
     assert main(["fit", str(bad)]) == 2
     assert "not a readable CSV" in capsys.readouterr().err
     assert os.listdir(empty) == []
+
+
+def test_a_report_goes_beside_a_trackers_folder_never_into_it(tmp_path):
+    from flops_fit.cli.fit import default_report_path
+
+    (tmp_path / "mlruns").mkdir()
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "runs.sqlite").touch()
+    assert default_report_path(str(tmp_path / "mlruns")) == tmp_path / "mlruns.report.html"
+    assert default_report_path(str(tmp_path / "sweep")) == tmp_path / "sweep" / "report.html"
+    assert default_report_path(str(tmp_path / "runs.csv")) == tmp_path / "runs.report.html"
+    assert default_report_path("sqlite:///x/mlflow.db") == Path("report.html")

@@ -120,9 +120,19 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_report_path(source: str) -> Path:
+    """Inside a sweep folder; beside a CSV or a tracker's folder (never inside the tracker's files);
+    in the working folder for a tracking URI."""
+    if "://" in source:
+        return Path("report.html")
+    path = Path(source)
+    if (path / "runs.sqlite").is_file():
+        return path / "report.html"
+    return path.parent / f"{path.name}.report.html" if path.is_dir() else path.with_suffix(".report.html")
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     fitted = _fit(args)
-    source = Path(args.source)
-    out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
+    out = Path(args.out) if args.out else default_report_path(args.source)
     print(f"report written to {flops_fit.write_report(fitted, out, target=args.target, inference_tokens=args.inference_tokens)}")
     return 0
