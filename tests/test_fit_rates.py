@@ -141,3 +141,8 @@ def test_too_few_rates_says_how_to_fix():
     frame = frame[frame.peak_lr.isin(RATES[:2])]
     with pytest.raises(FitInputError, match="sweep at least 3 rates"):
         flops_fit.fit_rates(frame, params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val", bootstrap=0)
+
+
+def test_an_unknown_option_is_named():
+    with pytest.raises(FitInputError, match="unknown option.*lr_column.*params_col"):
+        flops_fit.fit_rates(sweep(), lr_column="peak_lr")

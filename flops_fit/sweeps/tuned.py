@@ -223,7 +223,7 @@ def guarded_rates(law: TunedLaw, hparams: HyperParams, values: dict[Any, dict[st
 def _centre(law: TunedLaw, values: dict[str, float], model: str) -> float:
     """The tune's centre rule at this run, times the cells' median best multiplier of it."""
     if not law.centre or law.centre_ratio is None:
-        raise PlanError(f"hparams {law.path} records no centre rule (written by hand?): use beyond = \"refuse\" or "
+        raise PlanError(f"hparams {law.path} records no centre rule (written by hand, or fitted from runs by fit_rates): use beyond = \"refuse\" or "
                         f"\"extrapolate\", or tune again")
     rule = HyperParams.from_dict({k: v for k, v in law.centre.items() if k in ("lr", "lr_rule", "base_lr", "base_width")})
     return rule.learning_rate(values.get("width"), int(values["batch"]), model) * law.centre_ratio

@@ -29,6 +29,7 @@ import pandas as pd
 from flops_fit._version import __version__
 from flops_fit.errors import FitInputError
 from flops_fit.files import write_atomically
+from flops_fit.fitting import LOAD_OPTIONS
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.inputs import FLOPS_PER_PARAM_TOKEN, load_runs
 from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE, hparams_path
@@ -138,6 +139,10 @@ def _cells(frame: pd.DataFrame, *, bootstrap: int, seed: int, level: float) -> l
 def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: str | None,
           load: dict[str, Any]) -> tuple[pd.DataFrame, str]:
     """The runs as a frame with lr (and batch, nonembedding) beside load_runs' columns."""
+    unknown = sorted(set(load) - set(LOAD_OPTIONS) - {"metric"})
+    if unknown:
+        raise FitInputError(f"unknown option(s) {', '.join(unknown)}; fit_rates() also accepts "
+                            f"{', '.join(o for o in LOAD_OPTIONS if o != 'flops_per_param_token')}, metric")
     keep = {lr_col: "lr", **({batch_col: "batch"} if batch_col else {}),
             **({nonembedding_col: "nonembedding"} if nonembedding_col else {})}
     runs = load_runs(source, keep=tuple(keep), **load)
