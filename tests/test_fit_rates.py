@@ -146,3 +146,15 @@ def test_too_few_rates_says_how_to_fix():
 def test_an_unknown_option_is_named():
     with pytest.raises(FitInputError, match="unknown option.*lr_column.*params_col"):
         flops_fit.fit_rates(sweep(), lr_column="peak_lr")
+
+
+def test_fit_keeps_each_cells_best_rate_and_says_why(tmp_path, capsys):
+    """A sweep over rates given to `fit`: the mistuned runs are left out, each with its reason."""
+    frame = sweep().rename(columns={"peak_lr": "lr"})
+    runs = flops_fit.load_runs(frame, params_col="N", tokens_col="D", loss_col="val", run_id_col="name")
+    assert len(runs) == 12 and len(runs.excluded) == 12 * (len(RATES) - 1)
+    best = frame.loc[frame.groupby(["N", "D"])["val"].idxmin()]
+    assert sorted(runs.frame["run_id"]) == sorted(best["name"])
+    assert "is not its cell's best" in runs.excluded[0]["reason"] and "tune --from" in runs.excluded[0]["reason"]
+    everything = flops_fit.load_runs(frame, params_col="N", tokens_col="D", loss_col="val", all_rates=True)
+    assert len(everything) == len(frame)

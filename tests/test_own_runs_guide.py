@@ -16,5 +16,5 @@ def test_the_guides_examples_run_as_written(tmp_path, monkeypatch, capsys):
     for block in blocks:
         exec(compile(block, str(GUIDE), "exec"), {})
     out = capsys.readouterr().out
-    assert "36 runs" in out and "chosen:" in out
+    assert "6 runs kept, 30 left out" in out and "chosen:" in out
     assert (tmp_path / "law" / "hparams.json").is_file() and (tmp_path / "sweep-out" / "runs.sqlite").is_file()

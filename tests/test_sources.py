@@ -57,7 +57,7 @@ def test_wandb_offline_runs_read_back(quiet_env):
             run.log({"train_loss": curve(params, s)}, step=s)
         run.summary["eval/loss"] = loss
         run.finish(exit_code=0 if ok else 1)
-    runs = flops_fit.load_runs(quiet_env / "wandb", params_col="model.params", loss_col="eval/loss", keep=("lr",))
+    runs = flops_fit.load_runs(quiet_env / "wandb", params_col="model.params", loss_col="eval/loss", keep=("lr",), all_rates=True)
     check(runs)
     assert "exit code 1" in runs.excluded[0]["reason"]
     assert runs.frame["schedule"][0] == {"schedule": "cosine", "steps": STEPS, "warmup_steps": 1, "cooldown_start": 0,
@@ -78,10 +78,10 @@ def test_mlflow_file_store_read_back(quiet_env):
             mlflow.log_metric("val_loss", loss)
             if not ok:
                 mlflow.end_run(status="FAILED")
-    runs = flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",))
+    runs = flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",), all_rates=True)
     check(runs)
     assert "schedule" not in runs.frame  # the runs logged no schedule: the whole-curve law says so
-    check(flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",), experiment="sweep"))
+    check(flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",), experiment="sweep", all_rates=True))
     with pytest.raises(FitInputError, match="no MLflow experiment 'other'.*'sweep'"):
         flops_fit.load_runs(store, loss_col="val_loss", experiment="other")
     with pytest.raises(FitInputError, match="no loss column 'eval_loss'.*'val_loss'.*--loss-col"):
@@ -99,7 +99,7 @@ def test_tensorboard_event_files_read_back(tmp_path):
             for s in range(1, STEPS + 1):
                 writer.add_scalar("train_loss", curve(params, s), global_step=s)
             writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name=".")
-    check(flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", keep=("lr",)), ids_failed=0)
+    check(flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", keep=("lr",), all_rates=True), ids_failed=0)
 
 
 def test_wandb_csv_export_names_and_states(tmp_path):

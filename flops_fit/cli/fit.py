@@ -37,6 +37,8 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
     p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss'; 'bpb' with "
                    "--metric bpb, 'top1_error' with --metric error)")
     tracker_options(p)
+    p.add_argument("--all-rates", action="store_true", help="keep every run of a (params, tokens) cell trained at "
+                   "several learning rates (default: each cell's best; `flops-fit tune --from` fits the rates' law)")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -95,7 +97,7 @@ def _fit(args: argparse.Namespace):
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking, workers=args.workers,
                          unique_tokens=args.unique_tokens, curve_metric=args.curve_metric,
-                         experiment=args.experiment)
+                         experiment=args.experiment, all_rates=args.all_rates)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:

@@ -92,6 +92,7 @@ def load_runs(
     keep: tuple[str, ...] = (),
     curve_metric: str | None = None,
     experiment: str | None = None,
+    all_rates: bool = False,
 ) -> Runs:
     """Load runs from a DataFrame, a CSV file or a sweep output folder (``runs.sqlite``).
 
@@ -164,6 +165,8 @@ def load_runs(
 
     if len(out) == 0:
         raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)")
+    if not all_rates:
+        out = _best_rates(out, excluded)
     if not isinstance(exclude_top, (int, np.integer)) or exclude_top < 0:
         raise FitInputError(f"exclude_top must be a non-negative integer, got {exclude_top!r}")
     if exclude_top >= len(out):
@@ -174,6 +177,26 @@ def load_runs(
                      for r in out.loc[top, "run_id"]]
         out = out.drop(index=top).reset_index(drop=True)
     return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric)
+
+
+def _best_rates(out: pd.DataFrame, excluded: list[dict[str, Any]]) -> pd.DataFrame:
+    """Each (params, tokens) cell's lowest-loss run where the cell holds several learning rates;
+    the others appended to ``excluded``."""
+    if "lr" not in out:
+        return out
+    rates = pd.to_numeric(out["lr"], errors="coerce")
+    cells = out.assign(_lr=rates).groupby(["params", "tokens"])["_lr"].transform("nunique")
+    swept = cells > 1
+    if not swept.any():
+        return out
+    best = out.loc[swept].groupby(["params", "tokens"])["loss"].idxmin()
+    drop = out.index[swept & ~out.index.isin(best.to_numpy())]
+    best_rate = {key: rates[i] for key, i in best.items()}
+    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"lr {rates[i]:g} is not its cell's best (lr "
+                  f"{best_rate[(out.at[i, 'params'], out.at[i, 'tokens'])]:g}): the runs sweep the learning rate "
+                  "(fit its law with `flops-fit tune --from`; all_rates=True / --all-rates keeps every run)"}
+                 for i in drop]
+    return out.drop(index=drop).reset_index(drop=True)
 
 
 def _require_metric(frame: pd.DataFrame, name: str, column: str, label: str, noun: str, hint: str) -> None:

@@ -139,13 +139,13 @@ def _cells(frame: pd.DataFrame, *, bootstrap: int, seed: int, level: float) -> l
 def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: str | None,
           load: dict[str, Any]) -> tuple[pd.DataFrame, str]:
     """The runs as a frame with lr (and batch, nonembedding) beside load_runs' columns."""
-    unknown = sorted(set(load) - set(LOAD_OPTIONS) - {"metric"})
+    unknown = sorted(set(load) - set(LOAD_OPTIONS) - {"metric"} | ({"all_rates"} & set(load)))
     if unknown:
         raise FitInputError(f"unknown option(s) {', '.join(unknown)}; fit_rates() also accepts "
-                            f"{', '.join(o for o in LOAD_OPTIONS if o != 'flops_per_param_token')}, metric")
+                            f"{', '.join(o for o in LOAD_OPTIONS if o not in ('flops_per_param_token', 'all_rates'))}, metric")
     keep = {lr_col: "lr", **({batch_col: "batch"} if batch_col else {}),
             **({nonembedding_col: "nonembedding"} if nonembedding_col else {})}
-    runs = load_runs(source, keep=tuple(keep), **load)
+    runs = load_runs(source, keep=tuple(keep), all_rates=True, **load)
     frame = runs.frame.copy()
     for column, canonical in keep.items():
         if column not in frame:
