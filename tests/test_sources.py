@@ -12,6 +12,7 @@ import pytest
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError
+from flops_fit.fitting.synthetic import synthetic_runs
 
 STEPS = 5
 # (params, tokens, lr, held-out loss, finished): two sizes at two rates each, one run failed
@@ -137,3 +138,27 @@ def test_a_report_goes_beside_a_trackers_folder_never_into_it(tmp_path):
     assert default_report_path(str(tmp_path / "sweep")) == tmp_path / "sweep" / "report.html"
     assert default_report_path(str(tmp_path / "runs.csv")) == tmp_path / "runs.report.html"
     assert default_report_path("sqlite:///x/mlflow.db") == Path("report.html")
+
+
+def test_a_sweep_in_mlflow_fits_as_its_table_does(quiet_env):
+    """fit() reads the tracker the way it reads the same runs as a table: the same law."""
+    mlflow = pytest.importorskip("mlflow")
+
+    table = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, curve_points=4)
+    store = quiet_env / "mlruns"
+    mlflow.set_tracking_uri(store.as_uri())
+    mlflow.set_experiment("isoflop")
+    for row in table.itertuples():
+        with mlflow.start_run(run_name=row.run_id):
+            mlflow.log_params({"params": row.params, "tokens": row.tokens, "budget": row.budget})
+            for seen, value in row.curve:
+                mlflow.log_metric("train_loss", value, step=int(seen))
+            mlflow.log_metric("eval_loss", row.loss)
+    columns = table[["run_id", "params", "tokens", "budget", "loss"]]
+    from_table = flops_fit.fit(columns, method="isoflop", bootstrap=20)
+    from_tracker = flops_fit.fit(store, method="isoflop", bootstrap=20, loss_col="eval_loss")
+    a, b = from_tracker.predict([1e20]), from_table.predict([1e20])
+    point = [c for c in b.columns if not c.endswith(("_lo", "_hi"))]  # intervals resample in the runs' order
+    assert np.allclose(a[point].to_numpy(float), b[point].to_numpy(float), rtol=1e-9)
+    runs = flops_fit.load_runs(store, loss_col="eval_loss")
+    assert runs.has_curves and len(runs) == len(table)
