@@ -16,6 +16,8 @@ import flops_fit
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, holdout: str | None = None) -> None:
     p.add_argument("source", help="CSV file, sweep output folder (runs.sqlite), or a tracker's runs: W&B offline "
                    "runs or CSV export, an MLflow store or URI, TensorBoard logs")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print every method's details, the candidates and the chaining records after the answer")
     p.add_argument("--method", default=method, metavar="METHOD",
                    help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
                    f"all, or a registered method's name; default {method}")
@@ -113,7 +115,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops))
         return 0
-    text = fitted.summary(args.predict)
+    text = summary(fitted, args.predict, args.verbose)
     if tokens is not None:  # sized before anything is printed: a fit without a law says so alone
         text += "\n\n" + fitted.sizing_summary(args.predict, tokens, args.total_flops)
     print(text)
@@ -136,5 +138,12 @@ def default_report_path(source: str) -> Path:
 def _cmd_report(args: argparse.Namespace) -> int:
     fitted = _fit(args)
     out = Path(args.out) if args.out else default_report_path(args.source)
-    print(f"report written to {flops_fit.write_report(fitted, out, target=args.target, inference_tokens=args.inference_tokens)}")
+    path = flops_fit.write_report(fitted, out, target=args.target, inference_tokens=args.inference_tokens)
+    print(summary(fitted, None, args.verbose))
+    print(f"report written to {path}")
     return 0
+
+
+def summary(fitted, budgets, verbose: bool) -> str:
+    """The answer first: a set of fits prints the forecast and one row per method unless ``verbose``."""
+    return fitted.summary(budgets, verbose=verbose) if isinstance(fitted, flops_fit.FitSet) else fitted.summary(budgets)
