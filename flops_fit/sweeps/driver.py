@@ -36,7 +36,7 @@ from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import check
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.preflight import preflight
+from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight
 from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
@@ -118,6 +118,21 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> tup
     return False, dataclasses.replace(plan, runs=runs, memory=memory)
 
 
+def _check_trainer(store: RunStore, plan: Any) -> None:
+    """Refuse to go on with another trainer than the one the stored runs were trained by."""
+    stored = (store.get_meta("plan") or {}).get("options", {})
+    if "trainer" not in stored:  # a new folder, or a store written before [train] existed
+        if stored and plan.options.trainer is not None:
+            raise StoreError("this folder's runs were trained by flops-fit's loop: sweep the [train] command into "
+                             "another --out folder")
+        return
+    ours = None if plan.options.trainer is None else list(plan.options.trainer.command)
+    if (stored["trainer"] and stored["trainer"]["command"]) != ours:
+        theirs = "flops-fit's loop" if stored["trainer"] is None else f"the command {stored['trainer']['command']}"
+        raise StoreError(f"this folder's runs are trained by {theirs}, not by this sweep's trainer: keep its [train] "
+                         "table as it was, or choose another --out folder")
+
+
 def checkpoint_policy(options: SweepOptions, out_dir: Path, checkpoint_dir: str | Path | None) -> CheckpointPolicy | None:
     """Where the plan's runs checkpoint (None when ``checkpoint_seconds`` is 0). Absolute paths,
     so that worker processes and Ray tasks find them wherever they run."""
@@ -189,11 +204,13 @@ def run_plan(
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
             new, plan = _check_store(store, plan, out_dir, resume)
             policy = checkpoint_policy(plan.options, out_dir, checkpoint_dir)
+            _check_trainer(store, plan)
             if not skip_preflight:
                 status = store.statuses()
                 todo = [r for r in plan.runs if status.get(r.run_id) != "done"] if retry_failed else \
                     store.unfinished(plan)
-                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host)
+                checks = EXTERNAL_CHECKS if plan.options.trainer is not None else None
+                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks)
             if new:
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
             if record_only:
@@ -236,8 +253,11 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
         remove_checkpoints(policy.run_dir(result.run_id))
     todo = store.unfinished(plan)
     model = plan.runs[0].model
+    trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     if todo:
-        gate = parity_gate(model, skip=skip_parity, host=host)
+        gate = parity_gate(model, skip=skip_parity or trainer is not None, host=host)
+        if trainer is not None:
+            gate["reason"] = "the [train] command trains the runs, not flops-fit's model: no parity case applies"
         store.set_meta(parity=gate)
         if gate["status"] == "failed":
             raise ParityGateError(
@@ -253,7 +273,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             display.run_progress(run_id, done, total, loss)
 
     options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
-    task = functools.partial(train_item, host=host, checkpoints=policy, tracking=tracking)
+    task = functools.partial(train_item, host=host, checkpoints=policy, tracking=tracking, trainer=trainer)
     with api.create_executor(executor, host=host, **options) as runner:
         if hasattr(runner, "use_sweep_folder"):  # an executor that keeps files (SLURM's job logs)
             runner.use_sweep_folder(out_dir)
@@ -296,8 +316,10 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     if status in ("done", "failed"):
         raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); to train it again, "
                          f"`flops-fit sweep CONFIG --out {out_dir} --resume --retry-failed` (failed runs only)")
-    policy = checkpoint_policy(SweepOptions.from_dict(stored["options"]), out_dir, checkpoint_dir)
-    task = functools.partial(train_item, checkpoints=policy)
+    options = SweepOptions.from_dict(stored["options"])
+    policy = checkpoint_policy(options, out_dir, checkpoint_dir)
+    trainer = options.trainer and options.trainer.resolved(out_dir)
+    task = functools.partial(train_item, checkpoints=policy, trainer=trainer)
     if int(os.environ.get("RANK", "0")) != 0:
         with stop_on_signals():
             return task(spec)

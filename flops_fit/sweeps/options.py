@@ -20,6 +20,7 @@ from flops_fit.checks import non_negative_number, one_of, positive_int, positive
 from flops_fit.errors import PlanError
 from flops_fit.sweeps.hparams import HyperParams
 from flops_fit.tracking.options import TrackingOptions, parse_tracking
+from flops_fit.training.command import TrainCommand, parse_train
 from flops_fit.training.micro_batch import FSDP_AUTO
 from flops_fit.training.schedules import COOLDOWN_SHAPES, SCHEDULES
 
@@ -137,6 +138,10 @@ def _tracking(value: Any, name: str) -> TrackingOptions | None:
     return parse_tracking(value, name, PlanError)
 
 
+def _trainer(value: Any, name: str) -> TrainCommand | None:
+    return parse_train(value, "train", PlanError)
+
+
 def _bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise PlanError(f"{name} must be true or false, got {value!r}")
@@ -236,6 +241,10 @@ class SweepOptions:
         None, help="experiment tracking ([tracking] table): backends among tensorboard, mlflow, wandb, logging "
         "every run's spec, curve and held-out metrics, the plan and the fits (under OUT/tracking by default)",
         check=_tracking, cli=str, metavar="B1,B2")
+    trainer: TrainCommand | None = option(
+        None, help="a training script of your own that trains each planned run ([train] table: command = [...], "
+        "time_limit, token_tolerance, env, workdir; see docs/guide/own-trainer.md); default: flops-fit's loop",
+        check=_trainer)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -274,6 +283,7 @@ class SweepOptions:
         out["sizes"] = None if self.sizes is None else list(self.sizes)
         out["hparams"] = self.hparams.to_dict()
         out["tracking"] = None if self.tracking is None else self.tracking.to_dict()
+        out["trainer"] = None if self.trainer is None else self.trainer.to_dict()
         return out
 
     @classmethod

@@ -19,6 +19,8 @@ from flops_fit.store.runs import RunResult
 from flops_fit.tracking.base import RunTracker
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import Checkpointer, CheckpointPolicy, load_result, save_result
+from flops_fit.training.command import TrainCommand
+from flops_fit.training.external import train_external
 from flops_fit.training.launch import processes_per_run, run_ranks
 from flops_fit.training.loop import train
 from flops_fit.training.state import Snapshot
@@ -37,10 +39,17 @@ def work_items(runs: list[Any]) -> list[Any]:
 
 
 def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any = None,
-               checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> Any:
+               checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None,
+               trainer: TrainCommand | None = None) -> Any:
     """The executor's task: a family's list of outcomes, or one run's result. A run of
     ``processes_per_run = k > 1`` trains on k ranks, launched here or by an outside launcher
-    (the three cases are ``training.launch``'s); the ranks other than 0 return None."""
+    (the three cases are ``training.launch``'s); the ranks other than 0 return None. With a
+    ``trainer`` (the ``[train]`` command) the user's script trains each run instead
+    (``training.external``; it launches its own processes), a family's branches one by one."""
+    if trainer is not None:
+        if isinstance(item, Family):
+            return [train_external(spec, trainer, progress, checkpoints=checkpoints) for spec in item.runs]
+        return train_external(item, trainer, progress, checkpoints=checkpoints)
     if processes_per_run(item) == 1:
         return train_part(item, progress, OneProcess(), host=host, checkpoints=checkpoints, tracking=tracking)
     if host is not None:
