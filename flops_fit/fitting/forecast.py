@@ -47,7 +47,7 @@ from flops_fit.fitting.chaining import (
 )
 from flops_fit.fitting.drift import FIELDS, ErrorModel, Prior, error_model, split_slopes
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.prior import prior_for
+from flops_fit.fitting.prior import prior_for, shipped
 from flops_fit.fitting.profiles import budget_groups
 from flops_fit.fitting.scales import SCALES, rescale, to_params
 from flops_fit.tables import format_table
@@ -205,8 +205,6 @@ def _candidate_dict(c: Candidate) -> dict[str, Any]:
 
 
 def default_priors() -> tuple[dict[str, dict[str, Prior]], dict[str, Any]]:
-    from flops_fit.fitting.prior import shipped
-
     return shipped()
 
 
