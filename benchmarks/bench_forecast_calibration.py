@@ -9,9 +9,10 @@ each candidate fitted up to C_k, and the product's own decision (``forecast.deci
 at C_j is its own IsoFLOP minimum on the whole sweep (``holdout.observe``). The chaining is
 computed once per sweep and cached (``forecast_sweeps``).
 
-The prior a sweep's forecasts use is refitted **without that sweep** (leave one sweep out): a
-rule that only helps the sweeps it was fitted on is not a result. The demo's is the shipped
-prior (fitted on the public sweeps only).
+The prior a sweep's forecasts use is refitted **without that sweep's study** (leave one study out:
+the three Chinchilla tables are one paper's runs, the two (Mis)Fitting tables one lab's setup, the
+three Gadre corpora one study; ``forecast_sweeps.STUDIES``): a rule that only helps the sweeps it
+was fitted on is not a result. The demo's is the shipped prior (fitted on the public sweeps only).
 
 Goals (issue 34): loss and N_opt coverage of the 95% intervals each >= 90%, median N_opt interval
 hi/lo <= 3x, median loss interval width (hi/lo - 1) <= 6%, over every sweep and split. Reported
@@ -105,7 +106,7 @@ def main() -> None:
     result = {"level": args.level, "goals": GOALS, "sweeps": {}, "all": {}}
     rows = []
     for name, runs, chained, prior in jobs:
-        mine = calibrate(name, runs, chained, (prior, {"note": f"leave-one-sweep-out: fitted without {name}"}),
+        mine = calibrate(name, runs, chained, (prior, {"note": f"leave-one-study-out: fitted without {fs.study_of(name)}"}),
                          args.level)
         rows += mine
         result["sweeps"][name] = {mode: summarise([r for r in mine if r["mode"] == mode]) for mode in MODES}

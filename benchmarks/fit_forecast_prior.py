@@ -39,12 +39,14 @@ def units(chained: dict, field: str) -> dict[str, list[list[float]]]:
 
 
 def priors_for(chains: dict[str, dict], leave_out: str | None = None) -> dict:
-    """Each answer's priors (pooled and per label) from every sweep in ``chains`` except ``leave_out``."""
+    """Each answer's priors (pooled and per label) from every sweep in ``chains`` except those of
+    ``leave_out``'s study (``forecast_sweeps.STUDIES``)."""
+    left = fs.study_of(leave_out) if leave_out is not None else None
     out = {}
     for q, field in FIELDS.items():
         merged: dict[str, list[list[float]]] = {}
         for name, c in chains.items():
-            if name != leave_out:
+            if left is None or fs.study_of(name) != left:
                 for key, group in units(c, field).items():
                     merged.setdefault(key, []).extend(group)
         out[q] = fit_priors(merged)

@@ -34,8 +34,15 @@ DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 PUBLIC = ("epochai_chinchilla__massivetext__chinchilla", "ml_scalefit__massivetext__chinchilla",
           "misfitting__fineweb_c4__transformer", "epoch chinchilla fig4", "gadre c4_original", "gadre rpj",
           "gadre rw_original", "misfitting lr cells")
+# Sweeps of one study share runs or setup (the three Chinchilla tables are extractions of one paper's
+# runs): leave-one-out validation leaves out the whole study, not one of its tables.
+STUDIES = {"chinchilla": PUBLIC[:2] + PUBLIC[3:4], "misfitting": (PUBLIC[2], PUBLIC[7]), "gadre": PUBLIC[4:7]}
 FILES = {"isoflops_public.csv": PUBLIC[:3], "chinchilla_fig4_epoch.csv": PUBLIC[3:4],
          "gadre_overtraining.csv": PUBLIC[4:7], "misfitting_lr_runs.csv": PUBLIC[7:]}
+
+
+def study_of(name: str) -> str:
+    return next((study for study, names in STUDIES.items() if name in names), name)
 
 
 def public_sweeps() -> dict:
