@@ -86,9 +86,19 @@ def per_sweep_mean(summaries: dict) -> dict:
     return {k: float(np.mean([s[k] for s in have])) for k in keys} if have else {}
 
 
+def demo_chain(score: Path) -> dict:
+    """The demo's forward chaining as ``bench_forecast_target.py`` stored it with its forecast (the same
+    ``forward_chain`` on the same runs: no need to fit it again)."""
+    forecast = json.loads(score.read_text())["forecast"]
+    records = [{k: (np.nan if v is None else v) for k, v in r.items()} for r in forecast["records"]]
+    return {"records": records, "keys": [[c["method"], c["scale"], c["focus"]] for c in forecast["candidates"]]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
+    parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo: its stored chaining "
+                        "instead of chaining the demo again")
     parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining.json"))
     parser.add_argument("--out", default="calibration.json")
     parser.add_argument("--workers", type=int, default=1)
@@ -101,8 +111,9 @@ def main() -> None:
     jobs = [(name, sweeps[name], chains[name], priors_for(chains, leave_out=name)) for name in chains]
     if args.demo:
         demo = load_runs(args.demo)
-        jobs.append(("gpt demo", demo, fs.cached_chain(f"gpt demo {Path(args.demo).resolve()}", demo, cache,
-                                                       args.workers), shipped()[0]))
+        chained = (demo_chain(Path(args.demo_score)) if args.demo_score else
+                   fs.cached_chain(f"gpt demo {Path(args.demo).resolve()}", demo, cache, args.workers))
+        jobs.append(("gpt demo", demo, chained, shipped()[0]))
     result = {"level": args.level, "goals": GOALS, "sweeps": {}, "all": {}}
     rows = []
     for name, runs, chained, prior in jobs:

@@ -127,10 +127,40 @@ def score(sweep: Path, out: Path, workers: int, bootstrap: int, stored: Path | N
     for arm in ("rates", "inverse-width"):
         if stored is None and (out / arm / "runs.sqlite").exists():
             result[f"{arm}_runs"] = arm_runs(out / arm)
-    result["goals"] = {"inside_both": result["score"]["loss_inside"] and result["score"]["n_opt_inside"],
-                       "n_opt_error_within_25pct": abs(result["score"]["n_opt_error"]) <= 0.25,
-                       "loss_error_within_3pct": abs(result["score"]["loss_error"]) <= 0.03}
+    result["goals"] = goals(result["score"])
     return result
+
+
+def redecide(stored: Path) -> dict:
+    """A scored result with its forecast decided again from its own chaining records and candidates'
+    fits (``forecast.decide``, the shipped prior): the fits do not depend on the prior, so this is
+    the forecast a fit would give now, without refitting."""
+    from flops_fit.fitting.chaining import Record
+    from flops_fit.fitting.forecast import decide
+
+    result = json.loads(stored.read_text())
+    old = result["forecast"]
+    records = [Record(**{k: (np.nan if v is None else v) for k, v in r.items()}) for r in old["records"]]
+    keys = [(c["method"], c["scale"], c["focus"]) for c in old["candidates"]]
+    predictions = {(c["method"], c["scale"], c["focus"]): (c["target_loss"], c["target_n_opt"], c["target_d_opt"])
+                   for c in old["candidates"] if c["target_loss"] is not None and c["target_n_opt"] is not None}
+    reasons = {(c["method"], c["scale"], c["focus"]): c["reason"] for c in old["candidates"] if c["reason"]}
+    fc = decide(records, predictions, old["target"], old["ratio"], keys=keys, reasons=reasons, level=old["level"])
+    truth = result["truth"]
+    result["forecast"] = fc.to_dict()
+    n, n_lo, n_hi = fc.n_opt
+    loss, l_lo, l_hi = fc.loss
+    result["score"] = {"loss_error": loss / truth["loss"] - 1, "n_opt_error": n / truth["n_opt"] - 1,
+                       "loss_inside": bool(l_lo <= truth["loss"] <= l_hi),
+                       "n_opt_inside": bool(n_lo <= truth["n_opt"] <= n_hi)}
+    result["goals"] = goals(result["score"])
+    result["redecided_from"] = str(stored)
+    return result
+
+
+def goals(s: dict) -> dict:
+    return {"inside_both": s["loss_inside"] and s["n_opt_inside"], "n_opt_error_within_25pct": abs(s["n_opt_error"]) <= 0.25,
+            "loss_error_within_3pct": abs(s["loss_error"]) <= 0.03}
 
 
 def arm_runs(folder: Path) -> list[dict]:
@@ -156,12 +186,20 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--skip-train", action="store_true")
+    parser.add_argument("--redecide", help="a score.json of this script: decide its forecast again from its stored "
+                        "chaining (after the prior changed) and score it; writes OUT/score.json")
     parser.add_argument("--truth-from", help="score against the truth runs a stored result recorded (e.g. "
                         "benchmarks/results/forecast_target_law2.json) instead of OUT's truth folders; implies "
                         "--skip-train")
     parser.add_argument("--train-only", action="store_true")
     args = parser.parse_args()
     out = Path(args.out)
+    if args.redecide:
+        result = redecide(Path(args.redecide))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "score.json").write_text(json.dumps(result, indent=2, default=float))
+        report(result)
+        return
     stored = Path(args.truth_from) if args.truth_from else None
     if not args.skip_train and stored is None:
         train(out, args.widths, args.rate_width or None, args.workers, args.law, args.truth_folder)
@@ -170,6 +208,10 @@ def main() -> None:
     result = score(Path(args.sweep), out, args.workers, args.bootstrap, stored)
     out.mkdir(parents=True, exist_ok=True)
     (out / "score.json").write_text(json.dumps(result, indent=2, default=float))
+    report(result)
+
+
+def report(result: dict) -> None:
     s, t, fc = result["score"], result["truth"], result["forecast"]
     print(f"truth at {result['target']:.3g} FLOPs: loss {t['loss']:.4f}, N_opt {t['n_opt']:,.0f}")
     print(f"forecast: loss {fc['loss']['value']:.4f} {fc['loss']['interval']} from {fc['loss']['source']}, "
