@@ -140,6 +140,14 @@ def main() -> None:
               f"{100 * s['loss_coverage']:7.0f}% {100 * s['n_opt_coverage']:5.0f}% {100 * s['median_loss_width']:9.1f}% "
               f"{s['median_n_opt_ratio']:6.2f}x {100 * s['median_abs_loss_error']:9.2f}% "
               f"{100 * s['median_abs_n_opt_error']:6.1f}%")
+    print("\n| sweep | mode | predictions (splits, max ratio) | loss coverage | N_opt coverage | median loss width | "
+          "median N_opt hi/lo | median abs loss error | median abs N_opt error |\n|---|---|---|---|---|---|---|---|---|")
+    for name, mode, s in table:
+        if s.get("predictions"):
+            print(f"| {name} | {mode} | {s['predictions']} ({s['splits']}, {s['max_ratio']:.3g}x) | "
+                  f"{100 * s['loss_coverage']:.0f}% | {100 * s['n_opt_coverage']:.0f}% | {100 * s['median_loss_width']:.1f}% | "
+                  f"{s['median_n_opt_ratio']:.2f}x | {100 * s['median_abs_loss_error']:.2f}% | "
+                  f"{100 * s['median_abs_n_opt_error']:.1f}% |")
 
 
 if __name__ == "__main__":

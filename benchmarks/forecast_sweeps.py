@@ -12,6 +12,8 @@ Public sweeps (../shared/data/, README there): the three IsoFLOP sweeps of isofl
 budgets by rounding FLOPs to one significant figure, the 5 highest losses excluded as in Epoch's
 fit), gadre_overtraining.csv (c4_val loss, per training corpus; budgets by rounding FLOPs) and
 misfitting_lr_runs.csv (each (model, tokens) cell's best peak learning rate; budgets by rounding).
+An IsoFLOP sweep of more than MAX_BUDGETS budgets is thinned to every k-th (``thinned``; the
+sweeps with budgets by rounding keep every run: their budgets are the rounding's, not a design's).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from flops_fit.fitting.profiles import budget_groups
 from flops_fit.fitting.scales import SCALES, rescale, to_params
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+MAX_BUDGETS = 13
 PUBLIC = ("epochai_chinchilla__massivetext__chinchilla", "ml_scalefit__massivetext__chinchilla",
           "misfitting__fineweb_c4__transformer", "epoch chinchilla fig4", "gadre c4_original", "gadre rpj",
           "gadre rw_original", "misfitting lr cells")
@@ -46,7 +49,12 @@ def study_of(name: str) -> str:
 
 
 def public_sweeps() -> dict:
-    """Every public sweep as Runs (empty if ../shared/data is absent)."""
+    """Every public sweep as Runs (empty if ../shared/data is absent), the IsoFLOP ones thinned."""
+    return {name: thinned(runs) if name in FILES["isoflops_public.csv"] else runs
+            for name, runs in _public_sweeps().items()}
+
+
+def _public_sweeps() -> dict:
     out = {}
     public = DATA / "isoflops_public.csv"
     if public.exists():
@@ -81,9 +89,38 @@ def candidates() -> list:
     return [point(v) for a in approaches for v in variants(a)]
 
 
+def thinned(runs):
+    """The sweep with at most MAX_BUDGETS budgets: every k-th budget counted down from the largest
+    (k = ceil(n / MAX_BUDGETS)), the others' runs left out. Forward chaining refits every candidate
+    once per budget; on 2 shared cores 26-31 budgets cost too much, and budgets a factor 1.25
+    apart add little reach. A rule fixed before any result, the same for every sweep."""
+    budgets, _ = budget_groups(runs)
+    unique = sorted(float(b) for b in np.unique(budgets))
+    step = -(-len(unique) // MAX_BUDGETS)
+    if step == 1:
+        return runs
+    keep = set(unique[::-1][::step])
+    return runs.subset(np.isin(budgets, list(keep)))
+
+
+def interior_budgets(runs) -> list[float]:
+    budgets, _ = budget_groups(runs)
+    unique = sorted(float(b) for b in np.unique(budgets))
+    return [b for b in unique if observe(runs, budgets, b, curve="slice", bootstrap=0, seed=None,
+                                         level=0.95).reason is None]
+
+
 def chain(runs, workers: int) -> dict:
-    """The sweep's forward chaining on every scale the runs allow: records with predictions."""
+    """The sweep's forward chaining on every scale the runs allow: records with predictions. A sweep
+    with fewer than 2 budgets with an interior minimum beyond its first two has nothing to predict."""
     clock = time.perf_counter()
+    budgets, _ = budget_groups(runs)
+    unique = sorted(float(b) for b in np.unique(budgets))
+    inside = interior_budgets(runs)
+    if len([b for b in inside if b > unique[1]]) < 2:
+        return {"records": [], "keys": [], "reasons": [], "seconds": time.perf_counter() - clock,
+                "skipped": f"{len(inside)} of its {len(unique)} budgets have an interior minimum "
+                           f"({', '.join(f'{b:.3g}' for b in inside) or 'none'}): nothing to forward-chain"}
     options = candidates()
     records, reasons = forward_chain(options, runs, tuple(SCALES), curve="slice", workers=workers)
     keys = [(v.name, s, focus_of(v)) for s in SCALES for v in options]
