@@ -33,8 +33,8 @@ from fit_forecast_prior import priors_for, public_chains
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import load_runs
-from flops_fit.fitting.forecast import MODES, decide
-from flops_fit.fitting.prior import shipped
+from flops_fit.fitting.validation.forecast import MODES, decide
+from flops_fit.fitting.validation.prior import shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 GOALS = {"loss_coverage": 0.90, "n_opt_coverage": 0.90, "median_n_opt_ratio": 3.0, "median_loss_width": 0.06}

@@ -135,8 +135,8 @@ def redecide(stored: Path) -> dict:
     """A scored result with its forecast decided again from its own chaining records and candidates'
     fits (``forecast.decide``, the shipped prior): the fits do not depend on the prior, so this is
     the forecast a fit would give now, without refitting."""
-    from flops_fit.fitting.chaining import Record
-    from flops_fit.fitting.forecast import decide
+    from flops_fit.fitting.validation.chaining import Record
+    from flops_fit.fitting.validation.forecast import decide
 
     result = json.loads(stored.read_text())
     old = result["forecast"]

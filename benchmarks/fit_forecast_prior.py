@@ -1,4 +1,4 @@
-"""Regenerate the forecast's shipped prior (flops_fit/fitting/priors/forecast_prior.json).
+"""Regenerate the forecast's shipped prior (flops_fit/fitting/validation/priors/forecast_prior.json).
 
     python benchmarks/fit_forecast_prior.py --cache benchmarks/results/forecast_chaining.json
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import forecast_sweeps as fs
 
-from flops_fit.fitting.drift import FIELDS, split_slopes
-from flops_fit.fitting.prior import POOLED, PRIOR_FILE, fit_priors, label, prior_to_dict
+from flops_fit.fitting.validation.drift import FIELDS, split_slopes
+from flops_fit.fitting.validation.prior import POOLED, PRIOR_FILE, fit_priors, label, prior_to_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining.json"))
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--out", default=str(ROOT / "flops_fit" / "fitting" / PRIOR_FILE))
+    parser.add_argument("--out", default=str(ROOT / "flops_fit" / "fitting" / "validation" / PRIOR_FILE))
     args = parser.parse_args()
     chains = public_chains(Path(args.cache), args.workers)
     if not chains:

@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 
 from flops_fit.fitting import APPROACHES, load_runs
-from flops_fit.fitting.chaining import Record, focus_of, forward_chain, point, variants
-from flops_fit.fitting.holdout import observe
-from flops_fit.fitting.profiles import budget_groups
+from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.scales import SCALES, rescale, to_params
+from flops_fit.fitting.validation.chaining import Record, focus_of, forward_chain, point, variants
+from flops_fit.fitting.validation.holdout import observe
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 MAX_BUDGETS = 13

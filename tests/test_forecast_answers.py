@@ -12,12 +12,12 @@ import pytest
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import fit, load_runs
-from flops_fit.fitting.chaining import Record
-from flops_fit.fitting.drift import ErrorModel, Prior, error_model, split_slopes
-from flops_fit.fitting.forecast import MIN_SPLITS, decide, forecasts
-from flops_fit.fitting.prior import POOLED, PRIOR_FILE, fit_prior, shipped
+from flops_fit.fitting.approaches.vpnls import Vpnls
 from flops_fit.fitting.synthetic import synthetic_runs
-from flops_fit.fitting.vpnls import Vpnls
+from flops_fit.fitting.validation.chaining import Record
+from flops_fit.fitting.validation.drift import ErrorModel, Prior, error_model, split_slopes
+from flops_fit.fitting.validation.forecast import MIN_SPLITS, decide, forecasts
+from flops_fit.fitting.validation.prior import POOLED, PRIOR_FILE, fit_prior, shipped
 
 BUDGETS = [1e17 * 2 ** i for i in range(7)]  # six splits: fits up to the 2nd ... 6th budget
 WEAK = {"loss": {POOLED: Prior(s0=0.01, nu0=1.0, tau=1.0)}, "n_opt": {POOLED: Prior(s0=0.05, nu0=1.0, tau=1.0)}}
@@ -104,7 +104,7 @@ def test_the_shipped_prior_loads_with_its_provenance():
         assert p.s0 > 0 and p.nu0 > 0 and p.tau > 0
     assert provenance["command"] == "python benchmarks/fit_forecast_prior.py"
     assert provenance["sweeps"] and "gpt demo" not in provenance["sweeps"]
-    data = json.loads(resources.files("flops_fit.fitting").joinpath(PRIOR_FILE).read_text())
+    data = json.loads(resources.files("flops_fit.fitting.validation").joinpath(PRIOR_FILE).read_text())
     assert data["provenance"] == provenance
 
 

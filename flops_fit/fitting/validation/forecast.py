@@ -1,0 +1,366 @@
+"""The forecast: a size and a loss at the target, each chosen by its own extrapolation record.
+
+Several methods on several scales give several answers, and the target lies beyond the
+sweep. Every candidate (method x scale x focus) is forward-chained (``chaining``): fit the
+budgets up to C_k, predict the larger ones, record the error against the ratio r. A forecast is
+two answers, and the candidate best at one is often worst at the other, so each answer is
+chosen by its own record:
+
+- per candidate and answer, the errors are modelled as a drift plus scatter in ln error / ln r,
+  one value per split (predictions of one split share its fit), combined with a prior learned
+  on public sweeps (``drift``, ``prior``);
+- each answer comes from the candidate whose error at the target is expected to be smallest
+  (the predictive standard deviation of the drift-corrected error), or from a weighted
+  average of the candidates when its own chaining record is better (``MODE``);
+- the point is corrected by the drift carried to the target's ratio; the interval is the
+  scatter plus the drift's own uncertainty, grown with ln r_t (Student's t with the prior's
+  pseudo degrees of freedom added to the sweep's own). The chaining fits saw fewer runs than
+  the final fit, so their errors hold the runs' noise as well as the law's.
+
+A forecast needs chaining evidence: a candidate answers only with predictions from
+``MIN_SPLITS`` or more splits; without any, there is no forecast (the methods' own fits and
+their bootstrap intervals stand, and ``fit`` says so). Calibration is measured, not assumed
+(docs/validation/forecast.md, benchmarks/bench_forecast_calibration.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws.profiles import budget_groups
+from flops_fit.fitting.scales import SCALES, rescale, to_params
+from flops_fit.fitting.validation.chaining import (
+    Approach,
+    Record,
+    focus_of,
+    forward_chain,
+    point,
+    ratio_table,
+    score,
+    score_cutoff,
+    variants,
+)
+from flops_fit.fitting.validation.drift import FIELDS, ErrorModel, Prior, error_model, split_slopes
+from flops_fit.fitting.validation.prior import prior_for, shipped
+from flops_fit.tables import format_table
+
+MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining needs to answer
+MODES = ("select", "average", "auto")
+MODE = "auto"  # benchmarks/bench_forecast_calibration.py compares the modes on public sweeps
+LABELS = {"loss": "loss", "n_opt": "N_opt"}
+
+Triple = tuple[float, float, float]
+Key = tuple[str, str, str | None]
+
+TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
+
+
+def default_target(runs: Any) -> float:
+    """TARGET_FACTOR times the largest budget swept."""
+    budgets, _ = budget_groups(runs)
+    return float(TARGET_FACTOR * np.max(budgets))
+
+
+@dataclass(kw_only=True)
+class Candidate:
+    """One (method, scale, focus): its forward-chaining score (mean |relative error| over the
+    ``predictions`` at the largest ratios), its error model per answer, and its own point
+    answer at the target (N_opt in parameters). ``focus`` is None for a method without it."""
+
+    method: str
+    scale: str
+    focus: str | None = None
+    loss_error: float = np.nan
+    n_opt_error: float = np.nan
+    predictions: int = 0
+    models: dict[str, ErrorModel] = field(default_factory=dict)
+    target_loss: float = np.nan
+    target_n_opt: float = np.nan
+    target_d_opt: float = np.nan
+    reason: str | None = None
+
+    @property
+    def key(self) -> Key:
+        return self.method, self.scale, self.focus
+
+    @property
+    def name(self) -> str:
+        return describe(self.key)
+
+
+@dataclass(kw_only=True)
+class Answer:
+    """One answer (``quantity`` "loss" or "n_opt") at the target: where it comes from
+    (``source``; ``members`` with their weights), the raw prediction, the drift correction
+    applied to it (relative), the error model and the (value, lo, hi) it gives."""
+
+    quantity: str
+    source: str
+    members: list[dict[str, Any]]
+    raw: float
+    correction: float
+    value: float
+    lo: float
+    hi: float
+    model: ErrorModel
+    chaining_error: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["model"] = self.model.to_dict()
+        return fmt.json_safe(out)
+
+
+@dataclass(kw_only=True)
+class Forecast:
+    """The answers at ``target``, ``ratio`` times the largest budget: ``n_opt`` in parameters,
+    ``d_opt`` in tokens (from the N_opt answer's candidate) and ``loss``, each (estimate, lo, hi).
+    ``answers`` says where each comes from; ``prior`` is the pooled prior used, with provenance."""
+
+    target: float
+    ratio: float
+    level: float = 0.95
+    n_opt: Triple
+    d_opt: Triple
+    loss: Triple
+    answers: dict[str, Answer]
+    score_cutoff: float
+    mode: str = MODE
+    prior: dict[str, Any] = field(default_factory=dict)
+    candidates: list[Candidate] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"target": self.target, "ratio": self.ratio, "level": self.level, "mode": self.mode,
+               "score_cutoff": self.score_cutoff, "prior": self.prior}
+        for key in ("n_opt", "d_opt", "loss"):
+            value, lo, hi = getattr(self, key)
+            source = self.answers["loss" if key == "loss" else "n_opt"]
+            out[key] = {"value": value, "interval": [lo, hi], "source": source.source}
+        out["answers"] = {k: a.to_dict() for k, a in self.answers.items()}
+        out["candidates"] = [_candidate_dict(c) for c in self.candidates]
+        out["records"] = [r.to_dict() for r in self.records]
+        return fmt.json_safe(out)
+
+    def summary(self) -> str:
+        lines = [f"Forecast at C = {fmt.flops(self.target)} FLOPs, {self.ratio:.3g}x the largest budget "
+                 f"({100 * self.level:g}% intervals; each answer chosen by its own forward-chaining record):",
+                 f"  N_opt {_triple(self.n_opt, fmt.count)} parameters, D_opt {_triple(self.d_opt, fmt.count)} tokens, "
+                 f"loss {_triple(self.loss, lambda v: fmt.sig(v, 4))}"]
+        lines += [f"  {answer_line(a, self.ratio)}" for a in (self.answers["n_opt"], self.answers["loss"])]
+        lines += [f"  prior on the extrapolation error: {prior_note(self.prior)}",
+                  format_table(candidate_rows(self.candidates), CANDIDATE_HEADERS)]
+        return "\n".join(lines)
+
+
+def describe(key: Key) -> str:
+    method, scale, focus = key
+    return f"{method}{'' if focus is None else f'/{focus}'} on {SCALES.get(scale, scale)}"
+
+
+def answer_line(a: Answer, ratio: float) -> str:
+    """Where an answer comes from, in one line."""
+    m = a.model
+    drift = (f"drift {m.drift:+.3f} per ln r (own {m.own_drift:+.3f}) corrected the point by {100 * a.correction:+.1f}%"
+             if abs(a.correction) > 0 else "no drift")
+    return (f"{LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; scatter {m.scatter:.3f} "
+            f"per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to {ratio:.3g}x")
+
+
+def prior_note(prior: Mapping[str, Any]) -> str:
+    src = prior.get("provenance", {})
+    fitted_on = src.get("sweeps")
+    return (f"learned on {len(fitted_on)} public sweeps ({', '.join(fitted_on)})" if fitted_on else
+            str(src.get("note", "given by the caller")))
+
+
+CANDIDATE_HEADERS = ["method", "focus", "scale", "splits", "loss error", "N_opt error", "loss drift / ln r",
+                     "N_opt drift / ln r", "loss sd / ln r", "N_opt sd / ln r", "note"]
+CHAIN_HEADERS = ["ratio C / C_k", "predictions", "mean |loss error|", "mean |N_opt error|"]
+
+
+def candidate_rows(candidates: Sequence[Candidate]) -> list[list[str]]:
+    def model(c: Candidate, q: str, what: str) -> str:
+        m = c.models.get(q)
+        return "-" if m is None else f"{getattr(m, what):+.3f}" if what == "drift" else f"{m.sd:.3f}"
+
+    return [[c.method, c.focus or "-", c.scale, str(max((m.splits for m in c.models.values()), default=0)),
+             _pct(c.loss_error, 2), _pct(c.n_opt_error, 1), model(c, "loss", "drift"), model(c, "n_opt", "drift"),
+             model(c, "loss", "sd"), model(c, "n_opt", "sd"), c.reason or ""] for c in sorted(candidates, key=_rank)]
+
+
+def chain_rows(records: Sequence[Record]) -> list[list[str]]:
+    return [[f"{ratio:g}", str(n), _pct(loss, 2), _pct(n_opt, 1)] for ratio, loss, n_opt, n in ratio_table(records)]
+
+
+def _rank(c: Candidate) -> tuple[float, float]:
+    sds = [c.models[q].sd if q in c.models else np.inf for q in FIELDS]
+    return tuple(sds)
+
+
+def _candidate_dict(c: Candidate) -> dict[str, Any]:
+    out = {k: v for k, v in asdict(c).items() if k != "models"}
+    out["models"] = {q: m.to_dict() for q, m in c.models.items()}
+    return fmt.json_safe(out)
+
+
+def default_priors() -> tuple[dict[str, dict[str, Prior]], dict[str, Any]]:
+    return shipped()
+
+
+def forecast(approaches: Sequence[Approach], runs: Runs, target: float, *, curve: str,
+             scales: Sequence[str] = tuple(SCALES), workers: int = 1, level: float = 0.95) -> Forecast:
+    """Forward-chain every (method, scale, focus) (point fits), fit each on all runs, and answer
+    at ``target`` per answer by its own record (see the module's docstring)."""
+    return forecasts(approaches, runs, [target], curve=curve, scales=scales, workers=workers, level=level)[0]
+
+
+def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[float], *, curve: str,
+              scales: Sequence[str] = tuple(SCALES), workers: int = 1, level: float = 0.95,
+              priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE) -> list[Forecast]:
+    """``forecast`` at several targets from one chaining and one set of point fits."""
+    options = [point(v) for a in approaches for v in variants(a)]
+    records, reasons = forward_chain(options, runs, scales, curve=curve, workers=workers)
+    keys = [(v.name, s, focus_of(v)) for s in scales for v in options]
+    by_key = {(v.name, focus_of(v)): v for v in options}
+    targets = np.asarray(targets, dtype=float)
+    predictions: dict[Key, np.ndarray] = {}
+    chained = {(r.method, r.scale, r.focus) for r in records}
+    for key in keys:
+        if key not in chained:
+            continue
+        try:
+            own = rescale(runs, key[1])
+            table = by_key[(key[0], key[2])].fit(own).predict(targets)
+        except FitInputError as exc:
+            reasons[key] = f"cannot fit all runs: {exc}"
+            continue
+        predictions[key] = np.column_stack([table["loss"].to_numpy(float),
+                                            to_params(own, table["N_opt"].to_numpy(float)),
+                                            table["D_opt"].to_numpy(float)])
+    budgets, _ = budget_groups(runs)
+    largest = float(np.max(budgets))
+    return [decide(records, {k: v[i] for k, v in predictions.items()}, float(t), float(t / largest), keys=keys,
+                   reasons=reasons, level=level, priors=priors, mode=mode) for i, t in enumerate(targets)]
+
+
+def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]], target: float, ratio: float, *,
+           keys: Sequence[Key] | None = None, reasons: Mapping[Key, str] | None = None, level: float = 0.95,
+           priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE) -> Forecast:
+    """The forecast from chaining ``records`` and each candidate's (loss, N_opt in parameters,
+    D_opt) at ``target``: each answer by its own record (a pure function of its inputs, so the
+    calibration benchmark scores exactly what ``forecasts`` answers)."""
+    if mode not in MODES:
+        raise FitInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    prior, provenance = priors if priors is not None else default_priors()
+    reasons = dict(reasons or {})
+    keys = list(keys) if keys is not None else sorted({(r.method, r.scale, r.focus) for r in records}, key=str)
+    cutoff = score_cutoff(records) if records else np.nan
+    candidates = []
+    for key in keys:
+        mine = [r for r in records if (r.method, r.scale, r.focus) == key]
+        loss_err, n_err, count = score(mine, cutoff) if mine else (np.nan, np.nan, 0)
+        c = Candidate(method=key[0], scale=key[1], focus=key[2], loss_error=loss_err, n_opt_error=n_err,
+                      predictions=count, reason=reasons.get(key))
+        for q, name in FIELDS.items():
+            slopes = split_slopes(mine, name)
+            if slopes:
+                c.models[q] = error_model(list(slopes.values()), prior_for(prior[q], key[0], key[2]))
+        if key in predictions:
+            c.target_loss, c.target_n_opt, c.target_d_opt = (float(v) for v in predictions[key])
+        elif mine and c.reason is None:
+            c.reason = "no prediction at the target"
+        if mine and c.reason is None and max(m.splits for m in c.models.values()) < MIN_SPLITS:
+            c.reason = f"chaining predictions from fewer than {MIN_SPLITS} splits"
+        candidates.append(c)
+    answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode) for q in FIELDS}
+    loss, n = answers["loss"], answers["n_opt"]
+    d_raw = _d_opt(n, candidates)
+    d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
+    return Forecast(target=target, ratio=ratio, level=level, n_opt=(n.value, n.lo, n.hi), d_opt=d_opt,
+                    loss=(loss.value, loss.lo, loss.hi), answers=answers, score_cutoff=cutoff, mode=mode,
+                    prior={"answers": {q: {k: asdict(p) for k, p in by.items()} for q, by in prior.items()},
+                           "provenance": dict(provenance)},
+                    candidates=copy.deepcopy(candidates), records=list(records))
+
+
+def _eligible(candidates: Sequence[Candidate], q: str) -> list[Candidate]:
+    value = "target_loss" if q == "loss" else "target_n_opt"
+    return [c for c in candidates if q in c.models and c.models[q].splits >= MIN_SPLITS
+            and np.isfinite(getattr(c, value)) and getattr(c, value) > 0]
+
+
+def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], ratio: float, level: float,
+            prior: Prior, mode: str) -> Answer:
+    eligible = _eligible(candidates, q)
+    if not eligible:
+        most = max((m.splits for c in candidates for m in c.models.values()), default=0)
+        raise FitInputError(f"too little chaining evidence for a forecast: a candidate answers only with forward-"
+                            f"chaining predictions from {MIN_SPLITS} or more splits (fits up to different budgets, "
+                            f"each predicting a larger one), and these runs give at most {most}; sweep more budgets "
+                            f"(4 or more with an interior minimum). The methods' own answers and their bootstrap "
+                            f"intervals stand")
+    value = "target_loss" if q == "loss" else "target_n_opt"
+    best = min(eligible, key=lambda c: (c.models[q].sd, c.loss_error if q == "loss" else c.n_opt_error))
+    options = [(best.models[q], float(np.log(getattr(best, value))),
+                [{"method": best.method, "scale": best.scale, "focus": best.focus, "weight": 1.0}], best.name,
+                best.loss_error if q == "loss" else best.n_opt_error)]
+    if mode in ("average", "auto") and len(eligible) > 1:
+        averaged = _average(q, eligible, records, prior)
+        if averaged is not None:
+            options = [averaged] if mode == "average" else options + [averaged]
+    model, log_raw, members, source, chaining_error = min(options, key=lambda o: o[0].sd)
+    correction, lo, hi = model.log_interval(ratio, level)
+    centre = log_raw + correction
+    return Answer(quantity=q, source=source, members=members, raw=float(np.exp(log_raw)),
+                  correction=float(np.expm1(correction)), value=float(np.exp(centre)), lo=float(np.exp(centre + lo)),
+                  hi=float(np.exp(centre + hi)), model=model, chaining_error=float(chaining_error))
+
+
+def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], prior: Prior):
+    """The candidates' weighted geometric mean (weights 1 / sd^2 of their own error models) as one
+    more candidate: its per-split slopes are the members' weighted slopes, over the splits every
+    member predicted from."""
+    field_name, value = FIELDS[q], "target_loss" if q == "loss" else "target_n_opt"
+    slopes = {c.key: split_slopes([r for r in records if (r.method, r.scale, r.focus) == c.key], field_name)
+              for c in eligible}
+    common = set.intersection(*(set(s) for s in slopes.values()))
+    members = [c for c in eligible if set(slopes[c.key]) >= common]
+    if len(common) < MIN_SPLITS or len(members) < 2:
+        return None
+    weights = np.array([1.0 / c.models[q].sd ** 2 for c in members])
+    weights /= weights.sum()
+    z = [float(sum(w * slopes[c.key][k] for w, c in zip(weights, members, strict=True))) for k in sorted(common)]
+    model = error_model(z, prior)
+    log_raw = float(sum(w * np.log(getattr(c, value)) for w, c in zip(weights, members, strict=True)))
+    return (model, log_raw, [{"method": c.method, "scale": c.scale, "focus": c.focus, "weight": float(w)}
+                             for w, c in zip(weights, members, strict=True)],
+            f"the weighted average of {len(members)} candidates", np.nan)
+
+
+def _d_opt(n: Answer, candidates: Sequence[Candidate]) -> float:
+    """D_opt of the N_opt answer's members before the drift correction (weighted geometric mean)."""
+    by_key = {c.key: c for c in candidates}
+    pairs = [(m["weight"], by_key[(m["method"], m["scale"], m["focus"])].target_d_opt) for m in n.members]
+    return float(np.exp(sum(w * np.log(d) for w, d in pairs)))
+
+
+def _pct(value: float, digits: int) -> str:
+    return "-" if not np.isfinite(value) else f"{100 * value:.{digits}f}%"
+
+
+def _triple(t: Triple, f) -> str:
+    return fmt.with_interval(t[0], t[1], t[2], fmt=f)
+
+
+__all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "TARGET_FACTOR", "Answer", "Candidate",
+           "Forecast", "answer_line", "candidate_rows", "chain_rows", "decide", "default_target", "forecast",
+           "forecasts"]
