@@ -108,20 +108,28 @@ def main() -> None:
     cache = Path(args.cache)
     chains = public_chains(cache, args.workers)
     sweeps = fs.public_sweeps()
-    jobs = [(name, sweeps[name], chains[name], priors_for(chains, leave_out=name)) for name in chains]
+    jobs, skipped = [], {}
+    for name, chained in chains.items():
+        if not chained["records"]:
+            skipped[name] = chained.get("skipped", "no forward-chaining predictions")
+            continue
+        try:
+            jobs.append((name, sweeps[name], chained, priors_for(chains, leave_out=name)))
+        except FitInputError as exc:
+            skipped[name] = f"no prior without its study: {exc}"
     if args.demo:
         demo = load_runs(args.demo)
         chained = (demo_chain(Path(args.demo_score)) if args.demo_score else
                    fs.cached_chain(f"gpt demo {Path(args.demo).resolve()}", demo, cache, args.workers))
         jobs.append(("gpt demo", demo, chained, shipped()[0]))
-    result = {"level": args.level, "goals": GOALS, "sweeps": {}, "all": {}}
+    result = {"level": args.level, "goals": GOALS, "sweeps": {}, "all": {}, "skipped": skipped}
     rows = []
     for name, runs, chained, prior in jobs:
         mine = calibrate(name, runs, chained, (prior, {"note": f"leave-one-study-out: fitted without {fs.study_of(name)}"}),
                          args.level)
         rows += mine
         result["sweeps"][name] = {mode: summarise([r for r in mine if r["mode"] == mode]) for mode in MODES}
-        result["sweeps"][name]["prior"] = {q: vars(p) for q, p in prior.items()}
+        result["sweeps"][name]["prior"] = {q: {k: vars(p) for k, p in by.items()} for q, by in prior.items()}
     for mode in MODES:
         result["all"][mode] = summarise([r for r in rows if r["mode"] == mode])
         result["all"][mode]["per_sweep_mean"] = per_sweep_mean({n: v[mode] for n, v in result["sweeps"].items()})
@@ -142,6 +150,8 @@ def main() -> None:
               f"{100 * s['median_abs_n_opt_error']:6.1f}%")
     print("\n| sweep | mode | predictions (splits, max ratio) | loss coverage | N_opt coverage | median loss width | "
           "median N_opt hi/lo | median abs loss error | median abs N_opt error |\n|---|---|---|---|---|---|---|---|---|")
+    for name, why in skipped.items():
+        print(f"| {name} | - | none: {why} | | | | | | |")
     for name, mode, s in table:
         if s.get("predictions"):
             print(f"| {name} | {mode} | {s['predictions']} ({s['splits']}, {s['max_ratio']:.3g}x) | "
