@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.validation.drift import FIELDS, Prior
+from flops_fit.fitting.validation.drift import FIELDS, Prior, weighted_moments
 
 PRIOR_FILE = "priors/forecast_prior.json"
 NU_RANGE = (0.5, 200.0)  # pseudo degrees of freedom searched
@@ -37,9 +37,8 @@ def fit_prior(units: Sequence[Sequence[float]]) -> Prior:
     from scipy.optimize import minimize
     from scipy.stats import f as f_dist
 
-    units = [np.asarray(u, float) for u in units if len(u)]
-    pairs = [(float(u.var(ddof=1)), u.size - 1) for u in units if u.size > 1]
-    pairs = [(v, d) for v, d in pairs if v > 0]
+    moments = [weighted_moments(u) for u in units if len(u)]
+    pairs = [(v, n - 1) for _, v, n in moments if np.isfinite(v) and v > 0]
     if len(pairs) < 3:
         raise FitInputError(f"a prior needs 3 or more candidates with 2 or more splits each; got {len(pairs)}")
     var, dof = np.array(pairs).T
@@ -52,7 +51,7 @@ def fit_prior(units: Sequence[Sequence[float]]) -> Prior:
     bounds = [(np.log(var.min()) - 2, np.log(var.max()) + 2), tuple(np.log(NU_RANGE))]
     found = minimize(negative_log_likelihood, start, method="L-BFGS-B", bounds=bounds)
     s2, nu = float(np.exp(found.x[0])), float(np.exp(found.x[1]))
-    tau2 = float(np.mean([u.mean() ** 2 - s2 / u.size for u in units]))
+    tau2 = float(np.mean([m ** 2 - s2 / n for m, _, n in moments]))
     return Prior(s0=float(np.sqrt(s2)), nu0=nu, tau=float(np.sqrt(max(tau2, TAU_FLOOR ** 2))))
 
 
