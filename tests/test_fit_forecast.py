@@ -259,9 +259,9 @@ def test_the_summary_leads_with_the_answer_in_a_few_lines_and_verbose_adds_the_d
     assert lines[0].startswith("Forecast at C = 1e+21 FLOPs") and len(lines) <= 40
     table = short.index("Every method at C = 1e+21 FLOPs")
     assert all(f"\n{m} " in short[table:] for m in fitted.results)  # one row per method, after the forecast
-    assert "Forward-chaining error of the chosen candidate" not in short
+    assert "N_opt drift / ln r" not in short  # the candidates table: --verbose
     verbose = fitted.summary(verbose=True)
-    assert verbose.startswith(lines[0]) and "Forward-chaining error of the chosen candidate" in verbose
+    assert verbose.startswith(lines[0]) and "N_opt drift / ln r" in verbose
     assert len(verbose.splitlines()) > 2 * len(lines)
     shown = repr(fitted)
     assert len(shown) < 300 and "<Forecast at C = 1e+21" in shown and "\n" not in shown

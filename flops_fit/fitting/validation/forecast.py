@@ -140,8 +140,8 @@ class Forecast:
 
     def __repr__(self) -> str:
         """One line: the answer (the dataclass's own repr would print every chaining record)."""
-        return (f"<Forecast at C = {fmt.flops(self.target)}: N_opt {fmt.count(self.n_opt[0])}, "
-                f"loss {fmt.sig(self.loss[0], 4)} ({self.method})>")
+        return (f"<Forecast at C = {fmt.flops(self.target)}: N_opt {fmt.count(self.n_opt[0])} "
+                f"({self.answers['n_opt'].source}), loss {fmt.sig(self.loss[0], 4)} ({self.answers['loss'].source})>")
 
     def to_dict(self) -> dict[str, Any]:
         out = {"target": self.target, "ratio": self.ratio, "level": self.level, "mode": self.mode,
