@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,13 @@ from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import CheckpointPolicy, remove_checkpoints
-from flops_fit.training.task import item_outcomes, recover_results, train_item, work_items
-from flops_fit.training.wsd import Family
+from flops_fit.training.task import (
+    item_outcomes,
+    recover_results,
+    stable_folders,
+    train_item,
+    work_items,
+)
 
 
 @dataclass
@@ -175,6 +181,7 @@ def run_plan(
     show_progress: bool = True,
     checkpoint_dir: str | Path | None = None,
     record_only: bool = False,
+    only: Collection[str] | None = None,
     host: Any = None,
 ) -> SweepResult:
     """Run ``plan`` (a ``Plan``) into ``out_dir``, resuming a store of the same plan if ``resume``.
@@ -193,6 +200,8 @@ def run_plan(
     ``skip_preflight=True`` skips it (a driver that cannot see what the workers see).
     ``record_only=True`` records the plan and trains nothing: its runs are then trained one by
     one with ``train_run`` (``flops-fit train-run``), e.g. under an outside launcher.
+    ``only`` (run ids) trains just those of the plan's runs (an adaptive sweep's chosen budgets,
+    ``sweeps.adaptive``); the whole plan is recorded either way.
     """
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
@@ -209,6 +218,7 @@ def run_plan(
                 status = store.statuses()
                 todo = [r for r in plan.runs if status.get(r.run_id) != "done"] if retry_failed else \
                     store.unfinished(plan)
+                todo = [r for r in todo if only is None or r.run_id in only]
                 checks = EXTERNAL_CHECKS if plan.options.trainer is not None else None
                 preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks)
             if new:
@@ -220,7 +230,7 @@ def run_plan(
                 _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
                                   executor_options=executor_options, skip_parity=skip_parity,
                                   retry_failed=retry_failed, show_progress=show_progress, host=host,
-                                  policy=policy,
+                                  policy=policy, only=only,
                                   tracking=tracker.runs_destination)
                 tracker.finished(store.counts())
     finally:
@@ -245,13 +255,13 @@ def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flop
 def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: str, workers: int,
                       executor_options: dict[str, Any] | None, skip_parity: bool, retry_failed: bool,
                       show_progress: bool, host: Any, policy: CheckpointPolicy | None,
-                      tracking: Destination | None = None) -> None:
+                      tracking: Destination | None = None, only: Collection[str] | None = None) -> None:
     if retry_failed:
         store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
     for result in recover_results(store.unfinished(plan), policy):
         store.record(result)
         remove_checkpoints(policy.run_dir(result.run_id))
-    todo = store.unfinished(plan)
+    todo = [r for r in store.unfinished(plan) if only is None or r.run_id in only]
     model = plan.runs[0].model
     trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     if todo:
@@ -277,7 +287,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     with api.create_executor(executor, host=host, **options) as runner:
         if hasattr(runner, "use_sweep_folder"):  # an executor that keeps files (SLURM's job logs)
             runner.use_sweep_folder(out_dir)
-        for item, item_outcome in runner.map(task, work_items(todo)):
+        for item, item_outcome in runner.map(task, work_items(todo, stack=plan.options.stack_runs)):
             for spec, outcome in item_outcomes(item, item_outcome):
                 result = outcome if isinstance(outcome, RunResult) else RunResult(
                     run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
@@ -286,8 +296,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 if policy is not None:  # the result is committed: its checkpoints are no longer needed
                     remove_checkpoints(policy.run_dir(spec.run_id))
                 display.run_finished(_summary(spec, result), failed=result.status != "done")
-            if policy is not None and isinstance(item, Family):  # every branch is stored: drop its stable state
-                remove_checkpoints(policy.run_dir(item.run_id))
+            for family in stable_folders(item) if policy is not None else ():  # every branch is stored
+                remove_checkpoints(policy.run_dir(family))
 
 
 def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None) -> RunResult | None:
