@@ -15,7 +15,8 @@ from flops_fit.errors import NoFitError
 
 
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, holdout: str | None = None) -> None:
-    p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
+    p.add_argument("source", help="CSV file, sweep output folder (runs.sqlite), or a tracker's runs: W&B offline "
+                   "runs or CSV export, an MLflow store or URI, TensorBoard logs")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print every method's details, the candidates and the chaining records after the answer")
     p.add_argument("--method", default=method, metavar="METHOD",
@@ -38,6 +39,9 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
     p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss'; 'bpb' with "
                    "--metric bpb, 'top1_error' with --metric error)")
+    tracker_options(p)
+    p.add_argument("--all-rates", action="store_true", help="keep every run of a (params, tokens) cell trained at "
+                   "several learning rates (default: each cell's best; `flops-fit tune --from` fits the rates' law)")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -69,6 +73,13 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    "with the least training + inference FLOPs (laws over (N, D): parametric, vpnls, interaction)")
 
 
+def tracker_options(p: argparse.ArgumentParser) -> None:
+    """Options for runs read from a tracker (``flops_fit.sources``)."""
+    p.add_argument("--curve-metric", metavar="NAME", help="a tracker's series holding each run's training loss, "
+                   "its curve (default: train_loss or train/loss where logged)")
+    p.add_argument("--experiment", metavar="NAME", help="an MLflow store's experiment to read (default: all)")
+
+
 def add_commands(subparsers) -> None:
     p = subparsers.add_parser("fit", help="fit scaling laws to runs (CSV or sweep folder)")
     _source_options(p, method="parametric", bootstrap=1000)
@@ -93,7 +104,8 @@ def _fit(args: argparse.Namespace):
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking, workers=args.workers,
-                         unique_tokens=args.unique_tokens)
+                         unique_tokens=args.unique_tokens, curve_metric=args.curve_metric,
+                         experiment=args.experiment, all_rates=args.all_rates)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
@@ -140,10 +152,20 @@ def _planned(args: argparse.Namespace) -> tuple[list[float], list[float]] | None
     return sizes, tokens
 
 
+def default_report_path(source: str) -> Path:
+    """Inside a sweep folder; beside a CSV or a tracker's folder (never inside the tracker's files);
+    in the working folder for a tracking URI."""
+    if "://" in source:
+        return Path("report.html")
+    path = Path(source)
+    if (path / "runs.sqlite").is_file():
+        return path / "report.html"
+    return path.parent / f"{path.name}.report.html" if path.is_dir() else path.with_suffix(".report.html")
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     at = _planned(args)
-    source = Path(args.source)
-    out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
+    out = Path(args.out) if args.out else default_report_path(args.source)
     try:
         fitted = _fit(args)
     except NoFitError as exc:  # a page that says why, not just an error line

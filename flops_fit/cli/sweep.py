@@ -17,9 +17,11 @@ from typing import Any
 
 import flops_fit
 from flops_fit.errors import ConfigError, OptionError
+from flops_fit.store.outside import read_result
 from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.data_budget import repeat_warning, unique_tokens
+from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.tables import format_table
 
@@ -54,7 +56,13 @@ def _with_tuned(hparams: Any, tuned: str) -> dict[str, Any]:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     plan = flops_fit.plan(_options_from_args(args))
+    if args.json or args.csv:  # for a scheduler: the runs alone, machine-readable
+        print(plan_json(plan) if args.json else plan_csv(plan), end="")
+        return 0
     print(plan)
+    if args.adaptive:
+        rule = flops_fit.StopRule.parse(args.until)
+        print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start))
     warning = repeat_warning(plan.runs, unique_tokens(plan.options))
     if warning:
         print(warning)
@@ -84,6 +92,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if warning:
         print(warning, file=sys.stderr)
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir
+    if args.adaptive:
+        return _adaptive(args, plan, out, executor=executor, workers=workers, executor_options=options,
+                         checkpoint_dir=checkpoint_dir)
     try:
         plan.run(out, resume=args.resume, executor=executor, workers=workers, executor_options=options,
                  skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
@@ -106,6 +117,45 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"the answer: `flops-fit report {out}` (fit, forecast and the HTML report); each run: "
               f"`flops-fit status {out}`")
     return _print_failures(out)
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    """A result trained outside flops-fit, stored with the store's checks."""
+    result = flops_fit.record_result(args.out_dir, args.run_id, read_result(args.result))
+    print(f"run {args.run_id}: {result.status}, held-out loss {result.loss:.4f} after {result.tokens:,} tokens, "
+          f"recorded in {Path(args.out_dir) / STORE_NAME}")
+    return 0
+
+
+def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int:
+    """``sweep --adaptive``: the design trains the budgets it chooses (``sweeps.adaptive``)."""
+    if args.record_only:
+        raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
+    rule = flops_fit.StopRule.parse(args.until)
+    try:
+        design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start, resume=args.resume,
+                                skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
+                                retry_failed=args.retry_failed, **run)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; resume with: flops-fit sweep "
+              f"{args.config} --out {out} --adaptive --until '{rule}' --resume", file=sys.stderr)
+        return 128 + signum
+    print(design)
+    return _print_failures(out)
+
+
+def _adaptive_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--adaptive", action="store_true",
+                        help="design the sweep as it trains: the smallest budgets first, then the budget that "
+                             "shrinks N_opt's interval at the target most per FLOP, until --until holds")
+    parser.add_argument("--until", default="n_opt<=1.5x", metavar="RULE",
+                        help="with --adaptive: n_opt<=1.5x (N_opt's interval at the target within 1.5x of its "
+                             "estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated (default n_opt<=1.5x)")
+    parser.add_argument("--target", type=float, metavar="FLOPS",
+                        help="with --adaptive: the budget the forecast aims at (default 10x the largest budget)")
+    parser.add_argument("--start", type=int, default=3, metavar="K",
+                        help="with --adaptive: how many of the smallest budgets the first batch trains (default 3)")
 
 
 def _cmd_train_run(args: argparse.Namespace) -> int:
@@ -221,6 +271,10 @@ def add_commands(sub) -> None:
     p = sub.add_parser("plan", help="print the runs a sweep would train (no training)")
     p.add_argument("config", nargs="?", help="a sweep CONFIG.toml (flags override it)")
     _option_flags(p)
+    export = p.add_mutually_exclusive_group()
+    export.add_argument("--json", action="store_true", help="print the planned runs as JSON (for a scheduler)")
+    export.add_argument("--csv", action="store_true", help="print the planned runs as CSV, one row per run")
+    _adaptive_flags(p)
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("sweep", help="run a sweep from CONFIG.toml into an output folder")
@@ -243,6 +297,7 @@ def add_commands(sub) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="print the plan's table and every run's row")
     p.add_argument("--record-only", action="store_true",
                    help="record the plan in the output folder and train nothing (then: flops-fit train-run)")
+    _adaptive_flags(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("train-run", help="train one planned run and record its result (alone, or as one rank "
@@ -252,6 +307,14 @@ def add_commands(sub) -> None:
     p.add_argument("--checkpoint-dir", help="folder for the run's checkpoints (default OUT/checkpoints; "
                    "on a cluster, one every node sees)")
     p.set_defaults(func=_cmd_train_run)
+
+    p = sub.add_parser("record", help="store the result of a planned run trained outside flops-fit")
+    p.add_argument("out_dir", help="the sweep's output folder (its plan recorded, e.g. with sweep --record-only)")
+    p.add_argument("run_id", help="the planned run (`flops-fit plan CONFIG --json` or `flops-fit status OUT --json`)")
+    p.add_argument("--result", required=True, metavar="RESULT.json",
+                   help='the run\'s result: {"loss": held-out loss, "tokens": units trained, optional "steps", '
+                   '"curve", "bpb", "status": "failed" with "error"}')
+    p.set_defaults(func=_cmd_record)
 
     p = sub.add_parser("status", help="show a sweep's runs and their state")
     p.add_argument("out_dir", help="the sweep's output folder")

@@ -36,9 +36,13 @@ from flops_fit.store.runs import RunResult
 from flops_fit.training.state import LoopState, Rng, Snapshot
 
 FORMAT = 2
+# Format 1 (before the ``training`` refactor) kept the data position and its RNG under
+# "scalars" and the data order and step losses as "extra/" tensors: still read (``_from_format_1``).
+OLDER = (1,)
 PATTERN = re.compile(r"^step-(\d+)\.safetensors$")
 SHARDED = re.compile(r"^step-(\d+)\.dcp(\.tmp)?$")  # a sharded checkpoint's folder (training.sharded)
 RESULT = "result.json"
+EXTERNAL = "trainer"  # a [train] command's own folder in a run's (training.external): spec, checkpoints, result
 _MODEL, _OPTIM, _RNG, _LOOP = "model/", "optim/", "rng/", "loop/"
 
 
@@ -151,8 +155,16 @@ def read_checkpoint(path: str | Path, *, run_id: str | None = None) -> Snapshot:
     if _digest(tensors) != metadata["digest"]:
         raise CheckpointError(f"{path} is corrupt: its tensors do not match their digest")
     header = json.loads(metadata["flops_fit"])
-    if header.pop("format", None) != FORMAT:
-        raise CheckpointError(f"{path} has an unknown checkpoint format")
+    version = header.pop("format", None)
+    if version == 1:
+        try:
+            header, tensors = _from_format_1(header, tensors)
+        except KeyError as exc:
+            raise CheckpointError(f"{path} is a format-1 checkpoint without its {exc}") from None
+    elif version != FORMAT:
+        raise CheckpointError(f"{path} has an unknown checkpoint format ({version!r}; this flops-fit reads "
+                              f"{', '.join(map(str, (*OLDER, FORMAT)))}): upgrade flops-fit, or delete the run's "
+                              "checkpoints to train it from the start")
     if run_id is not None and header["run_id"] != run_id:
         raise CheckpointError(f"{path} belongs to run {header['run_id']}, not {run_id}")
     rng = Rng(header.pop("rng"), {k[len(_RNG):]: v for k, v in tensors.items() if k.startswith(_RNG)})
@@ -166,6 +178,14 @@ def read_checkpoint(path: str | Path, *, run_id: str | None = None) -> Snapshot:
     return Snapshot(state, {k[len(_MODEL):]: v for k, v in tensors.items() if k.startswith(_MODEL)}, optimizer)
 
 
+def _from_format_1(header: dict, tensors: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor]]:
+    """A format-1 checkpoint's header and tensors in format 2's names (the same values)."""
+    scalars = header.pop("scalars", {})
+    header = {**header, "data_rng": scalars["data_rng"], "data_pos": scalars["data_pos"]}
+    tensors = {(_LOOP + k[len("extra/"):] if k.startswith("extra/") else k): v for k, v in tensors.items()}
+    return header, tensors
+
+
 def remove_checkpoints(directory: str | Path) -> None:
     """Delete a run's checkpoint folder (its result is stored): its checkpoints, sharded ones and
     leftovers of interrupted writes included."""
@@ -173,7 +193,7 @@ def remove_checkpoints(directory: str | Path) -> None:
     if not directory.is_dir():
         return
     for name in os.listdir(directory):
-        if SHARDED.match(name):
+        if SHARDED.match(name) or name == EXTERNAL:
             shutil.rmtree(directory / name, ignore_errors=True)
         elif PATTERN.match(name) or name == RESULT or name.endswith(".tmp"):
             (directory / name).unlink(missing_ok=True)
