@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit._version import __version__
-from flops_fit.errors import FitInputError
+from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
 from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
@@ -61,37 +61,46 @@ TOP_WARNINGS = 8
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
-                 budgets: Sequence[float] | None = None, inference_tokens: float | None = None) -> Path:
-    """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path."""
-    out = Path(out)
-    if out.suffix.lower() not in (".html", ".htm"):
-        out = out / "report.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
+                 budgets: Sequence[float] | None = None, inference_tokens: float | None = None,
+                 at: tuple[Sequence[float], Sequence[float]] | None = None) -> Path:
+    """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path.
+
+    ``at`` (sizes, token counts) adds the loss of those planned runs (``loss_at``). A section that
+    cannot be computed says why in its place: the page is always written. ``fitted`` may also be the
+    ``NoFitError`` a fit raised: the page then says why no method gave an answer."""
+    if isinstance(fitted, NoFitError):
+        return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"))
+    out = _html_path(out)
     plot_dir = out.parent / f"{out.stem}_plots"
     results = fitted.results
     runs = next(iter(results.values())).runs
     target = float(target) if target else default_target(runs)
     figure = Figures(plot_dir, out.parent)
-    body = [_answer(fitted, runs, target)]
+    body = [_guarded("The answer", lambda: _answer(fitted, runs, target))]
+    if at is not None:
+        body.append(_guarded("The loss of planned runs", lambda: _planned_section(fitted, at)))
     forecast = getattr(fitted, "forecast", None)
     if forecast is not None:
-        body.append(_chaining_section(forecast, figure, plot_dir))
+        body.append(_guarded("Forward chaining", lambda: _chaining_section(forecast, figure, plot_dir)))
     body.append("<h2 id='headline'>The fit at a glance</h2>")
-    body.append(figure.embed(headline(results, target, plot_dir / "headline", ("png", "svg")),
-                             "Left: each budget's runs, the fitted profiles and their minima. Middle and right: "
-                             "N_opt and D_opt against compute; points are the measured minima, lines each method's "
-                             "law with its interval band, extended to the target (grey: extrapolation)."))
-    body.append(figure.embed(forest(results, plot_dir / "exponent_a", ("png", "svg")),
-                             "The exponent a of N_opt ~ C^a by method, with intervals."))
+    body.append(_guarded("The headline figure", lambda: figure.embed(
+        headline(results, target, plot_dir / "headline", ("png", "svg")),
+        "Left: each budget's runs, the fitted profiles and their minima. Middle and right: "
+        "N_opt and D_opt against compute; points are the measured minima, lines each method's "
+        "law with its interval band, extended to the target (grey: extrapolation).")))
+    body.append(_guarded("The forest plot", lambda: figure.embed(
+        forest(results, plot_dir / "exponent_a", ("png", "svg")),
+        "The exponent a of N_opt ~ C^a by method, with intervals.")))
     if fitted.holdout:
-        body.append(_holdout_section(fitted.holdout, figure, plot_dir, method_colours(results)))
+        body.append(_guarded("The held-out check", lambda: _holdout_section(fitted.holdout, figure, plot_dir,
+                                                                           method_colours(results))))
     if inference_tokens is not None:
-        body.append(_inference_section(fitted, inference_tokens, target))
-    errors = _error_section(runs, figure, plot_dir, target)
+        body.append(_guarded("Sizing for inference", lambda: _inference_section(fitted, inference_tokens, target)))
+    errors = _guarded("Top-1 error", lambda: _error_section(runs, figure, plot_dir, target))
     if errors:
         body.append(errors)
     for result in results.values():
-        body.append(_section(result, figure, plot_dir, target, budgets))
+        body.append(_guarded(result.title, lambda r=result: _section(r, figure, plot_dir, target, budgets)))
     provenance = {
         "source": runs.source, "runs": len(runs), "metric": runs.metric, "store metadata": runs.metadata or "none",
         "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -101,6 +110,55 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                 + "</pre>")
     out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
     return out
+
+
+def _html_path(out: str | Path) -> Path:
+    out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        out = out / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _guarded(what: str, build) -> str:
+    """``build()``'s HTML, or a line saying why ``what`` could not be computed: one weak section never
+    costs the whole page (the fits behind it are checked at the source, ``validity``)."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 - the page is written whatever one section meets
+        return f"<h2>{escape(what)}</h2><p class=warn>Not computed: {escape(type(exc).__name__)}: {escape(exc)}</p>"
+
+
+def write_failure(reason: str, out: str | Path, source: Any) -> Path:
+    """A page for runs no method could fit: the source and each method's reason (``fit``'s NoFitError)."""
+    out = _html_path(out)
+    written = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    body = ["<h1>flops-fit report</h1>", f"<p class=lead>Runs from <code>{escape(source)}</code>.</p>",
+            "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>",
+            "<p>No method gave a finite, ordered answer on these runs, so no number is shown. More budgets, more "
+            "sizes around each budget's optimum or less noisy runs (longer runs, a larger dataset) help.</p>",
+            "<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(
+                {"source": str(source), "flops-fit": __version__, "written": written}, indent=2)) + "</pre>"]
+    out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
+    return out
+
+
+def _planned_section(fitted: Any, at: tuple[Sequence[float], Sequence[float]]) -> str:
+    """The loss of planned runs (N, D) with the interval's parts (``planned``)."""
+    head = "<h2 id='planned'>The loss of planned runs</h2>"
+    try:
+        planned = fitted.loss_at(*at)
+    except FitInputError as exc:
+        return head + f"<p class=warn>{escape(exc)}</p>"
+    rows = [[fmt.count(r.N), fmt.count(r.D), fmt.with_interval(r.loss, r.loss_lo, r.loss_hi, fmt=_loss),
+             f"{r.distance:.2f}", *(f"\u00b1{100 * np.expm1(v):.1f}%" for v in (r.boot, r.form, r.extrapolation))]
+            for r in planned.table.itertuples()]
+    return "\n".join([
+        head, f"<p>From <b>{escape(planned.method)}</b> (comparable forms: {escape(', '.join(planned.forms))}). The "
+        f"{100 * planned.level:g}% interval combines the bootstrap, the spread of the comparable law forms and an "
+        f"extrapolation error of {100 * planned.slope:.2f}% per unit of distance in (ln N, ln D) from the fitted runs "
+        "(0 inside them; measured on public runs, docs/validation/planned-runs.md).</p>",
+        html_table(["params N", "tokens D", planned.label, "distance", "bootstrap", "forms", "extrapolation"], rows)])
 
 
 def _answer(fitted: Any, runs: Any, target: float) -> str:
@@ -123,7 +181,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
              f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
              "intervals in brackets.</p>",
              html_table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
-             f"<p>{escape(agreement(predictions))}</p>"]
+             f"<p>{escape(agreement(predictions, list(fitted.skipped)))}</p>"]
     if fitted.holdout:
         misses = holdout_misses(fitted.holdout)
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
@@ -221,9 +279,13 @@ def _target_note(target: float, largest: float) -> str:
     return "The target lies within the budgets swept."
 
 
-def agreement(predictions: Mapping[str, Any]) -> str:
-    """Whether every pair of methods' N_opt and loss intervals at the target overlap."""
+def agreement(predictions: Mapping[str, Any], skipped: Sequence[str] = ()) -> str:
+    """Whether every pair of methods' N_opt and loss intervals at the target overlap; the ``skipped``
+    methods (failed, or not applicable) are named as left out, never compared."""
     if len(predictions) < 2:
+        if skipped:
+            return (f"One method only gives an answer here: {', '.join(skipped)} could not (see Skipped, with each "
+                    "one's reason), so nothing cross-checks it.")
         return "One method only: fit with method='all' to cross-check it."
     verdicts = []
     for key in ("N_opt", "D_opt", "loss"):
