@@ -91,10 +91,13 @@ _LAZY: dict[str, str] = {
     "demo_tune_spec": "flops_fit.sweeps.demo:demo_tune_spec",
     "tune": "flops_fit.tuning:tune",
     "TuneResult": "flops_fit.tuning:TuneResult",
+    "fit_rates": "flops_fit.tuning:fit_rates",
+    "RateFit": "flops_fit.tuning:RateFit",
     "train": "flops_fit.training.loop:train",
     "RunSpec": "flops_fit.store.runs:RunSpec",
     "RunResult": "flops_fit.store.runs:RunResult",
     "RunStore": "flops_fit.store.run_store:RunStore",
+    "record_result": "flops_fit.store.outside:record_result",
     "TrackingOptions": "flops_fit.tracking.options:TrackingOptions",
 }
 

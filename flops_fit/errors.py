@@ -99,6 +99,10 @@ class FitInputError(FlopsFitError, ValueError):
     """The runs given to a fit are missing columns, hold bad values or are too few."""
 
 
+class NoFitError(FitInputError):
+    """No method gives a usable answer on these runs (each one's reason in the message)."""
+
+
 # ------------------------------------------------------------------- parity
 class ParityError(FlopsFitError):
     """Base class for parity-suite errors."""

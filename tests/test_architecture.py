@@ -21,6 +21,7 @@ LAYERS = [
     ("api", ("flops_fit",)),  # the root package: the public names and the lazy table
     ("store", ("flops_fit.store",)),
     ("tracking", ("flops_fit.tracking",)),
+    ("sources", ("flops_fit.sources",)),
     # the fitting layer's own stack: the shared base, then one sub-package per role, then its facade
     ("fitting base", ("flops_fit.fitting.inputs", "flops_fit.fitting.scales", "flops_fit.fitting.formatting")),
     ("fitting laws", ("flops_fit.fitting.laws",)),

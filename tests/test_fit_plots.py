@@ -112,11 +112,11 @@ def test_python_examples_in_docs_run(tmp_path, monkeypatch):
     from pathlib import Path
 
     docs = Path(__file__).resolve().parents[1] / "docs"
-    pages = ("guide/fit.md", "guide/forecast.md", "methods.md")  # the fitting pages' examples
+    pages = ("guide/fit.md", "guide/decide.md", "methods.md")  # the fitting pages' examples
     blocks = [(page, part.split("```", 1)[0]) for page in pages
               for part in (docs / page).read_text().split("```python\n")[1:]]
-    # fit.md's fit and report; forecast.md's compare and sizing; methods.md's approach registry
-    assert [page for page, _ in blocks].count("guide/forecast.md") == 2 and len(blocks) == 4
+    # fit.md's fit and report; decide.md's compare and sizing; methods.md's approach registry
+    assert [page for page, _ in blocks].count("guide/decide.md") == 2 and len(blocks) == 4
     monkeypatch.chdir(tmp_path)
     for page, code in blocks:
         exec(compile(code.replace("bootstrap=200", "bootstrap=20").replace("bootstrap=100", "bootstrap=20")

@@ -214,7 +214,7 @@ def test_bad_tune_options_are_one_line_and_exit_2(tmp_path, capsys, args, messag
 
 def test_tune_needs_a_spec_or_a_demo(tmp_path, capsys):
     assert main(["tune", "--out", str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err == "flops-fit: error: flops-fit tune needs a sweep file SPEC or --demo MODEL (one of them)\n"
+    assert capsys.readouterr().err == "flops-fit: error: flops-fit tune needs a sweep file SPEC, --demo MODEL or --from RUNS (one of them)\n"
 
 
 def test_holdout_needs_three_cells(tuned):

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import flops_fit
+from flops_fit.cli.fit import tracker_options
 
 
 def add_commands(subparsers) -> None:
@@ -28,13 +29,19 @@ def add_commands(subparsers) -> None:
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--out", metavar="DIR", help="write compare.html and the plot (PNG, SVG) into DIR")
     p.add_argument("--json", action="store_true", help="print JSON")
+    for name in ("params", "tokens", "flops", "budget"):
+        p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
+    p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss')")
+    tracker_options(p)
     p.set_defaults(func=_cmd_compare)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     result = flops_fit.compare(args.a, args.b, args.method, target=args.target, budgets=args.budgets,
                                bootstrap=args.bootstrap, seed=args.seed, level=args.level, scale=args.scale,
-                               metric=args.metric)
+                               metric=args.metric, params_col=args.params_col, tokens_col=args.tokens_col,
+                               flops_col=args.flops_col, budget_col=args.budget_col, loss_col=args.loss_col,
+                               curve_metric=args.curve_metric, experiment=args.experiment)
     print(result.to_json() if args.json else result.summary())
     if args.out:
         path = flops_fit.write_comparison(result, Path(args.out))

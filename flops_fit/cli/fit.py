@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import flops_fit
+from flops_fit.errors import NoFitError
 
 # The fitting package (numpy, pandas) is reached only through flops_fit.fit, so that
 # `flops-fit --help` stays light: it checks --method, --curve, --holdout and --metric itself, and a bad
@@ -14,7 +15,8 @@ import flops_fit
 
 
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, holdout: str | None = None) -> None:
-    p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
+    p.add_argument("source", help="CSV file, sweep output folder (runs.sqlite), or a tracker's runs: W&B offline "
+                   "runs or CSV export, an MLflow store or URI, TensorBoard logs")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print every method's details, the candidates and the chaining records after the answer")
     p.add_argument("--method", default=method, metavar="METHOD",
@@ -37,6 +39,9 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
     p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss'; 'bpb' with "
                    "--metric bpb, 'top1_error' with --metric error)")
+    tracker_options(p)
+    p.add_argument("--all-rates", action="store_true", help="keep every run of a (params, tokens) cell trained at "
+                   "several learning rates (default: each cell's best; `flops-fit tune --from` fits the rates' law)")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
     p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -46,11 +51,12 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
     p.add_argument("--tracking", metavar="B1,B2|off",
                    help="log the fitted parameters and predictions to these tracking backends (tensorboard, "
                    "mlflow, wandb); default: a sweep folder's own [tracking], none for a CSV; off: none")
-    p.add_argument("--holdout", metavar="forward|largest|each|C", default=holdout,
+    p.add_argument("--holdout", metavar="forward|largest|each|none|C", default=holdout,
                    help="also fit every method without some budgets' runs and compare its prediction there with "
                    "that budget's own IsoFLOP minimum: forward fits the budgets up to each one and predicts every "
                    "larger one (with --method all it also chooses the forecast by its error at the largest "
-                   "ratios tested); largest, each (in turn) or C leave that budget out"
+                   "ratios tested); largest, each (in turn) or C leave that budget out; none checks nothing (runs that are not an "
+                   "IsoFLOP sweep)"
                    + (f"; default {holdout}" if holdout else ""))
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="processes for the held-out refits (--holdout; default 1): the same results, sooner")
@@ -58,9 +64,20 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    help="the dataset's unique training tokens (default: what a sweep folder recorded, used once runs "
                    "repeat their data): parametric and vpnls then fit the data-constrained law (Muennighoff et al. "
                    "2023), and the forecast and the sizing respect U")
+    p.add_argument("--at", nargs="+", metavar="N:D",
+                   help="also predict the loss of planned runs of N parameters on D tokens (e.g. 1.4e9:2.8e10), "
+                   "with an interval of the bootstrap, comparable law forms and the extrapolation error by distance "
+                   "from the fitted runs (laws over (N, D): parametric, vpnls, interaction)")
     p.add_argument("--inference-tokens", type=float, metavar="T",
                    help="also size for serving T tokens: the N and D reaching the compute-optimal model's loss "
                    "with the least training + inference FLOPs (laws over (N, D): parametric, vpnls, interaction)")
+
+
+def tracker_options(p: argparse.ArgumentParser) -> None:
+    """Options for runs read from a tracker (``flops_fit.sources``)."""
+    p.add_argument("--curve-metric", metavar="NAME", help="a tracker's series holding each run's training loss, "
+                   "its curve (default: train_loss or train/loss where logged)")
+    p.add_argument("--experiment", metavar="NAME", help="an MLflow store's experiment to read (default: all)")
 
 
 def add_commands(subparsers) -> None:
@@ -87,7 +104,8 @@ def _fit(args: argparse.Namespace):
                          tokens_col=args.tokens_col, flops_col=args.flops_col, loss_col=args.loss_col,
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking, workers=args.workers,
-                         unique_tokens=args.unique_tokens)
+                         unique_tokens=args.unique_tokens, curve_metric=args.curve_metric,
+                         experiment=args.experiment, all_rates=args.all_rates)
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
@@ -97,26 +115,64 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                                       f"got {tokens:g}")
     if args.total_flops and tokens is None:
         raise flops_fit.FitInputError("--total-flops goes with --inference-tokens T (the tokens the model will serve)")
+    at = _planned(args)
     fitted = _fit(args)
+    planned = fitted.loss_at(*at) if at else None  # before anything is printed: a fit without a law says so alone
     if args.plots:
         flops_fit.plot_fit(fitted, args.plots, target=args.target)
     if args.json:
-        print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops))
+        print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops, planned=planned))
         return 0
     text = summary(fitted, args.predict, args.verbose)
     if tokens is not None:  # sized before anything is printed: a fit without a law says so alone
         text += "\n\n" + fitted.sizing_summary(args.predict, tokens, args.total_flops)
+    if planned is not None:
+        text += "\n\n" + planned.summary()
     print(text)
     if args.plots:
         print(f"plots written to {args.plots}")
     return 0
 
 
+def _planned(args: argparse.Namespace) -> tuple[list[float], list[float]] | None:
+    """--at N:D ... as (sizes, token counts) of finite positive numbers, checked before any fitting."""
+    if not args.at:
+        return None
+    sizes, tokens = [], []
+    for spec in args.at:
+        try:
+            n, d = (float(v) for v in spec.split(":"))
+        except ValueError:
+            n = d = math.nan
+        if not (math.isfinite(n) and math.isfinite(d) and n > 0 and d > 0):
+            raise flops_fit.FitInputError(f"--at takes planned runs as N:D, positive parameters and tokens (e.g. "
+                                          f"1.4e9:2.8e10), got {spec!r}")
+        sizes.append(n)
+        tokens.append(d)
+    return sizes, tokens
+
+
+def default_report_path(source: str) -> Path:
+    """Inside a sweep folder; beside a CSV or a tracker's folder (never inside the tracker's files);
+    in the working folder for a tracking URI."""
+    if "://" in source:
+        return Path("report.html")
+    path = Path(source)
+    if (path / "runs.sqlite").is_file():
+        return path / "report.html"
+    return path.parent / f"{path.name}.report.html" if path.is_dir() else path.with_suffix(".report.html")
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
-    fitted = _fit(args)
-    source = Path(args.source)
-    out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
-    path = flops_fit.write_report(fitted, out, target=args.target, inference_tokens=args.inference_tokens)
+    at = _planned(args)
+    out = Path(args.out) if args.out else default_report_path(args.source)
+    try:
+        fitted = _fit(args)
+    except NoFitError as exc:  # a page that says why, not just an error line
+        exc.source = args.source
+        print(f"report written to {flops_fit.write_report(exc, out)}")
+        raise
+    path = flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens)
     print(summary(fitted, None, args.verbose))
     print(f"report written to {path}")
     return 0

@@ -17,9 +17,11 @@ from typing import Any
 
 import flops_fit
 from flops_fit.errors import ConfigError, OptionError
+from flops_fit.store.outside import read_result
 from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.data_budget import repeat_warning, unique_tokens
+from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.tables import format_table
 
@@ -54,6 +56,9 @@ def _with_tuned(hparams: Any, tuned: str) -> dict[str, Any]:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     plan = flops_fit.plan(_options_from_args(args))
+    if args.json or args.csv:  # for a scheduler: the runs alone, machine-readable
+        print(plan_json(plan) if args.json else plan_csv(plan), end="")
+        return 0
     print(plan)
     if args.adaptive:
         rule = flops_fit.StopRule.parse(args.until)
@@ -112,6 +117,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"the answer: `flops-fit report {out}` (fit, forecast and the HTML report); each run: "
               f"`flops-fit status {out}`")
     return _print_failures(out)
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    """A result trained outside flops-fit, stored with the store's checks."""
+    result = flops_fit.record_result(args.out_dir, args.run_id, read_result(args.result))
+    print(f"run {args.run_id}: {result.status}, held-out loss {result.loss:.4f} after {result.tokens:,} tokens, "
+          f"recorded in {Path(args.out_dir) / STORE_NAME}")
+    return 0
 
 
 def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int:
@@ -258,6 +271,9 @@ def add_commands(sub) -> None:
     p = sub.add_parser("plan", help="print the runs a sweep would train (no training)")
     p.add_argument("config", nargs="?", help="a sweep CONFIG.toml (flags override it)")
     _option_flags(p)
+    export = p.add_mutually_exclusive_group()
+    export.add_argument("--json", action="store_true", help="print the planned runs as JSON (for a scheduler)")
+    export.add_argument("--csv", action="store_true", help="print the planned runs as CSV, one row per run")
     _adaptive_flags(p)
     p.set_defaults(func=_cmd_plan)
 
@@ -291,6 +307,14 @@ def add_commands(sub) -> None:
     p.add_argument("--checkpoint-dir", help="folder for the run's checkpoints (default OUT/checkpoints; "
                    "on a cluster, one every node sees)")
     p.set_defaults(func=_cmd_train_run)
+
+    p = sub.add_parser("record", help="store the result of a planned run trained outside flops-fit")
+    p.add_argument("out_dir", help="the sweep's output folder (its plan recorded, e.g. with sweep --record-only)")
+    p.add_argument("run_id", help="the planned run (`flops-fit plan CONFIG --json` or `flops-fit status OUT --json`)")
+    p.add_argument("--result", required=True, metavar="RESULT.json",
+                   help='the run\'s result: {"loss": held-out loss, "tokens": units trained, optional "steps", '
+                   '"curve", "bpb", "status": "failed" with "error"}')
+    p.set_defaults(func=_cmd_record)
 
     p = sub.add_parser("status", help="show a sweep's runs and their state")
     p.add_argument("out_dir", help="the sweep's output folder")

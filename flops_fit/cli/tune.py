@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import flops_fit
+from flops_fit.cli.fit import tracker_options
 from flops_fit.errors import OptionError
 from flops_fit.store.run_store import check_folder
 from flops_fit.sweeps.options import parse_floats, parse_ints
@@ -21,9 +22,26 @@ def _budgets(text: str) -> int | list[float]:
     return int(text) if text.isdigit() else parse_floats(text)
 
 
+def _cmd_from_runs(args: argparse.Namespace) -> int:
+    """The law of runs the lab swept over rates itself: no training, hparams.json in --out."""
+    if args.spec is not None or args.demo is not None:
+        raise OptionError("flops-fit tune --from RUNS fits runs already trained: give no SPEC or --demo with it")
+    out = check_folder(Path(args.out))
+    columns = {f"{n}_col": getattr(args, f"{n}_col") for n in ("params", "tokens", "flops", "budget", "run_id")}
+    result = flops_fit.fit_rates(args.from_runs, lr_col=args.lr_col, batch_col=args.batch_col,
+                                 nonembedding_col=args.nonembedding_col, model=args.model, bootstrap=args.bootstrap,
+                                 metric=args.metric, loss_col=args.loss_col, curve_metric=args.curve_metric,
+                                 experiment=args.experiment, **columns)
+    print(result)
+    print(f"wrote {result.write(out)}")
+    return 0
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
+    if args.from_runs is not None:
+        return _cmd_from_runs(args)
     if (args.spec is None) == (args.demo is None):
-        raise OptionError("flops-fit tune needs a sweep file SPEC or --demo MODEL (one of them)")
+        raise OptionError("flops-fit tune needs a sweep file SPEC, --demo MODEL or --from RUNS (one of them)")
     if args.demo:
         spec, settings = flops_fit.demo_tune_spec(args.demo)
     else:
@@ -75,4 +93,19 @@ def add_commands(sub) -> None:
     p.add_argument("--skip-parity", action="store_true", help="train even if the model fails its parity gate")
     p.add_argument("--skip-preflight", action="store_true",
                    help="start the runs without checking the datasets, models, memory and checkpoint folder first")
+    own = p.add_argument_group("the law of runs already trained at several rates (--from)")
+    own.add_argument("--from", dest="from_runs", metavar="RUNS",
+                     help="fit the law of these runs (a CSV, sweep folder or tracker's runs) instead of training: "
+                     "each (params, tokens[, batch]) cell's best rate, every form, hparams.json in --out")
+    for name in ("params", "tokens", "flops", "budget", "run_id"):
+        own.add_argument(f"--{name.replace('_', '-')}-col", default=name, metavar="COLUMN",
+                         help=f"column holding {name} (default {name!r})")
+    own.add_argument("--loss-col", metavar="COLUMN", help="column holding the held-out metric (default 'loss')")
+    own.add_argument("--metric", default="loss", metavar="loss|bpb|error", help="what the runs are compared by")
+    own.add_argument("--lr-col", default="lr", metavar="COLUMN", help="column holding each run's peak rate")
+    own.add_argument("--batch-col", metavar="COLUMN", help="column holding the batch size, where batches were swept")
+    own.add_argument("--nonembedding-col", metavar="COLUMN",
+                     help="column holding the non-embedding parameters (Step Law's form)")
+    own.add_argument("--model", help="the flops-fit model the law plans for (hparams.json records it; default: any)")
+    tracker_options(own)
     p.set_defaults(func=_cmd_tune)

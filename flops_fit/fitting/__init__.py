@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from flops_fit.errors import FitInputError
+from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting.approaches.approach import Approach
 from flops_fit.fitting.approaches.curve_law import CurveLaw
 from flops_fit.fitting.approaches.data_limit import DataLimited, check_unique_tokens
@@ -21,17 +21,18 @@ from flops_fit.fitting.approaches.fit_set import FitSet
 from flops_fit.fitting.approaches.interaction import Interaction
 from flops_fit.fitting.approaches.isoflop import Isoflop
 from flops_fit.fitting.approaches.parametric import Parametric
-from flops_fit.fitting.approaches.result import FitResult
+from flops_fit.fitting.approaches.result import FitResult, default_budgets
 from flops_fit.fitting.approaches.vpnls import Vpnls
 from flops_fit.fitting.decisions.compare import Comparison, compare_results
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
 from flops_fit.fitting.laws.focus import FOCI, check_focus
-from flops_fit.fitting.laws.profiles import CURVES, check_curve
+from flops_fit.fitting.laws.profiles import CURVES, budget_groups, check_curve
 from flops_fit.fitting.report.compare_page import write_comparison
 from flops_fit.fitting.report.html_report import write_report
 from flops_fit.fitting.scales import SCALES, check_scale, rescale
 from flops_fit.fitting.validation.forecast import Forecast, default_target, forecast
 from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_checks, select_budgets
+from flops_fit.fitting.validation.validity import failed_message, failure
 from flops_fit.tracking.base import log_fit, sweep_destination
 from flops_fit.tracking.options import Destination, destination, parse_tracking
 
@@ -39,7 +40,8 @@ APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, 
                                                               CurveLaw)}
 METHODS = tuple(APPROACHES)  # the built-in methods' names
 LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col", "curve_col", "run_id_col",
-                "exclude_top", "flops_per_param_token")
+                "exclude_top", "flops_per_param_token", "curve_metric", "experiment",
+                "all_rates")
 
 
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
@@ -54,7 +56,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     projection). ``holdout`` ("largest", a budget in FLOPs, or "each") also fits every method
     without that budget's runs and compares its prediction there with the budget's own
     IsoFLOP minimum (``result.holdout``); "forward" fits the budgets up to each one and
-    predicts every larger one. ``metric`` is what the laws fit: ``"loss"`` (default:
+    predicts every larger one; None (or "none") checks nothing. ``metric`` is what the laws fit: ``"loss"`` (default:
     the held-out loss per token) or ``"bpb"`` (held-out bits per byte, comparable across
     tokenizers); given ``Runs``, theirs. ``scale`` is what N is: "params" (default),
     "non_embedding_params" or "flops_per_token" (DeepSeek's M; ``scales``). ``focus`` is which runs
@@ -82,6 +84,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     (``data_limit``, Muennighoff et al. 2023: repeated tokens decay in worth), "all" adds it, and
     every forecast and sizing reads that law.
     """
+    if isinstance(holdout, str) and holdout.lower() == "none":  # the CLI's --holdout none
+        holdout = None
     unknown = sorted(set(options) - set(LOAD_OPTIONS))
     if unknown:
         raise FitInputError(f"unknown option(s) {', '.join(unknown)}; fit() accepts {', '.join(LOAD_OPTIONS)}")
@@ -120,15 +124,25 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     approaches = [kinds[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus,
                                       unique_tokens=unique) for m in names]
     results, skipped = {}, {}
+    checked = sorted({*default_budgets(runs), *budget_groups(runs)[0].tolist(),  # the tables', the swept, the target
+                      *([float(target)] if target is not None else [])})
     for approach in approaches:
         try:
-            results[approach.name] = approach.fit(runs)
+            result = approach.fit(runs)
         except FitInputError as exc:
             if method != "all":
                 raise
             skipped[approach.name] = str(exc)
+            continue
+        reason = failure(result, checked)  # no finite, ordered answer: left out, with its reason
+        if reason is not None:
+            if method != "all":
+                raise NoFitError(f"{approach.name}: {failed_message(reason)}")
+            skipped[approach.name] = failed_message(reason)
+            continue
+        results[approach.name] = result
     if not results:
-        raise FitInputError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
+        raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
     if holdout is not None:
         checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
                                 bootstrap=bootstrap, seed=seed, level=level, workers=workers)

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flops_fit import sources
 from flops_fit.errors import FitInputError
+from flops_fit.sources import wandb_runs
 from flops_fit.store.run_store import STORE_NAME, RunStore
 
 # FLOPs per parameter per token of dense training (2 forward + 4 backward), used only when
@@ -87,6 +89,10 @@ def load_runs(
     exclude_top: int = 0,
     flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN,
     metric: str = "loss",
+    keep: tuple[str, ...] = (),
+    curve_metric: str | None = None,
+    experiment: str | None = None,
+    all_rates: bool = False,
 ) -> Runs:
     """Load runs from a DataFrame, a CSV file or a sweep output folder (``runs.sqlite``).
 
@@ -101,7 +107,7 @@ def load_runs(
     """
     if metric not in METRICS:
         raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
-    frame, name, metadata = _read(source)
+    frame, name, metadata = _read(source, curve_metric=curve_metric, tokens_col=tokens_col, experiment=experiment)
     loss_col = loss_col or METRIC_COLUMNS[metric]
     if metric == "bpb":
         frame = _bits_per_byte(frame, name, loss_col, curve_col)
@@ -152,13 +158,15 @@ def load_runs(
     if curve_col in frame:
         out["curve"] = frame[curve_col].map(_parse_curve)
     for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit",
-                  "top1_error", "lr", "lr_source", "schedule"):  # lr_source: the report's notes on the rates
+                  "top1_error", "lr", "lr_source", "schedule", *keep):  # lr_source: the report's notes on the rates
         if extra in frame and extra not in out:
             out[extra] = frame[extra]
     out = out.reset_index(drop=True)
 
     if len(out) == 0:
         raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)")
+    if not all_rates:
+        out = _best_rates(out, excluded)
     if not isinstance(exclude_top, (int, np.integer)) or exclude_top < 0:
         raise FitInputError(f"exclude_top must be a non-negative integer, got {exclude_top!r}")
     if exclude_top >= len(out):
@@ -169,6 +177,26 @@ def load_runs(
                      for r in out.loc[top, "run_id"]]
         out = out.drop(index=top).reset_index(drop=True)
     return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric)
+
+
+def _best_rates(out: pd.DataFrame, excluded: list[dict[str, Any]]) -> pd.DataFrame:
+    """Each (params, tokens) cell's lowest-loss run where the cell holds several learning rates;
+    the others appended to ``excluded``."""
+    if "lr" not in out:
+        return out
+    rates = pd.to_numeric(out["lr"], errors="coerce")
+    cells = out.assign(_lr=rates).groupby(["params", "tokens"])["_lr"].transform("nunique")
+    swept = cells > 1
+    if not swept.any():
+        return out
+    best = out.loc[swept].groupby(["params", "tokens"])["loss"].idxmin()
+    drop = out.index[swept & ~out.index.isin(best.to_numpy())]
+    best_rate = {key: rates[i] for key, i in best.items()}
+    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"lr {rates[i]:g} is not its cell's best (lr "
+                  f"{best_rate[(out.at[i, 'params'], out.at[i, 'tokens'])]:g}): the runs sweep the learning rate "
+                  "(fit its law with `flops-fit tune --from`; all_rates=True / --all-rates keeps every run)"}
+                 for i in drop]
+    return out.drop(index=drop).reset_index(drop=True)
 
 
 def _require_metric(frame: pd.DataFrame, name: str, column: str, label: str, noun: str, hint: str) -> None:
@@ -239,26 +267,44 @@ def _parse_curve(curve: Any) -> Any:
     return np.asarray(curve, dtype=float).reshape(-1, 2)
 
 
-def _read(source: Any) -> tuple[pd.DataFrame, str, dict[str, Any]]:
+def _read(source: Any, **tracker: Any) -> tuple[pd.DataFrame, str, dict[str, Any]]:
     if isinstance(source, Runs):
         return source.frame, source.source, dict(source.metadata)
     if isinstance(source, pd.DataFrame):
         return source, "DataFrame", {}
     if isinstance(source, (str, Path)):
         path = Path(source)
-        if path.is_dir():
+        if (path / STORE_NAME).is_file():
             return _read_store(path)
+        if path.is_file() and path.suffix.lower() in (".csv", ".txt", ".tsv"):
+            return _read_csv(path), str(path), {}
+        if path.is_file() and path.name == STORE_NAME:
+            return _read_store(path.parent)
+        found = sources.read(source, **tracker)
+        if found is not None:
+            return found
+        if path.is_dir():
+            raise FitInputError(f"{path}: no {STORE_NAME} in this folder and no tracker's runs (W&B offline runs, "
+                                "an MLflow store, TensorBoard event files); is it a sweep output folder?")
         if path.is_file():
-            if path.suffix.lower() in (".csv", ".txt", ".tsv"):
-                return pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ","), str(path), {}
-            if path.name == STORE_NAME:
-                return _read_store(path.parent)
-            raise FitInputError(f"{path}: unknown file type; give a .csv file or a sweep output folder")
+            raise FitInputError(f"{path}: unknown file type; give a .csv file, a sweep output folder or a tracker's "
+                                "runs")
         raise FitInputError(f"{path}: no such file or folder; give a CSV file, a sweep folder or a DataFrame")
     raise FitInputError(
         f"cannot read runs from a {type(source).__name__}; give a pandas DataFrame, a CSV path "
         "or a sweep output folder holding runs.sqlite"
     )
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """A CSV (or TSV) of runs, one per row; the runs table W&B exports becomes run_id and status."""
+    try:
+        frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FitInputError(f"{path}: not a readable CSV ({first}); export it again as comma-separated values "
+                            "with one header row") from None
+    return wandb_runs.from_export(frame) if wandb_runs.is_export(frame) else frame
 
 
 def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:

@@ -255,19 +255,21 @@ class RunStore:
         with self._tx():
             self.db.executemany("UPDATE runs SET status = 'pending' WHERE run_id = ?", [(r,) for r in run_ids])
 
-    def record(self, result: RunResult) -> None:
-        """Store a run's final result in one transaction."""
+    def record(self, result: RunResult, *, once: bool = False) -> None:
+        """Store a run's final result in one transaction (``once``: only if it has none yet)."""
         with self._tx():
             cursor = self.db.execute(
                 "UPDATE runs SET status = ?, loss = ?, tokens = ?, flops = ?, steps = ?, curve = ?, error = ?,"
-                " timings = ?, device = ?, finished = ?, bpb = ?, top1_error = ?, epochs = ? WHERE run_id = ?",
+                " timings = ?, device = ?, finished = ?, bpb = ?, top1_error = ?, epochs = ? WHERE run_id = ?"
+                + (" AND status NOT IN ('done', 'failed')" if once else ""),
                 (result.status, _number(result.loss), result.tokens, result.flops,
                  result.steps, json.dumps(result.curve), result.error, json.dumps(result.timings),
                  result.device, time.time(), _number(result.bpb), _number(result.top1_error),
                  _number(result.epochs), result.run_id),
             )
             if cursor.rowcount != 1:
-                raise StoreError(f"run {result.run_id} is not in this sweep's plan")
+                raise StoreError(f"run {result.run_id} already has a result" if once else
+                                 f"run {result.run_id} is not in this sweep's plan")
             if result.unique_tokens:  # the sweep's data budget, as its dataset reported it
                 self._put_meta({"unique_tokens": int(result.unique_tokens)})
 

@@ -1,7 +1,10 @@
 """RunSpec and RunResult: the plain values that travel from the planner to the trainer to the store.
 
 A run's id is a hash of every field that decides its result (plus the flops-fit version),
-so a changed spec never reuses an old result. ``device``, ``compile`` and how the batch is
+so a changed spec never reuses an old result. Floats are hashed rounded to ``DIGITS``
+significant digits, so a rate that moves in its last bit (another numpy, another order of
+operations) keeps its run's id; ids of the releases that hashed every bit still read
+(``legacy_id``), and a resumed sweep keeps the ids its store holds. ``device``, ``compile`` and how the batch is
 spread (``micro_batch_size``, ``processes_per_run``, ``parallel``) are left out: they change
 where and how fast a run goes, not what it computes; so are the counts derived from the
 model (``embedding_params``, ``non_embedding_flops_per_unit``). The schedule's fields enter the
@@ -43,7 +46,26 @@ def _canonical(value: Any) -> str:
 _UNSET = object()
 
 
+DIGITS = 12  # significant digits of a float in a run's id: far above any meaningful difference
+
+
+def _rounded(value: Any) -> Any:
+    """``value`` with every float rounded to ``DIGITS`` significant digits (nested dicts and lists too)."""
+    if isinstance(value, float):
+        return float(f"{value:.{DIGITS}g}") if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def _hash(value: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(_rounded(value)).encode()).hexdigest()[:16]
+
+
+def _legacy_hash(value: dict[str, Any]) -> str:
+    """The id as releases before rounding computed it (every bit of every float)."""
     return hashlib.sha256(_canonical(value).encode()).hexdigest()[:16]
 
 
@@ -118,6 +140,10 @@ class RunSpec:
     def compute_id(self) -> str:
         return _hash(self.identity())
 
+    def legacy_id(self) -> str:
+        """The id a release before the rounding gave this spec (what its stores hold)."""
+        return _legacy_hash(self.identity())
+
     @property
     def family(self) -> str:
         """Id of the stable prefix this run shares with every run that differs only in length
@@ -135,7 +161,7 @@ class RunSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSpec:
         spec = cls(**data)
-        if data.get("run_id") and data["run_id"] != spec.compute_id():
+        if data.get("run_id") and data["run_id"] not in (spec.compute_id(), spec.legacy_id()):
             raise ValueError(f"run {data['run_id']}: stored spec does not hash to its id (edited by hand?)")
         return spec
 

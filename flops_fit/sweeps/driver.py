@@ -15,6 +15,7 @@ its newest checkpoint. The store counts every optimizer step trained, lost ones 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -100,19 +101,27 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
     return {"status": report.status, "reason": report.summary()[:4000]}
 
 
-def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> bool:
-    """Refuse a folder that holds another sweep, or this one without ``resume``; True for a
-    folder that holds no plan yet."""
-    stored = {r.run_id for r in store.planned_runs()}
-    planned = {r.run_id for r in plan.runs}
-    if stored and stored != planned:
+def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> tuple[bool, Any]:
+    """Refuse a folder that holds another sweep, or this one without ``resume``; (True, plan)
+    for a folder that holds no plan yet, else (False, the plan with the stored specs of its runs).
+
+    Runs are matched by their rounded id (``RunSpec.compute_id``), so a store whose ids an
+    earlier release hashed from every bit (``legacy_id``) is the same sweep; its stored specs,
+    ids and all, are the ones trained, so results and checkpoints keep their names."""
+    stored = {r.compute_id(): r for r in store.planned_runs()}
+    planned = {r.compute_id(): r for r in plan.runs}
+    if stored and set(stored) != set(planned):
         raise StoreError(
-            f"{out_dir} holds a different sweep ({len(stored - planned)} of its runs are not in this plan, "
-            f"{len(planned - stored)} planned runs are new): choose another --out folder"
+            f"{out_dir} holds a different sweep ({len(set(stored) - set(planned))} of its runs are not in this plan, "
+            f"{len(set(planned) - set(stored))} planned runs are new): choose another --out folder"
         )
     if stored and not resume:
         raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
-    return not stored
+    if not stored:
+        return True, plan
+    runs = [stored[key] for key in planned]
+    memory = {s.run_id: plan.memory.get(r.run_id) for r, s in zip(plan.runs, runs, strict=True)}
+    return False, dataclasses.replace(plan, runs=runs, memory=memory)
 
 
 def _check_trainer(store: RunStore, plan: Any) -> None:
@@ -202,7 +211,7 @@ def run_plan(
     store = RunStore(out_dir, create=True)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
-            new = _check_store(store, plan, out_dir, resume)
+            new, plan = _check_store(store, plan, out_dir, resume)
             policy = checkpoint_policy(plan.options, out_dir, checkpoint_dir)
             _check_trainer(store, plan)
             if not skip_preflight:

@@ -74,6 +74,8 @@ def _range(data: dict[str, Any], scale: str) -> dict[str, tuple[float, float]]:
 def _centre_ratio(data: dict[str, Any]) -> float | None:
     """The median over the law's cells of lr* / the centre rule's rate (None: not recorded)."""
     multipliers = sorted((data.get("tune") or {}).get("multipliers") or [])
+    if not multipliers:  # a law fitted from a lab's own runs: no centre rule
+        return None
     ratios = sorted(c["lr_opt"] * multipliers[0] / sorted(c["rates"])[0]
                     for c in data.get("cells") or [] if c.get("in_law") and c.get("reason") is None and c.get("rates"))
     if not ratios or not multipliers:
@@ -89,11 +91,11 @@ class TunedLaw:
     its cells' 0.5% bands)."""
 
     path: str
-    model: str
+    model: str | None  # None: fitted from a lab's own runs (``fit_rates``) for no model in particular
     scale: str  # "width" or "params": how the tune measured a model's size
     m: float
     exponents: dict[str, tuple[float, float, float]]  # variable -> (signed exponent, lo, hi)
-    batch_size: int
+    batch_size: int | None  # None: the runs recorded no batch size
     beta2: float | None
     band: float
     batch_law: tuple[float, float] | None = None  # (k, e): B* = k * C^e
@@ -122,8 +124,10 @@ class TunedLaw:
             law = data["law"]
             batch = data.get("batch_law")
             m = law["m"] if "m" in law else law["coefficients"]["m"]
-            out = cls(path=path, model=str(data["model"]), scale=str(law["scale"]), m=float(m["value"]),
-                      exponents=_exponents(law), batch_size=int(data["setup"]["batch_size"]),
+            batch_size = data["setup"]["batch_size"]
+            out = cls(path=path, model=None if data["model"] is None else str(data["model"]), scale=str(law["scale"]),
+                      m=float(m["value"]), exponents=_exponents(law),
+                      batch_size=None if batch_size is None else int(batch_size),
                       beta2=None if data.get("beta2") is None else float(data["beta2"]), band=float(law["band"]),
                       batch_law=None if batch is None else (float(batch["k"]), float(batch["e"])),
                       name=str(law.get("name", "marin")), range=_range(data, str(law["scale"])),
@@ -152,10 +156,10 @@ class TunedLaw:
 
     def check_batch(self, batch_size: int, model: str) -> None:
         """PlanError unless the law holds at ``batch_size`` (a law tuned at one batch holds only there)."""
-        if model != self.model:
+        if self.model is not None and model != self.model:
             raise PlanError(f"hparams {self.path} was tuned for model {self.model!r}, not {model!r}: "
                             f"tune this model (`flops-fit tune SPEC --out DIR`) or drop hparams")
-        if self.c is None and self.batch_law is None and batch_size != self.batch_size:
+        if self.c is None and self.batch_law is None and self.batch_size is not None and batch_size != self.batch_size:
             raise PlanError(f"hparams {self.path} was tuned at batch_size {self.batch_size} only, this sweep uses "
                             f"{batch_size}: use batch_size = {self.batch_size}, or tune several batch sizes "
                             f"(--batch-sizes) so the law learns how the rate moves with the batch")
@@ -179,7 +183,7 @@ class TunedLaw:
     def describe(self) -> str:
         """The law as a formula with its numbers."""
         terms = "".join(f" * {v}^{e:.3g}" for v, (e, _, _) in self.exponents.items())
-        batch = "" if "batch" in self.exponents else f" (batch {self.batch_size})"
+        batch = "" if "batch" in self.exponents or self.batch_size is None else f" (batch {self.batch_size})"
         return f"lr = {self.m:.4g}{terms}{batch}" + ("" if self.name == "marin" else f" ({self.name}'s form)")
 
 
@@ -219,7 +223,7 @@ def guarded_rates(law: TunedLaw, hparams: HyperParams, values: dict[Any, dict[st
 def _centre(law: TunedLaw, values: dict[str, float], model: str) -> float:
     """The tune's centre rule at this run, times the cells' median best multiplier of it."""
     if not law.centre or law.centre_ratio is None:
-        raise PlanError(f"hparams {law.path} records no centre rule (written by hand?): use beyond = \"refuse\" or "
+        raise PlanError(f"hparams {law.path} records no centre rule (written by hand, or fitted from runs by fit_rates): use beyond = \"refuse\" or "
                         f"\"extrapolate\", or tune again")
     rule = HyperParams.from_dict({k: v for k, v in law.centre.items() if k in ("lr", "lr_rule", "base_lr", "base_width")})
     return rule.learning_rate(values.get("width"), int(values["batch"]), model) * law.centre_ratio

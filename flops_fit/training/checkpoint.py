@@ -36,6 +36,9 @@ from flops_fit.store.runs import RunResult
 from flops_fit.training.state import LoopState, Rng, Snapshot
 
 FORMAT = 2
+# Format 1 (before the ``training`` refactor) kept the data position and its RNG under
+# "scalars" and the data order and step losses as "extra/" tensors: still read (``_from_format_1``).
+OLDER = (1,)
 PATTERN = re.compile(r"^step-(\d+)\.safetensors$")
 SHARDED = re.compile(r"^step-(\d+)\.dcp(\.tmp)?$")  # a sharded checkpoint's folder (training.sharded)
 RESULT = "result.json"
@@ -152,8 +155,16 @@ def read_checkpoint(path: str | Path, *, run_id: str | None = None) -> Snapshot:
     if _digest(tensors) != metadata["digest"]:
         raise CheckpointError(f"{path} is corrupt: its tensors do not match their digest")
     header = json.loads(metadata["flops_fit"])
-    if header.pop("format", None) != FORMAT:
-        raise CheckpointError(f"{path} has an unknown checkpoint format")
+    version = header.pop("format", None)
+    if version == 1:
+        try:
+            header, tensors = _from_format_1(header, tensors)
+        except KeyError as exc:
+            raise CheckpointError(f"{path} is a format-1 checkpoint without its {exc}") from None
+    elif version != FORMAT:
+        raise CheckpointError(f"{path} has an unknown checkpoint format ({version!r}; this flops-fit reads "
+                              f"{', '.join(map(str, (*OLDER, FORMAT)))}): upgrade flops-fit, or delete the run's "
+                              "checkpoints to train it from the start")
     if run_id is not None and header["run_id"] != run_id:
         raise CheckpointError(f"{path} belongs to run {header['run_id']}, not {run_id}")
     rng = Rng(header.pop("rng"), {k[len(_RNG):]: v for k, v in tensors.items() if k.startswith(_RNG)})
@@ -165,6 +176,14 @@ def read_checkpoint(path: str | Path, *, run_id: str | None = None) -> Snapshot:
             index, name = key[len(_OPTIM):].split("/", 1)
             optimizer.setdefault(int(index), {})[name] = value
     return Snapshot(state, {k[len(_MODEL):]: v for k, v in tensors.items() if k.startswith(_MODEL)}, optimizer)
+
+
+def _from_format_1(header: dict, tensors: dict[str, torch.Tensor]) -> tuple[dict, dict[str, torch.Tensor]]:
+    """A format-1 checkpoint's header and tensors in format 2's names (the same values)."""
+    scalars = header.pop("scalars", {})
+    header = {**header, "data_rng": scalars["data_rng"], "data_pos": scalars["data_pos"]}
+    tensors = {(_LOOP + k[len("extra/"):] if k.startswith("extra/") else k): v for k, v in tensors.items()}
+    return header, tensors
 
 
 def remove_checkpoints(directory: str | Path) -> None:

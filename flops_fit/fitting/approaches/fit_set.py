@@ -9,8 +9,15 @@ from typing import Any
 
 import pandas as pd
 
+from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.result import FitResult, Presentable
+from flops_fit.fitting.decisions.planned import (
+    EXTRAPOLATION_SLOPE,
+    PlannedLoss,
+    has_law,
+    rms_residual,
+)
 from flops_fit.fitting.validation.holdout import holdout_json, holdout_misses
 from flops_fit.tables import format_table
 
@@ -38,6 +45,16 @@ class FitSet(Presentable):
     @property
     def runs(self):
         return next(iter(self.results.values())).runs
+
+    def loss_at(self, n: Any, d: Any, *, slope: float = EXTRAPOLATION_SLOPE) -> PlannedLoss:
+        """The loss of planned runs (N, D) from the law that fits the runs best (lowest RMS log residual),
+        the other laws as its comparable forms (``planned.loss_at``)."""
+        laws = {m: r for m, r in self.results.items() if has_law(r)}
+        if not laws:
+            raise FitInputError("the loss of a planned run needs a law over (N, D); none of "
+                                f"{', '.join(self.results)} gives one (fit parametric, vpnls or interaction)")
+        best = min(laws, key=lambda m: (_finite_or_inf(rms_residual(laws[m])), m))
+        return laws[best].loss_at(n, d, forms=laws, slope=slope)
 
     def predict(self, budgets: Any) -> pd.DataFrame:
         return pd.concat([r.predict(budgets).assign(method=m) for m, r in self.results.items()], ignore_index=True)
@@ -97,8 +114,9 @@ def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]
 
 
 def forecast_headline(forecast: Any) -> str:
-    """The forecast's answer in three lines (its candidates and chaining records: ``forecast.summary()``)."""
-    return "\n".join(forecast.summary().split("\n")[:3])
+    """The forecast's answer and where each part comes from, in four lines (its candidates and chaining
+    records: ``forecast.summary()``)."""
+    return "\n".join(forecast.summary().split("\n")[:4])
 
 
 def disagreements(results: list[FitResult]) -> list[str]:
@@ -112,3 +130,7 @@ def disagreements(results: list[FitResult]) -> list[str]:
             out.append(f"approaches disagree: {r1.method} gives a = {a1:.3f} [{lo1:.3f}, {hi1:.3f}], "
                        f"{r2.method} gives a = {a2:.3f} [{lo2:.3f}, {hi2:.3f}]; check the diagnostics of both")
     return out
+
+
+def _finite_or_inf(value: float) -> float:
+    return value if value == value and abs(value) != float("inf") else float("inf")

@@ -9,9 +9,11 @@ no closed form: each budget's optimum is found numerically (``forms.numeric_fron
 from __future__ import annotations
 
 from flops_fit.fitting.approaches.projection import ProjectionApproach
+from flops_fit.fitting.decisions.planned import law_form
 from flops_fit.fitting.laws.forms import InteractionForm
 
 
+@law_form  # a form loss_at compares other laws' planned-run losses with
 class Interaction(ProjectionApproach):
     """Chinchilla's law with an N-D interaction term, by variable projection, with bootstrap intervals."""
 

@@ -24,6 +24,7 @@ from flops_fit.fitting.decisions.inference import (
     sizing_summary,
     total_sizing,
 )
+from flops_fit.fitting.decisions.planned import EXTRAPOLATION_SLOPE, PlannedLoss, loss_at
 from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.fitting.laws.focus import FOCUS_LABELS
@@ -94,8 +95,10 @@ class Presentable:
         return holdout_summary(self.holdout)
 
     def to_json(self, budgets: Sequence[float] | None = None, *, inference_tokens: float | None = None,
-                totals: Sequence[float] | None = None, **kwargs: Any) -> str:
+                totals: Sequence[float] | None = None, planned: PlannedLoss | None = None, **kwargs: Any) -> str:
         out = self.to_dict(budgets)
+        if planned is not None:  # the loss of planned runs (``loss_at``)
+            out["planned"] = planned.to_dict()
         if inference_tokens is not None:
             out["inference"] = {r.method: {"sizing": fmt.json_safe(r.predict(_budgets(r, budgets),
                                                                               inference_tokens=inference_tokens)
@@ -209,6 +212,13 @@ class FitResult(Presentable):
             lo, hi = interval(draws[i], self.level) if draws is not None else (np.full(c.size, np.nan),) * 2
             out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
         return out
+
+    def loss_at(self, n: Any, d: Any, *, forms: dict[str, FitResult] | None = None,
+                slope: float = EXTRAPOLATION_SLOPE) -> PlannedLoss:
+        """The loss of planned runs of ``n`` parameters on ``d`` tokens, with an interval of the bootstrap,
+        the comparable law forms (``forms``, fitted to the same runs; by default the built-in ones are
+        fitted here) and the extrapolation error by distance from the runs (``planned``)."""
+        return loss_at(self, n, d, forms=forms, slope=slope)
 
     def predict_total(self, total_flops: float | Iterable[float], *, inference_tokens: float = 0.0) -> pd.DataFrame:
         """The lowest loss a total budget of training + ``inference_tokens`` served buys, and its N and D

@@ -7,9 +7,11 @@ a two-parameter problem far better conditioned than the five-parameter one (``pr
 from __future__ import annotations
 
 from flops_fit.fitting.approaches.projection import ProjectionApproach
+from flops_fit.fitting.decisions.planned import law_form
 from flops_fit.fitting.laws.forms import Chinchilla
 
 
+@law_form  # a form loss_at compares other laws' planned-run losses with
 class Vpnls(ProjectionApproach):
     """Variable projection: grid then Nelder-Mead over (alpha, beta); E, A, B by NNLS."""
 

@@ -103,10 +103,15 @@ class Chinchilla(LawForm):
 
     @staticmethod
     def from_log_theta(theta: np.ndarray) -> dict[str, np.ndarray]:
-        """(E, A, B, alpha, beta) columns from rows of the log-sum-exp parameters."""
+        """(E, A, B, alpha, beta) columns from rows of the log-sum-exp parameters.
+
+        A log coefficient beyond ~709 (a term the runs do not bound: a resample of a weak sweep
+        drives it off) is inf, which is what it is; ``validity.failure`` turns such a fit or
+        interval into a reason, so numpy's overflow warning would only repeat it to the terminal."""
         theta = np.atleast_2d(theta)
-        return {"E": np.exp(theta[:, 2]), "A": np.exp(theta[:, 0]), "B": np.exp(theta[:, 1]),
-                "alpha": theta[:, 3], "beta": theta[:, 4]}
+        with np.errstate(over="ignore"):
+            return {"E": np.exp(theta[:, 2]), "A": np.exp(theta[:, 0]), "B": np.exp(theta[:, 1]),
+                    "alpha": theta[:, 3], "beta": theta[:, 4]}
 
 
 class InteractionForm(LawForm):

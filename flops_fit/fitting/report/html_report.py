@@ -22,13 +22,12 @@ from typing import Any
 import numpy as np
 
 from flops_fit._version import __version__
-from flops_fit.errors import FitInputError
+from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
 from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.laws.error_law import fit_error_law
-from flops_fit.fitting.laws.focus import FOCUS_LABELS
 from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.report.figures import (
     chaining_figure,
@@ -45,9 +44,11 @@ from flops_fit.fitting.scales import SCALES
 from flops_fit.fitting.validation.forecast import (
     CANDIDATE_HEADERS,
     CHAIN_HEADERS,
+    answer_line,
     candidate_rows,
     chain_rows,
     default_target,
+    prior_note,
 )
 from flops_fit.fitting.validation.holdout import (
     HOLDOUT_HEADERS,
@@ -60,37 +61,46 @@ TOP_WARNINGS = 8
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
-                 budgets: Sequence[float] | None = None, inference_tokens: float | None = None) -> Path:
-    """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path."""
-    out = Path(out)
-    if out.suffix.lower() not in (".html", ".htm"):
-        out = out / "report.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
+                 budgets: Sequence[float] | None = None, inference_tokens: float | None = None,
+                 at: tuple[Sequence[float], Sequence[float]] | None = None) -> Path:
+    """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path.
+
+    ``at`` (sizes, token counts) adds the loss of those planned runs (``loss_at``). A section that
+    cannot be computed says why in its place: the page is always written. ``fitted`` may also be the
+    ``NoFitError`` a fit raised: the page then says why no method gave an answer."""
+    if isinstance(fitted, NoFitError):
+        return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"))
+    out = _html_path(out)
     plot_dir = out.parent / f"{out.stem}_plots"
     results = fitted.results
     runs = next(iter(results.values())).runs
     target = float(target) if target else default_target(runs)
     figure = Figures(plot_dir, out.parent)
-    body = [_answer(fitted, runs, target)]
+    body = [_guarded("The answer", lambda: _answer(fitted, runs, target))]
+    if at is not None:
+        body.append(_guarded("The loss of planned runs", lambda: _planned_section(fitted, at)))
     forecast = getattr(fitted, "forecast", None)
     if forecast is not None:
-        body.append(_chaining_section(forecast, figure, plot_dir))
+        body.append(_guarded("Forward chaining", lambda: _chaining_section(forecast, figure, plot_dir)))
     body.append("<h2 id='headline'>The fit at a glance</h2>")
-    body.append(figure.embed(headline(results, target, plot_dir / "headline", ("png", "svg")),
-                             "Left: each budget's runs, the fitted profiles and their minima. Middle and right: "
-                             "N_opt and D_opt against compute; points are the measured minima, lines each method's "
-                             "law with its interval band, extended to the target (grey: extrapolation)."))
-    body.append(figure.embed(forest(results, plot_dir / "exponent_a", ("png", "svg")),
-                             "The exponent a of N_opt ~ C^a by method, with intervals."))
+    body.append(_guarded("The headline figure", lambda: figure.embed(
+        headline(results, target, plot_dir / "headline", ("png", "svg")),
+        "Left: each budget's runs, the fitted profiles and their minima. Middle and right: "
+        "N_opt and D_opt against compute; points are the measured minima, lines each method's "
+        "law with its interval band, extended to the target (grey: extrapolation).")))
+    body.append(_guarded("The forest plot", lambda: figure.embed(
+        forest(results, plot_dir / "exponent_a", ("png", "svg")),
+        "The exponent a of N_opt ~ C^a by method, with intervals.")))
     if fitted.holdout:
-        body.append(_holdout_section(fitted.holdout, figure, plot_dir, method_colours(results)))
+        body.append(_guarded("The held-out check", lambda: _holdout_section(fitted.holdout, figure, plot_dir,
+                                                                           method_colours(results))))
     if inference_tokens is not None:
-        body.append(_inference_section(fitted, inference_tokens, target))
-    errors = _error_section(runs, figure, plot_dir, target)
+        body.append(_guarded("Sizing for inference", lambda: _inference_section(fitted, inference_tokens, target)))
+    errors = _guarded("Top-1 error", lambda: _error_section(runs, figure, plot_dir, target))
     if errors:
         body.append(errors)
     for result in results.values():
-        body.append(_section(result, figure, plot_dir, target, budgets))
+        body.append(_guarded(result.title, lambda r=result: _section(r, figure, plot_dir, target, budgets)))
     provenance = {
         "source": runs.source, "runs": len(runs), "metric": runs.metric, "store metadata": runs.metadata or "none",
         "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -100,6 +110,55 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                 + "</pre>")
     out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
     return out
+
+
+def _html_path(out: str | Path) -> Path:
+    out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        out = out / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _guarded(what: str, build) -> str:
+    """``build()``'s HTML, or a line saying why ``what`` could not be computed: one weak section never
+    costs the whole page (the fits behind it are checked at the source, ``validity``)."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 - the page is written whatever one section meets
+        return f"<h2>{escape(what)}</h2><p class=warn>Not computed: {escape(type(exc).__name__)}: {escape(exc)}</p>"
+
+
+def write_failure(reason: str, out: str | Path, source: Any) -> Path:
+    """A page for runs no method could fit: the source and each method's reason (``fit``'s NoFitError)."""
+    out = _html_path(out)
+    written = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    body = ["<h1>flops-fit report</h1>", f"<p class=lead>Runs from <code>{escape(source)}</code>.</p>",
+            "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>",
+            "<p>No method gave a finite, ordered answer on these runs, so no number is shown. More budgets, more "
+            "sizes around each budget's optimum or less noisy runs (longer runs, a larger dataset) help.</p>",
+            "<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(
+                {"source": str(source), "flops-fit": __version__, "written": written}, indent=2)) + "</pre>"]
+    out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
+    return out
+
+
+def _planned_section(fitted: Any, at: tuple[Sequence[float], Sequence[float]]) -> str:
+    """The loss of planned runs (N, D) with the interval's parts (``planned``)."""
+    head = "<h2 id='planned'>The loss of planned runs</h2>"
+    try:
+        planned = fitted.loss_at(*at)
+    except FitInputError as exc:
+        return head + f"<p class=warn>{escape(exc)}</p>"
+    rows = [[fmt.count(r.N), fmt.count(r.D), fmt.with_interval(r.loss, r.loss_lo, r.loss_hi, fmt=_loss),
+             f"{r.distance:.2f}", *(f"\u00b1{100 * np.expm1(v):.1f}%" for v in (r.boot, r.form, r.extrapolation))]
+            for r in planned.table.itertuples()]
+    return "\n".join([
+        head, f"<p>From <b>{escape(planned.method)}</b> (comparable forms: {escape(', '.join(planned.forms))}). The "
+        f"{100 * planned.level:g}% interval combines the bootstrap, the spread of the comparable law forms and an "
+        f"extrapolation error of {100 * planned.slope:.2f}% per unit of distance in (ln N, ln D) from the fitted runs "
+        "(0 inside them; measured on public runs, docs/validation/planned-runs.md).</p>",
+        html_table(["params N", "tokens D", planned.label, "distance", "bootstrap", "forms", "extrapolation"], rows)])
 
 
 def _answer(fitted: Any, runs: Any, target: float) -> str:
@@ -122,7 +181,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
              f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
              "intervals in brackets.</p>",
              html_table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
-             f"<p>{escape(agreement(predictions))}</p>"]
+             f"<p>{escape(agreement(predictions, list(fitted.skipped)))}</p>"]
     if fitted.holdout:
         misses = holdout_misses(fitted.holdout)
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
@@ -175,48 +234,42 @@ def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) ->
 
 
 def _forecast(f: Any) -> str:
-    """The forecast first: the answer of the candidate that extrapolated best, and its interval's sources."""
+    """The forecast first: each answer by the candidates that extrapolate it best, and where it comes from."""
     value = ", ".join([f"N_opt {fmt.with_interval(*f.n_opt, fmt=fmt.count)} parameters",
                        f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} tokens",
                        f"loss {fmt.with_interval(*f.loss, fmt=_loss)}"])
-    ext = f.parts.get("extrapolation", {})
-    boot, forms = f.parts.get("bootstrap", {}), f.parts.get("forms", {})
+    items = "".join(f"<li>{escape(answer_line(f.answers[q], f.ratio))}</li>" for q in ("n_opt", "loss"))
     return "\n".join([
         f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs ({f.ratio:.3g}x the largest budget)</h2>",
         f"<p class=lead><b>{escape(value)}</b></p>",
-        f"<p>From <b>{escape(f.method)}</b>{_focus_note(f.focus)} on <b>{escape(SCALES[f.scale])}</b>: of every method on "
-        "every scale, the one whose forecasts came truest where they extrapolated furthest (forward chaining: fit the "
-        f"budgets up to each one, predict the larger ones; scored on the {f.predictions} predictions at "
-        f"{f.score_cutoff:.3g}x or more beyond their fit): mean loss error {100 * f.loss_error:.2f}%, mean N_opt error "
-        f"{100 * f.n_opt_error:.1f}% (<a href='#chaining'>details</a>).</p>",
-        f"<p>The {100 * f.level:g}% interval combines what is not known: the bootstrap (loss "
-        f"{_span(boot.get('loss'), _loss)}, N_opt {_span(boot.get('n_opt'), fmt.count)}), the spread of the "
-        f"{f.parts.get('near', 1)} law forms that forecast comparably (loss {_span(forms.get('loss'), _loss)}, N_opt "
-        f"{_span(forms.get('n_opt'), fmt.count)}) and the extrapolation error forward chaining measured, grown to "
-        f"{f.ratio:.3g}x (&plusmn;{100 * ext.get('loss', np.nan):.1f}% on the loss, &plusmn;"
-        f"{100 * ext.get('n_opt', np.nan):.0f}% on N_opt).</p>",
-        "<details><summary>Every method and scale, forward-chained</summary>",
+        "<p>A forecast is two answers, and the candidate (method, scale, focus) that extrapolates one best is often not "
+        "the one that extrapolates the other: each answer comes from the candidates whose forward-chaining errors "
+        "(fit the budgets up to each one, predict the larger ones) promise the smallest error at the target's ratio. "
+        "Per candidate the errors are a drift (one sign, growing with the reach: the point is corrected by it) plus "
+        "scatter, one value per split, combined with a prior learned on public sweeps "
+        f"({escape(prior_note(f.prior))}). The {100 * f.level:g}% interval is the scatter plus the drift's own "
+        "uncertainty, grown to the target's ratio (<a href='#chaining'>details</a>):</p>",
+        f"<ul>{items}</ul>",
+        "<details><summary>Every method and scale, forward-chained (errors: mean at the largest ratios; drift and "
+        "sd: per unit of ln r, with the prior)</summary>",
         html_table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])
 
 
-def _span(bounds: Any, f) -> str:
-    return "-" if not bounds else f"[{f(bounds[0])}, {f(bounds[1])}]"
-
-
 def _chaining_section(f: Any, figure: Figures, plot_dir: Path) -> str:
-    chosen = [r for r in f.records if (r.method, r.scale, r.focus) == (f.method, f.scale, f.focus)]
+    rows = []
+    for q in ("n_opt", "loss"):
+        members = {(m["method"], m["scale"], m["focus"]) for m in f.answers[q].members}
+        rows.append(f"<p>{escape(f.answers[q].source)} ({'N_opt' if q == 'n_opt' else 'loss'}):</p>")
+        rows.append(html_table(CHAIN_HEADERS, chain_rows([r for r in f.records
+                                                          if (r.method, r.scale, r.focus) in members])))
     return "\n".join([
-        "<h2 id='chaining'>How far the forecast's law extrapolates: forward chaining</h2>",
-        "<p>Each point: the law fitted to the budgets up to C_k, predicting a larger budget C's IsoFLOP minimum. "
-        "The error grows with the reach; its trend, carried to the target's ratio, is the interval's extrapolation "
-        "part.</p>",
+        "<h2 id='chaining'>How far the forecast's laws extrapolate: forward chaining</h2>",
+        "<p>Each point: a law fitted to the budgets up to C_k, predicting a larger budget C's IsoFLOP minimum. "
+        "The line is the answer's drift carried to the target's ratio, the band its interval (in ratio space: an "
+        "error cannot fall below -100%).</p>",
         figure.embed(chaining_figure(f, plot_dir / "chaining", ("png", "svg")),
-                     "Error against the ratio C / C_k, the chosen candidate in red, the comparable forms in grey."),
-        html_table(CHAIN_HEADERS, chain_rows(chosen, f))])
-
-
-def _focus_note(focus: str | None) -> str:
-    return "" if focus is None else f" (fitted to {escape(FOCUS_LABELS[focus])})"
+                     "Error against the ratio C / C_k: each answer's candidates in red, the others in grey."),
+        *rows])
 
 
 def _target_note(target: float, largest: float) -> str:
@@ -226,9 +279,13 @@ def _target_note(target: float, largest: float) -> str:
     return "The target lies within the budgets swept."
 
 
-def agreement(predictions: Mapping[str, Any]) -> str:
-    """Whether every pair of methods' N_opt and loss intervals at the target overlap."""
+def agreement(predictions: Mapping[str, Any], skipped: Sequence[str] = ()) -> str:
+    """Whether every pair of methods' N_opt and loss intervals at the target overlap; the ``skipped``
+    methods (failed, or not applicable) are named as left out, never compared."""
     if len(predictions) < 2:
+        if skipped:
+            return (f"One method only gives an answer here: {', '.join(skipped)} could not (see Skipped, with each "
+                    "one's reason), so nothing cross-checks it.")
         return "One method only: fit with method='all' to cross-check it."
     verdicts = []
     for key in ("N_opt", "D_opt", "loss"):

@@ -21,8 +21,9 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.bootstrap import interval, resample_weights
-from flops_fit.fitting.laws.profiles import budget_groups, profile_minimum, slice_minima
+from flops_fit.fitting.laws.profiles import MIN_SIZES, budget_groups, profile_minimum, slice_minima
 from flops_fit.fitting.laws.slices import slice_residuals
+from flops_fit.fitting.validation.validity import failure
 from flops_fit.tables import format_table
 
 CHOICES = ("largest", "each", "forward")  # besides a budget in FLOPs
@@ -79,17 +80,27 @@ class HoldoutCheck:
         return fmt.json_safe(asdict(self))
 
 
+NO_SWEEP_HINT = ("fit without a held-out check (holdout=None, --holdout none), or compare the law with the runs "
+                 "of the largest budget (holdout='largest', --holdout largest)")
+
+
 def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
     """Each run's budget and the budgets to hold out: "largest", "each" (every budget in
     turn) or a number naming one budget. Refuses a budget the runs do not have."""
     budgets, _ = budget_groups(runs)
     unique = sorted(float(b) for b in np.unique(budgets))
     if len(unique) < 2:
-        raise FitInputError(f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}")
+        raise FitInputError(f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}: fit "
+                            "without one (holdout=None, --holdout none)")
     if which == "forward" and len(unique) <= FORWARD_MIN:
         raise FitInputError(f"holdout='forward' fits at least {FORWARD_MIN} budgets and predicts a larger one: it needs "
                             f"{FORWARD_MIN + 1} or more budgets; these runs have {len(unique)}: hold out 'largest' or 'each' "
-                            "instead (--holdout largest)")
+                            "instead (--holdout largest), or fit without a check (--holdout none)")
+    if which in ("each", "forward") and not any(np.unique(runs.frame["params"].to_numpy(float)[budgets == b]).size
+                                                >= MIN_SIZES for b in unique):
+        raise FitInputError(f"holdout={which!r} compares each budget's IsoFLOP minimum with the law's, and no budget "
+                            f"here has runs of {MIN_SIZES} or more sizes (these runs are not an IsoFLOP sweep): "
+                            f"{NO_SWEEP_HINT}")
     if which in CHOICES:
         return budgets, {"largest": unique[-1:], "each": unique, "forward": unique[FORWARD_MIN:]}[which]
     try:
@@ -170,6 +181,10 @@ def check_many(approach: Fitter, runs: Runs, budgets: np.ndarray, keep: np.ndarr
     except FitInputError as exc:
         return [HoldoutCheck(method=approach.name, budget=o.budget, fitted_budgets=fitted,
                              reason=f"cannot fit the other budgets: {exc}") for o in observed]
+    failed = failure(result, [o.budget for o in observed])
+    if failed is not None:  # a refit without a finite, ordered answer is a reason, never numbers
+        return [HoldoutCheck(method=approach.name, budget=o.budget, fitted_budgets=fitted,
+                             reason=f"the fit of the other budgets failed: {failed}") for o in observed]
     table = result.predict([o.budget for o in observed])
     checks = []
     for o, p in zip(observed, table.itertuples(), strict=True):
@@ -232,7 +247,8 @@ def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curv
         observed = [o for o in observed if o.reason is None]
         if not observed:
             raise FitInputError(f"holdout={which!r}: no budget's IsoFLOP profile has an interior minimum to compare "
-                                "with; add sizes around each budget's optimum")
+                                "with (these runs are not an IsoFLOP sweep, or lack sizes around each budget's "
+                                f"optimum): {NO_SWEEP_HINT}")
     parts = splits(runs, budgets, which, observed)
     done = iter(run_checks([(a, runs, budgets, keep, later) for a in approaches for keep, later in parts], workers))
     return {a.name: [c for _ in parts for c in next(done)] for a in approaches}

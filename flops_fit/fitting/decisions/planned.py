@@ -1,0 +1,213 @@
+"""The loss of a planned run: "I will train N parameters on D tokens: what loss will it reach?"
+
+A law over (N, D) answers anywhere; how far to trust it depends on how far the planned run
+lies from the runs it was fitted to. The stated interval combines, per side and in logs (root
+sum of squares):
+
+- the **bootstrap**: the percentile interval of the law's loss at (N, D) over its resamples;
+- the **law forms**: the other forms fitted to the same runs (Chinchilla's by variable
+  projection, the interaction law) whose residuals are comparable (``FORM_TOLERANCE``): forms
+  that fit the runs equally well can part beyond them;
+- the **extrapolation error**: ``z * EXTRAPOLATION_SLOPE * distance``, where ``distance`` is the
+  Euclidean distance in (ln N, ln D) from the planned run to the convex hull of the fitted runs
+  (0 inside it) and ``EXTRAPOLATION_SLOPE`` the log error per unit of that distance that the
+  bootstrap and the forms leave uncovered: the smallest slope at which the combined interval holds
+  the truth at the stated level on public runs that are not the test set
+  (``benchmarks/bench_planned_runs.py`` fits small runs of Chinchilla's Figure 4 and of the public
+  IsoFLOP sweeps and predicts their larger runs; its result file records the value shipped here).
+  The test set (Gadre et al.'s over-trained models) fitted nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
+from flops_fit.tables import format_table
+
+# The log error per unit distance in (ln N, ln D) beyond the fitted runs that the bootstrap and the
+# forms leave uncovered, from `python benchmarks/bench_planned_runs.py` (its "calibration" block:
+# the Chinchilla Figure 4 runs and the three public IsoFLOP sweeps, never the Gadre test set).
+EXTRAPOLATION_SLOPE = 0.012
+# A form counts as comparable when its RMS log residual is within this factor of the best form's.
+FORM_TOLERANCE = 1.5
+
+Triple = tuple[float, float, float]
+
+
+@dataclass(kw_only=True)
+class PlannedLoss:
+    """The predicted loss of each planned run (N, D): ``table`` has N, D, loss, loss_lo,
+    loss_hi, distance (ln units beyond the fitted runs) and each part's log half-widths."""
+
+    method: str
+    level: float
+    table: pd.DataFrame
+    forms: dict[str, float] = field(default_factory=dict)  # comparable form -> its RMS log residual
+    slope: float = EXTRAPOLATION_SLOPE
+    label: str = "loss"
+
+    def to_dict(self) -> dict[str, Any]:
+        return fmt.json_safe({"method": self.method, "level": self.level, "forms": self.forms,
+                              "extrapolation_slope": self.slope, "runs": self.table.to_dict("records")})
+
+    def summary(self) -> str:
+        rows = [[fmt.count(r.N), fmt.count(r.D), fmt.with_interval(r.loss, r.loss_lo, r.loss_hi,
+                                                                       fmt=lambda v: fmt.sig(v, 4)),
+                 f"{r.distance:.2f}", _pct(r.boot), _pct(r.form), _pct(r.extrapolation)]
+                for r in self.table.itertuples()]
+        head = (f"Planned runs ({self.method}; {100 * self.level:g}% interval = bootstrap + spread of "
+                f"{len(self.forms)} comparable law form(s) + extrapolation error {100 * self.slope:.2f}% per unit "
+                "of distance in (ln N, ln D) beyond the fitted runs):")
+        return "\n".join([head, format_table(rows, ["params N", "tokens D", self.label, "distance",
+                                                    "bootstrap +-", "forms +-", "extrapolation +-"])])
+
+
+def hull_distance(log_points: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Euclidean distance of each query point (ln N, ln D) to the convex hull of ``log_points``
+    (0 inside); runs on a line or at one point are their own hull."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    pts = np.unique(np.asarray(log_points, dtype=float), axis=0)
+    query = np.atleast_2d(np.asarray(query, dtype=float))
+    try:
+        hull = ConvexHull(pts)
+        edges = [(pts[i], pts[j]) for i, j in hull.simplices]
+        inside = np.all(query @ hull.equations[:, :2].T + hull.equations[:, 2] <= 1e-9, axis=1)
+    except (QhullError, ValueError):  # collinear or too few points: distance to the segments between them
+        order = np.lexsort(pts.T[::-1])
+        ends = pts[order]
+        edges = [(ends[0], ends[-1])] if len(ends) > 1 else [(ends[0], ends[0])]
+        inside = np.zeros(len(query), dtype=bool)
+    out = np.array([min(_segment_distance(q, a, b) for a, b in edges) for q in query])
+    return np.where(inside, 0.0, out)
+
+
+def _segment_distance(q: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    ab = b - a
+    t = 0.0 if not ab.any() else float(np.clip(np.dot(q - a, ab) / np.dot(ab, ab), 0.0, 1.0))
+    return float(np.linalg.norm(q - (a + t * ab)))
+
+
+def check_planned(n: Any, d: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Planned sizes and token counts as equal-length arrays of finite positive numbers."""
+    n_arr = np.atleast_1d(np.asarray(n, dtype=float))
+    d_arr = np.atleast_1d(np.asarray(d, dtype=float))
+    if n_arr.size == 1 and d_arr.size > 1:
+        n_arr = np.full(d_arr.size, n_arr[0])
+    if d_arr.size == 1 and n_arr.size > 1:
+        d_arr = np.full(n_arr.size, d_arr[0])
+    if n_arr.size != d_arr.size or n_arr.size == 0:
+        raise FitInputError(f"loss_at takes as many token counts as sizes; got {n_arr.size} sizes and "
+                            f"{d_arr.size} token counts")
+    if not (np.all(np.isfinite(n_arr) & (n_arr > 0)) and np.all(np.isfinite(d_arr) & (d_arr > 0))):
+        raise FitInputError(f"a planned run is a positive number of parameters N and tokens D; got N={n!r}, D={d!r}")
+    return n_arr, d_arr
+
+
+def rms_residual(result: Any) -> float:
+    """The RMS log-loss residual of a law's fit to its runs (in-sample)."""
+    residual = result.diagnostics.residuals["residual"].to_numpy(float)
+    return float(np.sqrt(np.mean(residual ** 2))) if residual.size else np.nan
+
+
+def has_law(result: Any) -> bool:
+    """Whether ``result`` gives a loss at any (N, D) (a law over N and D)."""
+    point = {k: np.array([[v]]) for k, v in result.params.items()}
+    return result.law_loss(point, np.ones((1, 1)), np.ones((1, 1))) is not None
+
+
+# The approaches that fit a law form by variable projection (``Vpnls``, ``Interaction``), each
+# registered by ``law_form`` where it is defined: the comparable forms a lone result is checked against.
+FORM_APPROACHES: list[type] = []
+
+
+def law_form(approach: type) -> type:
+    """Class decorator: ``approach`` fits a law form that ``loss_at`` compares a result with."""
+    FORM_APPROACHES.append(approach)
+    return approach
+
+
+def other_forms(result: Any) -> dict[str, Any]:
+    """The law forms fitted to ``result``'s runs besides its own (point fits, same focus), for the spread."""
+    focus = result.details.get("focus", "all")
+    out = {}
+    for kind in FORM_APPROACHES:
+        if kind.name == result.method or "U" in result.params:  # a data budget: the others ignore it
+            continue
+        try:
+            out[kind.name] = kind(bootstrap=0, focus=focus).fit(result.runs)
+        except FitInputError:
+            continue
+    return out
+
+
+def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
+            slope: float = EXTRAPOLATION_SLOPE) -> PlannedLoss:
+    """``result``'s law at each planned (N, D) with the combined interval (module docstring).
+
+    ``forms`` are other laws fitted to the same runs (method -> FitResult); by default the built-in
+    forms are fitted here. Only those whose RMS log residual is within FORM_TOLERANCE of the best's
+    count as comparable.
+    """
+    if not has_law(result):
+        raise FitInputError(f"{result.method} fits power laws in compute, not a loss L(N, D): the loss of a planned "
+                            "run needs a law over (N, D) (methods parametric, vpnls, interaction)")
+    if result.runs.scale != "params":
+        raise FitInputError(f"loss_at reads N as total parameters, and this law was fitted on {result.runs.scale}: "
+                            "fit with scale='params' (--scale params) to ask for the loss of a planned run")
+    n_arr, d_arr = check_planned(n, d)
+    point = np.asarray(result.loss_surface(n_arr, d_arr), dtype=float).ravel()
+    if not np.all(np.isfinite(point) & (point > 0)):
+        raise FitInputError(f"{result.method}'s law gives no finite positive loss at these runs: "
+                            f"{fmt.sig(float(np.nanmin(point)), 4)}; fit another method")
+    boot = np.zeros((2, point.size))
+    if len(result.samples):
+        with np.errstate(all="ignore"):
+            columns = {k: v[:, None] for k, v in result.draws().items()}
+            draws = np.asarray(result.law_loss(columns, n_arr[None, :], d_arr[None, :]), dtype=float)
+        draws = np.where(np.isfinite(draws) & (draws > 0), draws, np.nan)
+        tail = 50.0 * (1.0 - result.level)
+        lo, hi = np.nanpercentile(draws, [tail, 100.0 - tail], axis=0)
+        boot = np.vstack([np.log(point / lo), np.log(hi / point)])
+        boot = np.where(np.isfinite(boot), np.maximum(boot, 0.0), 0.0)
+    candidates = {result.method: result, **(other_forms(result) if forms is None else
+                                            {m: f for m, f in forms.items() if m != result.method})}
+    residuals = {m: rms_residual(f) for m, f in candidates.items() if has_law(f)}
+    best = min(v for v in residuals.values() if np.isfinite(v))
+    comparable = {m: v for m, v in residuals.items() if np.isfinite(v) and v <= FORM_TOLERANCE * best}
+    comparable.setdefault(result.method, residuals[result.method])
+    form = np.zeros((2, point.size))
+    for method in comparable:
+        if method == result.method:
+            continue
+        with np.errstate(all="ignore"):
+            other = np.log(np.asarray(candidates[method].loss_surface(n_arr, d_arr), dtype=float).ravel() / point)
+        other = np.where(np.isfinite(other), other, 0.0)
+        form = np.vstack([np.maximum(form[0], -other), np.maximum(form[1], other)])
+    runs = result.runs.frame
+    fitted = np.column_stack([np.log(runs["params"].to_numpy(float)), np.log(runs["tokens"].to_numpy(float))])
+    distance = hull_distance(fitted, np.column_stack([np.log(n_arr), np.log(d_arr)]))
+    from scipy.stats import norm
+
+    ext = float(norm.ppf(0.5 + result.level / 2)) * slope * distance
+    below = np.sqrt(boot[0] ** 2 + form[0] ** 2 + ext ** 2)
+    above = np.sqrt(boot[1] ** 2 + form[1] ** 2 + ext ** 2)
+    table = pd.DataFrame({"N": n_arr, "D": d_arr, "loss": point, "loss_lo": point * np.exp(-below),
+                          "loss_hi": point * np.exp(above), "distance": distance,
+                          "boot": np.maximum(*boot), "form": np.maximum(*form), "extrapolation": ext})
+    return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
+                       label=result.runs.label)
+
+
+def _pct(log_half_width: float) -> str:
+    return "-" if not np.isfinite(log_half_width) else f"{100 * np.expm1(log_half_width):.1f}%"
+
+
+__all__ = ["EXTRAPOLATION_SLOPE", "FORM_APPROACHES", "FORM_TOLERANCE", "PlannedLoss", "check_planned", "hull_distance",
+           "law_form", "loss_at"]

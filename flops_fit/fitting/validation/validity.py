@@ -1,0 +1,63 @@
+"""Whether a fit gives an answer at all: finite, positive and ordered, or failed with a reason.
+
+A weak sweep (few budgets, noisy runs) can drive a fit to NaN coefficients, an optimum of NaN
+parameters or 0 tokens, a point estimate outside its own bootstrap interval, or a loss
+interval reaching below zero. Such a fit is not an answer with a wide interval: it is no
+answer. ``failure`` names the first such defect (None for a usable fit); ``fit`` leaves a failed
+method out (``skipped`` with the reason, so out of the forecast, the agreement wording and the
+plots), and the held-out check reports a failed refit as a reason, never as numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.laws.profiles import budget_groups
+
+# Fixed by the runs, not estimated (result.CONSTANTS): not checked.
+CONSTANTS = ("k", "k_slope", "U")
+VALUES = (("N_opt", "N_opt", fmt.count), ("D_opt", "D_opt", fmt.count), ("loss", "loss", fmt.sig))
+# A point estimate this far (relative) outside its own percentile interval, at a budget inside the
+# sweep, means the resamples do not agree with the fit: the estimator is unstable there. Closer than
+# this (or beyond the sweep, where skewed extrapolations are expected) is left to the interval.
+OUTSIDE = 0.02
+
+
+def failure(result: Any, budgets: Sequence[float]) -> str | None:
+    """Why ``result`` gives no finite, ordered answer at ``budgets`` (its table's), or None: a
+    non-finite fitted parameter, a value or interval bound that is not finite and positive, or (at
+    a budget within the swept range) a point clearly outside its own interval."""
+    swept = budget_groups(result.runs)[0]
+    within = (float(np.min(swept)) * (1 - 1e-9), float(np.max(swept)) * (1 + 1e-9))
+    bad = [name for name, value in result.params.items() if name not in CONSTANTS and not np.isfinite(value)]
+    if bad:
+        return "fitted " + ", ".join(f"{name} = {result.params[name]}" for name in bad)
+    with np.errstate(all="ignore"):
+        table = result.predict(budgets)
+    for row in table.itertuples():
+        at = f"at {fmt.flops(row.budget)} FLOPs"
+        for key, name, show in VALUES:
+            value, lo, hi = getattr(row, key), getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi")
+            if not (np.isfinite(value) and value > 0):
+                return f"{name} {at} is {show(value)}"
+            bounds = [v for v in (lo, hi) if not np.isnan(v)]
+            if not bounds:
+                continue
+            if len(bounds) < 2 or not all(np.isfinite(bounds)) or min(bounds) <= 0:
+                return f"the {name} interval {at} is [{show(lo)}, {show(hi)}]"
+            if within[0] <= row.budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
+                return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
+    return None
+
+
+def failed_message(reason: str) -> str:
+    """The one line a failed method is skipped (or refused) with."""
+    return (f"failed: no finite, ordered answer ({reason}); the runs do not pin this method down "
+            f"(more budgets, sizes around each optimum, or less noisy runs help)")
+
+
+__all__ = ["failed_message", "failure"]

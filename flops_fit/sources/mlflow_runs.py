@@ -1,0 +1,65 @@
+"""MLflow runs, read with MLflow's own client: a tracking store folder (``mlruns``, MLflow's file
+store), a database file (``mlflow.db``) or any tracking URI (``sqlite:///...``, ``http://...``).
+
+A run's parameters and final metrics come from ``search_runs``, its curves from
+``get_metric_history``; MLflow's status FINISHED is a finished run, any other (FAILED,
+KILLED, RUNNING) leaves it out of the fit with its status said.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from flops_fit.errors import FitInputError
+from flops_fit.sources.base import TrackedRun
+
+
+def is_store(folder: Path) -> bool:
+    """Whether ``folder`` is an MLflow file store (experiments hold ``meta.yaml``) or holds one."""
+    return any(folder.glob("*/meta.yaml")) or (folder / "mlruns").is_dir() or (folder / "mlflow.db").is_file()
+
+
+def uri_of(source: Any) -> str:
+    if isinstance(source, str) and "://" in source:
+        return source
+    path = Path(source).resolve()
+    if path.is_file():
+        return f"sqlite:///{path}"
+    if (path / "mlflow.db").is_file():
+        return f"sqlite:///{path / 'mlflow.db'}"
+    return (path / "mlruns" if (path / "mlruns").is_dir() else path).as_uri()
+
+
+def _number(text: Any) -> Any:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return text
+
+
+def read_store(source: Any, *, experiment: str | None = None) -> list[TrackedRun]:
+    """Every run of the store (or of ``experiment``, by name) as a ``TrackedRun``."""
+    uri = uri_of(source)
+    if uri.startswith("file:"):  # MLflow 3 keeps its file store readable behind this switch
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiments = client.search_experiments()
+    if experiment is not None:
+        experiments = [e for e in experiments if e.name == experiment]
+        if not experiments:
+            names = ", ".join(repr(e.name) for e in client.search_experiments())
+            raise FitInputError(f"{source}: no MLflow experiment {experiment!r}; the store has {names}. "
+                                f"Name one with experiment= (CLI: --experiment)")
+    runs = []
+    for run in client.search_runs([e.experiment_id for e in experiments], max_results=50000):
+        info, data = run.info, run.data
+        series = {key: [(float(m.step), float(m.value)) for m in client.get_metric_history(info.run_id, key)]
+                  for key in data.metrics}
+        status = "finished" if info.status == "FINISHED" else info.status.lower()
+        runs.append(TrackedRun(info.run_name or info.run_id, status, {k: _number(v) for k, v in data.params.items()},
+                               dict(data.metrics), series))
+    return runs

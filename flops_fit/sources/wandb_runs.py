@@ -1,0 +1,132 @@
+"""Weights & Biases runs: offline run folders (``wandb/offline-run-*/run-*.wandb``, what
+``wandb.init(mode="offline")`` writes) and the runs table the W&B web page exports as CSV.
+
+An offline run's file is wandb's transaction log: a 7-byte header (":W&B", magic, version),
+then LevelDB-style log records (32 KiB blocks; each chunk a 7-byte header: CRC, length, type
+full / first / middle / last) whose payloads are wandb's own ``Record`` protobufs, decoded
+with ``wandb.proto.wandb_internal_pb2``. The config, summary and history records and the
+exit code give the run's parameters, final metrics, curves and status. wandb 0.31 ships no
+Python reader for this file (its reader is in the Go service), so the framing is read here;
+the records are the library's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from flops_fit.errors import FitInputError
+from flops_fit.sources.base import TrackedRun, flat
+
+HEADER = b":W&B"
+BLOCK = 32768
+CHUNK = struct.Struct("<IHB")  # crc32, length, type
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+EXPORT_COLUMNS = ("Name", "State")  # the W&B runs table's CSV export names runs and states so
+
+
+def run_files(folder: Path) -> list[Path]:
+    """The offline run files under ``folder`` (a run folder, a ``wandb`` folder or above it), each
+    once (wandb's ``latest-run`` link names one of them again)."""
+    for pattern in ("run-*.wandb", "*/run-*.wandb", "wandb/*/run-*.wandb"):
+        found = sorted(p for p in folder.glob(pattern) if not p.parent.is_symlink() or p.parent == folder)
+        if found:
+            return found
+    return []
+
+
+def _payloads(path: Path) -> list[bytes]:
+    data = path.read_bytes()
+    if not data.startswith(HEADER) or len(data) < 7:
+        raise FitInputError(f"{path}: not a W&B run file (no ':W&B' header); give the run folder wandb wrote")
+    out, pos, parts = [], 7, b""
+    while pos + CHUNK.size <= len(data):
+        left = BLOCK - pos % BLOCK
+        if left < CHUNK.size:
+            pos += left
+            continue
+        _, length, kind = CHUNK.unpack_from(data, pos)
+        pos += CHUNK.size
+        if kind == 0 and length == 0:  # zero padding at the end of a block
+            pos += left - CHUNK.size
+            continue
+        chunk = data[pos:pos + length]
+        pos += length
+        parts = chunk if kind in (FULL, FIRST) else parts + chunk
+        if kind in (FULL, LAST):
+            out.append(parts)
+    return out
+
+
+def _key(item: Any) -> str:
+    return ".".join(item.nested_key) if item.nested_key else item.key
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def read_file(path: Path) -> TrackedRun:
+    """One offline run from its ``run-*.wandb`` file."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    config: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    series: dict[str, list[tuple[float, float]]] = {}
+    run_id, status = path.stem.removeprefix("run-"), "running"
+    for payload in _payloads(path):
+        record = pb.Record()
+        try:
+            record.ParseFromString(payload)
+        except Exception as exc:  # protobuf's DecodeError: the file is cut or not wandb's
+            raise FitInputError(f"{path}: unreadable W&B record ({exc}); is the run file complete?") from None
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run_id = record.run.run_id or run_id
+            config.update({_key(u): _value(u.value_json) for u in record.run.config.update})
+        elif kind == "config":
+            config.update({_key(u): _value(u.value_json) for u in record.config.update})
+        elif kind == "summary":
+            summary.update({_key(u): _value(u.value_json) for u in record.summary.update})
+        elif kind == "history":
+            items = {_key(i): _value(i.value_json) for i in record.history.item}
+            step = items.get("_step", record.history.step.num)
+            for name, value in items.items():
+                if not name.startswith("_") and isinstance(value, (int, float)):
+                    series.setdefault(name, []).append((float(step), float(value)))
+        elif kind == "exit":
+            status = "finished" if record.exit.exit_code == 0 else f"failed (exit code {record.exit.exit_code})"
+    params = {k: v for k, v in flat({k: (v.get("value", v) if isinstance(v, dict) and "value" in v else v)
+                                     for k, v in config.items() if not k.startswith("_")}).items()}
+    metrics = {k: float(v) for k, v in summary.items() if not k.startswith("_") and isinstance(v, (int, float))
+               and not isinstance(v, bool) and math.isfinite(float(v))}
+    return TrackedRun(run_id, status, params, metrics, series)
+
+
+def read_offline(folder: Path) -> list[TrackedRun]:
+    """Every offline run under ``folder`` (or the one run file ``folder``)."""
+    files = [folder] if folder.is_file() else run_files(folder)
+    return [read_file(f) for f in files]
+
+
+def is_export(frame: pd.DataFrame) -> bool:
+    return all(c in frame for c in EXPORT_COLUMNS)
+
+
+def from_export(frame: pd.DataFrame) -> pd.DataFrame:
+    """The W&B runs table's CSV: its ``Name`` is the run id and its ``State`` the status, unless the
+    table has those columns of its own."""
+    out = frame.copy()
+    if "run_id" not in out:
+        out["run_id"] = out["Name"].astype(str)
+    if "status" not in out:
+        out["status"] = out["State"].astype(str).str.lower()
+    return out

@@ -1,0 +1,103 @@
+"""Results trained outside flops-fit: a lab's own scheduler trains the planned runs and hands
+each result back (``flops-fit record OUT RUN_ID --result result.json``, ``record_result``).
+
+The store's checks hold as for a run flops-fit trained: the run is in the stored plan, it
+trained the tokens the plan gave it, its held-out loss is a finite positive number, and a run
+with a result is never recorded twice (checked in the transaction that records it, so jobs
+may record their runs at once). Record runs that no sweep driver trains (``flops-fit sweep
+--record-only`` stores the plan alone). A refused result changes nothing stored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from flops_fit.errors import StoreError
+from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore
+from flops_fit.store.runs import RunResult
+
+FIELDS = {"loss": "held-out loss at the end (per token or sample)", "tokens": "units trained",
+          "steps": "optimizer steps (default: the plan's)", "curve": "[[tokens seen, training loss], ...]",
+          "status": '"done" (default) or "failed"', "error": "why it failed", "bpb": "held-out bits per byte",
+          "top1_error": "held-out top-1 error", "timings": "{name: seconds}", "device": "where it ran"}
+
+
+def read_result(path: str | Path) -> dict[str, Any]:
+    """A result file's JSON object; StoreError naming what is wrong with it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the result ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); write one object such as "
+                         '{"loss": 3.21, "tokens": 1048576}') from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{path}: the result must be one JSON object with loss and tokens, got {type(data).__name__}")
+    return data
+
+
+def _number(data: dict[str, Any], key: str, default: float = math.nan) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StoreError(f"result field {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | RunResult) -> RunResult:
+    """Store ``result`` (a mapping of ``FIELDS`` or a ``RunResult``) for the planned run ``run_id``
+    in the sweep folder ``out_dir``; StoreError (one line) for a result the store refuses."""
+    out_dir = Path(out_dir)
+    if not (out_dir / STORE_NAME).is_file():
+        raise StoreError(f"{out_dir}: no {STORE_NAME}; record the plan first (`flops-fit sweep CONFIG --out {out_dir} "
+                         "--record-only`)")
+    data = result.to_dict() if isinstance(result, RunResult) else dict(result)
+    data.pop("run_id", None)
+    unknown = sorted(set(data) - set(FIELDS) - {"flops", "unique_tokens", "epochs"})
+    if unknown:
+        raise StoreError(f"unknown result field(s) {', '.join(unknown)}; a result holds "
+                         + "; ".join(f"{k}: {v}" for k, v in FIELDS.items()))
+    with RunStore(out_dir) as store:
+        spec = next((r for r in store.planned_runs() if r.run_id == run_id), None)
+        if spec is None:
+            raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} "
+                             "--json` lists its run ids")
+        status = store.statuses().get(run_id)
+        if status in FINAL:
+            raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); a run is recorded once")
+        outcome = _result(spec, run_id, data)
+        try:
+            store.record(outcome, once=True)
+        except StoreError:
+            raise StoreError(f"run {run_id} already has a result in {out_dir}; a run is recorded once") from None
+    return outcome
+
+
+def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
+    state = data.get("status", "done")
+    if state not in FINAL:
+        raise StoreError(f"result status must be 'done' or 'failed', got {state!r}")
+    loss = _number(data, "loss")
+    if state == "done" and "tokens" not in data:
+        raise StoreError(f"run {run_id}: the result needs tokens (the units it trained; the plan gives {spec.tokens:,})")
+    tokens = _number(data, "tokens", spec.tokens if state == "failed" else math.nan)
+    if state == "done":
+        if not (math.isfinite(loss) and loss > 0):
+            raise StoreError(f"run {run_id}: the loss must be a finite positive number, got {data.get('loss')!r}; "
+                             'a run that diverged is recorded with "status": "failed" and its "error"')
+        if tokens != spec.tokens:
+            raise StoreError(f"run {run_id}: trained {tokens:g} tokens, the plan gives it {spec.tokens:,}; record a "
+                             "run that trained its planned tokens (its budget is what the fit compares)")
+    curve = data.get("curve") or []
+    try:
+        curve = [[float(t), float(v)] for t, v in curve]
+    except (TypeError, ValueError):
+        raise StoreError(f"run {run_id}: curve must be [[tokens seen, training loss], ...]") from None
+    return RunResult(run_id=run_id, status=state, loss=loss, tokens=int(tokens), flops=tokens * spec.flops_per_unit,
+                     steps=int(_number(data, "steps", spec.steps)), curve=curve, error=data.get("error"),
+                     timings={str(k): float(v) for k, v in (data.get("timings") or {}).items()},
+                     device=str(data.get("device", "outside")), bpb=_number(data, "bpb"),
+                     top1_error=_number(data, "top1_error"))

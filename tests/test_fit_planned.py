@@ -1,0 +1,105 @@
+"""The loss of a planned run: ``fitted.loss_at(N, D)`` and ``flops-fit fit --at N:D`` (issue 34, item 4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from flops_fit.cli.main import main
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import FitSet, fit
+from flops_fit.fitting.decisions.planned import EXTRAPOLATION_SLOPE, hull_distance
+from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss, synthetic_runs
+
+RESULT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "planned_runs.json"
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, noise=0.003).drop(columns=["curve"])
+
+
+@pytest.fixture(scope="module")
+def fitted(frame):
+    return fit(frame, "vpnls", bootstrap=40, tracking=False)
+
+
+def test_distance_is_zero_inside_the_runs_and_euclidean_in_logs_outside():
+    square = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    assert hull_distance(square, [[0.5, 0.5], [1.0, 0.2]]).tolist() == [0.0, 0.0]
+    assert hull_distance(square, [[3.0, 0.5], [4.0, 5.0]]) == pytest.approx([2.0, 5.0])
+    line = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])  # collinear runs: the segment is their hull
+    assert hull_distance(line, [[2.0, 0.0], [3.0, 2.0]]) == pytest.approx([np.sqrt(2.0), 1.0])
+
+
+def test_planned_runs_must_be_positive_and_paired(fitted):
+    assert fitted.loss_at(1e9, [1e10, 2e10]).table.N.tolist() == [1e9, 1e9]  # one size, two token counts
+    for n, d in ((-1e9, 1e10), (1e9, float("nan")), ([1e9, 2e9, 3e9], [1e10, 2e10])):
+        with pytest.raises(FitInputError, match="positive number of parameters|as many token counts as sizes"):
+            fitted.loss_at(n, d)
+
+
+def test_the_interval_holds_the_true_law_and_grows_with_distance(fitted, frame):
+    n_max = frame.params.max()
+    middle = frame[frame.budget == 1e18].iloc[3]  # the middle size at the middle budget: inside the runs
+    near, far = (middle.params, middle.tokens), (30 * n_max, 600 * n_max)  # and 30x the largest size
+    planned = fitted.loss_at([near[0], far[0]], [near[1], far[1]])
+    rows = planned.table
+    truth = law_loss(DEFAULT_LAW, rows.N.to_numpy(), rows.D.to_numpy())
+    assert np.all((rows.loss_lo < truth) & (truth < rows.loss_hi))
+    assert rows.distance[0] == 0.0 and rows.extrapolation[0] == 0.0
+    assert rows.distance[1] > 3.0  # ln 30 in N alone
+    z = norm.ppf(0.975)
+    assert rows.extrapolation[1] == pytest.approx(z * EXTRAPOLATION_SLOPE * rows.distance[1])
+    widths = (rows.loss_hi - rows.loss_lo) / rows.loss
+    assert widths[1] > widths[0]
+    assert set(planned.forms) >= {"vpnls"} and "vpnls" in planned.summary()
+
+
+def test_a_set_of_fits_answers_from_the_law_that_fits_best(frame):
+    fitted = FitSet({m: fit(frame, m, bootstrap=10, tracking=False) for m in ("isoflop", "vpnls", "interaction")})
+    planned = fitted.loss_at(1e9, 2e10)
+    residual = {m: np.sqrt(np.mean(fitted[m].diagnostics.residuals["residual"] ** 2)) for m in ("vpnls", "interaction")}
+    assert planned.method == min(residual, key=residual.get)
+    with pytest.raises(FitInputError, match="isoflop fits power laws in compute, not a loss L\\(N, D\\)"):
+        fitted["isoflop"].loss_at(1e9, 2e10)
+
+
+def test_cli_at_prints_json_and_text_and_refuses_a_bad_run(frame, tmp_path, capsys):
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "10", "--at", "1e9:2e10", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["planned"]
+    (run,) = planned["runs"]
+    assert run["N"] == 1e9 and run["D"] == 2e10 and run["loss_lo"] < run["loss"] < run["loss_hi"]
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "10", "--at", "1e9:2e10"]) == 0
+    assert "Planned runs (vpnls" in capsys.readouterr().out
+    for bad in ("1e9", "1e9:x", "-1e9:1e10", "1e9:2e10:3"):
+        assert main(["fit", str(csv), f"--at={bad}"]) == 2
+        assert "--at takes planned runs as N:D" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not RESULT.is_file(), reason="benchmarks/results/planned_runs.json not written yet")
+def test_the_shipped_extrapolation_slope_is_the_benchmarks_calibration():
+    calibration = json.loads(RESULT.read_text())["calibration"]
+    assert EXTRAPOLATION_SLOPE == pytest.approx(calibration["slope_chosen"], rel=0.01)
+
+
+@pytest.mark.skipif(not RESULT.is_file(), reason="benchmarks/results/planned_runs.json not written yet")
+def test_the_docs_quote_the_stored_result():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_planned_runs", RESULT.parents[1] / "bench_planned_runs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = json.loads(RESULT.read_text())
+    root = RESULT.parents[2]
+    assert bench.markdown(result) in (root / "docs" / "validation" / "planned-runs.md").read_text()
+    m = result["test"]["measured"]
+    row = next(line for line in (root / "README.md").read_text().splitlines() if "bench_planned_runs.py" in line)
+    for figure in (f"{100 * m['median_abs_error']:.2f}%", f"{100 * m['coverage']:.0f}%", f"{100 * m['median_width']:.1f}%"):
+        assert figure in row

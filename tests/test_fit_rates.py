@@ -1,0 +1,160 @@
+"""``fit_rates`` / ``flops-fit tune --from``: the learning-rate law of a sweep over rates that
+flops-fit did not train. The runs come from a generator with a known law,
+lr* = 2.0 N^-0.35 D^-0.10, and losses a parabola in log rate around it (plus noise)."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.errors import FitInputError
+from flops_fit.tuning.from_runs import heldout_check, measured_loss
+
+M, E_N, E_D = 2.0, -0.35, -0.10
+RATES = [1e-4 * 2 ** k for k in range(9)]
+
+
+def true_rate(n, d):
+    return M * n ** E_N * d ** E_D
+
+
+def sweep(noise=2e-4, seed=0):
+    """Four sizes x three token counts, each at nine rates; loss = floor + 0.02 log(lr/lr*)^2."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in (1e6, 2e6, 4e6, 8e6):
+        for ratio in (5, 20, 80):
+            d = ratio * n
+            for k, lr in enumerate(RATES):
+                floor = 2.0 + 50 / n ** 0.3 + 400 / d ** 0.3
+                loss = floor + 0.02 * math.log(lr / true_rate(n, d)) ** 2 + rng.normal(0, noise)
+                rows.append({"N": n, "D": d, "peak_lr": lr, "val": loss, "name": f"n{n:g}-d{d:g}-{k}"})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    return flops_fit.fit_rates(sweep(), params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val",
+                               run_id_col="name", bootstrap=100)
+
+
+def test_every_cell_finds_its_best_rate_with_an_interval(fitted):
+    assert len(fitted.cells) == 12 and all(c.fit.ok for c in fitted.cells)
+    for c in fitted.cells:
+        truth = true_rate(c.params, c.tokens)
+        assert c.fit.lr_opt == pytest.approx(truth, rel=0.1)
+        assert c.fit.lr_lo < c.fit.lr_opt < c.fit.lr_hi
+
+
+def test_bjorcks_form_recovers_the_known_exponents_within_its_intervals(fitted):
+    bjorck = fitted.forms["bjorck"]
+    for variable, truth in (("params", E_N), ("tokens", E_D)):
+        c = bjorck.exponents[variable]
+        assert c.lo <= truth <= c.hi and c.value == pytest.approx(truth, abs=0.03)
+    assert set(fitted.forms) == {"marin", "bjorck", "deepseek", "steplaw", "size"}
+    assert all(f.heldout is not None for f in fitted.forms.values())
+    assert fitted.chosen in fitted.forms and fitted.chosen in fitted.because
+
+
+def test_the_chosen_law_predicts_the_known_rate(fitted):
+    for n, d in ((3e6, 1e8), (8e6, 6.4e8)):
+        assert fitted.rate(n, d) == pytest.approx(true_rate(n, d), rel=0.15)
+
+
+def test_hparams_plans_like_a_tunes(fitted, tmp_path):
+    """The planner's rate for each run is the law's rate at that run (hparams = DIR)."""
+    folder = tmp_path / "law"
+    fitted.write(folder)
+    data = json.loads((folder / "hparams.json").read_text())
+    assert data["format"] == "flops-fit-hparams/2" and data["chosen"] == fitted.chosen and data["model"] is None
+    planned = flops_fit.plan(model="gpt", budgets=[4e8], sizes=[8, 12, 16], seq_len=16, batch_size=8, min_steps=5,
+                             model_config={"n_layer": 1, "n_head": 1},
+                             hparams={"tuned": str(folder), "beyond": "extrapolate"})
+    for run in planned.runs:
+        flops = run.flops if fitted.chosen == "deepseek" else None
+        expected = fitted.rate(run.params, run.tokens, nonembedding=run.params - (run.embedding_params or 0),
+                               flops=flops)
+        assert run.lr == pytest.approx(expected, rel=1e-9)
+        assert run.lr_source.startswith("tuned:")
+
+
+def test_repeated_runs_at_one_rate_are_averaged():
+    frame = sweep(noise=0)
+    repeat = frame.iloc[[3]].assign(val=frame.val.iloc[3] + 0.2, name="again")
+    frame.loc[3, "val"] -= 0.2
+    fitted = flops_fit.fit_rates(pd.concat([frame, repeat]), params_col="N", tokens_col="D", lr_col="peak_lr",
+                                 loss_col="val", run_id_col="name", bootstrap=0)
+    cell = next(c for c in fitted.cells if c.params == frame.N.iloc[3] and c.tokens == frame.D.iloc[3])
+    assert len(cell.fit.rates) == len(RATES) and len(cell.run_ids) == len(RATES) + 1
+    assert cell.fit.losses[3] == pytest.approx(sweep(noise=0).val.iloc[3])
+
+
+def test_measured_loss_reads_the_cells_own_curve(fitted):
+    cell = fitted.cells[0]
+    between = math.sqrt(cell.fit.rates[2] * cell.fit.rates[3])
+    assert measured_loss(cell, between) == pytest.approx((cell.fit.losses[2] + cell.fit.losses[3]) / 2)
+    assert math.isnan(measured_loss(cell, cell.fit.rates[0] / 2))  # nothing measured there
+
+
+def test_heldout_check_predicts_the_largest_cells(tmp_path):
+    path = tmp_path / "runs.csv"
+    sweep().to_csv(path, index=False)
+    largest = sweep().eval("6 * N * D").max()
+    check = heldout_check(path, held_flops=largest / 2, params_col="N", tokens_col="D", lr_col="peak_lr",
+                          loss_col="val", bootstrap=0)
+    assert len(check["cells"]) == 1 and check["fitted_cells"] == 11
+    assert 0 <= check["cells"][0]["excess"] < 0.005
+
+
+def test_cli_tune_from_writes_hparams(tmp_path, capsys):
+    path = tmp_path / "runs.csv"
+    sweep().to_csv(path, index=False)
+    out = tmp_path / "law"
+    assert main(["tune", "--from", str(path), "--out", str(out), "--params-col", "N", "--tokens-col", "D",
+                 "--lr-col", "peak_lr", "--loss-col", "val", "--run-id-col", "name", "--bootstrap", "20",
+                 "--model", "gpt"]) == 0
+    text = capsys.readouterr().out
+    assert "chosen:" in text and "bjorck" in text and str(out / "hparams.json") in text
+    assert json.loads((out / "hparams.json").read_text())["model"] == "gpt"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lr-col", "rate"], "no lr column 'rate'.*--lr-col"),
+    (["--lr-col", "peak_lr", "--loss-col", "nope"], "no loss column 'nope'"),
+])
+def test_cli_tune_from_bad_columns_one_line(tmp_path, capsys, args, message):
+    path = tmp_path / "runs.csv"
+    sweep().to_csv(path, index=False)
+    assert main(["tune", "--from", str(path), "--out", str(tmp_path / "o"), "--params-col", "N", "--tokens-col", "D",
+                 "--loss-col", "val", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and __import__("re").search(message, err)
+    assert not (tmp_path / "o" / "hparams.json").exists()
+
+
+def test_too_few_rates_says_how_to_fix():
+    frame = sweep()
+    frame = frame[frame.peak_lr.isin(RATES[:2])]
+    with pytest.raises(FitInputError, match="sweep at least 3 rates"):
+        flops_fit.fit_rates(frame, params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val", bootstrap=0)
+
+
+def test_an_unknown_option_is_named():
+    with pytest.raises(FitInputError, match="unknown option.*lr_column.*params_col"):
+        flops_fit.fit_rates(sweep(), lr_column="peak_lr")
+
+
+def test_fit_keeps_each_cells_best_rate_and_says_why(tmp_path, capsys):
+    """A sweep over rates given to `fit`: the mistuned runs are left out, each with its reason."""
+    frame = sweep().rename(columns={"peak_lr": "lr"})
+    runs = flops_fit.load_runs(frame, params_col="N", tokens_col="D", loss_col="val", run_id_col="name")
+    assert len(runs) == 12 and len(runs.excluded) == 12 * (len(RATES) - 1)
+    best = frame.loc[frame.groupby(["N", "D"])["val"].idxmin()]
+    assert sorted(runs.frame["run_id"]) == sorted(best["name"])
+    assert "is not its cell's best" in runs.excluded[0]["reason"] and "tune --from" in runs.excluded[0]["reason"]
+    everything = flops_fit.load_runs(frame, params_col="N", tokens_col="D", loss_col="val", all_rates=True)
+    assert len(everything) == len(frame)

@@ -1,0 +1,99 @@
+"""Plans out, results in: ``flops-fit plan --json / --csv`` for a lab's own scheduler, and
+``flops-fit record`` (``flops_fit.record_result``) storing what it trained, with the store's checks."""
+
+import csv
+import io
+import json
+import sqlite3
+
+import pytest
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.errors import StoreError
+from flops_fit.sweeps.config import load_config
+
+SPEC = ('[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nsizes = [8, 12, 16]\nseq_len = 16\nbatch_size = 8\nmin_steps = 5\n'
+        '[model]\nn_layer = 1\nn_head = 1\n')
+
+
+@pytest.fixture
+def planned(tmp_path, capsys):
+    spec = tmp_path / "sweep.toml"
+    spec.write_text(SPEC)
+    assert main(["plan", str(spec), "--json"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    out = tmp_path / "out"
+    assert main(["sweep", str(spec), "--out", str(out), "--record-only", "--skip-preflight"]) == 0
+    capsys.readouterr()
+    return spec, out, exported
+
+
+def rows(out):
+    db = sqlite3.connect(out / "runs.sqlite")
+    try:
+        return {r[0]: r[1:] for r in db.execute("SELECT run_id, status, loss, tokens FROM runs")}
+    finally:
+        db.close()
+
+
+def test_plan_exports_the_runs_the_store_records(planned, capsys):
+    spec, out, exported = planned
+    planned_runs = flops_fit.plan(load_config(spec).options).runs
+    assert [r["run_id"] for r in exported["runs"]] == [r.run_id for r in planned_runs] == list(rows(out))
+    first = exported["runs"][0]
+    assert first["tokens"] == planned_runs[0].tokens and first["lr"] == planned_runs[0].lr
+    assert first["flops"] == planned_runs[0].tokens * planned_runs[0].flops_per_unit
+    assert main(["plan", str(spec), "--csv"]) == 0
+    table = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["run_id"] for r in table] == [r.run_id for r in planned_runs]
+    assert [float(r["lr"]) for r in table] == [r.lr for r in planned_runs]  # every digit survives
+    assert json.loads(table[0]["model_config"]) == planned_runs[0].model_config
+
+
+def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
+    _, out, exported = planned
+    run = exported["runs"][1]
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"loss": 3.5, "tokens": run["tokens"], "curve": [[run["tokens"] / 2, 4.0]]}))
+    assert main(["record", str(out), run["run_id"], "--result", str(result)]) == 0
+    assert rows(out)[run["run_id"]] == ("done", 3.5, run["tokens"])
+    frame = flops_fit.load_runs(out).frame
+    assert frame["run_id"].tolist() == [run["run_id"]] and frame["curve"][0].tolist() == [[run["tokens"] / 2, 4.0]]
+    capsys.readouterr()
+    result.write_text(json.dumps({"loss": 3.0, "tokens": run["tokens"]}))
+    assert main(["record", str(out), run["run_id"], "--result", str(result)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already has a result" in err
+    assert rows(out)[run["run_id"]] == ("done", 3.5, run["tokens"])  # the first result stays
+
+
+@pytest.mark.parametrize("content, run_index, message", [
+    ({"loss": 3.5, "tokens": 1}, 0, "trained 1 tokens, the plan gives it"),
+    ({"loss": float("nan"), "tokens": None}, 0, "loss must be a finite positive number"),
+    ({"loss": 3.5}, 0, "the result needs tokens"),
+    ({"loss": 3.5, "tokens": None, "lr": 1.0}, 0, "unknown result field(s) lr"),
+    ({"loss": 3.5, "tokens": None}, None, "is not in the plan stored in"),
+    ("{not json", 0, "not JSON"),
+])
+def test_a_refused_result_is_one_line_and_changes_nothing(planned, tmp_path, capsys, content, run_index, message):
+    _, out, exported = planned
+    run_id = exported["runs"][run_index]["run_id"] if run_index is not None else "0123456789abcdef"
+    if isinstance(content, dict) and content.get("tokens", 0) is None:
+        content["tokens"] = exported["runs"][0]["tokens"]
+    result = tmp_path / "result.json"
+    result.write_text(content if isinstance(content, str) else json.dumps(content))
+    before = rows(out)
+    assert main(["record", str(out), run_id, "--result", str(result)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert rows(out) == before
+
+
+def test_record_result_api_and_a_failed_run(planned):
+    _, out, exported = planned
+    run = exported["runs"][2]
+    stored = flops_fit.record_result(out, run["run_id"], {"status": "failed", "error": "diverged at step 3"})
+    assert stored.status == "failed" and rows(out)[run["run_id"]][0] == "failed"
+    with pytest.raises(StoreError, match="already has a result"):
+        flops_fit.record_result(out, run["run_id"], {"loss": 3.0, "tokens": run["tokens"]})

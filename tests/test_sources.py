@@ -1,0 +1,164 @@
+"""Runs from trackers: real W&B offline runs, an MLflow file store and TensorBoard event files,
+each written by its own library here, read back by ``load_runs`` (and fitted by ``fit_rates``)."""
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.errors import FitInputError
+from flops_fit.fitting.synthetic import synthetic_runs
+
+STEPS = 5
+# (params, tokens, lr, held-out loss, finished): two sizes at two rates each, one run failed
+RUNS = [(1e6, 2e7, 1e-3, 4.0, True), (1e6, 2e7, 3e-3, 3.9, True), (2e6, 4e7, 1e-3, 3.5, True),
+        (2e6, 4e7, 3e-3, 3.6, False)]
+
+
+def curve(params: float, step: int) -> float:
+    return 6.0 - step * 0.1 - math.log10(params) * 0.01
+
+
+@pytest.fixture
+def quiet_env(tmp_path, monkeypatch):
+    for name, value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "MLFLOW_ALLOW_FILE_STORE": "true",
+                        "WANDB_CONFIG_DIR": str(tmp_path / "wandb-home"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-home"),
+                        "WANDB_DATA_DIR": str(tmp_path / "wandb-home")}.items():
+        monkeypatch.setenv(name, value)
+    return tmp_path
+
+
+def check(runs, ids_failed=1):
+    """The finished runs with the values logged, curves on tokens, the failed one left out."""
+    frame = runs.frame.sort_values(["params", "lr"]).reset_index(drop=True)
+    finished = [r for r in RUNS if r[4]]
+    assert len(frame) == len(finished) and len(runs.excluded) == ids_failed
+    assert frame["params"].tolist() == [r[0] for r in finished]
+    assert frame["tokens"].tolist() == [r[1] for r in finished]
+    assert frame["loss"].tolist() == pytest.approx([r[3] for r in finished], rel=1e-6)
+    assert frame["lr"].tolist() == pytest.approx([r[2] for r in finished])
+    for (params, tokens, *_), c in zip(finished, frame["curve"], strict=True):
+        assert np.allclose(c[:, 0], [tokens * s / STEPS for s in range(1, STEPS + 1)])
+        assert np.allclose(c[:, 1], [curve(params, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+    assert runs.has_curves
+
+
+def test_wandb_offline_runs_read_back(quiet_env):
+    wandb = pytest.importorskip("wandb")
+    for params, tokens, lr, loss, ok in RUNS:
+        run = wandb.init(mode="offline", project="sweep", dir=str(quiet_env),
+                         config={"model": {"params": params}, "tokens": tokens, "lr": lr, "steps": STEPS,
+                                 "warmup_steps": 1, "min_lr_ratio": 0.1, "batch_size": 8, "seq_len": 16})
+        for s in range(1, STEPS + 1):
+            run.log({"train_loss": curve(params, s)}, step=s)
+        run.summary["eval/loss"] = loss
+        run.finish(exit_code=0 if ok else 1)
+    runs = flops_fit.load_runs(quiet_env / "wandb", params_col="model.params", loss_col="eval/loss", keep=("lr",), all_rates=True)
+    check(runs)
+    assert "exit code 1" in runs.excluded[0]["reason"]
+    assert runs.frame["schedule"][0] == {"schedule": "cosine", "steps": STEPS, "warmup_steps": 1, "cooldown_start": 0,
+                                         "cooldown_shape": "1-sqrt", "min_lr_ratio": 0.1, "batch_size": 8,
+                                         "seq_len": 16}  # what the whole-curve law reads
+
+
+def test_mlflow_file_store_read_back(quiet_env):
+    mlflow = pytest.importorskip("mlflow")
+    store = quiet_env / "mlruns"
+    mlflow.set_tracking_uri(store.as_uri())
+    mlflow.set_experiment("sweep")
+    for params, tokens, lr, loss, ok in RUNS:
+        with mlflow.start_run():
+            mlflow.log_params({"params": params, "tokens": tokens, "lr": lr})
+            for s in range(1, STEPS + 1):
+                mlflow.log_metric("train_loss", curve(params, s), step=s)
+            mlflow.log_metric("val_loss", loss)
+            if not ok:
+                mlflow.end_run(status="FAILED")
+    runs = flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",), all_rates=True)
+    check(runs)
+    assert "schedule" not in runs.frame  # the runs logged no schedule: the whole-curve law says so
+    check(flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",), experiment="sweep", all_rates=True))
+    with pytest.raises(FitInputError, match="no MLflow experiment 'other'.*'sweep'"):
+        flops_fit.load_runs(store, loss_col="val_loss", experiment="other")
+    with pytest.raises(FitInputError, match="no loss column 'eval_loss'.*'val_loss'.*--loss-col"):
+        flops_fit.load_runs(store, loss_col="eval_loss")
+    with pytest.raises(FitInputError, match="curve metric 'loss/train'.*'train_loss'"):
+        flops_fit.load_runs(store, loss_col="val_loss", curve_metric="loss/train")
+
+
+def test_tensorboard_event_files_read_back(tmp_path):
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for k, (params, tokens, lr, loss, ok) in enumerate(RUNS):
+        if not ok:
+            continue  # event files hold no status: a failed run is one that is not there
+        with tensorboard.SummaryWriter(str(tmp_path / "logs" / f"run{k}")) as writer:
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("train_loss", curve(params, s), global_step=s)
+            writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name=".")
+    check(flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", keep=("lr",), all_rates=True), ids_failed=0)
+
+
+def test_wandb_csv_export_names_and_states(tmp_path):
+    """The runs table W&B's page exports: Name and State columns beside config and summary."""
+    path = tmp_path / "wandb_export.csv"
+    pd.DataFrame({"Name": ["a", "b", "c"], "State": ["finished", "crashed", "finished"], "params": [1e6, 2e6, 4e6],
+                  "tokens": [2e7, 4e7, 8e7], "eval/loss": [4.0, 3.5, 3.2]}).to_csv(path, index=False)
+    runs = flops_fit.load_runs(path, loss_col="eval/loss")
+    assert runs.frame["run_id"].tolist() == ["a", "c"]
+    assert runs.excluded == [{"run_id": "b", "reason": "status 'crashed'"}]
+
+
+def test_boundaries_one_line_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text('params,tokens,loss\n1,2,3\n"4,5,6\n')
+    with pytest.raises(FitInputError, match="not a readable CSV"):
+        flops_fit.load_runs(bad)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["fit", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no tracker's runs" in err
+    assert main(["fit", str(bad)]) == 2
+    assert "not a readable CSV" in capsys.readouterr().err
+    assert os.listdir(empty) == []
+
+
+def test_a_report_goes_beside_a_trackers_folder_never_into_it(tmp_path):
+    from flops_fit.cli.fit import default_report_path
+
+    (tmp_path / "mlruns").mkdir()
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "runs.sqlite").touch()
+    assert default_report_path(str(tmp_path / "mlruns")) == tmp_path / "mlruns.report.html"
+    assert default_report_path(str(tmp_path / "sweep")) == tmp_path / "sweep" / "report.html"
+    assert default_report_path(str(tmp_path / "runs.csv")) == tmp_path / "runs.report.html"
+    assert default_report_path("sqlite:///x/mlflow.db") == Path("report.html")
+
+
+def test_a_sweep_in_mlflow_fits_as_its_table_does(quiet_env):
+    """fit() reads the tracker the way it reads the same runs as a table: the same law."""
+    mlflow = pytest.importorskip("mlflow")
+
+    table = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, curve_points=4)
+    store = quiet_env / "mlruns"
+    mlflow.set_tracking_uri(store.as_uri())
+    mlflow.set_experiment("isoflop")
+    for row in table.itertuples():
+        with mlflow.start_run(run_name=row.run_id):
+            mlflow.log_params({"params": row.params, "tokens": row.tokens, "budget": row.budget})
+            for seen, value in row.curve:
+                mlflow.log_metric("train_loss", value, step=int(seen))
+            mlflow.log_metric("eval_loss", row.loss)
+    columns = table[["run_id", "params", "tokens", "budget", "loss"]]
+    from_table = flops_fit.fit(columns, method="isoflop", bootstrap=20)
+    from_tracker = flops_fit.fit(store, method="isoflop", bootstrap=20, loss_col="eval_loss")
+    a, b = from_tracker.predict([1e20]), from_table.predict([1e20])
+    point = [c for c in b.columns if not c.endswith(("_lo", "_hi"))]  # intervals resample in the runs' order
+    assert np.allclose(a[point].to_numpy(float), b[point].to_numpy(float), rtol=1e-9)
+    runs = flops_fit.load_runs(store, loss_col="eval_loss")
+    assert runs.has_curves and len(runs) == len(table)
