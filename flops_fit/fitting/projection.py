@@ -15,7 +15,7 @@ import pandas as pd
 
 from flops_fit.fitting.approach import Approach
 from flops_fit.fitting.bootstrap import resample_weights
-from flops_fit.fitting.estimators import NM_MAXITER, Solution, fit_projection
+from flops_fit.fitting.estimators import NM_MAXITER, Solution, fit_projection, fit_projection_rows
 from flops_fit.fitting.focus import check_focus, focus_weights
 from flops_fit.fitting.forms import LawForm
 from flops_fit.fitting.inputs import Runs
@@ -72,7 +72,7 @@ class ProjectionApproach(Approach):
         samples, boot_status, boot_iterations = pd.DataFrame(), None, None
         if self.bootstrap:
             draws = resample_weights(loss.size, self.bootstrap, self.seed) * weights
-            solved = [fit_projection(form, x, loss, w, start=est.theta, floor=floor) for w in draws]
+            solved = fit_projection_rows(form, x, loss, draws, est.theta, floor)  # every resample at once
             samples = pd.DataFrame(unscale(solved))
             boot_iterations = np.array([s.iterations for s in solved])
             boot_status = np.array([s.status for s in solved])
