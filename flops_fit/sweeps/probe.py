@@ -65,9 +65,8 @@ def probe(runs: list[RunSpec], *, host: Any = None, threads: int | None = None) 
     timings = []
     try:
         for spec in specs:
-            marks: list[float] = []
             start = time.perf_counter()
-            result = train(spec, lambda run_id, done, total, loss: marks.append(time.perf_counter()), host=host)
+            result = train(spec, host=host)
             total = time.perf_counter() - start
             train_s, setup_s = result.timings.get("train_s", 0.0), result.timings.get("setup_s", 0.0)
             eval_s = result.timings.get("eval_s", max(0.0, total - setup_s - train_s))
