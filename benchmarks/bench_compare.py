@@ -105,7 +105,7 @@ def main() -> None:
         t0 = time.perf_counter()
         result = flops_fit.compare(base, folder, method=args.method, bootstrap=args.bootstrap, names=("seed0", name))
         print(f"\n== {name} over seed0 ({time.perf_counter() - t0:.0f} s) ==\n{result.summary()}", flush=True)
-        result.report(out / f"compare-{name}")
+        flops_fit.write_comparison(result, out / f"compare-{name}")
         report[name] = result.to_dict()
     saved.write_text(json.dumps(report, indent=2))
 

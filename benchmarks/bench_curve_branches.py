@@ -35,8 +35,8 @@ def coarsen(curve, factor: int) -> np.ndarray:
 
 def hide(runs, rows):
     """``runs`` with the branches at ``rows`` cut to their stable phase and without a held-out loss."""
-    from flops_fit.fitting.curve_areas import units_per_step
     from flops_fit.fitting.inputs import Runs
+    from flops_fit.fitting.laws.curve_areas import units_per_step
 
     frame = runs.frame.copy()
     for i in rows:
@@ -56,9 +56,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from flops_fit.fitting import load_runs
-    from flops_fit.fitting.curve_law import CurveLaw
-    from flops_fit.fitting.interaction import Interaction
-    from flops_fit.fitting.vpnls import Vpnls
+    from flops_fit.fitting.approaches.curve_law import CurveLaw
+    from flops_fit.fitting.approaches.interaction import Interaction
+    from flops_fit.fitting.approaches.vpnls import Vpnls
 
     runs = load_runs(args.out)
     if args.coarsen > 1:

@@ -29,8 +29,8 @@ def main() -> None:
     from scipy.optimize import minimize
 
     from flops_fit.fitting import fit, load_runs
-    from flops_fit.fitting.bootstrap import resample_weights
-    from flops_fit.fitting.parametric import law_columns, objective
+    from flops_fit.fitting.approaches.parametric import law_columns, objective
+    from flops_fit.fitting.laws.bootstrap import resample_weights
 
     runs = load_runs(args.data, params_col="Model Size", flops_col="Training FLOP", loss_col="loss", exclude_top=5)
     print(f"{len(runs)} runs; CPUs visible: {os.cpu_count()}; load average: {os.getloadavg()[0]:.1f}")

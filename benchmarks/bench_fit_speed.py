@@ -27,7 +27,7 @@ CHILD = r"""
 import json, sys, time
 import numpy as np
 from flops_fit.fitting import fit, load_runs
-from flops_fit.fitting.parametric import Parametric
+from flops_fit.fitting import Parametric  # both layouts export it
 store, bootstrap = sys.argv[1], int(sys.argv[2])
 runs = load_runs(store)
 start = time.perf_counter()

@@ -28,10 +28,10 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import APPROACHES, load_runs
-from flops_fit.fitting.forecast import forecasts
-from flops_fit.fitting.holdout import observe
-from flops_fit.fitting.profiles import budget_groups
+from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.scales import SCALES
+from flops_fit.fitting.validation.forecast import forecasts
+from flops_fit.fitting.validation.holdout import observe
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 MIN_FIT = 3

@@ -19,10 +19,10 @@ import argparse
 
 import numpy as np
 
-from flops_fit.fitting.holdout import observe
 from flops_fit.fitting.inputs import load_runs
-from flops_fit.fitting.laws import law_loss
+from flops_fit.fitting.laws.laws import law_loss
 from flops_fit.fitting.synthetic import optimal_size, synthetic_runs
+from flops_fit.fitting.validation.holdout import observe
 from flops_fit.tables import format_table
 
 LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from flops_fit.fitting import APPROACHES, fit
-from flops_fit.fitting._lbfgs import STATUS, minimize_batch
-from flops_fit.fitting.isoflop import Isoflop
-from flops_fit.fitting.parametric import convergence_report
-from flops_fit.fitting.report import write_report
+from flops_fit.fitting.approaches.isoflop import Isoflop
+from flops_fit.fitting.approaches.parametric import convergence_report
+from flops_fit.fitting.laws._lbfgs import STATUS, minimize_batch
+from flops_fit.fitting.report.html_report import write_report
+from flops_fit.fitting.report.profile_plots import draw_profiles
 from flops_fit.fitting.synthetic import synthetic_runs
 
 
@@ -83,7 +84,7 @@ def test_every_result_draws_its_own_profiles(method):
         runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, curve_points=10, seed=1)
     fitted = fit(runs, method=method, bootstrap=0)
     ax = Figure().add_subplot()
-    fitted.draw_profiles(ax)
+    draw_profiles(fitted, ax)
     ylabel = "training loss" if method == "curve" else "loss (nats)"  # the curve law draws the training curves
     assert ax.get_xscale() == "log" and ax.get_ylabel() == ylabel and ax.get_title()
     # Points (runs and minima, or the fitted envelope points) and lines (fitted profiles, or curves).

@@ -10,7 +10,7 @@ from test_fit_inference import stated
 
 import flops_fit
 from flops_fit.cli.main import main
-from flops_fit.fitting.compare import compare_results
+from flops_fit.fitting.decisions.compare import compare_results
 from flops_fit.fitting.synthetic import DEFAULT_LAW, synthetic_runs
 
 BUDGETS = (1e17, 1e18, 1e19)

@@ -11,7 +11,7 @@ import pytest
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import APPROACHES, fit, load_runs
-from flops_fit.fitting.curve_law import CurveLaw
+from flops_fit.fitting.approaches.curve_law import CurveLaw
 
 TRUTH = {"E": 1.2, "A": 40.0, "alpha": 0.34, "B": 60.0, "beta": 0.3, "F": 500.0, "C": 0.25, "tau": 40.0,
          "delta": 0.06}

@@ -7,8 +7,8 @@ import pytest
 
 import flops_fit
 from flops_fit.fitting import load_runs
-from flops_fit.fitting.data_limit import PAPER_R_STAR, effective_data
-from flops_fit.fitting.laws import law_loss
+from flops_fit.fitting.approaches.data_limit import PAPER_R_STAR, effective_data
+from flops_fit.fitting.laws.laws import law_loss
 from flops_fit.fitting.synthetic import DEFAULT_LAW, synthetic_runs
 
 LAW = {**DEFAULT_LAW, "r_star": 15.0}

@@ -53,7 +53,7 @@ def test_bootstrap_intervals_overlap_epochs(epoch_fit):
 
 
 def test_warm_started_bootstrap_reaches_the_full_grid_optimum(epoch_fit):
-    from flops_fit.fitting.parametric import huber_fit, law_columns
+    from flops_fit.fitting.approaches.parametric import huber_fit, law_columns
 
     log_n, log_d, loss, _ = law_columns(epoch_fit.runs)
     starts = np.array([[np.log(epoch_fit.params["A"]) + 0.3, np.log(epoch_fit.params["B"]) - 0.3,
@@ -66,7 +66,7 @@ def test_warm_started_bootstrap_reaches_the_full_grid_optimum(epoch_fit):
 def test_batched_lbfgs_matches_scipy_lbfgsb(epoch_fit):
     from scipy.optimize import minimize
 
-    from flops_fit.fitting.parametric import INIT_GRID, law_columns, objective
+    from flops_fit.fitting.approaches.parametric import INIT_GRID, law_columns, objective
 
     log_n, log_d, loss, _ = law_columns(epoch_fit.runs)
     ones = np.ones(log_n.size)

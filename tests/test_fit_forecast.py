@@ -13,13 +13,13 @@ import pytest
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.fitting import fit, load_runs
-from flops_fit.fitting.forecast import TIE
-from flops_fit.fitting.forms import InteractionForm
-from flops_fit.fitting.holdout import observe
-from flops_fit.fitting.laws import fit_loss_law, law_loss
-from flops_fit.fitting.report import write_report
+from flops_fit.fitting.laws.forms import InteractionForm
+from flops_fit.fitting.laws.laws import fit_loss_law, law_loss
+from flops_fit.fitting.report.html_report import write_report
 from flops_fit.fitting.scales import rescale, to_params
 from flops_fit.fitting.synthetic import optimal_size, synthetic_runs
+from flops_fit.fitting.validation.forecast import TIE
+from flops_fit.fitting.validation.holdout import observe
 
 # Hoffmann et al.'s fitted law: its IsoFLOP profiles are asymmetric in log N (beta < alpha).
 LAW = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
@@ -188,7 +188,7 @@ def test_holdout_forward_chooses_the_forecast_by_its_error_at_the_largest_ratios
 
 
 def test_the_error_slope_is_the_rms_of_log_error_over_log_ratio():
-    from flops_fit.fitting.chaining import Record, error_slope, score, score_cutoff
+    from flops_fit.fitting.validation.chaining import Record, error_slope, score, score_cutoff
 
     def rec(ratio, err):
         return Record(method="m", scale="params", focus=None, fitted_upto=1.0, budget=ratio, ratio=ratio,
@@ -202,7 +202,7 @@ def test_the_error_slope_is_the_rms_of_log_error_over_log_ratio():
 
 
 def test_combine_adds_the_parts_in_quadrature_per_side():
-    from flops_fit.fitting.forecast import combine
+    from flops_fit.fitting.validation.forecast import combine
 
     (value, lo, hi), parts = combine((2.0, 2.0 * math.exp(-0.03), 2.0 * math.exp(0.04)), [1.9, 2.0, 2.2], 0.05)
     assert value == 2.0
@@ -254,8 +254,8 @@ def test_a_bad_scale_on_the_command_line_is_one_line_and_exit_2(forecast_json, c
 
 
 def test_forward_chaining_a_law_the_runs_follow_exactly_has_no_error_to_grow():
-    from flops_fit.fitting.chaining import error_slope, forward_chain
-    from flops_fit.fitting.vpnls import Vpnls
+    from flops_fit.fitting.approaches.vpnls import Vpnls
+    from flops_fit.fitting.validation.chaining import error_slope, forward_chain
 
     runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7, noise=0.0))
     records, reasons = forward_chain([Vpnls(bootstrap=0)], runs, ["params"], curve="slice")

@@ -11,7 +11,7 @@ import pytest
 
 from flops_fit.cli.main import main
 from flops_fit.fitting import FitInputError, fit
-from flops_fit.fitting.laws import law_loss
+from flops_fit.fitting.laws.laws import law_loss
 from flops_fit.fitting.synthetic import DEFAULT_LAW, optimal_size, synthetic_runs
 
 BUDGETS = (1e17, 1e18, 1e19, 1e20)

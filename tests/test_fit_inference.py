@@ -8,10 +8,10 @@ import pytest
 
 import flops_fit
 from flops_fit.cli.main import main
+from flops_fit.fitting.approaches.parametric import ParametricResult
+from flops_fit.fitting.approaches.result import Diagnostics
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws import frontier_exponents
-from flops_fit.fitting.parametric import ParametricResult
-from flops_fit.fitting.result import Diagnostics
+from flops_fit.fitting.laws.laws import frontier_exponents
 from flops_fit.fitting.synthetic import synthetic_runs
 
 # Chinchilla's fitted law (Hoffmann et al. 2022, eq. 10), as the paper's code states it

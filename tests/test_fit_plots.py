@@ -9,8 +9,8 @@ import pytest
 from flops_fit.cli.main import main
 from flops_fit.fitting import fit
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.plots import PLOTS
-from flops_fit.fitting.report import write_report
+from flops_fit.fitting.report.html_report import write_report
+from flops_fit.fitting.report.plots import PLOTS
 from flops_fit.fitting.synthetic import synthetic_runs
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -126,7 +126,7 @@ def test_the_figures_draw_every_fitted_method_in_its_own_colour(fitted, held_out
     from matplotlib.colors import to_hex
 
     from flops_fit.fitting import APPROACHES
-    from flops_fit.fitting.figures import forest, headline, holdout_figure, method_colours
+    from flops_fit.fitting.report.figures import forest, headline, holdout_figure, method_colours
 
     # method="all": every registered method, interaction included, but the curve law (it needs each run's
     # learning-rate schedule, which a sweep's store has and a DataFrame does not)

@@ -13,8 +13,8 @@ import pytest
 from scipy.optimize import minimize
 
 from flops_fit.fitting import load_runs
-from flops_fit.fitting._simplex import initial_simplex, minimize_simplex
-from flops_fit.fitting.estimators import (
+from flops_fit.fitting.laws._simplex import initial_simplex, minimize_simplex
+from flops_fit.fitting.laws.estimators import (
     NM_MAXITER,
     constrained_lstsq,
     constrained_lstsq_rows,
@@ -22,9 +22,9 @@ from flops_fit.fitting.estimators import (
     fit_projection_rows,
     floor_solve,
 )
-from flops_fit.fitting.focus import FLOOR
-from flops_fit.fitting.forms import Chinchilla, InteractionForm
-from flops_fit.fitting.parametric import INIT_GRID, grid_search, law_columns, objective, pruned_grid
+from flops_fit.fitting.laws.focus import FLOOR
+from flops_fit.fitting.laws.forms import Chinchilla, InteractionForm
+from flops_fit.fitting.approaches.parametric import INIT_GRID, grid_search, law_columns, objective, pruned_grid
 from flops_fit.fitting.synthetic import synthetic_runs
 
 

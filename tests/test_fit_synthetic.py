@@ -93,7 +93,7 @@ def test_all_methods_agree_on_clean_data_and_disagreement_is_reported(fitted_all
     assert fitted.warnings == []
     # A law with a different exponent fitted to other runs must be called out.
     other = fit(synthetic_runs(law={**DEFAULT_LAW, "beta": 0.8}, seed=2), method="isoflop", bootstrap=50)
-    from flops_fit.fitting.fit_set import FitSet
+    from flops_fit.fitting.approaches.fit_set import FitSet
 
     both = FitSet({"parametric": fitted["parametric"], "isoflop": other})
     assert len(both.warnings) == 1 and "approaches disagree: parametric gives a = " in both.warnings[0]

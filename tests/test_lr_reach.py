@@ -114,7 +114,7 @@ def test_the_fit_report_lists_runs_whose_rate_came_from_beyond_the_tune():
     import pandas as pd
 
     from flops_fit.fitting.inputs import Runs
-    from flops_fit.fitting.rate_notes import reach_note
+    from flops_fit.fitting.report.rate_notes import reach_note
 
     sources = ["tuned:t", "tuned:t (beyond the tune: tokens x2.3)", "centre:marin x0.2 (beyond tuned:t: tokens x7.9)"]
     text = "".join(reach_note(Runs(pd.DataFrame({"lr_source": sources}), "a store")))
@@ -132,7 +132,7 @@ def test_the_forecast_says_how_far_its_target_carries_the_tuned_law(tmp_path):
     import pandas as pd
 
     from flops_fit.fitting.inputs import Runs
-    from flops_fit.fitting.rate_notes import target_rate_note
+    from flops_fit.fitting.report.rate_notes import target_rate_note
 
     law = tmp_path / "hparams.json"
     cells = [{"params": 1e3, "tokens": 2.0e6, "in_law": True}, {"params": 1e4, "tokens": 4.0e5, "in_law": True},
@@ -160,7 +160,7 @@ def test_runs_read_from_a_table_keep_where_each_rate_came_from():
     import pandas as pd
 
     from flops_fit.fitting.inputs import load_runs
-    from flops_fit.fitting.rate_notes import reach_note
+    from flops_fit.fitting.report.rate_notes import reach_note
 
     sources = ["tuned:t", "tuned:t (beyond the tune: tokens x2.3)"] * 4
     frame = pd.DataFrame({"params": [1e4, 2e4, 4e4, 8e4] * 2, "tokens": [1e6, 5e5, 2.5e5, 1.25e5] * 2,

@@ -76,8 +76,8 @@ def test_fitting_the_error_reads_its_column_and_leaves_the_loss_curves_out():
 
 
 def test_the_error_law_recovers_a_known_frontier_and_the_report_plots_it(tmp_path):
-    from flops_fit.fitting.error_law import error_frontier, fit_error_law
-    from flops_fit.fitting.report import write_report
+    from flops_fit.fitting.laws.error_law import error_frontier, fit_error_law
+    from flops_fit.fitting.report.html_report import write_report
 
     law = {"a": 40.0, "b": 0.35, "d": 2e9, "c": 0.08}
     flops = np.geomspace(1e10, 1e14, 12)

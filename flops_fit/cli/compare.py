@@ -37,7 +37,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                metric=args.metric)
     print(result.to_json() if args.json else result.summary())
     if args.out:
-        path = result.report(Path(args.out))
+        path = flops_fit.write_comparison(result, Path(args.out))
         if not args.json:
             print(f"report written to {path}")
     return 0

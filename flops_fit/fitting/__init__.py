@@ -13,24 +13,25 @@ from typing import Any
 import numpy as np
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.approach import Approach
-from flops_fit.fitting.compare import Comparison, compare_results
-from flops_fit.fitting.curve_law import CurveLaw
-from flops_fit.fitting.data_limit import DataLimited, check_unique_tokens
-from flops_fit.fitting.envelope import Envelope
-from flops_fit.fitting.fit_set import FitSet
-from flops_fit.fitting.focus import FOCI, check_focus
-from flops_fit.fitting.forecast import Forecast, forecast
-from flops_fit.fitting.holdout import HoldoutCheck, holdout_checks, select_budgets
+from flops_fit.fitting.approaches.approach import Approach
+from flops_fit.fitting.approaches.curve_law import CurveLaw
+from flops_fit.fitting.approaches.data_limit import DataLimited, check_unique_tokens
+from flops_fit.fitting.approaches.envelope import Envelope
+from flops_fit.fitting.approaches.fit_set import FitSet
+from flops_fit.fitting.approaches.interaction import Interaction
+from flops_fit.fitting.approaches.isoflop import Isoflop
+from flops_fit.fitting.approaches.parametric import Parametric
+from flops_fit.fitting.approaches.result import FitResult
+from flops_fit.fitting.approaches.vpnls import Vpnls
+from flops_fit.fitting.decisions.compare import Comparison, compare_results
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
-from flops_fit.fitting.interaction import Interaction
-from flops_fit.fitting.isoflop import Isoflop
-from flops_fit.fitting.parametric import Parametric
-from flops_fit.fitting.profiles import CURVES, check_curve
-from flops_fit.fitting.report import default_target, write_report
-from flops_fit.fitting.result import FitResult
+from flops_fit.fitting.laws.focus import FOCI, check_focus
+from flops_fit.fitting.laws.profiles import CURVES, check_curve
+from flops_fit.fitting.report.compare_page import write_comparison
+from flops_fit.fitting.report.html_report import write_report
 from flops_fit.fitting.scales import SCALES, check_scale, rescale
-from flops_fit.fitting.vpnls import Vpnls
+from flops_fit.fitting.validation.forecast import Forecast, default_target, forecast
+from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_checks, select_budgets
 from flops_fit.tracking.base import log_fit, sweep_destination
 from flops_fit.tracking.options import Destination, destination, parse_tracking
 
@@ -220,4 +221,4 @@ def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
 
 __all__ = ["APPROACHES", "CURVES", "Comparison", "compare", "FOCI", "METHODS", "METRICS", "SCALES", "Approach", "FitInputError", "FitResult", "FitSet",
            "Forecast", "HoldoutCheck",
-           "Runs", "fit", "load_runs", "write_report"]
+           "Runs", "fit", "load_runs", "write_comparison", "write_report"]

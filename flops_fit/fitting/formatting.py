@@ -65,3 +65,10 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     return value
+
+
+def json_default(value: Any) -> Any:
+    """numpy scalars and arrays (in exclusions, metadata) as plain JSON values."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return json_safe(value)
+    return str(value)

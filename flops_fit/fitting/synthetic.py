@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from flops_fit.fitting.data_limit import data_limited_loss
-from flops_fit.fitting.laws import law_loss, parametric_frontier
+from flops_fit.fitting.approaches.data_limit import data_limited_loss
+from flops_fit.fitting.laws.laws import law_loss, parametric_frontier
 
 DEFAULT_LAW = {"E": 1.8, "A": 400.0, "B": 1200.0, "alpha": 0.34, "beta": 0.37}
 

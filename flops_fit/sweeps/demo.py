@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import FitInputError, OptionError
-from flops_fit.fitting.report import write_report
+from flops_fit.fitting.report.html_report import write_report
 from flops_fit.sweeps.config import parse_config
 from flops_fit.sweeps.driver import SweepResult
 from flops_fit.sweeps.planner import Plan, plan

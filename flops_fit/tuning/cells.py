@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from flops_fit.fitting.bootstrap import interval
+from flops_fit.fitting.laws.bootstrap import interval
 
 NEIGHBOURS = 2  # points each side of the lowest one that set the noise scale (the vertex uses 1)
 BAND = 0.005

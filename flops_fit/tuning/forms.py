@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from flops_fit.fitting.bootstrap import interval
+from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.tuning.law import MIN_SPREAD, Coefficient, LawFit, fit_batch_law
 
 MAX_WIDTH = 1.0  # an exponent whose 95% interval is wider than this is not identified

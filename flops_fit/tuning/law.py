@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.bootstrap import interval
+from flops_fit.fitting.laws.bootstrap import interval
 
 # term -> (exponent's name, sign in log lr*)
 TERMS = {"tokens": ("a", -1.0), "scale": ("b", -1.0), "batch": ("c", 1.0)}

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.html import PAGE, Figures, escape, html_table
-from flops_fit.fitting.plots import colours, new_figure, save_figure
+from flops_fit.fitting.report.drawing import colours, new_figure, save_figure
+from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
 from flops_fit.tuning.forms import form_rows
 
 FORMATS = ("png", "svg")

@@ -1,0 +1,1 @@
+"""The fitting methods: one Approach (and its FitResult) per module."""

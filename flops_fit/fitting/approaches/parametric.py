@@ -1,0 +1,279 @@
+"""Approach 3: L(N, D) = E + A / N^alpha + B / D^beta, and its variable-projection variant.
+
+``fit_parametric`` follows Chinchilla (app. D.2) as Epoch AI re-ran it: Huber loss with
+delta 1e-3 on log loss, summed over runs (not averaged: the average stops L-BFGS early),
+log-sum-exp parameterisation, the objective at every point of the initialisation grid and
+L-BFGS from the GRID_KEEP (128) of them with the lowest (``pruned_grid``: the same optimum as
+all 4500 starts, in a tenth of the time).
+
+Bootstrap: the grid search runs once, on all runs; each resample then restarts L-BFGS from
+the best few distinct optima of that grid (``starts``) rather than the 4500 grid points.
+On the full data this warm start reaches the same optimum as the full grid (a test checks
+it), and it is what lets 4000 resamples finish in seconds.
+
+``ParametricResult`` is the result of every law over (N, D) (this module's, and those
+``projection.py`` fits: its ``form`` gives the loss and frontier): the law's own IsoFLOP
+profiles, frontier and loss surface. Whether the batched L-BFGS converged (on the full data
+and in every resample) is a diagnostic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting.approaches.approach import Approach
+from flops_fit.fitting.approaches.result import Diagnostics, FitResult
+from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws._lbfgs import ITERATION_LIMIT, STATUS, BatchResult, minimize_batch
+from flops_fit.fitting.laws.bootstrap import resample_weights
+from flops_fit.fitting.laws.estimators import HUBER_DELTA, huber_objective
+from flops_fit.fitting.laws.focus import check_focus, focus_weights
+from flops_fit.fitting.laws.forms import Chinchilla, LawForm
+from flops_fit.fitting.laws.laws import Params, frontier_exponents
+
+# Chinchilla's initialisation grid (Hoffmann et al. 2022, app. D.2): 4500 starts.
+INIT_GRID = np.array([
+    (a, b, e, alpha, beta)
+    for alpha, beta, e, a, b in itertools.product(
+        np.arange(0.0, 2.01, 0.5), np.arange(0.0, 2.01, 0.5), np.arange(-1.0, 1.01, 0.5),
+        np.arange(0.0, 25.1, 5.0), np.arange(0.0, 25.1, 5.0))
+])
+GRID_FTOL = 1e-6
+GRID_KEEP = 128  # grid points L-BFGS starts from: the lowest objectives of the 4500 (``pruned_grid``)
+POLISH = 10
+POLISH_MAXITER = 2000
+BOOTSTRAP_MAXITER = 500
+MIN_RUNS = 6  # five parameters need more runs than that to say anything
+CHINCHILLA = Chinchilla()
+
+
+def objective(theta: np.ndarray, log_n: np.ndarray, log_d: np.ndarray, log_l: np.ndarray, weights: np.ndarray,
+              delta: float = HUBER_DELTA, floor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Chinchilla's Approach 3 objective: summed Huber loss on log loss in the log-sum-exp
+    parameterisation theta = (a, b, e, alpha, beta) (``estimators.huber_objective``)."""
+    return huber_objective(CHINCHILLA, theta, {"n": log_n, "d": log_d}, log_l, weights, delta, floor)
+
+
+class FlopsRule(NamedTuple):
+    """C = k N^slope N D: the runs' FLOPs per parameter per token as a power law in N.
+
+    6ND data give k = 6, slope 0 (Chinchilla). At small sizes the count is not
+    proportional to N (the embedding costs no FLOPs, attention's context term and the head
+    do), so k falls with N; a single median k would put the frontier's D off by several
+    percent at sizes away from the median run's.
+    """
+
+    k: float
+    slope: float
+
+    def columns(self, rows: int) -> dict[str, np.ndarray]:
+        return {"k": np.full(rows, self.k), "k_slope": np.full(rows, self.slope)}
+
+
+def flops_rule(log_n: np.ndarray, flops: np.ndarray, n: np.ndarray, d: np.ndarray) -> FlopsRule:
+    """Least squares of log(C / (N D)) on log N; a constant ratio (6ND data) is exactly (k, 0)."""
+    log_k = np.log(flops / (n * d))
+    if np.ptp(log_k) < 1e-9:
+        return FlopsRule(float(np.exp(np.median(log_k))), 0.0)
+    slope, intercept = np.polyfit(log_n, log_k, 1)
+    return FlopsRule(float(np.exp(intercept)), float(slope))
+
+
+def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, FlopsRule]:
+    """(log N, log D, loss, FLOPs rule) of runs a five-parameter law can be fitted to; refuses too few
+    or too uniform runs. The rule is the runs' FLOPs per parameter per token (``FlopsRule``)."""
+    f = runs.frame
+    if len(f) < MIN_RUNS:
+        raise FitInputError(f"the parametric fit needs at least {MIN_RUNS} runs; got {len(f)}")
+    n, d = f["params"].to_numpy(float), f["tokens"].to_numpy(float)
+    if np.ptp(np.log(n)) == 0 or np.ptp(np.log(d)) == 0:
+        raise FitInputError("the parametric fit needs runs of several model sizes and token counts; "
+                            "all runs share one size or one token count")
+    return np.log(n), np.log(d), f["loss"].to_numpy(float), flops_rule(np.log(n), f["flops"].to_numpy(float), n, d)
+
+
+def _theta_params(theta: np.ndarray, rule: FlopsRule) -> dict[str, np.ndarray]:
+    p = Chinchilla.from_log_theta(theta)
+    a, b = frontier_exponents(p["alpha"], p["beta"], rule.slope)
+    return {**p, "a": a, "b": b, **rule.columns(p["E"].size)}
+
+
+def distinct_optima(x: np.ndarray, f: np.ndarray, count: int) -> np.ndarray:
+    """The ``count`` best solutions that differ from each other (rounded parameters)."""
+    order = np.argsort(f)
+    keys, picked = set(), []
+    for i in order:
+        if not np.isfinite(f[i]):
+            break
+        key = tuple(np.round(x[i], 3))
+        if key not in keys:
+            keys.add(key)
+            picked.append(i)
+            if len(picked) == count:
+                break
+    return x[picked]
+
+
+def pruned_grid(fun, keep: int = GRID_KEEP) -> np.ndarray:
+    """The ``keep`` points of the initialisation grid with the lowest objective, in grid order.
+
+    Every grid point's objective is one vectorised evaluation; L-BFGS from each of the 4500
+    was 90% of a fit's time, and the starts that begin far worse end in the same few basins as
+    the best ones (on the Epoch runs and synthetic sweeps the pruned grid reaches the full
+    grid's optimum or a lower one: tests/test_fit_speed.py, benchmarks/bench_fit_speed.py).
+    """
+    values, _ = fun(INIT_GRID, np.arange(len(INIT_GRID)))
+    order = np.argsort(np.where(np.isfinite(values), values, np.inf), kind="stable")
+    return INIT_GRID[np.sort(order[:keep])]
+
+
+def grid_search(fun, keep: int, starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, BatchResult]:
+    """L-BFGS from the grid's best starts (``pruned_grid``; ``starts`` to choose others, e.g.
+    the whole INIT_GRID); returns the ``keep`` best distinct optima, their values, and the
+    polishing run (whose first row, once sorted, is the winner).
+
+    Every start runs until its relative decrease per step stays below GRID_FTOL; the best
+    POLISH distinct solutions then continue to full precision. All starts end in the same
+    few basins long before the loose tolerance stops them, and polishing settles the winner.
+    """
+    coarse = minimize_batch(fun, pruned_grid(fun) if starts is None else starts, maxiter=500, ftol=GRID_FTOL)
+    polished = minimize_batch(fun, distinct_optima(coarse.x, coarse.f, POLISH), maxiter=POLISH_MAXITER)
+    order = np.argsort(np.where(np.isfinite(polished.f), polished.f, np.inf))
+    polished = BatchResult(*(v[order] for v in polished))
+    return distinct_optima(polished.x, polished.f, keep), polished.f, polished
+
+
+class HuberFit(NamedTuple):
+    """Per weight row: the best solution over the starts, its value, and that start's
+    iterations and stopping status (``_lbfgs.STATUS``)."""
+
+    theta: np.ndarray
+    value: np.ndarray
+    iterations: np.ndarray
+    status: np.ndarray
+
+
+def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA, maxiter: int = BOOTSTRAP_MAXITER,
+              floor: float = 1.0) -> HuberFit:
+    """Best L-BFGS solution per weight row (R of them) from each start."""
+    weights = np.atleast_2d(weights)
+    reps, s = weights.shape[0], starts.shape[0]
+    x0 = np.repeat(starts[None], reps, axis=0).reshape(reps * s, 5)
+    row_weights = np.repeat(weights, s, axis=0)
+
+    def fun(x, rows):
+        return objective(x, log_n, log_d, log_l, row_weights[rows] if reps > 1 else row_weights[0], delta, floor)
+
+    out = minimize_batch(fun, x0, maxiter=maxiter)
+    f = np.where(np.isfinite(out.f), out.f, np.inf).reshape(reps, s)
+    best = f.argmin(1)
+    pick = np.arange(reps), best
+    return HuberFit(out.x.reshape(reps, s, 5)[pick], f[pick], out.iterations.reshape(reps, s)[pick],
+                    out.status.reshape(reps, s)[pick])
+
+
+def convergence_report(fit_status: int, fit_iterations: int, maxiter: int, boot_status: np.ndarray | None,
+                       boot_iterations: np.ndarray | None, boot_maxiter: int, optimizer: str) -> tuple[dict[str, Any], list[str]]:
+    """The optimiser's stopping reasons as a diagnostic (JSON-ready) and the warnings they call for.
+
+    Only the iteration limit means "not converged": a line search that finds no lower point
+    has reached the floating-point floor of the objective.
+    """
+    report: dict[str, Any] = {"optimizer": optimizer,
+                              "fit": {"status": STATUS[fit_status], "iterations": int(fit_iterations), "maxiter": maxiter}}
+    warnings = []
+    if fit_status == ITERATION_LIMIT:
+        warnings.append(f"{optimizer} stopped at its iteration limit ({maxiter}) on the full data: the point "
+                        "estimates may not be converged")
+    if boot_status is not None and boot_status.size:
+        counts = {name: int(np.sum(boot_status == code)) for code, name in enumerate(STATUS)}
+        report["bootstrap"] = {"resamples": int(boot_status.size), "maxiter": boot_maxiter,
+                               "median_iterations": float(np.median(boot_iterations)),
+                               "max_iterations": int(np.max(boot_iterations)),
+                               **{name: n for name, n in counts.items() if n}}
+        stuck = counts[STATUS[ITERATION_LIMIT]]
+        if stuck:
+            warnings.append(f"{optimizer} stopped at its iteration limit ({boot_maxiter}) in {stuck} of "
+                            f"{boot_status.size} bootstrap resamples: the intervals include unconverged fits")
+    return report, warnings
+
+
+@dataclass(kw_only=True)
+class ParametricResult(FitResult):
+    """Approach 3's result: a law L(N, D) (``form``; Chinchilla's by default) and the frontier it implies."""
+
+    form: LawForm = CHINCHILLA
+
+    def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.form.frontier(params, budgets)
+
+    def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+        return self.form.loss(params, {"n": n, "d": d})
+
+
+class Parametric(Approach):
+    """Chinchilla Approach 3 with bootstrap intervals (percentiles of ``bootstrap`` resamples)."""
+
+    name = "parametric"
+    title = "Approach 3: parametric fit (Huber, L-BFGS)"
+    options = ("starts", "delta", "focus")
+
+    def __init__(self, *, starts: int = 3, delta: float = HUBER_DELTA, focus: str = "all", **settings: Any) -> None:
+        super().__init__(**settings)
+        self.starts, self.delta, self.focus = starts, delta, check_focus(focus)
+
+    def fit(self, runs: Runs) -> FitResult:
+        log_n, log_d, loss, rule = law_columns(runs)
+        log_l = np.log(loss)
+        weights, floor = focus_weights(runs, self.focus)
+        clock = time.perf_counter()
+        best_starts, f, polished = grid_search(
+            lambda t, rows: objective(t, log_n, log_d, log_l, weights, self.delta, floor), self.starts)
+        theta, value = best_starts[0], float(np.nanmin(f))
+        grid_seconds = time.perf_counter() - clock
+        samples = pd.DataFrame()
+        boot = None
+        if self.bootstrap:
+            draws = resample_weights(log_n.size, self.bootstrap, self.seed) * weights
+            boot = huber_fit(log_n, log_d, log_l, draws, best_starts, self.delta, floor=floor)
+            samples = pd.DataFrame(_theta_params(boot.theta, rule))
+        params = {key: float(v[0]) for key, v in _theta_params(theta, rule).items()}
+        convergence, warnings = convergence_report(
+            int(polished.status[0]), int(polished.iterations[0]), POLISH_MAXITER,
+            None if boot is None else boot.status, None if boot is None else boot.iterations, BOOTSTRAP_MAXITER,
+            "batched L-BFGS")
+        diagnostics = parametric_diagnostics(runs, CHINCHILLA.loss(params, {"n": np.exp(log_n), "d": np.exp(log_d)}), params,
+                                             convergence=convergence, warnings=warnings)
+        return self.result(ParametricResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
+                           details={"objective": value, "huber_delta": self.delta, "focus": self.focus,
+                                    "starts": int(len(INIT_GRID)), "lbfgs_starts": GRID_KEEP,
+                                    "bootstrap_starts": int(len(best_starts)), "grid_seconds": grid_seconds})
+
+
+def parametric_diagnostics(runs: Runs, predicted: np.ndarray, params: dict[str, float], *,
+                           bounds: tuple[float, float] | None = None, convergence: dict[str, Any] | None = None,
+                           warnings: list[str] | None = None) -> Diagnostics:
+    """Residuals of log loss per run, R^2, and warnings about terms the data do not pin down."""
+    f = runs.frame
+    log_l = np.log(f["loss"].to_numpy(float))
+    residual = log_l - np.log(predicted)
+    r2 = 1.0 - np.sum(residual ** 2) / np.sum((log_l - log_l.mean()) ** 2)
+    frame = f[["run_id", "params", "tokens", "flops", "loss"]].assign(predicted=predicted, residual=residual)
+    warnings = list(warnings or [])
+    if bounds is not None:
+        for name in ("alpha", "beta"):
+            if min(abs(params[name] - bounds[0]), abs(params[name] - bounds[1])) < 1e-6:
+                warnings.append(f"{name} = {params[name]:.4g} sits on the search bound {bounds}: "
+                                "the data do not pin it down")
+    for name in ("E", "A", "B"):
+        if params[name] <= 1e-12:
+            warnings.append(f"{name} fitted as 0: the runs do not show that term; widen the size or token range")
+    return Diagnostics(residuals=frame, r2=float(r2), r2_of="log loss, per run", excluded=list(runs.excluded),
+                       warnings=warnings, convergence=convergence)

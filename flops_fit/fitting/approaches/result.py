@@ -1,0 +1,290 @@
+"""What a fit hands back: point estimates, bootstrap draws, predictions, diagnostics.
+
+``FitResult`` is the interface every approach's result implements: ``frontier`` (the law
+C -> N_opt, D_opt, loss for columns of parameters), ``observed_optima`` and ``law_loss``.
+Everything else (intervals, predictions, tables, text, JSON) is shared and written here once.
+Drawing sits above, in the report (``report.profile_plots.draw_profiles``, ``report.plots``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.decisions.inference import (
+    inference_sizing,
+    law_of,
+    sizing_summary,
+    total_sizing,
+)
+from flops_fit.fitting.inputs import METRICS, Runs
+from flops_fit.fitting.laws.bootstrap import interval
+from flops_fit.fitting.laws.focus import FOCUS_LABELS
+from flops_fit.fitting.laws.laws import Params, power_frontier
+from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_json, holdout_summary
+from flops_fit.tables import format_table
+
+# Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier, and U.
+CONSTANTS = ("k", "k_slope", "U")  # U: the unique tokens a data-constrained law was given
+
+
+@dataclass(kw_only=True)
+class Diagnostics:
+    """How far to trust a fit: residuals, R^2, what was left out and why, warnings, and
+    (for iterative fits) whether the optimiser converged."""
+
+    residuals: pd.DataFrame
+    r2: float
+    r2_of: str
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    convergence: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"r2": self.r2, "r2_of": self.r2_of, "excluded": self.excluded, "warnings": self.warnings,
+               "residual_rms": float(np.sqrt(np.mean(np.square(self.residuals["residual"]))))
+               if len(self.residuals) else None}
+        if self.convergence is not None:
+            out["convergence"] = self.convergence
+        return out
+
+
+class Presentable:
+    """Printing, JSON, plots and the HTML report, shared by one fit and a set of fits.
+
+    ``results`` (method -> FitResult), ``skipped`` (method -> why) and ``warnings`` are
+    what the report reads.
+    """
+
+    results: dict[str, FitResult]
+    skipped: dict[str, str]
+    warnings: list[str]
+
+    def summary(self, budgets: Sequence[float] | None = None) -> str:
+        raise NotImplementedError
+
+    def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    @property
+    def holdout(self) -> dict[str, list[HoldoutCheck]]:
+        """Each method's held-out checks (empty unless fitted with ``holdout=``)."""
+        return {m: r.holdout_checks for m, r in self.results.items() if r.holdout_checks}
+
+    def holdout_summary(self) -> str:
+        """The held-out checks as a plain-text table ("" without any)."""
+        return holdout_summary(self.holdout)
+
+    def to_json(self, budgets: Sequence[float] | None = None, *, inference_tokens: float | None = None,
+                totals: Sequence[float] | None = None, **kwargs: Any) -> str:
+        out = self.to_dict(budgets)
+        if inference_tokens is not None:
+            out["inference"] = {r.method: {"sizing": fmt.json_safe(r.predict(_budgets(r, budgets),
+                                                                              inference_tokens=inference_tokens)
+                                                                    .to_dict("records")),
+                                           **({"totals": fmt.json_safe(r.predict_total(totals, inference_tokens=
+                                                                                         inference_tokens)
+                                                                       .to_dict("records"))} if totals else {})}
+                                for r in self.sizable()}
+        return json.dumps(out, indent=kwargs.pop("indent", 2), default=fmt.json_default, **kwargs)
+
+    def sizable(self) -> list[FitResult]:
+        """The results with a law over (N, D), which sizing for inference needs (FitInputError if none)."""
+        results = [r for r in self.results.values() if r.law_loss(_point(r), np.ones((1, 1)), np.ones((1, 1)))
+                   is not None]
+        if not results:
+            law_of(next(iter(self.results.values())))  # raises the one-line reason
+        return results
+
+    def sizing_summary(self, budgets: Sequence[float] | None, inference_tokens: float,
+                       totals: Sequence[float] | None = None) -> str:
+        """Plain text: each law's sizing for ``inference_tokens`` served (``inference.sizing_summary``)."""
+        return "\n\n".join(sizing_summary(r, _budgets(r, budgets), inference_tokens, totals) for r in self.sizable())
+
+
+@dataclass(kw_only=True)
+class FitResult(Presentable):
+    """One method's fit. ``params`` are point estimates, ``samples`` one row per resample."""
+
+    method: str
+    title: str
+    params: dict[str, float]
+    samples: pd.DataFrame
+    runs: Runs
+    diagnostics: Diagnostics
+    level: float = 0.95
+    seed: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    holdout_checks: list[HoldoutCheck] = field(default_factory=list)
+
+    # ---- what each approach's result provides -------------------------------------------
+    def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(N_opt, D_opt, loss), each (draws, budgets), for parameter columns ``params``."""
+        raise NotImplementedError
+
+    def observed_optima(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(C, N, D) of the optima the frontier was fitted through, if it has any."""
+        return None
+
+    def law_loss(self, params: Params, n: np.ndarray, d: np.ndarray) -> np.ndarray | None:
+        """The law's loss at (N, D) for parameter columns ``params`` (one per draw, shape (m, 1)
+        against n, d), for a law that gives one (None for approaches 1-2)."""
+        return None
+
+    # ---- shared -----------------------------------------------------------------------------
+    def loss_surface(self, n: np.ndarray, d: np.ndarray) -> np.ndarray | None:
+        """The fitted loss at (N, D), for a law that gives one."""
+        return self.law_loss(self.params, n, d)
+
+    def draws(self) -> dict[str, np.ndarray]:
+        """The bootstrap samples as parameter columns (empty without a bootstrap)."""
+        return {k: self.samples[k].to_numpy(float) for k in self.samples}
+
+    @property
+    def results(self) -> dict[str, FitResult]:
+        return {self.method: self}
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return {}
+
+    @property
+    def warnings(self) -> list[str]:
+        return []
+
+    def intervals(self) -> pd.DataFrame:
+        """Every parameter (and the exponents a, b): estimate, interval bounds, bootstrap s.e."""
+        rows = []
+        for name in (n for n in self.params if n not in CONSTANTS):
+            draws = self.samples[name].to_numpy(float) if name in self.samples else np.array([])
+            lo, hi = interval(draws, self.level) if draws.size else (np.nan, np.nan)
+            with np.errstate(all="ignore"):  # wild draws (unidentified terms) may overflow: inf is honest
+                se = float(np.nanstd(draws, ddof=1)) if draws.size > 1 else np.nan
+            rows.append({"param": name, "estimate": self.params[name], "lo": float(lo), "hi": float(hi), "se": se})
+        return pd.DataFrame(rows).set_index("param")
+
+    @property
+    def exponents(self) -> dict[str, tuple[float, float, float]]:
+        """Frontier exponents: N_opt ~ C^a, D_opt ~ C^b, as (estimate, lo, hi)."""
+        table = self.intervals()
+        return {k: tuple(float(v) for v in table.loc[k, ["estimate", "lo", "hi"]]) for k in ("a", "b")}
+
+    def predict(self, budgets: float | Iterable[float], *, inference_tokens: float | None = None) -> pd.DataFrame:
+        """N_opt, D_opt, loss and tokens per parameter at each budget C, with interval bounds.
+
+        With ``inference_tokens`` T: the N and D that reach the compute-optimal model's loss at C
+        with the least training + inference FLOPs (``inference.inference_sizing``)."""
+        if inference_tokens is not None:
+            return inference_sizing(self, budgets, inference_tokens)
+        c = np.atleast_1d(np.asarray(budgets, dtype=float))
+        if c.size == 0 or not np.all(np.isfinite(c) & (c > 0)):
+            raise FitInputError(f"budgets must be finite positive FLOP counts, got {budgets!r}")
+        n, d, loss = self.frontier({k: np.array([v]) for k, v in self.params.items()}, c)
+        point = (n, d, loss, d / n)
+        draws = None
+        if len(self.samples):
+            n, d, loss = self.frontier(self.draws(), c)
+            draws = (n, d, loss, d / n)
+        out = pd.DataFrame({"budget": c})
+        for i, name in enumerate(("N_opt", "D_opt", "loss", "tokens_per_param")):
+            out[name] = point[i][0]
+            lo, hi = interval(draws[i], self.level) if draws is not None else (np.full(c.size, np.nan),) * 2
+            out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
+        return out
+
+    def predict_total(self, total_flops: float | Iterable[float], *, inference_tokens: float = 0.0) -> pd.DataFrame:
+        """The lowest loss a total budget of training + ``inference_tokens`` served buys, and its N and D
+        (``inference.total_sizing``)."""
+        return total_sizing(self, total_flops, inference_tokens)
+
+    def table(self, budgets: Sequence[float] | None = None) -> pd.DataFrame:
+        """A Chinchilla-style table: compute, parameters, tokens, tokens/param, loss (+ intervals)."""
+        return self.predict(default_budgets(self.runs) if budgets is None else budgets)
+
+    def summary(self, budgets: Sequence[float] | None = None, *, with_holdout: bool = True) -> str:
+        """Plain text: parameters with intervals, predictions, warnings, held-out checks."""
+        pct = f"{100 * self.level:g}%"
+        lines = [f"{self.title}  ({len(self.runs)} runs from {self.runs.source}, "
+                 f"{len(self.samples)} bootstrap resamples, seed {self.seed})",
+                 f"fitted metric: {METRICS[self.runs.metric]}", ""]
+        lines.append(format_table([[n, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]",
+                                    fmt.sig(r.se, 4)] for n, r in self.intervals().iterrows()],
+                                  ["param", "estimate", f"{pct} interval", "bootstrap s.e."]))
+        lines += ["", format_table(prediction_rows(self.table(budgets)),
+                                   ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", self.runs.label])]
+        d = self.diagnostics
+        if "k" in self.params:
+            slope = self.params.get("k_slope", 0.0)
+            rule = f"k N^{slope:+.3g} N D" if slope else "k N D"
+            lines += ["", f"frontier with C = {rule}, k = {self.params['k']:.4g} FLOPs per parameter per token "
+                      "(from the runs)"]
+        if "focus" in self.details:
+            lines.append(f"fitted to: {FOCUS_LABELS[self.details['focus']]} (focus={self.details['focus']!r})")
+        lines += ["", f"R^2 ({d.r2_of}): {d.r2:.4f}; exclusions: {len(d.excluded)}"]
+        lines += [f"warning: {w}" for w in d.warnings]
+        if with_holdout and self.holdout_checks:
+            lines += ["", self.holdout_summary()]
+        return "\n".join(lines)
+
+    def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
+        par = self.intervals()
+        out = {
+            "method": self.method,
+            "title": self.title,
+            "source": self.runs.source,
+            "metric": self.runs.metric,
+            "runs": len(self.runs),
+            "bootstrap": len(self.samples),
+            "seed": self.seed,
+            "level": self.level,
+            "params": fmt.json_safe(par.to_dict("index")),
+            "table": fmt.json_safe(self.table(budgets).to_dict("records")),
+            "diagnostics": self.diagnostics.to_dict(),
+            "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
+        }
+        if self.holdout_checks:
+            out["holdout"] = {self.method: holdout_json(self.holdout_checks)}
+        return out
+
+
+class PowerLawResult(FitResult):
+    """Approaches 1 and 2: separate power laws in C for N_opt, D_opt and the loss."""
+
+    def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return power_frontier(params, budgets)
+
+
+def prediction_rows(table: pd.DataFrame) -> list[list[str]]:
+    """Rows of FLOPs, N_opt, D_opt, tokens/param, loss, each "value [lo, hi]"."""
+    formats = {"N_opt": fmt.count, "D_opt": fmt.count, "tokens_per_param": fmt.sig, "loss": _loss}
+    return [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
+                                     for k, f in formats.items()] for _, r in table.iterrows()]
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
+
+
+def default_budgets(runs: Runs) -> list[float]:
+    """Decades from the smallest run's FLOPs up to 100x beyond the largest."""
+    lo = np.floor(np.log10(runs.frame["flops"].min()))
+    hi = np.ceil(np.log10(runs.frame["flops"].max())) + 2
+    return [float(10.0 ** e) for e in np.arange(lo, hi + 1)]
+
+
+def _budgets(result: FitResult, budgets: Sequence[float] | None) -> Sequence[float]:
+    return default_budgets(result.runs) if budgets is None else budgets
+
+
+def _point(result: FitResult) -> dict[str, np.ndarray]:
+    return {k: np.array([[v]]) for k, v in result.params.items()}

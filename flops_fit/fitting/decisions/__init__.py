@@ -1,0 +1,1 @@
+"""The decisions a fitted law answers, evaluated only through a fitted result."""

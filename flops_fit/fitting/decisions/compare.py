@@ -1,0 +1,254 @@
+"""Compare two recipes: B's effective compute multiplier over A, with bootstrap intervals.
+
+At compute C, recipe B reaches the loss L_B(C) of its compute-optimal frontier; recipe A needs
+C_A with L_A(C_A) = L_B(C). The multiplier is C_A / C: 2 means B is worth twice the compute.
+It is constant in C when the two laws scale alike, and drifts with C when they do not, so the
+comparison also reports the multiplier's trend (d log M / d log C from the smallest budget swept
+to the target) and the difference of the frontier exponents a and b.
+
+Each fit's frontier is evaluated through the result itself (``result.frontier``) for every
+bootstrap draw; draw i of A is paired with draw i of B (the two fits resample with different
+seeds: the sweeps are independent), so every number has an interval. C_A is found on a grid
+of 20 points per decade, interpolated in log C and log loss; a loss A's frontier does not
+reach within the grid reads as an infinite (or zero) multiplier, not as a number.
+
+A fit is read only through the result it hands back (duck-typed), so this sits below the
+approaches; its page and figure are the report's (``report.compare_page``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.laws.bootstrap import interval
+from flops_fit.fitting.laws.profiles import budget_groups
+from flops_fit.fitting.validation.forecast import TARGET_FACTOR
+from flops_fit.tables import format_table
+
+PER_DECADE = 20
+REACH = (-4.0, 6.0)  # decades below the smallest and above the largest budget A's compute is searched over
+CHUNK = 100  # draws per frontier evaluation (a numeric frontier holds draws x grid x its own search)
+HEADERS = ["FLOPs", "loss A", "loss B", "multiplier (A's compute / B's)", "verdict"]
+
+
+@dataclass
+class Comparison:
+    """B against A: the multiplier per budget (``table``), its trend with scale, the exponents' differences."""
+
+    a: Any
+    b: Any
+    names: tuple[str, str]
+    target: float
+    table: pd.DataFrame
+    trend: tuple[float, float, float]
+    exponents: dict[str, tuple[float, float, float]]
+    level: float = 0.95
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def at_target(self) -> pd.Series:
+        return self.table.iloc[-1]
+
+    def verdict(self) -> str:
+        """One sentence on the multiplier at the target and how it moves with scale."""
+        a, b = self.names
+        r = self.at_target
+        m = _with_interval(r.multiplier, r.multiplier_lo, r.multiplier_hi)
+        pct = f"{100 * self.level:g}%"
+        if np.isnan(r.multiplier_lo) or np.isnan(r.multiplier_hi):
+            head = (f"The multiplier of {b} over {a} at C = {fmt.flops(self.target)} FLOPs is {m}, with no interval "
+                    "to tell a difference from noise.")
+        elif r.multiplier_lo <= 1.0 <= r.multiplier_hi:
+            head = (f"No measurable difference at C = {fmt.flops(self.target)} FLOPs: the multiplier of {b} over {a} "
+                    f"is {m}, and its {pct} interval holds 1.0.")
+        elif r.multiplier_lo > 1.0:
+            head = (f"{b} is better: at C = {fmt.flops(self.target)} FLOPs {a} needs {m} times the compute to reach "
+                    f"{b}'s loss.")
+        else:
+            head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s loss with {m} times the "
+                    "compute.")
+        slope = _with_interval(*self.trend)
+        if np.isnan(self.trend[1]):
+            tail = f"d log M / d log C = {slope}."
+        elif self.trend[1] > 0:
+            tail = f"The multiplier grows with scale (d log M / d log C = {slope})."
+        elif self.trend[2] < 0:
+            tail = f"The multiplier shrinks with scale (d log M / d log C = {slope})."
+        else:
+            tail = f"No measurable change with scale (d log M / d log C = {slope}, interval holds 0)."
+        return f"{head} {tail}"
+
+    def rows(self) -> list[list[str]]:
+        out = []
+        for r in self.table.itertuples():
+            loss_a = fmt.with_interval(r.loss_a, r.loss_a_lo, r.loss_a_hi, fmt=_loss)
+            loss_b = fmt.with_interval(r.loss_b, r.loss_b_lo, r.loss_b_hi, fmt=_loss)
+            out.append([fmt.flops(r.budget) + (" (target)" if r.budget == self.target else ""), loss_a, loss_b,
+                        _with_interval(r.multiplier, r.multiplier_lo, r.multiplier_hi), r.verdict])
+        return out
+
+    def exponent_rows(self) -> list[list[str]]:
+        return [[f"{k} (N_opt ~ C^a)" if k == "a" else f"{k} (D_opt ~ C^b)", fmt.with_interval(*v),
+                 "differ" if v[1] > 0 or v[2] < 0 else "no measurable difference"] for k, v in self.exponents.items()]
+
+    def summary(self) -> str:
+        a, b = self.names
+        pct = f"{100 * self.level:g}%"
+        lines = [f"{b} (B, {self.b.runs.source}) against {a} (A, {self.a.runs.source}): {self.a.title}, "
+                 f"{len(self.a.samples)} / {len(self.b.samples)} bootstrap draws, {pct} intervals", "",
+                 self.verdict(), "",
+                 format_table(self.rows(), HEADERS), "",
+                 format_table(self.exponent_rows(), ["exponent", "B - A", "verdict"])]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def to_dict(self) -> dict[str, Any]:
+        return fmt.json_safe({
+            "a": {"name": self.names[0], "source": self.a.runs.source, "runs": len(self.a.runs)},
+            "b": {"name": self.names[1], "source": self.b.runs.source, "runs": len(self.b.runs)},
+            "method": self.a.method, "level": self.level, "target": self.target, "verdict": self.verdict(),
+            "table": self.table.to_dict("records"),
+            "trend": dict(zip(("estimate", "lo", "hi"), self.trend, strict=True)),
+            "exponent_difference": {k: dict(zip(("estimate", "lo", "hi"), v, strict=True))
+                                    for k, v in self.exponents.items()},
+            "notes": self.notes})
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), indent=kwargs.pop("indent", 2), default=fmt.json_default, **kwargs)
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
+
+
+def _with_interval(value: Any, lo: Any, hi: Any) -> str:
+    if np.isnan(lo) or np.isnan(hi):
+        return _times(value)
+    return f"{_times(value)} [{_times(lo)}, {_times(hi)}]"
+
+
+def _columns(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:
+    point = {k: np.array([v]) for k, v in result.params.items()}
+    draws = result.draws() if len(result.samples) else None
+    return point, draws
+
+
+def _take(columns: dict[str, np.ndarray], rows: slice) -> dict[str, np.ndarray]:
+    return {k: v[rows] for k, v in columns.items()}
+
+
+def compute_to_reach(result: Any, params: dict[str, np.ndarray], loss: np.ndarray,
+                     grid: np.ndarray) -> np.ndarray:
+    """Per parameter row and target loss (``loss``: (m, c)): the compute at which the frontier reaches
+    it, interpolated on ``grid`` in log C and log loss; inf beyond the grid's end, 0 before its start."""
+    m = loss.shape[0]
+    out = np.empty_like(loss)
+    log_c = np.log(grid)
+    for start in range(0, m, CHUNK):
+        rows = slice(start, min(m, start + CHUNK))
+        _, _, curve = result.frontier(_take(params, rows), grid)  # (k, g), falling with C
+        with np.errstate(all="ignore"):
+            curve = np.minimum.accumulate(np.where(np.isfinite(curve), curve, np.inf), axis=1)
+            target = loss[rows]
+            above = (curve[:, :, None] > target[:, None, :]).sum(axis=1)  # grid points still above the target
+            i = np.clip(above, 1, grid.size - 1)
+            y0 = np.log(np.take_along_axis(curve, i - 1, 1))
+            y1 = np.log(np.take_along_axis(curve, i, 1))
+            share = np.clip((y0 - np.log(target)) / (y0 - y1), 0.0, 1.0)
+            share = np.where(np.isfinite(share), share, 0.0)
+            value = np.exp(log_c[i - 1] + share * (log_c[i] - log_c[i - 1]))
+        value = np.where(above >= grid.size, np.inf, value)
+        out[rows] = np.where(above == 0, 0.0, value)
+    return out
+
+
+def compare_results(a: Any, b: Any, *, target: float | None = None,
+                    budgets: Sequence[float] | None = None, names: tuple[str, str] = ("A", "B")) -> Comparison:
+    """The comparison of two fitted results (the same method, fitted to each recipe's runs)."""
+    if a.method != b.method:
+        raise FitInputError(f"compare two fits of one method; got {a.method!r} and {b.method!r}")
+    swept = np.unique(np.concatenate([np.unique(budget_groups(r.runs)[0]) for r in (a, b)]))
+    target = float(target) if target else float(TARGET_FACTOR * swept.max())
+    if not (np.isfinite(target) and target > 0):
+        raise FitInputError(f"target must be a positive number of FLOPs, got {target!r}")
+    c = np.unique(np.append(np.asarray(budgets if budgets is not None else swept, dtype=float), target))
+    grid = np.geomspace(c.min() * 10 ** REACH[0], c.max() * 10 ** REACH[1],
+                        int(PER_DECADE * (np.log10(c.max() / c.min()) + REACH[1] - REACH[0])) + 1)
+    (pa, da), (pb, db) = _columns(a), _columns(b)
+    notes = []
+    draws = min(len(a.samples), len(b.samples))
+    if draws and len(a.samples) != len(b.samples):
+        notes.append(f"the fits have {len(a.samples)} and {len(b.samples)} draws; the first {draws} of each are paired")
+    estimates = {}
+    for key, (ca, cb) in {"point": (pa, pb), "draws": (da, db)}.items():
+        if ca is None or cb is None or (key == "draws" and not draws):
+            continue
+        if key == "draws":
+            ca, cb = _take(ca, slice(0, draws)), _take(cb, slice(0, draws))
+        _, _, loss_b = b.frontier(cb, c)
+        _, _, loss_a = a.frontier(ca, c)
+        needed = compute_to_reach(a, ca, loss_b, grid)
+        estimates[key] = {"loss_a": loss_a, "loss_b": loss_b, "multiplier": needed / c[None, :]}
+    table = pd.DataFrame({"budget": c})
+    level = a.level
+    for name in ("loss_a", "loss_b", "multiplier"):
+        table[name] = estimates["point"][name][0]
+        lo, hi = (_interval(estimates["draws"][name], level) if "draws" in estimates
+                  else (np.full(c.size, np.nan),) * 2)
+        table[f"{name}_lo"], table[f"{name}_hi"] = lo, hi
+    table["verdict"] = [_budget_verdict(lo, hi) for lo, hi in zip(table.multiplier_lo, table.multiplier_hi,
+                                                                   strict=True)]
+    span = np.log(target / c.min())
+    slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
+    trend = _estimate(slope["point"][0], slope.get("draws"), level)
+    exponents = {}
+    for k in ("a", "b"):
+        if k in a.params and k in b.params:
+            diff = (b.samples[k].to_numpy(float)[:draws] - a.samples[k].to_numpy(float)[:draws]) if draws else None
+            exponents[k] = _estimate(b.params[k] - a.params[k], diff, level)
+    if not draws:
+        notes.append("no bootstrap draws (bootstrap=0): point estimates only, nothing to tell noise from a difference")
+    return Comparison(a=a, b=b, names=names, target=target, table=table, trend=trend, exponents=exponents,
+                      level=level, notes=notes)
+
+
+def _interval(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """``interval`` that keeps infinite draws (A never reaching B's loss) infinite instead of NaN."""
+    big = np.finfo(float).max / 4
+    lo, hi = interval(np.clip(np.asarray(draws, float), -big, big), level)
+    back = lambda v: np.where(v >= big, np.inf, np.where(v <= -big, -np.inf, v))  # noqa: E731
+    return back(lo), back(hi)
+
+
+def _estimate(point: float, draws: np.ndarray | None, level: float) -> tuple[float, float, float]:
+    if draws is None or not np.size(draws):
+        return float(point), float("nan"), float("nan")
+    lo, hi = _interval(draws, level)
+    return float(point), float(lo), float(hi)
+
+
+def _times(value: Any) -> str:
+    """A multiplier: "inf" where A does not reach B's loss within the search, else 3 figures."""
+    return ("inf" if value > 0 else "-inf") if np.isinf(value) else fmt.sig(value)
+
+
+def _budget_verdict(lo: float, hi: float) -> str:
+    if np.isnan(lo) or np.isnan(hi):
+        return "no interval"
+    if lo <= 1.0 <= hi:
+        return "no measurable difference"
+    return "B better" if lo > 1.0 else "B worse"
+
+
+__all__ = ["Comparison", "compare_results", "compute_to_reach"]

@@ -1,0 +1,215 @@
+"""Sizing for inference (Sardana et al. 2024, "Beyond Chinchilla-Optimal"): training plus serving.
+
+A model that will serve T tokens costs its training, k N^(1+s) D FLOPs (6ND when the runs
+are 6ND, otherwise the runs' own FLOPs rule ``FlopsRule``), plus its forward passes, a third of
+that per token: (k/3) N^(1+s) T (2N per token at k = 6). Two questions, both answered by the
+fitted law itself (``result.law_loss``, for every bootstrap draw, so each answer has an interval):
+
+- ``inference_sizing``: the N and D that reach the loss of the compute-optimal model at
+  training compute C with the least total FLOPs. Along each N the D that reaches that loss is
+  found by bisection in log D (the law falls with D), and the total is minimised over a grid in
+  log N refined by a parabola: no inverse of any law is written out, so every law with a
+  surface (Chinchilla's, the interaction law, the data-constrained law) works unchanged.
+- ``total_sizing``: the converse, the lowest loss for a total budget F of training plus T
+  tokens of inference: along each N the training tokens F leaves, the loss minimised over N.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.laws.bootstrap import interval
+from flops_fit.tables import format_table
+
+GRID_POINTS = 161
+SEARCH_DECADES = 5.0  # N searched this far below the compute-optimal size (a heavy load shrinks it)
+D_DECADES = (-3.0, 12.0)  # D searched this far around the compute-optimal tokens (decades)
+BISECTIONS = 48
+FORWARD_SHARE = 1.0 / 3.0  # a forward pass is a third of a training step's FLOPs (2ND of 6ND)
+SIZING_COLUMNS = ("N", "D", "tokens_per_param", "train_flops", "inference_flops", "total_flops",
+                  "chinchilla_total_flops", "saving")
+TOTAL_COLUMNS = ("N", "D", "tokens_per_param", "loss", "train_flops", "inference_flops", "chinchilla_loss")
+
+
+def check_tokens(tokens: Any) -> float:
+    """The inference tokens as a float; FitInputError unless finite and >= 0."""
+    try:
+        value = float(tokens)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(tokens, bool) or not (np.isfinite(value) and value >= 0):
+        raise FitInputError(f"inference_tokens must be a finite number of tokens >= 0 (e.g. 2e12), got {tokens!r}")
+    return value
+
+
+def check_budgets(values: Any, what: str) -> np.ndarray:
+    c = np.atleast_1d(np.asarray(values, dtype=float))
+    if c.size == 0 or not np.all(np.isfinite(c) & (c > 0)):
+        raise FitInputError(f"{what} must be finite positive FLOP counts, got {values!r}")
+    return c
+
+
+def columns(result: Any) -> list[dict[str, np.ndarray]]:
+    """The point estimate's parameter columns, then (if any) the bootstrap draws', each (m, 1)."""
+    rows = [{k: np.array([[v]]) for k, v in result.params.items()}]
+    if len(result.samples):
+        rows.append({k: v[:, None] for k, v in result.draws().items()})
+    return rows
+
+
+def law_of(result: Any):
+    """``result.law_loss`` when the result has a law over (N, D); FitInputError otherwise."""
+    probe = {k: np.array([[v]]) for k, v in result.params.items()}
+    if "k" not in result.params or result.law_loss(probe, np.ones((1, 1)), np.ones((1, 1))) is None:
+        raise FitInputError(f"method {result.method!r} fits no law over (N, D); sizing for inference needs one: "
+                            "fit with method 'parametric', 'vpnls' or 'interaction'")
+    return result.law_loss
+
+
+def flops_per_token(p: dict[str, np.ndarray], n: np.ndarray) -> np.ndarray:
+    """Training FLOPs per token of a model of N parameters under the runs' rule: k N^(1+s)."""
+    slope = p.get("k_slope", 0.0)
+    return p["k"] * n ** (1.0 + slope)
+
+
+def tokens_for_loss(law, p, n: np.ndarray, target: np.ndarray, d_centre: np.ndarray) -> np.ndarray:
+    """D with law(N, D) = target, by bisection in log D (inf where no D reaches it)."""
+    lo = np.log(d_centre) + D_DECADES[0] * np.log(10) + 0 * n
+    hi = np.log(d_centre) + D_DECADES[1] * np.log(10) + 0 * n
+    with np.errstate(all="ignore"):
+        reachable = law(p, n, np.exp(hi)) <= target
+        for _ in range(BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            above = law(p, n, np.exp(mid)) > target
+            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    return np.where(reachable, np.exp(hi), np.inf)
+
+
+def refine_minimum(log_x: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """The minimum of ``value`` over the last axis, refined by a parabola through the three best points."""
+    value = np.where(np.isfinite(value), value, np.inf)
+    i = np.clip(value.argmin(-1), 1, value.shape[-1] - 2)
+    take = np.take_along_axis
+    y0, y1, y2 = (take(value, (i + o)[..., None], -1)[..., 0] for o in (-1, 0, 1))
+    x1 = take(log_x, i[..., None], -1)[..., 0]
+    step = log_x[..., 1] - log_x[..., 0]
+    with np.errstate(all="ignore"):
+        curve = y0 - 2 * y1 + y2
+        shift = np.where(np.isfinite(curve) & (curve > 0), 0.5 * (y0 - y2) / curve, 0.0)
+    return x1 + np.clip(shift, -1, 1) * step
+
+
+def _sizing(result: Any, law, p: dict[str, np.ndarray], budgets: np.ndarray, tokens: float) -> dict[str, np.ndarray]:
+    n0, d0, target = result.frontier({k: v[:, 0] for k, v in p.items()}, budgets)  # (m, c)
+    share = FORWARD_SHARE * tokens
+    cols = {k: v[:, :, None] for k, v in p.items()}  # (m, 1, 1): broadcast over budgets and the grid
+    log_n = np.log(n0)[..., None] + np.linspace(-SEARCH_DECADES, 0.1, GRID_POINTS) * np.log(10)  # (m, c, g)
+    n = np.exp(log_n)
+    d = tokens_for_loss(law, cols, n, target[..., None], d0[..., None])
+    with np.errstate(all="ignore"):
+        total = flops_per_token(cols, n) * (d + share)
+        best = np.exp(refine_minimum(log_n, np.log(total)))
+    cols2 = {k: v[:, :, 0] for k, v in cols.items()}  # (m, 1)
+    d_best = tokens_for_loss(law, cols2, best, target, d0)
+    per_token = flops_per_token(cols2, best)
+    train, serve = per_token * d_best, per_token * share
+    chinchilla = budgets[None, :] + flops_per_token(cols2, n0) * share
+    with np.errstate(all="ignore"):
+        return {"loss": target, "N": best, "D": d_best, "tokens_per_param": d_best / best, "train_flops": train,
+                "inference_flops": serve, "total_flops": train + serve, "chinchilla_N": n0,
+                "chinchilla_total_flops": chinchilla, "saving": 1.0 - (train + serve) / chinchilla}
+
+
+def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, tokens: float) -> dict[str, np.ndarray]:
+    n0, _, chinchilla_loss = result.frontier({k: v[:, 0] for k, v in p.items()}, totals)  # no inference: C = F
+    share = FORWARD_SHARE * tokens
+    cols = {k: v[:, :, None] for k, v in p.items()}
+    log_n = np.log(n0)[..., None] + np.linspace(-SEARCH_DECADES, 0.1, GRID_POINTS) * np.log(10)
+    n = np.exp(log_n)
+    with np.errstate(all="ignore"):
+        d = totals[None, :, None] / flops_per_token(cols, n) - share
+        loss = np.where(d > 0, law(cols, n, np.where(d > 0, d, 1.0)), np.inf)
+        best = np.exp(refine_minimum(log_n, loss))
+        cols2 = {k: v[:, :, 0] for k, v in cols.items()}
+        per_token = flops_per_token(cols2, best)
+        d_best = totals[None, :] / per_token - share
+        value = np.where(d_best > 0, law(cols2, best, np.where(d_best > 0, d_best, 1.0)), np.nan)
+        return {"N": best, "D": d_best, "tokens_per_param": d_best / best, "loss": value,
+                "train_flops": per_token * d_best, "inference_flops": per_token * share,
+                "chinchilla_loss": chinchilla_loss}
+
+
+def _table(result: Any, first: str, values: np.ndarray, tokens: float, solve, names) -> pd.DataFrame:
+    law = law_of(result)
+    rows = [solve(result, law, p, values, tokens) for p in columns(result)]
+    out = pd.DataFrame({first: values, "inference_tokens": tokens})
+    for name in names:
+        out[name] = rows[0][name][0]
+        lo, hi = interval(rows[1][name], result.level) if len(rows) > 1 else (np.full(values.size, np.nan),) * 2
+        out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
+    return out
+
+
+def inference_sizing(result: Any, budgets: Any, inference_tokens: Any) -> pd.DataFrame:
+    """Per training budget C: the compute-optimal model's loss, and the N, D reaching it with the least
+    training + inference FLOPs for ``inference_tokens`` served, against the compute-optimal model's total."""
+    tokens = check_tokens(inference_tokens)
+    return _table(result, "budget", check_budgets(budgets, "budgets"), tokens, _sizing, ("loss", *SIZING_COLUMNS))
+
+
+def total_sizing(result: Any, totals: Any, inference_tokens: Any) -> pd.DataFrame:
+    """Per total budget F (training + serving ``inference_tokens``): the N and D with the lowest loss, and
+    the loss the compute-optimal model of training compute F would reach (no inference paid)."""
+    tokens = check_tokens(inference_tokens)
+    return _table(result, "total_flops", check_budgets(totals, "total budgets"), tokens, _total, TOTAL_COLUMNS)
+
+
+
+
+SIZING_HEADERS = ["training FLOPs C", "loss to reach", "N", "D", "tokens/param", "total FLOPs",
+                  "compute-optimal model's total", "saved"]
+TOTAL_HEADERS = ["total FLOPs", "N", "D", "tokens/param", "best loss", "loss without inference"]
+
+
+def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
+    """``inference_sizing``'s table as "value [lo, hi]" cells (``SIZING_HEADERS``)."""
+    cells = (("loss", _loss), ("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig),
+             ("total_flops", fmt.flops), ("chinchilla_total_flops", fmt.flops), ("saving", _share))
+    return [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f) for k, f in cells]
+            for _, r in table.iterrows()]
+
+
+def total_rows(table: pd.DataFrame) -> list[list[str]]:
+    """``total_sizing``'s table as cells (``TOTAL_HEADERS``)."""
+    cells = (("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig), ("loss", _loss),
+             ("chinchilla_loss", _loss))
+    return [[fmt.flops(r.total_flops)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
+                                          for k, f in cells] for _, r in table.iterrows()]
+
+
+def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any = None) -> str:
+    """Plain text: the sizing at ``budgets`` (and, given ``totals``, the converse) for one fit."""
+    tokens = check_tokens(inference_tokens)
+    lines = [f"{result.method}: sizing for {fmt.count(tokens)} inference tokens (training k N D plus a forward pass, "
+             "k/3 N, per token served; Sardana et al. 2024)",
+             format_table(sizing_rows(inference_sizing(result, budgets, tokens)), SIZING_HEADERS)]
+    if totals is not None:
+        lines += ["", f"{result.method}: the lowest loss for a total budget (training + {fmt.count(tokens)} tokens "
+                  "served)", format_table(total_rows(total_sizing(result, totals, tokens)), TOTAL_HEADERS)]
+    return "\n".join(lines)
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
+
+
+def _share(value: Any) -> str:
+    return f"{100 * float(value):.1f}%" if np.isfinite(value) else "nan"
+
+
+__all__ = ["inference_sizing", "sizing_rows", "sizing_summary", "total_rows", "total_sizing"]

@@ -1,0 +1,1 @@
+"""Law forms and the estimators that fit them: the maths every approach shares."""

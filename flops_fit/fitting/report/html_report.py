@@ -1,0 +1,339 @@
+"""A self-contained HTML report that leads with the answer.
+
+Top: for a target budget (default 10x the largest swept), each method's N_opt, D_opt,
+tokens per parameter and loss with intervals, whether the methods agree, the held-out
+check and the warnings that matter. Then the headline figure, the forest plot of the
+exponent a, the held-out section, each method's details, and the provenance of the runs.
+
+PNGs are embedded (the file opens anywhere on its own); SVGs are written beside it in
+``<name>_plots/`` and linked, for zooming and for papers. The report reads a fit through
+``results`` / ``skipped`` / ``warnings`` / ``holdout`` (one FitResult or a FitSet).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flops_fit._version import __version__
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
+from flops_fit.fitting.inputs import METRICS
+from flops_fit.fitting.laws.error_law import fit_error_law
+from flops_fit.fitting.laws.focus import FOCUS_LABELS
+from flops_fit.fitting.laws.profiles import budget_groups
+from flops_fit.fitting.report.figures import (
+    chaining_figure,
+    forest,
+    headline,
+    holdout_figure,
+    method_colours,
+    plot_error_law,
+)
+from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
+from flops_fit.fitting.report.plots import plot_result
+from flops_fit.fitting.report.rate_notes import reach_note, target_rate_note
+from flops_fit.fitting.scales import SCALES
+from flops_fit.fitting.validation.forecast import (
+    CANDIDATE_HEADERS,
+    CHAIN_HEADERS,
+    candidate_rows,
+    chain_rows,
+    default_target,
+)
+from flops_fit.fitting.validation.holdout import HOLDOUT_HEADERS, furthest_checks, holdout_rows
+
+TOP_WARNINGS = 8
+ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
+
+
+def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
+                 budgets: Sequence[float] | None = None, inference_tokens: float | None = None) -> Path:
+    """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path."""
+    out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        out = out / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_dir = out.parent / f"{out.stem}_plots"
+    results = fitted.results
+    runs = next(iter(results.values())).runs
+    target = float(target) if target else default_target(runs)
+    figure = Figures(plot_dir, out.parent)
+    body = [_answer(fitted, runs, target)]
+    forecast = getattr(fitted, "forecast", None)
+    if forecast is not None:
+        body.append(_chaining_section(forecast, figure, plot_dir))
+    body.append("<h2 id='headline'>The fit at a glance</h2>")
+    body.append(figure.embed(headline(results, target, plot_dir / "headline", ("png", "svg")),
+                             "Left: each budget's runs, the fitted profiles and their minima. Middle and right: "
+                             "N_opt and D_opt against compute; points are the measured minima, lines each method's "
+                             "law with its interval band, extended to the target (grey: extrapolation)."))
+    body.append(figure.embed(forest(results, plot_dir / "exponent_a", ("png", "svg")),
+                             "The exponent a of N_opt ~ C^a by method, with intervals."))
+    if fitted.holdout:
+        body.append(_holdout_section(fitted.holdout, figure, plot_dir, method_colours(results)))
+    if inference_tokens is not None:
+        body.append(_inference_section(fitted, inference_tokens, target))
+    errors = _error_section(runs, figure, plot_dir, target)
+    if errors:
+        body.append(errors)
+    for result in results.values():
+        body.append(_section(result, figure, plot_dir, target, budgets))
+    provenance = {
+        "source": runs.source, "runs": len(runs), "metric": runs.metric, "store metadata": runs.metadata or "none",
+        "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "target budget": target,
+    }
+    body.append("<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(provenance, indent=2, default=str))
+                + "</pre>")
+    out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
+    return out
+
+
+def _answer(fitted: Any, runs: Any, target: float) -> str:
+    results = fitted.results
+    budgets, _ = budget_groups(runs)
+    swept = np.unique(budgets)
+    level = next(iter(results.values())).level
+    predictions = {m: r.predict(target).iloc[0] for m, r in results.items()}
+    rows = []
+    for method, p in predictions.items():
+        a = results[method].exponents["a"]
+        rows.append([method] + [fmt.with_interval(p[k], p[f"{k}_lo"], p[f"{k}_hi"], fmt=f) for k, f in
+                                (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
+                                 ("loss", _loss))] + [fmt.with_interval(*a)])
+    parts = ["<h1>flops-fit report</h1>",
+             f"<p class=lead>{len(runs)} runs from <code>{escape(runs.source)}</code> at {len(swept)} budgets "
+             f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {escape(', '.join(results))}; "
+             f"fitted metric: {escape(METRICS[runs.metric])}; scale: {escape(SCALES[runs.scale])}.</p>"]
+    forecast = getattr(fitted, "forecast", None)
+    if forecast is not None:
+        parts.append(_forecast(forecast))
+        parts += target_rate_note(runs, forecast)
+    parts += [f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs"
+              f"{', by every method' if forecast is not None else ''}</h2>",
+             f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
+             "intervals in brackets.</p>",
+             html_table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
+             f"<p>{escape(agreement(predictions))}</p>"]
+    if fitted.holdout:
+        misses = holdout_misses(fitted.holdout)
+        parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
+                     + escape("; ".join(misses) if misses else
+                          "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
+    parts += reach_note(runs)
+    warnings = important_warnings(fitted)
+    if warnings:
+        shown = "".join(f"<li class=warn>{escape(w)}</li>" for w in warnings[:TOP_WARNINGS])
+        more = len(warnings) - TOP_WARNINGS
+        parts.append("<h3>Warnings</h3><ul>" + shown
+                     + (f"<li>{more} more in the method sections below</li>" if more > 0 else "") + "</ul>")
+    if fitted.skipped:
+        parts.append("<p>Skipped: " + "; ".join(f"{escape(m)}: {escape(w)}" for m, w in fitted.skipped.items()) + "</p>")
+    return "\n".join(parts)
+
+
+def _inference_section(fitted: Any, tokens: float, target: float) -> str:
+    """Each law's sizing for serving ``tokens`` (Sardana et al. 2024), at the swept budgets and the target."""
+    parts = [f"<h2 id='inference'>Sized for {escape(fmt.count(tokens))} inference tokens</h2>",
+             "<p>The N and D that reach the compute-optimal model's loss at each training budget with the least "
+             "training plus inference FLOPs (a forward pass, a third of a training step's FLOPs, per token served), "
+             "against the compute-optimal model's own total.</p>"]
+    for result in fitted.sizable():
+        budgets = np.append(np.unique(budget_groups(result.runs)[0]), target)
+        parts += [f"<h3>{escape(result.method)}</h3>",
+                  html_table(SIZING_HEADERS, sizing_rows(result.predict(budgets, inference_tokens=tokens)))]
+    return "\n".join(parts)
+
+
+def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) -> str:
+    """Image classifiers' top-1 error against compute and the Zhai et al. law fitted to its
+    frontier, when every run recorded the error."""
+    f = runs.frame
+    if "top1_error" not in f or not np.isfinite(f["top1_error"].to_numpy(float)).all():
+        return ""
+    flops, error = f["flops"].to_numpy(float), f["top1_error"].to_numpy(float)
+    parts = ["<h2 id='error'>Top-1 error against compute</h2>"]
+    try:
+        law = fit_error_law(flops, error, bootstrap=100, seed=0)
+    except FitInputError as exc:
+        return "\n".join(parts + [f"<p>{escape(exc)}</p>"])
+    at = float(law.error(np.array([target]))[0])
+    parts.append(f"<p>{escape(law.summary())}. At the target C = {fmt.flops(target)} FLOPs it forecasts a top-1 error "
+                 f"of {at:.3f}; the floor c is the error no compute removes.</p>")
+    parts.append(figure.embed(plot_error_law(law, flops, error, plot_dir / "top1_error", target),
+                              "Every run's held-out top-1 error (grey), the compute frontier (red) and the law "
+                              "fitted to it."))
+    return "\n".join(parts)
+
+
+def _forecast(f: Any) -> str:
+    """The forecast first: the answer of the candidate that extrapolated best, and its interval's sources."""
+    value = ", ".join([f"N_opt {fmt.with_interval(*f.n_opt, fmt=fmt.count)} parameters",
+                       f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} tokens",
+                       f"loss {fmt.with_interval(*f.loss, fmt=_loss)}"])
+    ext = f.parts.get("extrapolation", {})
+    boot, forms = f.parts.get("bootstrap", {}), f.parts.get("forms", {})
+    return "\n".join([
+        f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs ({f.ratio:.3g}x the largest budget)</h2>",
+        f"<p class=lead><b>{escape(value)}</b></p>",
+        f"<p>From <b>{escape(f.method)}</b>{_focus_note(f.focus)} on <b>{escape(SCALES[f.scale])}</b>: of every method on "
+        "every scale, the one whose forecasts came truest where they extrapolated furthest (forward chaining: fit the "
+        f"budgets up to each one, predict the larger ones; scored on the {f.predictions} predictions at "
+        f"{f.score_cutoff:.3g}x or more beyond their fit): mean loss error {100 * f.loss_error:.2f}%, mean N_opt error "
+        f"{100 * f.n_opt_error:.1f}% (<a href='#chaining'>details</a>).</p>",
+        f"<p>The {100 * f.level:g}% interval combines what is not known: the bootstrap (loss "
+        f"{_span(boot.get('loss'), _loss)}, N_opt {_span(boot.get('n_opt'), fmt.count)}), the spread of the "
+        f"{f.parts.get('near', 1)} law forms that forecast comparably (loss {_span(forms.get('loss'), _loss)}, N_opt "
+        f"{_span(forms.get('n_opt'), fmt.count)}) and the extrapolation error forward chaining measured, grown to "
+        f"{f.ratio:.3g}x (&plusmn;{100 * ext.get('loss', np.nan):.1f}% on the loss, &plusmn;"
+        f"{100 * ext.get('n_opt', np.nan):.0f}% on N_opt).</p>",
+        "<details><summary>Every method and scale, forward-chained</summary>",
+        html_table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])
+
+
+def _span(bounds: Any, f) -> str:
+    return "-" if not bounds else f"[{f(bounds[0])}, {f(bounds[1])}]"
+
+
+def _chaining_section(f: Any, figure: Figures, plot_dir: Path) -> str:
+    chosen = [r for r in f.records if (r.method, r.scale, r.focus) == (f.method, f.scale, f.focus)]
+    return "\n".join([
+        "<h2 id='chaining'>How far the forecast's law extrapolates: forward chaining</h2>",
+        "<p>Each point: the law fitted to the budgets up to C_k, predicting a larger budget C's IsoFLOP minimum. "
+        "The error grows with the reach; its trend, carried to the target's ratio, is the interval's extrapolation "
+        "part.</p>",
+        figure.embed(chaining_figure(f, plot_dir / "chaining", ("png", "svg")),
+                     "Error against the ratio C / C_k, the chosen candidate in red, the comparable forms in grey."),
+        html_table(CHAIN_HEADERS, chain_rows(chosen, f))])
+
+
+def _focus_note(focus: str | None) -> str:
+    return "" if focus is None else f" (fitted to {escape(FOCUS_LABELS[focus])})"
+
+
+def _target_note(target: float, largest: float) -> str:
+    ratio = target / largest
+    if ratio > 1:
+        return f"The target is {ratio:.3g}x the largest budget swept: an extrapolation."
+    return "The target lies within the budgets swept."
+
+
+def agreement(predictions: Mapping[str, Any]) -> str:
+    """Whether every pair of methods' N_opt and loss intervals at the target overlap."""
+    if len(predictions) < 2:
+        return "One method only: fit with method='all' to cross-check it."
+    verdicts = []
+    for key in ("N_opt", "D_opt", "loss"):
+        apart = []
+        for (m1, p1), (m2, p2) in combinations(predictions.items(), 2):
+            lo1, hi1, lo2, hi2 = p1[f"{key}_lo"], p1[f"{key}_hi"], p2[f"{key}_lo"], p2[f"{key}_hi"]
+            if np.all(np.isfinite([lo1, hi1, lo2, hi2])) and (hi1 < lo2 or hi2 < lo1):
+                apart.append(f"{m1} / {m2}")
+        verdicts.append(f"on {key} they disagree ({', '.join(apart)}: intervals apart)" if apart
+                        else f"on {key} they agree (intervals overlap)")
+    return "Across methods at the target: " + "; ".join(verdicts) + "."
+
+
+def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
+    """One phrase per held-out value outside its predicted interval, or a check not made; with
+    several budgets held out in turn, one phrase per method and value counting them."""
+    out = []
+    for method, items in checks.items():
+        if len(items) > 1:
+            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
+                missed = [c for c in items if c.covered[key] is False]
+                if missed:
+                    errors = np.abs([getattr(c, f"{key}_error") for c in items if np.isfinite(getattr(c, f"{key}_error"))])
+                    out.append(f"{method}'s {name} falls outside its interval at {len(missed)} of {len(items)} "
+                               f"held-out budgets (mean error {100 * errors.mean():.1f}%)")
+            continue
+        for c in items:
+            if c.reason:
+                out.append(f"{method} at {fmt.flops(c.budget)}: {c.reason}")
+                continue
+            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
+                if c.covered[key] is False:
+                    out.append(f"{method}'s predicted {name} at {fmt.flops(c.budget)} FLOPs misses the observed one "
+                               f"by {fmt.percent(getattr(c, f'{key}_error'))}, outside its interval")
+    return out
+
+
+def important_warnings(fitted: Any) -> list[str]:
+    """Cross-method warnings first, then held-out misses, then each method's, without repeats."""
+    seen, out = set(), []
+    items = list(fitted.warnings) + holdout_misses(fitted.holdout)
+    items += [f"{m}: {w}" for m, r in fitted.results.items() for w in r.diagnostics.warnings
+              if w not in fitted.warnings]
+    for w in items:
+        if w not in seen:
+            seen.add(w)
+            out.append(w)
+    return out
+
+
+def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_dir: Path,
+                     colours: Mapping[str, str]) -> str:
+    parts = ["<h2 id='holdout'>Held-out check</h2>",
+             "<p>Each method was fitted again without the held-out budget's runs (with forward chaining, on "
+             "the budgets up to each split, predicting every larger one); its prediction for that budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
+             "runs resampled). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
+             "observed value lies inside the predicted interval.</p>",
+             html_table(HOLDOUT_HEADERS, holdout_rows(checks))]
+    reasons = sorted({f"{m} at {fmt.flops(c.budget)}: {c.reason}" for m, items in checks.items() for c in items
+                      if c.reason})
+    if reasons:
+        parts.append("<ul>" + "".join(f"<li class=warn>{escape(r)}</li>" for r in reasons) + "</ul>")
+    furthest = {m: furthest_checks(items) for m, items in checks.items()}
+    forward = any(len(furthest[m]) < len(items) for m, items in checks.items())
+    parts.append(figure.embed(holdout_figure(furthest, plot_dir / "holdout", ("png", "svg"), colours),
+                              "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
+                              "intervals, grey bands the observed ones."
+                              + (" Forward chaining: each budget's prediction from the fewest budgets fitted."
+                                 if forward else "")))
+    return "\n".join(parts)
+
+
+def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budgets) -> str:
+    d = result.diagnostics
+    par = result.intervals()
+    param_rows = [[name, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 3)]
+                  for name, r in par.iterrows()]
+    table = result.table(budgets)
+    rows = [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f) for k, f in
+                                     (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
+                                      ("loss", _loss))] for _, r in table.iterrows()]
+    parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
+             f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
+             f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",
+             "<div class=row><div><h3>Parameters</h3>",
+             html_table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], param_rows),
+             "</div><div><h3>Compute-optimal table</h3>",
+             html_table(["FLOPs", "N_opt", "D_opt", "tokens / parameter", result.runs.label], rows), "</div></div>"]
+    notes = [f"<li class=warn>{escape(w)}</li>" for w in d.warnings]
+    if d.convergence:
+        notes.append(f"<li>convergence: {escape(_describe(d.convergence))}</li>")
+    notes.append(f"<li>{len(d.excluded)} exclusions</li>")
+    parts.append("<h3>Diagnostics</h3><ul>" + "".join(notes) + "</ul>")
+    if d.excluded:
+        parts.append("<details><summary>excluded and why</summary><ul>"
+                     + "".join(f"<li>{escape(_describe(x))}</li>" for x in d.excluded) + "</ul></details>")
+    parts.append("<h3>Plots</h3>")
+    for png in (p for p in plot_result(result, plot_dir, target=target) if p.suffix == ".png"):
+        parts.append(figure.embed([png, png.with_suffix(".svg")], png.stem))
+    return "\n".join(parts)
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
+
+
+def _describe(item: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in item.items())

@@ -1,0 +1,303 @@
+"""Does a fitted law predict a budget it has not seen? Fit on the other budgets, compare.
+
+The honest test of a scaling law is extrapolation: fit every method without one budget's
+runs, predict that budget's minimum loss and N_opt, and compare them with what the budget's
+own IsoFLOP profile shows (its minimum, with a bootstrap interval from resampling the
+budget's runs). Reported per method: both values, the relative errors, and whether each
+observed value falls inside the predicted interval.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws.bootstrap import interval, resample_weights
+from flops_fit.fitting.laws.profiles import budget_groups, profile_minimum, slice_minima
+from flops_fit.fitting.laws.slices import slice_residuals
+from flops_fit.tables import format_table
+
+CHOICES = ("largest", "each", "forward")  # besides a budget in FLOPs
+FORWARD_MIN = 2  # budgets every forward-chaining fit sees at least
+MATCH_RTOL = 1e-3  # a named budget matches a runs' budget within this relative tolerance
+
+
+class Fitter(Protocol):
+    """What the check needs of an approach: its name and a fit of some runs."""
+
+    name: str
+
+    def fit(self, runs: Runs) -> Any: ...
+
+
+@dataclass(kw_only=True)
+class Observed:
+    """A held-out budget's own answer: the minimum of its IsoFLOP profile, with intervals."""
+
+    budget: float
+    runs: int
+    n_opt: float = np.nan
+    n_opt_interval: tuple[float, float] = (np.nan, np.nan)
+    loss: float = np.nan
+    loss_interval: tuple[float, float] = (np.nan, np.nan)
+    reason: str | None = None
+
+
+@dataclass(kw_only=True)
+class HoldoutCheck:
+    """One method's prediction for a held-out budget against that budget's observed optimum.
+
+    Errors are relative, (predicted - observed) / observed; ``covered`` says whether each
+    observed value lies inside the predicted interval (None when either is missing).
+    """
+
+    method: str
+    budget: float
+    fitted_budgets: list[float]
+    predicted_loss: float = np.nan
+    loss_interval: tuple[float, float] = (np.nan, np.nan)
+    observed_loss: float = np.nan
+    observed_loss_interval: tuple[float, float] = (np.nan, np.nan)
+    loss_error: float = np.nan
+    predicted_n_opt: float = np.nan
+    n_opt_interval: tuple[float, float] = (np.nan, np.nan)
+    observed_n_opt: float = np.nan
+    observed_n_opt_interval: tuple[float, float] = (np.nan, np.nan)
+    n_opt_error: float = np.nan
+    covered: dict[str, bool | None] = field(default_factory=lambda: {"loss": None, "n_opt": None})
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return fmt.json_safe(asdict(self))
+
+
+def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
+    """Each run's budget and the budgets to hold out: "largest", "each" (every budget in
+    turn) or a number naming one budget. Refuses a budget the runs do not have."""
+    budgets, _ = budget_groups(runs)
+    unique = sorted(float(b) for b in np.unique(budgets))
+    if len(unique) < 2:
+        raise FitInputError(f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}")
+    if which == "forward" and len(unique) <= FORWARD_MIN:
+        raise FitInputError(f"holdout='forward' fits at least {FORWARD_MIN} budgets and predicts a larger one: it needs "
+                            f"{FORWARD_MIN + 1} or more budgets; these runs have {len(unique)}: hold out 'largest' or 'each' "
+                            "instead (--holdout largest)")
+    if which in CHOICES:
+        return budgets, {"largest": unique[-1:], "each": unique, "forward": unique[FORWARD_MIN:]}[which]
+    try:
+        value = float(which)
+    except (TypeError, ValueError):
+        raise FitInputError(f"holdout must be 'largest', 'each', 'forward' or a budget in FLOPs (e.g. 1e21); "
+                           f"got {which!r}") from None
+    match = [b for b in unique if np.isclose(b, value, rtol=MATCH_RTOL, atol=0)]
+    if not match:
+        raise FitInputError(f"holdout={value:g}: no runs at that budget; the runs' budgets are "
+                            f"{', '.join(fmt.flops(b) for b in unique)}")
+    return budgets, match
+
+
+def observe(runs: Runs, budgets: np.ndarray, budget: float, *, curve: str, bootstrap: int, seed: int | None,
+            level: float) -> Observed:
+    """The held-out budget's profile minimum, with percentile intervals from resampling its runs.
+
+    With the slice curve (the default) the budget's own runs set its slice, and every
+    budget's runs set the slices' shared exponents (the shape of a profile, not where its
+    minimum is): one budget's 5-15 runs cannot fit five parameters alone. Its intervals come
+    from a residual bootstrap (``_residual_draws``); other curves resample the budget's runs.
+    """
+    f = runs.frame
+    log_n, loss = np.log(f["params"].to_numpy(float)), f["loss"].to_numpy(float)
+    held = budgets == budget
+    others = [budgets == c for c in np.unique(budgets) if c != budget]
+
+    def minimum(w: np.ndarray, start=None):
+        if curve != "slice":
+            return profile_minimum(log_n[held], loss[held], w, curve), None
+        groups = [(log_n[held], loss[held], w)] + [(log_n[m], loss[m], np.ones(m.sum())) for m in others]
+        minima, exponents = slice_minima(groups, start)
+        return minima[0], exponents
+
+    (x, y, reason), exponents = minimum(np.ones(held.sum()))
+    if reason is not None:
+        return Observed(budget=budget, runs=int(held.sum()), reason=f"the held-out budget has no observed optimum: {reason}")
+    n_int = l_int = (np.nan, np.nan)
+    if bootstrap and exponents is not None:
+        draws = np.array(_residual_draws(log_n, loss, held, others, exponents, bootstrap, seed))
+    elif bootstrap:
+        draws = np.array([minimum(w, exponents)[0][:2] for w in resample_weights(int(held.sum()), bootstrap, seed)])
+    if bootstrap:
+        lo, hi = interval(draws, level)
+        n_int, l_int = (float(np.exp(lo[0])), float(np.exp(hi[0]))), (float(lo[1]), float(hi[1]))
+    return Observed(budget=budget, runs=int(held.sum()), n_opt=float(np.exp(x)), n_opt_interval=n_int,
+                    loss=float(y), loss_interval=l_int)
+
+
+def _residual_draws(log_n, loss, held, others, exponents, bootstrap: int, seed: int | None) -> list[tuple[float, float]]:
+    """Slice minima of the held-out budget refitted to its fitted slice plus residuals drawn from
+    every budget's (a residual bootstrap: 5-15 runs of one budget are too few to resample
+    themselves, and a resample of 5 runs often has 2 sizes left)."""
+    groups = [(log_n[held], loss[held], np.ones(held.sum()))] + [(log_n[m], loss[m], np.ones(m.sum())) for m in others]
+    fitted, residuals = slice_residuals(groups, exponents)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(bootstrap):
+        noisy = fitted[0] + rng.choice(residuals, size=fitted[0].size)
+        minima, _ = slice_minima([(groups[0][0], noisy, groups[0][2])] + groups[1:], exponents)
+        draws.append(minima[0][:2])
+    return draws
+
+
+def check(approach: Fitter, runs: Runs, budgets: np.ndarray, observed: Observed) -> HoldoutCheck:
+    """Fit ``approach`` without the held-out budget's runs and compare its prediction there."""
+    return check_many(approach, runs, budgets, budgets != observed.budget, [observed])[0]
+
+
+def check_many(approach: Fitter, runs: Runs, budgets: np.ndarray, keep: np.ndarray,
+               observed: Sequence[Observed]) -> list[HoldoutCheck]:
+    """Fit ``approach`` on the runs ``keep`` selects (once) and compare its prediction at each
+    observed budget (forward chaining predicts every larger budget from one fit)."""
+    fitted = sorted(float(b) for b in np.unique(budgets[keep]))
+    try:
+        result = approach.fit(runs.subset(keep))
+    except FitInputError as exc:
+        return [HoldoutCheck(method=approach.name, budget=o.budget, fitted_budgets=fitted,
+                             reason=f"cannot fit the other budgets: {exc}") for o in observed]
+    table = result.predict([o.budget for o in observed])
+    checks = []
+    for o, p in zip(observed, table.itertuples(), strict=True):
+        loss_int, n_int = (float(p.loss_lo), float(p.loss_hi)), (float(p.N_opt_lo), float(p.N_opt_hi))
+        checks.append(HoldoutCheck(
+            method=approach.name, budget=o.budget, fitted_budgets=fitted,
+            predicted_loss=float(p.loss), loss_interval=loss_int, observed_loss=o.loss,
+            observed_loss_interval=o.loss_interval, loss_error=float(p.loss) / o.loss - 1,
+            predicted_n_opt=float(p.N_opt), n_opt_interval=n_int, observed_n_opt=o.n_opt,
+            observed_n_opt_interval=o.n_opt_interval, n_opt_error=float(p.N_opt) / o.n_opt - 1,
+            covered={"loss": _inside(o.loss, loss_int), "n_opt": _inside(o.n_opt, n_int)},
+            reason=o.reason,
+        ))
+    return checks
+
+
+Task = tuple[Fitter, Runs, np.ndarray, np.ndarray, Sequence[Observed]]
+
+
+def run_checks(tasks: Sequence[Task], workers: int = 1) -> list[list[HoldoutCheck]]:
+    """``check_many(*task)`` for every task, in order; with ``workers`` > 1 in that many worker
+    processes (each refit is independent, and refitting every method on every split is most
+    of a sweep's fitting time). The results are the same either way."""
+    if workers <= 1 or len(tasks) < 2:
+        return [check_many(*task) for task in tasks]
+    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_check_task, tasks))
+
+
+def _check_task(task: Task) -> list[HoldoutCheck]:
+    return check_many(*task)
+
+
+def splits(runs: Runs, budgets: np.ndarray, which: Any, observed: Sequence[Observed]) -> list[tuple[np.ndarray, list[Observed]]]:
+    """(runs to fit, budgets to predict) pairs: each observed budget alone left out, or with
+    "forward" each split C_k (from the FORWARD_MIN-th budget) fitting the budgets up to C_k and
+    predicting every larger observed one."""
+    if which != "forward":
+        return [(budgets != o.budget, [o]) for o in observed]
+    unique = sorted(float(b) for b in np.unique(budgets))
+    out = []
+    for upto in unique[FORWARD_MIN - 1 : -1]:
+        later = [o for o in observed if o.budget > upto]
+        if later:
+            out.append((budgets <= upto, later))
+    return out
+
+
+def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curve: str, bootstrap: int,
+                   seed: int | None, level: float, workers: int = 1) -> dict[str, list[HoldoutCheck]]:
+    """Every approach's checks for the budgets ``which`` selects (see ``select_budgets``);
+    "forward" fits the budgets up to each C_k and predicts every larger one (``splits``).
+
+    With "each" and "forward", only budgets whose own profile has an interior minimum are
+    checked: the others have no observed optimum to compare with.
+    """
+    budgets, chosen = select_budgets(runs, which)
+    observed = [observe(runs, budgets, b, curve=curve, bootstrap=bootstrap, seed=seed, level=level) for b in chosen]
+    if which in ("each", "forward"):
+        observed = [o for o in observed if o.reason is None]
+        if not observed:
+            raise FitInputError(f"holdout={which!r}: no budget's IsoFLOP profile has an interior minimum to compare "
+                                "with; add sizes around each budget's optimum")
+    parts = splits(runs, budgets, which, observed)
+    done = iter(run_checks([(a, runs, budgets, keep, later) for a in approaches for keep, later in parts], workers))
+    return {a.name: [c for _ in parts for c in next(done)] for a in approaches}
+
+
+def furthest_checks(items: Sequence[HoldoutCheck]) -> list[HoldoutCheck]:
+    """Per held-out budget, the check fitted on the fewest budgets (forward chaining predicts a
+    budget from every earlier split; a figure shows the furthest reach)."""
+    best: dict[float, HoldoutCheck] = {}
+    for c in items:
+        if c.budget not in best or len(c.fitted_budgets) < len(best[c.budget].fitted_budgets):
+            best[c.budget] = c
+    return list(best.values())
+
+
+def holdout_json(checks: Sequence[HoldoutCheck]) -> dict[str, Any] | list[dict[str, Any]]:
+    """One check as a dict, several (``holdout="each"``) as a list of them."""
+    dicts = [c.to_dict() for c in checks]
+    return dicts[0] if len(dicts) == 1 else dicts
+
+
+def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]]:
+    """Rows of the held-out table (see HOLDOUT_HEADERS), one per method and budget."""
+    rows = []
+    for method, items in checks.items():
+        for c in items:
+            reach = (f" from <= {fmt.flops(max(c.fitted_budgets))}"
+                     if c.fitted_budgets and max(c.fitted_budgets) < c.budget else "")
+            rows.append([method, fmt.flops(c.budget) + reach,
+                         fmt.with_interval(c.predicted_n_opt, *c.n_opt_interval, fmt=fmt.count),
+                         fmt.with_interval(c.observed_n_opt, *c.observed_n_opt_interval, fmt=fmt.count),
+                         fmt.percent(c.n_opt_error), _yes_no(c.covered["n_opt"]),
+                         fmt.with_interval(c.predicted_loss, *c.loss_interval, fmt=_loss),
+                         fmt.with_interval(c.observed_loss, *c.observed_loss_interval, fmt=_loss),
+                         fmt.percent(c.loss_error), _yes_no(c.covered["loss"])])
+    return rows
+
+
+HOLDOUT_HEADERS = ["method", "held out", "N_opt predicted", "N_opt observed", "error", "inside?",
+                   "loss predicted", "loss observed", "error", "inside?"]
+
+
+def holdout_summary(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
+    """Plain text: the held-out table and any reasons a check could not be made."""
+    first = next((c for items in checks.values() for c in items), None)
+    if first is None:
+        return ""
+    lines = ["Held-out check: each method fitted without the held-out budget's runs; its prediction there "
+             "against the minimum of that budget's own IsoFLOP profile",
+             format_table(holdout_rows(checks), HOLDOUT_HEADERS)]
+    reasons = sorted({f"{m} at {fmt.flops(c.budget)}: {c.reason}" for m, items in checks.items()
+                      for c in items if c.reason})
+    return "\n".join(lines + [f"note: {r}" for r in reasons])
+
+
+def _loss(value: Any) -> str:
+    return fmt.sig(value, 4)
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "-" if flag is None else ("yes" if flag else "NO")
+
+
+def _inside(value: float, bounds: tuple[float, float]) -> bool | None:
+    lo, hi = bounds
+    if not all(np.isfinite([value, lo, hi])):
+        return None
+    return bool(lo <= value <= hi)
