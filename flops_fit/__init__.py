@@ -81,6 +81,7 @@ _LAZY: dict[str, str] = {
     "SweepOptions": "flops_fit.sweeps.options:SweepOptions",
     "HyperParams": "flops_fit.sweeps.hparams:HyperParams",
     "run_plan": "flops_fit.sweeps.driver:run_plan",
+    "probe": "flops_fit.sweeps.probe:probe",
     "train_run": "flops_fit.sweeps.driver:train_run",
     "SweepResult": "flops_fit.sweeps.driver:SweepResult",
     "run_demo": "flops_fit.sweeps.demo:run_demo",

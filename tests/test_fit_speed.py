@@ -13,6 +13,13 @@ import pytest
 from scipy.optimize import minimize
 
 from flops_fit.fitting import load_runs
+from flops_fit.fitting.approaches.parametric import (
+    INIT_GRID,
+    grid_search,
+    law_columns,
+    objective,
+    pruned_grid,
+)
 from flops_fit.fitting.laws._simplex import initial_simplex, minimize_simplex
 from flops_fit.fitting.laws.estimators import (
     NM_MAXITER,
@@ -24,7 +31,6 @@ from flops_fit.fitting.laws.estimators import (
 )
 from flops_fit.fitting.laws.focus import FLOOR
 from flops_fit.fitting.laws.forms import Chinchilla, InteractionForm
-from flops_fit.fitting.approaches.parametric import INIT_GRID, grid_search, law_columns, objective, pruned_grid
 from flops_fit.fitting.synthetic import synthetic_runs
 
 

@@ -13,8 +13,8 @@ import sweep_support
 from flops_fit.executors import threads
 from flops_fit.executors.local import LocalExecutor
 from flops_fit.sweeps.demo import demo_plan
+from flops_fit.sweeps.estimate import Timing, run_seconds
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.probe import Timing, run_seconds
 
 HOST = sweep_support.host()
 

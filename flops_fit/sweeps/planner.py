@@ -22,10 +22,10 @@ from flops_fit.errors import PlanError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
 from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.estimate import Timing, run_seconds
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.sweeps.probe import Timing, probe, run_seconds
 from flops_fit.sweeps.size_grid import SizeGrid, grid_notes, refusal, too_few_sizes
 from flops_fit.sweeps.tuned import TunedLaw, guarded_rates, short_source, sources_header
 from flops_fit.tables import format_table
@@ -95,7 +95,7 @@ class Plan:
     def calibrate(self, *, host: Any = None, threads: int | None = None) -> Plan:
         """Time a few steps of this plan's smallest, middle and largest size here (``sweeps.probe``;
         seconds), so that the estimates are measured; returns the plan."""
-        self.timings = probe(self.runs, host=host, threads=threads)
+        self.timings = flops_fit.probe(self.runs, host=host, threads=threads)  # lazily: torch
         return self
 
     def rows(self) -> list[list[Any]]:

@@ -12,24 +12,17 @@ in log parameters between the probed sizes. It costs a few seconds.
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass
+import time
 from typing import Any
 
+import torch
+
+from flops_fit.executors.threads import default_threads
 from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.estimate import Timing
+from flops_fit.training.loop import train
 
-PROBE_STEPS = 12  # the first TIMING_SKIP steps warm caches and allocators and are not timed
-TIMING_SKIP = 2
-
-
-@dataclass(frozen=True)
-class Timing:
-    """One probed size: parameters, seconds of setup, per optimizer step, and of evaluation."""
-
-    params: int
-    setup_s: float
-    step_s: float
-    eval_s: float
+PROBE_STEPS = 12  # steps per probed size: the mean step time includes the first, slower steps
 
 
 def probe_specs(runs: list[RunSpec]) -> list[RunSpec]:
@@ -52,13 +45,6 @@ def probe_specs(runs: list[RunSpec]) -> list[RunSpec]:
 
 def probe(runs: list[RunSpec], *, host: Any = None, threads: int | None = None) -> list[Timing]:
     """Train the probe runs here (``threads`` torch threads; default: a sweep's) and time them."""
-    import time
-
-    import torch
-
-    from flops_fit.executors.threads import default_threads
-    from flops_fit.training.loop import train
-
     specs = probe_specs(runs)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads or default_threads(runs, 1))
@@ -77,25 +63,4 @@ def probe(runs: list[RunSpec], *, host: Any = None, threads: int | None = None) 
     return timings
 
 
-def run_seconds(spec: RunSpec, executed_steps: float, timings: list[Timing]) -> float:
-    """A run's estimated wall time from the probe: setup + steps x step time + evaluation, each
-    interpolated in log parameters (held flat beyond the probed sizes)."""
-    setup, step, evaluation = (_interpolate(spec.params, timings, key) for key in ("setup_s", "step_s", "eval_s"))
-    return setup + executed_steps * step + evaluation
-
-
-def _interpolate(params: float, timings: list[Timing], key: str) -> float:
-    points = sorted((math.log(t.params), max(getattr(t, key), 1e-9)) for t in timings)
-    x = math.log(params)
-    if x <= points[0][0]:
-        return points[0][1]
-    if x >= points[-1][0]:
-        return points[-1][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-        if x0 <= x <= x1:
-            t = 0.0 if x1 == x0 else (x - x0) / (x1 - x0)
-            return math.exp((1 - t) * math.log(y0) + t * math.log(y1))
-    return points[-1][1]
-
-
-__all__ = ["PROBE_STEPS", "Timing", "probe", "probe_specs", "run_seconds"]
+__all__ = ["PROBE_STEPS", "probe", "probe_specs"]

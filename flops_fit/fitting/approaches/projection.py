@@ -23,7 +23,12 @@ from flops_fit.fitting.approaches.parametric import (
 from flops_fit.fitting.approaches.result import FitResult
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.bootstrap import resample_weights
-from flops_fit.fitting.laws.estimators import NM_MAXITER, Solution, fit_projection, fit_projection_rows
+from flops_fit.fitting.laws.estimators import (
+    NM_MAXITER,
+    Solution,
+    fit_projection,
+    fit_projection_rows,
+)
 from flops_fit.fitting.laws.focus import check_focus, focus_weights
 from flops_fit.fitting.laws.forms import LawForm
 from flops_fit.fitting.laws.laws import frontier_exponents
