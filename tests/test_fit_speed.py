@@ -125,3 +125,27 @@ def test_pruned_grid_keeps_the_lowest_starts_and_reaches_the_full_grids_optimum(
     _, pruned, _ = grid_search(fun, 3)
     _, full, _ = grid_search(fun, 3, starts=INIT_GRID)
     assert np.nanmin(pruned) <= np.nanmin(full) * (1 + 1e-9)
+
+
+def test_slice_fits_of_many_draws_equal_one_at_a_time():
+    from flops_fit.fitting.laws.bootstrap import resample_weights
+    from flops_fit.fitting.laws.profiles import budget_groups, slice_minima, slice_minima_many
+
+    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=6, span=0.6, noise=0.01,
+                                    curve_points=2, seed=6))
+    budgets, _ = budget_groups(runs)
+    log_n, loss = np.log(runs.frame["params"].to_numpy(float)), runs.frame["loss"].to_numpy(float)
+    masks = [budgets == c for c in np.unique(budgets)]
+    _, start = slice_minima([(log_n[m], loss[m], np.ones(m.sum())) for m in masks])
+    draws = [[(log_n[m], loss[m], w[m]) for m in masks]
+             for w in resample_weights(len(loss), 30, 0, groups=budgets)]
+    many = slice_minima_many(draws, start)
+    for groups, (minima, exponents) in zip(draws, many, strict=True):
+        ref_minima, ref_exponents = slice_minima(groups, start)
+        assert (exponents is None) == (ref_exponents is None)
+        if exponents is not None:
+            np.testing.assert_allclose(exponents, ref_exponents, rtol=1e-9)
+        for (x, y, why), (rx, ry, rwhy) in zip(minima, ref_minima, strict=True):
+            assert why == rwhy
+            np.testing.assert_allclose([x, y], [rx, ry], rtol=1e-9)
+    assert len(many) == 30
