@@ -26,7 +26,7 @@ import time
 
 import bench_mup_lr as bench
 import torch
-from flops_fit.plugins import parametrization
+from flops_fit.plugins.models import parametrization
 
 from flops_fit.training import loop as trainer
 

@@ -21,7 +21,7 @@ import statistics
 import time
 
 import torch
-from flops_fit.plugins.attention import MultiheadAttention
+from flops_fit.plugins.models.attention import MultiheadAttention
 
 import flops_fit
 

@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="best of this many timings each")
     args = parser.parse_args()
 
-    from flops_fit.plugins import text_data, text_tokenizers, token_cache
+    from flops_fit.plugins.data import text_data, text_tokenizers, token_cache
 
     import flops_fit
 

@@ -20,12 +20,12 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from flops_fit.plugins.attention import MultiheadAttention
-from flops_fit.plugins.cait_model import build as build_cait
-from flops_fit.plugins.gpt_model import build as build_gpt
-from flops_fit.plugins.pvt_v2_model import build as build_pvt_v2
-from flops_fit.plugins.swin_model import build as build_swin
-from flops_fit.plugins.vit_model import build as build_vit
+from flops_fit.plugins.models.attention import MultiheadAttention
+from flops_fit.plugins.models.cait_model import build as build_cait
+from flops_fit.plugins.models.gpt_model import build as build_gpt
+from flops_fit.plugins.models.pvt_v2_model import build as build_pvt_v2
+from flops_fit.plugins.models.swin_model import build as build_swin
+from flops_fit.plugins.models.vit_model import build as build_vit
 
 
 def setup(dtype_name: str) -> tuple[torch.device, torch.dtype]:

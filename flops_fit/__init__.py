@@ -6,6 +6,7 @@ first access to their names (the ``_LAZY`` table below).
 """
 
 import pkgutil
+from typing import TYPE_CHECKING
 
 from flops_fit._version import __version__
 from flops_fit.errors import (
@@ -96,12 +97,35 @@ _LAZY: dict[str, str] = {
 }
 
 
+if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names (kept equal to _LAZY by a test)
+    from flops_fit.fitting import Comparison, FitResult, FitSet, compare, fit, load_runs
+    from flops_fit.fitting.report.compare_page import write_comparison
+    from flops_fit.fitting.report.html_report import write_report
+    from flops_fit.fitting.report.plots import plot_fit
+    from flops_fit.store.run_store import RunStore
+    from flops_fit.store.runs import RunResult, RunSpec
+    from flops_fit.sweeps.demo import demo_tune_spec, run_demo
+    from flops_fit.sweeps.driver import SweepResult, run_plan, sweep, train_run
+    from flops_fit.sweeps.gate import check as check_parity
+    from flops_fit.sweeps.hparams import HyperParams
+    from flops_fit.sweeps.options import SweepOptions
+    from flops_fit.sweeps.planner import Plan, plan
+    from flops_fit.tracking.options import TrackingOptions
+    from flops_fit.training.loop import train
+    from flops_fit.tuning import TuneResult, tune
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         value = pkgutil.resolve_name(_LAZY[name])
         globals()[name] = value
         return value
     raise AttributeError(f"module 'flops_fit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The eager names and the lazy ones, so ``dir(flops_fit)`` and completion list ``fit``, ``plan``..."""
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [

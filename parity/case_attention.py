@@ -24,7 +24,7 @@ from flops_fit.parity.convert_torch_mha import ATTENTION_FACTORY, convert_torch_
 from flops_fit.parity.mapping import Converted, KeyMapper
 from flops_fit.parity.pipeline import Tamper, save_hf
 from flops_fit.parity.safetensors_io import load_weights
-from flops_fit.plugins.attention import Rotary
+from flops_fit.plugins.models.attention import Rotary
 from torch import nn
 
 WIDTH, HEADS, BATCH, Q_LEN, K_LEN = 64, 4, 2, 7, 5

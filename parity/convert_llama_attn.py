@@ -22,7 +22,7 @@ from flops_fit.parity.mapping import Converted, KeyMapper, read_source
 from flops_fit.errors import ConversionError
 
 REFERENCE = "HF Llama attention"
-ATTENTION_FACTORY = "flops_fit.plugins.attention:MultiheadAttention"
+ATTENTION_FACTORY = "flops_fit.plugins.models.attention:MultiheadAttention"
 
 
 def convert_llama_attention(

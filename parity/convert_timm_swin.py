@@ -28,7 +28,7 @@ from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
 from flops_fit.parity.timm_reference import build_on_meta
-from flops_fit.plugins.swin import SwinConfig
+from flops_fit.plugins.models.swin import SwinConfig
 
 from flops_fit.errors import ConversionError
 

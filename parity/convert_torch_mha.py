@@ -15,7 +15,7 @@ from typing import Any
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source
 
 REFERENCE = "torch nn.MultiheadAttention"
-ATTENTION_FACTORY = "flops_fit.plugins.attention:MultiheadAttention"
+ATTENTION_FACTORY = "flops_fit.plugins.models.attention:MultiheadAttention"
 
 
 def convert_torch_mha(source: str | Path | dict[str, Any], *, num_heads: int) -> Converted:

@@ -114,7 +114,7 @@ def test_the_same_case_passes_without_the_mistake() -> None:
 
 def test_tiled_kv_control_computes_what_a_tiling_implementation_computes() -> None:
     """The head reordering of ``tiled_kv_heads`` equals expanding kv heads with ``.repeat``."""
-    from flops_fit.plugins.attention import MultiheadAttention
+    from flops_fit.plugins.models.attention import MultiheadAttention
 
     torch.manual_seed(0)
     heads, kv, width, length = 8, 2, 64, 5

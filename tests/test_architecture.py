@@ -74,8 +74,13 @@ def imports(module: str) -> list[tuple[str, bool, int]]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                    for n in ast.walk(f)}
+    # `if TYPE_CHECKING:` imports never run: they are what IDEs see, not edges of the graph
+    for_checkers = {id(n) for b in ast.walk(tree) if isinstance(b, ast.If) and getattr(b.test, "id", "") == "TYPE_CHECKING"
+                    for n in ast.walk(b)}
     found = []
     for node in ast.walk(tree):
+        if id(node) in for_checkers:
+            continue
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

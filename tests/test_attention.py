@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from flops_fit.plugins.attention import MultiheadAttention
+from flops_fit.plugins.models.attention import MultiheadAttention
 from torch import nn
 
 E, H = 32, 8
@@ -92,7 +92,7 @@ def test_self_attention_projects_with_one_matmul_and_no_concatenation():
 
 
 def test_enable_gqa_is_found_by_a_probe_call_and_old_torch_expands_kv_heads(monkeypatch):
-    from flops_fit.plugins import attention
+    from flops_fit.plugins.models import attention
 
     m, x = make(2), rand(2, 5, E)
     expected = m(x, causal=True)
@@ -139,7 +139,7 @@ def test_qk_norm_matches_timm_attention():
 
 
 def test_rotary_layouts_are_the_same_rotation_up_to_a_permutation():
-    from flops_fit.plugins.attention import Rotary, apply_rotary
+    from flops_fit.plugins.models.attention import Rotary, apply_rotary
 
     x = rand(2, 3, 5, 8)
     freqs = rand(5, 4, seed=4)

@@ -5,7 +5,7 @@ import dataclasses
 import math
 
 import pytest
-from flops_fit.plugins.gpt import GPTConfig
+from flops_fit.plugins.models.gpt import GPTConfig
 
 from flops_fit.cli.main import main
 from flops_fit.sweeps.config import sweep_keys

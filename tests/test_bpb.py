@@ -145,7 +145,7 @@ def test_the_command_line_fits_either_metric(tmp_path, capsys):
 
 def test_a_token_file_counts_bytes_when_it_names_the_tokenizer_that_made_it(tmp_path):
     pytest.importorskip("tokenizers", reason="needs the `tokenizers` library (pip install 'flops-fit[data]')")
-    from flops_fit.plugins.text_tokenizers import train_bpe
+    from flops_fit.plugins.data.text_tokenizers import train_bpe
 
     text = "".join(open(f).read() for f in sorted(write_corpus(tmp_path / "corpus").iterdir()))
     tokenizer = train_bpe([text], 300)

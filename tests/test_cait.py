@@ -9,8 +9,8 @@ import torch
 from flops_fit.parity import case_cait
 from flops_fit.parity.convert_timm import convert_timm_model
 from flops_fit.parity.convert_timm_cait import convert_timm_cait
-from flops_fit.plugins import cait, cait_model
-from flops_fit.plugins.attention import MultiheadAttention
+from flops_fit.plugins.models import cait, cait_model
+from flops_fit.plugins.models.attention import MultiheadAttention
 from torch.utils.flop_counter import FlopCounterMode
 
 import flops_fit

@@ -175,12 +175,12 @@ def test_a_model_family_reads_its_builder_and_sizing_from_the_function(source, t
 
 
 def test_the_built_in_families_derive_their_model_modules_builder():
-    from flops_fit.plugins import gpt, swin
+    from flops_fit.plugins.models import gpt, swin
 
-    assert flops_fit.model_info("gpt2").builder == "flops_fit.plugins.gpt_model:build"
+    assert flops_fit.model_info("gpt2").builder == "flops_fit.plugins.models.gpt_model:build"
     assert flops_fit.model_info("gpt2").default_size == 768
     entry = flops_fit.model_info("swin")
-    assert entry.builder == "flops_fit.plugins.swin_model:build" and entry.flops_unit == "sample"
+    assert entry.builder == "flops_fit.plugins.models.swin_model:build" and entry.flops_unit == "sample"
     assert entry.embedding_params is swin.embedding_param_count and entry.activation_memory is swin.activation_memory
     assert gpt.FAMILY.entry("x", defaults={}).default_datasets == ("python-stdlib",)
 

@@ -7,8 +7,8 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from flops_fit.plugins import text_data
-from flops_fit.plugins.image_data import ImageTensors
+from flops_fit.plugins.data import text_data
+from flops_fit.plugins.data.image_data import ImageTensors
 
 import flops_fit
 from flops_fit.errors import FlopsFitError

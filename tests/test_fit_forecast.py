@@ -262,3 +262,17 @@ def test_forward_chaining_a_law_the_runs_follow_exactly_has_no_error_to_grow():
     assert not reasons and sorted(round(r.ratio) for r in records) == [10, 10, 100]
     assert max(abs(r.loss_error) for r in records) < 1e-3 and max(abs(r.n_opt_error) for r in records) < 1e-2
     assert error_slope(records, "loss_error") < 1e-3
+
+
+def test_the_summary_leads_with_the_answer_in_a_few_lines_and_verbose_adds_the_details(fitted):
+    short = fitted.summary()
+    lines = short.splitlines()
+    assert lines[0].startswith("Forecast at C = 1e+21 FLOPs") and len(lines) <= 40
+    table = short.index("Every method at C = 1e+21 FLOPs")
+    assert all(f"\n{m} " in short[table:] for m in fitted.results)  # one row per method, after the forecast
+    assert "Forward-chaining error of the chosen candidate" not in short
+    verbose = fitted.summary(verbose=True)
+    assert verbose.startswith(lines[0]) and "Forward-chaining error of the chosen candidate" in verbose
+    assert len(verbose.splitlines()) > 2 * len(lines)
+    shown = repr(fitted)
+    assert len(shown) < 300 and "<Forecast at C = 1e+21" in shown and "\n" not in shown

@@ -70,7 +70,8 @@ def test_json_has_the_holdout_fields_per_method(checked):
         assert set(entry["covered"]) == {"loss", "n_opt"}
     single = json.loads(fit(checked.runs, method="isoflop", bootstrap=20, holdout="largest").to_json())
     assert FIELDS <= set(single["holdout"]["isoflop"])
-    assert "Held-out check" in checked.summary() and "N_opt predicted" in checked.summary()
+    assert "Held-out check" in checked.summary() and "N_opt predicted" not in checked.summary()
+    assert "N_opt predicted" in checked.summary(verbose=True)  # the held-out table, for every method
 
 
 def test_a_named_budget_and_each_budget_in_turn(frame):

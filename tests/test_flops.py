@@ -14,7 +14,16 @@ analytic count keeps the backward = 2 x forward convention.
 
 import pytest
 import torch
-from flops_fit.plugins import gpt, gpt_model, llama, llama_model, swin, swin_model, vit, vit_model
+from flops_fit.plugins.models import (
+    gpt,
+    gpt_model,
+    llama,
+    llama_model,
+    swin,
+    swin_model,
+    vit,
+    vit_model,
+)
 from torch.utils.flop_counter import FlopCounterMode
 
 VIT_PRESETS = {

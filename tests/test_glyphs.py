@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from flops_fit.plugins import glyphs
+from flops_fit.plugins.data import glyphs
 
 import flops_fit
 from flops_fit.errors import DataError

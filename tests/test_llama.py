@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from flops_fit.plugins import llama
-from flops_fit.plugins.llama_model import build
+from flops_fit.plugins.models import llama
+from flops_fit.plugins.models.llama_model import build
 
 import flops_fit
 from flops_fit.errors import ConversionError
@@ -61,7 +61,7 @@ def test_causal_and_sliding_window_are_real():
 
 def test_rmsnorm_and_parameter_count_match_hugging_face():
     transformers = pytest.importorskip("transformers")
-    from flops_fit.plugins.llama_model import RMSNorm
+    from flops_fit.plugins.models.llama_model import RMSNorm
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     ours, ref = RMSNorm(16, 1e-6), LlamaRMSNorm(16, 1e-6)

@@ -12,7 +12,7 @@ from flops_fit.parity.convert_timm import convert_timm_model, convert_timm_vit
 from flops_fit.parity.convert_torch_mha import convert_torch_mha
 from flops_fit.parity.mapping import KeyMapper
 from flops_fit.parity.pipeline import save_hf
-from flops_fit.plugins.vit import ViTConfig
+from flops_fit.plugins.models.vit import ViTConfig
 from safetensors.torch import save_file
 from torch import nn
 

@@ -81,6 +81,13 @@ def test_plan_prints_a_table():
     assert text.count("\n") >= 6 + 2
 
 
+def test_the_plan_headline_is_its_table_without_the_rows():
+    p = make()
+    head = p.headline()
+    assert p.table().startswith(head + "\n") and f"{len(p.runs)} runs of" in head
+    assert "est. time" not in head and len(head.splitlines()) <= 6
+
+
 def test_plan_round_trips_through_a_dict():
     p = make()
     again = Plan.from_dict(p.to_dict())

@@ -9,8 +9,8 @@ import torch.utils.flop_counter as flop_counter
 from flops_fit.parity import case_pvt_v2
 from flops_fit.parity.convert_timm import convert_timm_model
 from flops_fit.parity.convert_timm_pvt_v2 import convert_timm_pvt_v2
-from flops_fit.plugins import pvt_v2, pvt_v2_model
-from flops_fit.plugins.attention import MultiheadAttention
+from flops_fit.plugins.models import pvt_v2, pvt_v2_model
+from flops_fit.plugins.models.attention import MultiheadAttention
 from torch.utils.flop_counter import FlopCounterMode
 
 import flops_fit

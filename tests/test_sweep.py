@@ -46,7 +46,7 @@ def test_a_sweep_stores_every_run_with_its_tokens_flops_and_provenance(tmp_path)
     with RunStore(tmp_path) as store:
         versions = store.get_meta("versions")
         assert versions["flops-fit"] and versions["torch"]
-        assert {"sweep_support", "flops_fit.plugins.datasets"} <= {p["name"] for p in versions["plugins"]}
+        assert {"sweep_support", "flops_fit.plugins.data.datasets"} <= {p["name"] for p in versions["plugins"]}
         gate = store.get_meta("parity")
         assert gate["status"] == "unverified" and "no quick parity case" in gate["reason"]
         assert store.get_meta("spec")["model"] == "tiny-lm"

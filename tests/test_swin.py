@@ -7,8 +7,8 @@ import sys
 
 import pytest
 import torch
-from flops_fit.plugins import swin
-from flops_fit.plugins.swin_model import (
+from flops_fit.plugins.models import swin
+from flops_fit.plugins.models.swin_model import (
     build,
     relative_position_index,
     shift_mask,
@@ -201,7 +201,7 @@ def test_a_swin_sweep_plans_and_trains():
 
 
 def test_registration_does_not_import_torch_and_the_builtin_zoo_lists_swin():
-    code = "import sys, flops_fit.plugins.swin; print('torch' in sys.modules)"
+    code = "import sys, flops_fit.plugins.models.swin; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False" and "flops_fit.plugins.swin" in BUILTIN_PLUGINS
+    assert out.stdout.strip() == "False" and "flops_fit.plugins.models.swin" in BUILTIN_PLUGINS
     assert {"swin", "swin_tiny_patch4_window7_224"} <= set(flops_fit.list_models())

@@ -5,8 +5,8 @@ import functools
 
 import pytest
 import torch
-from flops_fit.plugins import swin
-from flops_fit.plugins.swin_model import build, relative_position_index, shift_mask
+from flops_fit.plugins.models import swin
+from flops_fit.plugins.models.swin_model import build, relative_position_index, shift_mask
 
 from flops_fit.errors import ConversionAssumptionWarning, ConversionError
 

@@ -12,7 +12,7 @@ import flops_fit
 from flops_fit.errors import FlopsFitError
 
 tokenizers = pytest.importorskip("tokenizers", reason="needs the `tokenizers` library (pip install 'flops-fit[data]')")
-from flops_fit.plugins import text_tokenizers, token_cache  # noqa: E402
+from flops_fit.plugins.data import text_tokenizers, token_cache  # noqa: E402
 
 WORDS = ("the cat sat on a mat and then the dog ran home while birds sang in trees near the café; "
          "naïve coders wrote def main(): return 42 # 日本語 comments\n").split(" ")
@@ -34,7 +34,7 @@ def text_of(data_split_files):
 
 def split_texts(folder, fraction=0.2):
     files = sorted(folder.iterdir())
-    return {s: text_of(flops_fit.plugins.text_data.split_files(files, folder, s, fraction)) for s in ("train", "validation")}
+    return {s: text_of(flops_fit.plugins.data.text_data.split_files(files, folder, s, fraction)) for s in ("train", "validation")}
 
 
 def test_bpe_is_learnt_from_the_training_split_and_round_trips_the_text(tmp_path):
@@ -56,7 +56,7 @@ def test_bpe_is_learnt_from_the_training_split_and_round_trips_the_text(tmp_path
     only_train = tmp_path / "only-train"
     only_train.mkdir()
     files = sorted(corpus.iterdir())
-    for f in flops_fit.plugins.text_data.split_files(files, corpus, "train", 0.2):
+    for f in flops_fit.plugins.data.text_data.split_files(files, corpus, "train", 0.2):
         (only_train / f.name).write_bytes(f.read_bytes())
     again = text_tokenizers.train_bpe([f.read_text() for f in sorted(only_train.iterdir())], 300)
     assert again.to_str() == tokenizer.to_str()
@@ -96,7 +96,7 @@ def test_the_token_file_is_built_once_and_reused_until_the_text_changes(tmp_path
     assert str(again.tokens.filename) == str(files[0]) and files[0].stat().st_mtime_ns == stamp
     assert not list(cache.rglob(".*.tmp"))  # nothing half-written left behind
     # an edited training file is new text: a new token file (and tokenizer), the old one untouched
-    trained_on = flops_fit.plugins.text_data.split_files(sorted(corpus.iterdir()), corpus, "train", 0.05)
+    trained_on = flops_fit.plugins.data.text_data.split_files(sorted(corpus.iterdir()), corpus, "train", 0.05)
     trained_on[0].write_text("a different first document\n" * 50)
     edited = flops_fit.create_dataset("text-files", "train", **config)
     assert str(edited.tokens.filename) != str(files[0]) and files[0].stat().st_mtime_ns == stamp
@@ -126,7 +126,7 @@ def test_a_local_tokenizer_file_or_folder_gives_the_same_tokens(tmp_path):
     gpt2_style = tmp_path / "gpt2-style"
     gpt2_style.mkdir()
     tokenizer.model.save(str(gpt2_style))  # vocab.json + merges.txt
-    expected = [i for d in flops_fit.plugins.text_data.split_files(sorted(corpus.iterdir()), corpus, "train", 0.05)
+    expected = [i for d in flops_fit.plugins.data.text_data.split_files(sorted(corpus.iterdir()), corpus, "train", 0.05)
                 for i in tokenizer.encode(d.read_text()).ids]
     for spec in (tmp_path / "tokenizer.json", folder, gpt2_style):
         config = {"paths": [str(corpus)], "tokenizer": str(spec), "seq_len": 8}

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from flops_fit.plugins.image_data import ImageTensors
+from flops_fit.plugins.data.image_data import ImageTensors
 
 import flops_fit
 from flops_fit.errors import FitInputError

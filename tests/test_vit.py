@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from flops_fit.plugins import vit
-from flops_fit.plugins.vit_model import build
+from flops_fit.plugins.models import vit
+from flops_fit.plugins.models.vit_model import build
 
 import flops_fit
 from flops_fit.testing import check_model_entry, isolated_host

@@ -8,8 +8,8 @@ import pytest
 import flops_fit
 from flops_fit.plugin.host import BUILTIN_PLUGINS
 
-ZOO_MODULES = ("flops_fit.plugins.vit", "flops_fit.plugins.gpt", "flops_fit.plugins.llama", "flops_fit.plugins.losses",
-               "flops_fit.plugins.cait", "flops_fit.plugins.pvt_v2")
+ZOO_MODULES = ("flops_fit.plugins.models.vit", "flops_fit.plugins.models.gpt", "flops_fit.plugins.models.llama", "flops_fit.plugins.losses",
+               "flops_fit.plugins.models.cait", "flops_fit.plugins.models.pvt_v2")
 
 
 @pytest.mark.parametrize("module", ZOO_MODULES)

@@ -19,7 +19,7 @@ class _Count(logging.Handler):
 def build_dataset(config: dict) -> tuple[int, list[int]]:
     """Build the training split in this process: (token files this process wrote, the first tokens)."""
     counter = _Count()
-    logger = logging.getLogger("flops_fit.plugins.token_cache")
+    logger = logging.getLogger("flops_fit.plugins.data.token_cache")
     logger.setLevel(logging.INFO)
     logger.addHandler(counter)
     data = flops_fit.create_dataset("text-files", "train", **config)

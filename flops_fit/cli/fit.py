@@ -15,6 +15,8 @@ import flops_fit
 
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, holdout: str | None = None) -> None:
     p.add_argument("source", help="CSV file or sweep output folder (runs.sqlite)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print every method's details, the candidates and the chaining records after the answer")
     p.add_argument("--method", default=method, metavar="METHOD",
                    help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
                    f"all, or a registered method's name; default {method}")
@@ -101,7 +103,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops))
         return 0
-    text = fitted.summary(args.predict)
+    text = summary(fitted, args.predict, args.verbose)
     if tokens is not None:  # sized before anything is printed: a fit without a law says so alone
         text += "\n\n" + fitted.sizing_summary(args.predict, tokens, args.total_flops)
     print(text)
@@ -114,5 +116,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     fitted = _fit(args)
     source = Path(args.source)
     out = Path(args.out) if args.out else (source / "report.html" if source.is_dir() else source.with_suffix(".report.html"))
-    print(f"report written to {flops_fit.write_report(fitted, out, target=args.target, inference_tokens=args.inference_tokens)}")
+    path = flops_fit.write_report(fitted, out, target=args.target, inference_tokens=args.inference_tokens)
+    print(summary(fitted, None, args.verbose))
+    print(f"report written to {path}")
     return 0
+
+
+def summary(fitted, budgets, verbose: bool) -> str:
+    """The answer first: a set of fits prints the forecast and one row per method unless ``verbose``."""
+    return fitted.summary(budgets, verbose=verbose) if isinstance(fitted, flops_fit.FitSet) else fitted.summary(budgets)

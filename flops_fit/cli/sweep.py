@@ -82,7 +82,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         options["address"] = args.address
     workers = options.pop("workers", 1)
     flops_fit.create_executor(executor, workers=workers, **options).close()  # bad options: one line before the plan
-    print(plan, file=sys.stderr)
+    print(plan if args.verbose else plan.headline(), file=sys.stderr)
     warning = repeat_warning(plan.runs, unique_tokens(plan.options))
     if warning:
         print(warning, file=sys.stderr)
@@ -104,7 +104,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"flops-fit: the plan is recorded in {out / STORE_NAME}; train each run with "
               f"`flops-fit train-run {out} RUN_ID` (run ids: `flops-fit status {out} --json`)", file=sys.stderr)
         return 0
-    _print_status(out)
+    _print_status(out, table=args.verbose)
+    if not args.verbose:
+        print(f"the answer: `flops-fit report {out}` (fit, forecast and the HTML report); each run: "
+              f"`flops-fit status {out}`")
     return _print_failures(out)
 
 
@@ -152,7 +155,7 @@ def _print_failures(out_dir: str | Path) -> int:
     return 1
 
 
-def _print_status(out_dir: str | Path) -> int:
+def _print_status(out_dir: str | Path, table: bool = True) -> int:
     with RunStore(out_dir) as store:
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
@@ -165,7 +168,7 @@ def _print_status(out_dir: str | Path) -> int:
          "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", r.error or ""]
         for r in frame.itertuples()
     ]
-    if rows:
+    if rows and table:
         print(format_table(rows, ["budget", "size", "params", "tokens", "status", "loss", "time", "error"]))
     return 0
 
@@ -200,15 +203,19 @@ def _print_status_json(out_dir: str | Path) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out or f"demo-out/{args.model}")
     try:
-        outcome = flops_fit.run_demo(args.model, out, workers=args.workers, on_plan=print)
+        outcome = flops_fit.run_demo(args.model, out, workers=args.workers,
+                                     on_plan=print if args.verbose else lambda plan: print(plan.headline()))
     except KeyboardInterrupt:
         print(f"\nflops-fit: interrupted; run `flops-fit demo --model {args.model}` again to resume", file=sys.stderr)
         return INTERRUPTED
-    print(outcome.table)
+    if args.verbose:
+        print(outcome.table)
     if outcome.refused:
         print(f"flops-fit: the fit was refused: {outcome.refused}")
     else:
-        print(outcome.fit)
+        print(outcome.fit.summary(verbose=args.verbose))
+        print(f"\n{outcome.interior} of {len(outcome.plan.budgets)} IsoFLOP curves have an interior minimum "
+              f"(the table: {out / 'isoflop.txt'})")
         print(f"report (with its plots): {outcome.report}")
     return _print_failures(out)
 
@@ -239,6 +246,7 @@ def add_commands(sub) -> None:
                    "in DIR (`flops-fit tune`) instead of the config's rule")
     p.add_argument("--tracking", metavar="B1,B2|off", help="log to these tracking backends (tensorboard, mlflow, "
                    "wandb) instead of the config's [tracking] table; off: none")
+    p.add_argument("-v", "--verbose", action="store_true", help="print the plan's table and every run's row")
     p.add_argument("--record-only", action="store_true",
                    help="record the plan in the output folder and train nothing (then: flops-fit train-run)")
     p.set_defaults(func=_cmd_sweep)
@@ -261,4 +269,6 @@ def add_commands(sub) -> None:
     p.add_argument("--model", choices=("gpt", "vit"), default="gpt")
     p.add_argument("--out", help="output folder (default demo-out/MODEL)")
     p.add_argument("--workers", type=int, default=2, help="runs trained at once (worker processes; default 2)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print the plan's table, the IsoFLOP table and every method's details")
     p.set_defaults(func=_cmd_demo)

@@ -31,14 +31,14 @@ BUILTIN_NAMESPACE = "flops_fit"
 # The built-in plugins, registered through the same hooks as third-party ones. Module
 # paths only: each is imported when the host loads (none imports torch at module level).
 BUILTIN_PLUGINS: tuple[str, ...] = (
-    "flops_fit.plugins.vit",
-    "flops_fit.plugins.swin",
-    "flops_fit.plugins.gpt",
-    "flops_fit.plugins.llama",
-    "flops_fit.plugins.cait",
-    "flops_fit.plugins.pvt_v2",
+    "flops_fit.plugins.models.vit",
+    "flops_fit.plugins.models.swin",
+    "flops_fit.plugins.models.gpt",
+    "flops_fit.plugins.models.llama",
+    "flops_fit.plugins.models.cait",
+    "flops_fit.plugins.models.pvt_v2",
     "flops_fit.plugins.losses",
-    "flops_fit.plugins.datasets",
+    "flops_fit.plugins.data.datasets",
     "flops_fit.executors.local",
     "flops_fit.executors.ray",
     "flops_fit.executors.slurm",

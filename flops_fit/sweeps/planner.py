@@ -117,9 +117,15 @@ class Plan:
         return "unknown" if memory is None else gib(memory.total)
 
     def table(self) -> str:
+        """The headline, then one row per run."""
         wsd = self.options.schedule == "wsd"
         headers = ["budget", "size", "params", "tokens", "tokens/param", "steps", "FLOPs",
                    *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "lr from", "memory", "est. time"]
+        return self.headline() + "\n" + format_table(self.rows(), headers)
+
+    def headline(self) -> str:
+        """What the plan trains, in a few lines: runs, model, data, FLOPs, time, where rates come from."""
+        wsd = self.options.schedule == "wsd"
         first = self.runs[0]
         head = (
             f"{len(self.runs)} runs of {first.model} on {first.dataset} ({self.unit}s; batch {first.batch_size} x "
@@ -139,7 +145,7 @@ class Plan:
         if self.options.schedule == "wsd" and any(r.lr_source.startswith("tuned:") for r in self.runs):
             head += "\n  (a WSD family shares one rate: the law's at the geometric mean of its branches' tokens)"
         head += "".join(f"\nnote: {n}" for n in self.notes)
-        return head + "\n" + format_table(self.rows(), headers)
+        return head
 
     def __str__(self) -> str:
         return self.table()

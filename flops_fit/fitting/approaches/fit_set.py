@@ -9,14 +9,16 @@ from typing import Any
 
 import pandas as pd
 
+from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.result import FitResult, Presentable
-from flops_fit.fitting.validation.holdout import holdout_json
+from flops_fit.fitting.validation.holdout import holdout_json, holdout_misses
+from flops_fit.tables import format_table
 
 # Without intervals, exponents this far apart count as a disagreement.
 POINT_TOLERANCE = 0.05
 
 
-@dataclass
+@dataclass(repr=False)
 class FitSet(Presentable):
     """Every applicable approach's FitResult, the ones skipped (and why), cross-checks."""
 
@@ -43,15 +45,32 @@ class FitSet(Presentable):
     def table(self, budgets: Sequence[float] | None = None) -> pd.DataFrame:
         return pd.concat([r.table(budgets).assign(method=m) for m, r in self.results.items()], ignore_index=True)
 
-    def summary(self, budgets: Sequence[float] | None = None) -> str:
-        """Each method's summary (without its held-out rows), then one held-out table for all."""
-        parts = [self.forecast.summary()] if self.forecast is not None else []
-        parts += [r.summary(budgets, with_holdout=False) for r in self.results.values()]
-        parts += [f"skipped {m}: {why}" for m, why in self.skipped.items()]
-        parts += [f"warning: {w}" for w in self.warnings]
+    def summary(self, budgets: Sequence[float] | None = None, *, verbose: bool = False) -> str:
+        """The answer first: the forecast (if any), one row per method at the target (or the largest
+        budget), the held-out verdict in a line. ``verbose``: every method's own summary, the
+        warnings and the held-out table instead."""
+        skipped = [f"skipped {m}: {why}" for m, why in self.skipped.items()]
+        if verbose:
+            parts = [self.forecast.summary()] if self.forecast is not None else []
+            parts += [r.summary(budgets, with_holdout=False) for r in self.results.values()]
+            parts += skipped + [f"warning: {w}" for w in self.warnings]
+            return "\n\n".join(parts + ([self.holdout_summary()] if self.holdout else []))
+        parts = [forecast_headline(self.forecast)] if self.forecast is not None else []
+        parts += [self.answer_table(), *skipped]
         if self.holdout:
-            parts.append(self.holdout_summary())
+            misses = holdout_misses(self.holdout)
+            parts.append("Held-out check: " + ("; ".join(misses) if misses else
+                                               "every observed value at the held-out budget lies inside its interval") + ".")
+        if self.warnings:
+            parts.append(f"{len(self.warnings)} warning(s) and every method's details: --verbose, or the report")
         return "\n\n".join(parts)
+
+    def answer_table(self) -> str:
+        """Every method's N_opt, D_opt and loss at the forecast's target (else the largest budget)."""
+        at = self.forecast.target if self.forecast is not None else float(self.runs.frame["flops"].max())
+        label = self.runs.label
+        headers = [h.format(loss=label) for h in ANSWER_HEADERS]
+        return f"Every method at C = {fmt.flops(at)} FLOPs:\n" + format_table(answer_rows(self.results, at), headers)
 
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
         out = {"results": {m: r.to_dict(budgets) for m, r in self.results.items()},
@@ -61,6 +80,25 @@ class FitSet(Presentable):
         if self.holdout:
             out["holdout"] = {m: holdout_json(checks) for m, checks in self.holdout.items()}
         return out
+
+
+ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
+
+
+def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]:
+    """One row per method: its answer at ``target`` with intervals (the report's and the summary's table)."""
+    rows = []
+    for method, result in results.items():
+        p = result.predict(target).iloc[0]
+        rows.append([method] + [fmt.with_interval(p[k], p[f"{k}_lo"], p[f"{k}_hi"], fmt=f) for k, f in
+                                (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
+                                 ("loss", lambda v: fmt.sig(v, 4)))] + [fmt.with_interval(*result.exponents["a"])])
+    return rows
+
+
+def forecast_headline(forecast: Any) -> str:
+    """The forecast's answer in three lines (its candidates and chaining records: ``forecast.summary()``)."""
+    return "\n".join(forecast.summary().split("\n")[:3])
 
 
 def disagreements(results: list[FitResult]) -> list[str]:

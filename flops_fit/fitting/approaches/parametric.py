@@ -205,7 +205,7 @@ def convergence_report(fit_status: int, fit_iterations: int, maxiter: int, boot_
     return report, warnings
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False)
 class ParametricResult(FitResult):
     """Approach 3's result: a law L(N, D) (``form``; Chinchilla's by default) and the frontier it implies."""
 

@@ -70,6 +70,14 @@ class Presentable:
     def summary(self, budgets: Sequence[float] | None = None) -> str:
         raise NotImplementedError
 
+    def __repr__(self) -> str:
+        """One line (a dataclass's own repr would print every draw): what this is, how to see more."""
+        methods = ", ".join(self.results) or "no method"
+        forecast = getattr(self, "forecast", None)
+        answer = f"; {forecast!r}" if forecast is not None else ""
+        runs = len(next(iter(self.results.values())).runs) if self.results else 0
+        return f"<{type(self).__name__} of {methods} on {runs} runs{answer}; print() it for the summary, .to_json() for all>"
+
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -112,7 +120,7 @@ class Presentable:
         return "\n\n".join(sizing_summary(r, _budgets(r, budgets), inference_tokens, totals) for r in self.sizable())
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False)
 class FitResult(Presentable):
     """One method's fit. ``params`` are point estimates, ``samples`` one row per resample."""
 

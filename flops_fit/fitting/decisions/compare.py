@@ -39,7 +39,7 @@ CHUNK = 100  # draws per frontier evaluation (a numeric frontier holds draws x g
 HEADERS = ["FLOPs", "loss A", "loss B", "multiplier (A's compute / B's)", "verdict"]
 
 
-@dataclass
+@dataclass(repr=False)
 class Comparison:
     """B against A: the multiplier per budget (``table``), its trend with scale, the exponents' differences."""
 
@@ -112,6 +112,10 @@ class Comparison:
 
     def __str__(self) -> str:
         return self.summary()
+
+    def __repr__(self) -> str:
+        return (f"<Comparison of {self.names[1]} against {self.names[0]} up to C = {fmt.flops(self.target)}: "
+                f"{self.verdict()}; print() it for the table>")
 
     def to_dict(self) -> dict[str, Any]:
         return fmt.json_safe({

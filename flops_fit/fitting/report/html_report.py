@@ -24,6 +24,7 @@ import numpy as np
 from flops_fit._version import __version__
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
 from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.laws.error_law import fit_error_law
@@ -48,10 +49,14 @@ from flops_fit.fitting.validation.forecast import (
     chain_rows,
     default_target,
 )
-from flops_fit.fitting.validation.holdout import HOLDOUT_HEADERS, furthest_checks, holdout_rows
+from flops_fit.fitting.validation.holdout import (
+    HOLDOUT_HEADERS,
+    furthest_checks,
+    holdout_misses,
+    holdout_rows,
+)
 
 TOP_WARNINGS = 8
-ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
@@ -103,12 +108,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     swept = np.unique(budgets)
     level = next(iter(results.values())).level
     predictions = {m: r.predict(target).iloc[0] for m, r in results.items()}
-    rows = []
-    for method, p in predictions.items():
-        a = results[method].exponents["a"]
-        rows.append([method] + [fmt.with_interval(p[k], p[f"{k}_lo"], p[f"{k}_hi"], fmt=f) for k, f in
-                                (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
-                                 ("loss", _loss))] + [fmt.with_interval(*a)])
+    rows = answer_rows(results, target)
     parts = ["<h1>flops-fit report</h1>",
              f"<p class=lead>{len(runs)} runs from <code>{escape(runs.source)}</code> at {len(swept)} budgets "
              f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {escape(', '.join(results))}; "
@@ -240,30 +240,6 @@ def agreement(predictions: Mapping[str, Any]) -> str:
         verdicts.append(f"on {key} they disagree ({', '.join(apart)}: intervals apart)" if apart
                         else f"on {key} they agree (intervals overlap)")
     return "Across methods at the target: " + "; ".join(verdicts) + "."
-
-
-def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
-    """One phrase per held-out value outside its predicted interval, or a check not made; with
-    several budgets held out in turn, one phrase per method and value counting them."""
-    out = []
-    for method, items in checks.items():
-        if len(items) > 1:
-            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
-                missed = [c for c in items if c.covered[key] is False]
-                if missed:
-                    errors = np.abs([getattr(c, f"{key}_error") for c in items if np.isfinite(getattr(c, f"{key}_error"))])
-                    out.append(f"{method}'s {name} falls outside its interval at {len(missed)} of {len(items)} "
-                               f"held-out budgets (mean error {100 * errors.mean():.1f}%)")
-            continue
-        for c in items:
-            if c.reason:
-                out.append(f"{method} at {fmt.flops(c.budget)}: {c.reason}")
-                continue
-            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
-                if c.covered[key] is False:
-                    out.append(f"{method}'s predicted {name} at {fmt.flops(c.budget)} FLOPs misses the observed one "
-                               f"by {fmt.percent(getattr(c, f'{key}_error'))}, outside its interval")
-    return out
 
 
 def important_warnings(fitted: Any) -> list[str]:

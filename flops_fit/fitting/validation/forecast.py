@@ -112,6 +112,11 @@ class Forecast:
     candidates: list[Candidate] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        """One line: the answer (the dataclass's own repr would print every chaining record)."""
+        return (f"<Forecast at C = {fmt.flops(self.target)}: N_opt {fmt.count(self.n_opt[0])}, "
+                f"loss {fmt.sig(self.loss[0], 4)} ({self.method})>")
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         for key in ("n_opt", "scale_opt", "d_opt", "loss"):

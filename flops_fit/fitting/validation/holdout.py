@@ -303,3 +303,27 @@ def _inside(value: float, bounds: tuple[float, float]) -> bool | None:
     if not all(np.isfinite([value, lo, hi])):
         return None
     return bool(lo <= value <= hi)
+
+
+def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
+    """One phrase per held-out value outside its predicted interval, or a check not made; with
+    several budgets held out in turn, one phrase per method and value counting them."""
+    out = []
+    for method, items in checks.items():
+        if len(items) > 1:
+            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
+                missed = [c for c in items if c.covered[key] is False]
+                if missed:
+                    errors = np.abs([getattr(c, f"{key}_error") for c in items if np.isfinite(getattr(c, f"{key}_error"))])
+                    out.append(f"{method}'s {name} falls outside its interval at {len(missed)} of {len(items)} "
+                               f"held-out budgets (mean error {100 * errors.mean():.1f}%)")
+            continue
+        for c in items:
+            if c.reason:
+                out.append(f"{method} at {fmt.flops(c.budget)}: {c.reason}")
+                continue
+            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
+                if c.covered[key] is False:
+                    out.append(f"{method}'s predicted {name} at {fmt.flops(c.budget)} FLOPs misses the observed one "
+                               f"by {fmt.percent(getattr(c, f'{key}_error'))}, outside its interval")
+    return out

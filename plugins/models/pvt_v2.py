@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flops_fit.plugins import sizing
-from flops_fit.plugins.vit import ACTIVATIONS
+from flops_fit.plugins.models import sizing
+from flops_fit.plugins.models.vit import ACTIVATIONS
 
 import flops_fit
 from flops_fit.checks import positive_int

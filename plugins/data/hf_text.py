@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from flops_fit.plugins.text_data import (
+from flops_fit.plugins.data.text_data import (
     SPLITS,
     TOKENIZER_SAMPLE_BYTES,
     TokenWindows,
@@ -26,8 +26,8 @@ from flops_fit.plugins.text_data import (
     in_validation,
     windows,
 )
-from flops_fit.plugins.text_tokenizers import BYTES
-from flops_fit.plugins.token_cache import TextSource
+from flops_fit.plugins.data.text_tokenizers import BYTES
+from flops_fit.plugins.data.token_cache import TextSource
 
 from flops_fit.errors import DataError
 

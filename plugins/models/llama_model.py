@@ -17,9 +17,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from flops_fit.plugins.attention import MultiheadAttention, Rotary
-from flops_fit.plugins.llama import LlamaConfig
-from flops_fit.plugins.parametrization import MuPModel
+from flops_fit.plugins.models.attention import MultiheadAttention, Rotary
+from flops_fit.plugins.models.llama import LlamaConfig
+from flops_fit.plugins.models.parametrization import MuPModel
 from torch import Tensor, nn
 
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}

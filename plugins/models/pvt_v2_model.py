@@ -14,9 +14,9 @@ output (B, N, C), where a hook on timm's module of that name does.
 from __future__ import annotations
 
 import torch.nn.functional as F
-from flops_fit.plugins.attention import MultiheadAttention
-from flops_fit.plugins.pvt_v2 import LINEAR_POOL, TORCH_NORM_EPS, PvtV2Config
-from flops_fit.plugins.vit_model import ACTIVATIONS, check_images
+from flops_fit.plugins.models.attention import MultiheadAttention
+from flops_fit.plugins.models.pvt_v2 import LINEAR_POOL, TORCH_NORM_EPS, PvtV2Config
+from flops_fit.plugins.models.vit_model import ACTIVATIONS, check_images
 from torch import Tensor, nn
 
 

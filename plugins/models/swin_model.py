@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from flops_fit.plugins.attention import MultiheadAttention
-from flops_fit.plugins.swin import MASKED, Stage, SwinConfig
-from flops_fit.plugins.vit_model import check_images
+from flops_fit.plugins.models.attention import MultiheadAttention
+from flops_fit.plugins.models.swin import MASKED, Stage, SwinConfig
+from flops_fit.plugins.models.vit_model import check_images
 from torch import Tensor, nn
 
 

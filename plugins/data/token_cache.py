@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flops_fit.plugins.text_tokenizers import chunks
+from flops_fit.plugins.data.text_tokenizers import chunks
 
 from flops_fit.files import file_lock, write_atomically
 

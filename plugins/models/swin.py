@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from flops_fit.plugins import sizing
+from flops_fit.plugins.models import sizing
 
 import flops_fit
 from flops_fit.checks import positive_int

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from flops_fit.plugins import parametrization, sizing
+from flops_fit.plugins.models import parametrization, sizing
 
 import flops_fit
 from flops_fit.checks import positive_int

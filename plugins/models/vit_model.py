@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from flops_fit.plugins.attention import MultiheadAttention
-from flops_fit.plugins.parametrization import MuPModel
-from flops_fit.plugins.vit import ViTConfig
+from flops_fit.plugins.models.attention import MultiheadAttention
+from flops_fit.plugins.models.parametrization import MuPModel
+from flops_fit.plugins.models.vit import ViTConfig
 from torch import Tensor, nn
 
 

@@ -14,7 +14,7 @@ _IMAGES = {
     "batch_format": {"images": "float32[B, C, H, W]", "labels": "int64[B]"},
     "tasks": (flops_fit.TASK_IMAGE_CLASSIFICATION,),
 }
-_MOD = "flops_fit.plugins"
+_MOD = "flops_fit.plugins.data"
 # Text datasets with a tokenizer: vocab_size follows it (text_data.configure_text).
 _TOKENIZED = {"configure": f"{_MOD}.text_data:configure_text"}
 _TOKENIZER_DEFAULTS = {"tokenizer": "bytes", "vocab_size": None}

@@ -13,9 +13,9 @@ residual add, where hooks on timm's modules of the same names do.
 from __future__ import annotations
 
 import torch
-from flops_fit.plugins.attention import MultiheadAttention
-from flops_fit.plugins.cait import CaitConfig
-from flops_fit.plugins.vit_model import LayerScale, Mlp, check_images
+from flops_fit.plugins.models.attention import MultiheadAttention
+from flops_fit.plugins.models.cait import CaitConfig
+from flops_fit.plugins.models.vit_model import LayerScale, Mlp, check_images
 from torch import Tensor, nn
 
 

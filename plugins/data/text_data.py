@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from flops_fit.plugins import text_tokenizers
-from flops_fit.plugins.text_tokenizers import BYTES, ByteTokenizer
-from flops_fit.plugins.token_cache import TextSource, cached_tokens, digest
+from flops_fit.plugins.data import text_tokenizers
+from flops_fit.plugins.data.text_tokenizers import BYTES, ByteTokenizer
+from flops_fit.plugins.data.token_cache import TextSource, cached_tokens, digest
 
 from flops_fit.errors import DataError
 from flops_fit.files import cache_root

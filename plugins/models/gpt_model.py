@@ -16,9 +16,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from flops_fit.plugins.attention import MultiheadAttention
-from flops_fit.plugins.gpt import GPTConfig
-from flops_fit.plugins.parametrization import MuPModel
+from flops_fit.plugins.models.attention import MultiheadAttention
+from flops_fit.plugins.models.gpt import GPTConfig
+from flops_fit.plugins.models.parametrization import MuPModel
 from torch import Tensor, nn
 
 

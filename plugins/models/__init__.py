@@ -1,0 +1,1 @@
+"""The model zoo by family: each family a registration module without torch (config, valid sizes, exact parameter and FLOP counts) beside its model module, and what they share (attention, sizing, parametrization)."""
