@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,9 +31,9 @@ from flops_fit.fitting import fit, load_runs
 from flops_fit.fitting import Parametric  # both layouts export it
 store, bootstrap = sys.argv[1], int(sys.argv[2])
 runs = load_runs(store)
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 fitted = fit(store, method="all", bootstrap=bootstrap, holdout="forward", tracking=False)
-whole = time.perf_counter() - start
+whole, whole_cpu = time.perf_counter() - start, time.process_time() - cpu
 point = []
 for _ in range(3):
     start = time.perf_counter()
@@ -44,8 +45,9 @@ answers = {f"{name}.{key}": float(value) for name, result in fitted.results.item
 for key in ("n_opt", "d_opt", "loss"):
     for part, value in zip(("value", "lo", "hi"), getattr(f, key)):
         answers[f"forecast.{key}.{part}"] = float(value)
-print(json.dumps({"whole_fit_s": whole, "parametric_point_fit_s": min(point), "answers": answers,
-                  "forecast": {"method": f.method, "scale": f.scale, "focus": f.focus}}))
+print(json.dumps({"whole_fit_s": whole, "whole_fit_cpu_s": whole_cpu, "parametric_point_fit_s": min(point), "answers": answers,
+                  "forecast": {"method": f.method, "scale": f.scale, "focus": f.focus},
+                  "version": __import__("flops_fit").__file__}))
 """
 
 
@@ -54,8 +56,11 @@ def side(pythonpath: str | None, store: str, bootstrap: int) -> dict:
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", CHILD, store, str(bootstrap)], env=env, capture_output=True,
-                         text=True, check=True)
+    # run from a folder without a flops_fit package: ``python -c`` puts the working folder first on sys.path,
+    # ahead of PYTHONPATH, and a checkout's own folder would shadow the previous code
+    with tempfile.TemporaryDirectory() as elsewhere:
+        out = subprocess.run([sys.executable, "-c", CHILD, os.path.abspath(store), str(bootstrap)], env=env,
+                             capture_output=True, text=True, check=True, cwd=elsewhere)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["process_s"] = time.perf_counter() - start
     return result
@@ -75,15 +80,18 @@ def main() -> None:
     load = os.getloadavg()[0]
     new = side(None, args.store, args.bootstrap)
     old = side(args.previous, args.store, args.bootstrap)
+    if old["version"] == new["version"]:
+        raise SystemExit(f"both sides imported {new['version']}: --previous must be a checkout's root")
     diffs = relative_differences(old["answers"], new["answers"])
     point = {k: v for k, v in diffs.items() if not k.endswith((".lo", ".hi"))}
     report = {
         "command": "python benchmarks/bench_fit_speed.py --store COPY --previous /tmp/fit-prev (2248f99)",
         "runs": "the GPT demo store (40 runs, 8 budgets)", "bootstrap": args.bootstrap,
         "cpus": os.cpu_count(), "load_average_at_start": load, "threads": 1,
-        "previous": {"whole_fit_s": old["whole_fit_s"], "parametric_point_fit_s": old["parametric_point_fit_s"]},
-        "new": {"whole_fit_s": new["whole_fit_s"], "parametric_point_fit_s": new["parametric_point_fit_s"]},
+        "previous": {k: old[k] for k in ("whole_fit_s", "whole_fit_cpu_s", "parametric_point_fit_s", "version")},
+        "new": {k: new[k] for k in ("whole_fit_s", "whole_fit_cpu_s", "parametric_point_fit_s", "version")},
         "speedup_whole_fit": old["whole_fit_s"] / new["whole_fit_s"],
+        "speedup_whole_fit_cpu": old["whole_fit_cpu_s"] / new["whole_fit_cpu_s"],
         "speedup_parametric_point_fit": old["parametric_point_fit_s"] / new["parametric_point_fit_s"],
         "forecast_previous": old["forecast"], "forecast_new": new["forecast"],
         "max_relative_difference_point_estimates": max(point.values()),
