@@ -18,7 +18,7 @@ BASE = {
               "span": 4.0, "tokens_per_param": 20.0, "batch_size": 8, "min_steps": 5, "eval_tokens": 512,
               "curve_points": 4, "seed": 0, "eval_split": "validation", "precision": "fp32", "device": "cpu",
               "compile": False, "throughput": 1e10, "max_size": 256, "flops_accounting": "model",
-              "checkpoint_seconds": 600.0, "keep_weights": False, "loss": "next-token", "schedule": "wsd",
+              "checkpoint_seconds": 600.0, "keep_weights": False, "stack_runs": 1, "loss": "next-token", "schedule": "wsd",
               "cooldown_fraction": 0.2, "cooldown_shape": "linear", "size_ladder": True,
               "micro_batch_size": 4, "processes_per_run": 1, "parallel": "ddp",
               "out": "out", "checkpoint_dir": "ck"},

@@ -41,5 +41,6 @@ def test_wheel_has_no_top_level_plugins_or_parity(tmp_path):
     }
     assert sources <= set(names), f"missing from the wheel: {sorted(sources - set(names))}"
     assert "flops_fit/sweeps/demo_hparams/gpt.json" in names  # the demo's tuned law (package data)
+    assert "flops_fit/fitting/validation/priors/forecast_prior.json" in names  # the forecast's prior
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "flops-fit = flops_fit.cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

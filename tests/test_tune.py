@@ -492,3 +492,19 @@ def test_the_vit_demo_takes_its_rates_from_its_own_tune_which_refits_from_its_ce
     plan, _ = demo.demo_plan("vit")
     assert {r.lr_source.partition(" (")[0] for r in plan.runs} == {f"tuned:{VIT_SHIPPED}"}
     assert {r.beta2 for r in plan.runs} == {law["beta2"]}
+
+
+def test_a_tune_with_its_rates_trained_together_finds_the_same_cells(tuned, tmp_path):
+    """stack_runs: each cell's rates in one program (training.stacked), each still its own run."""
+    out, result = tuned
+    together = flops_fit.tune(SPEC, tmp_path / "together", budgets=1, sizes=[8, 16], multipliers=[1 / 8, 1 / 2, 1],
+                              skip_parity=True, show_progress=False, bootstrap=20, stack_runs=3, report=False)
+    frames = []
+    for folder in (out, tmp_path / "together"):
+        with RunStore(folder) as store:
+            frames.append(store.runs_frame().set_index("run_id").sort_index())
+    assert list(frames[0].index) == list(frames[1].index) and set(frames[1].status) == {"done"}
+    assert (frames[0].loss - frames[1].loss).abs().max() <= 1e-5
+    assert {t["trained_together"] for t in frames[1].timings} == {3.0}
+    for a, b in zip(result.cells, together.cells, strict=True):
+        assert b.fit.lr_opt == pytest.approx(a.fit.lr_opt, rel=1e-4)

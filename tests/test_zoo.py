@@ -9,7 +9,8 @@ import flops_fit
 from flops_fit.plugin.host import BUILTIN_PLUGINS
 
 ZOO_MODULES = ("flops_fit.plugins.models.vit", "flops_fit.plugins.models.gpt", "flops_fit.plugins.models.llama", "flops_fit.plugins.losses",
-               "flops_fit.plugins.models.cait", "flops_fit.plugins.models.pvt_v2")
+               "flops_fit.plugins.models.cait", "flops_fit.plugins.models.pvt_v2",
+               "flops_fit.plugins.models.declared", "flops_fit.plugins.models.hf_causal_lm")
 
 
 @pytest.mark.parametrize("module", ZOO_MODULES)

@@ -58,6 +58,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         threads = load_config(args.config).executor_options.get("threads") if args.config else None
         plan.calibrate(threads=threads)
     print(plan)
+    if args.adaptive:
+        rule = flops_fit.StopRule.parse(args.until)
+        print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start))
     warning = repeat_warning(plan.runs, unique_tokens(plan.options))
     if warning:
         print(warning)
@@ -87,6 +90,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if warning:
         print(warning, file=sys.stderr)
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir
+    if args.adaptive:
+        return _adaptive(args, plan, out, executor=executor, workers=workers, executor_options=options,
+                         checkpoint_dir=checkpoint_dir)
     try:
         plan.run(out, resume=args.resume, executor=executor, workers=workers, executor_options=options,
                  skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
@@ -109,6 +115,37 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"the answer: `flops-fit report {out}` (fit, forecast and the HTML report); each run: "
               f"`flops-fit status {out}`")
     return _print_failures(out)
+
+
+def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int:
+    """``sweep --adaptive``: the design trains the budgets it chooses (``sweeps.adaptive``)."""
+    if args.record_only:
+        raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
+    rule = flops_fit.StopRule.parse(args.until)
+    try:
+        design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start, resume=args.resume,
+                                skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
+                                retry_failed=args.retry_failed, **run)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; resume with: flops-fit sweep "
+              f"{args.config} --out {out} --adaptive --until '{rule}' --resume", file=sys.stderr)
+        return 128 + signum
+    print(design)
+    return _print_failures(out)
+
+
+def _adaptive_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--adaptive", action="store_true",
+                        help="design the sweep as it trains: the smallest budgets first, then the budget that "
+                             "shrinks N_opt's interval at the target most per FLOP, until --until holds")
+    parser.add_argument("--until", default="n_opt<=1.5x", metavar="RULE",
+                        help="with --adaptive: n_opt<=1.5x (N_opt's interval at the target within 1.5x of its "
+                             "estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated (default n_opt<=1.5x)")
+    parser.add_argument("--target", type=float, metavar="FLOPS",
+                        help="with --adaptive: the budget the forecast aims at (default 10x the largest budget)")
+    parser.add_argument("--start", type=int, default=3, metavar="K",
+                        help="with --adaptive: how many of the smallest budgets the first batch trains (default 3)")
 
 
 def _cmd_train_run(args: argparse.Namespace) -> int:
@@ -227,6 +264,7 @@ def add_commands(sub) -> None:
                    help="time a few steps of the smallest, middle and largest size here (seconds) so that the time "
                         "estimates are measured, not FLOPs at a guessed throughput")
     _option_flags(p)
+    _adaptive_flags(p)
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("sweep", help="run a sweep from CONFIG.toml into an output folder")
@@ -249,6 +287,7 @@ def add_commands(sub) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="print the plan's table and every run's row")
     p.add_argument("--record-only", action="store_true",
                    help="record the plan in the output folder and train nothing (then: flops-fit train-run)")
+    _adaptive_flags(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("train-run", help="train one planned run and record its result (alone, or as one rank "

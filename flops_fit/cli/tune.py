@@ -28,7 +28,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         spec, settings = flops_fit.demo_tune_spec(args.demo)
     else:
         spec, settings = args.spec, {}
-    for name in ("budgets", "sizes", "multipliers", "batch_sizes", "beta2s"):
+    for name in ("budgets", "sizes", "multipliers", "batch_sizes", "beta2s", "stack_runs"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     if args.address and args.executor not in (None, "ray"):
@@ -66,6 +66,9 @@ def add_commands(sub) -> None:
                         "run); beyond: train a cell 4x further in tokens than the grid at x0.25-x4 the law's rate")
     p.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples for the intervals (default 200)")
     p.add_argument("--workers", type=int, help="runs trained at once (worker processes; --demo: default 2)")
+    p.add_argument("--stack-runs", type=int, metavar="N",
+                   help="train up to N of a cell's rates in one program, each still its own run (default: the "
+                        "sweep file's stack_runs, 1)")
     p.add_argument("--resume", action="store_true", help="continue the tune stored in the output folder")
     p.add_argument("--executor", help="run on this executor instead of the sweep file's (e.g. local, ray, slurm)")
     p.add_argument("--address", help="Ray cluster to join, e.g. ray://head:10001 (implies --executor ray)")

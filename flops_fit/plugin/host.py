@@ -37,6 +37,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "flops_fit.plugins.models.llama",
     "flops_fit.plugins.models.cait",
     "flops_fit.plugins.models.pvt_v2",
+    "flops_fit.plugins.models.declared",
+    "flops_fit.plugins.models.hf_causal_lm",
     "flops_fit.plugins.losses",
     "flops_fit.plugins.data.datasets",
     "flops_fit.executors.local",

@@ -4,7 +4,8 @@ Tables: ``[sweep]`` holds ``SweepOptions`` fields (model, budgets, ...) and ``ou
 ``[model]`` and ``[dataset]`` the model and dataset configuration; ``[hparams]`` the
 optimizer hyper-parameters (``[sweep] hparams = "DIR"`` takes the learning rates from the
 law a ``flops-fit tune`` wrote in DIR, the table the rest); ``[tracking]`` experiment tracking (``tracking.options``);
-``[executor]`` the executor's ``name`` and its options.
+``[executor]`` the executor's ``name`` and its options; ``[train]`` a training script of the user's own
+(``training.command``; its ``workdir`` defaults to the sweep file's folder).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 from flops_fit.errors import ConfigError, PlanError
 from flops_fit.sweeps.options import SweepOptions
 
-TABLES = ("sweep", "model", "dataset", "hparams", "tracking", "executor")
+TABLES = ("sweep", "model", "dataset", "hparams", "tracking", "train", "executor")
 # SweepOptions fields that come from their own table rather than from [sweep]
-TABLE_OPTIONS = {"model": "model_config", "dataset": "dataset_config", "hparams": "hparams", "tracking": "tracking"}
+TABLE_OPTIONS = {"model": "model_config", "dataset": "dataset_config", "hparams": "hparams", "tracking": "tracking",
+                 "train": "trainer"}
 DEFAULT_OUT = "flops-fit-out"
 # [sweep] keys that say where a sweep is written rather than what it trains
 FOLDER_KEYS = ("out", "checkpoint_dir")
@@ -41,8 +43,9 @@ def sweep_keys() -> list[str]:
     return sorted(set(SweepOptions.names()) - set(TABLE_OPTIONS.values())) + ["hparams", *FOLDER_KEYS]
 
 
-def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
-    """Validate a configuration mapping (the TOML document) and build its SweepOptions."""
+def parse_config(data: dict[str, Any], source: str = "config", base: str | Path | None = None) -> SweepConfig:
+    """Validate a configuration mapping (the TOML document) and build its SweepOptions;
+    ``base`` is the folder relative ``[train]`` paths start from (the sweep file's)."""
     unknown = sorted(set(data) - set(TABLES))
     if unknown:
         raise ConfigError(f"{source}: unknown table(s) {unknown}; the tables are {list(TABLES)}")
@@ -68,6 +71,9 @@ def parse_config(data: dict[str, Any], source: str = "config") -> SweepConfig:
         raise ConfigError(f"{source}: [sweep] hparams must name a `flops-fit tune` output folder, got {tuned!r}")
     for table, name in TABLE_OPTIONS.items():
         values[name] = dict(data.get(table, {}))
+    workdir = values["trainer"].get("workdir", ".")
+    if values["trainer"] and base is not None and isinstance(workdir, str) and workdir:
+        values["trainer"]["workdir"] = str(Path(base, workdir).resolve())  # the command's paths are the file's
     if tuned is not None:
         values["hparams"].update(tuned=tuned, lr_rule="tuned")
     try:
@@ -91,4 +97,4 @@ def load_config(path: str | Path) -> SweepConfig:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(data, str(path))
+    return parse_config(data, str(path), base=path.parent)

@@ -20,6 +20,7 @@ import math
 import os
 import platform
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +36,18 @@ from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import check
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.preflight import preflight
+from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight
 from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import CheckpointPolicy, remove_checkpoints
-from flops_fit.training.task import item_outcomes, recover_results, train_item, work_items
-from flops_fit.training.wsd import Family
+from flops_fit.training.task import (
+    item_outcomes,
+    recover_results,
+    stable_folders,
+    train_item,
+    work_items,
+)
 
 
 @dataclass
@@ -109,6 +115,21 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> boo
     return not stored
 
 
+def _check_trainer(store: RunStore, plan: Any) -> None:
+    """Refuse to go on with another trainer than the one the stored runs were trained by."""
+    stored = (store.get_meta("plan") or {}).get("options", {})
+    if "trainer" not in stored:  # a new folder, or a store written before [train] existed
+        if stored and plan.options.trainer is not None:
+            raise StoreError("this folder's runs were trained by flops-fit's loop: sweep the [train] command into "
+                             "another --out folder")
+        return
+    ours = None if plan.options.trainer is None else list(plan.options.trainer.command)
+    if (stored["trainer"] and stored["trainer"]["command"]) != ours:
+        theirs = "flops-fit's loop" if stored["trainer"] is None else f"the command {stored['trainer']['command']}"
+        raise StoreError(f"this folder's runs are trained by {theirs}, not by this sweep's trainer: keep its [train] "
+                         "table as it was, or choose another --out folder")
+
+
 def checkpoint_policy(options: SweepOptions, out_dir: Path, checkpoint_dir: str | Path | None) -> CheckpointPolicy | None:
     """Where the plan's runs checkpoint (None when ``checkpoint_seconds`` is 0). Absolute paths,
     so that worker processes and Ray tasks find them wherever they run."""
@@ -151,6 +172,7 @@ def run_plan(
     show_progress: bool = True,
     checkpoint_dir: str | Path | None = None,
     record_only: bool = False,
+    only: Collection[str] | None = None,
     host: Any = None,
 ) -> SweepResult:
     """Run ``plan`` (a ``Plan``) into ``out_dir``, resuming a store of the same plan if ``resume``.
@@ -169,6 +191,8 @@ def run_plan(
     ``skip_preflight=True`` skips it (a driver that cannot see what the workers see).
     ``record_only=True`` records the plan and trains nothing: its runs are then trained one by
     one with ``train_run`` (``flops-fit train-run``), e.g. under an outside launcher.
+    ``only`` (run ids) trains just those of the plan's runs (an adaptive sweep's chosen budgets,
+    ``sweeps.adaptive``); the whole plan is recorded either way.
     """
     out_dir = Path(out_dir)
     if host is not None and (workers != 1 or executor != "local"):
@@ -180,11 +204,14 @@ def run_plan(
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
             new = _check_store(store, plan, out_dir, resume)
             policy = checkpoint_policy(plan.options, out_dir, checkpoint_dir)
+            _check_trainer(store, plan)
             if not skip_preflight:
                 status = store.statuses()
                 todo = [r for r in plan.runs if status.get(r.run_id) != "done"] if retry_failed else \
                     store.unfinished(plan)
-                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host)
+                todo = [r for r in todo if only is None or r.run_id in only]
+                checks = EXTERNAL_CHECKS if plan.options.trainer is not None else None
+                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks)
             if new:
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
             if record_only:
@@ -194,7 +221,7 @@ def run_plan(
                 _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
                                   executor_options=executor_options, skip_parity=skip_parity,
                                   retry_failed=retry_failed, show_progress=show_progress, host=host,
-                                  policy=policy,
+                                  policy=policy, only=only,
                                   tracking=tracker.runs_destination)
                 tracker.finished(store.counts())
     finally:
@@ -219,16 +246,19 @@ def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flop
 def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: str, workers: int,
                       executor_options: dict[str, Any] | None, skip_parity: bool, retry_failed: bool,
                       show_progress: bool, host: Any, policy: CheckpointPolicy | None,
-                      tracking: Destination | None = None) -> None:
+                      tracking: Destination | None = None, only: Collection[str] | None = None) -> None:
     if retry_failed:
         store.reset([rid for rid, s in store.statuses().items() if s == "failed"])
     for result in recover_results(store.unfinished(plan), policy):
         store.record(result)
         remove_checkpoints(policy.run_dir(result.run_id))
-    todo = store.unfinished(plan)
+    todo = [r for r in store.unfinished(plan) if only is None or r.run_id in only]
     model = plan.runs[0].model
+    trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     if todo:
-        gate = parity_gate(model, skip=skip_parity, host=host)
+        gate = parity_gate(model, skip=skip_parity or trainer is not None, host=host)
+        if trainer is not None:
+            gate["reason"] = "the [train] command trains the runs, not flops-fit's model: no parity case applies"
         store.set_meta(parity=gate)
         if gate["status"] == "failed":
             raise ParityGateError(
@@ -244,11 +274,11 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             display.run_progress(run_id, done, total, loss)
 
     options = {"workers": workers, **(executor_options or {}), "on_progress": on_progress}
-    task = functools.partial(train_item, host=host, checkpoints=policy, tracking=tracking)
+    task = functools.partial(train_item, host=host, checkpoints=policy, tracking=tracking, trainer=trainer)
     with api.create_executor(executor, host=host, **options) as runner:
         if hasattr(runner, "use_sweep_folder"):  # an executor that keeps files (SLURM's job logs)
             runner.use_sweep_folder(out_dir)
-        for item, item_outcome in runner.map(task, work_items(todo)):
+        for item, item_outcome in runner.map(task, work_items(todo, stack=plan.options.stack_runs)):
             for spec, outcome in item_outcomes(item, item_outcome):
                 result = outcome if isinstance(outcome, RunResult) else RunResult(
                     run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
@@ -257,8 +287,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 if policy is not None:  # the result is committed: its checkpoints are no longer needed
                     remove_checkpoints(policy.run_dir(spec.run_id))
                 display.run_finished(_summary(spec, result), failed=result.status != "done")
-            if policy is not None and isinstance(item, Family):  # every branch is stored: drop its stable state
-                remove_checkpoints(policy.run_dir(item.run_id))
+            for family in stable_folders(item) if policy is not None else ():  # every branch is stored
+                remove_checkpoints(policy.run_dir(family))
 
 
 def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None) -> RunResult | None:
@@ -287,8 +317,10 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     if status in ("done", "failed"):
         raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); to train it again, "
                          f"`flops-fit sweep CONFIG --out {out_dir} --resume --retry-failed` (failed runs only)")
-    policy = checkpoint_policy(SweepOptions.from_dict(stored["options"]), out_dir, checkpoint_dir)
-    task = functools.partial(train_item, checkpoints=policy)
+    options = SweepOptions.from_dict(stored["options"])
+    policy = checkpoint_policy(options, out_dir, checkpoint_dir)
+    trainer = options.trainer and options.trainer.resolved(out_dir)
+    task = functools.partial(train_item, checkpoints=policy, trainer=trainer)
     if int(os.environ.get("RANK", "0")) != 0:
         with stop_on_signals():
             return task(spec)

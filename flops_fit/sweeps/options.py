@@ -20,6 +20,7 @@ from flops_fit.checks import non_negative_number, one_of, positive_int, positive
 from flops_fit.errors import PlanError
 from flops_fit.sweeps.hparams import HyperParams
 from flops_fit.tracking.options import TrackingOptions, parse_tracking
+from flops_fit.training.command import TrainCommand, parse_train
 from flops_fit.training.micro_batch import FSDP_AUTO
 from flops_fit.training.schedules import COOLDOWN_SHAPES, SCHEDULES
 
@@ -137,6 +138,10 @@ def _tracking(value: Any, name: str) -> TrackingOptions | None:
     return parse_tracking(value, name, PlanError)
 
 
+def _trainer(value: Any, name: str) -> TrainCommand | None:
+    return parse_train(value, "train", PlanError)
+
+
 def _bool(value: Any, name: str) -> bool:
     if not isinstance(value, bool):
         raise PlanError(f"{name} must be true or false, got {value!r}")
@@ -230,12 +235,20 @@ class SweepOptions:
     checkpoint_seconds: float = option(
         600.0, help="seconds of training between a run's checkpoints, so a kill loses at most that (0: none)",
         check=_non_negative, cli=float)
+    stack_runs: int = option(
+        1, help="train up to N runs that differ only in learning rate or seed (a tune's rates, seeds) in one "
+        "program, their parameters stacked; each is still its own run (1: one at a time)",
+        check=_positive_int, cli=int, metavar="N")
     keep_weights: bool = option(False, help="keep each finished run's weights (weights/RUN_ID.safetensors)",
                                 check=_bool, cli=parse_bool)
     tracking: TrackingOptions | None = option(
         None, help="experiment tracking ([tracking] table): backends among tensorboard, mlflow, wandb, logging "
         "every run's spec, curve and held-out metrics, the plan and the fits (under OUT/tracking by default)",
         check=_tracking, cli=str, metavar="B1,B2")
+    trainer: TrainCommand | None = option(
+        None, help="a training script of your own that trains each planned run ([train] table: command = [...], "
+        "time_limit, token_tolerance, env, workdir; see docs/guide/own-trainer.md); default: flops-fit's loop",
+        check=_trainer)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -274,6 +287,7 @@ class SweepOptions:
         out["sizes"] = None if self.sizes is None else list(self.sizes)
         out["hparams"] = self.hparams.to_dict()
         out["tracking"] = None if self.tracking is None else self.tracking.to_dict()
+        out["trainer"] = None if self.trainer is None else self.trainer.to_dict()
         return out
 
     @classmethod

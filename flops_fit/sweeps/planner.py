@@ -197,8 +197,10 @@ def _resolve_configs(
         return full_model, full_dataset, 1
     context_key = next((k for k in CONTEXT_KEYS if k in full_model), None)
     if seq_len is None:
-        source = f"the model's {context_key}" if context_key else "the dataset's seq_len"
-        seq_len = full_model.get(context_key) if context_key else full_dataset.get("seq_len")
+        if context_key and full_model.get(context_key) is not None:
+            source, seq_len = f"the model's {context_key}", full_model[context_key]
+        else:  # no context key, or one left unset: the model follows the dataset's length
+            source, seq_len = "the dataset's seq_len", full_dataset.get("seq_len")
         if seq_len is not None:
             positive_int(seq_len, f"{source} (the sequence length)", PlanError)
     if seq_len is None:

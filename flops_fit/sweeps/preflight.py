@@ -179,6 +179,15 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
         )
 
 
+def check_train_command(plan: Any, context: Context) -> None:
+    """The ``[train]`` command's program exists (on PATH, or relative to its workdir)."""
+    trainer = plan.options.trainer
+    program, workdir = trainer.command[0], trainer.workdir or "."
+    if shutil.which(program) is None and shutil.which(str(Path(workdir, program))) is None:
+        raise PreflightError(f"[train] command: {program!r} is not a program on PATH nor in {Path(workdir).resolve()}: "
+                             "fix command = [...] (or workdir)")
+
+
 def check_run_memory(plan: Any, context: Context) -> None:
     """Each run fits its device with the runs that train beside it: the plan checked one run
     alone; on CPU the ``concurrent`` runs share the memory available now."""
@@ -199,6 +208,8 @@ Check = Callable[[Any, Context], None]
 # In order: the datasets first (the model check runs on their held-out batch, the checkpoint
 # check counts their samples).
 CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_run_memory, check_checkpoint_folder]
+# a sweep trained by its [train] command: flops-fit builds no model nor dataset of it
+EXTERNAL_CHECKS: list[Check] = [check_train_command, check_checkpoint_folder]
 
 
 def preflight(plan: Any, runs: list[RunSpec] | None = None, *, checkpoints: CheckpointPolicy | None = None,

@@ -39,6 +39,7 @@ FORMAT = 2
 PATTERN = re.compile(r"^step-(\d+)\.safetensors$")
 SHARDED = re.compile(r"^step-(\d+)\.dcp(\.tmp)?$")  # a sharded checkpoint's folder (training.sharded)
 RESULT = "result.json"
+EXTERNAL = "trainer"  # a [train] command's own folder in a run's (training.external): spec, checkpoints, result
 _MODEL, _OPTIM, _RNG, _LOOP = "model/", "optim/", "rng/", "loop/"
 
 
@@ -173,7 +174,7 @@ def remove_checkpoints(directory: str | Path) -> None:
     if not directory.is_dir():
         return
     for name in os.listdir(directory):
-        if SHARDED.match(name):
+        if SHARDED.match(name) or name == EXTERNAL:
             shutil.rmtree(directory / name, ignore_errors=True)
         elif PATTERN.match(name) or name == RESULT or name.endswith(".tmp"):
             (directory / name).unlink(missing_ok=True)

@@ -1,4 +1,5 @@
-"""The executor's task: one run, or a WSD family's branches in token order, in one worker.
+"""The executor's task: one run, a WSD family's branches in token order, or same-shape runs
+trained together (``training.stacked``), in one worker.
 
 A family's branches share their stable phase (``RunSpec.family``), so they run together,
 shortest first, and each is recorded as an ordinary run: each branch takes over the
@@ -19,28 +20,46 @@ from flops_fit.store.runs import RunResult
 from flops_fit.tracking.base import RunTracker
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import Checkpointer, CheckpointPolicy, load_result, save_result
+from flops_fit.training.command import TrainCommand
+from flops_fit.training.external import train_external
 from flops_fit.training.launch import processes_per_run, run_ranks
 from flops_fit.training.loop import train
+from flops_fit.training.stacked import (
+    Stack,
+    StackedFamilies,
+    stack_items,
+    train_stack,
+    train_stacked_families,
+)
 from flops_fit.training.state import Snapshot
 from flops_fit.training.strategies import OneProcess
 from flops_fit.training.wsd import Family, executed_flops, families
 
 
-def work_items(runs: list[Any]) -> list[Any]:
+def work_items(runs: list[Any], stack: int = 1) -> list[Any]:
     """What the executor runs: cosine runs as they are (plan order), WSD runs grouped into
-    families, the costliest family first so that parallel workers finish together."""
+    families, the costliest family first so that parallel workers finish together; with
+    ``stack`` > 1, up to that many runs (or families) that differ only in learning rate or seed
+    in one program (``training.stacked``)."""
     cosine = [r for r in runs if r.schedule != "wsd"]
     cost = executed_flops(runs)
     grouped = sorted(families(r for r in runs if r.schedule == "wsd"),
                      key=lambda f: -sum(cost[r.run_id] for r in f.runs))
-    return [*grouped, *cosine]
+    return stack_items([*grouped, *cosine], stack)
 
 
 def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any = None,
-               checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> Any:
+               checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None,
+               trainer: TrainCommand | None = None) -> Any:
     """The executor's task: a family's list of outcomes, or one run's result. A run of
     ``processes_per_run = k > 1`` trains on k ranks, launched here or by an outside launcher
-    (the three cases are ``training.launch``'s); the ranks other than 0 return None."""
+    (the three cases are ``training.launch``'s); the ranks other than 0 return None. With a
+    ``trainer`` (the ``[train]`` command) the user's script trains each run instead
+    (``training.external``; it launches its own processes), a family's branches one by one."""
+    if trainer is not None:
+        if isinstance(item, (Family, Stack, StackedFamilies)):  # the script trains each run on its own
+            return [train_external(spec, trainer, progress, checkpoints=checkpoints) for spec in item.runs]
+        return train_external(item, trainer, progress, checkpoints=checkpoints)
     if processes_per_run(item) == 1:
         return train_part(item, progress, OneProcess(), host=host, checkpoints=checkpoints, tracking=tracking)
     if host is not None:
@@ -53,6 +72,10 @@ def train_part(item: Any, progress: ProgressSink, parallel: OneProcess, *, host:
                checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> Any:
     """This process's part of an item (all of it on one process); only the writer tracks it."""
     tracking = tracking if parallel.writer else None
+    if isinstance(item, Stack):
+        return train_stack(item, progress, host=host, checkpoints=checkpoints, tracking=tracking)
+    if isinstance(item, StackedFamilies):
+        return train_stacked_families(item, progress, host=host, checkpoints=checkpoints, tracking=tracking)
     if isinstance(item, Family):
         return train_family(item, progress, host=host, checkpoints=checkpoints, tracking=tracking, parallel=parallel)
     return train_tracked(item, progress, tracking=tracking, host=host, checkpoints=checkpoints, parallel=parallel)
@@ -88,7 +111,14 @@ def recover_results(specs: list[Any], checkpoints: CheckpointPolicy | None) -> l
 
 def item_outcomes(item: Any, outcome: Any) -> list[tuple[Any, Any]]:
     """(spec, outcome) per run of what the executor returned for ``item``."""
-    return branch_outcomes(item, outcome) if isinstance(item, Family) else [(item, outcome)]
+    return branch_outcomes(item, outcome) if hasattr(item, "runs") else [(item, outcome)]
+
+
+def stable_folders(item: Any) -> list[str]:
+    """The WSD families whose stable states ``item`` keeps (removed once its runs are stored)."""
+    if isinstance(item, Family):
+        return [item.run_id]
+    return [f.run_id for f in item.families] if isinstance(item, StackedFamilies) else []
 
 
 def train_family(family: Family, progress: ProgressSink = ignore_progress, *, host: Any = None,
@@ -128,11 +158,11 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
     return outcomes
 
 
-def branch_outcomes(family: Family, outcome: Any) -> list[tuple[Any, Any]]:
-    """(spec, outcome) per branch from what the executor returned for the whole family: the
-    branches' own outcomes, or the family's failure (a lost worker) for each branch."""
+def branch_outcomes(family: Any, outcome: Any) -> list[tuple[Any, Any]]:
+    """(spec, outcome) per run from what the executor returned for a family (or runs trained
+    together): the runs' own outcomes, or the task's failure (a lost worker) for each run."""
     if isinstance(outcome, list) and len(outcome) == len(family.runs):
         return list(zip(family.runs, outcome, strict=True))
     if isinstance(outcome, RunResult):
-        outcome = RuntimeError(f"a family task returned one result for {len(family.runs)} branches")
+        outcome = RuntimeError(f"a task of {len(family.runs)} runs returned one result")
     return [(spec, outcome) for spec in family.runs]

@@ -11,6 +11,7 @@ trains that cell once at the rate the law predicts (its own one-run sweep in
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -172,12 +173,16 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
          bootstrap: int = 200, seed: int = 0, resume: bool = False, executor: str | None = None,
          workers: int | None = None, executor_options: dict[str, Any] | None = None, skip_parity: bool = False,
          skip_preflight: bool = False, show_progress: bool = True, report: bool = True,
-         host: Any = None) -> TuneResult:
+         stack_runs: int | None = None, host: Any = None) -> TuneResult:
     """Tune the learning rate of the sweep ``spec`` (a sweep file, its mapping, or
     ``SweepOptions``): its runs at its ``budgets`` smallest budgets (or these budgets; default: its smallest and 8x it, 3 in all), on
     ``sizes`` (default: every size planned there), each at every multiplier of its own rate
-    (and each of ``batch_sizes`` / ``beta2s``). Writes ``out_dir/hparams.json`` and the report."""
+    (and each of ``batch_sizes`` / ``beta2s``). Writes ``out_dir/hparams.json`` and the report.
+    ``stack_runs`` (default: the sweep's) trains up to that many of a cell's rates in one program
+    (``training.stacked``)."""
     config = _config(spec)
+    if stack_runs is not None:
+        config = dataclasses.replace(config, options=config.options.replace(stack_runs=stack_runs))
     if holdout not in (None, *HOLDOUTS):
         raise OptionError(f"holdout must be one of {list(HOLDOUTS)} (or left out), got {holdout!r}")
     grid = check_grid(config.options, budgets, sizes, multipliers, batch_sizes, beta2s)

@@ -97,8 +97,9 @@ def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]
 
 
 def forecast_headline(forecast: Any) -> str:
-    """The forecast's answer in three lines (its candidates and chaining records: ``forecast.summary()``)."""
-    return "\n".join(forecast.summary().split("\n")[:3])
+    """The forecast's answer and where each part comes from, in four lines (its candidates and chaining
+    records: ``forecast.summary()``)."""
+    return "\n".join(forecast.summary().split("\n")[:4])
 
 
 def disagreements(results: list[FitResult]) -> list[str]:

@@ -26,7 +26,6 @@ from flops_fit.fitting.report.drawing import (
     save_figure,
 )
 from flops_fit.fitting.report.profile_plots import draw_profiles
-from flops_fit.fitting.validation.forecast import spread_quantile
 
 # Every method the fit holds is drawn: a result's ``colour`` class attribute where its class
 # declares one, else the next free colour of this cycle, in the order the fit holds them (so
@@ -157,37 +156,35 @@ def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Seq
 
 
 def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
-    """Forward chaining: each prediction's error against how far it extrapolated (C / C_k), the
-    chosen candidate in colour and the other comparable forms in grey, with the chosen one's
-    error band t s ln r carried to the target's ratio."""
+    """Forward chaining, one panel per answer: each prediction's error against how far it
+    extrapolated (C / C_k), the answer's own candidates in colour and the others in grey, with its
+    error model carried to the target's ratio: the drift (line) and the interval's band, both in
+    ratio space (predicted / observed - 1, never below -100%)."""
     fig = new_figure(12, 4.6)
     fig.subplots_adjust(wspace=0.22, top=0.84)
-    chosen = (forecast.method, forecast.scale, forecast.focus)
-    near = {c.key for c in forecast.candidates if c.near}
-    best = next(c for c in forecast.candidates if c.key == chosen)
-    z = spread_quantile(forecast.level, best.slope_records)
     reach = np.geomspace(1.0, max(forecast.ratio, max(r.ratio for r in forecast.records)), 60)
-    for i, (key, name, slope) in enumerate((("loss_error", "minimum loss", best.loss_slope),
-                                            ("n_opt_error", "N_opt", best.n_opt_slope))):
+    for i, (q, key, name) in enumerate((("loss", "loss_error", "minimum loss"), ("n_opt", "n_opt_error", "N_opt"))):
+        answer = forecast.answers[q]
+        members = {(m["method"], m["scale"], m["focus"]) for m in answer.members}
         ax = fig.add_subplot(1, 2, i + 1)
         for r in forecast.records:
-            mine = (r.method, r.scale, r.focus)
-            if mine == chosen or mine in near:
-                ax.scatter(r.ratio, 100 * getattr(r, key), s=18 if mine == chosen else 8,
-                           color="tab:red" if mine == chosen else "0.6", zorder=3 if mine == chosen else 2)
-        if np.isfinite(slope):
-            band = 100 * np.expm1(z * slope * np.log(reach))
-            ax.fill_between(reach, -band, band, color="tab:red", alpha=0.12, lw=0,
-                            label=f"{100 * forecast.level:g}% band, t s ln r")
+            mine = (r.method, r.scale, r.focus) in members
+            ax.scatter(r.ratio, 100 * getattr(r, key), s=18 if mine else 5, color="tab:red" if mine else "0.75",
+                       zorder=3 if mine else 2)
+        centre, lo, hi = answer.model.band(reach, forecast.level)
+        ax.plot(reach, 100 * centre, color="tab:red", lw=1, label="drift b ln r")
+        ax.fill_between(reach, 100 * lo, 100 * hi, color="tab:red", alpha=0.12, lw=0,
+                        label=f"{100 * forecast.level:g}% band (scatter + drift's sd)")
         ax.axvline(forecast.ratio, color="k", ls="--", lw=0.8, label=f"target ({forecast.ratio:.3g}x)")
         ax.axhline(0.0, color="k", lw=0.6)
         ax.set_xscale("log")
+        ax.set_ylim(bottom=max(ax.get_ylim()[0], -100.0))
         ax.set(xlabel="ratio C / C_k (how far beyond the fitted budgets)", ylabel="error (%)",
-               title=f"{name}: predicted / observed - 1")
+               title=f"{name}: predicted / observed - 1 (red: {answer.source})")
+        ax.title.set_fontsize(8)
         ax.legend(fontsize=7)
-    how = forecast.method if forecast.focus is None else f"{forecast.method}/{forecast.focus}"
-    fig.suptitle(f"Forward chaining: fit the budgets up to C_k, predict the larger ones (red: {how} on "
-                 f"{forecast.scale}; grey: the comparable forms)", fontsize=10)
+    fig.suptitle("Forward chaining: fit the budgets up to C_k, predict the larger ones (grey: the other candidates)",
+                 fontsize=10)
     return save_figure(fig, stem, formats)
 
 

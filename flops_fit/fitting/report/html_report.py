@@ -28,7 +28,6 @@ from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
 from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.laws.error_law import fit_error_law
-from flops_fit.fitting.laws.focus import FOCUS_LABELS
 from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.report.figures import (
     chaining_figure,
@@ -45,9 +44,11 @@ from flops_fit.fitting.scales import SCALES
 from flops_fit.fitting.validation.forecast import (
     CANDIDATE_HEADERS,
     CHAIN_HEADERS,
+    answer_line,
     candidate_rows,
     chain_rows,
     default_target,
+    prior_note,
 )
 from flops_fit.fitting.validation.holdout import (
     HOLDOUT_HEADERS,
@@ -175,48 +176,42 @@ def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) ->
 
 
 def _forecast(f: Any) -> str:
-    """The forecast first: the answer of the candidate that extrapolated best, and its interval's sources."""
+    """The forecast first: each answer by the candidates that extrapolate it best, and where it comes from."""
     value = ", ".join([f"N_opt {fmt.with_interval(*f.n_opt, fmt=fmt.count)} parameters",
                        f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} tokens",
                        f"loss {fmt.with_interval(*f.loss, fmt=_loss)}"])
-    ext = f.parts.get("extrapolation", {})
-    boot, forms = f.parts.get("bootstrap", {}), f.parts.get("forms", {})
+    items = "".join(f"<li>{escape(answer_line(f.answers[q], f.ratio))}</li>" for q in ("n_opt", "loss"))
     return "\n".join([
         f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs ({f.ratio:.3g}x the largest budget)</h2>",
         f"<p class=lead><b>{escape(value)}</b></p>",
-        f"<p>From <b>{escape(f.method)}</b>{_focus_note(f.focus)} on <b>{escape(SCALES[f.scale])}</b>: of every method on "
-        "every scale, the one whose forecasts came truest where they extrapolated furthest (forward chaining: fit the "
-        f"budgets up to each one, predict the larger ones; scored on the {f.predictions} predictions at "
-        f"{f.score_cutoff:.3g}x or more beyond their fit): mean loss error {100 * f.loss_error:.2f}%, mean N_opt error "
-        f"{100 * f.n_opt_error:.1f}% (<a href='#chaining'>details</a>).</p>",
-        f"<p>The {100 * f.level:g}% interval combines what is not known: the bootstrap (loss "
-        f"{_span(boot.get('loss'), _loss)}, N_opt {_span(boot.get('n_opt'), fmt.count)}), the spread of the "
-        f"{f.parts.get('near', 1)} law forms that forecast comparably (loss {_span(forms.get('loss'), _loss)}, N_opt "
-        f"{_span(forms.get('n_opt'), fmt.count)}) and the extrapolation error forward chaining measured, grown to "
-        f"{f.ratio:.3g}x (&plusmn;{100 * ext.get('loss', np.nan):.1f}% on the loss, &plusmn;"
-        f"{100 * ext.get('n_opt', np.nan):.0f}% on N_opt).</p>",
-        "<details><summary>Every method and scale, forward-chained</summary>",
+        "<p>A forecast is two answers, and the candidate (method, scale, focus) that extrapolates one best is often not "
+        "the one that extrapolates the other: each answer comes from the candidates whose forward-chaining errors "
+        "(fit the budgets up to each one, predict the larger ones) promise the smallest error at the target's ratio. "
+        "Per candidate the errors are a drift (one sign, growing with the reach: the point is corrected by it) plus "
+        "scatter, one value per split, combined with a prior learned on public sweeps "
+        f"({escape(prior_note(f.prior))}). The {100 * f.level:g}% interval is the scatter plus the drift's own "
+        "uncertainty, grown to the target's ratio (<a href='#chaining'>details</a>):</p>",
+        f"<ul>{items}</ul>",
+        "<details><summary>Every method and scale, forward-chained (errors: mean at the largest ratios; drift and "
+        "sd: per unit of ln r, with the prior)</summary>",
         html_table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])
 
 
-def _span(bounds: Any, f) -> str:
-    return "-" if not bounds else f"[{f(bounds[0])}, {f(bounds[1])}]"
-
-
 def _chaining_section(f: Any, figure: Figures, plot_dir: Path) -> str:
-    chosen = [r for r in f.records if (r.method, r.scale, r.focus) == (f.method, f.scale, f.focus)]
+    rows = []
+    for q in ("n_opt", "loss"):
+        members = {(m["method"], m["scale"], m["focus"]) for m in f.answers[q].members}
+        rows.append(f"<p>{escape(f.answers[q].source)} ({'N_opt' if q == 'n_opt' else 'loss'}):</p>")
+        rows.append(html_table(CHAIN_HEADERS, chain_rows([r for r in f.records
+                                                          if (r.method, r.scale, r.focus) in members])))
     return "\n".join([
-        "<h2 id='chaining'>How far the forecast's law extrapolates: forward chaining</h2>",
-        "<p>Each point: the law fitted to the budgets up to C_k, predicting a larger budget C's IsoFLOP minimum. "
-        "The error grows with the reach; its trend, carried to the target's ratio, is the interval's extrapolation "
-        "part.</p>",
+        "<h2 id='chaining'>How far the forecast's laws extrapolate: forward chaining</h2>",
+        "<p>Each point: a law fitted to the budgets up to C_k, predicting a larger budget C's IsoFLOP minimum. "
+        "The line is the answer's drift carried to the target's ratio, the band its interval (in ratio space: an "
+        "error cannot fall below -100%).</p>",
         figure.embed(chaining_figure(f, plot_dir / "chaining", ("png", "svg")),
-                     "Error against the ratio C / C_k, the chosen candidate in red, the comparable forms in grey."),
-        html_table(CHAIN_HEADERS, chain_rows(chosen, f))])
-
-
-def _focus_note(focus: str | None) -> str:
-    return "" if focus is None else f" (fitted to {escape(FOCUS_LABELS[focus])})"
+                     "Error against the ratio C / C_k: each answer's candidates in red, the others in grey."),
+        *rows])
 
 
 def _target_note(target: float, largest: float) -> str:

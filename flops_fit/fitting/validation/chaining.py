@@ -52,6 +52,8 @@ class Record:
     ratio: float
     loss_error: float
     n_opt_error: float
+    predicted_loss: float = np.nan  # the prediction itself (N_opt on the candidate's scale)
+    predicted_n_opt: float = np.nan
 
     def to_dict(self) -> dict[str, Any]:
         return fmt.json_safe(asdict(self))
@@ -109,7 +111,8 @@ def forward_chain(approaches: Sequence[Approach], runs: Runs, scales: Sequence[s
             for c in good:
                 upto = max(c.fitted_budgets)
                 records.append(Record(method=key[0], scale=scale, focus=key[2], fitted_upto=upto, budget=c.budget,
-                                      ratio=c.budget / upto, loss_error=c.loss_error, n_opt_error=c.n_opt_error))
+                                      ratio=c.budget / upto, loss_error=c.loss_error, n_opt_error=c.n_opt_error,
+                                      predicted_loss=c.predicted_loss, predicted_n_opt=c.predicted_n_opt))
     return records, reasons
 
 

@@ -1,25 +1,32 @@
-"""The forecast: one answer at the target, chosen by extrapolation, with an honest interval.
+"""The forecast: a size and a loss at the target, each chosen by its own extrapolation record.
 
 Several methods on several scales give several answers, and the target lies beyond the
-sweep. Every candidate (method x scale x focus) is scored by forward chaining
-(``chaining``): fit the budgets up to C_k, predict the larger ones, and read the error at
-the largest ratios the sweep can test. The forecast is the candidate with the lowest loss
-error there (errors within TIE of the best are a tie, broken by the N_opt error: a forecast
-is a size as well as a loss), refitted on all runs with its bootstrap.
+sweep. Every candidate (method x scale x focus) is forward-chained (``chaining``): fit the
+budgets up to C_k, predict the larger ones, record the error against the ratio r. A forecast is
+two answers, and the candidate best at one is often worst at the other, so each answer is
+chosen by its own record:
 
-Its interval says what is not known, per side and in logs, as the root sum of squares of
-- the bootstrap's (the runs' noise),
-- the spread of the law forms that forecast comparably (``FORM_TOLERANCE``): forms that fit
-  a sweep equally well can part far beyond it,
-- the extrapolation error forward chaining measured, grown to the target's ratio
-  (t s ln r_t, ``chaining.error_slope``; Student's t over the chaining errors it rests on).
-Its calibration is measured, not assumed (docs/fitting.md, benchmarks/bench_forecast_calibration.py).
+- per candidate and answer, the errors are modelled as a drift plus scatter in ln error / ln r,
+  one value per split (predictions of one split share its fit), combined with a prior learned
+  on public sweeps (``drift``, ``prior``);
+- each answer comes from the candidate whose error at the target is expected to be smallest
+  (the predictive standard deviation of the drift-corrected error), or from a weighted
+  average of the candidates when its own chaining record is better (``MODE``);
+- the point is corrected by the drift carried to the target's ratio; the interval is the
+  scatter plus the drift's own uncertainty, grown with ln r_t (Student's t with the prior's
+  pseudo degrees of freedom added to the sweep's own). The chaining fits saw fewer runs than
+  the final fit, so their errors hold the runs' noise as well as the law's.
+
+A forecast needs chaining evidence: a candidate answers only with predictions from
+``MIN_SPLITS`` or more splits; without any, there is no forecast (the methods' own fits and
+their bootstrap intervals stand, and ``fit`` says so). Calibration is measured, not assumed
+(docs/validation/forecast.md, benchmarks/bench_forecast_calibration.py).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +40,6 @@ from flops_fit.fitting.scales import SCALES, rescale, to_params
 from flops_fit.fitting.validation.chaining import (
     Approach,
     Record,
-    error_slope,
     focus_of,
     forward_chain,
     point,
@@ -42,17 +48,19 @@ from flops_fit.fitting.validation.chaining import (
     score_cutoff,
     variants,
 )
+from flops_fit.fitting.validation.drift import FIELDS, ErrorModel, Prior, error_model, split_slopes
+from flops_fit.fitting.validation.prior import prior_for, shipped
 from flops_fit.tables import format_table
 
-TIE = 0.1  # loss errors within this fraction of the best one are a tie
-# The law forms whose forward-chaining loss error is within twice the best one (or 0.5 points
-# of it) count as fitting comparably: their spread at the target joins the interval.
-FORM_TOLERANCE, FORM_POINTS = 1.0, 0.005
+MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining needs to answer
+MODES = ("select", "average", "auto")
+MODE = "auto"  # benchmarks/bench_forecast_calibration.py compares the modes on public sweeps
+LABELS = {"loss": "loss", "n_opt": "N_opt"}
 
 Triple = tuple[float, float, float]
+Key = tuple[str, str, str | None]
 
 TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
-
 
 
 def default_target(runs: Any) -> float:
@@ -63,10 +71,9 @@ def default_target(runs: Any) -> float:
 
 @dataclass(kw_only=True)
 class Candidate:
-    """One (method, scale, focus)'s forward-chaining errors: mean |relative error| over the
-    ``predictions`` at the largest ratios, and the error slopes s (``chaining.error_slope``).
-    ``focus`` is None for a method without that option; ``near`` marks the forms within
-    FORM_TOLERANCE of the best, with their point forecast at the target."""
+    """One (method, scale, focus): its forward-chaining score (mean |relative error| over the
+    ``predictions`` at the largest ratios), its error model per answer, and its own point
+    answer at the target (N_opt in parameters). ``focus`` is None for a method without it."""
 
     method: str
     scale: str
@@ -74,214 +81,281 @@ class Candidate:
     loss_error: float = np.nan
     n_opt_error: float = np.nan
     predictions: int = 0
-    loss_slope: float = np.nan
-    n_opt_slope: float = np.nan
-    slope_records: int = 0
-    near: bool = False
+    models: dict[str, ErrorModel] = field(default_factory=dict)
     target_loss: float = np.nan
     target_n_opt: float = np.nan
+    target_d_opt: float = np.nan
     reason: str | None = None
 
     @property
-    def key(self) -> tuple[str, str, str | None]:
+    def key(self) -> Key:
         return self.method, self.scale, self.focus
+
+    @property
+    def name(self) -> str:
+        return describe(self.key)
+
+
+@dataclass(kw_only=True)
+class Answer:
+    """One answer (``quantity`` "loss" or "n_opt") at the target: where it comes from
+    (``source``; ``members`` with their weights), the raw prediction, the drift correction
+    applied to it (relative), the error model and the (value, lo, hi) it gives."""
+
+    quantity: str
+    source: str
+    members: list[dict[str, Any]]
+    raw: float
+    correction: float
+    value: float
+    lo: float
+    hi: float
+    model: ErrorModel
+    chaining_error: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["model"] = self.model.to_dict()
+        return fmt.json_safe(out)
 
 
 @dataclass(kw_only=True)
 class Forecast:
-    """The chosen candidate's answer at ``target``, ``ratio`` times the largest budget; ``n_opt``
-    in parameters (the scale's own optimum is ``scale_opt``). Each value is (estimate, lo, hi)
-    with the combined interval; ``parts`` holds its sources (``bootstrap``, ``forms``, and
-    ``extrapolation`` as the expected error at the target's ratio)."""
+    """The answers at ``target``, ``ratio`` times the largest budget: ``n_opt`` in parameters,
+    ``d_opt`` in tokens (from the N_opt answer's candidate) and ``loss``, each (estimate, lo, hi).
+    ``answers`` says where each comes from; ``prior`` is the pooled prior used, with provenance."""
 
-    method: str
-    scale: str
     target: float
     ratio: float
-    focus: str | None = None
     level: float = 0.95
     n_opt: Triple
-    scale_opt: Triple
     d_opt: Triple
     loss: Triple
-    loss_error: float
-    n_opt_error: float
-    predictions: int
+    answers: dict[str, Answer]
     score_cutoff: float
-    parts: dict[str, Any] = field(default_factory=dict)
+    mode: str = MODE
+    prior: dict[str, Any] = field(default_factory=dict)
     candidates: list[Candidate] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
 
     def __repr__(self) -> str:
         """One line: the answer (the dataclass's own repr would print every chaining record)."""
-        return (f"<Forecast at C = {fmt.flops(self.target)}: N_opt {fmt.count(self.n_opt[0])}, "
-                f"loss {fmt.sig(self.loss[0], 4)} ({self.method})>")
+        return (f"<Forecast at C = {fmt.flops(self.target)}: N_opt {fmt.count(self.n_opt[0])} "
+                f"({self.answers['n_opt'].source}), loss {fmt.sig(self.loss[0], 4)} ({self.answers['loss'].source})>")
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("n_opt", "scale_opt", "d_opt", "loss"):
-            value, lo, hi = out[key]
-            out[key] = {"value": value, "interval": [lo, hi]}
+        out = {"target": self.target, "ratio": self.ratio, "level": self.level, "mode": self.mode,
+               "score_cutoff": self.score_cutoff, "prior": self.prior}
+        for key in ("n_opt", "d_opt", "loss"):
+            value, lo, hi = getattr(self, key)
+            source = self.answers["loss" if key == "loss" else "n_opt"]
+            out[key] = {"value": value, "interval": [lo, hi], "source": source.source}
+        out["answers"] = {k: a.to_dict() for k, a in self.answers.items()}
+        out["candidates"] = [_candidate_dict(c) for c in self.candidates]
+        out["records"] = [r.to_dict() for r in self.records]
         return fmt.json_safe(out)
 
     def summary(self) -> str:
-        how = self.method if self.focus is None else f"{self.method}, focus {self.focus},"
-        ext = self.parts.get("extrapolation", {})
-        head = (f"Forecast at C = {fmt.flops(self.target)} FLOPs, {self.ratio:.3g}x the largest budget ({how} on "
-                f"{SCALES[self.scale]}; chosen by forward chaining: mean error of {self.predictions} predictions at "
-                f">= {self.score_cutoff:.3g}x beyond their fit: loss {_pct(self.loss_error, 2)}, N_opt "
-                f"{_pct(self.n_opt_error, 1)}):\n  N_opt {_triple(self.n_opt, fmt.count)} parameters, "
-                f"D_opt {_triple(self.d_opt, fmt.count)} tokens, loss {_triple(self.loss, lambda v: fmt.sig(v, 4))}\n"
-                f"  {100 * self.level:g}% interval = bootstrap + spread of {self.parts.get('near', 1)} comparable law "
-                f"forms + extrapolation error grown to {self.ratio:.3g}x (loss {_pct(ext.get('loss', np.nan), 1)}, "
-                f"N_opt {_pct(ext.get('n_opt', np.nan), 0)})")
-        lines = [head, format_table(candidate_rows(self.candidates), CANDIDATE_HEADERS)]
-        chosen = [r for r in self.records if (r.method, r.scale, r.focus) == (self.method, self.scale, self.focus)]
-        if chosen:
-            lines += ["Forward-chaining error of the chosen candidate against how far it extrapolated:",
-                      format_table(chain_rows(chosen, self), CHAIN_HEADERS)]
+        lines = [f"Forecast at C = {fmt.flops(self.target)} FLOPs, {self.ratio:.3g}x the largest budget "
+                 f"({100 * self.level:g}% intervals; each answer chosen by its own forward-chaining record):",
+                 f"  N_opt {_triple(self.n_opt, fmt.count)} parameters, D_opt {_triple(self.d_opt, fmt.count)} tokens, "
+                 f"loss {_triple(self.loss, lambda v: fmt.sig(v, 4))}"]
+        lines += [f"  {answer_line(a, self.ratio)}" for a in (self.answers["n_opt"], self.answers["loss"])]
+        lines += [f"  prior on the extrapolation error: {prior_note(self.prior)}",
+                  format_table(candidate_rows(self.candidates), CANDIDATE_HEADERS)]
         return "\n".join(lines)
 
 
-CANDIDATE_HEADERS = ["method", "focus", "scale", "predictions", "loss error", "N_opt error",
-                     "loss error / ln r", "N_opt error / ln r", "note"]
+def describe(key: Key) -> str:
+    method, scale, focus = key
+    return f"{method}{'' if focus is None else f'/{focus}'} on {SCALES.get(scale, scale)}"
+
+
+def answer_line(a: Answer, ratio: float) -> str:
+    """Where an answer comes from, in one line."""
+    m = a.model
+    drift = (f"drift {m.drift:+.3f} per ln r (own {m.own_drift:+.3f}) corrected the point by {100 * a.correction:+.1f}%"
+             if abs(a.correction) > 0 else "no drift")
+    return (f"{LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; scatter {m.scatter:.3f} "
+            f"per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to {ratio:.3g}x")
+
+
+def prior_note(prior: Mapping[str, Any]) -> str:
+    src = prior.get("provenance", {})
+    fitted_on = src.get("sweeps")
+    return (f"learned on {len(fitted_on)} public sweeps ({', '.join(fitted_on)})" if fitted_on else
+            str(src.get("note", "given by the caller")))
+
+
+CANDIDATE_HEADERS = ["method", "focus", "scale", "splits", "loss error", "N_opt error", "loss drift / ln r",
+                     "N_opt drift / ln r", "loss sd / ln r", "N_opt sd / ln r", "note"]
 CHAIN_HEADERS = ["ratio C / C_k", "predictions", "mean |loss error|", "mean |N_opt error|"]
 
 
 def candidate_rows(candidates: Sequence[Candidate]) -> list[list[str]]:
-    return [[c.method, c.focus or "-", c.scale, str(c.predictions), _pct(c.loss_error, 2), _pct(c.n_opt_error, 1),
-             _pct(c.loss_slope, 2), _pct(c.n_opt_slope, 1),
-             c.reason or ("comparable form" if c.near else "")] for c in sorted(candidates, key=_rank)]
+    def model(c: Candidate, q: str, what: str) -> str:
+        m = c.models.get(q)
+        return "-" if m is None else f"{getattr(m, what):+.3f}" if what == "drift" else f"{m.sd:.3f}"
+
+    return [[c.method, c.focus or "-", c.scale, str(max((m.splits for m in c.models.values()), default=0)),
+             _pct(c.loss_error, 2), _pct(c.n_opt_error, 1), model(c, "loss", "drift"), model(c, "n_opt", "drift"),
+             model(c, "loss", "sd"), model(c, "n_opt", "sd"), c.reason or ""] for c in sorted(candidates, key=_rank)]
 
 
-def chain_rows(records: Sequence[Record], forecast: Forecast) -> list[list[str]]:
-    rows = [[f"{ratio:g}", str(n), _pct(loss, 2), _pct(n_opt, 1)] for ratio, loss, n_opt, n in ratio_table(records)]
-    ext = forecast.parts.get("extrapolation", {})
-    rows.append([f"{forecast.ratio:.3g} (target, trend)", "-", _pct(ext.get("loss_expected", np.nan), 2),
-                 _pct(ext.get("n_opt_expected", np.nan), 1)])
-    return rows
+def chain_rows(records: Sequence[Record]) -> list[list[str]]:
+    return [[f"{ratio:g}", str(n), _pct(loss, 2), _pct(n_opt, 1)] for ratio, loss, n_opt, n in ratio_table(records)]
 
 
 def _rank(c: Candidate) -> tuple[float, float]:
-    return (c.loss_error if np.isfinite(c.loss_error) else np.inf,
-            c.n_opt_error if np.isfinite(c.n_opt_error) else np.inf)
+    sds = [c.models[q].sd if q in c.models else np.inf for q in FIELDS]
+    return tuple(sds)
 
 
-def candidates_of(records: Sequence[Record], reasons: dict, keys: Sequence[tuple]) -> tuple[list[Candidate], float]:
-    """Each candidate's score at the largest ratios, its error slopes, and the score's cutoff."""
-    cutoff = score_cutoff(records) if records else np.nan
-    out = []
-    for key in keys:
-        mine = [r for r in records if (r.method, r.scale, r.focus) == key]
-        loss_err, n_err, count = score(mine, cutoff) if mine else (np.nan, np.nan, 0)
-        out.append(Candidate(method=key[0], scale=key[1], focus=key[2], loss_error=loss_err, n_opt_error=n_err,
-                             predictions=count, loss_slope=error_slope(mine, "loss_error"),
-                             n_opt_slope=error_slope(mine, "n_opt_error"), slope_records=len(mine),
-                             reason=reasons.get(key) if not count else None))
-    return out, cutoff
+def _candidate_dict(c: Candidate) -> dict[str, Any]:
+    out = {k: v for k, v in asdict(c).items() if k != "models"}
+    out["models"] = {q: m.to_dict() for q, m in c.models.items()}
+    return fmt.json_safe(out)
+
+
+def default_priors() -> tuple[dict[str, dict[str, Prior]], dict[str, Any]]:
+    return shipped()
 
 
 def forecast(approaches: Sequence[Approach], runs: Runs, target: float, *, curve: str,
              scales: Sequence[str] = tuple(SCALES), workers: int = 1, level: float = 0.95) -> Forecast:
-    """Forward-chain every (method, scale, focus) (point fits), refit the best on all runs with
-    the approach's own bootstrap, and answer at ``target`` with the combined interval."""
+    """Forward-chain every (method, scale, focus) (point fits), fit each on all runs, and answer
+    at ``target`` per answer by its own record (see the module's docstring)."""
     return forecasts(approaches, runs, [target], curve=curve, scales=scales, workers=workers, level=level)[0]
 
 
 def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[float], *, curve: str,
-              scales: Sequence[str] = tuple(SCALES), workers: int = 1, level: float = 0.95) -> list[Forecast]:
-    """``forecast`` at several targets from one chaining and one set of refits."""
-    options = [v for a in approaches for v in variants(a)]
-    records, reasons = forward_chain([point(v) for v in options], runs, scales, curve=curve, workers=workers)
+              scales: Sequence[str] = tuple(SCALES), workers: int = 1, level: float = 0.95,
+              priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE) -> list[Forecast]:
+    """``forecast`` at several targets from one chaining and one set of point fits."""
+    options = [point(v) for a in approaches for v in variants(a)]
+    records, reasons = forward_chain(options, runs, scales, curve=curve, workers=workers)
     keys = [(v.name, s, focus_of(v)) for s in scales for v in options]
-    candidates, cutoff = candidates_of(records, reasons, keys)
-    scored = [c for c in candidates if np.isfinite(c.loss_error)]
-    if not scored:
-        why: dict[str, list[str]] = {}
-        for c in candidates:
-            if c.reason and f"{c.method}/{c.scale}" not in why.setdefault(c.reason, []):
-                why[c.reason].append(f"{c.method}/{c.scale}")
-        raise FitInputError("no method could be forward-chained on these runs (it fits the budgets up to each one "
-                            "and predicts the larger ones): " +
-                            "; ".join(f"{', '.join(names)}: {reason}" for reason, names in why.items()))
-    floor = min(c.loss_error for c in scored)
-    best = min((c for c in scored if c.loss_error <= floor * (1 + TIE)), key=lambda c: _rank(c)[::-1])
     by_key = {(v.name, focus_of(v)): v for v in options}
     targets = np.asarray(targets, dtype=float)
-    scaled = rescale(runs, best.scale)
-    table = by_key[(best.method, best.focus)].fit(scaled).predict(targets)  # with its bootstrap
-    near_tables = {}
-    for c in scored:  # the comparable forms' point forecasts at the targets (the best's from its own fit)
-        if c is best or c.loss_error <= max(floor * (1 + FORM_TOLERANCE), floor + FORM_POINTS):
-            try:
-                own = rescale(runs, c.scale)
-                found = table if c is best else point(by_key[(c.method, c.focus)]).fit(own).predict(targets)
-            except FitInputError as exc:
-                c.reason = f"cannot fit all runs: {exc}"
-                continue
-            c.near = True
-            near_tables[c.key] = (found["loss"].to_numpy(float), to_params(own, found["N_opt"].to_numpy(float)))
+    predictions: dict[Key, np.ndarray] = {}
+    chained = {(r.method, r.scale, r.focus) for r in records}
+    for key in keys:
+        if key not in chained:
+            continue
+        try:
+            own = rescale(runs, key[1])
+            table = by_key[(key[0], key[2])].fit(own).predict(targets)
+        except FitInputError as exc:
+            reasons[key] = f"cannot fit all runs: {exc}"
+            continue
+        predictions[key] = np.column_stack([table["loss"].to_numpy(float),
+                                            to_params(own, table["N_opt"].to_numpy(float)),
+                                            table["D_opt"].to_numpy(float)])
     budgets, _ = budget_groups(runs)
-    out = []
-    for i, target in enumerate(targets):
-        for c in candidates:
-            if c.key in near_tables:
-                c.target_loss, c.target_n_opt = float(near_tables[c.key][0][i]), float(near_tables[c.key][1][i])
-        out.append(_answer(best, table.iloc[i], scaled, float(target), float(target / np.max(budgets)), level,
-                           copy.deepcopy(candidates), records, cutoff))
-    return out
+    largest = float(np.max(budgets))
+    return [decide(records, {k: v[i] for k, v in predictions.items()}, float(t), float(t / largest), keys=keys,
+                   reasons=reasons, level=level, priors=priors, mode=mode) for i, t in enumerate(targets)]
 
 
-def _answer(best: Candidate, row: Any, scaled: Runs, target: float, ratio: float, level: float,
-            candidates: list[Candidate], records: list[Record], cutoff: float) -> Forecast:
-    """The chosen candidate's prediction ``row`` at ``target`` with the combined interval."""
-    reach = spread_quantile(level, best.slope_records) * np.log(ratio) if ratio > 1 else 0.0
-    near = [c for c in candidates if c.near and np.isfinite(c.target_loss)]
-    loss, loss_parts = combine((float(row.loss), float(row.loss_lo), float(row.loss_hi)),
-                               [c.target_loss for c in near], reach * best.loss_slope)
-    n_best = float(to_params(scaled, np.array([row.N_opt]))[0])
-    scale_opt, n_parts = combine((float(row.N_opt), float(row.N_opt_lo), float(row.N_opt_hi)),
-                                 [float(row.N_opt) * c.target_n_opt / n_best for c in near], reach * best.n_opt_slope)
-    n_opt = tuple(float(v) for v in to_params(scaled, np.array(scale_opt)))
-    d = float(row.D_opt)  # the budget fixes N D: D's interval mirrors N's in logs
-    d_opt = (d, d * scale_opt[0] / scale_opt[2], d * scale_opt[0] / scale_opt[1])
-    expected = np.log(ratio) if ratio > 1 else 0.0
-    parts = {"near": len(near), "bootstrap": {"loss": [float(row.loss_lo), float(row.loss_hi)],
-                                              "n_opt": list(to_params(scaled, np.array([row.N_opt_lo, row.N_opt_hi])))},
-             "forms": {"loss": [min(c.target_loss for c in near), max(c.target_loss for c in near)],
-                       "n_opt": [min(c.target_n_opt for c in near), max(c.target_n_opt for c in near)]},
-             "extrapolation": {"loss": float(np.expm1(reach * best.loss_slope)),
-                               "n_opt": float(np.expm1(reach * best.n_opt_slope)),
-                               "loss_expected": float(np.expm1(expected * best.loss_slope)),
-                               "n_opt_expected": float(np.expm1(expected * best.n_opt_slope))},
-             "log_half_widths": {"loss": loss_parts, "n_opt": n_parts}}
-    return Forecast(method=best.method, scale=best.scale, focus=best.focus, target=target, ratio=ratio,
-                    level=level, n_opt=n_opt, scale_opt=scale_opt, d_opt=d_opt, loss=loss,
-                    loss_error=best.loss_error, n_opt_error=best.n_opt_error, predictions=best.predictions,
-                    score_cutoff=cutoff, parts=fmt.json_safe(parts), candidates=candidates, records=records)
+def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]], target: float, ratio: float, *,
+           keys: Sequence[Key] | None = None, reasons: Mapping[Key, str] | None = None, level: float = 0.95,
+           priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE) -> Forecast:
+    """The forecast from chaining ``records`` and each candidate's (loss, N_opt in parameters,
+    D_opt) at ``target``: each answer by its own record (a pure function of its inputs, so the
+    calibration benchmark scores exactly what ``forecasts`` answers)."""
+    if mode not in MODES:
+        raise FitInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    prior, provenance = priors if priors is not None else default_priors()
+    reasons = dict(reasons or {})
+    keys = list(keys) if keys is not None else sorted({(r.method, r.scale, r.focus) for r in records}, key=str)
+    cutoff = score_cutoff(records) if records else np.nan
+    candidates = []
+    for key in keys:
+        mine = [r for r in records if (r.method, r.scale, r.focus) == key]
+        loss_err, n_err, count = score(mine, cutoff) if mine else (np.nan, np.nan, 0)
+        c = Candidate(method=key[0], scale=key[1], focus=key[2], loss_error=loss_err, n_opt_error=n_err,
+                      predictions=count, reason=reasons.get(key))
+        for q, name in FIELDS.items():
+            slopes = split_slopes(mine, name)
+            if slopes:
+                c.models[q] = error_model(list(slopes.values()), prior_for(prior[q], key[0], key[2]))
+        if key in predictions:
+            c.target_loss, c.target_n_opt, c.target_d_opt = (float(v) for v in predictions[key])
+        elif mine and c.reason is None:
+            c.reason = "no prediction at the target"
+        if mine and c.reason is None and max(m.splits for m in c.models.values()) < MIN_SPLITS:
+            c.reason = f"chaining predictions from fewer than {MIN_SPLITS} splits"
+        candidates.append(c)
+    answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode) for q in FIELDS}
+    loss, n = answers["loss"], answers["n_opt"]
+    d_raw = _d_opt(n, candidates)
+    d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
+    return Forecast(target=target, ratio=ratio, level=level, n_opt=(n.value, n.lo, n.hi), d_opt=d_opt,
+                    loss=(loss.value, loss.lo, loss.hi), answers=answers, score_cutoff=cutoff, mode=mode,
+                    prior={"answers": {q: {k: asdict(p) for k, p in by.items()} for q, by in prior.items()},
+                           "provenance": dict(provenance)},
+                    candidates=copy.deepcopy(candidates), records=list(records))
 
 
-def spread_quantile(level: float, records: int) -> float:
-    """The two-sided ``level`` quantile of Student's t with ``records`` degrees of freedom: the
-    error slope is a root mean square of that many chaining errors, so with few of them it is
-    barely known (one error: 12.7 at 95%, against the normal's 1.96)."""
-    from scipy.stats import t
-
-    return float(t.ppf(0.5 + level / 2, max(records, 1)))
+def _eligible(candidates: Sequence[Candidate], q: str) -> list[Candidate]:
+    value = "target_loss" if q == "loss" else "target_n_opt"
+    return [c for c in candidates if q in c.models and c.models[q].splits >= MIN_SPLITS
+            and np.isfinite(getattr(c, value)) and getattr(c, value) > 0]
 
 
-def combine(estimate: Triple, forms: Sequence[float], extrapolation: float) -> tuple[Triple, dict[str, list[float]]]:
-    """(value, lo, hi) whose log half-widths are the root sum of squares of the bootstrap's, the
-    forms' spread about the value, and ``extrapolation`` (a log error, both sides); and the parts."""
-    value, lo, hi = estimate
-    spread = [v for v in forms if np.isfinite(v) and v > 0]
-    boot = [np.log(value / lo) if np.isfinite(lo) and lo > 0 else 0.0, np.log(hi / value) if np.isfinite(hi) else 0.0]
-    form = [max(0.0, np.log(value / min(spread))) if spread else 0.0,
-            max(0.0, np.log(max(spread) / value)) if spread else 0.0]
-    ext = float(extrapolation) if np.isfinite(extrapolation) else 0.0
-    below, above = (float(np.sqrt(b * b + f * f + ext * ext)) for b, f in zip(boot, form))
-    parts = {"bootstrap": [float(v) for v in boot], "forms": [float(v) for v in form], "extrapolation": [ext, ext]}
-    return (value, value * np.exp(-below), value * np.exp(above)), parts
+def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], ratio: float, level: float,
+            prior: Prior, mode: str) -> Answer:
+    eligible = _eligible(candidates, q)
+    if not eligible:
+        most = max((m.splits for c in candidates for m in c.models.values()), default=0)
+        raise FitInputError(f"too little chaining evidence for a forecast: a candidate answers only with forward-"
+                            f"chaining predictions from {MIN_SPLITS} or more splits (fits up to different budgets, "
+                            f"each predicting a larger one), and these runs give at most {most}; sweep more budgets "
+                            f"(4 or more with an interior minimum). The methods' own answers and their bootstrap "
+                            f"intervals stand")
+    value = "target_loss" if q == "loss" else "target_n_opt"
+    best = min(eligible, key=lambda c: (c.models[q].sd, c.loss_error if q == "loss" else c.n_opt_error))
+    options = [(best.models[q], float(np.log(getattr(best, value))),
+                [{"method": best.method, "scale": best.scale, "focus": best.focus, "weight": 1.0}], best.name,
+                best.loss_error if q == "loss" else best.n_opt_error)]
+    if mode in ("average", "auto") and len(eligible) > 1:
+        averaged = _average(q, eligible, records, prior)
+        if averaged is not None:
+            options = [averaged] if mode == "average" else options + [averaged]
+    model, log_raw, members, source, chaining_error = min(options, key=lambda o: o[0].sd)
+    correction, lo, hi = model.log_interval(ratio, level)
+    centre = log_raw + correction
+    return Answer(quantity=q, source=source, members=members, raw=float(np.exp(log_raw)),
+                  correction=float(np.expm1(correction)), value=float(np.exp(centre)), lo=float(np.exp(centre + lo)),
+                  hi=float(np.exp(centre + hi)), model=model, chaining_error=float(chaining_error))
+
+
+def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], prior: Prior):
+    """The candidates' weighted geometric mean (weights 1 / sd^2 of their own error models) as one
+    more candidate: its per-split slopes are the members' weighted slopes, over the splits every
+    member predicted from."""
+    field_name, value = FIELDS[q], "target_loss" if q == "loss" else "target_n_opt"
+    slopes = {c.key: split_slopes([r for r in records if (r.method, r.scale, r.focus) == c.key], field_name)
+              for c in eligible}
+    common = set.intersection(*(set(s) for s in slopes.values()))
+    members = [c for c in eligible if set(slopes[c.key]) >= common]
+    if len(common) < MIN_SPLITS or len(members) < 2:
+        return None
+    weights = np.array([1.0 / c.models[q].sd ** 2 for c in members])
+    weights /= weights.sum()
+    z = [float(sum(w * slopes[c.key][k] for w, c in zip(weights, members, strict=True))) for k in sorted(common)]
+    model = error_model(z, prior)
+    log_raw = float(sum(w * np.log(getattr(c, value)) for w, c in zip(weights, members, strict=True)))
+    return (model, log_raw, [{"method": c.method, "scale": c.scale, "focus": c.focus, "weight": float(w)}
+                             for w, c in zip(weights, members, strict=True)],
+            f"the weighted average of {len(members)} candidates", np.nan)
+
+
+def _d_opt(n: Answer, candidates: Sequence[Candidate]) -> float:
+    """D_opt of the N_opt answer's members before the drift correction (weighted geometric mean)."""
+    by_key = {c.key: c for c in candidates}
+    pairs = [(m["weight"], by_key[(m["method"], m["scale"], m["focus"])].target_d_opt) for m in n.members]
+    return float(np.exp(sum(w * np.log(d) for w, d in pairs)))
 
 
 def _pct(value: float, digits: int) -> str:
@@ -292,5 +366,6 @@ def _triple(t: Triple, f) -> str:
     return fmt.with_interval(t[0], t[1], t[2], fmt=f)
 
 
-__all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "Candidate", "Forecast", "candidate_rows", "chain_rows", "combine",
-           "forecast", "forecasts"]
+__all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "TARGET_FACTOR", "Answer", "Candidate",
+           "Forecast", "answer_line", "candidate_rows", "chain_rows", "decide", "default_target", "forecast",
+           "forecasts"]

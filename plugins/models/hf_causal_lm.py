@@ -1,0 +1,155 @@
+"""Model ``hf-causal-lm``: any Hugging Face causal LM, from its ``config.json``, sized by a width rule.
+
+The size is the config's ``size_field`` (``hidden_size``; GPT-2's is ``n_embd``). A size ``s``
+scales every field named in ``scale`` by ``s / base`` (``base``: the config's own
+``size_field``), so the config's shape holds at every size: with ``scale =
+["intermediate_size", "num_attention_heads", "num_key_value_heads"]`` (the default: those of
+them the config has) the MLP ratio and the head size stay the config's; leave the heads out
+and the heads keep their number and grow. ``depth`` names a field that scales too
+(``"num_hidden_layers"``: a constant aspect ratio), else the depth is the config's. A size is
+valid when every scaled field is a whole number and the heads still divide (checked here, in
+plain Python); a rule that leaves no valid size, or names a field the config lacks, is one
+line naming the field and the fix.
+
+``[model]`` keys: ``config`` (a ``config.json``, its folder, or the config inline as a
+table), ``scale``, ``depth``, ``size_field``, ``set`` (fields overridden before scaling), and
+``vocab_size`` / ``context_length`` (the sequence length; they follow the dataset and the sweep). The model is the
+``transformers`` class itself (``AutoModelForCausalLM.from_config``), so no converter and no
+parity case: parameters and exact training FLOPs are counted on it on the meta device
+(``hf_causal_lm_model``). The run id hashes the ``[model]`` table, not the file: edit a
+config.json and sweep into a new folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import flops_fit
+
+_MODEL = "flops_fit.plugins.models.hf_causal_lm_model"
+WIDTH_FIELDS = ("intermediate_size", "num_attention_heads", "num_key_value_heads")  # the default scale
+HEAD_FIELDS = (("num_attention_heads", "n_head"), ("num_key_value_heads",))
+DEFAULTS = {"config": None, "scale": None, "depth": None, "size_field": "hidden_size", "set": {},
+            "vocab_size": None, "context_length": None}
+
+
+def load_config(source: Any) -> dict[str, Any]:
+    """The config as a dict: inline (a table), a config.json, or a folder holding one."""
+    if isinstance(source, Mapping):
+        config = dict(source)
+    elif isinstance(source, str) and source:
+        path = Path(source)
+        path = path / "config.json" if path.is_dir() else path
+        try:
+            config = json.loads(path.read_text())
+        except OSError:
+            raise ValueError(f"config {source!r}: no such config.json (give a file, its folder, or the config inline)") from None
+        except ValueError as exc:
+            raise ValueError(f"config {str(path)!r} is not JSON: {exc}") from None
+    else:
+        raise ValueError('pass config = "path/to/config.json" (or its folder): the Hugging Face config to scale')
+    if not isinstance(config.get("model_type"), str):
+        raise ValueError(f"config {source if isinstance(source, str) else '(inline)'} has no model_type: "
+                         "give a transformers config.json (it names its model_type, e.g. \"llama\")")
+    return config
+
+
+class Rule:
+    """A config and the fields that scale with its size, checked once."""
+
+    def __init__(self, config: Any = None, scale: Sequence[str] | None = None, depth: str | None = None,
+                 size_field: str = "hidden_size", **rest: Any) -> None:
+        overrides = rest.pop("set", None) or {}
+        unknown = sorted(set(rest) - {"vocab_size", "context_length"})
+        if unknown:
+            raise ValueError(f"unknown [model] key(s) {unknown}; the keys are {sorted(DEFAULTS)}")
+        if not isinstance(overrides, Mapping):
+            raise ValueError(f"set must be a table of config fields to override, got {overrides!r}")
+        base = {**load_config(config), **overrides}
+        if rest.get("vocab_size") is not None:  # the dataset's tokenizer decides it
+            base["vocab_size"] = rest["vocab_size"]
+        seq_len = rest.get("context_length")
+        for key in ("max_position_embeddings", "n_positions"):
+            if seq_len is not None and isinstance(base.get(key), int) and base[key] < seq_len:
+                raise ValueError(f"seq_len {seq_len} is longer than the config's {key} = {base[key]}: lower seq_len, "
+                                 f"or raise it with set = {{{key} = {seq_len}}}")
+        self.config, self.size_field = base, size_field
+        self.base = self._int(size_field, "size_field")
+        fields = [f for f in WIDTH_FIELDS if base.get(f) is not None] if scale is None else list(scale)
+        if isinstance(scale, str) or not all(isinstance(f, str) for f in fields):
+            raise ValueError(f'scale must list config fields, e.g. ["intermediate_size", "num_attention_heads"]; '
+                             f"got {scale!r}")
+        self.scaled = fields + ([depth] if depth else [])
+        for name in self.scaled:
+            self._int(name, "depth" if name == depth else "scale")
+        if size_field in self.scaled:
+            raise ValueError(f"scale names {size_field!r}, the size itself: drop it from scale")
+        # the size must be a multiple of this for every scaled field to be a whole number
+        self.step = math.lcm(1, *(self.base // math.gcd(self.base, base[f]) for f in self.scaled))
+
+    def _int(self, name: str, rule: str) -> int:
+        value = self.config.get(name)
+        if value is None:
+            raise ValueError(f"the config has no {name!r} ({rule} names it): fix {rule} (the config's fields are "
+                             f"{', '.join(sorted(k for k, v in self.config.items() if isinstance(v, int)))}) or add "
+                             f"{name!r} to the config")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"the config's {name!r} is {value!r}, not a positive integer: it cannot scale "
+                             f"({rule}); fix the config or {rule}")
+        return value
+
+    def at(self, size: int) -> dict[str, Any]:
+        """The config at ``size``; ValueError naming the field that does not fit."""
+        if size % self.step:
+            field = next(f for f in self.scaled if self.config[f] * size % self.base)
+            raise ValueError(f"size {size}: {field} = {self.config[field]} x {size} / {self.base} is not a whole "
+                             f"number: use sizes that are multiples of {self.step}, or drop {field} from the rule")
+        config = {**self.config, self.size_field: size}
+        for name in self.scaled:
+            config[name] = self.config[name] * size // self.base
+        heads = next((config[k] for k in HEAD_FIELDS[0] if config.get(k)), None)
+        kv = config.get(HEAD_FIELDS[1][0]) or heads
+        if heads:
+            if config.get("head_dim") is None and size % heads:
+                raise ValueError(f"size {size} is not divisible by num_attention_heads = {heads}: add "
+                                 "num_attention_heads to scale, or use sizes that are multiples of it")
+            if heads % kv:
+                raise ValueError(f"num_attention_heads = {heads} is not divisible by num_key_value_heads = {kv} at "
+                                 f"size {size}: scale both heads fields, or neither")
+            head_dim = config.get("head_dim") or size // heads
+            if head_dim % 2 and config["model_type"] not in ("gpt2",):
+                raise ValueError(f"size {size}: head size {head_dim} is odd, and rotary embeddings need an even one: "
+                                 "use sizes with an even head size")
+        return config
+
+
+def valid_sizes(lo: int, hi: int, **config: Any) -> list[int]:
+    """Sizes in [lo, hi] the rule can scale to; none at all is a ValueError naming why."""
+    rule = Rule(**config)
+    sizes, first_error = [], None
+    for size in range(-(-max(lo, 1) // rule.step) * rule.step, hi + 1, rule.step):
+        try:
+            rule.at(size)
+        except ValueError as exc:
+            first_error = first_error or exc
+            continue
+        sizes.append(size)
+    if not sizes and first_error is not None:
+        raise first_error
+    return sizes
+
+
+@flops_fit.hookimpl
+def register_models(register):
+    register(flops_fit.ModelEntry(
+        "hf-causal-lm",
+        description="Any Hugging Face causal LM from its config.json ([model] config = ...), sized by its hidden "
+                    "size with a width rule (scale = [...], optional depth); the transformers class itself",
+        builder=f"{_MODEL}:build", size_param="width", valid_sizes=valid_sizes,
+        param_count=f"{_MODEL}:param_count", training_flops=f"{_MODEL}:training_flops",
+        flops_unit="token", task=flops_fit.TASK_CAUSAL_LM,
+        default_loss="next-token", default_datasets=("python-stdlib",), defaults=DEFAULTS))

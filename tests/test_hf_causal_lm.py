@@ -1,0 +1,102 @@
+"""Model hf-causal-lm: a Hugging Face config.json scaled by a width rule and swept as the
+transformers class itself (Llama, Qwen2, GPT-NeoX), its counts checked against the class
+built for real and against the built-in Llama's analytic counts; a rule that cannot scale
+the config is one line (CLI exit 2)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import flops_fit
+from flops_fit.cli.main import main
+from flops_fit.errors import PlanError
+
+transformers = pytest.importorskip("transformers", reason="model hf-causal-lm needs transformers")
+
+CONFIGS = {
+    "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 176, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 64,
+              "tie_word_embeddings": False},
+    "qwen2": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 160, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 64,
+              "tie_word_embeddings": True},
+    "gpt_neox": {"model_type": "gpt_neox", "hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4,
+                 "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 64, "rotary_pct": 0.25},
+}
+CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gpt_neox": "GPTNeoXForCausalLM"}
+
+
+def write_config(folder: Path, kind: str) -> str:
+    (folder / kind).mkdir()
+    (folder / kind / "config.json").write_text(json.dumps(CONFIGS[kind]))
+    return str(folder / kind)  # the folder: as a checkpoint from the hub is laid out
+
+
+def corpus(folder: Path) -> dict:
+    (folder / "corpus").mkdir()
+    for i, source in enumerate(sorted(Path(flops_fit.__file__).parent.glob("*.py"))[:4]):
+        (folder / "corpus" / f"{i}.txt").write_text(source.read_text())
+    return {"paths": [str(folder / "corpus")], "validation_fraction": 0.25}
+
+
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
+def test_a_config_sweeps_as_its_transformers_class(kind, tmp_path):
+    model_config = {"config": write_config(tmp_path, kind)}
+    result = flops_fit.sweep(
+        model="hf-causal-lm", model_config=model_config, dataset="text-files", dataset_config=corpus(tmp_path),
+        budgets=[1e9], sizes=[32, 64, 96], seq_len=16, batch_size=4, min_steps=3, eval_tokens=256,
+        out_dir=tmp_path / "out", show_progress=False, checkpoint_seconds=0)
+    runs = result.runs
+    assert list(runs["status"]) == ["done"] * 3 and all(math.isfinite(x) for x in runs["loss"])
+    for size, params in zip(runs["size"], runs["params"], strict=True):
+        built = flops_fit.create_model("hf-causal-lm", int(size), **model_config, context_length=16)
+        assert type(built.hf).__name__ == CLASSES[kind]
+        # the class built for real, at the rule's dimensions, from transformers' own config class
+        scale = int(size) / 64
+        fields = {k: int(v * scale) for k, v in CONFIGS[kind].items()
+                  if k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads")}
+        reference = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**{**CONFIGS[kind], **fields}))
+        assert params == sum(p.numel() for p in reference.parameters()) == built.num_params()
+
+
+def test_counts_match_the_builtin_llamas_analytic_counts(tmp_path):
+    config = {"config": write_config(tmp_path, "llama"), "context_length": 32}
+    entry, llama = flops_fit.model_info("hf-causal-lm"), flops_fit.model_info("llama")
+    for size in (32, 64, 160):  # 160: beyond the sizes the polynomial was solved from
+        same = {"n_layer": 2, "n_head": size // 16, "n_kv_head": size // 32, "intermediate_size": 176 * size // 64,
+                "vocab_size": 256, "block_size": 32}
+        assert entry.params(size, **config) == llama.params(size, **same)
+        assert entry.flops_per_unit(size, **config) == llama.flops_per_unit(size, **same)
+
+
+def test_depth_scales_with_the_width_when_asked(tmp_path):
+    config = {"config": write_config(tmp_path, "qwen2"), "depth": "num_hidden_layers", "context_length": 16}
+    model = flops_fit.create_model("hf-causal-lm", 96, **config)
+    assert model.hf.config.num_hidden_layers == 3 and model.hf.config.intermediate_size == 240
+    assert flops_fit.model_info("hf-causal-lm").params(96, **config) == model.num_params()
+
+
+def test_a_rule_naming_a_missing_field_is_one_line_and_exit_2(tmp_path, capsys):
+    folder = write_config(tmp_path, "llama")
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{folder}"\nscale = ["ffn_dim", "num_attention_heads"]\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'ffn_dim'" in err and "fix scale" in err
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"set": {"num_attention_heads": 4.5}}, "'num_attention_heads' is 4.5, not a positive integer"),
+    ({"set": {"hidden_size": 60}}, "head size 15 is odd"),  # every size the rule reaches has heads of 15
+    ({"config": "/nonexistent/config.json"}, "no such config.json"),
+])
+def test_a_config_the_rule_cannot_scale_names_the_field(change, message, tmp_path):
+    config = {"config": write_config(tmp_path, "llama"), **change}
+    with pytest.raises(PlanError, match=message):
+        flops_fit.plan(model="hf-causal-lm", model_config=config, budgets=[1e9], seq_len=16, max_size=256)

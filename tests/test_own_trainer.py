@@ -1,0 +1,280 @@
+"""A lab's own training script as the trainer ([train] command) of a sweep planned from a
+formula or table of its sizes (model "declared"): the example script swept end to end in
+real subprocesses, failures recorded with their reason, a kill -9 resumed."""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import flops_fit
+from flops_fit.errors import ConfigError, PlanError, StoreError
+from flops_fit.store.run_store import RunStore
+from flops_fit.sweeps.config import load_config
+from flops_fit.sweeps.driver import run_plan
+from flops_fit.sweeps.planner import plan
+from flops_fit.training.checkpoint import CheckpointPolicy
+from flops_fit.training.command import TrainCommand
+from flops_fit.training.external import ENV, train_external
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "external-trainer"
+# ByteModel of the example: 512 x size + 256 parameters, 6 x 256 x size training FLOPs per token
+SWEEP = """
+[sweep]
+model = "declared"
+dataset = "external"
+budgets = [1e8]
+sizes = [8, 16, 24]
+seq_len = 16
+batch_size = 4
+min_steps = 10
+eval_tokens = 256
+checkpoint_seconds = 60
+
+[model]
+params = "512 * size + 256"
+flops_per_token = "6 * 256 * size"
+multiple_of = 8
+
+[hparams]
+lr = 0.01
+
+[train]
+command = {command}
+{extra}
+"""
+
+
+def write_sweep(folder: Path, command: list[str], extra: str = "", text: str = SWEEP) -> Path:
+    path = folder / "sweep.toml"
+    path.write_text(text.format(command=json.dumps(command), extra=extra))
+    return path
+
+
+def example_command(every: int = 50) -> list[str]:
+    return [sys.executable, str(EXAMPLE / "train.py"), "--data", str(EXAMPLE), "--checkpoint-every", str(every)]
+
+
+def sweep_file(path: Path, out: Path, **options) -> dict[str, dict]:
+    config = load_config(path)
+    run_plan(plan(config.options), out, show_progress=False, **options)
+    with RunStore(out) as store:
+        frame = store.runs_frame()
+    return {row["run_id"]: row for row in frame.to_dict("records")}
+
+
+def test_the_example_script_does_not_import_flops_fit():
+    tree = ast.parse((EXAMPLE / "train.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported and not any(name.split(".")[0] == "flops_fit" for name in imported)
+
+
+def test_the_example_script_trains_every_planned_run(tmp_path):
+    path = write_sweep(tmp_path, example_command())
+    planned = {r.run_id: r for r in plan(load_config(path).options).runs}
+    runs = sweep_file(path, tmp_path / "out")
+    assert set(runs) == set(planned) and len(runs) == 3
+    for run_id, row in runs.items():
+        assert row["status"] == "done", row["error"]
+        assert row["tokens"] == planned[run_id].tokens and math.isfinite(row["loss"])
+        assert row["flops"] == pytest.approx(planned[run_id].tokens * 6 * 256 * planned[run_id].size)
+        log = (tmp_path / "out" / "trainer-logs" / f"{run_id}.log").read_text()
+        assert f"held-out loss {row['loss']:.4f}" in log  # what the script reported is what was stored
+    assert not (tmp_path / "out" / "checkpoints").exists() or not any((tmp_path / "out" / "checkpoints").iterdir())
+
+
+MISBEHAVING = r'''
+import json, os, sys, time
+spec = json.load(open(os.environ["FLOPS_FIT_SPEC"]))
+size, tokens = int(os.environ["FLOPS_FIT_SIZE"]), int(os.environ["FLOPS_FIT_TOKENS"])
+assert spec["size"] == size and spec["tokens"] == tokens and os.path.isdir(os.environ["FLOPS_FIT_CHECKPOINT_DIR"])
+result = {"loss": 2.5, "tokens": tokens}
+if size == 1:
+    sys.exit("out of memory, say")
+if size == 2:
+    time.sleep(600)
+if size == 3:
+    sys.exit(0)
+if size == 4:
+    result["tokens"] = tokens // 2
+if size == 5:
+    result["loss"] = float("nan")
+json.dump(result, open(os.environ["FLOPS_FIT_RESULT"], "w"))
+'''
+TABLE_SWEEP = """
+[sweep]
+model = "declared"
+dataset = "external"
+budgets = [1e6]
+sizes = [1, 2, 3, 4, 5, 6]
+seq_len = 8
+batch_size = 2
+min_steps = 2
+checkpoint_seconds = 60
+
+[model.table]
+1 = {{params = 100}}
+2 = {{params = 200}}
+3 = {{params = 300}}
+4 = {{params = 400}}
+5 = {{params = 500}}
+6 = {{params = 600, flops_per_token = 3000}}
+
+[train]
+command = {command}
+{extra}
+"""
+
+
+def test_each_failure_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path):
+    script = tmp_path / "misbehave.py"
+    script.write_text(MISBEHAVING)
+    path = write_sweep(tmp_path, [sys.executable, str(script)], "time_limit = 3", TABLE_SWEEP)
+    # two worker processes: the task, its [train] command and the results cross process boundaries
+    runs = {row["size"]: row for row in sweep_file(path, tmp_path / "out", workers=2).values()}
+    assert runs[1]["status"] == "failed" and runs[1]["error"].startswith("crash: the script exited with status 1")
+    assert "out of memory, say" in runs[1]["error"]  # the log's tail
+    assert runs[2]["status"] == "failed" and runs[2]["error"].startswith("hang: ")
+    assert runs[3]["status"] == "failed" and runs[3]["error"].startswith("no result: ")
+    assert runs[4]["status"] == "failed" and runs[4]["error"].startswith("tokens off the plan: ")
+    assert runs[5]["status"] == "failed" and runs[5]["error"].startswith("non-finite loss: ")
+    assert runs[6]["status"] == "done" and runs[6]["loss"] == 2.5
+    assert runs[6]["flops"] == runs[6]["tokens"] * 3000  # the table's FLOPs; 6 x params elsewhere
+
+
+def test_a_driver_killed_9_resumes_and_gives_the_uninterrupted_result(tmp_path):
+    path = write_sweep(tmp_path, example_command(every=1))
+    command = [sys.executable, "-m", "flops_fit", "sweep", str(path), "--out", str(tmp_path / "out")]
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (found := list((tmp_path / "out").glob("checkpoints/*/trainer/checkpoints/state.json"))):
+        assert driver.poll() is None and time.monotonic() < deadline, "no run checkpointed"
+        time.sleep(0.005)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    killed = found[0].parents[2].name
+    # the script dies with its driver (it got SIGTERM), so the resumed run is its only attempt
+    resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    with RunStore(tmp_path / "out") as store:
+        runs = {row["run_id"]: row for row in store.runs_frame().to_dict("records")}
+        spec = next(r for r in store.planned_runs() if r.run_id == killed)
+    assert all(row["status"] == "done" for row in runs.values())
+    assert "resumed from step" in (tmp_path / "out" / "trainer-logs" / f"{killed}.log").read_text()
+    # the same run trained without a kill, by the same script
+    alone = train_external(spec, TrainCommand(tuple(example_command(every=1)), logs_dir=str(tmp_path)),
+                           checkpoints=CheckpointPolicy(str(tmp_path / "alone")))
+    assert alone.status == "done" and alone.tokens == spec.tokens
+    assert (runs[killed]["tokens"], runs[killed]["loss"]) == (alone.tokens, alone.loss)
+    assert [[float(t), float(v)] for t, v in runs[killed]["curve"]] == alone.curve
+
+
+def test_the_train_table_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match=r"\[train\]: unknown key\(s\) \['comand'\]"):
+        load_config(write_sweep(tmp_path, ["x"], 'comand = ["x"]'))
+    with pytest.raises(ConfigError, match="time_limit must be a positive number"):
+        load_config(write_sweep(tmp_path, ["x"], "time_limit = -1"))
+    with pytest.raises(ConfigError, match="command must list the script"):
+        load_config(write_sweep(tmp_path, []))
+    config = load_config(write_sweep(tmp_path, ["python", "train.py"]))
+    assert config.options.trainer.workdir == str(tmp_path.resolve())  # paths are the sweep file's
+
+
+def test_a_missing_program_is_refused_before_anything_is_recorded(tmp_path):
+    path = write_sweep(tmp_path, ["no-such-trainer-program"])
+    with pytest.raises(flops_fit.PreflightError, match="no-such-trainer-program"):
+        sweep_file(path, tmp_path / "out")
+    with RunStore(tmp_path / "out") as store:
+        assert store.planned_runs() == []
+
+
+def test_a_folder_trained_by_another_trainer_is_refused(tmp_path):
+    script = tmp_path / "misbehave.py"
+    script.write_text(MISBEHAVING)
+    first = write_sweep(tmp_path, [sys.executable, str(script)], "time_limit = 3", TABLE_SWEEP)
+    config = load_config(first)
+    run_plan(plan(config.options), tmp_path / "out", show_progress=False, record_only=True)
+    other = config.options.replace(trainer={"command": [sys.executable, "other.py"]})
+    with pytest.raises(StoreError, match="trained by the command"):
+        run_plan(plan(other), tmp_path / "out", show_progress=False, resume=True)
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ({"params": "size * n_layer"}, "uses 'n_layer', which is not a number of the [model] table"),
+    ({"params": "__import__('os')"}, "only numbers, names"),
+    ({}, "state the sizes' parameters"),
+])
+def test_a_formula_that_cannot_count_is_one_line(model, message):
+    with pytest.raises(PlanError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        flops_fit.plan(model="declared", model_config=model, budgets=[1e9], seq_len=8)
+
+
+def test_a_size_table_plans_its_own_counts():
+    table = {"10": {"params": 1000, "flops_per_token": 7000}, "20": {"params": 3000}, "30": {"params": 6000}}
+    runs = flops_fit.plan(model="declared", model_config={"table": table}, budgets=[1e10], sizes=[10, 20, 30],
+                          seq_len=8, batch_size=2).runs
+    assert [(r.size, r.params, r.flops_per_unit) for r in runs] == [(10, 1000, 7000.0), (20, 3000, 18000.0),
+                                                                    (30, 6000, 36000.0)]
+
+
+def test_the_spec_file_holds_every_field_the_environment_names(tmp_path):
+    script = tmp_path / "echo.py"
+    script.write_text("import json, os\nspec = json.load(open(os.environ['FLOPS_FIT_SPEC']))\n"
+                      f"env = {{k: os.environ[k] for k in {sorted(ENV)!r}}}\n"
+                      "json.dump({'loss': 1.0, 'tokens': spec['tokens'], 'spec': spec, 'env': env},"
+                      " open(os.environ['FLOPS_FIT_RESULT'], 'w'))\n")
+    spec = flops_fit.plan(model="declared", model_config={"params": "100 * size"}, budgets=[1e8], sizes=[1, 2, 3],
+                          seq_len=8, batch_size=2).runs[0]
+    policy = CheckpointPolicy(str(tmp_path / "ck"))
+    result = train_external(spec, TrainCommand((sys.executable, str(script)), logs_dir=str(tmp_path)),
+                            checkpoints=policy)
+    assert result.status == "done" and result.tokens == spec.tokens
+    saved = json.loads((tmp_path / "ck" / spec.run_id / "trainer" / "result.json").read_text())
+    assert {k: saved["spec"][k] for k in spec.to_dict()} == spec.to_dict()
+    assert saved["env"] == {k: str(getattr(spec, f)) for k, f in ENV.items()}
+    assert os.path.isdir(saved["spec"]["checkpoint_dir"])
+
+
+def test_the_examples_sweep_file_plans_and_names_its_script():
+    config = load_config(EXAMPLE / "sweep.toml")
+    runs = plan(config.options).runs
+    assert config.options.trainer.workdir == str(EXAMPLE) and "train.py" in config.options.trainer.command
+    assert {r.params for r in runs} == {512 * r.size + 256 for r in runs}  # train.py's ByteModel
+
+
+def test_the_guides_size_formulas_and_tables_plan():
+    import re
+    import tomllib
+
+    blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "docs" / "guide" / "own-trainer.md").read_text(), re.S)
+    declared = [tomllib.loads(b)["model"] for b in blocks if b.startswith("[model]\nn_layer") or "[model.table]" in b]
+    assert len(declared) == 2
+    for model in declared:
+        runs = flops_fit.plan(model="declared", model_config=model, budgets=[1e18], seq_len=1024, batch_size=256).runs
+        assert len({r.size for r in runs}) >= 3 and all(r.flops_per_unit >= 6 * r.params for r in runs)
+
+
+def test_train_run_trains_one_recorded_run_with_the_command(tmp_path):
+    from flops_fit.sweeps.driver import train_run
+
+    script = tmp_path / "misbehave.py"
+    script.write_text(MISBEHAVING)
+    config = load_config(write_sweep(tmp_path, [sys.executable, str(script)], "time_limit = 3", TABLE_SWEEP))
+    run_plan(plan(config.options), tmp_path / "out", show_progress=False, record_only=True)
+    with RunStore(tmp_path / "out") as store:
+        by_size = {r.size: r for r in store.planned_runs()}
+    assert train_run(tmp_path / "out", by_size[6].run_id).status == "done"
+    assert train_run(tmp_path / "out", by_size[3].run_id).error.startswith("no result: ")
+    with RunStore(tmp_path / "out") as store:
+        assert store.statuses()[by_size[6].run_id] == "done" and store.statuses()[by_size[3].run_id] == "failed"

@@ -1,0 +1,160 @@
+"""Same-shape runs trained together (training.stacked): each run's curve and result are the
+ones it trains alone, each is checkpointed, resumed and recorded as its own run."""
+
+import dataclasses
+import warnings
+
+import pytest
+import sweep_support
+
+from flops_fit.errors import Interrupted
+from flops_fit.executors.stopping import clear_stop, request_stop
+from flops_fit.store.run_store import RunStore
+from flops_fit.sweeps.driver import run_plan
+from flops_fit.sweeps.planner import Plan, plan
+from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
+from flops_fit.training.loop import train
+from flops_fit.training.stacked import Stack, StackedFamilies, stack_items, train_stacked
+from flops_fit.training.task import train_family, train_item, work_items
+from flops_fit.training.wsd import families
+
+HOST = sweep_support.host()
+TOLERANCE = 1e-5  # fp32 on CPU: the issue's bound on a curve trained together against alone
+
+
+def tiny_plan(**overrides):
+    return plan(host=HOST, **{**sweep_support.small_plan_options(device="cpu"), **overrides})
+
+
+def variants(base, multipliers=(0.5, 1.0, 2.0), seeds=(1,)):
+    """The base run at several rates, and at its own rate from other seeds."""
+    return [dataclasses.replace(base, lr=base.lr * m, run_id="") for m in multipliers] + \
+        [dataclasses.replace(base, seed=s, run_id="") for s in seeds]
+
+
+def assert_same_run(alone, together):
+    assert together.run_id == alone.run_id and together.status == alone.status == "done"
+    assert (together.steps, together.tokens, together.flops) == (alone.steps, alone.tokens, alone.flops)
+    assert len(together.curve) == len(alone.curve)
+    for (tokens_a, loss_a), (tokens_b, loss_b) in zip(alone.curve, together.curve, strict=True):
+        assert tokens_a == tokens_b and loss_b == pytest.approx(loss_a, abs=TOLERANCE)
+    assert together.loss == pytest.approx(alone.loss, abs=TOLERANCE)
+
+
+def test_runs_trained_together_match_each_trained_alone():
+    specs = variants(max(tiny_plan().runs, key=lambda r: r.steps))
+    together = train_stacked(specs, host=HOST)
+    assert [r.run_id for r in together] == [s.run_id for s in specs]
+    for spec, result in zip(specs, together, strict=True):
+        assert_same_run(train(spec, host=HOST), result)
+        assert result.timings["trained_together"] == len(specs)
+
+
+def test_a_transformer_trained_together_matches_alone():
+    """The built-in GPT (attention, LayerNorm, tied head, weight decay groups, clipping)."""
+    runs = plan(model="gpt", budgets=[4e8], sizes=[16, 32, 48], seq_len=32, batch_size=8, min_steps=5,
+                eval_tokens=512, curve_points=8, device="cpu", precision="fp32",
+                model_config={"n_layer": 1, "n_head": 2}).runs
+    specs = variants(runs[0], multipliers=(0.5, 1.0), seeds=(3,))
+    assert 25 <= specs[0].steps <= 40  # long enough to move, short enough for rounding not to grow past 1e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about on the way
+        together = train_stacked(specs)
+    for spec, result in zip(specs, together, strict=True):
+        assert_same_run(train(spec), result)
+
+
+def test_same_shape_items_are_grouped_and_split_evenly():
+    base = tiny_plan().runs
+    five = variants(base[0], multipliers=(0.25, 0.5, 1.0, 2.0, 4.0), seeds=())
+    other_size = [dataclasses.replace(r, lr=r.lr * 2, run_id="") for r in base[1:2]] + base[1:2]
+    alone = dataclasses.replace(base[2], processes_per_run=2)
+    items = stack_items([*five, *other_size, alone], limit=4)
+    assert [type(i).__name__ for i in items] == ["Stack", "Stack", "Stack", "RunSpec"]
+    assert sorted(len(i.runs) for i in items[:2]) == [2, 3] and len(items[2].runs) == 2  # 5 by 4: 2 + 3, not 4 + 1
+    assert {r.size for r in items[2].runs} == {base[1].size}
+    assert stack_items([*five, alone], limit=1) == [*five, alone]
+    # WSD: a size's families at several rates stack when their branches match one to one
+    wsd = plan(host=HOST, **{**sweep_support.small_plan_options(), "schedule": "wsd", "budgets": [2e7, 4e7, 8e7]}).runs
+    runs = [dataclasses.replace(r, lr=r.lr * m, run_id="") for m in (0.5, 1.0) for r in wsd]
+    grouped = work_items(runs, stack=4)
+    assert all(isinstance(i, StackedFamilies) for i in grouped)
+    assert sorted(len(i.families) for i in grouped) == [2] * len(families(wsd))
+
+
+def test_stacked_families_branch_like_families_alone(tmp_path):
+    wsd = plan(host=HOST, **{**sweep_support.small_plan_options(device="cpu"), "schedule": "wsd", "budgets": [2e7, 4e7, 8e7]})
+    size = max({r.size for r in wsd.runs}, key=lambda s: sum(r.size == s for r in wsd.runs))
+    runs = [dataclasses.replace(r, lr=r.lr * m, run_id="") for m in (0.5, 2.0) for r in wsd.runs if r.size == size]
+    group = StackedFamilies(tuple(families(runs)))
+    assert len(group.families) == 2 and len(group.families[0].runs) >= 2
+    policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=0)
+    together = train_item(group, host=HOST, checkpoints=policy)
+    alone = [o for f in group.families for o in train_family(f, host=HOST)]
+    for a, b in zip(alone, together, strict=True):
+        assert_same_run(a, b)
+        assert b.timings.get("stable_steps_reused", 0) == a.timings.get("stable_steps_reused", 0)
+    assert any(r.timings.get("stable_steps_reused") for r in together)  # later branches began mid-family
+
+
+def test_a_diverging_run_fails_alone_and_the_others_go_on():
+    base = max(tiny_plan().runs, key=lambda r: r.steps)
+    specs = [dataclasses.replace(base, lr=base.lr * m, run_id="") for m in (1.0, 3000.0, 0.5)]
+    together = train_stacked(specs, host=HOST)
+    assert together[1].status == "failed" and together[1].error.startswith("diverged")
+    assert together[1].error == train(specs[1], host=HOST).error
+    for i in (0, 2):
+        assert_same_run(train(specs[i], host=HOST), together[i])
+
+
+def test_a_stopped_program_resumes_each_run_stacked_or_alone(tmp_path):
+    specs = variants(max(tiny_plan().runs, key=lambda r: r.steps), multipliers=(0.5, 2.0))
+    policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=0.0)
+    heard = []
+
+    def stop_midway(run_id, done, total, loss):
+        heard.append(done)
+        if done >= total // 2:
+            request_stop()
+
+    try:
+        with pytest.raises(Interrupted):
+            train_stacked(specs, stop_midway, host=HOST, checkpoints=policy)
+    finally:
+        clear_stop()
+    for spec in specs:  # each run wrote its own checkpoint, the one it writes alone
+        assert len(list_checkpoints(policy.run_dir(spec.run_id))) == 1
+    alone = [train(s, host=HOST) for s in specs]
+    resumed = train_stacked(specs, host=HOST, checkpoints=policy)
+    for a, b in zip(alone, resumed, strict=True):
+        assert_same_run(a, b)
+        assert 0 < b.timings["resumed_from_step"] < b.steps
+    one = train(specs[0], host=HOST, checkpoints=policy)  # the same checkpoint continues alone too
+    assert_same_run(alone[0], one) and one.timings["resumed_from_step"] > 0
+
+
+def test_a_sweep_records_runs_trained_together_as_its_own(tmp_path):
+    base = tiny_plan()
+    runs = [dataclasses.replace(r, lr=r.lr * m, lr_source=f"tune:x{m:g}", run_id="")
+            for r in base.runs[:2] for m in (0.5, 1.0, 2.0)]
+    options = base.options.replace(stack_runs=3)
+    stacked = Plan(runs, options, base.unit, base.throughput, {})
+    run_plan(stacked, tmp_path / "together", show_progress=False, skip_preflight=True, skip_parity=True, host=HOST)
+    alone = Plan(runs, base.options, base.unit, base.throughput, {})
+    run_plan(alone, tmp_path / "alone", show_progress=False, skip_preflight=True, skip_parity=True, host=HOST)
+    frames = {}
+    for name in ("together", "alone"):
+        with RunStore(tmp_path / name) as store:
+            frames[name] = store.runs_frame().set_index("run_id").sort_index()
+        assert not (tmp_path / name / "checkpoints").exists() or not any((tmp_path / name / "checkpoints").iterdir())
+    assert list(frames["together"].index) == sorted(r.run_id for r in runs)
+    assert (frames["together"].status == "done").all()
+    assert (frames["together"].loss - frames["alone"].loss).abs().max() <= TOLERANCE
+    assert isinstance(work_items(runs, stack=3)[0], Stack)
+
+
+def test_micro_batches_and_other_seeds_match_alone():
+    base = dataclasses.replace(max(tiny_plan().runs, key=lambda r: r.steps), micro_batch_size=3)
+    specs = [dataclasses.replace(base, seed=s, lr=base.lr * m, run_id="") for s, m in ((0, 1.0), (5, 0.5))]
+    for spec, result in zip(specs, train_stacked(specs, host=HOST), strict=True):
+        assert_same_run(train(spec, host=HOST), result)
