@@ -46,7 +46,7 @@ for key in ("n_opt", "d_opt", "loss"):
     for part, value in zip(("value", "lo", "hi"), getattr(f, key)):
         answers[f"forecast.{key}.{part}"] = float(value)
 print(json.dumps({"whole_fit_s": whole, "whole_fit_cpu_s": whole_cpu, "parametric_point_fit_s": min(point), "answers": answers,
-                  "forecast": {"method": f.method, "scale": f.scale, "focus": f.focus},
+                  "forecast": {k: getattr(f, k, None) for k in ("method", "scale", "focus")},  # older forecasts name one
                   "version": __import__("flops_fit").__file__}))
 """
 
