@@ -82,6 +82,7 @@ _LAZY: dict[str, str] = {
     "SweepOptions": "flops_fit.sweeps.options:SweepOptions",
     "HyperParams": "flops_fit.sweeps.hparams:HyperParams",
     "run_plan": "flops_fit.sweeps.driver:run_plan",
+    "probe": "flops_fit.sweeps.probe:probe",
     "adaptive_sweep": "flops_fit.sweeps.adaptive:adaptive_sweep",
     "StopRule": "flops_fit.sweeps.adaptive:StopRule",
     "describe_adaptive_start": "flops_fit.sweeps.adaptive:describe_start",

@@ -93,3 +93,10 @@ def fail_unpicklably(item, progress):
     if item == 1:
         raise NeedsTwoArguments(f"item {item}", "a custom constructor")
     return item
+
+
+def torch_threads(item, progress):
+    """The torch threads the run is given (the executor's default when none are set)."""
+    import torch
+
+    return torch.get_num_threads()

@@ -56,6 +56,9 @@ def _with_tuned(hparams: Any, tuned: str) -> dict[str, Any]:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     plan = flops_fit.plan(_options_from_args(args))
+    if args.probe:  # the config's [executor] threads, if it sets them: the probe times what the sweep runs
+        threads = load_config(args.config).executor_options.get("threads") if args.config else None
+        plan.calibrate(threads=threads)
     if args.json or args.csv:  # for a scheduler: the runs alone, machine-readable
         print(plan_json(plan) if args.json else plan_csv(plan), end="")
         return 0
@@ -270,6 +273,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def add_commands(sub) -> None:
     p = sub.add_parser("plan", help="print the runs a sweep would train (no training)")
     p.add_argument("config", nargs="?", help="a sweep CONFIG.toml (flags override it)")
+    p.add_argument("--probe", action="store_true",
+                   help="time a few steps of the smallest, middle and largest size here (seconds) so that the time "
+                        "estimates are measured, not FLOPs at a guessed throughput")
     _option_flags(p)
     export = p.add_mutually_exclusive_group()
     export.add_argument("--json", action="store_true", help="print the planned runs as JSON (for a scheduler)")

@@ -32,6 +32,7 @@ from flops_fit.executors.base import (
 )
 from flops_fit.executors.stopping import raise_if_stopped, request_stop, stop_requested
 from flops_fit.executors.supervisor import Child, Supervisor, child_signals, progress_over, send
+from flops_fit.executors.threads import default_threads
 from flops_fit.plugin.contracts import ExecutorEntry
 from flops_fit.plugin.hookspecs import hookimpl
 
@@ -40,11 +41,10 @@ class LocalExecutor(ClosingExecutor):
     """``workers`` processes (1: in this process); ``devices`` like ``["cuda:0", "cuda:1"]``
     gives one worker per GPU (a GPU named twice: two workers share it), and ``"cuda:0,1"``
     gives a worker two GPUs, as a run of ``processes_per_run = 2`` needs (one per rank);
-    ``threads`` torch threads per worker (default: CPUs / workers
-    for worker processes, torch's own setting in this process). A run of
+    ``threads`` torch threads per worker (default: what the runs' step size can use, within
+    each worker's share of the cores the machine has free: ``executors.threads``). A run of
     ``processes_per_run = k`` launches its k ranks from its worker, each with the worker's
-    threads / k: ``workers`` runs at once are ``workers x k`` processes. On a small or shared CPU
-    ``threads=1`` is often fastest for small models: idle threads spin and contend."""
+    threads / k: ``workers`` runs at once are ``workers x k`` processes."""
 
     def __init__(self, workers: int = 1, devices: list[str] | None = None, threads: int | None = None,
                  on_progress: ProgressSink | None = None) -> None:
@@ -76,11 +76,10 @@ class LocalExecutor(ClosingExecutor):
             self._supervisor = None
 
     def _serial(self, fn: Task, items: list[Any]) -> Iterator[tuple[Any, Any]]:
-        if self.threads:
-            import torch
+        import torch
 
-            previous = torch.get_num_threads()
-            torch.set_num_threads(self.threads)
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.threads or default_threads(items, 1))
         try:
             for item in items:
                 raise_if_stopped()
@@ -90,8 +89,7 @@ class LocalExecutor(ClosingExecutor):
                     outcome = exc
                 yield item, outcome
         finally:
-            if self.threads:
-                torch.set_num_threads(previous)
+            torch.set_num_threads(previous)
 
     def _parallel(self, fn: Task, items: list[Any]) -> Iterator[tuple[Any, Any]]:
         if not items:
@@ -103,7 +101,8 @@ class LocalExecutor(ClosingExecutor):
                               f"{short} name fewer: list each worker's GPUs, e.g. devices = "
                               f"{_grouped(self.devices, k)!r}")
         slots = self.devices or [None] * min(self.workers, len(items))
-        threads = self.threads or max(1, (os.cpu_count() or 1) // len(slots))
+        threads = self.threads or (max(1, (os.cpu_count() or 1) // len(slots)) if self.devices
+                                   else default_threads(items, len(slots)))
         # a run of k processes launches its ranks from the worker (which then splits its threads
         # among them), and a daemonic process may not start processes: such workers are not
         # daemonic (close() ends them all the same, and their ranks end with them)

@@ -22,10 +22,11 @@ from flops_fit.errors import PlanError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
 from flops_fit.store.runs import RunSpec
+from flops_fit.sweeps.estimate import Timing, run_seconds
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.sweeps.size_grid import SizeGrid, refusal, too_few_sizes
+from flops_fit.sweeps.size_grid import SizeGrid, grid_notes, refusal, too_few_sizes
 from flops_fit.sweeps.tuned import TunedLaw, guarded_rates, short_source, sources_header
 from flops_fit.tables import format_table
 from flops_fit.training.schedules import cooldown_steps
@@ -47,6 +48,8 @@ class Plan:
     unit: str = "token"  # what the model's FLOPs are counted per: "token" or "sample"
     throughput: float = DEFAULT_THROUGHPUT["cpu"]
     memory: dict[str, Memory | None] = field(default_factory=dict)  # run id -> estimate per process
+    notes: list[str] = field(default_factory=list)  # what the grid could not do as asked, and why
+    timings: list[Timing] = field(default_factory=list)  # a probe's measurements (``calibrate``); none: FLOP/s
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -79,7 +82,21 @@ class Plan:
         return 1.0 - self.total_flops / self.cosine_flops
 
     def estimated_seconds(self, run: RunSpec | None = None) -> float:
-        return (self.executed_flops[run.run_id] if run else self.total_flops) / self.throughput
+        """Wall time of ``run`` (default: the whole sweep, on one worker): measured per size by
+        ``calibrate``'s probe when it ran, else the FLOPs at ``throughput``."""
+        if run is None:
+            return sum(self.estimated_seconds(r) for r in self.runs) if self.timings else \
+                self.total_flops / self.throughput
+        executed = self.executed_flops[run.run_id]
+        if not self.timings:
+            return executed / self.throughput
+        return run_seconds(run, executed / (run.flops_per_unit * run.batch_size * run.seq_len), self.timings)
+
+    def calibrate(self, *, host: Any = None, threads: int | None = None) -> Plan:
+        """Time a few steps of this plan's smallest, middle and largest size here (``sweeps.probe``;
+        seconds), so that the estimates are measured; returns the plan."""
+        self.timings = flops_fit.probe(self.runs, host=host, threads=threads)  # lazily: torch
+        return self
 
     def rows(self) -> list[list[Any]]:
         wsd = self.options.schedule == "wsd"
@@ -89,7 +106,7 @@ class Plan:
                 f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.tokens / r.params:.1f}",
                 r.steps, f"{r.flops:.3e}", *([r.cooldown_start, f"{executed[r.run_id]:.3e}"] if wsd else []),
                 f"{r.lr:.2e}", short_source(r.lr_source), self._memory(r),
-                _duration(executed[r.run_id] / self.throughput),
+                _duration(self.estimated_seconds(r)),
             ]
             for r in self.runs
         ]
@@ -113,7 +130,9 @@ class Plan:
         head = (
             f"{len(self.runs)} runs of {first.model} on {first.dataset} ({self.unit}s; batch {first.batch_size} x "
             f"{first.seq_len}; FLOPs: {first.flops_accounting}); total {self.total_flops:.3e} FLOPs, "
-            f"est. {_duration(self.estimated_seconds())} at {self.throughput:.1e} FLOP/s"
+            f"est. {_duration(self.estimated_seconds())} "
+            + (f"on one worker (measured: {len(self.timings)} sizes probed)" if self.timings else
+               f"at {self.throughput:.1e} FLOP/s (a guess; calibrate() or --probe measures it)")
         )
         if wsd:
             sizes = len({r.size for r in self.runs})
@@ -125,6 +144,7 @@ class Plan:
         head += sources_header({r.lr_source for r in self.runs})
         if self.options.schedule == "wsd" and any(r.lr_source.startswith("tuned:") for r in self.runs):
             head += "\n  (a WSD family shares one rate: the law's at the geometric mean of its branches' tokens)"
+        head += "".join(f"\nnote: {n}" for n in self.notes)
         return head
 
     def __str__(self) -> str:
@@ -246,9 +266,11 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
                for budget in options.budgets}  # a tuned batch law sets each budget's batch
 
     grid_runs: list[tuple[float, int, int, int]] = []  # (budget, size index, tokens, steps)
+    notes: list[str] = []
     for budget in options.budgets:
         unit = batches[budget] * seq_len  # units per full step
         min_units = options.min_steps * unit
+        centre = None
         if options.sizes is not None:
             unknown = [s for s in options.sizes if s not in grid.sizes]
             if unknown:
@@ -264,6 +286,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
         feasible = [i for i in chosen if budget / grid.flops_per_unit(i) >= min_units]
         if len(feasible) < 3:
             raise PlanError(refusal(budget, grid, chosen, feasible, min_units, options))
+        notes += grid_notes(budget, grid, centre, chosen, feasible, options)
         for i in feasible:
             tokens = int(budget / grid.flops_per_unit(i) / seq_len) * seq_len
             grid_runs.append((float(budget), i, tokens, -(-tokens // unit)))
@@ -296,7 +319,8 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     device = device_kind if options.device == "auto" else options.device
     check_memory(runs, entry, device)
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
-    return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs})
+    return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs},
+                notes)
 
 
 def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int, int, int]], grid: SizeGrid,

@@ -113,3 +113,43 @@ def refusal(budget: float, grid: SizeGrid, chosen: list[int], feasible: list[int
         f"Raise the budget (>= {_round_up(need_three)} FLOPs fits 3 of them), lower span, "
         f"batch_size or min_steps, or pass sizes=[...]"
     )
+
+
+def grid_notes(budget: float, grid: SizeGrid, centre: float | None, chosen: list[int], feasible: list[int],
+               options: SweepOptions) -> list[str]:
+    """What a user should know about a budget's planned sizes: fewer than ``sizes_per_budget``
+    (and why), or sizes whose tokens per parameter miss ``tokens_per_param`` (the prior optimum
+    lies outside them). ``centre`` is the prior optimum in parameters (None: explicit sizes)."""
+    notes, head = [], f"budget {budget:.3g} FLOPs"
+    asked = len(options.sizes) if options.sizes is not None else options.sizes_per_budget
+    if len(chosen) < asked and centre is not None:
+        lo, hi = centre / math.sqrt(options.span), centre * math.sqrt(options.span)
+        notes.append(f"{head}: {len(feasible)} of the {asked} sizes asked for; the span of {options.span:g}x around "
+                     f"its prior optimum ({lo:,.0f}-{hi:,.0f} params) holds only {len(chosen)} distinct valid sizes of "
+                     f"model {options.model!r} (sizes are snapped to the nearest valid one); widen span, or pass "
+                     "sizes=[...]")
+    dropped = [grid.sizes[i] for i in chosen if i not in feasible]
+    if dropped:
+        notes.append(f"{head}: sizes {dropped} left out, fewer than min_steps = {options.min_steps} optimizer steps "
+                     f"at batch {options.batch_size}; {len(feasible)} sizes remain (raise the budget or lower "
+                     "min_steps / batch_size)")
+    if feasible:
+        ratios = [budget / grid.flops_per_unit(i) / grid.params[i] for i in feasible]
+        low, high = min(ratios), max(ratios)
+        target = options.tokens_per_param
+        if not low <= target <= high:
+            fewer = high < target  # the target's optimum is a smaller model than every planned one
+            edge = 0 if fewer else len(grid.sizes) - 1
+            clamped = centre is not None and centre == grid.params[edge]
+            if clamped and fewer:
+                why, fix = (f"the model's smallest size ({grid.params[0]:,} params) is larger than the optimum the "
+                            "target puts at this budget", "use larger budgets")
+            elif clamped:
+                why, fix = (f"the largest size considered ({grid.params[-1]:,} params, max_size "
+                            f"{options.max_size}) is smaller than that optimum", "raise max_size or use smaller budgets")
+            else:
+                why, fix = "the sizes planned do not reach the target's optimum", "pass sizes around it"
+            notes.append(f"{head}: every planned size trains on {'fewer' if fewer else 'more'} tokens per parameter "
+                         f"({low:.3g}-{high:.3g}) than the target {target:g}: {why}; its IsoFLOP minimum is likely on "
+                         f"the grid's edge ({fix})")
+    return notes

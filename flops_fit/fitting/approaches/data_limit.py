@@ -33,7 +33,7 @@ from flops_fit.fitting.approaches.result import FitResult
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.estimators import Solution, fit_projection
 from flops_fit.fitting.laws.focus import check_focus, focus_weights
-from flops_fit.fitting.laws.forms import Chinchilla, Inputs
+from flops_fit.fitting.laws.forms import Chinchilla, Inputs, LawForm
 from flops_fit.fitting.laws.laws import frontier_exponents, law_loss
 
 PAPER_R_STAR = 15.4  # Muennighoff et al. 2023's fitted decay constant for repeated data
@@ -80,6 +80,8 @@ class DataLimitedForm(Chinchilla):
     def design(self, theta: np.ndarray, x: Inputs) -> np.ndarray:
         r_star = self.r_star if self.r_star is not None else np.exp(R_SCALE * theta[2])
         return super().design(theta[:2], {"n": x["n"], "d": effective_data(x["d"], x["u"], r_star)})
+
+    design_rows = LawForm.design_rows  # R* enters the data column: one row at a time
 
     def loss(self, p: Mapping[str, Any], x: Inputs) -> np.ndarray:
         unique = x["u"] if "u" in x else p["U"]

@@ -23,6 +23,7 @@ from flops_fit.fitting.laws.profiles import (
     budget_groups,
     check_curve,
     profile_optima,
+    profile_optima_many,
 )
 
 MIN_BUDGETS = 2
@@ -66,8 +67,8 @@ class Isoflop(Approach):
         if self.bootstrap:
             draws = []
             start = optima.attrs["exponents"]
-            for w in resample_weights(len(runs), self.bootstrap, self.seed, groups=budgets):
-                o = profile_optima(runs, budgets, w, self.curve, start)
+            resamples = resample_weights(len(runs), self.bootstrap, self.seed, groups=budgets)
+            for o in profile_optima_many(runs, budgets, resamples, self.curve, start):  # all draws at once
                 o = o[o["excluded"].isna()]
                 if len(o) >= MIN_BUDGETS:
                     draws.append(_frontier_through(o))

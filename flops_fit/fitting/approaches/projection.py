@@ -23,7 +23,12 @@ from flops_fit.fitting.approaches.parametric import (
 from flops_fit.fitting.approaches.result import FitResult
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.bootstrap import resample_weights
-from flops_fit.fitting.laws.estimators import NM_MAXITER, Solution, fit_projection
+from flops_fit.fitting.laws.estimators import (
+    NM_MAXITER,
+    Solution,
+    fit_projection,
+    fit_projection_rows,
+)
 from flops_fit.fitting.laws.focus import check_focus, focus_weights
 from flops_fit.fitting.laws.forms import LawForm
 from flops_fit.fitting.laws.laws import frontier_exponents
@@ -72,7 +77,7 @@ class ProjectionApproach(Approach):
         samples, boot_status, boot_iterations = pd.DataFrame(), None, None
         if self.bootstrap:
             draws = resample_weights(loss.size, self.bootstrap, self.seed) * weights
-            solved = [fit_projection(form, x, loss, w, start=est.theta, floor=floor) for w in draws]
+            solved = fit_projection_rows(form, x, loss, draws, est.theta, floor)  # every resample at once
             samples = pd.DataFrame(unscale(solved))
             boot_iterations = np.array([s.iterations for s in solved])
             boot_status = np.array([s.status for s in solved])

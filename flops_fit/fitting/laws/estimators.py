@@ -18,13 +18,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from flops_fit.fitting.laws._lbfgs import CONVERGED, ITERATION_LIMIT
+from flops_fit.fitting.laws._simplex import initial_simplex, minimize_simplex
 from flops_fit.fitting.laws.forms import Inputs, LawForm
 
 NM_MAXITER = 1000
 FLOOR_ITERATIONS = 30
 HUBER_DELTA = 1e-3
 CHUNK = 64
+ROW_CHUNK = 512  # exponent rows solved per block (the designs are rows x runs x columns)
 
 
 class Solution(NamedTuple):
@@ -97,22 +98,104 @@ def fit_projection(form: LawForm, x: Inputs, loss: np.ndarray, weights: np.ndarr
                    start: np.ndarray | None = None, floor: float = 1.0) -> Solution:
     """Variable projection of ``form`` on runs ``x`` (inputs of order one keep it well conditioned):
     the best exponents on the form's grid (or from ``start``), then Nelder-Mead within its bounds."""
-    from scipy.optimize import minimize
-
-    signs = tuple(name in form.nonnegative for name in form.linear)
-
-    def profile(theta: np.ndarray) -> tuple[np.ndarray, float]:
-        return floor_solve(lambda X, y, w: constrained_lstsq(X, y, w, signs), form.design(theta, x), loss,
-                           weights, floor)
-
     if start is None:
-        grid = itertools.product(form.grid, repeat=len(form.nonlinear))
-        start = min((profile(np.array(t))[1], t) for t in grid)[1]
-    res = minimize(lambda t: profile(t)[1], np.asarray(start, float), method="Nelder-Mead",
-                   bounds=[form.bounds] * len(form.nonlinear),
-                   options={"xatol": 1e-6, "fatol": form.fatol, "maxiter": NM_MAXITER})
-    coef, ssr = profile(res.x)
-    return Solution(np.asarray(res.x, float), coef, ssr, int(res.nit), CONVERGED if res.success else ITERATION_LIMIT)
+        grid = np.array(list(itertools.product(form.grid, repeat=len(form.nonlinear))), dtype=float)
+        ssr = profile_rows(form, grid, x, loss, np.asarray(weights, float)[None], np.zeros(len(grid), int), floor)[1]
+        start = grid[int(np.argmin(np.where(np.isnan(ssr), np.inf, ssr)))]
+    return fit_projection_rows(form, x, loss, np.asarray(weights, float)[None], np.asarray(start, float), floor)[0]
+
+
+def fit_projection_rows(form: LawForm, x: Inputs, loss: np.ndarray, weights: np.ndarray, start: np.ndarray,
+                        floor: float = 1.0) -> list[Solution]:
+    """``fit_projection`` from ``start`` for each row of run weights ``weights`` (R, n) at once (a
+    bootstrap's resamples): scipy's Nelder-Mead on every row together (``_simplex``), each row's
+    path the one ``scipy.optimize.minimize`` would take."""
+    reps = weights.shape[0]
+    bounds = tuple(float(b) for b in form.bounds)
+    simplex = initial_simplex(np.repeat(np.atleast_2d(start), reps, axis=0), bounds)
+    out = minimize_simplex(lambda t, rows: profile_rows(form, t, x, loss, weights, rows, floor)[1], simplex,
+                           xatol=1e-6, fatol=form.fatol, maxiter=NM_MAXITER, bounds=bounds)
+    coef, ssr = profile_rows(form, out.x, x, loss, weights, np.arange(reps), floor)
+    return [Solution(out.x[i].copy(), coef[i], float(ssr[i]), int(out.iterations[i]), int(out.status[i]))
+            for i in range(reps)]
+
+
+def profile_rows(form: LawForm, theta: np.ndarray, x: Inputs, loss: np.ndarray, weights: np.ndarray,
+                 rows: np.ndarray, floor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """The projected problem at each row of exponents ``theta`` (m, q) under run weights
+    ``weights[rows]``: the best coefficients (m, p) and their squared error (m,), as
+    ``floor_solve`` with ``constrained_lstsq`` gives them one at a time."""
+    signs = tuple(name in form.nonnegative for name in form.linear)
+    out_coef = np.zeros((len(theta), len(form.linear)))
+    out_ssr = np.zeros(len(theta))
+    for lo in range(0, len(theta), ROW_CHUNK):
+        part = slice(lo, lo + ROW_CHUNK)
+        X = form.design_rows(theta[part], x)
+        out_coef[part], out_ssr[part] = floor_solve_rows(X, loss, weights[rows[part]], signs, floor)
+    return out_coef, out_ssr
+
+
+def floor_solve_rows(X: np.ndarray, y: np.ndarray, w: np.ndarray, nonnegative: tuple[bool, ...],
+                     floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """``floor_solve`` with ``constrained_lstsq`` for each row of designs ``X`` (m, n, p) and
+    weights ``w`` (m, n), each row reweighted until its own sides settle."""
+    coef, ssr = constrained_lstsq_rows(X, y, w, nonnegative)
+    if floor == 1.0:
+        return coef, ssr
+    side = np.ones_like(w)
+    todo = np.arange(len(X))
+    for _ in range(FLOOR_ITERATIONS):
+        new = np.where((X[todo] @ coef[todo][:, :, None])[:, :, 0] > y, floor, 1.0)
+        moved = ~np.all(new == side[todo], axis=1)
+        todo, new = todo[moved], new[moved]
+        if todo.size == 0:
+            break
+        side[todo] = new
+        coef[todo], ssr[todo] = constrained_lstsq_rows(X[todo], y, w[todo] * new, nonnegative)
+    return coef, ssr
+
+
+def constrained_lstsq_rows(X: np.ndarray, y: np.ndarray, w: np.ndarray,
+                           nonnegative: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``constrained_lstsq`` for each row of designs ``X`` (m, n, p) and weights ``w`` (m, n):
+    the unconstrained solutions at once, the best feasible support only where a sign breaks."""
+    Xw = X * w[:, :, None]
+    Xt = np.swapaxes(Xw, 1, 2)
+    G, h, yy = Xt @ X, Xt @ y, (w * y) @ y
+    held = np.array(nonnegative, dtype=bool)
+    c = _solve_rows(G, h)
+    ok = np.all(c[:, held] >= 0, axis=1) & np.all(np.isfinite(c), axis=1)
+    coef = np.where(ok[:, None], c, 0.0)
+    ssr = np.where(ok, yy - np.einsum("ij,ij->i", np.where(ok[:, None], c, 0.0), h), yy)
+    bad = np.flatnonzero(~ok)
+    if bad.size:
+        for support in _supports(X.shape[2], nonnegative):
+            if not support:
+                continue
+            sub = np.array(support)
+            cs = _solve_rows(G[bad][:, sub[:, None], sub], h[bad][:, sub])
+            s = yy[bad] - np.einsum("ij,ij->i", np.nan_to_num(cs), h[bad][:, sub])
+            feasible = np.all(np.isfinite(cs), axis=1) & np.all(cs[:, held[sub]] >= 0, axis=1)
+            better = feasible & (s < ssr[bad])
+            take = bad[better]
+            coef[take] = 0.0
+            coef[take[:, None], sub] = cs[better]
+            ssr[take] = s[better]
+    return coef, ssr
+
+
+def _solve_rows(G: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Each row's G c = h; NaN where a row's system is singular (``constrained_lstsq`` skips it)."""
+    try:
+        return np.linalg.solve(G, h[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:
+        out = np.full(h.shape, np.nan)
+        for i in range(len(G)):
+            try:
+                out[i] = np.linalg.solve(G[i], h[i])
+            except np.linalg.LinAlgError:
+                pass
+        return out
 
 
 def huber_objective(form: LawForm, theta: np.ndarray, logs: Inputs, log_l: np.ndarray, weights: np.ndarray,
@@ -139,4 +222,5 @@ def huber_objective(form: LawForm, theta: np.ndarray, logs: Inputs, log_l: np.nd
         return ((c * (r - 0.5 * c)) * weights).sum(1), backward(c * weights)
 
 
-__all__ = ["HUBER_DELTA", "Solution", "constrained_lstsq", "fit_projection", "floor_solve", "huber_objective"]
+__all__ = ["HUBER_DELTA", "Solution", "constrained_lstsq", "constrained_lstsq_rows", "fit_projection", "fit_projection_rows",
+           "floor_solve", "floor_solve_rows", "huber_objective", "profile_rows"]

@@ -40,6 +40,11 @@ class LawForm:
         """The columns the loss is linear in at exponents ``theta``: (runs, len(linear))."""
         raise NotImplementedError
 
+    def design_rows(self, theta: np.ndarray, x: Inputs) -> np.ndarray:
+        """``design`` for each row of ``theta`` (m, exponents): (m, runs, len(linear)). A form whose
+        columns are simple powers overrides it with one vectorised expression."""
+        return np.stack([self.design(t, x) for t in np.atleast_2d(theta)])
+
     def loss(self, p: Mapping[str, Any], x: Inputs) -> np.ndarray:
         """The law at ``x`` for parameters ``p`` (scalars, or columns broadcast against ``x``)."""
         raise NotImplementedError
@@ -66,6 +71,11 @@ class Chinchilla(LawForm):
     def design(self, theta: np.ndarray, x: Inputs) -> np.ndarray:
         alpha, beta = theta
         return np.column_stack([np.ones_like(x["n"]), x["n"] ** -alpha, x["d"] ** -beta])
+
+    def design_rows(self, theta: np.ndarray, x: Inputs) -> np.ndarray:
+        theta = np.atleast_2d(theta)
+        size, data = x["n"] ** -theta[:, 0:1], x["d"] ** -theta[:, 1:2]
+        return np.stack([np.ones_like(size), size, data], -1)
 
     def loss(self, p: Mapping[str, Any], x: Inputs) -> np.ndarray:
         return law_loss(p, x["n"], x["d"])
@@ -134,6 +144,11 @@ class InteractionForm(LawForm):
         alpha, beta = theta
         size, data = x["n"] ** -alpha, x["d"] ** -beta
         return np.column_stack([np.ones_like(size), size, data, size * data])
+
+    def design_rows(self, theta: np.ndarray, x: Inputs) -> np.ndarray:
+        theta = np.atleast_2d(theta)
+        size, data = x["n"] ** -theta[:, 0:1], x["d"] ** -theta[:, 1:2]
+        return np.stack([np.ones_like(size), size, data, size * data], -1)
 
     def loss(self, p: Mapping[str, Any], x: Inputs) -> np.ndarray:
         size, data = np.asarray(x["n"]) ** -p["alpha"], np.asarray(x["d"]) ** -p["beta"]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.inputs import Runs
-from flops_fit.fitting.laws.slices import fit_slices
+from flops_fit.fitting.laws.slices import fit_slices, fit_slices_many
 
 CURVES = ("slice", "parabola", "huber", "akima")
 SLICE_SPARE = 3  # residual degrees of freedom the slices need to fit their two shared exponents
@@ -95,12 +95,40 @@ def slice_minima(groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
     exponents fitted jointly over the budgets that can show an interior minimum, and those
     exponents (a bootstrap passes them back as ``start``). Too few runs to fit the exponents
     (fewer than 3 spare degrees of freedom) falls back to parabolas (exponents None)."""
+    reasons, fitted = _slice_inputs(groups)
+    if fitted is None:
+        return [profile_minimum(*g, "parabola") for g in groups], None
+    alpha, beta, optima = fit_slices(fitted, start)
+    return _slice_outcome(groups, reasons, optima), (alpha, beta)
+
+
+def slice_minima_many(draws: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]], start: tuple[float, float]
+                      ) -> list[tuple[list[tuple[float, float, str | None]], tuple[float, float] | None]]:
+    """``slice_minima(groups, start)`` for each of a bootstrap's ``draws``, the slice fits of all
+    of them at once (``slices.fit_slices_many``)."""
+    prepared = [_slice_inputs(groups) for groups in draws]
+    batch = [i for i, (_, fitted) in enumerate(prepared) if fitted is not None]
+    solved = dict(zip(batch, fit_slices_many([prepared[i][1] for i in batch], start) if batch else [], strict=True))
+    out = []
+    for i, groups in enumerate(draws):
+        if i not in solved:
+            out.append(([profile_minimum(*g, "parabola") for g in groups], None))
+            continue
+        alpha, beta, optima = solved[i]
+        out.append((_slice_outcome(groups, prepared[i][0], optima), (alpha, beta)))
+    return out
+
+
+def _slice_inputs(groups):
+    """Each budget's edge reason, and the runs of those that can show a minimum (None when too
+    few are left to fit the shared exponents)."""
     reasons = [edge_reason(*g) for g in groups]
     fitted = [(x[w > 0], y[w > 0], w[w > 0]) for (x, y, w), r in zip(groups, reasons) if r is None]
     spare = sum(np.unique(x).size - 3 for x, _, _ in fitted)
-    if spare < SLICE_SPARE:
-        return [profile_minimum(*g, "parabola") for g in groups], None
-    alpha, beta, optima = fit_slices(fitted, start)
+    return reasons, (fitted if spare >= SLICE_SPARE else None)
+
+
+def _slice_outcome(groups, reasons, optima) -> list[tuple[float, float, str | None]]:
     out, it = [], iter(optima)
     for (x, _, w), reason in zip(groups, reasons):
         if reason is not None:
@@ -111,7 +139,7 @@ def slice_minima(groups: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
             out.append((np.nan, np.nan, "no interior minimum: the fitted slice has no minimum"))
             continue
         out.append(_checked(x_opt, y_opt, np.unique(x[w > 0])))
-    return out, (alpha, beta)
+    return out
 
 
 def profile_curve(log_n: np.ndarray, loss: np.ndarray, weights: np.ndarray, curve: str,
@@ -163,28 +191,45 @@ def profile_optima(runs: Runs, budgets: np.ndarray, weights: np.ndarray, curve: 
     1 largest); D at the minimum comes from the runs' own (log N, log D) line at that
     budget, so FLOPs that are not 6ND are respected.
     """
+    return profile_optima_many(runs, budgets, weights[None], curve, start)[0]
+
+
+def profile_optima_many(runs: Runs, budgets: np.ndarray, weights: np.ndarray, curve: str,
+                        start: tuple[float, float] | None = None) -> list[pd.DataFrame]:
+    """``profile_optima`` for each row of run weights ``weights`` (a bootstrap's resamples); warm
+    slices (``start`` given) are fitted for every row at once (``slice_minima_many``)."""
     f = runs.frame
     log_n, log_d = np.log(f["params"].to_numpy(float)), np.log(f["tokens"].to_numpy(float))
     loss = f["loss"].to_numpy(float)
     masks = [budgets == c for c in np.unique(budgets)]
-    if curve == "slice":
-        minima, exponents = slice_minima([(log_n[m], loss[m], weights[m]) for m in masks], start)
+    draws = [[(log_n[m], loss[m], w[m]) for m in masks] for w in weights]
+    if curve != "slice":
+        found = [([profile_minimum(*g, curve) for g in groups], None) for groups in draws]
+    elif start is None:
+        found = [slice_minima(groups) for groups in draws]
     else:
-        minima, exponents = [profile_minimum(log_n[m], loss[m], weights[m], curve) for m in masks], None
-    rows = []
-    for c, m, (x_opt, y_opt, reason) in zip(np.unique(budgets), masks, minima):
-        log_d_opt = position = np.nan
-        if reason is None:
-            slope, intercept = np.polyfit(log_n[m], log_d[m], 1)
-            log_d_opt = intercept + slope * x_opt
-            lo, hi = log_n[m].min(), log_n[m].max()
-            position = (x_opt - lo) / (hi - lo)
-        rows.append({"budget": c, "log_n": x_opt, "log_d": log_d_opt, "loss": y_opt, "excluded": reason,
-                     "position": position, "runs": int(m.sum())})
-    frame = pd.DataFrame(rows)
-    frame.attrs["exponents"] = exponents
-    return frame
+        found = slice_minima_many(draws, start)
+    lines = {}  # each budget's (log N, log D) line, shared by every row
+    frames = []
+    for minima, exponents in found:
+        rows = []
+        for c, m, (x_opt, y_opt, reason) in zip(np.unique(budgets), masks, minima):
+            log_d_opt = position = np.nan
+            if reason is None:
+                if c not in lines:
+                    lines[c] = np.polyfit(log_n[m], log_d[m], 1)
+                slope, intercept = lines[c]
+                log_d_opt = intercept + slope * x_opt
+                lo, hi = log_n[m].min(), log_n[m].max()
+                position = (x_opt - lo) / (hi - lo)
+            rows.append({"budget": c, "log_n": x_opt, "log_d": log_d_opt, "loss": y_opt, "excluded": reason,
+                         "position": position, "runs": int(m.sum())})
+        frame = pd.DataFrame(rows)
+        frame.attrs["exponents"] = exponents
+        frames.append(frame)
+    return frames
 
 
 __all__ = ["CURVES", "budget_groups", "edge_reason", "huber_quadratic", "profile_curve", "profile_minimum",
+           "profile_optima_many", "slice_minima_many",
            "profile_optima", "slice_minima"]

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flops_fit.fitting.laws._simplex import minimize_simplex
+
 GRID = np.geomspace(0.04, 2.5, 18)  # starting exponents, both alpha and beta
 XATOL = 1e-6  # Nelder-Mead's stop, in log exponent
 WARM_XATOL = 1e-3  # a bootstrap draw, started at the full data's exponents: 0.1% is plenty
@@ -78,14 +80,42 @@ def fit_slices(groups: Sequence[Group], start: tuple[float, float] | None = None
                             "initial_simplex": np.log(start) + np.array([[0, 0], [0.05, 0], [0, 0.05]])})
     a_, b_ = (float(v) for v in np.exp(res.x))
     _, coefs = _solve(stack, a_, b_)
+    return a_, b_, _optima(a_, b_, coefs, stack[3])
+
+
+def fit_slices_many(draws: Sequence[Sequence[Group]], start: tuple[float, float]
+                    ) -> list[tuple[float, float, list[tuple[float, float]]]]:
+    """``fit_slices(groups, start)`` for each of many ``draws`` (a bootstrap's), warm-started at
+    ``start``: one Nelder-Mead over every draw at once (``_simplex``, scipy's path per draw), the
+    draws' runs padded to one array (padding and missing budgets weigh nothing)."""
+    stacks = [_stack(groups) for groups in draws]
+    budgets, width = max(st[0].shape[0] for st in stacks), max(st[0].shape[1] for st in stacks)
+    u, y, w = (np.zeros((len(draws), budgets, width)) for _ in range(3))
+    for i, (ui, yi, wi, _) in enumerate(stacks):
+        u[i, :ui.shape[0], :ui.shape[1]], y[i, :ui.shape[0], :ui.shape[1]] = ui, yi
+        w[i, :ui.shape[0], :ui.shape[1]] = wi
+    first = np.log(start) + np.array([[0, 0], [0.05, 0], [0, 0.05]])
+    out = minimize_simplex(lambda p, rows: _solve((u[rows], y[rows], w[rows], None), *np.exp(p).T)[0],
+                           np.repeat(first[None], len(draws), axis=0), xatol=WARM_XATOL, fatol=np.inf,
+                           maxiter=300)
+    exponents = np.exp(out.x)
+    _, coefs = _solve((u, y, w, None), exponents[:, 0], exponents[:, 1])
+    results = []
+    for (a_, b_), coef, stack in zip(exponents, coefs, stacks, strict=True):
+        results.append((float(a_), float(b_), _optima(float(a_), float(b_), coef[:len(stack[3])], stack[3])))
+    return results
+
+
+def _optima(a_: float, b_: float, coefs: np.ndarray, centres: np.ndarray) -> list[tuple[float, float]]:
+    """Each budget's (log N, loss) at its fitted slice's minimum (NaNs without one)."""
     optima = []
-    for (e, ca, cb), centre in zip(coefs, stack[3]):
+    for (e, ca, cb), centre in zip(coefs, centres):
         if not (ca > 0 and cb > 0):
             optima.append((np.nan, np.nan))
             continue
         u = np.log(a_ * ca / (b_ * cb)) / (a_ + b_)
         optima.append((float(centre + u), float(e + ca * np.exp(-a_ * u) + cb * np.exp(b_ * u))))
-    return a_, b_, optima
+    return optima
 
 
 def slice_curve(group: Group, exponents: tuple[float, float], at: np.ndarray) -> np.ndarray:
@@ -114,4 +144,4 @@ def slice_residuals(groups: Sequence[Group], exponents: tuple[float, float]) -> 
     return fitted, r * np.sqrt(r.size / spare) if spare > 0 else r
 
 
-__all__ = ["fit_slices", "slice_curve", "slice_residuals"]
+__all__ = ["fit_slices", "fit_slices_many", "slice_curve", "slice_residuals"]

@@ -21,7 +21,13 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.bootstrap import interval, resample_weights
-from flops_fit.fitting.laws.profiles import MIN_SIZES, budget_groups, profile_minimum, slice_minima
+from flops_fit.fitting.laws.profiles import (
+    MIN_SIZES,
+    budget_groups,
+    profile_minimum,
+    slice_minima,
+    slice_minima_many,
+)
 from flops_fit.fitting.laws.slices import slice_residuals
 from flops_fit.fitting.validation.validity import failure
 from flops_fit.tables import format_table
@@ -158,12 +164,9 @@ def _residual_draws(log_n, loss, held, others, exponents, bootstrap: int, seed: 
     groups = [(log_n[held], loss[held], np.ones(held.sum()))] + [(log_n[m], loss[m], np.ones(m.sum())) for m in others]
     fitted, residuals = slice_residuals(groups, exponents)
     rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(bootstrap):
-        noisy = fitted[0] + rng.choice(residuals, size=fitted[0].size)
-        minima, _ = slice_minima([(groups[0][0], noisy, groups[0][2])] + groups[1:], exponents)
-        draws.append(minima[0][:2])
-    return draws
+    noisy = [fitted[0] + rng.choice(residuals, size=fitted[0].size) for _ in range(bootstrap)]
+    solved = slice_minima_many([[(groups[0][0], y, groups[0][2])] + groups[1:] for y in noisy], exponents)
+    return [minima[0][:2] for minima, _ in solved]  # every draw's slices fitted at once
 
 
 def check(approach: Fitter, runs: Runs, budgets: np.ndarray, observed: Observed) -> HoldoutCheck:

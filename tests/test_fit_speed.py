@@ -1,0 +1,151 @@
+"""The fast fitting paths give the reference procedures' answers.
+
+Batched Nelder-Mead follows scipy's own path row by row; variable projection batched over
+resamples equals the one-at-a-time procedure (scipy's Nelder-Mead on the scalar profile); the
+pruned Approach-3 grid reaches the full 4500-start grid's optimum. No timings here: the speed
+is measured in benchmarks/bench_fit_speed.py.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+
+from flops_fit.fitting import load_runs
+from flops_fit.fitting.approaches.parametric import (
+    INIT_GRID,
+    grid_search,
+    law_columns,
+    objective,
+    pruned_grid,
+)
+from flops_fit.fitting.laws._simplex import initial_simplex, minimize_simplex
+from flops_fit.fitting.laws.estimators import (
+    NM_MAXITER,
+    constrained_lstsq,
+    constrained_lstsq_rows,
+    fit_projection,
+    fit_projection_rows,
+    floor_solve,
+)
+from flops_fit.fitting.laws.focus import FLOOR
+from flops_fit.fitting.laws.forms import Chinchilla, InteractionForm
+from flops_fit.fitting.synthetic import synthetic_runs
+
+
+def _bowls(rows):
+    rng = np.random.default_rng(0)
+    centre, scale = rng.normal(1.0, 0.5, (rows, 2)), 1 + rng.uniform(0, 4, (rows, 2))
+
+    def batch(x, which):
+        return ((x - centre[which]) ** 2 * scale[which]).sum(1) + 0.3 * np.sin(3 * x[:, 0])
+
+    return batch, lambda x, i: float(batch(np.atleast_2d(x), np.array([i]))[0])
+
+
+@pytest.mark.parametrize("bounds, maxiter", [((0.01, 2.5), 1000), (None, 1000), ((0.01, 2.5), 7)])
+def test_batched_nelder_mead_takes_scipys_path(bounds, maxiter):
+    batch, one = _bowls(30)
+    x0 = np.random.default_rng(1).uniform(0.05, 2.4, (30, 2))
+    out = minimize_simplex(batch, initial_simplex(x0, bounds), xatol=1e-6, fatol=1e-12, maxiter=maxiter,
+                           bounds=bounds)
+    for i in range(30):
+        ref = minimize(lambda t, i=i: one(t, i), x0[i], method="Nelder-Mead",
+                       bounds=None if bounds is None else [bounds] * 2,
+                       options={"xatol": 1e-6, "fatol": 1e-12, "maxiter": maxiter})
+        assert np.array_equal(out.x[i], ref.x) and out.f[i] == ref.fun and out.iterations[i] == ref.nit
+        assert (out.status[i] == 0) == ref.success
+
+
+def test_batched_constrained_least_squares_equals_one_at_a_time():
+    rng = np.random.default_rng(2)
+    n, m = 12, 40
+    X = np.abs(rng.normal(size=(m, n, 4))) + 0.1
+    y = rng.normal(1.0, 1.0, n)  # many rows need a reduced support to keep the signs
+    w = rng.uniform(0.2, 2.0, (m, n))
+    signs = (True, True, True, False)
+    coef, ssr = constrained_lstsq_rows(X, y, w, signs)
+    reduced = 0
+    for i in range(m):
+        c, s = constrained_lstsq(X[i], y, w[i], signs)
+        np.testing.assert_allclose(coef[i], c, rtol=1e-9, atol=1e-12)
+        assert ssr[i] == pytest.approx(s, rel=1e-9, abs=1e-12)
+        reduced += bool(np.any(c == 0))
+    assert reduced > 0  # the support search was exercised
+
+
+def _reference_projection(form, x, loss, weights, start, floor):
+    """The procedure one resample at a time: scipy's Nelder-Mead on the scalar profile."""
+    signs = tuple(name in form.nonnegative for name in form.linear)
+
+    def profile(theta):
+        return floor_solve(lambda X, y, w: constrained_lstsq(X, y, w, signs), form.design(theta, x), loss,
+                           weights, floor)
+
+    if start is None:
+        grid = itertools.product(form.grid, repeat=len(form.nonlinear))
+        start = min((profile(np.array(t))[1], t) for t in grid)[1]
+    res = minimize(lambda t: profile(t)[1], np.asarray(start, float), method="Nelder-Mead",
+                   bounds=[form.bounds] * len(form.nonlinear),
+                   options={"xatol": 1e-6, "fatol": form.fatol, "maxiter": NM_MAXITER})
+    return res.x, profile(res.x)
+
+
+@pytest.mark.parametrize("form", [Chinchilla(), InteractionForm()], ids=lambda f: f.name)
+@pytest.mark.parametrize("floor", [1.0, FLOOR])
+def test_variable_projection_batched_over_resamples_equals_the_reference(form, floor):
+    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, span=0.6, noise=0.01,
+                                    curve_points=2, seed=3))
+    log_n, log_d, loss, _ = law_columns(runs)
+    x = {"n": np.exp(log_n - log_n.mean()), "d": np.exp(log_d - log_d.mean())}
+    est = fit_projection(form, x, loss, np.ones(loss.size), floor=floor)
+    theta, (coef, ssr) = _reference_projection(form, x, loss, np.ones(loss.size), None, floor)
+    np.testing.assert_allclose(est.theta, theta, rtol=0, atol=1e-5)  # within a few of xatol = 1e-6
+    assert est.ssr == pytest.approx(ssr, rel=1e-8)
+    draws = np.random.default_rng(4).multinomial(loss.size, np.full(loss.size, 1 / loss.size), size=12).astype(float)
+    solved = fit_projection_rows(form, x, loss, draws, est.theta, floor)
+    for w, s in zip(draws, solved, strict=True):
+        theta, (coef, ssr) = _reference_projection(form, x, loss, w, est.theta, floor)
+        np.testing.assert_allclose(s.theta, theta, rtol=0, atol=1e-5)
+        assert s.ssr == pytest.approx(ssr, rel=1e-7, abs=1e-14)
+
+
+def test_pruned_grid_keeps_the_lowest_starts_and_reaches_the_full_grids_optimum():
+    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=4, span=0.6, noise=0.01,
+                                    curve_points=2, seed=5))
+    log_n, log_d, loss, _ = law_columns(runs)
+
+    def fun(t, rows):
+        return objective(t, log_n, log_d, np.log(loss), np.ones(loss.size))
+
+    starts = pruned_grid(fun, 128)
+    values, _ = fun(INIT_GRID, None)
+    assert len(starts) == 128 and fun(starts, None)[0].max() <= np.sort(values)[127]
+    _, pruned, _ = grid_search(fun, 3)
+    _, full, _ = grid_search(fun, 3, starts=INIT_GRID)
+    assert np.nanmin(pruned) <= np.nanmin(full) * (1 + 1e-9)
+
+
+def test_slice_fits_of_many_draws_equal_one_at_a_time():
+    from flops_fit.fitting.laws.bootstrap import resample_weights
+    from flops_fit.fitting.laws.profiles import budget_groups, slice_minima, slice_minima_many
+
+    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=6, span=0.6, noise=0.01,
+                                    curve_points=2, seed=6))
+    budgets, _ = budget_groups(runs)
+    log_n, loss = np.log(runs.frame["params"].to_numpy(float)), runs.frame["loss"].to_numpy(float)
+    masks = [budgets == c for c in np.unique(budgets)]
+    _, start = slice_minima([(log_n[m], loss[m], np.ones(m.sum())) for m in masks])
+    draws = [[(log_n[m], loss[m], w[m]) for m in masks]
+             for w in resample_weights(len(loss), 30, 0, groups=budgets)]
+    many = slice_minima_many(draws, start)
+    for groups, (minima, exponents) in zip(draws, many, strict=True):
+        ref_minima, ref_exponents = slice_minima(groups, start)
+        assert (exponents is None) == (ref_exponents is None)
+        if exponents is not None:
+            np.testing.assert_allclose(exponents, ref_exponents, rtol=1e-9)
+        for (x, y, why), (rx, ry, rwhy) in zip(minima, ref_minima, strict=True):
+            assert why == rwhy
+            np.testing.assert_allclose([x, y], [rx, ry], rtol=1e-9)
+    assert len(many) == 30
