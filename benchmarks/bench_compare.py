@@ -18,7 +18,7 @@ largest with its interval, and the exponents' differences; writes compare-b<budg
 Sweeps go to OUT/<recipe>-b<budgets>. Every recipe takes its rates from OUT/law.json: the law
 given by ``--law`` (default: the shipped ``demo_hparams/gpt.json``) copied there on the first run,
 so a later re-tune of the demo does not change the recipes of sweeps already stored. The
-measurements in docs/fitting.md used ``--law benchmarks/results/gpt-law-v1.json``. ``--seed0 FOLDER`` takes recipe A from an existing sweep of
+measurements in docs/validation/decisions.md used ``--law benchmarks/results/gpt-law-v1.json``. ``--seed0 FOLDER`` takes recipe A from an existing sweep of
 the same setup (its runs at the budgets compared; a sweep of more budgets is cut to them).
 Interrupted? Run it again: the sweeps resume from their stores.
 """

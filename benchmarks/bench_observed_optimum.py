@@ -6,7 +6,7 @@ parameters and log-normal noise of 0-2%; the held-out check's estimator (``holdo
 reads each budget's optimum from its runs, and the table reports, per grid, the median
 relative error of N_opt and of the minimum loss against the law's closed form, and how often
 the 95% bootstrap intervals contain the truth. The slice (default) is compared with the
-parabola through the whole grid. docs/fitting.md quotes the table. Without noise the error is
+parabola through the whole grid. docs/validation/fitting.md quotes the table. Without noise the error is
 the estimator's bias; with noise the median also carries sampling error (its standard error
 is printed beside it).
 

@@ -32,7 +32,7 @@ class Tolerance:
 
 
 # fp32: torch.testing.assert_close's defaults; tight enough that a wrong LayerNorm eps or
-# tanh-for-exact GELU (1e-4..1e-2 errors, see docs/parity.md) fails, while a faithful
+# tanh-for-exact GELU (1e-4..1e-2 errors, see docs/validation/parity.md) fails, while a faithful
 # re-implementation stays below 1e-6. bf16 / fp16: a few units of the format's rounding
 # (bf16 eps 7.8e-3, fp16 eps 9.8e-4) on the layer's scale, since two correct low-precision
 # implementations round in different places.

@@ -59,7 +59,7 @@ def test_training_flops_equal_the_flop_counter(width, config):
 
 def test_the_meta_count_is_what_runs_on_cpu():
     """Real tensors through the math attention path (CPU flash attention's backward recomputes
-    the scores: the documented gap of docs/models.md)."""
+    the scores: the documented gap of docs/guide/model-families.md)."""
     torch.manual_seed(0)
     model = cait_model.build(32, **SMALL)
     for module in model.modules():

@@ -145,18 +145,18 @@ def fresh_modules():
 
 
 def _docs_plugin(folder):
-    """docs/plugins.md's plugin.py, as written, beside the example's model module."""
+    """docs/guide/plugins.md's plugin.py, as written, beside the example's model module."""
     import re
     import shutil
 
-    text = (ROOT / "docs" / "plugins.md").read_text()
+    text = (ROOT / "docs" / "guide" / "plugins.md").read_text()
     [block] = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith("# flops_fit_example/plugin.py")]
     shutil.copytree(EXAMPLE / "flops_fit_example", folder / "flops_fit_example")
     (folder / "flops_fit_example" / "plugin.py").write_text(block)
     return folder
 
 
-@pytest.mark.parametrize("source", ["the example plugin", "docs/plugins.md"])
+@pytest.mark.parametrize("source", ["the example plugin", "docs/guide/plugins.md"])
 def test_a_model_family_reads_its_builder_and_sizing_from_the_function(source, tmp_path, monkeypatch, fresh_modules):
     import importlib
 

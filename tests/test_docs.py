@@ -1,4 +1,4 @@
-"""Every hook is documented in docs/plugins.md with its exact signature, and docs/data.md's
+"""Every hook is documented in docs/guide/plugins.md with its exact signature, and docs/guide/data.md's
 examples run as written."""
 
 import inspect
@@ -9,7 +9,7 @@ import pytest
 
 from flops_fit.plugin import hookspecs
 
-DOC = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "plugins.md").read_text()
 HOOKS = sorted(
     name for name, fn in vars(hookspecs).items() if inspect.isfunction(fn) and hasattr(fn, "flops_fit_spec")
 )
@@ -23,15 +23,15 @@ def test_hookspecs_are_discovered():
 def test_hook_is_documented_with_its_exact_signature(hook):
     fn = getattr(hookspecs, hook)
     params = ", ".join(inspect.signature(fn).parameters)
-    assert f"### `{hook}({params})`" in DOC, f"docs/plugins.md lacks a '### `{hook}({params})`' section"
+    assert f"### `{hook}({params})`" in DOC, f"docs/guide/plugins.md lacks a '### `{hook}({params})`' section"
 
 
-DATA_DOC = Path(__file__).resolve().parents[1] / "docs" / "data.md"
+DATA_DOC = Path(__file__).resolve().parents[1] / "docs" / "guide" / "data.md"
 
 
 def test_the_data_pages_examples_run_as_written(tmp_path, monkeypatch):
-    pytest.importorskip("datasets", reason="docs/data.md's examples need `datasets` (pip install 'flops-fit[data]')")
-    pytest.importorskip("tokenizers", reason="docs/data.md's examples need `tokenizers`")
+    pytest.importorskip("datasets", reason="docs/guide/data.md's examples need `datasets` (pip install 'flops-fit[data]')")
+    pytest.importorskip("tokenizers", reason="docs/guide/data.md's examples need `tokenizers`")
     from flops_fit.sweeps.config import load_config
     from flops_fit.sweeps.planner import plan
 
@@ -47,3 +47,22 @@ def test_the_data_pages_examples_run_as_written(tmp_path, monkeypatch):
     (tmp_path / "corpus" / "a.txt").write_text("a little text\n")
     config = load_config(tmp_path / "sweep.toml")
     assert plan(config.options).runs[0].model_config["vocab_size"] == 8192
+
+
+HOME = Path(__file__).resolve().parents[1] / "docs" / "index.md"
+
+
+def test_the_home_pages_csv_example_runs_as_written(tmp_path, monkeypatch):
+    """The site's first screen answers "how do I fit my CSV": its example fits a CSV of runs."""
+    from flops_fit.fitting.synthetic import synthetic_runs
+
+    monkeypatch.chdir(tmp_path)
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1).drop(columns="curve").to_csv("runs.csv", index=False)
+    text = HOME.read_text()
+    first_screen = text[:text.index("## Run a sweep")]
+    assert "flops-fit fit runs.csv" in first_screen
+    [block] = re.findall(r"```python\n(.*?)```", first_screen, re.S)
+    namespace = {}
+    exec(compile(block.replace('method="vpnls")', 'method="vpnls", bootstrap=20)'), str(HOME), "exec"), namespace)
+    table = namespace["fitted"].predict(1e21)
+    assert (table["N_opt_lo"] < table["N_opt"]).all() and (table["N_opt"] < table["N_opt_hi"]).all()

@@ -111,13 +111,16 @@ def test_import_flops_fit_stays_light():
 def test_python_examples_in_docs_run(tmp_path, monkeypatch):
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "fitting.md").read_text()
-    blocks = [part.split("```", 1)[0] for part in doc.split("```python\n")[1:]]
-    assert len(blocks) == 4  # with the decisions section's two (compare; sizing and the data budget)
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    pages = ("guide/fit.md", "guide/decide.md", "methods.md")  # the fitting pages' examples
+    blocks = [(page, part.split("```", 1)[0]) for page in pages
+              for part in (docs / page).read_text().split("```python\n")[1:]]
+    # fit.md's fit and report; decide.md's compare and sizing; methods.md's approach registry
+    assert [page for page, _ in blocks].count("guide/decide.md") == 2 and len(blocks) == 4
     monkeypatch.chdir(tmp_path)
-    for code in blocks:
+    for page, code in blocks:
         exec(compile(code.replace("bootstrap=200", "bootstrap=20").replace("bootstrap=100", "bootstrap=20")
-                     .replace("bootstrap=50", "bootstrap=10"), "docs/fitting.md", "exec"), {})
+                     .replace("bootstrap=50", "bootstrap=10"), f"docs/{page}", "exec"), {})
     text = (tmp_path / "fit-report" / "report.html").read_text()
     assert len(text) > 10_000 and "Held-out check" in text
 

@@ -225,7 +225,7 @@ def test_a_sweep_file_on_slurm_matches_the_local_executor_and_a_preempted_job_re
 def _slurm_doc_example():
     import re
 
-    text = (TESTS.parent / "docs" / "sweeps.md").read_text()
+    text = (TESTS.parent / "docs" / "guide" / "clusters.md").read_text()
     return re.findall(r"```toml\n(.*?)```", text[text.index("### SLURM"):], re.S)[0]
 
 

@@ -31,7 +31,7 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
     p.add_argument("--focus", default="all", metavar="all|frontier",
                    help="which runs the laws over (N, D) fit (parametric, vpnls, interaction): all alike (default, "
                    "Chinchilla's procedure) or frontier (weighted toward each budget's best run, fitted to the floor "
-                   "of the runs; see docs/fitting.md)")
+                   "of the runs; see docs/guide/fit.md)")
     p.add_argument("--metric", default="loss", metavar="loss|bpb|error",
                    help="what the laws fit: loss (held-out loss per token, default), bpb (held-out bits per byte, "
                    "comparable across tokenizers) or error (held-out top-1 error of image classifiers)")

@@ -70,7 +70,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     answers at ``target`` (default 10x the largest budget) with an interval that adds the spread of
     comparable law forms and the extrapolation error measured to the bootstrap.
 
-    ``tracking`` logs the fitted parameters and predictions (docs/tracking.md): by default a
+    ``tracking`` logs the fitted parameters and predictions (docs/guide/tracking.md): by default a
     sweep folder's fit goes to the trackers its sweep was run with; ``False`` logs nothing;
     backends (``["mlflow"]``, or a ``[tracking]``-style mapping) log any source's fit, under
     ``tracking/`` beside a CSV or in the sweep folder.

@@ -58,7 +58,7 @@ class ModelFamily:
         missing = [SIZING[field] for field in REQUIRED if field not in refs]
         if missing:
             raise EntryError(f"model {name!r}: module {self.module} defines no {', '.join(missing)}: define them "
-                             f"there (see docs/plugins.md), or register a flops_fit.ModelEntry yourself")
+                             f"there (see docs/guide/plugins.md), or register a flops_fit.ModelEntry yourself")
         return ModelEntry(name, description=description, builder=self.builder, size_param=self.size_param,
                           flops_unit=self.flops_unit, task=self.task, default_loss=self.default_loss,
                           default_datasets=self.default_datasets, defaults=dict(defaults or {}),

@@ -1,4 +1,4 @@
-"""Sweep configuration files (TOML), documented in docs/sweeps.md.
+"""Sweep configuration files (TOML), documented in docs/guide/sweeps.md.
 
 Tables: ``[sweep]`` holds ``SweepOptions`` fields (model, budgets, ...) and ``out``;
 ``[model]`` and ``[dataset]`` the model and dataset configuration; ``[hparams]`` the

@@ -48,11 +48,11 @@ DEMOS: dict[str, dict[str, Any]] = {
         # The glyphs corpus (an offline stream that never repeats) at 16 x 16 pixels, 36 classes
         # (digits and capitals), dark ink on a light ground, no clutter: tiny ViTs leave chance
         # within a few hundred steps there, and the held-out loss keeps falling with size and data
-        # (docs/data.md). 6 budgets a factor sqrt(2) apart on a ladder of widths with WSD, as the
+        # (docs/guide/data.md). 6 budgets a factor sqrt(2) apart on a ladder of widths with WSD, as the
         # GPT demo; batch 128 because a step of these models costs little more than its overhead.
         # 7 widths per budget over a span of 10 (a ladder of 9, widths 4-30): the bootstrap resamples
         # runs within each budget, and with 5 widths over 16 the exponents' intervals were 0.34-0.35
-        # wide, with 7 they are 0.23-0.24 (docs/sweeps.md). A 10% cooldown (not 20%) keeps the
+        # wide, with 7 they are 0.23-0.24 (docs/validation/sweeps.md). A 10% cooldown (not 20%) keeps the
         # sweep's steps at the 5-width grid's; every held-out image (8,192) scores each run.
         "sweep": {
             "model": "vit", "dataset": "glyphs",

@@ -1,5 +1,5 @@
 """Experiment tracking: TensorBoard, MLflow and W&B logs of every run and of the sweep
-(docs/tracking.md). Each backend imports its library only when a sweep uses it."""
+(docs/guide/tracking.md). Each backend imports its library only when a sweep uses it."""
 
 from flops_fit.tracking.base import (
     OPENERS,

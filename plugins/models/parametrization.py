@@ -27,7 +27,7 @@ tokens keep ``lr``. It exists because muP as above lost 8.3% at 8x its base widt
 GPT demo's model, and undoing its pieces one at a time found the cause: the tied
 embedding/readout at the base rate behind the 1 / m multiplier (-> 3.9%), then the 1 / d
 attention scale and the m^-1/2 hidden initialisation (-> 0.8%), while the best rate stays at
-the base width's (docs/models.md, ``benchmarks/bench_mup_ablation.py``). Its forward pass is
+the base width's (docs/guide/mup.md, ``benchmarks/bench_mup_ablation.py``). Its forward pass is
 the standard model's at every width, so parity and FLOP counts are unchanged.
 """
 
