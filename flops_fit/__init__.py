@@ -108,17 +108,26 @@ if TYPE_CHECKING:  # what IDEs and type checkers see of the lazy names (kept equ
     from flops_fit.fitting.report.compare_page import write_comparison
     from flops_fit.fitting.report.html_report import write_report
     from flops_fit.fitting.report.plots import plot_fit
+    from flops_fit.store.outside import record_result
     from flops_fit.store.run_store import RunStore
     from flops_fit.store.runs import RunResult, RunSpec
+    from flops_fit.sweeps.adaptive import (
+        StopRule,
+        adaptive_sweep,
+    )
+    from flops_fit.sweeps.adaptive import (
+        describe_start as describe_adaptive_start,
+    )
     from flops_fit.sweeps.demo import demo_tune_spec, run_demo
     from flops_fit.sweeps.driver import SweepResult, run_plan, sweep, train_run
     from flops_fit.sweeps.gate import check as check_parity
     from flops_fit.sweeps.hparams import HyperParams
     from flops_fit.sweeps.options import SweepOptions
     from flops_fit.sweeps.planner import Plan, plan
+    from flops_fit.sweeps.probe import probe
     from flops_fit.tracking.options import TrackingOptions
     from flops_fit.training.loop import train
-    from flops_fit.tuning import TuneResult, tune
+    from flops_fit.tuning import RateFit, TuneResult, fit_rates, tune
 
 
 def __getattr__(name: str):

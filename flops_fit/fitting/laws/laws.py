@@ -17,9 +17,11 @@ def law_loss(p: Mapping[str, float | np.ndarray], n: np.ndarray, d: np.ndarray) 
     """Chinchilla's law L(N, D) = E + A / N^alpha + B / D^beta: the one place it is written.
 
     Parameters may be scalars or columns (one per bootstrap draw); numpy broadcasts them
-    against ``n`` and ``d``.
+    against ``n`` and ``d``. A draw whose coefficient is unbounded (inf) gives inf or nan here,
+    quietly: intervals read non-finite draws as failed, and the user's terminal gets no warning.
     """
-    return p["E"] + p["A"] * np.asarray(n) ** -p["alpha"] + p["B"] * np.asarray(d) ** -p["beta"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return p["E"] + p["A"] * np.asarray(n) ** -p["alpha"] + p["B"] * np.asarray(d) ** -p["beta"]
 
 
 def parametric_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
