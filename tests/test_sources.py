@@ -3,6 +3,7 @@ each written by its own library here, read back by ``load_runs`` (and fitted by 
 
 import math
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,10 @@ def quiet_env(tmp_path, monkeypatch):
                         "WANDB_CONFIG_DIR": str(tmp_path / "wandb-home"), "WANDB_CACHE_DIR": str(tmp_path / "wandb-home"),
                         "WANDB_DATA_DIR": str(tmp_path / "wandb-home")}.items():
         monkeypatch.setenv(name, value)
-    return tmp_path
+    yield tmp_path
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is not None:  # set_tracking_uri is process-wide: left set, later tests would log into this store
+        mlflow.set_tracking_uri(None)
 
 
 def check(runs, ids_failed=1):
