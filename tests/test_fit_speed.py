@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
+from flops_fit.errors import FitInputError
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.approaches.parametric import (
     INIT_GRID,
@@ -149,3 +150,45 @@ def test_slice_fits_of_many_draws_equal_one_at_a_time():
             assert why == rwhy
             np.testing.assert_allclose([x, y], [rx, ry], rtol=1e-9)
     assert len(many) == 30
+
+
+def _forward_sweep(seed=7):
+    return load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20, 1e21), sizes_per_budget=5, span=0.6,
+                                    noise=0.01, curve_points=2, seed=seed))
+
+
+def test_approach_3_fitted_together_equals_one_at_a_time():
+    from flops_fit.fitting.approaches.parametric import Parametric
+    from flops_fit.fitting.laws.profiles import budget_groups
+
+    runs = _forward_sweep()
+    budgets, _ = budget_groups(runs)
+    subsets = [runs.subset(budgets <= c) for c in np.unique(budgets)[1:]]
+    jobs = [(Parametric(bootstrap=0, focus=focus), r) for r in subsets for focus in ("all", "frontier")]
+    jobs.append((Parametric(bootstrap=0), runs.subset(budgets <= np.unique(budgets)[0])))  # too few runs
+    together = Parametric.fit_together(jobs)
+    assert isinstance(together[-1], FitInputError)
+    for (approach, r), result in zip(jobs[:-1], together[:-1], strict=True):
+        alone = approach.fit(r)  # every start is a row of its own: the same path, the same answer
+        assert result.params == alone.params
+        assert result.details["objective"] == alone.details["objective"]
+
+
+def test_chaining_reuses_the_held_out_refits_with_the_same_answers():
+    from flops_fit.fitting import APPROACHES
+    from flops_fit.fitting.validation.chaining import forward_chain, point
+    from flops_fit.fitting.validation.holdout import holdout_checks, shared_refits
+
+    runs = _forward_sweep()
+    names = ("isoflop", "parametric", "vpnls")
+    approaches = [APPROACHES[m].configured(bootstrap=20, seed=0, level=0.95, curve="slice", focus="all",
+                                           unique_tokens=None) for m in names]
+    options = [point(a) for a in approaches]
+    fresh, _ = forward_chain(options, runs, ["params"], curve="slice")
+    with shared_refits() as shared:
+        checks = holdout_checks(approaches, runs, "forward", curve="slice", bootstrap=20, seed=0, level=0.95)
+        made = len(shared.tables)
+        reused, _ = forward_chain(options, runs, ["params"], curve="slice")
+    assert shared.hits == made == sum(len({tuple(c.fitted_budgets) for c in checks[m]}) for m in names)
+    assert [r.to_dict() for r in reused] == [r.to_dict() for r in fresh]
+    assert any(np.isfinite(c.loss_interval[0]) for c in checks["parametric"])  # the checks kept their intervals

@@ -31,7 +31,12 @@ from flops_fit.fitting.report.compare_page import write_comparison
 from flops_fit.fitting.report.html_report import write_report
 from flops_fit.fitting.scales import SCALES, check_scale, rescale
 from flops_fit.fitting.validation.forecast import Forecast, default_target, forecast
-from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_checks, select_budgets
+from flops_fit.fitting.validation.holdout import (
+    HoldoutCheck,
+    holdout_checks,
+    select_budgets,
+    shared_refits,
+)
 from flops_fit.fitting.validation.validity import failed_message, failure
 from flops_fit.tracking.base import log_fit, sweep_destination
 from flops_fit.tracking.options import Destination, destination, parse_tracking
@@ -143,23 +148,24 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         results[approach.name] = result
     if not results:
         raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
-    if holdout is not None:
-        checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
-                                bootstrap=bootstrap, seed=seed, level=level, workers=workers)
-        for name, items in checks.items():
-            results[name].holdout_checks = items
-    fitted = FitSet(results, skipped) if method == "all" else results[names[0]]
-    if method == "all" and holdout == "forward":
-        chosen = float(target) if target is not None else default_target(runs)
-        base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
-        try:
-            fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve,
-                                       workers=workers, level=level)
-        except FitInputError as exc:  # the fits stand without it; say why there is no forecast
-            fitted.warnings.append(f"no forecast: {exc}")
-    elif method == "all" and holdout == "each":
-        fitted.warnings.append("no forecast: leaving one budget out tests interpolation; the forecast is chosen by "
-                               "forward chaining (holdout='forward', --holdout forward)")
+    with shared_refits():  # the chaining's point refits reuse the held-out checks' refits
+        if holdout is not None:
+            checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
+                                    bootstrap=bootstrap, seed=seed, level=level, workers=workers)
+            for name, items in checks.items():
+                results[name].holdout_checks = items
+        fitted = FitSet(results, skipped) if method == "all" else results[names[0]]
+        if method == "all" and holdout == "forward":
+            chosen = float(target) if target is not None else default_target(runs)
+            base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
+            try:
+                fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve,
+                                           workers=workers, level=level)
+            except FitInputError as exc:  # the fits stand without it; say why there is no forecast
+                fitted.warnings.append(f"no forecast: {exc}")
+        elif method == "all" and holdout == "each":
+            fitted.warnings.append("no forecast: leaving one budget out tests interpolation; the forecast is chosen by "
+                                   "forward chaining (holdout='forward', --holdout forward)")
     if logged_to is not None:
         log_fit(fitted, logged_to)
     return fitted

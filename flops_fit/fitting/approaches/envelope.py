@@ -49,19 +49,26 @@ def loss_matrix(runs: Runs, points: int = GRID_POINTS) -> tuple[np.ndarray, np.n
 
 def envelope_points(grid: np.ndarray, matrix: np.ndarray, runs: Runs, use: np.ndarray) -> pd.DataFrame:
     """Envelope of the runs in ``use``: per grid FLOPs, the winning run, its N, D, loss and status."""
+    winner, n, d, loss, covered, edge = _envelope(grid, matrix, *_run_columns(runs), use)
+    status = np.where(~covered, "fewer than 2 runs reach this FLOP count",
+                      np.where(edge, "edge: won by the smallest or largest model", ""))
+    return pd.DataFrame({"flops": grid, "run": winner, "N": n, "D": d, "loss": loss, "excluded": status})
+
+
+def _run_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray]:
     f = runs.frame
-    params = f["params"].to_numpy(float)
-    per_token = (f["flops"] / f["tokens"]).to_numpy(float)
+    return f["params"].to_numpy(float), (f["flops"] / f["tokens"]).to_numpy(float)
+
+
+def _envelope(grid: np.ndarray, matrix: np.ndarray, params: np.ndarray, per_token: np.ndarray, use: np.ndarray):
+    """``envelope_points`` as arrays: winner, N, D, loss, covered (2 or more runs reach it), edge."""
     m = np.where(use[:, None] & np.isfinite(matrix), matrix, np.inf)
     winner = m.argmin(0)
     loss = m[winner, np.arange(grid.size)]
     covered = np.isfinite(loss) & ((np.isfinite(m)).sum(0) >= 2)
     sizes = params[use]
     edge = (params[winner] == sizes.min()) | (params[winner] == sizes.max())
-    status = np.where(~covered, "fewer than 2 runs reach this FLOP count",
-                      np.where(edge, "edge: won by the smallest or largest model", ""))
-    return pd.DataFrame({"flops": grid, "run": winner, "N": params[winner], "D": grid / per_token[winner],
-                         "loss": loss, "excluded": status})
+    return winner, params[winner], grid / per_token[winner], loss, covered, edge
 
 
 def pareto_losses(runs: Runs, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -85,10 +92,21 @@ def pareto_losses(runs: Runs, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _fit_points(points: pd.DataFrame, losses: tuple[np.ndarray, np.ndarray]) -> dict[str, float] | None:
     p = points[points["excluded"] == ""]
-    if len(p) < MIN_POINTS or p["N"].nunique() < 2:
+    return _fit_arrays(p["flops"].to_numpy(), p["N"].to_numpy(), p["D"].to_numpy(), p["loss"].to_numpy(), losses)
+
+
+def _fit_arrays(flops, n, d, loss, losses: tuple[np.ndarray, np.ndarray]) -> dict[str, float] | None:
+    """The frontier through the interior envelope points (None: too few, or one size wins all)."""
+    if len(n) < MIN_POINTS or np.unique(n).size < 2:
         return None
-    return fit_frontier(np.log(p["flops"].to_numpy()), np.log(p["N"].to_numpy()), np.log(p["D"].to_numpy()),
-                        np.log(p["loss"].to_numpy()), loss_points=losses)
+    return fit_frontier(np.log(flops), np.log(n), np.log(d), np.log(loss), loss_points=losses)
+
+
+def _resampled_fit(grid: np.ndarray, matrix: np.ndarray, columns, runs: Runs, use: np.ndarray):
+    """One bootstrap draw's frontier (``_fit_points`` of ``envelope_points``, without the frames)."""
+    _, n, d, loss, covered, edge = _envelope(grid, matrix, *columns, use)
+    keep = covered & ~edge
+    return _fit_arrays(grid[keep], n[keep], d[keep], loss[keep], pareto_losses(runs, use))
 
 
 class EnvelopeResult(PowerLawResult):
@@ -132,7 +150,8 @@ class Envelope(Approach):
         samples = pd.DataFrame()
         warnings = []
         if self.bootstrap:
-            draws = [_fit_points(envelope_points(grid, matrix, runs, w > 0), pareto_losses(runs, w > 0))
+            columns = _run_columns(runs)
+            draws = [_resampled_fit(grid, matrix, columns, runs, w > 0)
                      for w in resample_weights(len(runs), self.bootstrap, self.seed)]
             kept = [d for d in draws if d is not None]
             samples = pd.DataFrame(kept)

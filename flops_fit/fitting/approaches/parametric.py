@@ -143,11 +143,42 @@ def grid_search(fun, keep: int, starts: np.ndarray | None = None) -> tuple[np.nd
     POLISH distinct solutions then continue to full precision. All starts end in the same
     few basins long before the loose tolerance stops them, and polishing settles the winner.
     """
-    coarse = minimize_batch(fun, pruned_grid(fun) if starts is None else starts, maxiter=500, ftol=GRID_FTOL)
-    polished = minimize_batch(fun, distinct_optima(coarse.x, coarse.f, POLISH), maxiter=POLISH_MAXITER)
-    order = np.argsort(np.where(np.isfinite(polished.f), polished.f, np.inf))
-    polished = BatchResult(*(v[order] for v in polished))
-    return distinct_optima(polished.x, polished.f, keep), polished.f, polished
+    return grid_searches([fun], keep, None if starts is None else [starts])[0]
+
+
+def grid_searches(funs: list, keep: int, starts: list[np.ndarray] | None = None) -> list[tuple]:
+    """``grid_search`` of several problems (objectives ``funs``) in the same two L-BFGS runs: every
+    start is a row of its own (rows never mix), so each problem gets the answer it gets alone,
+    and the refits of a forward chain's splits share the optimiser's per-iteration work."""
+    starts = [pruned_grid(f) for f in funs] if starts is None else starts
+    coarse = _rows_of(funs, starts, maxiter=500, ftol=GRID_FTOL)
+    polished = _rows_of(funs, [distinct_optima(x, f, POLISH) for x, f, _ in coarse], maxiter=POLISH_MAXITER)
+    out = []
+    for _, f, run in polished:
+        order = np.argsort(np.where(np.isfinite(f), f, np.inf))
+        run = BatchResult(*(v[order] for v in run))
+        out.append((distinct_optima(run.x, run.f, keep), run.f, run))
+    return out
+
+
+def _rows_of(funs: list, starts: list[np.ndarray], **options) -> list[tuple[np.ndarray, np.ndarray, BatchResult]]:
+    """One ``minimize_batch`` over every problem's starts; per problem its rows' (x, f, result)."""
+    bounds = np.cumsum([0] + [len(s) for s in starts])
+    owner = np.repeat(np.arange(len(funs)), np.diff(bounds))
+
+    def fun(x: np.ndarray, rows: np.ndarray):
+        if len(funs) == 1:
+            return funs[0](x, rows)
+        values, grads = np.empty(len(rows)), np.empty((len(rows), x.shape[1]))
+        which = owner[rows]
+        for i in np.unique(which):
+            mine = which == i
+            values[mine], grads[mine] = funs[i](x[mine], rows[mine] - bounds[i])
+        return values, grads
+
+    run = minimize_batch(fun, np.concatenate(starts), **options)
+    parts = [BatchResult(*(v[lo:hi] for v in run)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [(r.x, r.f, r) for r in parts]
 
 
 class HuberFit(NamedTuple):
@@ -230,14 +261,39 @@ class Parametric(Approach):
         self.starts, self.delta, self.focus = starts, delta, check_focus(focus)
 
     def fit(self, runs: Runs) -> FitResult:
+        return self.fit_together([(self, runs)])[0]
+
+    @staticmethod
+    def fit_together(jobs: list[tuple[Parametric, Runs]]) -> list[FitResult | FitInputError]:
+        """Each (approach, runs) job's ``fit`` (its FitInputError in its place when it has none),
+        the grid searches of all of them in one batched L-BFGS (``grid_searches``): forward
+        chaining refits the same approach on every split, and a search's time is mostly the
+        optimiser's per-iteration work, which the splits then share."""
+        problems: list[tuple[Parametric, Runs, tuple] | FitInputError] = []
+        for approach, runs in jobs:
+            try:
+                problems.append((approach, runs, approach._problem(runs)))
+            except FitInputError as exc:
+                problems.append(exc)
+        ready = [p for p in problems if not isinstance(p, FitInputError)]
+        clock = time.perf_counter()
+        searched = iter(grid_searches([p[2][-1] for p in ready], max(p[0].starts for p in ready)) if ready else [])
+        grid_seconds = (time.perf_counter() - clock) / max(len(ready), 1)
+        return [p if isinstance(p, FitInputError) else p[0]._finish(p[1], p[2], next(searched), grid_seconds)
+                for p in problems]
+
+    def _problem(self, runs: Runs) -> tuple:
         log_n, log_d, loss, rule = law_columns(runs)
         log_l = np.log(loss)
         weights, floor = focus_weights(runs, self.focus)
-        clock = time.perf_counter()
-        best_starts, f, polished = grid_search(
-            lambda t, rows: objective(t, log_n, log_d, log_l, weights, self.delta, floor), self.starts)
+        return log_n, log_d, log_l, rule, weights, floor, (
+            lambda t, rows: objective(t, log_n, log_d, log_l, weights, self.delta, floor))
+
+    def _finish(self, runs: Runs, problem: tuple, searched: tuple, grid_seconds: float) -> FitResult:
+        log_n, log_d, log_l, rule, weights, floor, _ = problem
+        best_starts, f, polished = searched
+        best_starts = best_starts[: self.starts]
         theta, value = best_starts[0], float(np.nanmin(f))
-        grid_seconds = time.perf_counter() - clock
         samples = pd.DataFrame()
         boot = None
         if self.bootstrap:

@@ -18,6 +18,7 @@ point. Schedules are recomputed from the fields the store records per run
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -50,7 +51,23 @@ def factors(schedule: dict, steps: int | None = None) -> np.ndarray:
 
 def annealed(g: np.ndarray, taus: np.ndarray) -> np.ndarray:
     """(len(taus), len(g) + 1): S2 before each step and after the last, for factors ``g``
-    with the warmup counted at the peak (a warmup is not an anneal)."""
+    with the warmup counted at the peak (a warmup is not an anneal). Kept per schedule: every
+    refit of a subset of the runs meets the same few schedules."""
+    g, taus = np.asarray(g, float).ravel(), np.asarray(taus, float).ravel()
+    if taus.size * (g.size + 1) > CACHED_CELLS:
+        return _anneal(g, taus)
+    return _cached(g.tobytes(), taus.tobytes()).copy()
+
+
+CACHED_CELLS = 500_000  # tables kept up to 4 MB each (the demo's are ~0.1 MB), 64 of them at most
+
+
+@lru_cache(maxsize=64)
+def _cached(g_bytes: bytes, tau_bytes: bytes) -> np.ndarray:
+    return _anneal(np.frombuffer(g_bytes), np.frombuffer(tau_bytes))
+
+
+def _anneal(g: np.ndarray, taus: np.ndarray) -> np.ndarray:
     from scipy.signal import lfilter
 
     peak = np.flatnonzero(g >= 1.0 - 1e-12)

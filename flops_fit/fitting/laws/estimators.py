@@ -158,7 +158,8 @@ def floor_solve_rows(X: np.ndarray, y: np.ndarray, w: np.ndarray, nonnegative: t
 def constrained_lstsq_rows(X: np.ndarray, y: np.ndarray, w: np.ndarray,
                            nonnegative: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:
     """``constrained_lstsq`` for each row of designs ``X`` (m, n, p) and weights ``w`` (m, n):
-    the unconstrained solutions at once, the best feasible support only where a sign breaks."""
+    the unconstrained solutions at once, the best feasible support only where a sign breaks
+    (every support of every such row in one batched solve: ``_support_systems``)."""
     Xw = X * w[:, :, None]
     Xt = np.swapaxes(Xw, 1, 2)
     G, h, yy = Xt @ X, Xt @ y, (w * y) @ y
@@ -169,19 +170,41 @@ def constrained_lstsq_rows(X: np.ndarray, y: np.ndarray, w: np.ndarray,
     ssr = np.where(ok, yy - np.einsum("ij,ij->i", np.where(ok[:, None], c, 0.0), h), yy)
     bad = np.flatnonzero(~ok)
     if bad.size:
-        for support in _supports(X.shape[2], nonnegative):
-            if not support:
-                continue
-            sub = np.array(support)
-            cs = _solve_rows(G[bad][:, sub[:, None], sub], h[bad][:, sub])
-            s = yy[bad] - np.einsum("ij,ij->i", np.nan_to_num(cs), h[bad][:, sub])
-            feasible = np.all(np.isfinite(cs), axis=1) & np.all(cs[:, held[sub]] >= 0, axis=1)
-            better = feasible & (s < ssr[bad])
-            take = bad[better]
-            coef[take] = 0.0
-            coef[take[:, None], sub] = cs[better]
-            ssr[take] = s[better]
+        masks = _support_masks(X.shape[2], nonnegative)  # (s, p): the supports in constrained_lstsq's order
+        Gs, hs = _support_systems(G[bad], h[bad], masks)
+        cs = _solve_rows(Gs.reshape(-1, *Gs.shape[2:]), hs.reshape(-1, hs.shape[2])).reshape(hs.shape)
+        s = yy[bad, None] - np.einsum("bsp,bsp->bs", np.nan_to_num(cs), hs)
+        feasible = np.all(np.isfinite(cs), axis=2) & np.all((cs >= 0) | ~held, axis=2)
+        s = np.where(feasible & (s < ssr[bad, None]), s, np.inf)
+        first = s.argmin(1)  # the first support at the least error: the one-at-a-time search's choice
+        found = np.isfinite(s[np.arange(bad.size), first])
+        take = bad[found]
+        coef[take] = cs[np.flatnonzero(found), first[found]]
+        ssr[take] = s[np.flatnonzero(found), first[found]]
     return coef, ssr
+
+
+@cache
+def _support_masks(columns: int, nonnegative: tuple[bool, ...]) -> np.ndarray:
+    """The non-empty ``_supports`` as boolean column masks (supports, columns)."""
+    masks = np.zeros((0, columns), dtype=bool)
+    for support in _supports(columns, nonnegative):
+        if support:
+            row = np.zeros((1, columns), dtype=bool)
+            row[0, support] = True
+            masks = np.vstack([masks, row])
+    return masks
+
+
+def _support_systems(G: np.ndarray, h: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's normal equations restricted to each support, padded to full size: the columns
+    outside a support get the identity and a zero right-hand side, so their coefficients solve
+    to exactly 0 and the support's own block is solved as if alone. (b, s, p, p) and (b, s, p)."""
+    inside = masks[:, :, None] & masks[:, None, :]
+    eye = np.eye(masks.shape[1], dtype=bool)[None] & ~masks[:, :, None]
+    Gs = np.where(inside[None], G[:, None], 0.0) + eye[None]
+    hs = np.where(masks[None], h[:, None], 0.0)
+    return Gs, hs
 
 
 def _solve_rows(G: np.ndarray, h: np.ndarray) -> np.ndarray:

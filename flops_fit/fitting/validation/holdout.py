@@ -12,6 +12,8 @@ from __future__ import annotations
 import multiprocessing
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -178,22 +180,44 @@ def check_many(approach: Fitter, runs: Runs, budgets: np.ndarray, keep: np.ndarr
                observed: Sequence[Observed]) -> list[HoldoutCheck]:
     """Fit ``approach`` on the runs ``keep`` selects (once) and compare its prediction at each
     observed budget (forward chaining predicts every larger budget from one fit)."""
-    fitted = sorted(float(b) for b in np.unique(budgets[keep]))
+    return compare(approach.name, budgets, keep, observed, predict(approach, runs, keep, observed))
+
+
+def predict(approach: Fitter, runs: Runs, keep: np.ndarray, observed: Sequence[Observed]):
+    """The refit on the runs ``keep`` selects and its ``predict`` table at the observed budgets,
+    or the reason there is none (a string)."""
     try:
         result = approach.fit(runs.subset(keep))
     except FitInputError as exc:
-        return [HoldoutCheck(method=approach.name, budget=o.budget, fitted_budgets=fitted,
-                             reason=f"cannot fit the other budgets: {exc}") for o in observed]
+        result = exc
+    return prediction(result, observed)
+
+
+def prediction(result: Any, observed: Sequence[Observed]):
+    """A refit's (or its FitInputError's) ``predict`` table at the observed budgets, or the reason
+    there is none (a string)."""
+    if isinstance(result, FitInputError):
+        return f"cannot fit the other budgets: {result}"
     failed = failure(result, [o.budget for o in observed])
     if failed is not None:  # a refit without a finite, ordered answer is a reason, never numbers
-        return [HoldoutCheck(method=approach.name, budget=o.budget, fitted_budgets=fitted,
-                             reason=f"the fit of the other budgets failed: {failed}") for o in observed]
-    table = result.predict([o.budget for o in observed])
+        return f"{FAILED}{failed}"
+    return result.predict([o.budget for o in observed])
+
+
+FAILED = "the fit of the other budgets failed: "
+
+
+def compare(method: str, budgets: np.ndarray, keep: np.ndarray, observed: Sequence[Observed],
+            table) -> list[HoldoutCheck]:
+    """Each observed budget's check from a refit's ``predict`` table (or the reason it has none)."""
+    fitted = sorted(float(b) for b in np.unique(budgets[keep]))
+    if isinstance(table, str):
+        return [HoldoutCheck(method=method, budget=o.budget, fitted_budgets=fitted, reason=table) for o in observed]
     checks = []
     for o, p in zip(observed, table.itertuples(), strict=True):
         loss_int, n_int = (float(p.loss_lo), float(p.loss_hi)), (float(p.N_opt_lo), float(p.N_opt_hi))
         checks.append(HoldoutCheck(
-            method=approach.name, budget=o.budget, fitted_budgets=fitted,
+            method=method, budget=o.budget, fitted_budgets=fitted,
             predicted_loss=float(p.loss), loss_interval=loss_int, observed_loss=o.loss,
             observed_loss_interval=o.loss_interval, loss_error=float(p.loss) / o.loss - 1,
             predicted_n_opt=float(p.N_opt), n_opt_interval=n_int, observed_n_opt=o.n_opt,
@@ -207,18 +231,151 @@ def check_many(approach: Fitter, runs: Runs, budgets: np.ndarray, keep: np.ndarr
 Task = tuple[Fitter, Runs, np.ndarray, np.ndarray, Sequence[Observed]]
 
 
+class SharedRefits:
+    """Refits' predictions kept while a fit lasts (``shared_refits``), so that forward chaining's
+    point fits on the runs' own scale reuse the held-out checks' refits of the same approach on
+    the same runs: a refit with bootstrap resamples has the point fit's point predictions (the
+    resamples only add intervals, dropped here). A refit that failed the validity check is not
+    reused for a point fit (it may have failed on its intervals alone)."""
+
+    def __init__(self) -> None:
+        self.tables: dict[Any, tuple[int, Any, Runs]] = {}
+        self.hits = 0
+        self._pool: tuple[int, ProcessPoolExecutor] | None = None
+
+    def pool(self, workers: int) -> ProcessPoolExecutor:
+        """One pool of ``workers`` processes for every ``run_checks`` in the block (a spawned
+        worker spends about a second importing before its first refit)."""
+        if self._pool is None or self._pool[0] != workers:
+            self.close()
+            self._pool = workers, ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool[1]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool[1].shutdown()
+            self._pool = None
+
+    @staticmethod
+    def key(task: Task) -> Any:
+        approach, runs, _, keep, observed = task
+        try:
+            settings = tuple(sorted((k, v) for k, v in vars(approach).items() if k != "bootstrap"))
+            hash(settings)
+        except TypeError:  # an option that is not a plain value: not shared
+            return None
+        return (type(approach), settings, id(runs), keep.tobytes(), tuple(o.budget for o in observed))
+
+    def get(self, task: Task):
+        key = self.key(task)
+        if key is None or key not in self.tables:
+            return None
+        bootstrap, table, _ = self.tables[key]
+        wanted = getattr(task[0], "bootstrap", 0)
+        if wanted == bootstrap:
+            self.hits += 1
+            return table
+        if wanted or (isinstance(table, str) and table.startswith(FAILED)):
+            return None
+        self.hits += 1
+        return table if isinstance(table, str) else _points_only(table)
+
+    def put(self, task: Task, table) -> None:
+        key = self.key(task)
+        if key is not None:
+            self.tables[key] = (getattr(task[0], "bootstrap", 0), table, task[1])  # holding the runs keeps their id
+
+
+def _points_only(table):
+    """A predict table with its interval columns blank, as a refit without resamples gives it."""
+    out = table.copy()
+    for column in [c for c in out.columns if c.endswith(("_lo", "_hi"))]:
+        out[column] = np.nan
+    return out
+
+
+_SHARED: ContextVar[SharedRefits | None] = ContextVar("shared_refits", default=None)
+
+
+@contextmanager
+def shared_refits():
+    """Within this block, ``run_checks`` shares refits of the same approach on the same runs
+    (``SharedRefits``): ``fit`` runs its held-out checks and the forecast's chaining inside one."""
+    shared = SharedRefits()
+    token = _SHARED.set(shared)
+    try:
+        yield shared
+    finally:
+        _SHARED.reset(token)
+        shared.close()
+
+
 def run_checks(tasks: Sequence[Task], workers: int = 1) -> list[list[HoldoutCheck]]:
     """``check_many(*task)`` for every task, in order; with ``workers`` > 1 in that many worker
     processes (each refit is independent, and refitting every method on every split is most
-    of a sweep's fitting time). The results are the same either way."""
-    if workers <= 1 or len(tasks) < 2:
-        return [check_many(*task) for task in tasks]
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(_check_task, tasks))
+    of a sweep's fitting time). The results are the same either way. Inside ``shared_refits``
+    a refit already made is not made again; an approach that fits several run sets together
+    (``fit_together``: Approach 3's grid searches) gets all of its tasks at once."""
+    shared = _SHARED.get()
+    tables = [shared.get(task) if shared is not None else None for task in tasks]
+    units = _units([task for task, table in zip(tasks, tables, strict=True) if table is None])
+    if workers <= 1 or len(units) < 2:
+        made = [_predict_unit(unit) for unit in units]
+    elif shared is not None:
+        made = list(shared.pool(workers).map(_predict_unit, units))
+    else:
+        with ProcessPoolExecutor(min(workers, len(units)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            made = list(pool.map(_predict_unit, units))
+    by_task = {id(task): table for unit, unit_tables in zip(units, made, strict=True)
+               for task, table in zip(unit, unit_tables, strict=True)}
+    out = []
+    for task, table in zip(tasks, tables, strict=True):
+        if table is None:
+            table = by_task[id(task)]
+            if shared is not None:
+                shared.put(task, table)
+        approach, _, budgets, keep, observed = task
+        out.append(compare(approach.name, budgets, keep, observed, table))
+    return out
 
 
-def _check_task(task: Task) -> list[HoldoutCheck]:
-    return check_many(*task)
+def _together(approach: Fitter):
+    """The approach's ``fit_together`` if its ``fit`` is the one that function batches, else None."""
+    cls = type(approach)
+    owner = next((k for k in cls.__mro__ if "fit" in vars(k)), None)
+    return getattr(cls, "fit_together", None) if owner is not None and "fit_together" in vars(owner) else None
+
+
+def _units(tasks: Sequence[Task]) -> list[list[Task]]:
+    """Tasks in units of work: one per task, except that the tasks of an approach type with
+    ``fit_together`` form one unit."""
+    units: list[list[Task]] = []
+    grouped: dict[type, list[Task]] = {}
+    for task in tasks:
+        if _together(task[0]) is None:
+            units.append([task])
+        else:
+            if type(task[0]) not in grouped:
+                grouped[type(task[0])] = []
+                units.append(grouped[type(task[0])])
+            grouped[type(task[0])].append(task)
+    return units
+
+
+def _predict_unit(unit: list[Task]) -> list[Any]:
+    together = _together(unit[0][0])
+    if together is None or len(unit) == 1:
+        return [predict(approach, runs, keep, observed) for approach, runs, _, keep, observed in unit]
+    subsets: list[Any] = []
+    for _, runs, _, keep, _ in unit:
+        try:
+            subsets.append(runs.subset(keep))
+        except FitInputError as exc:
+            subsets.append(exc)
+    jobs = [(task[0], runs) for task, runs in zip(unit, subsets, strict=True) if not isinstance(runs, FitInputError)]
+    results = iter(together(jobs) if jobs else [])
+    return [prediction(runs if isinstance(runs, FitInputError) else next(results), task[4])
+            for task, runs in zip(unit, subsets, strict=True)]
 
 
 def splits(runs: Runs, budgets: np.ndarray, which: Any, observed: Sequence[Observed]) -> list[tuple[np.ndarray, list[Observed]]]:
