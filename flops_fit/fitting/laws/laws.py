@@ -72,16 +72,27 @@ def power_frontier(p: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 def fit_power(log_c: np.ndarray, log_y: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, float]:
     """Weighted least-squares line log y = intercept + slope log C; returns (slope, intercept)."""
+    return line_fitter(log_c, weights)(log_y)
+
+
+def line_fitter(log_c: np.ndarray, weights: np.ndarray | None = None):
+    """``fit_power`` at these ``log_c`` for any ``log_y``, what does not depend on y computed once:
+    the normal equations about the weighted means (np.polyfit's answer without its SVD; the
+    envelope and IsoFLOP bootstraps fit thousands of these lines, most inside a 1-D search)."""
     w = np.ones_like(log_c) if weights is None else weights
     if np.count_nonzero(w) < 2 or np.ptp(log_c[w > 0]) == 0:
-        return np.nan, np.nan
-    # the normal equations about the weighted means (np.polyfit's answer, without its SVD:
-    # the envelope and IsoFLOP bootstraps fit thousands of these lines)
+        return lambda log_y: (np.nan, np.nan)
     total = w.sum()
-    x_mean, y_mean = (w @ log_c) / total, (w @ log_y) / total
-    dx = log_c - x_mean
-    slope = (w * dx) @ (log_y - y_mean) / ((w * dx) @ dx)
-    return float(slope), float(y_mean - slope * x_mean)
+    x_mean = (w @ log_c) / total
+    wdx = w * (log_c - x_mean)
+    denominator = wdx @ (log_c - x_mean)
+
+    def fit(log_y: np.ndarray) -> tuple[float, float]:
+        y_mean = (w @ log_y) / total
+        slope = wdx @ (log_y - y_mean) / denominator
+        return float(slope), float(y_mean - slope * x_mean)
+
+    return fit
 
 
 def fit_loss_law(log_c: np.ndarray, loss: np.ndarray, slope: float | None = None) -> dict[str, float]:
@@ -105,10 +116,11 @@ def fit_loss_law(log_c: np.ndarray, loss: np.ndarray, slope: float | None = None
     if loss.size < MIN_LOSS_POINTS or not lslope < 0:
         return {"l": lslope, "l0": l0, "l_inf": 0.0}
     floor = float(loss.min())
+    line, log_loss = line_fitter(log_c), np.log(loss)
 
     def sse(l_inf: float) -> float:
-        slope, intercept = fit_power(log_c, np.log(loss - l_inf))
-        return float(np.sum((np.log(l_inf + np.exp(intercept + slope * log_c)) - np.log(loss)) ** 2))
+        slope, intercept = line(np.log(loss - l_inf))
+        return float(np.sum((np.log(l_inf + np.exp(intercept + slope * log_c)) - log_loss) ** 2))
 
     best = minimize_scalar(sse, bounds=(0.0, floor * (1 - 1e-9)), method="bounded", options={"xatol": floor * 1e-7})
     l_inf = float(best.x) if best.fun < sse(0.0) else 0.0
