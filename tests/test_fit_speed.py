@@ -192,3 +192,26 @@ def test_chaining_reuses_the_held_out_refits_with_the_same_answers():
     assert shared.hits == made == sum(len({tuple(c.fitted_budgets) for c in checks[m]}) for m in names)
     assert [r.to_dict() for r in reused] == [r.to_dict() for r in fresh]
     assert any(np.isfinite(c.loss_interval[0]) for c in checks["parametric"])  # the checks kept their intervals
+
+
+def test_line_fit_by_normal_equations_equals_polyfit():
+    from flops_fit.fitting.laws.laws import fit_power
+
+    rng = np.random.default_rng(8)
+    for _ in range(200):
+        n = int(rng.integers(2, 30))
+        x, w = rng.normal(40, 3, n), (rng.uniform(0.1, 2, n) if rng.random() < 0.5 else None)
+        y = 0.5 * x + rng.normal(0, 0.3, n)
+        ref = np.polyfit(x, y, 1, w=None if w is None else np.sqrt(w))
+        np.testing.assert_allclose(fit_power(x, y, w), ref, rtol=1e-8)
+    assert np.isnan(fit_power(np.ones(4), np.arange(4.0))).all()  # one budget: no line
+
+
+def test_annealing_areas_are_kept_per_schedule_and_handed_out_as_copies():
+    from flops_fit.fitting.laws.curve_areas import TAU_GRID, _anneal, annealed
+
+    g = np.r_[np.linspace(0.1, 1, 10), np.ones(30), np.linspace(1, 0, 20)]
+    first = annealed(g, TAU_GRID)
+    np.testing.assert_array_equal(first, _anneal(g, TAU_GRID))
+    first[:] = 0.0  # a caller writing into its table changes no one else's
+    np.testing.assert_array_equal(annealed(g.copy(), TAU_GRID), _anneal(g, TAU_GRID))
