@@ -48,6 +48,7 @@ from flops_fit.fitting.laws.forms import Inputs, LawForm
 LAG_DECADES = 2.5  # tau = 10^(LAG_DECADES lag): the form's one exponent range [0.02, 2.5] spans tau 1.1 .. 1.8e6
 MIN_RUNS = 6
 REFIT_EVALUATIONS = 100
+PARTS_KEPT = 64  # exponents whose terms a problem keeps (``CurveProblem._parts``)
 
 
 class CurveForm(LawForm):
@@ -104,6 +105,7 @@ class CurveProblem:
         self.y = p.loss
         # a run's held-out point weighs as much as its curve points together (at least 1)
         self.base = np.where(p.final, np.maximum(self.counts[p.run], 1), 1.0)
+        self._cache: dict[bytes, tuple[np.ndarray, ...]] = {}
 
     def refit(self, run_weights: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, bool]:
         """A resample's (alpha, beta, lag, E, A, B, C, delta, F) from a nearby optimum ``start``:
@@ -112,21 +114,16 @@ class CurveProblem:
 
         root = np.sqrt(self.base * run_weights[self.points.run])
         x, final, log_n = self.x, self.x["final"], np.log(self.x["n"])
-        node = np.log(TAU_GRID[1] / TAU_GRID[0])
-
-        def parts(z):
-            size, power = np.exp(-z[0] * log_n), np.exp(-z[1] * x["log_s1"])
-            return size, power, power.mean(axis=1), s2_at(x["s2"], log_tau(z[2]))
+        parts = self._parts
 
         def residuals(z):
-            size, _, data, s2 = parts(z)
+            size, _, data, s2, _ = parts(z)
             E, A, B, C, delta, F = z[3:]
             return root * (E + A * size + B * data - C * s2 + delta * final + F * size * data - self.y)
 
         def jacobian(z):
-            size, power, data, s2 = parts(z)
+            size, power, data, s2, ds2 = parts(z)
             A, B, C, F = z[4], z[5], z[6], z[8]
-            ds2 = (s2_at(x["s2"], log_tau(z[2]) + 1e-3 * node) - s2) / (1e-3 * node) * LAG_DECADES * np.log(10.0)
             columns = [-(A + F * data) * log_n * size, -(B + F * size) * (x["log_s1"] * power).mean(axis=1),
                        -C * ds2, np.ones_like(s2), size, data, -s2, final, size * data]
             return root[:, None] * np.column_stack(columns)
@@ -137,6 +134,21 @@ class CurveProblem:
         res = least_squares(residuals, np.clip(start, lo, hi), jac=jacobian, bounds=(lo, hi),
                             x_scale="jac", xtol=1e-6, ftol=1e-6, max_nfev=REFIT_EVALUATIONS)
         return res.x, res.status > 0
+
+    def _parts(self, z: np.ndarray) -> tuple[np.ndarray, ...]:
+        """What the law's residuals and Jacobian at ``z`` take from its exponents alone (size and
+        data terms, S2 and its derivative in lag), kept for the last few exponents seen: every
+        resample's refit starts from the same optimum and the Jacobian follows its residuals."""
+        key = z[:3].tobytes()
+        if key not in self._cache:
+            if len(self._cache) >= PARTS_KEPT:
+                self._cache.clear()
+            x, node = self.x, np.log(TAU_GRID[1] / TAU_GRID[0])
+            size, power = np.exp(-z[0] * np.log(x["n"])), np.exp(-z[1] * x["log_s1"])
+            s2 = s2_at(x["s2"], log_tau(z[2]))
+            ds2 = (s2_at(x["s2"], log_tau(z[2]) + 1e-3 * node) - s2) / (1e-3 * node) * LAG_DECADES * np.log(10.0)
+            self._cache[key] = size, power, power.mean(axis=1), s2, ds2
+        return self._cache[key]
 
     def unscale(self, estimates: np.ndarray) -> dict[str, np.ndarray]:
         """Rows of (alpha, beta, lag, *linear) as parameter columns in the runs' units, tau in steps."""
