@@ -223,8 +223,9 @@ def test_refits_in_worker_processes_give_the_same_checks_and_forecast(forecast_j
     spread = json.loads(capsys.readouterr().out)
     alone = json.loads(fitted.to_json())  # the module's fit, in this process
     assert spread["forecast"] == alone["forecast"]
-    for method, result in alone["results"].items():
+    for method, result in alone["results"].items():  # the methods' own fits ran in the workers too
         assert spread["results"][method]["holdout"] == result["holdout"]
+        assert spread["results"][method]["params"] == result["params"]
     assert main(["fit", str(forecast_json), "--workers", "0"]) == 2
     assert "workers must be a positive integer" in capsys.readouterr().err
 

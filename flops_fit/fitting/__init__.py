@@ -33,6 +33,7 @@ from flops_fit.fitting.scales import SCALES, check_scale, rescale
 from flops_fit.fitting.validation.forecast import Forecast, default_target, forecast
 from flops_fit.fitting.validation.holdout import (
     HoldoutCheck,
+    fit_each,
     holdout_checks,
     select_budgets,
     shared_refits,
@@ -80,8 +81,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     backends (``["mlflow"]``, or a ``[tracking]``-style mapping) log any source's fit, under
     ``tracking/`` beside a CSV or in the sweep folder.
 
-    ``workers`` > 1 refits the held-out checks and the forecast's cross-validation in that many
-    processes (the same results, sooner).
+    ``workers`` > 1 fits the methods, refits the held-out checks and the forecast's cross-validation
+    in that many processes, one pool for the whole fit (the same results, sooner).
 
     ``unique_tokens`` (U) is the data budget (a sweep folder's store records its dataset's, used when
     this is None and some run repeats its data): given it, "parametric" and "vpnls" fit the
@@ -128,27 +129,25 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                  tuple(DataLimited.name if m in ("parametric", "vpnls") else m for m in names))
     approaches = [kinds[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus,
                                       unique_tokens=unique) for m in names]
-    results, skipped = {}, {}
-    checked = sorted({*default_budgets(runs), *budget_groups(runs)[0].tolist(),  # the tables', the swept, the target
-                      *([float(target)] if target is not None else [])})
-    for approach in approaches:
-        try:
-            result = approach.fit(runs)
-        except FitInputError as exc:
-            if method != "all":
-                raise
-            skipped[approach.name] = str(exc)
-            continue
-        reason = failure(result, checked)  # no finite, ordered answer: left out, with its reason
-        if reason is not None:
-            if method != "all":
-                raise NoFitError(f"{approach.name}: {failed_message(reason)}")
-            skipped[approach.name] = failed_message(reason)
-            continue
-        results[approach.name] = result
-    if not results:
-        raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
-    with shared_refits():  # the chaining's point refits reuse the held-out checks' refits
+    with shared_refits():  # one pool of workers for the fits and refits; the chaining reuses the checks' refits
+        results, skipped = {}, {}
+        checked = sorted({*default_budgets(runs), *budget_groups(runs)[0].tolist(),  # the tables', the swept, the target
+                          *([float(target)] if target is not None else [])})
+        for approach, result in zip(approaches, fit_each(approaches, runs, workers), strict=True):
+            if isinstance(result, FitInputError):
+                if method != "all":
+                    raise result
+                skipped[approach.name] = str(result)
+                continue
+            reason = failure(result, checked)  # no finite, ordered answer: left out, with its reason
+            if reason is not None:
+                if method != "all":
+                    raise NoFitError(f"{approach.name}: {failed_message(reason)}")
+                skipped[approach.name] = failed_message(reason)
+                continue
+            results[approach.name] = result
+        if not results:
+            raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
         if holdout is not None:
             checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
                                     bootstrap=bootstrap, seed=seed, level=level, workers=workers)

@@ -164,15 +164,14 @@ def grid_searches(funs: list, keep: int, starts: list[np.ndarray] | None = None)
 def _rows_of(funs: list, starts: list[np.ndarray], **options) -> list[tuple[np.ndarray, np.ndarray, BatchResult]]:
     """One ``minimize_batch`` over every problem's starts; per problem its rows' (x, f, result)."""
     bounds = np.cumsum([0] + [len(s) for s in starts])
-    owner = np.repeat(np.arange(len(funs)), np.diff(bounds))
 
     def fun(x: np.ndarray, rows: np.ndarray):
         if len(funs) == 1:
             return funs[0](x, rows)
         values, grads = np.empty(len(rows)), np.empty((len(rows), x.shape[1]))
-        which = owner[rows]
-        for i in np.unique(which):
-            mine = which == i
+        cuts = np.searchsorted(rows, bounds)  # minimize_batch asks for its rows in order
+        for i in np.flatnonzero(np.diff(cuts)):
+            mine = slice(cuts[i], cuts[i + 1])
             values[mine], grads[mine] = funs[i](x[mine], rows[mine] - bounds[i])
         return values, grads
 

@@ -339,6 +339,22 @@ def run_checks(tasks: Sequence[Task], workers: int = 1) -> list[list[HoldoutChec
     return out
 
 
+def fit_each(approaches: Sequence[Fitter], runs: Runs, workers: int = 1) -> list[Any]:
+    """Every approach's ``fit(runs)``, in order, its FitInputError in its place; inside
+    ``shared_refits`` with ``workers`` > 1 on the shared pool (the same results, sooner)."""
+    shared = _SHARED.get()
+    if shared is None or workers <= 1 or len(approaches) < 2:
+        return [_fit_or_reason(approach, runs) for approach in approaches]
+    return list(shared.pool(workers).map(_fit_or_reason, approaches, [runs] * len(approaches)))
+
+
+def _fit_or_reason(approach: Fitter, runs: Runs) -> Any:
+    try:
+        return approach.fit(runs)
+    except FitInputError as exc:
+        return exc
+
+
 def _together(approach: Fitter):
     """The approach's ``fit_together`` if its ``fit`` is the one that function batches, else None."""
     cls = type(approach)
