@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 import math
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import fit, load_runs
+from flops_fit.fitting.approaches.parametric import Parametric
 from flops_fit.fitting.approaches.vpnls import Vpnls
 from flops_fit.fitting.synthetic import synthetic_runs
-from flops_fit.fitting.validation.chaining import Record
+from flops_fit.fitting.validation.chaining import Record, forward_chain
 from flops_fit.fitting.validation.drift import ErrorModel, Prior, error_model, split_slopes
 from flops_fit.fitting.validation.forecast import MIN_SPLITS, decide, forecasts
 from flops_fit.fitting.validation.prior import POOLED, PRIOR_FILE, fit_prior, shipped
@@ -127,3 +129,15 @@ def test_too_little_chaining_evidence_gives_no_forecast_and_says_so():
     # fit() keeps the methods' own fits and says why there is no forecast
     fitted = fit(runs, method="vpnls", holdout="forward", bootstrap=0)
     assert fitted.holdout["vpnls"] and fitted.predict(1e20).N_opt.notna().all()
+
+
+def test_a_chaining_fit_without_a_finite_answer_is_left_out_of_that_splits_evidence():
+    # the issue's weak sweep (3 budgets: one split fits the first two and predicts the third): Approach
+    # 3 fitted to all runs of the first two budgets runs off to A = inf, the frontier focus does not
+    runs = load_runs(Path(__file__).parent / "data" / "weak_sweep.csv")
+    failing, answering = Parametric(bootstrap=0, focus="all"), Parametric(bootstrap=0, focus="frontier")
+    records, reasons = forward_chain([failing, answering], runs, ("params",), curve="slice")
+    assert {(r.method, r.focus, r.fitted_upto) for r in records} == {("parametric", "frontier", 1.2e10)}
+    assert all(np.isfinite([r.loss_error, r.n_opt_error]).all() for r in records)
+    assert list(reasons) == [("parametric", "params", "all")]  # the failed fit: a reason, never numbers
+    assert reasons[("parametric", "params", "all")].startswith("the fit of the other budgets failed: fitted A = ")

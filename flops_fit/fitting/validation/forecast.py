@@ -48,8 +48,17 @@ from flops_fit.fitting.validation.chaining import (
     score_cutoff,
     variants,
 )
-from flops_fit.fitting.validation.drift import FIELDS, ErrorModel, Prior, error_model, split_slopes
+from flops_fit.fitting.validation.drift import (
+    CARRY,
+    FIELDS,
+    ErrorModel,
+    Prior,
+    error_model,
+    reach,
+    split_slopes,
+)
 from flops_fit.fitting.validation.prior import prior_for, shipped
+from flops_fit.fitting.validation.validity import failure
 from flops_fit.tables import format_table
 
 MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining needs to answer
@@ -244,10 +253,15 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
             continue
         try:
             own = rescale(runs, key[1])
-            table = by_key[(key[0], key[2])].fit(own).predict(targets)
+            result = by_key[(key[0], key[2])].fit(own)
         except FitInputError as exc:
             reasons[key] = f"cannot fit all runs: {exc}"
             continue
+        failed = failure(result, targets)
+        if failed is not None:  # no finite, ordered answer at the target: not a candidate
+            reasons[key] = f"its fit of all runs failed: {failed}"
+            continue
+        table = result.predict(targets)
         predictions[key] = np.column_stack([table["loss"].to_numpy(float),
                                             to_params(own, table["N_opt"].to_numpy(float)),
                                             table["D_opt"].to_numpy(float)])
@@ -259,7 +273,8 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
 
 def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]], target: float, ratio: float, *,
            keys: Sequence[Key] | None = None, reasons: Mapping[Key, str] | None = None, level: float = 0.95,
-           priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE) -> Forecast:
+           priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE,
+           carry: str = CARRY) -> Forecast:
     """The forecast from chaining ``records`` and each candidate's (loss, N_opt in parameters,
     D_opt) at ``target``: each answer by its own record (a pure function of its inputs, so the
     calibration benchmark scores exactly what ``forecasts`` answers)."""
@@ -278,7 +293,8 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
         for q, name in FIELDS.items():
             slopes = split_slopes(mine, name)
             if slopes:
-                c.models[q] = error_model(list(slopes.values()), prior_for(prior[q], key[0], key[2]))
+                c.models[q] = error_model(list(slopes.values()), prior_for(prior[q], key[0], key[2]),
+                                          reach=reach(mine, name), carry=carry)
         if key in predictions:
             c.target_loss, c.target_n_opt, c.target_d_opt = (float(v) for v in predictions[key])
         elif mine and c.reason is None:
@@ -286,7 +302,7 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
         if mine and c.reason is None and max(m.splits for m in c.models.values()) < MIN_SPLITS:
             c.reason = f"chaining predictions from fewer than {MIN_SPLITS} splits"
         candidates.append(c)
-    answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode) for q in FIELDS}
+    answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode, carry) for q in FIELDS}
     loss, n = answers["loss"], answers["n_opt"]
     d_raw = _d_opt(n, candidates)
     d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
@@ -304,7 +320,7 @@ def _eligible(candidates: Sequence[Candidate], q: str) -> list[Candidate]:
 
 
 def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], ratio: float, level: float,
-            prior: Prior, mode: str) -> Answer:
+            prior: Prior, mode: str, carry: str) -> Answer:
     eligible = _eligible(candidates, q)
     if not eligible:
         most = max((m.splits for c in candidates for m in c.models.values()), default=0)
@@ -319,7 +335,7 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
                 [{"method": best.method, "scale": best.scale, "focus": best.focus, "weight": 1.0}], best.name,
                 best.loss_error if q == "loss" else best.n_opt_error)]
     if mode in ("average", "auto") and len(eligible) > 1:
-        averaged = _average(q, eligible, records, prior)
+        averaged = _average(q, eligible, records, prior, carry)
         if averaged is not None:
             options = [averaged] if mode == "average" else options + [averaged]
     model, log_raw, members, source, chaining_error = min(options, key=lambda o: o[0].sd)
@@ -330,7 +346,7 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
                   hi=float(np.exp(centre + hi)), model=model, chaining_error=float(chaining_error))
 
 
-def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], prior: Prior):
+def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], prior: Prior, carry: str):
     """The candidates' weighted geometric mean (weights 1 / sd^2 of their own error models) as one
     more candidate: its per-split slopes are the members' weighted slopes, over the splits every
     member predicted from."""
@@ -344,7 +360,8 @@ def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], p
     weights = np.array([1.0 / c.models[q].sd ** 2 for c in members])
     weights /= weights.sum()
     z = [float(sum(w * slopes[c.key][k] for w, c in zip(weights, members, strict=True))) for k in sorted(common)]
-    model = error_model(z, prior)
+    measured = [r for r in records if (r.method, r.scale, r.focus) in {c.key for c in members} and r.fitted_upto in common]
+    model = error_model(z, prior, reach=reach(measured, field_name), carry=carry)
     log_raw = float(sum(w * np.log(getattr(c, value)) for w, c in zip(weights, members, strict=True)))
     return (model, log_raw, [{"method": c.method, "scale": c.scale, "focus": c.focus, "weight": float(w)}
                              for w, c in zip(weights, members, strict=True)],
