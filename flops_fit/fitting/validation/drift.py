@@ -43,10 +43,11 @@ MIN_RATIO = 1.3
 # How the drift b is carried to the target's reach ln r_t (the point corrected by -shift, the log error
 # expected there): "linear" b ln r_t; "reach" b min(ln r_t, R), R the largest ln r the chaining measured
 # (a drift is not extrapolated past the evidence for it); "significant" b ln r_t only where |b| exceeds
-# its own interval's half-width (t quantile x its sd), else none; "off" none; "widen" none, the interval
-# stretched to reach the drift-corrected point (the drift as uncertainty, not as a correction).
-CARRIES = ("linear", "reach", "significant", "off", "widen")
-CARRY = "linear"
+# its own interval's half-width (t quantile x its sd), else none; "off" none; "count" none, the drift
+# counted as error like the scatter (``ErrorModel.sd``); "widen" none, the interval stretched to reach
+# the drift-corrected point (the drift as uncertainty, not as a correction).
+CARRIES = ("linear", "reach", "significant", "off", "count", "widen")
+CARRY = "off"  # the best calibrated leaving one study out (benchmarks/bench_forecast_variants.py)
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,11 @@ class ErrorModel:
 
     @property
     def sd(self) -> float:
-        """Standard deviation of z for a new split: scatter and the drift's own uncertainty."""
-        return float(np.hypot(self.scatter, self.drift_sd))
+        """Standard deviation of z for a new split: scatter and the drift's own uncertainty, and with
+        carry "count" the drift itself (not corrected, so an error like the scatter: a drifting
+        candidate ranks lower, weighs less and answers with a wider interval)."""
+        drift = self.drift if self.carry == "count" else 0.0
+        return float(np.sqrt(self.scatter ** 2 + self.drift_sd ** 2 + drift ** 2))
 
     def quantile(self, level: float) -> float:
         from scipy.stats import t
@@ -96,7 +100,7 @@ class ErrorModel:
         if self.carry == "significant":
             kept = linear if abs(self.drift) > self.quantile(level) * self.drift_sd else 0.0 * linear
             return kept, kept
-        if self.carry == "off":
+        if self.carry in ("off", "count"):
             return 0.0 * linear, 0.0 * linear
         if self.carry == "widen":
             return np.minimum(linear, 0.0), np.maximum(linear, 0.0)

@@ -9,13 +9,16 @@ chosen by its own record:
 - per candidate and answer, the errors are modelled as a drift plus scatter in ln error / ln r,
   one value per split (predictions of one split share its fit), combined with a prior learned
   on public sweeps (``drift``, ``prior``);
-- each answer comes from the candidate whose error at the target is expected to be smallest
-  (the predictive standard deviation of the drift-corrected error), or from a weighted
-  average of the candidates when its own chaining record is better (``MODE``);
-- the point is corrected by the drift carried to the target's ratio; the interval is the
-  scatter plus the drift's own uncertainty, grown with ln r_t (Student's t with the prior's
-  pseudo degrees of freedom added to the sweep's own). The chaining fits saw fewer runs than
-  the final fit, so their errors hold the runs' noise as well as the law's.
+- each answer comes from the weighted average of the candidates (weights 1 / sd^2 of their
+  error models), or from the one whose error at the target is expected to be smallest, as
+  ``MODE`` says;
+- the drift is measured and reported, and the point is corrected by it as ``drift.CARRY``
+  says: not at all by default. Left out one study at a time, the public sweeps covered their
+  truths more often, and with smaller errors, uncorrected than corrected linearly in ln r (a drift
+  measured at 2-50x changes sign or levels off further out; benchmarks/bench_forecast_variants.py);
+- the interval is the scatter plus the drift's own uncertainty, grown with ln r_t (Student's t
+  with the prior's pseudo degrees of freedom added to the sweep's own). The chaining fits saw
+  fewer runs than the final fit, so their errors hold the runs' noise as well as the law's.
 
 A forecast needs chaining evidence: a candidate answers only with predictions from
 ``MIN_SPLITS`` or more splits; without any, there is no forecast (the methods' own fits and
@@ -63,7 +66,7 @@ from flops_fit.tables import format_table
 
 MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining needs to answer
 MODES = ("select", "average", "auto")
-MODE = "auto"  # benchmarks/bench_forecast_calibration.py compares the modes on public sweeps
+MODE = "average"  # benchmarks/bench_forecast_variants.py compares the modes on public sweeps
 LABELS = {"loss": "loss", "n_opt": "N_opt"}
 
 Triple = tuple[float, float, float]
@@ -180,11 +183,16 @@ def describe(key: Key) -> str:
     return f"{method}{'' if focus is None else f'/{focus}'} on {SCALES.get(scale, scale)}"
 
 
+CARRY_NOTES = {"off": "a drift measured inside the sweep did not carry to larger budgets on public sweeps",
+               "count": "counted as error in the interval", "widen": "the interval stretched over it"}
+
+
 def answer_line(a: Answer, ratio: float) -> str:
     """Where an answer comes from, in one line."""
     m = a.model
-    drift = (f"drift {m.drift:+.3f} per ln r (own {m.own_drift:+.3f}) corrected the point by {100 * a.correction:+.1f}%"
-             if abs(a.correction) > 0 else "no drift")
+    drift = f"drift {m.drift:+.3f} per ln r (own {m.own_drift:+.3f}) " + (
+        f"corrected the point by {100 * a.correction:+.1f}%" if abs(a.correction) > 0 else
+        f"not corrected ({m.carry}: {CARRY_NOTES.get(m.carry, 'none at this reach')})")
     return (f"{LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; scatter {m.scatter:.3f} "
             f"per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to {ratio:.3g}x")
 
