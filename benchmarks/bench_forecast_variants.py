@@ -50,7 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
     parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo (its stored chaining)")
-    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining.json"))
+    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v2.json"))
     parser.add_argument("--out", default="forecast_variants.json")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--level", type=float, default=0.95)
