@@ -15,7 +15,7 @@ prior learned across public sweeps (``prior``; empirical Bayes):
   s^2 = (nu0 s0^2 + (K - 1) S^2) / (nu0 + K - 1), with nu0 + K - 1 degrees of freedom;
 - the drift is shrunk toward 0 by the prior b ~ N(0, tau^2): b = zbar tau^2 / (tau^2 + s^2 / K),
   variance v = tau^2 (s^2 / K) / (tau^2 + s^2 / K). A drift large against its standard error is
-  kept almost whole (the point is corrected by it), one the splits cannot tell from scatter is
+  kept almost whole (reported, and by a correcting ``carry`` taken off the point), one the splits cannot tell from scatter is
   mostly dropped.
 
 At the target's ratio r_t the log error is N(b ln r_t, (s^2 + v) ln^2 r_t): the interval is
