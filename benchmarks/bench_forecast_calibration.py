@@ -33,6 +33,7 @@ from fit_forecast_prior import priors_for, public_chains
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import load_runs
+from flops_fit.fitting.validation.drift import CARRY
 from flops_fit.fitting.validation.forecast import MODES, decide
 from flops_fit.fitting.validation.prior import shipped
 
@@ -40,16 +41,17 @@ ROOT = Path(__file__).resolve().parents[1]
 GOALS = {"loss_coverage": 0.90, "n_opt_coverage": 0.90, "median_n_opt_ratio": 3.0, "median_loss_width": 0.06}
 
 
-def calibrate(name: str, runs, chained: dict, priors, level: float) -> list[dict]:
-    keys = fs.keys_of(chained)
+def calibrate(name: str, splits: list, keys: list, priors, level: float, modes=MODES, carry: str = CARRY) -> list[dict]:
+    """The forecast of every outer split (``forecast_sweeps.outer_splits``, computed once) at each
+    later budget, per mode, scored against the truth there."""
     rows = []
-    for upto, inner, later in fs.outer_splits(runs, chained):
+    for upto, inner, later in splits:
         for budget, (truth, predictions) in later.items():
-            for mode in MODES:
+            for mode in modes:
                 row = {"sweep": name, "mode": mode, "fitted_upto": upto, "budget": budget, "ratio": budget / upto}
                 try:
                     f = decide(inner, predictions, budget, budget / upto, keys=keys, level=level, priors=priors,
-                               mode=mode)
+                               mode=mode, carry=carry)
                 except FitInputError as exc:
                     rows.append({**row, "reason": str(exc)})
                     continue
@@ -94,19 +96,10 @@ def demo_chain(score: Path) -> dict:
     return {"records": records, "keys": [[c["method"], c["scale"], c["focus"]] for c in forecast["candidates"]]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
-    parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo: its stored chaining "
-                        "instead of chaining the demo again")
-    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining.json"))
-    parser.add_argument("--out", default="calibration.json")
-    parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--level", type=float, default=0.95)
-    args = parser.parse_args()
-    clock = time.perf_counter()
-    cache = Path(args.cache)
-    chains = public_chains(cache, args.workers)
+def sweep_jobs(cache: Path, workers: int, demo_folder: str | None = None, demo_score: str | None = None):
+    """(name, runs, chaining, prior) per sweep scored (the public ones with the prior fitted without
+    their study, the demo with the shipped prior), and why the others are skipped."""
+    chains = public_chains(cache, workers)
     sweeps = fs.public_sweeps()
     jobs, skipped = [], {}
     for name, chained in chains.items():
@@ -117,16 +110,31 @@ def main() -> None:
             jobs.append((name, sweeps[name], chained, priors_for(chains, leave_out=name)))
         except FitInputError as exc:
             skipped[name] = f"no prior without its study: {exc}"
-    if args.demo:
-        demo = load_runs(args.demo)
-        chained = (demo_chain(Path(args.demo_score)) if args.demo_score else
-                   fs.cached_chain(f"gpt demo {Path(args.demo).resolve()}", demo, cache, args.workers))
+    if demo_folder:
+        demo = load_runs(demo_folder)
+        chained = (demo_chain(Path(demo_score)) if demo_score else
+                   fs.cached_chain(f"gpt demo {Path(demo_folder).resolve()}", demo, cache, workers))
         jobs.append(("gpt demo", demo, chained, shipped()[0]))
+    return jobs, skipped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
+    parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo: its stored chaining "
+                        "instead of chaining the demo again")
+    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v2.json"))
+    parser.add_argument("--out", default="calibration.json")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--level", type=float, default=0.95)
+    args = parser.parse_args()
+    clock = time.perf_counter()
+    jobs, skipped = sweep_jobs(Path(args.cache), args.workers, args.demo, args.demo_score)
     result = {"level": args.level, "goals": GOALS, "sweeps": {}, "all": {}, "skipped": skipped}
     rows = []
     for name, runs, chained, prior in jobs:
-        mine = calibrate(name, runs, chained, (prior, {"note": f"leave-one-study-out: fitted without {fs.study_of(name)}"}),
-                         args.level)
+        mine = calibrate(name, list(fs.outer_splits(runs, chained)), fs.keys_of(chained),
+                         (prior, {"note": f"leave-one-study-out: fitted without {fs.study_of(name)}"}), args.level)
         rows += mine
         result["sweeps"][name] = {mode: summarise([r for r in mine if r["mode"] == mode]) for mode in MODES}
         result["sweeps"][name]["prior"] = {q: {k: vars(p) for k, p in by.items()} for q, by in prior.items()}

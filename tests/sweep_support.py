@@ -23,13 +23,14 @@ torch.set_num_threads(1)
 
 
 class TinyLM(nn.Module):
-    def __init__(self, width: int, vocab_size: int = VOCAB, **config) -> None:
+    def __init__(self, width: int, vocab_size: int = VOCAB, dropout: float = 0.0, **config) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, width)
         self.head = nn.Linear(width, vocab_size)
+        self.drop = nn.Dropout(dropout) if dropout else nn.Identity()
 
     def forward(self, tokens):
-        return self.head(torch.tanh(self.embed(tokens)))
+        return self.head(self.drop(torch.tanh(self.embed(tokens))))
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

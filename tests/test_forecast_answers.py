@@ -6,16 +6,18 @@ from __future__ import annotations
 import json
 import math
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import fit, load_runs
+from flops_fit.fitting.approaches.parametric import Parametric
 from flops_fit.fitting.approaches.vpnls import Vpnls
 from flops_fit.fitting.synthetic import synthetic_runs
-from flops_fit.fitting.validation.chaining import Record
-from flops_fit.fitting.validation.drift import ErrorModel, Prior, error_model, split_slopes
+from flops_fit.fitting.validation.chaining import Record, forward_chain
+from flops_fit.fitting.validation.drift import CARRIES, ErrorModel, Prior, error_model, split_slopes
 from flops_fit.fitting.validation.forecast import MIN_SPLITS, decide, forecasts
 from flops_fit.fitting.validation.prior import POOLED, PRIOR_FILE, fit_prior, shipped
 
@@ -42,11 +44,12 @@ def test_predictions_of_one_split_are_one_piece_of_evidence():
     assert list(slopes.values()) == pytest.approx([0.01 * i for i in range(1, 6)])
 
 
-def test_a_clear_drift_is_corrected_and_its_uncertainty_sizes_the_interval():
+def test_a_clear_drift_carried_linearly_is_corrected_and_its_uncertainty_sizes_the_interval():
     # N_opt under-predicted by 20% per unit of ln r on every split, with a little scatter
     rs = records("drifting", lambda i: 0.001 * (-1) ** i, lambda i: -0.2 + 0.01 * (-1) ** i)
     ratio, raw_n = 10.0, 1e6
-    f = decide(rs, {("drifting", "params", None): (2.0, raw_n, 1e9)}, 1e21, ratio, priors=(WEAK, {}), mode="select")
+    f = decide(rs, {("drifting", "params", None): (2.0, raw_n, 1e9)}, 1e21, ratio, priors=(WEAK, {}), mode="select",
+               carry="linear")
     n = f.answers["n_opt"]
     truth = raw_n * math.exp(0.2 * math.log(ratio))  # what the drift says the truth is
     assert n.model.own_drift == pytest.approx(-0.2, abs=0.005) and n.model.drift == pytest.approx(-0.2, abs=0.01)
@@ -56,7 +59,8 @@ def test_a_clear_drift_is_corrected_and_its_uncertainty_sizes_the_interval():
     assert f.d_opt[0] == pytest.approx(1e9 * raw_n / n.value)  # the budget fixes N D: D moves the other way
     # the same errors without a drift: nothing to correct
     still = decide(records("still", lambda i: 0.001, lambda i: 0.01 * (-1) ** i),
-                   {("still", "params", None): (2.0, raw_n, 1e9)}, 1e21, ratio, priors=(WEAK, {}), mode="select")
+                   {("still", "params", None): (2.0, raw_n, 1e9)}, 1e21, ratio, priors=(WEAK, {}), mode="select",
+                   carry="linear")
     assert abs(still.answers["n_opt"].correction) < 0.02
 
 
@@ -127,3 +131,47 @@ def test_too_little_chaining_evidence_gives_no_forecast_and_says_so():
     # fit() keeps the methods' own fits and says why there is no forecast
     fitted = fit(runs, method="vpnls", holdout="forward", bootstrap=0)
     assert fitted.holdout["vpnls"] and fitted.predict(1e20).N_opt.notna().all()
+
+
+def test_a_chaining_fit_without_a_finite_answer_is_left_out_of_that_splits_evidence():
+    # the issue's weak sweep (3 budgets: one split fits the first two and predicts the third): Approach
+    # 3 fitted to all runs of the first two budgets runs off to A = inf, the frontier focus does not
+    runs = load_runs(Path(__file__).parent / "data" / "weak_sweep.csv")
+    failing, answering = Parametric(bootstrap=0, focus="all"), Parametric(bootstrap=0, focus="frontier")
+    records, reasons = forward_chain([failing, answering], runs, ("params",), curve="slice")
+    assert {(r.method, r.focus, r.fitted_upto) for r in records} == {("parametric", "frontier", 1.2e10)}
+    assert all(np.isfinite([r.loss_error, r.n_opt_error]).all() for r in records)
+    assert list(reasons) == [("parametric", "params", "all")]  # the failed fit: a reason, never numbers
+    assert reasons[("parametric", "params", "all")].startswith("the fit of the other budgets failed: fitted A = ")
+
+
+def test_each_carry_moves_the_point_and_the_interval_as_it_says():
+    # N_opt under-predicted by 20% per unit of ln r on every split (ratios measured up to 2^5 = 32x)
+    rs = records("drifting", lambda i: 0.001 * (-1) ** i, lambda i: -0.2 + 0.01 * (-1) ** i)
+    raw_n, ratio = 1e6, 100.0
+    answers = {carry: decide(rs, {("drifting", "params", None): (2.0, raw_n, 1e9)}, 1e21, ratio, priors=(WEAK, {}),
+                             mode="select", carry=carry).answers["n_opt"] for carry in CARRIES}
+    b = answers["linear"].model.drift
+    assert b == pytest.approx(-0.2, abs=0.01) and answers["linear"].model.reach == pytest.approx(math.log(32))
+    assert answers["linear"].value == pytest.approx(raw_n * math.exp(-b * math.log(ratio)))
+    assert answers["reach"].value == pytest.approx(raw_n * math.exp(-b * math.log(32)))  # not past the evidence
+    assert answers["significant"].value == pytest.approx(answers["linear"].value)  # clearly there: kept
+    for carry in ("off", "count", "widen"):  # not corrected
+        assert answers[carry].value == pytest.approx(raw_n) and answers[carry].correction == 0.0
+    off, count, widen = answers["off"], answers["count"], answers["widen"]
+    assert off.lo / raw_n == pytest.approx(raw_n / off.hi)  # centred on the raw point, scatter alone
+    assert count.model.sd == pytest.approx(math.hypot(off.model.sd, b))  # the drift counted as error
+    assert count.lo < off.lo and count.hi > off.hi and count.hi > answers["linear"].value
+    assert widen.lo == pytest.approx(off.lo) and widen.hi == pytest.approx(answers["linear"].hi)
+    with pytest.raises(ValueError, match="carry must be one of"):
+        error_model([0.1, 0.2], WEAK["loss"][POOLED], carry="sideways")
+
+
+def test_counting_the_drift_as_error_prefers_the_candidate_that_does_not_drift():
+    drifting = records("drifting", lambda i: 0.001, lambda i: -0.2 + 0.01 * (-1) ** i)
+    steady = records("steady", lambda i: 0.001, lambda i: 0.05 * (-1) ** i)  # more scatter, no drift
+    predictions = {("drifting", "params", None): (2.0, 1e6, 1e9), ("steady", "params", None): (2.0, 2e6, 5e8)}
+    chosen = {carry: decide(drifting + steady, predictions, 1e21, 10.0, priors=(WEAK, {}), mode="select",
+                            carry=carry).answers["n_opt"].source for carry in ("linear", "count")}
+    assert chosen["linear"].startswith("drifting")  # corrected, its drift is no error
+    assert chosen["count"].startswith("steady")

@@ -2,19 +2,25 @@
 ones it trains alone, each is checkpointed, resumed and recorded as its own run."""
 
 import dataclasses
+import os
+import threading
 import warnings
 
+import executor_tasks
 import pytest
 import sweep_support
+import torch
 
 from flops_fit.errors import Interrupted
+from flops_fit.executors.local import LocalExecutor
 from flops_fit.executors.stopping import clear_stop, request_stop
+from flops_fit.executors.threads import item_threads
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.driver import run_plan
 from flops_fit.sweeps.planner import Plan, plan
 from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
 from flops_fit.training.loop import train
-from flops_fit.training.stacked import Stack, StackedFamilies, stack_items, train_stacked
+from flops_fit.training.stacked import Stack, StackedFamilies, _Lanes, stack_items, train_stacked
 from flops_fit.training.task import train_family, train_item, work_items
 from flops_fit.training.wsd import families
 
@@ -48,6 +54,59 @@ def test_runs_trained_together_match_each_trained_alone():
     for spec, result in zip(specs, together, strict=True):
         assert_same_run(train(spec, host=HOST), result)
         assert result.timings["trained_together"] == len(specs)
+
+
+def test_runs_on_the_programs_threads_are_bit_for_bit_the_runs_alone():
+    """Two threads, each kernel on one: every curve point and held-out loss is the run's alone
+    (at one thread) exactly."""
+    specs = variants(max(tiny_plan().runs, key=lambda r: r.steps))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    alone = [train(s, host=HOST) for s in specs]
+    torch.set_num_threads(2)
+    try:
+        together = train_stacked(specs, host=HOST)
+    finally:
+        torch.set_num_threads(previous)
+    for a, b in zip(alone, together, strict=True):
+        assert b.status == a.status == "done" and b.curve == a.curve and b.loss == a.loss
+
+
+def test_the_program_steps_its_runs_on_the_workers_threads_one_kernel_thread_each():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with _Lanes(runs=3) as lanes:
+            seen = lanes.map(lambda i: (i, threading.current_thread().name, torch.get_num_threads()), range(3))
+        assert lanes.lanes == 2 and torch.get_num_threads() == 2  # the worker's threads given back
+    finally:
+        torch.set_num_threads(previous)
+    assert [i for i, _, _ in seen] == [0, 1, 2]  # in the runs' order
+    assert all(name.startswith("flops-fit-stacked") and kernel == 1 for _, name, kernel in seen)
+    with _Lanes(runs=3) as alone:  # one thread: the runs step in this thread, one after another
+        assert alone.lanes == 1 and alone.map(lambda i: threading.current_thread().name, [0]) == [
+            threading.current_thread().name]
+
+
+def test_a_program_of_runs_gets_a_thread_per_run_within_the_free_cores(monkeypatch):
+    specs = variants(tiny_plan().runs[0], multipliers=(0.5, 1.0, 2.0), seeds=(1,))
+    stack = Stack(tuple(specs))
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert item_threads(stack, 1, workers=1) == 4 and item_threads(stack, 1, workers=4) == 2
+    assert item_threads(specs[0], 1, workers=1) == 1  # a run alone: its own threads, as before
+    with LocalExecutor(workers=1, threads=1) as serial:  # the sweep's threads are each run's
+        assert [n for _, n in serial.map(executor_tasks.torch_threads, [stack, specs[0]])] == [4, 1]
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))  # one core free: no more than a run's
+    assert item_threads(stack, 1, workers=1) == 1
+
+
+def test_a_model_that_draws_random_numbers_is_refused_with_the_reason():
+    base = max(tiny_plan(model_config={"dropout": 0.1}).runs, key=lambda r: r.steps)
+    specs = variants(base, multipliers=(0.5, 1.0), seeds=())
+    with pytest.raises(ValueError, match="draws random numbers while it trains"):
+        train_stacked(specs, host=HOST)
+    assert train(specs[0], host=HOST).status == "done"  # alone it trains
 
 
 def test_a_transformer_trained_together_matches_alone():

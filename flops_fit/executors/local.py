@@ -32,7 +32,7 @@ from flops_fit.executors.base import (
 )
 from flops_fit.executors.stopping import raise_if_stopped, request_stop, stop_requested
 from flops_fit.executors.supervisor import Child, Supervisor, child_signals, progress_over, send
-from flops_fit.executors.threads import default_threads
+from flops_fit.executors.threads import default_threads, item_threads
 from flops_fit.plugin.contracts import ExecutorEntry
 from flops_fit.plugin.hookspecs import hookimpl
 
@@ -42,7 +42,8 @@ class LocalExecutor(ClosingExecutor):
     gives one worker per GPU (a GPU named twice: two workers share it), and ``"cuda:0,1"``
     gives a worker two GPUs, as a run of ``processes_per_run = 2`` needs (one per rank);
     ``threads`` torch threads per worker (default: what the runs' step size can use, within
-    each worker's share of the cores the machine has free: ``executors.threads``). A run of
+    each worker's share of the cores the machine has free: ``executors.threads``; a program of
+    runs trained together gets that for each run, within the same share). A run of
     ``processes_per_run = k`` launches its k ranks from its worker, each with the worker's
     threads / k: ``workers`` runs at once are ``workers x k`` processes."""
 
@@ -79,10 +80,11 @@ class LocalExecutor(ClosingExecutor):
         import torch
 
         previous = torch.get_num_threads()
-        torch.set_num_threads(self.threads or default_threads(items, 1))
+        per_run = self.threads or default_threads(items, 1)
         try:
             for item in items:
                 raise_if_stopped()
+                torch.set_num_threads(item_threads(item, per_run, 1))
                 try:
                     outcome = fn(item, self.on_progress)
                 except Exception as exc:  # noqa: BLE001 - a failed run is a result; the sweep goes on
@@ -103,6 +105,8 @@ class LocalExecutor(ClosingExecutor):
         slots = self.devices or [None] * min(self.workers, len(items))
         threads = self.threads or (max(1, (os.cpu_count() or 1) // len(slots)) if self.devices
                                    else default_threads(items, len(slots)))
+        if not self.devices:  # runs trained together step on threads of their own
+            threads = max(item_threads(item, threads, len(slots)) for item in items)
         # a run of k processes launches its ranks from the worker (which then splits its threads
         # among them), and a daemonic process may not start processes: such workers are not
         # daemonic (close() ends them all the same, and their ranks end with them)

@@ -5,7 +5,9 @@ A small model's step is a few small matrix products: a second thread only adds h
 a busy machine threads that outnumber the free cores spin and wait for each other (a 10k-parameter
 GPT stepped ~15x slower with 2 threads than with 1 on a shared 2-core machine). So a run gets one
 thread per ``FLOPS_PER_THREAD`` of its optimizer step, at most its share of the cores (cores /
-workers) and of the cores left free by the load already on the machine.
+workers) and of the cores left free by the load already on the machine. A program of runs
+trained together (``training.stacked``) steps its runs on threads of their own, so it gets a
+run's threads for each of them, within the same share (``item_threads``).
 """
 
 from __future__ import annotations
@@ -47,4 +49,14 @@ def default_threads(items: Iterable[Any], workers: int) -> int:
     return min(useful, share)
 
 
-__all__ = ["FLOPS_PER_THREAD", "default_threads", "free_cores", "step_flops"]
+def item_threads(item: Any, per_run: int, workers: int) -> int:
+    """Threads for one work item when a run gets ``per_run``: a program of k runs that step at
+    once (``item.together``) gets k x per_run, within a worker's share of the free cores, and
+    never fewer than one run's."""
+    together = int(getattr(item, "together", 1) or 1)
+    if together <= 1:
+        return per_run
+    return max(per_run, min(together * per_run, free_cores() // max(1, workers)))
+
+
+__all__ = ["FLOPS_PER_THREAD", "default_threads", "free_cores", "item_threads", "step_flops"]

@@ -237,7 +237,7 @@ class SweepOptions:
         check=_non_negative, cli=float)
     stack_runs: int = option(
         1, help="train up to N runs that differ only in learning rate or seed (a tune's rates, seeds) in one "
-        "program, their parameters stacked; each is still its own run (1: one at a time)",
+        "program, each stepping on a thread of its own; each is still its own run (1: one at a time)",
         check=_positive_int, cli=int, metavar="N")
     keep_weights: bool = option(False, help="keep each finished run's weights (weights/RUN_ID.safetensors)",
                                 check=_bool, cli=parse_bool)

@@ -15,11 +15,14 @@ prior learned across public sweeps (``prior``; empirical Bayes):
   s^2 = (nu0 s0^2 + (K - 1) S^2) / (nu0 + K - 1), with nu0 + K - 1 degrees of freedom;
 - the drift is shrunk toward 0 by the prior b ~ N(0, tau^2): b = zbar tau^2 / (tau^2 + s^2 / K),
   variance v = tau^2 (s^2 / K) / (tau^2 + s^2 / K). A drift large against its standard error is
-  kept almost whole (the point is corrected by it), one the splits cannot tell from scatter is
+  kept almost whole (reported, and by a correcting ``carry`` taken off the point), one the splits cannot tell from scatter is
   mostly dropped.
 
-At the target's ratio r_t the log error is N(b ln r_t, (s^2 + v) ln^2 r_t): the point is
-corrected by -b ln r_t, the interval is Student's t with the moderated degrees of freedom.
+At the target's ratio r_t the log error is N(b ln r_t, (s^2 + v) ln^2 r_t): the interval is
+Student's t with the moderated degrees of freedom. How much of the drift the point is corrected by
+is the ``carry`` (``CARRIES``): a drift measured over the sweep's own reach (2-50x) need not go on
+growing linearly to the target, and the public sweeps say which carry calibrates
+(``benchmarks/bench_forecast_variants.py``, leave one study out; ``CARRY``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,14 @@ FIELDS = {"loss": "loss_error", "n_opt": "n_opt_error"}  # an answer and its cha
 # error in an observed optimum at r = 1.1 would read as 0.1 per unit of ln r. (Budgets rounded from
 # FLOPs can lie a factor 1.1 apart; a designed sweep's are 1.4-3x apart.)
 MIN_RATIO = 1.3
+# How the drift b is carried to the target's reach ln r_t (the point corrected by -shift, the log error
+# expected there): "linear" b ln r_t; "reach" b min(ln r_t, R), R the largest ln r the chaining measured
+# (a drift is not extrapolated past the evidence for it); "significant" b ln r_t only where |b| exceeds
+# its own interval's half-width (t quantile x its sd), else none; "off" none; "count" none, the drift
+# counted as error like the scatter (``ErrorModel.sd``); "widen" none, the interval stretched to reach
+# the drift-corrected point (the drift as uncertainty, not as a correction).
+CARRIES = ("linear", "reach", "significant", "off", "count", "widen")
+CARRY = "off"  # the best calibrated leaving one study out (benchmarks/bench_forecast_variants.py)
 
 
 @dataclass(frozen=True)
@@ -60,30 +71,58 @@ class ErrorModel:
     drift_sd: float  # sqrt(v)
     scatter: float  # s after moderation toward s0
     dof: float
+    reach: float = np.inf  # R: the largest ln r the splits' predictions measured
+    carry: str = CARRY
 
     @property
     def sd(self) -> float:
-        """Standard deviation of z for a new split: scatter and the drift's own uncertainty."""
-        return float(np.hypot(self.scatter, self.drift_sd))
+        """Standard deviation of z for a new split: scatter and the drift's own uncertainty, and with
+        carry "count" the drift itself (not corrected, so an error like the scatter: a drifting
+        candidate ranks lower, weighs less and answers with a wider interval)."""
+        drift = self.drift if self.carry == "count" else 0.0
+        return float(np.sqrt(self.scatter ** 2 + self.drift_sd ** 2 + drift ** 2))
 
     def quantile(self, level: float) -> float:
         from scipy.stats import t
 
         return float(t.ppf(0.5 + level / 2, self.dof))
 
+    def shift(self, reach: np.ndarray | float, level: float) -> tuple[np.ndarray, np.ndarray]:
+        """The drift's part of the log error at ``reach`` = ln r (``carry``): (lo, hi), equal but
+        for "widen", whose span runs from no drift to the whole linear one."""
+        reach = np.asarray(reach, float)
+        linear = self.drift * reach
+        if self.carry == "linear":
+            return linear, linear
+        if self.carry == "reach":
+            capped = self.drift * np.minimum(reach, self.reach)
+            return capped, capped
+        if self.carry == "significant":
+            kept = linear if abs(self.drift) > self.quantile(level) * self.drift_sd else 0.0 * linear
+            return kept, kept
+        if self.carry in ("off", "count"):
+            return 0.0 * linear, 0.0 * linear
+        if self.carry == "widen":
+            return np.minimum(linear, 0.0), np.maximum(linear, 0.0)
+        raise ValueError(f"carry must be one of {', '.join(CARRIES)}; got {self.carry!r}")
+
     def log_interval(self, ratio: float, level: float) -> tuple[float, float, float]:
         """(correction, lo, hi) of the log error at ``ratio``: the point is corrected by
-        ``correction`` (= -b ln r), and the truth lies within [lo, hi] of the corrected point."""
+        ``correction`` (the drift carried there, negated), and the truth lies within [lo, hi] of
+        the corrected point."""
         reach = float(np.log(ratio)) if ratio > 1 else 0.0
         half = self.quantile(level) * self.sd * reach
-        return -self.drift * reach, -half, half
+        low, high = (float(v) for v in self.shift(reach, level))
+        correction = -(low + high) / 2 if self.carry != "widen" else 0.0
+        return correction, -high - correction - half, -low - correction + half
 
     def band(self, ratios: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The expected relative error (predicted / observed - 1) at each ratio and its ``level``
         band, in ratio space: the log error's band mapped back, so never below -100%."""
         reach = np.log(np.maximum(np.asarray(ratios, float), 1.0))
         half = self.quantile(level) * self.sd * reach
-        return np.expm1(self.drift * reach), np.expm1(self.drift * reach - half), np.expm1(self.drift * reach + half)
+        low, high = self.shift(reach, level)
+        return np.expm1((low + high) / 2), np.expm1(low - half), np.expm1(high + half)
 
     def to_dict(self) -> dict[str, Any]:
         return fmt.json_safe({**asdict(self), "sd": self.sd})
@@ -124,9 +163,18 @@ def weighted_moments(slopes: Sequence[float]) -> tuple[float, float, float]:
     return mean, var, n_eff
 
 
-def error_model(slopes: Sequence[float], prior: Prior) -> ErrorModel:
+def reach(records: Sequence[Any], field: str) -> float:
+    """R: ln of the largest ratio among the predictions ``split_slopes`` reads (-inf without any)."""
+    ratios = [r.ratio for r in records if r.ratio >= MIN_RATIO and np.isfinite(getattr(r, field))
+              and getattr(r, field) > -1]
+    return float(np.log(max(ratios))) if ratios else -np.inf
+
+
+def error_model(slopes: Sequence[float], prior: Prior, *, reach: float = np.inf, carry: str = CARRY) -> ErrorModel:
     """The moderated, shrunk model of z from one candidate's per-split slopes (at least one, in
-    split order: later splits weigh more, ``split_weights``)."""
+    split order: later splits weigh more, ``split_weights``), measured out to ln r = ``reach``."""
+    if carry not in CARRIES:
+        raise ValueError(f"carry must be one of {', '.join(CARRIES)}; got {carry!r}")
     z = np.asarray(slopes, float)
     k = int(z.size)
     mean, own_var, n_eff = weighted_moments(z)
@@ -137,8 +185,8 @@ def error_model(slopes: Sequence[float], prior: Prior) -> ErrorModel:
     shrink = tau2 / (tau2 + se2) if tau2 > 0 else 0.0
     return ErrorModel(splits=k, own_drift=mean, own_scatter=float(np.sqrt(own_var)) if k > 1 else np.nan,
                       drift=mean * shrink, drift_sd=float(np.sqrt(shrink * se2)), scatter=float(np.sqrt(var)),
-                      dof=float(prior.nu0 + dof_own))
+                      dof=float(prior.nu0 + dof_own), reach=float(reach), carry=carry)
 
 
-__all__ = ["FIELDS", "MIN_RATIO", "ErrorModel", "Prior", "error_model", "split_slopes", "split_weights",
-           "weighted_moments"]
+__all__ = ["CARRIES", "CARRY", "FIELDS", "MIN_RATIO", "ErrorModel", "Prior", "error_model", "reach", "split_slopes",
+           "split_weights", "weighted_moments"]

@@ -9,13 +9,16 @@ chosen by its own record:
 - per candidate and answer, the errors are modelled as a drift plus scatter in ln error / ln r,
   one value per split (predictions of one split share its fit), combined with a prior learned
   on public sweeps (``drift``, ``prior``);
-- each answer comes from the candidate whose error at the target is expected to be smallest
-  (the predictive standard deviation of the drift-corrected error), or from a weighted
-  average of the candidates when its own chaining record is better (``MODE``);
-- the point is corrected by the drift carried to the target's ratio; the interval is the
-  scatter plus the drift's own uncertainty, grown with ln r_t (Student's t with the prior's
-  pseudo degrees of freedom added to the sweep's own). The chaining fits saw fewer runs than
-  the final fit, so their errors hold the runs' noise as well as the law's.
+- each answer comes from the weighted average of the candidates (weights 1 / sd^2 of their
+  error models), or from the one whose error at the target is expected to be smallest, as
+  ``MODE`` says;
+- the drift is measured and reported, and the point is corrected by it as ``drift.CARRY``
+  says: not at all by default. Left out one study at a time, the public sweeps covered their
+  truths more often, and with smaller errors, uncorrected than corrected linearly in ln r (a drift
+  measured at 2-50x changes sign or levels off further out; benchmarks/bench_forecast_variants.py);
+- the interval is the scatter plus the drift's own uncertainty, grown with ln r_t (Student's t
+  with the prior's pseudo degrees of freedom added to the sweep's own). The chaining fits saw
+  fewer runs than the final fit, so their errors hold the runs' noise as well as the law's.
 
 A forecast needs chaining evidence: a candidate answers only with predictions from
 ``MIN_SPLITS`` or more splits; without any, there is no forecast (the methods' own fits and
@@ -48,13 +51,22 @@ from flops_fit.fitting.validation.chaining import (
     score_cutoff,
     variants,
 )
-from flops_fit.fitting.validation.drift import FIELDS, ErrorModel, Prior, error_model, split_slopes
+from flops_fit.fitting.validation.drift import (
+    CARRY,
+    FIELDS,
+    ErrorModel,
+    Prior,
+    error_model,
+    reach,
+    split_slopes,
+)
 from flops_fit.fitting.validation.prior import prior_for, shipped
+from flops_fit.fitting.validation.validity import failure
 from flops_fit.tables import format_table
 
 MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining needs to answer
 MODES = ("select", "average", "auto")
-MODE = "auto"  # benchmarks/bench_forecast_calibration.py compares the modes on public sweeps
+MODE = "average"  # benchmarks/bench_forecast_variants.py compares the modes on public sweeps
 LABELS = {"loss": "loss", "n_opt": "N_opt"}
 
 Triple = tuple[float, float, float]
@@ -171,11 +183,16 @@ def describe(key: Key) -> str:
     return f"{method}{'' if focus is None else f'/{focus}'} on {SCALES.get(scale, scale)}"
 
 
+CARRY_NOTES = {"off": "a drift measured inside the sweep did not carry to larger budgets on public sweeps",
+               "count": "counted as error in the interval", "widen": "the interval stretched over it"}
+
+
 def answer_line(a: Answer, ratio: float) -> str:
     """Where an answer comes from, in one line."""
     m = a.model
-    drift = (f"drift {m.drift:+.3f} per ln r (own {m.own_drift:+.3f}) corrected the point by {100 * a.correction:+.1f}%"
-             if abs(a.correction) > 0 else "no drift")
+    drift = f"drift {m.drift:+.3f} per ln r (own {m.own_drift:+.3f}) " + (
+        f"corrected the point by {100 * a.correction:+.1f}%" if abs(a.correction) > 0 else
+        f"not corrected ({m.carry}: {CARRY_NOTES.get(m.carry, 'none at this reach')})")
     return (f"{LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; scatter {m.scatter:.3f} "
             f"per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to {ratio:.3g}x")
 
@@ -244,10 +261,15 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
             continue
         try:
             own = rescale(runs, key[1])
-            table = by_key[(key[0], key[2])].fit(own).predict(targets)
+            result = by_key[(key[0], key[2])].fit(own)
         except FitInputError as exc:
             reasons[key] = f"cannot fit all runs: {exc}"
             continue
+        failed = failure(result, targets)
+        if failed is not None:  # no finite, ordered answer at the target: not a candidate
+            reasons[key] = f"its fit of all runs failed: {failed}"
+            continue
+        table = result.predict(targets)
         predictions[key] = np.column_stack([table["loss"].to_numpy(float),
                                             to_params(own, table["N_opt"].to_numpy(float)),
                                             table["D_opt"].to_numpy(float)])
@@ -259,7 +281,8 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
 
 def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]], target: float, ratio: float, *,
            keys: Sequence[Key] | None = None, reasons: Mapping[Key, str] | None = None, level: float = 0.95,
-           priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE) -> Forecast:
+           priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE,
+           carry: str = CARRY) -> Forecast:
     """The forecast from chaining ``records`` and each candidate's (loss, N_opt in parameters,
     D_opt) at ``target``: each answer by its own record (a pure function of its inputs, so the
     calibration benchmark scores exactly what ``forecasts`` answers)."""
@@ -278,7 +301,8 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
         for q, name in FIELDS.items():
             slopes = split_slopes(mine, name)
             if slopes:
-                c.models[q] = error_model(list(slopes.values()), prior_for(prior[q], key[0], key[2]))
+                c.models[q] = error_model(list(slopes.values()), prior_for(prior[q], key[0], key[2]),
+                                          reach=reach(mine, name), carry=carry)
         if key in predictions:
             c.target_loss, c.target_n_opt, c.target_d_opt = (float(v) for v in predictions[key])
         elif mine and c.reason is None:
@@ -286,7 +310,7 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
         if mine and c.reason is None and max(m.splits for m in c.models.values()) < MIN_SPLITS:
             c.reason = f"chaining predictions from fewer than {MIN_SPLITS} splits"
         candidates.append(c)
-    answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode) for q in FIELDS}
+    answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode, carry) for q in FIELDS}
     loss, n = answers["loss"], answers["n_opt"]
     d_raw = _d_opt(n, candidates)
     d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
@@ -304,7 +328,7 @@ def _eligible(candidates: Sequence[Candidate], q: str) -> list[Candidate]:
 
 
 def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], ratio: float, level: float,
-            prior: Prior, mode: str) -> Answer:
+            prior: Prior, mode: str, carry: str) -> Answer:
     eligible = _eligible(candidates, q)
     if not eligible:
         most = max((m.splits for c in candidates for m in c.models.values()), default=0)
@@ -319,7 +343,7 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
                 [{"method": best.method, "scale": best.scale, "focus": best.focus, "weight": 1.0}], best.name,
                 best.loss_error if q == "loss" else best.n_opt_error)]
     if mode in ("average", "auto") and len(eligible) > 1:
-        averaged = _average(q, eligible, records, prior)
+        averaged = _average(q, eligible, records, prior, carry)
         if averaged is not None:
             options = [averaged] if mode == "average" else options + [averaged]
     model, log_raw, members, source, chaining_error = min(options, key=lambda o: o[0].sd)
@@ -330,7 +354,7 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
                   hi=float(np.exp(centre + hi)), model=model, chaining_error=float(chaining_error))
 
 
-def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], prior: Prior):
+def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], prior: Prior, carry: str):
     """The candidates' weighted geometric mean (weights 1 / sd^2 of their own error models) as one
     more candidate: its per-split slopes are the members' weighted slopes, over the splits every
     member predicted from."""
@@ -344,7 +368,8 @@ def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], p
     weights = np.array([1.0 / c.models[q].sd ** 2 for c in members])
     weights /= weights.sum()
     z = [float(sum(w * slopes[c.key][k] for w, c in zip(weights, members, strict=True))) for k in sorted(common)]
-    model = error_model(z, prior)
+    measured = [r for r in records if (r.method, r.scale, r.focus) in {c.key for c in members} and r.fitted_upto in common]
+    model = error_model(z, prior, reach=reach(measured, field_name), carry=carry)
     log_raw = float(sum(w * np.log(getattr(c, value)) for w, c in zip(weights, members, strict=True)))
     return (model, log_raw, [{"method": c.method, "scale": c.scale, "focus": c.focus, "weight": float(w)}
                              for w, c in zip(weights, members, strict=True)],
