@@ -26,13 +26,23 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.sweeps.adaptive import StopRule, run_design, table_fitter, table_pool, table_spend
+from flops_fit.fitting.inputs import load_runs
+from flops_fit.store.run_store import RunStore
+from flops_fit.sweeps.adaptive import (
+    StopRule,
+    plan_spend,
+    run_design,
+    table_fitter,
+    table_pool,
+    table_spend,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "isoflops_public.csv"
 
@@ -41,14 +51,26 @@ def _inside(value: float, lo: float, hi: float) -> bool:
     return bool(math.isfinite(lo) and math.isfinite(hi) and lo <= value <= hi)
 
 
-def simulate(runs: pd.DataFrame, *, batch: int = 1) -> dict:
-    pool, spend = table_pool(runs), table_spend(runs)
+def _progress(total: float):
+    """Print each round once fitted (a long simulation shows where it is)."""
+    def show(design) -> None:
+        r = design.rounds[-1]
+        if r.note or math.isfinite(r.factor):
+            print(f"  round {len(design.rounds)}: {r.spent / total:.1%} of the FLOPs, x{r.factor:.3g} "
+                  f"{r.note[:80]}", file=sys.stderr, flush=True)
+    return show
+
+
+def simulate(runs, *, batch: int = 1, spend=None) -> dict:
+    """One sweep: ``runs`` a table or ``Runs``; ``spend`` FLOPs of a set of runs (default 6 N D each)."""
+    pool, spend = table_pool(runs), spend or table_spend(runs)
     target = 10 * max(pool)
     fit_at = table_fitter(runs, target)
     every = [(b, s) for b, sizes in pool.items() for s in sizes]
     full, full_flops = fit_at(every), spend(every)
     t0 = time.perf_counter()
-    design = run_design(pool, spend, target, StopRule(n_opt_factor=full.factor), fit_at, batch=batch)
+    design = run_design(pool, spend, target, StopRule(n_opt_factor=full.factor), fit_at, batch=batch,
+                        on_round=_progress(full_flops))
     seconds = time.perf_counter() - t0
     last = design.rounds[-1]
     ordered, spent = [], 0.0  # the grid in order, cut where it has spent what the adaptive design spent
@@ -63,7 +85,7 @@ def simulate(runs: pd.DataFrame, *, batch: int = 1) -> dict:
         small, small_error = None, str(exc)
     small_n = (small.n_opt, small.lo, small.hi) if small is not None else (math.nan,) * 3
     return {
-        "target": target, "budgets": len(pool), "runs": len(runs),
+        "target": target, "budgets": len(pool), "runs": len(every),
         "full": {"flops": full_flops, "n_opt": full.n_opt, "lo": full.lo, "hi": full.hi, "factor": full.factor},
         "adaptive": {"flops": design.spent, "share": design.spent / full_flops, "runs": len(design.keys),
                      "n_opt": last.n_opt, "lo": last.n_opt_lo, "hi": last.n_opt_hi, "factor": last.factor,
@@ -87,27 +109,43 @@ def main() -> None:
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--only", action="append", help="sweep(s) to simulate (default: every one)")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--demo", metavar="STORE",
+                        help="also simulate on a finished demo sweep's store (a copy: it is read, not written); "
+                             "FLOPs are what its WSD runs execute together")
+    parser.add_argument("--no-public", action="store_true", help="skip the public sweeps")
     parser.add_argument("--out", default="benchmarks/results/adaptive.json")
     args = parser.parse_args()
     table = pd.read_csv(args.data)
     path = Path(args.out)
-    out = json.loads(path.read_text()) if args.only and path.exists() else {}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    out = json.loads(path.read_text()) if (args.only or args.no_public) and path.exists() else {}
     out.update({"command": f"python benchmarks/bench_adaptive.py --batch {args.batch}", "method":
                 "fit(..., 'all', holdout='forward', bootstrap=0): the forecast's N_opt interval"})
     out.setdefault("sweeps", {})
+    if args.demo:
+        with RunStore(args.demo) as store:
+            planned = store.planned_runs()
+        row = simulate(load_runs(args.demo), batch=args.batch, spend=plan_spend(planned))
+        out["demo"] = {"store": args.demo, **row}
+        _print("demo", row)
+        path.write_text(json.dumps(out, indent=2, default=float) + "\n")
     for name, runs in table.groupby("experiment"):
-        if args.only and name not in args.only:
+        if args.no_public or (args.only and name not in args.only):
             continue
         runs = runs[["params", "tokens", "budget", "loss"]].reset_index(drop=True)
         row = simulate(runs, batch=args.batch)
         out["sweeps"][name] = row
-        a, f, s = row["adaptive"], row["full"], row["smallest_first"]
-        print(f"{name}: full grid {f['flops']:.3g} FLOPs, N_opt {f['n_opt']:.3g} (x{f['factor']:.2f}); adaptive "
-              f"{a['share']:.0%} of its FLOPs ({a['runs']} runs, budgets {a['budgets']}), x{a['factor']:.2f}, "
-              f"N_opt {a['error_vs_full']:+.1%} ({a['stopped']}); smallest first at {s['share']:.0%}: "
-              f"x{s['factor']:.2f}, N_opt {s['error_vs_full']:+.1%}", flush=True)
+        _print(name, row)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=2, default=float) + "\n")
+
+
+def _print(name: str, row: dict) -> None:
+    a, f, s = row["adaptive"], row["full"], row["smallest_first"]
+    print(f"{name}: full grid {f['flops']:.3g} FLOPs, N_opt {f['n_opt']:.3g} (x{f['factor']:.2f}); adaptive "
+          f"{a['share']:.0%} of its FLOPs ({a['runs']} runs, budgets {a['budgets']}), x{a['factor']:.2f}, "
+          f"N_opt {a['error_vs_full']:+.1%} ({a['stopped']}); smallest first at {s['share']:.0%}: "
+          f"x{s['factor']:.2f}, N_opt {s['error_vs_full']:+.1%}", flush=True)
 
 
 if __name__ == "__main__":

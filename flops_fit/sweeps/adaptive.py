@@ -35,8 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from flops_fit.errors import FitInputError, OptionError
 from flops_fit.fitting import fit
+from flops_fit.fitting.inputs import Runs
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.sweeps.driver import run_plan
 from flops_fit.training.wsd import executed_flops
@@ -355,10 +358,12 @@ def forecast_reading(fitted: Any, target: float, losses: Mapping[Key, float]) ->
 
 
 def _optimum(fitted: Any, forecast: Any) -> Callable[[float], float] | None:
-    """N_opt at a budget from the forecast's N_opt source method (else approach 2, else any fit)."""
+    """N_opt at a budget, to centre its sizes: approach 2's (a line through the observed IsoFLOP
+    minima: what the next budget's minimum is nearest), else the forecast's N_opt source, else any
+    fit. (Centred on approach 3's, Chinchilla's larger budgets had their minima at the smaller edge.)"""
     results = getattr(fitted, "results", None) or {}
     members = forecast.answers["n_opt"].members if forecast is not None else []
-    names = [m["method"] for m in sorted(members, key=lambda m: -m["weight"])] + ["isoflop", *results]
+    names = ["isoflop", *(m["method"] for m in sorted(members, key=lambda m: -m["weight"])), *results]
     name = next((n for n in names if n in results), None)
     if name is None:
         return None
@@ -371,21 +376,26 @@ def fit_forecast(source: Any, target: float) -> Any:
 
 
 def table_fitter(runs: Any, target: float) -> Callable[[list[Key]], Reading]:
-    """``fit_at`` for a table of runs (``params``, ``tokens``, ``budget``, ``loss``): the chosen
-    runs (budget, params) fitted by ``flops_fit.fit`` with the forecast, read at ``target``."""
-    keyed = runs.assign(_key=list(zip(runs.budget.astype(float), runs.params.astype(float), strict=True)))
-    loss_of = dict(zip(keyed._key, keyed.loss.astype(float), strict=True))
+    """``fit_at`` for runs already trained: a table (``params``, ``tokens``, ``budget``, ``loss``) or
+    ``Runs`` (``load_runs`` of a sweep folder: curves and scales kept); the chosen runs (budget,
+    params) fitted by ``flops_fit.fit`` with the forecast, read at ``target``."""
+    frame = runs.frame if isinstance(runs, Runs) else runs
+    keys = list(zip(frame.budget.astype(float), frame.params.astype(float), strict=True))
+    loss_of = dict(zip(keys, frame.loss.astype(float), strict=True))
 
-    def fit_at(keys: list[Key]) -> Reading:
-        chosen = keyed[keyed._key.isin(set(keys))].drop(columns="_key").reset_index(drop=True)
-        return forecast_reading(fit_forecast(chosen, target), target, {k: loss_of[k] for k in keys})
+    def fit_at(chosen: list[Key]) -> Reading:
+        wanted = set(chosen)
+        mask = np.array([k in wanted for k in keys])
+        subset = runs.subset(mask) if isinstance(runs, Runs) else runs[mask].reset_index(drop=True)
+        return forecast_reading(fit_forecast(subset, target), target, {k: loss_of[k] for k in wanted})
 
     return fit_at
 
 
 def table_pool(runs: Any) -> dict[float, list[float]]:
-    """The sizes (params) of each budget of a table of runs."""
-    return pool_of(zip(runs.budget.astype(float), runs.params.astype(float), strict=True))
+    """The sizes (params) of each budget of a table of runs (or ``Runs``)."""
+    frame = runs.frame if isinstance(runs, Runs) else runs
+    return pool_of(zip(frame.budget.astype(float), frame.params.astype(float), strict=True))
 
 
 def table_spend(runs: Any) -> Callable[[Iterable[Key]], float]:
@@ -400,12 +410,13 @@ DEFAULT_RULE = "n_opt<=1.5x"
 
 
 def plan_keys(plan: Any) -> dict[Key, Any]:
-    """The plan's runs by (budget, params): the pool an adaptive sweep chooses from."""
-    return {(float(run.budget), float(run.params)): run for run in plan.runs}
+    """The plan's runs (or a list of them) by (budget, params): the pool an adaptive sweep chooses from."""
+    return {(float(run.budget), float(run.params)): run for run in getattr(plan, "runs", plan)}
 
 
 def plan_spend(plan: Any) -> Callable[[Iterable[Key]], float]:
-    """FLOPs the runs of a set of the plan's (budget, size) execute together (WSD: each stable phase once)."""
+    """FLOPs the runs of a set of the plan's (budget, size) execute together (WSD: each stable phase
+    once). ``plan``: a Plan or its runs (``RunStore.planned_runs()``)."""
     by = plan_keys(plan)
 
     def spend(keys: Iterable[Key]) -> float:
