@@ -114,7 +114,11 @@ def main() -> None:
                              "FLOPs are what its WSD runs execute together")
     parser.add_argument("--no-public", action="store_true", help="skip the public sweeps")
     parser.add_argument("--out", default="benchmarks/results/adaptive.json")
+    parser.add_argument("--table", action="store_true", help="print --out's stored results as the docs' table")
     args = parser.parse_args()
+    if args.table:
+        print(table_of(json.loads(Path(args.out).read_text())))
+        return
     table = pd.read_csv(args.data)
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,6 +142,31 @@ def main() -> None:
         _print(name, row)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(out, indent=2, default=float) + "\n")
+
+
+def table_of(out: dict) -> str:
+    """The stored results as docs/validation/adaptive.md's table."""
+    rows = [("the GPT demo's 40 runs (WSD)", out["demo"])] if "demo" in out else []
+    rows += sorted(out.get("sweeps", {}).items())
+    lines = ["| sweep | full grid: N_opt at target (factor) | adaptive: FLOPs, runs | its factor | its N_opt vs "
+             "the full grid's (inside its interval?) | stopped | smallest first: FLOPs | factor | N_opt vs full |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows:
+        f, a, s = r["full"], r["adaptive"], r["smallest_first"]
+        lines.append(f"| {name} | {f['n_opt']:.3g} (x{f['factor']:.2f}) | {a['share']:.0%}, {a['runs']} of {r['runs']} "
+                     f"| x{a['factor']:.2f} | {a['error_vs_full']:+.0%} ({'yes' if a['full_inside'] else 'no'}) | "
+                     f"{'rule' if 'within' in a['stopped'] else 'pool spent'} | {s['share']:.0%} | x{s['factor']:.2f} "
+                     f"| {s['error_vs_full']:+.0%} |")
+    lines += ["", "The way there (share of the full grid's FLOPs: the forecast's interval factor, its N_opt vs the "
+              "full grid's, whether the full grid's N_opt lies inside; rounds without a forecast left out):", ""]
+    for name, r in rows:
+        full = r["full"]["n_opt"]
+        steps = ", ".join(f"{p['share']:.0%}: x{p['factor']:.2f} {p['error_vs_full']:+.0%} "
+                          f"{'in' if _inside(full, h['n_opt_lo'], h['n_opt_hi']) else 'out'}"
+                          for p, h in zip(r["adaptive"]["path"], r["adaptive"]["history"], strict=True)
+                          if p["factor"] < 1e300)
+        lines.append(f"- {name}: {steps}")
+    return "\n".join(lines)
 
 
 def _print(name: str, row: dict) -> None:
