@@ -10,12 +10,12 @@ import argparse
 import dataclasses
 import json
 import re
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import flops_fit
+from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import ConfigError, OptionError
 from flops_fit.store.outside import read_result
 from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
@@ -24,8 +24,6 @@ from flops_fit.sweeps.data_budget import repeat_warning, unique_tokens
 from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.tables import format_table
-
-INTERRUPTED = 128 + signal.SIGINT  # the shell's status for a process stopped by Ctrl-C (130)
 
 
 def _option_flags(parser: argparse.ArgumentParser) -> None:
@@ -103,14 +101,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                  skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
                  retry_failed=args.retry_failed, checkpoint_dir=checkpoint_dir, record_only=args.record_only)
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
         resume = f"flops-fit sweep {args.config} --out {out} --resume"
         if args.checkpoint_dir:
             resume += f" --checkpoint-dir {args.checkpoint_dir}"
-        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; finished runs are saved in "
-              f"{out / STORE_NAME}, runs in flight continue from their checkpoints. Resume with: {resume}",
-              file=sys.stderr)
-        return 128 + signum
+        return interrupted(exc, f"finished runs are saved in {out / STORE_NAME}, runs in flight continue "
+                                f"from their checkpoints. Resume with: {resume}")
     if args.record_only:
         print(f"flops-fit: the plan is recorded in {out / STORE_NAME}; train each run with "
               f"`flops-fit train-run {out} RUN_ID` (run ids: `flops-fit status {out} --json`)", file=sys.stderr)
@@ -140,10 +135,8 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
                                 resume=args.resume, skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
                                 retry_failed=args.retry_failed, **run)
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; resume with: flops-fit sweep "
-              f"{args.config} --out {out} --adaptive --until '{rule}' --resume", file=sys.stderr)
-        return 128 + signum
+        return interrupted(exc, f"resume with: flops-fit sweep {args.config} --out {out} --adaptive "
+                                f"--until '{rule}' --resume")
     print(design)
     return _print_failures(out)
 
@@ -171,10 +164,7 @@ def _cmd_train_run(args: argparse.Namespace) -> int:
     try:
         result = flops_fit.train_run(args.out_dir, args.run_id, checkpoint_dir=args.checkpoint_dir)
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; run {args.run_id} continues from its "
-              "checkpoint when launched again", file=sys.stderr)
-        return 128 + signum
+        return interrupted(exc, f"run {args.run_id} continues from its checkpoint when launched again")
     if result is None:  # a rank other than 0: rank 0 reports
         return 0
     if result.status != "done":
@@ -260,9 +250,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         outcome = flops_fit.run_demo(args.model, out, workers=args.workers,
                                      on_plan=print if args.verbose else lambda plan: print(plan.headline()))
-    except KeyboardInterrupt:
-        print(f"\nflops-fit: interrupted; run `flops-fit demo --model {args.model}` again to resume", file=sys.stderr)
-        return INTERRUPTED
+    except KeyboardInterrupt as exc:
+        return interrupted(exc, f"run `flops-fit demo --model {args.model}` again to resume")
     if args.verbose:
         print(outcome.table)
     if outcome.refused:

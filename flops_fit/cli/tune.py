@@ -6,12 +6,11 @@ Goes through the lazy public API (``flops_fit.tune``), so ``flops-fit --help`` i
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
 from pathlib import Path
 
 import flops_fit
 from flops_fit.cli.fit import tracker_options
+from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import OptionError
 from flops_fit.store.run_store import check_folder
 from flops_fit.sweeps.options import parse_floats, parse_ints
@@ -59,10 +58,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                                 skip_preflight=args.skip_preflight, executor=executor,
                                 executor_options={"address": args.address} if args.address else None, **settings)
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"\nflops-fit: interrupted by {signal.Signals(signum).name}; run the same command with --resume "
-              f"to continue", file=sys.stderr)
-        return 128 + signum
+        return interrupted(exc, "run the same command with --resume to continue")
     print(result)
     return 0
 
