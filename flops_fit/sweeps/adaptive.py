@@ -318,7 +318,7 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
         try:
             reading = fit_at(design.keys)
         except FitInputError as exc:
-            reading = Reading(note=f"no fit yet: {exc}")
+            reading = Reading(note=f"no forecast yet: {exc}")
         round_.n_opt, round_.n_opt_lo, round_.n_opt_hi, round_.factor = (reading.n_opt, reading.lo, reading.hi,
                                                                          reading.factor)
         if not math.isfinite(round_.factor):
