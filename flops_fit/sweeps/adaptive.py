@@ -224,8 +224,9 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
         if reading.half is None:
             b = min(left, key=lambda c: (options[c][1], c))
             picked, cost = options[b]
+            why = reading.note.removeprefix("no forecast yet: ").removeprefix("no forecast: ") or "no fit"
             out.append(Choice(b, picked, cost, math.nan,
-                              f"budget {b:.3g} ({len(picked)} sizes): no forecast yet ({reading.note or 'no fit'}): "
+                              f"budget {b:.3g} ({len(picked)} sizes): no forecast yet ({why}): "
                               f"the cheapest untrained budget, one more split to chain"))
         else:
             largest = max(c for c, _ in chosen)
