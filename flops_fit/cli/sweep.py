@@ -63,7 +63,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(plan)
     if args.adaptive:
         rule = flops_fit.StopRule.parse(args.until)
-        print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start))
+        print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start,
+                                               sizes=args.adaptive_sizes))
     warning = repeat_warning(plan.runs, unique_tokens(plan.options))
     if warning:
         print(warning)
@@ -131,9 +132,10 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
         raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
     rule = flops_fit.StopRule.parse(args.until)
     try:
-        design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start, sizes=args.adaptive_sizes,
-                                resume=args.resume, skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
-                                retry_failed=args.retry_failed, **run)
+        design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start,
+                                          sizes=args.adaptive_sizes, resume=args.resume,
+                                          skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
+                                          retry_failed=args.retry_failed, **run)
     except KeyboardInterrupt as exc:
         return interrupted(exc, f"resume with: flops-fit sweep {args.config} --out {out} --adaptive "
                                 f"--until '{rule}' --resume")
@@ -148,7 +150,8 @@ def _adaptive_flags(parser: argparse.ArgumentParser) -> None:
                              "FLOP, until --until holds")
     parser.add_argument("--until", default="n_opt<=1.5x", metavar="RULE",
                         help="with --adaptive: n_opt<=1.5x (the forecast's interval of N_opt at the target within "
-                             "1.5x of its estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated (default n_opt<=1.5x)")
+                             "1.5x of its estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated "
+                             "(default n_opt<=1.5x)")
     parser.add_argument("--target", type=float, metavar="FLOPS",
                         help="with --adaptive: the budget the forecast aims at (default 10x the largest budget)")
     parser.add_argument("--start", type=int, default=4, metavar="K",

@@ -350,7 +350,8 @@ def forecast_reading(fitted: Any, target: float, losses: Mapping[Key, float]) ->
     model, level = forecast.answers["n_opt"].model, forecast.level
 
     def half(ratio: float, more: int) -> float:
-        grown = dataclasses.replace(model, dof=model.dof + more) if more and hasattr(model, "dof") else model
+        grown = (dataclasses.replace(model, dof=model.dof + more)
+                 if more and dataclasses.is_dataclass(model) and hasattr(model, "dof") else model)
         return float(grown.log_interval(ratio, level)[2])
 
     n_opt, lo, hi = forecast.n_opt
@@ -427,7 +428,8 @@ def plan_spend(plan: Any) -> Callable[[Iterable[Key]], float]:
     return spend
 
 
-def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, start: int = START) -> str:
+def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, start: int = START,
+                   sizes: int = SIZES) -> str:
     """What ``flops-fit plan --adaptive`` prints: the first batch, how the rest is chosen, the rule."""
     pool = pool_of(plan_keys(plan))
     target = target or 10 * max(pool)
@@ -437,7 +439,7 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
     total = spend(plan_keys(plan))
     return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{c.budget:.3g}' for c in first)}: "
             f"{len(keys)} runs, {spend(keys):.3g} FLOPs ({spend(keys) / total:.0%} of the grid's {total:.3g}); then "
-            f"one budget at a time of the other {len(pool) - start} ({SIZES} sizes around the fitted N_opt), the one "
+            f"one budget at a time of the other {len(pool) - start} ({sizes} sizes around the fitted N_opt), the one "
             f"expected to shrink the forecast's interval of N_opt at the target {target:.3g} most per FLOP; stops "
             f"when {rule} holds (read from the forward-chained forecast after each batch; no forecast, no stop) "
             f"or every budget is trained")
