@@ -17,3 +17,25 @@ def _token_cache_in_a_temporary_folder(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FLOPS_FIT_CACHE", str(tmp_path_factory.mktemp("flops-fit-cache")))
         yield
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "e2e: an end-to-end scenario across processes (a driver killed and resumed, ranks under "
+                   "torchrun, a Ray or SLURM cluster, a whole scaled-down demo); `pytest -m e2e` runs them")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`pytest` alone runs the quick tier; end-to-end tests run with `-m e2e` (CI runs both) or when
+    a test file or test is named on the command line."""
+    if config.option.markexpr or _names_tests(config):
+        return
+    quick = [item for item in items if item.get_closest_marker("e2e") is None]
+    if len(quick) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("e2e")])
+        items[:] = quick
+
+
+def _names_tests(config) -> bool:
+    """Whether the command line names test files or tests (not only folders, or nothing)."""
+    return any(Path(arg.split("::")[0]).suffix == ".py" for arg in config.args)

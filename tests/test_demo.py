@@ -34,6 +34,7 @@ def small_demo(monkeypatch):
     return "gpt-small"
 
 
+@pytest.mark.e2e
 def test_a_scaled_down_demo_runs_end_to_end(small_demo, tmp_path):
     plans = []
     outcome = demo.run_demo(small_demo, tmp_path, show_progress=False, fit=False, skip_parity=True,
@@ -56,6 +57,7 @@ def test_the_vit_demo_plan_sweeps_glyphs_with_the_promised_shape():
     assert {r.model_config["num_classes"] for r in plan.runs} == {plan.options.dataset_config["num_classes"]}
 
 
+@pytest.mark.e2e
 def test_a_scaled_down_vit_demo_runs_end_to_end(monkeypatch, tmp_path):
     """The ViT demo's configuration (glyphs, WSD, one stable phase per size) at 8 x 8 pixels, 3 widths, 250 steps."""
     vit = demo.DEMOS["vit"]

@@ -59,6 +59,7 @@ def no_children_left():
     assert set(multiprocessing.active_children()) <= before
 
 
+@pytest.mark.e2e
 def test_ddp_ranks_stopped_by_sigterm_checkpoint_together_and_resume_to_one_process_curve(
         tmp_path, monkeypatch, no_children_left):
     """5 rows a step: slices of 3 and 2 rows, each in micro-batches of 2. SIGTERM to one rank
@@ -92,6 +93,7 @@ def test_ddp_ranks_stopped_by_sigterm_checkpoint_together_and_resume_to_one_proc
     same_training(result, train(spec, host=HOST))
 
 
+@pytest.mark.e2e
 def test_fsdp_under_torchrun_trains_one_planned_run_and_records_it(tmp_path):
     out = tmp_path / "out"
     # sharded per block, each rank's 3 or 2 rows in micro-batches of 2, a sharded checkpoint every step
@@ -122,6 +124,7 @@ def test_fsdp_under_torchrun_trains_one_planned_run_and_records_it(tmp_path):
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+@pytest.mark.e2e
 def test_a_killed_rank_restarts_the_run_from_its_last_checkpoint(parallel, tmp_path, monkeypatch, no_children_left):
     spec = tiny_spec(processes_per_run=2, parallel=parallel)
     gate = tmp_path / "gate"
@@ -150,11 +153,13 @@ def test_a_killed_rank_restarts_the_run_from_its_last_checkpoint(parallel, tmp_p
     same_training(result, train(spec, host=HOST))
 
 
+@pytest.mark.e2e
 def test_a_ranks_exception_is_the_runs_outcome_and_ends_every_rank(no_children_left):
     with pytest.raises(ValueError, match="rank 1 found a bad batch"):
         launch(executor_tasks.rank_fails, tiny_spec(processes_per_run=2), ignore_progress, 2)
 
 
+@pytest.mark.e2e
 def test_a_rank_that_keeps_dying_loses_the_run_after_its_restarts(no_children_left):
     with pytest.raises(RunLost, match=r"died 1 times \(restarts=0\); last: rank 1 exited with code 7 mid-run"):
         launch(executor_tasks.rank_dies, tiny_spec(processes_per_run=2), ignore_progress, 2, restarts=0)

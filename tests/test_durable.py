@@ -118,6 +118,7 @@ print(json.dumps({{"loss": result.loss, "curve": result.curve, "resumed": result
 """
 
 
+@pytest.mark.e2e
 def test_sigkill_anywhere_then_resume_gives_the_uninterrupted_result(spec, reference, tmp_path):
     script = tmp_path / "crash.py"
     script.write_text(CRASH_SCRIPT.format(tests=str(TESTS)))

@@ -32,6 +32,7 @@ def smoke(suite, tmp_path_factory):
     return json.loads((out / "gpu-cpu.json").read_text())
 
 
+@pytest.mark.e2e
 def test_smoke_runs_every_step_and_fails_nothing(smoke):
     assert smoke["device"] == "cpu" and smoke["smoke"] is True
     assert smoke["torch"] and "cuda" in smoke
@@ -41,6 +42,7 @@ def test_smoke_runs_every_step_and_fails_nothing(smoke):
     assert len(smoke["checks"]) >= 12
 
 
+@pytest.mark.e2e
 def test_parity_reports_worst_ratio_per_case_and_dtype(smoke):
     rows = {(r["case"], r["dtype"]): r for r in smoke["steps"]["parity"]["cases"]}
     gpt2 = rows[("flops_fit/hf-gpt2", "float32")]
@@ -52,6 +54,7 @@ def test_parity_reports_worst_ratio_per_case_and_dtype(smoke):
     assert 0 <= smoke["steps"]["parity"]["worst_ratio"]["bfloat16"] < 1
 
 
+@pytest.mark.e2e
 def test_trainer_paths_match_the_fp32_cpu_curve(smoke):
     for model in ("gpt", "vit"):
         rows = smoke["steps"]["trainer"]["models"][model]
@@ -63,6 +66,7 @@ def test_trainer_paths_match_the_fp32_cpu_curve(smoke):
         assert rows["bf16-micro-auto"]["status"].startswith(("skipped", "passed"))
 
 
+@pytest.mark.e2e
 def test_speed_has_tokens_per_second_ratio_and_no_mfu_on_cpu(smoke):
     speed = smoke["steps"]["speed"]
     assert set(speed["variants"]) == {"ours-eager", "hf-eager"} | (
@@ -74,6 +78,7 @@ def test_speed_has_tokens_per_second_ratio_and_no_mfu_on_cpu(smoke):
     assert speed["flops_per_token"] > 6 * (2 * 12 * 64 * 64 + 256 * 64)
 
 
+@pytest.mark.e2e
 def test_packed_runs_give_the_same_losses_as_one_at_a_time(smoke):
     groups = smoke["steps"]["packed"]["groups"]
     assert len(groups) == 2
@@ -99,6 +104,7 @@ def test_a_step_that_raises_is_recorded_and_the_json_still_written(suite, tmp_pa
     assert record["steps"]["parity"] == {"status": "skipped: not in --only"}
 
 
+@pytest.mark.e2e
 def test_a_trainer_variant_that_raises_is_a_failed_check_and_the_others_still_run(suite, tmp_path, monkeypatch):
     real = suite.train
 
@@ -128,6 +134,7 @@ def test_peak_table_matches_device_names(suite, name, peak):
     assert suite.peak_bf16(name) == peak
 
 
+@pytest.mark.e2e
 def test_summary_gathers_the_headline_figures(smoke):
     figures = smoke["summary"]
     assert figures["parity_worst_ratio"] == smoke["steps"]["parity"]["worst_ratio"]

@@ -80,6 +80,7 @@ def test_the_example_script_does_not_import_flops_fit():
     assert imported and not any(name.split(".")[0] == "flops_fit" for name in imported)
 
 
+@pytest.mark.e2e
 def test_the_example_script_trains_every_planned_run(tmp_path):
     path = write_sweep(tmp_path, example_command())
     planned = {r.run_id: r for r in plan(load_config(path).options).runs}
@@ -137,6 +138,7 @@ command = {command}
 """
 
 
+@pytest.mark.e2e
 def test_each_failure_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path):
     script = tmp_path / "misbehave.py"
     script.write_text(MISBEHAVING)
@@ -153,6 +155,7 @@ def test_each_failure_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path
     assert runs[6]["flops"] == runs[6]["tokens"] * 3000  # the table's FLOPs; 6 x params elsewhere
 
 
+@pytest.mark.e2e
 def test_a_driver_killed_9_resumes_and_gives_the_uninterrupted_result(tmp_path):
     path = write_sweep(tmp_path, example_command(every=1))
     command = [sys.executable, "-m", "flops_fit", "sweep", str(path), "--out", str(tmp_path / "out")]

@@ -97,6 +97,7 @@ PLUGIN = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.e2e
 def test_plugin_cases_run_with_pytest_pyargs_from_outside_the_repository(tmp_path) -> None:
     (tmp_path / "toy_parity_plugin.py").write_text(PLUGIN)
     env = {**os.environ, "FLOPS_FIT_PLUGINS": "toy_parity_plugin", "PYTHONPATH": str(tmp_path)}

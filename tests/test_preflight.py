@@ -181,6 +181,7 @@ def test_failures_are_grouped_by_reason_numbers_aside():
     ]
 
 
+@pytest.mark.e2e
 def test_cli_sweep_with_failed_runs_exits_1_with_a_summary(tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML.replace("[2e7, 4e7]", "[2e7]")

@@ -79,6 +79,7 @@ def test_registered_as_a_builtin_executor():
     assert flops_fit.executor_info("ray").builder == "flops_fit.executors.ray:build"
 
 
+@pytest.mark.e2e
 def test_results_stream_back_once_per_item(local_ray):
     items = [Spec(str(i)) for i in range(6)]
     results = list(local_ray.map(square, items))
@@ -86,12 +87,14 @@ def test_results_stream_back_once_per_item(local_ray):
     assert all(result == int(item.run_id) ** 2 for item, result in results)
 
 
+@pytest.mark.e2e
 def test_an_exception_in_the_run_is_its_result_and_not_retried(local_ray):
     ((item, outcome),) = list(local_ray.map(fails, [Spec("7")]))
     assert isinstance(outcome, ValueError)
     assert "loss diverged in run 7" in str(outcome)
 
 
+@pytest.mark.e2e
 def test_a_killed_worker_is_retried(local_ray, tmp_path):
     executor = RayExecutor(max_retries=2)
     ((item, outcome),) = list(executor.map(dies_once, [Spec("3", tmp_path)]))
@@ -99,6 +102,7 @@ def test_a_killed_worker_is_retried(local_ray, tmp_path):
     assert (tmp_path / "attempt-3").read_text() == "2"
 
 
+@pytest.mark.e2e
 def test_a_worker_dying_past_the_retry_limit_fails_the_run_with_the_reason(local_ray, tmp_path):
     executor = RayExecutor(max_retries=0)
     ((item, outcome),) = list(executor.map(dies_once, [Spec("4", tmp_path)]))
@@ -115,6 +119,7 @@ def test_resources_follow_the_run():
     assert executor.resources(Spec("1", device="cuda:0"))["num_gpus"] == 1
 
 
+@pytest.mark.e2e
 def test_a_run_of_two_processes_is_one_task_that_launches_its_ranks(local_ray):
     """The gang reserves both CPUs of the local Ray and trains one process's run (to 1e-5)."""
     from flops_fit.training.loop import train
@@ -149,6 +154,7 @@ def local_sweep(tmp_path_factory):
     ).runs
 
 
+@pytest.mark.e2e
 def test_a_sweep_on_ray_gives_the_local_executors_run_ids_and_losses(local_ray, local_sweep, tmp_path):
     result = flops_fit.sweep(
         out_dir=tmp_path / "ray", executor="ray", show_progress=False, **sweep_support.small_plan_options()
@@ -160,6 +166,7 @@ def test_a_sweep_on_ray_gives_the_local_executors_run_ids_and_losses(local_ray, 
         assert store.counts() == {"done": 6}  # each run recorded once
 
 
+@pytest.mark.e2e
 def test_cli_sweep_joins_a_running_cluster_by_address(local_ray, local_sweep, tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML)
@@ -187,6 +194,7 @@ def test_address_without_the_ray_executor_is_refused(tmp_path):
     assert "--address is for the ray executor (this sweep uses 'local'): add --executor ray" in result.stderr
 
 
+@pytest.mark.e2e
 def test_a_driver_killed_mid_sweep_resumes_from_the_store(local_ray, local_sweep, tmp_path):
     import signal
     import time
@@ -240,6 +248,7 @@ def train_preempted_once(spec, progress, *, folder, preempt):
     return train_item(spec, listen, checkpoints=policy)
 
 
+@pytest.mark.e2e
 def test_a_preempted_task_checkpoints_and_its_retry_resumes_bit_for_bit(local_ray, tmp_path):
     import functools
 

@@ -23,6 +23,7 @@ print("after", ray.is_initialized())
 """
 
 
+@pytest.mark.e2e
 def test_closing_the_executor_stops_the_local_ray_it_started():
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -46,6 +46,7 @@ def test_registered_as_a_builtin_executor():
     assert flops_fit.executor_info("slurm").builder == "flops_fit.executors.slurm:build"
 
 
+@pytest.mark.e2e
 def test_results_progress_and_job_states_come_back_once_per_item(job_env, tmp_path, capsys):
     heard = []
     with local(tmp_path, workers=2, on_progress=lambda *report: heard.append(report)) as executor:
@@ -56,6 +57,7 @@ def test_results_progress_and_job_states_come_back_once_per_item(job_env, tmp_pa
     assert list((tmp_path / "jobs" / "progress").iterdir()) == []  # relayed, then removed
 
 
+@pytest.mark.e2e
 def test_the_runs_exception_is_its_outcome_and_a_killed_job_is_a_lost_run(job_env, tmp_path):
     with local(tmp_path) as executor:
         ((_, failed),) = executor.map(executor_tasks.fail_on_three, [3])
@@ -65,6 +67,7 @@ def test_the_runs_exception_is_its_outcome_and_a_killed_job_is_a_lost_run(job_en
     assert "ended without a result" in str(lost) and "_log.err" in str(lost)
 
 
+@pytest.mark.e2e
 def test_a_run_on_two_processes_is_one_job_of_two_tasks_and_rank_0_reports(job_env, tmp_path):
     spec = slurm_tasks.Spec("run-a", str(tmp_path), processes_per_run=2)
     heard = []
@@ -80,6 +83,7 @@ def test_a_run_on_two_processes_is_one_job_of_two_tasks_and_rank_0_reports(job_e
 
 @pytest.mark.skipif(importlib.util.find_spec("flops_fit.training.launch") is None,
                     reason="needs the distributed runs of processes_per_run")
+@pytest.mark.e2e
 def test_a_sweep_with_two_processes_per_run_trains_on_slurm_like_one_process(job_env, tmp_path):
     """Once runs span k processes (torch.distributed, gloo on CPU): a sweep with
     processes_per_run=2 through cluster 'local' gives the one-process losses (rel 1e-5)."""
@@ -183,6 +187,7 @@ poll_seconds = 0.1
 """
 
 
+@pytest.mark.e2e
 def test_a_sweep_file_on_slurm_matches_the_local_executor_and_a_preempted_job_resumes(job_env, tmp_path, monkeypatch):
     """`flops-fit sweep` with [executor] name = "slurm" (runs of 26, 13 and 7 steps): each job's
     run stops at its 8th batch, after its first curve point (the 7-step run never does); the
@@ -306,6 +311,7 @@ def test_a_bad_executor_option_in_a_sweep_file_exits_2_with_one_line(job_env, tm
 
 
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
+@pytest.mark.e2e
 def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env, tmp_path, sigint):
     """Also when the driver ignores SIGINT (started in the background by a shell without job
     control), which a local job's controller would inherit and then ignore submitit's cancel."""

@@ -119,6 +119,7 @@ def status_json(out):
     return json.loads(stdout)
 
 
+@pytest.mark.e2e
 def test_sigkill_mid_sweep_then_resume_loses_and_repeats_nothing(tmp_path, reference):
     script = tmp_path / "sweep_script.py"
     script.write_text(SCRIPT.format(tests=str(TESTS), options={**KILL_OPTIONS, "checkpoint_seconds": 1e-9}))
@@ -163,6 +164,7 @@ def _cli(args, env=None, **kwargs):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
 
+@pytest.mark.e2e
 def test_cli_sweep_on_worker_processes_matches_the_in_process_sweep(tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text(CONFIG.format(workers=2))
@@ -180,6 +182,7 @@ def test_cli_sweep_on_worker_processes_matches_the_in_process_sweep(tmp_path):
 
 
 @pytest.mark.parametrize("workers, signum", [(1, signal.SIGINT), (2, signal.SIGTERM)])
+@pytest.mark.e2e
 def test_ctrl_c_or_sigterm_checkpoints_the_runs_in_flight_and_the_sweep_resumes(tmp_path, reference, workers,
                                                                                 signum):
     config = tmp_path / "sweep.toml"
