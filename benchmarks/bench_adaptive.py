@@ -1,106 +1,180 @@
 """The adaptive sweep (``flops_fit.sweeps.adaptive``) simulated on public IsoFLOP sweeps.
 
-On each sweep of ../shared/data/isoflops_public.csv the design may only "train" runs that
-exist there: choosing a budget adds that budget's runs and their FLOPs (6 N D). Target: 10x
-the sweep's largest budget. Three designs, all fitted by the public API (approach 2,
-``flops_fit.fit(..., "isoflop")``, the same bootstrap and seed) and read at the target:
+On each sweep of ../shared/data/isoflops_public.csv (every run; the repository's outlier flags
+ignored) the design may only "train" runs that exist there: choosing a budget's sizes adds those
+runs and their FLOPs (6 N D). Target: 10x the sweep's largest budget. Every design is fitted by
+the public API with the forecast (``flops_fit.fit(..., "all", holdout="forward")``) and read at
+the target, N_opt's forecast interval:
 
-- the full grid: every budget (the reference: its N_opt and the width of its interval);
-- adaptive: the 3 smallest budgets, then one budget at a time chosen by the drop of the
-  extrapolation factor per FLOP, until N_opt's interval is as narrow as the full grid's
-  (``n_opt<=Fx`` with F the full grid's factor) or the pool is spent;
-- smallest first: the grid's budgets in order from the smallest, until they have spent at
-  least the adaptive design's FLOPs (what a fixed grid cut short gets for the same money).
+- the full grid: every run (the reference: its N_opt and the width of its interval);
+- adaptive: the 4 smallest budgets, then the runs expected to shrink the interval most per FLOP,
+  until N_opt's interval is as narrow as the full grid's (``n_opt<=Fx`` with F the full grid's
+  factor) or the pool is spent;
+- smallest first: the grid's budgets in order from the smallest, all sizes, until they have spent
+  at least the adaptive design's FLOPs (a fixed grid cut short, for the same money).
 
-Reported per sweep: FLOPs spent as a share of the full grid's, the interval factor reached,
-and N_opt's distance from the full grid's estimate. The data set is a test set: nothing here
-is tuned on it (the design has no fitted constant).
+Reported per sweep: FLOPs spent as a share of the full grid's, the interval factor reached, N_opt's
+distance from the full grid's estimate, and each round's (FLOPs, factor) on the way. The data set
+is a test set: the design has no constant fitted to it (the forecast's shipped prior was learned on
+public sweeps, these three among them, and reads the same in every design compared here).
 
-    flock /tmp/cpu-heavy.lock nice -n 5 python benchmarks/bench_adaptive.py [--bootstrap 200] \\
-        [--out benchmarks/results/adaptive.json]
+    /work/heavy python benchmarks/bench_adaptive.py [--only NAME] [--out benchmarks/results/adaptive.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from flops_fit.errors import FitInputError
+from flops_fit.fitting.inputs import load_runs
+from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.adaptive import (
     StopRule,
-    additive,
-    budget_costs,
-    interval_factor,
-    isoflop_fitter,
+    plan_spend,
     run_design,
+    table_fitter,
+    table_pool,
+    table_spend,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "isoflops_public.csv"
 
 
-def simulate(runs: pd.DataFrame, bootstrap: int, seed: int) -> dict:
-    costs = budget_costs(runs)
-    target = 10 * max(costs)
-    fit_at = isoflop_fitter(runs, target, bootstrap=bootstrap, seed=seed)
-    full = fit_at(sorted(costs))
-    full_factor = interval_factor(*full)
-    full_flops = sum(costs.values())
+def _inside(value: float, lo: float, hi: float) -> bool:
+    return bool(math.isfinite(lo) and math.isfinite(hi) and lo <= value <= hi)
+
+
+def _progress(total: float):
+    """Print each round once fitted (a long simulation shows where it is)."""
+    def show(design) -> None:
+        r = design.rounds[-1]
+        if r.note or math.isfinite(r.factor):
+            print(f"  round {len(design.rounds)}: {r.spent / total:.1%} of the FLOPs, x{r.factor:.3g} "
+                  f"{r.note[:80]}", file=sys.stderr, flush=True)
+    return show
+
+
+def simulate(runs, *, batch: int = 1, spend=None) -> dict:
+    """One sweep: ``runs`` a table or ``Runs``; ``spend`` FLOPs of a set of runs (default 6 N D each)."""
+    pool, spend = table_pool(runs), spend or table_spend(runs)
+    target = 10 * max(pool)
+    fit_at = table_fitter(runs, target)
+    every = [(b, s) for b, sizes in pool.items() for s in sizes]
+    full, full_flops = fit_at(every), spend(every)
     t0 = time.perf_counter()
-    design = run_design(costs, additive(costs), target, StopRule(n_opt_factor=full_factor), fit_at)
+    design = run_design(pool, spend, target, StopRule(n_opt_factor=full.factor), fit_at, batch=batch,
+                        on_round=_progress(full_flops))
     seconds = time.perf_counter() - t0
     last = design.rounds[-1]
-    # the grid in order, cut where it has spent what the adaptive design spent
-    ordered, spent = [], 0.0
-    for b in sorted(costs):
-        ordered.append(b)
-        spent += costs[b]
+    ordered, spent = [], 0.0  # the grid in order, cut where it has spent what the adaptive design spent
+    for b in sorted(pool):
+        ordered += [(b, s) for s in pool[b]]
+        spent = spend(ordered)
         if spent >= design.spent:
             break
     try:
-        small = fit_at(ordered)
-    except Exception as exc:  # noqa: BLE001 - a cut grid may not fit; say why
-        small, small_error = (float("nan"),) * 3, str(exc)
-    else:
-        small_error = ""
+        small, small_error = fit_at(ordered), ""
+    except FitInputError as exc:  # a cut grid may not fit; say why
+        small, small_error = None, str(exc)
+    small_n = (small.n_opt, small.lo, small.hi) if small is not None else (math.nan,) * 3
     return {
-        "target": target, "budgets": len(costs), "runs": len(runs),
-        "full": {"flops": full_flops, "n_opt": full[0], "lo": full[1], "hi": full[2], "factor": full_factor},
-        "adaptive": {"flops": design.spent, "share": design.spent / full_flops, "n_opt": last.n_opt,
-                     "lo": last.n_opt_lo, "hi": last.n_opt_hi, "factor": last.factor,
-                     "error_vs_full": last.n_opt / full[0] - 1, "budgets": design.budgets,
-                     "rounds": len(design.rounds), "stopped": design.stopped, "seconds": seconds,
+        "target": target, "budgets": len(pool), "runs": len(every),
+        "full": {"flops": full_flops, "n_opt": full.n_opt, "lo": full.lo, "hi": full.hi, "factor": full.factor},
+        "adaptive": {"flops": design.spent, "share": design.spent / full_flops, "runs": len(design.keys),
+                     "n_opt": last.n_opt, "lo": last.n_opt_lo, "hi": last.n_opt_hi, "factor": last.factor,
+                     "error_vs_full": last.n_opt / full.n_opt - 1,
+                     "full_inside": _inside(full.n_opt, last.n_opt_lo, last.n_opt_hi),
+                     "budgets": design.budgets, "rounds": len(design.rounds), "stopped": design.stopped,
+                     "seconds": seconds,
+                     "path": [{"share": r.spent / full_flops, "factor": r.factor,
+                               "error_vs_full": r.n_opt / full.n_opt - 1} for r in design.rounds],
                      "history": design.to_dict()["rounds"]},
-        "smallest_first": {"flops": spent, "share": spent / full_flops, "budgets": ordered, "n_opt": small[0],
-                           "lo": small[1], "hi": small[2], "factor": interval_factor(*small),
-                           "error_vs_full": small[0] / full[0] - 1, "error": small_error},
+        "smallest_first": {"flops": spent, "share": spent / full_flops, "budgets": sorted({b for b, _ in ordered}),
+                           "n_opt": small_n[0], "lo": small_n[1], "hi": small_n[2],
+                           "factor": small.factor if small is not None else math.inf,
+                           "error_vs_full": small_n[0] / full.n_opt - 1,
+                           "note": small_error or (small.note if small is not None else "")},
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=str(DATA))
-    parser.add_argument("--bootstrap", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", action="append", help="sweep(s) to simulate (default: every one)")
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--demo", metavar="STORE",
+                        help="also simulate on a finished demo sweep's store (a copy: it is read, not written); "
+                             "FLOPs are what its WSD runs execute together")
+    parser.add_argument("--no-public", action="store_true", help="skip the public sweeps")
     parser.add_argument("--out", default="benchmarks/results/adaptive.json")
+    parser.add_argument("--table", action="store_true", help="print --out's stored results as the docs' table")
     args = parser.parse_args()
+    if args.table:
+        print(table_of(json.loads(Path(args.out).read_text())))
+        return
     table = pd.read_csv(args.data)
-    out = {"command": f"python benchmarks/bench_adaptive.py --bootstrap {args.bootstrap} --seed {args.seed}",
-           "method": "isoflop", "sweeps": {}}
-    for name, runs in table.groupby("experiment"):
-        runs = runs[["params", "tokens", "budget", "loss"]].reset_index(drop=True)
-        row = simulate(runs, args.bootstrap, args.seed)
-        out["sweeps"][name] = row
-        a, f, s = row["adaptive"], row["full"], row["smallest_first"]
-        print(f"{name}: full grid {f['flops']:.3g} FLOPs, N_opt {f['n_opt']:.3g} (x{f['factor']:.2f}); adaptive "
-              f"{a['share']:.0%} of its FLOPs ({len(a['budgets'])} of {row['budgets']} budgets), x{a['factor']:.2f}, "
-              f"N_opt {a['error_vs_full']:+.1%}; smallest first at {s['share']:.0%}: x{s['factor']:.2f}, "
-              f"N_opt {s['error_vs_full']:+.1%}")
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2, default=float) + "\n")
+    out = json.loads(path.read_text()) if (args.only or args.no_public) and path.exists() else {}
+    out.update({"command": f"python benchmarks/bench_adaptive.py --batch {args.batch}", "method":
+                "fit(..., 'all', holdout='forward', bootstrap=0): the forecast's N_opt interval"})
+    out.setdefault("sweeps", {})
+    if args.demo:
+        with RunStore(args.demo) as store:
+            planned = store.planned_runs()
+        row = simulate(load_runs(args.demo), batch=args.batch, spend=plan_spend(planned))
+        out["demo"] = {"store": args.demo, **row}
+        _print("demo", row)
+        path.write_text(json.dumps(out, indent=2, default=float) + "\n")
+    for name, runs in table.groupby("experiment"):
+        if args.no_public or (args.only and name not in args.only):
+            continue
+        runs = runs[["params", "tokens", "budget", "loss"]].reset_index(drop=True)
+        row = simulate(runs, batch=args.batch)
+        out["sweeps"][name] = row
+        _print(name, row)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=2, default=float) + "\n")
+
+
+def table_of(out: dict) -> str:
+    """The stored results as docs/validation/adaptive.md's table."""
+    rows = [("the GPT demo's 40 runs (WSD)", out["demo"])] if "demo" in out else []
+    rows += sorted(out.get("sweeps", {}).items())
+    lines = ["| sweep | full grid: N_opt at target (factor) | adaptive: FLOPs, runs | its factor | its N_opt vs "
+             "the full grid's (inside its interval?) | stopped | smallest first: FLOPs | factor | N_opt vs full |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in rows:
+        f, a, s = r["full"], r["adaptive"], r["smallest_first"]
+        lines.append(f"| {name} | {f['n_opt']:.3g} (x{f['factor']:.2f}) | {a['share']:.0%}, {a['runs']} of {r['runs']} "
+                     f"| x{a['factor']:.2f} | {a['error_vs_full']:+.0%} ({'yes' if a['full_inside'] else 'no'}) | "
+                     f"{'rule' if 'within' in a['stopped'] else 'pool spent'} | {s['share']:.0%} | x{s['factor']:.2f} "
+                     f"| {s['error_vs_full']:+.0%} |")
+    lines += ["", "The way there (share of the full grid's FLOPs: the forecast's interval factor, its N_opt vs the "
+              "full grid's, whether the full grid's N_opt lies inside; rounds without a forecast left out):", ""]
+    for name, r in rows:
+        full = r["full"]["n_opt"]
+        steps = ", ".join(f"{p['share']:.0%}: x{p['factor']:.2f} {p['error_vs_full']:+.0%} "
+                          f"{'in' if _inside(full, h['n_opt_lo'], h['n_opt_hi']) else 'out'}"
+                          for p, h in zip(r["adaptive"]["path"], r["adaptive"]["history"], strict=True)
+                          if p["factor"] < 1e300)
+        lines.append(f"- {name}: {steps}")
+    return "\n".join(lines)
+
+
+def _print(name: str, row: dict) -> None:
+    a, f, s = row["adaptive"], row["full"], row["smallest_first"]
+    print(f"{name}: full grid {f['flops']:.3g} FLOPs, N_opt {f['n_opt']:.3g} (x{f['factor']:.2f}); adaptive "
+          f"{a['share']:.0%} of its FLOPs ({a['runs']} runs, budgets {a['budgets']}), x{a['factor']:.2f}, "
+          f"N_opt {a['error_vs_full']:+.1%} ({a['stopped']}); smallest first at {s['share']:.0%}: "
+          f"x{s['factor']:.2f}, N_opt {s['error_vs_full']:+.1%}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The adaptive design (sweeps.adaptive): its stopping rule, its choice per FLOP, and a design
-driven to its rule on a synthetic IsoFLOP sweep fitted by the public API."""
+"""The adaptive design (sweeps.adaptive): its stopping rule read from the forecast's interval, its
+choice of budgets and sizes per FLOP, and designs driven by the public fit on a synthetic sweep
+and a tiny real one."""
 
 import math
 
@@ -9,15 +10,17 @@ import pytest
 
 from flops_fit.errors import OptionError
 from flops_fit.sweeps.adaptive import (
+    Reading,
     StopRule,
-    additive,
-    budget_costs,
-    extrapolation_factor,
-    initial_budgets,
+    extensions,
+    fit_forecast,
     interval_factor,
-    isoflop_fitter,
-    next_budgets,
+    nearest_sizes,
+    next_choices,
     run_design,
+    table_fitter,
+    table_pool,
+    table_spend,
 )
 
 
@@ -26,40 +29,71 @@ def test_the_stopping_rule_reads_a_factor_and_a_cap():
     assert (rule.n_opt_factor, rule.flops_cap) == (1.5, 1e19)
     assert rule.holds(1.6, 1e18) is None
     assert "within 1.4x" in rule.holds(1.4, 1e18) and "cap" in rule.holds(2.0, 2e19)
+    assert rule.holds(math.inf, 1e18) is None  # no forecast: no interval to stop on
     assert StopRule.parse("flops<=3e20").n_opt_factor is None
     for bad in ("n_opt<1.5x", "n_opt<=0.9x", "flops<=-1", "loss<=2"):
         with pytest.raises(OptionError, match="n_opt<=1.5x|factor F above 1|positive FLOPs cap"):
             StopRule.parse(bad)
 
 
-def test_interval_factor_and_extrapolation_factor():
+def test_interval_factor():
     assert interval_factor(100.0, 50.0, 150.0) == 2.0
     assert interval_factor(100.0, 80.0, 300.0) == 3.0
     assert interval_factor(100.0, math.nan, 300.0) == math.inf
-    assert extrapolation_factor([1e18], 1e20) == math.inf
-    # two points a decade apart, target a decade past the second: sqrt(1/2 + 1.5^2 / 0.5)
-    assert extrapolation_factor([1e18, 1e19], 1e20) == pytest.approx(math.sqrt(0.5 + 1.5 ** 2 / 0.5))
 
 
-def test_the_next_budget_is_the_largest_drop_per_flop():
-    costs = {1e17: 3e17, 2e17: 6e17, 4e17: 1.2e18, 1e18: 3e18, 1e19: 3e19}
-    trained = initial_budgets(costs, 3)
-    assert trained == [1e17, 2e17, 4e17]
-    (choice,) = next_budgets(trained, costs, additive(costs), 1e20)
-    gains = {b: (extrapolation_factor(trained, 1e20) - extrapolation_factor([*trained, b], 1e20)) / costs[b]
-             for b in (1e18, 1e19)}
-    assert choice.budget == max(gains, key=gains.get)
-    assert f"{choice.budget:.3g}" in choice.reason and "per FLOP" in choice.reason
-    # free budgets would always win: the cost is what the choice weighs
-    free = {**costs, 1e19: 1.0}
-    assert next_budgets(trained, free, additive(free), 1e20)[0].budget == 1e19
+def test_sizes_nearest_the_optimum_and_edges_extended():
+    sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    assert nearest_sizes(sizes, 8.0, 3) == (4.0, 8.0, 16.0)
+    assert nearest_sizes(sizes, 100.0, 2) == (32.0, 64.0)
+    assert nearest_sizes(sizes, None, 3) == tuple(sizes)
+    pool = {1e18: sizes}
+    # the lowest loss at the largest trained size: the next 2 larger sizes
+    losses = {(1e18, 2.0): 3.0, (1e18, 4.0): 2.9, (1e18, 8.0): 2.8}
+    ((budget, more, reason),) = extensions(list(losses), pool, losses)
+    assert (budget, more) == (1e18, (16.0, 32.0)) and "larger" in reason
+    losses[(1e18, 4.0)] = 2.7  # an interior minimum: nothing to extend
+    assert extensions(list(losses), pool, losses) == []
 
 
-def synthetic_sweep(seed=0):
-    """IsoFLOP parabolas around N_opt = 0.1 C^0.5 with 1% loss noise, 9 budgets x 7 sizes."""
+def _reach_model(width):
+    """An error model whose half-width grows with the reach ln r (the forecast's shape)."""
+    return lambda ratio, more: width * math.log(max(ratio, 1.0))
+
+
+def test_the_next_budget_is_the_largest_expected_shrink_per_flop_and_may_skip_budgets():
+    pool = {b: [1.0, 2.0, 3.0] for b in (1e17, 2e17, 4e17, 8e17, 1.6e18, 2.4e18, 6.4e18)}
+    cost = {(b, s): b for b in pool for s in pool[b]}  # each run costs its budget
+    spend = lambda keys: sum(cost[k] for k in set(keys))  # noqa: E731
+    trained = [(b, s) for b in (1e17, 2e17, 4e17, 8e17) for s in pool[b]]
+    target = 1e19
+    reading = Reading(n_opt=1.0, lo=0.5, hi=2.0, half=_reach_model(0.5), optimum=lambda b: 2.0)
+    (choice,) = next_choices(trained, pool, spend, target, reading, sizes=3)
+    # by hand: the drop of 0.5 ln(target / largest) per FLOP of 3 runs at the budget
+    gains = {b: 0.5 * math.log(b / 8e17) / (3 * b) for b in (1.6e18, 2.4e18, 6.4e18)}
+    assert choice.budget == max(gains, key=gains.get) == 2.4e18  # 1.6e18, the next in the grid, is skipped
+    assert choice.sizes == (1.0, 2.0, 3.0) and choice.flops == 3 * 2.4e18
+    assert "2.4e+18" in choice.reason and "per FLOP" in choice.reason and "next best" in choice.reason
+    # only the sizes nearest the fitted optimum are trained at a new budget
+    (two,) = next_choices(trained, pool, spend, target, reading, sizes=2)
+    assert two.sizes == (2.0, 3.0)  # 2 and then 3, nearer 2 in log than 1
+    assert two.flops == 2 * two.budget
+
+
+def test_without_a_forecast_the_design_adds_the_cheapest_budget_and_says_why():
+    pool = {b: [1.0, 2.0, 3.0] for b in (1e17, 2e17, 4e17, 8e17)}
+    spend = lambda keys: sum(b for b, _ in set(keys))  # noqa: E731
+    trained = [(b, s) for b in (1e17, 2e17) for s in pool[b]]
+    reading = Reading(note="no forecast: too little chaining evidence")
+    (choice,) = next_choices(trained, pool, spend, 1e19, reading)
+    assert choice.budget == 4e17 and "no forecast yet" in choice.reason and math.isnan(choice.score)
+
+
+def synthetic_sweep(seed=0, budgets=8):
+    """IsoFLOP parabolas around N_opt = 0.1 C^0.5 with 1% loss noise, ``budgets`` budgets x 7 sizes."""
     rng = np.random.default_rng(seed)
     rows = []
-    for budget in np.geomspace(1e17, 1e20, 9):
+    for budget in np.geomspace(1e17, 1e17 * 2 ** (budgets - 1), budgets):
         n_opt = 0.1 * budget ** 0.5
         for n in n_opt * np.geomspace(1 / 4, 4, 7):
             tokens = budget / (6 * n)
@@ -68,62 +102,66 @@ def synthetic_sweep(seed=0):
     return pd.DataFrame(rows)
 
 
-def test_a_design_stops_at_its_rule_for_less_than_the_full_grid():
+def test_a_design_reads_the_forecast_and_cannot_stop_without_one():
     runs = synthetic_sweep()
-    costs = budget_costs(runs)
-    target = 10 * max(costs)
-    fit_at = isoflop_fitter(runs, target, bootstrap=40)
-    full = fit_at(sorted(costs))
-    design = run_design(costs, additive(costs), target, StopRule(n_opt_factor=interval_factor(*full) * 1.05), fit_at)
-    assert "within" in design.stopped
-    assert design.spent < sum(costs.values())
-    assert design.rounds[0].choices[0].reason.endswith("the first grid")
-    assert all("per FLOP" in c.reason for r in design.rounds[1:] for c in r.choices)
-    assert design.rounds[-1].factor <= interval_factor(*full) * 1.05
-    capped = run_design(costs, additive(costs), target, StopRule(flops_cap=1.0), fit_at)
-    assert len(capped.rounds) == 1 and "cap" in capped.stopped
+    pool, spend = table_pool(runs), table_spend(runs)
+    target = 10 * max(pool)
+    fit_at = table_fitter(runs, target)
+    # a rule any interval meets: with 3 budgets there is no forecast, so it cannot stop there
+    design = run_design(pool, spend, target, StopRule(n_opt_factor=1e6), fit_at, start=3, sizes=7)
+    first = design.rounds[0]
+    assert "no forecast" in first.note and "cannot stop" in first.note and not math.isfinite(first.factor)
+    assert len(design.rounds) == 2 and "within" in design.stopped
+    # the interval read is the forecast's of the public fit on the same runs
+    chosen = runs[runs.budget.isin(design.budgets)]
+    forecast = fit_forecast(chosen, target).forecast
+    assert (design.rounds[-1].n_opt, design.rounds[-1].n_opt_lo, design.rounds[-1].n_opt_hi) == \
+        pytest.approx(forecast.n_opt)
+    assert "no forecast yet" in design.rounds[1].choices[0].reason
 
 
 def test_an_adaptive_sweep_trains_what_it_chooses_records_why_and_resumes(tmp_path):
     import sweep_support
 
     from flops_fit.store.run_store import RunStore
-    from flops_fit.sweeps.adaptive import adaptive_sweep, plan_budgets, plan_spend
+    from flops_fit.sweeps.adaptive import adaptive_sweep, plan_keys, plan_spend
     from flops_fit.sweeps.planner import plan
 
     host = sweep_support.host()
-    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7, 6e7, 8e7], device="cpu"))
-    by = plan_budgets(planned)
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7, 6e7], device="cpu"))
+    by = plan_keys(planned)
     spend = plan_spend(planned)
-    first = sorted(by)[:3]
+    first = [k for k in by if k[0] in (2e7, 3e7)]
     run = {"show_progress": False, "skip_parity": True, "host": host}
-    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(first) + 1), bootstrap=20, **run)
-    assert design.budgets[:3] == first and len(design.rounds) == 2 and "cap" in design.stopped
-    chosen = design.budgets[3]
+    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(first) + 1), start=2, **run)
+    assert design.budgets[:2] == [2e7, 3e7] and len(design.rounds) == 2 and "cap" in design.stopped
+    assert "no forecast" in design.rounds[0].note  # two budgets cannot be chained
+    chosen = design.rounds[1].choices[0]
     with RunStore(tmp_path) as store:
         status = store.statuses()
         meta = store.get_meta("adaptive")
     trained = {rid for rid, s in status.items() if s == "done"}
-    assert trained == {r.run_id for b in design.budgets for r in by[b]}  # only the chosen budgets' runs
+    assert trained == {by[k].run_id for k in design.keys}  # only the chosen runs
     assert len(status) == len(planned.runs)  # the whole plan is recorded
-    assert meta["budgets"] == design.budgets and "per FLOP" in meta["rounds"][1]["choices"][0]["reason"]
-    assert meta["run_ids"][f"{chosen:.6g}"] == [r.run_id for r in by[chosen]]
-    # resumed with a larger cap: the rounds replay (nothing trained twice) and one more budget follows
-    again = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(design.budgets) + 1), bootstrap=20,
-                           resume=True, **run)
-    assert again.budgets[:4] == design.budgets and len(again.budgets) == 5
+    assert meta["budgets"] == design.budgets and meta["rounds"][1]["choices"][0]["reason"] == chosen.reason
+    assert meta["run_ids"][-1] == [by[k].run_id for k in chosen.keys]
+    # resumed with a larger cap: the rounds replay (nothing trained twice) and one more choice follows
+    again = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(design.keys) + 1), start=2, resume=True,
+                           **run)
+    assert again.keys[: len(design.keys)] == design.keys and len(again.rounds) == 3
     with RunStore(tmp_path) as store:
         steps = store.runs_frame().set_index("run_id").steps
-    assert all(steps[r.run_id] == r.steps for b in design.budgets for r in by[b])
+    assert all(steps[by[k].run_id] == by[k].steps for k in design.keys)
 
 
 def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
     from flops_fit.cli.main import main
 
-    assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13", "--span", "16",
+    assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13,6.4e13", "--span", "16",
                  "--seq-len", "64", "--tokens-per-param", "100", "--adaptive", "--until", "n_opt<=1.4x"]) == 0
     out = capsys.readouterr().out
-    assert "first batch: the 3 smallest budgets 4e+12, 8e+12, 1.6e+13" in out and "n_opt<=1.4x" in out
+    assert "first batch: the 4 smallest budgets 4e+12, 8e+12, 1.6e+13, 3.2e+13" in out and "n_opt<=1.4x" in out
+    assert "forecast" in out
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive", "--until", "loss<=2"]) == 2
 
 
@@ -147,6 +185,7 @@ def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
         reset_host()
     printed = capsys.readouterr().out
     assert "round 1:" in printed and "stopped: " in printed and "cap 1" in printed
+    assert "the rule cannot stop on the interval" in printed
     with RunStore(out) as store:
         assert store.get_meta("adaptive")["stopped"].endswith("(cap 1)")
         assert set(store.statuses().values()) == {"done"}  # the 2 budgets of this plan, both the first batch

@@ -63,7 +63,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     print(plan)
     if args.adaptive:
         rule = flops_fit.StopRule.parse(args.until)
-        print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start))
+        print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start,
+                                               sizes=args.adaptive_sizes))
     warning = repeat_warning(plan.runs, unique_tokens(plan.options))
     if warning:
         print(warning)
@@ -131,9 +132,10 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
         raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
     rule = flops_fit.StopRule.parse(args.until)
     try:
-        design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start, resume=args.resume,
-                                skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
-                                retry_failed=args.retry_failed, **run)
+        design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start,
+                                          sizes=args.adaptive_sizes, resume=args.resume,
+                                          skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
+                                          retry_failed=args.retry_failed, **run)
     except KeyboardInterrupt as exc:
         return interrupted(exc, f"resume with: flops-fit sweep {args.config} --out {out} --adaptive "
                                 f"--until '{rule}' --resume")
@@ -143,15 +145,21 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
 
 def _adaptive_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adaptive", action="store_true",
-                        help="design the sweep as it trains: the smallest budgets first, then the budget that "
-                             "shrinks N_opt's interval at the target most per FLOP, until --until holds")
+                        help="design the sweep as it trains: the smallest budgets first, then the budget (and "
+                             "sizes) expected to shrink the forecast's interval of N_opt at the target most per "
+                             "FLOP, until --until holds")
     parser.add_argument("--until", default="n_opt<=1.5x", metavar="RULE",
-                        help="with --adaptive: n_opt<=1.5x (N_opt's interval at the target within 1.5x of its "
-                             "estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated (default n_opt<=1.5x)")
+                        help="with --adaptive: n_opt<=1.5x (the forecast's interval of N_opt at the target within "
+                             "1.5x of its estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated "
+                             "(default n_opt<=1.5x)")
     parser.add_argument("--target", type=float, metavar="FLOPS",
                         help="with --adaptive: the budget the forecast aims at (default 10x the largest budget)")
-    parser.add_argument("--start", type=int, default=3, metavar="K",
-                        help="with --adaptive: how many of the smallest budgets the first batch trains (default 3)")
+    parser.add_argument("--start", type=int, default=4, metavar="K",
+                        help="with --adaptive: how many of the smallest budgets the first batch trains, all their "
+                             "sizes (default 4: the fewest a forward-chained forecast answers from)")
+    parser.add_argument("--adaptive-sizes", type=int, default=5, metavar="K",
+                        help="with --adaptive: sizes trained at each budget the design adds, those nearest the "
+                             "fitted N_opt there (default 5)")
 
 
 def _cmd_train_run(args: argparse.Namespace) -> int:

@@ -1,46 +1,61 @@
-"""A sweep that designs itself: after each batch, the budget whose runs shrink the interval of
-N_opt at the target most per FLOP, until a stopping rule holds.
+"""A sweep that designs itself: after each batch, the runs that shrink the forecast's interval
+of N_opt at the target most per FLOP, until a stopping rule holds.
 
 A grid fixed in advance spends as much on the small budgets that say least about the target
-as on the large ones. The design here starts from a small grid (the ``start`` smallest
-budgets of the pool) and, after each batch of runs is trained and fitted, chooses the next
-budget(s) from the pool (the planned grid's budgets; in a simulation, the budgets a public
-sweep trained) by the gain per FLOP of a straight-line extrapolation of log N_opt over log C:
-the prediction's standard error at the target, in units of the per-budget noise, is
-``sqrt(1/n + (x_t - mean x)^2 / S_xx)`` (x = log C). Adding a budget changes n, the mean and
-S_xx; the noise cancels from the comparison, so no constant is fitted to any data. The score
-of a candidate is the drop of that factor divided by the FLOPs of the candidate's runs; the
-choice's reason (the factor before and after, the FLOPs, the runner-up) is kept with it.
+as on the large ones. The design starts from the ``start`` smallest budgets of the pool (all
+their sizes: the forecast needs forward-chaining splits, so 4 budgets with interior minima), and
+after each batch fits the runs so far with the public API (``flops_fit.fit(..., "all",
+holdout="forward")``) and reads **the forecast's** interval of N_opt at the target. That interval
+is the forward-chained error model's (``fitting.validation.forecast``): it grows with the
+reach ln(target / largest budget fitted), so, unlike a bootstrap interval, a few small budgets
+cannot make it narrow. Without a forecast (too few budgets with an interior minimum to chain)
+the rule cannot stop on the interval; the design says so and goes on.
 
-The stopping rule is measured, not predicted: after each batch the runs so far are fitted
-with the public fit API (``flops_fit.fit``) and the rule reads the fitted interval of N_opt at
-the target (``StopRule``: ``"n_opt<=1.5x"``: the 95% interval lies within a factor 1.5 of the
-estimate on both sides; ``"flops<=1e19"``: a FLOPs cap; both may be given, comma-separated,
-and the first that holds stops the design).
+The next runs: for each untrained budget of the pool, its ``sizes`` sizes nearest the fitted
+N_opt at that budget (a budget's runs far from its optimum say little), scored by the expected
+drop of the interval's log half-width per FLOP they add. The expected half-width is the current
+error model's at the reach the candidate leaves (target / max(largest fitted, candidate)), with
+one more split of evidence; no constant is fitted to any data. A budget whose trained minimum
+lies at the edge of its sizes gets its next sizes on that side first (its optimum is not yet
+observed). Every choice keeps its reason: the half-width before and expected after, the FLOPs,
+the runner-up.
+
+Stopping rule (``StopRule``): ``"n_opt<=1.5x"``: the forecast's interval lies within a factor 1.5
+of its estimate on both sides; ``"flops<=1e19"``: a FLOPs cap; both may be given, comma-separated,
+and the first that holds stops the design.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from flops_fit.errors import FitInputError, OptionError
 from flops_fit.fitting import fit
+from flops_fit.fitting.inputs import Runs
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.sweeps.driver import run_plan
 from flops_fit.training.wsd import executed_flops
 
 _RULE = re.compile(r"^\s*(n_opt\s*<=\s*(?P<factor>[0-9.eE+-]+)\s*x|flops\s*<=\s*(?P<cap>[0-9.eE+-]+))\s*$")
+START = 4  # the first batch's budgets: 2 to fit + 2 splits to chain, the fewest a forecast answers from
+SIZES = 5  # sizes trained at a budget the design adds: enough for an interior minimum and its curvature
+EXTEND = 2  # sizes added on the side where a budget's trained minimum lies at the edge
+
+Key = tuple[float, float]  # (budget, size): one run of the pool
 
 
 @dataclass(frozen=True)
 class StopRule:
-    """When the design stops: N_opt's interval at the target within ``n_opt_factor`` of its
-    estimate on both sides, or ``flops_cap`` FLOPs spent (None: that part is not asked)."""
+    """When the design stops: N_opt's forecast interval at the target within ``n_opt_factor`` of
+    its estimate on both sides, or ``flops_cap`` FLOPs spent (None: that part is not asked)."""
 
     n_opt_factor: float | None = None
     flops_cap: float | None = None
@@ -72,7 +87,8 @@ class StopRule:
     def holds(self, factor: float, spent: float) -> str | None:
         """Why the design stops now (None: it goes on)."""
         if self.n_opt_factor is not None and factor <= self.n_opt_factor:
-            return f"N_opt's interval at the target is within {factor:.3g}x of its estimate (asked {self.n_opt_factor:g}x)"
+            return (f"the forecast's interval of N_opt at the target is within {factor:.3g}x of its estimate "
+                    f"(asked {self.n_opt_factor:g}x)")
         if self.flops_cap is not None and spent >= self.flops_cap:
             return f"{spent:.3g} FLOPs spent (cap {self.flops_cap:.3g})"
         return None
@@ -87,79 +103,151 @@ def interval_factor(estimate: float, lo: float, hi: float) -> float:
     return max(hi / estimate, estimate / lo, 1.0)
 
 
-def extrapolation_factor(budgets: Iterable[float], target: float) -> float:
-    """The standard error of a straight line's prediction at log(target), in units of the
-    per-point noise, fitted at log(budgets): sqrt(1/n + (x_t - mean)^2 / S_xx); infinite below
-    two distinct budgets."""
-    xs = [math.log(b) for b in budgets]
-    n = len(xs)
-    if n < 2:
-        return math.inf
-    mean = sum(xs) / n
-    sxx = sum((x - mean) ** 2 for x in xs)
-    if sxx <= 0:
-        return math.inf
-    return math.sqrt(1 / n + (math.log(target) - mean) ** 2 / sxx)
+@dataclass
+class Reading:
+    """What the fit of the runs so far says: the forecast's N_opt (estimate, lo, hi) at the target,
+    or ``note`` (why there is none); ``half(ratio, splits)``: the error model's log half-width at a
+    reach ``ratio`` with ``splits`` more splits of evidence; ``optimum(budget)``: the fitted N_opt
+    there (to centre a new budget's sizes); ``losses``: each trained run's loss."""
+
+    n_opt: float = math.nan
+    lo: float = math.nan
+    hi: float = math.nan
+    ratio: float = math.nan
+    note: str = ""
+    half: Callable[[float, int], float] | None = None
+    optimum: Callable[[float], float] | None = None
+    losses: Mapping[Key, float] = field(default_factory=dict)
+
+    @property
+    def factor(self) -> float:
+        return interval_factor(self.n_opt, self.lo, self.hi)
 
 
 @dataclass(frozen=True)
 class Choice:
-    """A budget the design chose, its FLOPs, its score (drop of the extrapolation factor per
-    FLOP) and why, in words."""
+    """Runs the design chose (one budget, some of its sizes), their FLOPs, their score (expected
+    drop of the interval's log half-width per FLOP; NaN when not scored) and why, in words."""
 
     budget: float
+    sizes: tuple[float, ...]
     flops: float
     score: float
     reason: str
 
+    @property
+    def keys(self) -> list[Key]:
+        return [(self.budget, s) for s in self.sizes]
+
     def to_dict(self) -> dict[str, Any]:
-        return {"budget": self.budget, "flops": self.flops, "score": self.score, "reason": self.reason}
+        return {"budget": self.budget, "sizes": list(self.sizes), "flops": self.flops, "score": self.score,
+                "reason": self.reason}
 
 
-def initial_budgets(pool: Iterable[float], start: int = 3) -> list[float]:
-    """The first batch: the ``start`` smallest budgets of the pool (the cheapest grid that a
-    line through the optima can be fitted to with a residual)."""
-    budgets = sorted(set(pool))
+def pool_of(keys: Iterable[Key]) -> dict[float, list[float]]:
+    """The pool's sizes by budget, sorted."""
+    out: dict[float, list[float]] = {}
+    for budget, size in keys:
+        out.setdefault(float(budget), []).append(float(size))
+    return {b: sorted(set(s)) for b, s in sorted(out.items())}
+
+
+def initial_choices(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[Key]], float],
+                    start: int = START) -> list[Choice]:
+    """The first batch: every size of the ``start`` smallest budgets of the pool."""
+    budgets = sorted(pool)
     if start < 2:
         raise OptionError(f"an adaptive sweep starts from 2 or more budgets (a line needs two), got {start}")
     if len(budgets) < start:
         raise OptionError(f"the pool holds {len(budgets)} budgets; the first batch needs {start}")
-    return budgets[:start]
+    return [Choice(b, tuple(pool[b]), spend([(b, s) for s in pool[b]]), math.nan,
+                   f"budget {b:.3g}: one of the {start} smallest budgets, the first grid (all {len(pool[b])} sizes)")
+            for b in budgets[:start]]
 
 
-def additive(costs: Mapping[float, float]) -> Callable[[Iterable[float]], float]:
-    """``spend`` for budgets whose runs cost what they cost alone (cosine runs, a public sweep)."""
-    return lambda budgets: sum(costs[b] for b in budgets)
+def nearest_sizes(sizes: Sequence[float], centre: float | None, count: int) -> tuple[float, ...]:
+    """The ``count`` sizes nearest ``centre`` in log (all of them without a centre), sorted."""
+    if centre is None or not (math.isfinite(centre) and centre > 0) or count >= len(sizes):
+        return tuple(sorted(sizes))
+    return tuple(sorted(sorted(sizes, key=lambda s: abs(math.log(s / centre)))[:count]))
 
 
-def next_budgets(trained: Iterable[float], pool: Iterable[float], spend: Callable[[Iterable[float]], float],
-                 target: float, batch: int = 1) -> list[Choice]:
-    """Up to ``batch`` budgets of ``pool`` not yet ``trained``, chosen one after another by the
-    drop of the extrapolation factor at ``target`` per FLOP they add (``spend(budgets)``: the
-    FLOPs the runs of those budgets execute together, so WSD's shared stable phases count once)."""
+def extensions(trained: Iterable[Key], pool: Mapping[float, Sequence[float]], losses: Mapping[Key, float],
+               count: int = EXTEND) -> list[tuple[float, tuple[float, ...], str]]:
+    """Budgets whose lowest trained loss lies at the edge of their trained sizes, with untrained
+    sizes beyond it: (budget, the next ``count`` sizes on that side, why)."""
+    out = []
+    for budget, sizes in pool_of(trained).items():
+        seen = [(s, losses.get((budget, s), math.nan)) for s in sizes]
+        seen = [(s, v) for s, v in seen if math.isfinite(v)]
+        if len(seen) < 2:
+            continue
+        best = min(seen, key=lambda p: p[1])[0]
+        if best == seen[-1][0]:
+            more, side = [s for s in pool[budget] if s > best][:count], "larger"
+        elif best == seen[0][0]:
+            more, side = [s for s in pool[budget] if s < best][-count:], "smaller"
+        else:
+            continue
+        if more:
+            out.append((budget, tuple(more), f"budget {budget:.3g}: its lowest loss lies at its {side} trained size "
+                                             f"{best:.3g}, so its optimum is not observed yet: {len(more)} more "
+                                             f"size(s) on that side"))
+    return out
+
+
+def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
+                 spend: Callable[[Iterable[Key]], float], target: float, reading: Reading, *, batch: int = 1,
+                 sizes: int = SIZES) -> list[Choice]:
+    """Up to ``batch`` choices: first the extensions of budgets whose optimum is not observed yet,
+    then untrained budgets one after another by the expected drop of the forecast interval's log
+    half-width per FLOP they add (without a forecast: the cheapest untrained budget, which adds a
+    split to chain). ``spend(keys)``: FLOPs those runs execute together (WSD's shared phases once)."""
     chosen = list(trained)
     out: list[Choice] = []
-    for _ in range(batch):
-        now, base = extrapolation_factor(chosen, target), spend(chosen)
-        left = [b for b in pool if b not in chosen]
+    for budget, more, reason in extensions(chosen, pool, reading.losses):
+        if len(out) >= batch:
+            return out
+        keys = [(budget, s) for s in more]
+        out.append(Choice(budget, more, spend([*chosen, *keys]) - spend(chosen), math.nan, reason))
+        chosen += keys
+    while len(out) < batch:
+        done = {b for b, _ in chosen}
+        left = [b for b in pool if b not in done]
         if not left:
             break
-        added = {b: max(spend([*chosen, b]) - base, 1.0) for b in left}
-        scored = sorted(((now - extrapolation_factor([*chosen, b], target)) / added[b], b) for b in left)
-        score, best = scored[-1]
-        after = extrapolation_factor([*chosen, best], target)
-        runner = (f"; next best {scored[-2][1]:.3g} at {scored[-2][0] / score:.0%} of its gain per FLOP"
-                  if len(scored) > 1 and score > 0 else "")
-        reason = (f"budget {best:.3g}: the extrapolation factor at the target {now:.3g} -> {after:.3g} for "
-                  f"{added[best]:.3g} FLOPs, the most per FLOP of {len(left)} untrained budgets{runner}")
-        out.append(Choice(best, added[best], score, reason))
-        chosen.append(best)
+        base = spend(chosen)
+        options = {}
+        for b in left:
+            picked = nearest_sizes(pool[b], reading.optimum(b) if reading.optimum else None, sizes)
+            options[b] = (picked, max(spend([*chosen, *((b, s) for s in picked)]) - base, 1.0))
+        if reading.half is None:
+            b = min(left, key=lambda c: (options[c][1], c))
+            picked, cost = options[b]
+            why = reading.note.removeprefix("no forecast yet: ").removeprefix("no forecast: ") or "no fit"
+            out.append(Choice(b, picked, cost, math.nan,
+                              f"budget {b:.3g} ({len(picked)} sizes): no forecast yet ({why}): "
+                              f"the cheapest untrained budget, one more split to chain"))
+        else:
+            largest = max(c for c, _ in chosen)
+            now = reading.half(target / largest, 0)
+            expected = {c: reading.half(target / max(largest, c), 1) for c in left}
+            scored = sorted(((now - expected[c]) / options[c][1], c) for c in left)
+            score, b = scored[-1]
+            picked, cost = options[b]
+            runner = (f"; next best {scored[-2][1]:.3g} at {scored[-2][0] / score:.0%} of its gain per FLOP"
+                      if len(scored) > 1 and score > 0 else "")
+            out.append(Choice(b, picked, cost, score,
+                              f"budget {b:.3g} ({len(picked)} sizes around N_opt): the interval's log half-width at "
+                              f"the target {now:.3g} -> {expected[b]:.3g} expected for {cost:.3g} FLOPs, the most per "
+                              f"FLOP of {len(left)} untrained budgets{runner}"))
+        chosen += out[-1].keys
     return out
 
 
 @dataclass
 class Round:
-    """One batch: the budgets trained in it (with why), then the fit's N_opt at the target."""
+    """One batch: the runs trained in it (with why), then the forecast's N_opt at the target."""
 
     choices: list[Choice]
     spent: float
@@ -177,7 +265,7 @@ class Round:
 
 @dataclass
 class Design:
-    """An adaptive design's history: each round's choices and fitted interval; ``stopped`` says why it ended."""
+    """An adaptive design's history: each round's choices and forecast interval; ``stopped`` says why it ended."""
 
     target: float
     rule: StopRule
@@ -185,8 +273,13 @@ class Design:
     stopped: str = ""
 
     @property
+    def keys(self) -> list[Key]:
+        return [k for r in self.rounds for c in r.choices for k in c.keys]
+
+    @property
     def budgets(self) -> list[float]:
-        return [c.budget for r in self.rounds for c in r.choices]
+        """The budgets trained, in the order first chosen."""
+        return list(dict.fromkeys(c.budget for r in self.rounds for c in r.choices))
 
     @property
     def spent(self) -> float:
@@ -195,7 +288,7 @@ class Design:
     def __str__(self) -> str:
         lines = [f"adaptive design, target {self.target:.3g} FLOPs, rule {self.rule}:"]
         for n, r in enumerate(self.rounds, 1):
-            fitted = (f"N_opt {r.n_opt:.3g} [{r.n_opt_lo:.3g}, {r.n_opt_hi:.3g}] (x{r.factor:.2f})"
+            fitted = (f"forecast N_opt {r.n_opt:.3g} [{r.n_opt_lo:.3g}, {r.n_opt_hi:.3g}] (x{r.factor:.2f})"
                       if math.isfinite(r.factor) else (r.note or "no interval"))
             lines.append(f"  round {n}: {r.spent:.3g} FLOPs spent; {fitted}")
             lines += [f"    {c.reason}" for c in r.choices]
@@ -207,33 +300,35 @@ class Design:
                 "stopped": self.stopped, "spent": self.spent, "budgets": self.budgets}
 
 
-def run_design(pool: Iterable[float], spend: Callable[[Iterable[float]], float], target: float, rule: StopRule,
-               fit_at: Callable[[list[float]], tuple[float, float, float]], *, start: int = 3, batch: int = 1,
-               on_round: Callable[[Design], None] | None = None) -> Design:
-    """Drive a design over the budgets of ``pool`` (``spend``: FLOPs of a set of budgets' runs):
-    ``fit_at`` is called with every budget chosen so far, trains what it has not, fits and
-    returns N_opt, lo, hi at ``target``; then ``rule`` is checked and the next batch chosen, until
-    the rule holds or the pool is spent. ``on_round`` hears the design after each batch is chosen
-    and after each fit (a sweep records it in its store)."""
-    pool = sorted(set(pool))
+def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[Key]], float], target: float,
+               rule: StopRule, fit_at: Callable[[list[Key]], Reading], *, start: int = START, batch: int = 1,
+               sizes: int = SIZES, on_round: Callable[[Design], None] | None = None) -> Design:
+    """Drive a design over ``pool`` (sizes by budget; ``spend``: FLOPs of a set of runs):
+    ``fit_at`` is called with every run chosen so far, trains what it has not, fits and returns
+    the ``Reading``; then ``rule`` is checked and the next batch chosen, until the rule holds or
+    nothing is left. ``on_round`` hears the design after each batch is chosen and after each fit
+    (a sweep records it in its store)."""
+    pool = {float(b): sorted(set(map(float, s))) for b, s in sorted(pool.items())}
     design = Design(target, rule)
-    batch_choices = [Choice(b, spend([b]), math.nan, f"budget {b:.3g}: one of the {start} smallest budgets, "
-                            "the first grid") for b in initial_budgets(pool, start)]
+    batch_choices = initial_choices(pool, spend, start)
     while batch_choices:
-        round_ = Round(batch_choices, spend([*design.budgets, *(c.budget for c in batch_choices)]))
+        round_ = Round(batch_choices, spend([*design.keys, *(k for c in batch_choices for k in c.keys)]))
         design.rounds.append(round_)
         if on_round is not None:
             on_round(design)
         try:
-            round_.n_opt, round_.n_opt_lo, round_.n_opt_hi = fit_at(design.budgets)
-            round_.factor = interval_factor(round_.n_opt, round_.n_opt_lo, round_.n_opt_hi)
+            reading = fit_at(design.keys)
         except FitInputError as exc:
-            round_.note = f"no fit yet: {exc}"
+            reading = Reading(note=f"no forecast yet: {exc}")
+        round_.n_opt, round_.n_opt_lo, round_.n_opt_hi, round_.factor = (reading.n_opt, reading.lo, reading.hi,
+                                                                         reading.factor)
+        if not math.isfinite(round_.factor):
+            round_.note = f"{reading.note or 'no forecast'}; the rule cannot stop on the interval"
         reason = rule.holds(round_.factor, round_.spent)
         if reason:
             design.stopped = reason
         else:
-            batch_choices = next_budgets(design.budgets, pool, spend, target, batch)
+            batch_choices = next_choices(design.keys, pool, spend, target, reading, batch=batch, sizes=sizes)
             if not batch_choices:
                 design.stopped = "every budget of the pool is trained"
         if on_round is not None:
@@ -243,91 +338,145 @@ def run_design(pool: Iterable[float], spend: Callable[[Iterable[float]], float],
     return design
 
 
-def isoflop_fitter(runs: Any, target: float, *, method: str = "isoflop", bootstrap: int = 200,
-                   seed: int = 0) -> Callable[[list[float]], tuple[float, float, float]]:
-    """``fit_at`` for a table of runs (``params``, ``tokens``, ``budget``, ``loss``): the runs of
-    the chosen budgets fitted by ``flops_fit.fit`` (the public API), N_opt at ``target``."""
-    def fit_at(budgets: list[float]) -> tuple[float, float, float]:
-        chosen = runs[runs.budget.isin(budgets)]
-        row = fit(chosen, method, bootstrap=bootstrap, seed=seed, tracking=False).predict(target).iloc[0]
-        return float(row.N_opt), float(row.N_opt_lo), float(row.N_opt_hi)
+# ------------------------------------------------------------------ reading the forecast of a fit
+def forecast_reading(fitted: Any, target: float, losses: Mapping[Key, float]) -> Reading:
+    """The ``Reading`` of ``fit(..., "all", holdout="forward", target=target)``: its forecast's
+    N_opt and error model, or why there is none."""
+    forecast = getattr(fitted, "forecast", None)
+    optimum = _optimum(fitted, forecast)
+    if forecast is None:
+        note = next((w for w in getattr(fitted, "warnings", []) if w.startswith("no forecast")), "no forecast")
+        return Reading(note=note, optimum=optimum, losses=losses)
+    model, level = forecast.answers["n_opt"].model, forecast.level
+
+    def half(ratio: float, more: int) -> float:
+        grown = (dataclasses.replace(model, dof=model.dof + more)
+                 if more and dataclasses.is_dataclass(model) and hasattr(model, "dof") else model)
+        return float(grown.log_interval(ratio, level)[2])
+
+    n_opt, lo, hi = forecast.n_opt
+    return Reading(float(n_opt), float(lo), float(hi), float(forecast.ratio), half=half, optimum=optimum,
+                   losses=losses)
+
+
+def _optimum(fitted: Any, forecast: Any) -> Callable[[float], float] | None:
+    """N_opt at a budget, to centre its sizes: approach 2's (a line through the observed IsoFLOP
+    minima: what the next budget's minimum is nearest), else the forecast's N_opt source, else any
+    fit. (Centred on approach 3's, Chinchilla's larger budgets had their minima at the smaller edge.)"""
+    results = getattr(fitted, "results", None) or {}
+    members = forecast.answers["n_opt"].members if forecast is not None else []
+    names = ["isoflop", *(m["method"] for m in sorted(members, key=lambda m: -m["weight"])), *results]
+    name = next((n for n in names if n in results), None)
+    if name is None:
+        return None
+    return lambda budget: float(results[name].predict(budget).iloc[0].N_opt)
+
+
+def fit_forecast(source: Any, target: float) -> Any:
+    """The public fit with the forecast at ``target`` (point fits: the interval is the forecast's)."""
+    return fit(source, "all", holdout="forward", bootstrap=0, target=target, tracking=False)
+
+
+def table_fitter(runs: Any, target: float) -> Callable[[list[Key]], Reading]:
+    """``fit_at`` for runs already trained: a table (``params``, ``tokens``, ``budget``, ``loss``) or
+    ``Runs`` (``load_runs`` of a sweep folder: curves and scales kept); the chosen runs (budget,
+    params) fitted by ``flops_fit.fit`` with the forecast, read at ``target``."""
+    frame = runs.frame if isinstance(runs, Runs) else runs
+    keys = list(zip(frame.budget.astype(float), frame.params.astype(float), strict=True))
+    loss_of = dict(zip(keys, frame.loss.astype(float), strict=True))
+
+    def fit_at(chosen: list[Key]) -> Reading:
+        wanted = set(chosen)
+        mask = np.array([k in wanted for k in keys])
+        subset = runs.subset(mask) if isinstance(runs, Runs) else runs[mask].reset_index(drop=True)
+        return forecast_reading(fit_forecast(subset, target), target, {k: loss_of[k] for k in wanted})
 
     return fit_at
 
 
-def budget_costs(runs: Any) -> dict[float, float]:
-    """FLOPs of each budget's runs in a table (6 N D per run): what choosing that budget costs."""
-    flops = 6.0 * runs.params * runs.tokens
-    return {float(b): float(v) for b, v in flops.groupby(runs.budget).sum().items()}
+def table_pool(runs: Any) -> dict[float, list[float]]:
+    """The sizes (params) of each budget of a table of runs (or ``Runs``)."""
+    frame = runs.frame if isinstance(runs, Runs) else runs
+    return pool_of(zip(frame.budget.astype(float), frame.params.astype(float), strict=True))
+
+
+def table_spend(runs: Any) -> Callable[[Iterable[Key]], float]:
+    """FLOPs of a set of a table's runs (6 N D each: runs that cost what they cost alone)."""
+    cost = {(float(b), float(n)): 6.0 * float(n) * float(d)
+            for b, n, d in zip(runs.budget, runs.params, runs.tokens, strict=True)}
+    return lambda keys: sum(cost[k] for k in set(keys))
 
 
 # ------------------------------------------------------------------ a planned sweep, designed as it trains
 DEFAULT_RULE = "n_opt<=1.5x"
 
 
-def plan_budgets(plan: Any) -> dict[float, list[Any]]:
-    """The plan's runs by budget: the pool an adaptive sweep chooses from."""
-    out: dict[float, list[Any]] = {}
-    for run in plan.runs:
-        out.setdefault(float(run.budget), []).append(run)
-    return out
+def plan_keys(plan: Any) -> dict[Key, Any]:
+    """The plan's runs (or a list of them) by (budget, params): the pool an adaptive sweep chooses from."""
+    return {(float(run.budget), float(run.params)): run for run in getattr(plan, "runs", plan)}
 
 
-def plan_spend(plan: Any) -> Callable[[Iterable[float]], float]:
-    """FLOPs the runs of a set of the plan's budgets execute together (WSD: each stable phase once)."""
-    by = plan_budgets(plan)
+def plan_spend(plan: Any) -> Callable[[Iterable[Key]], float]:
+    """FLOPs the runs of a set of the plan's (budget, size) execute together (WSD: each stable phase
+    once). ``plan``: a Plan or its runs (``RunStore.planned_runs()``)."""
+    by = plan_keys(plan)
 
-    def spend(budgets: Iterable[float]) -> float:
-        runs = [r for b in budgets for r in by[b]]
+    def spend(keys: Iterable[Key]) -> float:
+        runs = [by[k] for k in set(keys)]
         return float(sum(executed_flops(runs).values())) if runs else 0.0
 
     return spend
 
 
-def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, start: int = 3) -> str:
+def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, start: int = START,
+                   sizes: int = SIZES) -> str:
     """What ``flops-fit plan --adaptive`` prints: the first batch, how the rest is chosen, the rule."""
-    by = plan_budgets(plan)
-    target = target or 10 * max(by)
+    pool = pool_of(plan_keys(plan))
+    target = target or 10 * max(pool)
     spend = plan_spend(plan)
-    first = initial_budgets(by, start)
-    total = spend(list(by))
-    runs = sum(len(by[b]) for b in first)
-    return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{b:.3g}' for b in first)}: {runs} runs, "
-            f"{spend(first):.3g} FLOPs ({spend(first) / total:.0%} of the grid's {total:.3g}); then one budget at a "
-            f"time of the other {len(by) - start}, the one whose runs shrink the extrapolation factor of N_opt at the "
-            f"target {target:.3g} most per FLOP; stops when {rule} holds (read from the fitted interval after each "
-            f"batch) or every budget is trained")
+    first = initial_choices(pool, spend, start)
+    keys = [k for c in first for k in c.keys]
+    total = spend(plan_keys(plan))
+    return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{c.budget:.3g}' for c in first)}: "
+            f"{len(keys)} runs, {spend(keys):.3g} FLOPs ({spend(keys) / total:.0%} of the grid's {total:.3g}); then "
+            f"one budget at a time of the other {len(pool) - start} ({sizes} sizes around the fitted N_opt), the one "
+            f"expected to shrink the forecast's interval of N_opt at the target {target:.3g} most per FLOP; stops "
+            f"when {rule} holds (read from the forward-chained forecast after each batch; no forecast, no stop) "
+            f"or every budget is trained")
 
 
 def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE, *, target: float | None = None,
-                   start: int = 3, batch: int = 1, method: str = "isoflop", bootstrap: int = 200, seed: int = 0,
-                   resume: bool = False, **run: Any) -> Design:
-    """Train ``plan``'s budgets as the design chooses them (``run_plan`` with ``only=``, into
-    ``out_dir``), fitting after each batch (``flops_fit.fit(out_dir, method)``) until ``rule``.
-    The whole plan is recorded; the store's meta ``adaptive`` holds the design (each budget's
-    reason, its run ids, each round's interval, why it stopped). Resumable: the design is
-    deterministic given its runs, so ``resume=True`` replays the rounds (trained runs are not
-    trained again) and goes on. ``run`` are ``run_plan``'s options (executor, workers, ...)."""
+                   start: int = START, batch: int = 1, sizes: int = SIZES, resume: bool = False,
+                   **run: Any) -> Design:
+    """Train ``plan``'s runs as the design chooses them (``run_plan`` with ``only=``, into
+    ``out_dir``), fitting with the forecast after each batch until ``rule``. The whole plan is
+    recorded; the store's meta ``adaptive`` holds the design (each choice's reason, its run ids,
+    each round's interval, why it stopped). Resumable: the design is deterministic given its
+    runs, so ``resume=True`` replays the rounds (trained runs are not trained again) and goes
+    on. ``run`` are ``run_plan``'s options (executor, workers, ...)."""
     rule = StopRule.parse(rule) if isinstance(rule, str) else rule
     out_dir = Path(out_dir)
-    by = plan_budgets(plan)
-    target = target or 10 * max(by)
+    by = plan_keys(plan)
+    pool = pool_of(by)
+    target = target or 10 * max(pool)
     started = [resume]
 
-    def fit_at(budgets: list[float]) -> tuple[float, float, float]:
-        ids = {r.run_id for b in budgets for r in by[b]}
-        run_plan(plan, out_dir, resume=started[0], only=ids, **run)
+    def fit_at(keys: list[Key]) -> Reading:
+        run_plan(plan, out_dir, resume=started[0], only={by[k].run_id for k in keys}, **run)
         started[0] = True
-        row = fit(str(out_dir), method, bootstrap=bootstrap, seed=seed, tracking=False).predict(target).iloc[0]
-        return float(row.N_opt), float(row.N_opt_lo), float(row.N_opt_hi)
+        with RunStore(out_dir) as store:
+            frame = store.runs_frame(include_failed=False).set_index("run_id")
+        losses = {k: float(frame.loss[by[k].run_id]) for k in keys if by[k].run_id in frame.index}
+        return forecast_reading(fit_forecast(str(out_dir), target), target, losses)
 
     def record(design: Design) -> None:
         if not (out_dir / STORE_NAME).exists():
             return  # the first batch is recorded once its sweep has a store
         data = design.to_dict()
-        data["run_ids"] = {f"{b:.6g}": [r.run_id for r in by[b]] for b in design.budgets}
-        data["method"], data["start"], data["batch"] = method, start, batch
+        data["run_ids"] = [[by[k].run_id for k in c.keys] for r in design.rounds for c in r.choices]
+        data["start"], data["batch"], data["sizes"] = start, batch, sizes
         with RunStore(out_dir) as store:
             store.set_meta(adaptive=data)
 
-    return run_design(list(by), plan_spend(plan), target, rule, fit_at, start=start, batch=batch, on_round=record)
+    return run_design(pool, plan_spend(plan), target, rule, fit_at, start=start, batch=batch, sizes=sizes,
+                      on_round=record)
