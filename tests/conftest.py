@@ -21,8 +21,9 @@ def _token_cache_in_a_temporary_folder(tmp_path_factory):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "e2e: an end-to-end scenario across processes (a driver killed and resumed, ranks under "
-                   "torchrun, a Ray or SLURM cluster, a whole scaled-down demo); `pytest -m e2e` runs them")
+        "markers", "e2e: an end-to-end scenario across processes or a whole workflow (a driver killed and "
+                   "resumed, ranks under torchrun, a Ray or SLURM cluster, worker-process sweeps, plugins pip "
+                   "installed, a scaled-down demo or tune with its held-out cell); `pytest -m e2e` runs them")
 
 
 def pytest_collection_modifyitems(config, items):

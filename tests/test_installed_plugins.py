@@ -70,6 +70,10 @@ def _write_project(root: Path, ep_name: str, source: str) -> Path:
     return project
 
 
+# pip installs real packages, and each test runs the command in a fresh process
+pytestmark = pytest.mark.e2e
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """Install the example plugin and every broken plugin with pip into one folder."""

@@ -428,6 +428,7 @@ def test_a_backend_that_fails_mid_sweep_warns_once_and_the_others_log_every_run(
 
 
 # ----------------------------------------------------------- worker processes, CLI, fit
+@pytest.mark.e2e
 def test_cli_sweep_on_worker_processes_tracks_every_run_and_the_cli_fit_logs_to_the_sweep(tmp_path, capsys):
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML + '\n[tracking]\nbackends = ["tensorboard", "mlflow"]\n'

@@ -233,6 +233,7 @@ def tune_held_out(out, holdout, bootstrap):
     return result, data, data["holdout"]
 
 
+@pytest.mark.e2e
 def test_holdout_largest_trains_the_largest_cell_at_the_rate_of_a_law_fitted_without_it(tmp_path):
     out = tmp_path / "tune"
     result, data, held = tune_held_out(out, "largest", bootstrap=20)
@@ -254,6 +255,7 @@ def test_holdout_largest_trains_the_largest_cell_at_the_rate_of_a_law_fitted_wit
     assert f"law without it predicts lr {rate:.3g}" in str(result)
 
 
+@pytest.mark.e2e
 def test_holdout_beyond_trains_a_cell_4x_past_the_grid_at_multiples_of_the_laws_rate(tmp_path):
     out = tmp_path / "tune"
     result, data, held = tune_held_out(out, "beyond", bootstrap=0)

@@ -133,6 +133,7 @@ def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
             assert (stored.loss[spec.run_id], stored.curve[spec.run_id]) == (alone.loss, alone.curve)
 
 
+@pytest.mark.e2e
 def test_a_wsd_sweep_on_worker_processes_matches_in_process(tmp_path):
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML.replace("[2e7, 4e7]", "[2e7, 4e7]")
