@@ -14,7 +14,7 @@ Why threads and not stacked parameters under ``vmap`` (the first version): at th
 batching the runs' kernels can save at most that, and ``vmap``'s batched rules round
 differently from a run's own kernels (a small GPT drifted past 1e-5 in 50 steps); run by run
 inside ``vmap`` the program was 0.4-1.3x the speed of the runs one at a time
-(docs/validation/stacked.md). What a program of several runs can use that one small run cannot
+(docs/validation/compute.md). What a program of several runs can use that one small run cannot
 is a second core: one run's kernels are too small to split, several runs are not.
 
 ``stack_items`` groups an executor's work items (``sweep.stack_runs`` at most per program):
