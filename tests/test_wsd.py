@@ -188,3 +188,21 @@ def test_a_family_killed_mid_way_keeps_its_finished_branches_and_stable_phase(tm
         assert (frame.loss[spec.run_id], frame.curve[spec.run_id]) == (alone.loss, alone.curve)
     leftovers = tmp_path / "checkpoints"
     assert not leftovers.exists() or not any(leftovers.iterdir())
+
+
+def test_the_longest_family_starts_first_counting_its_steps_not_only_its_flops():
+    from flops_fit.sweeps.demo import demo_plan
+    from flops_fit.training.task import work_items
+    from flops_fit.training.wsd import executed_flops
+
+    plan, _ = demo_plan("gpt")
+    cost = executed_flops(plan.runs)
+    items = work_items(plan.runs)
+    flops = {f.runs[0].size: sum(cost[r.run_id] for r in f.runs) for f in items}
+    steps = {f.runs[0].size: sum(cost[r.run_id] * r.steps / (r.tokens * r.flops_per_unit) for r in f.runs)
+             for f in items}
+    order = [f.runs[0].size for f in items]
+    # width 6 spans 4 budgets (a quarter of width 26's FLOPs) but takes 1.7x its steps: it goes first
+    assert flops[6] < flops[26] / 4 and steps[6] > 1.7 * steps[26]
+    assert order.index(6) < order.index(26)
+    assert order[0] == max(steps, key=steps.get)  # the most steps (the smallest model at most budgets) leads

@@ -35,16 +35,27 @@ from flops_fit.training.state import Snapshot
 from flops_fit.training.strategies import OneProcess
 from flops_fit.training.wsd import Family, executed_flops, families
 
+# What a step costs beyond its FLOPs (kernel launches, the optimizer, Python), in the FLOPs that
+# would take as long: on the 2-core CPU the demo's steps took ~28 ms plus their FLOPs at ~3.4e10
+# FLOP/s (its WSD families' per-step times, benchmarks/results/demo_time.json), so about 1e9. Only the
+# order of the families depends on it: the smallest models' many cheap steps outlast their FLOPs.
+STEP_OVERHEAD_FLOPS = 1e9
+
 
 def work_items(runs: list[Any], stack: int = 1) -> list[Any]:
     """What the executor runs: cosine runs as they are (plan order), WSD runs grouped into
-    families, the costliest family first so that parallel workers finish together; with
-    ``stack`` > 1, up to that many runs (or families) that differ only in learning rate or seed
-    in one program (``training.stacked``)."""
+    families, the longest family first so that parallel workers finish together (a family's
+    length: its executed FLOPs plus a fixed cost per step, since a small model's many cheap steps
+    take longer than its FLOPs say); with ``stack`` > 1, up to that many runs (or families) that
+    differ only in learning rate or seed in one program (``training.stacked``)."""
     cosine = [r for r in runs if r.schedule != "wsd"]
     cost = executed_flops(runs)
-    grouped = sorted(families(r for r in runs if r.schedule == "wsd"),
-                     key=lambda f: -sum(cost[r.run_id] for r in f.runs))
+
+    def length(family: Family) -> float:
+        return sum(cost[r.run_id] * (1 + STEP_OVERHEAD_FLOPS * r.steps / (r.tokens * r.flops_per_unit))
+                   for r in family.runs)
+
+    grouped = sorted(families(r for r in runs if r.schedule == "wsd"), key=lambda f: -length(f))
     return stack_items([*grouped, *cosine], stack)
 
 
