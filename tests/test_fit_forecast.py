@@ -217,6 +217,7 @@ def test_leaving_one_budget_out_gives_no_forecast_and_says_why(forecast_json):
     assert any("forward chaining" in w for w in each.warnings)
 
 
+@pytest.mark.e2e
 def test_refits_in_worker_processes_give_the_same_checks_and_forecast(forecast_json, fitted, capsys):
     assert main(["fit", str(forecast_json), "--method", "all", "--holdout", "forward", "--bootstrap", "20",
                  "--workers", "2", "--json"]) == 0

@@ -42,6 +42,7 @@ def test_threads_never_exceed_the_free_cores_share(monkeypatch):
     assert threads.default_threads(big, workers=1) == 2 and threads.default_threads(big, workers=4) == 1
 
 
+@pytest.mark.e2e
 def test_the_executor_gives_runs_the_default_threads_in_process_and_in_workers(monkeypatch):
     run = sweep_support.small_plan_options()  # a tiny model: one thread either way
     spec = plan(host=HOST, **run).runs[0]

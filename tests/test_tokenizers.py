@@ -103,6 +103,7 @@ def test_the_token_file_is_built_once_and_reused_until_the_text_changes(tmp_path
     assert len(list((cache / "tokens").glob("*.uint16"))) == 2
 
 
+@pytest.mark.e2e
 def test_parallel_workers_build_the_token_file_once(tmp_path):
     from token_tasks import build_dataset
 

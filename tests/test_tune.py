@@ -340,6 +340,7 @@ def test_the_shipped_law_refits_from_its_own_cells():
     assert "tokens" in law["forms"]["marin"]["unidentified"]
 
 
+@pytest.mark.e2e
 def test_the_demo_tune_rederives_on_a_reduced_grid(tmp_path):
     """`flops-fit tune --demo gpt` on a reduced grid (one tiny budget, 2 sizes, 3 multipliers, a short
     context): the same pipeline writes a law the demo's own configuration accepts."""
@@ -496,6 +497,7 @@ def test_the_vit_demo_takes_its_rates_from_its_own_tune_which_refits_from_its_ce
     assert {r.beta2 for r in plan.runs} == {law["beta2"]}
 
 
+@pytest.mark.e2e
 def test_a_tune_with_its_rates_trained_together_finds_the_same_cells(tuned, tmp_path):
     """stack_runs: each cell's rates in one program (training.stacked), each still its own run."""
     out, result = tuned
