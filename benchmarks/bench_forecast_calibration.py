@@ -114,7 +114,7 @@ def demo_chain(score: Path) -> dict:
     """The demo's forward chaining as ``bench_forecast_target.py`` stored it with its forecast (the same
     ``forward_chain`` on the same runs: no need to fit it again)."""
     forecast = json.loads(score.read_text())["forecast"]
-    records = [{k: (np.nan if v is None else v) for k, v in r.items()} for r in forecast["records"]]
+    records = [fs.stored_record(r) for r in forecast["records"]]
     return {"records": records, "keys": [[c["method"], c["scale"], c["focus"]] for c in forecast["candidates"]]}
 
 

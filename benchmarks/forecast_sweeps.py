@@ -144,6 +144,12 @@ def cached_chain(name: str, runs, cache: Path, workers: int) -> dict:
     return data[name]
 
 
+def stored_record(data: dict) -> dict:
+    """A record as ``Forecast.to_dict`` stored it: JSON null back to NaN in its numbers (a focus of
+    None stays None: the candidate's key says None, and a NaN focus would match no key)."""
+    return {k: (np.nan if v is None and k != "focus" else v) for k, v in data.items()}
+
+
 def records_of(chained: dict) -> list[Record]:
     return [Record(**r) for r in chained["records"]]
 

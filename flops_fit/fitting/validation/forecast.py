@@ -11,7 +11,8 @@ chosen by its own record:
   on public sweeps (``drift``, ``prior``);
 - each answer comes from the weighted average of the candidates (weights 1 / sd^2 of their
   error models), or from the one whose error at the target is expected to be smallest, as
-  ``MODE`` says;
+  ``MODE`` says; N_opt from the candidates fitted to the frontier or reading it directly
+  (``SIZE_FOCI``), the loss from all;
 - the drift is measured and reported, and the point is corrected by it as ``drift.CARRY``
   says: not at all by default. Left out one study at a time, the public sweeps covered their
   truths more often, and with smaller errors, uncorrected than corrected linearly in ln r (a drift
@@ -68,6 +69,11 @@ from flops_fit.fitting.validation.validity import failure
 from flops_fit.tables import format_table
 
 MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining needs to answer
+# The foci N_opt is answered from: laws fitted to the frontier and the methods that read it directly
+# (no focus). A law fitted to every run alike places its optimum where runs far from it pull it
+# (laws/focus.py); it answers the loss, which it fits as a middle rather than a floor. On the public
+# sweeps N_opt's median error fell from 33% to 26% without them (docs/validation/forecast.md).
+SIZE_FOCI = (None, "frontier")
 MODES = ("select", "average", "auto")
 MODE = "average"  # benchmarks/bench_forecast_variants.py compares the modes on public sweeps
 LABELS = {"loss": "loss", "n_opt": "N_opt"}
@@ -336,9 +342,13 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
 
 
 def _eligible(candidates: Sequence[Candidate], q: str) -> list[Candidate]:
+    """The candidates that may answer ``q``: enough chaining, a finite answer, and for N_opt a
+    focus in SIZE_FOCI (all of them where none has one)."""
     value = "target_loss" if q == "loss" else "target_n_opt"
-    return [c for c in candidates if q in c.models and c.models[q].splits >= MIN_SPLITS
+    able = [c for c in candidates if q in c.models and c.models[q].splits >= MIN_SPLITS
             and np.isfinite(getattr(c, value)) and getattr(c, value) > 0]
+    sized = [c for c in able if c.focus in SIZE_FOCI]
+    return sized if q == "n_opt" and sized else able
 
 
 def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], ratio: float, level: float,
@@ -429,6 +439,6 @@ def _triple(t: Triple, f) -> str:
     return fmt.with_interval(t[0], t[1], t[2], fmt=f)
 
 
-__all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "TARGET_FACTOR", "Answer", "Candidate",
+__all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "SIZE_FOCI", "TARGET_FACTOR", "Answer", "Candidate",
            "Forecast", "answer_chaining", "answer_line", "candidate_rows", "chain_rows", "decide", "default_target",
            "forecast", "forecasts"]
