@@ -36,7 +36,7 @@ from fit_forecast_prior import priors_for, public_chains
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.validation.drift import CARRY
-from flops_fit.fitting.validation.forecast import MODES, decide
+from flops_fit.fitting.validation.forecast import MODES, PER_LABEL, decide
 from flops_fit.fitting.validation.prior import shipped, shipped_laws
 from flops_fit.fitting.validation.reach_law import ANSWERS
 
@@ -46,7 +46,7 @@ GOALS = {"loss_coverage": 0.90, "n_opt_coverage": 0.90, "median_n_opt_ratio": 3.
 
 
 def calibrate(name: str, splits: list, keys: list, priors, level: float, modes=MODES, carry: str = CARRY,
-              laws=None) -> list[dict]:
+              laws=None, per_label: bool = PER_LABEL) -> list[dict]:
     """The forecast of every outer split (``forecast_sweeps.outer_splits``, computed once) at each
     later budget, per mode, scored against the truth there."""
     rows = []
@@ -56,7 +56,7 @@ def calibrate(name: str, splits: list, keys: list, priors, level: float, modes=M
                 row = {"sweep": name, "mode": mode, "fitted_upto": upto, "budget": budget, "ratio": budget / upto}
                 try:
                     f = decide(inner, predictions, budget, budget / upto, keys=keys, level=level, priors=priors,
-                               mode=mode, carry=carry, laws=laws)
+                               mode=mode, carry=carry, laws=laws, per_label=per_label)
                 except FitInputError as exc:
                     rows.append({**row, "reason": str(exc)})
                     continue

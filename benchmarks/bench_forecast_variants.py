@@ -82,7 +82,7 @@ def main() -> None:
                 for name, splits, keys, prior, laws in prepared:
                     used = prior if kind == "label" else pooled_only(prior)
                     rows += calibrate(name, splits, keys, (used, {}), args.level, carry=carry,
-                                      laws=intervals(laws)[interval])
+                                      laws=intervals(laws)[interval], per_label=kind == "label")
                 for mode in MODES:
                     mine = [r for r in rows if r["mode"] == mode]
                     sweeps = {n: summarise([r for r in mine if r["sweep"] == n]) for n, *_ in prepared}

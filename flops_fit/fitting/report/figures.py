@@ -26,6 +26,7 @@ from flops_fit.fitting.report.drawing import (
     save_figure,
 )
 from flops_fit.fitting.report.profile_plots import draw_profiles
+from flops_fit.fitting.validation.forecast import answer_chaining
 
 # Every method the fit holds is drawn: a result's ``colour`` class attribute where its class
 # declares one, else the next free colour of this cycle, in the order the fit holds them (so
@@ -157,7 +158,8 @@ def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Seq
 
 def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
     """Forward chaining, one panel per answer: each prediction's error against how far it
-    extrapolated (C / C_k), the answer's own candidates in colour and the others in grey, with its
+    extrapolated (C / C_k), the answer's own candidates in colour, the others in grey and the
+    answer itself (its members' weighted errors, what its interval covers) in black, with its
     error model's drift carried to the target's ratio (line) and the band its interval rule gives
     (``Answer.band``), both in ratio space (predicted / observed - 1, never below -100%)."""
     fig = new_figure(12, 4.6)
@@ -171,6 +173,10 @@ def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[P
             mine = (r.method, r.scale, r.focus) in members
             ax.scatter(r.ratio, 100 * getattr(r, key), s=18 if mine else 5, color="tab:red" if mine else "0.75",
                        zorder=3 if mine else 2)
+        own = answer_chaining(forecast.records, answer.members, key)
+        if own:
+            ax.scatter([r for _, r, _ in own], [100 * np.expm1(e) for _, _, e in own], s=22, marker="D",
+                       color="k", zorder=4, label="the answer itself (members weighted)")
         centre, lo, hi, rule = answer.band(reach)
         ax.plot(reach, 100 * centre, color="tab:red", lw=1, label="drift b ln r")
         ax.fill_between(reach, 100 * lo, 100 * hi, color="tab:red", alpha=0.12, lw=0,

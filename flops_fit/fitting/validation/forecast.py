@@ -76,6 +76,10 @@ MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining ne
 SIZE_FOCI = (None, "frontier")
 MODES = ("select", "average", "auto")
 MODE = "average"  # benchmarks/bench_forecast_variants.py compares the modes on public sweeps
+# Each candidate's error model moderated by the prior pooled over every candidate, not by its label's
+# own: as well calibrated leaving one study out, narrower loss intervals, one prior per answer
+# instead of eleven (bench_forecast_variants.py; docs/validation/forecast.md).
+PER_LABEL = False
 LABELS = {"loss": "loss", "n_opt": "N_opt"}
 
 Triple = tuple[float, float, float]
@@ -311,7 +315,7 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
 def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]], target: float, ratio: float, *,
            keys: Sequence[Key] | None = None, reasons: Mapping[Key, str] | None = None, level: float = 0.95,
            priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE,
-           carry: str = CARRY, laws: Mapping[str, ReachLaw] | None = None) -> Forecast:
+           carry: str = CARRY, laws: Mapping[str, ReachLaw] | None = None, per_label: bool = PER_LABEL) -> Forecast:
     """The forecast from chaining ``records`` and each candidate's (loss, N_opt in parameters,
     D_opt) at ``target``: each answer by its own record (a pure function of its inputs, so the
     calibration benchmark scores exactly what ``forecasts`` answers). ``laws`` size the intervals
@@ -331,7 +335,8 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
         for q, name in FIELDS.items():
             slopes = split_slopes(mine, name)
             if slopes:
-                c.models[q] = error_model(list(slopes.values()), prior_for(prior[q], key[0], key[2]),
+                own = prior_for(prior[q], key[0], key[2]) if per_label else prior_for(prior[q], None)
+                c.models[q] = error_model(list(slopes.values()), own,
                                           reach=reach(mine, name), carry=carry)
         if key in predictions:
             c.target_loss, c.target_n_opt, c.target_d_opt = (float(v) for v in predictions[key])
