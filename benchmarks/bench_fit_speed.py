@@ -99,6 +99,14 @@ def agreement(old: dict, new: dict) -> dict:
     }
 
 
+def earlier_runs(path: Path) -> list[dict]:
+    """The results file's earlier measurements, newest first (each without its own history)."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    return [{k: v for k, v in old.items() if k != "history"}, *old.get("history", [])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="a copy of the demo's sweep folder (never the original)")
@@ -118,8 +126,9 @@ def main() -> None:
                              "checkout's root")
     keys = ("whole_fit_s", "whole_fit_cpu_s", "parametric_point_fit_s", "process_s")
     report = {
-        "command": "python benchmarks/bench_fit_speed.py --store COPY --previous d667820=/tmp/fit-prev "
-                   "--previous 2248f99=/tmp/fit-prev-2248f99" + (f" --workers {args.workers}" if args.workers > 1 else ""),
+        "command": "python benchmarks/bench_fit_speed.py --store COPY "
+                   + " ".join(f"--previous {label}=CHECKOUT" for label in previous)
+                   + (f" --workers {args.workers}" if args.workers > 1 else ""),
         "runs": "the GPT demo store (40 runs, 8 budgets), trained by `flops-fit demo` at 2248f99",
         "bootstrap": args.bootstrap, "workers": args.workers, "threads": 1, "cpus": os.cpu_count(),
         "load_average_at_start": load, "load_average_at_end": os.getloadavg()[0],
@@ -134,6 +143,7 @@ def main() -> None:
         "answers_previous": {label: old["answers"] for label, old in sides.items()},
         "forecast_summary_new": new["summary"].split("\n\n")[0],
     }
+    report["history"] = earlier_runs(args.out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"whole fit now {new['whole_fit_s']:.1f} s ({new['whole_fit_cpu_s']:.1f} CPU-s), workers {args.workers}, "

@@ -52,7 +52,7 @@ def least_squares_batch(fun: BatchResiduals, x0: np.ndarray, lb: np.ndarray, ub:
     Delta = np.sqrt(_dot(x * scale_inv / v ** 0.5, x * scale_inv / v ** 0.5))
     Delta[Delta == 0] = 1.0
     alpha, nfev = np.zeros(k), np.ones(k, dtype=int)
-    status, fresh = np.full(k, RUNNING), np.ones(k, dtype=bool)
+    status, fresh, stopped = np.full(k, RUNNING), np.ones(k, dtype=bool), np.zeros(k, dtype=int)
     # each row's trust-region model, rebuilt after every accepted step
     d, diag_h, g_h, theta = (np.zeros((k, n)), np.zeros((k, n)), np.zeros((k, n)), np.zeros(k))
     J_h, s, V, uf = np.zeros((k, m, n)), np.zeros((k, n)), np.zeros((k, n, n)), np.zeros((k, n))
@@ -61,8 +61,10 @@ def least_squares_batch(fun: BatchResiduals, x0: np.ndarray, lb: np.ndarray, ub:
         if rows.size:
             v, dv = _cl_scaling(x[rows], g[rows], lb, ub)
             g_norm = np.max(np.abs(g[rows] * v), axis=1)
+            # scipy's loop head: gtol overrides a stop the last step made; else its stop, or the evaluation limit
+            ended = (stopped[rows] > 0) | (nfev[rows] == max_nfev)
+            status[rows[ended]] = stopped[rows[ended]]
             status[rows[g_norm < gtol]] = 1
-            status[rows[(g_norm >= gtol) & (nfev[rows] == max_nfev)]] = 0
             keep = status[rows] == RUNNING
             rows, v, dv, g_norm = rows[keep], v[keep], dv[keep], g_norm[keep]
             si = scale_inv[rows]
@@ -102,9 +104,9 @@ def least_squares_batch(fun: BatchResiduals, x0: np.ndarray, lb: np.ndarray, ub:
         x[took], f[took], cost[took], J[took] = x_new[accept], f_new[accept], cost_new[accept], J_new[accept]
         g[took] = _grad(J[took], f[took])
         scale_inv[took] = np.maximum(np.sqrt(np.sum(J[took] ** 2, axis=1)), scale_inv[took])
-        status[rows[stop > 0]] = stop[stop > 0]
-        # a row's outer iteration ends at an accepted step or at its evaluation limit
-        fresh[rows[accept | (nfev[rows] >= max_nfev)]] = True
+        stopped[rows] = stop
+        # a row's outer iteration ends at an accepted step, a stop or its evaluation limit
+        fresh[rows[accept | (stop > 0) | (nfev[rows] >= max_nfev)]] = True
     return LeastSquaresBatch(x, cost, nfev, status)
 
 
