@@ -59,3 +59,21 @@ def test_curve_law_bootstrap_refits_batched_equal_each_resamples_own_refit():
         alone, alone_ok = problem.refit(weights, start)
         np.testing.assert_allclose(batched[i], alone, rtol=1e-7, atol=1e-10)
         assert ok[i] == alone_ok
+
+
+def test_annealed_areas_of_a_wsd_schedule_equal_the_step_by_step_average():
+    """S2 filtered from the first drop in the rate (the stable phase left at exactly 0) is the
+    exponential average of the cut in the rate over every step, computed here one step at a time."""
+    from flops_fit.fitting.laws.curve_areas import _anneal, factors
+
+    g = factors({"schedule": "wsd", "steps": 300, "warmup_steps": 10, "cooldown_start": 200,
+                 "cooldown_shape": "1-sqrt"})
+    taus = np.array([1.5, 20.0, 400.0])
+    table = _anneal(g, taus)
+    for row, tau in zip(table, taus, strict=True):
+        lam, ema, expected = np.exp(-1.0 / tau), 0.0, [0.0]
+        for t, factor in enumerate(g):
+            ema = lam * ema + (1 - lam) * (1.0 - (factor if t >= 10 else 1.0))  # the warmup counts at the peak
+            expected.append(ema)
+        np.testing.assert_allclose(row, expected, rtol=1e-12, atol=1e-15)
+    assert np.all(table[:, :201] == 0) and np.all(table[:, -1] > 0)

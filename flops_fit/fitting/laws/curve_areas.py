@@ -73,10 +73,12 @@ def _anneal(g: np.ndarray, taus: np.ndarray) -> np.ndarray:
     peak = np.flatnonzero(g >= 1.0 - 1e-12)
     g = np.where(np.arange(g.size) < (peak[0] if peak.size else g.size), 1.0, g)
     drop = np.concatenate([[0.0], 1.0 - g])  # 1 - factor of the step just taken
-    out = np.empty((taus.size, drop.size))
+    # S2 stays exactly 0 until the rate first drops (a WSD run's whole stable phase): filter from there on
+    start = int(np.argmax(drop != 0)) if np.any(drop != 0) else drop.size
+    out = np.zeros((taus.size, drop.size))
     for i, tau in enumerate(taus):
         lam = np.exp(-1.0 / tau)
-        out[i] = lfilter([1.0 - lam], [1.0, -lam], drop)
+        out[i, start:] = lfilter([1.0 - lam], [1.0, -lam], drop[start:])
     return out
 
 
