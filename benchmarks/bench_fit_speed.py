@@ -3,8 +3,11 @@
 Each side runs in its own process, one after the other, with one thread: ``fit(store,
 method="all", bootstrap=200, holdout="forward")`` as ``flops-fit demo`` and ``flops-fit report``
 call it (every method and scale, forward chaining, the forecast), with ``--workers`` processes
-for the refits (1 by default: the CPU a fit costs; the demo passes 2), and one Approach-3 point
-fit of all runs. ``--previous LABEL=PATH`` (repeatable) names a checkout of earlier code, put
+for the refits (1 by default: the CPU a fit costs; the demo passes 2), then, each the best of 3,
+one Approach-3 point fit of all runs and one curve-law fit with its bootstrap (the part the last
+change batched: timed alone, it is steadier than the whole fit on a shared machine). CPU seconds
+are the main process's (``whole_fit_cpu_s``) and the worker pool's (``workers_cpu_s``, 0 with
+one worker). ``--previous LABEL=PATH`` (repeatable) names a checkout of earlier code, put
 first on that side's PYTHONPATH; make one without touching the repository's worktrees with
 ``mkdir /tmp/fit-prev && git archive d667820 | tar -x -C /tmp/fit-prev``.
 
@@ -31,20 +34,28 @@ RESULTS = Path(__file__).resolve().parent / "results" / "fit_speed.json"
 SAME = 5e-4  # relative difference within which two answers agree to 3 significant figures
 
 CHILD = r"""
-import json, sys, time
+import json, resource, sys, time
 import numpy as np
 from flops_fit.fitting import fit, load_runs
-from flops_fit.fitting import Parametric  # both layouts export it
+from flops_fit.fitting import APPROACHES, Parametric  # both layouts export them
 store, bootstrap, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 runs = load_runs(store)
-start, cpu = time.perf_counter(), time.process_time()
+children = lambda: sum(getattr(resource.getrusage(resource.RUSAGE_CHILDREN), f) for f in ("ru_utime", "ru_stime"))
+start, cpu, cpu_children = time.perf_counter(), time.process_time(), children()
 fitted = fit(store, method="all", bootstrap=bootstrap, holdout="forward", tracking=False, workers=workers)
 whole, whole_cpu = time.perf_counter() - start, time.process_time() - cpu
-point = []
-for _ in range(3):
-    start = time.perf_counter()
-    Parametric.configured(bootstrap=0, seed=0, level=0.95, curve="slice", focus="all", unique_tokens=None).fit(runs)
-    point.append(time.perf_counter() - start)
+workers_cpu = children() - cpu_children  # the pool's processes, reaped when the fit closes its pool
+def best_of_3(approach):
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        approach.fit(runs)
+        times.append(time.perf_counter() - start)
+    return min(times)
+point = best_of_3(Parametric.configured(bootstrap=0, seed=0, level=0.95, curve="slice", focus="all",
+                                        unique_tokens=None))
+curve = best_of_3(APPROACHES["curve"].configured(bootstrap=bootstrap, seed=0, level=0.95, curve="slice", focus="all",
+                                                 unique_tokens=None))
 f = fitted.forecast
 answers = {}
 for name, result in fitted.results.items():
@@ -57,7 +68,8 @@ for name, result in fitted.results.items():
 for key in ("n_opt", "d_opt", "loss"):
     for part, value in zip(("value", "lo", "hi"), getattr(f, key)):
         answers[f"forecast.{key}.{part}"] = float(value)
-print(json.dumps({"whole_fit_s": whole, "whole_fit_cpu_s": whole_cpu, "parametric_point_fit_s": min(point),
+print(json.dumps({"whole_fit_s": whole, "whole_fit_cpu_s": whole_cpu, "workers_cpu_s": workers_cpu,
+                  "parametric_point_fit_s": point, "curve_law_fit_s": curve,
                   "answers": answers, "summary": fitted.summary(),
                   "version": __import__("flops_fit").__file__}))
 """
@@ -124,7 +136,7 @@ def main() -> None:
         if old["version"] == new["version"]:
             raise SystemExit(f"{label} imported {new['version']}, as this checkout does: --previous must be a "
                              "checkout's root")
-    keys = ("whole_fit_s", "whole_fit_cpu_s", "parametric_point_fit_s", "process_s")
+    keys = ("whole_fit_s", "whole_fit_cpu_s", "workers_cpu_s", "parametric_point_fit_s", "curve_law_fit_s", "process_s")
     report = {
         "command": "python benchmarks/bench_fit_speed.py --store COPY "
                    + " ".join(f"--previous {label}=CHECKOUT" for label in previous)
@@ -136,7 +148,8 @@ def main() -> None:
         "previous": {label: {k: old[k] for k in keys} for label, old in sides.items()},
         "speedup": {label: {"whole_fit": old["whole_fit_s"] / new["whole_fit_s"],
                             "whole_fit_cpu": old["whole_fit_cpu_s"] / new["whole_fit_cpu_s"],
-                            "parametric_point_fit": old["parametric_point_fit_s"] / new["parametric_point_fit_s"]}
+                            "parametric_point_fit": old["parametric_point_fit_s"] / new["parametric_point_fit_s"],
+                            "curve_law_fit": old["curve_law_fit_s"] / new["curve_law_fit_s"]}
                     for label, old in sides.items()},
         "answers_against": {label: agreement(old, new) for label, old in sides.items()},
         "answers_new": new["answers"],
