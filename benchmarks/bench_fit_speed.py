@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 RESULTS = Path(__file__).resolve().parent / "results" / "fit_speed.json"
 SAME = 5e-4  # relative difference within which two answers agree to 3 significant figures
 
@@ -111,6 +113,12 @@ def agreement(old: dict, new: dict) -> dict:
     }
 
 
+def medians(results: list[dict]) -> dict:
+    """The first round's answers with every timing the median over the rounds."""
+    timed = [k for k, v in results[0].items() if k.endswith("_s") and isinstance(v, float)]
+    return {**results[0], **{k: float(np.median([r[k] for r in results])) for k in timed}}
+
+
 def earlier_runs(path: Path) -> list[dict]:
     """The results file's earlier measurements, newest first (each without its own history)."""
     if not path.exists():
@@ -126,12 +134,20 @@ def main() -> None:
                         help="a checkout of the previous code (its repository root), e.g. d667820=/tmp/fit-prev")
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--workers", type=int, default=1, help="processes for the refits on every side")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every side, taken in turn (new, previous, new, ...); the times are the "
+                             "rounds' medians: on a shared machine one round's ratio moves by tens of percent")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     previous = dict(p.split("=", 1) for p in args.previous)
     load = os.getloadavg()[0]
-    new = side(None, args.store, args.bootstrap, args.workers)
-    sides = {label: side(path, args.store, args.bootstrap, args.workers) for label, path in previous.items()}
+    rounds = []
+    for _ in range(args.repeat):
+        rounds.append({None: side(None, args.store, args.bootstrap, args.workers),
+                       **{label: side(path, args.store, args.bootstrap, args.workers)
+                          for label, path in previous.items()}})
+    new = medians([r[None] for r in rounds])
+    sides = {label: medians([r[label] for r in rounds]) for label in previous}
     for label, old in sides.items():
         if old["version"] == new["version"]:
             raise SystemExit(f"{label} imported {new['version']}, as this checkout does: --previous must be a "
@@ -140,10 +156,13 @@ def main() -> None:
     report = {
         "command": "python benchmarks/bench_fit_speed.py --store COPY "
                    + " ".join(f"--previous {label}=CHECKOUT" for label in previous)
-                   + (f" --workers {args.workers}" if args.workers > 1 else ""),
+                   + (f" --workers {args.workers}" if args.workers > 1 else "")
+                   + (f" --repeat {args.repeat}" if args.repeat > 1 else ""),
         "runs": "the GPT demo store (40 runs, 8 budgets), trained by `flops-fit demo` at 2248f99",
         "bootstrap": args.bootstrap, "workers": args.workers, "threads": 1, "cpus": os.cpu_count(),
         "load_average_at_start": load, "load_average_at_end": os.getloadavg()[0],
+        "repeat": args.repeat,
+        "rounds": [{"new" if label is None else label: {k: r[label][k] for k in keys} for label in r} for r in rounds],
         "new": {k: new[k] for k in keys},
         "previous": {label: {k: old[k] for k in keys} for label, old in sides.items()},
         "speedup": {label: {"whole_fit": old["whole_fit_s"] / new["whole_fit_s"],
