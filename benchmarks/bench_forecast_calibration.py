@@ -9,10 +9,12 @@ each candidate fitted up to C_k, and the product's own decision (``forecast.deci
 at C_j is its own IsoFLOP minimum on the whole sweep (``holdout.observe``). The chaining is
 computed once per sweep and cached (``forecast_sweeps``).
 
-The prior a sweep's forecasts use is refitted **without that sweep's study** (leave one study out:
-the three Chinchilla tables are one paper's runs, the two (Mis)Fitting tables one lab's setup, the
-three Gadre corpora one study; ``forecast_sweeps.STUDIES``): a rule that only helps the sweeps it
-was fitted on is not a result. The demo's is the shipped prior (fitted on the public sweeps only).
+The prior a sweep's forecasts use, and the reach laws that size their intervals, are refitted
+**without that sweep's study** (leave one study out: the three Chinchilla tables are one paper's
+runs, the two (Mis)Fitting tables one lab's setup, the three Gadre corpora one study;
+``forecast_sweeps.STUDIES``): a rule that only helps the sweeps it was fitted on is not a result.
+The laws are fitted on the other studies' answers made with that same prior
+(``forecast_sweeps.outcomes``). The demo's are the shipped prior and laws (public sweeps only).
 
 Goals (issue 34): loss and N_opt coverage of the 95% intervals each >= 90%, median N_opt interval
 hi/lo <= 3x, median loss interval width (hi/lo - 1) <= 6%, over every sweep and split. Reported
@@ -35,13 +37,16 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.validation.drift import CARRY
 from flops_fit.fitting.validation.forecast import MODES, decide
-from flops_fit.fitting.validation.prior import shipped
+from flops_fit.fitting.validation.prior import shipped, shipped_laws
+from flops_fit.fitting.validation.reach_law import ANSWERS
 
 ROOT = Path(__file__).resolve().parents[1]
+DEMO = "gpt demo"
 GOALS = {"loss_coverage": 0.90, "n_opt_coverage": 0.90, "median_n_opt_ratio": 3.0, "median_loss_width": 0.06}
 
 
-def calibrate(name: str, splits: list, keys: list, priors, level: float, modes=MODES, carry: str = CARRY) -> list[dict]:
+def calibrate(name: str, splits: list, keys: list, priors, level: float, modes=MODES, carry: str = CARRY,
+              laws=None) -> list[dict]:
     """The forecast of every outer split (``forecast_sweeps.outer_splits``, computed once) at each
     later budget, per mode, scored against the truth there."""
     rows = []
@@ -51,7 +56,7 @@ def calibrate(name: str, splits: list, keys: list, priors, level: float, modes=M
                 row = {"sweep": name, "mode": mode, "fitted_upto": upto, "budget": budget, "ratio": budget / upto}
                 try:
                     f = decide(inner, predictions, budget, budget / upto, keys=keys, level=level, priors=priors,
-                               mode=mode, carry=carry)
+                               mode=mode, carry=carry, laws=laws)
                 except FitInputError as exc:
                     rows.append({**row, "reason": str(exc)})
                     continue
@@ -88,11 +93,28 @@ def per_sweep_mean(summaries: dict) -> dict:
     return {k: float(np.mean([s[k] for s in have])) for k in keys} if have else {}
 
 
+def prepare(jobs: list) -> list:
+    """(name, outer splits, keys, prior, reach laws of every answer) per job: the laws fitted without
+    the job's study on the other public sweeps' answers made with the job's prior; the demo's the
+    shipped ones."""
+    prepared = [(name, list(fs.outer_splits(runs, chained)), fs.keys_of(chained), prior)
+                for name, runs, chained, prior in jobs]
+    out = []
+    for name, splits, keys, prior in prepared:
+        if name == DEMO:
+            out.append((name, splits, keys, prior, shipped_laws()))
+            continue
+        scored = {other: fs.outcomes(other, s, k, prior) for other, s, k, _ in prepared
+                  if other != DEMO and fs.study_of(other) != fs.study_of(name)}
+        out.append((name, splits, keys, prior, fs.reach_laws(scored)))
+    return out
+
+
 def demo_chain(score: Path) -> dict:
     """The demo's forward chaining as ``bench_forecast_target.py`` stored it with its forecast (the same
     ``forward_chain`` on the same runs: no need to fit it again)."""
     forecast = json.loads(score.read_text())["forecast"]
-    records = [{k: (np.nan if v is None else v) for k, v in r.items()} for r in forecast["records"]]
+    records = [fs.stored_record(r) for r in forecast["records"]]
     return {"records": records, "keys": [[c["method"], c["scale"], c["focus"]] for c in forecast["candidates"]]}
 
 
@@ -114,7 +136,7 @@ def sweep_jobs(cache: Path, workers: int, demo_folder: str | None = None, demo_s
         demo = load_runs(demo_folder)
         chained = (demo_chain(Path(demo_score)) if demo_score else
                    fs.cached_chain(f"gpt demo {Path(demo_folder).resolve()}", demo, cache, workers))
-        jobs.append(("gpt demo", demo, chained, shipped()[0]))
+        jobs.append((DEMO, demo, chained, shipped()[0]))
     return jobs, skipped
 
 
@@ -132,12 +154,15 @@ def main() -> None:
     jobs, skipped = sweep_jobs(Path(args.cache), args.workers, args.demo, args.demo_score)
     result = {"level": args.level, "goals": GOALS, "sweeps": {}, "all": {}, "skipped": skipped}
     rows = []
-    for name, runs, chained, prior in jobs:
-        mine = calibrate(name, list(fs.outer_splits(runs, chained)), fs.keys_of(chained),
-                         (prior, {"note": f"leave-one-study-out: fitted without {fs.study_of(name)}"}), args.level)
+    for name, splits, keys, prior, laws in prepare(jobs):
+        mine = calibrate(name, splits, keys, (prior, {"note": f"leave-one-study-out: fitted without {fs.study_of(name)}"}),
+                         args.level, laws={q: law for q, law in laws.items() if q in ANSWERS})
         rows += mine
         result["sweeps"][name] = {mode: summarise([r for r in mine if r["mode"] == mode]) for mode in MODES}
         result["sweeps"][name]["prior"] = {q: {k: vars(p) for k, p in by.items()} for q, by in prior.items()}
+        if name != DEMO:
+            result["sweeps"][name]["reach_laws"] = {q: {k: v for k, v in law.to_dict().items() if k != "scores"}
+                                                   for q, law in laws.items()}
     for mode in MODES:
         result["all"][mode] = summarise([r for r in rows if r["mode"] == mode])
         result["all"][mode]["per_sweep_mean"] = per_sweep_mean({n: v[mode] for n, v in result["sweeps"].items()})

@@ -135,12 +135,14 @@ def redecide(stored: Path) -> dict:
     """A scored result with its forecast decided again from its own chaining records and candidates'
     fits (``forecast.decide``, the shipped prior): the fits do not depend on the prior, so this is
     the forecast a fit would give now, without refitting."""
+    from forecast_sweeps import stored_record
+
     from flops_fit.fitting.validation.chaining import Record
     from flops_fit.fitting.validation.forecast import decide
 
     result = json.loads(stored.read_text())
     old = result["forecast"]
-    records = [Record(**{k: (np.nan if v is None else v) for k, v in r.items()}) for r in old["records"]]
+    records = [Record(**stored_record(r)) for r in old["records"]]
     keys = [(c["method"], c["scale"], c["focus"]) for c in old["candidates"]]
     predictions = {(c["method"], c["scale"], c["focus"]): (c["target_loss"], c["target_n_opt"], c["target_d_opt"])
                    for c in old["candidates"] if c["target_loss"] is not None and c["target_n_opt"] is not None}

@@ -9,6 +9,11 @@ trained at its target), takes each (sweep, candidate)'s per-split slopes z_k = l
 s0 and its weight nu0, and the spread tau of drifts. The chaining is cached (``--cache``);
 ``bench_forecast_calibration.py`` reads the same cache and refits the prior without the sweep
 it scores (leave one sweep out).
+
+Then the reach laws that size the forecast's intervals (``reach_law``): the product's answers,
+made with this prior, at every later budget of every outer split of those sweeps, scored against
+the truths there (``forecast_sweeps.outcomes``), and per answer sigma(r) fitted on them, its
+multiplier read from each sweep scored by the law fitted without it.
 """
 
 from __future__ import annotations
@@ -68,6 +73,10 @@ def main() -> None:
     if not chains:
         raise SystemExit("no public sweeps found under ../shared/data: nothing to fit the prior on")
     priors = priors_for(chains)
+    sweeps = fs.public_sweeps()
+    scored = {name: fs.outcomes(name, list(fs.outer_splits(sweeps[name], c)), fs.keys_of(c), priors)
+              for name, c in chains.items() if c["records"]}
+    laws = fs.reach_laws(scored)
     used = {name: sum(1 for g in units(c, "loss_error").values() for u in g if len(u) > 1) for name, c in chains.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     provenance = {
@@ -78,14 +87,21 @@ def main() -> None:
         "method": "per (sweep, candidate), candidates labelled by method and focus: z_k = least-squares slope of ln(1 + error) on ln r per forward-chaining "
                   "split; s0, nu0 by the F-distribution marginal likelihood of the candidates' variances of z "
                   "(Smyth 2004); tau^2 = mean(zbar^2 - s0^2 / K) (method of moments); pooled over every candidate ('*') and per label with 3 or more pairs",
+        "reach_laws": "per answer, the forecast's log errors on the sweeps above (answers made with this prior at every "
+                      "later budget of every split with 2 or more inner splits): sigma(r)^2 = floor^2 + (slope ln r)^2 "
+                      "by maximum likelihood; scores |e| / sigma(r) of each sweep under the law fitted without it",
+        "outcomes": {name: len(by["loss"]) for name, by in scored.items()},
         "command": "python benchmarks/fit_forecast_prior.py",
         "code_commit": commit.strip(),
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
     }
-    Path(args.out).write_text(json.dumps(prior_to_dict(priors, provenance), indent=2) + "\n")
+    Path(args.out).write_text(json.dumps(prior_to_dict(priors, provenance, laws), indent=2) + "\n")
     for q, by in priors.items():
         for name, p in by.items():
             print(f"{q} {'pooled' if name == POOLED else name}: s0 {p.s0:.4f} per ln r, nu0 {p.nu0:.2f}, tau {p.tau:.4f}")
+    for q, law in laws.items():
+        print(f"{q} reach law: floor {law.floor:.4f}, slope {law.slope:.4f} per ln r, k(95%) {law.multiplier(0.95):.2f} "
+              f"from {len(law.scores)} scores, own weight {law.own_weight}")
     print(f"wrote {args.out} from {', '.join(provenance['sweeps'])}")
 
 

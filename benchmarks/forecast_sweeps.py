@@ -26,11 +26,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from flops_fit.errors import FitInputError
 from flops_fit.fitting import APPROACHES, load_runs
 from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.scales import SCALES, rescale, to_params
 from flops_fit.fitting.validation.chaining import Record, focus_of, forward_chain, point, variants
+from flops_fit.fitting.validation.drift import FIELDS
+from flops_fit.fitting.validation.forecast import answer_chaining, decide
 from flops_fit.fitting.validation.holdout import observe
+from flops_fit.fitting.validation.reach_law import OWN_WEIGHTS, Outcome, fit_reach_law
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 MAX_BUDGETS = 13
@@ -140,6 +144,12 @@ def cached_chain(name: str, runs, cache: Path, workers: int) -> dict:
     return data[name]
 
 
+def stored_record(data: dict) -> dict:
+    """A record as ``Forecast.to_dict`` stored it: JSON null back to NaN in its numbers (a focus of
+    None stays None: the candidate's key says None, and a NaN focus would match no key)."""
+    return {k: (np.nan if v is None and k != "focus" else v) for k, v in data.items()}
+
+
 def records_of(chained: dict) -> list[Record]:
     return [Record(**r) for r in chained["records"]]
 
@@ -191,3 +201,26 @@ def _rescored(records: list[Record], runs, budgets, upto: float) -> list[Record]
             out.append(Record(**{**asdict(r), "loss_error": r.predicted_loss / o.loss - 1,
                                  "n_opt_error": r.predicted_n_opt / o.n_opt - 1}))
     return out
+
+
+def outcomes(name: str, splits: list, keys: list, priors) -> dict[str, list[Outcome]]:
+    """Per answer, the product's answer (``forecast.decide``, its point only: the interval plays no
+    part) at every later budget of every outer split (``outer_splits``, computed once), scored
+    against the truth there, with the same answer's chaining inside the split."""
+    out = {q: [] for q in FIELDS}
+    for upto, inner, later in splits:
+        for budget, (truth, predictions) in later.items():
+            try:
+                f = decide(inner, predictions, budget, budget / upto, keys=keys, priors=(priors, {}), laws={})
+            except FitInputError:
+                continue
+            for q, field in FIELDS.items():
+                a, true = f.answers[q], truth.loss if q == "loss" else truth.n_opt
+                out[q].append(Outcome(name, budget / upto, float(np.log(a.value / true)),
+                                      tuple(answer_chaining(inner, a.members, field))))
+    return out
+
+
+def reach_laws(scored: dict[str, dict[str, list[Outcome]]], answers=tuple(FIELDS)) -> dict:
+    """The reach law of each of ``answers`` from the outcomes of every sweep in ``scored``."""
+    return {q: fit_reach_law([o for by in scored.values() for o in by[q]], OWN_WEIGHTS[q]) for q in answers}

@@ -93,6 +93,22 @@ def test_each_answer_comes_from_the_candidate_with_the_better_record_for_it():
     assert weights["loss-law"] > 0.9 and sum(weights.values()) == pytest.approx(1.0)
 
 
+def test_n_opt_comes_from_frontier_fits_and_the_loss_from_every_candidate():
+    """A law fitted to every run alike answers the loss, not N_opt (forecast.SIZE_FOCI), even with
+    the better N_opt record; with no frontier candidate at all, it answers N_opt too."""
+    def focused(method, focus, loss_slope, n_slope):
+        return [Record(**{**vars(r), "focus": focus}) for r in records(method, loss_slope, n_slope)]
+
+    everyone = focused("law", "all", lambda i: 0.001 * (-1) ** i, lambda i: 0.01 * (-1) ** i)
+    frontier = focused("law", "frontier", lambda i: 0.03 * (-1) ** i, lambda i: 0.1 * (-1) ** i)
+    predictions = {("law", "params", "all"): (2.0, 1e6, 1e9), ("law", "params", "frontier"): (2.5, 2e6, 5e8)}
+    f = decide(everyone + frontier, predictions, 1e21, 10.0, priors=(WEAK, {}), mode="select")
+    assert f.answers["n_opt"].source == "law/frontier on parameters" and f.n_opt[0] == pytest.approx(2e6, rel=0.05)
+    assert f.answers["loss"].source == "law/all on parameters"
+    alone = decide(everyone, {("law", "params", "all"): (2.0, 1e6, 1e9)}, 1e21, 10.0, priors=(WEAK, {}), mode="select")
+    assert alone.answers["n_opt"].source == "law/all on parameters"
+
+
 def test_the_band_is_in_ratio_space_and_never_below_minus_100_percent():
     wild = ErrorModel(splits=2, own_drift=-0.5, own_scatter=2.0, drift=-0.5, drift_sd=1.0, scatter=2.0, dof=2.0)
     ratios = np.geomspace(1.0, 10.0, 20)

@@ -11,14 +11,17 @@ chosen by its own record:
   on public sweeps (``drift``, ``prior``);
 - each answer comes from the weighted average of the candidates (weights 1 / sd^2 of their
   error models), or from the one whose error at the target is expected to be smallest, as
-  ``MODE`` says;
+  ``MODE`` says; N_opt from the candidates fitted to the frontier or reading it directly
+  (``SIZE_FOCI``), the loss from all;
 - the drift is measured and reported, and the point is corrected by it as ``drift.CARRY``
   says: not at all by default. Left out one study at a time, the public sweeps covered their
   truths more often, and with smaller errors, uncorrected than corrected linearly in ln r (a drift
   measured at 2-50x changes sign or levels off further out; benchmarks/bench_forecast_variants.py);
-- the interval is the scatter plus the drift's own uncertainty, grown with ln r_t (Student's t
-  with the prior's pseudo degrees of freedom added to the sweep's own). The chaining fits saw
-  fewer runs than the final fit, so their errors hold the runs' noise as well as the law's.
+- the loss's interval is its reach law (``reach_law``): how far the product's own answers erred
+  at each reach on public sweeps, scaled by this sweep's own chaining of the answer. N_opt's (and
+  the loss's with ``laws={}``) is the answer's error model: scatter plus the drift's own uncertainty
+  grown with ln r_t (Student's t with the prior's pseudo degrees of freedom added to the sweep's
+  own). Each rule is the one that calibrated leaving one study out (docs/validation/forecast.md).
 
 A forecast needs chaining evidence: a candidate answers only with predictions from
 ``MIN_SPLITS`` or more splits; without any, there is no forecast (the methods' own fits and
@@ -60,11 +63,17 @@ from flops_fit.fitting.validation.drift import (
     reach,
     split_slopes,
 )
-from flops_fit.fitting.validation.prior import prior_for, shipped
+from flops_fit.fitting.validation.prior import prior_for, shipped, shipped_laws
+from flops_fit.fitting.validation.reach_law import ANSWERS, Inner, ReachLaw
 from flops_fit.fitting.validation.validity import failure
 from flops_fit.tables import format_table
 
 MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining needs to answer
+# The foci N_opt is answered from: laws fitted to the frontier and the methods that read it directly
+# (no focus). A law fitted to every run alike places its optimum where runs far from it pull it
+# (laws/focus.py); it answers the loss, which it fits as a middle rather than a floor. On the public
+# sweeps N_opt's median error fell from 33% to 26% without them (docs/validation/forecast.md).
+SIZE_FOCI = (None, "frontier")
 MODES = ("select", "average", "auto")
 MODE = "average"  # benchmarks/bench_forecast_variants.py compares the modes on public sweeps
 LABELS = {"loss": "loss", "n_opt": "N_opt"}
@@ -124,6 +133,7 @@ class Answer:
     hi: float
     model: ErrorModel
     chaining_error: float
+    interval: dict[str, Any] = field(default_factory=dict)  # how the interval was sized
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -193,8 +203,15 @@ def answer_line(a: Answer, ratio: float) -> str:
     drift = f"drift {m.drift:+.3f} per ln r (own {m.own_drift:+.3f}) " + (
         f"corrected the point by {100 * a.correction:+.1f}%" if abs(a.correction) > 0 else
         f"not corrected ({m.carry}: {CARRY_NOTES.get(m.carry, 'none at this reach')})")
-    return (f"{LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; scatter {m.scatter:.3f} "
-            f"per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to {ratio:.3g}x")
+    line = f"{LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; "
+    i = a.interval
+    if i.get("rule") == "reach law":
+        own = (f", x{i['own_factor']:.2f} by this sweep's own chaining ({i['own_splits']} splits)"
+               if i.get("own_weight") is not None else "")
+        return line + (f"interval +-{i['multiplier']:.2f} sigma(r), sigma = {100 * i['sigma']:.2f}% at {ratio:.3g}x "
+                       f"(the reach law of public sweeps' answers{own})")
+    return line + (f"scatter {m.scatter:.3f} per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to "
+                   f"{ratio:.3g}x")
 
 
 def prior_note(prior: Mapping[str, Any]) -> str:
@@ -282,10 +299,11 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
 def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]], target: float, ratio: float, *,
            keys: Sequence[Key] | None = None, reasons: Mapping[Key, str] | None = None, level: float = 0.95,
            priors: tuple[Mapping[str, Mapping[str, Prior]], Mapping[str, Any]] | None = None, mode: str = MODE,
-           carry: str = CARRY) -> Forecast:
+           carry: str = CARRY, laws: Mapping[str, ReachLaw] | None = None) -> Forecast:
     """The forecast from chaining ``records`` and each candidate's (loss, N_opt in parameters,
     D_opt) at ``target``: each answer by its own record (a pure function of its inputs, so the
-    calibration benchmark scores exactly what ``forecasts`` answers)."""
+    calibration benchmark scores exactly what ``forecasts`` answers). ``laws`` size the intervals
+    (the shipped reach laws of ``reach_law.ANSWERS`` by default; ``{}``: the candidates' error models)."""
     if mode not in MODES:
         raise FitInputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     prior, provenance = priors if priors is not None else default_priors()
@@ -310,7 +328,9 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
         if mine and c.reason is None and max(m.splits for m in c.models.values()) < MIN_SPLITS:
             c.reason = f"chaining predictions from fewer than {MIN_SPLITS} splits"
         candidates.append(c)
-    answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode, carry) for q in FIELDS}
+    laws = {q: law for q, law in shipped_laws().items() if q in ANSWERS} if laws is None else laws
+    answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode, carry, laws.get(q))
+               for q in FIELDS}
     loss, n = answers["loss"], answers["n_opt"]
     d_raw = _d_opt(n, candidates)
     d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
@@ -322,13 +342,17 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
 
 
 def _eligible(candidates: Sequence[Candidate], q: str) -> list[Candidate]:
+    """The candidates that may answer ``q``: enough chaining, a finite answer, and for N_opt a
+    focus in SIZE_FOCI (all of them where none has one)."""
     value = "target_loss" if q == "loss" else "target_n_opt"
-    return [c for c in candidates if q in c.models and c.models[q].splits >= MIN_SPLITS
+    able = [c for c in candidates if q in c.models and c.models[q].splits >= MIN_SPLITS
             and np.isfinite(getattr(c, value)) and getattr(c, value) > 0]
+    sized = [c for c in able if c.focus in SIZE_FOCI]
+    return sized if q == "n_opt" and sized else able
 
 
 def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], ratio: float, level: float,
-            prior: Prior, mode: str, carry: str) -> Answer:
+            prior: Prior, mode: str, carry: str, law: ReachLaw | None) -> Answer:
     eligible = _eligible(candidates, q)
     if not eligible:
         most = max((m.splits for c in candidates for m in c.models.values()), default=0)
@@ -348,10 +372,34 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
             options = [averaged] if mode == "average" else options + [averaged]
     model, log_raw, members, source, chaining_error = min(options, key=lambda o: o[0].sd)
     correction, lo, hi = model.log_interval(ratio, level)
+    interval: dict[str, Any] = {"rule": "error model", "quantile": model.quantile(level)}
+    if law is not None:  # the drift's span (carry "widen") kept, the scatter's half-width the law's
+        half = model.quantile(level) * model.sd * (float(np.log(ratio)) if ratio > 1 else 0.0)
+        own = answer_chaining(records, members, FIELDS[q])
+        law_half, factor, splits = law.half_width(ratio, level, own)
+        lo, hi = lo + half - law_half, hi - half + law_half
+        interval = {"rule": "reach law", "multiplier": law.multiplier(level), "sigma": float(law.sigma(ratio)),
+                    "floor": law.floor, "slope": law.slope, "own_weight": law.own_weight, "own_factor": factor,
+                    "own_splits": splits}
     centre = log_raw + correction
     return Answer(quantity=q, source=source, members=members, raw=float(np.exp(log_raw)),
                   correction=float(np.expm1(correction)), value=float(np.exp(centre)), lo=float(np.exp(centre + lo)),
-                  hi=float(np.exp(centre + hi)), model=model, chaining_error=float(chaining_error))
+                  hi=float(np.exp(centre + hi)), model=model, chaining_error=float(chaining_error), interval=interval)
+
+
+def answer_chaining(records: Sequence[Record], members: Sequence[Mapping[str, Any]], field_name: str) -> Inner:
+    """The answer's own chaining: per (split, budget) every member predicted, (fitted up to, ratio,
+    the members' weighted log error), the same combination the answer makes of their predictions."""
+    weights = {(m["method"], m["scale"], m["focus"]): float(m["weight"]) for m in members}
+    errors: dict[tuple[float, float], dict[Key, float]] = {}
+    ratios: dict[tuple[float, float], float] = {}
+    for r in records:
+        key, error = (r.method, r.scale, r.focus), getattr(r, field_name)
+        if key in weights and np.isfinite(error) and error > -1:
+            errors.setdefault((r.fitted_upto, r.budget), {})[key] = float(np.log1p(error))
+            ratios[(r.fitted_upto, r.budget)] = float(r.ratio)
+    return [(upto, ratios[(upto, budget)], sum(w * found[k] for k, w in weights.items()))
+            for (upto, budget), found in sorted(errors.items()) if len(found) == len(weights)]
 
 
 def _average(q: str, eligible: Sequence[Candidate], records: Sequence[Record], prior: Prior, carry: str):
@@ -391,6 +439,6 @@ def _triple(t: Triple, f) -> str:
     return fmt.with_interval(t[0], t[1], t[2], fmt=f)
 
 
-__all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "TARGET_FACTOR", "Answer", "Candidate",
-           "Forecast", "answer_line", "candidate_rows", "chain_rows", "decide", "default_target", "forecast",
-           "forecasts"]
+__all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "SIZE_FOCI", "TARGET_FACTOR", "Answer", "Candidate",
+           "Forecast", "answer_chaining", "answer_line", "candidate_rows", "chain_rows", "decide", "default_target",
+           "forecast", "forecasts"]

@@ -25,6 +25,7 @@ import numpy as np
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.validation.drift import FIELDS, Prior, weighted_moments
+from flops_fit.fitting.validation.reach_law import ReachLaw
 
 PRIOR_FILE = "priors/forecast_prior.json"
 NU_RANGE = (0.5, 200.0)  # pseudo degrees of freedom searched
@@ -77,9 +78,13 @@ def prior_for(priors: Mapping[str, Prior], method: str | None, focus: str | None
     return priors.get(label(method, focus), priors[POOLED]) if method is not None else priors[POOLED]
 
 
-def prior_to_dict(priors: Mapping[str, Mapping[str, Prior]], provenance: Mapping[str, Any]) -> dict[str, Any]:
-    return {"answers": {q: {name: asdict(p) for name, p in by.items()} for q, by in priors.items()},
-            "provenance": dict(provenance)}
+def prior_to_dict(priors: Mapping[str, Mapping[str, Prior]], provenance: Mapping[str, Any],
+                  laws: Mapping[str, ReachLaw] | None = None) -> dict[str, Any]:
+    out = {"answers": {q: {name: asdict(p) for name, p in by.items()} for q, by in priors.items()},
+           "provenance": dict(provenance)}
+    if laws:
+        out["reach_laws"] = {q: law.to_dict() for q, law in laws.items()}
+    return out
 
 
 def priors_from_dict(data: Mapping[str, Any]) -> dict[str, dict[str, Prior]]:
@@ -91,12 +96,26 @@ def priors_from_dict(data: Mapping[str, Any]) -> dict[str, dict[str, Prior]]:
             for q in FIELDS}
 
 
+def laws_from_dict(data: Mapping[str, Any]) -> dict[str, ReachLaw]:
+    """The reach laws of the answers (``reach_law``), empty where the file has none."""
+    return {q: ReachLaw.from_dict(d) for q, d in data.get("reach_laws", {}).items() if q in FIELDS}
+
+
 @lru_cache(maxsize=1)
+def _shipped_data() -> dict[str, Any]:
+    return json.loads(resources.files("flops_fit.fitting.validation").joinpath(PRIOR_FILE).read_text())
+
+
 def shipped() -> tuple[dict[str, dict[str, Prior]], dict[str, Any]]:
     """The packaged prior and its provenance."""
-    data = json.loads(resources.files("flops_fit.fitting.validation").joinpath(PRIOR_FILE).read_text())
+    data = _shipped_data()
     return priors_from_dict(data), dict(data.get("provenance", {}))
 
 
-__all__ = ["POOLED", "PRIOR_FILE", "fit_prior", "fit_priors", "label", "prior_for", "prior_to_dict", "priors_from_dict",
-           "shipped"]
+def shipped_laws() -> dict[str, ReachLaw]:
+    """The packaged reach laws that size the forecast's intervals."""
+    return laws_from_dict(_shipped_data())
+
+
+__all__ = ["POOLED", "PRIOR_FILE", "fit_prior", "fit_priors", "label", "laws_from_dict", "prior_for", "prior_to_dict",
+           "priors_from_dict", "shipped", "shipped_laws"]

@@ -1,0 +1,109 @@
+"""The reach law that sizes the forecast's loss interval: fitted, scaled by a sweep's own chaining, shipped."""
+
+import numpy as np
+import pytest
+
+from flops_fit.errors import FitInputError
+from flops_fit.fitting.validation.chaining import Record
+from flops_fit.fitting.validation.forecast import answer_chaining, decide
+from flops_fit.fitting.validation.prior import shipped, shipped_laws
+from flops_fit.fitting.validation.reach_law import (
+    ANSWERS,
+    Outcome,
+    ReachLaw,
+    fit_reach_law,
+    fit_spread,
+)
+
+FLOOR, SLOPE = 0.01, 0.02
+
+
+def draws(rng, n, sweep, scale=1.0):
+    ratios = np.exp(rng.uniform(0.1, 4.0, n))
+    sigma = np.sqrt(FLOOR ** 2 + (SLOPE * np.log(ratios)) ** 2)
+    return [Outcome(sweep, float(r), float(e)) for r, e in zip(ratios, rng.normal(0, scale * sigma), strict=True)]
+
+
+def test_spread_recovers_the_floor_and_the_slope():
+    rng = np.random.default_rng(0)
+    outcomes = draws(rng, 4000, "a")
+    floor, slope = fit_spread(np.array([o.error for o in outcomes]), np.array([o.ratio for o in outcomes]))
+    assert floor == pytest.approx(FLOOR, rel=0.1) and slope == pytest.approx(SLOPE, rel=0.1)
+
+
+def test_the_interval_covers_new_outcomes_of_the_same_law_at_its_level():
+    rng = np.random.default_rng(1)
+    law = fit_reach_law(draws(rng, 600, "a") + draws(rng, 600, "b"))
+    assert law.sweeps == ("a", "b") and law.multiplier(0.95) == pytest.approx(1.96, rel=0.1)
+    fresh = draws(rng, 3000, "c")
+    inside = [abs(o.error) <= law.half_width(o.ratio, 0.95)[0] for o in fresh]
+    assert 0.93 <= np.mean(inside) <= 0.97
+    assert law.half_width(100.0, 0.95)[0] > law.half_width(2.0, 0.95)[0]  # grows with the reach
+
+
+def test_a_law_needs_two_sweeps_and_a_level_inside_0_1():
+    with pytest.raises(FitInputError, match="2 or more sweeps"):
+        fit_reach_law(draws(np.random.default_rng(2), 50, "only"))
+    law = ReachLaw(floor=FLOOR, slope=SLOPE, scores=(1.0, 2.0))
+    with pytest.raises(FitInputError, match="between 0 and 1"):
+        law.multiplier(1.0)
+
+
+def test_the_sweeps_own_chaining_scales_the_law_when_it_has_a_weight():
+    law = ReachLaw(floor=FLOOR, slope=SLOPE, scores=(1.0,), own_weight=1.0)
+    sigma = float(law.sigma(2.0))
+    noisy = [(float(k), 2.0, s * 3 * sigma) for k in range(1, 9) for s in (1, -1)]  # 8 splits erring 3 sigma
+    quiet = [(float(k), 2.0, s * sigma / 3) for k in range(1, 9) for s in (1, -1)]
+    wide, splits = law.own_factor(noisy)
+    narrow, _ = law.own_factor(quiet)
+    assert splits == 8 and 2.0 < wide < 3.0 and 1 / 3 < narrow < 0.6
+    assert law.own_factor([(1.0, 1.1, 10.0)]) == (1.0, 0)  # below MIN_RATIO: not evidence
+    alone = ReachLaw(floor=FLOOR, slope=SLOPE, scores=(1.0,), own_weight=None)
+    assert alone.own_factor(noisy) == (1.0, 8)
+
+
+def records(key, loss_error, n_error, splits=5):
+    method, scale, focus = key
+    out = []
+    for i in range(splits):
+        upto = 1e18 * 2 ** i
+        for j in range(i + 1, splits + 1):
+            out.append(Record(method=method, scale=scale, focus=focus, fitted_upto=upto, budget=1e18 * 2 ** j,
+                              ratio=2.0 ** (j - i), loss_error=loss_error(i, j), n_opt_error=n_error(i, j)))
+    return out
+
+
+def test_the_forecast_sizes_the_loss_interval_by_the_law_and_n_opt_by_its_error_model():
+    a, b = ("envelope", "params", None), ("isoflop", "params", None)
+    rs = records(a, lambda i, j: 0.01 * (-1) ** j, lambda i, j: 0.05) + \
+        records(b, lambda i, j: -0.01 * (-1) ** j, lambda i, j: -0.05)
+    predictions = {a: (2.0, 1e8, 1e10), b: (2.1, 1.1e8, 1e10)}
+    f = decide(rs, predictions, 1e21, 10.0, priors=shipped())
+    loss, n_opt = f.answers["loss"], f.answers["n_opt"]
+    assert "loss" in ANSWERS and loss.interval["rule"] == "reach law" and n_opt.interval["rule"] == "error model"
+    assert loss.lo < loss.value < loss.hi and np.isfinite([loss.lo, loss.hi]).all()
+    law = shipped_laws()["loss"]
+    half, factor, splits = law.half_width(10.0, 0.95, answer_chaining(rs, loss.members, "loss_error"))
+    assert np.log(loss.hi / loss.value) == pytest.approx(half) and loss.interval["own_factor"] == factor
+    old = decide(rs, predictions, 1e21, 10.0, priors=shipped(), laws={}).answers["loss"]
+    assert old.interval["rule"] == "error model" and old.value == loss.value and (old.lo, old.hi) != (loss.lo, loss.hi)
+    assert f.to_dict()["answers"]["loss"]["interval"]["rule"] == "reach law"
+
+
+def test_answer_chaining_combines_the_members_errors_by_their_weights():
+    a, b = ("envelope", "params", None), ("isoflop", "params", None)
+    rs = records(a, lambda i, j: 0.1, lambda i, j: 0.0, splits=2) + records(b, lambda i, j: -0.1, lambda i, j: 0.0,
+                                                                            splits=2)
+    members = [{"method": "envelope", "scale": "params", "focus": None, "weight": 0.75},
+               {"method": "isoflop", "scale": "params", "focus": None, "weight": 0.25}]
+    own = answer_chaining(rs, members, "loss_error")
+    assert len(own) == 3 and all(e == pytest.approx(0.75 * np.log(1.1) + 0.25 * np.log(0.9)) for _, _, e in own)
+
+
+def test_the_shipped_laws_say_what_fitted_them():
+    laws = shipped_laws()
+    assert set(laws) == {"loss", "n_opt"}
+    for law in laws.values():
+        assert law.floor > 0 and law.slope >= 0 and len(law.scores) >= 100 and len(law.sweeps) >= 2
+        assert not any("demo" in s for s in law.sweeps)  # public sweeps only
+    assert "reach_laws" in shipped()[1]
