@@ -9,6 +9,7 @@ from scipy.optimize import least_squares
 from test_fit_curve_law import synthetic_sweep
 
 from flops_fit.fitting import load_runs
+from flops_fit.fitting.approaches import curve_law
 from flops_fit.fitting.approaches.curve_law import FORM, CurveProblem
 from flops_fit.fitting.laws._trf import least_squares_batch
 from flops_fit.fitting.laws.bootstrap import resample_weights
@@ -49,8 +50,11 @@ def test_batched_least_squares_takes_scipys_path_row_by_row(max_nfev):
         assert np.any(batch.status == 0), "no row stopped at its evaluation limit"
 
 
-def test_curve_law_bootstrap_refits_batched_equal_each_resamples_own_refit():
+@pytest.mark.parametrize("rows_per_block", [None, 5])
+def test_curve_law_bootstrap_refits_batched_equal_each_resamples_own_refit(rows_per_block, monkeypatch):
     problem = CurveProblem(load_runs(synthetic_sweep(noise=0.01, seed=3)))
+    if rows_per_block:  # a sweep with more points refits its resamples in blocks
+        monkeypatch.setattr(curve_law, "BATCH_CELLS", rows_per_block * problem.y.size * 9)
     solution = fit_projection(FORM, problem.x, problem.y, problem.base)
     start, _ = problem.refit(np.ones(problem.counts.size), np.r_[solution.theta, solution.coef])
     draws = resample_weights(problem.counts.size, 24, seed=0)

@@ -23,7 +23,8 @@ source, and the frontier is about final losses, which delta and the final points
 exponents alpha, beta and lag = log10(tau) / 2.5 searched), fitted by
 ``estimators.fit_projection``. Each bootstrap resample (runs drawn with replacement, a run's
 points together) is refitted from the full fit's optimum by bounded least squares on all
-nine parameters with the analytic Jacobian: a few evaluations each.
+nine parameters with the analytic Jacobian: a few evaluations each, every resample at once
+(``_trf``: scipy's steps for each, so each keeps the answer scipy gives it alone).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ LAG_DECADES = 2.5  # tau = 10^(LAG_DECADES lag): the form's one exponent range [
 MIN_RUNS = 6
 REFIT_EVALUATIONS = 100
 REFIT_TOL = 1e-6  # least_squares' ftol and xtol of a refit
+BATCH_CELLS = 4_000_000  # Jacobian cells (resamples x points x 9) refitted together: ~32 MB per copy
 PARTS_KEPT = 64  # exponents whose terms a problem keeps (``CurveProblem._parts``)
 
 
@@ -139,12 +141,17 @@ class CurveProblem:
         """``refit`` of every row of ``run_weights`` (resamples, runs) from ``start``, all at once: the
         same bounded least squares, step for step (``_trf``), with each step's exponent terms computed
         for every resample together."""
-        roots = np.sqrt(self.base * run_weights[:, self.points.run])
         lo, hi = _box()
-        starts = np.repeat(np.clip(start, lo, hi)[None], len(run_weights), axis=0)
-        solved = least_squares_batch(lambda z, rows: self._batch_residuals(z, roots[rows]), starts, lo, hi,
-                                     ftol=REFIT_TOL, xtol=REFIT_TOL, max_nfev=REFIT_EVALUATIONS)
-        return solved.x, solved.status > 0
+        per_block = max(1, BATCH_CELLS // (self.y.size * lo.size))  # rows are independent: blocks bound the memory
+        estimates, ok = [], []
+        for block in range(0, len(run_weights), per_block):
+            roots = np.sqrt(self.base * run_weights[block:block + per_block, self.points.run])
+            starts = np.repeat(np.clip(start, lo, hi)[None], len(roots), axis=0)
+            solved = least_squares_batch(lambda z, rows, roots=roots: self._batch_residuals(z, roots[rows]), starts,
+                                         lo, hi, ftol=REFIT_TOL, xtol=REFIT_TOL, max_nfev=REFIT_EVALUATIONS)
+            estimates.append(solved.x)
+            ok.append(solved.status > 0)
+        return np.concatenate(estimates), np.concatenate(ok)
 
     def _batch_residuals(self, z: np.ndarray, root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Weighted residuals (k, points) and their Jacobians (k, points, 9) at the rows of ``z``,
