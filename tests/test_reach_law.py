@@ -88,6 +88,10 @@ def test_the_forecast_sizes_the_loss_interval_by_the_law_and_n_opt_by_its_error_
     old = decide(rs, predictions, 1e21, 10.0, priors=shipped(), laws={}).answers["loss"]
     assert old.interval["rule"] == "error model" and old.value == loss.value and (old.lo, old.hi) != (loss.lo, loss.hi)
     assert f.to_dict()["answers"]["loss"]["interval"]["rule"] == "reach law"
+    _, lo, hi, rule = loss.band(np.array([10.0]))  # what the report draws is the stated interval
+    assert rule == "reach law" and lo[0] == pytest.approx(loss.lo / loss.value - 1)
+    assert hi[0] == pytest.approx(loss.hi / loss.value - 1)
+    assert n_opt.band(np.array([10.0]))[3] == "scatter + drift's sd"
 
 
 def test_answer_chaining_combines_the_members_errors_by_their_weights():

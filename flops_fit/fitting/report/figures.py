@@ -158,8 +158,8 @@ def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Seq
 def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[Path]:
     """Forward chaining, one panel per answer: each prediction's error against how far it
     extrapolated (C / C_k), the answer's own candidates in colour and the others in grey, with its
-    error model carried to the target's ratio: the drift (line) and the interval's band, both in
-    ratio space (predicted / observed - 1, never below -100%)."""
+    error model's drift carried to the target's ratio (line) and the band its interval rule gives
+    (``Answer.band``), both in ratio space (predicted / observed - 1, never below -100%)."""
     fig = new_figure(12, 4.6)
     fig.subplots_adjust(wspace=0.22, top=0.84)
     reach = np.geomspace(1.0, max(forecast.ratio, max(r.ratio for r in forecast.records)), 60)
@@ -171,10 +171,10 @@ def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[P
             mine = (r.method, r.scale, r.focus) in members
             ax.scatter(r.ratio, 100 * getattr(r, key), s=18 if mine else 5, color="tab:red" if mine else "0.75",
                        zorder=3 if mine else 2)
-        centre, lo, hi = answer.model.band(reach, forecast.level)
+        centre, lo, hi, rule = answer.band(reach)
         ax.plot(reach, 100 * centre, color="tab:red", lw=1, label="drift b ln r")
         ax.fill_between(reach, 100 * lo, 100 * hi, color="tab:red", alpha=0.12, lw=0,
-                        label=f"{100 * forecast.level:g}% band (scatter + drift's sd)")
+                        label=f"{100 * forecast.level:g}% band ({rule})")
         ax.axvline(forecast.ratio, color="k", ls="--", lw=0.8, label=f"target ({forecast.ratio:.3g}x)")
         ax.axhline(0.0, color="k", lw=0.6)
         ax.set_xscale("log")

@@ -135,6 +135,18 @@ class Answer:
     chaining_error: float
     interval: dict[str, Any] = field(default_factory=dict)  # how the interval was sized
 
+    def band(self, ratios: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        """The expected relative error at each ratio and the band the answer's interval rule gives
+        there (ratio space, never below -100%), and the rule's name: what the report draws."""
+        centre, lo, hi = self.model.band(ratios, float(self.interval.get("level", 0.95)))
+        i = self.interval
+        if i.get("rule") != "reach law":
+            return centre, lo, hi, "scatter + drift's sd"
+        reach = np.log(np.maximum(np.asarray(ratios, float), 1.0))
+        half = i["multiplier"] * i["own_factor"] * np.sqrt(i["floor"] ** 2 + (i["slope"] * reach) ** 2)
+        shift = np.log1p(centre)
+        return centre, np.expm1(shift - half), np.expm1(shift + half), "reach law"
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["model"] = self.model.to_dict()
@@ -372,13 +384,13 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
             options = [averaged] if mode == "average" else options + [averaged]
     model, log_raw, members, source, chaining_error = min(options, key=lambda o: o[0].sd)
     correction, lo, hi = model.log_interval(ratio, level)
-    interval: dict[str, Any] = {"rule": "error model", "quantile": model.quantile(level)}
+    interval: dict[str, Any] = {"rule": "error model", "level": level, "quantile": model.quantile(level)}
     if law is not None:  # the drift's span (carry "widen") kept, the scatter's half-width the law's
         half = model.quantile(level) * model.sd * (float(np.log(ratio)) if ratio > 1 else 0.0)
         own = answer_chaining(records, members, FIELDS[q])
         law_half, factor, splits = law.half_width(ratio, level, own)
         lo, hi = lo + half - law_half, hi - half + law_half
-        interval = {"rule": "reach law", "multiplier": law.multiplier(level), "sigma": float(law.sigma(ratio)),
+        interval = {"rule": "reach law", "level": level, "multiplier": law.multiplier(level), "sigma": float(law.sigma(ratio)),
                     "floor": law.floor, "slope": law.slope, "own_weight": law.own_weight, "own_factor": factor,
                     "own_splits": splits}
     centre = log_raw + correction
