@@ -3,8 +3,11 @@
 Each side runs in its own process, one after the other, with one thread: ``fit(store,
 method="all", bootstrap=200, holdout="forward")`` as ``flops-fit demo`` and ``flops-fit report``
 call it (every method and scale, forward chaining, the forecast), with ``--workers`` processes
-for the refits (1 by default: the CPU a fit costs; the demo passes 2), and one Approach-3 point
-fit of all runs. ``--previous LABEL=PATH`` (repeatable) names a checkout of earlier code, put
+for the refits (1 by default: the CPU a fit costs; the demo passes 2), then, each the best of 3,
+one Approach-3 point fit of all runs and one curve-law fit with its bootstrap (the part the last
+change batched: timed alone, it is steadier than the whole fit on a shared machine). CPU seconds
+are the main process's (``whole_fit_cpu_s``) and the worker pool's (``workers_cpu_s``, 0 with
+one worker). ``--previous LABEL=PATH`` (repeatable) names a checkout of earlier code, put
 first on that side's PYTHONPATH; make one without touching the repository's worktrees with
 ``mkdir /tmp/fit-prev && git archive d667820 | tar -x -C /tmp/fit-prev``.
 
@@ -27,24 +30,34 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 RESULTS = Path(__file__).resolve().parent / "results" / "fit_speed.json"
 SAME = 5e-4  # relative difference within which two answers agree to 3 significant figures
 
 CHILD = r"""
-import json, sys, time
+import json, resource, sys, time
 import numpy as np
 from flops_fit.fitting import fit, load_runs
-from flops_fit.fitting import Parametric  # both layouts export it
+from flops_fit.fitting import APPROACHES, Parametric  # both layouts export them
 store, bootstrap, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 runs = load_runs(store)
-start, cpu = time.perf_counter(), time.process_time()
+children = lambda: sum(getattr(resource.getrusage(resource.RUSAGE_CHILDREN), f) for f in ("ru_utime", "ru_stime"))
+start, cpu, cpu_children = time.perf_counter(), time.process_time(), children()
 fitted = fit(store, method="all", bootstrap=bootstrap, holdout="forward", tracking=False, workers=workers)
 whole, whole_cpu = time.perf_counter() - start, time.process_time() - cpu
-point = []
-for _ in range(3):
-    start = time.perf_counter()
-    Parametric.configured(bootstrap=0, seed=0, level=0.95, curve="slice", focus="all", unique_tokens=None).fit(runs)
-    point.append(time.perf_counter() - start)
+workers_cpu = children() - cpu_children  # the pool's processes, reaped when the fit closes its pool
+def best_of_3(approach):
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        approach.fit(runs)
+        times.append(time.perf_counter() - start)
+    return min(times)
+point = best_of_3(Parametric.configured(bootstrap=0, seed=0, level=0.95, curve="slice", focus="all",
+                                        unique_tokens=None))
+curve = best_of_3(APPROACHES["curve"].configured(bootstrap=bootstrap, seed=0, level=0.95, curve="slice", focus="all",
+                                                 unique_tokens=None))
 f = fitted.forecast
 answers = {}
 for name, result in fitted.results.items():
@@ -57,7 +70,8 @@ for name, result in fitted.results.items():
 for key in ("n_opt", "d_opt", "loss"):
     for part, value in zip(("value", "lo", "hi"), getattr(f, key)):
         answers[f"forecast.{key}.{part}"] = float(value)
-print(json.dumps({"whole_fit_s": whole, "whole_fit_cpu_s": whole_cpu, "parametric_point_fit_s": min(point),
+print(json.dumps({"whole_fit_s": whole, "whole_fit_cpu_s": whole_cpu, "workers_cpu_s": workers_cpu,
+                  "parametric_point_fit_s": point, "curve_law_fit_s": curve,
                   "answers": answers, "summary": fitted.summary(),
                   "version": __import__("flops_fit").__file__}))
 """
@@ -99,6 +113,20 @@ def agreement(old: dict, new: dict) -> dict:
     }
 
 
+def medians(results: list[dict]) -> dict:
+    """The first round's answers with every timing the median over the rounds."""
+    timed = [k for k, v in results[0].items() if k.endswith("_s") and isinstance(v, float)]
+    return {**results[0], **{k: float(np.median([r[k] for r in results])) for k in timed}}
+
+
+def earlier_runs(path: Path) -> list[dict]:
+    """The results file's earlier measurements, newest first (each without its own history)."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    return [{k: v for k, v in old.items() if k != "history"}, *old.get("history", [])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True, help="a copy of the demo's sweep folder (never the original)")
@@ -106,34 +134,48 @@ def main() -> None:
                         help="a checkout of the previous code (its repository root), e.g. d667820=/tmp/fit-prev")
     parser.add_argument("--bootstrap", type=int, default=200)
     parser.add_argument("--workers", type=int, default=1, help="processes for the refits on every side")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every side, taken in turn (new, previous, new, ...); the times are the "
+                             "rounds' medians: on a shared machine one round's ratio moves by tens of percent")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     previous = dict(p.split("=", 1) for p in args.previous)
     load = os.getloadavg()[0]
-    new = side(None, args.store, args.bootstrap, args.workers)
-    sides = {label: side(path, args.store, args.bootstrap, args.workers) for label, path in previous.items()}
+    rounds = []
+    for _ in range(args.repeat):
+        rounds.append({None: side(None, args.store, args.bootstrap, args.workers),
+                       **{label: side(path, args.store, args.bootstrap, args.workers)
+                          for label, path in previous.items()}})
+    new = medians([r[None] for r in rounds])
+    sides = {label: medians([r[label] for r in rounds]) for label in previous}
     for label, old in sides.items():
         if old["version"] == new["version"]:
             raise SystemExit(f"{label} imported {new['version']}, as this checkout does: --previous must be a "
                              "checkout's root")
-    keys = ("whole_fit_s", "whole_fit_cpu_s", "parametric_point_fit_s", "process_s")
+    keys = ("whole_fit_s", "whole_fit_cpu_s", "workers_cpu_s", "parametric_point_fit_s", "curve_law_fit_s", "process_s")
     report = {
-        "command": "python benchmarks/bench_fit_speed.py --store COPY --previous d667820=/tmp/fit-prev "
-                   "--previous 2248f99=/tmp/fit-prev-2248f99" + (f" --workers {args.workers}" if args.workers > 1 else ""),
+        "command": "python benchmarks/bench_fit_speed.py --store COPY "
+                   + " ".join(f"--previous {label}=CHECKOUT" for label in previous)
+                   + (f" --workers {args.workers}" if args.workers > 1 else "")
+                   + (f" --repeat {args.repeat}" if args.repeat > 1 else ""),
         "runs": "the GPT demo store (40 runs, 8 budgets), trained by `flops-fit demo` at 2248f99",
         "bootstrap": args.bootstrap, "workers": args.workers, "threads": 1, "cpus": os.cpu_count(),
         "load_average_at_start": load, "load_average_at_end": os.getloadavg()[0],
+        "repeat": args.repeat,
+        "rounds": [{"new" if label is None else label: {k: r[label][k] for k in keys} for label in r} for r in rounds],
         "new": {k: new[k] for k in keys},
         "previous": {label: {k: old[k] for k in keys} for label, old in sides.items()},
         "speedup": {label: {"whole_fit": old["whole_fit_s"] / new["whole_fit_s"],
                             "whole_fit_cpu": old["whole_fit_cpu_s"] / new["whole_fit_cpu_s"],
-                            "parametric_point_fit": old["parametric_point_fit_s"] / new["parametric_point_fit_s"]}
+                            "parametric_point_fit": old["parametric_point_fit_s"] / new["parametric_point_fit_s"],
+                            "curve_law_fit": old["curve_law_fit_s"] / new["curve_law_fit_s"]}
                     for label, old in sides.items()},
         "answers_against": {label: agreement(old, new) for label, old in sides.items()},
         "answers_new": new["answers"],
         "answers_previous": {label: old["answers"] for label, old in sides.items()},
         "forecast_summary_new": new["summary"].split("\n\n")[0],
     }
+    report["history"] = earlier_runs(args.out)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"whole fit now {new['whole_fit_s']:.1f} s ({new['whole_fit_cpu_s']:.1f} CPU-s), workers {args.workers}, "

@@ -23,7 +23,8 @@ source, and the frontier is about final losses, which delta and the final points
 exponents alpha, beta and lag = log10(tau) / 2.5 searched), fitted by
 ``estimators.fit_projection``. Each bootstrap resample (runs drawn with replacement, a run's
 points together) is refitted from the full fit's optimum by bounded least squares on all
-nine parameters with the analytic Jacobian: a few evaluations each.
+nine parameters with the analytic Jacobian: a few evaluations each, every resample at once
+(``_trf``: scipy's steps for each, so each keeps the answer scipy gives it alone).
 """
 
 from __future__ import annotations
@@ -40,14 +41,17 @@ from flops_fit.fitting.approaches.curve_result import CurveLawResult, Schedule, 
 from flops_fit.fitting.approaches.parametric import flops_rule
 from flops_fit.fitting.approaches.result import Diagnostics, FitResult
 from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws._trf import least_squares_batch
 from flops_fit.fitting.laws.bootstrap import resample_weights
-from flops_fit.fitting.laws.curve_areas import TAU_GRID, curve_points, s2_at
+from flops_fit.fitting.laws.curve_areas import TAU_GRID, curve_points, s2_at, s2_each
 from flops_fit.fitting.laws.estimators import fit_projection
 from flops_fit.fitting.laws.forms import Inputs, LawForm
 
 LAG_DECADES = 2.5  # tau = 10^(LAG_DECADES lag): the form's one exponent range [0.02, 2.5] spans tau 1.1 .. 1.8e6
 MIN_RUNS = 6
 REFIT_EVALUATIONS = 100
+REFIT_TOL = 1e-6  # least_squares' ftol and xtol of a refit
+BATCH_CELLS = 4_000_000  # Jacobian cells (resamples x points x 9) refitted together: ~32 MB per copy
 PARTS_KEPT = 64  # exponents whose terms a problem keeps (``CurveProblem._parts``)
 
 
@@ -128,12 +132,43 @@ class CurveProblem:
                        -C * ds2, np.ones_like(s2), size, data, -s2, final, size * data]
             return root[:, None] * np.column_stack(columns)
 
-        free = len(FORM.linear) - len(FORM.nonnegative)
-        lo = np.r_[[FORM.bounds[0]] * 3, [0.0] * len(FORM.nonnegative), [-np.inf] * free]
-        hi = np.r_[[FORM.bounds[1]] * 3, [np.inf] * len(FORM.linear)]
+        lo, hi = _box()
         res = least_squares(residuals, np.clip(start, lo, hi), jac=jacobian, bounds=(lo, hi),
-                            x_scale="jac", xtol=1e-6, ftol=1e-6, max_nfev=REFIT_EVALUATIONS)
+                            x_scale="jac", xtol=REFIT_TOL, ftol=REFIT_TOL, max_nfev=REFIT_EVALUATIONS)
         return res.x, res.status > 0
+
+    def refit_many(self, run_weights: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``refit`` of every row of ``run_weights`` (resamples, runs) from ``start``, all at once: the
+        same bounded least squares, step for step (``_trf``), with each step's exponent terms computed
+        for every resample together."""
+        lo, hi = _box()
+        per_block = max(1, BATCH_CELLS // (self.y.size * lo.size))  # rows are independent: blocks bound the memory
+        estimates, ok = [], []
+        for block in range(0, len(run_weights), per_block):
+            roots = np.sqrt(self.base * run_weights[block:block + per_block, self.points.run])
+            starts = np.repeat(np.clip(start, lo, hi)[None], len(roots), axis=0)
+            solved = least_squares_batch(lambda z, rows, roots=roots: self._batch_residuals(z, roots[rows]), starts,
+                                         lo, hi, ftol=REFIT_TOL, xtol=REFIT_TOL, max_nfev=REFIT_EVALUATIONS)
+            estimates.append(solved.x)
+            ok.append(solved.status > 0)
+        return np.concatenate(estimates), np.concatenate(ok)
+
+    def _batch_residuals(self, z: np.ndarray, root: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Weighted residuals (k, points) and their Jacobians (k, points, 9) at the rows of ``z``,
+        the terms that depend on the exponents computed for every row together."""
+        x, final, log_n = self.x, self.x["final"], np.log(self.x["n"])
+        alpha, beta, lag = z[:, :1], z[:, 1:2], z[:, 2]
+        E, A, B, C, delta, F = (z[:, i:i + 1] for i in range(3, 9))
+        size = np.exp(-alpha * log_n)
+        power = np.exp(-beta[:, :, None] * x["log_s1"])
+        data, weighted_log = power.mean(axis=2), (x["log_s1"] * power).mean(axis=2)
+        node = np.log(TAU_GRID[1] / TAU_GRID[0])
+        s2 = s2_each(x["s2"], log_tau(lag))
+        ds2 = (s2_each(x["s2"], log_tau(lag) + 1e-3 * node) - s2) / (1e-3 * node) * LAG_DECADES * np.log(10.0)
+        residuals = root * (E + A * size + B * data - C * s2 + delta * final + F * size * data - self.y)
+        columns = [-(A + F * data) * log_n * size, -(B + F * size) * weighted_log, -C * ds2, np.ones_like(s2),
+                   size, data, -s2, np.broadcast_to(final, s2.shape), size * data]
+        return residuals, root[:, :, None] * np.stack(columns, axis=2)
 
     def _parts(self, z: np.ndarray) -> tuple[np.ndarray, ...]:
         """What the law's residuals and Jacobian at ``z`` take from its exponents alone (size and
@@ -160,6 +195,14 @@ class CurveProblem:
         return p
 
 
+def _box() -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of (alpha, beta, lag, E, A, B, C, delta, F): the exponents' range, E, A, B, C >= 0."""
+    free = len(FORM.linear) - len(FORM.nonnegative)
+    lo = np.r_[[FORM.bounds[0]] * 3, [0.0] * len(FORM.nonnegative), [-np.inf] * free]
+    hi = np.r_[[FORM.bounds[1]] * 3, [np.inf] * len(FORM.linear)]
+    return lo, hi
+
+
 class CurveLaw(Approach):
     """Every curve point of every run under one law of N and the learning-rate schedule."""
 
@@ -177,9 +220,9 @@ class CurveLaw(Approach):
         samples, failed = pd.DataFrame(), 0
         if self.bootstrap:
             draws = resample_weights(len(frame), self.bootstrap, self.seed)
-            solved = [problem.refit(w, est) for w in draws]
-            failed = sum(not ok for _, ok in solved)
-            samples = pd.DataFrame(problem.unscale(np.array([z for z, _ in solved])))
+            estimates, ok = problem.refit_many(draws, est)
+            failed = int(np.sum(~ok))
+            samples = pd.DataFrame(problem.unscale(estimates))
         params = {k: float(v[0]) for k, v in problem.unscale(est).items()}
         schedule = Schedule(frame)
         predicted = FORM.design(est[:3], problem.x) @ est[3:]

@@ -73,10 +73,12 @@ def _anneal(g: np.ndarray, taus: np.ndarray) -> np.ndarray:
     peak = np.flatnonzero(g >= 1.0 - 1e-12)
     g = np.where(np.arange(g.size) < (peak[0] if peak.size else g.size), 1.0, g)
     drop = np.concatenate([[0.0], 1.0 - g])  # 1 - factor of the step just taken
-    out = np.empty((taus.size, drop.size))
+    # S2 stays exactly 0 until the rate first drops (a WSD run's whole stable phase): filter from there on
+    start = int(np.argmax(drop != 0)) if np.any(drop != 0) else drop.size
+    out = np.zeros((taus.size, drop.size))
     for i, tau in enumerate(taus):
         lam = np.exp(-1.0 / tau)
-        out[i] = lfilter([1.0 - lam], [1.0, -lam], drop)
+        out[i, start:] = lfilter([1.0 - lam], [1.0, -lam], drop[start:])
     return out
 
 
@@ -182,14 +184,26 @@ def curve_points(frame: pd.DataFrame, *, with_final: bool = False) -> tuple[Curv
 
 def s2_at(table: np.ndarray, log_tau: float | np.ndarray) -> np.ndarray:
     """S2 of every row of ``table`` (rows x TAU_GRID) at tau, linear in log tau between the nodes."""
-    x = np.clip(np.asarray(log_tau, float), np.log(TAU_GRID[0]), np.log(TAU_GRID[-1]))
-    pos = (x - np.log(TAU_GRID[0])) / (np.log(TAU_GRID[1]) - np.log(TAU_GRID[0]))
-    lo = np.minimum(np.floor(pos).astype(int), TAU_GRID.size - 2)
-    w = pos - lo
-    if np.ndim(x) == 0:
+    lo, w = _node(log_tau)
+    if np.ndim(w) == 0:
         return table[..., lo] * (1 - w) + table[..., lo + 1] * w
     rows = np.arange(table.shape[0])
     return table[rows, lo] * (1 - w) + table[rows, lo + 1] * w
 
 
-__all__ = ["TAU_GRID", "CurvePoints", "annealed", "curve_points", "factors", "s2_at"]
+def s2_each(table: np.ndarray, log_tau: np.ndarray) -> np.ndarray:
+    """(k, rows): S2 of every row of ``table`` at each of k values of log tau (a bootstrap's
+    resamples, each at its own tau), interpolated as ``s2_at`` does."""
+    lo, w = _node(np.asarray(log_tau, float).ravel())
+    return table[:, lo].T * (1 - w[:, None]) + table[:, lo + 1].T * w[:, None]
+
+
+def _node(log_tau: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The TAU_GRID node below log tau (clipped to the grid) and the weight of the node above."""
+    x = np.clip(np.asarray(log_tau, float), np.log(TAU_GRID[0]), np.log(TAU_GRID[-1]))
+    pos = (x - np.log(TAU_GRID[0])) / (np.log(TAU_GRID[1]) - np.log(TAU_GRID[0]))
+    lo = np.minimum(np.floor(pos).astype(int), TAU_GRID.size - 2)
+    return lo, pos - lo
+
+
+__all__ = ["TAU_GRID", "CurvePoints", "annealed", "curve_points", "factors", "s2_at", "s2_each"]
