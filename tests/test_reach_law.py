@@ -94,6 +94,16 @@ def test_the_forecast_sizes_the_loss_interval_by_the_law_and_n_opt_by_its_error_
     assert n_opt.band(np.array([10.0]))[3] == "scatter + drift's sd"
 
 
+def test_a_level_the_laws_scores_cannot_state_falls_back_to_the_error_model():
+    a = ("envelope", "params", None)
+    rs = records(a, lambda i, j: 0.01 * (-1) ** j, lambda i, j: 0.05)
+    law = shipped_laws()["loss"]
+    assert law.states(0.95) and not law.states(1 - 0.5 / len(law.scores))
+    f = decide(rs, {a: (2.0, 1e8, 1e10)}, 1e21, 10.0, priors=shipped(), level=0.999)
+    assert f.answers["loss"].interval["rule"] == "error model" and "too few" in f.answers["loss"].interval["note"]
+    assert f.loss[1] < f.loss[0] < f.loss[2] and "too few" in f.summary()
+
+
 def test_answer_chaining_combines_the_members_errors_by_their_weights():
     a, b = ("envelope", "params", None), ("isoflop", "params", None)
     rs = records(a, lambda i, j: 0.1, lambda i, j: 0.0, splits=2) + records(b, lambda i, j: -0.1, lambda i, j: 0.0,

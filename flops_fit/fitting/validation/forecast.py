@@ -226,8 +226,9 @@ def answer_line(a: Answer, ratio: float) -> str:
                if i.get("own_weight") is not None else "")
         return line + (f"interval +-{i['multiplier']:.2f} sigma(r), sigma = {100 * i['sigma']:.2f}% at {ratio:.3g}x "
                        f"(the reach law of public sweeps' answers{own})")
+    note = f" ({i['note']})" if i.get("note") else ""
     return line + (f"scatter {m.scatter:.3f} per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to "
-                   f"{ratio:.3g}x")
+                   f"{ratio:.3g}x{note}")
 
 
 def prior_note(prior: Mapping[str, Any]) -> str:
@@ -390,7 +391,10 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
     model, log_raw, members, source, chaining_error = min(options, key=lambda o: o[0].sd)
     correction, lo, hi = model.log_interval(ratio, level)
     interval: dict[str, Any] = {"rule": "error model", "level": level, "quantile": model.quantile(level)}
-    if law is not None:  # the drift's span (carry "widen") kept, the scatter's half-width the law's
+    if law is not None and not law.states(level):
+        interval["note"] = (f"the reach law was scored on {len(law.scores)} public answers: too few for a "
+                            f"{100 * level:g}% interval, so the error model's")
+    elif law is not None:  # the drift's span (carry "widen") kept, the scatter's half-width the law's
         half = model.quantile(level) * model.sd * (float(np.log(ratio)) if ratio > 1 else 0.0)
         own = answer_chaining(records, members, FIELDS[q])
         law_half, factor, splits = law.half_width(ratio, level, own)

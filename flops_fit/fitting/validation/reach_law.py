@@ -78,6 +78,10 @@ class ReachLaw:
             raise FitInputError(f"the interval's level must lie between 0 and 1; got {level}")
         return float(np.quantile(self.scores, level, method="higher"))
 
+    def states(self, level: float) -> bool:
+        """Whether the scores are enough to read k at ``level``: one score or more beyond it."""
+        return 0 < level < 1 and (1 - level) * len(self.scores) >= 1
+
     def own_factor(self, inner: Inner) -> tuple[float, int]:
         """(f, K): the sweep's own chaining against the law, moderated by ``own_weight``; (1, K)
         when the law answers alone or the sweep measured nothing at MIN_RATIO or more."""
