@@ -38,7 +38,7 @@ def paragraph(result: dict) -> str:
 
     return (f"At {f['ratio']:.3g}x the largest budget it answers N_opt {triple('n_opt', fmt.count)} parameters (from "
             f"{f['n_opt']['source']}) and loss {triple('loss', loss)} (from {f['loss']['source']}): each answer from "
-            f"the candidates weighted by their forward-chaining record for it, {drift(f)}. "
+            f"the candidates weighted by their forward-chaining record for it, {drift(f)}{interval(f)}. "
             f"Trained for real there, the optimum is {fmt.count(t['n_opt'])} parameters at loss {loss(t['loss'])}: "
             f"N_opt {100 * s['n_opt_error']:+.0f}% ({inside(s['n_opt_inside'])} its interval), loss "
             f"{100 * s['loss_error']:+.1f}% ({inside(s['loss_inside'])}) (`benchmarks/bench_forecast_target.py`, "
@@ -51,6 +51,15 @@ def drift(f: dict) -> str:
     if any(corrections):
         return "corrected by the drift that record shows"
     return "the drift that record shows reported but not corrected (on public sweeps the correction did not carry)"
+
+
+def interval(f: dict) -> str:
+    """How the loss interval was sized, where it was not by the error model."""
+    rule = f["answers"]["loss"].get("interval", {})
+    if rule.get("rule") != "reach law":
+        return ""
+    return ("; the loss interval from how far the forecast's answers erred at each reach on public sweeps, "
+            f"scaled x{rule['own_factor']:.2f} by this sweep's own chaining")
 
 
 def block(result: dict) -> str:
