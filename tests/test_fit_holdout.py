@@ -141,3 +141,22 @@ def test_chinchilla_runs_predict_their_1e21_budget():
     assert 2.4e9 < iso.observed_n_opt < 3.3e9 and 2.2 < iso.observed_loss < 2.4
     assert abs(par.loss_error) < 0.02 and abs(par.n_opt_error) < 0.15 and par.covered["n_opt"] is True
     assert abs(iso.n_opt_error) < 0.1 and iso.covered["n_opt"] is True
+
+
+def test_fit_pairs_fits_each_approach_on_its_own_runs_in_order_and_in_the_shared_pool():
+    from flops_fit.fitting.approaches.isoflop import Isoflop
+    from flops_fit.fitting.inputs import load_runs
+    from flops_fit.fitting.validation.holdout import fit_pairs, shared_refits
+
+    small = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, noise=0.0, seed=2))
+    large = load_runs(synthetic_runs(budgets=(1e18, 1e19, 1e20), sizes_per_budget=7, noise=0.0, seed=3))
+    one = load_runs(synthetic_runs(budgets=(1e19,), sizes_per_budget=7, noise=0.0, seed=4))
+    approach = Isoflop(bootstrap=0)
+    pairs = [(approach, small), (approach, large), (approach, one)]
+    alone = [approach.fit(small).params, approach.fit(large).params]
+    with shared_refits():
+        pooled = fit_pairs(pairs, workers=2)
+    serial = fit_pairs(pairs)
+    for results in (pooled, serial):
+        assert [r.params for r in results[:2]] == alone
+        assert isinstance(results[2], FitInputError)  # one budget: its reason in its place

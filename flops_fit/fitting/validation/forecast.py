@@ -63,6 +63,7 @@ from flops_fit.fitting.validation.drift import (
     reach,
     split_slopes,
 )
+from flops_fit.fitting.validation.holdout import fit_pairs
 from flops_fit.fitting.validation.prior import prior_for, shipped, shipped_laws
 from flops_fit.fitting.validation.reach_law import ANSWERS, Inner, ReachLaw
 from flops_fit.fitting.validation.validity import failure
@@ -290,14 +291,18 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
     targets = np.asarray(targets, dtype=float)
     predictions: dict[Key, np.ndarray] = {}
     chained = {(r.method, r.scale, r.focus) for r in records}
-    for key in keys:
-        if key not in chained:
-            continue
+    scaled: dict[str, Any] = {}
+    for scale in dict.fromkeys(key[1] for key in keys if key in chained):
         try:
-            own = rescale(runs, key[1])
-            result = by_key[(key[0], key[2])].fit(own)
+            scaled[scale] = rescale(runs, scale)
         except FitInputError as exc:
-            reasons[key] = f"cannot fit all runs: {exc}"
+            reasons.update({key: f"cannot fit all runs: {exc}" for key in keys if key[1] == scale})
+    fitted = [key for key in keys if key in chained and key[1] in scaled]
+    results = fit_pairs([(by_key[(key[0], key[2])], scaled[key[1]]) for key in fitted], workers)
+    for key, result in zip(fitted, results, strict=True):
+        own = scaled[key[1]]
+        if isinstance(result, FitInputError):
+            reasons[key] = f"cannot fit all runs: {result}"
             continue
         failed = failure(result, targets)
         if failed is not None:  # no finite, ordered answer at the target: not a candidate

@@ -342,10 +342,16 @@ def run_checks(tasks: Sequence[Task], workers: int = 1) -> list[list[HoldoutChec
 def fit_each(approaches: Sequence[Fitter], runs: Runs, workers: int = 1) -> list[Any]:
     """Every approach's ``fit(runs)``, in order, its FitInputError in its place; inside
     ``shared_refits`` with ``workers`` > 1 on the shared pool (the same results, sooner)."""
+    return fit_pairs([(approach, runs) for approach in approaches], workers)
+
+
+def fit_pairs(pairs: Sequence[tuple[Fitter, Runs]], workers: int = 1) -> list[Any]:
+    """``fit_each`` for (approach, runs) pairs: each approach on its own runs (a scale each)."""
     shared = _SHARED.get()
-    if shared is None or workers <= 1 or len(approaches) < 2:
-        return [_fit_or_reason(approach, runs) for approach in approaches]
-    return list(shared.pool(workers).map(_fit_or_reason, approaches, [runs] * len(approaches)))
+    if shared is None or workers <= 1 or len(pairs) < 2:
+        return [_fit_or_reason(approach, runs) for approach, runs in pairs]
+    approaches, runs = zip(*pairs, strict=True)
+    return list(shared.pool(workers).map(_fit_or_reason, approaches, runs))
 
 
 def _fit_or_reason(approach: Fitter, runs: Runs) -> Any:
