@@ -160,3 +160,19 @@ def test_fit_pairs_fits_each_approach_on_its_own_runs_in_order_and_in_the_shared
     for results in (pooled, serial):
         assert [r.params for r in results[:2]] == alone
         assert isinstance(results[2], FitInputError)  # one budget: its reason in its place
+
+
+def test_observe_each_in_the_shared_pool_gives_each_budgets_own_answer():
+    from flops_fit.fitting.inputs import load_runs
+    from flops_fit.fitting.laws.profiles import budget_groups
+    from flops_fit.fitting.validation.holdout import observe, observe_each, shared_refits
+
+    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, noise=0.01, seed=5))
+    budgets, _ = budget_groups(runs)
+    chosen = sorted(float(b) for b in np.unique(budgets))
+    options = {"curve": "slice", "bootstrap": 20, "seed": 0, "level": 0.95}
+    alone = [observe(runs, budgets, b, **options) for b in chosen]
+    with shared_refits():
+        pooled = observe_each(runs, budgets, chosen, workers=2, **options)
+    assert pooled == alone and all(o.reason is None and o.n_opt_interval[0] < o.n_opt < o.n_opt_interval[1]
+                                   for o in pooled)

@@ -159,6 +159,23 @@ def observe(runs: Runs, budgets: np.ndarray, budget: float, *, curve: str, boots
                     loss=float(y), loss_interval=l_int)
 
 
+def observe_each(runs: Runs, budgets: np.ndarray, chosen: Sequence[float], *, curve: str, bootstrap: int,
+                 seed: int | None, level: float, workers: int = 1) -> list[Observed]:
+    """``observe`` at each of ``chosen``, in order; inside ``shared_refits`` with ``workers`` > 1 on the
+    shared pool (each budget's bootstrap is its own: the same answers, sooner)."""
+    shared = _SHARED.get()
+    if shared is None or workers <= 1 or len(chosen) < 2:
+        return [observe(runs, budgets, b, curve=curve, bootstrap=bootstrap, seed=seed, level=level) for b in chosen]
+    k = len(chosen)
+    return list(shared.pool(workers).map(_observe, [runs] * k, [budgets] * k, chosen, [curve] * k, [bootstrap] * k,
+                                         [seed] * k, [level] * k))
+
+
+def _observe(runs: Runs, budgets: np.ndarray, budget: float, curve: str, bootstrap: int, seed: int | None,
+             level: float) -> Observed:
+    return observe(runs, budgets, budget, curve=curve, bootstrap=bootstrap, seed=seed, level=level)
+
+
 def _residual_draws(log_n, loss, held, others, exponents, bootstrap: int, seed: int | None) -> list[tuple[float, float]]:
     """Slice minima of the held-out budget refitted to its fitted slice plus residuals drawn from
     every budget's (a residual bootstrap: 5-15 runs of one budget are too few to resample
@@ -424,7 +441,8 @@ def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curv
     checked: the others have no observed optimum to compare with.
     """
     budgets, chosen = select_budgets(runs, which)
-    observed = [observe(runs, budgets, b, curve=curve, bootstrap=bootstrap, seed=seed, level=level) for b in chosen]
+    observed = observe_each(runs, budgets, chosen, curve=curve, bootstrap=bootstrap, seed=seed, level=level,
+                            workers=workers)
     if which in ("each", "forward"):
         observed = [o for o in observed if o.reason is None]
         if not observed:
