@@ -13,7 +13,7 @@ it scores (leave one sweep out).
 Then the reach laws that size the forecast's intervals (``reach_law``): the product's answers,
 made with this prior, at every later budget of every outer split of those sweeps, scored against
 the truths there (``forecast_sweeps.outcomes``), and per answer sigma(r) fitted on them, its
-multiplier read from each sweep scored by the law fitted without it.
+multiplier read from the answers' own scores |e| / (f sigma(r)) (``reach_law.fit_reach_law``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def main() -> None:
                   "(Smyth 2004); tau^2 = mean(zbar^2 - s0^2 / K) (method of moments); pooled over every candidate ('*') and per label with 3 or more pairs",
         "reach_laws": "per answer, the forecast's log errors on the sweeps above (answers made with this prior at every "
                       "later budget of every split with 2 or more inner splits): sigma(r)^2 = floor^2 + (slope ln r)^2 "
-                      "by maximum likelihood; scores |e| / sigma(r) of each sweep under the law fitted without it",
+                      "by maximum likelihood, scaled by f from each answer's own chaining (reach_law.OWN_WEIGHTS); "
+                      "scores |e| / (f sigma(r)) of the same answers, whose quantile is the multiplier k",
         "outcomes": {name: len(by["loss"]) for name, by in scored.items()},
         "command": "python benchmarks/fit_forecast_prior.py",
         "code_commit": commit.strip(),
