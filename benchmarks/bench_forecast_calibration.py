@@ -110,6 +110,14 @@ def prepare(jobs: list) -> list:
     return out
 
 
+def sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the sweeps scored (``sweep_jobs``): the demo, its stored chaining, the cache."""
+    parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
+    parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo: its stored chaining "
+                        "instead of chaining the demo again")
+    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v2.json"))
+
+
 def demo_chain(score: Path) -> dict:
     """The demo's forward chaining as ``bench_forecast_target.py`` stored it with its forecast (the same
     ``forward_chain`` on the same runs: no need to fit it again)."""
@@ -142,10 +150,7 @@ def sweep_jobs(cache: Path, workers: int, demo_folder: str | None = None, demo_s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
-    parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo: its stored chaining "
-                        "instead of chaining the demo again")
-    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v2.json"))
+    sweep_arguments(parser)
     parser.add_argument("--out", default="calibration.json")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--level", type=float, default=0.95)

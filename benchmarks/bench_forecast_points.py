@@ -28,13 +28,12 @@ from pathlib import Path
 import forecast_sweeps as fs
 import numpy as np
 import pandas as pd
-from bench_forecast_calibration import sweep_jobs
+from bench_forecast_calibration import sweep_arguments, sweep_jobs
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.validation.drift import split_slopes
 from flops_fit.fitting.validation.forecast import MIN_SPLITS, decide
 
-ROOT = Path(__file__).resolve().parents[1]
 Z90 = 1.645 / 0.674  # a 90% half-width in units of the median |error|, for normal errors
 
 
@@ -73,9 +72,7 @@ def errors(name: str, splits: list, keys: list, prior) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
-    parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo (its stored chaining)")
-    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v2.json"))
+    sweep_arguments(parser)
     parser.add_argument("--out", default="forecast_points.json")
     args = parser.parse_args()
     jobs, skipped = sweep_jobs(Path(args.cache), 1, args.demo, args.demo_score)

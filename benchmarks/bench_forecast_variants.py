@@ -34,6 +34,7 @@ from bench_forecast_calibration import (
     per_sweep_mean,
     prepare,
     summarise,
+    sweep_arguments,
     sweep_jobs,
 )
 
@@ -42,7 +43,6 @@ from flops_fit.fitting.validation.forecast import MODES
 from flops_fit.fitting.validation.prior import POOLED
 from flops_fit.fitting.validation.reach_law import ANSWERS
 
-ROOT = Path(__file__).resolve().parents[1]
 PRIORS = ("label", "pooled")
 INTERVALS = ("reach law: loss", "reach law: both", "error model")
 
@@ -63,9 +63,7 @@ def rank(s: dict) -> tuple:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
-    parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo (its stored chaining)")
-    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v2.json"))
+    sweep_arguments(parser)
     parser.add_argument("--out", default="forecast_variants.json")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--level", type=float, default=0.95)

@@ -147,8 +147,8 @@ class Answer:
         i = self.interval
         if i.get("rule") != "reach law":
             return centre, lo, hi, "scatter + drift's sd"
-        reach = np.log(np.maximum(np.asarray(ratios, float), 1.0))
-        half = i["multiplier"] * i["own_factor"] * np.sqrt(i["floor"] ** 2 + (i["slope"] * reach) ** 2)
+        law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=())
+        half = i["multiplier"] * i["own_factor"] * law.sigma(ratios)
         shift = np.log1p(centre)
         return centre, np.expm1(shift - half), np.expm1(shift + half), "reach law"
 

@@ -163,12 +163,9 @@ def observe_each(runs: Runs, budgets: np.ndarray, chosen: Sequence[float], *, cu
                  seed: int | None, level: float, workers: int = 1) -> list[Observed]:
     """``observe`` at each of ``chosen``, in order; inside ``shared_refits`` with ``workers`` > 1 on the
     shared pool (each budget's bootstrap is its own: the same answers, sooner)."""
-    shared = _SHARED.get()
-    if shared is None or workers <= 1 or len(chosen) < 2:
-        return [observe(runs, budgets, b, curve=curve, bootstrap=bootstrap, seed=seed, level=level) for b in chosen]
     k = len(chosen)
-    return list(shared.pool(workers).map(_observe, [runs] * k, [budgets] * k, chosen, [curve] * k, [bootstrap] * k,
-                                         [seed] * k, [level] * k))
+    return _map(_observe, [runs] * k, [budgets] * k, list(chosen), [curve] * k, [bootstrap] * k, [seed] * k,
+                [level] * k, workers=workers)
 
 
 def _observe(runs: Runs, budgets: np.ndarray, budget: float, curve: str, bootstrap: int, seed: int | None,
@@ -364,11 +361,16 @@ def fit_each(approaches: Sequence[Fitter], runs: Runs, workers: int = 1) -> list
 
 def fit_pairs(pairs: Sequence[tuple[Fitter, Runs]], workers: int = 1) -> list[Any]:
     """``fit_each`` for (approach, runs) pairs: each approach on its own runs (a scale each)."""
+    return _map(_fit_or_reason, [a for a, _ in pairs], [r for _, r in pairs], workers=workers)
+
+
+def _map(fn: Any, *columns: Sequence[Any], workers: int) -> list[Any]:
+    """``fn`` over the columns' rows, in order: inside ``shared_refits`` with ``workers`` > 1 and two
+    rows or more on the shared pool, else here."""
     shared = _SHARED.get()
-    if shared is None or workers <= 1 or len(pairs) < 2:
-        return [_fit_or_reason(approach, runs) for approach, runs in pairs]
-    approaches, runs = zip(*pairs, strict=True)
-    return list(shared.pool(workers).map(_fit_or_reason, approaches, runs))
+    if shared is None or workers <= 1 or len(columns[0]) < 2:
+        return [fn(*row) for row in zip(*columns, strict=True)]
+    return list(shared.pool(workers).map(fn, *columns))
 
 
 def _fit_or_reason(approach: Fitter, runs: Runs) -> Any:
