@@ -14,6 +14,7 @@ import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.synthetic import synthetic_runs
+from flops_fit.sources import wandb_runs
 
 STEPS = 5
 # (params, tokens, lr, held-out loss, finished): two sizes at two rates each, one run failed
@@ -62,12 +63,17 @@ def test_wandb_offline_runs_read_back(quiet_env):
             run.log({"train_loss": curve(params, s)}, step=s)
         run.summary["eval/loss"] = loss
         run.finish(exit_code=0 if ok else 1)
+    wandb.teardown()  # finish() returns before wandb's service has written the last run's exit record
     runs = flops_fit.load_runs(quiet_env / "wandb", params_col="model.params", loss_col="eval/loss", keep=("lr",), all_rates=True)
     check(runs)
     assert "exit code 1" in runs.excluded[0]["reason"]
     assert runs.frame["schedule"][0] == {"schedule": "cosine", "steps": STEPS, "warmup_steps": 1, "cooldown_start": 0,
                                          "cooldown_shape": "1-sqrt", "min_lr_ratio": 0.1, "batch_size": 8,
                                          "seq_len": 16}  # what the whole-curve law reads
+    failed = [f for f in wandb_runs.run_files(quiet_env / "wandb") if wandb_runs.read_file(f).status.startswith("failed")]
+    cut = quiet_env / "run-live.wandb"  # the same run caught while its exit record is being written
+    cut.write_bytes(failed[0].read_bytes()[:-10])
+    assert wandb_runs.read_file(cut).status == "running"
 
 
 def test_mlflow_file_store_read_back(quiet_env):

@@ -55,6 +55,8 @@ def _payloads(path: Path) -> list[bytes]:
         if kind == 0 and length == 0:  # zero padding at the end of a block
             pos += left - CHUNK.size
             continue
+        if pos + length > len(data):
+            break  # a record still being written: the run is live, and reads as running
         chunk = data[pos:pos + length]
         pos += length
         parts = chunk if kind in (FULL, FIRST) else parts + chunk
