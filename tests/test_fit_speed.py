@@ -16,11 +16,15 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.approaches.parametric import (
     INIT_GRID,
+    Problem,
     grid_search,
+    huber_fit,
+    huber_fits,
     law_columns,
     objective,
     pruned_grid,
 )
+from flops_fit.fitting.laws._huber_rows import HuberRows
 from flops_fit.fitting.laws._simplex import initial_simplex, minimize_simplex
 from flops_fit.fitting.laws.estimators import (
     NM_MAXITER,
@@ -123,9 +127,54 @@ def test_pruned_grid_keeps_the_lowest_starts_and_reaches_the_full_grids_optimum(
     starts = pruned_grid(fun, 128)
     values, _ = fun(INIT_GRID, None)
     assert len(starts) == 128 and fun(starts, None)[0].max() <= np.sort(values)[127]
-    _, pruned, _ = grid_search(fun, 3)
-    _, full, _ = grid_search(fun, 3, starts=INIT_GRID)
+    problem = Problem(log_n, log_d, np.log(loss), np.ones(loss.size))
+    _, pruned, _ = grid_search(problem, 3)
+    _, full, _ = grid_search(problem, 3, starts=INIT_GRID)
     assert np.nanmin(pruned) <= np.nanmin(full) * (1 + 1e-9)
+
+
+def _problems(rng, count):
+    """Approach-3 problems of different sizes, floors and deltas (runs from synthetic sweeps)."""
+    out = []
+    for i in range(count):
+        runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19)[: 2 + i % 2], sizes_per_budget=4 + i, span=0.6,
+                                        noise=0.01, curve_points=2, seed=20 + i))
+        log_n, log_d, loss, _ = law_columns(runs)
+        out.append(Problem(log_n, log_d, np.log(loss), rng.uniform(0.5, 2.0, loss.size), (1e-3, 1e-2)[i % 2],
+                           (1.0, FLOOR)[i // 2 % 2]))
+    return out
+
+
+def test_rows_of_many_problems_are_evaluated_as_each_alone_to_the_bit():
+    rng = np.random.default_rng(11)
+    problems = _problems(rng, 4)
+    counts = [3, 70, 1100, 130]  # one problem's rows past a block (BLOCK) and past huber_objective's chunks
+    weights = [rng.multinomial(p.log_n.size, np.full(p.log_n.size, 1 / p.log_n.size), size=c) * p.weights
+               for p, c in zip(problems, counts, strict=True)]
+    rows = HuberRows([(p.log_n, p.log_d, p.log_l, p.delta, p.floor) for p in problems], weights)
+    theta = INIT_GRID[rng.integers(0, len(INIT_GRID), sum(counts))] * rng.uniform(0.5, 1.5, (sum(counts), 5))
+    owner = np.repeat(np.arange(4), counts)
+    for asked in (np.arange(sum(counts)), np.sort(rng.choice(sum(counts), 600, replace=False))):
+        values, grads = rows(theta[asked], asked)
+        for i, p in enumerate(problems):
+            mine = owner[asked] == i
+            local = asked[mine] - sum(counts[:i])
+            ref_values, ref_grads = objective(theta[asked][mine], p.log_n, p.log_d, p.log_l, weights[i][local],
+                                              p.delta, p.floor)
+            assert np.array_equal(values[mine], ref_values) and np.array_equal(grads[mine], ref_grads)
+
+
+def test_bootstraps_of_many_problems_fitted_together_equal_each_alone():
+    rng = np.random.default_rng(12)
+    problems = _problems(rng, 3)
+    weights = [rng.multinomial(p.log_n.size, np.full(p.log_n.size, 1 / p.log_n.size), size=15) * p.weights
+               for p in problems]
+    starts = [grid_search(p, 3)[0] for p in problems]
+    together = huber_fits(problems, weights, starts)
+    for p, w, s, fitted in zip(problems, weights, starts, together, strict=True):
+        alone = huber_fit(p.log_n, p.log_d, p.log_l, w, s, p.delta, floor=p.floor)
+        for a, b in zip(alone, fitted, strict=True):
+            assert np.array_equal(a, b)
 
 
 def test_slice_fits_of_many_draws_equal_one_at_a_time():
@@ -164,7 +213,8 @@ def test_approach_3_fitted_together_equals_one_at_a_time():
     runs = _forward_sweep()
     budgets, _ = budget_groups(runs)
     subsets = [runs.subset(budgets <= c) for c in np.unique(budgets)[1:]]
-    jobs = [(Parametric(bootstrap=0, focus=focus), r) for r in subsets for focus in ("all", "frontier")]
+    jobs = [(Parametric(bootstrap=boot, focus=focus), r) for r in subsets for focus in ("all", "frontier")
+            for boot in (0, 12)]
     jobs.append((Parametric(bootstrap=0), runs.subset(budgets <= np.unique(budgets)[0])))  # too few runs
     together = Parametric.fit_together(jobs)
     assert isinstance(together[-1], FitInputError)
@@ -172,6 +222,7 @@ def test_approach_3_fitted_together_equals_one_at_a_time():
         alone = approach.fit(r)  # every start is a row of its own: the same path, the same answer
         assert result.params == alone.params
         assert result.details["objective"] == alone.details["objective"]
+        assert result.samples.equals(alone.samples) and len(result.samples) == approach.bootstrap
 
 
 def test_chaining_reuses_the_held_out_refits_with_the_same_answers():

@@ -9,7 +9,9 @@ all 4500 starts, in a tenth of the time).
 Bootstrap: the grid search runs once, on all runs; each resample then restarts L-BFGS from
 the best few distinct optima of that grid (``starts``) rather than the 4500 grid points.
 On the full data this warm start reaches the same optimum as the full grid (a test checks
-it), and it is what lets 4000 resamples finish in seconds.
+it), and it is what lets 4000 resamples finish in seconds. Fits made together
+(``Parametric.fit_together``: a forward chain's splits) run their searches and their resamples
+as rows of the same L-BFGS runs, every row evaluated as it would be alone (``_huber_rows``).
 
 ``ParametricResult`` is the result of every law over (N, D) (this module's, and those
 ``projection.py`` fits: its ``form`` gives the loss and frontier): the law's own IsoFLOP
@@ -31,6 +33,7 @@ from flops_fit.errors import FitInputError
 from flops_fit.fitting.approaches.approach import Approach
 from flops_fit.fitting.approaches.result import Diagnostics, FitResult
 from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws._huber_rows import HuberRows
 from flops_fit.fitting.laws._lbfgs import ITERATION_LIMIT, STATUS, BatchResult, minimize_batch
 from flops_fit.fitting.laws.bootstrap import resample_weights
 from flops_fit.fitting.laws.estimators import HUBER_DELTA, huber_objective
@@ -121,6 +124,30 @@ def distinct_optima(x: np.ndarray, f: np.ndarray, count: int) -> np.ndarray:
     return x[picked]
 
 
+class Problem(NamedTuple):
+    """One Approach-3 fit's data: the runs' logs, their weights (``focus``), Huber's delta and the
+    floor factor (``estimators.huber_objective``)."""
+
+    log_n: np.ndarray
+    log_d: np.ndarray
+    log_l: np.ndarray
+    weights: np.ndarray
+    delta: float = HUBER_DELTA
+    floor: float = 1.0
+
+    def rows(self, count: int) -> HuberRows:
+        """The objective of ``count`` L-BFGS rows of this problem alone."""
+        return _rows([self], [count])
+
+
+def _rows(problems: list[Problem], counts: list[int], weights: list[np.ndarray] | None = None) -> HuberRows:
+    """One objective for ``counts[i]`` rows of each problem in turn, problem i's rows weighted by
+    ``weights[i]`` (rows, runs; default: the problem's own weights)."""
+    if weights is None:
+        weights = [np.broadcast_to(p.weights, (c, len(p.weights))) for p, c in zip(problems, counts, strict=True)]
+    return HuberRows([(p.log_n, p.log_d, p.log_l, p.delta, p.floor) for p in problems], weights)
+
+
 def pruned_grid(fun, keep: int = GRID_KEEP) -> np.ndarray:
     """The ``keep`` points of the initialisation grid with the lowest objective, in grid order.
 
@@ -130,11 +157,15 @@ def pruned_grid(fun, keep: int = GRID_KEEP) -> np.ndarray:
     grid's optimum or a lower one: tests/test_fit_speed.py, benchmarks/bench_fit_speed.py).
     """
     values, _ = fun(INIT_GRID, np.arange(len(INIT_GRID)))
+    return _lowest(values, keep)
+
+
+def _lowest(values: np.ndarray, keep: int) -> np.ndarray:
     order = np.argsort(np.where(np.isfinite(values), values, np.inf), kind="stable")
     return INIT_GRID[np.sort(order[:keep])]
 
 
-def grid_search(fun, keep: int, starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, BatchResult]:
+def grid_search(problem: Problem, keep: int, starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, BatchResult]:
     """L-BFGS from the grid's best starts (``pruned_grid``; ``starts`` to choose others, e.g.
     the whole INIT_GRID); returns the ``keep`` best distinct optima, their values, and the
     polishing run (whose first row, once sorted, is the winner).
@@ -143,41 +174,37 @@ def grid_search(fun, keep: int, starts: np.ndarray | None = None) -> tuple[np.nd
     POLISH distinct solutions then continue to full precision. All starts end in the same
     few basins long before the loose tolerance stops them, and polishing settles the winner.
     """
-    return grid_searches([fun], keep, None if starts is None else [starts])[0]
+    return grid_searches([problem], keep, None if starts is None else [starts])[0]
 
 
-def grid_searches(funs: list, keep: int, starts: list[np.ndarray] | None = None) -> list[tuple]:
-    """``grid_search`` of several problems (objectives ``funs``) in the same two L-BFGS runs: every
-    start is a row of its own (rows never mix), so each problem gets the answer it gets alone,
-    and the refits of a forward chain's splits share the optimiser's per-iteration work."""
-    starts = [pruned_grid(f) for f in funs] if starts is None else starts
-    coarse = _rows_of(funs, starts, maxiter=500, ftol=GRID_FTOL)
-    polished = _rows_of(funs, [distinct_optima(x, f, POLISH) for x, f, _ in coarse], maxiter=POLISH_MAXITER)
+def grid_searches(problems: list[Problem], keep: int, starts: list[np.ndarray] | None = None) -> list[tuple]:
+    """``grid_search`` of several problems in the same two L-BFGS runs, every start a row of its
+    own evaluated as it is alone (``HuberRows``: rows never mix), so each problem gets the answer
+    it gets alone, and the refits of a forward chain's splits share the optimiser's per-iteration
+    work and one objective call per step."""
+    if starts is None:
+        grid = len(INIT_GRID)
+        values, _ = _rows(problems, [grid] * len(problems))(np.tile(INIT_GRID, (len(problems), 1)),
+                                                           np.arange(grid * len(problems)))
+        starts = [_lowest(values[i * grid : (i + 1) * grid], GRID_KEEP) for i in range(len(problems))]
+    coarse = _rows_of(problems, starts, maxiter=500, ftol=GRID_FTOL)
+    polished = _rows_of(problems, [distinct_optima(r.x, r.f, POLISH) for r in coarse], maxiter=POLISH_MAXITER)
     out = []
-    for _, f, run in polished:
-        order = np.argsort(np.where(np.isfinite(f), f, np.inf))
+    for run in polished:
+        order = np.argsort(np.where(np.isfinite(run.f), run.f, np.inf))
         run = BatchResult(*(v[order] for v in run))
         out.append((distinct_optima(run.x, run.f, keep), run.f, run))
     return out
 
 
-def _rows_of(funs: list, starts: list[np.ndarray], **options) -> list[tuple[np.ndarray, np.ndarray, BatchResult]]:
-    """One ``minimize_batch`` over every problem's starts; per problem its rows' (x, f, result)."""
-    bounds = np.cumsum([0] + [len(s) for s in starts])
-
-    def fun(x: np.ndarray, rows: np.ndarray):
-        if len(funs) == 1:
-            return funs[0](x, rows)
-        values, grads = np.empty(len(rows)), np.empty((len(rows), x.shape[1]))
-        cuts = np.searchsorted(rows, bounds)  # minimize_batch asks for its rows in order
-        for i in np.flatnonzero(np.diff(cuts)):
-            mine = slice(cuts[i], cuts[i + 1])
-            values[mine], grads[mine] = funs[i](x[mine], rows[mine] - bounds[i])
-        return values, grads
-
-    run = minimize_batch(fun, np.concatenate(starts), **options)
-    parts = [BatchResult(*(v[lo:hi] for v in run)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
-    return [(r.x, r.f, r) for r in parts]
+def _rows_of(problems: list[Problem], starts: list[np.ndarray], weights: list[np.ndarray] | None = None,
+             **options) -> list[BatchResult]:
+    """One ``minimize_batch`` over every problem's starts (weighted as ``_rows`` says); per problem
+    its rows' result."""
+    counts = [len(s) for s in starts]
+    run = minimize_batch(_rows(problems, counts, weights), np.concatenate(starts), **options)
+    bounds = np.cumsum([0, *counts])
+    return [BatchResult(*(v[lo:hi] for v in run)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 class HuberFit(NamedTuple):
@@ -194,19 +221,23 @@ def huber_fit(log_n, log_d, log_l, weights, starts, delta=HUBER_DELTA, maxiter: 
               floor: float = 1.0) -> HuberFit:
     """Best L-BFGS solution per weight row (R of them) from each start."""
     weights = np.atleast_2d(weights)
-    reps, s = weights.shape[0], starts.shape[0]
-    x0 = np.repeat(starts[None], reps, axis=0).reshape(reps * s, 5)
-    row_weights = np.repeat(weights, s, axis=0)
+    return huber_fits([Problem(log_n, log_d, log_l, weights[0], delta, floor)], [weights], [starts], maxiter)[0]
 
-    def fun(x, rows):
-        return objective(x, log_n, log_d, log_l, row_weights[rows] if reps > 1 else row_weights[0], delta, floor)
 
-    out = minimize_batch(fun, x0, maxiter=maxiter)
-    f = np.where(np.isfinite(out.f), out.f, np.inf).reshape(reps, s)
-    best = f.argmin(1)
-    pick = np.arange(reps), best
-    return HuberFit(out.x.reshape(reps, s, 5)[pick], f[pick], out.iterations.reshape(reps, s)[pick],
-                    out.status.reshape(reps, s)[pick])
+def huber_fits(problems: list[Problem], weights: list[np.ndarray], starts: list[np.ndarray],
+               maxiter: int = BOOTSTRAP_MAXITER) -> list[HuberFit]:
+    """``huber_fit`` of each problem (its weight rows ``weights[i]``, from ``starts[i]``) in one
+    L-BFGS run: a bootstrap's resamples of every split of a forward chain together."""
+    shapes = [(w.shape[0], s.shape[0]) for w, s in zip(weights, starts, strict=True)]
+    x0 = [np.repeat(s[None], reps, axis=0).reshape(reps * k, 5) for s, (reps, k) in zip(starts, shapes, strict=True)]
+    rows = [np.repeat(w, k, axis=0) for w, (_, k) in zip(weights, shapes, strict=True)]
+    out = []
+    for run, (reps, k) in zip(_rows_of(problems, x0, rows, maxiter=maxiter), shapes, strict=True):
+        f = np.where(np.isfinite(run.f), run.f, np.inf).reshape(reps, k)
+        pick = np.arange(reps), f.argmin(1)
+        out.append(HuberFit(run.x.reshape(reps, k, 5)[pick], f[pick], run.iterations.reshape(reps, k)[pick],
+                            run.status.reshape(reps, k)[pick]))
+    return out
 
 
 def convergence_report(fit_status: int, fit_iterations: int, maxiter: int, boot_status: np.ndarray | None,
@@ -265,9 +296,10 @@ class Parametric(Approach):
     @staticmethod
     def fit_together(jobs: list[tuple[Parametric, Runs]]) -> list[FitResult | FitInputError]:
         """Each (approach, runs) job's ``fit`` (its FitInputError in its place when it has none),
-        the grid searches of all of them in one batched L-BFGS (``grid_searches``): forward
-        chaining refits the same approach on every split, and a search's time is mostly the
-        optimiser's per-iteration work, which the splits then share."""
+        the grid searches of all of them in one batched L-BFGS (``grid_searches``) and their
+        bootstrap resamples in another (``huber_fits``): forward chaining refits the same approach
+        on every split, and a search's time is mostly the optimiser's per-iteration work, which
+        the splits then share. Every row is evaluated as it is alone: the same answers."""
         problems: list[tuple[Parametric, Runs, tuple] | FitInputError] = []
         for approach, runs in jobs:
             try:
@@ -276,29 +308,29 @@ class Parametric(Approach):
                 problems.append(exc)
         ready = [p for p in problems if not isinstance(p, FitInputError)]
         clock = time.perf_counter()
-        searched = iter(grid_searches([p[2][-1] for p in ready], max(p[0].starts for p in ready)) if ready else [])
+        searched = grid_searches([p[2][0] for p in ready], max(p[0].starts for p in ready)) if ready else []
         grid_seconds = (time.perf_counter() - clock) / max(len(ready), 1)
-        return [p if isinstance(p, FitInputError) else p[0]._finish(p[1], p[2], next(searched), grid_seconds)
-                for p in problems]
+        starts = [found[0][: approach.starts] for (approach, _, _), found in zip(ready, searched, strict=True)]
+        resampled = [i for i, (approach, _, _) in enumerate(ready) if approach.bootstrap]
+        draws = [resample_weights(ready[i][2][0].log_n.size, ready[i][0].bootstrap, ready[i][0].seed)
+                 * ready[i][2][0].weights for i in resampled]
+        boots = dict(zip(resampled, huber_fits([ready[i][2][0] for i in resampled], draws,
+                                               [starts[i] for i in resampled]) if resampled else [], strict=True))
+        done = iter([approach._finish(runs, problem, found, starts[i], boots.get(i), grid_seconds)
+                     for i, ((approach, runs, problem), found) in enumerate(zip(ready, searched, strict=True))])
+        return [p if isinstance(p, FitInputError) else next(done) for p in problems]
 
-    def _problem(self, runs: Runs) -> tuple:
+    def _problem(self, runs: Runs) -> tuple[Problem, FlopsRule]:
         log_n, log_d, loss, rule = law_columns(runs)
-        log_l = np.log(loss)
         weights, floor = focus_weights(runs, self.focus)
-        return log_n, log_d, log_l, rule, weights, floor, (
-            lambda t, rows: objective(t, log_n, log_d, log_l, weights, self.delta, floor))
+        return Problem(log_n, log_d, np.log(loss), weights, self.delta, floor), rule
 
-    def _finish(self, runs: Runs, problem: tuple, searched: tuple, grid_seconds: float) -> FitResult:
-        log_n, log_d, log_l, rule, weights, floor, _ = problem
-        best_starts, f, polished = searched
-        best_starts = best_starts[: self.starts]
+    def _finish(self, runs: Runs, problem: tuple[Problem, FlopsRule], searched: tuple, best_starts: np.ndarray,
+                boot: HuberFit | None, grid_seconds: float) -> FitResult:
+        (log_n, log_d, *_), rule = problem
+        _, f, polished = searched
         theta, value = best_starts[0], float(np.nanmin(f))
-        samples = pd.DataFrame()
-        boot = None
-        if self.bootstrap:
-            draws = resample_weights(log_n.size, self.bootstrap, self.seed) * weights
-            boot = huber_fit(log_n, log_d, log_l, draws, best_starts, self.delta, floor=floor)
-            samples = pd.DataFrame(_theta_params(boot.theta, rule))
+        samples = pd.DataFrame() if boot is None else pd.DataFrame(_theta_params(boot.theta, rule))
         params = {key: float(v[0]) for key, v in _theta_params(theta, rule).items()}
         convergence, warnings = convergence_report(
             int(polished.status[0]), int(polished.iterations[0]), POLISH_MAXITER,

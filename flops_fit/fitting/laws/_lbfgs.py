@@ -48,7 +48,9 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, *, memory: int = 10, max
     f, g = fun(x, rows)
     S = np.zeros((k, memory, p))
     Y = np.zeros((k, memory, p))
-    count = np.zeros(k, dtype=int)  # stored pairs, newest at index 0
+    newest = np.zeros(k, dtype=int)  # where each row's newest pair is: a ring, the older ones before it
+    back = np.arange(memory)
+    count = np.zeros(k, dtype=int)  # stored pairs
     iters = np.zeros(k, dtype=int)
     slow = np.zeros(k, dtype=int)
     active = np.isfinite(f) & (np.abs(g).max(1) > gtol)
@@ -57,24 +59,27 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, *, memory: int = 10, max
         idx = rows[active]
         if idx.size == 0:
             break
-        d = _direction(g[idx], S[idx], Y[idx], count[idx])
-        slope = (d * g[idx]).sum(1)
+        gi = g[idx]
+        order = (newest[idx, None] - back) % memory  # newest first
+        d = _direction(gi, S[idx[:, None], order], Y[idx[:, None], order], count[idx])
+        slope = (d * gi).sum(1)
         ascent = ~(slope < 0)
         if ascent.any():  # lost descent: restart from steepest descent
-            d[ascent] = -g[idx][ascent] / np.maximum(np.abs(g[idx][ascent]).max(1, keepdims=True), 1e-300)
+            d[ascent] = -gi[ascent] / np.maximum(np.abs(gi[ascent]).max(1, keepdims=True), 1e-300)
             count[idx[ascent]] = 0
-            slope = (d * g[idx]).sum(1)
+            slope = (d * gi).sum(1)
         step = np.ones(idx.size)
         first = count[idx] == 0
-        step[first] = np.minimum(1.0, 1.0 / np.maximum(np.linalg.norm(g[idx][first], axis=1), 1e-300))
+        step[first] = np.minimum(1.0, 1.0 / np.maximum(np.linalg.norm(gi[first], axis=1), 1e-300))
         x_new = np.empty((idx.size, p))
         f_new = np.full(idx.size, np.inf)
         g_new = np.empty((idx.size, p))
+        xi, fi = x[idx], f[idx]
         todo = np.arange(idx.size)
         for _ in range(max_halvings):
-            trial = x[idx[todo]] + step[todo, None] * d[todo]
+            trial = xi[todo] + step[todo, None] * d[todo]
             ft, gt = fun(trial, idx[todo])
-            ok = np.isfinite(ft) & (ft <= f[idx[todo]] + 1e-4 * step[todo] * slope[todo])
+            ok = np.isfinite(ft) & (ft <= fi[todo] + 1e-4 * step[todo] * slope[todo])
             done = todo[ok]
             x_new[done], f_new[done], g_new[done] = trial[ok], ft[ok], gt[ok]
             todo = todo[~ok]
@@ -83,19 +88,19 @@ def minimize_batch(fun: BatchObjective, x0: np.ndarray, *, memory: int = 10, max
             step[todo] *= 0.5
         failed = np.zeros(idx.size, dtype=bool)
         failed[todo] = True
-        moved = idx[~failed]
-        s = x_new[~failed] - x[moved]
-        y = g_new[~failed] - g[moved]
+        went = ~failed
+        moved = idx[went]
+        s = x_new[went] - xi[went]
+        y = g_new[went] - gi[went]
         sy = (s * y).sum(1)
         good = sy > 1e-300
         keep = moved[good]
-        S[keep] = np.roll(S[keep], 1, axis=1)
-        Y[keep] = np.roll(Y[keep], 1, axis=1)
-        S[keep, 0], Y[keep, 0] = s[good], y[good]
+        newest[keep] = (newest[keep] + 1) % memory
+        S[keep, newest[keep]], Y[keep, newest[keep]] = s[good], y[good]
         count[keep] = np.minimum(count[keep] + 1, memory)
-        decrease = f[moved] - f_new[~failed]
-        x[moved], g[moved] = x_new[~failed], g_new[~failed]
-        f_prev, f[moved] = f[moved], f_new[~failed]
+        decrease = fi[went] - f_new[went]
+        x[moved], g[moved] = x_new[went], g_new[went]
+        f_prev, f[moved] = fi[went], f_new[went]
         iters[idx] += 1
         small = decrease <= ftol * np.maximum(np.abs(f_prev), 1e-300)
         slow[moved] = np.where(small, slow[moved] + 1, 0)
