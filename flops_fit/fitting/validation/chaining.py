@@ -87,6 +87,7 @@ def forward_chain(approaches: Sequence[Approach], runs: Runs, scales: Sequence[s
     """Every approach's forward-chaining predictions on every scale (point fits; the refits in
     ``workers`` processes), and why a candidate has none."""
     records, reasons = [], {}
+    chains = []  # per scale with splits: (scale, runs on it, budgets, splits)
     for scale in scales:
         try:
             scaled = rescale(runs, scale)
@@ -100,8 +101,12 @@ def forward_chain(approaches: Sequence[Approach], runs: Runs, scales: Sequence[s
             reasons.update({(a.name, scale, focus_of(a)): "no budget beyond the first two has an interior minimum"
                             for a in approaches})
             continue
-        done = iter(run_checks([(a, scaled, budgets, keep, later) for a in approaches for keep, later in parts],
-                               workers))
+        chains.append((scale, scaled, budgets, parts))
+    # every scale's refits in one dispatch: the pool balances them, and a batched approach's splits on
+    # every scale are fitted together
+    done = iter(run_checks([(a, scaled, budgets, keep, later) for _, scaled, budgets, parts in chains
+                            for a in approaches for keep, later in parts], workers))
+    for scale, _, _, parts in chains:
         for approach in approaches:
             key = (approach.name, scale, focus_of(approach))
             checks = [c for _ in parts for c in next(done)]

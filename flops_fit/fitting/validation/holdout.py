@@ -9,6 +9,7 @@ observed value falls inside the predicted interval.
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
@@ -250,11 +252,15 @@ class SharedRefits:
     point fits on the runs' own scale reuse the held-out checks' refits of the same approach on
     the same runs: a refit with bootstrap resamples has the point fit's point predictions (the
     resamples only add intervals, dropped here). A refit that failed the validity check is not
-    reused for a point fit (it may have failed on its intervals alone)."""
+    reused for a point fit (it may have failed on its intervals alone). Fits of all the runs
+    (``fit_pairs``) are kept the same way: the forecast's point fit of a method on the runs'
+    own scale is the method's own fit without its resamples."""
 
     def __init__(self) -> None:
         self.tables: dict[Any, tuple[int, Any, Runs]] = {}
         self.hits = 0
+        self.fits: dict[Any, tuple[int, Any, Runs]] = {}
+        self.fit_hits = 0
         self._pool: tuple[int, ProcessPoolExecutor] | None = None
 
     def pool(self, workers: int) -> ProcessPoolExecutor:
@@ -273,12 +279,8 @@ class SharedRefits:
     @staticmethod
     def key(task: Task) -> Any:
         approach, runs, _, keep, observed = task
-        try:
-            settings = tuple(sorted((k, v) for k, v in vars(approach).items() if k != "bootstrap"))
-            hash(settings)
-        except TypeError:  # an option that is not a plain value: not shared
-            return None
-        return (type(approach), settings, id(runs), keep.tobytes(), tuple(o.budget for o in observed))
+        base = _fit_key(approach, runs)
+        return None if base is None else (*base, keep.tobytes(), tuple(o.budget for o in observed))
 
     def get(self, task: Task):
         key = self.key(task)
@@ -298,6 +300,46 @@ class SharedRefits:
         key = self.key(task)
         if key is not None:
             self.tables[key] = (getattr(task[0], "bootstrap", 0), table, task[1])  # holding the runs keeps their id
+
+
+    def known_fit(self, approach: Fitter, runs: Runs) -> Any:
+        """A fit of ``approach`` on ``runs`` already made (without its resamples where it had
+        some and ``approach`` has none), or None."""
+        key = _fit_key(approach, runs)
+        if key is None or key not in self.fits:
+            return None
+        bootstrap, result, _ = self.fits[key]
+        wanted = getattr(approach, "bootstrap", 0)
+        if wanted == bootstrap:
+            self.fit_hits += 1
+            return result
+        if wanted or isinstance(result, FitInputError):
+            return None
+        self.fit_hits += 1
+        return _point_fit(result)
+
+    def keep_fit(self, approach: Fitter, runs: Runs, result: Any) -> None:
+        key = _fit_key(approach, runs)
+        if key is not None:
+            self.fits[key] = (getattr(approach, "bootstrap", 0), result, runs)  # holding the runs keeps their id
+
+
+def _fit_key(approach: Fitter, runs: Runs) -> Any:
+    """What makes two fits the same but their resamples: the approach's type and settings, the runs."""
+    try:
+        settings = tuple(sorted((k, v) for k, v in vars(approach).items() if k != "bootstrap"))
+        hash(settings)
+    except TypeError:  # an option that is not a plain value: not shared
+        return None
+    return type(approach), settings, id(runs)
+
+
+def _point_fit(result: Any) -> Any:
+    """A fitted result without its resamples, as the fit without any gives it (the point estimates
+    come before the resamples; only the intervals need them)."""
+    out = copy.copy(result)
+    out.samples = pd.DataFrame()
+    return out
 
 
 def _points_only(table):
@@ -336,10 +378,10 @@ def run_checks(tasks: Sequence[Task], workers: int = 1) -> list[list[HoldoutChec
     if workers <= 1 or len(units) < 2:
         made = [_predict_unit(unit) for unit in units]
     elif shared is not None:
-        made = list(shared.pool(workers).map(_predict_unit, units))
+        made = _longest_first(shared.pool(workers), _predict_unit, units, [_weight(unit) for unit in units])
     else:
         with ProcessPoolExecutor(min(workers, len(units)), mp_context=multiprocessing.get_context("spawn")) as pool:
-            made = list(pool.map(_predict_unit, units))
+            made = _longest_first(pool, _predict_unit, units, [_weight(unit) for unit in units])
     by_task = {id(task): table for unit, unit_tables in zip(units, made, strict=True)
                for task, table in zip(unit, unit_tables, strict=True)}
     out = []
@@ -360,8 +402,43 @@ def fit_each(approaches: Sequence[Fitter], runs: Runs, workers: int = 1) -> list
 
 
 def fit_pairs(pairs: Sequence[tuple[Fitter, Runs]], workers: int = 1) -> list[Any]:
-    """``fit_each`` for (approach, runs) pairs: each approach on its own runs (a scale each)."""
-    return _map(_fit_or_reason, [a for a, _ in pairs], [r for _, r in pairs], workers=workers)
+    """``fit_each`` for (approach, runs) pairs: each approach on its own runs (a scale each). The
+    pairs of an approach type with ``fit_together`` are fitted together (one unit of work); inside
+    ``shared_refits`` a fit already made is not made again (``SharedRefits.known_fit``)."""
+    shared = _SHARED.get()
+    out: list[Any] = [None if shared is None else shared.known_fit(a, r) for a, r in pairs]
+    units = _units([(approach, runs, i) for i, (approach, runs) in enumerate(pairs) if out[i] is None])
+    if shared is None or workers <= 1 or len(units) < 2:
+        made = [_fit_unit(unit) for unit in units]
+    else:
+        made = _longest_first(shared.pool(workers), _fit_unit, units, [_weight(unit) for unit in units])
+    for unit, results in zip(units, made, strict=True):
+        for (approach, runs, i), result in zip(unit, results, strict=True):
+            out[i] = result
+            if shared is not None:
+                shared.keep_fit(approach, runs, result)
+    return out
+
+
+def _fit_unit(unit: list[tuple[Fitter, Runs, int]]) -> list[Any]:
+    together = _together(unit[0][0])
+    if together is None or len(unit) == 1:
+        return [_fit_or_reason(approach, runs) for approach, runs, _ in unit]
+    return together([(approach, runs) for approach, runs, _ in unit])
+
+
+def _weight(unit: Sequence[tuple]) -> float:
+    """A unit's expected cost, to hand out the longest first (a long unit last keeps one worker busy
+    while the others idle): a batched unit above the single refits, resamples above point fits."""
+    batched = 5.0 if len(unit) > 1 else 1.0
+    return batched * sum(1.0 + getattr(item[0], "bootstrap", 0) / 100 for item in unit)
+
+
+def _longest_first(pool: ProcessPoolExecutor, fn: Any, units: Sequence[Any], weights: Sequence[float]) -> list[Any]:
+    """``fn`` over ``units`` on ``pool``, submitted heaviest first, the results in the units' order."""
+    order = sorted(range(len(units)), key=lambda i: -weights[i])
+    futures = {i: pool.submit(fn, units[i]) for i in order}
+    return [futures[i].result() for i in range(len(units))]
 
 
 def _map(fn: Any, *columns: Sequence[Any], workers: int) -> list[Any]:
