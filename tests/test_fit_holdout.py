@@ -162,6 +162,30 @@ def test_fit_pairs_fits_each_approach_on_its_own_runs_in_order_and_in_the_shared
         assert isinstance(results[2], FitInputError)  # one budget: its reason in its place
 
 
+def test_fit_pairs_fits_approach_3_together_and_reuses_a_fit_without_its_resamples():
+    from flops_fit.fitting.approaches.parametric import Parametric
+    from flops_fit.fitting.approaches.vpnls import Vpnls
+    from flops_fit.fitting.inputs import load_runs
+    from flops_fit.fitting.validation.holdout import fit_pairs, shared_refits
+
+    small = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, noise=0.01, seed=2))
+    large = load_runs(synthetic_runs(budgets=(1e18, 1e19, 1e20), sizes_per_budget=5, noise=0.01, seed=3))
+    pairs = [(Parametric(bootstrap=0), small), (Vpnls(bootstrap=0), small),
+             (Parametric(bootstrap=0, focus="frontier"), large), (Parametric(bootstrap=5), large)]
+    alone = [approach.fit(runs) for approach, runs in pairs]
+    with shared_refits() as shared:
+        together = fit_pairs(pairs)  # the three Approach-3 pairs in one unit
+        resampled = fit_pairs([(Vpnls(bootstrap=20), large)])[0]
+        point, same = fit_pairs([(Vpnls(bootstrap=0), large), (Vpnls(bootstrap=20), large)])
+    for a, b in zip(alone, together, strict=True):
+        assert a.params == b.params and a.samples.equals(b.samples)
+    assert shared.fit_hits == 2 and same is resampled
+    fresh = Vpnls(bootstrap=0).fit(large)  # the point fit: the resampled fit's point, no intervals
+    assert len(point.samples) == 0 and len(resampled.samples) == 20 and point.params == fresh.params
+    assert point.predict([1e21]).equals(fresh.predict([1e21]))
+    assert not resampled.predict([1e21]).equals(fresh.predict([1e21]))
+
+
 def test_observe_each_in_the_shared_pool_gives_each_budgets_own_answer():
     from flops_fit.fitting.inputs import load_runs
     from flops_fit.fitting.laws.profiles import budget_groups
