@@ -200,11 +200,17 @@ def grid_searches(problems: list[Problem], keep: int, starts: list[np.ndarray] |
 def _rows_of(problems: list[Problem], starts: list[np.ndarray], weights: list[np.ndarray] | None = None,
              **options) -> list[BatchResult]:
     """One ``minimize_batch`` over every problem's starts (weighted as ``_rows`` says); per problem
-    its rows' result."""
-    counts = [len(s) for s in starts]
-    run = minimize_batch(_rows(problems, counts, weights), np.concatenate(starts), **options)
+    its rows' result. The problems' rows are laid out by their number of runs (``HuberRows`` sums
+    the rows of problems of one size together); each row's path is its own either way."""
+    order = sorted(range(len(problems)), key=lambda i: problems[i].log_n.size)
+    counts = [len(starts[i]) for i in order]
+    objective = _rows([problems[i] for i in order], counts, None if weights is None else [weights[i] for i in order])
+    run = minimize_batch(objective, np.concatenate([starts[i] for i in order]), **options)
     bounds = np.cumsum([0, *counts])
-    return [BatchResult(*(v[lo:hi] for v in run)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    out: list[BatchResult] = [None] * len(problems)  # type: ignore[list-item]
+    for i, lo, hi in zip(order, bounds[:-1], bounds[1:], strict=True):
+        out[i] = BatchResult(*(v[lo:hi] for v in run))
+    return out
 
 
 class HuberFit(NamedTuple):

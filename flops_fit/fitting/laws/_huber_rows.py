@@ -55,8 +55,10 @@ class HuberRows:
 
     def _block(self, theta: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         problem = self.problem[rows]
-        log_n, log_d = self.log_n[problem], self.log_d[problem]
-        weights = self.weights[rows]
+        starts = _starts(problem)
+        width = int(self.sizes[problem[starts]].max())  # the block's longest problem: no wider
+        log_n, log_d = self.log_n[:, :width][problem], self.log_d[:, :width][problem]
+        weights = self.weights[rows, :width]
         delta = self.delta[problem]
         floor = self.floor[problem]
         with np.errstate(all="ignore"):
@@ -67,7 +69,7 @@ class HuberRows:
             shift = np.where(shift > OVERFLOW, shift, 0.0)
             p1, p2, p3 = np.exp(x1 - shift), np.exp(x2 - shift), np.exp(e - shift)
             total = p1 + p2 + p3
-            r = (np.log(total) + shift) - self.log_l[problem]
+            r = (np.log(total) + shift) - self.log_l[:, :width][problem]
             same_delta = bool((delta == delta[0]).all())
             bound = delta[0] if same_delta else delta[:, None]
             c = np.clip(r, -bound, bound)
@@ -76,21 +78,29 @@ class HuberRows:
             huber = (c * (r - 0.5 * c)) * weights
             psi = (c * weights) / total
             g1, g2 = psi * p1, psi * p2
-            return self._sums(problem, huber, psi, g1, g2, p3)
+            return self._sums(problem, starts, huber, psi, g1, g2, p3)
 
-    def _sums(self, problem, huber, psi, g1, g2, p3) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's value and gradient, its sums over its own problem's runs."""
+    def _sums(self, problem, starts, huber, psi, g1, g2, p3) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's value and gradient, its sums over its own problem's runs: the sums over every
+        row of problems of one size at once (problems laid out by size share them), the products
+        per problem."""
         rows = len(problem)
         values = np.empty(rows)
         grad = np.empty((rows, 5))
-        starts = _starts(problem)
-        for lo, hi in zip(starts, [*starts[1:], rows], strict=True):
-            q = problem[lo]
-            n = self.sizes[q]
+        ends = [*starts[1:], rows]
+        sizes = self.sizes[problem[starts]].tolist()
+        first = 0
+        for i, n in enumerate(sizes):
+            if i + 1 < len(sizes) and sizes[i + 1] == n:
+                continue
+            lo, hi = starts[first], ends[i]
             values[lo:hi] = huber[lo:hi, :n].sum(1)
             grad[lo:hi, 0] = g1[lo:hi, :n].sum(1)
             grad[lo:hi, 1] = g2[lo:hi, :n].sum(1)
             grad[lo:hi, 2] = psi[lo:hi, :n].sum(1) * p3[lo:hi, 0]
+            first = i + 1
+        for lo, hi, n in zip(starts, ends, sizes, strict=True):
+            q = problem[lo]
             for b in range(lo, hi, CHUNK):  # the blocks huber_objective multiplies in
                 end = min(b + CHUNK, hi)
                 grad[b:end, 3] = -(g1[b:end, :n] @ self.log_n[q, :n])
