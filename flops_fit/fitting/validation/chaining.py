@@ -27,7 +27,7 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.focus import FOCI
 from flops_fit.fitting.scales import rescale
-from flops_fit.fitting.validation.holdout import observe, run_checks, select_budgets, splits
+from flops_fit.fitting.validation.holdout import observe_pairs, run_checks, select_budgets, splits
 
 SCORE_SHARE = 0.5  # the score reads predictions with log r >= this share of the largest log r tested
 
@@ -87,15 +87,19 @@ def forward_chain(approaches: Sequence[Approach], runs: Runs, scales: Sequence[s
     """Every approach's forward-chaining predictions on every scale (point fits; the refits in
     ``workers`` processes), and why a candidate has none."""
     records, reasons = [], {}
-    chains = []  # per scale with splits: (scale, runs on it, budgets, splits)
+    prepared = []  # per scale that applies: (scale, runs on it, budgets, budgets to observe)
     for scale in scales:
         try:
             scaled = rescale(runs, scale)
         except FitInputError as exc:
             reasons.update({(a.name, scale, focus_of(a)): str(exc) for a in approaches})
             continue
-        budgets, chosen = select_budgets(scaled, "forward")
-        observed = [observe(scaled, budgets, b, curve=curve, bootstrap=0, seed=None, level=0.95) for b in chosen]
+        prepared.append((scale, scaled, *select_budgets(scaled, "forward")))
+    seen = iter(observe_pairs([(scaled, budgets, b) for _, scaled, budgets, chosen in prepared for b in chosen],
+                              curve=curve, bootstrap=0, seed=None, level=0.95, workers=workers))
+    chains = []  # per scale with splits: (scale, runs on it, budgets, splits)
+    for scale, scaled, budgets, chosen in prepared:
+        observed = [next(seen) for _ in chosen]
         parts = splits(scaled, budgets, "forward", [o for o in observed if o.reason is None])
         if not parts:
             reasons.update({(a.name, scale, focus_of(a)): "no budget beyond the first two has an interior minimum"

@@ -165,9 +165,17 @@ def observe_each(runs: Runs, budgets: np.ndarray, chosen: Sequence[float], *, cu
                  seed: int | None, level: float, workers: int = 1) -> list[Observed]:
     """``observe`` at each of ``chosen``, in order; inside ``shared_refits`` with ``workers`` > 1 on the
     shared pool (each budget's bootstrap is its own: the same answers, sooner)."""
-    k = len(chosen)
-    return _map(_observe, [runs] * k, [budgets] * k, list(chosen), [curve] * k, [bootstrap] * k, [seed] * k,
-                [level] * k, workers=workers)
+    return observe_pairs([(runs, budgets, budget) for budget in chosen], curve=curve, bootstrap=bootstrap, seed=seed,
+                         level=level, workers=workers)
+
+
+def observe_pairs(items: Sequence[tuple[Runs, np.ndarray, float]], *, curve: str, bootstrap: int, seed: int | None,
+                  level: float, workers: int = 1) -> list[Observed]:
+    """``observe`` at each (runs, their budgets, budget) of ``items``, in order (several runs: forward
+    chaining's scales), on the shared pool as ``observe_each``."""
+    k = len(items)
+    return _map(_observe, [i[0] for i in items], [i[1] for i in items], [i[2] for i in items], [curve] * k,
+                [bootstrap] * k, [seed] * k, [level] * k, workers=workers)
 
 
 def _observe(runs: Runs, budgets: np.ndarray, budget: float, curve: str, bootstrap: int, seed: int | None,
@@ -264,11 +272,10 @@ class SharedRefits:
         self._pool: tuple[int, ProcessPoolExecutor] | None = None
 
     def pool(self, workers: int) -> ProcessPoolExecutor:
-        """One pool of ``workers`` processes for every ``run_checks`` in the block (a spawned
-        worker spends about a second importing before its first refit)."""
+        """One pool of ``workers`` processes for every ``run_checks`` in the block (``_context``)."""
         if self._pool is None or self._pool[0] != workers:
             self.close()
-            self._pool = workers, ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = workers, ProcessPoolExecutor(workers, mp_context=_context())
         return self._pool[1]
 
     def close(self) -> None:
@@ -350,6 +357,18 @@ def _points_only(table):
     return out
 
 
+def _context() -> Any:
+    """How refit workers start: forked from a server that has imported the fitting code once (a
+    spawned worker spends more than a second importing it before its first refit, every pool
+    again), where the platform has one; else spawned. Never forked from the caller, whose
+    threads (torch's, a tracker's) a fork would copy mid-flight."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["flops_fit.fitting"])
+    return context
+
+
 _SHARED: ContextVar[SharedRefits | None] = ContextVar("shared_refits", default=None)
 
 
@@ -380,7 +399,7 @@ def run_checks(tasks: Sequence[Task], workers: int = 1) -> list[list[HoldoutChec
     elif shared is not None:
         made = _longest_first(shared.pool(workers), _predict_unit, units, [_weight(unit) for unit in units])
     else:
-        with ProcessPoolExecutor(min(workers, len(units)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(min(workers, len(units)), mp_context=_context()) as pool:
             made = _longest_first(pool, _predict_unit, units, [_weight(unit) for unit in units])
     by_task = {id(task): table for unit, unit_tables in zip(units, made, strict=True)
                for task, table in zip(unit, unit_tables, strict=True)}
