@@ -22,8 +22,8 @@ from flops_fit.fitting.laws.profiles import (
     CURVES,
     budget_groups,
     check_curve,
+    interior_optima_many,
     profile_optima,
-    profile_optima_many,
 )
 
 MIN_BUDGETS = 2
@@ -68,10 +68,9 @@ class Isoflop(Approach):
             draws = []
             start = optima.attrs["exponents"]
             resamples = resample_weights(len(runs), self.bootstrap, self.seed, groups=budgets)
-            for o in profile_optima_many(runs, budgets, resamples, self.curve, start):  # all draws at once
-                o = o[o["excluded"].isna()]
-                if len(o) >= MIN_BUDGETS:
-                    draws.append(_frontier_through(o))
+            for budget, log_n, log_d, loss in interior_optima_many(runs, budgets, resamples, self.curve, start):
+                if len(budget) >= MIN_BUDGETS:  # all draws at once, each without a table of its own
+                    draws.append(fit_frontier(np.log(budget), log_n, log_d, np.log(loss)))
             samples = pd.DataFrame(draws)
             if len(draws) < self.bootstrap:
                 warnings.append(f"{self.bootstrap - len(draws)} of {self.bootstrap} resamples had interior minima at "

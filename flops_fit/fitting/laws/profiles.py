@@ -13,6 +13,8 @@ extrapolated.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -198,6 +200,32 @@ def profile_optima_many(runs: Runs, budgets: np.ndarray, weights: np.ndarray, cu
                         start: tuple[float, float] | None = None) -> list[pd.DataFrame]:
     """``profile_optima`` for each row of run weights ``weights`` (a bootstrap's resamples); warm
     slices (``start`` given) are fitted for every row at once (``slice_minima_many``)."""
+    frames = []
+    for rows, exponents in _optima_rows(runs, budgets, weights, curve, start):
+        frame = pd.DataFrame([dict(zip(OPTIMA_COLUMNS, row)) for row in rows])
+        frame.attrs["exponents"] = exponents
+        frames.append(frame)
+    return frames
+
+
+OPTIMA_COLUMNS = ("budget", "log_n", "log_d", "loss", "excluded", "position", "runs")
+
+
+def interior_optima_many(runs: Runs, budgets: np.ndarray, weights: np.ndarray, curve: str,
+                         start: tuple[float, float] | None = None) -> list[tuple[np.ndarray, ...]]:
+    """Per row of ``weights``, the (budget, log N, log D, loss) columns of the budgets whose profile
+    has an interior minimum: ``profile_optima_many``'s kept rows without a table per resample (a
+    bootstrap's hundreds of small tables cost more than its fits)."""
+    out = []
+    for rows, _ in _optima_rows(runs, budgets, weights, curve, start):
+        kept = [row for row in rows if row[4] is None]
+        out.append(tuple(np.array([row[i] for row in kept], dtype=float) for i in range(4)))
+    return out
+
+
+def _optima_rows(runs: Runs, budgets: np.ndarray, weights: np.ndarray, curve: str,
+                 start: tuple[float, float] | None) -> list[tuple[list[tuple], Any]]:
+    """Per row of ``weights``: each budget's OPTIMA_COLUMNS values, and the slices' exponents."""
     f = runs.frame
     log_n, log_d = np.log(f["params"].to_numpy(float)), np.log(f["tokens"].to_numpy(float))
     loss = f["loss"].to_numpy(float)
@@ -210,7 +238,7 @@ def profile_optima_many(runs: Runs, budgets: np.ndarray, weights: np.ndarray, cu
     else:
         found = slice_minima_many(draws, start)
     lines = {}  # each budget's (log N, log D) line, shared by every row
-    frames = []
+    out = []
     for minima, exponents in found:
         rows = []
         for c, m, (x_opt, y_opt, reason) in zip(np.unique(budgets), masks, minima):
@@ -222,14 +250,11 @@ def profile_optima_many(runs: Runs, budgets: np.ndarray, weights: np.ndarray, cu
                 log_d_opt = intercept + slope * x_opt
                 lo, hi = log_n[m].min(), log_n[m].max()
                 position = (x_opt - lo) / (hi - lo)
-            rows.append({"budget": c, "log_n": x_opt, "log_d": log_d_opt, "loss": y_opt, "excluded": reason,
-                         "position": position, "runs": int(m.sum())})
-        frame = pd.DataFrame(rows)
-        frame.attrs["exponents"] = exponents
-        frames.append(frame)
-    return frames
+            rows.append((c, x_opt, log_d_opt, y_opt, reason, position, int(m.sum())))
+        out.append((rows, exponents))
+    return out
 
 
 __all__ = ["CURVES", "budget_groups", "edge_reason", "huber_quadratic", "profile_curve", "profile_minimum",
-           "profile_optima_many", "slice_minima_many",
+           "interior_optima_many", "profile_optima_many", "slice_minima_many",
            "profile_optima", "slice_minima"]
