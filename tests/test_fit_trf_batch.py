@@ -81,3 +81,15 @@ def test_annealed_areas_of_a_wsd_schedule_equal_the_step_by_step_average():
             expected.append(ema)
         np.testing.assert_allclose(row, expected, rtol=1e-12, atol=1e-15)
     assert np.all(table[:, :201] == 0) and np.all(table[:, -1] > 0)
+
+
+def test_curve_form_designs_every_row_at_once_as_one_at_a_time():
+    import itertools
+
+    from flops_fit.fitting.laws.forms import LawForm
+
+    x = CurveProblem(load_runs(synthetic_sweep(noise=0.01, seed=3))).x
+    grid = np.array(list(itertools.product(FORM.grid, repeat=3)))  # the variable projection's starts
+    steps = np.random.default_rng(1).uniform(*FORM.bounds, (50, 3))
+    for theta in (grid, steps, np.array([[1.0, 0.5, 2.0]])):  # exponents numpy powers take a shortcut for
+        assert np.array_equal(FORM.design_rows(theta, x), LawForm.design_rows(FORM, theta, x))

@@ -71,6 +71,16 @@ class CurveForm(LawForm):
         size, data = x["n"] ** -alpha, np.exp(-beta * x["log_s1"]).mean(axis=1)
         return np.column_stack([np.ones_like(size), size, data, -s2_at(x["s2"], log_tau(lag)), x["final"], size * data])
 
+    def design_rows(self, theta: np.ndarray, x: Inputs) -> np.ndarray:
+        """``design`` of every row of ``theta`` at once, each element computed as ``design`` computes it
+        (the variable projection's grid of 512 starts and its Nelder-Mead steps)."""
+        theta = np.atleast_2d(theta)
+        size = np.stack([x["n"] ** -alpha for alpha in theta[:, 0]])  # a scalar power, as ``design`` takes it
+        data = np.exp(-theta[:, 1, None, None] * x["log_s1"]).mean(axis=-1)
+        s2 = -s2_each(x["s2"], log_tau(theta[:, 2]))
+        final = np.broadcast_to(x["final"], size.shape)
+        return np.stack([np.ones_like(size), size, data, s2, final, size * data], axis=-1)
+
     def loss(self, p: Mapping[str, Any], x: Inputs) -> np.ndarray:
         size, data = np.asarray(x["n"]) ** -p["alpha"], np.exp(-p["beta"] * x["log_s1"]).mean(axis=-1)
         return (p["E"] + p["A"] * size + p["B"] * data + p["F"] * size * data
