@@ -7,7 +7,7 @@ for the refits (1 by default: the CPU a fit costs; the demo passes 2), then, eac
 one Approach-3 point fit of all runs and one curve-law fit with its bootstrap (the part the last
 change batched: timed alone, it is steadier than the whole fit on a shared machine). CPU seconds
 are the main process's (``whole_fit_cpu_s``) and the worker pool's (``workers_cpu_s``, 0 with
-one worker). ``--previous LABEL=PATH`` (repeatable) names a checkout of earlier code, put
+one worker; workers forked by a fork server are counted once the server is stopped after the fit). ``--previous LABEL=PATH`` (repeatable) names a checkout of earlier code, put
 first on that side's PYTHONPATH; make one without touching the repository's worktrees with
 ``mkdir /tmp/fit-prev && git archive d667820 | tar -x -C /tmp/fit-prev``.
 
@@ -46,6 +46,8 @@ children = lambda: sum(getattr(resource.getrusage(resource.RUSAGE_CHILDREN), f) 
 start, cpu, cpu_children = time.perf_counter(), time.process_time(), children()
 fitted = fit(store, method="all", bootstrap=bootstrap, holdout="forward", tracking=False, workers=workers)
 whole, whole_cpu = time.perf_counter() - start, time.process_time() - cpu
+import multiprocessing.forkserver
+multiprocessing.forkserver._forkserver._stop()  # workers forked by a fork server are its children: reaped with it
 workers_cpu = children() - cpu_children  # the pool's processes, reaped when the fit closes its pool
 def best_of_3(approach):
     times = []
