@@ -379,7 +379,7 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
     eligible = _eligible(candidates, q)
     if not eligible:
         most = max((m.splits for c in candidates for m in c.models.values()), default=0)
-        raise FitInputError(f"too little chaining evidence for a forecast: a candidate answers only with forward-"
+        raise FitInputError(f"too little chaining evidence: a candidate answers only with forward-"
                             f"chaining predictions from {MIN_SPLITS} or more splits (fits up to different budgets, "
                             f"each predicting a larger one), and these runs give at most {most}; sweep more budgets "
                             f"(4 or more with an interior minimum). The methods' own answers and their bootstrap "

@@ -21,6 +21,8 @@ from flops_fit.fitting.laws.profiles import budget_groups
 # Fixed by the runs, not estimated (result.CONSTANTS): not checked.
 CONSTANTS = ("k", "k_slope", "U")
 VALUES = (("N_opt", "N_opt", fmt.count), ("D_opt", "D_opt", fmt.count), ("loss", "loss", fmt.sig))
+# Counts of things: a bound below one parameter (or token) is no model, whatever the arithmetic.
+COUNTS = {"N_opt": "parameter", "D_opt": "token"}
 # A point estimate this far (relative) outside its own percentile interval, at a budget inside the
 # sweep, means the resamples do not agree with the fit: the estimator is unstable there. Closer than
 # this (or beyond the sweep, where skewed extrapolations are expected) is left to the interval.
@@ -29,7 +31,8 @@ OUTSIDE = 0.02
 
 def failure(result: Any, budgets: Sequence[float]) -> str | None:
     """Why ``result`` gives no finite, ordered answer at ``budgets`` (its table's), or None: a
-    non-finite fitted parameter, a value or interval bound that is not finite and positive, or (at
+    non-finite fitted parameter, a value or interval bound that is not finite and positive, a size
+    or data bound below one parameter or token, or (at
     a budget within the swept range) a point clearly outside its own interval."""
     swept = budget_groups(result.runs)[0]
     within = (float(np.min(swept)) * (1 - 1e-9), float(np.max(swept)) * (1 + 1e-9))
@@ -49,6 +52,8 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
                 continue
             if len(bounds) < 2 or not all(np.isfinite(bounds)) or min(bounds) <= 0:
                 return f"the {name} interval {at} is [{show(lo)}, {show(hi)}]"
+            if key in COUNTS and min(bounds) < 1:
+                return f"the {name} interval {at} is [{show(lo)}, {show(hi)}], below one {COUNTS[key]}"
             if within[0] <= row.budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
                 return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
     return None
