@@ -52,6 +52,19 @@ def test_a_size_interval_below_one_parameter_is_refused(weak):
         fit(weak, "parametric", bootstrap=30, tracking=False, unique_tokens=161408)
 
 
+def test_a_data_interval_beyond_the_budget_is_refused(weak):
+    """14.9T tokens at 2.4e11 FLOPs (the report's data-limited row on this sweep, 500 resamples) is
+    fewer than 6 FLOPs a token: no model of even one parameter trains on that."""
+    usable = fit(weak, "envelope", bootstrap=30, tracking=False)
+    table = usable.predict([2.4e11])
+    assert failure(usable, [2.4e11]) is None and table["D_opt_hi"][0] < 2.4e11 / 6
+    table.loc[0, "D_opt_hi"] = 1.49e13
+    usable.predict = lambda budgets: table
+    assert failure(usable, [2.4e11]) == ("the D_opt interval at 2.4e+11 FLOPs is "
+                                         f"[{table['D_opt_lo'][0] / 1e3:.3g}k, 14.9T], more tokens than the "
+                                         "budget trains a one-parameter model on")
+
+
 def test_failure_names_nan_coefficients_and_accepts_a_usable_fit(weak):
     usable = fit(weak, "envelope", bootstrap=30, tracking=False)
     assert failure(usable, [1e10]) is None

@@ -23,6 +23,9 @@ CONSTANTS = ("k", "k_slope", "U")
 VALUES = (("N_opt", "N_opt", fmt.count), ("D_opt", "D_opt", fmt.count), ("loss", "loss", fmt.sig))
 # Counts of things: a bound below one parameter (or token) is no model, whatever the arithmetic.
 COUNTS = {"N_opt": "parameter", "D_opt": "token"}
+# Training costs at least 6 FLOPs per parameter per token (forward 2, backward 4): a budget C trains
+# at most C / 6 tokens, on a model of one parameter.
+FLOPS_PER_TOKEN_PARAM = 6.0
 # A point estimate this far (relative) outside its own percentile interval, at a budget inside the
 # sweep, means the resamples do not agree with the fit: the estimator is unstable there. Closer than
 # this (or beyond the sweep, where skewed extrapolations are expected) is left to the interval.
@@ -32,8 +35,9 @@ OUTSIDE = 0.02
 def failure(result: Any, budgets: Sequence[float]) -> str | None:
     """Why ``result`` gives no finite, ordered answer at ``budgets`` (its table's), or None: a
     non-finite fitted parameter, a value or interval bound that is not finite and positive, a size
-    or data bound below one parameter or token, or (at
-    a budget within the swept range) a point clearly outside its own interval."""
+    or data bound below one parameter or token, a data bound beyond what the budget trains a
+    one-parameter model on (C / 6 tokens), or (at a budget within the swept range) a point
+    clearly outside its own interval."""
     swept = budget_groups(result.runs)[0]
     within = (float(np.min(swept)) * (1 - 1e-9), float(np.max(swept)) * (1 + 1e-9))
     bad = [name for name, value in result.params.items() if name not in CONSTANTS and not np.isfinite(value)]
@@ -54,6 +58,9 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
                 return f"the {name} interval {at} is [{show(lo)}, {show(hi)}]"
             if key in COUNTS and min(bounds) < 1:
                 return f"the {name} interval {at} is [{show(lo)}, {show(hi)}], below one {COUNTS[key]}"
+            if key == "D_opt" and max(bounds) > row.budget / FLOPS_PER_TOKEN_PARAM:
+                return (f"the {name} interval {at} is [{show(lo)}, {show(hi)}], more tokens than the budget "
+                        f"trains a one-parameter model on")
             if within[0] <= row.budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
                 return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
     return None
