@@ -191,3 +191,15 @@ def test_counting_the_drift_as_error_prefers_the_candidate_that_does_not_drift()
                             carry=carry).answers["n_opt"].source for carry in ("linear", "count")}
     assert chosen["linear"].startswith("drifting")  # corrected, its drift is no error
     assert chosen["count"].startswith("steady")
+
+
+def test_a_candidate_whose_predictions_all_fall_below_the_shortest_reach_is_left_out():
+    """Budgets 1.24x apart (the misfitting sweep's): a candidate chained only to the next budget has
+    records, none of them at MIN_RATIO or more, so no error model: it is left out with its reason."""
+    short = [Record(method="short", scale="params", focus=None, fitted_upto=b, budget=b * 1.24, ratio=1.24,
+                    loss_error=0.01, n_opt_error=0.05) for b in BUDGETS[1:-1]]
+    predictions = {("good", "params", None): (2.0, 1e6, 1e9), ("short", "params", None): (2.1, 2e6, 1e9)}
+    f = decide(records("good", lambda i: 0.002, lambda i: 0.02) + short, predictions, 1e21, 10.0, priors=(WEAK, {}))
+    left_out = next(c for c in f.candidates if c.method == "short")
+    assert not left_out.models and left_out.reason == f"chaining predictions from fewer than {MIN_SPLITS} splits"
+    assert f.answers["loss"].source.startswith("good") and f.loss[0] == pytest.approx(2.0, rel=0.05)

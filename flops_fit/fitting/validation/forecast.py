@@ -348,7 +348,7 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
             c.target_loss, c.target_n_opt, c.target_d_opt = (float(v) for v in predictions[key])
         elif mine and c.reason is None:
             c.reason = "no prediction at the target"
-        if mine and c.reason is None and max(m.splits for m in c.models.values()) < MIN_SPLITS:
+        if mine and c.reason is None and max((m.splits for m in c.models.values()), default=0) < MIN_SPLITS:
             c.reason = f"chaining predictions from fewer than {MIN_SPLITS} splits"
         candidates.append(c)
     laws = {q: law for q, law in shipped_laws().items() if q in ANSWERS} if laws is None else laws
