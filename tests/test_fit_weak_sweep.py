@@ -53,8 +53,8 @@ def test_a_size_interval_below_one_parameter_is_refused(weak):
 
 
 def test_a_data_interval_beyond_the_budget_is_refused(weak):
-    """14.9T tokens at 2.4e11 FLOPs (the report's data-limited row on this sweep, 500 resamples) is
-    fewer than 6 FLOPs a token: no model of even one parameter trains on that."""
+    """14.9T tokens at 2.4e11 FLOPs (the report's data-limited row on the issue's sweep trained
+    again) is fewer than 6 FLOPs a token: no model of even one parameter trains on that."""
     usable = fit(weak, "envelope", bootstrap=30, tracking=False)
     table = usable.predict([2.4e11])
     assert failure(usable, [2.4e11]) is None and table["D_opt_hi"][0] < 2.4e11 / 6
