@@ -203,3 +203,14 @@ def test_a_candidate_whose_predictions_all_fall_below_the_shortest_reach_is_left
     left_out = next(c for c in f.candidates if c.method == "short")
     assert not left_out.models and left_out.reason == f"chaining predictions from fewer than {MIN_SPLITS} splits"
     assert f.answers["loss"].source.startswith("good") and f.loss[0] == pytest.approx(2.0, rel=0.05)
+
+
+def test_a_forecast_whose_size_interval_names_no_model_is_withheld():
+    """Splits that disagree by +-3 per ln r, read at 1000x: N_opt's interval would reach below one
+    parameter (the misfitting sweep's first rounds in the adaptive simulation gave x8e18): no forecast."""
+    wild = records("wild", lambda i: 0.001, lambda i: 3.0 * (-1) ** i)
+    with pytest.raises(FitInputError, match=r"does not bound N_opt at 1000x the largest budget: its interval would "
+                                            r"be \[.*\], below one parameter; sweep more budgets"):
+        decide(wild, {("wild", "params", None): (2.0, 1e6, 1e9)}, 1e21, 1000.0, priors=(WEAK, {}), mode="select")
+    near = decide(wild, {("wild", "params", None): (2.0, 1e6, 1e9)}, 1e21, 1.5, priors=(WEAK, {}), mode="select")
+    assert 1 <= near.n_opt[1] < near.n_opt[0] < near.n_opt[2]  # nearer the sweep the same record bounds it

@@ -45,24 +45,33 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
         return "fitted " + ", ".join(f"{name} = {result.params[name]}" for name in bad)
     with np.errstate(all="ignore"):
         table = result.predict(budgets)
-    for row in table.itertuples():
-        at = f"at {fmt.flops(row.budget)} FLOPs"
-        for key, name, show in VALUES:
-            value, lo, hi = getattr(row, key), getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi")
-            if not (np.isfinite(value) and value > 0):
-                return f"{name} {at} is {show(value)}"
-            bounds = [v for v in (lo, hi) if not np.isnan(v)]
-            if not bounds:
-                continue
-            if len(bounds) < 2 or not all(np.isfinite(bounds)) or min(bounds) <= 0:
-                return f"the {name} interval {at} is [{show(lo)}, {show(hi)}]"
-            if key in COUNTS and min(bounds) < 1:
-                return f"the {name} interval {at} is [{show(lo)}, {show(hi)}], below one {COUNTS[key]}"
-            if key == "D_opt" and max(bounds) > row.budget / FLOPS_PER_TOKEN_PARAM:
-                return (f"the {name} interval {at} is [{show(lo)}, {show(hi)}], more tokens than the budget "
-                        f"trains a one-parameter model on")
-            if within[0] <= row.budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
-                return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
+    cells = [(row.budget, f"at {fmt.flops(row.budget)} FLOPs", key, name, show, getattr(row, key),
+              getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi")) for row in table.itertuples()
+             for key, name, show in VALUES]
+    for _, at, _, name, show, value, lo, hi in cells:  # the plainest defect first: not a number
+        bounds = [v for v in (lo, hi) if not np.isnan(v)]
+        if not (np.isfinite(value) and value > 0):
+            return f"{name} {at} is {show(value)}"
+        if bounds and (len(bounds) < 2 or not all(np.isfinite(bounds)) or min(bounds) <= 0):
+            return f"the {name} interval {at} is [{show(lo)}, {show(hi)}]"
+    for budget, at, key, name, show, value, lo, hi in cells:  # then: no model, or unstable
+        if np.isnan(lo) and np.isnan(hi):
+            continue
+        beyond = unphysical(key, lo, hi, budget)
+        if beyond is not None:
+            return f"the {name} interval {at} is [{show(lo)}, {show(hi)}], {beyond}"
+        if within[0] <= budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
+            return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
+    return None
+
+
+def unphysical(key: str, lo: float, hi: float, budget: float) -> str | None:
+    """Why bounds [lo, hi] of ``key`` (N_opt, D_opt) at ``budget`` name no model (None if they do):
+    below one parameter or token, or more tokens than the budget trains a one-parameter model on."""
+    if key in COUNTS and min(lo, hi) < 1:
+        return f"below one {COUNTS[key]}"
+    if key == "D_opt" and max(lo, hi) > budget / FLOPS_PER_TOKEN_PARAM:
+        return "more tokens than the budget trains a one-parameter model on"
     return None
 
 
@@ -72,4 +81,4 @@ def failed_message(reason: str) -> str:
             f"(more budgets, sizes around each optimum, or less noisy runs help)")
 
 
-__all__ = ["failed_message", "failure"]
+__all__ = ["failed_message", "failure", "unphysical"]
