@@ -46,6 +46,25 @@ def test_a_fit_without_a_finite_ordered_answer_is_refused_with_its_reason(weak, 
         fit(weak, method, bootstrap=30, tracking=False)
 
 
+def test_a_size_interval_below_one_parameter_is_refused(weak):
+    """The data-limited law on the sweep's 161,408 unique tokens: resamples reach N_opt 2e-4."""
+    with pytest.raises(NoFitError, match=r"^data-limited: .*N_opt interval at 1e\+09 FLOPs is \[0\.000\d+, .*below one parameter"):
+        fit(weak, "parametric", bootstrap=30, tracking=False, unique_tokens=161408)
+
+
+def test_a_data_interval_beyond_the_budget_is_refused(weak):
+    """14.9T tokens at 2.4e11 FLOPs (the report's data-limited row on the issue's sweep trained
+    again) is fewer than 6 FLOPs a token: no model of even one parameter trains on that."""
+    usable = fit(weak, "envelope", bootstrap=30, tracking=False)
+    table = usable.predict([2.4e11])
+    assert failure(usable, [2.4e11]) is None and table["D_opt_hi"][0] < 2.4e11 / 6
+    table.loc[0, "D_opt_hi"] = 1.49e13
+    usable.predict = lambda budgets: table
+    assert failure(usable, [2.4e11]) == ("the D_opt interval at 2.4e+11 FLOPs is "
+                                         f"[{table['D_opt_lo'][0] / 1e3:.3g}k, 14.9T], more tokens than the "
+                                         "budget trains a one-parameter model on")
+
+
 def test_failure_names_nan_coefficients_and_accepts_a_usable_fit(weak):
     usable = fit(weak, "envelope", bootstrap=30, tracking=False)
     assert failure(usable, [1e10]) is None
@@ -124,3 +143,13 @@ def test_holdout_none_fits_without_a_check(tmp_path, capsys):
     assert "holdout" not in json.loads(capsys.readouterr().out)
     with pytest.raises(FitInputError, match="--holdout none"):
         fit(csv, "vpnls", bootstrap=0, holdout="each")
+
+
+def test_a_forecast_withheld_says_why_first(capsys):
+    """The weak sweep's 3 budgets chain once: `--holdout forward` asked for a forecast, so the reason
+    there is none leads the answer instead of hiding behind --verbose."""
+    assert main(["fit", str(WEAK), "--method", "all", "--holdout", "forward", "--bootstrap", "20", "--tracking", "off"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("No forecast: too little chaining evidence: ") and "these runs give at most 1" in out
+    assert "The methods' own answers and their bootstrap intervals stand\n" in out
+    assert "warning(s)" not in out  # the one warning was that reason, said already

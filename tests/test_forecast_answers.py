@@ -191,3 +191,26 @@ def test_counting_the_drift_as_error_prefers_the_candidate_that_does_not_drift()
                             carry=carry).answers["n_opt"].source for carry in ("linear", "count")}
     assert chosen["linear"].startswith("drifting")  # corrected, its drift is no error
     assert chosen["count"].startswith("steady")
+
+
+def test_a_candidate_whose_predictions_all_fall_below_the_shortest_reach_is_left_out():
+    """Budgets 1.24x apart (the misfitting sweep's): a candidate chained only to the next budget has
+    records, none of them at MIN_RATIO or more, so no error model: it is left out with its reason."""
+    short = [Record(method="short", scale="params", focus=None, fitted_upto=b, budget=b * 1.24, ratio=1.24,
+                    loss_error=0.01, n_opt_error=0.05) for b in BUDGETS[1:-1]]
+    predictions = {("good", "params", None): (2.0, 1e6, 1e9), ("short", "params", None): (2.1, 2e6, 1e9)}
+    f = decide(records("good", lambda i: 0.002, lambda i: 0.02) + short, predictions, 1e21, 10.0, priors=(WEAK, {}))
+    left_out = next(c for c in f.candidates if c.method == "short")
+    assert not left_out.models and left_out.reason == f"chaining predictions from fewer than {MIN_SPLITS} splits"
+    assert f.answers["loss"].source.startswith("good") and f.loss[0] == pytest.approx(2.0, rel=0.05)
+
+
+def test_a_forecast_whose_size_interval_names_no_model_is_withheld():
+    """Splits that disagree by +-3 per ln r, read at 1000x: N_opt's interval would reach below one
+    parameter (the misfitting sweep's first rounds in the adaptive simulation gave x8e18): no forecast."""
+    wild = records("wild", lambda i: 0.001, lambda i: 3.0 * (-1) ** i)
+    with pytest.raises(FitInputError, match=r"does not bound N_opt at 1000x the largest budget: its interval would "
+                                            r"be \[.*\], below one parameter; sweep more budgets"):
+        decide(wild, {("wild", "params", None): (2.0, 1e6, 1e9)}, 1e21, 1000.0, priors=(WEAK, {}), mode="select")
+    near = decide(wild, {("wild", "params", None): (2.0, 1e6, 1e9)}, 1e21, 1.5, priors=(WEAK, {}), mode="select")
+    assert 1 <= near.n_opt[1] < near.n_opt[0] < near.n_opt[2]  # nearer the sweep the same record bounds it

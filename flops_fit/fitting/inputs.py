@@ -249,10 +249,10 @@ def _numeric(series: pd.Series, column: str, name: str) -> pd.Series:
         )
     bad = ~np.isfinite(values) | (values <= 0)
     if bad.any():
-        rows = ", ".join(f"{i}: {series[i]!r}" for i in list(series.index[bad])[:5])
+        rows = ", ".join(f"row {i}: {float(v):g}" for i, v in values[bad].head(5).items())
         raise FitInputError(
             f"{name}: column {column!r} must hold finite positive values; {int(bad.sum())} do not "
-            f"(row: value {rows}); drop those runs or map the right column"
+            f"({rows}); drop those runs or map the right column"
         )
     return values.astype(float)
 

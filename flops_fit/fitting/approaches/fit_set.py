@@ -72,14 +72,16 @@ class FitSet(Presentable):
             parts += [r.summary(budgets, with_holdout=False) for r in self.results.values()]
             parts += skipped + [f"warning: {w}" for w in self.warnings]
             return "\n\n".join(parts + ([self.holdout_summary()] if self.holdout else []))
-        parts = [forecast_headline(self.forecast)] if self.forecast is not None else []
+        withheld = [w for w in self.warnings if w.startswith("no forecast")]  # asked for, so said first
+        parts = [forecast_headline(self.forecast)] if self.forecast is not None else [w[0].upper() + w[1:] for w in withheld]
         parts += [self.answer_table(), *skipped]
         if self.holdout:
             misses = holdout_misses(self.holdout)
             parts.append("Held-out check: " + ("; ".join(misses) if misses else
                                                "every observed value at the held-out budget lies inside its interval") + ".")
-        if self.warnings:
-            parts.append(f"{len(self.warnings)} warning(s) and every method's details: --verbose, or the report")
+        others = len(self.warnings) - len(withheld)
+        if others:
+            parts.append(f"{others} warning(s) and every method's details: --verbose, or the report")
         return "\n\n".join(parts)
 
     def answer_table(self) -> str:

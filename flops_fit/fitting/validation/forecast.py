@@ -66,7 +66,7 @@ from flops_fit.fitting.validation.drift import (
 from flops_fit.fitting.validation.holdout import fit_pairs
 from flops_fit.fitting.validation.prior import prior_for, shipped, shipped_laws
 from flops_fit.fitting.validation.reach_law import ANSWERS, Inner, ReachLaw
-from flops_fit.fitting.validation.validity import failure
+from flops_fit.fitting.validation.validity import failure, unphysical
 from flops_fit.tables import format_table
 
 MIN_SPLITS = 2  # splits (fits up to distinct budgets) a candidate's chaining needs to answer
@@ -348,7 +348,7 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
             c.target_loss, c.target_n_opt, c.target_d_opt = (float(v) for v in predictions[key])
         elif mine and c.reason is None:
             c.reason = "no prediction at the target"
-        if mine and c.reason is None and max(m.splits for m in c.models.values()) < MIN_SPLITS:
+        if mine and c.reason is None and max((m.splits for m in c.models.values()), default=0) < MIN_SPLITS:
             c.reason = f"chaining predictions from fewer than {MIN_SPLITS} splits"
         candidates.append(c)
     laws = {q: law for q, law in shipped_laws().items() if q in ANSWERS} if laws is None else laws
@@ -357,6 +357,12 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
     loss, n = answers["loss"], answers["n_opt"]
     d_raw = _d_opt(n, candidates)
     d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
+    for name, (_, lo, hi) in (("N_opt", (n.value, n.lo, n.hi)), ("D_opt", d_opt)):
+        beyond = unphysical(name, lo, hi, target)
+        if beyond is not None:  # an interval that names no model is no answer: say why instead
+            raise FitInputError(f"the chaining evidence does not bound {name} at {ratio:.4g}x the largest budget: "
+                                f"its interval would be [{fmt.count(lo)}, {fmt.count(hi)}], {beyond}; sweep more "
+                                f"budgets, or forecast nearer the sweep (target=, --target)")
     return Forecast(target=target, ratio=ratio, level=level, n_opt=(n.value, n.lo, n.hi), d_opt=d_opt,
                     loss=(loss.value, loss.lo, loss.hi), answers=answers, score_cutoff=cutoff, mode=mode,
                     prior={"answers": {q: {k: asdict(p) for k, p in by.items()} for q, by in prior.items()},
@@ -379,7 +385,7 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
     eligible = _eligible(candidates, q)
     if not eligible:
         most = max((m.splits for c in candidates for m in c.models.values()), default=0)
-        raise FitInputError(f"too little chaining evidence for a forecast: a candidate answers only with forward-"
+        raise FitInputError(f"too little chaining evidence: a candidate answers only with forward-"
                             f"chaining predictions from {MIN_SPLITS} or more splits (fits up to different budgets, "
                             f"each predicting a larger one), and these runs give at most {most}; sweep more budgets "
                             f"(4 or more with an interior minimum). The methods' own answers and their bootstrap "

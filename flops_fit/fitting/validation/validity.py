@@ -21,6 +21,11 @@ from flops_fit.fitting.laws.profiles import budget_groups
 # Fixed by the runs, not estimated (result.CONSTANTS): not checked.
 CONSTANTS = ("k", "k_slope", "U")
 VALUES = (("N_opt", "N_opt", fmt.count), ("D_opt", "D_opt", fmt.count), ("loss", "loss", fmt.sig))
+# Counts of things: a bound below one parameter (or token) is no model, whatever the arithmetic.
+COUNTS = {"N_opt": "parameter", "D_opt": "token"}
+# Training costs at least 6 FLOPs per parameter per token (forward 2, backward 4): a budget C trains
+# at most C / 6 tokens, on a model of one parameter.
+FLOPS_PER_TOKEN_PARAM = 6.0
 # A point estimate this far (relative) outside its own percentile interval, at a budget inside the
 # sweep, means the resamples do not agree with the fit: the estimator is unstable there. Closer than
 # this (or beyond the sweep, where skewed extrapolations are expected) is left to the interval.
@@ -29,8 +34,10 @@ OUTSIDE = 0.02
 
 def failure(result: Any, budgets: Sequence[float]) -> str | None:
     """Why ``result`` gives no finite, ordered answer at ``budgets`` (its table's), or None: a
-    non-finite fitted parameter, a value or interval bound that is not finite and positive, or (at
-    a budget within the swept range) a point clearly outside its own interval."""
+    non-finite fitted parameter, a value or interval bound that is not finite and positive, a size
+    or data bound below one parameter or token, a data bound beyond what the budget trains a
+    one-parameter model on (C / 6 tokens), or (at a budget within the swept range) a point
+    clearly outside its own interval."""
     swept = budget_groups(result.runs)[0]
     within = (float(np.min(swept)) * (1 - 1e-9), float(np.max(swept)) * (1 + 1e-9))
     bad = [name for name, value in result.params.items() if name not in CONSTANTS and not np.isfinite(value)]
@@ -38,19 +45,33 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
         return "fitted " + ", ".join(f"{name} = {result.params[name]}" for name in bad)
     with np.errstate(all="ignore"):
         table = result.predict(budgets)
-    for row in table.itertuples():
-        at = f"at {fmt.flops(row.budget)} FLOPs"
-        for key, name, show in VALUES:
-            value, lo, hi = getattr(row, key), getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi")
-            if not (np.isfinite(value) and value > 0):
-                return f"{name} {at} is {show(value)}"
-            bounds = [v for v in (lo, hi) if not np.isnan(v)]
-            if not bounds:
-                continue
-            if len(bounds) < 2 or not all(np.isfinite(bounds)) or min(bounds) <= 0:
-                return f"the {name} interval {at} is [{show(lo)}, {show(hi)}]"
-            if within[0] <= row.budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
-                return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
+    cells = [(row.budget, f"at {fmt.flops(row.budget)} FLOPs", key, name, show, getattr(row, key),
+              getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi")) for row in table.itertuples()
+             for key, name, show in VALUES]
+    for _, at, _, name, show, value, lo, hi in cells:  # the plainest defect first: not a number
+        bounds = [v for v in (lo, hi) if not np.isnan(v)]
+        if not (np.isfinite(value) and value > 0):
+            return f"{name} {at} is {show(value)}"
+        if bounds and (len(bounds) < 2 or not all(np.isfinite(bounds)) or min(bounds) <= 0):
+            return f"the {name} interval {at} is [{show(lo)}, {show(hi)}]"
+    for budget, at, key, name, show, value, lo, hi in cells:  # then: no model, or unstable
+        if np.isnan(lo) and np.isnan(hi):
+            continue
+        beyond = unphysical(key, lo, hi, budget)
+        if beyond is not None:
+            return f"the {name} interval {at} is [{show(lo)}, {show(hi)}], {beyond}"
+        if within[0] <= budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
+            return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
+    return None
+
+
+def unphysical(key: str, lo: float, hi: float, budget: float) -> str | None:
+    """Why bounds [lo, hi] of ``key`` (N_opt, D_opt) at ``budget`` name no model (None if they do):
+    below one parameter or token, or more tokens than the budget trains a one-parameter model on."""
+    if key in COUNTS and min(lo, hi) < 1:
+        return f"below one {COUNTS[key]}"
+    if key == "D_opt" and max(lo, hi) > budget / FLOPS_PER_TOKEN_PARAM:
+        return "more tokens than the budget trains a one-parameter model on"
     return None
 
 
@@ -60,4 +81,4 @@ def failed_message(reason: str) -> str:
             f"(more budgets, sizes around each optimum, or less noisy runs help)")
 
 
-__all__ = ["failed_message", "failure"]
+__all__ = ["failed_message", "failure", "unphysical"]
