@@ -175,13 +175,13 @@ def test_fit_pairs_fits_approach_3_together_and_reuses_a_fit_without_its_resampl
     alone = [approach.fit(runs) for approach, runs in pairs]
     with shared_refits() as shared:
         together = fit_pairs(pairs)  # the three Approach-3 pairs in one unit
-        resampled = fit_pairs([(Vpnls(bootstrap=20), large)])[0]
-        point, same = fit_pairs([(Vpnls(bootstrap=0), large), (Vpnls(bootstrap=20), large)])
+        resampled = fit_pairs([(Vpnls(bootstrap=8), large)])[0]
+        point, same = fit_pairs([(Vpnls(bootstrap=0), large), (Vpnls(bootstrap=8), large)])
     for a, b in zip(alone, together, strict=True):
         assert a.params == b.params and a.samples.equals(b.samples)
     assert shared.fit_hits == 2 and same is resampled
     fresh = Vpnls(bootstrap=0).fit(large)  # the point fit: the resampled fit's point, no intervals
-    assert len(point.samples) == 0 and len(resampled.samples) == 20 and point.params == fresh.params
+    assert len(point.samples) == 0 and len(resampled.samples) == 8 and point.params == fresh.params
     assert point.predict([1e21]).equals(fresh.predict([1e21]))
     assert not resampled.predict([1e21]).equals(fresh.predict([1e21]))
 
