@@ -17,7 +17,7 @@ from flops_fit.fitting.approaches.approach import Approach
 from flops_fit.fitting.approaches.curve_law import CurveLaw
 from flops_fit.fitting.approaches.data_limit import DataLimited, check_unique_tokens
 from flops_fit.fitting.approaches.envelope import Envelope
-from flops_fit.fitting.approaches.fit_set import FitSet
+from flops_fit.fitting.approaches.fit_set import NO_FORECAST, FitSet
 from flops_fit.fitting.approaches.interaction import Interaction
 from flops_fit.fitting.approaches.isoflop import Isoflop
 from flops_fit.fitting.approaches.parametric import Parametric
@@ -161,9 +161,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                 fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve,
                                            workers=workers, level=level)
             except FitInputError as exc:  # the fits stand without it; say why there is no forecast
-                fitted.warnings.append(f"no forecast: {exc}")
+                fitted.warnings.append(f"{NO_FORECAST}{exc}")
         elif method == "all" and holdout == "each":
-            fitted.warnings.append("no forecast: leaving one budget out tests interpolation; the forecast is chosen by "
+            fitted.warnings.append(f"{NO_FORECAST}leaving one budget out tests interpolation; the forecast is chosen by "
                                    "forward chaining (holdout='forward', --holdout forward)")
     if logged_to is not None:
         log_fit(fitted, logged_to)

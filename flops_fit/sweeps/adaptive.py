@@ -345,7 +345,7 @@ def forecast_reading(fitted: Any, target: float, losses: Mapping[Key, float]) ->
     forecast = getattr(fitted, "forecast", None)
     optimum = _optimum(fitted, forecast)
     if forecast is None:
-        note = next((w for w in getattr(fitted, "warnings", []) if w.startswith("no forecast")), "no forecast")
+        note = getattr(fitted, "withheld", None) or "no forecast"
         return Reading(note=note, optimum=optimum, losses=losses)
     model, level = forecast.answers["n_opt"].model, forecast.level
 

@@ -72,17 +72,25 @@ class FitSet(Presentable):
             parts += [r.summary(budgets, with_holdout=False) for r in self.results.values()]
             parts += skipped + [f"warning: {w}" for w in self.warnings]
             return "\n\n".join(parts + ([self.holdout_summary()] if self.holdout else []))
-        withheld = [w for w in self.warnings if w.startswith("no forecast")]  # asked for, so said first
-        parts = [forecast_headline(self.forecast)] if self.forecast is not None else [w[0].upper() + w[1:] for w in withheld]
+        withheld = self.withheld  # a forecast asked for and withheld: its reason is said first
+        if self.forecast is not None:
+            parts = [forecast_headline(self.forecast)]
+        else:
+            parts = [withheld[0].upper() + withheld[1:]] if withheld else []
         parts += [self.answer_table(), *skipped]
         if self.holdout:
             misses = holdout_misses(self.holdout)
             parts.append("Held-out check: " + ("; ".join(misses) if misses else
                                                "every observed value at the held-out budget lies inside its interval") + ".")
-        others = len(self.warnings) - len(withheld)
+        others = len(self.warnings) - (withheld is not None)
         if others:
             parts.append(f"{others} warning(s) and every method's details: --verbose, or the report")
         return "\n\n".join(parts)
+
+    @property
+    def withheld(self) -> str | None:
+        """Why the forecast asked for is withheld (its ``NO_FORECAST`` warning), or None."""
+        return next((w for w in self.warnings if w.startswith(NO_FORECAST)), None)
 
     def answer_table(self) -> str:
         """Every method's N_opt, D_opt and loss at the forecast's target (else the largest budget)."""
@@ -101,6 +109,7 @@ class FitSet(Presentable):
         return out
 
 
+NO_FORECAST = "no forecast: "  # the warning that says why a forecast asked for is withheld
 ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
 
 

@@ -356,14 +356,15 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
                for q in FIELDS}
     loss, n = answers["loss"], answers["n_opt"]
     d_raw = _d_opt(n, candidates)
+    n_opt = (n.value, n.lo, n.hi)
     d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
-    for name, (_, lo, hi) in (("N_opt", (n.value, n.lo, n.hi)), ("D_opt", d_opt)):
+    for name, (_, lo, hi) in (("N_opt", n_opt), ("D_opt", d_opt)):
         beyond = unphysical(name, lo, hi, target)
         if beyond is not None:  # an interval that names no model is no answer: say why instead
             raise FitInputError(f"the chaining evidence does not bound {name} at {ratio:.4g}x the largest budget: "
                                 f"its interval would be [{fmt.count(lo)}, {fmt.count(hi)}], {beyond}; sweep more "
                                 f"budgets, or forecast nearer the sweep (target=, --target)")
-    return Forecast(target=target, ratio=ratio, level=level, n_opt=(n.value, n.lo, n.hi), d_opt=d_opt,
+    return Forecast(target=target, ratio=ratio, level=level, n_opt=n_opt, d_opt=d_opt,
                     loss=(loss.value, loss.lo, loss.hi), answers=answers, score_cutoff=cutoff, mode=mode,
                     prior={"answers": {q: {k: asdict(p) for k, p in by.items()} for q, by in prior.items()},
                            "provenance": dict(provenance)},
