@@ -209,6 +209,7 @@ def profile_optima_many(runs: Runs, budgets: np.ndarray, weights: np.ndarray, cu
 
 
 OPTIMA_COLUMNS = ("budget", "log_n", "log_d", "loss", "excluded", "position", "runs")
+EXCLUDED = OPTIMA_COLUMNS.index("excluded")  # the columns before it are the optimum's values
 
 
 def interior_optima_many(runs: Runs, budgets: np.ndarray, weights: np.ndarray, curve: str,
@@ -218,8 +219,8 @@ def interior_optima_many(runs: Runs, budgets: np.ndarray, weights: np.ndarray, c
     bootstrap's hundreds of small tables cost more than its fits)."""
     out = []
     for rows, _ in _optima_rows(runs, budgets, weights, curve, start):
-        kept = [row for row in rows if row[4] is None]
-        out.append(tuple(np.array([row[i] for row in kept], dtype=float) for i in range(4)))
+        kept = [row for row in rows if row[EXCLUDED] is None]
+        out.append(tuple(np.array([row[i] for row in kept], dtype=float) for i in range(EXCLUDED)))
     return out
 
 
