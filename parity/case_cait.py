@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flops_fit.parity import probe
-from flops_fit.parity.case_vit import save_timm
+from flops_fit.parity.case_vit import create_timm, save_timm
 from flops_fit.parity.compare import ParityReport
 from flops_fit.parity.convert_timm import convert_timm_model
 from flops_fit.parity.pipeline import Tamper, block_taps, call, run_model_case, variant_case
@@ -30,10 +30,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 def cait_reference(variant: str = "token", seed: int = 0) -> Any:
     """A randomly initialised tiny timm CaiT with probe weights (LayerScale gammas near 1)."""
-    import timm
     import torch
 
-    model = probe.probe_init_(timm.create_model("cait_xxs24_224", pretrained=False, **TINY, **VARIANTS[variant]), seed)
+    model = probe.probe_init_(create_timm("cait_xxs24_224", **TINY, **VARIANTS[variant]), seed)
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from flops_fit.parity import probe
-from flops_fit.parity.case_vit import save_timm
+from flops_fit.parity.case_vit import create_timm, save_timm
 from flops_fit.parity.compare import ParityReport
 from flops_fit.parity.convert_timm import convert_timm_model
 from flops_fit.parity.pipeline import Tamper, call, run_model_case, variant_case
@@ -28,9 +28,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def pvt_v2_reference(variant: str = "sr", seed: int = 0) -> Any:
-    import timm
-
-    return probe.probe_init_(timm.create_model("pvt_v2_b0", pretrained=False, **TINY, **VARIANTS[variant]), seed)
+    return probe.probe_init_(create_timm("pvt_v2_b0", **TINY, **VARIANTS[variant]), seed)
 
 
 def taps() -> dict[str, tuple[str, str]]:

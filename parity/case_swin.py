@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from flops_fit.parity import probe
-from flops_fit.parity.case_vit import save_bare, save_timm
+from flops_fit.parity.case_vit import create_timm, save_bare, save_timm
 from flops_fit.parity.compare import ParityReport
 from flops_fit.parity.convert_timm import convert_timm_model
 from flops_fit.parity.pipeline import Tamper, call, run_model_case, variant_case
@@ -39,10 +39,8 @@ TIMM_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 def timm_reference(variant: str = "swin", seed: int = 0) -> Any:
     """A randomly initialised timm Swin in a tiny configuration, with probe weights and
     relative position bias tables ~ N(0, 1)."""
-    import timm
-
     arch, options = TIMM_VARIANTS[variant]
-    model = probe.probe_init_(timm.create_model(arch, pretrained=False, **{**TINY, **options}), seed)
+    model = probe.probe_init_(create_timm(arch, **{**TINY, **options}), seed)
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():

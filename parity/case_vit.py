@@ -7,6 +7,7 @@ layouts are checked by the converter tests).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +46,33 @@ TIMM_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 def timm_reference(global_pool: str = "token", seed: int = 0, *, variant: str | None = None) -> Any:
     """A randomly initialised timm ViT in the tiny configuration (a named variant, or the
     plain one with ``global_pool``), with probe weights."""
+    arch, options = TIMM_VARIANTS[variant] if variant else ("vit_tiny_patch16_224", {"global_pool": global_pool})
+    return probe.probe_init_(create_timm(arch, **{**TINY, **options}), seed)
+
+
+def create_timm(architecture: str, **args: Any) -> Any:
+    """``timm.create_model`` with the arguments kept on the model (``case_args``) for ``save_timm``."""
     import timm
 
-    arch, options = TIMM_VARIANTS[variant] if variant else ("vit_tiny_patch16_224", {"global_pool": global_pool})
-    model = timm.create_model(arch, pretrained=False, **{**TINY, **options})
-    return probe.probe_init_(model, seed)
+    model = timm.create_model(architecture, pretrained=False, **args)
+    model.case_args = args
+    return model
 
 
 def save_timm(model: Any, folder: Path) -> None:
     """timm's own hub layout: model.safetensors plus config.json naming the architecture and
-    recording every argument the model was created with (``model_args``)."""
+    recording every argument the model was created with (``model_args``). timm before 1.0.30
+    records no ``model_args`` (seen with 1.0.29 on the GPU machine): then the arguments the case
+    built the model with are added as later timm writes them, so that the folder describes the
+    tiny model whatever timm is installed (without them it names only the architecture)."""
     from timm.models import save_for_hf
 
     save_for_hf(model, str(folder), safe_serialization=True)
+    config_file = Path(folder) / "config.json"
+    config = json.loads(config_file.read_text())
+    if "model_args" not in config:
+        config["model_args"] = model.case_args
+        config_file.write_text(json.dumps(config, indent=2))
 
 
 def timm_vit(device: str = "cpu", dtype: str = "float32", *, global_pool: str = "token", variant: str | None = None,

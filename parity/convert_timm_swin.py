@@ -132,7 +132,9 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
         "embed_dim": int(width),
         "depths": tuple(1 + max(blocks[s]) for s in stages),
         "num_heads": tuple(heads),
-        "window_size": tuple(windows),  # (h, w) per stage: a flat pair would mean one window for all stages
+        # one (h, w) for all stages where they agree: timm before 1.0.30 reads two windows of a
+        # two-stage model as one (h, w) pair
+        "window_size": windows[0] if len(set(windows)) == 1 else tuple(windows),
         "patch_size": int(patch),
         "in_chans": int(in_chans),
         "num_classes": int(tensors["head.fc.weight"].shape[0]) if "head.fc.weight" in tensors else 0,
