@@ -37,7 +37,7 @@ def test_smoke_runs_every_step_and_fails_nothing(smoke):
     assert smoke["device"] == "cpu" and smoke["smoke"] is True
     assert smoke["torch"] and "cuda" in smoke
     assert {name: step["status"] for name, step in smoke["steps"].items()} == dict.fromkeys(
-        ("parity", "trainer", "speed", "packed"), "done")
+        ("parity", "trainer", "speed", "packed", "stacked"), "done")
     assert smoke["failed"] == 0, [c for c in smoke["checks"] if not c["passed"]]
     assert len(smoke["checks"]) >= 12
 
@@ -87,6 +87,74 @@ def test_packed_runs_give_the_same_losses_as_one_at_a_time(smoke):
         assert group["max_rel_diff"] == 0.0 and group["rtol"] == 0.0  # bit for bit on a CPU
         assert group["one_at_a_time_s"] > 0 and group["packed_s"] > 0
         assert group["throughput_ratio"] == pytest.approx(group["one_at_a_time_s"] / group["packed_s"])
+
+
+@pytest.mark.e2e
+def test_stacked_runs_give_the_same_losses_as_one_at_a_time(smoke):
+    stacked = smoke["steps"]["stacked"]
+    assert stacked["runs"] == 4 and stacked["problems"] == []
+    assert stacked["identical"] is True and stacked["max_rel_diff"] == 0.0  # bit for bit on a CPU
+    assert stacked["spread_one_at_a_time"] is None  # within rtol: the runs were not trained again
+    assert stacked["speedup"] == pytest.approx(stacked["one_at_a_time_s"] / stacked["together_s"])
+
+
+def result(run_id: str, curve: list[float], loss: float):
+    from flops_fit import RunResult
+
+    return RunResult(run_id=run_id, status="done", loss=loss, curve=[[i, v] for i, v in enumerate(curve)])
+
+
+def test_a_difference_within_the_devices_own_spread_passes_and_a_larger_one_fails(suite, monkeypatch):
+    """A CUDA run is not bitwise reproducible: a group that misses rtol is trained one at a time
+    again, and a difference up to NOISE_FACTOR times that spread passes; beyond it, or with no
+    spread at all (the CPU), it fails."""
+    specs = [suite.stacked_specs(True, "cpu")[0]]
+    key = specs[0].run_id
+    alone = {key: result(key, [4.0, 3.0], 2.0)}
+    other = {key: result(key, [4.0, 3.06], 2.0)}  # 2% off
+    monkeypatch.setattr(suite, "NOISE_FACTOR", 3.0)
+
+    def spread(rel: float):
+        return lambda: {key: result(key, [4.0, 3.0 * (1 + rel)], 2.0)}
+
+    problems, bitwise, worst, measured = suite.judged_against_spread(specs, alone, other, "packed", 5e-3, spread(0.01))
+    assert problems == [] and bitwise is False
+    assert worst == pytest.approx(0.02) and measured == pytest.approx(0.01)
+    problems, _, _, measured = suite.judged_against_spread(specs, alone, other, "packed", 5e-3, spread(0.005))
+    assert measured == pytest.approx(0.005) and len(problems) == 1 and "max rel diff 2.00e-02" in problems[0]
+    problems, _, _, measured = suite.judged_against_spread(specs, alone, other, "packed", 0.0, spread(0.0))
+    assert measured == 0.0 and len(problems) == 1
+    never = pytest.fail  # within rtol: nothing is trained again
+    assert suite.judged_against_spread(specs, alone, alone, "packed", 0.0, never) == ([], True, 0.0, None)
+
+
+def test_merge_keeps_the_other_steps_and_their_checks(suite, tmp_path, monkeypatch):
+    def first(step):
+        step.check("first ran", True)
+        return {"value": 1}
+
+    def second(step):
+        step.check("second ran", False, "broken")
+        return {"value": 2}
+
+    monkeypatch.setitem(suite.STEP_FUNCTIONS, "parity", first)
+    monkeypatch.setitem(suite.STEP_FUNCTIONS, "speed", second)
+    suite.run_suite("cpu", True, tmp_path, ["parity", "speed"], False, 1.0)
+    monkeypatch.setitem(suite.STEP_FUNCTIONS, "speed", first)  # the fix
+    suite.run_suite("cpu", True, tmp_path, ["speed"], False, 1.0, merge=True)
+    record = json.loads((tmp_path / "gpu-cpu.json").read_text())
+    assert record["steps"]["parity"]["value"] == 1 and record["steps"]["speed"]["value"] == 1
+    assert [(c["step"], c["name"]) for c in record["checks"]] == [("parity", "first ran"), ("speed", "first ran")]
+    assert record["failed"] == 0 and record["steps"]["trainer"] == {"status": "skipped: not in --only"}
+
+
+def test_merge_refuses_another_devices_json(suite, tmp_path, capsys):
+    (tmp_path / "gpu-cpu.json").write_text(json.dumps({"device": "cpu", "smoke": False, "torch": "0.0"}))
+    with pytest.raises(SystemExit) as exit_:
+        suite.main(["--device", "cpu", "--smoke", "--only", "speed", "--merge", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--merge: " in err and "holds a run of cpu (torch 0.0, smoke=False), not this one; give another --out" in err
 
 
 def test_a_step_that_raises_is_recorded_and_the_json_still_written(suite, tmp_path, monkeypatch):
