@@ -406,12 +406,43 @@ def speed_step(s: Step) -> dict[str, Any]:
             other = rows.get(f"{ref}-{mode}")
             if ours and other:
                 ratios[f"ours/{ref} {mode}"] = ours["tokens_per_s"] / other["tokens_per_s"]
+    subject = "ours-compiled" if "ours-compiled" in variants else "ours-eager"
+    profile = time_profile(variants[subject], s.device) if not s.out_of_time() else None
+    if profile:
+        log(f"  speed: {subject} profiled: {profile['busy_ms_per_step']:.1f} ms of kernels a step; top "
+            + ", ".join(f"{e['name'][:40]} {e['share']:.0%}" for e in profile["top"][:3]))
     for key, value in ratios.items():
         log(f"  speed: {key} {value:.2f}x")
     for key, row in rows.items():
         log(f"  speed: {key} {row['tokens_per_s']:.0f} tok/s" + (f", MFU {row['mfu']:.1%}" if row["mfu"] else ""))
     return {"shape": shape, "dtype": "bfloat16 autocast", "flops_per_token": flops_per_token, "peak_bf16": peak,
-            "steps_per_repeat": steps, "repeats": repeats, "variants": rows, "ratios": ratios, "skipped": skipped}
+            "steps_per_repeat": steps, "repeats": repeats, "variants": rows, "ratios": ratios, "skipped": skipped,
+            "profile": {"variant": subject, **profile} if profile else None}
+
+
+def time_profile(step: Callable[[], None], device: str, steps: int = 3, top: int = 20) -> dict[str, Any]:
+    """Where a step's time goes, for an MFU short of its goal: on CUDA the kernels by their device
+    time (and how much of the step the device is busy: the rest is launch and host overhead), on
+    a CPU the operators by their own time."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    sync(device)
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        for _ in range(steps):
+            step()
+        sync(device)
+    wall = (time.perf_counter() - t0) / steps
+    kind, attr = (DeviceType.CUDA, "self_device_time_total") if cuda else (DeviceType.CPU, "self_cpu_time_total")
+    events = sorted((e for e in prof.key_averages() if e.device_type == kind and getattr(e, attr) > 0),
+                    key=lambda e: getattr(e, attr), reverse=True)
+    busy = sum(getattr(e, attr) for e in events) / 1e3 / steps
+    return {"steps": steps, "time": attr, "profiled_wall_ms_per_step": wall * 1e3, "busy_ms_per_step": busy,
+            "top": [{"name": e.key, "calls_per_step": e.count / steps,
+                     "ms_per_step": getattr(e, attr) / 1e3 / steps, "share": getattr(e, attr) / 1e3 / steps / busy}
+                    for e in events[:top]]}
 
 
 # --- 4. small runs packed on one device -----------------------------------------------------------

@@ -76,6 +76,10 @@ def test_speed_has_tokens_per_second_ratio_and_no_mfu_on_cpu(smoke):
     assert speed["ratios"]["ours/hf eager"] == pytest.approx(ours["tokens_per_s"] / hf["tokens_per_s"])
     # 6 N + attention per token of the tiny gpt2-shaped model: 2 layers of width 64, vocab 256, 64 tokens
     assert speed["flops_per_token"] > 6 * (2 * 12 * 64 * 64 + 256 * 64)
+    profile = speed["profile"]  # where the step's time goes: the CPU's operators by their own time
+    assert profile["variant"] == "ours-eager" and profile["time"] == "self_cpu_time_total"
+    assert any(e["name"] in ("aten::mm", "aten::addmm") for e in profile["top"])
+    assert 0 < sum(e["share"] for e in profile["top"]) <= 1 + 1e-9 and profile["busy_ms_per_step"] > 0
 
 
 @pytest.mark.e2e
