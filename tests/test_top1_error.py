@@ -89,6 +89,11 @@ def test_the_error_law_recovers_a_known_frontier_and_the_report_plots_it(tmp_pat
     assert fitted.params["b"] == pytest.approx(law["b"], rel=0.02) and fitted.params["c"] == pytest.approx(0.08, abs=0.005)
     assert fitted.error(np.array([1e15]))[0] == pytest.approx(law["a"] * (1e15 + law["d"]) ** -law["b"] + law["c"],
                                                                rel=0.01)
+    assert "withheld" not in fitted.summary() and "b = 0.35 [0.35" in fitted.summary()
+    noisy = best * (1 + 0.01 * np.random.default_rng(3).standard_normal(best.size))
+    vague = fit_error_law(flops, noisy, bootstrap=20)  # a noisy frontier trades a against d and b
+    assert not vague.determined("a") and vague.intervals["a"][1] / vague.intervals["a"][0] > 1e3
+    assert "a = " in vague.summary() and "(interval withheld: the resamples do not determine it)" in vague.summary()
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=5).drop(columns=["curve"])
     frame["top1_error"] = 40.0 * (frame["flops"] * frame["loss"] / frame["loss"].min()) ** -0.3 + 0.05
     text = write_report(fit(frame, method="isoflop", bootstrap=0), tmp_path / "r.html").read_text()
