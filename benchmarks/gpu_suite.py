@@ -510,7 +510,9 @@ def judged_against_spread(specs: list[flops_fit.RunSpec], alone: dict[str, Any],
     spread of the same runs one at a time twice (``again`` trains them anew): the problems, bitwise,
     the largest difference, and the spread (None when it was not needed)."""
     problems, bitwise, worst = same_results(specs, alone, other, label, rtol)
-    if not problems:
+    finished = all(isinstance(r, flops_fit.RunResult) and r.status == "done"
+                   for arm in (alone, other) for r in (arm.get(spec.run_id) for spec in specs))
+    if not problems or not finished:  # a run that failed is a failure whatever the spread
         return problems, bitwise, worst, None
     failed, _, spread = same_results(specs, alone, again(), "again", math.inf)
     if not failed:
@@ -683,11 +685,14 @@ def earlier_record(path: Path, record: dict[str, Any]) -> dict[str, Any] | None:
     """The JSON already at ``path`` when it is this device's and this mode's (``--merge``), else None."""
     if not path.exists():
         return None
-    earlier = json.loads(path.read_text())
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise NotMergeable(f"--merge: {path} is not a readable suite JSON ({exc}); give another --out") from None
     same = {k: earlier.get(k) for k in ("device", "smoke", "torch")} == {k: record[k] for k in ("device", "smoke", "torch")}
     if not same:
         raise NotMergeable(f"--merge: {path} holds a run of {earlier.get('device')} (torch {earlier.get('torch')}, "
-                         f"smoke={earlier.get('smoke')}), not this one; give another --out")
+                           f"smoke={earlier.get('smoke')}), not this one; give another --out")
     return earlier
 
 

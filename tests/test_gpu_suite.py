@@ -5,6 +5,7 @@ CPU); ``python benchmarks/gpu_suite.py --device cpu --smoke`` runs it too."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -128,8 +129,11 @@ def test_a_difference_within_the_devices_own_spread_passes_and_a_larger_one_fail
     assert measured == pytest.approx(0.005) and len(problems) == 1 and "max rel diff 2.00e-02" in problems[0]
     problems, _, _, measured = suite.judged_against_spread(specs, alone, other, "packed", 0.0, spread(0.0))
     assert measured == 0.0 and len(problems) == 1
-    never = pytest.fail  # within rtol: nothing is trained again
+    never = pytest.fail  # within rtol, or a run that failed: nothing is trained again
     assert suite.judged_against_spread(specs, alone, alone, "packed", 0.0, never) == ([], True, 0.0, None)
+    broken = {key: dataclasses.replace(other[key], status="failed", error="diverged")}
+    problems, _, _, measured = suite.judged_against_spread(specs, alone, broken, "packed", 5e-3, never)
+    assert measured is None and any("packed: 'diverged'" in p for p in problems)
 
 
 def test_merge_keeps_the_other_steps_and_their_checks(suite, tmp_path, monkeypatch):
@@ -152,13 +156,18 @@ def test_merge_keeps_the_other_steps_and_their_checks(suite, tmp_path, monkeypat
     assert record["failed"] == 0 and record["steps"]["trainer"] == {"status": "skipped: not in --only"}
 
 
-def test_merge_refuses_another_devices_json(suite, tmp_path, capsys):
-    (tmp_path / "gpu-cpu.json").write_text(json.dumps({"device": "cpu", "smoke": False, "torch": "0.0"}))
+@pytest.mark.parametrize(("text", "message"), [
+    (json.dumps({"device": "cpu", "smoke": False, "torch": "0.0"}),
+     "holds a run of cpu (torch 0.0, smoke=False), not this one; give another --out"),
+    ('{"device": "cpu", "sm', "is not a readable suite JSON"),
+])
+def test_merge_refuses_another_devices_json_or_a_damaged_one(suite, tmp_path, capsys, text, message):
+    (tmp_path / "gpu-cpu.json").write_text(text)
     with pytest.raises(SystemExit) as exit_:
         suite.main(["--device", "cpu", "--smoke", "--only", "speed", "--merge", "--out", str(tmp_path)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "--merge: " in err and "holds a run of cpu (torch 0.0, smoke=False), not this one; give another --out" in err
+    assert "--merge: " in err and message in err and (tmp_path / "gpu-cpu.json").read_text() == text
 
 
 def test_a_step_that_raises_is_recorded_and_the_json_still_written(suite, tmp_path, monkeypatch):
