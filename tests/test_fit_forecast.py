@@ -235,6 +235,7 @@ def test_the_report_leads_with_the_forecast(fitted, tmp_path):
     text = write_report(fitted, tmp_path / "report.html").read_text()
     assert text.index("The forecast at C = 1e+21 FLOPs") < text.index("The answer at C = 1e+21 FLOPs, by every method")
     assert "scale: parameters" in text and "forward chaining" in text and "id='chaining'" in text
+    assert "the error of extrapolating past them is not in them" in text  # the methods' table says what its intervals are
     assert (tmp_path / "report_plots" / "chaining.png").exists()
 
 
@@ -259,7 +260,8 @@ def test_the_summary_leads_with_the_answer_in_a_few_lines_and_verbose_adds_the_d
     short = fitted.summary()
     lines = short.splitlines()
     assert lines[0].startswith("Forecast at C = 1e+21 FLOPs") and len(lines) <= 40
-    table = short.index("Every method at C = 1e+21 FLOPs")
+    table = short.index("Every method at C = 1e+21 FLOPs (bootstrap intervals over these runs only, without the "
+                        "extrapolation error the forecast's include)")
     assert all(f"\n{m} " in short[table:] for m in fitted.results)  # one row per method, after the forecast
     assert "N_opt drift / ln r" not in short  # the candidates table: --verbose
     verbose = fitted.summary(verbose=True)

@@ -97,7 +97,9 @@ class FitSet(Presentable):
         at = self.forecast.target if self.forecast is not None else float(self.runs.frame["flops"].max())
         label = self.runs.label
         headers = [h.format(loss=label) for h in ANSWER_HEADERS]
-        return f"Every method at C = {fmt.flops(at)} FLOPs:\n" + format_table(answer_rows(self.results, at), headers)
+        note = (" (bootstrap intervals over these runs only, without the extrapolation error the forecast's include)"
+                if self.forecast is not None else "")
+        return f"Every method at C = {fmt.flops(at)} FLOPs{note}:\n" + format_table(answer_rows(self.results, at), headers)
 
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
         out = {"results": {m: r.to_dict(budgets) for m, r in self.results.items()},

@@ -179,7 +179,9 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     parts += [f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs"
               f"{', by every method' if forecast is not None else ''}</h2>",
              f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
-             "intervals in brackets.</p>",
+             "intervals in brackets" + (": they resample these runs only, so the error of extrapolating past "
+                                        "them is not in them (the forecast's intervals include it)"
+                                        if forecast is not None else "") + ".</p>",
              html_table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
              f"<p>{escape(agreement(predictions, list(fitted.skipped)))}</p>"]
     if fitted.holdout:
