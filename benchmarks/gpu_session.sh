@@ -9,9 +9,12 @@
 #   bash benchmarks/gpu_session.sh OUT [steps of the second half, default speed,packed,stacked]
 set -o pipefail
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-OUT=${1:?usage: gpu_session.sh OUT [STEPS]}
+[ -n "${1:-}" ] || { echo "usage: bash benchmarks/gpu_session.sh OUT [STEPS]" >&2; exit 2; }
+OUT=$1
 LATER=${2:-speed,packed,stacked}
 mkdir -p "$OUT"
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 2)" 2>/dev/null \
+  || { echo "gpu_session.sh: no CUDA device (or no torch) for python3 here; on a CPU run: python benchmarks/gpu_suite.py --device cpu --smoke" >&2; exit 2; }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/env.txt"
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
   || { echo "editable install failed (tail below); trying a carried wheel in .whl/"; tail -3 "$OUT/install.log";
