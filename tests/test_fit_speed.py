@@ -22,7 +22,7 @@ from flops_fit.fitting.approaches.parametric import (
     huber_fits,
     law_columns,
     objective,
-    pruned_grid,
+    pruned_grids,
 )
 from flops_fit.fitting.laws._huber_rows import HuberRows
 from flops_fit.fitting.laws._simplex import initial_simplex, minimize_simplex
@@ -121,13 +121,13 @@ def test_pruned_grid_keeps_the_lowest_starts_and_reaches_the_full_grids_optimum(
                                     curve_points=2, seed=5))
     log_n, log_d, loss, _ = law_columns(runs)
 
-    def fun(t, rows):
+    def fun(t):
         return objective(t, log_n, log_d, np.log(loss), np.ones(loss.size))
 
-    starts = pruned_grid(fun, 128)
-    values, _ = fun(INIT_GRID, None)
-    assert len(starts) == 128 and fun(starts, None)[0].max() <= np.sort(values)[127]
     problem = Problem(log_n, log_d, np.log(loss), np.ones(loss.size))
+    starts = pruned_grids([problem], 128)[0]
+    values, _ = fun(INIT_GRID)
+    assert len(starts) == 128 and fun(starts)[0].max() <= np.sort(values)[127]
     _, pruned, _ = grid_search(problem, 3)
     _, full, _ = grid_search(problem, 3, starts=INIT_GRID)
     assert np.nanmin(pruned) <= np.nanmin(full) * (1 + 1e-9)

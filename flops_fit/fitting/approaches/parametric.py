@@ -3,7 +3,7 @@
 ``fit_parametric`` follows Chinchilla (app. D.2) as Epoch AI re-ran it: Huber loss with
 delta 1e-3 on log loss, summed over runs (not averaged: the average stops L-BFGS early),
 log-sum-exp parameterisation, the objective at every point of the initialisation grid and
-L-BFGS from the GRID_KEEP (128) of them with the lowest (``pruned_grid``: the same optimum as
+L-BFGS from the GRID_KEEP (128) of them with the lowest (``pruned_grids``: the same optimum as
 all 4500 starts, in a tenth of the time).
 
 Bootstrap: the grid search runs once, on all runs; each resample then restarts L-BFGS from
@@ -49,7 +49,7 @@ INIT_GRID = np.array([
         np.arange(0.0, 25.1, 5.0), np.arange(0.0, 25.1, 5.0))
 ])
 GRID_FTOL = 1e-6
-GRID_KEEP = 128  # grid points L-BFGS starts from: the lowest objectives of the 4500 (``pruned_grid``)
+GRID_KEEP = 128  # grid points L-BFGS starts from: the lowest objectives of the 4500 (``pruned_grids``)
 POLISH = 10
 POLISH_MAXITER = 2000
 BOOTSTRAP_MAXITER = 500
@@ -135,10 +135,6 @@ class Problem(NamedTuple):
     delta: float = HUBER_DELTA
     floor: float = 1.0
 
-    def rows(self, count: int) -> HuberRows:
-        """The objective of ``count`` L-BFGS rows of this problem alone."""
-        return _rows([self], [count])
-
 
 def _rows(problems: list[Problem], counts: list[int], weights: list[np.ndarray] | None = None) -> HuberRows:
     """One objective for ``counts[i]`` rows of each problem in turn, problem i's rows weighted by
@@ -148,25 +144,24 @@ def _rows(problems: list[Problem], counts: list[int], weights: list[np.ndarray] 
     return HuberRows([(p.log_n, p.log_d, p.log_l, p.delta, p.floor) for p in problems], weights)
 
 
-def pruned_grid(fun, keep: int = GRID_KEEP) -> np.ndarray:
-    """The ``keep`` points of the initialisation grid with the lowest objective, in grid order.
+def pruned_grids(problems: list[Problem], keep: int = GRID_KEEP) -> list[np.ndarray]:
+    """Each problem's ``keep`` points of the initialisation grid with the lowest objective, in
+    grid order.
 
-    Every grid point's objective is one vectorised evaluation; L-BFGS from each of the 4500
-    was 90% of a fit's time, and the starts that begin far worse end in the same few basins as
-    the best ones (on the Epoch runs and synthetic sweeps the pruned grid reaches the full
-    grid's optimum or a lower one: tests/test_fit_speed.py, benchmarks/bench_fit_speed.py).
+    Every grid point's objective of every problem is one vectorised evaluation; L-BFGS from each
+    of the 4500 was 90% of a fit's time, and the starts that begin far worse end in the same few
+    basins as the best ones (on the Epoch runs and synthetic sweeps the pruned grid reaches the
+    full grid's optimum or a lower one: tests/test_fit_speed.py, benchmarks/bench_fit_speed.py).
     """
-    values, _ = fun(INIT_GRID, np.arange(len(INIT_GRID)))
-    return _lowest(values, keep)
-
-
-def _lowest(values: np.ndarray, keep: int) -> np.ndarray:
-    order = np.argsort(np.where(np.isfinite(values), values, np.inf), kind="stable")
-    return INIT_GRID[np.sort(order[:keep])]
+    grid = len(INIT_GRID)
+    values, _ = _rows(problems, [grid] * len(problems))(np.tile(INIT_GRID, (len(problems), 1)),
+                                                       np.arange(grid * len(problems)))
+    values = np.where(np.isfinite(values), values, np.inf).reshape(len(problems), grid)
+    return [INIT_GRID[np.sort(np.argsort(v, kind="stable")[:keep])] for v in values]
 
 
 def grid_search(problem: Problem, keep: int, starts: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, BatchResult]:
-    """L-BFGS from the grid's best starts (``pruned_grid``; ``starts`` to choose others, e.g.
+    """L-BFGS from the grid's best starts (``pruned_grids``; ``starts`` to choose others, e.g.
     the whole INIT_GRID); returns the ``keep`` best distinct optima, their values, and the
     polishing run (whose first row, once sorted, is the winner).
 
@@ -182,11 +177,7 @@ def grid_searches(problems: list[Problem], keep: int, starts: list[np.ndarray] |
     own evaluated as it is alone (``HuberRows``: rows never mix), so each problem gets the answer
     it gets alone, and the refits of a forward chain's splits share the optimiser's per-iteration
     work and one objective call per step."""
-    if starts is None:
-        grid = len(INIT_GRID)
-        values, _ = _rows(problems, [grid] * len(problems))(np.tile(INIT_GRID, (len(problems), 1)),
-                                                           np.arange(grid * len(problems)))
-        starts = [_lowest(values[i * grid : (i + 1) * grid], GRID_KEEP) for i in range(len(problems))]
+    starts = pruned_grids(problems) if starts is None else starts
     coarse = _rows_of(problems, starts, maxiter=500, ftol=GRID_FTOL)
     polished = _rows_of(problems, [distinct_optima(r.x, r.f, POLISH) for r in coarse], maxiter=POLISH_MAXITER)
     out = []
