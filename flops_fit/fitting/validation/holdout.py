@@ -308,7 +308,6 @@ class SharedRefits:
         if key is not None:
             self.tables[key] = (getattr(task[0], "bootstrap", 0), table, task[1])  # holding the runs keeps their id
 
-
     def known_fit(self, approach: Fitter, runs: Runs) -> Any:
         """A fit of ``approach`` on ``runs`` already made (without its resamples where it had
         some and ``approach`` has none), or None."""
