@@ -32,9 +32,20 @@ def build_on_meta(reference: str, architecture: str | None, args: dict[str, Any]
     except RuntimeError as exc:
         if architecture and "Unknown model" in str(exc):
             raise ConversionError(f"{reference}: timm does not know architecture {architecture!r} ({exc})") from None
-        raise ConversionError(f"{reference}: timm refuses these options: {exc}") from None
+        raise ConversionError(f"{reference}: timm refuses these options: {_reason(exc)}") from None
     except (TypeError, AssertionError, ValueError, KeyError) as exc:
-        raise ConversionError(f"{reference}: timm refuses these options ({args}): {exc}") from None
+        raise ConversionError(f"{reference}: timm refuses these options ({args}): {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """The exception's text; for a bare ``assert`` (no text) the line of timm that refused."""
+    if str(exc):
+        return str(exc)
+    import traceback
+
+    frame = traceback.extract_tb(exc.__traceback__)[-1]
+    where = "/".join(frame.filename.split("/")[-3:])
+    return f"{type(exc).__name__} at {where}:{frame.lineno}: {frame.line}"
 
 
 def activation_name(act: Any) -> str | None:

@@ -403,3 +403,16 @@ def test_timm_entry_point_routes_vits_by_config_json_name_or_keys(tmp_path) -> N
 def test_timm_entry_point_refuses_unknown_architectures_by_name(architecture, named) -> None:
     with pytest.raises(ConversionError, match=named):
         convert_timm_model({}, architecture=architecture)
+
+
+def test_a_bare_assert_in_timm_is_named_by_its_line() -> None:
+    """timm refuses some options with a bare ``assert`` (no text): the refusal quotes its line."""
+    from flops_fit.parity.timm_reference import build_on_meta
+
+    def refuses(global_pool: str) -> None:  # as timm's bare assert (pytest would add text to an assert here)
+        if global_pool not in ("", "avg"): raise AssertionError  # noqa: E701
+
+    with pytest.raises(ConversionError, match=r"ref: timm refuses these options \(\{'global_pool': 'max'\}\): "
+                                              r"AssertionError at .*test_parity_convert\.py:\d+: "
+                                              r"if global_pool not in \(\"\", \"avg\"\): raise AssertionError"):
+        build_on_meta("ref", None, {"global_pool": "max"}, {}, refuses, lambda model: None)
