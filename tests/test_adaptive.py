@@ -120,7 +120,7 @@ def test_a_design_reads_the_forecast_and_cannot_stop_without_one():
     assert "no forecast yet" in design.rounds[1].choices[0].reason
 
 
-def test_an_adaptive_sweep_trains_what_it_chooses_records_why_and_resumes(tmp_path):
+def test_an_adaptive_sweep_trains_what_it_chooses_records_why_and_resumes(tmp_path, capsys):
     import sweep_support
 
     from flops_fit.store.run_store import RunStore
@@ -133,7 +133,13 @@ def test_an_adaptive_sweep_trains_what_it_chooses_records_why_and_resumes(tmp_pa
     spend = plan_spend(planned)
     first = [k for k in by if k[0] in (2e7, 3e7)]
     run = {"show_progress": False, "skip_parity": True, "host": host}
-    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(first) + 1), start=2, **run)
+    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(first) + 1), start=2,
+                            **{**run, "show_progress": True})
+    # the progress counts the runs chosen so far (done/chosen), never the plan's other runs as done
+    counts = [line.split(" runs")[0].rsplit(" ", 1)[-1] for line in capsys.readouterr().err.splitlines()
+              if line.startswith("sweep [")]
+    assert counts[0] == f"0/{len(first)}" and counts[-1] == f"{len(design.keys)}/{len(design.keys)}"
+    assert len(design.keys) < len(planned.runs)
     assert design.budgets[:2] == [2e7, 3e7] and len(design.rounds) == 2 and "cap" in design.stopped
     assert "no forecast" in design.rounds[0].note  # two budgets cannot be chained
     chosen = design.rounds[1].choices[0]

@@ -261,7 +261,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     for result in recover_results(store.unfinished(plan), policy):
         store.record(result)
         remove_checkpoints(policy.run_dir(result.run_id))
-    todo = [r for r in store.unfinished(plan) if only is None or r.run_id in only]
+    unfinished = store.unfinished(plan)
+    todo = [r for r in unfinished if only is None or r.run_id in only]
     model = plan.runs[0].model
     trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     if todo:
@@ -274,7 +275,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 f"model {model!r} failed its parity gate, so no run was trained:\n"
                 f"{gate['reason']}\nfix the model, or pass skip_parity=True (--skip-parity) to override"
             )
-    display = SweepDisplay(len(plan.runs), len(plan.runs) - len(todo), enabled=show_progress)
+    finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
+    display = SweepDisplay(finished + len(todo), finished, enabled=show_progress)
     accounting = _Accounting(store, plan.runs)
 
     def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
