@@ -191,6 +191,7 @@ def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
         reset_host()
     printed = capsys.readouterr().out
     assert "round 1:" in printed and "stopped: " in printed and "cap 1" in printed
+    assert printed.count("round 1:") == 1 and printed.count("adaptive design, target") == 1  # each round once
     assert "the rule cannot stop on the interval" in printed
     with RunStore(out) as store:
         assert store.get_meta("adaptive")["stopped"].endswith("(cap 1)")

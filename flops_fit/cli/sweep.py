@@ -131,15 +131,26 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
     if args.record_only:
         raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
     rule = flops_fit.StopRule.parse(args.until)
+    printed = [0]  # rounds whose forecast is printed
+
+    def show_round(design: Any) -> None:
+        """Each round as its fit ends (a round's forecast is read once the next one is chosen or it stopped)."""
+        ended = len(design.rounds) - (0 if design.stopped else 1)
+        if printed[0] == 0 and ended > 0:
+            print(f"adaptive design, target {design.target:.3g} FLOPs, rule {design.rule}:")
+        for n in range(printed[0] + 1, ended + 1):
+            print("\n".join(design.round_lines(n)), flush=True)
+        printed[0] = max(printed[0], ended)
+
     try:
         design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start,
-                                          sizes=args.adaptive_sizes, resume=args.resume,
+                                          sizes=args.adaptive_sizes, resume=args.resume, on_round=show_round,
                                           skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
                                           retry_failed=args.retry_failed, **run)
     except KeyboardInterrupt as exc:
         return interrupted(exc, f"resume with: flops-fit sweep {args.config} --out {out} --adaptive "
                                 f"--until '{rule}' --resume")
-    print(design)
+    print(f"stopped: {design.stopped}")
     return _print_failures(out)
 
 

@@ -285,13 +285,17 @@ class Design:
     def spent(self) -> float:
         return self.rounds[-1].spent if self.rounds else 0.0
 
+    def round_lines(self, n: int) -> list[str]:
+        """Round ``n`` (from 1): FLOPs spent and the forecast's interval after it, then why its runs were chosen."""
+        r = self.rounds[n - 1]
+        fitted = (f"forecast N_opt {r.n_opt:.3g} [{r.n_opt_lo:.3g}, {r.n_opt_hi:.3g}] (x{r.factor:.2f})"
+                  if math.isfinite(r.factor) else (r.note or "no interval"))
+        return [f"  round {n}: {r.spent:.3g} FLOPs spent; {fitted}", *(f"    {c.reason}" for c in r.choices)]
+
     def __str__(self) -> str:
         lines = [f"adaptive design, target {self.target:.3g} FLOPs, rule {self.rule}:"]
-        for n, r in enumerate(self.rounds, 1):
-            fitted = (f"forecast N_opt {r.n_opt:.3g} [{r.n_opt_lo:.3g}, {r.n_opt_hi:.3g}] (x{r.factor:.2f})"
-                      if math.isfinite(r.factor) else (r.note or "no interval"))
-            lines.append(f"  round {n}: {r.spent:.3g} FLOPs spent; {fitted}")
-            lines += [f"    {c.reason}" for c in r.choices]
+        for n in range(1, len(self.rounds) + 1):
+            lines += self.round_lines(n)
         lines.append(f"stopped: {self.stopped}")
         return "\n".join(lines)
 
@@ -447,13 +451,14 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
 
 def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE, *, target: float | None = None,
                    start: int = START, batch: int = 1, sizes: int = SIZES, resume: bool = False,
-                   **run: Any) -> Design:
+                   on_round: Callable[[Design], None] | None = None, **run: Any) -> Design:
     """Train ``plan``'s runs as the design chooses them (``run_plan`` with ``only=``, into
     ``out_dir``), fitting with the forecast after each batch until ``rule``. The whole plan is
     recorded; the store's meta ``adaptive`` holds the design (each choice's reason, its run ids,
     each round's interval, why it stopped). Resumable: the design is deterministic given its
     runs, so ``resume=True`` replays the rounds (trained runs are not trained again) and goes
-    on. ``run`` are ``run_plan``'s options (executor, workers, ...)."""
+    on. ``on_round`` hears the design after each batch is chosen and after each fit (the CLI
+    prints each round as it ends); ``run`` are ``run_plan``'s options (executor, workers, ...)."""
     rule = StopRule.parse(rule) if isinstance(rule, str) else rule
     out_dir = Path(out_dir)
     by = plan_keys(plan)
@@ -477,6 +482,8 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
         data["start"], data["batch"], data["sizes"] = start, batch, sizes
         with RunStore(out_dir) as store:
             store.set_meta(adaptive=data)
+        if on_round is not None:
+            on_round(design)
 
     return run_design(pool, plan_spend(plan), target, rule, fit_at, start=start, batch=batch, sizes=sizes,
                       on_round=record)
