@@ -206,3 +206,26 @@ def test_the_longest_family_starts_first_counting_its_steps_not_only_its_flops()
     assert flops[6] < flops[26] / 4 and steps[6] > 1.7 * steps[26]
     assert order.index(6) < order.index(26)
     assert order[0] == max(steps, key=steps.get)  # the most steps (the smallest model at most budgets) leads
+
+
+def test_a_later_batch_goes_on_from_its_familys_stable_state(tmp_path):
+    """An adaptive sweep trains a plan's runs in batches (``only=``): a branch added by a later batch
+    continues its family's stable phase from where the earlier batch left it, not from scratch."""
+    from flops_fit.sweeps.driver import run_plan
+
+    p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
+    family = max(families(p.runs), key=lambda f: len(f.runs))
+    early = {r.run_id for r in p.runs if r.budget < 8e7}
+    options = {"show_progress": False, "skip_parity": True, "host": HOST}
+    run_plan(p, tmp_path, only=early, **options)
+    assert (tmp_path / "checkpoints" / family.run_id).is_dir()  # kept for the branch still to train
+    run_plan(p, tmp_path, resume=True, only={r.run_id for r in p.runs}, **options)
+    with RunStore(tmp_path) as store:
+        trained = {row["run_id"]: row["steps_trained"] for row in store.accounting()}
+        frame = store.runs_frame().set_index("run_id")
+    last, before = family.runs[-1], family.runs[-2]
+    assert last.budget == 8e7 and frame.timings[last.run_id]["stable_steps_reused"] == before.cooldown_start > 0
+    assert trained[last.run_id] == last.steps - before.cooldown_start
+    assert not (tmp_path / "checkpoints" / family.run_id).exists()  # every branch stored: removed
+    alone = train(last, host=HOST)
+    assert (frame.loss[last.run_id], frame.curve[last.run_id]) == (alone.loss, alone.curve)

@@ -298,8 +298,12 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 if policy is not None:  # the result is committed: its checkpoints are no longer needed
                     remove_checkpoints(policy.run_dir(spec.run_id))
                 display.run_finished(_summary(spec, result), failed=result.status != "done")
-            for family in stable_folders(item) if policy is not None else ():  # every branch is stored
-                remove_checkpoints(policy.run_dir(family))
+            # every branch of the item is stored; a family with branches still to train (a later batch
+            # of an adaptive sweep, ``only``) keeps its stable state, so that batch goes on from it
+            pending = {r.family for r in store.unfinished(plan)} if only is not None else set()
+            for family in stable_folders(item) if policy is not None else ():
+                if family not in pending:
+                    remove_checkpoints(policy.run_dir(family))
 
 
 def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None) -> RunResult | None:
