@@ -104,6 +104,39 @@ def simulate(runs, *, batch: int = 1, spend=None) -> dict:
     }
 
 
+def time_log(path: str) -> dict:
+    """Wall and CPU seconds from ``/usr/bin/time -v``'s report."""
+    fields = {"Elapsed (wall clock) time (h:mm:ss or m:ss)": "wall", "User time (seconds)": "user",
+              "System time (seconds)": "system"}
+    found = {}
+    for line in Path(path).read_text().splitlines():
+        key, _, value = line.strip().rpartition(": ")
+        if key in fields:
+            parts = [float(p) for p in value.split(":")]
+            found[fields[key]] = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
+    if len(found) < len(fields):
+        raise SystemExit(f"{path}: no /usr/bin/time -v report (wall, user and system time)")
+    return {"wall_s": found["wall"], "cpu_s": found["user"] + found["system"]}
+
+
+def record_real(store_dir: str, log: str) -> dict:
+    """An adaptive sweep trained for real (``flops-fit sweep --adaptive``): its rounds from the
+    store's meta, the steps its runs trained (each family's stable phase counted where it ran),
+    and its time."""
+    with RunStore(store_dir) as store:
+        meta = store.get_meta("adaptive")
+        steps = {row["run_id"]: row["steps_trained"] or 0 for row in store.accounting()}
+        planned = store.planned_runs()
+    full = plan_spend(planned)([(r.budget, float(r.params)) for r in planned])
+    trained = sum(steps[r.run_id] * r.batch_size * r.seq_len * r.flops_per_unit for r in planned)
+    return {"store": store_dir, "rule": meta["rule"], "stopped": meta["stopped"],
+            "steps_trained": sum(steps.values()), "flops_trained": trained, "flops_designed": meta["spent"],
+            "full_grid_flops": full, "share": meta["spent"] / full, **time_log(log),
+            "rounds": [{"budgets": r["budgets"], "spent": r["spent"], "share": r["spent"] / full,
+                        "n_opt": r["n_opt"], "lo": r["n_opt_lo"], "hi": r["n_opt_hi"], "factor": r["factor"]}
+                       for r in meta["rounds"]]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=str(DATA))
@@ -115,9 +148,22 @@ def main() -> None:
     parser.add_argument("--no-public", action="store_true", help="skip the public sweeps")
     parser.add_argument("--out", default="benchmarks/results/adaptive.json")
     parser.add_argument("--table", action="store_true", help="print --out's stored results as the docs' table")
+    parser.add_argument("--record-real", metavar="STORE",
+                        help="store an adaptive sweep trained for real (benchmarks/adaptive_demo.toml) under "
+                             "'demo_real' in --out, with --time-log and --label")
+    parser.add_argument("--time-log", help="with --record-real: the sweep's /usr/bin/time -v report")
+    parser.add_argument("--label", help="with --record-real: the name of this sweep's entry")
     args = parser.parse_args()
     if args.table:
         print(table_of(json.loads(Path(args.out).read_text())))
+        return
+    if args.record_real:
+        if not (args.time_log and args.label):
+            raise SystemExit("--record-real needs --time-log and --label")
+        stored = json.loads(Path(args.out).read_text())
+        stored.setdefault("demo_real", {})[args.label] = record_real(args.record_real, args.time_log)
+        Path(args.out).write_text(json.dumps(stored, indent=2, default=float) + "\n")
+        print(json.dumps(stored["demo_real"][args.label], indent=1, default=float))
         return
     table = pd.read_csv(args.data)
     path = Path(args.out)
