@@ -162,7 +162,7 @@ def main() -> None:
             raise SystemExit("--record-real needs --time-log and --label")
         stored = json.loads(Path(args.out).read_text())
         stored.setdefault("demo_real", {})[args.label] = record_real(args.record_real, args.time_log)
-        Path(args.out).write_text(json.dumps(stored, indent=2, default=float) + "\n")
+        Path(args.out).write_text(json.dumps(stored, indent=1, default=float) + "\n")
         print(json.dumps(stored["demo_real"][args.label], indent=1, default=float))
         return
     table = pd.read_csv(args.data)
