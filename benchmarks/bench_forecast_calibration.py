@@ -38,7 +38,7 @@ from flops_fit.fitting import load_runs
 from flops_fit.fitting.validation.drift import CARRY
 from flops_fit.fitting.validation.forecast import MODES, PER_LABEL, decide
 from flops_fit.fitting.validation.prior import shipped, shipped_laws
-from flops_fit.fitting.validation.reach_law import ANSWERS
+from flops_fit.fitting.validation.reach_law import ANSWERS, CAPPED
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = "gpt demo"
@@ -148,20 +148,41 @@ def sweep_jobs(cache: Path, workers: int, demo_folder: str | None = None, demo_s
     return jobs, skipped
 
 
+REACH_BINS = (1, 2, 4, 8, 20, 50, 1000)
+
+
+def by_reach(path: str, mode: str = "average") -> str:
+    """A stored result's N_opt answers by reach C_j / C_k: how many, their median interval hi/lo, the
+    share covered (a markdown table): where the intervals are too wide or too narrow."""
+    rows = pd.DataFrame([r for r in json.loads(Path(path).read_text())["rows"] if r["mode"] == mode])
+    rows = rows[rows.n_opt.notna()]
+    bins = pd.cut(rows.ratio, REACH_BINS)
+    lines = [f"| reach ({Path(path).name}) | predictions | median N_opt hi/lo | N_opt coverage |", "|---|---|---|---|"]
+    for span, g in rows.groupby(bins, observed=True):
+        lines.append(f"| {span.left:g}-{span.right:g}x | {len(g)} | {g.n_opt_ratio.median():.3g}x | "
+                     f"{100 * g.n_opt_inside.mean():.0f}% |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sweep_arguments(parser)
     parser.add_argument("--out", default="calibration.json")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--level", type=float, default=0.95)
+    parser.add_argument("--by-reach", nargs="+", metavar="RESULT",
+                        help="print stored results' N_opt answers by reach (no benchmark run)")
     args = parser.parse_args()
+    if args.by_reach:
+        print("\n\n".join(by_reach(p) for p in args.by_reach))
+        return
     clock = time.perf_counter()
     jobs, skipped = sweep_jobs(Path(args.cache), args.workers, args.demo, args.demo_score)
     result = {"level": args.level, "goals": GOALS, "sweeps": {}, "all": {}, "skipped": skipped}
     rows = []
     for name, splits, keys, prior, laws in prepare(jobs):
         mine = calibrate(name, splits, keys, (prior, {"note": f"leave-one-study-out: fitted without {fs.study_of(name)}"}),
-                         args.level, laws={q: law for q, law in laws.items() if q in ANSWERS})
+                         args.level, laws={q: law for q, law in laws.items() if q in ANSWERS + CAPPED})
         rows += mine
         result["sweeps"][name] = {mode: summarise([r for r in mine if r["mode"] == mode]) for mode in MODES}
         result["sweeps"][name]["prior"] = {q: {k: vars(p) for k, p in by.items()} for q, by in prior.items()}

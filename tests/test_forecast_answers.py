@@ -49,7 +49,7 @@ def test_a_clear_drift_carried_linearly_is_corrected_and_its_uncertainty_sizes_t
     rs = records("drifting", lambda i: 0.001 * (-1) ** i, lambda i: -0.2 + 0.01 * (-1) ** i)
     ratio, raw_n = 10.0, 1e6
     f = decide(rs, {("drifting", "params", None): (2.0, raw_n, 1e9)}, 1e21, ratio, priors=(WEAK, {}), mode="select",
-               carry="linear")
+               carry="linear", laws={})  # the error model's own interval (no reach law bounding it)
     n = f.answers["n_opt"]
     truth = raw_n * math.exp(0.2 * math.log(ratio))  # what the drift says the truth is
     assert n.model.own_drift == pytest.approx(-0.2, abs=0.005) and n.model.drift == pytest.approx(-0.2, abs=0.01)
@@ -166,7 +166,7 @@ def test_each_carry_moves_the_point_and_the_interval_as_it_says():
     rs = records("drifting", lambda i: 0.001 * (-1) ** i, lambda i: -0.2 + 0.01 * (-1) ** i)
     raw_n, ratio = 1e6, 100.0
     answers = {carry: decide(rs, {("drifting", "params", None): (2.0, raw_n, 1e9)}, 1e21, ratio, priors=(WEAK, {}),
-                             mode="select", carry=carry).answers["n_opt"] for carry in CARRIES}
+                             mode="select", carry=carry, laws={}).answers["n_opt"] for carry in CARRIES}
     b = answers["linear"].model.drift
     assert b == pytest.approx(-0.2, abs=0.01) and answers["linear"].model.reach == pytest.approx(math.log(32))
     assert answers["linear"].value == pytest.approx(raw_n * math.exp(-b * math.log(ratio)))

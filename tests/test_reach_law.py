@@ -1,16 +1,19 @@
-"""The reach law that sizes the forecast's loss interval: fitted, scaled by a sweep's own chaining, shipped."""
+"""The reach law that sizes the forecast's loss interval and bounds N_opt's: fitted, scaled by a sweep's own
+chaining, shipped."""
 
 import numpy as np
 import pytest
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.validation.chaining import Record
-from flops_fit.fitting.validation.forecast import answer_chaining, decide
+from flops_fit.fitting.validation.forecast import CAPPED_RULE, answer_chaining, decide
 from flops_fit.fitting.validation.prior import shipped, shipped_laws
 from flops_fit.fitting.validation.reach_law import (
     ANSWERS,
+    CAPPED,
     Outcome,
     ReachLaw,
+    cap_level,
     fit_reach_law,
     fit_spread,
 )
@@ -73,14 +76,14 @@ def records(key, loss_error, n_error, splits=5):
     return out
 
 
-def test_the_forecast_sizes_the_loss_interval_by_the_law_and_n_opt_by_its_error_model():
+def test_the_forecast_sizes_the_loss_interval_by_the_law_and_bounds_n_opts_error_model_by_it():
     a, b = ("envelope", "params", None), ("isoflop", "params", None)
     rs = records(a, lambda i, j: 0.01 * (-1) ** j, lambda i, j: 0.05) + \
         records(b, lambda i, j: -0.01 * (-1) ** j, lambda i, j: -0.05)
     predictions = {a: (2.0, 1e8, 1e10), b: (2.1, 1.1e8, 1e10)}
     f = decide(rs, predictions, 1e21, 10.0, priors=shipped())
     loss, n_opt = f.answers["loss"], f.answers["n_opt"]
-    assert "loss" in ANSWERS and loss.interval["rule"] == "reach law" and n_opt.interval["rule"] == "error model"
+    assert "loss" in ANSWERS and loss.interval["rule"] == "reach law" and n_opt.interval["rule"] == CAPPED_RULE
     assert loss.lo < loss.value < loss.hi and np.isfinite([loss.lo, loss.hi]).all()
     law = shipped_laws()["loss"]
     half, factor, splits = law.half_width(10.0, 0.95, answer_chaining(rs, loss.members, "loss_error"))
@@ -91,7 +94,40 @@ def test_the_forecast_sizes_the_loss_interval_by_the_law_and_n_opt_by_its_error_
     _, lo, hi, rule = loss.band(np.array([10.0]))  # what the report draws is the stated interval
     assert rule == "reach law" and lo[0] == pytest.approx(loss.lo / loss.value - 1)
     assert hi[0] == pytest.approx(loss.hi / loss.value - 1)
-    assert n_opt.band(np.array([10.0]))[3] == "scatter + drift's sd"
+    assert n_opt.band(np.array([10.0]))[3] == CAPPED_RULE
+    assert decide(rs, predictions, 1e21, 10.0, priors=shipped(), laws={}).answers["n_opt"].band(
+        np.array([10.0]))[3] == "scatter + drift's sd"
+
+
+def _n_opt_half_widths(answer):
+    return np.log(answer.value / answer.lo), np.log(answer.hi / answer.value)
+
+
+def test_n_opts_interval_is_its_error_model_within_the_laws_bounds():
+    """N_opt's interval: the candidates' error model, at least the law's at no reach (the answers' own
+    noise, which an error per unit of ln r misses near r = 1) and at most the law's at the reach (a
+    drift from a few splits, grown far beyond the public answers' errors), read at cap_level."""
+    assert CAPPED == ("n_opt",) and cap_level(0.95) == pytest.approx(0.99)
+    law = shipped_laws()["n_opt"]
+    a = ("envelope", "params", None)
+    drifting = records(a, lambda i, j: 0.01, lambda i, j: 0.3 * (j - i) * (-1) ** i)  # scatter grows with reach
+    far = decide(drifting, {a: (2.0, 1e8, 1e10)}, 1e23, 1000.0, priors=shipped()).answers["n_opt"]
+    wide = decide(drifting, {a: (2.0, 1e8, 1e10)}, 1e23, 1000.0, priors=shipped(), laws={}).answers["n_opt"]
+    least, most = law.bounds(1000.0, 0.95)
+    assert max(_n_opt_half_widths(wide)) > most  # the error model alone, far beyond the law
+    assert _n_opt_half_widths(far) == pytest.approx((most, most)) and far.interval["capped"]
+    assert far.value == wide.value and "the upper bound applies" in f"{far}" + decide(
+        drifting, {a: (2.0, 1e8, 1e10)}, 1e23, 1000.0, priors=shipped()).summary()
+    exact = records(a, lambda i, j: 0.01, lambda i, j: 0.001)  # a sweep whose own chaining is nearly exact
+    near = decide(exact, {a: (2.0, 1e8, 1e10)}, 1.2e19, 1.2, priors=shipped()).answers["n_opt"]
+    narrow = decide(exact, {a: (2.0, 1e8, 1e10)}, 1.2e19, 1.2, priors=shipped(), laws={}).answers["n_opt"]
+    assert max(_n_opt_half_widths(narrow)) < least  # the error model alone: narrower than any sweep's noise
+    assert _n_opt_half_widths(near) == pytest.approx((least, least)) and not near.interval["capped"]
+    mild = records(a, lambda i, j: 0.01, lambda i, j: 0.05 * (j - i) * (-1) ** i)
+    middle = decide(mild, {a: (2.0, 1e8, 1e10)}, 8e18, 8.0, priors=shipped()).answers["n_opt"]
+    plain = decide(mild, {a: (2.0, 1e8, 1e10)}, 8e18, 8.0, priors=shipped(), laws={}).answers["n_opt"]
+    assert least < min(_n_opt_half_widths(plain)) and max(_n_opt_half_widths(plain)) < law.bounds(8.0, 0.95)[1]
+    assert middle.lo == pytest.approx(plain.lo) and middle.hi == pytest.approx(plain.hi)  # between: the model's
 
 
 def test_a_level_the_laws_scores_cannot_state_falls_back_to_the_error_model():

@@ -159,10 +159,10 @@ def _adaptive_flags(parser: argparse.ArgumentParser) -> None:
                         help="design the sweep as it trains: the smallest budgets first, then the budget (and "
                              "sizes) expected to shrink the forecast's interval of N_opt at the target most per "
                              "FLOP, until --until holds")
-    parser.add_argument("--until", default="n_opt<=1.5x", metavar="RULE",
-                        help="with --adaptive: n_opt<=1.5x (the forecast's interval of N_opt at the target within "
-                             "1.5x of its estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated "
-                             "(default n_opt<=1.5x)")
+    parser.add_argument("--until", default="n_opt<=2x", metavar="RULE",  # sweeps.adaptive.DEFAULT_RULE
+                        help="with --adaptive: n_opt<=2x (the forecast's interval of N_opt at the target within "
+                             "2x of its estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated "
+                             "(default n_opt<=2x)")
     parser.add_argument("--target", type=float, metavar="FLOPS",
                         help="with --adaptive: the budget the forecast aims at (default 10x the largest budget)")
     parser.add_argument("--start", type=int, default=4, metavar="K",

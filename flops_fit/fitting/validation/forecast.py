@@ -65,7 +65,7 @@ from flops_fit.fitting.validation.drift import (
 )
 from flops_fit.fitting.validation.holdout import fit_pairs
 from flops_fit.fitting.validation.prior import prior_for, shipped, shipped_laws
-from flops_fit.fitting.validation.reach_law import ANSWERS, Inner, ReachLaw
+from flops_fit.fitting.validation.reach_law import ANSWERS, CAPPED, Inner, ReachLaw, cap_level
 from flops_fit.fitting.validation.validity import failure, unphysical
 from flops_fit.tables import format_table
 
@@ -122,6 +122,9 @@ class Candidate:
         return describe(self.key)
 
 
+CAPPED_RULE = "error model within the reach law"  # reach_law.CAPPED answers' interval rule
+
+
 @dataclass(kw_only=True)
 class Answer:
     """One answer (``quantity`` "loss" or "n_opt") at the target: where it comes from
@@ -145,12 +148,25 @@ class Answer:
         there (ratio space, never below -100%), and the rule's name: what the report draws."""
         centre, lo, hi = self.model.band(ratios, float(self.interval.get("level", 0.95)))
         i = self.interval
+        if i.get("rule") == CAPPED_RULE:
+            shift = np.log1p(centre)
+            below, above = self.bounded(shift - np.log1p(lo), ratios), self.bounded(np.log1p(hi) - shift, ratios)
+            return centre, np.expm1(shift - below), np.expm1(shift + above), CAPPED_RULE
         if i.get("rule") != "reach law":
             return centre, lo, hi, "scatter + drift's sd"
         law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=())
         half = i["multiplier"] * i["own_factor"] * law.sigma(ratios)
         shift = np.log1p(centre)
         return centre, np.expm1(shift - half), np.expm1(shift + half), "reach law"
+
+    def bounded(self, half: Any, ratios: Any) -> Any:
+        """A log half-width of the error model at ``ratios`` within the reach law's bounds where the
+        answer's rule has them (``reach_law.CAPPED``); as it is otherwise."""
+        i = self.interval
+        if i.get("rule") != CAPPED_RULE:
+            return half
+        law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=())
+        return np.minimum(np.maximum(half, i["multiplier"] * i["floor"]), i["multiplier"] * law.sigma(ratios))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -228,8 +244,15 @@ def answer_line(a: Answer, ratio: float) -> str:
         return line + (f"interval +-{i['multiplier']:.2f} sigma(r), sigma = {100 * i['sigma']:.2f}% at {ratio:.3g}x "
                        f"(the reach law of public sweeps' answers{own})")
     note = f" ({i['note']})" if i.get("note") else ""
-    return line + (f"scatter {m.scatter:.3f} per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to "
-                   f"{ratio:.3g}x{note}")
+    grown = (f"scatter {m.scatter:.3f} per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to "
+             f"{ratio:.3g}x{note}")
+    if i.get("rule") == CAPPED_RULE:
+        k = i["multiplier"]
+        return line + (f"{grown}; bounded by the reach law of public sweeps' answers: at least "
+                       f"+-{100 * np.expm1(k * i['floor']):.0f}% (its error at no reach), at most "
+                       f"+-{100 * np.expm1(k * i['sigma']):.0f}% (at {ratio:.3g}x)"
+                       + ("; the upper bound applies" if i.get("capped") else ""))
+    return line + grown
 
 
 def prior_note(prior: Mapping[str, Any]) -> str:
@@ -351,14 +374,20 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
         if mine and c.reason is None and max((m.splits for m in c.models.values()), default=0) < MIN_SPLITS:
             c.reason = f"chaining predictions from fewer than {MIN_SPLITS} splits"
         candidates.append(c)
-    laws = {q: law for q, law in shipped_laws().items() if q in ANSWERS} if laws is None else laws
+    laws = {q: law for q, law in shipped_laws().items() if q in ANSWERS + CAPPED} if laws is None else laws
     answers = {q: _answer(q, candidates, records, ratio, level, prior_for(prior[q], None), mode, carry, laws.get(q))
                for q in FIELDS}
     loss, n = answers["loss"], answers["n_opt"]
     d_raw = _d_opt(n, candidates)
     n_opt = (n.value, n.lo, n.hi)
     d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
-    for name, (_, lo, hi) in (("N_opt", n_opt), ("D_opt", d_opt)):
+    # a sweep whose own chaining cannot bound N_opt is not answered, even where the reach law bounds it
+    own = n.interval.get("error_model_log_interval")
+    bounds = [("N_opt", n_opt), ("D_opt", d_opt)]
+    if own is not None:
+        centre = np.log(n.value)
+        bounds.append(("N_opt", (n.value, float(np.exp(centre + own[0])), float(np.exp(centre + own[1])))))
+    for name, (_, lo, hi) in bounds:
         beyond = unphysical(name, lo, hi, target)
         if beyond is not None:  # an interval that names no model is no answer: say why instead
             raise FitInputError(f"the chaining evidence does not bound {name} at {ratio:.4g}x the largest budget: "
@@ -403,9 +432,17 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
     model, log_raw, members, source, chaining_error = min(options, key=lambda o: o[0].sd)
     correction, lo, hi = model.log_interval(ratio, level)
     interval: dict[str, Any] = {"rule": "error model", "level": level, "quantile": model.quantile(level)}
-    if law is not None and not law.states(level):
+    capped = law is not None and q in CAPPED  # bounded by the law's k at cap_level, its highest score if fewer
+    if law is not None and not capped and not law.states(level):
         interval["note"] = (f"the reach law was scored on {len(law.scores)} public answers: too few for a "
                             f"{100 * level:g}% interval, so the error model's")
+    elif capped:  # the error model's interval, at least the law's at no reach, at most the law's at the reach
+        least, most = law.bounds(ratio, level)
+        own = (float(lo), float(hi))
+        lo, hi = -min(max(-own[0], least), most), min(max(own[1], least), most)
+        interval.update({"rule": CAPPED_RULE, "multiplier": law.multiplier(cap_level(level)), "floor": law.floor,
+                         "slope": law.slope, "sigma": float(law.sigma(ratio)), "capped": bool(max(-own[0], own[1]) > most),
+                         "law_quantile": cap_level(level), "error_model_log_interval": own})
     elif law is not None:  # the drift's span (carry "widen") kept, the scatter's half-width the law's
         half = model.quantile(level) * model.sd * (float(np.log(ratio)) if ratio > 1 else 0.0)
         own = answer_chaining(records, members, FIELDS[q])
