@@ -175,6 +175,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.by_reach:
         print("\n\n".join(by_reach(p) for p in args.by_reach))
+        law = shipped_laws()["n_opt"]
+        print("\nthe shipped N_opt law's bounds on a 95% interval (hi/lo): "
+              + ", ".join(f"{'at least' if r == 1 else 'at most'} {np.exp(2 * law.bounds(r, 0.95)[r > 1]):.3g}x "
+                          f"at {r:g}x" for r in (1, 2, 10, 100)))
         return
     clock = time.perf_counter()
     jobs, skipped = sweep_jobs(Path(args.cache), args.workers, args.demo, args.demo_score)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULT = ROOT / "benchmarks" / "results" / "forecast_target_v5.json"
+RESULT = ROOT / "benchmarks" / "results" / "forecast_target_v6.json"
 UNITS = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
 
 

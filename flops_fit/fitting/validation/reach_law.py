@@ -18,8 +18,8 @@ law is worth in splits. The interval is e within +-k f sigma(r_t), k a quantile 
 answers' own scores |e| / (f sigma(r)) (``scores``: any level). Scoring each sweep by the law
 fitted without it instead gave intervals 1.25-1.3x wider for the same coverage leaving one study out.
 For N_opt the inner splits' errors did not predict the later ones, and its law, fitted on one
-study, under-covered the other: it is fitted and measured, and the forecast's N_opt interval stays
-the candidates' error model (``ANSWERS``).
+study, under-covered the other: N_opt's interval is the candidates' error model, bounded by its
+law (``CAPPED``: at least the law's interval at no reach, at most its interval at the reach).
 
 Fitted by ``benchmarks/fit_forecast_prior.py`` on the public sweeps only, shipped in the prior's
 file; validated leaving one study out by ``benchmarks/bench_forecast_calibration.py``.
