@@ -17,7 +17,7 @@ from flops_fit.sweeps.planner import plan
 from flops_fit.training import task
 from flops_fit.training.loop import train
 from flops_fit.training.schedules import cosine_factor, schedule_factor, wsd_factor
-from flops_fit.training.wsd import families, stable_tokens
+from flops_fit.training.wsd import executed_flops, families, stable_tokens
 
 HOST = sweep_support.host()
 # tiny-lm on a ladder: 5 budgets, each size serving several of them
@@ -229,3 +229,28 @@ def test_a_later_batch_goes_on_from_its_familys_stable_state(tmp_path):
     assert not (tmp_path / "checkpoints" / family.run_id).exists()  # every branch stored: removed
     alone = train(last, host=HOST)
     assert (frame.loss[last.run_id], frame.curve[last.run_id]) == (alone.loss, alone.curve)
+
+
+def test_a_batch_below_a_trained_branch_retrains_the_stable_phase_as_the_accounting_says(tmp_path):
+    """Batches out of token order (an adaptive sweep may add a smaller budget after a larger one): the
+    family goes on from its latest branch's stable state only forward, and ``executed_in_order``
+    counts what is trained."""
+    from flops_fit.sweeps.driver import run_plan
+    from flops_fit.training.wsd import executed_in_order
+
+    p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
+    late = [r for r in p.runs if r.budget == 8e7]
+    rest = [r for r in p.runs if r.budget < 8e7]
+    options = {"show_progress": False, "skip_parity": True, "host": HOST}
+    run_plan(p, tmp_path, only={r.run_id for r in late}, **options)
+    run_plan(p, tmp_path, resume=True, only={r.run_id for r in p.runs}, **options)
+    with RunStore(tmp_path) as store:
+        trained = {row["run_id"]: row["steps_trained"] for row in store.accounting()}
+    order = late + sorted(rest, key=lambda r: (r.family, r.tokens))  # each batch's family in token order
+    expected = executed_in_order(order)
+    for r in p.runs:  # to the run's last step, which is trimmed to its tokens
+        step = r.batch_size * r.seq_len * r.flops_per_unit
+        assert 0 <= trained[r.run_id] * step - expected[r.run_id] < step
+    assert trained[next(r.run_id for r in order if r.budget == 2e7 and r.family == late[0].family)] > 0
+    assert sum(expected.values()) > sum(executed_flops(p.runs).values())  # out of order costs more
+    assert executed_in_order(sorted(p.runs, key=lambda r: r.tokens)) == executed_flops(p.runs)

@@ -42,7 +42,7 @@ from flops_fit.fitting import fit
 from flops_fit.fitting.inputs import Runs
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.sweeps.driver import run_plan
-from flops_fit.training.wsd import executed_flops
+from flops_fit.training.wsd import executed_in_order
 
 _RULE = re.compile(r"^\s*(n_opt\s*<=\s*(?P<factor>[0-9.eE+-]+)\s*x|flops\s*<=\s*(?P<cap>[0-9.eE+-]+))\s*$")
 START = 4  # the first batch's budgets: 2 to fit + 2 splits to chain, the fewest a forecast answers from
@@ -423,13 +423,15 @@ def plan_keys(plan: Any) -> dict[Key, Any]:
 
 
 def plan_spend(plan: Any) -> Callable[[Iterable[Key]], float]:
-    """FLOPs the runs of a set of the plan's (budget, size) execute together (WSD: each stable phase
-    once). ``plan``: a Plan or its runs (``RunStore.planned_runs()``)."""
+    """FLOPs the plan's runs (budget, size) execute when trained in the order given, each once (WSD:
+    a family goes on from the stable state its latest branch left, so a budget added below one
+    already trained retrains its stable phase: ``wsd.executed_in_order``). ``plan``: a Plan or its
+    runs (``RunStore.planned_runs()``)."""
     by = plan_keys(plan)
 
     def spend(keys: Iterable[Key]) -> float:
-        runs = [by[k] for k in set(keys)]
-        return float(sum(executed_flops(runs).values())) if runs else 0.0
+        runs = [by[k] for k in dict.fromkeys(keys)]
+        return float(sum(executed_in_order(runs).values())) if runs else 0.0
 
     return spend
 

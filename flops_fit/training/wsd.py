@@ -73,3 +73,22 @@ def executed_flops(runs: Iterable[RunSpec]) -> dict[str, float]:
             out[run.run_id] = (max(0, stable - trained) + run.tokens - stable) * run.flops_per_unit
             trained = max(trained, stable)
     return out
+
+
+def executed_in_order(runs: Iterable[RunSpec]) -> dict[str, float]:
+    """FLOPs each run adds when trained in the order given, each family going on from the stable
+    state its latest branch left (what a sweep trained in batches keeps: an adaptive sweep's
+    rounds): a branch whose cooldown starts at or after that state trains only the stretch beyond
+    it, one that starts before trains its stable phase from scratch. Runs in token order cost
+    what ``executed_flops`` says."""
+    out: dict[str, float] = {}
+    reached: dict[str, int] = {}  # family -> stable units of its latest branch
+    for run in runs:
+        if run.schedule != "wsd":
+            out[run.run_id] = run.flops
+            continue
+        stable, before = stable_tokens(run), reached.get(run.family, 0)
+        out[run.run_id] = (stable - (before if stable >= before else 0) + run.tokens - stable) * run.flops_per_unit
+        reached[run.family] = stable
+    return out
+
