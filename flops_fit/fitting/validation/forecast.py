@@ -166,7 +166,7 @@ class Answer:
         if i.get("rule") != CAPPED_RULE:
             return half
         law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=())
-        return np.minimum(np.maximum(half, i["multiplier"] * i["floor"]), i["multiplier"] * law.sigma(ratios))
+        return np.clip(half, i["multiplier"] * i["floor"], i["multiplier"] * law.sigma(ratios))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -439,7 +439,7 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
     elif capped:  # the error model's interval, at least the law's at no reach, at most the law's at the reach
         least, most = law.bounds(ratio, level)
         own = (float(lo), float(hi))
-        lo, hi = -min(max(-own[0], least), most), min(max(own[1], least), most)
+        lo, hi = -float(np.clip(-own[0], least, most)), float(np.clip(own[1], least, most))
         interval.update({"rule": CAPPED_RULE, "multiplier": law.multiplier(cap_level(level)), "floor": law.floor,
                          "slope": law.slope, "sigma": float(law.sigma(ratio)), "capped": bool(max(-own[0], own[1]) > most),
                          "law_quantile": cap_level(level), "error_model_log_interval": own})
