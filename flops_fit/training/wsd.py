@@ -91,4 +91,3 @@ def executed_in_order(runs: Iterable[RunSpec]) -> dict[str, float]:
         out[run.run_id] = (stable - (before if stable >= before else 0) + run.tokens - stable) * run.flops_per_unit
         reached[run.family] = stable
     return out
-
