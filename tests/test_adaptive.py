@@ -36,6 +36,19 @@ def test_the_stopping_rule_reads_a_factor_and_a_cap():
             StopRule.parse(bad)
 
 
+def test_a_rule_narrower_than_any_forecast_says_so():
+    """N_opt's forecast interval is never narrower than its reach law's bound at no reach (x1.74 either
+    way at 95%): a rule asking less can only stop on a cap, and the plan and the sweep say so."""
+    from flops_fit.fitting.validation.prior import shipped_laws
+
+    narrowest = math.exp(shipped_laws()["n_opt"].bounds(1.0, 0.95)[0])
+    assert 1.5 < narrowest < 2.0
+    assert StopRule.parse("n_opt<=2x").unreachable() is None and StopRule.parse("flops<=1e19").unreachable() is None
+    note = StopRule.parse("n_opt<=1.5x").unreachable()
+    assert f"x{narrowest:.2f} either way" in note and "training every budget" in note and "n_opt<=1.8x" in note
+    assert "the cap flops<=1e+19" in StopRule.parse("n_opt<=1.5x,flops<=1e19").unreachable()
+
+
 def test_interval_factor():
     assert interval_factor(100.0, 50.0, 150.0) == 2.0
     assert interval_factor(100.0, 80.0, 300.0) == 3.0
@@ -167,6 +180,7 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
                  "--seq-len", "64", "--tokens-per-param", "100", "--adaptive", "--until", "n_opt<=1.4x"]) == 0
     out = capsys.readouterr().out
     assert "first batch: the 4 smallest budgets 4e+12, 8e+12, 1.6e+13, 3.2e+13" in out and "n_opt<=1.4x" in out
+    assert "Note: n_opt<=1.4x is narrower than any forecast's N_opt interval" in out
     assert "forecast" in out
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive", "--until", "loss<=2"]) == 2
 
@@ -185,11 +199,13 @@ def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
     try:
         assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--record-only"]) == 2
         assert "chooses its runs as it trains" in capsys.readouterr().err
-        assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--until", "flops<=1", "--start", "2",
-                     "--skip-parity"]) == 0
+        assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--until", "n_opt<=1.2x,flops<=1",
+                     "--start", "2", "--skip-parity"]) == 0
     finally:
         reset_host()
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "warning: n_opt<=1.2x is narrower than any forecast's N_opt interval" in captured.err
+    printed = captured.out
     assert "round 1:" in printed and "stopped: " in printed and "cap 1" in printed
     assert printed.count("round 1:") == 1 and printed.count("adaptive design, target") == 1  # each round once
     assert "the rule cannot stop on the interval" in printed

@@ -131,6 +131,8 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
     if args.record_only:
         raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
     rule = flops_fit.StopRule.parse(args.until)
+    if (note := rule.unreachable()) is not None:
+        print(f"warning: {note}", file=sys.stderr)
     printed = [0]  # rounds whose forecast is printed
 
     def show_round(design: Any) -> None:

@@ -84,6 +84,22 @@ class StopRule:
             ([f"flops<={self.flops_cap:.3g}"] if self.flops_cap else [])
         return ",".join(parts) or "none (every budget of the pool)"
 
+    def unreachable(self, level: float = 0.95) -> str | None:
+        """Why ``n_opt<=Fx`` can never hold (F below the narrowest N_opt interval a forecast states:
+        its reach law's bound at no reach, ``reach_law.CAPPED``), or None."""
+        from flops_fit.fitting.validation.prior import shipped_laws
+
+        law = shipped_laws().get("n_opt")
+        if self.n_opt_factor is None or law is None:
+            return None
+        narrowest = math.exp(law.bounds(1.0, level)[0])
+        if self.n_opt_factor >= narrowest:
+            return None
+        return (f"n_opt<={self.n_opt_factor:g}x is narrower than any forecast's N_opt interval (x{narrowest:.2f} "
+                f"either way at {100 * level:g}%: the noise of an observed optimum): only "
+                + (f"the cap flops<={self.flops_cap:.3g}" if self.flops_cap else "training every budget")
+                + f" can stop this design; ask n_opt<={math.ceil(narrowest * 10) / 10:g}x or more")
+
     def holds(self, factor: float, spent: float) -> str | None:
         """Why the design stops now (None: it goes on)."""
         if self.n_opt_factor is not None and factor <= self.n_opt_factor:
@@ -450,7 +466,7 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
             f"one budget at a time of the other {len(pool) - start} ({sizes} sizes around the fitted N_opt), the one "
             f"expected to shrink the forecast's interval of N_opt at the target {target:.3g} most per FLOP; stops "
             f"when {rule} holds (read from the forward-chained forecast after each batch; no forecast, no stop) "
-            f"or every budget is trained")
+            f"or every budget is trained" + (f". Note: {note}" if (note := rule.unreachable()) else ""))
 
 
 def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE, *, target: float | None = None,

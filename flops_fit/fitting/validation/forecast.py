@@ -249,8 +249,8 @@ def answer_line(a: Answer, ratio: float) -> str:
     if i.get("rule") == CAPPED_RULE:
         k = i["multiplier"]
         return line + (f"{grown}; bounded by the reach law of public sweeps' answers: at least "
-                       f"+-{100 * np.expm1(k * i['floor']):.0f}% (its error at no reach), at most "
-                       f"+-{100 * np.expm1(k * i['sigma']):.0f}% (at {ratio:.3g}x)"
+                       f"x{np.exp(k * i['floor']):.2f} either way (its error at no reach), at most "
+                       f"x{np.exp(k * i['sigma']):.2f} (at {ratio:.3g}x)"
                        + ("; the upper bound applies" if i.get("capped") else ""))
     return line + grown
 
