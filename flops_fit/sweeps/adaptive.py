@@ -40,6 +40,7 @@ import numpy as np
 from flops_fit.errors import FitInputError, OptionError
 from flops_fit.fitting import fit
 from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.validation.prior import shipped_laws
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.sweeps.driver import run_plan
 from flops_fit.training.wsd import executed_in_order
@@ -87,8 +88,6 @@ class StopRule:
     def unreachable(self, level: float = 0.95) -> str | None:
         """Why ``n_opt<=Fx`` can never hold (F below the narrowest N_opt interval a forecast states:
         its reach law's bound at no reach, ``reach_law.CAPPED``), or None."""
-        from flops_fit.fitting.validation.prior import shipped_laws
-
         law = shipped_laws().get("n_opt")
         if self.n_opt_factor is None or law is None:
             return None
