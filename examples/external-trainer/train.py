@@ -75,22 +75,28 @@ def rate(spec: dict, step: int) -> float:
 
 
 def save(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
-    """Weights and optimizer moments in safetensors, the loop's state in JSON; each written to a
-    temporary name and renamed, so a kill leaves the previous checkpoint whole."""
+    """Weights and optimizer moments in safetensors under the step's own name, then the loop's state
+    in JSON naming that file (written to a temporary name and renamed: the one step that makes the
+    checkpoint current), then the older weights removed. A kill anywhere leaves state.json naming a
+    whole file of the same step."""
     tensors = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
     for index, values in optimizer.state_dict()["state"].items():
         tensors.update({f"optim.{index}.{k}": v.reshape(-1) if v.dim() == 0 else v for k, v in values.items()})
-    save_file(tensors, folder / "state.safetensors.tmp")
-    (folder / "state.json.tmp").write_text(json.dumps(state))
-    os.replace(folder / "state.safetensors.tmp", folder / "state.safetensors")
+    weights = f"state-{state['step']}.safetensors"
+    save_file(tensors, folder / f"{weights}.tmp")
+    os.replace(folder / f"{weights}.tmp", folder / weights)
+    (folder / "state.json.tmp").write_text(json.dumps({**state, "weights": weights}))
     os.replace(folder / "state.json.tmp", folder / "state.json")
+    for old in folder.glob("state-*.safetensors"):
+        if old.name != weights:
+            old.unlink()
 
 
 def restore(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict | None:
     if not (folder / "state.json").exists():
         return None
     state = json.loads((folder / "state.json").read_text())
-    tensors = load_file(folder / "state.safetensors")
+    tensors = load_file(folder / state.pop("weights"))
     model.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
     saved = optimizer.state_dict()
     moments: dict[int, dict] = {}
