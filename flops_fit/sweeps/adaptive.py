@@ -21,8 +21,9 @@ observed). Every choice keeps its reason: the half-width before and expected aft
 the runner-up.
 
 Stopping rule (``StopRule``): ``"n_opt<=2x"``: the forecast's interval lies within a factor 2
-of its estimate on both sides (at 95%, never below about 1.74: ``reach_law.CAPPED``); ``"flops<=1e19"``: a FLOPs cap; both may be given, comma-separated,
-and the first that holds stops the design.
+of its estimate on both sides (at 95%, never below about 1.74: ``reach_law.CAPPED``);
+``"flops<=1e19"``: a FLOPs cap; both may be given, comma-separated, and the first that holds
+stops the design.
 """
 
 from __future__ import annotations

@@ -65,22 +65,16 @@ def executed_flops(runs: Iterable[RunSpec]) -> dict[str, float]:
     phase beyond the previous branch's cooldown start, plus its own cooldown. Cosine runs
     cost their full FLOPs."""
     runs = list(runs)
-    out = {r.run_id: r.flops for r in runs if r.schedule != "wsd"}
-    for family in families(r for r in runs if r.schedule == "wsd"):
-        trained = 0  # stable units already trained by the family's earlier branches
-        for run in family.runs:
-            stable = stable_tokens(run)
-            out[run.run_id] = (max(0, stable - trained) + run.tokens - stable) * run.flops_per_unit
-            trained = max(trained, stable)
-    return out
+    wsd = [run for family in families(r for r in runs if r.schedule == "wsd") for run in family.runs]
+    return executed_in_order([r for r in runs if r.schedule != "wsd"] + wsd)
 
 
 def executed_in_order(runs: Iterable[RunSpec]) -> dict[str, float]:
     """FLOPs each run adds when trained in the order given, each family going on from the stable
     state its latest branch left (what a sweep trained in batches keeps: an adaptive sweep's
     rounds): a branch whose cooldown starts at or after that state trains only the stretch beyond
-    it, one that starts before trains its stable phase from scratch. Runs in token order cost
-    what ``executed_flops`` says."""
+    it, one that starts before trains its stable phase from scratch (``executed_flops``: the
+    families in token order)."""
     out: dict[str, float] = {}
     reached: dict[str, int] = {}  # family -> stable units of its latest branch
     for run in runs:

@@ -383,11 +383,11 @@ def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]]
     d_opt = (d_raw * n.raw / n.value, d_raw * n.raw / n.hi, d_raw * n.raw / n.lo)  # N D is fixed by the budget
     # a sweep whose own chaining cannot bound N_opt is not answered, even where the reach law bounds it
     own = n.interval.get("error_model_log_interval")
-    bounds = [("N_opt", n_opt), ("D_opt", d_opt)]
+    checked = [("N_opt", n_opt), ("D_opt", d_opt)]
     if own is not None:
         centre = np.log(n.value)
-        bounds.append(("N_opt", (n.value, float(np.exp(centre + own[0])), float(np.exp(centre + own[1])))))
-    for name, (_, lo, hi) in bounds:
+        checked.append(("N_opt", (n.value, float(np.exp(centre + own[0])), float(np.exp(centre + own[1])))))
+    for name, (_, lo, hi) in checked:
         beyond = unphysical(name, lo, hi, target)
         if beyond is not None:  # an interval that names no model is no answer: say why instead
             raise FitInputError(f"the chaining evidence does not bound {name} at {ratio:.4g}x the largest budget: "
