@@ -300,8 +300,9 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 display.run_finished(_summary(spec, result), failed=result.status != "done")
             # every branch of the item is stored; a family with branches still to train (a later batch
             # of an adaptive sweep, ``only``) keeps its stable state, so that batch goes on from it
-            pending = {r.family for r in store.unfinished(plan)} if only is not None else set()
-            for family in stable_folders(item) if policy is not None else ():
+            folders = stable_folders(item) if policy is not None else []
+            pending = {r.family for r in store.unfinished(plan)} if folders and only is not None else set()
+            for family in folders:
                 if family not in pending:
                     remove_checkpoints(policy.run_dir(family))
 
