@@ -13,12 +13,14 @@ from safetensors.torch import load_file
 from flops_fit.errors import CheckpointError, CheckpointWarning
 from flops_fit.training.checkpoint import (
     Checkpointer,
+    checkpoint_step,
     list_checkpoints,
     read_checkpoint,
     remove_checkpoints,
     save_weights,
+    stable_start,
 )
-from flops_fit.training.state import LoopState
+from flops_fit.training.state import LoopState, Snapshot
 
 
 class Tied(torch.nn.Module):
@@ -100,6 +102,27 @@ def test_writes_are_atomic_and_only_the_newest_are_kept(tmp_path):
     assert Checkpointer(tmp_path, "run-a").latest().loop.step == 4
     remove_checkpoints(tmp_path)
     assert not tmp_path.exists()
+
+
+def test_a_familys_stable_states_are_kept_at_its_waypoints_and_read_up_to_a_step(tmp_path):
+    """A WSD family's folder: each save removes the states before it but a later batch's branch
+    points (waypoints); a branch reads the furthest state at or before its cooldown start, from
+    memory unless the folder holds a further one."""
+    model, optimizer = build()
+    saver = Checkpointer(tmp_path, "run-a", keep=None)
+    for n in (2, 4, 6, 8):
+        step(model, optimizer)
+        saver.save_stable(Snapshot.take(state(n), model, optimizer), waypoints={4})
+    assert [checkpoint_step(p) for p in list_checkpoints(tmp_path)] == [8, 4]
+    assert [checkpoint_step(p) for p in list_checkpoints(tmp_path, at_most=7)] == [4]
+    assert saver.latest(at_most=5).loop.step == 4 and saver.latest(at_most=3) is None
+    held = Snapshot.take(state(5), model, optimizer)
+    assert stable_start(5, held, saver) is held  # nothing further saved: no file read
+    assert stable_start(9, held, saver).loop.step == 8  # a further one saved (an earlier batch's)
+    assert stable_start(3, held, saver) is None  # held and saved lie beyond: from scratch
+    assert stable_start(4, None, None) is None
+    saver.save_stable(Snapshot.take(state(5), model, optimizer))  # no waypoints left: 4 goes
+    assert [checkpoint_step(p) for p in list_checkpoints(tmp_path)] == [8, 5]
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty"])

@@ -4,6 +4,7 @@ and records where they came from; bad input is one line and exit 2."""
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError, OptionError, PlanError
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps import demo
+from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.hparams import HyperParams
 from flops_fit.sweeps.tuned import TunedLaw
 from flops_fit.tuning.cells import fit_cell
@@ -167,6 +169,24 @@ def test_flops_fit_plan_shows_the_tuned_rates(tuned, tmp_path, capsys):
     spec.write_text(SPEC_FILE.replace("min_steps = 5\n", f'min_steps = 5\nhparams = "{out}"\n'))
     assert main(["plan", str(spec)]) == 0  # the sweep-file key
     assert f"learning rates from the tuned law in {out}" in capsys.readouterr().out
+
+
+def test_a_sweep_files_relative_tune_is_read_from_the_files_folder(tuned, tmp_path, monkeypatch):
+    """A sweep file names its tune relative to itself, and plans the same from any folder."""
+    out, _ = tuned
+    folder = tmp_path / "project"
+    shutil.copytree(out, folder / "my-tune")
+    (folder / "spec.toml").write_text(SPEC_FILE + '[hparams]\ntuned = "my-tune"\n')
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    config = load_config(folder / "spec.toml")
+    assert config.options.hparams.tuned == str((folder / "my-tune").resolve())
+    (tmp_path / "absolute.toml").write_text(SPEC_FILE + f'[hparams]\ntuned = "{out}"\n')
+    lrs = [r.lr for r in flops_fit.plan(load_config(tmp_path / "absolute.toml").options).runs]
+    assert [r.lr for r in flops_fit.plan(config.options).runs] == lrs
+    (folder / "spec.toml").write_text(SPEC_FILE + '[hparams]\ntuned = "project/my-tune"\n')
+    monkeypatch.chdir(tmp_path)  # not beside the file but from the current folder: as written (as before)
+    assert load_config(folder / "spec.toml").options.hparams.tuned == "project/my-tune"
 
 
 def test_hparams_naming_a_folder_without_a_tune_is_one_line(tmp_path, capsys):

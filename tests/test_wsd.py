@@ -231,10 +231,11 @@ def test_a_later_batch_goes_on_from_its_familys_stable_state(tmp_path):
     assert (frame.loss[last.run_id], frame.curve[last.run_id]) == (alone.loss, alone.curve)
 
 
-def test_a_batch_below_a_trained_branch_retrains_the_stable_phase_as_the_accounting_says(tmp_path):
-    """Batches out of token order (an adaptive sweep may add a smaller budget after a larger one): the
-    family goes on from its latest branch's stable state only forward, and ``executed_in_order``
-    counts what is trained."""
+def test_a_batch_below_a_trained_branch_trains_only_its_cooldown_as_the_accounting_says(tmp_path):
+    """Batches out of token order (an adaptive sweep may add a smaller budget after a larger one):
+    the first batch saves each family's stable phase at the planned branch points it passes
+    (``Family.waypoints``), so a branch added below it trains only its cooldown, gives the result
+    it gets alone, and ``executed_in_order`` counts what is trained."""
     from flops_fit.sweeps.driver import run_plan
     from flops_fit.training.wsd import executed_in_order
 
@@ -243,14 +244,24 @@ def test_a_batch_below_a_trained_branch_retrains_the_stable_phase_as_the_account
     rest = [r for r in p.runs if r.budget < 8e7]
     options = {"show_progress": False, "skip_parity": True, "host": HOST}
     run_plan(p, tmp_path, only={r.run_id for r in late}, **options)
+    family = tmp_path / "checkpoints" / late[0].family
+    saved = sorted(path.name for path in family.iterdir())
+    waypoints = {r.cooldown_start for r in rest if r.family == late[0].family}
+    assert len(saved) == len(waypoints) + 1 and waypoints  # every planned point passed, and the furthest
     run_plan(p, tmp_path, resume=True, only={r.run_id for r in p.runs}, **options)
     with RunStore(tmp_path) as store:
         trained = {row["run_id"]: row["steps_trained"] for row in store.accounting()}
+        frame = store.runs_frame().set_index("run_id")
     order = late + sorted(rest, key=lambda r: (r.family, r.tokens))  # each batch's family in token order
     expected = executed_in_order(order)
     for r in p.runs:  # to the run's last step, which is trimmed to its tokens
         step = r.batch_size * r.seq_len * r.flops_per_unit
         assert 0 <= trained[r.run_id] * step - expected[r.run_id] < step
-    assert trained[next(r.run_id for r in order if r.budget == 2e7 and r.family == late[0].family)] > 0
-    assert sum(expected.values()) > sum(executed_flops(p.runs).values())  # out of order costs more
+    back = next(r for r in order if r.budget == 2e7 and r.family == late[0].family)
+    assert trained[back.run_id] == back.steps - back.cooldown_start  # its cooldown, nothing more
+    assert frame.timings[back.run_id]["stable_steps_reused"] == back.cooldown_start
+    assert sum(expected.values()) == pytest.approx(sum(executed_flops(p.runs).values()))  # as cheap as in order
     assert executed_in_order(sorted(p.runs, key=lambda r: r.tokens)) == executed_flops(p.runs)
+    alone = train(back, host=HOST)
+    assert (frame.loss[back.run_id], frame.curve[back.run_id]) == (alone.loss, alone.curve)
+    assert not family.exists()  # every branch stored: the family's states are removed

@@ -440,9 +440,9 @@ def plan_keys(plan: Any) -> dict[Key, Any]:
 
 def plan_spend(plan: Any) -> Callable[[Iterable[Key]], float]:
     """FLOPs the plan's runs (budget, size) execute when trained in the order given, each once (WSD:
-    a family goes on from the stable state its latest branch left, so a budget added below one
-    already trained retrains its stable phase: ``wsd.executed_in_order``). ``plan``: a Plan or its
-    runs (``RunStore.planned_runs()``)."""
+    a family goes on from the furthest stable state it reached and keeps its state at the plan's
+    branch points it passes, so a budget added below one already trained costs its cooldowns:
+    ``wsd.executed_in_order``). ``plan``: a Plan or its runs (``RunStore.planned_runs()``)."""
     by = plan_keys(plan)
 
     def spend(keys: Iterable[Key]) -> float:

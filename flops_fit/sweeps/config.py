@@ -45,7 +45,8 @@ def sweep_keys() -> list[str]:
 
 def parse_config(data: dict[str, Any], source: str = "config", base: str | Path | None = None) -> SweepConfig:
     """Validate a configuration mapping (the TOML document) and build its SweepOptions;
-    ``base`` is the folder relative ``[train]`` paths start from (the sweep file's)."""
+    ``base`` is the folder relative ``[train]`` paths (and a tune's, where found there) start
+    from (the sweep file's)."""
     unknown = sorted(set(data) - set(TABLES))
     if unknown:
         raise ConfigError(f"{source}: unknown table(s) {unknown}; the tables are {list(TABLES)}")
@@ -76,6 +77,8 @@ def parse_config(data: dict[str, Any], source: str = "config", base: str | Path 
         values["trainer"]["workdir"] = str(Path(base, workdir).resolve())  # the command's paths are the file's
     if tuned is not None:
         values["hparams"].update(tuned=tuned, lr_rule="tuned")
+    if base is not None and isinstance(values["hparams"].get("tuned"), str):
+        values["hparams"]["tuned"] = _from_file(base, values["hparams"]["tuned"])
     try:
         options = SweepOptions.build(**values)
     except PlanError as exc:
@@ -86,6 +89,13 @@ def parse_config(data: dict[str, Any], source: str = "config", base: str | Path 
         raise ConfigError(f"{source}: [executor] name must be an executor's name (see `flops-fit executors`), "
                           f"got {name!r}")
     return SweepConfig(options, out, checkpoint_dir, name, executor)
+
+
+def _from_file(base: str | Path, path: str) -> str:
+    """A relative path in a sweep file, read from the file's folder where it is there (a sweep
+    file runs from any folder), else as written (from the current folder, as before)."""
+    beside = Path(base, path)
+    return str(beside.resolve()) if path and not Path(path).is_absolute() and beside.exists() else path
 
 
 def load_config(path: str | Path) -> SweepConfig:

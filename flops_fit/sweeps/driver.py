@@ -289,7 +289,9 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     with api.create_executor(executor, host=host, **options) as runner:
         if hasattr(runner, "use_sweep_folder"):  # an executor that keeps files (SLURM's job logs)
             runner.use_sweep_folder(out_dir)
-        for item, item_outcome in runner.map(task, work_items(todo, stack=plan.options.stack_runs)):
+        chosen = {r.run_id for r in todo}
+        later = [r for r in unfinished if r.run_id not in chosen]  # a later batch's (``only``): waypoints
+        for item, item_outcome in runner.map(task, work_items(todo, stack=plan.options.stack_runs, later=later)):
             for spec, outcome in item_outcomes(item, item_outcome):
                 result = outcome if isinstance(outcome, RunResult) else RunResult(
                     run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",

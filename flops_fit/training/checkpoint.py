@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,13 +70,22 @@ def checkpoint_path(directory: str | Path, step: int) -> Path:
     return Path(directory) / f"step-{step:09d}.safetensors"
 
 
-def list_checkpoints(directory: str | Path) -> list[Path]:
-    """The folder's checkpoint files, newest (highest step) first."""
+def list_checkpoints(directory: str | Path, at_most: int | None = None) -> list[Path]:
+    """The folder's checkpoint files (at step ``at_most`` or before, if given), newest (highest
+    step) first."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     found = [(int(m.group(1)), directory / name) for name in os.listdir(directory) if (m := PATTERN.match(name))]
-    return [path for _, path in sorted(found, reverse=True)]
+    return [path for step, path in sorted(found, reverse=True) if at_most is None or step <= at_most]
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The step a checkpoint file was saved at, from its name."""
+    match = PATTERN.match(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path} is not named like a checkpoint (step-<N>.safetensors)")
+    return int(match.group(1))
 
 
 class Checkpointer:
@@ -83,7 +93,7 @@ class Checkpointer:
     newest ``keep`` (only where ``writer``: one process of a run writes), ``load`` the newest
     that validates into a freshly built model and optimizer. ``run_id`` is checked on reading."""
 
-    def __init__(self, folder: str | Path, run_id: str, *, keep: int = 2, writer: bool = True) -> None:
+    def __init__(self, folder: str | Path, run_id: str, *, keep: int | None = 2, writer: bool = True) -> None:
         self.folder, self.run_id, self.keep, self.writer = Path(folder), run_id, keep, writer
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: LoopState) -> None:
@@ -96,16 +106,28 @@ class Checkpointer:
         return snapshot.restore(model, optimizer) if snapshot else None
 
     def save_snapshot(self, snapshot: Snapshot) -> Path:
-        """Write ``snapshot`` as ``step-<N>.safetensors``, atomically; prune all but the newest ``keep``."""
+        """Write ``snapshot`` as ``step-<N>.safetensors``, atomically; prune all but the newest
+        ``keep`` (none with ``keep=None``)."""
         path = write_checkpoint(self.folder, snapshot)
-        for old in list_checkpoints(self.folder)[self.keep:]:
+        for old in list_checkpoints(self.folder)[self.keep:] if self.keep is not None else []:
             old.unlink(missing_ok=True)
         return path
 
-    def latest(self) -> Snapshot | None:
-        """The newest checkpoint that validates, or None; every newer one that does not is
-        reported with a ``CheckpointWarning`` (and left for the next save to prune)."""
-        for path in list_checkpoints(self.folder):
+    def save_stable(self, snapshot: Snapshot, waypoints: Collection[int] = ()) -> None:
+        """Save a WSD family's stable state (where ``writer``) and remove the saved ones before it
+        that no branch needs any more: a family trains its branches in token order, so only a later
+        batch's branches (at ``waypoints``) lie before it."""
+        if self.writer:
+            self.save_snapshot(snapshot)
+            for path in list_checkpoints(self.folder, snapshot.loop.step - 1):
+                if checkpoint_step(path) not in waypoints:
+                    path.unlink(missing_ok=True)
+
+    def latest(self, at_most: int | None = None) -> Snapshot | None:
+        """The newest checkpoint (at step ``at_most`` or before, if given) that validates, or
+        None; every newer one that does not is reported with a ``CheckpointWarning`` (and left
+        for the next save to prune)."""
+        for path in list_checkpoints(self.folder, at_most):
             try:
                 return read_checkpoint(path, run_id=self.run_id)
             except CheckpointError as exc:
@@ -115,6 +137,18 @@ class Checkpointer:
     def save_weights(self, path: str | Path, model: torch.nn.Module) -> None:
         if self.writer:
             save_weights(path, model)
+
+
+def stable_start(cooldown_start: int, held: Snapshot | None, saved: Checkpointer | None) -> Snapshot | None:
+    """The furthest stable state of a WSD family at or before a branch's ``cooldown_start``: the one
+    held in memory, or a newer one saved in the family's folder (an earlier batch's), read only
+    then; None: the branch trains its stable phase from scratch."""
+    held = held if held is not None and held.loop.step <= cooldown_start else None
+    files = list_checkpoints(saved.folder, cooldown_start) if saved else []
+    if files and (held is None or checkpoint_step(files[0]) > held.loop.step):
+        found = saved.latest(at_most=cooldown_start)
+        return found if found is not None and (held is None or found.loop.step > held.loop.step) else held
+    return held
 
 
 def write_checkpoint(directory: str | Path, snapshot: Snapshot) -> Path:

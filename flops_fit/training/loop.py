@@ -18,7 +18,7 @@ import contextlib
 import math
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -57,8 +57,8 @@ def checkpointer(policy: CheckpointPolicy, run_id: str, parallel: OneProcess) ->
 
 def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None,
           checkpoints: CheckpointPolicy | None = None, start: Snapshot | None = None,
-          on_stable: Callable[[Snapshot], None] | None = None, tracker: RunTracker | None = None,
-          parallel: OneProcess | None = None) -> RunResult:
+          on_stable: Callable[[Snapshot], None] | None = None, stable_at: Collection[int] = (),
+          tracker: RunTracker | None = None, parallel: OneProcess | None = None) -> RunResult:
     """Train ``spec`` and return its result; divergence gives ``status="failed"``.
 
     ``progress(run_id, done, total, train_loss)`` hears about the run as it trains (an
@@ -72,7 +72,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
 
     A WSD branch may ``start`` from a stable phase of its family at or before its cooldown
     start (unless it has its own checkpoint), and hands its own to ``on_stable`` when its
-    cooldown starts; either way its result is the one it would have trained from scratch.
+    cooldown starts, and at each of the steps ``stable_at`` before it (its family's waypoints);
+    either way its result is the one it would have trained from scratch.
 
     ``parallel`` is this process's part of a run spread over several (``training.strategies``).
     """
@@ -121,7 +122,8 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     try:
         model.train()
         for step in range(start_step, spec.steps):
-            if step == spec.cooldown_start and on_stable is not None and spec.schedule == "wsd":
+            if on_stable is not None and spec.schedule == "wsd" and (
+                    step == spec.cooldown_start or (step < spec.cooldown_start and step in stable_at)):
                 on_stable(Snapshot.take(_state(spec.family, result, batches, losses), model, optimizer))
             t0 = time.perf_counter()
             rows = min(spec.batch_size, (spec.tokens - result.tokens) // per_sample)

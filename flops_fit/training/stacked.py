@@ -48,7 +48,13 @@ from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.tracking.base import RunTracker
 from flops_fit.tracking.options import Destination
-from flops_fit.training.checkpoint import Checkpointer, CheckpointPolicy, load_result, save_result
+from flops_fit.training.checkpoint import (
+    Checkpointer,
+    CheckpointPolicy,
+    load_result,
+    save_result,
+    stable_start,
+)
 from flops_fit.training.data import Batches, check_sequence_length, gather
 from flops_fit.training.loop import (
     _continue,
@@ -151,7 +157,7 @@ def stack_items(items: list[Any], limit: int) -> list[Any]:
     groups: dict[Any, list[Any]] = {}
     for n, item in enumerate(items):
         runs = item.runs if isinstance(item, Family) else (item,)
-        if not all(stackable(r) for r in runs):
+        if not all(stackable(r) for r in runs) or getattr(item, "waypoints", ()):  # waypoints: trained alone
             key: Any = ("alone", n)
         elif isinstance(item, Family):
             key = ("family", tuple(shape_key(r) for r in runs))
@@ -188,24 +194,20 @@ def train_stacked_families(group: StackedFamilies, progress: ProgressSink = igno
     """Each branch of the families trained together, shortest first, each from its own family's
     stable state at or before its cooldown start (as ``training.task.train_family`` alone; the
     stable states saved in each family's folder); outcomes in ``group.runs``' order."""
-    stable = {f.run_id: Checkpointer(checkpoints.run_dir(f.run_id), f.run_id, keep=1) for f in group.families} \
+    stable = {f.run_id: Checkpointer(checkpoints.run_dir(f.run_id), f.run_id, keep=None) for f in group.families} \
         if checkpoints else {}
     latest: dict[str, Snapshot] = {}
-    for family_id, saver in stable.items():
-        if (saved := saver.latest()) is not None:
-            latest[family_id] = saved
 
     def keep(snapshots: list[Snapshot]) -> None:
         for snapshot in snapshots:
             latest[snapshot.loop.run_id] = snapshot
             if snapshot.loop.run_id in stable:
-                stable[snapshot.loop.run_id].save_snapshot(snapshot)
+                stable[snapshot.loop.run_id].save_stable(snapshot)
 
     outcomes = _finished(group.runs, checkpoints)
     for branches in zip(*(f.runs for f in group.families), strict=True):
         todo = [s for s in branches if s.run_id not in outcomes]
-        starts = [latest.get(s.family) for s in todo]
-        starts = [s if s is not None and s.loop.step <= spec.cooldown_start else None for s, spec in zip(starts, todo)]
+        starts = [stable_start(s.cooldown_start, latest.get(s.family), stable.get(s.family)) for s in todo]
         found = train_group(todo, progress, host=host, checkpoints=checkpoints, tracking=tracking, starts=starts,
                             on_stable=keep)
         outcomes.update(zip([s.run_id for s in todo], found, strict=True))

@@ -19,7 +19,13 @@ from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.store.runs import RunResult
 from flops_fit.tracking.base import RunTracker
 from flops_fit.tracking.options import Destination
-from flops_fit.training.checkpoint import Checkpointer, CheckpointPolicy, load_result, save_result
+from flops_fit.training.checkpoint import (
+    Checkpointer,
+    CheckpointPolicy,
+    load_result,
+    save_result,
+    stable_start,
+)
 from flops_fit.training.command import TrainCommand
 from flops_fit.training.external import train_external
 from flops_fit.training.launch import processes_per_run, run_ranks
@@ -42,12 +48,13 @@ from flops_fit.training.wsd import Family, executed_flops, families
 STEP_OVERHEAD_FLOPS = 1e9
 
 
-def work_items(runs: list[Any], stack: int = 1) -> list[Any]:
+def work_items(runs: list[Any], stack: int = 1, later: list[Any] = ()) -> list[Any]:
     """What the executor runs: cosine runs as they are (plan order), WSD runs grouped into
     families, the longest family first so that parallel workers finish together (a family's
     length: its executed FLOPs plus a fixed cost per step, since a small model's many cheap steps
     take longer than its FLOPs say); with ``stack`` > 1, up to that many runs (or families) that
-    differ only in learning rate or seed in one program (``training.stacked``)."""
+    differ only in learning rate or seed in one program (``training.stacked``). ``later``: the
+    planned runs a later batch trains (``Family.waypoints``)."""
     cosine = [r for r in runs if r.schedule != "wsd"]
     cost = executed_flops(runs)
 
@@ -55,7 +62,7 @@ def work_items(runs: list[Any], stack: int = 1) -> list[Any]:
         return sum(cost[r.run_id] * (1 + STEP_OVERHEAD_FLOPS * r.steps / (r.tokens * r.flops_per_unit))
                    for r in family.runs)
 
-    grouped = sorted(families(r for r in runs if r.schedule == "wsd"), key=lambda f: -length(f))
+    grouped = sorted(families((r for r in runs if r.schedule == "wsd"), later), key=lambda f: -length(f))
     return stack_items([*grouped, *cosine], stack)
 
 
@@ -142,27 +149,27 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
     With ``checkpoints``, each stable state is also saved in the family's folder and each
     finished branch's result beside its checkpoints, so a family killed at any point goes
     on from there: finished branches are not trained again, the next one starts from the
-    saved stable state (or its own newer checkpoint)."""
+    saved stable state (or its own newer checkpoint). The stable phase is also saved at the
+    family's ``waypoints`` and kept there: a later batch's branch starts from it (the driver
+    removes the folder once no planned branch of the family is left)."""
     writer = parallel is None or parallel.writer
-    stable = checkpoints and Checkpointer(checkpoints.run_dir(family.run_id), family.run_id, keep=1, writer=writer)
+    stable = checkpoints and Checkpointer(checkpoints.run_dir(family.run_id), family.run_id, keep=None, writer=writer)
     latest: list[Snapshot] = []  # the newest stable phase, kept while the next branch needs it
-    if stable and (saved := stable.latest()) is not None:
-        latest.append(saved)
 
     def keep(snapshot: Snapshot) -> None:
         latest[:] = [snapshot]
-        if stable and writer:
-            stable.save_snapshot(snapshot)
+        if stable:
+            stable.save_stable(snapshot, family.waypoints)
 
     outcomes: list[Any] = []
     for spec in family.runs:
         if checkpoints and (finished := load_result(checkpoints.run_dir(spec.run_id), spec.run_id)):
             outcomes.append(finished)
             continue
-        start = next((s for s in latest if s.loop.step <= spec.cooldown_start), None)
+        start = stable_start(spec.cooldown_start, latest[0] if latest else None, stable or None)
         try:
             outcome = train_tracked(spec, progress, tracking=tracking, host=host, checkpoints=checkpoints,
-                                    start=start, on_stable=keep, parallel=parallel)
+                                    start=start, on_stable=keep, stable_at=family.waypoints, parallel=parallel)
         except Exception as exc:  # noqa: BLE001 - a failed branch is a result; the family goes on
             outcome = exc
         outcomes.append(outcome)

@@ -20,10 +20,14 @@ from flops_fit.store.runs import RunSpec
 @dataclass(frozen=True)
 class Family:
     """The branches of one stable phase, shortest first: the unit a WSD sweep hands to an
-    executor, so that one worker trains the stable phase once. ``device``, ``params`` and
-    ``processes_per_run`` are the runs' own, for executors that size resources from them."""
+    executor, so that one worker trains the stable phase once. ``waypoints`` are the stable
+    steps (cooldown starts) of the family's planned branches that a later batch trains (an
+    adaptive sweep's): the stable phase is saved there as it passes, so such a branch trains only
+    its cooldown. ``device``, ``params`` and ``processes_per_run`` are the runs' own, for
+    executors that size resources from them."""
 
     runs: tuple[RunSpec, ...]
+    waypoints: tuple[int, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -42,16 +46,22 @@ class Family:
         return self.runs[0].processes_per_run
 
 
-def families(runs: Iterable[RunSpec]) -> list[Family]:
+def families(runs: Iterable[RunSpec], later: Iterable[RunSpec] = ()) -> list[Family]:
     """Group WSD runs by family, each family's branches in token order, the families in
-    order of first appearance."""
+    order of first appearance; ``later``: planned runs a later batch trains, whose cooldown
+    starts become their family's waypoints."""
     groups: dict[str, list[RunSpec]] = {}
     for run in runs:
         if run.schedule != "wsd":
             raise ValueError(f"run {run.run_id} has schedule {run.schedule!r}, not 'wsd': it has no family")
         groups.setdefault(run.family, []).append(run)
-    return [Family(tuple(sorted(group, key=lambda r: (r.cooldown_start, r.steps, r.tokens))))
-            for group in groups.values()]
+    points: dict[str, set[int]] = {}
+    for run in later:
+        if run.schedule == "wsd" and run.family in groups:
+            points.setdefault(run.family, set()).add(run.cooldown_start)
+    return [Family(tuple(sorted(group, key=lambda r: (r.cooldown_start, r.steps, r.tokens))),
+                   tuple(sorted(points.get(family, ()))))
+            for family, group in groups.items()]
 
 
 def stable_tokens(run: RunSpec) -> int:
@@ -70,18 +80,19 @@ def executed_flops(runs: Iterable[RunSpec]) -> dict[str, float]:
 
 
 def executed_in_order(runs: Iterable[RunSpec]) -> dict[str, float]:
-    """FLOPs each run adds when trained in the order given, each family going on from the stable
-    state its latest branch left (what a sweep trained in batches keeps: an adaptive sweep's
-    rounds): a branch whose cooldown starts at or after that state trains only the stretch beyond
-    it, one that starts before trains its stable phase from scratch (``executed_flops``: the
-    families in token order)."""
+    """FLOPs each run adds when trained in the order given, as a sweep trained in batches does
+    (an adaptive sweep's rounds, every run of them planned from the start): each family goes on
+    from the furthest stable state it reached, and keeps its state at every planned branch point
+    it passes (``Family.waypoints``), so a branch whose cooldown starts at or before the state
+    reached trains only its cooldown, one that starts beyond it the stretch of stable phase up
+    to its cooldown start too (``executed_flops``: the families in token order)."""
     out: dict[str, float] = {}
-    reached: dict[str, int] = {}  # family -> stable units of its latest branch
+    reached: dict[str, int] = {}  # family -> the furthest stable units trained
     for run in runs:
         if run.schedule != "wsd":
             out[run.run_id] = run.flops
             continue
         stable, before = stable_tokens(run), reached.get(run.family, 0)
-        out[run.run_id] = (stable - (before if stable >= before else 0) + run.tokens - stable) * run.flops_per_unit
-        reached[run.family] = stable
+        out[run.run_id] = (max(stable - before, 0) + run.tokens - stable) * run.flops_per_unit
+        reached[run.family] = max(stable, before)
     return out
