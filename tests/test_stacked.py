@@ -22,7 +22,7 @@ from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
 from flops_fit.training.loop import train
 from flops_fit.training.stacked import Stack, StackedFamilies, _Lanes, stack_items, train_stacked
 from flops_fit.training.task import train_family, train_item, work_items
-from flops_fit.training.wsd import families
+from flops_fit.training.wsd import Family, families
 
 HOST = sweep_support.host()
 TOLERANCE = 1e-5  # fp32 on CPU: the bound on a curve trained together against alone
@@ -139,6 +139,13 @@ def test_same_shape_items_are_grouped_and_split_evenly():
     grouped = work_items(runs, stack=4)
     assert all(isinstance(i, StackedFamilies) for i in grouped)
     assert sorted(len(i.families) for i in grouped) == [2] * len(families(wsd))
+    # a family that saves its stable phase for a later batch (waypoints, below its branches) trains alone
+    later = [r for r in runs if r.budget < 8e7]
+    batch = work_items([r for r in runs if r.budget == 8e7], stack=4, later=later)
+    alone = [i for i in batch if isinstance(i, Family)]
+    assert alone and all(i.waypoints for i in alone)
+    assert all(not any(f.waypoints for f in i.families) for i in batch if isinstance(i, StackedFamilies))
+    assert not any(f.waypoints for f in families([r for r in runs if r.budget < 8e7], [r for r in runs if r.budget == 8e7]))
 
 
 def test_stacked_families_branch_like_families_alone(tmp_path):

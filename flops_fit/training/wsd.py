@@ -49,7 +49,7 @@ class Family:
 def families(runs: Iterable[RunSpec], later: Iterable[RunSpec] = ()) -> list[Family]:
     """Group WSD runs by family, each family's branches in token order, the families in
     order of first appearance; ``later``: planned runs a later batch trains, whose cooldown
-    starts become their family's waypoints."""
+    starts within the family's stable phase become its waypoints."""
     groups: dict[str, list[RunSpec]] = {}
     for run in runs:
         if run.schedule != "wsd":
@@ -60,7 +60,7 @@ def families(runs: Iterable[RunSpec], later: Iterable[RunSpec] = ()) -> list[Fam
         if run.schedule == "wsd" and run.family in groups:
             points.setdefault(run.family, set()).add(run.cooldown_start)
     return [Family(tuple(sorted(group, key=lambda r: (r.cooldown_start, r.steps, r.tokens))),
-                   tuple(sorted(points.get(family, ()))))
+                   tuple(sorted(p for p in points.get(family, ()) if p < max(r.cooldown_start for r in group))))
             for family, group in groups.items()]
 
 
