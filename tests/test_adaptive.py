@@ -181,7 +181,10 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
     out = capsys.readouterr().out
     assert "first batch: the 4 smallest budgets 4e+12, 8e+12, 1.6e+13, 3.2e+13" in out and "n_opt<=1.4x" in out
     assert "Note: n_opt<=1.4x is narrower than any forecast's N_opt interval" in out
-    assert "forecast" in out
+    assert "forecast" in out and "the other 1 (its 5 planned sizes)" in out  # default: 5 per budget
+    assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13,6.4e13", "--span", "16",
+                 "--seq-len", "64", "--tokens-per-param", "100", "--sizes-per-budget", "7", "--adaptive"]) == 0
+    assert "the other 1 (5 sizes around the fitted N_opt)" in capsys.readouterr().out
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive", "--until", "loss<=2"]) == 2
 
 

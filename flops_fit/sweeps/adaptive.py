@@ -461,9 +461,12 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
     first = initial_choices(pool, spend, start)
     keys = [k for c in first for k in c.keys]
     total = spend(plan_keys(plan))
+    rest = [b for b in pool if b not in {c.budget for c in first}]
+    most = max((len(pool[b]) for b in rest), default=sizes)  # a budget planned with fewer sizes gives them all
+    each = f"{sizes} sizes around the fitted N_opt" if most > sizes else f"its {most} planned sizes"
     return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{c.budget:.3g}' for c in first)}: "
             f"{len(keys)} runs, {spend(keys):.3g} FLOPs ({spend(keys) / total:.0%} of the grid's {total:.3g}); then "
-            f"one budget at a time of the other {len(pool) - start} ({sizes} sizes around the fitted N_opt), the one "
+            f"one budget at a time of the other {len(rest)} ({each}), the one "
             f"expected to shrink the forecast's interval of N_opt at the target {target:.3g} most per FLOP; stops "
             f"when {rule} holds (read from the forward-chained forecast after each batch; no forecast, no stop) "
             f"or every budget is trained" + (f". Note: {note}" if (note := rule.unreachable()) else ""))
