@@ -13,6 +13,7 @@ import copy
 import multiprocessing
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
@@ -455,8 +456,22 @@ def _weight(unit: Sequence[tuple]) -> float:
 def _longest_first(pool: ProcessPoolExecutor, fn: Any, units: Sequence[Any], weights: Sequence[float]) -> list[Any]:
     """``fn`` over ``units`` on ``pool``, submitted heaviest first, the results in the units' order."""
     order = sorted(range(len(units)), key=lambda i: -weights[i])
-    futures = {i: pool.submit(fn, units[i]) for i in order}
-    return [futures[i].result() for i in range(len(units))]
+    with _named_breakage():
+        futures = {i: pool.submit(fn, units[i]) for i in order}
+        return [futures[i].result() for i in range(len(units))]
+
+
+@contextmanager
+def _named_breakage():
+    """A worker process that dies (a script without a main guard, memory) as one line with the fix."""
+    try:
+        yield
+    except BrokenProcessPool:
+        raise FitInputError(
+            "a fitting worker process (workers > 1) stopped before it returned. A script "
+            "that fits with workers > 1 must start its work under `if __name__ == \"__main__\":` (each worker "
+            "imports the script again), and each worker needs memory of its own; or fit with workers=1"
+        ) from None
 
 
 def _map(fn: Any, *columns: Sequence[Any], workers: int) -> list[Any]:
@@ -465,7 +480,8 @@ def _map(fn: Any, *columns: Sequence[Any], workers: int) -> list[Any]:
     shared = _SHARED.get()
     if shared is None or workers <= 1 or len(columns[0]) < 2:
         return [fn(*row) for row in zip(*columns, strict=True)]
-    return list(shared.pool(workers).map(fn, *columns))
+    with _named_breakage():
+        return list(shared.pool(workers).map(fn, *columns))
 
 
 def _fit_or_reason(approach: Fitter, runs: Runs) -> Any:
