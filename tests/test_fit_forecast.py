@@ -201,8 +201,11 @@ def test_the_error_slope_is_the_rms_of_log_error_over_log_ratio():
 
 def test_target_reaches_the_forecast_and_a_bad_target_is_refused(forecast_json, capsys):
     # holdout "largest" without bootstrap keeps this quick; the forecast is asked of "forward" only
-    f = fit(str(forecast_json), method="all", holdout="forward", bootstrap=0, target=3e21).forecast
+    heard = []
+    f = fit(str(forecast_json), method="all", holdout="forward", bootstrap=0, target=3e21, progress=heard.append).forecast
     assert f.target == pytest.approx(3e21) and f.ratio == pytest.approx(30)
+    assert [stage.split(" ")[0] for stage in heard] == ["fitting", "held-out", "the"]  # each stage as it starts
+    assert "to 28 runs" in heard[0] and "at 3e+21 FLOPs" in heard[2]
     for bad in (0.0, -1e21, float("nan")):
         with pytest.raises(flops_fit.FitInputError, match="target must be a positive budget"):
             fit(str(forecast_json), method="isoflop", bootstrap=0, target=bad)
@@ -269,3 +272,24 @@ def test_the_summary_leads_with_the_answer_in_a_few_lines_and_verbose_adds_the_d
     assert len(verbose.splitlines()) > 2 * len(lines)
     shown = repr(fitted)
     assert len(shown) < 300 and "<Forecast at C = 1e+21" in shown and "\n" not in shown
+
+
+def test_the_cli_shows_a_fits_stages_on_a_terminal_only(forecast_json, capsys, monkeypatch):
+    import io
+
+    from flops_fit.cli import fit as fit_cli
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    show = fit_cli.stages(terminal)
+    show("fitting 2 method(s) to 28 runs")
+    assert terminal.getvalue() == "flops-fit: [   0 s] fitting 2 method(s) to 28 runs ...\n"
+    assert fit_cli.stages(io.StringIO()) is None  # a pipe or a log: the answer alone
+    monkeypatch.setattr(fit_cli.sys, "stderr", terminal)
+    assert main(["fit", str(forecast_json), "--method", "isoflop", "--bootstrap", "0", "--holdout", "largest"]) == 0
+    lines = terminal.getvalue().splitlines()[1:]
+    assert [line.split("] ")[1].split(" ")[0] for line in lines] == ["fitting", "held-out"]
+    assert capsys.readouterr().out.startswith("Approach 2")

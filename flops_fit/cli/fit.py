@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import flops_fit
 from flops_fit.errors import NoFitError
@@ -97,7 +100,7 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_report)
 
 
-def _fit(args: argparse.Namespace):
+def _fit(args: argparse.Namespace, progress: Any = None):
     return flops_fit.fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
                          curve=args.curve, holdout=args.holdout, metric=args.metric, scale=args.scale,
                          focus=args.focus, target=args.target, params_col=args.params_col,
@@ -105,7 +108,19 @@ def _fit(args: argparse.Namespace):
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking, workers=args.workers,
                          unique_tokens=args.unique_tokens, curve_metric=args.curve_metric,
-                         experiment=args.experiment, all_rates=args.all_rates)
+                         experiment=args.experiment, all_rates=args.all_rates, progress=progress)
+
+
+def stages(stream: Any) -> Any:
+    """A fit's stages, each on its own line with the seconds so far, where ``stream`` is a terminal
+    (a report can fit for minutes); None elsewhere (pipes, logs, tests read the answer alone)."""
+    if not stream.isatty():
+        return None
+    start = time.perf_counter()
+
+    def show(stage: str) -> None:
+        print(f"flops-fit: [{time.perf_counter() - start:4.0f} s] {stage} ...", file=stream, flush=True)
+    return show
 
 
 def _cmd_fit(args: argparse.Namespace) -> int:
@@ -116,7 +131,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.total_flops and tokens is None:
         raise flops_fit.FitInputError("--total-flops goes with --inference-tokens T (the tokens the model will serve)")
     at = _planned(args)
-    fitted = _fit(args)
+    fitted = _fit(args, stages(sys.stderr))
     planned = fitted.loss_at(*at) if at else None  # before anything is printed: a fit without a law says so alone
     if args.plots:
         flops_fit.plot_fit(fitted, args.plots, target=args.target)
@@ -166,12 +181,15 @@ def default_report_path(source: str) -> Path:
 def _cmd_report(args: argparse.Namespace) -> int:
     at = _planned(args)
     out = Path(args.out) if args.out else default_report_path(args.source)
+    show = stages(sys.stderr)
     try:
-        fitted = _fit(args)
+        fitted = _fit(args, show)
     except NoFitError as exc:  # a page that says why, not just an error line
         exc.source = args.source
         print(f"report written to {flops_fit.write_report(exc, out)}")
         raise
+    if show is not None:
+        show(f"drawing the report's figures into {out}")
     path = flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens)
     print(summary(fitted, None, args.verbose))
     print(f"report written to {path}")

@@ -7,6 +7,7 @@ a new method subclasses ``Approach`` and is added there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         level: float = 0.95, curve: str = "slice", holdout: str | float | None = None,
         metric: str | None = None, scale: str = "params", focus: str = "all", target: float | None = None,
         tracking: Any = None, workers: int = 1, unique_tokens: float | None = None,
-        **options: Any) -> FitResult | FitSet:
+        progress: Callable[[str], None] | None = None, **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
     Methods: "envelope" (Approach 1, needs curves), "isoflop" (Approach 2; ``curve`` is
@@ -89,6 +90,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     data-constrained law instead
     (``data_limit``, Muennighoff et al. 2023: repeated tokens decay in worth), "all" adds it, and
     every forecast and sizing reads that law.
+
+    ``progress(stage)`` hears each stage as it starts (the fits, the held-out checks, the
+    forecast's chaining): what the CLI shows while a long fit runs.
     """
     if isinstance(holdout, str) and holdout.lower() == "none":  # the CLI's --holdout none
         holdout = None
@@ -129,7 +133,10 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                  tuple(DataLimited.name if m in ("parametric", "vpnls") else m for m in names))
     approaches = [kinds[m].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve, focus=focus,
                                       unique_tokens=unique) for m in names]
+    progress = progress or (lambda stage: None)
     with shared_refits():  # one pool of workers for the fits and refits; the chaining reuses the checks' refits
+        progress(f"fitting {len(approaches)} method(s) to {len(runs.frame)} runs"
+                 + (f" with {bootstrap} bootstrap resamples" if bootstrap else ""))
         results, skipped = {}, {}
         checked = sorted({*default_budgets(runs), *budget_groups(runs)[0].tolist(),  # the tables', the swept, the target
                           *([float(target)] if target is not None else [])})
@@ -149,6 +156,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         if not results:
             raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
         if holdout is not None:
+            progress(f"held-out checks ({holdout}): each method refitted without the budgets it predicts")
             checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
                                     bootstrap=bootstrap, seed=seed, level=level, workers=workers)
             for name, items in checks.items():
@@ -157,6 +165,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         if method == "all" and holdout == "forward":
             chosen = float(target) if target is not None else default_target(runs)
             base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
+            progress(f"the forecast at {chosen:.3g} FLOPs: every method on every scale scored by forward chaining")
             try:
                 fitted.forecast = forecast([a for a in approaches if a.name in results], base, chosen, curve=curve,
                                            workers=workers, level=level)
