@@ -18,7 +18,7 @@ from flops_fit.fitting.approaches.approach import Approach
 from flops_fit.fitting.approaches.curve_law import CurveLaw
 from flops_fit.fitting.approaches.data_limit import DataLimited, check_unique_tokens
 from flops_fit.fitting.approaches.envelope import Envelope
-from flops_fit.fitting.approaches.fit_set import NO_FORECAST, FitSet
+from flops_fit.fitting.approaches.fit_set import NO_FORECAST, FitSet, fresh_data_caveat
 from flops_fit.fitting.approaches.interaction import Interaction
 from flops_fit.fitting.approaches.isoflop import Isoflop
 from flops_fit.fitting.approaches.parametric import Parametric
@@ -171,6 +171,10 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                                            workers=workers, level=level)
             except FitInputError as exc:  # the fits stand without it; say why there is no forecast
                 fitted.warnings.append(f"{NO_FORECAST}{exc}")
+            data = unique if unique is not None else runs.metadata.get("unique_tokens")  # a sweep records it
+            if fitted.forecast is not None and data is not None and \
+                    (caveat := fresh_data_caveat(fitted.forecast, float(data), results)) is not None:
+                fitted.warnings.append(caveat)
         elif method == "all" and holdout == "each":
             fitted.warnings.append(f"{NO_FORECAST}leaving one budget out tests interpolation; the forecast is chosen by "
                                    "forward chaining (holdout='forward', --holdout forward)")

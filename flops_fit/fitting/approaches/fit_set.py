@@ -75,6 +75,7 @@ class FitSet(Presentable):
         withheld = self.withheld  # a forecast asked for and withheld: its reason is said first
         if self.forecast is not None:
             parts = [forecast_headline(self.forecast)]
+            parts += [f"Note: {w}." for w in self.warnings if w.startswith(FRESH_DATA)]
         else:
             parts = [withheld[0].upper() + withheld[1:]] if withheld else []
         parts += [self.answer_table(), *skipped]
@@ -82,7 +83,7 @@ class FitSet(Presentable):
             misses = holdout_misses(self.holdout)
             parts.append("Held-out check: " + ("; ".join(misses) if misses else
                                                "every observed value at the held-out budget lies inside its interval") + ".")
-        others = len(self.warnings) - (withheld is not None)
+        others = len([w for w in self.warnings if not w.startswith((NO_FORECAST, FRESH_DATA))])
         if others:
             parts.append(f"{others} warning(s) and every method's details: --verbose, or the report")
         return "\n\n".join(parts)
@@ -112,6 +113,24 @@ class FitSet(Presentable):
 
 
 NO_FORECAST = "no forecast: "  # the warning that says why a forecast asked for is withheld
+FRESH_DATA = "the forecast assumes fresh data: "  # the warning of a forecast whose D_opt outruns the data
+
+
+def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult]) -> str | None:
+    """The forecast's candidates read tokens as fresh data: a warning when its D_opt at the target
+    exceeds the ``unique`` tokens the runs drew from, with the data-constrained law's answer there."""
+    tokens = float(forecast.d_opt[0])
+    if not tokens > unique:
+        return None
+    text = (f"{FRESH_DATA}its D_opt at the target, {fmt.count(tokens)} tokens, is {tokens / unique:.3g}x the "
+            f"{fmt.count(unique)} unique tokens these runs drew from")
+    limited = results.get("data-limited")
+    if limited is None:
+        return text + ("; a fit with the data budget (unique_tokens=U, --unique-tokens U) adds the data-limited "
+                       "law, which prices the repeats")
+    p = limited.predict(forecast.target).iloc[0]
+    return (text + f"; the data-limited law, which prices the repeats, gives N_opt {fmt.count(p['N_opt'])}, loss "
+            f"{fmt.with_interval(p['loss'], p['loss_lo'], p['loss_hi'], fmt=lambda v: fmt.sig(v, 4))} there")
 ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
 
 
