@@ -295,16 +295,18 @@ def test_the_cli_shows_a_fits_stages_on_a_terminal_only(forecast_json, capsys, m
     assert capsys.readouterr().out.startswith("Approach 2")
 
 
-def test_a_forecast_beyond_the_data_budget_says_it_assumes_fresh_data(forecast_json, fitted):
+def test_a_forecast_beyond_the_data_budget_says_it_assumes_fresh_data(tmp_path):
     from flops_fit.fitting import formatting as fmt
     from flops_fit.fitting.approaches.fit_set import FRESH_DATA, fresh_data_caveat
 
-    tokens = fitted.forecast.d_opt[0]
-    assert fresh_data_caveat(fitted.forecast, 2 * tokens, fitted.results) is None  # the data suffices: nothing
-    limited = fit(str(forecast_json), method="all", holdout="forward", bootstrap=0, unique_tokens=tokens / 4)
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=6, noise=0.003, seed=3, curve_points=0)
+    unique = float(np.median(runs["tokens"]))  # half the runs repeat; the target's D_opt lies beyond
+    limited = fit(runs, method="all", holdout="forward", bootstrap=0, unique_tokens=unique)
+    tokens = limited.forecast.d_opt[0]
     caveat = [w for w in limited.warnings if w.startswith(FRESH_DATA)]
-    assert len(caveat) == 1 and f"is {limited.forecast.d_opt[0] / (tokens / 4):.3g}x the" in caveat[0]
+    assert len(caveat) == 1 and f"is {tokens / unique:.3g}x the {fmt.count(unique)} unique tokens" in caveat[0]
     answer = limited.results["data-limited"].predict(limited.forecast.target).iloc[0]
     assert f"N_opt {fmt.count(answer['N_opt'])}, loss {answer['loss']:.4g}" in caveat[0]  # the data-limited law's
     text = limited.summary()
     assert f"\n\nNote: {caveat[0]}." in text and "warning(s)" not in text.split("Note:")[0]
+    assert fresh_data_caveat(limited.forecast, 2 * tokens, limited.results) is None  # the data suffices: nothing
