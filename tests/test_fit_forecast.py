@@ -299,7 +299,7 @@ def test_a_forecast_beyond_the_data_budget_says_it_assumes_fresh_data(tmp_path):
     from flops_fit.fitting import formatting as fmt
     from flops_fit.fitting.approaches.fit_set import FRESH_DATA, fresh_data_caveat
 
-    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=6, noise=0.003, seed=3, curve_points=0)
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=5, noise=0.003, seed=3, curve_points=0)
     unique = float(np.median(runs["tokens"]))  # half the runs repeat; the target's D_opt lies beyond
     limited = fit(runs, method="all", holdout="forward", bootstrap=0, unique_tokens=unique)
     tokens = limited.forecast.d_opt[0]
