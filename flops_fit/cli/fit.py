@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,7 @@ def _fit(args: argparse.Namespace, progress: Any = None):
                          experiment=args.experiment, all_rates=args.all_rates, progress=progress)
 
 
-def stages(stream: Any) -> Any:
+def stages(stream: Any) -> Callable[[str], None] | None:
     """A fit's stages, each on its own line with the seconds so far, where ``stream`` is a terminal
     (a report can fit for minutes); None elsewhere (pipes, logs, tests read the answer alone)."""
     if not stream.isatty():

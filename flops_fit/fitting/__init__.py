@@ -89,7 +89,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     this is None and some run repeats its data): given it, "parametric" and "vpnls" fit the
     data-constrained law instead
     (``data_limit``, Muennighoff et al. 2023: repeated tokens decay in worth), "all" adds it, and
-    every forecast and sizing reads that law.
+    that law's forecasts and sizing read it. The forward-chained forecast weighs every method, most
+    of which read tokens as fresh data: when its D_opt at the target exceeds U (given or recorded),
+    a warning says so with the data-limited law's answer there (``fit_set.fresh_data_caveat``).
 
     ``progress(stage)`` hears each stage as it starts (the fits, the held-out checks, the
     forecast's chaining): what the CLI shows while a long fit runs.
