@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import flops_fit
+from flops_fit.cli.fit import stages
 from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import ConfigError, OptionError
 from flops_fit.store.outside import read_result
@@ -264,7 +265,7 @@ def _print_status_json(out_dir: str | Path) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out or f"demo-out/{args.model}")
     try:
-        outcome = flops_fit.run_demo(args.model, out, workers=args.workers,
+        outcome = flops_fit.run_demo(args.model, out, workers=args.workers, progress=stages(sys.stderr),
                                      on_plan=print if args.verbose else lambda plan: print(plan.headline()))
     except KeyboardInterrupt as exc:
         return interrupted(exc, f"run `flops-fit demo --model {args.model}` again to resume")

@@ -144,12 +144,14 @@ def demo_plan(model: str = "gpt") -> tuple[Plan, Any]:
 
 def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int = 1, show_progress: bool = True,
              fit: bool = True, bootstrap: int = 200, skip_parity: bool = False,
-             on_plan: Callable[[Plan], None] | None = None) -> DemoOutcome:
+             on_plan: Callable[[Plan], None] | None = None,
+             progress: Callable[[str], None] | None = None) -> DemoOutcome:
     """Run (or resume) the demo sweep into ``out``, write the IsoFLOP table (``isoflop.txt``),
     fit every approach that applies, forward-chain every budget to choose the forecast (the
     method and scale that forecast best; the refits on ``workers`` processes too), and write the
     HTML report beside the store.
-    ``on_plan(plan)`` hears the plan before any training starts."""
+    ``on_plan(plan)`` hears the plan before any training starts, ``progress(stage)`` each stage of
+    the fit and the report as it starts (``fit``'s)."""
     demo, config = demo_plan(model)
     if on_plan is not None:
         on_plan(demo)
@@ -166,9 +168,12 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
     outcome = DemoOutcome(demo, result, summary, interior)
     if fit:
         try:
-            outcome.fit = result.fit(method="all", bootstrap=bootstrap, holdout="forward", workers=workers)
+            outcome.fit = result.fit(method="all", bootstrap=bootstrap, holdout="forward", workers=workers,
+                                     progress=progress)
         except FitInputError as exc:
             outcome.refused = str(exc)
         else:
+            if progress is not None:
+                progress(f"drawing the report's figures into {out / 'report.html'}")
             outcome.report = write_report(outcome.fit, out)
     return outcome
