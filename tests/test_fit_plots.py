@@ -147,3 +147,31 @@ def test_the_figures_draw_every_fitted_method_in_its_own_colour(fitted, held_out
         for method, colour in drawn.items():
             assert re.search(rf"<!-- {method}\b[^>]* -->", svg), (path.name, method)  # its label
             assert to_hex(colour) in svg, (path.name, method)  # and its marks, in its colour
+
+
+def _page(path) -> str:
+    """The page without the moment it was written."""
+    return re.sub(r"&quot;written&quot;: &quot;[^&]*&quot;", "", path.read_text())
+
+
+@pytest.mark.e2e
+def test_a_report_drawn_on_workers_is_the_page_drawn_alone(held_out, tmp_path):
+    # Each method's section drawn in another process: the same page, every embedded figure to the byte.
+    alone = write_report(held_out, tmp_path / "alone")
+    shared = write_report(held_out, tmp_path / "shared", workers=2)
+    assert _page(shared) == _page(alone) and "Not computed" not in _page(shared)
+    assert sorted(p.name for p in (tmp_path / "shared" / "report_plots").iterdir()) == sorted(
+        p.name for p in (tmp_path / "alone" / "report_plots").iterdir())
+
+
+@pytest.mark.e2e
+def test_a_section_whose_worker_died_is_drawn_here():
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from flops_fit.fitting.report.html_report import _drawn
+    from flops_fit.fitting.validation.holdout import worker_context
+
+    with ProcessPoolExecutor(1, mp_context=worker_context()) as pool:
+        future = pool.submit(os._exit, 1)
+        assert _drawn(future, lambda: "<h2>drawn here</h2>") == "<h2>drawn here</h2>"

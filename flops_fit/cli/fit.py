@@ -63,7 +63,8 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    "IsoFLOP sweep)"
                    + (f"; default {holdout}" if holdout else ""))
     p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="processes for the held-out refits (--holdout; default 1): the same results, sooner")
+                   help="processes for the held-out refits (--holdout; default 1) and, for report, the figures: the same "
+                   "results, sooner")
     p.add_argument("--unique-tokens", type=float, metavar="U",
                    help="the dataset's unique training tokens (default: what a sweep folder recorded, used once runs "
                    "repeat their data): parametric and vpnls then fit the data-constrained law (Muennighoff et al. "
@@ -191,7 +192,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise
     if show is not None:
         show(f"drawing the report's figures into {out}")
-    path = flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens)
+    path = flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens,
+                                  workers=args.workers)
     print(summary(fitted, None, args.verbose))
     print(f"report written to {path}")
     return 0

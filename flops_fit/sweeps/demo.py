@@ -175,5 +175,5 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
         else:
             if progress is not None:
                 progress(f"drawing the report's figures into {out / 'report.html'}")
-            outcome.report = write_report(outcome.fit, out)
+            outcome.report = write_report(outcome.fit, out, workers=workers)
     return outcome

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
+from contextlib import ExitStack, suppress
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from flops_fit.fitting.validation.holdout import (
     furthest_checks,
     holdout_misses,
     holdout_rows,
+    worker_context,
 )
 
 TOP_WARNINGS = 8
@@ -62,12 +65,14 @@ TOP_WARNINGS = 8
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                  budgets: Sequence[float] | None = None, inference_tokens: float | None = None,
-                 at: tuple[Sequence[float], Sequence[float]] | None = None) -> Path:
+                 at: tuple[Sequence[float], Sequence[float]] | None = None, workers: int = 1) -> Path:
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path.
 
     ``at`` (sizes, token counts) adds the loss of those planned runs (``loss_at``). A section that
     cannot be computed says why in its place: the page is always written. ``fitted`` may also be the
-    ``NoFitError`` a fit raised: the page then says why no method gave an answer."""
+    ``NoFitError`` a fit raised: the page then says why no method gave an answer. ``workers`` > 1
+    draws each method's section in ``workers - 1`` other processes while this one draws the rest
+    (the same page, sooner: drawing is most of a report's time)."""
     if isinstance(fitted, NoFitError):
         return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"))
     out = _html_path(out)
@@ -76,6 +81,42 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     runs = next(iter(results.values())).runs
     target = float(target) if target else default_target(runs)
     figure = Figures(plot_dir, out.parent)
+    with ExitStack() as stack:
+        drawn = {}
+        if workers > 1:
+            pool = stack.enter_context(ProcessPoolExecutor(workers - 1, mp_context=worker_context()))
+            with suppress(BrokenExecutor):
+                for method, result in results.items():
+                    drawn[method] = pool.submit(_section, result, figure, plot_dir, target, budgets)
+        body = _body(fitted, runs, target, figure, plot_dir, at, inference_tokens)
+        for method, result in results.items():
+            body.append(_guarded(result.title, lambda m=method, r=result: _drawn(
+                drawn.get(m), lambda: _section(r, figure, plot_dir, target, budgets))))
+    provenance = {
+        "source": runs.source, "runs": len(runs), "metric": runs.metric, "store metadata": runs.metadata or "none",
+        "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "target budget": target,
+    }
+    body.append("<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(provenance, indent=2, default=str))
+                + "</pre>")
+    out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
+    return out
+
+
+def _drawn(future: Future | None, draw: Callable[[], str]) -> str:
+    """A section a worker drew, or this process's drawing where there is no worker or its pool broke
+    (a script without a main guard, a worker killed): the page never loses a section to the pool."""
+    if future is not None:
+        try:
+            return future.result()
+        except BrokenExecutor:
+            pass
+    return draw()
+
+
+def _body(fitted: Any, runs: Any, target: float, figure: Figures, plot_dir: Path, at, inference_tokens) -> list[str]:
+    """The page up to each method's own section: the answer, chaining, figures, held-out check."""
+    results = fitted.results
     body = [_guarded("The answer", lambda: _answer(fitted, runs, target))]
     if at is not None:
         body.append(_guarded("The loss of planned runs", lambda: _planned_section(fitted, at)))
@@ -99,17 +140,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     errors = _guarded("Top-1 error", lambda: _error_section(runs, figure, plot_dir, target))
     if errors:
         body.append(errors)
-    for result in results.values():
-        body.append(_guarded(result.title, lambda r=result: _section(r, figure, plot_dir, target, budgets)))
-    provenance = {
-        "source": runs.source, "runs": len(runs), "metric": runs.metric, "store metadata": runs.metadata or "none",
-        "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "target budget": target,
-    }
-    body.append("<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(provenance, indent=2, default=str))
-                + "</pre>")
-    out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
-    return out
+    return body
 
 
 def _html_path(out: str | Path) -> Path:

@@ -273,10 +273,10 @@ class SharedRefits:
         self._pool: tuple[int, ProcessPoolExecutor] | None = None
 
     def pool(self, workers: int) -> ProcessPoolExecutor:
-        """One pool of ``workers`` processes for every ``run_checks`` in the block (``_context``)."""
+        """One pool of ``workers`` processes for every ``run_checks`` in the block (``worker_context``)."""
         if self._pool is None or self._pool[0] != workers:
             self.close()
-            self._pool = workers, ProcessPoolExecutor(workers, mp_context=_context())
+            self._pool = workers, ProcessPoolExecutor(workers, mp_context=worker_context())
         return self._pool[1]
 
     def close(self) -> None:
@@ -357,7 +357,7 @@ def _points_only(table):
     return out
 
 
-def _context() -> Any:
+def worker_context() -> Any:
     """How refit workers start: forked from a server that has imported the fitting code once (a
     spawned worker spends more than a second importing it before its first refit, every pool
     again), where the platform has one; else spawned. Never forked from the caller, whose
@@ -399,7 +399,7 @@ def run_checks(tasks: Sequence[Task], workers: int = 1) -> list[list[HoldoutChec
     elif shared is not None:
         made = _longest_first(shared.pool(workers), _predict_unit, units, [_weight(unit) for unit in units])
     else:
-        with ProcessPoolExecutor(min(workers, len(units)), mp_context=_context()) as pool:
+        with ProcessPoolExecutor(min(workers, len(units)), mp_context=worker_context()) as pool:
             made = _longest_first(pool, _predict_unit, units, [_weight(unit) for unit in units])
     by_task = {id(task): table for unit, unit_tables in zip(units, made, strict=True)
                for task, table in zip(unit, unit_tables, strict=True)}
