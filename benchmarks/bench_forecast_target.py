@@ -43,9 +43,12 @@ INVERSE_WIDTHS = (40, 58, 84)
 MULTIPLIERS = (0.5, 2.0)
 
 
+TARGET: list[float] = []  # --target, where given
+
+
 def target_budget() -> float:
-    """The demo report's target: 10x its largest budget (``report.default_target``)."""
-    return 10 * max(DEMOS["gpt"]["sweep"]["budgets"])
+    """The demo report's target: 10x its largest budget (``report.default_target``), or ``--target``."""
+    return TARGET[0] if TARGET else 10 * max(DEMOS["gpt"]["sweep"]["budgets"])
 
 
 def arm_plan(widths, hparams=None, law=None) -> tuple[Plan, object]:
@@ -68,12 +71,14 @@ def rates_plan(planned: Plan, width: int) -> Plan:
     return Plan(runs, planned.options, planned.unit, planned.throughput, {})
 
 
-def train(out: Path, widths, rate_width: int | None, workers: int, law=None, truth_folder="truth") -> None:
+def train(out: Path, widths, rate_width: int | None, workers: int, law=None, truth_folder="truth",
+          truth_only: bool = False) -> None:
     truth, config = arm_plan(widths, law=law)
     arms = [(truth_folder, truth)]
-    if rate_width is not None:
+    if rate_width is not None and not truth_only:
         arms.append(("rates", rates_plan(arm_plan(sorted({*widths, rate_width}), law=law)[0], rate_width)))
-    arms.append(("inverse-width", arm_plan(INVERSE_WIDTHS, INVERSE_WIDTH)[0]))
+    if not truth_only:
+        arms.append(("inverse-width", arm_plan(INVERSE_WIDTHS, INVERSE_WIDTH)[0]))
     for name, arm in arms:
         print(f"== {name}: {len(arm.runs)} runs at {target_budget():.3g} FLOPs", flush=True)
         arm.run(out / name, resume=True, executor=config.executor, workers=workers,
@@ -108,7 +113,8 @@ def score(sweep: Path, out: Path, workers: int, bootstrap: int, stored: Path | N
     else:
         truth = observed_optimum(pd.concat([load_runs(p).frame for p in sorted(out.glob("truth*"))]))
         truth_runs = sorted((r for p in sorted(out.glob("truth*")) for r in arm_runs(p)), key=lambda r: r["width"])
-    fitted = fit(sweep, method="all", holdout="forward", bootstrap=bootstrap, workers=workers, tracking=False)
+    fitted = fit(sweep, method="all", holdout="forward", bootstrap=bootstrap, workers=workers, tracking=False,
+                 target=target_budget())
     fc = fitted.forecast
     result = {"target": target_budget(), "truth": truth, "forecast": fc.to_dict()}
     n, n_lo, n_hi = fc.n_opt
@@ -194,7 +200,12 @@ def main() -> None:
                         "benchmarks/results/forecast_target_law2.json) instead of OUT's truth folders; implies "
                         "--skip-train")
     parser.add_argument("--train-only", action="store_true")
+    parser.add_argument("--truth-only", action="store_true", help="train the truth arm only (no rate or "
+                        "inverse-width arms)")
+    parser.add_argument("--target", type=float, help="the budget to train the truth at and score the forecast "
+                        "at (default 10x the demo's largest; a smaller sweep's own, e.g. 2.4e12 for its first 5 budgets)")
     args = parser.parse_args()
+    TARGET[:] = [args.target] if args.target else []
     out = Path(args.out)
     if args.redecide:
         result = redecide(Path(args.redecide))
@@ -204,7 +215,7 @@ def main() -> None:
         return
     stored = Path(args.truth_from) if args.truth_from else None
     if not args.skip_train and stored is None:
-        train(out, args.widths, args.rate_width or None, args.workers, args.law, args.truth_folder)
+        train(out, args.widths, args.rate_width or None, args.workers, args.law, args.truth_folder, args.truth_only)
     if args.train_only:
         return
     result = score(Path(args.sweep), out, args.workers, args.bootstrap, stored)
