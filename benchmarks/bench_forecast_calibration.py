@@ -93,10 +93,10 @@ def per_sweep_mean(summaries: dict) -> dict:
     return {k: float(np.mean([s[k] for s in have])) for k in keys} if have else {}
 
 
-def prepare(jobs: list) -> list:
+def prepare(jobs: list, spread=fs.SPREAD) -> list:
     """(name, outer splits, keys, prior, reach laws of every answer) per job: the laws fitted without
-    the job's study on the other public sweeps' answers made with the job's prior; the demo's the
-    shipped ones."""
+    the job's study on the other public sweeps' answers made with the job's prior (the answers in
+    ``spread`` reading their members' spread); the demo's the shipped ones."""
     prepared = [(name, list(fs.outer_splits(runs, chained)), fs.keys_of(chained), prior)
                 for name, runs, chained, prior in jobs]
     out = []
@@ -106,7 +106,7 @@ def prepare(jobs: list) -> list:
             continue
         scored = {other: fs.outcomes(other, s, k, prior) for other, s, k, _ in prepared
                   if other != DEMO and fs.study_of(other) != fs.study_of(name)}
-        out.append((name, splits, keys, prior, fs.reach_laws(scored)))
+        out.append((name, splits, keys, prior, fs.reach_laws(scored, spread=spread)))
     return out
 
 
@@ -169,6 +169,9 @@ def main() -> None:
     sweep_arguments(parser)
     parser.add_argument("--out", default="calibration.json")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--spread", nargs="*", default=list(fs.SPREAD), metavar="ANSWER",
+                        help="answers whose reach law reads the members' spread (the shipped: none; tried: loss). "
+                        "The demo's laws are the shipped file's: refit it with fit_forecast_prior.py --spread too")
     parser.add_argument("--level", type=float, default=0.95)
     parser.add_argument("--by-reach", nargs="+", metavar="RESULT",
                         help="print stored results' N_opt answers by reach (no benchmark run)")
@@ -184,7 +187,7 @@ def main() -> None:
     jobs, skipped = sweep_jobs(Path(args.cache), args.workers, args.demo, args.demo_score)
     result = {"level": args.level, "goals": GOALS, "sweeps": {}, "all": {}, "skipped": skipped}
     rows = []
-    for name, splits, keys, prior, laws in prepare(jobs):
+    for name, splits, keys, prior, laws in prepare(jobs, tuple(args.spread)):
         mine = calibrate(name, splits, keys, (prior, {"note": f"leave-one-study-out: fitted without {fs.study_of(name)}"}),
                          args.level, laws={q: law for q, law in laws.items() if q in ANSWERS + CAPPED})
         rows += mine

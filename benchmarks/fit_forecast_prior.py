@@ -67,6 +67,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v2.json"))
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--spread", nargs="*", default=list(fs.SPREAD), metavar="ANSWER",
+                        help="answers whose reach law reads the members' spread (the shipped: none; tried: loss)")
     parser.add_argument("--out", default=str(ROOT / "flops_fit" / "fitting" / "validation" / PRIOR_FILE))
     args = parser.parse_args()
     chains = public_chains(Path(args.cache), args.workers)
@@ -76,7 +78,7 @@ def main() -> None:
     sweeps = fs.public_sweeps()
     scored = {name: fs.outcomes(name, list(fs.outer_splits(sweeps[name], c)), fs.keys_of(c), priors)
               for name, c in chains.items() if c["records"]}
-    laws = fs.reach_laws(scored)
+    laws = fs.reach_laws(scored, spread=tuple(args.spread))
     used = {name: sum(1 for g in units(c, "loss_error").values() for u in g if len(u) > 1) for name, c in chains.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     provenance = {

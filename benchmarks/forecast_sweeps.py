@@ -32,9 +32,9 @@ from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.scales import SCALES, rescale, to_params
 from flops_fit.fitting.validation.chaining import Record, focus_of, forward_chain, point, variants
 from flops_fit.fitting.validation.drift import FIELDS
-from flops_fit.fitting.validation.forecast import answer_chaining, decide
+from flops_fit.fitting.validation.forecast import answer_chaining, decide, members_spread
 from flops_fit.fitting.validation.holdout import observe
-from flops_fit.fitting.validation.reach_law import OWN_WEIGHTS, Outcome, fit_reach_law
+from flops_fit.fitting.validation.reach_law import OWN_WEIGHTS, SPREAD, Outcome, fit_reach_law
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 MAX_BUDGETS = 13
@@ -217,10 +217,13 @@ def outcomes(name: str, splits: list, keys: list, priors) -> dict[str, list[Outc
             for q, field in FIELDS.items():
                 a, true = f.answers[q], truth.loss if q == "loss" else truth.n_opt
                 out[q].append(Outcome(name, budget / upto, float(np.log(a.value / true)),
-                                      tuple(answer_chaining(inner, a.members, field))))
+                                      tuple(answer_chaining(inner, a.members, field)),
+                                      members_spread(a.members, f.candidates, q)))
     return out
 
 
-def reach_laws(scored: dict[str, dict[str, list[Outcome]]], answers=tuple(FIELDS)) -> dict:
-    """The reach law of each of ``answers`` from the outcomes of every sweep in ``scored``."""
-    return {q: fit_reach_law([o for by in scored.values() for o in by[q]], OWN_WEIGHTS[q]) for q in answers}
+def reach_laws(scored: dict[str, dict[str, list[Outcome]]], answers=tuple(FIELDS), spread=SPREAD) -> dict:
+    """The reach law of each of ``answers`` from the outcomes of every sweep in ``scored`` (those in
+    ``spread`` reading the members' spread: ``reach_law.SPREAD``)."""
+    return {q: fit_reach_law([o for by in scored.values() for o in by[q]], OWN_WEIGHTS[q], q in spread)
+            for q in answers}

@@ -157,3 +157,55 @@ def test_the_shipped_laws_say_what_fitted_them():
         assert law.floor > 0 and law.slope >= 0 and len(law.scores) >= 100 and len(law.sweeps) >= 2
         assert not any("demo" in s for s in law.sweeps)  # public sweeps only
     assert "reach_laws" in shipped()[1]
+
+
+def test_a_law_fitted_with_the_members_spread_widens_where_they_disagree():
+    # Outcomes whose error carries a known part s (the members' disagreement): the law fitted with it
+    # recovers floor and slope and covers fresh outcomes at its level whatever their s; the law fitted
+    # without it covers those with a large s far less.
+    rng = np.random.default_rng(3)
+
+    def spread_draws(n, sweep):
+        ratios = np.exp(rng.uniform(0.1, 4.0, n))
+        s = np.where(rng.uniform(size=n) < 0.2, 0.08, 0.002)
+        sd = np.sqrt(FLOOR ** 2 + (SLOPE * np.log(ratios)) ** 2 + s ** 2)
+        return [Outcome(sweep, float(r), float(e), (), float(k)) for r, e, k in
+                zip(ratios, rng.normal(0, sd), s, strict=True)]
+
+    with_spread = fit_reach_law(spread_draws(1500, "a") + spread_draws(1500, "b"), spread=True)
+    without = fit_reach_law(spread_draws(1500, "a") + spread_draws(1500, "b"))
+    assert with_spread.spread and not without.spread
+    assert with_spread.floor == pytest.approx(FLOOR, rel=0.25) and with_spread.slope == pytest.approx(SLOPE, rel=0.15)
+    fresh = [o for o in spread_draws(4000, "c") if o.spread > 0.01]
+    covered = {name: np.mean([abs(o.error) <= law.half_width(o.ratio, 0.95, (), o.spread)[0] for o in fresh])
+               for name, law in (("with", with_spread), ("without", without))}
+    assert 0.92 <= covered["with"] <= 0.98 and covered["without"] < 0.85
+    assert with_spread.half_width(10.0, 0.95, (), 0.05)[0] > with_spread.half_width(10.0, 0.95, (), 0.0)[0]
+    assert without.half_width(10.0, 0.95, (), 0.05)[0] == without.half_width(10.0, 0.95, (), 0.0)[0]
+    assert ReachLaw.from_dict(with_spread.to_dict()) == with_spread
+
+
+def test_the_loss_interval_reads_the_members_spread_from_a_law_fitted_with_it():
+    from flops_fit.fitting.validation.forecast import members_spread
+
+    a, b = ("envelope", "params", None), ("isoflop", "params", None)
+    rs = records(a, lambda i, j: 0.01 * (-1) ** j, lambda i, j: 0.05) + \
+        records(b, lambda i, j: -0.01 * (-1) ** j, lambda i, j: -0.05)
+    law = ReachLaw(floor=0.005, slope=0.005, scores=tuple(np.linspace(0.1, 2.5, 200)), spread=True, sweeps=("x", "y"))
+    answers = {}
+    for apart in (1.01, 1.5):  # the second candidate's loss 1% and 50% above the first's
+        f = decide(rs, {a: (2.0, 1e8, 1e10), b: (2.0 * apart, 1.1e8, 1e10)}, 1e21, 10.0, priors=shipped(),
+                   laws={"loss": law})
+        answers[apart] = f.answers["loss"]
+    near, far = answers[1.01], answers[1.5]
+    assert far.interval["spread"] > 10 * near.interval["spread"] > 0
+    weights = [m["weight"] for m in far.members]
+    logs = np.log([2.0, 3.0])
+    mean = np.dot(weights, logs) / sum(weights)
+    assert far.interval["spread"] == pytest.approx(np.sqrt(np.dot(weights, (logs - mean) ** 2) / sum(weights)))
+    assert np.log(far.hi / far.lo) > 5 * np.log(near.hi / near.lo)
+    half = law.half_width(10.0, 0.95, answer_chaining(rs, far.members, "loss_error"), far.interval["spread"])[0]
+    assert np.log(far.hi / far.value) == pytest.approx(half)
+    _, lo, hi, _ = far.band(np.array([10.0]))  # the report's band is the stated interval
+    assert hi[0] == pytest.approx(far.hi / far.value - 1) and lo[0] == pytest.approx(far.lo / far.value - 1)
+    assert members_spread(far.members[:1], f.candidates, "loss") == 0.0

@@ -154,8 +154,8 @@ class Answer:
             return centre, np.expm1(shift - below), np.expm1(shift + above), CAPPED_RULE
         if i.get("rule") != "reach law":
             return centre, lo, hi, "scatter + drift's sd"
-        law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=())
-        half = i["multiplier"] * i["own_factor"] * law.sigma(ratios)
+        law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=())  # the members' spread s: the target's
+        half = i["multiplier"] * np.hypot(i["own_factor"] * law.sigma(ratios), i.get("spread", 0.0))
         shift = np.log1p(centre)
         return centre, np.expm1(shift - half), np.expm1(shift + half), "reach law"
 
@@ -241,6 +241,10 @@ def answer_line(a: Answer, ratio: float) -> str:
     if i.get("rule") == "reach law":
         own = (f", x{i['own_factor']:.2f} by this sweep's own chaining ({i['own_splits']} splits)"
                if i.get("own_weight") is not None else "")
+        if "spread" in i:  # a law fitted with the members' spread: +-k (f sigma(r) (+) s)
+            return line + (f"interval +-{i['multiplier']:.2f} x (sigma(r) (+) s): sigma = {100 * i['sigma']:.2f}% at "
+                           f"{ratio:.3g}x (the reach law of public sweeps' answers{own}), the candidates' spread there "
+                           f"s = {100 * i['spread']:.2f}%")
         return line + (f"interval +-{i['multiplier']:.2f} sigma(r), sigma = {100 * i['sigma']:.2f}% at {ratio:.3g}x "
                        f"(the reach law of public sweeps' answers{own})")
     note = f" ({i['note']})" if i.get("note") else ""
@@ -446,15 +450,27 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
     elif law is not None:  # the drift's span (carry "widen") kept, the scatter's half-width the law's
         half = model.quantile(level) * model.sd * (float(np.log(ratio)) if ratio > 1 else 0.0)
         own = answer_chaining(records, members, FIELDS[q])
-        law_half, factor, splits = law.half_width(ratio, level, own)
+        spread = members_spread(members, candidates, q)
+        law_half, factor, splits = law.half_width(ratio, level, own, spread)
         lo, hi = lo + half - law_half, hi - half + law_half
         interval = {"rule": "reach law", "level": level, "multiplier": law.multiplier(level), "sigma": float(law.sigma(ratio)),
                     "floor": law.floor, "slope": law.slope, "own_weight": law.own_weight, "own_factor": factor,
-                    "own_splits": splits}
+                    "own_splits": splits, **({"spread": spread} if law.spread else {})}
     centre = log_raw + correction
     return Answer(quantity=q, source=source, members=members, raw=float(np.exp(log_raw)),
                   correction=float(np.expm1(correction)), value=float(np.exp(centre)), lo=float(np.exp(centre + lo)),
                   hi=float(np.exp(centre + hi)), model=model, chaining_error=float(chaining_error), interval=interval)
+
+
+def members_spread(members: Sequence[Mapping[str, Any]], candidates: Sequence[Candidate], q: str) -> float:
+    """How far an answer's members disagree at the target: the weighted standard deviation of their log
+    answers (0 for one member). The reach law reads it where it was fitted with it (``reach_law``)."""
+    value = "target_loss" if q == "loss" else "target_n_opt"
+    by_key = {c.key: c for c in candidates}
+    weights = np.array([float(m["weight"]) for m in members])
+    logs = np.array([np.log(getattr(by_key[(m["method"], m["scale"], m["focus"])], value)) for m in members])
+    mean = float(np.sum(weights * logs) / weights.sum())
+    return float(np.sqrt(np.sum(weights * (logs - mean) ** 2) / weights.sum()))
 
 
 def answer_chaining(records: Sequence[Record], members: Sequence[Mapping[str, Any]], field_name: str) -> Inner:
@@ -511,4 +527,4 @@ def _triple(t: Triple, f) -> str:
 
 __all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "SIZE_FOCI", "TARGET_FACTOR", "Answer", "Candidate",
            "Forecast", "answer_chaining", "answer_line", "candidate_rows", "chain_rows", "decide", "default_target",
-           "forecast", "forecasts"]
+           "forecast", "forecasts", "members_spread"]

@@ -10,7 +10,10 @@ every split of the public sweeps, err by a log error e whose spread grows with t
     sigma(r)^2 = floor^2 + (slope ln r)^2
 
 ``floor`` the error with no reach (the observed optimum's own noise and the fit's), ``slope`` its
-growth. Where the law says so (``own_weight``, the loss's), sigma is scaled by the sweep's own
+growth. A law fitted with ``spread`` also reads how far the answer's members disagree at the
+target, s (their weighted log standard deviation, ``forecast.members_spread``), as a known part of
+each answer's variance: e ~ N(0, (f sigma(r))^2 + s^2), so that candidates who disagree widen the
+interval. The shipped laws do not (``SPREAD``). Where the law says so (``own_weight``, the loss's), sigma is scaled by the sweep's own
 chaining of the same answer: f^2 = (nu0 + K u) / (nu0 + K), u the weighted mean of (e / sigma(r))^2
 per inner split (later splits, fitted to more budgets, weigh more: ``drift.split_weights``), K the
 effective splits (one piece of evidence each: a split's predictions share its fit), nu0 what the
@@ -50,6 +53,12 @@ ANSWERS = ("loss",)
 # near r = 1) and at most the law's interval at the reach (k sigma(r): a drift estimated from a few
 # splits grows the error model 20-50x beyond the public answers' errors at long reach).
 CAPPED = ("n_opt",)
+# The answers whose shipped law reads the members' spread at the target (``Outcome.spread``): none. Tried
+# for the loss (stop 48, ``--spread loss`` in fit_forecast_prior.py and bench_forecast_calibration.py),
+# leaving one study out it covered 91% at a median 5.4% (95% at 5.5% without), the demo's own splits 8
+# of 10 (5), (Mis)Fitting's sweep 36 of 45 (44), and widened the demo's loss interval at its target from
+# 8.1% to 30%: not shipped (docs/validation/forecast.md).
+SPREAD: tuple[str, ...] = ()
 # The law's scores are its own answers'. Leaving one study out, the other study's tail was about 5x as
 # heavy: N_opt's law read at the 99% quantile covered 94.5% of the other study's answers, read at 95%
 # 84% (benchmarks/results/forecast_reach_variants.json). A bound reads the law where its tail is
@@ -71,6 +80,7 @@ class Outcome:
     ratio: float
     error: float
     inner: Inner = ()
+    spread: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,7 @@ class ReachLaw:
     scores: tuple[float, ...]
     own_weight: float | None = None
     sweeps: tuple[str, ...] = field(default=())
+    spread: bool = False
 
     def sigma(self, ratio: np.ndarray | float) -> np.ndarray:
         reach = np.log(np.maximum(np.asarray(ratio, float), 1.0))
@@ -118,30 +129,39 @@ class ReachLaw:
         k = self.multiplier(cap_level(level))
         return k * self.floor, k * float(self.sigma(ratio))
 
-    def half_width(self, ratio: float, level: float, inner: Inner = ()) -> tuple[float, float, int]:
+    def scale(self, ratio: float, factor: float = 1.0, spread: float = 0.0) -> float:
+        """The answer's log sd: f sigma(r), and the members' spread s in quadrature where the law was
+        fitted with it (a law fitted without it never reads it)."""
+        own = factor * float(self.sigma(ratio))
+        return float(np.hypot(own, spread)) if self.spread else own
+
+    def half_width(self, ratio: float, level: float, inner: Inner = (), spread: float = 0.0) -> tuple[float, float, int]:
         """(half-width of the log interval at ``ratio``, the own factor f, its splits K)."""
         factor, k = self.own_factor(inner)
-        return self.multiplier(level) * float(self.sigma(ratio)) * factor, factor, k
+        return self.multiplier(level) * self.scale(ratio, factor, spread), factor, k
 
     def to_dict(self) -> dict[str, Any]:
-        return {"floor": self.floor, "slope": self.slope, "own_weight": self.own_weight,
+        return {"floor": self.floor, "slope": self.slope, "own_weight": self.own_weight, "spread": self.spread,
                 "sweeps": list(self.sweeps), "scores": list(self.scores)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReachLaw:
         weight = data.get("own_weight")
         return cls(floor=float(data["floor"]), slope=float(data["slope"]), scores=tuple(float(s) for s in data["scores"]),
-                   own_weight=None if weight is None else float(weight), sweeps=tuple(data.get("sweeps", ())))
+                   own_weight=None if weight is None else float(weight), sweeps=tuple(data.get("sweeps", ())),
+                   spread=bool(data.get("spread", False)))
 
 
-def fit_spread(errors: np.ndarray, ratios: np.ndarray) -> tuple[float, float]:
-    """(floor, slope) by maximum likelihood of e ~ N(0, sigma(r)^2), from a small grid of starts."""
+def fit_spread(errors: np.ndarray, ratios: np.ndarray, known: np.ndarray | None = None) -> tuple[float, float]:
+    """(floor, slope) by maximum likelihood of e ~ N(0, sigma(r)^2 + s^2), ``known`` the s of each
+    error (0 by default), from a small grid of starts."""
     from scipy.optimize import minimize
 
     e, reach = np.asarray(errors, float), np.log(np.asarray(ratios, float))
+    extra = np.zeros_like(e) if known is None else np.asarray(known, float) ** 2
 
     def negative_log_likelihood(theta: np.ndarray) -> float:
-        var = np.exp(2 * theta[0]) + (np.exp(theta[1]) * reach) ** 2
+        var = np.exp(2 * theta[0]) + (np.exp(theta[1]) * reach) ** 2 + extra
         return float(np.sum(0.5 * np.log(var) + 0.5 * e ** 2 / var))
 
     starts = [np.log([a, b]) for a in (0.003, 0.03, 0.3) for b in (0.003, 0.03, 0.3)]
@@ -149,18 +169,20 @@ def fit_spread(errors: np.ndarray, ratios: np.ndarray) -> tuple[float, float]:
     return float(np.exp(best.x[0])), float(np.exp(best.x[1]))
 
 
-def fit_reach_law(outcomes: Sequence[Outcome], own_weight: float | None = None) -> ReachLaw:
+def fit_reach_law(outcomes: Sequence[Outcome], own_weight: float | None = None, spread: bool = False) -> ReachLaw:
     """The law of one answer from scored outcomes of two or more sweeps: (floor, slope) on all of
-    them, and the scores |e| / (f sigma(r)) they take under it."""
+    them, and the scores |e| / scale they take under it (``spread``: the members' spread read too)."""
     usable = [o for o in outcomes if np.isfinite(o.error) and o.ratio > 1]
     sweeps = sorted({o.sweep for o in usable})
     if len(sweeps) < 2:
         raise FitInputError(f"a reach law needs scored forecasts of 2 or more sweeps; got {len(sweeps)}")
 
-    floor, slope = fit_spread(np.array([o.error for o in usable]), np.array([o.ratio for o in usable]))
-    law = ReachLaw(floor=floor, slope=slope, scores=(1.0,), own_weight=own_weight, sweeps=tuple(sweeps))
-    scores = sorted(abs(o.error) / (float(law.sigma(o.ratio)) * law.own_factor(o.inner)[0]) for o in usable)
-    return ReachLaw(floor=floor, slope=slope, scores=tuple(scores), own_weight=own_weight, sweeps=tuple(sweeps))
+    known = np.array([o.spread for o in usable]) if spread else None
+    floor, slope = fit_spread(np.array([o.error for o in usable]), np.array([o.ratio for o in usable]), known)
+    law = ReachLaw(floor=floor, slope=slope, scores=(1.0,), own_weight=own_weight, sweeps=tuple(sweeps), spread=spread)
+    scores = sorted(abs(o.error) / law.scale(o.ratio, law.own_factor(o.inner)[0], o.spread) for o in usable)
+    return ReachLaw(floor=floor, slope=slope, scores=tuple(scores), own_weight=own_weight, sweeps=tuple(sweeps),
+                    spread=spread)
 
 
-__all__ = ["ANSWERS", "CAPPED", "CAP_TAIL", "OWN_WEIGHTS", "cap_level", "Inner", "Outcome", "ReachLaw", "fit_reach_law", "fit_spread"]
+__all__ = ["ANSWERS", "CAPPED", "CAP_TAIL", "OWN_WEIGHTS", "SPREAD", "cap_level", "Inner", "Outcome", "ReachLaw", "fit_reach_law", "fit_spread"]
