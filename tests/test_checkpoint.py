@@ -109,7 +109,7 @@ def test_a_familys_stable_states_are_kept_at_its_waypoints_and_read_up_to_a_step
     points (waypoints); a branch reads the furthest state at or before its cooldown start, from
     memory unless the folder holds a further one."""
     model, optimizer = build()
-    saver = Checkpointer(tmp_path, "run-a", keep=None)
+    saver = Checkpointer(tmp_path, "run-a")
     for n in (2, 4, 6, 8):
         step(model, optimizer)
         saver.save_stable(Snapshot.take(state(n), model, optimizer), waypoints={4})

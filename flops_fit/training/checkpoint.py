@@ -91,9 +91,10 @@ def checkpoint_step(path: str | Path) -> int:
 class Checkpointer:
     """The checkpoints in ``folder`` (a run's, or a WSD family's stable phase): ``save`` the
     newest ``keep`` (only where ``writer``: one process of a run writes), ``load`` the newest
-    that validates into a freshly built model and optimizer. ``run_id`` is checked on reading."""
+    that validates into a freshly built model and optimizer; a family's ``save_stable`` keeps what
+    its branches need instead. ``run_id`` is checked on reading."""
 
-    def __init__(self, folder: str | Path, run_id: str, *, keep: int | None = 2, writer: bool = True) -> None:
+    def __init__(self, folder: str | Path, run_id: str, *, keep: int = 2, writer: bool = True) -> None:
         self.folder, self.run_id, self.keep, self.writer = Path(folder), run_id, keep, writer
 
     def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: LoopState) -> None:
@@ -106,10 +107,9 @@ class Checkpointer:
         return snapshot.restore(model, optimizer) if snapshot else None
 
     def save_snapshot(self, snapshot: Snapshot) -> Path:
-        """Write ``snapshot`` as ``step-<N>.safetensors``, atomically; prune all but the newest
-        ``keep`` (none with ``keep=None``)."""
+        """Write ``snapshot`` as ``step-<N>.safetensors``, atomically; prune all but the newest ``keep``."""
         path = write_checkpoint(self.folder, snapshot)
-        for old in list_checkpoints(self.folder)[self.keep:] if self.keep is not None else []:
+        for old in list_checkpoints(self.folder)[self.keep:]:
             old.unlink(missing_ok=True)
         return path
 
@@ -118,7 +118,7 @@ class Checkpointer:
         that no branch needs any more: a family trains its branches in token order, so only a later
         batch's branches (at ``waypoints``) lie before it."""
         if self.writer:
-            self.save_snapshot(snapshot)
+            write_checkpoint(self.folder, snapshot)  # not pruned to the newest ``keep``: a waypoint may be older
             for path in list_checkpoints(self.folder, snapshot.loop.step - 1):
                 if checkpoint_step(path) not in waypoints:
                     path.unlink(missing_ok=True)

@@ -194,7 +194,7 @@ def train_stacked_families(group: StackedFamilies, progress: ProgressSink = igno
     """Each branch of the families trained together, shortest first, each from its own family's
     stable state at or before its cooldown start (as ``training.task.train_family`` alone; the
     stable states saved in each family's folder); outcomes in ``group.runs``' order."""
-    stable = {f.run_id: Checkpointer(checkpoints.run_dir(f.run_id), f.run_id, keep=None) for f in group.families} \
+    stable = {f.run_id: Checkpointer(checkpoints.run_dir(f.run_id), f.run_id) for f in group.families} \
         if checkpoints else {}
     latest: dict[str, Snapshot] = {}
 

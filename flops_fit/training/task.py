@@ -153,7 +153,7 @@ def train_family(family: Family, progress: ProgressSink = ignore_progress, *, ho
     family's ``waypoints`` and kept there: a later batch's branch starts from it (the driver
     removes the folder once no planned branch of the family is left)."""
     writer = parallel is None or parallel.writer
-    stable = checkpoints and Checkpointer(checkpoints.run_dir(family.run_id), family.run_id, keep=None, writer=writer)
+    stable = checkpoints and Checkpointer(checkpoints.run_dir(family.run_id), family.run_id, writer=writer)
     latest: list[Snapshot] = []  # the newest stable phase, kept while the next branch needs it
 
     def keep(snapshot: Snapshot) -> None:
