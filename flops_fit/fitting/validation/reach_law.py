@@ -13,9 +13,9 @@ every split of the public sweeps, err by a log error e whose spread grows with t
 growth. A law fitted with ``spread`` also reads how far the answer's members disagree at the
 target, s (their weighted log standard deviation, ``forecast.members_spread``), as a known part of
 each answer's variance: e ~ N(0, (f sigma(r))^2 + s^2), so that candidates who disagree widen the
-interval. The shipped laws do not (``SPREAD``). Where the law says so (``own_weight``, the loss's), sigma is scaled by the sweep's own
-chaining of the same answer: f^2 = (nu0 + K u) / (nu0 + K), u the weighted mean of (e / sigma(r))^2
-per inner split (later splits, fitted to more budgets, weigh more: ``drift.split_weights``), K the
+interval; the shipped laws do not (``SPREAD``). Where the law says so (``own_weight``, the loss's),
+sigma is scaled by the sweep's own chaining of the same answer: f^2 = (nu0 + K u) / (nu0 + K), u
+the weighted mean of (e / sigma(r))^2 per inner split (later splits, fitted to more budgets, weigh more: ``drift.split_weights``), K the
 effective splits (one piece of evidence each: a split's predictions share its fit), nu0 what the
 law is worth in splits. The interval is e within +-k f sigma(r_t), k a quantile of the public
 answers' own scores |e| / (f sigma(r)) (``scores``: any level). Scoring each sweep by the law
