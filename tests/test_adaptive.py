@@ -115,6 +115,7 @@ def synthetic_sweep(seed=0, budgets=8):
     return pd.DataFrame(rows)
 
 
+@pytest.mark.e2e  # a simulated design forecasting at every round (~18 s): the end-to-end tier
 def test_a_design_reads_the_forecast_and_cannot_stop_without_one():
     runs = synthetic_sweep()
     pool, spend = table_pool(runs), table_spend(runs)

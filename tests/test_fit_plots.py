@@ -108,6 +108,7 @@ def test_import_flops_fit_stays_light():
     assert out.strip() == "[]"
 
 
+@pytest.mark.e2e  # the fitting pages' examples end to end (fits, a report, a comparison; ~18 s)
 def test_python_examples_in_docs_run(tmp_path, monkeypatch):
     from pathlib import Path
 
