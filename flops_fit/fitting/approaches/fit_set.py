@@ -131,6 +131,8 @@ def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult
     p = limited.predict(forecast.target).iloc[0]
     return (text + f"; the data-limited law, which prices the repeats, gives N_opt {fmt.count(p['N_opt'])}, loss "
             f"{fmt.with_interval(p['loss'], p['loss_lo'], p['loss_hi'], fmt=lambda v: fmt.sig(v, 4))} there")
+
+
 ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
 
 

@@ -16,7 +16,7 @@ import datetime
 import json
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
-from contextlib import ExitStack, suppress
+from contextlib import nullcontext, suppress
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -81,10 +81,10 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     runs = next(iter(results.values())).runs
     target = float(target) if target else default_target(runs)
     figure = Figures(plot_dir, out.parent)
-    with ExitStack() as stack:
+    pool = ProcessPoolExecutor(workers - 1, mp_context=worker_context()) if workers > 1 else None
+    with pool or nullcontext():
         drawn = {}
-        if workers > 1:
-            pool = stack.enter_context(ProcessPoolExecutor(workers - 1, mp_context=worker_context()))
+        if pool is not None:
             with suppress(BrokenExecutor):
                 for method, result in results.items():
                     drawn[method] = pool.submit(_section, result, figure, plot_dir, target, budgets)

@@ -154,8 +154,8 @@ class Answer:
             return centre, np.expm1(shift - below), np.expm1(shift + above), CAPPED_RULE
         if i.get("rule") != "reach law":
             return centre, lo, hi, "scatter + drift's sd"
-        law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=())  # the members' spread s: the target's
-        half = i["multiplier"] * np.hypot(i["own_factor"] * law.sigma(ratios), i.get("spread", 0.0))
+        law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=(), spread="spread" in i)  # s: the target's
+        half = i["multiplier"] * law.scale(ratios, i["own_factor"], i.get("spread", 0.0))
         shift = np.log1p(centre)
         return centre, np.expm1(shift - half), np.expm1(shift + half), "reach law"
 

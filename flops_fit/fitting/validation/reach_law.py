@@ -129,16 +129,16 @@ class ReachLaw:
         k = self.multiplier(cap_level(level))
         return k * self.floor, k * float(self.sigma(ratio))
 
-    def scale(self, ratio: float, factor: float = 1.0, spread: float = 0.0) -> float:
-        """The answer's log sd: f sigma(r), and the members' spread s in quadrature where the law was
-        fitted with it (a law fitted without it never reads it)."""
-        own = factor * float(self.sigma(ratio))
-        return float(np.hypot(own, spread)) if self.spread else own
+    def scale(self, ratio: np.ndarray | float, factor: float = 1.0, spread: float = 0.0) -> np.ndarray:
+        """The answer's log sd at ``ratio``: f sigma(r), and the members' spread s in quadrature where
+        the law was fitted with it (a law fitted without it never reads it)."""
+        own = factor * self.sigma(ratio)
+        return np.hypot(own, spread) if self.spread else own
 
     def half_width(self, ratio: float, level: float, inner: Inner = (), spread: float = 0.0) -> tuple[float, float, int]:
         """(half-width of the log interval at ``ratio``, the own factor f, its splits K)."""
         factor, k = self.own_factor(inner)
-        return self.multiplier(level) * self.scale(ratio, factor, spread), factor, k
+        return self.multiplier(level) * float(self.scale(ratio, factor, spread)), factor, k
 
     def to_dict(self) -> dict[str, Any]:
         return {"floor": self.floor, "slope": self.slope, "own_weight": self.own_weight, "spread": self.spread,
@@ -180,7 +180,7 @@ def fit_reach_law(outcomes: Sequence[Outcome], own_weight: float | None = None, 
     known = np.array([o.spread for o in usable]) if spread else None
     floor, slope = fit_spread(np.array([o.error for o in usable]), np.array([o.ratio for o in usable]), known)
     law = ReachLaw(floor=floor, slope=slope, scores=(1.0,), own_weight=own_weight, sweeps=tuple(sweeps), spread=spread)
-    scores = sorted(abs(o.error) / law.scale(o.ratio, law.own_factor(o.inner)[0], o.spread) for o in usable)
+    scores = sorted(abs(o.error) / float(law.scale(o.ratio, law.own_factor(o.inner)[0], o.spread)) for o in usable)
     return ReachLaw(floor=floor, slope=slope, scores=tuple(scores), own_weight=own_weight, sweeps=tuple(sweeps),
                     spread=spread)
 
