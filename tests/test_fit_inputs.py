@@ -48,6 +48,38 @@ def test_exclude_top_drops_highest_losses_and_records_why():
     assert runs.excluded == [{"run_id": "run3", "reason": "among the 1 highest losses (exclude_top)"}]
 
 
+def test_an_exact_repeat_counts_once_and_seeds_are_kept():
+    # A row pasted twice would weigh its run twice and narrow every bootstrap interval.
+    frame = pd.concat([_table(), _table().iloc[[2]]], ignore_index=True)
+    frame.loc[len(frame)] = [1e6, 1e8, 3.12]  # a second seed of the first cell: another measurement
+    runs = load_runs(frame)
+    assert len(runs) == 5 and runs.frame["run_id"].tolist() == ["run0", "run1", "run2", "run3", "run5"]
+    assert runs.excluded == [{"run_id": "run4", "reason": "a repeat of run2 (the same size, tokens and loss): "
+                                                          "counted once"}]
+    assert runs.notes == ["1 run(s) repeat another run exactly (the same size, tokens and loss) and were counted once"]
+    assert load_runs(_table()).notes == []
+
+
+def test_a_doubled_table_fits_as_the_table_and_says_so():
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=4, noise=0.01, seed=3).drop(columns=["curve"])
+    once = fit(frame, "vpnls", bootstrap=20, tracking=False)
+    twice = fit(pd.concat([frame, frame], ignore_index=True), "vpnls", bootstrap=20, tracking=False)
+    pd.testing.assert_frame_equal(once.intervals(), twice.intervals())
+    assert "note: 8 run(s) repeat another run exactly" in twice.summary()
+    assert "repeat" not in once.summary()
+
+
+def test_a_diverged_run_is_refused_with_the_fix():
+    frame = _table(loss=[3.1, 3.0, 3.05, 4e4])
+    with pytest.raises(FitInputError) as info:
+        load_runs(frame)
+    assert str(info.value) == ("DataFrame: 1 run(s) have a loss over 10x the runs' median 3.075: run3 (4e+04); a "
+                               "diverged or unfinished run? Drop it, or leave out the highest losses with "
+                               "exclude_top=1 (CLI: --exclude-top 1)")
+    assert load_runs(frame, exclude_top=1).frame["loss"].max() == 3.1
+    assert len(load_runs(_table(loss=[3.1, 3.0, 3.05, 30.0]))) == 4  # under 10x the median: a bad run, not refused
+
+
 def test_unfinished_runs_are_excluded_with_their_status():
     # A sweep store keeps failed runs with loss NaN: they are left out before validation.
     runs = load_runs(_table(status=["done", "failed", "done", "done"], loss=[3.1, np.nan, 3.0, 3.2]))

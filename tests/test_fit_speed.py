@@ -7,6 +7,7 @@ is measured in benchmarks/bench_fit_speed.py.
 """
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -61,6 +62,22 @@ def test_batched_nelder_mead_takes_scipys_path(bounds, maxiter):
                        options={"xatol": 1e-6, "fatol": 1e-12, "maxiter": maxiter})
         assert np.array_equal(out.x[i], ref.x) and out.f[i] == ref.fun and out.iterations[i] == ref.nit
         assert (out.status[i] == 0) == ref.success
+
+
+def test_a_row_whose_objective_is_infinite_stops_quietly_beside_the_others():
+    # A hopeless start (inf at every vertex: a law that overflows) must not warn nor disturb its neighbours.
+    batch, one = _bowls(2)
+
+    def with_inf(x, which):
+        return np.where(which == 1, np.inf, batch(x, which))
+
+    x0 = np.array([[0.5, 0.5], [0.5, 0.5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = minimize_simplex(with_inf, initial_simplex(x0), xatol=1e-6, fatol=1e-12, maxiter=200)
+    ref = minimize(lambda t: one(t, 0), x0[0], method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-12, "maxiter": 200})
+    assert np.array_equal(out.x[0], ref.x) and out.f[0] == ref.fun
+    assert out.f[1] == np.inf and out.status[1] != 0
 
 
 def test_batched_constrained_least_squares_equals_one_at_a_time():

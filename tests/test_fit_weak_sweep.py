@@ -153,3 +153,15 @@ def test_a_forecast_withheld_says_why_first(capsys):
     assert out.startswith("No forecast: too little chaining evidence: ") and "these runs give at most 1" in out
     assert "The methods' own answers and their bootstrap intervals stand\n" in out
     assert "warning(s)" not in out  # the one warning was that reason, said already
+
+
+@pytest.mark.parametrize("command", [["fit"], ["report"]])
+def test_a_diverged_run_in_a_csv_is_one_line_with_the_fix(tmp_path, capsys, command):
+    frame = pd.read_csv(_not_a_sweep(tmp_path))
+    frame.loc[3, "loss"] = 1e9
+    frame.to_csv(tmp_path / "diverged.csv", index=False)
+    assert main([command[0], str(tmp_path / "diverged.csv"), "--method", "vpnls", "--bootstrap", "0",
+                 "--holdout", "none", "--tracking", "off", *(["--out", str(tmp_path / "r")] if command == ["report"] else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "run3 (1e+09)" in err and "--exclude-top 1" in err
+    assert not (tmp_path / "r").exists()

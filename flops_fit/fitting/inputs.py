@@ -27,6 +27,10 @@ FINISHED = ("done", "finished", "ok", "completed")
 METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out bits per byte",
            "error": "held-out top-1 error"}
 METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)", "error": "top-1 error"}
+# An exact repeat of a run is counted once (``_drop_repeats``); its exclusion's reason starts so.
+REPEAT = "a repeat of"
+# A loss this many times the runs' median is no trained model's (``_check_diverged``).
+DIVERGED = 10.0
 METRIC_COLUMNS = {"loss": "loss", "bpb": "bpb", "error": "top1_error"}
 NO_ERROR = ("top-1 error is recorded for image-classification runs of sweeps since flops-fit recorded it; fit "
             "these runs with metric='loss' (CLI: --metric loss)")
@@ -62,6 +66,13 @@ class Runs:
 
     def __len__(self) -> int:
         return len(self.frame)
+
+    @property
+    def notes(self) -> list[str]:
+        """What loading changed that a reader of the answer should know (exact repeats counted once)."""
+        repeats = sum(str(x.get("reason", "")).startswith(REPEAT) for x in self.excluded)
+        return [f"{repeats} run(s) repeat another run exactly (the same size, tokens and loss) and were counted "
+                "once"] if repeats else []
 
     def subset(self, keep: np.ndarray) -> Runs:
         """The runs where ``keep`` (a boolean mask) is true, with the same source and provenance."""
@@ -176,7 +187,36 @@ def load_runs(
         excluded += [{"run_id": r, "reason": f"among the {exclude_top} highest losses (exclude_top)"}
                      for r in out.loc[top, "run_id"]]
         out = out.drop(index=top).reset_index(drop=True)
+    out = _drop_repeats(out, excluded)
+    _check_diverged(out, name, exclude_top)
     return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric)
+
+
+def _drop_repeats(out: pd.DataFrame, excluded: list[dict[str, Any]]) -> pd.DataFrame:
+    """The runs with each exact repeat (the same params, tokens, FLOPs, budget, rate and loss: a row
+    pasted twice, a run recorded twice) counted once: a copy would weigh its run twice and narrow
+    every bootstrap interval. Seeds of one cell differ in loss and are kept."""
+    key = [c for c in ("params", "tokens", "flops", "budget", "lr", "loss") if c in out]
+    repeat = out.duplicated(subset=key, keep="first")
+    if not repeat.any():
+        return out
+    first = out.loc[~repeat].reset_index().set_index(key)["run_id"]
+    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first.loc[tuple(out.loc[i, key])]} "
+                  "(the same size, tokens and loss): counted once"} for i in out.index[repeat]]
+    return out.loc[~repeat].reset_index(drop=True)
+
+
+def _check_diverged(out: pd.DataFrame, name: str, exclude_top: int) -> None:
+    """Refuse runs whose metric is over ``DIVERGED`` times the runs' median: not a trained model's loss
+    (a diverged or unfinished run, or a wrong column), and one such run throws every law off."""
+    median = float(out["loss"].median())
+    far = out["loss"] > DIVERGED * median
+    if far.any():
+        runs = ", ".join(f"{r} ({v:.4g})" for r, v in zip(out.loc[far, "run_id"][:5], out.loc[far, "loss"][:5], strict=True))
+        raise FitInputError(
+            f"{name}: {int(far.sum())} run(s) have a loss over {DIVERGED:g}x the runs' median {median:.4g}: {runs}; "
+            f"a diverged or unfinished run? Drop it, or leave out the highest losses with "
+            f"exclude_top={exclude_top + int(far.sum())} (CLI: --exclude-top {exclude_top + int(far.sum())})")
 
 
 def _best_rates(out: pd.DataFrame, excluded: list[dict[str, Any]]) -> pd.DataFrame:

@@ -78,6 +78,7 @@ class FitSet(Presentable):
             parts += [f"Note: {w}." for w in self.warnings if w.startswith(FRESH_DATA)]
         else:
             parts = [withheld[0].upper() + withheld[1:]] if withheld else []
+        parts += [f"Note: {n}." for n in self.runs.notes]
         parts += [self.answer_table(), *skipped]
         if self.holdout:
             misses = holdout_misses(self.holdout)

@@ -234,7 +234,7 @@ class FitResult(Presentable):
         pct = f"{100 * self.level:g}%"
         lines = [f"{self.title}  ({len(self.runs)} runs from {self.runs.source}, "
                  f"{len(self.samples)} bootstrap resamples, seed {self.seed})",
-                 f"fitted metric: {METRICS[self.runs.metric]}", ""]
+                 f"fitted metric: {METRICS[self.runs.metric]}", *(f"note: {n}" for n in self.runs.notes), ""]
         lines.append(format_table([[n, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]",
                                     fmt.sig(r.se, 4)] for n, r in self.intervals().iterrows()],
                                   ["param", "estimate", f"{pct} interval", "bootstrap s.e."]))
