@@ -170,9 +170,11 @@ def test_a_section_whose_worker_died_is_drawn_here():
     import os
     from concurrent.futures import ProcessPoolExecutor
 
-    from flops_fit.fitting.report.html_report import _drawn
+    from flops_fit.fitting.report.html_report import BROKEN_DRAWING, _drawn
     from flops_fit.fitting.validation.holdout import worker_context
 
     with ProcessPoolExecutor(1, mp_context=worker_context()) as pool:
         future = pool.submit(os._exit, 1)
-        assert _drawn(future, lambda: "<h2>drawn here</h2>") == "<h2>drawn here</h2>"
+        with pytest.warns(UserWarning) as said:
+            assert _drawn(future, lambda: "<h2>drawn here</h2>") == "<h2>drawn here</h2>"
+    assert [str(w.message) for w in said] == [BROKEN_DRAWING] and '__name__ == "__main__"' in BROKEN_DRAWING

@@ -164,7 +164,7 @@ def test_runs_read_from_a_table_keep_where_each_rate_came_from():
 
     sources = ["tuned:t", "tuned:t (beyond the tune: tokens x2.3)"] * 4
     frame = pd.DataFrame({"params": [1e4, 2e4, 4e4, 8e4] * 2, "tokens": [1e6, 5e5, 2.5e5, 1.25e5] * 2,
-                          "loss": [3.0, 2.9, 2.95, 3.1] * 2, "lr_source": sources})
+                          "loss": [3.0, 2.9, 2.95, 3.1, 3.01, 2.91, 2.96, 3.11], "lr_source": sources})
     runs = load_runs(frame)
     assert list(runs.frame["lr_source"]) == sources
     assert "4 of 8 runs took their rate from a tuned law past its tune's grid" in "".join(reach_note(runs))

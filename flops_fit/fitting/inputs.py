@@ -193,16 +193,18 @@ def load_runs(
 
 
 def _drop_repeats(out: pd.DataFrame, excluded: list[dict[str, Any]]) -> pd.DataFrame:
-    """The runs with each exact repeat (the same params, tokens, FLOPs, budget, rate and loss: a row
-    pasted twice, a run recorded twice) counted once: a copy would weigh its run twice and narrow
-    every bootstrap interval. Seeds of one cell differ in loss and are kept."""
-    key = [c for c in ("params", "tokens", "flops", "budget", "lr", "loss") if c in out]
-    repeat = out.duplicated(subset=key, keep="first")
+    """The runs with each exact repeat (every column the same but the run's id and curve: a row pasted
+    twice, a run recorded twice) counted once: a copy would weigh its run twice and narrow every
+    bootstrap interval. Seeds of one cell differ in loss and are kept."""
+    fields = out.drop(columns=[c for c in ("run_id", "curve") if c in out])
+    fields = fields.apply(lambda c: c.astype(str) if c.dtype == object else c)  # dicts and lists compare as text
+    repeat = fields.duplicated(keep="first")
     if not repeat.any():
         return out
-    first = out.loc[~repeat].reset_index().set_index(key)["run_id"]
-    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first.loc[tuple(out.loc[i, key])]} "
-                  "(the same size, tokens and loss): counted once"} for i in out.index[repeat]]
+    first = {tuple(row): run for row, run in zip(fields.loc[~repeat].itertuples(index=False),
+                                                 out.loc[~repeat, "run_id"], strict=True)}
+    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[tuple(fields.loc[i])]} (the same size, "
+                  "tokens and loss): counted once"} for i in out.index[repeat]]
     return out.loc[~repeat].reset_index(drop=True)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
 from contextlib import nullcontext, suppress
@@ -103,6 +104,12 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     return out
 
 
+# Said when a drawing worker stops: the page is whole, but the worker may have run the caller's script again.
+BROKEN_DRAWING = ("a report-drawing worker process (workers > 1) stopped before it returned, so its sections were "
+                  "drawn here. A script that writes a report with workers > 1 must start its work under "
+                  "`if __name__ == \"__main__\":` (each worker imports the script again); or use workers=1")
+
+
 def _drawn(future: Future | None, draw: Callable[[], str]) -> str:
     """A section a worker drew, or this process's drawing where there is no worker or its pool broke
     (a script without a main guard, a worker killed): the page never loses a section to the pool."""
@@ -110,7 +117,7 @@ def _drawn(future: Future | None, draw: Callable[[], str]) -> str:
         try:
             return future.result()
         except BrokenExecutor:
-            pass
+            warnings.warn(BROKEN_DRAWING, stacklevel=2)  # once per session: the warnings filter's default
     return draw()
 
 
