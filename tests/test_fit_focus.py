@@ -81,6 +81,11 @@ def test_the_frontier_follows_flops_per_parameter_token_that_fall_with_size():
     # C = 6ND data keep Chinchilla's frontier: k 6, no slope.
     plain = fit(synthetic_runs(noise=0.0), method="parametric", bootstrap=0)
     assert plain.params["k"] == 6.0 and plain.params["k_slope"] == 0.0
+    # So do 6ND data whose table rounded N and D to whole numbers: no slope of rounding error.
+    rounded = synthetic_runs(noise=0.0).assign(params=lambda f: f.params.round(), tokens=lambda f: f.tokens.round())
+    fitted = fit(rounded, method="parametric", bootstrap=0)
+    assert fitted.params["k"] == pytest.approx(6.0, rel=1e-6) and fitted.params["k_slope"] == 0.0
+    assert "frontier with C = k N D," in fitted.summary()
 
 
 def test_an_unknown_focus_is_refused_with_the_choices(capsys, tmp_path):

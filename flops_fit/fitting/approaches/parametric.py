@@ -81,9 +81,10 @@ class FlopsRule(NamedTuple):
 
 
 def flops_rule(log_n: np.ndarray, flops: np.ndarray, n: np.ndarray, d: np.ndarray) -> FlopsRule:
-    """Least squares of log(C / (N D)) on log N; a constant ratio (6ND data) is exactly (k, 0)."""
+    """Least squares of log(C / (N D)) on log N; a constant ratio (6ND data) is exactly (k, 0), also
+    where a table rounded N and D to whole numbers (a ratio constant to a millionth)."""
     log_k = np.log(flops / (n * d))
-    if np.ptp(log_k) < 1e-9:
+    if np.ptp(log_k) < 1e-6:
         return FlopsRule(float(np.exp(np.median(log_k))), 0.0)
     slope, intercept = np.polyfit(log_n, log_k, 1)
     return FlopsRule(float(np.exp(intercept)), float(slope))
