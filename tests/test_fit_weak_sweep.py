@@ -165,3 +165,12 @@ def test_a_diverged_run_in_a_csv_is_one_line_with_the_fix(tmp_path, capsys, comm
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "run3 (1e+09)" in err and "--exclude-top 1" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_one_method_answers_at_the_target_asked_for(tmp_path, capsys):
+    csv = _not_a_sweep(tmp_path)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "0", "--target", "3e19"]) == 0
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line[:1].isdigit()]
+    assert "3e+19" in rows and rows == sorted(rows, key=float)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "0", "--target", "3e19", "--json"]) == 0
+    assert 3e19 in [r["budget"] for r in json.loads(capsys.readouterr().out)["table"]]

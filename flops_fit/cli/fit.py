@@ -138,9 +138,10 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.plots:
         flops_fit.plot_fit(fitted, args.plots, target=args.target)
     if args.json:
-        print(fitted.to_json(args.predict, inference_tokens=tokens, totals=args.total_flops, planned=planned))
+        budgets = args.predict or (None if isinstance(fitted, flops_fit.FitSet) else with_target(fitted, args.target))
+        print(fitted.to_json(budgets, inference_tokens=tokens, totals=args.total_flops, planned=planned))
         return 0
-    text = summary(fitted, args.predict, args.verbose)
+    text = summary(fitted, args.predict, args.verbose, args.target)
     if tokens is not None:  # sized before anything is printed: a fit without a law says so alone
         text += "\n\n" + fitted.sizing_summary(args.predict, tokens, args.total_flops)
     if planned is not None:
@@ -194,11 +195,21 @@ def _cmd_report(args: argparse.Namespace) -> int:
         show(f"drawing the report's figures into {out}")
     path = flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens,
                                   workers=args.workers)
-    print(summary(fitted, None, args.verbose))
+    print(summary(fitted, None, args.verbose, args.target))
     print(f"report written to {path}")
     return 0
 
 
-def summary(fitted, budgets, verbose: bool) -> str:
-    """The answer first: a set of fits prints the forecast and one row per method unless ``verbose``."""
-    return fitted.summary(budgets, verbose=verbose) if isinstance(fitted, flops_fit.FitSet) else fitted.summary(budgets)
+def summary(fitted, budgets, verbose: bool, target: float | None = None) -> str:
+    """The answer first: a set of fits prints the forecast and one row per method unless ``verbose``;
+    one method its table at ``budgets`` (by default decades around the runs, and the target asked for)."""
+    if isinstance(fitted, flops_fit.FitSet):
+        return fitted.summary(budgets, verbose=verbose)
+    return fitted.summary(budgets or with_target(fitted, target))
+
+
+def with_target(result, target: float | None) -> list[float] | None:
+    """A single method's default budgets with ``target`` among them (None: its defaults alone)."""
+    from flops_fit.fitting.approaches.result import default_budgets
+
+    return sorted({*default_budgets(result.runs), float(target)}) if target else None
