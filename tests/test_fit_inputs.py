@@ -78,6 +78,8 @@ def test_a_diverged_run_is_refused_with_the_fix():
                                "exclude_top=1 (CLI: --exclude-top 1)")
     assert load_runs(frame, exclude_top=1).frame["loss"].max() == 3.1
     assert len(load_runs(_table(loss=[3.1, 3.0, 3.05, 30.0]))) == 4  # under 10x the median: a bad run, not refused
+    # a learning-rate sweep read whole (``flops-fit tune --from``): a rate too high to train is the sweep's data
+    assert len(load_runs(frame.assign(lr=[1e-3, 1e-3, 1e-3, 1.0]), all_rates=True)) == 4
 
 
 def test_unfinished_runs_are_excluded_with_their_status():

@@ -188,7 +188,8 @@ def load_runs(
                      for r in out.loc[top, "run_id"]]
         out = out.drop(index=top).reset_index(drop=True)
     out = _drop_repeats(out, excluded)
-    _check_diverged(out, name, exclude_top)
+    if not all_rates:  # a learning-rate sweep read whole: a run that blew up at too high a rate is data
+        _check_diverged(out, name, exclude_top)
     return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric)
 
 
