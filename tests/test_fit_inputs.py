@@ -50,8 +50,8 @@ def test_exclude_top_drops_highest_losses_and_records_why():
 
 def test_an_exact_repeat_counts_once_and_seeds_are_kept():
     # A row pasted twice would weigh its run twice and narrow every bootstrap interval.
-    frame = pd.concat([_table(), _table().iloc[[2]]], ignore_index=True)
-    frame.loc[len(frame)] = [1e6, 1e8, 3.12]  # a second seed of the first cell: another measurement
+    frame = pd.concat([_table(), _table().iloc[[2]]], ignore_index=True).assign(lr=np.nan)  # NaN fields match
+    frame.loc[len(frame)] = [1e6, 1e8, 3.12, np.nan]  # a second seed of the first cell: another measurement
     runs = load_runs(frame)
     assert len(runs) == 5 and runs.frame["run_id"].tolist() == ["run0", "run1", "run2", "run3", "run5"]
     assert runs.excluded == [{"run_id": "run4", "reason": "a repeat of run2 (the same size, tokens and loss): "

@@ -199,13 +199,13 @@ def _drop_repeats(out: pd.DataFrame, excluded: list[dict[str, Any]]) -> pd.DataF
     bootstrap interval. Seeds of one cell differ in loss and are kept."""
     fields = out.drop(columns=[c for c in ("run_id", "curve") if c in out])
     fields = fields.apply(lambda c: c.astype(str) if c.dtype == object else c)  # dicts and lists compare as text
-    repeat = fields.duplicated(keep="first")
+    same = fields.groupby(list(fields.columns), dropna=False, sort=False).ngroup()  # NaN fields match too
+    repeat = same.duplicated()
     if not repeat.any():
         return out
-    first = {tuple(row): run for row, run in zip(fields.loc[~repeat].itertuples(index=False),
-                                                 out.loc[~repeat, "run_id"], strict=True)}
-    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[tuple(fields.loc[i])]} (the same size, "
-                  "tokens and loss): counted once"} for i in out.index[repeat]]
+    first = out["run_id"].groupby(same).transform("first")
+    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[i]} (the same size, tokens and loss): "
+                  "counted once"} for i in out.index[repeat]]
     return out.loc[~repeat].reset_index(drop=True)
 
 
