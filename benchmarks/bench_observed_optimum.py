@@ -5,7 +5,7 @@ exponents alpha 0.34, beta 0.28) with 5-15 sizes per budget over spans of 4x-100
 parameters and log-normal noise of 0-2%; the held-out check's estimator (``holdout.observe``)
 reads each budget's optimum from its runs, and the table reports, per grid, the median
 relative error of N_opt and of the minimum loss against the law's closed form, and how often
-the 95% bootstrap intervals contain the truth. The slice (default) is compared with the
+the 95% bootstrap intervals contain the truth (and how wide N_opt's is). The slice (default) is compared with the
 parabola through the whole grid. docs/validation/fitting.md quotes the table. Without noise the error is
 the estimator's bias; with noise the median also carries sampling error (its standard error
 is printed beside it).
@@ -34,7 +34,7 @@ def study(sizes: int, span: float, noise: float, curve: str, sweeps: int, bootst
     budget = BUDGETS[-1]
     n_true = optimal_size(LAW, budget)
     l_true = float(law_loss(LAW, n_true, budget / (6 * n_true)))
-    n_err, l_err, n_cover, l_cover = [], [], [], []
+    n_err, l_err, n_cover, l_cover, n_ratio = [], [], [], [], []
     for seed in range(sweeps):
         frame = synthetic_runs(LAW, budgets=BUDGETS, sizes_per_budget=sizes, span=np.log10(span) / 2,
                                noise=noise, seed=seed, curve_points=2)
@@ -47,11 +47,13 @@ def study(sizes: int, span: float, noise: float, curve: str, sweeps: int, bootst
         l_err.append(o.loss / l_true - 1)
         n_cover.append(o.n_opt_interval[0] <= n_true <= o.n_opt_interval[1])
         l_cover.append(o.loss_interval[0] <= l_true <= o.loss_interval[1])
+        n_ratio.append(o.n_opt_interval[1] / o.n_opt_interval[0])
     found = len(n_err)
     spread = 1.2533 * float(np.std(n_err)) / np.sqrt(found) if found > 1 else np.nan  # s.e. of a median
     return {"found": found, "n_se": spread, "n_bias": float(np.median(n_err)) if found else np.nan,
             "loss_bias": float(np.median(l_err)) if found else np.nan,
             "n_cover": float(np.mean(n_cover)) if found else np.nan,
+            "n_ratio": float(np.median(n_ratio)) if found else np.nan,
             "loss_cover": float(np.mean(l_cover)) if found else np.nan}
 
 
@@ -71,10 +73,11 @@ def main() -> None:
                                  f"{100 * r['n_bias']:+.1f}%" + ("" if not noise else f" ± {100 * r['n_se']:.1f}%"),
                                  f"{100 * r['loss_bias']:+.2f}%",
                                  "-" if not noise else f"{100 * r['n_cover']:.0f}%",
+                                 "-" if not noise else f"{r['n_ratio']:.2f}x",
                                  "-" if not noise else f"{100 * r['loss_cover']:.0f}%"])
                     print(" | ".join(map(str, rows[-1])), flush=True)
     print(format_table(rows, ["curve", "sizes", "span", "noise", "sweeps", "N_opt error (median ± s.e.)",
-                              "loss bias (median)", "N_opt covered", "loss covered"]))
+                              "loss bias (median)", "N_opt covered", "N_opt hi/lo (median)", "loss covered"]))
 
 
 if __name__ == "__main__":
