@@ -50,6 +50,7 @@ def initial_simplex(x0: np.ndarray, bounds: tuple[float, float] | None = None) -
     return sim
 
 
+@np.errstate(invalid="ignore")  # a row whose objective is inf at several vertices compares inf - inf: no convergence
 def minimize_simplex(fun: BatchObjective, simplex: np.ndarray, *, xatol: float, fatol: float, maxiter: int,
                      bounds: tuple[float, float] | None = None) -> SimplexResult:
     """Minimise each row's problem from its starting ``simplex`` (k, q + 1, q) (``initial_simplex``
@@ -64,51 +65,49 @@ def minimize_simplex(fun: BatchObjective, simplex: np.ndarray, *, xatol: float, 
     iterations = np.ones(k, dtype=int)
     active = np.ones(k, dtype=bool)
     status = np.full(k, ITERATION_LIMIT)
-    # a row whose objective is inf at several vertices compares inf - inf: it simply does not converge
-    with np.errstate(invalid="ignore"):
-        while True:
-            active &= iterations < maxiter
-            idx = rows[active]
-            if idx.size:
-                s, f = sim[idx], fsim[idx]
-                done = ((np.abs(s[:, 1:] - s[:, :1]).reshape(idx.size, -1).max(1) <= xatol)
-                        & (np.abs(f[:, :1] - f[:, 1:]).max(1) <= fatol))
-                status[idx[done]] = CONVERGED
-                active[idx[done]] = False
-                idx = idx[~done]
-            if idx.size == 0:
-                break
+    while True:
+        active &= iterations < maxiter
+        idx = rows[active]
+        if idx.size:
             s, f = sim[idx], fsim[idx]
-            worst = s[:, -1]
-            xbar = np.add.reduce(s[:, :-1], 1) / q
-            xr = clip((1 + RHO) * xbar - RHO * worst)
-            fxr = fun(xr, idx)
-            expand = fxr < f[:, 0]
-            accept = ~expand & (fxr < f[:, -2])
-            outside = ~expand & ~accept & (fxr < f[:, -1])
-            inside = ~expand & ~accept & ~outside
-            trial = np.empty_like(xr)
-            trial[expand] = clip((1 + RHO * CHI) * xbar[expand] - RHO * CHI * worst[expand])
-            trial[outside] = clip((1 + PSI * RHO) * xbar[outside] - PSI * RHO * worst[outside])
-            trial[inside] = clip((1 - PSI) * xbar[inside] + PSI * worst[inside])
-            second = ~accept
-            ft = np.full(idx.size, np.nan)
-            if second.any():
-                ft[second] = fun(trial[second], idx[second])
-            take_trial = (expand & (ft < fxr)) | (outside & (ft <= fxr)) | (inside & (ft < f[:, -1]))
-            take_r = (expand & ~(ft < fxr)) | accept
-            shrink = (outside | inside) & ~take_trial
-            new_worst, new_f = worst.copy(), f[:, -1].copy()
-            new_worst[take_r], new_f[take_r] = xr[take_r], fxr[take_r]
-            new_worst[take_trial], new_f[take_trial] = trial[take_trial], ft[take_trial]
-            s[:, -1], f[:, -1] = new_worst, new_f
-            if shrink.any():
-                best = s[shrink, :1]
-                moved = clip(best + SIGMA * (s[shrink, 1:] - best))
-                s[shrink, 1:] = moved
-                f[shrink, 1:] = fun(moved.reshape(-1, q), np.repeat(idx[shrink], q)).reshape(-1, q)
-            sim[idx], fsim[idx] = _sorted(s, f)
-            iterations[idx] += 1
+            done = ((np.abs(s[:, 1:] - s[:, :1]).reshape(idx.size, -1).max(1) <= xatol)
+                    & (np.abs(f[:, :1] - f[:, 1:]).max(1) <= fatol))
+            status[idx[done]] = CONVERGED
+            active[idx[done]] = False
+            idx = idx[~done]
+        if idx.size == 0:
+            break
+        s, f = sim[idx], fsim[idx]
+        worst = s[:, -1]
+        xbar = np.add.reduce(s[:, :-1], 1) / q
+        xr = clip((1 + RHO) * xbar - RHO * worst)
+        fxr = fun(xr, idx)
+        expand = fxr < f[:, 0]
+        accept = ~expand & (fxr < f[:, -2])
+        outside = ~expand & ~accept & (fxr < f[:, -1])
+        inside = ~expand & ~accept & ~outside
+        trial = np.empty_like(xr)
+        trial[expand] = clip((1 + RHO * CHI) * xbar[expand] - RHO * CHI * worst[expand])
+        trial[outside] = clip((1 + PSI * RHO) * xbar[outside] - PSI * RHO * worst[outside])
+        trial[inside] = clip((1 - PSI) * xbar[inside] + PSI * worst[inside])
+        second = ~accept
+        ft = np.full(idx.size, np.nan)
+        if second.any():
+            ft[second] = fun(trial[second], idx[second])
+        take_trial = (expand & (ft < fxr)) | (outside & (ft <= fxr)) | (inside & (ft < f[:, -1]))
+        take_r = (expand & ~(ft < fxr)) | accept
+        shrink = (outside | inside) & ~take_trial
+        new_worst, new_f = worst.copy(), f[:, -1].copy()
+        new_worst[take_r], new_f[take_r] = xr[take_r], fxr[take_r]
+        new_worst[take_trial], new_f[take_trial] = trial[take_trial], ft[take_trial]
+        s[:, -1], f[:, -1] = new_worst, new_f
+        if shrink.any():
+            best = s[shrink, :1]
+            moved = clip(best + SIGMA * (s[shrink, 1:] - best))
+            s[shrink, 1:] = moved
+            f[shrink, 1:] = fun(moved.reshape(-1, q), np.repeat(idx[shrink], q)).reshape(-1, q)
+        sim[idx], fsim[idx] = _sorted(s, f)
+        iterations[idx] += 1
     return SimplexResult(sim[:, 0], fsim.min(1), iterations, status)
 
 
