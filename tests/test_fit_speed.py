@@ -194,6 +194,21 @@ def test_bootstraps_of_many_problems_fitted_together_equal_each_alone():
             assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("r_star", [None, 4.0])
+def test_the_data_limited_design_of_many_exponents_is_each_rows_own_to_the_bit(r_star):
+    # Every row has its own R*, so its own data column: batched, element for element as one row alone.
+    import itertools
+
+    from flops_fit.fitting.approaches.data_limit import DataLimitedForm
+
+    rng = np.random.default_rng(5)
+    x = {"n": rng.uniform(0.1, 10.0, 30), "d": rng.uniform(0.05, 20.0, 30), "u": np.full(30, 1.3)}
+    form = DataLimitedForm(r_star)
+    theta = np.vstack([list(itertools.product(form.grid, repeat=len(form.nonlinear))),
+                       rng.uniform(*form.bounds, (300, len(form.nonlinear)))])
+    assert np.array_equal(form.design_rows(theta, x), np.stack([form.design(t, x) for t in theta]))
+
+
 def test_slice_fits_of_many_draws_equal_one_at_a_time():
     from flops_fit.fitting.laws.bootstrap import resample_weights
     from flops_fit.fitting.laws.profiles import budget_groups, slice_minima, slice_minima_many

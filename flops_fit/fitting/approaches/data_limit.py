@@ -33,7 +33,7 @@ from flops_fit.fitting.approaches.result import FitResult
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.estimators import Solution, fit_projection
 from flops_fit.fitting.laws.focus import check_focus, focus_weights
-from flops_fit.fitting.laws.forms import Chinchilla, Inputs, LawForm
+from flops_fit.fitting.laws.forms import Chinchilla, Inputs
 from flops_fit.fitting.laws.laws import frontier_exponents, law_loss
 
 PAPER_R_STAR = 15.4  # Muennighoff et al. 2023's fitted decay constant for repeated data
@@ -59,6 +59,12 @@ def effective_data(d: np.ndarray, unique: Any, r_star: Any) -> np.ndarray:
     return np.minimum(d, unique) + unique * r_star * -np.expm1(-repeats / r_star)
 
 
+def _inverse_power(base: np.ndarray, exponent: np.ndarray) -> np.ndarray:
+    """base ** -exponent for a column of exponents, as one scalar exponent gives it: numpy takes
+    1 / base for a scalar -1 (a grid point), which can differ from the power in the last bit."""
+    return np.where(exponent == 1.0, 1.0 / base, base ** -exponent)
+
+
 class DataLimitedForm(Chinchilla):
     """E + A/N^alpha + B/D'^beta at the effective data D' of U unique tokens (input ``u``, in the
     units of ``d``); R* = exp(4 r), r searched with the exponents. With ``r_star`` set, R* is held
@@ -81,7 +87,14 @@ class DataLimitedForm(Chinchilla):
         r_star = self.r_star if self.r_star is not None else np.exp(R_SCALE * theta[2])
         return super().design(theta[:2], {"n": x["n"], "d": effective_data(x["d"], x["u"], r_star)})
 
-    design_rows = LawForm.design_rows  # R* enters the data column: one row at a time
+    def design_rows(self, theta: np.ndarray, x: Inputs) -> np.ndarray:
+        """``design`` for each row of ``theta`` at once: each row's R* gives its own data column D'
+        (element for element the row's own ``design``: a bootstrap's simplex asks for thousands)."""
+        theta = np.atleast_2d(theta)
+        r_star = self.r_star if self.r_star is not None else np.exp(R_SCALE * theta[:, 2:3])
+        data = effective_data(x["d"][None, :], x["u"][None, :], r_star)
+        size, data = _inverse_power(x["n"], theta[:, 0:1]), _inverse_power(data, theta[:, 1:2])
+        return np.stack([np.ones_like(size), size, data], -1)
 
     def loss(self, p: Mapping[str, Any], x: Inputs) -> np.ndarray:
         unique = x["u"] if "u" in x else p["U"]
