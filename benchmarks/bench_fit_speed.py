@@ -5,7 +5,9 @@ method="all", bootstrap=200, holdout="forward")`` as ``flops-fit demo`` and ``fl
 call it (every method and scale, forward chaining, the forecast), with ``--workers`` processes
 for the refits (1 by default: the CPU a fit costs; the demo passes 2), then, each the best of 3,
 one Approach-3 point fit of all runs and one curve-law fit with its bootstrap (the part the last
-change batched: timed alone, it is steadier than the whole fit on a shared machine). CPU seconds
+change batched: timed alone, it is steadier than the whole fit on a shared machine), and on a
+sweep whose store records its unique tokens (runs that repeat their data) the data-limited law's
+fit with its bootstrap. CPU seconds
 are the main process's (``whole_fit_cpu_s``) and the worker pool's (``workers_cpu_s``, 0 with
 one worker; workers forked by a fork server are counted once the server is stopped after the fit). ``--previous LABEL=PATH`` (repeatable) names a checkout of earlier code, put
 first on that side's PYTHONPATH; make one without touching the repository's worktrees with
@@ -60,6 +62,12 @@ point = best_of_3(Parametric.configured(bootstrap=0, seed=0, level=0.95, curve="
                                         unique_tokens=None))
 curve = best_of_3(APPROACHES["curve"].configured(bootstrap=bootstrap, seed=0, level=0.95, curve="slice", focus="all",
                                                  unique_tokens=None))
+unique = runs.metadata.get("unique_tokens")  # a sweep whose runs repeat their data: its law's fit, timed alone too
+if unique:
+    from flops_fit.fitting.approaches.data_limit import DataLimited
+    limited = best_of_3(DataLimited.configured(bootstrap=bootstrap, seed=0, level=0.95, focus="all", unique_tokens=unique))
+else:
+    limited = None
 f = fitted.forecast
 answers = {}
 for name, result in fitted.results.items():
@@ -74,7 +82,8 @@ for key in ("n_opt", "d_opt", "loss"):
         answers[f"forecast.{key}.{part}"] = float(value)
 print(json.dumps({"whole_fit_s": whole, "whole_fit_cpu_s": whole_cpu, "workers_cpu_s": workers_cpu,
                   "parametric_point_fit_s": point, "curve_law_fit_s": curve,
-                  "answers": answers, "summary": fitted.summary(),
+                  **({"data_limited_fit_s": limited} if limited is not None else {}),
+                  "runs": len(runs), "answers": answers, "summary": fitted.summary(),
                   "version": __import__("flops_fit").__file__}))
 """
 
@@ -154,13 +163,15 @@ def main() -> None:
         if old["version"] == new["version"]:
             raise SystemExit(f"{label} imported {new['version']}, as this checkout does: --previous must be a "
                              "checkout's root")
-    keys = ("whole_fit_s", "whole_fit_cpu_s", "workers_cpu_s", "parametric_point_fit_s", "curve_law_fit_s", "process_s")
+    keys = tuple(k for k in ("whole_fit_s", "whole_fit_cpu_s", "workers_cpu_s", "parametric_point_fit_s",
+                             "curve_law_fit_s", "data_limited_fit_s", "process_s") if k in new)
     report = {
         "command": "python benchmarks/bench_fit_speed.py --store COPY "
                    + " ".join(f"--previous {label}=CHECKOUT" for label in previous)
+                   + (f" --bootstrap {args.bootstrap}" if args.bootstrap != 200 else "")
                    + (f" --workers {args.workers}" if args.workers > 1 else "")
                    + (f" --repeat {args.repeat}" if args.repeat > 1 else ""),
-        "runs": "the GPT demo store (40 runs, 8 budgets), trained by `flops-fit demo` at 2248f99",
+        "runs": f"{new['runs']} runs of the store given (--store)",
         "bootstrap": args.bootstrap, "workers": args.workers, "threads": 1, "cpus": os.cpu_count(),
         "load_average_at_start": load, "load_average_at_end": os.getloadavg()[0],
         "repeat": args.repeat,
@@ -170,7 +181,9 @@ def main() -> None:
         "speedup": {label: {"whole_fit": old["whole_fit_s"] / new["whole_fit_s"],
                             "whole_fit_cpu": old["whole_fit_cpu_s"] / new["whole_fit_cpu_s"],
                             "parametric_point_fit": old["parametric_point_fit_s"] / new["parametric_point_fit_s"],
-                            "curve_law_fit": old["curve_law_fit_s"] / new["curve_law_fit_s"]}
+                            "curve_law_fit": old["curve_law_fit_s"] / new["curve_law_fit_s"],
+                            **({"data_limited_fit": old["data_limited_fit_s"] / new["data_limited_fit_s"]}
+                               if "data_limited_fit_s" in new and "data_limited_fit_s" in old else {})}
                     for label, old in sides.items()},
         "answers_against": {label: agreement(old, new) for label, old in sides.items()},
         "answers_new": new["answers"],
