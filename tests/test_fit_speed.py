@@ -197,8 +197,6 @@ def test_bootstraps_of_many_problems_fitted_together_equal_each_alone():
 @pytest.mark.parametrize("r_star", [None, 4.0])
 def test_the_data_limited_design_of_many_exponents_is_each_rows_own_to_the_bit(r_star):
     # Every row has its own R*, so its own data column: batched, element for element as one row alone.
-    import itertools
-
     from flops_fit.fitting.approaches.data_limit import DataLimitedForm
 
     rng = np.random.default_rng(5)
