@@ -69,6 +69,33 @@ def test_a_doubled_table_fits_as_the_table_and_says_so():
     assert "repeat" not in once.summary()
 
 
+def test_a_table_of_several_settings_says_so_and_where_fits_one():
+    # Two training corpora at the same sizes in one table: one law fitted to both mixes their losses.
+    frame = pd.concat([_table().assign(corpus="c4"), _table(loss=[3.3, 3.2, 3.25, 3.4]).assign(corpus="rpj")],
+                      ignore_index=True)
+    both = load_runs(frame)
+    assert len(both) == 8 and both.notes == [
+        "the table holds 2 settings by column 'corpus' (c4 (4), rpj (4)), at overlapping sizes, and one law is "
+        "fitted to all of them; to fit one alone: where={'corpus': VALUE} (CLI: --where corpus=VALUE)"]
+    one = load_runs(frame, where={"corpus": "rpj"})
+    assert one.notes == [] and one.frame["loss"].tolist() == [3.3, 3.2, 3.25, 3.4]
+    # a text column that names each size (a model name per size) is one ladder, not settings
+    assert load_runs(_table().assign(name=["s", "s", "l", "l"])).notes == []
+    with pytest.raises(FitInputError, match="no column 'corpora' to select rows by; the columns are 'params'"):
+        load_runs(frame, where={"corpora": "rpj"})
+    with pytest.raises(FitInputError, match="no row has corpus='c5'; its values are 'c4', 'rpj'"):
+        load_runs(frame, where={"corpus": "c5"})
+
+
+def test_a_repeat_is_a_row_of_the_table_repeated_not_only_its_fitted_columns():
+    # Two runs alike in size, tokens and loss but at two rates (a column the fit does not read) are two runs.
+    frame = _table().assign(peak_lr=[1e-3, 2e-3, 3e-3, 4e-3])
+    frame.loc[4] = [1e6, 1e8, 3.1, 9e-3]
+    assert len(load_runs(frame)) == 5
+    frame.loc[5] = [1e6, 1e8, 3.1, 9e-3]
+    assert len(load_runs(frame)) == 5 and load_runs(frame).excluded[0]["run_id"] == "run5"
+
+
 def test_a_diverged_run_is_refused_with_the_fix():
     frame = _table(loss=[3.1, 3.0, 3.05, 4e4])
     with pytest.raises(FitInputError) as info:

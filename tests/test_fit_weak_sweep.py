@@ -174,3 +174,17 @@ def test_one_method_answers_at_the_target_asked_for(tmp_path, capsys):
     assert "3e+19" in rows and rows == sorted(rows, key=float)
     assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "0", "--target", "3e19", "--json"]) == 0
     assert 3e19 in [r["budget"] for r in json.loads(capsys.readouterr().out)["table"]]
+
+
+def test_where_fits_one_setting_of_a_table_that_holds_several(tmp_path, capsys):
+    two = pd.concat([pd.read_csv(_not_a_sweep(tmp_path)).assign(corpus=name, loss=lambda f, k=k: f.loss * k)
+                     for name, k in (("c4", 1.0), ("rpj", 1.05))], ignore_index=True)
+    two.to_csv(tmp_path / "two.csv", index=False)
+    assert main(["fit", str(tmp_path / "two.csv"), "--method", "vpnls", "--bootstrap", "0"]) == 0
+    assert "note: the table holds 2 settings by column 'corpus'" in capsys.readouterr().out
+    assert main(["fit", str(tmp_path / "two.csv"), "--method", "vpnls", "--bootstrap", "0", "--where", "corpus=rpj"]) == 0
+    out = capsys.readouterr().out
+    assert "(20 runs from" in out and "settings" not in out
+    assert main(["fit", str(tmp_path / "two.csv"), "--where", "corpus"]) == 2
+    assert capsys.readouterr().err.strip() == ("flops-fit: error: --where takes COLUMN=VALUE pairs (e.g. --where "
+                                               "eval_data=c4_val), got 'corpus'")

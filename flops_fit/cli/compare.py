@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 import flops_fit
-from flops_fit.cli.fit import tracker_options
+from flops_fit.cli.fit import tracker_options, where_of
 
 
 def add_commands(subparsers) -> None:
@@ -41,7 +41,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                bootstrap=args.bootstrap, seed=args.seed, level=args.level, scale=args.scale,
                                metric=args.metric, params_col=args.params_col, tokens_col=args.tokens_col,
                                flops_col=args.flops_col, budget_col=args.budget_col, loss_col=args.loss_col,
-                               curve_metric=args.curve_metric, experiment=args.experiment)
+                               curve_metric=args.curve_metric, experiment=args.experiment, where=where_of(args))
     print(result.to_json() if args.json else result.summary())
     if args.out:
         path = flops_fit.write_comparison(result, Path(args.out))

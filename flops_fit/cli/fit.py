@@ -83,6 +83,20 @@ def tracker_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--curve-metric", metavar="NAME", help="a tracker's series holding each run's training loss, "
                    "its curve (default: train_loss or train/loss where logged)")
     p.add_argument("--experiment", metavar="NAME", help="an MLflow store's experiment to read (default: all)")
+    p.add_argument("--where", nargs="+", metavar="COLUMN=VALUE",
+                   help="keep only the runs whose COLUMN holds VALUE: one setting of a table that holds several "
+                   "(an experiment, a training corpus, an evaluation set)")
+
+
+def where_of(args: argparse.Namespace) -> dict[str, str] | None:
+    """--where COLUMN=VALUE ... as a mapping, each pair checked before anything is read."""
+    pairs = getattr(args, "where", None)
+    if not pairs:
+        return None
+    bad = [p for p in pairs if "=" not in p or not p.split("=", 1)[0]]
+    if bad:
+        raise flops_fit.FitInputError(f"--where takes COLUMN=VALUE pairs (e.g. --where eval_data=c4_val), got {bad[0]!r}")
+    return dict(p.split("=", 1) for p in pairs)
 
 
 def add_commands(subparsers) -> None:
@@ -110,7 +124,7 @@ def _fit(args: argparse.Namespace, progress: Any = None):
                          budget_col=args.budget_col, exclude_top=args.exclude_top,
                          tracking=False if args.tracking == "off" else args.tracking, workers=args.workers,
                          unique_tokens=args.unique_tokens, curve_metric=args.curve_metric,
-                         experiment=args.experiment, all_rates=args.all_rates, progress=progress)
+                         experiment=args.experiment, all_rates=args.all_rates, where=where_of(args), progress=progress)
 
 
 def stages(stream: Any) -> Callable[[str], None] | None:

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 import flops_fit
-from flops_fit.cli.fit import tracker_options
+from flops_fit.cli.fit import tracker_options, where_of
 from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import OptionError
 from flops_fit.store.run_store import check_folder
@@ -30,7 +30,7 @@ def _cmd_from_runs(args: argparse.Namespace) -> int:
     result = flops_fit.fit_rates(args.from_runs, lr_col=args.lr_col, batch_col=args.batch_col,
                                  nonembedding_col=args.nonembedding_col, model=args.model, bootstrap=args.bootstrap,
                                  metric=args.metric, loss_col=args.loss_col, curve_metric=args.curve_metric,
-                                 experiment=args.experiment, **columns)
+                                 experiment=args.experiment, where=where_of(args), **columns)
     print(result)
     print(f"wrote {result.write(out)}")
     return 0

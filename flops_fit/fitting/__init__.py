@@ -48,7 +48,7 @@ APPROACHES: dict[str, type[Approach]] = {a.name: a for a in (Envelope, Isoflop, 
 METHODS = tuple(APPROACHES)  # the built-in methods' names
 LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col", "curve_col", "run_id_col",
                 "exclude_top", "flops_per_param_token", "curve_metric", "experiment",
-                "all_rates")
+                "all_rates", "where")
 
 
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,

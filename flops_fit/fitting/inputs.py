@@ -6,6 +6,7 @@ budget and curve), so column mapping and validation happen once, here, at the bo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)", "error": 
 REPEAT = "a repeat of"
 # A loss this many times the runs' median is no trained model's (``_check_diverged``).
 DIVERGED = 10.0
+SAME = "_same_row"  # loading's own column: which rows of the table are the same (``_same_rows``)
+# A text column with 2 to this many values at overlapping sizes splits a table into settings (``_settings``).
+SETTINGS = 20
 METRIC_COLUMNS = {"loss": "loss", "bpb": "bpb", "error": "top1_error"}
 NO_ERROR = ("top-1 error is recorded for image-classification runs of sweeps since flops-fit recorded it; fit "
             "these runs with metric='loss' (CLI: --metric loss)")
@@ -48,6 +52,7 @@ class Runs:
     source: str
     excluded: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    cautions: list[str] = field(default_factory=list)  # what the table itself suggests reading with care
     metric: str = "loss"
     scale: str = "params"  # what the ``params`` column holds (``scales.SCALES``)
 
@@ -72,12 +77,13 @@ class Runs:
         """What loading changed that a reader of the answer should know (exact repeats counted once)."""
         repeats = sum(str(x.get("reason", "")).startswith(REPEAT) for x in self.excluded)
         return [f"{repeats} run(s) repeat another run exactly (the same size, tokens and loss) and were counted "
-                "once"] if repeats else []
+                "once"] * bool(repeats) + list(self.cautions)
 
     def subset(self, keep: np.ndarray) -> Runs:
         """The runs where ``keep`` (a boolean mask) is true, with the same source and provenance."""
         return Runs(frame=self.frame.loc[np.asarray(keep, dtype=bool)].reset_index(drop=True), source=self.source,
-                    excluded=list(self.excluded), metadata=self.metadata, metric=self.metric, scale=self.scale)
+                    excluded=list(self.excluded), metadata=self.metadata, metric=self.metric, scale=self.scale,
+                    cautions=list(self.cautions))
 
 
 def _curve_length(curve: Any) -> int:
@@ -104,6 +110,7 @@ def load_runs(
     curve_metric: str | None = None,
     experiment: str | None = None,
     all_rates: bool = False,
+    where: Mapping[str, Any] | None = None,
 ) -> Runs:
     """Load runs from a DataFrame, a CSV file or a sweep output folder (``runs.sqlite``).
 
@@ -114,11 +121,13 @@ def load_runs(
     ``bpb`` column, held-out bits per byte) or ``"error"`` (the ``top1_error`` column of image
     classifiers; without training curves); ``loss_col`` names another column for it. With
     ``"bpb"`` each run's training curve is put on the same scale by its own bits per byte /
-    loss (its held-out text's tokens per byte / ln 2).
+    loss (its held-out text's tokens per byte / ln 2). ``where`` keeps the rows whose columns hold
+    the values given (``{"experiment": "a"}``: one setting of a table that holds several).
     """
     if metric not in METRICS:
         raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
     frame, name, metadata = _read(source, curve_metric=curve_metric, tokens_col=tokens_col, experiment=experiment)
+    frame = _where(frame, where, name)
     loss_col = loss_col or METRIC_COLUMNS[metric]
     if metric == "bpb":
         frame = _bits_per_byte(frame, name, loss_col, curve_col)
@@ -172,6 +181,9 @@ def load_runs(
                   "top1_error", "lr", "lr_source", "schedule", *keep):  # lr_source: the report's notes on the rates
         if extra in frame and extra not in out:
             out[extra] = frame[extra]
+    cautions = _settings(frame, set(out.columns) | {c for c, _ in mapping.values()} | {run_id_col, budget_col, curve_col},
+                         mapping["params"][0])
+    out[SAME] = _same_rows(frame, (run_id_col, curve_col))
     out = out.reset_index(drop=True)
 
     if len(out) == 0:
@@ -190,23 +202,78 @@ def load_runs(
     out = _drop_repeats(out, excluded)
     if not all_rates:  # a learning-rate sweep read whole: a run that blew up at too high a rate is data
         _check_diverged(out, name, exclude_top)
-    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric)
+    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric, cautions=cautions)
+
+
+def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> pd.DataFrame:
+    """The rows whose columns hold ``where``'s values (compared as text: a CSV's 1 and 1.0 are not
+    told apart by the reader), or one line naming the columns or values there are."""
+    for column, value in (where or {}).items():
+        if column not in frame:
+            raise FitInputError(f"{name}: no column {column!r} to select rows by; the columns are "
+                                + ", ".join(map(repr, frame.columns)))
+        text = frame[column].astype(str)
+        keep = text == str(value)
+        if not keep.any():
+            values = sorted(text.unique())
+            raise FitInputError(f"{name}: no row has {column}={value!r}; its values are "
+                                + ", ".join(map(repr, values[:12])) + (" ..." if len(values) > 12 else ""))
+        frame = frame.loc[keep]
+    return frame
+
+
+def _settings(frame: pd.DataFrame, used: set[str], params_col: str) -> list[str]:
+    """A caution where text columns the fit does not read split the runs into a few settings of
+    overlapping sizes (an experiment, a training corpus, an evaluation set): one law fitted to them
+    all mixes their losses, which a user may not mean. The column with the most settings is named
+    for ``where``."""
+    found: dict[str, pd.Series] = {}
+    for column in frame.columns:
+        values = frame[column]
+        if column in used or pd.api.types.is_numeric_dtype(values) or values.map(_hashable_text).isna().any():
+            continue
+        counts = values.value_counts()
+        if not (2 <= len(counts) <= SETTINGS and counts.min() >= 2):
+            continue
+        sizes = pd.to_numeric(frame[params_col], errors="coerce").groupby(values)
+        if sizes.min().max() < sizes.max().min():  # the settings' size ranges overlap: not one ladder split in parts
+            found[column] = counts
+    if not found:
+        return []
+    column = max(found, key=lambda c: (len(found[c]), c))
+    counts = found[column]
+    others = [c for c in found if c != column]
+    listed = ", ".join(f"{v} ({n})" for v, n in counts.head(4).items()) + (" ..." if len(counts) > 4 else "")
+    return [f"the table holds {len(counts)} settings by column {column!r} ({listed})"
+            + (f", and by {', '.join(map(repr, others))}" if others else "")
+            + f", at overlapping sizes, and one law is fitted to all of them; to fit one alone: "
+            f"where={{{column!r}: VALUE}} (CLI: --where {column}=VALUE)"]
+
+
+def _hashable_text(value: Any) -> Any:
+    return value if isinstance(value, str) else None
+
+
+def _same_rows(frame: pd.DataFrame, ignored: tuple[str, ...]) -> pd.Series:
+    """A number per row, shared by rows whose every column but ``ignored`` (the run's id and curve) is
+    the same (dicts and lists compared as text, NaN fields matching)."""
+    fields = frame.drop(columns=[c for c in ignored if c in frame])
+    if fields.shape[1] == 0:
+        return pd.Series(np.arange(len(frame)), index=frame.index)
+    fields = fields.apply(lambda c: c.astype(str) if c.dtype == object else c)
+    return fields.groupby(list(fields.columns), dropna=False, sort=False).ngroup()
 
 
 def _drop_repeats(out: pd.DataFrame, excluded: list[dict[str, Any]]) -> pd.DataFrame:
-    """The runs with each exact repeat (every column the same but the run's id and curve: a row pasted
-    twice, a run recorded twice) counted once: a copy would weigh its run twice and narrow every
-    bootstrap interval. Seeds of one cell differ in loss and are kept."""
-    fields = out.drop(columns=[c for c in ("run_id", "curve") if c in out])
-    fields = fields.apply(lambda c: c.astype(str) if c.dtype == object else c)  # dicts and lists compare as text
-    same = fields.groupby(list(fields.columns), dropna=False, sort=False).ngroup()  # NaN fields match too
-    repeat = same.duplicated()
-    if not repeat.any():
-        return out
-    first = out["run_id"].groupby(same).transform("first")
-    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[i]} (the same size, tokens and loss): "
-                  "counted once"} for i in out.index[repeat]]
-    return out.loc[~repeat].reset_index(drop=True)
+    """The runs with each exact repeat (a row of the table the same as another in every column but the
+    run's id and curve: pasted twice, recorded twice) counted once: a copy would weigh its run twice and
+    narrow every bootstrap interval. Seeds of one cell differ in loss and are kept."""
+    repeat = out[SAME].duplicated()
+    if repeat.any():
+        first = out["run_id"].groupby(out[SAME]).transform("first")
+        excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[i]} (the same size, tokens and "
+                      "loss): counted once"} for i in out.index[repeat]]
+    return out.loc[~repeat].drop(columns=[SAME]).reset_index(drop=True)
 
 
 def _check_diverged(out: pd.DataFrame, name: str, exclude_top: int) -> None:

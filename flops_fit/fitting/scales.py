@@ -69,7 +69,7 @@ def rescale(runs: Runs, scale: str) -> Runs:
     if not (frame["params"] > 0).all():
         raise FitInputError(f"{runs.source}: scale {scale!r} is not positive for every run")
     return Runs(frame=frame, source=runs.source, excluded=list(runs.excluded), metadata=runs.metadata,
-                metric=runs.metric, scale=scale)
+                metric=runs.metric, scale=scale, cautions=list(runs.cautions))
 
 
 def to_params(runs: Runs, values: np.ndarray) -> np.ndarray:
