@@ -223,7 +223,5 @@ def summary(fitted, budgets, verbose: bool, target: float | None = None) -> str:
 
 
 def with_target(result, target: float | None) -> list[float] | None:
-    """A single method's default budgets with ``target`` among them (None: its defaults alone)."""
-    from flops_fit.fitting.approaches.result import default_budgets
-
-    return sorted({*default_budgets(result.runs), float(target)}) if target else None
+    """A single method's default budgets (its table's) with ``target`` among them (None: its defaults alone)."""
+    return sorted({*result.table()["budget"].tolist(), float(target)}) if target else None
