@@ -60,6 +60,13 @@ def test_an_exact_repeat_counts_once_and_seeds_are_kept():
     assert load_runs(_table()).notes == []
 
 
+def test_exclude_top_counts_runs_not_copies():
+    # The highest loss pasted twice: counted once first, so exclude_top=1 leaves that run out entirely.
+    runs = load_runs(pd.concat([_table(), _table().iloc[[3]]], ignore_index=True), exclude_top=1)
+    assert runs.frame["run_id"].tolist() == ["run0", "run1", "run2"]
+    assert [x["run_id"] for x in runs.excluded] == ["run4", "run3"]
+
+
 def test_a_doubled_table_fits_as_the_table_and_says_so():
     frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=4, noise=0.01, seed=3).drop(columns=["curve"])
     once = fit(frame, "vpnls", bootstrap=20, tracking=False)

@@ -223,5 +223,5 @@ def summary(fitted, budgets, verbose: bool, target: float | None = None) -> str:
 
 
 def with_target(result, target: float | None) -> list[float] | None:
-    """A single method's default budgets (its table's) with ``target`` among them (None: its defaults alone)."""
-    return sorted({*result.table()["budget"].tolist(), float(target)}) if target else None
+    """A single method's default budgets with ``target`` among them (None: its defaults alone)."""
+    return result.table_budgets(target) if target else None

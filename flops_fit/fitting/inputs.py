@@ -32,7 +32,6 @@ METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)", "error": 
 REPEAT = "a repeat of"
 # A loss this many times the runs' median is no trained model's (``_check_diverged``).
 DIVERGED = 10.0
-SAME = "_same_row"  # loading's own column: which rows of the table are the same (``_same_rows``)
 # A text column with 2 to this many values at overlapping sizes splits a table into settings (``_settings``).
 SETTINGS = 20
 METRIC_COLUMNS = {"loss": "loss", "bpb": "bpb", "error": "top1_error"}
@@ -76,8 +75,9 @@ class Runs:
     def notes(self) -> list[str]:
         """What loading changed that a reader of the answer should know (exact repeats counted once)."""
         repeats = sum(str(x.get("reason", "")).startswith(REPEAT) for x in self.excluded)
-        return [f"{repeats} run(s) repeat another run exactly (the same size, tokens and loss) and were counted "
-                "once"] * bool(repeats) + list(self.cautions)
+        counted = [f"{repeats} run(s) repeat another run exactly (the same size, tokens and loss) and were counted "
+                   "once"] if repeats else []
+        return counted + self.cautions
 
     def subset(self, keep: np.ndarray) -> Runs:
         """The runs where ``keep`` (a boolean mask) is true, with the same source and provenance."""
@@ -183,11 +183,12 @@ def load_runs(
             out[extra] = frame[extra]
     cautions = _settings(frame, set(out.columns) | {c for c, _ in mapping.values()} | {run_id_col, budget_col, curve_col},
                          mapping["params"][0])
-    out[SAME] = _same_rows(frame, (run_id_col, curve_col))
+    same = _same_rows(frame, (run_id_col, curve_col))
     out = out.reset_index(drop=True)
 
     if len(out) == 0:
         raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)")
+    out = _drop_repeats(out, same, excluded)  # first: the rate choice and exclude_top then count runs, not copies
     if not all_rates:
         out = _best_rates(out, excluded)
     if not isinstance(exclude_top, (int, np.integer)) or exclude_top < 0:
@@ -199,7 +200,6 @@ def load_runs(
         excluded += [{"run_id": r, "reason": f"among the {exclude_top} highest losses (exclude_top)"}
                      for r in out.loc[top, "run_id"]]
         out = out.drop(index=top).reset_index(drop=True)
-    out = _drop_repeats(out, excluded)
     if not all_rates:  # a learning-rate sweep read whole: a run that blew up at too high a rate is data
         _check_diverged(out, name, exclude_top)
     return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric, cautions=cautions)
@@ -230,7 +230,7 @@ def _settings(frame: pd.DataFrame, used: set[str], params_col: str) -> list[str]
     found: dict[str, pd.Series] = {}
     for column in frame.columns:
         values = frame[column]
-        if column in used or pd.api.types.is_numeric_dtype(values) or values.map(_hashable_text).isna().any():
+        if column in used or pd.api.types.is_numeric_dtype(values) or not values.map(lambda v: isinstance(v, str)).all():
             continue
         counts = values.value_counts()
         if not (2 <= len(counts) <= SETTINGS and counts.min() >= 2):
@@ -250,30 +250,27 @@ def _settings(frame: pd.DataFrame, used: set[str], params_col: str) -> list[str]
             f"where={{{column!r}: VALUE}} (CLI: --where {column}=VALUE)"]
 
 
-def _hashable_text(value: Any) -> Any:
-    return value if isinstance(value, str) else None
-
-
-def _same_rows(frame: pd.DataFrame, ignored: tuple[str, ...]) -> pd.Series:
-    """A number per row, shared by rows whose every column but ``ignored`` (the run's id and curve) is
-    the same (dicts and lists compared as text, NaN fields matching)."""
+def _same_rows(frame: pd.DataFrame, ignored: tuple[str, ...]) -> np.ndarray:
+    """A number per row, in order, shared by rows whose every column but ``ignored`` (the run's id and
+    curve) is the same (dicts and lists compared as text, NaN fields matching)."""
     fields = frame.drop(columns=[c for c in ignored if c in frame])
     if fields.shape[1] == 0:
-        return pd.Series(np.arange(len(frame)), index=frame.index)
+        return np.arange(len(frame))
     fields = fields.apply(lambda c: c.astype(str) if c.dtype == object else c)
-    return fields.groupby(list(fields.columns), dropna=False, sort=False).ngroup()
+    return fields.groupby(list(fields.columns), dropna=False, sort=False).ngroup().to_numpy()
 
 
-def _drop_repeats(out: pd.DataFrame, excluded: list[dict[str, Any]]) -> pd.DataFrame:
-    """The runs with each exact repeat (a row of the table the same as another in every column but the
-    run's id and curve: pasted twice, recorded twice) counted once: a copy would weigh its run twice and
-    narrow every bootstrap interval. Seeds of one cell differ in loss and are kept."""
-    repeat = out[SAME].duplicated()
-    if repeat.any():
-        first = out["run_id"].groupby(out[SAME]).transform("first")
-        excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[i]} (the same size, tokens and "
-                      "loss): counted once"} for i in out.index[repeat]]
-    return out.loc[~repeat].drop(columns=[SAME]).reset_index(drop=True)
+def _drop_repeats(out: pd.DataFrame, same: np.ndarray, excluded: list[dict[str, Any]]) -> pd.DataFrame:
+    """The runs with each exact repeat (rows whose ``same`` numbers match: the same in every column of
+    the table but the run's id and curve, pasted or recorded twice) counted once: a copy would weigh its
+    run twice and narrow every bootstrap interval. Seeds of one cell differ in loss and are kept."""
+    repeat = pd.Series(same).duplicated().to_numpy()
+    if not repeat.any():
+        return out
+    first = out["run_id"].groupby(same).transform("first")
+    excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[i]} (the same size, tokens and loss): "
+                  "counted once"} for i in out.index[repeat]]
+    return out.loc[~repeat].reset_index(drop=True)
 
 
 def _check_diverged(out: pd.DataFrame, name: str, exclude_top: int) -> None:

@@ -225,6 +225,10 @@ class FitResult(Presentable):
         (``inference.total_sizing``)."""
         return total_sizing(self, total_flops, inference_tokens)
 
+    def table_budgets(self, target: float | None = None) -> list[float]:
+        """The budgets a table reads by default (``default_budgets``), with ``target`` among them."""
+        return sorted({*default_budgets(self.runs), *([float(target)] if target else [])})
+
     def table(self, budgets: Sequence[float] | None = None) -> pd.DataFrame:
         """A Chinchilla-style table: compute, parameters, tokens, tokens/param, loss (+ intervals)."""
         return self.predict(default_budgets(self.runs) if budgets is None else budgets)
