@@ -19,7 +19,7 @@ from pathlib import Path
 from flops_fit.fitting import formatting as fmt
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULT = ROOT / "benchmarks" / "results" / "forecast_target_v6.json"
+RESULT = ROOT / "benchmarks" / "results" / "forecast_target_v7.json"
 README = ROOT / "README.md"
 START, END = "<!-- demo-forecast -->", "<!-- /demo-forecast -->"
 

@@ -65,6 +65,32 @@ def test_the_sweeps_own_chaining_scales_the_law_when_it_has_a_weight():
     assert alone.own_factor(noisy) == (1.0, 8)
 
 
+def test_no_interval_is_wider_than_the_largest_error_the_law_was_fitted_on():
+    rng = np.random.default_rng(3)
+    outcomes = draws(rng, 300, "a") + draws(rng, 300, "b")
+    law = ReachLaw.from_dict(fit_reach_law(outcomes, own_weight=0.1).to_dict())  # as shipped and read back
+    assert law.largest == max(abs(o.error) for o in outcomes)
+    wild = [(float(k), 2.0, s * 40 * float(law.sigma(2.0))) for k in (1, 2) for s in (1, -1)]  # 2 splits at 40 sigma
+    half, factor, _ = law.half_width(10.0, 0.95, wild)
+    assert factor > 30 and half == law.largest
+    assert law.half_width(10.0, 0.95)[0] < law.largest  # the law alone stays below it
+    assert ReachLaw(floor=FLOOR, slope=SLOPE, scores=(1.0,), own_weight=0.1).half_width(10.0, 0.95, wild)[0] > 1.0
+
+
+def test_a_sweep_whose_own_chaining_erred_wildly_gets_the_bounded_loss_interval_and_is_told():
+    key = ("envelope", "params", None)
+    rs = records(key, lambda i, j: 0.3 * (-1) ** j, lambda i, j: 0.05, splits=3)  # 30% errors inside the sweep
+    f = decide(rs, {key: (2.0, 1e8, 1e10)}, 1e21, 10.0, priors=shipped())
+    loss, law = f.answers["loss"], shipped_laws()["loss"]
+    assert loss.interval["capped"] and loss.interval["own_factor"] > 10
+    assert np.log(loss.hi / loss.value) == pytest.approx(law.largest)
+    assert np.log(loss.value / loss.lo) == pytest.approx(law.largest)
+    _, lo, hi, _ = loss.band(np.array([10.0, 1000.0]))  # the drawn band is bounded the same way
+    assert hi == pytest.approx(np.expm1(law.largest)) and lo == pytest.approx(np.expm1(-law.largest))
+    assert f"at most +-{100 * np.expm1(law.largest):.1f}% (the largest error of a public sweep's answer" in \
+        f.summary()
+
+
 def records(key, loss_error, n_error, splits=5):
     method, scale, focus = key
     out = []

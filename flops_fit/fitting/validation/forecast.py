@@ -156,6 +156,8 @@ class Answer:
             return centre, lo, hi, "scatter + drift's sd"
         law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=(), spread="spread" in i)  # s: the target's
         half = i["multiplier"] * law.scale(ratios, i["own_factor"], i.get("spread", 0.0))
+        if "largest" in i:  # at most the largest error of the law's answers (``ReachLaw.largest``)
+            half = np.minimum(half, i["largest"])
         shift = np.log1p(centre)
         return centre, np.expm1(shift - half), np.expm1(shift + half), "reach law"
 
@@ -241,12 +243,14 @@ def answer_line(a: Answer, ratio: float) -> str:
     if i.get("rule") == "reach law":
         own = (f", x{i['own_factor']:.2f} by this sweep's own chaining ({i['own_splits']} splits)"
                if i.get("own_weight") is not None else "")
+        cap = (f"; at most +-{100 * np.expm1(i['largest']):.1f}% (the largest error of a public sweep's answer, at "
+               f"any reach), which applies" if i.get("capped") else "")
         if "spread" in i:  # a law fitted with the members' spread: +-k (f sigma(r) (+) s)
             return line + (f"interval +-{i['multiplier']:.2f} x (sigma(r) (+) s): sigma = {100 * i['sigma']:.2f}% at "
                            f"{ratio:.3g}x (the reach law of public sweeps' answers{own}), the candidates' spread there "
-                           f"s = {100 * i['spread']:.2f}%")
+                           f"s = {100 * i['spread']:.2f}%{cap}")
         return line + (f"interval +-{i['multiplier']:.2f} sigma(r), sigma = {100 * i['sigma']:.2f}% at {ratio:.3g}x "
-                       f"(the reach law of public sweeps' answers{own})")
+                       f"(the reach law of public sweeps' answers{own}){cap}")
     note = f" ({i['note']})" if i.get("note") else ""
     grown = (f"scatter {m.scatter:.3f} per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to "
              f"{ratio:.3g}x{note}")
@@ -455,7 +459,8 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
         lo, hi = lo + half - law_half, hi - half + law_half
         interval = {"rule": "reach law", "level": level, "multiplier": law.multiplier(level), "sigma": float(law.sigma(ratio)),
                     "floor": law.floor, "slope": law.slope, "own_weight": law.own_weight, "own_factor": factor,
-                    "own_splits": splits, **({"spread": spread} if law.spread else {})}
+                    "own_splits": splits, **({"spread": spread} if law.spread else {}),
+                    **({"largest": law.largest, "capped": bool(law_half >= law.largest)} if np.isfinite(law.largest) else {})}
     centre = log_raw + correction
     return Answer(quantity=q, source=source, members=members, raw=float(np.exp(log_raw)),
                   correction=float(np.expm1(correction)), value=float(np.exp(centre)), lo=float(np.exp(centre + lo)),
