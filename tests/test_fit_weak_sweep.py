@@ -188,3 +188,21 @@ def test_where_fits_one_setting_of_a_table_that_holds_several(tmp_path, capsys):
     assert main(["fit", str(tmp_path / "two.csv"), "--where", "corpus"]) == 2
     assert capsys.readouterr().err.strip() == ("flops-fit: error: --where takes COLUMN=VALUE pairs (e.g. --where "
                                                "eval_data=c4_val), got 'corpus'")
+
+
+def test_a_scale_interval_spanning_over_1000x_is_withheld_and_the_value_kept():
+    """(Mis)Fitting's IsoFLOP sweep up to 4.7e17 FLOPs, answered at 47x: interaction's bootstrap read
+    N_opt 214M [19.1, 1.88B] and tokens per parameter [1.03, 1e16]."""
+    from flops_fit.fitting import formatting as fmt
+    from flops_fit.fitting.approaches.result import prediction_rows
+
+    assert fmt.scale_interval(214e6, 19.1, 1.88e9) == "214M [withheld: spans over 1000x]"
+    assert fmt.scale_interval(214e6, 0.0, 1.88e9) == "214M [withheld: spans over 1000x]"  # reaches 0
+    assert fmt.scale_interval(214e6, 19.1e6, 1.88e9) == "214M [19.1M, 1.88B]"  # 98x: stated
+    assert fmt.scale_interval(214e6, np.nan, np.nan) == "214M"  # no interval: the value alone
+    row = {"budget": 2.2e19, "N_opt": 214e6, "N_opt_lo": 19.1, "N_opt_hi": 1.88e9, "D_opt": 17e9, "D_opt_lo": 1.93e9,
+           "D_opt_hi": 1.91e17, "tokens_per_param": 79.4, "tokens_per_param_lo": 1.03, "tokens_per_param_hi": 1e16,
+           "loss": 2.083, "loss_lo": 1.752, "loss_hi": 3.539}
+    assert prediction_rows(pd.DataFrame([row]))[0] == [
+        "2.2e+19", "214M [withheld: spans over 1000x]", "17B [withheld: spans over 1000x]",
+        "79.4 [withheld: spans over 1000x]", "2.083 [1.752, 3.539]"]

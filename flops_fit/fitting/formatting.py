@@ -49,6 +49,20 @@ def with_interval(value: Any, lo: Any, hi: Any, fmt=sig) -> str:
     return f"{fmt(value)} [{fmt(lo)}, {fmt(hi)}]"
 
 
+# The widest interval of a positive scale (parameters, tokens, their ratio), hi / lo, that is printed:
+# a bootstrap whose resamples run off (a weak sweep, far beyond it) reads N_opt as [19.1, 1.88B] or
+# tokens per parameter as [1.03, 1e16], ends that mean nothing.
+SPAN_LIMIT = 1e3
+
+
+def scale_interval(value: Any, lo: Any, hi: Any, fmt=count) -> str:
+    """``with_interval`` for a positive scale: an interval spanning over ``SPAN_LIMIT`` (or reaching
+    0) withheld, the value kept."""
+    if _finite(lo) and _finite(hi) and not (float(lo) > 0 and float(hi) / float(lo) <= SPAN_LIMIT):
+        return f"{fmt(value)} [withheld: spans over {SPAN_LIMIT:g}x]"
+    return with_interval(value, lo, hi, fmt)
+
+
 def percent(value: Any) -> str:
     """A relative error as a signed percentage: +3.1%."""
     return f"{100 * float(value):+.1f}%" if _finite(value) else "nan"

@@ -11,7 +11,7 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.approaches.result import FitResult, Presentable
+from flops_fit.fitting.approaches.result import FitResult, Presentable, scale_cells
 from flops_fit.fitting.decisions.planned import (
     EXTRAPOLATION_SLOPE,
     PlannedLoss,
@@ -141,10 +141,7 @@ def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]
     """One row per method: its answer at ``target`` with intervals (the report's and the summary's table)."""
     rows = []
     for method, result in results.items():
-        p = result.predict(target).iloc[0]
-        rows.append([method] + [fmt.with_interval(p[k], p[f"{k}_lo"], p[f"{k}_hi"], fmt=f) for k, f in
-                                (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
-                                 ("loss", lambda v: fmt.sig(v, 4)))] + [fmt.with_interval(*result.exponents["a"])])
+        rows.append([method] + scale_cells(result.predict(target).iloc[0]) + [fmt.with_interval(*result.exponents["a"])])
     return rows
 
 

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from flops_fit.errors import FitInputError
+from flops_fit.fitting.formatting import SPAN_LIMIT
 from flops_fit.fitting.laws._trf import least_squares_batch
 from flops_fit.fitting.laws.bootstrap import interval
 
 MIN_POINTS = 4
-SPAN_LIMIT = 1e3  # the widest interval of a scale (a, d), hi / lo, that the summary prints
 
 
 @dataclass

@@ -149,7 +149,7 @@ def draw_target(ax, result: Any, key: str, target: float, *, colour: str = "tab:
     t = result.predict(target).iloc[0]
     ax.errorbar([target], [t[key]], yerr=error_bar(t[key], t[f"{key}_lo"], t[f"{key}_hi"]), fmt="*", ms=11,
                 color=colour, zorder=4, capsize=3,
-                label=f"{fmt.flops(target)} FLOPs: {fmt.with_interval(t[key], t[key + '_lo'], t[key + '_hi'], fmt=fmt.count)}")
+                label=f"{fmt.flops(target)} FLOPs: {fmt.scale_interval(t[key], t[key + '_lo'], t[key + '_hi'])}")
 
 
 def error_bar(value: float, lo: float, hi: float):

@@ -28,6 +28,7 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
+from flops_fit.fitting.approaches.result import prediction_rows
 from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.laws.error_law import fit_error_law
@@ -380,9 +381,7 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
     param_rows = [[name, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 3)]
                   for name, r in par.iterrows()]
     table = result.table(budgets)
-    rows = [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f) for k, f in
-                                     (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig),
-                                      ("loss", _loss))] for _, r in table.iterrows()]
+    rows = prediction_rows(table)
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
              f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",

@@ -591,8 +591,8 @@ def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]
             reach = (f" from <= {fmt.flops(max(c.fitted_budgets))}"
                      if c.fitted_budgets and max(c.fitted_budgets) < c.budget else "")
             rows.append([method, fmt.flops(c.budget) + reach,
-                         fmt.with_interval(c.predicted_n_opt, *c.n_opt_interval, fmt=fmt.count),
-                         fmt.with_interval(c.observed_n_opt, *c.observed_n_opt_interval, fmt=fmt.count),
+                         fmt.scale_interval(c.predicted_n_opt, *c.n_opt_interval),
+                         fmt.scale_interval(c.observed_n_opt, *c.observed_n_opt_interval),
                          fmt.percent(c.n_opt_error), _yes_no(c.covered["n_opt"]),
                          fmt.with_interval(c.predicted_loss, *c.loss_interval, fmt=_loss),
                          fmt.with_interval(c.observed_loss, *c.observed_loss_interval, fmt=_loss),
