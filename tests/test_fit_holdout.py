@@ -218,3 +218,29 @@ def test_a_script_that_fits_on_workers_without_a_main_guard_gets_one_line_naming
     assert done.returncode == 1
     assert last.startswith("flops_fit.errors.FitInputError: a fitting worker process (workers > 1) stopped") and \
         '`if __name__ == "__main__":`' in last and "workers=1" in last
+
+
+def test_checks_not_made_or_too_wide_to_judge_are_said_never_counted_as_inside():
+    """(Mis)Fitting's sweep up to 4.7e17 FLOPs, chained forward: 10 of 12 checks could not be made (rows
+    of nan), interaction predicted N_opt 2.79 parameters against 65.2M with an interval over 1000x wide
+    and the table said "yes"; the summary said every observed value lay inside its interval."""
+    from flops_fit.fitting.validation.holdout import Observed, compare, holdout_misses, holdout_rows
+
+    observed = [Observed(budget=3e17, runs=6, n_opt=65.2e6, n_opt_interval=(57.9e6, 94.5e6), loss=3.9,
+                         loss_interval=(3.7, 4.0)),
+                Observed(budget=4.7e17, runs=6, n_opt=80e6, n_opt_interval=(60e6, 99e6), loss=3.8,
+                         loss_interval=(3.6, 4.0))]
+    budgets, keep = np.array([1.3e17, 2e17, 3e17, 4.7e17]), np.array([True, True, False, False])
+    table = pd.DataFrame({"N_opt": [2.79, 70e6], "N_opt_lo": [0.01, 50e6], "N_opt_hi": [4e9, 99e6],
+                          "loss": [1.73, 3.85], "loss_lo": [0.12, 3.7], "loss_hi": [3.97, 4.0]})
+    wide, fine = compare("interaction", budgets, keep, observed, table)
+    assert wide.covered == {"loss": True, "n_opt": None} and fine.covered == {"loss": True, "n_opt": True}
+    failed = compare("vpnls", budgets, keep, observed, "cannot fit the other budgets: no interior minimum")
+    checks = {"interaction": [wide, fine], "vpnls": failed}
+    rows = holdout_rows(checks)
+    assert rows[0][2:6] == ["2.79 [withheld: spans over 1000x]", "65.2M [57.9M, 94.5M]", "-100.0%", "-"]
+    assert rows[2][2:] == ["-"] * 8 and rows[3][2:] == ["-"] * 8  # never a row of nan
+    assert holdout_misses(checks) == [
+        "interaction's N_opt interval spans over 1000x at 1 of 2 held-out budget(s) it could be checked at: too "
+        "wide to judge",
+        "vpnls could not be checked at 2 of 2 (the reasons: --verbose, or the report)"]

@@ -247,7 +247,7 @@ def compare(method: str, budgets: np.ndarray, keep: np.ndarray, observed: Sequen
             observed_loss_interval=o.loss_interval, loss_error=float(p.loss) / o.loss - 1,
             predicted_n_opt=float(p.N_opt), n_opt_interval=n_int, observed_n_opt=o.n_opt,
             observed_n_opt_interval=o.n_opt_interval, n_opt_error=float(p.N_opt) / o.n_opt - 1,
-            covered={"loss": _inside(o.loss, loss_int), "n_opt": _inside(o.n_opt, n_int)},
+            covered={"loss": _inside(o.loss, loss_int), "n_opt": _inside(o.n_opt, n_int, scale=True)},
             reason=o.reason,
         ))
     return checks
@@ -590,6 +590,9 @@ def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]
         for c in items:
             reach = (f" from <= {fmt.flops(max(c.fitted_budgets))}"
                      if c.fitted_budgets and max(c.fitted_budgets) < c.budget else "")
+            if c.reason:  # no check made: its reason is a note under the table, never a row of nan
+                rows.append([method, fmt.flops(c.budget) + reach] + ["-"] * (len(HOLDOUT_HEADERS) - 2))
+                continue
             rows.append([method, fmt.flops(c.budget) + reach,
                          fmt.scale_interval(c.predicted_n_opt, *c.n_opt_interval),
                          fmt.scale_interval(c.observed_n_opt, *c.observed_n_opt_interval),
@@ -625,9 +628,13 @@ def _yes_no(flag: bool | None) -> str:
     return "-" if flag is None else ("yes" if flag else "NO")
 
 
-def _inside(value: float, bounds: tuple[float, float]) -> bool | None:
+def _inside(value: float, bounds: tuple[float, float], scale: bool = False) -> bool | None:
+    """Whether ``value`` lies in ``bounds``; None without an interval, or (``scale``: a size) one
+    the tables withhold (over ``fmt.SPAN_LIMIT``): an interval that spans everything judges nothing."""
     lo, hi = bounds
     if not all(np.isfinite([value, lo, hi])):
+        return None
+    if scale and not (lo > 0 and hi / lo <= fmt.SPAN_LIMIT):
         return None
     return bool(lo <= value <= hi)
 
@@ -644,6 +651,11 @@ def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
                     errors = np.abs([getattr(c, f"{key}_error") for c in items if np.isfinite(getattr(c, f"{key}_error"))])
                     out.append(f"{method}'s {name} falls outside its interval at {len(missed)} of {len(items)} "
                                f"held-out budgets (mean error {100 * errors.mean():.1f}%)")
+            unmade = sum(1 for c in items if c.reason)
+            if unmade:
+                out.append(f"{method} could not be checked at {unmade} of {len(items)} (the reasons: --verbose, "
+                           "or the report)")
+            out += _unjudged(method, [c for c in items if not c.reason])
             continue
         for c in items:
             if c.reason:
@@ -653,4 +665,15 @@ def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
                 if c.covered[key] is False:
                     out.append(f"{method}'s predicted {name} at {fmt.flops(c.budget)} FLOPs misses the observed one "
                                f"by {fmt.percent(getattr(c, f'{key}_error'))}, outside its interval")
+        out += _unjudged(method, [c for c in items if not c.reason])
     return out
+
+
+def _unjudged(method: str, made: Sequence[HoldoutCheck]) -> list[str]:
+    """The phrase for checks whose N_opt interval spans over ``fmt.SPAN_LIMIT`` (not judged), if any."""
+    wide = [c for c in made if c.covered["n_opt"] is None and np.isfinite(c.predicted_n_opt)
+            and np.isfinite(c.observed_n_opt) and all(np.isfinite(c.n_opt_interval))]
+    if not wide:
+        return []
+    return [f"{method}'s N_opt interval spans over {fmt.SPAN_LIMIT:g}x at {len(wide)} of {len(made)} held-out "
+            f"budget(s) it could be checked at: too wide to judge"]
