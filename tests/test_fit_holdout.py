@@ -243,4 +243,4 @@ def test_checks_not_made_or_too_wide_to_judge_are_said_never_counted_as_inside()
     assert holdout_misses(checks) == [
         "interaction's N_opt interval spans over 1000x at 1 of 2 held-out budget(s) it could be checked at: too "
         "wide to judge",
-        "vpnls could not be checked at 2 of 2 (the reasons: --verbose, or the report)"]
+        "vpnls could not be checked at 2 of 2 (why: the held-out notes, --verbose)"]

@@ -119,6 +119,19 @@ def test_agreement_reads_only_the_fits_it_is_given():
     assert agreement({"a": row}).startswith("One method only")
 
 
+def test_agreement_leaves_out_a_size_interval_that_judges_nothing():
+    """(Mis)Fitting's sweep up to 4.7e17 FLOPs read at 10x: "on N_opt they agree (intervals overlap)"
+    rested on interaction's N_opt interval, over 1000x wide."""
+    row = {"N_opt": 1.0, "N_opt_lo": 0.5, "N_opt_hi": 2.0, "D_opt": 1.0, "D_opt_lo": 0.5, "D_opt_hi": 2.0,
+           "loss": 3.0, "loss_lo": 2.9, "loss_hi": 3.1}
+    vague = {**row, "N_opt": 9.0, "N_opt_lo": 1e-3, "N_opt_hi": 40.0}
+    far = {**row, "N_opt": 5.0, "N_opt_lo": 4.0, "N_opt_hi": 6.0}
+    said = agreement({"a": row, "b": vague, "c": far})
+    assert "on N_opt they disagree (a / c: intervals apart; b left out: its interval spans over 1000x)" in said
+    assert "on D_opt they agree (intervals overlap)" in said and "on loss they agree (intervals overlap)" in said
+    assert "on N_opt nothing to compare; b left out" in agreement({"a": row, "b": vague})
+
+
 def _not_a_sweep(tmp_path: Path) -> Path:
     """Runs like Gadre et al.'s: sizes trained at several token multipliers, no budget shared."""
     rows = [{"params": n, "tokens": 20 * m * n, "loss": float(law_loss(DEFAULT_LAW, n, 20 * m * n))}

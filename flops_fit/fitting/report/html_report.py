@@ -286,10 +286,10 @@ def _forecast(f: Any) -> str:
         "<p>A forecast is two answers, and the candidate (method, scale, focus) that extrapolates one best is often not "
         "the one that extrapolates the other: each answer comes from the candidates whose forward-chaining errors "
         "(fit the budgets up to each one, predict the larger ones) promise the smallest error at the target's ratio. "
-        "Per candidate the errors are a drift (one sign, growing with the reach: the point is corrected by it) plus "
-        "scatter, one value per split, combined with a prior learned on public sweeps "
-        f"({escape(prior_note(f.prior))}). The {100 * f.level:g}% interval is the scatter plus the drift's own "
-        "uncertainty, grown to the target's ratio (<a href='#chaining'>details</a>):</p>",
+        "Per candidate the errors are a drift (one sign, growing with the reach) plus scatter, one value per split, "
+        f"combined with a prior learned on public sweeps ({escape(prior_note(f.prior))}). Each answer below says "
+        f"whether its drift corrects the point and how its {100 * f.level:g}% interval is sized "
+        "(<a href='#chaining'>details</a>):</p>",
         f"<ul>{items}</ul>",
         "<details><summary>Every method and scale, forward-chained (errors: mean at the largest ratios; drift and "
         "sd: per unit of ln r, with the prior)</summary>",
@@ -330,14 +330,26 @@ def agreement(predictions: Mapping[str, Any], skipped: Sequence[str] = ()) -> st
         return "One method only: fit with method='all' to cross-check it."
     verdicts = []
     for key in ("N_opt", "D_opt", "loss"):
+        vague = [m for m, p in predictions.items() if key != "loss" and _withheld(p[f"{key}_lo"], p[f"{key}_hi"])]
+        left_out = (f"; {' and '.join(vague)} left out: {'its interval spans' if len(vague) == 1 else 'their intervals span'} "
+                    f"over {fmt.SPAN_LIMIT:g}x" if vague else "")
+        kept = {m: p for m, p in predictions.items() if m not in vague}
+        if len(kept) < 2:
+            verdicts.append(f"on {key} nothing to compare{left_out}")
+            continue
         apart = []
-        for (m1, p1), (m2, p2) in combinations(predictions.items(), 2):
+        for (m1, p1), (m2, p2) in combinations(kept.items(), 2):
             lo1, hi1, lo2, hi2 = p1[f"{key}_lo"], p1[f"{key}_hi"], p2[f"{key}_lo"], p2[f"{key}_hi"]
             if np.all(np.isfinite([lo1, hi1, lo2, hi2])) and (hi1 < lo2 or hi2 < lo1):
                 apart.append(f"{m1} / {m2}")
-        verdicts.append(f"on {key} they disagree ({', '.join(apart)}: intervals apart)" if apart
-                        else f"on {key} they agree (intervals overlap)")
+        verdicts.append((f"on {key} they disagree ({', '.join(apart)}: intervals apart" if apart
+                         else f"on {key} they agree (intervals overlap") + f"{left_out})")
     return "Across methods at the target: " + "; ".join(verdicts) + "."
+
+
+def _withheld(lo: float, hi: float) -> bool:
+    """A size interval the tables withhold (``fmt.scale_interval``): over ``fmt.SPAN_LIMIT`` or reaching 0."""
+    return bool(np.isfinite(lo) and np.isfinite(hi) and not (lo > 0 and hi / lo <= fmt.SPAN_LIMIT))
 
 
 def important_warnings(fitted: Any) -> list[str]:

@@ -653,8 +653,8 @@ def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
                                f"held-out budgets (mean error {100 * errors.mean():.1f}%)")
             unmade = sum(1 for c in items if c.reason)
             if unmade:
-                out.append(f"{method} could not be checked at {unmade} of {len(items)} (the reasons: --verbose, "
-                           "or the report)")
+                out.append(f"{method} could not be checked at {unmade} of {len(items)} (why: the held-out notes, "
+                           "--verbose)")
             out += _unjudged(method, [c for c in items if not c.reason])
             continue
         for c in items:
