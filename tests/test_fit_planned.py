@@ -12,6 +12,7 @@ from scipy.stats import norm
 from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import FitSet, fit
+from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.decisions.planned import EXTRAPOLATION_SLOPE, hull_distance
 from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss, synthetic_runs
 
@@ -58,6 +59,20 @@ def test_the_interval_holds_the_true_law_and_grows_with_distance(fitted, frame):
     widths = (rows.loss_hi - rows.loss_lo) / rows.loss
     assert widths[1] > widths[0]
     assert set(planned.forms) >= {"vpnls"} and "vpnls" in planned.summary()
+
+
+def test_a_planned_run_below_the_fitted_runs_is_named_in_a_note(fitted, frame):
+    """A law fitted on Chinchilla's IsoFLOP runs of 57M parameters and up read a 1M model on 10M tokens at 32.6
+    nats [16.0, 57.3], well above any real model's loss there, without a word."""
+    smallest = frame.params.min()
+    middle = frame[frame.budget == 1e18].iloc[3]
+    planned = fitted.loss_at([smallest / 10, middle.params, 30 * frame.params.max()],
+                             [middle.tokens, middle.tokens, 600 * frame.params.max()])
+    assert len(planned.notes) == 1 and planned.notes[0].startswith(
+        f"{fmt.count(smallest / 10)} x {fmt.count(middle.tokens)} lie(s) below the fitted runs (smallest "
+        f"{fmt.count(smallest)} parameters")  # the run inside and the one beyond them are not named
+    assert planned.summary().endswith(f"note: {planned.notes[0]}") and planned.to_dict()["notes"] == planned.notes
+    assert fitted.loss_at(middle.params, middle.tokens).notes == []
 
 
 def test_a_set_of_fits_answers_from_the_law_that_fits_best(frame):

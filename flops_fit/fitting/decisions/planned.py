@@ -51,10 +51,12 @@ class PlannedLoss:
     forms: dict[str, float] = field(default_factory=dict)  # comparable form -> its RMS log residual
     slope: float = EXTRAPOLATION_SLOPE
     label: str = "loss"
+    notes: list[str] = field(default_factory=list)  # what the reader must know about some of the runs
 
     def to_dict(self) -> dict[str, Any]:
         return fmt.json_safe({"method": self.method, "level": self.level, "forms": self.forms,
-                              "extrapolation_slope": self.slope, "runs": self.table.to_dict("records")})
+                              "extrapolation_slope": self.slope, "runs": self.table.to_dict("records"),
+                              "notes": self.notes})
 
     def summary(self) -> str:
         rows = [[fmt.count(r.N), fmt.count(r.D), fmt.with_interval(r.loss, r.loss_lo, r.loss_hi,
@@ -65,7 +67,8 @@ class PlannedLoss:
                 f"{len(self.forms)} comparable law form(s) + extrapolation error {100 * self.slope:.2f}% per unit "
                 "of distance in (ln N, ln D) beyond the fitted runs):")
         return "\n".join([head, format_table(rows, ["params N", "tokens D", self.label, "distance",
-                                                    "bootstrap +-", "forms +-", "extrapolation +-"])])
+                                                    "bootstrap +-", "forms +-", "extrapolation +-"]),
+                          *(f"note: {n}" for n in self.notes)])
 
 
 def hull_distance(log_points: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -202,7 +205,22 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
                           "loss_hi": point * np.exp(above), "distance": distance,
                           "boot": np.maximum(*boot), "form": np.maximum(*form), "extrapolation": ext})
     return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
-                       label=result.runs.label)
+                       label=result.runs.label, notes=_below_notes(n_arr, d_arr, runs))
+
+
+def _below_notes(n: np.ndarray, d: np.ndarray, runs: pd.DataFrame) -> list[str]:
+    """A note for planned runs smaller (in N or D) than every fitted run: the extrapolation error was
+    measured on larger runs (``EXTRAPOLATION_SLOPE``), and toward small N and D a law's power terms
+    grow without bound while a real model's loss levels off (a law fitted on Chinchilla's IsoFLOP runs
+    of 57M parameters and up read a 1M model on 10M tokens at 32.6 nats)."""
+    smallest_n, smallest_d = float(runs["params"].min()), float(runs["tokens"].min())
+    below = [f"{fmt.count(a)} x {fmt.count(b)}" for a, b in zip(n, d) if a < smallest_n or b < smallest_d]
+    if not below:
+        return []
+    return [f"{', '.join(below)} lie(s) below the fitted runs (smallest {fmt.count(smallest_n)} parameters, "
+            f"{fmt.count(smallest_d)} tokens): the extrapolation error was measured beyond them, toward larger runs, "
+            "and below them a law's power terms grow without bound while a real model's loss levels off: read it "
+            "as an upper bound at best"]
 
 
 def _pct(log_half_width: float) -> str:

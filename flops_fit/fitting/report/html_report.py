@@ -197,7 +197,8 @@ def _planned_section(fitted: Any, at: tuple[Sequence[float], Sequence[float]]) -
         f"{100 * planned.level:g}% interval combines the bootstrap, the spread of the comparable law forms and an "
         f"extrapolation error of {100 * planned.slope:.2f}% per unit of distance in (ln N, ln D) from the fitted runs "
         "(0 inside them; measured on public runs, docs/validation/planned-runs.md).</p>",
-        html_table(["params N", "tokens D", planned.label, "distance", "bootstrap", "forms", "extrapolation"], rows)])
+        html_table(["params N", "tokens D", planned.label, "distance", "bootstrap", "forms", "extrapolation"], rows),
+        *(f"<p class=warn>{escape(n)}</p>" for n in planned.notes)])
 
 
 def _answer(fitted: Any, runs: Any, target: float) -> str:
