@@ -291,12 +291,12 @@ def prediction_rows(table: pd.DataFrame) -> list[list[str]]:
     return [[fmt.flops(r.budget)] + scale_cells(r) for _, r in table.iterrows()]
 
 
-def scale_cells(row: Any, loss=None) -> list[str]:
+def scale_cells(row: Any) -> list[str]:
     """N_opt, D_opt and tokens/param of a prediction row, each "value [lo, hi]" (an interval over
-    ``fmt.SPAN_LIMIT`` withheld), and the loss "value [lo, hi]" (``loss`` formats it)."""
+    ``fmt.SPAN_LIMIT`` withheld), and the loss "value [lo, hi]"."""
     cells = [fmt.scale_interval(row[k], row[f"{k}_lo"], row[f"{k}_hi"], fmt=f)
              for k, f in (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig))]
-    return cells + [fmt.with_interval(row["loss"], row["loss_lo"], row["loss_hi"], fmt=loss or _loss)]
+    return cells + [fmt.with_interval(row["loss"], row["loss_lo"], row["loss_hi"], fmt=_loss)]
 
 
 def _loss(value: Any) -> str:
