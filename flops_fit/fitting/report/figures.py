@@ -180,7 +180,8 @@ def chaining_figure(forecast: Any, stem: Path, formats: Sequence[str]) -> list[P
             ax.scatter([r for _, r, _ in own], [100 * np.expm1(e) for _, _, e in own], s=22, marker="D",
                        color="k", zorder=4, label="the answer itself (members weighted)")
         centre, lo, hi, rule = answer.band(reach)
-        ax.plot(reach, 100 * centre, color="tab:red", lw=1, label="drift b ln r")
+        ax.plot(reach, 100 * centre, color="tab:red", lw=1,
+                label="drift b ln r (the point's correction)" if answer.correction else "no correction (drift not carried)")
         ax.fill_between(reach, 100 * lo, 100 * hi, color="tab:red", alpha=0.12, lw=0,
                         label=f"{100 * forecast.level:g}% band ({rule})")
         ax.axvline(forecast.ratio, color="k", ls="--", lw=0.8, label=f"target ({forecast.ratio:.3g}x)")

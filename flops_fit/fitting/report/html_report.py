@@ -307,8 +307,9 @@ def _chaining_section(f: Any, figure: Figures, plot_dir: Path) -> str:
     return "\n".join([
         "<h2 id='chaining'>How far the forecast's laws extrapolate: forward chaining</h2>",
         "<p>Each point: a law fitted to the budgets up to C_k, predicting a larger budget C's IsoFLOP minimum. "
-        "The line is the answer's drift carried to the target's ratio, the band its interval (in ratio space: an "
-        "error cannot fall below -100%).</p>",
+        "The line is the correction the answer's point takes at each ratio (0 where its drift is reported but "
+        "not carried), the band its interval (in ratio space: an error cannot fall below -100%); the black "
+        "diamonds, the answer's own errors, show the drift itself.</p>",
         figure.embed(chaining_figure(f, plot_dir / "chaining", ("png", "svg")),
                      "Error against the ratio C / C_k: each answer's candidates in red, the others in grey."),
         *rows])
@@ -370,8 +371,8 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_
                      colours: Mapping[str, str]) -> str:
     parts = ["<h2 id='holdout'>Held-out check</h2>",
              "<p>Each method was fitted again without the held-out budget's runs (with forward chaining, on "
-             "the budgets up to each split, predicting every larger one); its prediction for that budget is compared with the minimum of the budget's own IsoFLOP profile (interval: the budget's "
-             "runs resampled). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
+             "the budgets up to each split, predicting every larger one); its prediction for that budget is compared with the minimum of the budget's own IsoFLOP profile (interval: a bootstrap of "
+             "that profile). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
              "observed value lies inside the predicted interval.</p>",
              html_table(HOLDOUT_HEADERS, holdout_rows(checks))]
     reasons = sorted({f"{m} at {fmt.flops(c.budget)}: {c.reason}" for m, items in checks.items() for c in items
