@@ -119,6 +119,14 @@ def test_agreement_reads_only_the_fits_it_is_given():
     assert agreement({"a": row}).startswith("One method only")
 
 
+def test_the_reports_diagnostics_read_as_text_not_a_python_repr():
+    from flops_fit.fitting.report.html_report import _describe
+
+    assert _describe({"optimizer": "batched L-BFGS", "fit": {"status": "converged", "iterations": 60},
+                      "budget": np.float64(1.296451544138381e+17)}) == \
+        "optimizer: batched L-BFGS, fit (status: converged, iterations: 60), budget: 1.296e+17"
+
+
 def test_agreement_leaves_out_a_size_interval_that_judges_nothing():
     """(Mis)Fitting's sweep up to 4.7e17 FLOPs read at 10x: "on N_opt they agree (intervals overlap)"
     rested on interaction's N_opt interval, over 1000x wide."""

@@ -422,4 +422,6 @@ def _loss(value: Any) -> str:
 
 
 def _describe(item: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in item.items())
+    """"key: value, ..." with a nested mapping in parentheses (not a Python dict's repr), numbers to 4 figures."""
+    return ", ".join(f"{k} ({_describe(v)})" if isinstance(v, Mapping) else
+                     f"{k}: {fmt.sig(v, 4) if isinstance(v, float) else v}" for k, v in item.items())
