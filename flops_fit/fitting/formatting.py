@@ -55,10 +55,15 @@ def with_interval(value: Any, lo: Any, hi: Any, fmt=sig) -> str:
 SPAN_LIMIT = 1e3
 
 
+def too_wide(lo: Any, hi: Any) -> bool:
+    """Whether a positive scale's finite interval spans over ``SPAN_LIMIT`` or reaches 0: one that
+    judges nothing, withheld wherever it is printed or compared."""
+    return _finite(lo) and _finite(hi) and not (float(lo) > 0 and float(hi) / float(lo) <= SPAN_LIMIT)
+
+
 def scale_interval(value: Any, lo: Any, hi: Any, fmt=count) -> str:
-    """``with_interval`` for a positive scale: an interval spanning over ``SPAN_LIMIT`` (or reaching
-    0) withheld, the value kept."""
-    if _finite(lo) and _finite(hi) and not (float(lo) > 0 and float(hi) / float(lo) <= SPAN_LIMIT):
+    """``with_interval`` for a positive scale: an interval ``too_wide`` withheld, the value kept."""
+    if too_wide(lo, hi):
         return f"{fmt(value)} [withheld: spans over {SPAN_LIMIT:g}x]"
     return with_interval(value, lo, hi, fmt)
 

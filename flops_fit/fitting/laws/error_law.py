@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.formatting import SPAN_LIMIT
+from flops_fit.fitting.formatting import too_wide
 from flops_fit.fitting.laws._trf import least_squares_batch
 from flops_fit.fitting.laws.bootstrap import interval
 
@@ -36,12 +36,12 @@ class ErrorLaw:
 
     def determined(self, name: str) -> bool:
         """Whether the resamples pin ``name`` down: a finite interval, and for the scales a and d
-        one within ``SPAN_LIMIT`` (a noisy frontier trades a against d and b: seen a in [4.8,
+        one not ``formatting.too_wide`` (a noisy frontier trades a against d and b: seen a in [4.8,
         1e195], whose ends mean nothing)."""
         lo, hi = self.intervals[name]
         if not (np.isfinite(lo) and np.isfinite(hi)):
             return False
-        return name not in ("a", "d") or (lo > 0 and hi / lo <= SPAN_LIMIT)
+        return name not in ("a", "d") or not too_wide(lo, hi)
 
     def summary(self) -> str:
         parts = [f"{k} = {v:.4g} [{self.intervals[k][0]:.4g}, {self.intervals[k][1]:.4g}]" if self.determined(k)

@@ -332,7 +332,7 @@ def agreement(predictions: Mapping[str, Any], skipped: Sequence[str] = ()) -> st
         return "One method only: fit with method='all' to cross-check it."
     verdicts = []
     for key in ("N_opt", "D_opt", "loss"):
-        vague = [m for m, p in predictions.items() if key != "loss" and _withheld(p[f"{key}_lo"], p[f"{key}_hi"])]
+        vague = [m for m, p in predictions.items() if key != "loss" and fmt.too_wide(p[f"{key}_lo"], p[f"{key}_hi"])]
         left_out = (f"; {' and '.join(vague)} left out: {'its interval spans' if len(vague) == 1 else 'their intervals span'} "
                     f"over {fmt.SPAN_LIMIT:g}x" if vague else "")
         kept = {m: p for m, p in predictions.items() if m not in vague}
@@ -347,11 +347,6 @@ def agreement(predictions: Mapping[str, Any], skipped: Sequence[str] = ()) -> st
         verdicts.append((f"on {key} they disagree ({', '.join(apart)}: intervals apart" if apart
                          else f"on {key} they agree (intervals overlap") + f"{left_out})")
     return "Across methods at the target: " + "; ".join(verdicts) + "."
-
-
-def _withheld(lo: float, hi: float) -> bool:
-    """A size interval the tables withhold (``fmt.scale_interval``): over ``fmt.SPAN_LIMIT`` or reaching 0."""
-    return bool(np.isfinite(lo) and np.isfinite(hi) and not (lo > 0 and hi / lo <= fmt.SPAN_LIMIT))
 
 
 def important_warnings(fitted: Any) -> list[str]:

@@ -630,11 +630,9 @@ def _yes_no(flag: bool | None) -> str:
 
 def _inside(value: float, bounds: tuple[float, float], scale: bool = False) -> bool | None:
     """Whether ``value`` lies in ``bounds``; None without an interval, or (``scale``: a size) one
-    the tables withhold (over ``fmt.SPAN_LIMIT``): an interval that spans everything judges nothing."""
+    the tables withhold (``fmt.too_wide``): an interval that spans everything judges nothing."""
     lo, hi = bounds
-    if not all(np.isfinite([value, lo, hi])):
-        return None
-    if scale and not (lo > 0 and hi / lo <= fmt.SPAN_LIMIT):
+    if not all(np.isfinite([value, lo, hi])) or (scale and fmt.too_wide(lo, hi)):
         return None
     return bool(lo <= value <= hi)
 
