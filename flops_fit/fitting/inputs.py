@@ -7,7 +7,7 @@ budget and curve), so column mapping and validation happen once, here, at the bo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +81,12 @@ class Runs:
 
     def subset(self, keep: np.ndarray) -> Runs:
         """The runs where ``keep`` (a boolean mask) is true, with the same source and provenance."""
-        return Runs(frame=self.frame.loc[np.asarray(keep, dtype=bool)].reset_index(drop=True), source=self.source,
-                    excluded=list(self.excluded), metadata=self.metadata, metric=self.metric, scale=self.scale,
-                    cautions=list(self.cautions))
+        return self.derived(self.frame.loc[np.asarray(keep, dtype=bool)].reset_index(drop=True))
+
+    def derived(self, frame: pd.DataFrame, **changes: Any) -> Runs:
+        """These runs with ``frame`` (and ``changes``) in place of theirs, every other field carried
+        over (the lists copied): a field added to ``Runs`` cannot be dropped on the way."""
+        return replace(self, frame=frame, excluded=list(self.excluded), cautions=list(self.cautions), **changes)
 
 
 def _curve_length(curve: Any) -> int:

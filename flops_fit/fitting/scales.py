@@ -68,8 +68,7 @@ def rescale(runs: Runs, scale: str) -> Runs:
         frame["params"] = _column(runs, "non_embedding_flops_per_unit")
     if not (frame["params"] > 0).all():
         raise FitInputError(f"{runs.source}: scale {scale!r} is not positive for every run")
-    return Runs(frame=frame, source=runs.source, excluded=list(runs.excluded), metadata=runs.metadata,
-                metric=runs.metric, scale=scale, cautions=list(runs.cautions))
+    return runs.derived(frame, scale=scale)
 
 
 def to_params(runs: Runs, values: np.ndarray) -> np.ndarray:
