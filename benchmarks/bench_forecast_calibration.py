@@ -115,7 +115,7 @@ def sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--demo", help="a finished `flops-fit demo` folder (the GPT demo)")
     parser.add_argument("--demo-score", help="bench_forecast_target.py's score.json for --demo: its stored chaining "
                         "instead of chaining the demo again")
-    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v3.json"))
+    parser.add_argument("--cache", default=str(fs.CACHE))
 
 
 def demo_chain(score: Path) -> dict:

@@ -65,7 +65,7 @@ def public_chains(cache: Path, workers: int) -> dict[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cache", default=str(ROOT / "benchmarks" / "results" / "forecast_chaining_v3.json"))
+    parser.add_argument("--cache", default=str(fs.CACHE))
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--spread", nargs="*", default=list(fs.SPREAD), metavar="ANSWER",
                         help="answers whose reach law reads the members' spread (the shipped: none; tried: loss)")

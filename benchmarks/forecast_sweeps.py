@@ -37,6 +37,8 @@ from flops_fit.fitting.validation.holdout import observe
 from flops_fit.fitting.validation.reach_law import OWN_WEIGHTS, SPREAD, Outcome, fit_reach_law
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+# The public sweeps' forward chaining as today's fits make it (fit_forecast_prior.py writes it when absent)
+CACHE = Path(__file__).resolve().parent / "results" / "forecast_chaining_v3.json"
 MAX_BUDGETS = 13
 PUBLIC = ("epochai_chinchilla__massivetext__chinchilla", "ml_scalefit__massivetext__chinchilla",
           "misfitting__fineweb_c4__transformer", "epoch chinchilla fig4", "gadre c4_original", "gadre rpj",
