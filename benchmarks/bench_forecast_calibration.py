@@ -40,7 +40,6 @@ from flops_fit.fitting.validation.forecast import MODES, PER_LABEL, decide
 from flops_fit.fitting.validation.prior import shipped, shipped_laws
 from flops_fit.fitting.validation.reach_law import ANSWERS, CAPPED
 
-ROOT = Path(__file__).resolve().parents[1]
 DEMO = "gpt demo"
 GOALS = {"loss_coverage": 0.90, "n_opt_coverage": 0.90, "median_n_opt_ratio": 3.0, "median_loss_width": 0.06}
 
