@@ -16,7 +16,8 @@ FOLDERS = {"flops_fit": ROOT / "flops_fit", "flops_fit.plugins": ROOT / "plugins
 
 # The core's layers, bottom to top: a module may import its own layer or a lower one.
 LAYERS = [
-    ("foundation", ("flops_fit._version", "flops_fit.errors", "flops_fit.checks", "flops_fit.tables", "flops_fit.files")),
+    ("foundation", ("flops_fit._version", "flops_fit.errors", "flops_fit.checks", "flops_fit.tables", "flops_fit.files",
+                    "flops_fit.machine")),
     ("plugin", ("flops_fit.plugin", "flops_fit.testing")),
     ("api", ("flops_fit",)),  # the root package: the public names and the lazy table
     ("store", ("flops_fit.store",)),

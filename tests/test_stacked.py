@@ -11,6 +11,7 @@ import pytest
 import sweep_support
 import torch
 
+from flops_fit import machine
 from flops_fit.errors import Interrupted
 from flops_fit.executors.local import LocalExecutor
 from flops_fit.executors.stopping import clear_stop, request_stop
@@ -97,6 +98,7 @@ def test_a_program_of_runs_gets_a_thread_per_run_within_the_free_cores(monkeypat
     assert item_threads(specs[0], 1, workers=1) == 1  # a run alone: its own threads, as before
     with LocalExecutor(workers=1, threads=1) as serial:  # the sweep's threads are each run's
         assert [n for _, n in serial.map(executor_tasks.torch_threads, [stack, specs[0]])] == [4, 1]
+    monkeypatch.setattr(machine, "running_elsewhere", lambda: None)  # the load average alone says
     monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 7.0, 7.0))  # one core free: no more than a run's
     assert item_threads(stack, 1, workers=1) == 1
 

@@ -10,6 +10,7 @@ import executor_tasks
 import pytest
 import sweep_support
 
+from flops_fit import machine
 from flops_fit.executors import threads
 from flops_fit.executors.local import LocalExecutor
 from flops_fit.sweeps.demo import demo_plan
@@ -38,6 +39,7 @@ def test_threads_never_exceed_the_free_cores_share(monkeypatch):
     big = [_Run(6 * 1e9)]
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert threads.default_threads(big, workers=1) == 8 and threads.default_threads(big, workers=3) == 2
+    monkeypatch.setattr(machine, "running_elsewhere", lambda: None)  # the load average alone says
     monkeypatch.setattr(os, "getloadavg", lambda: (6.2, 6.0, 6.0))  # a busy machine: 2 cores free
     assert threads.default_threads(big, workers=1) == 2 and threads.default_threads(big, workers=4) == 1
 

@@ -62,9 +62,9 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    "ratios tested); largest, each (in turn) or C leave that budget out; none checks nothing (runs that are not an "
                    "IsoFLOP sweep)"
                    + (f"; default {holdout}" if holdout else ""))
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="processes for the held-out refits (--holdout; default 1) and, for report, the figures: the same "
-                   "results, sooner")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="processes for the fits, the held-out refits and, for report, the figures: the same results, "
+                   "sooner (default: the cores free now, the cores less the load)")
     p.add_argument("--unique-tokens", type=float, metavar="U",
                    help="the dataset's unique training tokens (default: what a sweep folder recorded, used once runs "
                    "repeat their data): parametric and vpnls then fit the data-constrained law (Muennighoff et al. "

@@ -12,9 +12,10 @@ run's threads for each of them, within the same share (``item_threads``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
+
+from flops_fit.machine import free_cores
 
 # A step's training FLOPs per extra thread: the demos' runs (<= 1e9 FLOPs a step) get one thread; a
 # 1.6M-parameter GPT at batch 32 x 64 (2e10) two. A judgement, not a measured crossover.
@@ -28,16 +29,6 @@ def step_flops(item: Any) -> float:
         return float(spec.flops_per_unit) * int(spec.batch_size) * int(spec.seq_len)
     except (AttributeError, TypeError, ValueError):
         return 0.0
-
-
-def free_cores() -> int:
-    """Cores not already busy: the cores less the 1-minute load average (at least 1)."""
-    cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # no load average on this platform
-        load = 0.0
-    return max(1, min(cores, round(cores - load)))
 
 
 def default_threads(items: Iterable[Any], workers: int) -> int:

@@ -40,6 +40,7 @@ from flops_fit.fitting.validation.holdout import (
     shared_refits,
 )
 from flops_fit.fitting.validation.validity import failed_message, failure
+from flops_fit.machine import resolve_workers
 from flops_fit.tracking.base import log_fit, sweep_destination
 from flops_fit.tracking.options import Destination, destination, parse_tracking
 
@@ -54,7 +55,7 @@ LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
         level: float = 0.95, curve: str = "slice", holdout: str | float | None = None,
         metric: str | None = None, scale: str = "params", focus: str = "all", target: float | None = None,
-        tracking: Any = None, workers: int = 1, unique_tokens: float | None = None,
+        tracking: Any = None, workers: int | None = None, unique_tokens: float | None = None,
         progress: Callable[[str], None] | None = None, **options: Any) -> FitResult | FitSet:
     """Fit runs with one approach (a FitResult) or ``method="all"`` (a FitSet of those that apply).
 
@@ -83,7 +84,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     ``tracking/`` beside a CSV or in the sweep folder.
 
     ``workers`` > 1 fits the methods, refits the held-out checks and the forecast's cross-validation
-    in that many processes, one pool for the whole fit (the same results, sooner).
+    in that many processes, one pool for the whole fit (the same results, sooner); None (default) the
+    cores free now, where worker processes can start (``flops_fit.machine``: not from a script
+    without an ``if __name__ == "__main__":`` guard, which each worker would run again), else 1.
 
     ``unique_tokens`` (U) is the data budget (a sweep folder's store records its dataset's, used when
     this is None and some run repeats its data): given it, "parametric" and "vpnls" fit the
@@ -111,8 +114,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     check_curve(curve)
     check_scale(scale)
     check_focus(focus)
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise FitInputError(f"workers must be a positive integer (processes for the held-out refits), got {workers!r}")
+    workers = resolve_workers(workers, "workers (processes for the fits and held-out refits)", FitInputError)
     if isinstance(source, Runs):
         if metric not in (None, source.metric):
             raise FitInputError(f"these runs were loaded with metric={source.metric!r}; load them again with "

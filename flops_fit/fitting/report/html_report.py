@@ -61,23 +61,26 @@ from flops_fit.fitting.validation.holdout import (
     holdout_rows,
     worker_context,
 )
+from flops_fit.machine import resolve_workers
 
 TOP_WARNINGS = 8
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                  budgets: Sequence[float] | None = None, inference_tokens: float | None = None,
-                 at: tuple[Sequence[float], Sequence[float]] | None = None, workers: int = 1) -> Path:
+                 at: tuple[Sequence[float], Sequence[float]] | None = None, workers: int | None = None) -> Path:
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path.
 
     ``at`` (sizes, token counts) adds the loss of those planned runs (``loss_at``). A section that
     cannot be computed says why in its place: the page is always written. ``fitted`` may also be the
     ``NoFitError`` a fit raised: the page then says why no method gave an answer. ``workers`` > 1
     draws each method's section in ``workers - 1`` other processes while this one draws the rest
-    (the same page, sooner: drawing is most of a report's time)."""
+    (the same page, sooner: drawing is most of a report's time); None (default) the cores free now,
+    where worker processes can start (``flops_fit.machine``), else 1."""
     if isinstance(fitted, NoFitError):
         return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"))
     out = _html_path(out)
+    workers = resolve_workers(workers, "workers (processes drawing the report)", FitInputError)
     plot_dir = out.parent / f"{out.stem}_plots"
     results = fitted.results
     runs = next(iter(results.values())).runs
