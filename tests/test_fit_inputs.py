@@ -94,6 +94,24 @@ def test_a_table_of_several_settings_says_so_and_where_fits_one():
         load_runs(frame, where={"corpus": "c5"})
 
 
+def test_runs_flagged_as_outliers_are_said_and_their_reasons_are_not_settings():
+    # Open-Athena's IsoFLOP table: an `outlier` flag and its `reason` ("none" on every unflagged run). The
+    # reasons once read as "6 settings by column 'reason'"; the flag itself went unsaid.
+    frame = pd.concat([_table().assign(corpus="c4"), _table(loss=[3.3, 3.2, 3.25, 3.4]).assign(corpus="rpj")],
+                      ignore_index=True)
+    frame["outlier"] = [False, True, False, False, False, False, True, False]
+    frame["reason"] = ["none", "off_center", "none", "none", "none", "none", "exact_duplicate", "none"]
+    assert load_runs(frame).notes == [
+        "column 'outlier' flags 2 of 8 runs (True); they are fitted with the others; to leave them out: "
+        "where={'outlier': False} (CLI: --where outlier=False)",
+        "the table holds 2 settings by column 'corpus' (c4 (4), rpj (4)), at overlapping sizes, and one law is "
+        "fitted to all of them; to fit one alone: where={'corpus': VALUE} (CLI: --where corpus=VALUE)"]
+    kept = load_runs(frame, where={"outlier": False, "corpus": "c4"})
+    assert kept.notes == [] and kept.frame["loss"].tolist() == [3.1, 3.05, 3.2]
+    # a true/false column that is no flag of runs to leave out (tied embeddings) is not called one
+    assert load_runs(_table().assign(tied=[True, False, True, False])).notes == []
+
+
 def test_a_repeat_is_a_row_of_the_table_repeated_not_only_its_fitted_columns():
     # Two runs alike in size, tokens and loss but at two rates (a column the fit does not read) are two runs.
     frame = _table().assign(peak_lr=[1e-3, 2e-3, 3e-3, 4e-3])

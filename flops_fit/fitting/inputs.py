@@ -34,6 +34,9 @@ REPEAT = "a repeat of"
 DIVERGED = 10.0
 # A text column with 2 to this many values at overlapping sizes splits a table into settings (``_settings``).
 SETTINGS = 20
+# A true/false column whose name holds one of these flags runs a table's maker would leave out (``_flags``):
+# Open-Athena's IsoFLOP table marks outliers so (``outlier``, with a ``reason`` beside it).
+FLAG_WORDS = ("outlier", "exclu", "ignore", "drop", "skip", "invalid")
 METRIC_COLUMNS = {"loss": "loss", "bpb": "bpb", "error": "top1_error"}
 NO_ERROR = ("top-1 error is recorded for image-classification runs of sweeps since flops-fit recorded it; fit "
             "these runs with metric='loss' (CLI: --metric loss)")
@@ -225,15 +228,37 @@ def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> p
     return frame
 
 
+def _flags(frame: pd.DataFrame, used: set[str]) -> tuple[list[str], set[str]]:
+    """A caution for each true/false column that flags some runs to leave out (``FLAG_WORDS``): the fit
+    reads every row, so it says how many are flagged and how to leave them out; and the text columns
+    that only annotate a flag (one value on every unflagged run: the flag's reason), which are not
+    settings."""
+    cautions, annotations = [], set()
+    for column in frame.columns:
+        values = frame[column]
+        if column in used or not pd.api.types.is_bool_dtype(values) or \
+                not any(word in str(column).lower() for word in FLAG_WORDS):
+            continue
+        flagged = int(values.sum())
+        if 0 < flagged < len(values):
+            cautions.append(f"column {column!r} flags {flagged} of {len(values)} runs (True); they are fitted with "
+                            f"the others; to leave them out: where={{{column!r}: False}} (CLI: --where {column}=False)")
+            annotations |= {c for c in frame.columns if c not in used and frame.loc[~values, c].nunique(dropna=False) == 1
+                            and not pd.api.types.is_numeric_dtype(frame[c])}
+    return cautions, annotations
+
+
 def _settings(frame: pd.DataFrame, used: set[str], params_col: str) -> list[str]:
     """A caution where text columns the fit does not read split the runs into a few settings of
     overlapping sizes (an experiment, a training corpus, an evaluation set): one law fitted to them
     all mixes their losses, which a user may not mean. The column with the most settings is named
-    for ``where``."""
+    for ``where``. Flags of runs to leave out get their own caution (``_flags``)."""
+    cautions, annotations = _flags(frame, used)
     found: dict[str, pd.Series] = {}
     for column in frame.columns:
         values = frame[column]
-        if column in used or pd.api.types.is_numeric_dtype(values) or not values.map(lambda v: isinstance(v, str)).all():
+        if column in used | annotations or pd.api.types.is_numeric_dtype(values) or \
+                not values.map(lambda v: isinstance(v, str)).all():
             continue
         counts = values.value_counts()
         if not (2 <= len(counts) <= SETTINGS and counts.min() >= 2):
@@ -242,12 +267,12 @@ def _settings(frame: pd.DataFrame, used: set[str], params_col: str) -> list[str]
         if sizes.min().max() < sizes.max().min():  # the settings' size ranges overlap: not one ladder split in parts
             found[column] = counts
     if not found:
-        return []
+        return cautions
     column = max(found, key=lambda c: (len(found[c]), c))
     counts = found[column]
     others = [c for c in found if c != column]
     listed = ", ".join(f"{v} ({n})" for v, n in counts.head(4).items()) + (" ..." if len(counts) > 4 else "")
-    return [f"the table holds {len(counts)} settings by column {column!r} ({listed})"
+    return cautions + [f"the table holds {len(counts)} settings by column {column!r} ({listed})"
             + (f", and by {', '.join(map(repr, others))}" if others else "")
             + f", at overlapping sizes, and one law is fitted to all of them; to fit one alone: "
             f"where={{{column!r}: VALUE}} (CLI: --where {column}=VALUE)"]
