@@ -58,7 +58,7 @@ def main() -> None:
                    "speedup": min(seconds["workers_1"]) / min(seconds["default"])}
             rows.append(row)
             print(json.dumps(row))
-    result = {"command": "python benchmarks/bench_fit_workers.py --rounds %d" % args.rounds,
+    result = {"command": f"python benchmarks/bench_fit_workers.py --rounds {args.rounds}",
               "data": "../shared/data/isoflops_public.csv, one source each, outlier rows left out",
               "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_1min": os.getloadavg()[0]},
               "rows": rows}

@@ -274,6 +274,22 @@ def test_the_summary_leads_with_the_answer_in_a_few_lines_and_verbose_adds_the_d
     assert len(shown) < 300 and "<Forecast at C = 1e+21" in shown and "\n" not in shown
 
 
+def test_every_methods_table_is_at_the_budgets_asked_for(tmp_path, capsys):
+    """`fit --method all --predict 1e21` printed every method at the largest run's compute (3.2e21 on
+    Open-Athena's table) and the asked-for budget only under --verbose; --target likewise."""
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=6, noise=0.01, seed=2, curve_points=0).to_csv(csv,
+                                                                                                             index=False)
+    assert main(["fit", str(csv), "--method", "all", "--bootstrap", "10", "--predict", "3e19", "1e21"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("Every method at C = 3e+19 FLOPs:") < out.index("Every method at C = 1e+21 FLOPs:")
+    assert main(["fit", str(csv), "--method", "all", "--bootstrap", "10", "--target", "1e22"]) == 0
+    out = capsys.readouterr().out
+    assert "Every method at C = 1e+22 FLOPs:" in out and out.count("Every method at") == 1
+    assert main(["fit", str(csv), "--method", "all", "--bootstrap", "10"]) == 0  # no forecast: the largest run's
+    assert pd.read_csv(csv)["flops"].max() == 1e19 and "Every method at C = 1e+19 FLOPs:" in capsys.readouterr().out
+
+
 def test_the_cli_shows_a_fits_stages_on_a_terminal_only(forecast_json, capsys, monkeypatch):
     import io
 

@@ -217,8 +217,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def summary(fitted, budgets, verbose: bool, target: float | None = None) -> str:
     """The answer first: a set of fits prints the forecast and one row per method unless ``verbose``;
     one method its table at ``budgets`` (by default decades around the runs, and the target asked for)."""
-    if isinstance(fitted, flops_fit.FitSet):
-        return fitted.summary(budgets, verbose=verbose)
+    if isinstance(fitted, flops_fit.FitSet):  # the budgets asked for, else the target asked for
+        return fitted.summary(budgets or ([target] if target else None), verbose=verbose)
     return fitted.summary(budgets or with_target(fitted, target))
 
 

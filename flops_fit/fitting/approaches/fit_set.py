@@ -63,9 +63,9 @@ class FitSet(Presentable):
         return pd.concat([r.table(budgets).assign(method=m) for m, r in self.results.items()], ignore_index=True)
 
     def summary(self, budgets: Sequence[float] | None = None, *, verbose: bool = False) -> str:
-        """The answer first: the forecast (if any), one row per method at the target (or the largest
-        budget), the held-out verdict in a line. ``verbose``: every method's own summary, the
-        warnings and the held-out table instead."""
+        """The answer first: the forecast (if any), one row per method at each of ``budgets`` (by
+        default the forecast's target, or the largest run's compute), the held-out verdict in a line.
+        ``verbose``: every method's own summary, the warnings and the held-out table instead."""
         skipped = [f"skipped {m}: {why}" for m, why in self.skipped.items()]
         if verbose:
             parts = [self.forecast.summary()] if self.forecast is not None else []
@@ -79,7 +79,7 @@ class FitSet(Presentable):
         else:
             parts = [withheld[0].upper() + withheld[1:]] if withheld else []
         parts += [f"Note: {n}." for n in self.runs.notes]
-        parts += [self.answer_table(), *skipped]
+        parts += [self.answer_table(budgets), *skipped]
         if self.holdout:
             misses = holdout_misses(self.holdout)
             parts.append("Held-out check: " + ("; ".join(misses) if misses else
@@ -94,14 +94,17 @@ class FitSet(Presentable):
         """Why the forecast asked for is withheld (its ``NO_FORECAST`` warning), or None."""
         return next((w for w in self.warnings if w.startswith(NO_FORECAST)), None)
 
-    def answer_table(self) -> str:
-        """Every method's N_opt, D_opt and loss at the forecast's target (else the largest budget)."""
-        at = self.forecast.target if self.forecast is not None else float(self.runs.frame["flops"].max())
+    def answer_table(self, budgets: Sequence[float] | None = None) -> str:
+        """Every method's N_opt, D_opt and loss at each of ``budgets`` (the ones asked for), by default
+        the forecast's target, else the largest run's compute."""
+        default = self.forecast.target if self.forecast is not None else float(self.runs.frame["flops"].max())
         label = self.runs.label
         headers = [h.format(loss=label) for h in ANSWER_HEADERS]
         note = (" (bootstrap intervals over these runs only, without the extrapolation error the forecast's include)"
                 if self.forecast is not None else "")
-        return f"Every method at C = {fmt.flops(at)} FLOPs{note}:\n" + format_table(answer_rows(self.results, at), headers)
+        return "\n\n".join(f"Every method at C = {fmt.flops(at)} FLOPs{note}:\n"
+                           + format_table(answer_rows(self.results, at), headers)
+                           for at in (list(budgets) if budgets else [default]))
 
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:
         out = {"results": {m: r.to_dict(budgets) for m, r in self.results.items()},
