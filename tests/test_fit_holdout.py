@@ -246,3 +246,14 @@ def test_checks_not_made_or_too_wide_to_judge_are_said_never_counted_as_inside()
         "interaction's N_opt interval spans over 1000x at 1 of 2 held-out budget(s) it could be checked at: too "
         "wide to judge",
         "vpnls could not be checked at 2 of 2 (why: the held-out notes, --verbose)"]
+    # the summary's table of checks made in turn: one row per method, counted, never a paragraph
+    from flops_fit.fitting.validation.holdout import holdout_counts
+
+    counts = holdout_counts(checks).splitlines()
+    assert counts[0].startswith("Held-out checks (each method refitted without the budgets it predicts")
+    assert counts[1].split() == ["method", "checks", "not", "made", "N_opt", "outside", "N_opt", "mean", "|error|",
+                                 "N_opt", "too", "wide", "loss", "outside", "loss", "mean", "|error|"]
+    # interaction: 2 made, none outside; N_opt errors -100% and -12.5% (70M against 80M: mean 56.2%), one too wide; loss errors
+    # -55.6% and +1.3% (mean 28.5%)
+    assert counts[3].split() == ["interaction", "2", "0", "0", "56.2%", "1", "0", "28.5%"]
+    assert counts[4].split() == ["vpnls", "2", "2", "0", "-", "0", "0", "-"]

@@ -114,7 +114,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     check_curve(curve)
     check_scale(scale)
     check_focus(focus)
-    workers = resolve_workers(workers, "workers (processes for the fits and held-out refits)", FitInputError)
+    workers = resolve_workers(workers, "workers", FitInputError)
     if isinstance(source, Runs):
         if metric not in (None, source.metric):
             raise FitInputError(f"these runs were loaded with metric={source.metric!r}; load them again with "

@@ -18,7 +18,7 @@ from flops_fit.fitting.decisions.planned import (
     has_law,
     rms_residual,
 )
-from flops_fit.fitting.validation.holdout import holdout_json, holdout_misses
+from flops_fit.fitting.validation.holdout import holdout_counts, holdout_json, holdout_misses
 from flops_fit.tables import format_table
 
 # Without intervals, exponents this far apart count as a disagreement.
@@ -80,7 +80,9 @@ class FitSet(Presentable):
             parts = [withheld[0].upper() + withheld[1:]] if withheld else []
         parts += [f"Note: {n}." for n in self.runs.notes]
         parts += [self.answer_table(budgets), *skipped]
-        if self.holdout:
+        if self.holdout and max(len(items) for items in self.holdout.values()) > 1:  # budgets held out in turn
+            parts.append(holdout_counts(self.holdout))
+        elif self.holdout:
             misses = holdout_misses(self.holdout)
             parts.append("Held-out check: " + ("; ".join(misses) if misses else
                                                "every observed value at the held-out budget lies inside its interval") + ".")

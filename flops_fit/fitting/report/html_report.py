@@ -80,7 +80,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     if isinstance(fitted, NoFitError):
         return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"))
     out = _html_path(out)
-    workers = resolve_workers(workers, "workers (processes drawing the report)", FitInputError)
+    workers = resolve_workers(workers, "workers", FitInputError)
     plot_dir = out.parent / f"{out.stem}_plots"
     results = fitted.results
     runs = next(iter(results.values())).runs

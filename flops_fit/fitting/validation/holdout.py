@@ -637,6 +637,33 @@ def _inside(value: float, bounds: tuple[float, float], scale: bool = False) -> b
     return bool(lo <= value <= hi)
 
 
+COUNT_HEADERS = ["method", "checks", "not made", "N_opt outside", "N_opt mean |error|", "N_opt too wide",
+                 "loss outside", "loss mean |error|"]
+
+
+def holdout_counts(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
+    """Plain text: per method, how many of its checks (a budget held out in turn, or forward chaining)
+    found the observed value outside the predicted interval, and how far off the predictions were on
+    average; the checks not made and the N_opt intervals too wide to judge (``fmt.too_wide``) counted
+    apart. One line per method where ``holdout_misses``' sentences ran to a paragraph."""
+    rows = []
+    for method, items in checks.items():
+        made = [c for c in items if not c.reason]
+        row = [method, str(len(items)), str(len(items) - len(made))]
+        for key in ("n_opt", "loss"):
+            errors = np.abs([getattr(c, f"{key}_error") for c in made])
+            errors = errors[np.isfinite(errors)]
+            row += [str(sum(1 for c in made if c.covered[key] is False)),
+                    f"{100 * errors.mean():.1f}%" if errors.size else "-"]
+            if key == "n_opt":
+                row.append(str(len(_too_wide(made))))
+        rows.append(row)
+    return ("Held-out checks (each method refitted without the budgets it predicts; outside: the observed "
+            "value outside the predicted interval; too wide: an N_opt interval over "
+            f"{fmt.SPAN_LIMIT:g}x, not judged; why a check was not made: --verbose):\n"
+            + format_table(rows, COUNT_HEADERS))
+
+
 def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
     """One phrase per held-out value outside its predicted interval, or a check not made; with
     several budgets held out in turn, one phrase per method and value counting them."""
@@ -667,10 +694,15 @@ def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
     return out
 
 
+def _too_wide(made: Sequence[HoldoutCheck]) -> list[HoldoutCheck]:
+    """The checks whose N_opt interval spans over ``fmt.SPAN_LIMIT``: not judged."""
+    return [c for c in made if c.covered["n_opt"] is None and np.isfinite(c.predicted_n_opt)
+            and np.isfinite(c.observed_n_opt) and all(np.isfinite(c.n_opt_interval))]
+
+
 def _unjudged(method: str, made: Sequence[HoldoutCheck]) -> list[str]:
     """The phrase for checks whose N_opt interval spans over ``fmt.SPAN_LIMIT`` (not judged), if any."""
-    wide = [c for c in made if c.covered["n_opt"] is None and np.isfinite(c.predicted_n_opt)
-            and np.isfinite(c.observed_n_opt) and all(np.isfinite(c.n_opt_interval))]
+    wide = _too_wide(made)
     if not wide:
         return []
     return [f"{method}'s N_opt interval spans over {fmt.SPAN_LIMIT:g}x at {len(wide)} of {len(made)} held-out "
