@@ -302,11 +302,13 @@ def test_the_cli_shows_a_fits_stages_on_a_terminal_only(forecast_json, capsys, m
     terminal = Terminal()
     show = fit_cli.stages(terminal)
     show("fitting 2 method(s) to 28 runs")
-    assert terminal.getvalue() == "flops-fit: [   0 s] fitting 2 method(s) to 28 runs ...\n"
+    show("note: the table holds 2 settings by column 'corpus'")
+    assert terminal.getvalue() == ("flops-fit: [   0 s] fitting 2 method(s) to 28 runs ...\n"
+                                   "flops-fit: [   0 s] note: the table holds 2 settings by column 'corpus'\n")
     assert fit_cli.stages(io.StringIO()) is None  # a pipe or a log: the answer alone
     monkeypatch.setattr(fit_cli.sys, "stderr", terminal)
     assert main(["fit", str(forecast_json), "--method", "isoflop", "--bootstrap", "0", "--holdout", "largest"]) == 0
-    lines = terminal.getvalue().splitlines()[1:]
+    lines = terminal.getvalue().splitlines()[2:]
     assert [line.split("] ")[1].split(" ")[0] for line in lines] == ["fitting", "held-out"]
     assert capsys.readouterr().out.startswith("Approach 2")
 

@@ -227,3 +227,14 @@ def test_predict_refuses_bad_budgets():
     fitted = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19)), method="isoflop", bootstrap=0)
     with pytest.raises(FitInputError, match="budgets must be finite positive FLOP counts"):
         fitted.predict([1e20, -1.0])
+
+
+def test_a_fit_says_its_notes_about_the_runs_before_it_starts():
+    # A fit of a mixed table can take minutes: its progress hears the note first, not only its summary.
+    one = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, noise=0.01, seed=3, curve_points=0)
+    two = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, noise=0.01, seed=4, curve_points=0)
+    heard = []
+    fitted = fit(pd.concat([one.assign(corpus="a"), two.assign(corpus="b", run_id=two["run_id"] + "b")]), "isoflop",
+                 bootstrap=0, tracking=False, progress=heard.append)
+    assert heard[0] == f"note: {fitted.runs.notes[0]}" and "2 settings by column 'corpus'" in heard[0]
+    assert heard[1].startswith("fitting 1 method(s) to 30 runs")

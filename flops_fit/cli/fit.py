@@ -134,8 +134,9 @@ def stages(stream: Any) -> Callable[[str], None] | None:
         return None
     start = time.perf_counter()
 
-    def show(stage: str) -> None:
-        print(f"flops-fit: [{time.perf_counter() - start:4.0f} s] {stage} ...", file=stream, flush=True)
+    def show(stage: str) -> None:  # a stage goes on ("..."); a note about the runs is said once
+        ongoing = "" if stage.startswith("note: ") else " ..."
+        print(f"flops-fit: [{time.perf_counter() - start:4.0f} s] {stage}{ongoing}", file=stream, flush=True)
     return show
 
 

@@ -139,6 +139,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                                       unique_tokens=unique) for m in names]
     progress = progress or (lambda stage: None)
     with shared_refits():  # one pool of workers for the fits and refits; the chaining reuses the checks' refits
+        for note in runs.notes:  # before a long fit, not only in its summary: a user may mean to fit fewer runs
+            progress(f"note: {note}")
         progress(f"fitting {len(approaches)} method(s) to {len(runs.frame)} runs"
                  + (f" with {bootstrap} bootstrap resamples" if bootstrap else ""))
         results, skipped = {}, {}
