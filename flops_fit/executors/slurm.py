@@ -163,8 +163,12 @@ class SlurmExecutor(ClosingExecutor):
         return {"nodes": 1, "tasks_per_node": processes, "gpus_per_node": gpus}
 
     def _submitter(self, folder: Path) -> Any:
+        # A folder per job on SLURM. submitit's local cluster makes a job's folder only after it has
+        # started the job's controller (the job id is the controller's pid), and a controller that
+        # opens its log first fails (FileNotFoundError: seen once, under load): there the jobs' files
+        # (named by job id) share the folder.
         executor = self.submitit.AutoExecutor(
-            folder=folder / "%j", cluster=self.cluster,
+            folder=folder / "%j" if self.cluster == "slurm" else folder, cluster=self.cluster,
             slurm_max_num_timeout=self.max_timeouts, local_max_num_timeout=self.max_timeouts,
             **({"slurm_python": self.python, "local_python": self.python} if self.python else {}),
         )
