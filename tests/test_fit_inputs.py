@@ -238,3 +238,13 @@ def test_a_fit_says_its_notes_about_the_runs_before_it_starts():
                  bootstrap=0, tracking=False, progress=heard.append)
     assert heard[0] == f"note: {fitted.runs.notes[0]}" and "2 settings by column 'corpus'" in heard[0]
     assert heard[1].startswith("fitting 1 method(s) to 30 runs")
+
+
+def test_open_athenas_table_says_its_outlier_flag_and_its_studies_not_its_reasons():
+    # the figure docs/guide/fit.md quotes; the table is the shared reference data
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "isoflops_public.csv"
+    notes = load_runs(data).notes
+    assert notes[0].startswith("column 'outlier' flags 143 of 423 runs (True)")
+    assert notes[1].startswith("the table holds 3 settings by column 'source'") and "'reason'" not in notes[1]
