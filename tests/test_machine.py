@@ -61,10 +61,10 @@ def test_an_unguarded_script_fits_in_its_own_process_by_default_and_a_guarded_on
     the fit stays in the script's process and answers. The same fit, guarded, may start workers."""
     csv = tmp_path / "runs.csv"
     synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=7, curve_points=0, seed=1).to_csv(csv, index=False)
-    body = (f"import flops_fit, flops_fit.machine\n"
-            f"print(flops_fit.machine.can_start_workers())\n"
+    body = ("import flops_fit, flops_fit.machine\n"
+            "print(flops_fit.machine.can_start_workers())\n"
             f"r = flops_fit.fit({str(csv)!r}, 'isoflop', bootstrap=10, holdout='forward')\n"
-            f"print(len(r.holdout_checks))\n")
+            "print(len(r.holdout_checks))\n")
     (tmp_path / "unguarded.py").write_text(body)
     (tmp_path / "guarded.py").write_text('if __name__ == "__main__":\n' + "".join(
         f"    {line}\n" for line in body.splitlines()))
