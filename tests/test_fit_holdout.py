@@ -251,6 +251,8 @@ def test_checks_not_made_or_too_wide_to_judge_are_said_never_counted_as_inside()
 
     counts = holdout_counts(checks).splitlines()
     assert counts[0].startswith("Held-out checks (each method refitted without the budgets it predicts")
+    assert counts[0].endswith("not judged; why a check was not made: --verbose):")  # vpnls's were not made
+    assert holdout_counts({"interaction": [wide, fine]}).splitlines()[0].endswith("not judged):")
     assert counts[1].split() == ["method", "checks", "not", "made", "N_opt", "outside", "N_opt", "mean", "|error|",
                                  "N_opt", "too", "wide", "loss", "outside", "loss", "mean", "|error|"]
     # interaction: 2 made, none outside; N_opt errors -100% and -12.5% (70M against 80M: mean 56.2%), one too wide; loss errors

@@ -658,9 +658,10 @@ def holdout_counts(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
             if key == "n_opt":
                 row.append(str(len(_too_wide(made))))
         rows.append(row)
+    unmade = any(c.reason for items in checks.values() for c in items)
     return ("Held-out checks (each method refitted without the budgets it predicts; outside: the observed "
-            "value outside the predicted interval; too wide: an N_opt interval over "
-            f"{fmt.SPAN_LIMIT:g}x, not judged; why a check was not made: --verbose):\n"
+            f"value outside the predicted interval; too wide: an N_opt interval over {fmt.SPAN_LIMIT:g}x, not judged"
+            + ("; why a check was not made: --verbose" if unmade else "") + "):\n"
             + format_table(rows, COUNT_HEADERS))
 
 
