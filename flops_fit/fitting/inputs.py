@@ -254,10 +254,11 @@ def _settings(frame: pd.DataFrame, used: set[str], params_col: str) -> list[str]
     all mixes their losses, which a user may not mean. The column with the most settings is named
     for ``where``. Flags of runs to leave out get their own caution (``_flags``)."""
     cautions, annotations = _flags(frame, used)
+    skipped = used | annotations
     found: dict[str, pd.Series] = {}
     for column in frame.columns:
         values = frame[column]
-        if column in used | annotations or pd.api.types.is_numeric_dtype(values) or \
+        if column in skipped or pd.api.types.is_numeric_dtype(values) or \
                 not values.map(lambda v: isinstance(v, str)).all():
             continue
         counts = values.value_counts()

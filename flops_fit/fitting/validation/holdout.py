@@ -639,6 +639,22 @@ def _inside(value: float, bounds: tuple[float, float], scale: bool = False) -> b
 
 COUNT_HEADERS = ["method", "checks", "not made", "N_opt outside", "N_opt mean |error|", "N_opt too wide",
                  "loss outside", "loss mean |error|"]
+_ANSWERS = (("n_opt", "N_opt"), ("loss", "loss"))  # (key, name) of a check's two answers
+
+
+class _Tally:
+    """One method's checks counted: those made, and per answer how many were outside their interval
+    and the absolute errors of those made (finite ones)."""
+
+    def __init__(self, items: Sequence[HoldoutCheck]) -> None:
+        self.made = [c for c in items if not c.reason]
+
+    def outside(self, key: str) -> int:
+        return sum(1 for c in self.made if c.covered[key] is False)
+
+    def errors(self, key: str) -> np.ndarray:
+        errors = np.abs([getattr(c, f"{key}_error") for c in self.made])
+        return errors[np.isfinite(errors)]
 
 
 def holdout_counts(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
@@ -648,15 +664,13 @@ def holdout_counts(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
     apart. One line per method where ``holdout_misses``' sentences ran to a paragraph."""
     rows = []
     for method, items in checks.items():
-        made = [c for c in items if not c.reason]
-        row = [method, str(len(items)), str(len(items) - len(made))]
-        for key in ("n_opt", "loss"):
-            errors = np.abs([getattr(c, f"{key}_error") for c in made])
-            errors = errors[np.isfinite(errors)]
-            row += [str(sum(1 for c in made if c.covered[key] is False)),
-                    f"{100 * errors.mean():.1f}%" if errors.size else "-"]
+        tally = _Tally(items)
+        row = [method, str(len(items)), str(len(items) - len(tally.made))]
+        for key, _ in _ANSWERS:
+            errors = tally.errors(key)
+            row += [str(tally.outside(key)), f"{100 * errors.mean():.1f}%" if errors.size else "-"]
             if key == "n_opt":
-                row.append(str(len(_too_wide(made))))
+                row.append(str(len(_too_wide(tally.made))))
         rows.append(row)
     unmade = any(c.reason for items in checks.values() for c in items)
     return ("Held-out checks (each method refitted without the budgets it predicts; outside: the observed "
@@ -670,28 +684,27 @@ def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
     several budgets held out in turn, one phrase per method and value counting them."""
     out = []
     for method, items in checks.items():
+        tally = _Tally(items)
         if len(items) > 1:
-            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
-                missed = [c for c in items if c.covered[key] is False]
-                if missed:
-                    errors = np.abs([getattr(c, f"{key}_error") for c in items if np.isfinite(getattr(c, f"{key}_error"))])
-                    out.append(f"{method}'s {name} falls outside its interval at {len(missed)} of {len(items)} "
-                               f"held-out budgets (mean error {100 * errors.mean():.1f}%)")
-            unmade = sum(1 for c in items if c.reason)
+            for key, name in _ANSWERS:
+                if tally.outside(key):
+                    out.append(f"{method}'s {name} falls outside its interval at {tally.outside(key)} of {len(items)} "
+                               f"held-out budgets (mean error {100 * tally.errors(key).mean():.1f}%)")
+            unmade = len(items) - len(tally.made)
             if unmade:
                 out.append(f"{method} could not be checked at {unmade} of {len(items)} (why: the held-out notes, "
                            "--verbose)")
-            out += _unjudged(method, [c for c in items if not c.reason])
+            out += _unjudged(method, tally.made)
             continue
         for c in items:
             if c.reason:
                 out.append(f"{method} at {fmt.flops(c.budget)}: {c.reason}")
                 continue
-            for key, name in (("n_opt", "N_opt"), ("loss", "loss")):
+            for key, name in _ANSWERS:
                 if c.covered[key] is False:
                     out.append(f"{method}'s predicted {name} at {fmt.flops(c.budget)} FLOPs misses the observed one "
                                f"by {fmt.percent(getattr(c, f'{key}_error'))}, outside its interval")
-        out += _unjudged(method, [c for c in items if not c.reason])
+        out += _unjudged(method, tally.made)
     return out
 
 
