@@ -47,9 +47,28 @@ def test_a_fit_without_a_finite_ordered_answer_is_refused_with_its_reason(weak, 
 
 
 def test_a_size_interval_below_one_parameter_is_refused(weak):
-    """The data-limited law on the sweep's 161,408 unique tokens: resamples reach N_opt 2e-4."""
-    with pytest.raises(NoFitError, match=r"^data-limited: .*N_opt interval at 1e\+09 FLOPs is \[0\.000\d+, .*below one parameter"):
+    """The data-limited law on the sweep's 161,408 unique tokens: resamples reach N_opt 2e-4. Asked for
+    by its data budget, it is refused with the way to the ordinary law."""
+    with pytest.raises(NoFitError, match=r"^data-limited: .*N_opt interval at 1e\+09 FLOPs is \[0\.000\d+, .*below "
+                                         r"one parameter.*; without unique_tokens \(--unique-tokens\) the fit reads"):
         fit(weak, "parametric", bootstrap=30, tracking=False, unique_tokens=161408)
+
+
+def test_a_data_limited_law_the_store_chose_and_cannot_fit_leaves_the_law_asked_for(weak):
+    """A sweep folder records its data budget, which turns parametric into the data-limited law once runs
+    repeat their data. On the issue's sweep that law has no answer (above): `flops-fit fit SWEEP` and
+    `--at` ended in that refusal, with no way to the ordinary fit. The law asked for stands, saying why.
+    Both laws are on the edge here (the resamples decide); seed 3's fail the one and not the other."""
+    with pytest.raises(NoFitError, match="^data-limited: "):
+        fit(weak, "parametric", bootstrap=30, seed=3, tracking=False, unique_tokens=161408)
+    recorded = load_runs(WEAK)
+    recorded.metadata["unique_tokens"] = 161408  # what the sweep's store records
+    fitted = fit(recorded, "parametric", bootstrap=30, seed=3, tracking=False)
+    assert fitted.method == "parametric" and failure(fitted, [2.4e10]) is None
+    said = [w for w in fitted.diagnostics.warnings if "data-limited" in w]
+    assert len(said) == 1 and "reads every token as fresh data" in said[0] and "161k unique tokens" in said[0]
+    assert "below one parameter" in said[0]
+    assert np.isfinite(fitted.loss_at(30000, 1e6).table["loss"]).all()
 
 
 def test_a_data_interval_beyond_the_budget_is_refused(weak):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.errors import FitInputError, NoFitError
+from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.approach import Approach
 from flops_fit.fitting.approaches.curve_law import CurveLaw
 from flops_fit.fitting.approaches.data_limit import DataLimited, check_unique_tokens
@@ -146,19 +147,31 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         results, skipped = {}, {}
         checked = sorted({*default_budgets(runs), *budget_groups(runs)[0].tolist(),  # the tables', the swept, the target
                           *([float(target)] if target is not None else [])})
-        for approach, result in zip(approaches, fit_each(approaches, runs, workers), strict=True):
-            if isinstance(result, FitInputError):
-                if method != "all":
+        fits = list(zip(approaches, fit_each(approaches, runs, workers), strict=True))
+        fallback = None
+        if method != "all" and names[0] != method and unique_tokens is None and \
+                (why := not_fitted(fits[0][1], checked)) is not None:
+            # the store's data budget chose the data-limited law and it cannot fit these runs: the law asked for stands
+            approaches = [kinds[method].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve,
+                                                   focus=focus)]
+            names = (method,)
+            fits = list(zip(approaches, fit_each(approaches, runs, workers), strict=True))
+            fallback = (f"this is {method}'s law, which reads every token as fresh data: the runs repeat their data "
+                        f"({fmt.count(unique)} unique tokens recorded), and the data-limited law {why}")
+        for approach, result in fits:
+            why = not_fitted(result, checked)  # no finite, ordered answer: left out, with its reason
+            if why is not None:
+                if method == "all":
+                    skipped[approach.name] = why
+                    continue
+                if isinstance(result, FitInputError):
                     raise result
-                skipped[approach.name] = str(result)
-                continue
-            reason = failure(result, checked)  # no finite, ordered answer: left out, with its reason
-            if reason is not None:
-                if method != "all":
-                    raise NoFitError(f"{approach.name}: {failed_message(reason)}")
-                skipped[approach.name] = failed_message(reason)
-                continue
+                data_hint = ("; without unique_tokens (--unique-tokens) the fit reads every token as fresh data"
+                             if approach.name == DataLimited.name else "")
+                raise NoFitError(f"{approach.name}: {why}{data_hint}")
             results[approach.name] = result
+        if fallback is not None:
+            results[method].diagnostics.warnings.append(fallback)
         if not results:
             raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
         if holdout is not None:
@@ -187,6 +200,14 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     if logged_to is not None:
         log_fit(fitted, logged_to)
     return fitted
+
+
+def not_fitted(result: Any, budgets: list[float]) -> str | None:
+    """Why a method's fit (its result, or the FitInputError in its place) gives no answer, or None."""
+    if isinstance(result, FitInputError):
+        return str(result)
+    reason = failure(result, budgets)
+    return None if reason is None else failed_message(reason)
 
 
 def data_budget(runs: Runs, unique_tokens: Any) -> float | None:
