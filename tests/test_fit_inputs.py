@@ -209,11 +209,22 @@ def test_methods_refuse_too_few_runs_or_missing_structure():
     # Grids shifted far off the optimum: every budget's lowest run is on the edge.
     edge = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, span=0.5, offset=1.5, noise=0)
     with pytest.raises(FitInputError, match="Approach 2 needs an interior loss minimum at 2 or more budgets; "
-                       "found 0 of 3 .*edge minimum: the smallest size has the lowest loss"):
+                       "found 0 of 3 \\(edge minimum: the smallest size has the lowest loss: 3 budgets \\(1e\\+17, 1e\\+18, 1e\\+19\\)\\)"):
         fit(edge, method="isoflop", bootstrap=0)
     curves = synthetic_runs(budgets=(1e17,), sizes_per_budget=2)
     with pytest.raises(FitInputError, match="Approach 1 needs curves from at least 3 model sizes; got 2"):
         fit(curves, method="envelope", bootstrap=0)
+
+
+def test_budgets_without_a_minimum_are_told_by_reason_not_one_by_one():
+    """A table that is not an IsoFLOP sweep (one run a budget, as Gadre et al.'s 26 budgets) is one clause."""
+    budgets = tuple(np.geomspace(1e16, 1e20, 8))
+    single = synthetic_runs(budgets=budgets, sizes_per_budget=5, noise=0).groupby("budget").head(1)
+    with pytest.raises(FitInputError) as refused:
+        fit(single, method="isoflop", bootstrap=0)
+    said = str(refused.value)
+    assert "found 0 of 8 (fewer than 3 model sizes: 8 budgets (1e+16, 3.73e+16, ..., 1e+20)). Add sizes" in said
+    assert said.count("e+") == 3
 
 
 def test_all_records_methods_that_cannot_run():

@@ -40,6 +40,21 @@ class IsoflopResult(PowerLawResult):
         return good["budget"].to_numpy(float), np.exp(good["log_n"].to_numpy()), np.exp(good["log_d"].to_numpy())
 
 
+def excluded_budgets(optima: pd.DataFrame) -> str:
+    """Why budgets have no interior minimum, one clause per reason with its budgets (a table of 26
+    budgets one size each is one clause, not 26)."""
+    groups: dict[str, list[float]] = {}
+    for row in optima.itertuples():
+        if isinstance(row.excluded, str):
+            groups.setdefault(row.excluded.split(" (")[0], []).append(float(row.budget))
+    clauses = []
+    for why, budgets in groups.items():
+        shown = (", ".join(f"{b:.3g}" for b in budgets) if len(budgets) <= 3
+                 else f"{budgets[0]:.3g}, {budgets[1]:.3g}, ..., {budgets[-1]:.3g}")
+        clauses.append(f"{why}: {len(budgets)} budget{'s' if len(budgets) > 1 else ''} ({shown})")
+    return "; ".join(clauses)
+
+
 class Isoflop(Approach):
     """Approach 2 with bootstrap intervals (runs resampled within each budget)."""
 
@@ -56,10 +71,9 @@ class Isoflop(Approach):
         optima = profile_optima(runs, budgets, np.ones(len(runs)), self.curve)
         good = optima[optima["excluded"].isna()]
         if len(good) < MIN_BUDGETS:
-            reasons = "; ".join(f"{r.budget:.3g}: {r.excluded}" for r in optima.itertuples() if isinstance(r.excluded, str))
             raise FitInputError(
                 f"Approach 2 needs an interior loss minimum at {MIN_BUDGETS} or more budgets; found "
-                f"{len(good)} of {len(optima)} ({reasons or 'no budgets'}). Add sizes around each budget's "
+                f"{len(good)} of {len(optima)} ({excluded_budgets(optima) or 'no budgets'}). Add sizes around each budget's "
                 "optimum, or use method='parametric'."
             )
         params = _frontier_through(good)
