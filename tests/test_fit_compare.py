@@ -89,3 +89,13 @@ def test_compare_reads_json(recipes):
     data = json.loads(result.to_json())
     assert data["a"]["name"] == "gpt" and len(data["table"]) == 4
     assert data["verdict"] == result.verdict()
+
+
+def test_what_each_recipes_runs_note_is_said_with_its_recipe(recipes):
+    """A public table flags outliers in a column: each recipe's fit says so, and compare said nothing."""
+    flagged = recipes[1].assign(outlier=[True] * 3 + [False] * (len(recipes[1]) - 3))
+    result = flops_fit.compare(recipes[0], flagged, "vpnls", bootstrap=0, names=("base", "flagged"))
+    said = [n for n in result.notes if "outlier" in n]
+    assert said == [f"flagged (recipe B): column 'outlier' flags 3 of {len(flagged)} runs (True); they are fitted "
+                    "with the others; to leave them out: where={'outlier': False} (CLI: --where outlier=False)"]
+    assert said[0] in result.summary() and said[0] in result.to_dict()["notes"]

@@ -190,7 +190,8 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
     grid = np.geomspace(c.min() * 10 ** REACH[0], c.max() * 10 ** REACH[1],
                         int(PER_DECADE * (np.log10(c.max() / c.min()) + REACH[1] - REACH[0])) + 1)
     (pa, da), (pb, db) = _columns(a), _columns(b)
-    notes = []
+    notes = [f"{name} (recipe {side}): {note}" for side, name, result in (("A", names[0], a), ("B", names[1], b))
+             for note in result.runs.notes]  # e.g. runs a column flags as outliers, fitted with the others
     draws = min(len(a.samples), len(b.samples))
     if draws and len(a.samples) != len(b.samples):
         notes.append(f"the fits have {len(a.samples)} and {len(b.samples)} draws; the first {draws} of each are paired")
