@@ -187,6 +187,10 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
                  "--seq-len", "64", "--tokens-per-param", "100", "--sizes-per-budget", "7", "--adaptive"]) == 0
     assert "the other 1 (5 sizes around the fitted N_opt)" in capsys.readouterr().out
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive", "--until", "loss<=2"]) == 2
+    capsys.readouterr()
+    assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive"]) == 2  # 3 budgets
+    assert ("this sweep lists 3: list more budgets (a factor of 2 apart, say, beyond the largest), or sweep the grid "
+            "as it is without --adaptive") in capsys.readouterr().err
 
 
 def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):

@@ -175,7 +175,9 @@ def initial_choices(pool: Mapping[float, Sequence[float]], spend: Callable[[Iter
     if start < 2:
         raise OptionError(f"an adaptive sweep starts from 2 or more budgets (a line needs two), got {start}")
     if len(budgets) < start:
-        raise OptionError(f"the pool holds {len(budgets)} budgets; the first batch needs {start}")
+        raise OptionError(f"an adaptive sweep trains its {start} smallest budgets first and chooses among the larger "
+                          f"ones, but this sweep lists {len(budgets)}: list more budgets (a factor of 2 apart, say, "
+                          "beyond the largest), or sweep the grid as it is without --adaptive")
     return [Choice(b, tuple(pool[b]), spend([(b, s) for s in pool[b]]), math.nan,
                    f"budget {b:.3g}: one of the {start} smallest budgets, the first grid (all {len(pool[b])} sizes)")
             for b in budgets[:start]]
