@@ -23,7 +23,7 @@ from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.driver import run_plan
 from flops_fit.sweeps.planner import plan
 from flops_fit.training.checkpoint import CheckpointPolicy
-from flops_fit.training.command import TrainCommand
+from flops_fit.training.command import TrainCommand, script_path
 from flops_fit.training.external import ENV, train_external
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,6 +247,28 @@ def test_the_spec_file_holds_every_field_the_environment_names(tmp_path):
     assert {k: saved["spec"][k] for k in spec.to_dict()} == spec.to_dict()
     assert saved["env"] == {k: str(getattr(spec, f)) for k, f in ENV.items()}
     assert os.path.isdir(saved["spec"]["checkpoint_dir"])
+
+
+@pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="needs a virtual environment (the README's .venv)")
+def test_python_in_the_command_is_this_environments_even_when_it_is_not_activated(tmp_path, monkeypatch):
+    """`.venv/bin/flops-fit sweep` without activating the environment (the README's way) ran
+    `command = ["python", "train.py"]` on the first Python of PATH, the system's: every run crashed on
+    `import torch`. The script starts with this environment's folder first, as activating it would."""
+    script = tmp_path / "which.py"
+    script.write_text("import json, os, sys\nspec = json.load(open(os.environ['FLOPS_FIT_SPEC']))\n"
+                      "json.dump({'loss': 1.0, 'tokens': spec['tokens'], 'prefix': sys.prefix},"
+                      " open(os.environ['FLOPS_FIT_RESULT'], 'w'))\n")
+    monkeypatch.setenv("PATH", os.pathsep.join(["/usr/bin", "/bin"]))  # not activated
+    spec = flops_fit.plan(model="declared", model_config={"params": "100 * size"}, budgets=[1e8], sizes=[1, 2, 3],
+                          seq_len=8, batch_size=2).runs[0]
+    result = train_external(spec, TrainCommand(("python", str(script)), logs_dir=str(tmp_path)),
+                            checkpoints=CheckpointPolicy(str(tmp_path / "ck")))
+    assert result.status == "done", result.error
+    saved = json.loads((tmp_path / "ck" / spec.run_id / "trainer" / "result.json").read_text())
+    assert saved["prefix"] == sys.prefix
+    here = os.path.dirname(sys.executable)
+    assert script_path("/usr/bin") == os.pathsep.join([here, "/usr/bin"])
+    assert script_path(os.pathsep.join(["/opt/bin", here])) == os.pathsep.join(["/opt/bin", here])  # the user's order
 
 
 def test_the_examples_sweep_file_plans_and_names_its_script():

@@ -31,6 +31,7 @@ from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunSpec
 from flops_fit.sweeps.memory import check_memory
 from flops_fit.training.checkpoint import CheckpointPolicy
+from flops_fit.training.command import script_path
 from flops_fit.training.data import check_sequence_length, gather
 
 # Bytes of a checkpoint per parameter: fp32 weights and AdamW's two fp32 moments.
@@ -180,10 +181,11 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
 
 
 def check_train_command(plan: Any, context: Context) -> None:
-    """The ``[train]`` command's program exists (on PATH, or relative to its workdir)."""
+    """The ``[train]`` command's program exists (on the PATH it starts with, or relative to its workdir)."""
     trainer = plan.options.trainer
     program, workdir = trainer.command[0], trainer.workdir or "."
-    if shutil.which(program) is None and shutil.which(str(Path(workdir, program))) is None:
+    path = trainer.env.get("PATH", script_path())
+    if shutil.which(program, path=path) is None and shutil.which(str(Path(workdir, program))) is None:
         raise PreflightError(f"[train] command: {program!r} is not a program on PATH nor in {Path(workdir).resolve()}: "
                              "fix command = [...] (or workdir)")
 

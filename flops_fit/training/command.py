@@ -6,13 +6,16 @@ bounds one attempt in seconds (a script still running then is a hang: killed, re
 failed); ``token_tolerance`` is how far, as a fraction of the plan, the tokens the script
 reports may be off (0: exactly the planned tokens); ``env`` adds environment variables;
 ``workdir`` is the folder it runs in (default: the sweep file's folder, else the driver's).
-No torch here: the sweep options import it.
+The script starts with this Python's environment on PATH (``script_path``). No torch here: the
+sweep options import it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -47,6 +50,20 @@ class TrainCommand:
         """Absolute folders for a sweep in ``out_dir``, so that every worker finds them."""
         workdir = str(Path(self.workdir or ".").resolve())
         return replace(self, workdir=workdir, logs_dir=str((Path(out_dir) / "trainer-logs").resolve()))
+
+
+def script_path(path: str | None = None) -> str:
+    """The PATH a script starts with: ``path`` (default: this process's), with this Python's folder
+    first when it is a virtual environment that is not on it, as activating the environment would.
+    ``.venv/bin/flops-fit sweep ...`` (the README's way) then runs ``command = ["python", "train.py"]``
+    on this environment's Python and packages, not on the first Python of PATH (the system's,
+    without torch: every run crashed on ``import torch``)."""
+    path = os.environ.get("PATH", "") if path is None else path
+    if sys.prefix == sys.base_prefix:  # not a virtual environment: nothing to activate
+        return path
+    here = os.path.dirname(sys.executable)
+    parts = [p for p in path.split(os.pathsep) if p]
+    return path if here in parts else os.pathsep.join([here, *parts])
 
 
 def parse_train(value: Any, what: str = "train", error: type[Exception] = OptionError) -> TrainCommand | None:

@@ -33,7 +33,7 @@ from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.executors.stopping import stop_requested
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.training.checkpoint import EXTERNAL, CheckpointPolicy, save_result
-from flops_fit.training.command import TrainCommand
+from flops_fit.training.command import TrainCommand, script_path
 
 # environment variable -> RunSpec field handed to the script
 ENV = {"FLOPS_FIT_RUN_ID": "run_id", "FLOPS_FIT_MODEL": "model", "FLOPS_FIT_SIZE": "size",
@@ -133,7 +133,7 @@ def _attempt(spec: RunSpec, trainer: TrainCommand, progress: ProgressSink, folde
     if not result_file.exists():  # else: the script finished before the driver died; read it
         spec_file.write_text(json.dumps({**spec.to_dict(), "checkpoint_dir": str(folder / "checkpoints"),
                                          "result_file": str(result_file)}, indent=1))
-        env = {**os.environ, **trainer.env, **{k: str(getattr(spec, f)) for k, f in ENV.items()},
+        env = {**os.environ, "PATH": script_path(), **trainer.env, **{k: str(getattr(spec, f)) for k, f in ENV.items()},
                "FLOPS_FIT_SPEC": str(spec_file), "FLOPS_FIT_CHECKPOINT_DIR": str(folder / "checkpoints"),
                "FLOPS_FIT_RESULT": str(result_file)}
         logs = Path(trainer.logs_dir) if trainer.logs_dir else folder
