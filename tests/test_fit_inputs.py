@@ -147,10 +147,10 @@ def test_unfinished_runs_are_excluded_with_their_status():
     ({}, {"drop": "params"}, "no params column 'params'; available columns: 'tokens', 'loss'. Name the right one with params_col="),
     ({"loss_col": "val"}, {}, "no loss column 'val'; available columns: 'params', 'tokens', 'loss'. Name the right one with loss_col= (CLI: --loss-col)"),
     ({}, {"drop": "tokens"}, "neither a tokens column 'tokens' nor a flops column 'flops'"),
-    ({}, {"set": ("loss", [3.0, np.nan, 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s) (rows 1)"),
+    ({}, {"set": ("loss", [3.0, np.nan, 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s) (runs run1)"),
     ({}, {"set": ("loss", [3.0, "x", 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s)"),
-    ({}, {"set": ("params", [1e6, 0.0, -1.0, 8e6])}, "column 'params' must hold finite positive values; 2 do not (row 1: 0, row 2: -1)"),
-    ({}, {"set": ("tokens", [np.inf, 1.0, 1.0, 1.0])}, "column 'tokens' must hold finite positive values; 1 do not (row 0: inf)"),
+    ({}, {"set": ("params", [1e6, 0.0, -1.0, 8e6])}, "column 'params' must hold finite positive values; 2 do not (run1: 0, run2: -1)"),
+    ({}, {"set": ("tokens", [np.inf, 1.0, 1.0, 1.0])}, "column 'tokens' must hold finite positive values; 1 do not (run0: inf)"),
     ({"exclude_top": 4}, {}, "exclude_top=4 would drop all 4 runs"),
     ({"exclude_top": -1}, {}, "exclude_top must be a non-negative integer"),
     ({"flops_per_param_token": 0}, {}, "flops_per_param_token must be positive"),
@@ -165,6 +165,17 @@ def test_bad_tables_are_refused_with_the_fix(kwargs, frame_change, message):
     with pytest.raises(FitInputError) as info:
         load_runs(frame, **kwargs)
     assert message in str(info.value)
+
+
+def test_a_missing_value_is_told_by_the_runs_name(tmp_path):
+    """A W&B runs-table export: the crashed run (no loss) is left out by its State; a finished run whose
+    loss is NaN is refused by its Name, not by a row number of the table after the filtering."""
+    export = _table(Name=["a", "diverged", "crashed", "d"], State=["finished", "finished", "crashed", "finished"])
+    export["loss"] = [3.1, np.nan, np.nan, 3.2]
+    export.to_csv(tmp_path / "export.csv", index=False)
+    with pytest.raises(FitInputError, match=r"column 'loss' has 1 missing or non-numeric value\(s\) \(runs diverged\); "
+                                            "drop or fix those runs"):
+        load_runs(tmp_path / "export.csv")
 
 
 def test_empty_table_is_refused():

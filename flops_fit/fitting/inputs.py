@@ -174,13 +174,13 @@ def load_runs(
     out["run_id"] = frame[run_id_col].astype(str) if run_id_col in frame else [f"run{i}" for i in frame.index]
     for canonical in ("params", "loss") + (("tokens",) if has_tokens else ()) + (("flops",) if has_flops else ()):
         column = mapping[canonical][0]
-        out[canonical] = _numeric(frame[column], column, name)
+        out[canonical] = _numeric(frame[column], column, name, out["run_id"])
     if not has_tokens:
         out["tokens"] = out["flops"] / (flops_per_param_token * out["params"])
     if not has_flops:
         out["flops"] = flops_per_param_token * out["params"] * out["tokens"]
     if budget_col in frame:
-        out["budget"] = _numeric(frame[budget_col], budget_col, name)
+        out["budget"] = _numeric(frame[budget_col], budget_col, name, out["run_id"])
     if curve_col in frame:
         out["curve"] = frame[curve_col].map(_parse_curve)
     for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit",
@@ -374,18 +374,20 @@ def _scaled(curve: Any, factor: float) -> Any:
     return out
 
 
-def _numeric(series: pd.Series, column: str, name: str) -> pd.Series:
+def _numeric(series: pd.Series, column: str, name: str, ids: pd.Series) -> pd.Series:
+    """``series`` as floats, or one line naming the runs (by ``ids``, aligned) whose values are not
+    finite positive numbers."""
     values = pd.to_numeric(series, errors="coerce")
     missing = values.isna()
     if missing.any():
-        rows = ", ".join(map(str, list(series.index[missing])[:5]))
+        runs = ", ".join(map(str, ids[missing].head(5)))
         raise FitInputError(
             f"{name}: column {column!r} has {int(missing.sum())} missing or non-numeric value(s) "
-            f"(rows {rows}); drop or fix those runs before fitting"
+            f"(runs {runs}); drop or fix those runs before fitting"
         )
     bad = ~np.isfinite(values) | (values <= 0)
     if bad.any():
-        rows = ", ".join(f"row {i}: {float(v):g}" for i, v in values[bad].head(5).items())
+        rows = ", ".join(f"{ids[i]}: {float(v):g}" for i, v in values[bad].head(5).items())
         raise FitInputError(
             f"{name}: column {column!r} must hold finite positive values; {int(bad.sum())} do not "
             f"({rows}); drop those runs or map the right column"
