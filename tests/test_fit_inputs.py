@@ -139,6 +139,7 @@ def test_unfinished_runs_are_excluded_with_their_status():
     runs = load_runs(_table(status=["done", "failed", "done", "done"], loss=[3.1, np.nan, 3.0, 3.2]))
     assert len(runs) == 3
     assert runs.excluded == [{"run_id": "run1", "reason": "status 'failed'"}]
+    assert "1 run(s) are not finished and are left out (run1: status 'failed')" in runs.notes  # said with the answer
     with pytest.raises(FitInputError, match="no finished runs to fit"):
         load_runs(_table(status=["failed"] * 4))
 

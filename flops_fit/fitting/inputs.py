@@ -80,6 +80,11 @@ class Runs:
         repeats = sum(str(x.get("reason", "")).startswith(REPEAT) for x in self.excluded)
         counted = [f"{repeats} run(s) repeat another run exactly (the same size, tokens and loss) and were counted "
                    "once"] if repeats else []
+        unfinished = [x for x in self.excluded if str(x.get("reason", "")).startswith("status ")]
+        if unfinished:  # a tracker's crashed or running runs, a sweep's failed ones: not fitted
+            named = "; ".join(f"{x['run_id']}: {x['reason']}" for x in unfinished[:3])
+            counted.append(f"{len(unfinished)} run(s) are not finished and are left out ({named}"
+                           + ("; ..." if len(unfinished) > 3 else "") + ")")
         return counted + self.cautions
 
     def subset(self, keep: np.ndarray) -> Runs:
