@@ -113,6 +113,17 @@ def test_tensorboard_event_files_read_back(tmp_path):
     check(flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", keep=("lr",), all_rates=True), ids_failed=0)
 
 
+def test_a_tracker_without_the_sizes_says_where_to_log_them(tmp_path):
+    """Scalars alone (no hparams): a TensorBoard user cannot name a column that is not there; the
+    refusal says how to log it, the way the test above reads back."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    with tensorboard.SummaryWriter(str(tmp_path / "logs" / "run0")) as writer:
+        writer.add_scalar("eval/loss", 3.5, global_step=4)
+    with pytest.raises(FitInputError, match=r"no params column 'params'; .* \(CLI: --params-col\), or log it with each "
+                                            r"run as an hparam \(SummaryWriter\.add_hparams\(\{'params': N, 'tokens': D\}"):
+        flops_fit.load_runs(tmp_path / "logs", loss_col="eval/loss")
+
+
 def test_wandb_csv_export_names_and_states(tmp_path):
     """The runs table W&B's page exports: Name and State columns beside config and summary."""
     path = tmp_path / "wandb_export.csv"

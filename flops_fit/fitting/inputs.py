@@ -104,6 +104,12 @@ def _curve_length(curve: Any) -> int:
         return 0
 
 
+# where a tracker's runs keep the numbers a fit reads besides their metrics (``sources``)
+TRACKER_FIELDS = {"tensorboard": "as an hparam (SummaryWriter.add_hparams({'params': N, 'tokens': D}, {...}, run_name='.'))",
+                  "wandb": "in its config (wandb.init(config={'params': N, 'tokens': D}))",
+                  "mlflow": "as a param (mlflow.log_params({'params': N, 'tokens': D}))"}
+
+
 def load_runs(
     source: Any,
     *,
@@ -154,9 +160,11 @@ def load_runs(
     for canonical in ("params", "loss"):
         column, argument = mapping[canonical]
         if column not in frame:
+            logged = TRACKER_FIELDS.get(metadata.get("tracker"), "")
             raise FitInputError(
                 f"{name}: no {canonical} column {column!r}; available columns: {available}. "
-                f"Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})."
+                f"Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})"
+                + (f", or log it with each run {logged}." if logged and canonical != "loss" else ".")
             )
     has_tokens, has_flops = tokens_col in frame, flops_col in frame
     if not (has_tokens or has_flops):
