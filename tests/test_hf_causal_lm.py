@@ -100,3 +100,23 @@ def test_a_config_the_rule_cannot_scale_names_the_field(change, message, tmp_pat
     config = {"config": write_config(tmp_path, "llama"), **change}
     with pytest.raises(PlanError, match=message):
         flops_fit.plan(model="hf-causal-lm", model_config=config, budgets=[1e9], seq_len=16, max_size=256)
+
+
+def test_a_config_edited_after_the_plan_is_refused_by_the_run_not_trained_as_planned(tmp_path):
+    """The run id hashes the [model] table, not the file: a config.json edited mid-sweep would train
+    another model under the planned runs' names, and a resumed sweep would fit both together. The
+    run refuses, saying why, before a step; the unedited config trains."""
+    from flops_fit.errors import PlanError
+    from flops_fit.training.loop import train
+
+    folder = write_config(tmp_path, "llama")
+    planned = flops_fit.plan(model="hf-causal-lm", model_config={"config": folder}, dataset="text-files",
+                             dataset_config=corpus(tmp_path), budgets=[1e9], sizes=[32, 64, 96], seq_len=16,
+                             batch_size=4, min_steps=3, eval_tokens=64).runs[0]
+    edited = {**CONFIGS["llama"], "num_hidden_layers": 3}
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(edited))
+    with pytest.raises(PlanError, match=rf"run {planned.run_id}: the model built has [\d,]+ parameters where the plan "
+                                        rf"counted {planned.params:,}: its configuration changed since the sweep"):
+        train(planned)
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(CONFIGS["llama"]))
+    assert train(planned).status == "done"

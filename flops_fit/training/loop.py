@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from flops_fit.errors import Interrupted
+from flops_fit.errors import Interrupted, PlanError
 from flops_fit.executors.base import ProgressSink, ignore_progress
 from flops_fit.executors.stopping import stop_requested
 from flops_fit.plugin import api
@@ -55,6 +55,19 @@ def checkpointer(policy: CheckpointPolicy, run_id: str, parallel: OneProcess) ->
     return kind(policy.run_dir(run_id), run_id, keep=policy.keep, writer=parallel.writer)
 
 
+def built(spec: RunSpec, host: Any = None) -> torch.nn.Module:
+    """The run's model, refused when it is not the model planned: a config file edited since the plan
+    (``hf-causal-lm`` reads its config.json at each run) or a plugin changed mid-sweep would train
+    another model under the planned run's name, and a resumed sweep would fit the two together."""
+    model = api.create_model(spec.model, spec.size, host=host, **spec.model_config)
+    count = getattr(model, "num_params", None)
+    if spec.params and callable(count) and count() != spec.params:
+        raise PlanError(f"run {spec.run_id}: the model built has {count():,} parameters where the plan counted "
+                        f"{spec.params:,}: its configuration changed since the sweep was planned (an edited config "
+                        "file, another plugin version); sweep it into a new --out folder")
+    return model
+
+
 def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any = None,
           checkpoints: CheckpointPolicy | None = None, start: Snapshot | None = None,
           on_stable: Callable[[Snapshot], None] | None = None, stable_at: Collection[int] = (),
@@ -84,7 +97,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
     entry = api.model_info(spec.model, host=host)
     input_key = TASK_INPUTS[entry.task]
     per_sample = spec.seq_len if entry.flops_unit == "token" else 1
-    net = parallel.parallelize(api.create_model(spec.model, spec.size, host=host, **spec.model_config).to(device))
+    net = parallel.parallelize(built(spec, host).to(device))
     model = net.model
     loss_fn = api.get_loss(spec.loss, host=host)
     train_data = api.create_dataset(spec.dataset, "train", host=host, **spec.dataset_config)

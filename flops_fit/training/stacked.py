@@ -62,6 +62,7 @@ from flops_fit.training.loop import (
     _report,
     _start_branch,
     _state,
+    built,
     curve_point,
     resolve_device,
 )
@@ -320,7 +321,7 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
     models = []
     for spec in specs:
         torch.manual_seed(spec.seed)
-        models.append(api.create_model(spec.model, spec.size, host=host, **spec.model_config).to(device))
+        models.append(built(spec, host).to(device))
     loss_fn = api.get_loss(first.loss, host=host)
     train_data = api.create_dataset(first.dataset, "train", host=host, **first.dataset_config)
     eval_data = api.create_dataset(first.dataset, first.eval_split, host=host, **first.dataset_config)

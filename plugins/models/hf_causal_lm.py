@@ -17,7 +17,8 @@ table), ``scale``, ``depth``, ``size_field``, ``set`` (fields overridden before 
 ``transformers`` class itself (``AutoModelForCausalLM.from_config``), so no converter and no
 parity case: parameters and exact training FLOPs are counted on it on the meta device
 (``hf_causal_lm_model``). The run id hashes the ``[model]`` table, not the file: edit a
-config.json and sweep into a new folder.
+config.json and sweep into a new folder (a run built from an edited file refuses to train:
+``training.loop.built``).
 """
 
 from __future__ import annotations
