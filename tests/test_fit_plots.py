@@ -178,3 +178,13 @@ def test_a_section_whose_worker_died_is_drawn_here():
         with pytest.warns(UserWarning) as said:
             assert _drawn(future, lambda: "<h2>drawn here</h2>") == "<h2>drawn here</h2>"
     assert [str(w.message) for w in said] == [BROKEN_DRAWING] and '__name__ == "__main__"' in BROKEN_DRAWING
+
+
+def test_report_says_what_loading_the_runs_noted(tmp_path):
+    """The CLI's summary leads with the runs' notes (a column flagging outliers, runs not finished);
+    the page said none of them."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1)
+    frame["outlier"] = [True] * 2 + [False] * (len(frame) - 2)
+    text = write_report(fit(frame, "isoflop", bootstrap=0, tracking=False), tmp_path, workers=1).read_text()
+    note = text.index("Note: column &#x27;outlier&#x27; flags 2 of 15 runs (True); they are fitted with the others")
+    assert note < text.index("The answer at C =")

@@ -215,6 +215,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
              f"<p class=lead>{len(runs)} runs from <code>{escape(runs.source)}</code> at {len(swept)} budgets "
              f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {escape(', '.join(results))}; "
              f"fitted metric: {escape(METRICS[runs.metric])}; scale: {escape(SCALES[runs.scale])}.</p>"]
+    parts += [f"<p class=warn>Note: {escape(note)}.</p>" for note in runs.notes]  # as the CLI's summary says first
     forecast = getattr(fitted, "forecast", None)
     if forecast is not None:
         parts.append(_forecast(forecast))
