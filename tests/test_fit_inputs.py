@@ -139,7 +139,8 @@ def test_unfinished_runs_are_excluded_with_their_status():
     runs = load_runs(_table(status=["done", "failed", "done", "done"], loss=[3.1, np.nan, 3.0, 3.2]))
     assert len(runs) == 3
     assert runs.excluded == [{"run_id": "run1", "reason": "status 'failed'"}]
-    assert "1 run(s) are not finished and are left out (run1: status 'failed')" in runs.notes  # said with the answer
+    assert ("1 run(s) are not finished or have no finite loss, and are left out (run1: status 'failed')"
+            in runs.notes)  # said with the answer
     with pytest.raises(FitInputError, match="no finished runs to fit"):
         load_runs(_table(status=["failed"] * 4))
 
@@ -148,7 +149,7 @@ def test_unfinished_runs_are_excluded_with_their_status():
     ({}, {"drop": "params"}, "no params column 'params'; available columns: 'tokens', 'loss'. Name the right one with params_col="),
     ({"loss_col": "val"}, {}, "no loss column 'val'; available columns: 'params', 'tokens', 'loss'. Name the right one with loss_col= (CLI: --loss-col)"),
     ({}, {"drop": "tokens"}, "neither a tokens column 'tokens' nor a flops column 'flops'"),
-    ({}, {"set": ("loss", [3.0, np.nan, 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s) (runs run1)"),
+    ({}, {"set": ("params", [1e6, np.nan, 4e6, 8e6])}, "column 'params' has 1 missing or non-numeric value(s) (runs run1)"),
     ({}, {"set": ("loss", [3.0, "x", 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s)"),
     ({}, {"set": ("params", [1e6, 0.0, -1.0, 8e6])}, "column 'params' must hold finite positive values; 2 do not (run1: 0, run2: -1)"),
     ({}, {"set": ("tokens", [np.inf, 1.0, 1.0, 1.0])}, "column 'tokens' must hold finite positive values; 1 do not (run0: inf)"),
@@ -168,11 +169,21 @@ def test_bad_tables_are_refused_with_the_fix(kwargs, frame_change, message):
     assert message in str(info.value)
 
 
-def test_a_missing_value_is_told_by_the_runs_name(tmp_path):
-    """A W&B runs-table export: the crashed run (no loss) is left out by its State; a finished run whose
-    loss is NaN is refused by its Name, not by a row number of the table after the filtering."""
+def test_runs_without_a_finite_loss_are_left_out_and_text_is_refused_by_name(tmp_path):
+    """A W&B runs-table export: the crashed run is left out by its State, and a run W&B calls finished
+    whose loss is NaN (diverged: common at a learning-rate sweep's high rates) or inf is left out too,
+    each said by name; they refused the whole fit. Text where a number belongs is still refused, by the
+    run's Name (it was a row number of the table after the filtering)."""
     export = _table(Name=["a", "diverged", "crashed", "d"], State=["finished", "finished", "crashed", "finished"])
     export["loss"] = [3.1, np.nan, np.nan, 3.2]
+    export.loc[4] = [16e6, 6.25e6, np.inf, "blew-up", "finished"]
+    export.to_csv(tmp_path / "export.csv", index=False)
+    runs = load_runs(tmp_path / "export.csv")
+    assert runs.frame["run_id"].tolist() == ["a", "d"]
+    assert runs.notes == ["3 run(s) are not finished or have no finite loss, and are left out (crashed: status "
+                          "'crashed'; diverged: no finite loss (nan); blew-up: no finite loss (inf))"]
+    export["loss"] = export["loss"].astype(object)
+    export.loc[1, "loss"] = "unknown"
     export.to_csv(tmp_path / "export.csv", index=False)
     with pytest.raises(FitInputError, match=r"column 'loss' has 1 missing or non-numeric value\(s\) \(runs diverged\); "
                                             "drop or fix those runs"):

@@ -93,6 +93,21 @@ def test_repeated_runs_at_one_rate_are_averaged():
     assert cell.fit.losses[3] == pytest.approx(sweep(noise=0).val.iloc[3])
 
 
+def test_runs_that_diverged_are_left_out_and_said():
+    """A lab's sweep diverges at its highest rates (loss NaN or inf): those runs are missing points of
+    their cells, named in the fit's notes; they refused the whole fit."""
+    frame = sweep(noise=0)
+    frame["val"] = frame["val"].astype(float)
+    frame.loc[frame.peak_lr == RATES[-1], "val"] = [np.nan, np.inf] * 6
+    fitted = flops_fit.fit_rates(frame, params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val",
+                                 run_id_col="name", bootstrap=0)
+    assert all(len(c.fit.rates) == len(RATES) - 1 for c in fitted.cells)
+    assert fitted.notes == ["12 run(s) are not finished or have no finite loss, and are left out (n1e+06-d5e+06-8: "
+                            "no finite loss (nan); n1e+06-d2e+07-8: no finite loss (inf); n1e+06-d8e+07-8: no finite "
+                            "loss (nan); ...)"]
+    assert fitted.notes[0] in str(fitted)
+
+
 def test_measured_loss_reads_the_cells_own_curve(fitted):
     cell = fitted.cells[0]
     between = math.sqrt(cell.fit.rates[2] * cell.fit.rates[3])

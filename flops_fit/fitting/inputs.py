@@ -30,6 +30,7 @@ METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out 
 METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)", "error": "top-1 error"}
 # An exact repeat of a run is counted once (``_drop_repeats``); its exclusion's reason starts so.
 REPEAT = "a repeat of"
+NO_LOSS = "no finite loss"  # an excluded run's reason: diverged or never evaluated
 # A loss this many times the runs' median is no trained model's (``_check_diverged``).
 DIVERGED = 10.0
 # A text column with 2 to this many values at overlapping sizes splits a table into settings (``_settings``).
@@ -80,11 +81,11 @@ class Runs:
         repeats = sum(str(x.get("reason", "")).startswith(REPEAT) for x in self.excluded)
         counted = [f"{repeats} run(s) repeat another run exactly (the same size, tokens and loss) and were counted "
                    "once"] if repeats else []
-        unfinished = [x for x in self.excluded if str(x.get("reason", "")).startswith("status ")]
-        if unfinished:  # a tracker's crashed or running runs, a sweep's failed ones: not fitted
+        unfinished = [x for x in self.excluded if str(x.get("reason", "")).startswith(("status ", NO_LOSS))]
+        if unfinished:  # a tracker's crashed, running or diverged runs, a sweep's failed ones: not fitted
             named = "; ".join(f"{x['run_id']}: {x['reason']}" for x in unfinished[:3])
-            counted.append(f"{len(unfinished)} run(s) are not finished and are left out ({named}"
-                           + ("; ..." if len(unfinished) > 3 else "") + ")")
+            counted.append(f"{len(unfinished)} run(s) are not finished or have no finite loss, and are left out "
+                           f"({named}" + ("; ..." if len(unfinished) > 3 else "") + ")")
         return counted + self.cautions
 
     def subset(self, keep: np.ndarray) -> Runs:
@@ -183,6 +184,12 @@ def load_runs(
         excluded += [{"run_id": r, "reason": f"status {v!r}"}
                      for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
         frame = frame.loc[~bad]
+    unscored = _unscored(frame[mapping["loss"][0]])  # diverged (NaN, inf) or never evaluated (empty)
+    if unscored.any():
+        ids = frame[run_id_col].astype(str) if run_id_col in frame else pd.Series([f"run{i}" for i in frame.index], index=frame.index)
+        excluded += [{"run_id": r, "reason": f"{NO_LOSS} ({v})"}
+                     for r, v in zip(ids[unscored], frame.loc[unscored, mapping["loss"][0]], strict=True)]
+        frame = frame.loc[~unscored]
     out = pd.DataFrame(index=frame.index)
     out["run_id"] = frame[run_id_col].astype(str) if run_id_col in frame else [f"run{i}" for i in frame.index]
     for canonical in ("params", "loss") + (("tokens",) if has_tokens else ()) + (("flops",) if has_flops else ()):
@@ -385,6 +392,15 @@ def _scaled(curve: Any, factor: float) -> Any:
     out = np.array(curve, dtype=float)
     out[:, 1] *= factor
     return out
+
+
+def _unscored(series: pd.Series) -> pd.Series:
+    """Runs whose loss is empty, NaN or infinite: a run that diverged or was never evaluated (a
+    tracker marks it finished all the same); text that is no number at all is left to ``_numeric``."""
+    values = pd.to_numeric(series, errors="coerce")
+    text = series.astype(str).str.strip().str.lower()
+    return (series.isna() | text.isin(("nan", "-nan", "inf", "-inf", "infinity", "-infinity"))) & ~np.isfinite(
+        values.fillna(np.nan))
 
 
 def _numeric(series: pd.Series, column: str, name: str, ids: pd.Series) -> pd.Series:

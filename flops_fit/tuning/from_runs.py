@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ class RateFit:
     data: dict[str, Any]
     source: str
     flops_per_param_token: float
+    notes: list[str] = field(default_factory=list)  # what loading the runs left out, and why
 
     @property
     def law_form(self) -> FormFit:
@@ -111,6 +112,7 @@ class RateFit:
                  f"{c.fit.best_loss:.4f}", c.fit.reason or ""] for c in self.cells]
         used = sum(c.fit.ok for c in self.cells)
         lines = [f"{len(self.cells)} cells from {self.source}; {used} with their best rate inside the rates tried",
+                 *(f"note: {note}" for note in self.notes),
                  format_table(rows, ["params", "tokens", "batch", "rates", "lr* [95%]", "best loss",
                                      "no optimum because"]),
                  "law forms (95% intervals of the exponents; held out: fitted without the largest budget, the loss "
@@ -137,8 +139,9 @@ def _cells(frame: pd.DataFrame, *, bootstrap: int, seed: int, level: float) -> l
 
 
 def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: str | None,
-          load: dict[str, Any]) -> tuple[pd.DataFrame, str]:
-    """The runs as a frame with lr (and batch, nonembedding) beside load_runs' columns."""
+          load: dict[str, Any]) -> tuple[pd.DataFrame, str, list[str]]:
+    """The runs as a frame with lr (and batch, nonembedding) beside load_runs' columns, their source's
+    name and the notes loading them made (runs left out)."""
     unknown = sorted(set(load) - set(LOAD_OPTIONS) - {"metric"} | ({"all_rates"} & set(load)))
     if unknown:
         raise FitInputError(f"unknown option(s) {', '.join(unknown)}; fit_rates() also accepts "
@@ -158,7 +161,7 @@ def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: 
             raise FitInputError(f"{runs.source}: column {column!r} ({canonical}) must hold finite positive values "
                                 f"in every run; drop or fix the runs without one")
         frame[canonical] = values.astype(float)
-    return frame, runs.source
+    return frame, runs.source, runs.notes
 
 
 def fit_rates(source: Any, *, lr_col: str = "lr", batch_col: str | None = None, nonembedding_col: str | None = None,
@@ -171,8 +174,8 @@ def fit_rates(source: Any, *, lr_col: str = "lr", batch_col: str | None = None, 
     run's peak rate; ``batch_col`` its batch size where batches were swept; ``nonembedding_col``
     its non-embedding parameters (Step Law's form). ``model``: the flops-fit model the law
     plans for (``hparams.json`` records it; None: any)."""
-    frame, name = _read(source, lr_col=lr_col, batch_col=batch_col, nonembedding_col=nonembedding_col,
-                        load={"flops_per_param_token": flops_per_param_token, **columns})
+    frame, name, notes = _read(source, lr_col=lr_col, batch_col=batch_col, nonembedding_col=nonembedding_col,
+                               load={"flops_per_param_token": flops_per_param_token, **columns})
     cells = _cells(frame, bootstrap=bootstrap, seed=seed, level=level)
     used = [c for c in cells if c.fit.ok]
     if len(used) < 2:
@@ -195,7 +198,7 @@ def fit_rates(source: Any, *, lr_col: str = "lr", batch_col: str | None = None, 
     ratio = float(np.median(frame["flops"] / (frame["params"] * frame["tokens"])))
     data = _hparams(name, model, frame, cells, used, law, forms, chosen, because, batch_law,
                     {"bootstrap": bootstrap, "seed": seed, "band": BAND, "lr_col": lr_col})
-    return RateFit(cells, law, forms, chosen, because, data, name, ratio)
+    return RateFit(cells, law, forms, chosen, because, data, name, ratio, notes)
 
 
 def _marin(cells: list[RateCell], batch_swept: bool, bootstrap: int, seed: int) -> LawFit:
@@ -266,8 +269,8 @@ def heldout_check(source: Any, *, held_flops: float, lr_col: str = "lr", batch_c
                   **columns: Any) -> dict[str, Any]:
     """Fit the law on the cells below ``held_flops`` FLOPs, predict every cell at or above it,
     and read each one's loss at the predicted rate from its own measured curve."""
-    frame, name = _read(source, lr_col=lr_col, batch_col=batch_col, nonembedding_col=nonembedding_col,
-                        load=columns)
+    frame, name, _ = _read(source, lr_col=lr_col, batch_col=batch_col, nonembedding_col=nonembedding_col,
+                           load=columns)
     cell_flops = frame.groupby(["params", "tokens"])["flops"].transform("mean")
     train, held = frame.loc[cell_flops < held_flops], frame.loc[cell_flops >= held_flops]
     if train.empty or held.empty:
