@@ -179,19 +179,19 @@ def load_runs(
 
     excluded: list[dict[str, Any]] = []
     if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
-        ids = frame[run_id_col].astype(str) if run_id_col in frame else pd.Series([f"run{i}" for i in frame.index], index=frame.index)
+        ids = _run_ids(frame, run_id_col)
         bad = frame["status"].notna() & ~frame["status"].astype(str).isin(FINISHED)
         excluded += [{"run_id": r, "reason": f"status {v!r}"}
                      for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
         frame = frame.loc[~bad]
     unscored = _unscored(frame[mapping["loss"][0]])  # diverged (NaN, inf) or never evaluated (empty)
     if unscored.any():
-        ids = frame[run_id_col].astype(str) if run_id_col in frame else pd.Series([f"run{i}" for i in frame.index], index=frame.index)
+        ids = _run_ids(frame, run_id_col)
         excluded += [{"run_id": r, "reason": f"{NO_LOSS} ({v})"}
                      for r, v in zip(ids[unscored], frame.loc[unscored, mapping["loss"][0]], strict=True)]
         frame = frame.loc[~unscored]
     out = pd.DataFrame(index=frame.index)
-    out["run_id"] = frame[run_id_col].astype(str) if run_id_col in frame else [f"run{i}" for i in frame.index]
+    out["run_id"] = _run_ids(frame, run_id_col)
     for canonical in ("params", "loss") + (("tokens",) if has_tokens else ()) + (("flops",) if has_flops else ()):
         column = mapping[canonical][0]
         out[canonical] = _numeric(frame[column], column, name, out["run_id"])
@@ -392,6 +392,13 @@ def _scaled(curve: Any, factor: float) -> Any:
     out = np.array(curve, dtype=float)
     out[:, 1] *= factor
     return out
+
+
+def _run_ids(frame: pd.DataFrame, run_id_col: str) -> pd.Series:
+    """Each row's run id: its ``run_id_col``, else ``run<row>``."""
+    if run_id_col in frame:
+        return frame[run_id_col].astype(str)
+    return pd.Series([f"run{i}" for i in frame.index], index=frame.index, dtype=object)
 
 
 def _unscored(series: pd.Series) -> pd.Series:
