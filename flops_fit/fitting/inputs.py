@@ -178,20 +178,18 @@ def load_runs(
         raise FitInputError(f"flops_per_param_token must be positive, got {flops_per_param_token!r}")
 
     excluded: list[dict[str, Any]] = []
+    ids = _run_ids(frame, run_id_col)
     if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
-        ids = _run_ids(frame, run_id_col)
         bad = frame["status"].notna() & ~frame["status"].astype(str).isin(FINISHED)
         excluded += [{"run_id": r, "reason": f"status {v!r}"}
                      for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
-        frame = frame.loc[~bad]
+        frame, ids = frame.loc[~bad], ids[~bad]
     unscored = _unscored(frame[mapping["loss"][0]])  # diverged (NaN, inf) or never evaluated (empty)
-    if unscored.any():
-        ids = _run_ids(frame, run_id_col)
-        excluded += [{"run_id": r, "reason": f"{NO_LOSS} ({v})"}
-                     for r, v in zip(ids[unscored], frame.loc[unscored, mapping["loss"][0]], strict=True)]
-        frame = frame.loc[~unscored]
+    excluded += [{"run_id": r, "reason": f"{NO_LOSS} ({v})"}
+                 for r, v in zip(ids[unscored], frame.loc[unscored, mapping["loss"][0]], strict=True)]
+    frame, ids = frame.loc[~unscored], ids[~unscored]
     out = pd.DataFrame(index=frame.index)
-    out["run_id"] = _run_ids(frame, run_id_col)
+    out["run_id"] = ids.to_numpy()
     for canonical in ("params", "loss") + (("tokens",) if has_tokens else ()) + (("flops",) if has_flops else ()):
         column = mapping[canonical][0]
         out[canonical] = _numeric(frame[column], column, name, out["run_id"])
@@ -406,8 +404,7 @@ def _unscored(series: pd.Series) -> pd.Series:
     tracker marks it finished all the same); text that is no number at all is left to ``_numeric``."""
     values = pd.to_numeric(series, errors="coerce")
     text = series.astype(str).str.strip().str.lower()
-    return (series.isna() | text.isin(("nan", "-nan", "inf", "-inf", "infinity", "-infinity"))) & ~np.isfinite(
-        values.fillna(np.nan))
+    return (series.isna() | text.isin(("nan", "-nan", "inf", "-inf", "infinity", "-infinity"))) & ~np.isfinite(values)
 
 
 def _numeric(series: pd.Series, column: str, name: str, ids: pd.Series) -> pd.Series:

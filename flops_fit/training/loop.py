@@ -59,10 +59,10 @@ def built(spec: RunSpec, host: Any = None) -> torch.nn.Module:
     """The run's model, refused when it is not the model planned: a config file edited since the plan
     (``hf-causal-lm`` reads its config.json at each run) or a plugin changed mid-sweep would train
     another model under the planned run's name, and a resumed sweep would fit the two together."""
-    model = api.create_model(spec.model, spec.size, host=host, **spec.model_config)
-    count = getattr(model, "num_params", None)
-    if spec.params and callable(count) and count() != spec.params:
-        raise PlanError(f"run {spec.run_id}: the model built has {count():,} parameters where the plan counted "
+    model = api.create_model(spec.model, spec.size, host=host, **spec.model_config)  # checks num_params() exists
+    counted = int(model.num_params())
+    if counted != spec.params:
+        raise PlanError(f"run {spec.run_id}: the model built has {counted:,} parameters where the plan counted "
                         f"{spec.params:,}: its configuration changed since the sweep was planned (an edited config "
                         "file, another plugin version); sweep it into a new --out folder")
     return model

@@ -687,8 +687,8 @@ def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
         tally = _Tally(items)
         if len(items) > 1:
             for key, name in _ANSWERS:
-                if tally.outside(key):
-                    out.append(f"{method}'s {name} falls outside its interval at {tally.outside(key)} of {len(items)} "
+                if outside := tally.outside(key):
+                    out.append(f"{method}'s {name} falls outside its interval at {outside} of {len(items)} "
                                f"held-out budgets (mean error {100 * tally.errors(key).mean():.1f}%)")
             unmade = len(items) - len(tally.made)
             if unmade:
