@@ -131,3 +131,30 @@ def test_huber_profile_resists_a_stray_run():
         optima = fit(frame, method="isoflop", curve=curve, bootstrap=0).details["optima"]
         errors[curve] = np.abs(optima["log_n"].to_numpy() - truth).max()
     assert errors["huber"] < 0.05 < errors["parabola"], errors
+
+
+def test_a_loss_floor_at_its_bound_reads_zero_inside_its_interval():
+    """Runs with no irreducible loss: the fit leaves E at the optimizer's leftovers (about 1e-29, its
+    draws down to denormals); the table reads 0, inside its own interval, not digits that mean 0."""
+    fitted = fit(synthetic_runs({**DEFAULT_LAW, "E": 0.0}, noise=0.002, seed=1), method="parametric",
+                 bootstrap=50, seed=0)
+    assert 0 < fitted.params["E"] < 1e-12  # the raw fit: not exactly its bound
+    row = fitted.intervals().loc["E"]
+    assert (row.estimate, row.lo, row.hi, row.se) == (0.0, 0.0, 0.0, 0.0)
+    e_line = next(line for line in fitted.summary().splitlines() if line.startswith("E "))
+    assert e_line.split()[:4] == ["E", "0", "[0,", "0]"]
+
+
+def test_a_coefficient_the_runs_do_not_pin_down_is_withheld_with_its_reason():
+    """Three close budgets of four noisy runs: the bootstrap reads A over 1e15x and its s.e. as inf;
+    the table withholds both (as N_opt's interval over 1000x is) and keeps the estimate."""
+    fitted = fit(synthetic_runs(budgets=(1e17, 2e17, 4e17), sizes_per_budget=4, span=0.5, noise=0.05, seed=2),
+                 method="parametric", bootstrap=100, seed=0)
+    table = fitted.intervals()
+    assert table.loc["A", "hi"] / table.loc["A", "lo"] > 1e3 and not np.isfinite(table.loc["A", "se"])
+    text = fitted.summary()
+    a_line = next(line for line in text.splitlines() if line.startswith("A "))
+    assert "[withheld: spans over 1000x]" in a_line and "withheld" in a_line.split("]")[-1]
+    assert "nan" not in text.split("\n\n")[1] and "inf" not in text.split("\n\n")[1]
+    alpha = next(line for line in text.splitlines() if line.startswith("alpha "))
+    assert "withheld" not in alpha  # an exponent's interval is printed as it is

@@ -34,6 +34,10 @@ from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier, and U.
 CONSTANTS = ("k", "k_slope", "U")  # U: the unique tokens a data-constrained law was given
+# The irreducible loss of each law's form. Bounded below by 0, where a fit that finds no floor
+# leaves it at the optimizer's leftovers (3e-17 [1.5e-315, 2.2e-14]): digits that mean 0.
+LOSS_FLOORS = ("E", "l_inf")
+AT_ZERO = 1e-9  # a loss floor under this share of the runs' smallest loss is reported as 0
 
 
 @dataclass(kw_only=True)
@@ -181,7 +185,11 @@ class FitResult(Presentable):
             lo, hi = interval(draws, self.level) if draws.size else (np.nan, np.nan)
             with np.errstate(all="ignore"):  # wild draws (unidentified terms) may overflow: inf is honest
                 se = float(np.nanstd(draws, ddof=1)) if draws.size > 1 else np.nan
-            rows.append({"param": name, "estimate": self.params[name], "lo": float(lo), "hi": float(hi), "se": se})
+            row = {"estimate": float(self.params[name]), "lo": float(lo), "hi": float(hi), "se": se}
+            if name in LOSS_FLOORS:
+                zero = AT_ZERO * float(self.runs.frame["loss"].min())
+                row = {k: 0.0 if abs(v) < zero else v for k, v in row.items()}
+            rows.append({"param": name, **row})
         return pd.DataFrame(rows).set_index("param")
 
     @property
@@ -239,9 +247,8 @@ class FitResult(Presentable):
         lines = [f"{self.title}  ({len(self.runs)} runs from {self.runs.source}, "
                  f"{len(self.samples)} bootstrap resamples, seed {self.seed})",
                  f"fitted metric: {METRICS[self.runs.metric]}", *(f"note: {n}" for n in self.runs.notes), ""]
-        lines.append(format_table([[n, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]",
-                                    fmt.sig(r.se, 4)] for n, r in self.intervals().iterrows()],
-                                  ["param", "estimate", f"{pct} interval", "bootstrap s.e."]))
+        lines.append(format_table(param_rows(self.intervals()), ["param", "estimate", f"{pct} interval",
+                                                                 "bootstrap s.e."]))
         lines += ["", format_table(prediction_rows(self.table(budgets)),
                                    ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", self.runs.label])]
         d = self.diagnostics
@@ -284,6 +291,30 @@ class PowerLawResult(FitResult):
 
     def frontier(self, params: Params, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return power_frontier(params, budgets)
+
+
+# Coefficients of a power law: positive scales, whose interval over ``fmt.SPAN_LIMIT`` is withheld
+# as N_opt's is (a weak sweep's bootstrap reads A as [137, 3.9e277]).
+COEFFICIENTS = ("A", "B")
+
+
+def param_rows(table: pd.DataFrame) -> list[list[str]]:
+    """Rows of param, estimate, "[lo, hi]", bootstrap s.e.: a coefficient's interval over the span
+    limit, and an s.e. of draws that diverged, withheld with the reason."""
+    rows = []
+    for name, r in table.iterrows():
+        if np.isnan(r.lo) and np.isnan(r.hi):  # no bootstrap
+            rows.append([name, fmt.sig(r.estimate, 4), "-", "-"])
+            continue
+        span, se = f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 4)
+        if name in COEFFICIENTS and fmt.too_wide(r.lo, r.hi):
+            span, se = f"[withheld: spans over {fmt.SPAN_LIMIT:g}x]", "withheld"
+        if not (np.isfinite(r.lo) and np.isfinite(r.hi)):
+            span = "[withheld: draws diverge]"
+        if not np.isfinite(r.se):
+            se = "withheld: draws diverge"
+        rows.append([name, fmt.sig(r.estimate, 4), span, se])
+    return rows
 
 
 def prediction_rows(table: pd.DataFrame) -> list[list[str]]:

@@ -28,7 +28,7 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
-from flops_fit.fitting.approaches.result import prediction_rows
+from flops_fit.fitting.approaches.result import param_rows, prediction_rows
 from flops_fit.fitting.decisions.inference import SIZING_HEADERS, sizing_rows
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.laws.error_law import fit_error_law
@@ -391,15 +391,14 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_
 def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budgets) -> str:
     d = result.diagnostics
     par = result.intervals()
-    param_rows = [[name, fmt.sig(r.estimate, 4), f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 3)]
-                  for name, r in par.iterrows()]
+    params = param_rows(par)
     table = result.table(budgets)
     rows = prediction_rows(table)
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
              f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",
              "<div class=row><div><h3>Parameters</h3>",
-             html_table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], param_rows),
+             html_table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], params),
              "</div><div><h3>Compute-optimal table</h3>",
              html_table(["FLOPs", "N_opt", "D_opt", "tokens / parameter", result.runs.label], rows), "</div></div>"]
     notes = [f"<li class=warn>{escape(w)}</li>" for w in d.warnings]
