@@ -282,3 +282,28 @@ def test_open_athenas_table_says_its_outlier_flag_and_its_studies_not_its_reason
     notes = load_runs(data).notes
     assert notes[0].startswith("column 'outlier' flags 143 of 423 runs (True)")
     assert notes[1].startswith("the table holds 3 settings by column 'source'") and "'reason'" not in notes[1]
+
+
+@pytest.mark.parametrize(("model", "unit"), [("vit", "samples"), ("gpt", "tokens")])
+def test_tables_name_what_d_counts_from_the_sweeps_plan(tmp_path, model, unit):
+    """An image sweep's D is images seen: its tables, forecast and planned runs say samples, a text
+    sweep's say tokens (the unit the store's plan recorded)."""
+    import flops_fit
+    from flops_fit.fitting.inputs import store_metadata
+    from flops_fit.store.run_store import RunStore
+
+    planned = flops_fit.plan(model=model, budgets=[1e12], sizes=[32, 64, 96], batch_size=4, min_steps=1,
+                             **({"dataset": "digits"} if model == "vit" else {}))
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(planned)
+        metadata = store_metadata(store)
+    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7))
+    runs = runs.derived(runs.frame, metadata=metadata)
+    assert runs.unit == unit
+    fitted = fit(runs, method="all", bootstrap=0, holdout="none")
+    other = "tokens" if unit == "samples" else "samples"
+    parametric = fitted["parametric"]
+    table = parametric.summary().split("\n\n")[2].splitlines()[0]
+    assert f"{unit} D_opt" in table and f"{unit}/param" in table and other not in table
+    assert f"D_opt ({unit})" in fitted.answer_table() and f"{unit} / parameter" in fitted.answer_table()
+    assert f"{unit} D" in parametric.loss_at(1e9, 2e10).summary()

@@ -65,6 +65,13 @@ class Runs:
         return METRIC_LABELS[self.metric]
 
     @property
+    def unit(self) -> str:
+        """What D counts, plural, for tables and axes: "tokens", or "samples" where the sweep's model
+        counts its FLOPs per sample (an image classifier's D is images seen)."""
+        plan = self.metadata.get("plan")
+        return "samples" if isinstance(plan, dict) and plan.get("unit") == "sample" else "tokens"
+
+    @property
     def has_budget(self) -> bool:
         return "budget" in self.frame and self.frame["budget"].notna().all()
 

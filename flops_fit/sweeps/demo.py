@@ -117,9 +117,10 @@ class DemoOutcome:
     report: Path | None = None
 
 
-def isoflop_table(frame) -> tuple[str, int]:
+def isoflop_table(frame, unit: str = "token") -> tuple[str, int]:
     """Per budget: each size's loss, the lowest marked; and how many budgets have their
-    lowest loss strictly inside the size grid (an interior minimum)."""
+    lowest loss strictly inside the size grid (an interior minimum). ``unit``: what the plan
+    counts (``Plan.unit``)."""
     rows, interior = [], 0
     for budget, group in frame[frame.status == "done"].groupby("budget"):
         group = group.sort_values("params")
@@ -130,7 +131,7 @@ def isoflop_table(frame) -> tuple[str, int]:
         for i, r in enumerate(group.itertuples()):
             mark = ("<- min, interior" if inside else "<- min, on the edge") if i == best else ""
             rows.append([f"{budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.loss:.4f}", mark])
-    headers = ["budget", "size", "params", "tokens", "held-out loss", ""]
+    headers = ["budget", "size", "params", f"{unit}s", "held-out loss", ""]
     return format_table(rows, headers), interior
 
 
@@ -159,7 +160,7 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
     result = demo.run(out, resume=True, executor=config.executor, workers=workers,
                           executor_options=config.executor_options, show_progress=show_progress,
                           skip_parity=skip_parity)
-    table, interior = isoflop_table(result.runs)
+    table, interior = isoflop_table(result.runs, demo.unit)
     summary = f"{table}\n\n{interior} of {len(demo.budgets)} IsoFLOP curves have an interior minimum\n"
     if demo.options.schedule == "wsd":
         summary += (f"schedule wsd: {demo.total_flops:.3e} training FLOPs; the same grid with cosine schedules: "

@@ -101,7 +101,7 @@ class FitSet(Presentable):
         the forecast's target, else the largest run's compute."""
         default = self.forecast.target if self.forecast is not None else float(self.runs.frame["flops"].max())
         label = self.runs.label
-        headers = [h.format(loss=label) for h in ANSWER_HEADERS]
+        headers = [h.format(loss=label, unit=self.runs.unit) for h in ANSWER_HEADERS]
         note = (" (bootstrap intervals over these runs only, without the extrapolation error the forecast's include)"
                 if self.forecast is not None else "")
         return "\n\n".join(f"Every method at C = {fmt.flops(at)} FLOPs{note}:\n"
@@ -139,7 +139,7 @@ def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult
             f"{fmt.with_interval(p['loss'], p['loss_lo'], p['loss_hi'], fmt=lambda v: fmt.sig(v, 4))} there")
 
 
-ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt (tokens)", "tokens / parameter", "{loss}", "exponent a"]
+ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt ({unit})", "{unit} / parameter", "{loss}", "exponent a"]
 
 
 def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]:

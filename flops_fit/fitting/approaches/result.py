@@ -250,13 +250,14 @@ class FitResult(Presentable):
         lines.append(format_table(param_rows(self.intervals()), ["param", "estimate", f"{pct} interval",
                                                                  "bootstrap s.e."]))
         lines += ["", format_table(prediction_rows(self.table(budgets)),
-                                   ["FLOPs", "params N_opt", "tokens D_opt", "tokens/param", self.runs.label])]
+                                   ["FLOPs", "params N_opt", f"{self.runs.unit} D_opt", f"{self.runs.unit}/param",
+                                                self.runs.label])]
         d = self.diagnostics
         if "k" in self.params:
             slope = self.params.get("k_slope", 0.0)
             rule = f"k N^{slope:+.3g} N D" if slope else "k N D"
-            lines += ["", f"frontier with C = {rule}, k = {self.params['k']:.4g} FLOPs per parameter per token "
-                      "(from the runs)"]
+            lines += ["", f"frontier with C = {rule}, k = {self.params['k']:.4g} FLOPs per parameter per "
+                      f"{self.runs.unit[:-1]} (from the runs)"]
         if "focus" in self.details:
             lines.append(f"fitted to: {FOCUS_LABELS[self.details['focus']]} (focus={self.details['focus']!r})")
         lines += ["", f"R^2 ({d.r2_of}): {d.r2:.4f}; exclusions: {len(d.excluded)}"]

@@ -51,6 +51,7 @@ class PlannedLoss:
     forms: dict[str, float] = field(default_factory=dict)  # comparable form -> its RMS log residual
     slope: float = EXTRAPOLATION_SLOPE
     label: str = "loss"
+    unit: str = "tokens"  # what D counts (``Runs.unit``)
     notes: list[str] = field(default_factory=list)  # what the reader must know about some of the runs
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,7 +67,7 @@ class PlannedLoss:
         head = (f"Planned runs ({self.method}; {100 * self.level:g}% interval = bootstrap + spread of "
                 f"{len(self.forms)} comparable law form(s) + extrapolation error {100 * self.slope:.2f}% per unit "
                 "of distance in (ln N, ln D) beyond the fitted runs):")
-        return "\n".join([head, format_table(rows, ["params N", "tokens D", self.label, "distance",
+        return "\n".join([head, format_table(rows, ["params N", f"{self.unit} D", self.label, "distance",
                                                     "bootstrap +-", "forms +-", "extrapolation +-"]),
                           *(f"note: {n}" for n in self.notes)])
 
@@ -205,7 +206,7 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
                           "loss_hi": point * np.exp(above), "distance": distance,
                           "boot": np.maximum(*boot), "form": np.maximum(*form), "extrapolation": ext})
     return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
-                       label=result.runs.label, notes=_below_notes(n_arr, d_arr, runs))
+                       label=result.runs.label, unit=result.runs.unit, notes=_below_notes(n_arr, d_arr, runs))
 
 
 def _below_notes(n: np.ndarray, d: np.ndarray, runs: pd.DataFrame) -> list[str]:

@@ -14,8 +14,8 @@ from flops_fit.fitting import formatting as fmt
 # Axis labels with units, written once (the loss axis is the runs' metric: ``runs.label``).
 COMPUTE_LABEL = "compute C (FLOPs)"
 PARAMS_LABEL = "parameters N"
-TOKENS_LABEL = "tokens D"
-FRONTIER_LABELS = {"N_opt": "compute-optimal parameters N_opt", "D_opt": "compute-optimal tokens D_opt"}
+TOKENS_LABEL = "{unit} D"
+FRONTIER_LABELS = {"N_opt": "compute-optimal parameters N_opt", "D_opt": "compute-optimal {unit} D_opt"}
 DPI = 110
 LEGEND_BUDGETS = 8
 
@@ -137,7 +137,7 @@ def draw_frontier(ax, result: Any, key: str, budgets: np.ndarray, *, colour: str
             label=f"{text}: exponent {fmt.with_interval(*exponent)}")
     if band and np.isfinite(lo).any():
         ax.fill_between(budgets, lo, hi, color=colour, alpha=0.18, lw=0)
-    ax.set(xscale="log", yscale="log", xlabel=COMPUTE_LABEL, ylabel=FRONTIER_LABELS[key])
+    ax.set(xscale="log", yscale="log", xlabel=COMPUTE_LABEL, ylabel=FRONTIER_LABELS[key].format(unit=result.runs.unit))
 
 
 def draw_target(ax, result: Any, key: str, target: float, *, colour: str = "tab:red") -> None:

@@ -92,7 +92,7 @@ def headline(results: Mapping[str, Any], target: float, stem: Path, formats: Seq
         if target > data_max:
             ax.axvspan(data_max, target * 1.5, color="0.93", zorder=0)
             ax.axvline(target, color="0.4", ls="--", lw=0.8, label=f"target {fmt.flops(target)} FLOPs")
-        ax.set(xlabel=COMPUTE_LABEL, ylabel=FRONTIER_LABELS[key])
+        ax.set(xlabel=COMPUTE_LABEL, ylabel=FRONTIER_LABELS[key].format(unit=runs.unit))
         ax.set_title(f"{key} against compute, extrapolated to the target (grey)", fontsize=10)
         ax.legend(fontsize=7)
     fig.suptitle("Compute-optimal scaling: profiles, N_opt(C) and D_opt(C) with intervals")

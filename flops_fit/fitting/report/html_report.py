@@ -200,7 +200,7 @@ def _planned_section(fitted: Any, at: tuple[Sequence[float], Sequence[float]]) -
         f"{100 * planned.level:g}% interval combines the bootstrap, the spread of the comparable law forms and an "
         f"extrapolation error of {100 * planned.slope:.2f}% per unit of distance in (ln N, ln D) from the fitted runs "
         "(0 inside them; measured on public runs, docs/validation/planned-runs.md).</p>",
-        html_table(["params N", "tokens D", planned.label, "distance", "bootstrap", "forms", "extrapolation"], rows),
+        html_table(["params N", f"{planned.unit} D", planned.label, "distance", "bootstrap", "forms", "extrapolation"], rows),
         *(f"<p class=warn>{escape(n)}</p>" for n in planned.notes)])
 
 
@@ -226,7 +226,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
              "intervals in brackets" + (": they resample these runs only, so the error of extrapolating past "
                                         "them is not in them (the forecast's intervals include it)"
                                         if forecast is not None else "") + ".</p>",
-             html_table([h.format(loss=runs.label) for h in ANSWER_HEADERS], rows),
+             html_table([h.format(loss=runs.label, unit=runs.unit) for h in ANSWER_HEADERS], rows),
              f"<p>{escape(agreement(predictions, list(fitted.skipped)))}</p>"]
     if fitted.holdout:
         misses = holdout_misses(fitted.holdout)
@@ -282,7 +282,7 @@ def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) ->
 def _forecast(f: Any) -> str:
     """The forecast first: each answer by the candidates that extrapolate it best, and where it comes from."""
     value = ", ".join([f"N_opt {fmt.with_interval(*f.n_opt, fmt=fmt.count)} parameters",
-                       f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} tokens",
+                       f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} {f.unit}",
                        f"loss {fmt.with_interval(*f.loss, fmt=_loss)}"])
     items = "".join(f"<li>{escape(answer_line(f.answers[q], f.ratio))}</li>" for q in ("n_opt", "loss"))
     return "\n".join([
@@ -400,7 +400,7 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
              "<div class=row><div><h3>Parameters</h3>",
              html_table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], params),
              "</div><div><h3>Compute-optimal table</h3>",
-             html_table(["FLOPs", "N_opt", "D_opt", "tokens / parameter", result.runs.label], rows), "</div></div>"]
+             html_table(["FLOPs", "N_opt", "D_opt", f"{result.runs.unit} / parameter", result.runs.label], rows), "</div></div>"]
     notes = [f"<li class=warn>{escape(w)}</li>" for w in d.warnings]
     if d.convergence:
         notes.append(f"<li>convergence: {escape(_describe(d.convergence))}</li>")

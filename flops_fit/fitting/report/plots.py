@@ -88,7 +88,7 @@ def _plot_contours(fig, result: Any, budgets, target) -> None:
     for c in np.geomspace(budgets[0], budgets[-1], 5):
         line = np.geomspace(n.min(), n.max() * 10, 50)
         ax.plot(line, c / (k * line), color="0.5", lw=0.6, ls=":")
-    ax.set(xscale="log", yscale="log", xlabel=PARAMS_LABEL, ylabel=TOKENS_LABEL,
+    ax.set(xscale="log", yscale="log", xlabel=PARAMS_LABEL, ylabel=TOKENS_LABEL.format(unit=result.runs.unit),
            ylim=(d.min() / 3, max(d.max(), frontier["D_opt"][0].max()) * 3),
            title=f"Loss over (N, D); dotted: iso-FLOP lines ({result.method})")
     ax.legend(fontsize=7)
@@ -113,8 +113,8 @@ def _plot_tokens_per_param(fig, result: Any, budgets, target) -> None:
     if observed is not None:
         ax.scatter(observed[0], observed[2] / observed[1], s=12, color="k", label="optima fitted")
     ax.axhline(20, color="0.6", ls="--", lw=0.8, label="Chinchilla's ~20")
-    ax.set(xscale="log", yscale="log", xlabel=COMPUTE_LABEL, ylabel="tokens per parameter D_opt / N_opt",
-           title=f"Tokens per parameter ({result.method})")
+    ax.set(xscale="log", yscale="log", xlabel=COMPUTE_LABEL, ylabel=f"{result.runs.unit} per parameter D_opt / N_opt",
+           title=f"{result.runs.unit.capitalize()} per parameter ({result.method})")
     ax.legend(fontsize=7)
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -194,6 +194,7 @@ class Forecast:
     prior: dict[str, Any] = field(default_factory=dict)
     candidates: list[Candidate] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
+    unit: str = "tokens"  # what D_opt counts (``Runs.unit``)
 
     def __repr__(self) -> str:
         """One line: the answer (the dataclass's own repr would print every chaining record)."""
@@ -215,7 +216,7 @@ class Forecast:
     def summary(self) -> str:
         lines = [f"Forecast at C = {fmt.flops(self.target)} FLOPs, {self.ratio:.3g}x the largest budget "
                  f"({100 * self.level:g}% intervals; each answer chosen by its own forward-chaining record):",
-                 f"  N_opt {_triple(self.n_opt, fmt.count)} parameters, D_opt {_triple(self.d_opt, fmt.count)} tokens, "
+                 f"  N_opt {_triple(self.n_opt, fmt.count)} parameters, D_opt {_triple(self.d_opt, fmt.count)} {self.unit}, "
                  f"loss {_triple(self.loss, lambda v: fmt.sig(v, 4))}"]
         lines += [f"  {answer_line(a, self.ratio)}" for a in (self.answers["n_opt"], self.answers["loss"])]
         lines += [f"  prior on the extrapolation error: {prior_note(self.prior)}",
@@ -345,8 +346,9 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
                                             table["D_opt"].to_numpy(float)])
     budgets, _ = budget_groups(runs)
     largest = float(np.max(budgets))
-    return [decide(records, {k: v[i] for k, v in predictions.items()}, float(t), float(t / largest), keys=keys,
-                   reasons=reasons, level=level, priors=priors, mode=mode) for i, t in enumerate(targets)]
+    return [replace(decide(records, {k: v[i] for k, v in predictions.items()}, float(t), float(t / largest),
+                           keys=keys, reasons=reasons, level=level, priors=priors, mode=mode), unit=runs.unit)
+            for i, t in enumerate(targets)]
 
 
 def decide(records: Sequence[Record], predictions: Mapping[Key, Sequence[float]], target: float, ratio: float, *,
