@@ -119,7 +119,7 @@ class Plan:
     def table(self) -> str:
         """The headline, then one row per run."""
         wsd = self.options.schedule == "wsd"
-        headers = ["budget", "size", "params", "tokens", "tokens/param", "steps", "FLOPs",
+        headers = ["budget", "size", "params", f"{self.unit}s", f"{self.unit}s/param", "steps", "FLOPs",
                    *(["cooldown at", "FLOPs run"] if wsd else []), "lr", "lr from", "memory", "est. time"]
         return self.headline() + "\n" + format_table(self.rows(), headers)
 
