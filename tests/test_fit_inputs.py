@@ -285,19 +285,26 @@ def test_open_athenas_table_says_its_outlier_flag_and_its_studies_not_its_reason
 
 
 @pytest.mark.parametrize(("model", "unit"), [("vit", "samples"), ("gpt", "tokens")])
-def test_tables_name_what_d_counts_from_the_sweeps_plan(tmp_path, model, unit):
+def test_tables_name_what_d_counts_from_the_sweeps_plan(tmp_path, capsys, model, unit):
     """An image sweep's D is images seen: its tables, forecast and planned runs say samples, a text
     sweep's say tokens (the unit the store's plan recorded)."""
     import flops_fit
     from flops_fit.fitting.inputs import store_metadata
     from flops_fit.store.run_store import RunStore
+    from flops_fit.store.runs import RunResult
 
     planned = flops_fit.plan(model=model, budgets=[1e12], sizes=[32, 64, 96], batch_size=4, min_steps=1,
                              **({"dataset": "digits"} if model == "vit" else {}))
     assert any(line.startswith("budget") and f"{unit}/param" in line for line in planned.table().splitlines())
     with RunStore(tmp_path, create=True) as store:
         store.add_plan(planned)
+        spec = planned.runs[0]
+        store.record(RunResult(run_id=spec.run_id, status="done", loss=2.5, tokens=spec.tokens, steps=spec.steps))
         metadata = store_metadata(store)
+    from flops_fit.cli.main import main
+
+    assert main(["status", str(tmp_path)]) == 0
+    assert f"params  {unit}" in capsys.readouterr().out
     runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7))
     runs = runs.derived(runs.frame, metadata=metadata)
     assert runs.unit == unit

@@ -221,6 +221,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     with RunStore(out_dir) as store:
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
+        plan = store.get_meta("plan") or {}
         frame = store.runs_frame()
     total = sum(counts.values())
     print(f"{out_dir}: {total} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
@@ -231,7 +232,8 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         for r in frame.itertuples()
     ]
     if rows and table:
-        print(format_table(rows, ["budget", "size", "params", "tokens", "status", "loss", "time", "error"]))
+        unit = f"{plan.get('unit', 'token')}s" if isinstance(plan, dict) else "tokens"
+        print(format_table(rows, ["budget", "size", "params", unit, "status", "loss", "time", "error"]))
     return 0
 
 
