@@ -102,21 +102,28 @@ def test_a_config_the_rule_cannot_scale_names_the_field(change, message, tmp_pat
         flops_fit.plan(model="hf-causal-lm", model_config=config, budgets=[1e9], seq_len=16, max_size=256)
 
 
-def test_a_config_edited_after_the_plan_is_refused_by_the_run_not_trained_as_planned(tmp_path):
-    """The run id hashes the [model] table, not the file: a config.json edited mid-sweep would train
-    another model under the planned runs' names, and a resumed sweep would fit both together. The
-    run refuses, saying why, before a step; the unedited config trains."""
-    from flops_fit.errors import PlanError
+def test_a_config_edited_after_the_plan_plans_new_runs_and_the_old_ones_refuse(tmp_path):
+    """A config given as a file is planned with its content's sha256: an edit that keeps every size's
+    parameter count (the rotary base) plans runs of other ids, so a sweep resumed in the same folder
+    does not fit both models together; a run planned before the edit refuses to build, saying why,
+    and trains once the file is restored. An edit that changes the counts is caught as well (by the
+    fingerprint first; ``training.loop.built`` stays as the last guard)."""
     from flops_fit.training.loop import train
 
-    folder = write_config(tmp_path, "llama")
-    planned = flops_fit.plan(model="hf-causal-lm", model_config={"config": folder}, dataset="text-files",
-                             dataset_config=corpus(tmp_path), budgets=[1e9], sizes=[32, 64, 96], seq_len=16,
-                             batch_size=4, min_steps=3, eval_tokens=64).runs[0]
-    edited = {**CONFIGS["llama"], "num_hidden_layers": 3}
-    (tmp_path / "llama" / "config.json").write_text(json.dumps(edited))
-    with pytest.raises(PlanError, match=rf"run {planned.run_id}: the model built has [\d,]+ parameters where the plan "
-                                        rf"counted {planned.params:,}: its configuration changed since the sweep"):
-        train(planned)
-    (tmp_path / "llama" / "config.json").write_text(json.dumps(CONFIGS["llama"]))
+    folder, data = write_config(tmp_path, "llama"), corpus(tmp_path)
+
+    def first_run():
+        return flops_fit.plan(model="hf-causal-lm", model_config={"config": folder}, dataset="text-files",
+                              dataset_config=data, budgets=[1e9], sizes=[32, 64, 96], seq_len=16,
+                              batch_size=4, min_steps=3, eval_tokens=64).runs[0]
+
+    planned = first_run()
+    assert len(planned.model_config["config_sha256"]) == 64
+    for edit in ({"rope_theta": 500000.0}, {"num_hidden_layers": 3}):
+        (tmp_path / "llama" / "config.json").write_text(json.dumps({**CONFIGS["llama"], **edit}))
+        with pytest.raises(ValueError, match=r"changed since this run was planned .*restore the file, or plan again"):
+            train(planned)
+        assert first_run().run_id != planned.run_id
+    (tmp_path / "llama" / "config.json").write_text(json.dumps(CONFIGS["llama"], indent=2))  # layout aside
+    assert first_run().run_id == planned.run_id
     assert train(planned).status == "done"

@@ -62,7 +62,7 @@ def test_a_folder_is_never_silently_reused(tmp_path):
     run(tmp_path)
     with pytest.raises(StoreError, match="already holds this sweep: pass resume=True"):
         run(tmp_path)
-    with pytest.raises(StoreError, match="holds a different sweep"):
+    with pytest.raises(StoreError, match=r"holds a different sweep \(6 of its runs .* settings that differ: seed\)"):
         run(tmp_path, seed=1)
     before = RunStore(tmp_path).runs_frame()
     after = sweep(host=HOST, out_dir=tmp_path, resume=True, show_progress=False,

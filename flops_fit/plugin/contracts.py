@@ -122,7 +122,9 @@ class ModelEntry(Entry):
     than multiplied (token, position and class embeddings); ``non_embedding_flops(size, **config)``,
     the training FLOPs per unit without the embedding and the output head (DeepSeek's M);
     ``activation_memory(size, micro_batch_size, seq_len, **config)``, the bytes of fp32
-    activations one micro-batch keeps for its backward pass.
+    activations one micro-batch keeps for its backward pass; ``configure(config) -> config``,
+    which completes the configuration every call sees (and the run id hashes): a family built
+    from a file adds what identifies the file's content, so an edited file plans new runs.
     """
 
     kind: ClassVar[str] = "model"
@@ -141,11 +143,12 @@ class ModelEntry(Entry):
     embedding_params: Ref | None = field(default=None, kw_only=True)
     non_embedding_flops: Ref | None = field(default=None, kw_only=True)
     activation_memory: Ref | None = field(default=None, kw_only=True)
+    configure: Ref | None = field(default=None, kw_only=True)
 
     def validate(self) -> None:
         for name in ("builder", "valid_sizes", "param_count", "training_flops"):
             _check_ref(getattr(self, name), name)
-        for name in ("embedding_params", "non_embedding_flops", "activation_memory"):
+        for name in ("embedding_params", "non_embedding_flops", "activation_memory", "configure"):
             if getattr(self, name) is not None:
                 _check_ref(getattr(self, name), name)
         if not isinstance(self.size_param, str) or not self.size_param.isidentifier():
@@ -163,8 +166,9 @@ class ModelEntry(Entry):
             positive_int(self.default_size, "default_size", EntryError)
 
     def config(self, **config: Any) -> dict[str, Any]:
-        """The entry's defaults overridden by ``config``."""
-        return {**self.defaults, **config}
+        """The entry's defaults overridden by ``config``, completed by ``configure``."""
+        full = {**self.defaults, **config}
+        return dict(resolve(self.configure)(full)) if self.configure is not None else full
 
     def sizes(self, lo: int, hi: int, **config: Any) -> list[int]:
         """Valid sizes in ``[lo, hi]``, sorted, without building any model."""

@@ -101,6 +101,24 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
     return {"status": report.status, "reason": report.summary()[:4000]}
 
 
+def _differences(stored: Any, planned: Any) -> str:
+    """"; settings that differ: ..." between a stored run and a planned one (their specs' fields,
+    and the keys of the model and dataset tables), or "" where none of those does."""
+    a, b = stored.to_dict(), planned.to_dict()
+    names = []
+    for key in sorted(set(a) | set(b)):
+        if key in ("run_id", "family") or a.get(key) == b.get(key):
+            continue
+        if isinstance(a.get(key), dict) and isinstance(b.get(key), dict):
+            names += [f"{key}.{k}" for k in sorted(set(a[key]) | set(b[key])) if a[key].get(k) != b[key].get(k)]
+        else:
+            names.append(key)
+    if not names:
+        return ""
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"; settings that differ: {shown}"
+
+
 def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> tuple[bool, Any]:
     """Refuse a folder that holds another sweep, or this one without ``resume``; (True, plan)
     for a folder that holds no plan yet, else (False, the plan with the stored specs of its runs).
@@ -111,9 +129,14 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> tup
     stored = {r.compute_id(): r for r in store.planned_runs()}
     planned = {r.compute_id(): r for r in plan.runs}
     if stored and set(stored) != set(planned):
+        old, new = set(stored) - set(planned), set(planned) - set(stored)
+        cell = {(planned[k].budget, planned[k].size): planned[k] for k in sorted(new)}
+        pairs = [(stored[k], cell[(stored[k].budget, stored[k].size)]) for k in sorted(old)
+                 if (stored[k].budget, stored[k].size) in cell]  # the same cell, planned then and now
+        differs = _differences(*pairs[0]) if pairs else ""
         raise StoreError(
-            f"{out_dir} holds a different sweep ({len(set(stored) - set(planned))} of its runs are not in this plan, "
-            f"{len(set(planned) - set(stored))} planned runs are new): choose another --out folder"
+            f"{out_dir} holds a different sweep ({len(old)} of its runs are not in this plan, {len(new)} planned "
+            f"runs are new{differs}): choose another --out folder"
         )
     if stored and not resume:
         raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")

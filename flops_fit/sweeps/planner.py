@@ -190,7 +190,7 @@ def _resolve_configs(
     """
     full_dataset = dataset_entry.config(**dataset_config)
     shared = {k: full_dataset[k] for k in entry.defaults if full_dataset.get(k) is not None and k not in model_config}
-    full_model = {**entry.defaults, **shared, **model_config}
+    full_model = entry.config(**shared, **model_config)
     if entry.task != TASK_CAUSAL_LM:
         if seq_len not in (None, 1):
             raise PlanError(f"seq_len applies to language models; model {entry.name!r} counts samples")

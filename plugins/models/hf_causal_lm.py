@@ -16,13 +16,14 @@ table), ``scale``, ``depth``, ``size_field``, ``set`` (fields overridden before 
 ``vocab_size`` / ``context_length`` (the sequence length; they follow the dataset and the sweep). The model is the
 ``transformers`` class itself (``AutoModelForCausalLM.from_config``), so no converter and no
 parity case: parameters and exact training FLOPs are counted on it on the meta device
-(``hf_causal_lm_model``). The run id hashes the ``[model]`` table, not the file: edit a
-config.json and sweep into a new folder (a run built from an edited file refuses to train:
-``training.loop.built``).
+(``hf_causal_lm_model``). A config given as a file is planned with the sha256 of its content
+(``config_sha256``, added by ``configure``), so the run ids follow the file, not its path: an
+edited config.json plans new runs, and a run planned before the edit refuses to build.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,7 @@ WIDTH_FIELDS = ("intermediate_size", "num_attention_heads", "num_key_value_heads
 HEAD_FIELDS = (("num_attention_heads", "n_head"), ("num_key_value_heads",))
 DEFAULTS = {"config": None, "scale": None, "depth": None, "size_field": "hidden_size", "set": {},
             "vocab_size": None, "context_length": None}
+FINGERPRINT = "config_sha256"  # the content of a config file a run was planned with
 
 
 def load_config(source: Any) -> dict[str, Any]:
@@ -59,18 +61,39 @@ def load_config(source: Any) -> dict[str, Any]:
     return config
 
 
+def content_sha256(config: Mapping[str, Any]) -> str:
+    """The sha256 of a config's content (its JSON with sorted keys: layout and key order aside)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def configure(config: dict[str, Any]) -> dict[str, Any]:
+    """The ``[model]`` table with ``config_sha256`` added where ``config`` names a file (kept where
+    the table has one: a planned run's, which ``Rule`` checks against the file)."""
+    source = config.get("config")
+    if not isinstance(source, str) or not source or config.get(FINGERPRINT) is not None:
+        return config
+    try:
+        return {**config, FINGERPRINT: content_sha256(load_config(source))}
+    except ValueError:  # Rule says what is wrong with the file, where the planner asks for sizes
+        return config
+
+
 class Rule:
     """A config and the fields that scale with its size, checked once."""
 
     def __init__(self, config: Any = None, scale: Sequence[str] | None = None, depth: str | None = None,
-                 size_field: str = "hidden_size", **rest: Any) -> None:
+                 size_field: str = "hidden_size", config_sha256: str | None = None, **rest: Any) -> None:
         overrides = rest.pop("set", None) or {}
         unknown = sorted(set(rest) - {"vocab_size", "context_length"})
         if unknown:
             raise ValueError(f"unknown [model] key(s) {unknown}; the keys are {sorted(DEFAULTS)}")
         if not isinstance(overrides, Mapping):
             raise ValueError(f"set must be a table of config fields to override, got {overrides!r}")
-        base = {**load_config(config), **overrides}
+        loaded = load_config(config)
+        if config_sha256 is not None and content_sha256(loaded) != config_sha256:
+            raise ValueError(f"config {config!r} changed since this run was planned (sha256 {config_sha256[:12]}..., "
+                             f"now {content_sha256(loaded)[:12]}...): restore the file, or plan again into a new folder")
+        base = {**loaded, **overrides}
         if rest.get("vocab_size") is not None:  # the dataset's tokenizer decides it
             base["vocab_size"] = rest["vocab_size"]
         seq_len = rest.get("context_length")
@@ -153,4 +176,4 @@ def register_models(register):
         builder=f"{_MODEL}:build", size_param="width", valid_sizes=valid_sizes,
         param_count=f"{_MODEL}:param_count", training_flops=f"{_MODEL}:training_flops",
         flops_unit="token", task=flops_fit.TASK_CAUSAL_LM,
-        default_loss="next-token", default_datasets=("python-stdlib",), defaults=DEFAULTS))
+        default_loss="next-token", default_datasets=("python-stdlib",), defaults=DEFAULTS, configure=configure))
