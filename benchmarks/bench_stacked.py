@@ -3,7 +3,7 @@
 For each width of the demo's tune (10, 26, 58: the demo's model, batch 32 x 64 tokens), one
 tune cell: the same run at 4 of the tune's rate multipliers at its smallest budget, cut to
 ``--steps`` optimizer steps (the cell's shapes and rates unchanged, the cooldown at the same
-share). Four arms, one after another, each timed from the first run's setup to the last run's
+share). Five arms, one after another, each timed from the first run's setup to the last run's
 held-out loss (fixed costs included), ``--repeats`` rounds with the order reversed every other
 round, the fastest of each arm kept:
 
@@ -15,6 +15,9 @@ round, the fastest of each arm kept:
 * ``together``: the 4 runs in one program (``train_stacked_families``) with 2 threads: each run
   steps on one of them (what a stack gets on 2 free cores).
 * ``together_one_thread``: the same program on one thread (the same cores as one at a time).
+* ``together_two_workers``: two programs of 2 runs each, one on each of 2 worker processes, one
+  thread each (``flops-fit tune --workers 2 --stack-runs 2``): the runs together, and no two
+  threads of one process competing for Python's lock.
 
 Reported per width: each arm's seconds (and CPU seconds: on a busy machine the wall
 times say how much of the cores the arm got, the CPU seconds what it computed), the speed-ups of ``together`` over the two baselines and
@@ -95,6 +98,20 @@ def _two_at_a_time(pool, group) -> tuple[list, float]:
     return [o for outcomes, _ in done for o in outcomes], sum(cpu for _, cpu in done)
 
 
+def _stack_in_worker(group) -> tuple[list, float]:
+    """Runs trained together in a worker, with the CPU seconds they took there."""
+    c0 = time.process_time()
+    outcomes = train_stacked_families(group)
+    return outcomes, time.process_time() - c0
+
+
+def _stacks_on_two_workers(pool, group) -> tuple[list, float]:
+    half = len(group.families) // 2
+    parts = [StackedFamilies(group.families[:half]), StackedFamilies(group.families[half:])]
+    done = pool.map(_stack_in_worker, parts, chunksize=1)
+    return [o for outcomes, _ in done for o in outcomes], sum(cpu for _, cpu in done)
+
+
 def _timed(fn, threads: int) -> tuple[float, float, list]:
     """Wall seconds, CPU seconds (this process's threads, or what ``fn`` reports from its
     workers) and the outcomes of ``fn`` run on ``threads`` torch threads."""
@@ -124,6 +141,7 @@ def _arms(pool, group) -> dict:
         "two_at_a_time": (lambda: _two_at_a_time(pool, group), 1),
         "together": (lambda: train_stacked_families(group), 2),
         "together_one_thread": (lambda: train_stacked_families(group), 1),
+        "together_two_workers": (lambda: _stacks_on_two_workers(pool, group), 1),
     }
 
 
@@ -152,6 +170,8 @@ def measure(size: int, steps: int, pool, repeats: int) -> dict:
             "speedup_vs_one_at_a_time": seconds["one_at_a_time"] / seconds["together"],
             "speedup_vs_two_at_a_time": seconds["two_at_a_time"] / seconds["together"],
             "speedup_one_thread": seconds["one_at_a_time"] / seconds["together_one_thread"],
+            "speedup_two_workers": seconds["one_at_a_time"] / seconds["together_two_workers"],
+            "speedup_two_workers_vs_two_at_a_time": seconds["two_at_a_time"] / seconds["together_two_workers"],
             "gaps": {name: _gaps(reference, outcomes) for name, (_, _, outcomes) in arms.items()
                      if name != "one_at_a_time"},
             "all_done": all(r.status == "done" for _, _, outcomes in arms.values() for r in outcomes),
@@ -162,7 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10,26,58")
     parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--repeats", type=int, default=2, help="rounds of the 4 arms (the fastest of each kept)")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds of the 5 arms (the fastest of each kept)")
     parser.add_argument("--out", default="benchmarks/results/stacked.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -177,14 +197,17 @@ def main() -> None:
                   f"{row['seq_len']}): one at a time {s['one_at_a_time']:.1f}s, two at a time "
                   f"{s['two_at_a_time']:.1f}s, together {s['together']:.1f}s (one thread {s['together_one_thread']:.1f}s): "
                   f"x{row['speedup_vs_one_at_a_time']:.2f} / x{row['speedup_vs_two_at_a_time']:.2f} "
-                  f"(one thread x{row['speedup_one_thread']:.2f}); gaps "
+                  f"(one thread x{row['speedup_one_thread']:.2f}); on 2 workers {s['together_two_workers']:.1f}s: "
+                  f"x{row['speedup_two_workers']:.2f} / x{row['speedup_two_workers_vs_two_at_a_time']:.2f}; gaps "
                   f"{max(g['max_curve_gap'] for g in row['gaps'].values()):.1e}; CPU s "
                   + ", ".join(f"{k} {v:.1f}" for k, v in row["cpu_seconds"].items()), flush=True)
     total = {arm: sum(r["seconds"][arm] for r in rows) for arm in rows[0]["seconds"]}
     cpu = {arm: sum(r["cpu_seconds"][arm] for r in rows) for arm in rows[0]["cpu_seconds"]}
     summary = {"speedup_vs_one_at_a_time": total["one_at_a_time"] / total["together"],
                "speedup_vs_two_at_a_time": total["two_at_a_time"] / total["together"],
-               "speedup_one_thread": total["one_at_a_time"] / total["together_one_thread"]}
+               "speedup_one_thread": total["one_at_a_time"] / total["together_one_thread"],
+               "speedup_two_workers": total["one_at_a_time"] / total["together_two_workers"],
+               "speedup_two_workers_vs_two_at_a_time": total["two_at_a_time"] / total["together_two_workers"]}
     print("all widths: " + ", ".join(f"{k} x{v:.2f}" for k, v in summary.items()))
     out = Path(args.out)
     previous = json.loads(out.read_text()) if out.exists() else {}
