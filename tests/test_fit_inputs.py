@@ -305,10 +305,11 @@ def test_tables_name_what_d_counts_from_the_sweeps_plan(tmp_path, capsys, model,
 
     assert main(["status", str(tmp_path)]) == 0
     assert f"params  {unit}" in capsys.readouterr().out
-    runs = load_runs(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7))
+    runs = load_runs(synthetic_runs(sizes_per_budget=7))
     runs = runs.derived(runs.frame, metadata=metadata)
     assert runs.unit == unit
-    fitted = fit(runs, method="all", bootstrap=0, holdout="none")
+    fitted = fit(runs, method="all", bootstrap=0, holdout="forward", workers=1)
+    assert f"] {unit}, loss" in fitted.forecast.summary() and fitted.to_dict()["forecast"]["unit"] == unit
     other = "tokens" if unit == "samples" else "samples"
     parametric = fitted["parametric"]
     table = parametric.summary().split("\n\n")[2].splitlines()[0]

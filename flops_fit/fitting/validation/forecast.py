@@ -203,7 +203,7 @@ class Forecast:
 
     def to_dict(self) -> dict[str, Any]:
         out = {"target": self.target, "ratio": self.ratio, "level": self.level, "mode": self.mode,
-               "score_cutoff": self.score_cutoff, "prior": self.prior}
+               "score_cutoff": self.score_cutoff, "unit": self.unit, "prior": self.prior}
         for key in ("n_opt", "d_opt", "loss"):
             value, lo, hi = getattr(self, key)
             source = self.answers["loss" if key == "loss" else "n_opt"]
