@@ -237,3 +237,40 @@ def test_sweep_record_only_records_the_plan_and_trains_nothing(tmp_path, capsys)
     assert f"train each run with `flops-fit train-run {out} RUN_ID`" in capsys.readouterr().err
     with RunStore(out) as store:
         assert set(store.statuses().values()) == {"pending"} and len(store.statuses()) == 6
+
+
+def test_no_fsdp_model_outlives_the_group_it_was_sharded_over(monkeypatch):
+    """An FSDP model lives on in reference cycles after its run, holding the process group, until a
+    garbage-collection pass; left to interpreter exit, the group's gloo threads went down with it and
+    aborted a torchrun rank once in CI. ``train_this_rank`` frees such models before it leaves the
+    group (a group of one process here, with automatic collection off so that only it can)."""
+    import gc
+    import weakref
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from flops_fit.training.launch import free_port, train_this_rank
+
+    spec = next(r for r in flops_fit.plan(**GPT, processes_per_run=1).runs if r.size == 32)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    models = []
+
+    def task(item, progress, parallel):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+        model(torch.randn(2, 4)).sum().backward()
+        models.append(weakref.ref(model))
+        return "done"
+
+    gc.disable()
+    try:
+        assert train_this_rank(task, spec) == "done"
+        assert not dist.is_initialized() and models[0]() is None
+    finally:
+        gc.enable()

@@ -22,6 +22,7 @@ works in three situations:
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import threading
@@ -89,6 +90,10 @@ def train_this_rank(task: RankTask, item: Any, progress: ProgressSink = ignore_p
     kind = FullyShardedRanks if spec.parallel == "fsdp" else ReplicatedRanks
     outcome = task(item, progress if rank == 0 else ignore_progress, kind(rank, world, local))
     if joined:  # not after an exception: leaving the group waits for ranks that may never come
+        # An FSDP model outlives its run in reference cycles, holding the group: freed here, the group
+        # goes with destroy_process_group below, not at interpreter exit, where gloo's worker threads
+        # can abort the process ("terminate called without an active exception"; pytorch#179291).
+        gc.collect()
         dist.barrier()  # no rank tears gloo down while another is still in its last collective
         dist.destroy_process_group()
     return outcome if rank == 0 else None
