@@ -85,3 +85,47 @@ def test_bad_options_are_refused():
     with pytest.raises(OptionError, match=r"devices must look like 'cuda:0' \(or 'cuda:0,1': a worker's GPUs\), "
                                           r"got \['gpu0', 'cuda:0,'\]"):
         LocalExecutor(devices=["gpu0", "cuda:0,"])
+
+
+SCRIPT = '''
+import flops_fit
+
+plan = flops_fit.plan(model="gpt", budgets=[3e8], sizes=[16, 32, 48], batch_size=5, seq_len=32, min_steps=3,
+                      eval_tokens=320, model_config={{"n_layer": 2, "block_size": 32}}, device="cpu")
+{body}
+'''
+
+
+def _script(tmp_path, body: str):
+    import subprocess
+    import sys
+
+    path = tmp_path / "my_sweep.py"
+    path.write_text(SCRIPT.format(body=body))
+    return path, subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=tmp_path,
+                                timeout=300)
+
+
+def test_a_script_without_a_main_guard_is_refused_before_any_worker_or_folder(tmp_path):
+    """Worker processes start by running the ``__main__`` script's top level again (spawn): a script
+    that runs a sweep on 2 workers without ``if __name__ == "__main__":`` used to start the sweep again
+    in each worker (StoreBusy tracebacks, runs lost, a ConnectionResetError); now one error names the
+    fix before anything starts."""
+    path, done = _script(tmp_path, 'plan.run("out", workers=2, show_progress=False)')
+    assert done.returncode == 1 and not (tmp_path / "out").exists()
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"flops_fit.errors.OptionError: {path} starts flops-fit's worker processes")
+    assert 'if __name__ == "__main__":' in last and "or pass workers=1" in last
+
+
+@pytest.mark.e2e
+def test_a_sweep_call_a_worker_reaches_outside_the_guard_is_named_and_the_driver_ends_cleanly(tmp_path):
+    """A script with a guard that leaves the sweep outside it: each worker, re-running the script,
+    stops at the call with the fix; the driver records its runs as lost and ends (no
+    ConnectionResetError from a worker that died before it could speak)."""
+    path, done = _script(tmp_path, 'result = plan.run("out", workers=2, show_progress=False)\n'
+                                   'if __name__ == "__main__":\n    print(sorted(set(result.runs.status)))')
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['failed']"
+    assert f"a flops-fit worker process, importing {path}, reached a call that starts a sweep" in done.stderr
+    assert "ConnectionResetError" not in done.stderr

@@ -13,14 +13,37 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
+from flops_fit.errors import OptionError
 from flops_fit.executors.base import transportable
 from flops_fit.executors.stopping import stop_on_signals
+from flops_fit.machine import can_start_workers
+
+_GUARD_FIX = 'put the code that runs it under `if __name__ == "__main__":`'
+
+
+def check_main_guard(spawning: bool = True) -> None:
+    """Refuse to start workers that would run the caller's script again: a spawned worker begins by
+    running the ``__main__`` script's top level (Python's spawn start method), so a sweep started
+    there by a script without an ``if __name__ == "__main__":`` guard starts again in every worker.
+    Raised in a worker reaching such a call, and (``spawning``: workers are about to start) in a
+    script without the guard (``machine.can_start_workers``, as the fit's workers check)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        script = getattr(sys.modules.get("__mp_main__"), "__file__", None)  # what the worker is running again
+        raise OptionError(f"a flops-fit worker process, importing {script or 'the main script'}, reached a call "
+                          "that starts a sweep: each worker runs the script's top level again (Python's spawn "
+                          f"start method); {_GUARD_FIX}")
+    if spawning and not can_start_workers():
+        script = getattr(sys.modules.get("__main__"), "__file__", "the main script")
+        raise OptionError(f"{script} starts flops-fit's worker processes, and each would run the script's top level "
+                          "again (Python's spawn start method), starting the sweep again in every worker: "
+                          f"{_GUARD_FIX}, or pass workers=1")
 
 
 @dataclass(eq=False)
@@ -42,6 +65,7 @@ class Supervisor:
 
     def start(self, target: Callable[..., None], *args: Any, tag: Any = None, daemon: bool = True) -> Child:
         """Spawn ``target(*args, conn)``, ``conn`` being the child's end of its pipe."""
+        check_main_guard()
         ours, theirs = self.context.Pipe()
         process = self.context.Process(target=target, args=(*args, theirs), daemon=daemon)
         process.start()
@@ -63,7 +87,7 @@ class Supervisor:
                 continue  # its last messages come first
             try:
                 kind, payload = child.conn.recv() if ready is child.conn else ("exit", None)
-            except EOFError:
+            except (EOFError, ConnectionResetError):  # ended, or died before it could speak (bootstrapping)
                 kind, payload = "exit", None
             if kind == "exit":
                 del self.live[child.conn]

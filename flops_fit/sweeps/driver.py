@@ -29,6 +29,7 @@ from typing import Any
 from flops_fit._version import __version__
 from flops_fit.errors import OptionError, ParityGateError, StoreError
 from flops_fit.executors.stopping import request_stop, stop_on_signals
+from flops_fit.executors.supervisor import check_main_guard
 from flops_fit.fitting import fit
 from flops_fit.plugin import api
 from flops_fit.store.lease import Lease
@@ -227,6 +228,7 @@ def run_plan(
     ``sweeps.adaptive``); the whole plan is recorded either way.
     """
     out_dir = Path(out_dir)
+    check_main_guard(spawning=workers != 1)  # before the folder is touched
     if host is not None and (workers != 1 or executor != "local"):
         raise OptionError("a custom host= works only in-process (executor 'local', workers=1)")
     # an unknown executor or a bad option of one is one line before the folder is touched
