@@ -106,12 +106,14 @@ def _script(tmp_path, body: str):
                                 timeout=300)
 
 
-def test_a_script_without_a_main_guard_is_refused_before_any_worker_or_folder(tmp_path):
-    """Worker processes start by running the ``__main__`` script's top level again (spawn): a script
-    that runs a sweep on 2 workers without ``if __name__ == "__main__":`` used to start the sweep again
-    in each worker (StoreBusy tracebacks, runs lost, a ConnectionResetError); now one error names the
-    fix before anything starts."""
-    path, done = _script(tmp_path, 'plan.run("out", workers=2, show_progress=False)')
+@pytest.mark.parametrize("body", ['plan.run("out", workers=2, show_progress=False)',
+                                  'flops_fit.plan(plan.options.replace(processes_per_run=2)).run("out", show_progress=False)'])
+def test_a_script_without_a_main_guard_is_refused_before_any_worker_or_folder(tmp_path, body):
+    """Worker processes (a sweep's, or a run's ranks) start by running the ``__main__`` script's top
+    level again (spawn): a script that runs a sweep on 2 workers without ``if __name__ == "__main__":``
+    used to start the sweep again in each worker (StoreBusy tracebacks, runs lost, a
+    ConnectionResetError); now one error names the fix before anything starts."""
+    path, done = _script(tmp_path, body)
     assert done.returncode == 1 and not (tmp_path / "out").exists()
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith(f"flops_fit.errors.OptionError: {path} starts flops-fit's worker processes")

@@ -228,7 +228,8 @@ def run_plan(
     ``sweeps.adaptive``); the whole plan is recorded either way.
     """
     out_dir = Path(out_dir)
-    check_main_guard(spawning=workers != 1)  # before the folder is touched
+    # before the folder is touched: the local executor's workers, or a run's ranks, would run an unguarded script again
+    check_main_guard(spawning=executor == "local" and (workers != 1 or plan.options.processes_per_run > 1))
     if host is not None and (workers != 1 or executor != "local"):
         raise OptionError("a custom host= works only in-process (executor 'local', workers=1)")
     # an unknown executor or a bad option of one is one line before the folder is touched
