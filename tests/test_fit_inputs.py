@@ -296,6 +296,8 @@ def test_tables_name_what_d_counts_from_the_sweeps_plan(tmp_path, capsys, model,
     planned = flops_fit.plan(model=model, budgets=[1e12], sizes=[32, 64, 96], batch_size=4, min_steps=1,
                              **({"dataset": "digits"} if model == "vit" else {}))
     assert any(line.startswith("budget") and f"{unit}/param" in line for line in planned.table().splitlines())
+    if unit == "samples":  # these sizes train on fewer images per parameter than the target's optimum
+        assert any("fewer samples per parameter" in note for note in planned.notes)
     with RunStore(tmp_path, create=True) as store:
         store.add_plan(planned)
         spec = planned.runs[0]

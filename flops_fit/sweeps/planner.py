@@ -282,11 +282,11 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             choose = grid.ladder if uses_ladder(options) else grid.around
             chosen = choose(centre, options.span, options.sizes_per_budget)
             if len(chosen) < 3:
-                raise PlanError(too_few_sizes(budget, grid, centre, options, len(chosen)))
+                raise PlanError(too_few_sizes(budget, grid, centre, options, len(chosen), entry.flops_unit))
         feasible = [i for i in chosen if budget / grid.flops_per_unit(i) >= min_units]
         if len(feasible) < 3:
             raise PlanError(refusal(budget, grid, chosen, feasible, min_units, options))
-        notes += grid_notes(budget, grid, centre, chosen, feasible, options)
+        notes += grid_notes(budget, grid, centre, chosen, feasible, options, entry.flops_unit)
         for i in feasible:
             tokens = int(budget / grid.flops_per_unit(i) / seq_len) * seq_len
             grid_runs.append((float(budget), i, tokens, -(-tokens // unit)))

@@ -80,11 +80,13 @@ def _round_up(value: float) -> str:
     return f"{math.ceil(value / 10**exponent) * 10**exponent:.3g}"
 
 
-def too_few_sizes(budget: float, grid: SizeGrid, centre: float, options: SweepOptions, found: int) -> str:
+def too_few_sizes(budget: float, grid: SizeGrid, centre: float, options: SweepOptions, found: int,
+                  unit: str = "token") -> str:
+    """Why a budget's span holds too few sizes, and the fix; ``unit``: what the model's FLOPs are per."""
     span, tokens_per_param, model = options.span, options.tokens_per_param, options.model
     where = (
         f"budget {budget:.3g} FLOPs: the span of {span:g}x around its prior optimum ({centre:,.0f} params at "
-        f"{tokens_per_param:g} tokens/param) holds only {found} valid size(s) of model {model!r}"
+        f"{tokens_per_param:g} {unit}s/param) holds only {found} valid size(s) of model {model!r}"
     )
     low = grid.params[0] * math.sqrt(span)
     if centre < low:
@@ -116,7 +118,7 @@ def refusal(budget: float, grid: SizeGrid, chosen: list[int], feasible: list[int
 
 
 def grid_notes(budget: float, grid: SizeGrid, centre: float | None, chosen: list[int], feasible: list[int],
-               options: SweepOptions) -> list[str]:
+               options: SweepOptions, unit: str = "token") -> list[str]:
     """What a user should know about a budget's planned sizes: fewer than ``sizes_per_budget``
     (and why), or sizes whose tokens per parameter miss ``tokens_per_param`` (the prior optimum
     lies outside them). ``centre`` is the prior optimum in parameters (None: explicit sizes)."""
@@ -149,7 +151,7 @@ def grid_notes(budget: float, grid: SizeGrid, centre: float | None, chosen: list
                             f"{options.max_size}) is smaller than that optimum", "raise max_size or use smaller budgets")
             else:
                 why, fix = "the sizes planned do not reach the target's optimum", "pass sizes around it"
-            notes.append(f"{head}: every planned size trains on {'fewer' if fewer else 'more'} tokens per parameter "
+            notes.append(f"{head}: every planned size trains on {'fewer' if fewer else 'more'} {unit}s per parameter "
                          f"({low:.3g}-{high:.3g}) than the target {target:g}: {why}; its IsoFLOP minimum is likely on "
                          f"the grid's edge ({fix})")
     return notes
