@@ -19,7 +19,7 @@ from fractions import Fraction
 from typing import Any
 
 import torch
-from flops_fit.plugins.models.hf_causal_lm import Rule, load_config, valid_sizes
+from flops_fit.plugins.models.hf_causal_lm import Rule, configure, valid_sizes
 from torch import nn
 
 
@@ -104,11 +104,10 @@ def _polynomial(points: list[tuple[int, int]]) -> Any:
 
 
 def _key(config: dict[str, Any]) -> str:
-    """The counts' cache key: the ``[model]`` table with its config file's content in place of its
-    path, so that a config.json edited in this process is counted again, not read from the cache."""
-    if isinstance(config.get("config"), str):
-        config = {**config, "config": load_config(config["config"])}
-    return json.dumps(config, sort_keys=True, default=str)
+    """The counts' cache key: the ``[model]`` table with its config file's content hash
+    (``config_sha256``, which ``configure`` has added on every call through the model's entry; added
+    here for a direct call), so that a config.json edited in this process is counted again."""
+    return json.dumps(configure(config), sort_keys=True, default=str)
 
 
 def param_count(width: int, **config: Any) -> int:
