@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from test_fit_inference import stated
 
@@ -99,3 +100,28 @@ def test_what_each_recipes_runs_note_is_said_with_its_recipe(recipes):
     assert said == [f"flagged (recipe B): column 'outlier' flags 3 of {len(flagged)} runs (True); they are fitted "
                     "with the others; to leave them out: where={'outlier': False} (CLI: --where outlier=False)"]
     assert said[0] in result.summary() and said[0] in result.to_dict()["notes"]
+
+
+def test_two_recipes_logged_in_one_table_are_compared_by_their_rows(recipes, tmp_path, capsys):
+    """A lab's tracker export holds both recipes in one table: each side picks its rows (the same
+    answer as the two tables apart); the same rows on both sides say so; a fitted result takes no rows."""
+    table = tmp_path / "runs.csv"
+    pd.concat([recipes[0].assign(recipe="base"), recipes[2].assign(recipe="better")]).drop(columns="curve") \
+        .to_csv(table, index=False)
+    apart = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=20)
+    one = flops_fit.compare(table, table, "vpnls", bootstrap=20, where_a={"recipe": "base"},
+                            where_b={"recipe": "better"})
+    assert one.names == ("recipe=base", "recipe=better")
+    assert one.table.multiplier.to_numpy() == pytest.approx(apart.table.multiplier.to_numpy(), rel=1e-6)
+    assert not any("same runs" in n for n in one.notes)
+    assert main(["compare", str(table), str(table), "--method", "vpnls", "--bootstrap", "20",
+                 "--where-a", "recipe=base", "--where-b", "recipe=better", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["table"][-1]["multiplier"] == pytest.approx(one.at_target.multiplier, rel=1e-6)
+    same = flops_fit.compare(table, table, "vpnls", bootstrap=0, where={"recipe": "base"})
+    assert any("A and B are the same runs" in n and "--where-a" in n for n in same.notes)
+    assert same.at_target.multiplier == pytest.approx(1.0)
+    with pytest.raises(flops_fit.FitInputError, match="where_b selects runs to fit, and recipe B is a fitted result"):
+        flops_fit.compare(table, one.b, where_b={"recipe": "better"})
+    assert main(["compare", str(table), str(table), "--where-b", "recipe"]) == 2
+    assert "--where-b takes COLUMN=VALUE pairs" in capsys.readouterr().err

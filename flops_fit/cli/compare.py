@@ -33,6 +33,10 @@ def add_commands(subparsers) -> None:
         p.add_argument(f"--{name}-col", default=name, metavar="COLUMN", help=f"column holding {name} (default {name!r})")
     p.add_argument("--loss-col", metavar="COLUMN", help="column holding the metric (default: 'loss')")
     tracker_options(p)
+    for side in "ab":
+        p.add_argument(f"--where-{side}", nargs="+", metavar="COLUMN=VALUE",
+                       help=f"besides --where, keep only these runs for recipe {side.upper()}: two recipes logged in "
+                       "one table (flops-fit compare runs.csv runs.csv --where-a recipe=base --where-b recipe=new)")
     p.set_defaults(func=_cmd_compare)
 
 
@@ -41,7 +45,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                                bootstrap=args.bootstrap, seed=args.seed, level=args.level, scale=args.scale,
                                metric=args.metric, params_col=args.params_col, tokens_col=args.tokens_col,
                                flops_col=args.flops_col, budget_col=args.budget_col, loss_col=args.loss_col,
-                               curve_metric=args.curve_metric, experiment=args.experiment, where=where_of(args))
+                               curve_metric=args.curve_metric, experiment=args.experiment, where=where_of(args),
+                               where_a=where_of(args, "where_a"), where_b=where_of(args, "where_b"))
     print(result.to_json() if args.json else result.summary())
     if args.out:
         path = flops_fit.write_comparison(result, Path(args.out))

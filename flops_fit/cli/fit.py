@@ -88,14 +88,16 @@ def tracker_options(p: argparse.ArgumentParser) -> None:
                    "(an experiment, a training corpus, an evaluation set)")
 
 
-def where_of(args: argparse.Namespace) -> dict[str, str] | None:
-    """--where COLUMN=VALUE ... as a mapping, each pair checked before anything is read."""
-    pairs = getattr(args, "where", None)
+def where_of(args: argparse.Namespace, option: str = "where") -> dict[str, str] | None:
+    """--where COLUMN=VALUE ... (or another such option) as a mapping, each pair checked before
+    anything is read."""
+    pairs = getattr(args, option, None)
     if not pairs:
         return None
+    flag = "--" + option.replace("_", "-")
     bad = [p for p in pairs if "=" not in p or not p.split("=", 1)[0]]
     if bad:
-        raise flops_fit.FitInputError(f"--where takes COLUMN=VALUE pairs (e.g. --where eval_data=c4_val), got {bad[0]!r}")
+        raise flops_fit.FitInputError(f"{flag} takes COLUMN=VALUE pairs (e.g. {flag} eval_data=c4_val), got {bad[0]!r}")
     return dict(p.split("=", 1) for p in pairs)
 
 

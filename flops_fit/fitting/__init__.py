@@ -7,7 +7,7 @@ a new method subclasses ``Approach`` and is added there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -222,34 +222,57 @@ def data_budget(runs: Runs, unique_tokens: Any) -> float | None:
 
 def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None = None,
             budgets: Any = None, bootstrap: int = 1000, seed: int | None = 0, level: float = 0.95,
-            names: tuple[str, str] | None = None, **options: Any) -> Comparison:
+            names: tuple[str, str] | None = None, where_a: Mapping[str, Any] | None = None,
+            where_b: Mapping[str, Any] | None = None, **options: Any) -> Comparison:
     """Recipe B against recipe A: B's effective compute multiplier over A at each swept budget and at
     ``target`` (default 10x the largest swept), with bootstrap intervals (``fitting.compare``).
 
     ``a`` and ``b`` are what ``fit`` reads (sweep folders, CSVs, DataFrames, Runs) or fitted results of
     one method; both are fitted with ``method`` (the two fits resample with seeds ``seed`` and
-    ``seed + 1``: the sweeps are independent). ``options`` go to ``fit`` (``scale``, ``focus``, columns).
+    ``seed + 1``: the sweeps are independent). ``options`` go to ``fit`` (``scale``, ``focus``, columns;
+    ``where`` selects rows on both sides). ``where_a`` / ``where_b`` select each side's rows besides
+    it: two recipes logged in one table (``compare(t, t, where_a={"recipe": "base"}, where_b={"recipe":
+    "muon"})``).
     """
     if method not in APPROACHES:
         raise FitInputError(f"compare fits one method; choose one of {', '.join(APPROACHES)}, got {method!r}")
+    shared = options.pop("where", None) or {}
+    sides = ((a, where_a), (b, where_b))
     fitted = []
-    for i, source in enumerate((a, b)):
+    for i, (source, own) in enumerate(sides):
         if isinstance(source, FitResult):
+            if own:
+                raise FitInputError(f"where_{'ab'[i]} selects runs to fit, and recipe {'AB'[i]} is a fitted result: "
+                                    "pass its runs (a folder, a table or Runs) instead")
             fitted.append(source)
             continue
         fitted.append(fit(source, method, bootstrap=bootstrap, seed=None if seed is None else seed + i,
-                          level=level, tracking=False, **options))
+                          level=level, tracking=False, where={**shared, **(own or {})} or None, **options))
     if names is None:
-        names = tuple(_name(s, d) for s, d in zip((a, b), ("A", "B"), strict=True))
+        names = tuple(_name(s, d, own) for (s, own), d in zip(sides, ("A", "B"), strict=True))
         names = names if names[0] != names[1] else ("A", "B")
-    return compare_results(*fitted, target=target, budgets=budgets, names=names)
+    result = compare_results(*fitted, target=target, budgets=budgets, names=names)
+    if _same_source(a, b) and (where_a or {}) == (where_b or {}):
+        result.notes.append("A and B are the same runs (one source, the same rows): to compare two recipes logged "
+                            "in one table, pick each side's rows with where_a= / where_b= (CLI: --where-a "
+                            "COLUMN=VALUE / --where-b COLUMN=VALUE)")
+    return result
 
 
-def _name(source: Any, default: str) -> str:
+def _name(source: Any, default: str, where: Mapping[str, Any] | None = None) -> str:
+    """A recipe's name: its file's stem or folder's name, or the rows it was picked by in a shared table."""
+    if where:
+        return ", ".join(f"{k}={v}" for k, v in where.items())
     if isinstance(source, (str, Path)):
         path = Path(source)
         return path.stem if path.is_file() else path.name or default
     return default
+
+
+def _same_source(a: Any, b: Any) -> bool:
+    if isinstance(a, (str, Path)) and isinstance(b, (str, Path)):
+        return Path(a).resolve() == Path(b).resolve()
+    return a is b
 
 
 def fit_destination(runs: Runs, tracking: Any) -> Destination | None:
