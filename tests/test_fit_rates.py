@@ -135,6 +135,11 @@ def test_cli_tune_from_writes_hparams(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "chosen:" in text and "bjorck" in text and str(out / "hparams.json") in text
     assert json.loads((out / "hparams.json").read_text())["model"] == "gpt"
+    # the table passed where a sweep file goes (the positional): one line pointing at --from, nothing trained
+    for runs in (path, out):
+        assert main(["tune", str(runs), "--out", str(tmp_path / "again")]) == 2
+        assert f"{runs} holds runs, not a sweep file to train from" in capsys.readouterr().err
+    assert not (tmp_path / "again").exists()
 
 
 @pytest.mark.parametrize("args, message", [
