@@ -36,10 +36,11 @@ def weak():
 
 
 @pytest.mark.parametrize(("method", "why"), [
-    ("vpnls", r"the N_opt interval at 1e\+09 FLOPs is \[0, "),  # D_opt 0 / N_opt 0 in the interval
-    ("interaction", r"the loss interval at 1e\+09 FLOPs is \[-"),  # a negative loss bound
+    ("vpnls", r"the N_opt interval at 6e\+09 FLOPs is \[0, "),  # D_opt 0 / N_opt 0 in the interval
+    # a negative loss bound, where the table reaches below the sweep: said so
+    ("interaction", r"the loss interval at 1e\+09 FLOPs \(below the swept budgets\) is \[-"),
     ("isoflop", r"outside its own interval"),  # the point outside its own bootstrap interval
-    ("curve", r"the loss interval at 1e\+09 FLOPs is \[-"),  # the curve law's [-1.5e20, 4.9] of the issue
+    ("curve", r"the loss interval at 1e\+13 FLOPs \(above the swept budgets\) is \[-"),  # as the issue's [-1.5e20, 4.9]
 ])
 def test_a_fit_without_a_finite_ordered_answer_is_refused_with_its_reason(weak, method, why):
     with pytest.raises(NoFitError, match=f"^{method}: {FAILED} \\(.*{why}"):
@@ -49,7 +50,7 @@ def test_a_fit_without_a_finite_ordered_answer_is_refused_with_its_reason(weak, 
 def test_a_size_interval_below_one_parameter_is_refused(weak):
     """The data-limited law on the sweep's 161,408 unique tokens: resamples reach N_opt 2e-4. Asked for
     by its data budget, it is refused with the way to the ordinary law."""
-    with pytest.raises(NoFitError, match=r"^data-limited: .*N_opt interval at 1e\+09 FLOPs is \[0\.000\d+, .*below "
+    with pytest.raises(NoFitError, match=r"^data-limited: .*N_opt interval at 6e\+09 FLOPs is \[0\.000\d+, .*below "
                                          r"one parameter.*; without unique_tokens \(--unique-tokens\) the fit reads"):
         fit(weak, "parametric", bootstrap=30, tracking=False, unique_tokens=161408)
 
@@ -79,7 +80,7 @@ def test_a_data_interval_beyond_the_budget_is_refused(weak):
     assert failure(usable, [2.4e11]) is None and table["D_opt_hi"][0] < 2.4e11 / 6
     table.loc[0, "D_opt_hi"] = 1.49e13
     usable.predict = lambda budgets: table
-    assert failure(usable, [2.4e11]) == ("the D_opt interval at 2.4e+11 FLOPs is "
+    assert failure(usable, [2.4e11]) == ("the D_opt interval at 2.4e+11 FLOPs (above the swept budgets) is "
                                          f"[{table['D_opt_lo'][0] / 1e3:.3g}k, 14.9T], more tokens than the "
                                          "budget trains a one-parameter model on")
 
