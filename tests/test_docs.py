@@ -66,3 +66,24 @@ def test_the_home_pages_csv_example_runs_as_written(tmp_path, monkeypatch):
     exec(compile(block.replace('method="vpnls")', 'method="vpnls", bootstrap=20)'), str(HOME), "exec"), namespace)
     table = namespace["fitted"].predict(1e21)
     assert (table["N_opt_lo"] < table["N_opt"]).all() and (table["N_opt"] < table["N_opt_hi"]).all()
+
+
+@pytest.mark.parametrize("page", ["model-families.md", "mup.md"])
+def test_the_model_pages_examples_run_as_written_in_one_script(page, tmp_path, monkeypatch):
+    """A reader pastes a page's Python blocks into one script: they run in order, imports included
+    (they began with `flops_fit.create_model(...)` and failed with a NameError)."""
+    monkeypatch.chdir(tmp_path)
+    path = DATA_DOC.with_name(page)
+    blocks = re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+    assert blocks
+    exec(compile("".join(blocks), str(path), "exec"), {"__name__": "__main__"})
+
+
+def test_a_sweep_example_that_starts_ranks_or_workers_keeps_its_main_guard():
+    """A script without the guard is refused (executors.supervisor.check_main_guard): every example that
+    sweeps on several workers or ranks has it."""
+    guide = DATA_DOC.parent
+    for page in sorted(guide.glob("*.md")):
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
+            if re.search(r"workers=[2-9]|processes_per_run=[2-9]", block) and ".run(" in block:
+                assert 'if __name__ == "__main__":' in block, f"{page.name}: an unguarded sweep example"
