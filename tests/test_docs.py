@@ -68,8 +68,8 @@ def test_the_home_pages_csv_example_runs_as_written(tmp_path, monkeypatch):
     assert (table["N_opt_lo"] < table["N_opt"]).all() and (table["N_opt"] < table["N_opt_hi"]).all()
 
 
-@pytest.mark.parametrize("page", ["model-families.md", "mup.md"])
-def test_the_model_pages_examples_run_as_written_in_one_script(page, tmp_path, monkeypatch):
+@pytest.mark.parametrize("page", ["model-families.md", "mup.md", "sweeps.md"])
+def test_the_pages_examples_that_train_nothing_run_as_written_in_one_script(page, tmp_path, monkeypatch):
     """A reader pastes a page's Python blocks into one script: they run in order, imports included
     (they began with `flops_fit.create_model(...)` and failed with a NameError)."""
     monkeypatch.chdir(tmp_path)
