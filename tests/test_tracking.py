@@ -280,6 +280,17 @@ def test_wandb_offline_writes_a_run_per_run_with_its_config_and_curve(tracked):
 
 
 # ------------------------------------------------------------------------- resume
+@pytest.mark.parametrize("backend", ["tensorboard", "mlruns", "wandb"])
+def test_a_sweeps_tracker_folder_fits_as_its_store_does(tracked, backend):
+    """flops-fit's own tracking read back as a tracker source: the sweep's run (its plan and fits) is
+    left out, and each run's `loss` parameter (the loss function's name) is not its loss: eval/loss is.
+    Before, the fit refused both folders (a run without params; 'loss' not numeric)."""
+    out, runs, _, fitted = tracked
+    read = flops_fit.fit(out / "tracking" / backend, FIT, bootstrap=0, tracking=False)
+    assert read.runs.frame.set_index("run_id").loss.to_dict() == pytest.approx(runs.loss.to_dict(), rel=1e-6)
+    assert read.params == pytest.approx(fitted.params, rel=1e-4)
+
+
 def test_resuming_a_finished_sweep_logs_no_step_twice(tmp_path):
     first = run(tmp_path, tracking=["tensorboard", "mlflow"]).runs
     sweep(host=HOST, out_dir=tmp_path, resume=True, show_progress=False, skip_parity=True,

@@ -26,6 +26,15 @@ from flops_fit.sources.base import TrackedRun
 from flops_fit.store.run_store import SCHEDULE_FIELDS
 
 CURVE_METRICS = ("train_loss", "train/loss")  # tried in turn when no curve_metric is named
+# What flops-fit's own tracking logs on a sweep's run (the plan, how the runs ended, the fits) and
+# never on a training run: that run is left out, so a sweep's tracker folder fits as its store does.
+SWEEP_RUN_METRIC = "plan/runs"
+# flops-fit's own training runs (``tracking.base.RunTracker``, marked by ``run/tokens``) log their spec as
+# parameters, ``loss`` among them as the loss function's name, and their held-out results as eval/
+# metrics: read as the sweep's store reads them (under the store's run ids; the loss function's name
+# kept as ``loss_function``).
+OWN_RUN_METRIC = "run/tokens"
+OWN_RESULTS = {"eval/loss": "loss", "eval/bpb": "bpb", "eval/top1_error": "top1_error"}
 # The schedule fields a run may leave out, at RunSpec's defaults; the rest (steps, warmup_steps,
 # min_lr_ratio, batch_size, seq_len) must be logged as parameters for the whole-curve law.
 SCHEDULE_DEFAULTS = {"schedule": "cosine", "cooldown_start": 0, "cooldown_shape": "1-sqrt"}
@@ -68,8 +77,12 @@ def read(source: Any, *, curve_metric: str | None = None, tokens_col: str = "tok
 
 
 def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens_col: str) -> pd.DataFrame:
-    """One row per run: run_id, status, its parameters, its final metrics (a metric wins over a
-    parameter of the same name) and ``curve`` where ``curve_metric`` was logged."""
+    """One row per training run (a flops-fit sweep's own run left out): run_id, status, its parameters,
+    its final metrics (a metric wins over a parameter of the same name) and ``curve`` where
+    ``curve_metric`` was logged."""
+    runs = [r for r in runs if SWEEP_RUN_METRIC not in r.metrics]
+    if not runs:
+        raise FitInputError(f"{name}: only a sweep's own run (its plan and fits) is logged here, no training run")
     series = {k for r in runs for k in r.series}
     wanted = curve_metric or next((m for m in CURVE_METRICS if m in series), None)
     if curve_metric and curve_metric not in series:
@@ -79,6 +92,11 @@ def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens
     rows = []
     for r in runs:
         row: dict[str, Any] = {**r.params, **r.metrics, "run_id": r.run_id, "status": r.status}
+        if OWN_RUN_METRIC in r.metrics:
+            row["loss_function"], row["run_id"] = r.params.get("loss"), r.params.get("run_id", r.run_id)
+            row.update({ours: r.metrics.get(logged, math.nan) for logged, ours in OWN_RESULTS.items()})
+            if r.metrics.get("run/failed") == 1.0:
+                row["status"] = "failed"
         points = r.series.get(wanted) if wanted else None
         if points:
             row["curve"] = _on_tokens(points, _number(row.get(tokens_col)))
