@@ -318,3 +318,16 @@ def test_tables_name_what_d_counts_from_the_sweeps_plan(tmp_path, capsys, model,
     assert f"{unit} D_opt" in table and f"{unit}/param" in table and other not in table
     assert f"D_opt ({unit})" in fitted.answer_table() and f"{unit} / parameter" in fitted.answer_table()
     assert f"{unit} D" in parametric.loss_at(1e9, 2e10).summary()
+
+
+def test_a_loss_column_of_text_names_the_numeric_columns_named_like_a_loss(tmp_path, capsys):
+    """A tracker export's `loss` is often the loss function's name: the error said "15 missing or
+    non-numeric values ... drop or fix those runs", which no run could fix."""
+    from flops_fit.cli.main import main
+
+    path = tmp_path / "runs.csv"
+    path.write_text("params,tokens,loss,eval/loss,train_loss,lr\n1e6,2e7,xent,3.1,3.0,1e-3\n2e6,4e7,xent,2.9,2.8,1e-3\n")
+    assert main(["fit", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"flops-fit: error: {path}: column 'loss' holds no numbers (e.g. 'xent'); name the column with each run's "
+        "loss with loss_col= (CLI: --loss-col); numeric columns named like a loss: 'eval/loss', 'train_loss'")

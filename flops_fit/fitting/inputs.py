@@ -199,6 +199,9 @@ def load_runs(
     out["run_id"] = ids.to_numpy()
     for canonical in ("params", "loss") + (("tokens",) if has_tokens else ()) + (("flops",) if has_flops else ()):
         column = mapping[canonical][0]
+        if canonical == "loss" and frame[column].notna().any() and \
+                pd.to_numeric(frame[column], errors="coerce").isna().all():
+            _text_not_numbers(frame, column, name)
         out[canonical] = _numeric(frame[column], column, name, out["run_id"])
     if not has_tokens:
         out["tokens"] = out["flops"] / (flops_per_param_token * out["params"])
@@ -412,6 +415,17 @@ def _unscored(series: pd.Series) -> pd.Series:
     values = pd.to_numeric(series, errors="coerce")
     text = series.astype(str).str.strip().str.lower()
     return (series.isna() | text.isin(("nan", "-nan", "inf", "-inf", "infinity", "-infinity"))) & ~np.isfinite(values)
+
+
+def _text_not_numbers(frame: pd.DataFrame, column: str, name: str) -> None:
+    """One line when the loss column holds no number at all (a tracker's ``loss`` parameter naming the
+    loss function, say): the numeric columns named like a loss are the likely ones to map."""
+    numeric = [c for c in frame.columns if c != column and "loss" in str(c).lower()
+               and pd.to_numeric(frame[c], errors="coerce").notna().any()]
+    example = next(str(v) for v in frame[column] if pd.notna(v))
+    raise FitInputError(f"{name}: column {column!r} holds no numbers (e.g. {example!r}); name the column with each "
+                        "run's loss with loss_col= (CLI: --loss-col)"
+                        + (f"; numeric columns named like a loss: {', '.join(map(repr, numeric))}" if numeric else ""))
 
 
 def _numeric(series: pd.Series, column: str, name: str, ids: pd.Series) -> pd.Series:
