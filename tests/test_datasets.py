@@ -201,6 +201,16 @@ def test_an_image_folder_tree_is_read_split_and_sizes_the_model(tmp_path):
         flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "nothing"))
 
 
+def test_an_image_folder_with_files_that_are_not_images_names_them(tmp_path):
+    """A damaged file among the images was a PIL traceback out of `flops-fit plan`; now one line naming it."""
+    _write_image_folder(tmp_path / "pets")
+    (tmp_path / "pets" / "dog" / "broken.png").write_bytes(b"not a png")
+    (tmp_path / "pets" / "emu" / "cut.jpg").write_bytes(b"\xff\xd8\xff")  # a JPEG cut after its first bytes
+    with pytest.raises(FlopsFitError, match=r"image-folder: 2 file\(s\) under .* are not images PIL can read: "
+                                            r".*broken\.png \(UnidentifiedImageError\), .*cut\.jpg .*remove or replace"):
+        flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "pets"), image_size=8)
+
+
 def test_augmentation_is_a_crop_and_flip_fixed_by_the_batch():
     images = torch.arange(2 * 1 * 4 * 4, dtype=torch.float32).reshape(2, 1, 4, 4)
     plain = ImageTensors(images, torch.tensor([0, 1]), mean=[0.0], std=[1.0])

@@ -166,8 +166,17 @@ def build_image_folder(split: str, root: str | None = None, image_size: int = 32
         unknown = sorted({c for c, _ in pairs} - set(classes))
         if unknown:
             raise DataError(f"image-folder: held-out classes {unknown} have no training images under {root!r}")
-        arrays = [np.asarray(Image.open(path).convert(mode).resize((image_size, image_size)), np.uint8)
-                  for _, path in pairs]
+        arrays, unreadable = [], []
+        for _, path in pairs:
+            try:
+                with Image.open(path) as image:
+                    arrays.append(np.asarray(image.convert(mode).resize((image_size, image_size)), np.uint8))
+            except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError; a truncated file too
+                unreadable.append(f"{path} ({type(exc).__name__})")
+        if unreadable:
+            raise DataError(f"image-folder: {len(unreadable)} file(s) under {root!r} are not images PIL can read: "
+                            + ", ".join(unreadable[:3]) + (" ..." if len(unreadable) > 3 else "")
+                            + "; remove or replace them")
         images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1).permute(0, 3, 1, 2)
         return images.contiguous(), torch.tensor([classes.index(c) for c, _ in pairs])
 
