@@ -206,7 +206,7 @@ def test_an_image_folder_with_files_that_are_not_images_names_them(tmp_path):
     _write_image_folder(tmp_path / "pets")
     (tmp_path / "pets" / "dog" / "broken.png").write_bytes(b"not a png")
     (tmp_path / "pets" / "emu" / "cut.jpg").write_bytes(b"\xff\xd8\xff")  # a JPEG cut after its first bytes
-    with pytest.raises(FlopsFitError, match=r"image-folder: 2 file\(s\) under .* are not images PIL can read: "
+    with pytest.raises(FlopsFitError, match=r"image-folder: 2 image\(s\) PIL cannot read: "
                                             r".*broken\.png \(UnidentifiedImageError\), .*cut\.jpg .*remove or replace"):
         flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "pets"), image_size=8)
 
@@ -259,3 +259,10 @@ def test_parquet_and_save_to_disk_images_through_datasets(tmp_path):
                                             r"num_classes = 11 \(labels must be 0 to num_classes - 1\)"):
         flops_fit.create_dataset("hf-images", "validation", image_field="img", label_field="y",
                                  data_files=str(tmp_path / "shifted.parquet"))
+    damaged = datasets.Dataset.from_dict({"img": [{"bytes": b"not an image", "path": None}] * 3 + images[3:],
+                                          "y": labels}).cast_column("img", datasets.Image(decode=False))
+    damaged = damaged.cast_column("img", datasets.Image())  # as a parquet of images is read: datasets decodes
+    damaged.to_parquet(str(tmp_path / "damaged.parquet"))
+    with pytest.raises(FlopsFitError, match=r"hf-images: 3 image\(s\) PIL cannot read: row \d+ "
+                                            r"\(UnidentifiedImageError\), .*; remove or replace them"):
+        flops_fit.create_dataset("hf-images", "train", **config, data_files=str(tmp_path / "damaged.parquet"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -166,17 +167,7 @@ def build_image_folder(split: str, root: str | None = None, image_size: int = 32
         unknown = sorted({c for c, _ in pairs} - set(classes))
         if unknown:
             raise DataError(f"image-folder: held-out classes {unknown} have no training images under {root!r}")
-        arrays, unreadable = [], []
-        for _, path in pairs:
-            try:
-                with Image.open(path) as image:
-                    arrays.append(np.asarray(image.convert(mode).resize((image_size, image_size)), np.uint8))
-            except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError; a truncated file too
-                unreadable.append(f"{path} ({type(exc).__name__})")
-        if unreadable:
-            raise DataError(f"image-folder: {len(unreadable)} file(s) under {root!r} are not images PIL can read: "
-                            + ", ".join(unreadable[:3]) + (" ..." if len(unreadable) > 3 else "")
-                            + "; remove or replace them")
+        arrays = _pixels(((path, path) for _, path in pairs), Image.open, mode, image_size, "image-folder")
         images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1).permute(0, 3, 1, 2)
         return images.contiguous(), torch.tensor([classes.index(c) for c, _ in pairs])
 
@@ -228,15 +219,19 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
     if held is None:
         parts = table.train_test_split(test_size=validation_fraction, seed=0)
         table, held = parts["train"], parts["test"]
+    if isinstance(table.features[image_field], datasets.Image):  # decoded in _pixels, where a damaged image
+        table, held = (t.cast_column(image_field, datasets.Image(decode=False)) for t in (table, held))  # is named
     chosen = table if split == "train" else held
     mode = "L" if in_chans == 1 else "RGB"
 
-    def decode(value: Any) -> np.ndarray:
-        image = value if isinstance(value, Image.Image) else Image.open(io.BytesIO(value["bytes"]))
-        return np.asarray(image.convert(mode).resize((image_size, image_size)), np.uint8)
+    def opened(value: Any) -> Image.Image:
+        if isinstance(value, Image.Image):
+            return value
+        return Image.open(io.BytesIO(value["bytes"]) if value.get("bytes") is not None else value["path"])
 
     def tensors(rows: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        arrays = [decode(v) for v in rows[image_field]]
+        arrays = _pixels(((f"row {i}", v) for i, v in enumerate(rows[image_field])), opened, mode, image_size,
+                         "hf-images")
         images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1)
         return images.permute(0, 3, 1, 2).contiguous(), torch.tensor(rows[label_field], dtype=torch.int64)
 
@@ -247,6 +242,23 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
     _check_labels(torch.cat([train_labels, labels]), model_keys.get("num_classes"), "hf-images")
     augment = {"crop_padding": crop_padding, "flip": flip, "seed": seed} if split == "train" else {}
     return ImageTensors(images, labels, mean, std, **augment)
+
+
+def _pixels(sources: Iterable[tuple[str, Any]], open_image: Callable[[Any], Any], mode: str, image_size: int,
+            name: str) -> list[np.ndarray]:
+    """Each ``(label, source)`` opened, converted to ``mode`` and resized; the sources PIL cannot read
+    (a damaged or cut file: PIL raises OSError or ValueError) named in one line, not a traceback."""
+    arrays, unreadable = [], []
+    for label, source in sources:
+        try:
+            with open_image(source) as image:
+                arrays.append(np.asarray(image.convert(mode).resize((image_size, image_size)), np.uint8))
+        except (OSError, ValueError) as exc:
+            unreadable.append(f"{label} ({type(exc).__name__})")
+    if unreadable:
+        raise DataError(f"{name}: {len(unreadable)} image(s) PIL cannot read: " + ", ".join(unreadable[:3])
+                        + (" ..." if len(unreadable) > 3 else "") + "; remove or replace them")
+    return arrays
 
 
 def _check_labels(labels: torch.Tensor, num_classes: int | None, name: str) -> None:
