@@ -113,3 +113,15 @@ def test_files_of_mixed_kinds_are_refused(tmp_path):
     write_jsonl(tmp_path / "b.jsonl", STORIES[5:10])
     with pytest.raises(FlopsFitError, match="must all be one of the kinds"):
         flops_fit.create_dataset("hf-text", "train", data_files=[str(tmp_path / "a.parquet"), str(tmp_path / "b.jsonl")])
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_damaged_jsonl_line_is_one_line_naming_the_file(tmp_path, streaming):
+    """A jsonl with one line that is not JSON: pyarrow's ArrowInvalid came out of the first batch as a traceback
+    (streamed), or as "An error occurred while generating the dataset", naming no file (loaded)."""
+    path = write_jsonl(tmp_path / "stories.jsonl", STORIES)
+    path.write_text(path.read_text() + "{not json\n")
+    with pytest.raises(FlopsFitError, match=r"hf-text: cannot (read the records|load split) .*stories\.jsonl: "
+                                            r"ArrowInvalid: JSON parse error"):
+        flops_fit.create_dataset("hf-text", "train", data_files=str(path), seq_len=8, tokenizer="bytes",
+                                 streaming=streaming, cache_dir=str(tmp_path / "cache"))

@@ -120,13 +120,33 @@ class _Corpus:
             return datasets.load_dataset(self.path, self.config, split=split, revision=self.revision,
                                          streaming=self.streaming)
         except Exception as exc:  # missing or unreadable files, no network: the library's own exceptions
-            raise DataError(f"{self.name}: cannot load split {split!r} of {self.path or 'data_files'}: {exc}") from None
+            raise DataError(f"{self.name}: cannot load split {split!r} of {self.where(split)}: {_reason(exc)}") from None
+
+    def where(self, split: str) -> str:
+        """The hub dataset or folder, or the split's files, for an error to name."""
+        return self.path or ", ".join(map(str, (self.files or {}).get(split, []))) or "data_files"
+
+
+def _reason(exc: BaseException) -> str:
+    """A library's error by its first cause (datasets wraps a file's parse error in its own; what it
+    tried after that, its context, says less)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _texts(corpus: _Corpus, split: str, text_field: str) -> Iterator[str]:
     """The ``text_field`` of every record of ``split``, in order, read in batches."""
     data = corpus.open(split)
-    for batch in data.iter(batch_size=BATCH_RECORDS):
+    batches = data.iter(batch_size=BATCH_RECORDS)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as exc:  # a record the library cannot parse (a damaged jsonl line, a cut file)
+            raise DataError(f"{corpus.name}: cannot read the records of split {split!r} of {corpus.where(split)}: "
+                            f"{_reason(exc)}") from None
         if text_field not in batch:
             raise DataError(f"{corpus.name}: the records have no field {text_field!r}; their fields are "
                             f"{sorted(batch)}: pass text_field=...")
