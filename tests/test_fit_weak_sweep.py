@@ -21,7 +21,7 @@ from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import fit, load_runs
 from flops_fit.fitting.laws.forms import Chinchilla
 from flops_fit.fitting.report.html_report import _guarded, agreement
-from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss
+from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss, synthetic_runs
 from flops_fit.fitting.validation.validity import failure
 
 WEAK = Path(__file__).parent / "data" / "weak_sweep.csv"
@@ -169,13 +169,32 @@ def _not_a_sweep(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", [["report"], ["fit", "--holdout", "forward"]])
+@pytest.mark.parametrize("command", [["report", "--holdout", "forward"], ["fit", "--holdout", "forward"]])
 def test_runs_that_are_not_an_isoflop_sweep_are_told_the_options_that_work(tmp_path, capsys, command):
     csv = _not_a_sweep(tmp_path)
     assert main([command[0], str(csv), *command[1:], "--method", "vpnls", "--bootstrap", "0", "--tracking", "off"]) == 2
     err = capsys.readouterr().err
     assert "not an IsoFLOP sweep" in err and "--holdout none" in err and "--holdout largest" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_reports_default_check_is_made_where_the_runs_allow_it_and_said_why_not_where_they_do_not(tmp_path,
+                                                                                                        capsys):
+    """`report` chains forward by default ("auto"); runs that allow no check (not an IsoFLOP sweep, a sweep
+    part-way at one budget) got exit 2 and no page, though every method fits them. Now the page is written,
+    leading with why there is no forecast."""
+    csv = _not_a_sweep(tmp_path)
+    assert main(["report", str(csv), "--method", "all", "--bootstrap", "0", "--tracking", "off",
+                 "--out", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("No forecast: no held-out check was possible (holdout='forward' compares each budget's "
+                          "IsoFLOP minimum") and "the methods' own fits stand" in out
+    assert "no held-out check was possible" in (tmp_path / "r.html").read_text()
+    one = fit(csv, "vpnls", bootstrap=0, holdout="auto")
+    assert one.holdout_checks == [] and any("no held-out check" in w for w in one.diagnostics.warnings)
+    sweep = synthetic_runs(budgets=(1e17, 2e17, 4e17, 8e17, 1.6e18), sizes_per_budget=5, seed=1)
+    chained = fit(sweep, "all", bootstrap=0, holdout="auto")
+    assert chained.forecast is not None and not any("no held-out check" in w for w in chained.warnings)
 
 
 def test_holdout_none_fits_without_a_check(tmp_path, capsys):

@@ -55,12 +55,12 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
     p.add_argument("--tracking", metavar="B1,B2|off",
                    help="log the fitted parameters and predictions to these tracking backends (tensorboard, "
                    "mlflow, wandb); default: a sweep folder's own [tracking], none for a CSV; off: none")
-    p.add_argument("--holdout", metavar="forward|largest|each|none|C", default=holdout,
+    p.add_argument("--holdout", metavar="forward|largest|each|auto|none|C", default=holdout,
                    help="also fit every method without some budgets' runs and compare its prediction there with "
                    "that budget's own IsoFLOP minimum: forward fits the budgets up to each one and predicts every "
                    "larger one (with --method all it also chooses the forecast by its error at the largest "
-                   "ratios tested); largest, each (in turn) or C leave that budget out; none checks nothing (runs that are not an "
-                   "IsoFLOP sweep)"
+                   "ratios tested); largest, each (in turn) or C leave that budget out; auto is forward where the runs "
+                   "allow it, else none, saying why; none checks nothing (runs that are not an IsoFLOP sweep)"
                    + (f"; default {holdout}" if holdout else ""))
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes for the fits, the held-out refits and, for report, the figures: the same results, "
@@ -112,7 +112,7 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_fit)
 
     p = subparsers.add_parser("report", help="write an HTML report (table, plots, diagnostics, provenance)")
-    _source_options(p, method="all", bootstrap=500, holdout="forward")
+    _source_options(p, method="all", bootstrap=500, holdout="auto")
     p.add_argument("--out", metavar="FILE.html", help="report file (default: report.html in the sweep folder, "
                    "or beside the CSV)")
     p.set_defaults(func=_cmd_report)

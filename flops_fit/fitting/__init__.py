@@ -37,6 +37,7 @@ from flops_fit.fitting.validation.holdout import (
     HoldoutCheck,
     fit_each,
     holdout_checks,
+    holdout_refusal,
     select_budgets,
     shared_refits,
 )
@@ -65,7 +66,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     projection). ``holdout`` ("largest", a budget in FLOPs, or "each") also fits every method
     without that budget's runs and compares its prediction there with the budget's own
     IsoFLOP minimum (``result.holdout``); "forward" fits the budgets up to each one and
-    predicts every larger one; None (or "none") checks nothing. ``metric`` is what the laws fit: ``"loss"`` (default:
+    predicts every larger one; "auto" is "forward" where the runs allow it and otherwise checks
+    nothing, saying why in the warnings (what ``flops-fit report`` does by default); None (or "none")
+    checks nothing. ``metric`` is what the laws fit: ``"loss"`` (default:
     the held-out loss per token) or ``"bpb"`` (held-out bits per byte, comparable across
     tokenizers); given ``Runs``, theirs. ``scale`` is what N is: "params" (default),
     "non_embedding_params" or "flops_per_token" (DeepSeek's M; ``scales``). ``focus`` is which runs
@@ -129,6 +132,12 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     runs = rescale(runs, scale)
     unique = data_budget(runs, unique_tokens)
     logged_to = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
+    no_check = None
+    if holdout == "auto":  # forward chaining where the runs allow it (the report's default), else none, saying why
+        refused = holdout_refusal(runs, "forward")
+        holdout = "forward" if refused is None else None
+        if refused is not None:
+            no_check = f"{NO_FORECAST}no held-out check was possible ({refused[0]}); the methods' own fits stand"
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
     names = tuple(APPROACHES) if method == "all" else (method,)
@@ -181,6 +190,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
             for name, items in checks.items():
                 results[name].holdout_checks = items
         fitted = FitSet(results, skipped) if method == "all" else results[names[0]]
+        if no_check is not None:
+            (fitted.warnings if method == "all" else fitted.diagnostics.warnings).append(no_check)
         if method == "all" and holdout == "forward":
             chosen = float(target) if target is not None else default_target(runs)
             base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)

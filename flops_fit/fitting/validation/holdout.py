@@ -95,23 +95,33 @@ NO_SWEEP_HINT = ("fit without a held-out check (holdout=None, --holdout none), o
                  "of the largest budget (holdout='largest', --holdout largest)")
 
 
+def holdout_refusal(runs: Runs, which: Any) -> tuple[str, str] | None:
+    """Why these runs allow no held-out check of kind ``which``, and the options that work; None
+    when they allow it."""
+    budgets, _ = budget_groups(runs)
+    unique = np.unique(budgets)
+    if len(unique) < 2:
+        return (f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}",
+                "fit without one (holdout=None, --holdout none)")
+    if which == "forward" and len(unique) <= FORWARD_MIN:
+        return (f"holdout='forward' fits at least {FORWARD_MIN} budgets and predicts a larger one: it needs "
+                f"{FORWARD_MIN + 1} or more budgets; these runs have {len(unique)}",
+                "hold out 'largest' or 'each' instead (--holdout largest), or fit without a check (--holdout none)")
+    if which in ("each", "forward") and not any(np.unique(runs.frame["params"].to_numpy(float)[budgets == b]).size
+                                                >= MIN_SIZES for b in unique):
+        return (f"holdout={which!r} compares each budget's IsoFLOP minimum with the law's, and no budget here has "
+                f"runs of {MIN_SIZES} or more sizes (these runs are not an IsoFLOP sweep)", NO_SWEEP_HINT)
+    return None
+
+
 def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
     """Each run's budget and the budgets to hold out: "largest", "each" (every budget in
     turn) or a number naming one budget. Refuses a budget the runs do not have."""
     budgets, _ = budget_groups(runs)
     unique = sorted(float(b) for b in np.unique(budgets))
-    if len(unique) < 2:
-        raise FitInputError(f"a held-out check needs runs at 2 or more budgets; these runs have {len(unique)}: fit "
-                            "without one (holdout=None, --holdout none)")
-    if which == "forward" and len(unique) <= FORWARD_MIN:
-        raise FitInputError(f"holdout='forward' fits at least {FORWARD_MIN} budgets and predicts a larger one: it needs "
-                            f"{FORWARD_MIN + 1} or more budgets; these runs have {len(unique)}: hold out 'largest' or 'each' "
-                            "instead (--holdout largest), or fit without a check (--holdout none)")
-    if which in ("each", "forward") and not any(np.unique(runs.frame["params"].to_numpy(float)[budgets == b]).size
-                                                >= MIN_SIZES for b in unique):
-        raise FitInputError(f"holdout={which!r} compares each budget's IsoFLOP minimum with the law's, and no budget "
-                            f"here has runs of {MIN_SIZES} or more sizes (these runs are not an IsoFLOP sweep): "
-                            f"{NO_SWEEP_HINT}")
+    refused = holdout_refusal(runs, which)
+    if refused is not None:
+        raise FitInputError(": ".join(refused))
     if which in CHOICES:
         return budgets, {"largest": unique[-1:], "each": unique, "forward": unique[FORWARD_MIN:]}[which]
     try:
