@@ -178,7 +178,7 @@ def test_cli_sweep_on_worker_processes_matches_the_in_process_sweep(tmp_path):
 
     status = _cli(["status", str(tmp_path / "out")])
     out, _ = status.communicate(timeout=120)
-    assert "6 runs: 6 done" in out and "parity gate:" in out
+    assert "6 runs: 6 done" in out and "\nparity gate for 'tiny-lm' [cpu, float32]: unverified (" in out
 
 
 @pytest.mark.parametrize("workers, signum", [(1, signal.SIGINT), (2, signal.SIGTERM)])
@@ -285,6 +285,22 @@ class _FailingParity:
     def register_parity_cases(self, register):
         register(flops_fit.ParityCaseEntry("tiny-broken", model="tiny-lm", reference="a stand-in", run=self.run,
                                            quick=True, devices=("cpu",), dtypes=("float32",)))
+
+
+def test_the_parity_gates_outcome_is_said_before_the_runs_train(tmp_path, capsys):
+    """`flops-fit demo` and sweeps without [parity] installed trained a model nothing had verified, and said
+    nothing of it (the outcome was only in `flops-fit status`): the gate's line comes before the runs'."""
+    from flops_fit.cli.main import main
+
+    options = sweep_support.small_plan_options()
+    sweep(host=HOST, out_dir=tmp_path / "a", **options)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "parity gate for 'tiny-lm' [cpu, float32]: unverified (no quick parity case is registered for " \
+                     "this model)" and err[1].startswith("sweep [")
+    sweep(host=HOST, out_dir=tmp_path / "b", skip_parity=True, **options)
+    assert capsys.readouterr().err.splitlines()[0] == "parity gate: overridden (skip_parity=True: the gate was not run)"
+    assert main(["status", str(tmp_path / "b")]) == 0
+    assert "\nparity gate: overridden (skip_parity=True: the gate was not run)\n" in capsys.readouterr().out
 
 
 def test_a_failing_parity_gate_stops_the_sweep_unless_overridden(tmp_path):

@@ -23,6 +23,7 @@ from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.data_budget import repeat_warning, unique_tokens
 from flops_fit.sweeps.export import plan_csv, plan_json
+from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.tables import format_table
 
@@ -225,7 +226,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         frame = store.runs_frame()
     total = sum(counts.values())
     print(f"{out_dir}: {total} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    print(f"parity gate: {parity['status']}" + (f" ({parity['reason'].splitlines()[0]})" if parity.get("reason") else ""))
+    print(gate_line({"reason": "", **parity}))
     rows = [
         [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status,
          "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", r.error or ""]

@@ -35,7 +35,7 @@ from flops_fit.plugin import api
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult, RunSpec
-from flops_fit.sweeps.gate import check
+from flops_fit.sweeps.gate import check, gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight
@@ -291,6 +291,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     todo = [r for r in unfinished if only is None or r.run_id in only]
     model = plan.runs[0].model
     trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
+    finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
+    display = SweepDisplay(finished + len(todo), finished, enabled=show_progress)
     if todo:
         gate = parity_gate(model, skip=skip_parity or trainer is not None, host=host)
         if trainer is not None:
@@ -301,8 +303,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 f"model {model!r} failed its parity gate, so no run was trained:\n"
                 f"{gate['reason']}\nfix the model, or pass skip_parity=True (--skip-parity) to override"
             )
-    finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
-    display = SweepDisplay(finished + len(todo), finished, enabled=show_progress)
+        display.note(gate_line(gate))  # what was proven before the compute is spent, or why nothing was
     accounting = _Accounting(store, plan.runs)
 
     def on_progress(run_id: str, done: int, total: int, loss: float) -> None:

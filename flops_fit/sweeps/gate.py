@@ -92,3 +92,12 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
             continue
         gate.outcomes.append(run_case(entry, device, dtype))
     return gate
+
+
+def gate_line(gate: dict[str, Any]) -> str:
+    """A stored gate's outcome (``driver.parity_gate``'s) in one line, its status and each case's:
+    "parity gate for 'gpt' [cpu, float32]: unverified (hf-gpt2: skipped: needs transformers ...)"."""
+    lines = gate["reason"].splitlines()
+    if not lines or not lines[0].startswith("parity gate"):  # not run: skip_parity, or a [train] command
+        lines = [f"parity gate: {gate['status']}", *lines]
+    return lines[0] + (f" ({'; '.join(c.strip() for c in lines[1:])})" if lines[1:] else "")

@@ -47,6 +47,10 @@ class SweepDisplay:
         self._current = f"run {run_id[:8]} {_bar(done, total)} {done / total:5.1%} loss {loss:.4f}"
         self._emit(f"{self._sweep_part()} | {self._current}")
 
+    def note(self, line: str) -> None:
+        """A line of its own above the bars (the parity gate's outcome, say)."""
+        self._emit(line, final=True)
+
     def run_finished(self, line: str, failed: bool = False) -> None:
         self.done += 1
         self.failed += failed
