@@ -58,7 +58,9 @@ def test_a_dataset_that_does_not_open_exits_2_before_any_run(tmp_path, capsys):
         assert store.planned_runs() == [] and store.get_meta("parity") is None
     # without the preflight, the old behaviour: every run fails the same way (now exit 1, grouped)
     assert main(["sweep", str(config), "--out", str(out), "--skip-preflight"]) == 1
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
+    assert "the answer:" not in captured.out  # no run is done: nothing to report
     assert "flops-fit: 7 of 7 runs failed, for 1 distinct reason(s)" in err
     assert "  7 run(s) (" in err and "): DataError: hf-text needs data_files=..." in err
 
@@ -174,9 +176,16 @@ def test_failures_are_grouped_by_reason_numbers_aside():
         {"run_id": "b" * 32, "status": "done", "error": None},
         {"run_id": "c" * 32, "status": "failed", "error": "DataError: no file"},
         {"run_id": "d" * 32, "status": "failed", "error": "diverged: train loss 1e+05 exceeds 4 x 2.5 at step 40"},
+        # a [train] command's crash names the run's own log: one reason for every run, not one each
+        {"run_id": "fe1bebb11cf36ffb", "status": "failed",
+         "error": "crash: the script exited with status 3 (log out/trainer-logs/fe1bebb11cf36ffb.log: boom)"},
+        {"run_id": "ba10c7a60f8fe4d9", "status": "failed",
+         "error": "crash: the script exited with status 3 (log out/trainer-logs/ba10c7a60f8fe4d9.log: boom)"},
     ])
     assert failure_reasons(frame) == [
         ("diverged: train loss 9.1 exceeds 4 x 2.2 at step 12", ["a" * 32, "d" * 32]),
+        ("crash: the script exited with status 3 (log out/trainer-logs/fe1bebb11cf36ffb.log: boom)",
+         ["fe1bebb11cf36ffb", "ba10c7a60f8fe4d9"]),
         ("DataError: no file", ["c" * 32]),
     ]
 

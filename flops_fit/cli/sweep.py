@@ -113,8 +113,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"flops-fit: the plan is recorded in {out / STORE_NAME}; train each run with "
               f"`flops-fit train-run {out} RUN_ID` (run ids: `flops-fit status {out} --json`)", file=sys.stderr)
         return 0
-    _print_status(out, table=args.verbose)
-    if not args.verbose:
+    done = _print_status(out, table=args.verbose)
+    if done and not args.verbose:
         print(f"the answer: `flops-fit report {out}` (fit, forecast and the HTML report); each run: "
               f"`flops-fit status {out}`")
     return _print_failures(out)
@@ -194,12 +194,14 @@ def _cmd_train_run(args: argparse.Namespace) -> int:
 
 
 def failure_reasons(frame) -> list[tuple[str, list[str]]]:
-    """The failed runs' errors grouped by reason (numbers aside, so "diverged at step 12" and
-    "at step 40" are one reason), most frequent first: (the first run's error, run ids)."""
+    """The failed runs' errors grouped by reason (numbers and the run's own id aside, so "diverged at
+    step 12" and "at step 40", or two runs' log files, are one reason), most frequent first: (the
+    first run's error, run ids)."""
     groups: dict[str, tuple[str, list[str]]] = {}
     for r in frame[frame.status == "failed"].itertuples():
         error = r.error or "no error recorded"
-        groups.setdefault(re.sub(r"\d[\d.,]*(e[+-]?\d+)?", "#", error), (error, []))[1].append(r.run_id)
+        own = error.replace(r.run_id, "RUN").replace(r.run_id[:8], "RUN")  # its log's name, its checkpoint folder
+        groups.setdefault(re.sub(r"\d[\d.,]*(e[+-]?\d+)?", "#", own), (error, []))[1].append(r.run_id)
     return sorted(groups.values(), key=lambda group: -len(group[1]))
 
 
@@ -219,6 +221,7 @@ def _print_failures(out_dir: str | Path) -> int:
 
 
 def _print_status(out_dir: str | Path, table: bool = True) -> int:
+    """The sweep's counts, its parity gate and (``table``) each run; returns how many runs are done."""
     with RunStore(out_dir) as store:
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
@@ -235,13 +238,14 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     if rows and table:
         unit = f"{plan.get('unit', 'token')}s" if isinstance(plan, dict) else "tokens"
         print(format_table(rows, ["budget", "size", "params", unit, "status", "loss", "time", "error"]))
-    return 0
+    return counts.get("done", 0)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         return _print_status_json(args.out_dir)
-    return _print_status(args.out_dir)
+    _print_status(args.out_dir)
+    return 0
 
 
 def _print_status_json(out_dir: str | Path) -> int:
