@@ -177,7 +177,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                     raise result
                 data_hint = ("; without unique_tokens (--unique-tokens) the fit reads every token as fresh data"
                              if approach.name == DataLimited.name else "")
-                raise NoFitError(f"{approach.name}: {why}{data_hint}")
+                raise NoFitError(f"{approach.name}: {why}{data_hint}; other methods may answer: method='all' "
+                                 "(--method all) fits each and keeps those that do")
             results[approach.name] = result
         if fallback is not None:
             results[method].diagnostics.warnings.append(fallback)
