@@ -153,6 +153,8 @@ def test_each_failure_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path
     assert runs[5]["status"] == "failed" and runs[5]["error"].startswith("non-finite loss: ")
     assert runs[6]["status"] == "done" and runs[6]["loss"] == 2.5
     assert runs[6]["flops"] == runs[6]["tokens"] * 3000  # the table's FLOPs; 6 x params elsewhere
+    with RunStore(tmp_path / "out") as store:  # no flops-fit model trained: no parity case applies, none overridden
+        assert store.get_meta("parity")["status"] == "not applicable"
 
 
 @pytest.mark.e2e

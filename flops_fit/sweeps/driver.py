@@ -94,7 +94,8 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
     """Run the model's quick parity cases before any compute is spent.
 
     Returns ``{"status": ..., "reason": ...}``: "passed", "unverified" (no case could run,
-    none failed), "failed" or "overridden" (``skip_parity=True``).
+    none failed), "failed" or "overridden" (``skip_parity=True``); a sweep whose [train] command trains
+    the runs stores "not applicable".
     """
     if skip:
         return {"status": "overridden", "reason": "skip_parity=True: the gate was not run"}
@@ -294,9 +295,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
     display = SweepDisplay(finished + len(todo), finished, enabled=show_progress)
     if todo:
-        gate = parity_gate(model, skip=skip_parity or trainer is not None, host=host)
-        if trainer is not None:
-            gate["reason"] = "the [train] command trains the runs, not flops-fit's model: no parity case applies"
+        gate = ({"status": "not applicable", "reason": "the [train] command trains the runs, not flops-fit's model: "
+                 "no parity case applies"} if trainer is not None else parity_gate(model, skip=skip_parity, host=host))
         store.set_meta(parity=gate)
         if gate["status"] == "failed":
             raise ParityGateError(
