@@ -263,6 +263,6 @@ def test_parquet_and_save_to_disk_images_through_datasets(tmp_path):
                                           "y": labels}).cast_column("img", datasets.Image(decode=False))
     damaged = damaged.cast_column("img", datasets.Image())  # as a parquet of images is read: datasets decodes
     damaged.to_parquet(str(tmp_path / "damaged.parquet"))
-    with pytest.raises(FlopsFitError, match=r"hf-images: 3 image\(s\) PIL cannot read: row \d+ "
+    with pytest.raises(FlopsFitError, match=r"hf-images: 3 image\(s\) PIL cannot read: training record \d+ "
                                             r"\(UnidentifiedImageError\), .*; remove or replace them"):
         flops_fit.create_dataset("hf-images", "train", **config, data_files=str(tmp_path / "damaged.parquet"))

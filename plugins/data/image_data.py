@@ -229,16 +229,16 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
             return value
         return Image.open(io.BytesIO(value["bytes"]) if value.get("bytes") is not None else value["path"])
 
-    def tensors(rows: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        arrays = _pixels(((f"row {i}", v) for i, v in enumerate(rows[image_field])), opened, mode, image_size,
-                         "hf-images")
+    def tensors(rows: Any, part: str) -> tuple[torch.Tensor, torch.Tensor]:
+        arrays = _pixels(((f"{part} record {i}", v) for i, v in enumerate(rows[image_field])), opened, mode,
+                         image_size, "hf-images")
         images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1)
         return images.permute(0, 3, 1, 2).contiguous(), torch.tensor(rows[label_field], dtype=torch.int64)
 
-    train_images, train_labels = tensors(table)
+    train_images, train_labels = tensors(table, "training")
     mean = train_images.float().mean((0, 2, 3)).tolist()
     std = train_images.float().std((0, 2, 3)).clamp_min(1e-6).tolist()
-    images, labels = tensors(chosen)
+    images, labels = tensors(chosen, "training" if split == "train" else "held-out")
     _check_labels(torch.cat([train_labels, labels]), model_keys.get("num_classes"), "hf-images")
     augment = {"crop_padding": crop_padding, "flip": flip, "seed": seed} if split == "train" else {}
     return ImageTensors(images, labels, mean, std, **augment)
