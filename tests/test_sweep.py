@@ -262,6 +262,18 @@ def test_cli_plan_prints_the_example_config():
     assert "runs of gpt on python-stdlib" in out and "tokens/param" in out
 
 
+def test_an_executor_table_written_for_local_says_nothing_to_another_executor():
+    """`flops-fit sweep examples/sweep.toml --executor ray` refused: "unknown option(s) ['threads'] for executor
+    'ray'" (the file's [executor] table, written for local). Only workers carries over, the rest is named."""
+    import tomllib
+
+    from flops_fit.sweeps.config import parse_config
+
+    config = parse_config(tomllib.loads(CONFIG.format(workers=2)))
+    assert config.options_for(None) == config.options_for("local") == ({"workers": 2, "threads": 1}, [])
+    assert config.options_for("ray") == ({"workers": 2}, ["threads"])
+
+
 def test_executor_options_are_checked():
     from flops_fit.errors import FlopsFitError
     from flops_fit.executors.local import LocalExecutor

@@ -81,8 +81,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.hparams is not None:
         sweep_options = sweep_options.replace(hparams=_with_tuned(sweep_options.hparams, args.hparams))
     plan = flops_fit.plan(sweep_options)
-    options = dict(config.executor_options)
     executor = args.executor or config.executor
+    options, dropped = config.options_for(executor)
+    if dropped:
+        print(f"note: the sweep file's [executor] option(s) {', '.join(dropped)} are for {config.executor!r}; "
+              f"--executor {executor} runs without them", file=sys.stderr)
     if args.workers is not None:
         options["workers"] = args.workers
     if args.address:

@@ -37,6 +37,15 @@ class SweepConfig:
     executor: str = "local"
     executor_options: dict[str, Any] = field(default_factory=dict)
 
+    def options_for(self, executor: str | None) -> tuple[dict[str, Any], list[str]]:
+        """The [executor] table's options for ``executor`` (None: the file's own) and the ones left out:
+        a table written for one executor (``threads`` for local) says nothing to another (``--executor
+        ray``), so only ``workers`` carries over."""
+        if executor in (None, self.executor):
+            return dict(self.executor_options), []
+        kept = {k: v for k, v in self.executor_options.items() if k == "workers"}
+        return kept, sorted(set(self.executor_options) - set(kept))
+
 
 def sweep_keys() -> list[str]:
     """The keys a ``[sweep]`` table accepts."""

@@ -188,10 +188,10 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
     grid = check_grid(config.options, budgets, sizes, multipliers, batch_sizes, beta2s)
     plan = tune_plan(config.options, grid, host=host)
     out = Path(out_dir)
+    table, _ = config.options_for(executor)  # a table written for another executor says nothing to this one
     run = {"executor": executor or config.executor, "workers": workers if workers is not None else
-           config.executor_options.get("workers", 1),
-           "executor_options": {**{k: v for k, v in config.executor_options.items() if k != "workers"},
-                                **(executor_options or {})},
+           table.get("workers", 1),
+           "executor_options": {**{k: v for k, v in table.items() if k != "workers"}, **(executor_options or {})},
            "skip_parity": skip_parity, "skip_preflight": skip_preflight, "show_progress": show_progress,
            "host": host}
     run_plan(plan, out, resume=resume, **run)
