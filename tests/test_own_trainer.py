@@ -202,6 +202,12 @@ def test_a_missing_program_is_refused_before_anything_is_recorded(tmp_path):
         sweep_file(path, tmp_path / "out")
     with RunStore(tmp_path / "out") as store:
         assert store.planned_runs() == []
+    # python with a script that is not there: every run crashed the same way, one by one
+    path = write_sweep(tmp_path, ["python", "trian.py", "--checkpoint-every", "100"])
+    with pytest.raises(flops_fit.PreflightError, match=r"python's script 'trian\.py' is not in .*: fix command"):
+        sweep_file(path, tmp_path / "out2")
+    with RunStore(tmp_path / "out2") as store:
+        assert store.planned_runs() == []
 
 
 def test_a_folder_trained_by_another_trainer_is_refused(tmp_path):

@@ -181,12 +181,18 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
 
 
 def check_train_command(plan: Any, context: Context) -> None:
-    """The ``[train]`` command's program exists (on the PATH it starts with, or relative to its workdir)."""
+    """The ``[train]`` command's program exists (on the PATH it starts with, or relative to its workdir),
+    and so does the script of a ``python SCRIPT.py`` command."""
     trainer = plan.options.trainer
     program, workdir = trainer.command[0], trainer.workdir or "."
     path = trainer.env.get("PATH", script_path())
     if shutil.which(program, path=path) is None and shutil.which(str(Path(workdir, program))) is None:
         raise PreflightError(f"[train] command: {program!r} is not a program on PATH nor in {Path(workdir).resolve()}: "
+                             "fix command = [...] (or workdir)")
+    script = trainer.command[1] if len(trainer.command) > 1 else ""
+    if Path(program).name.startswith("python") and script.endswith(".py") and not (Path(workdir) / script).is_file():
+        # python would fail every run the same way, each after its start-up: say it once, before any run
+        raise PreflightError(f"[train] command: python's script {script!r} is not in {Path(workdir).resolve()}: "
                              "fix command = [...] (or workdir)")
 
 
