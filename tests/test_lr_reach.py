@@ -168,3 +168,19 @@ def test_runs_read_from_a_table_keep_where_each_rate_came_from():
     runs = load_runs(frame)
     assert list(runs.frame["lr_source"]) == sources
     assert "4 of 8 runs took their rate from a tuned law past its tune's grid" in "".join(reach_note(runs))
+
+
+def test_an_image_sweeps_rates_name_samples_not_tokens():
+    """The ViT demo's plan said "lr = 0.7729 * tokens^-0.243 ...", "beyond the tune: tokens x1.18" of a sweep
+    that counts samples (its tables said samples since stop 53)."""
+    import copy
+
+    from flops_fit.sweeps.demo import DEMOS
+
+    config = copy.deepcopy(DEMOS["vit"])
+    plan = flops_fit.plan(**config["sweep"], model_config=config["model"], dataset_config=config["dataset"],
+                          hparams=config["hparams"])
+    head = plan.headline()
+    assert "lr = 0.7729 * samples^-0.243 * width^-0.456" in head and "beyond the tune: samples x" in head
+    assert "exponent of samples, width" in head and "its branches' samples" in head and "tokens" not in head
+    assert all("tokens" not in r.lr_source for r in plan.runs)

@@ -141,9 +141,9 @@ class Plan:
                 f"each run): {sizes} stable runs branch {len(self.runs)} cooldowns; the same grid with cosine "
                 f"schedules costs {self.cosine_flops:.3e} FLOPs, so WSD saves {self.saved_fraction:.0%}"
             )
-        head += sources_header({r.lr_source for r in self.runs})
+        head += sources_header({r.lr_source for r in self.runs}, self.unit)
         if self.options.schedule == "wsd" and any(r.lr_source.startswith("tuned:") for r in self.runs):
-            head += "\n  (a WSD family shares one rate: the law's at the geometric mean of its branches' tokens)"
+            head += f"\n  (a WSD family shares one rate: the law's at the geometric mean of its branches' {self.unit}s)"
         head += "".join(f"\nnote: {n}" for n in self.notes)
         return head
 
@@ -345,7 +345,7 @@ def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int,
         values[(b, i)] = {"tokens": t, "params": float(grid.params[i]), "nonembedding": float(grid.params[i] - embedding),
                           "flops": grid.flops_per_unit(i) * t,
                           "batch": float(batches[b]), **({"width": float(grid.sizes[i])} if width_like else {})}
-    return guarded_rates(law, hparams, values, model)
+    return guarded_rates(law, hparams, values, model, entry.flops_unit)
 
 
 def _law(hparams: Any, width_like: bool, model: str, batch_size: int) -> TunedLaw:

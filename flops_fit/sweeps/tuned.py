@@ -180,19 +180,24 @@ class TunedLaw:
                 out[v] = factor
         return out
 
-    def describe(self) -> str:
-        """The law as a formula with its numbers."""
-        terms = "".join(f" * {v}^{e:.3g}" for v, (e, _, _) in self.exponents.items())
+    def describe(self, unit: str = "token") -> str:
+        """The law as a formula with its numbers (its data variable named by what D counts, ``unit``)."""
+        terms = "".join(f" * {f'{unit}s' if v == 'tokens' else v}^{e:.3g}" for v, (e, _, _) in self.exponents.items())
         batch = "" if "batch" in self.exponents or self.batch_size is None else f" (batch {self.batch_size})"
         return f"lr = {self.m:.4g}{terms}{batch}" + ("" if self.name == "marin" else f" ({self.name}'s form)")
 
 
-def _factors(reach: dict[str, float]) -> str:
-    return ", ".join(f"{NAMES[v]} x{f:.3g}" for v, f in sorted(reach.items(), key=lambda kv: -kv[1]))
+def _named(variable: str, unit: str) -> str:
+    """A law variable's name in a sentence; the data variable says what D counts (tokens, samples)."""
+    return f"{unit}s" if variable == "tokens" else NAMES[variable]
+
+
+def _factors(reach: dict[str, float], unit: str) -> str:
+    return ", ".join(f"{_named(v, unit)} x{f:.3g}" for v, f in sorted(reach.items(), key=lambda kv: -kv[1]))
 
 
 def guarded_rates(law: TunedLaw, hparams: HyperParams, values: dict[Any, dict[str, float]],
-                  model: str) -> tuple[dict[Any, float], dict[Any, str]]:
+                  model: str, unit: str = "token") -> tuple[dict[Any, float], dict[Any, str]]:
     """Each run's rate and ``lr_source`` (keys of ``values``: the planner's runs): the law's
     within ``hparams.reach`` of its grid; beyond it, ``hparams.beyond`` decides (PlanError for
     "refuse", naming the run, the factors and the options)."""
@@ -202,21 +207,21 @@ def guarded_rates(law: TunedLaw, hparams: HyperParams, values: dict[Any, dict[st
     for key, vals in values.items():
         reach = law.reach(vals)
         worst = max(reach.values(), default=1.0)
-        notes = [f"beyond the tune: {_factors(reach)}"] if reach else []
+        notes = [f"beyond the tune: {_factors(reach, unit)}"] if reach else []
         blind = sorted(shaky & set(reach))
         if blind:
-            notes.append("exponent not identified for " + ", ".join(NAMES[v] for v in blind))
+            notes.append("exponent not identified for " + ", ".join(_named(v, unit) for v in blind))
         if worst <= hparams.reach or hparams.beyond == "extrapolate":
             rates[key] = law.rate(vals)
             sources[key] = source + (f" ({'; '.join(notes)})" if notes else "")
         elif hparams.beyond == "refuse":
             raise PlanError(
-                f"a run ({', '.join(f'{NAMES[v]} {vals[v]:.4g}' for v in sorted(reach))}) lies beyond the tuned law's "
-                f"grid in {law.path} by {_factors(reach)}, past reach = {hparams.reach:g}: tune at larger budgets or "
+                f"a run ({', '.join(f'{_named(v, unit)} {vals[v]:.4g}' for v in sorted(reach))}) lies beyond the tuned "
+                f"law's grid in {law.path} by {_factors(reach, unit)}, past reach = {hparams.reach:g}: tune at larger budgets or "
                 f"sizes, or set [hparams] beyond = \"centre\" (the tune's centre rule) or \"extrapolate\"")
         else:
             rates[key], sources[key] = _centre(law, vals, model), (
-                f"centre:{law.centre.get('lr_rule')} x{law.centre_ratio:.3g} (beyond {source}: {_factors(reach)})")
+                f"centre:{law.centre.get('lr_rule')} x{law.centre_ratio:.3g} (beyond {source}: {_factors(reach, unit)})")
     return rates, sources
 
 
@@ -229,7 +234,7 @@ def _centre(law: TunedLaw, values: dict[str, float], model: str) -> float:
     return rule.learning_rate(values.get("width"), int(values["batch"]), model) * law.centre_ratio
 
 
-def sources_header(sources: set[str]) -> str:
+def sources_header(sources: set[str], unit: str = "token") -> str:
     """The plan's header lines for its runs' rate sources: the law (and how far it reaches)."""
     tuned = sorted(tuned_law_paths(sources) |
                    {s.partition("(beyond tuned:")[2].partition(":")[0] for s in sources if s.startswith("centre:")})
@@ -239,7 +244,7 @@ def sources_header(sources: set[str]) -> str:
         law = TunedLaw.load(tuned[0])
     except PlanError:  # e.g. a tune's own held-out run ("tuned:holdout"): no law file to describe
         return ""
-    head = f"\nlearning rates from the tuned law in {', '.join(tuned)}: {law.describe()}"
+    head = f"\nlearning rates from the tuned law in {', '.join(tuned)}: {law.describe(unit)}"
     if law.batch_law is not None:
         head += f"; batch per budget from B* = {law.batch_law[0]:.4g} * C^{law.batch_law[1]:.3g}"
     notes = sorted({s.partition(" (")[2].rstrip(")") for s in sources if " (" in s})
@@ -247,7 +252,7 @@ def sources_header(sources: set[str]) -> str:
         head += f"\n  {note}"
     shaky = law.unidentified()
     if shaky:
-        head += ("\n  the tune did not identify the exponent of " + ", ".join(NAMES[v] for v in shaky) +
+        head += ("\n  the tune did not identify the exponent of " + ", ".join(_named(v, unit) for v in shaky) +
                  " (its interval crosses zero)")
     return head
 
