@@ -151,6 +151,9 @@ def test_the_forecast_says_how_far_its_target_carries_the_tuned_law(tmp_path):
     assert "0.5x the most tokens" in inside_range and "10x beyond the most it gave a model" in inside_range
     assert note(2e6, 5e4) == ""  # past the largest cell's size, inside what it got: the largest cell decides
     assert note(5e2, 1.0e6) == ""
+    images = Runs(runs.frame, "an image sweep's store", metadata={"plan": {"unit": "sample"}})
+    said = "".join(target_rate_note(images, SimpleNamespace(n_opt=(5e3, 0, 0), d_opt=(5.0e7, 0, 0))))
+    assert "D_opt 50M samples" in said and "25x the most samples it was tuned on" in said and "tokens" not in said
     moved = Runs(pd.DataFrame({"lr_source": [f"tuned:{tmp_path / 'gone.json'}", "marin"]}), "a store")
     assert target_rate_note(moved, SimpleNamespace(n_opt=(5e3, 0, 0), d_opt=(5.0e7, 0, 0))) == []
 

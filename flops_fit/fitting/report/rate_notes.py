@@ -57,9 +57,10 @@ def target_rate_note(runs: Any, f: Any) -> list[str]:
             size_part = "" if not factor_size > 1 else (
                 f", and {factor_size:.3g}x beyond the most it gave a model of that size or larger "
                 f"({fmt.count(at_size)} at {fmt.count(params)} parameters)")
+            unit = runs.unit
             return [f"<p class=warn><b>The learning rate at the target is extrapolated</b>: training the forecast's "
-                    f"model there (N_opt {fmt.count(n_opt)} parameters, D_opt {fmt.count(d_opt)} tokens) takes its "
-                    f"rate from the tuned law in <code>{escape(path)}</code>, {factor:.3g}x the most tokens it was "
+                    f"model there (N_opt {fmt.count(n_opt)} parameters, D_opt {fmt.count(d_opt)} {unit}) takes its "
+                    f"rate from the tuned law in <code>{escape(path)}</code>, {factor:.3g}x the most {unit} it was "
                     f"tuned on ({fmt.count(tuned)}){size_part}. Past <code>hparams.reach</code> (4 by default) "
                     "<code>flops-fit plan</code> refuses, falls back to the tune's centre rule or extrapolates, as "
                     "<code>[hparams] beyond</code> says (it measures each variable alone); a rate carried this far "
