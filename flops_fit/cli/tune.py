@@ -15,7 +15,8 @@ from flops_fit.errors import OptionError
 from flops_fit.store.run_store import check_folder
 from flops_fit.sweeps.options import parse_floats, parse_ints
 
-RUN_TABLES = (".csv", ".tsv", ".parquet", ".json", ".jsonl")  # what --from reads, never a sweep file
+# The run files --from reads (fitting.inputs: a CSV or TSV, a W&B run file; folders besides), never a sweep file
+RUN_FILES = (".csv", ".tsv", ".wandb")
 
 
 def _budgets(text: str) -> int | list[float]:
@@ -43,7 +44,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         return _cmd_from_runs(args)
     if (args.spec is None) == (args.demo is None):
         raise OptionError("flops-fit tune needs a sweep file SPEC, --demo MODEL or --from RUNS (one of them)")
-    if args.spec is not None and (Path(args.spec).is_dir() or Path(args.spec).suffix.lower() in RUN_TABLES):
+    if args.spec is not None and (Path(args.spec).is_dir() or Path(args.spec).suffix.lower() in RUN_FILES):
         raise OptionError(f"{args.spec} holds runs, not a sweep file to train from: to fit the law of runs already "
                           f"trained at several rates, pass --from {args.spec}")
     if args.demo:
