@@ -132,12 +132,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     runs = rescale(runs, scale)
     unique = data_budget(runs, unique_tokens)
     logged_to = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
-    no_check = None
+    refused = holdout_refusal(runs, "forward") if holdout == "auto" else None
     if holdout == "auto":  # forward chaining where the runs allow it (the report's default), else none, saying why
-        refused = holdout_refusal(runs, "forward")
-        holdout = "forward" if refused is None else None
-        if refused is not None:
-            no_check = f"{NO_FORECAST}no held-out check was possible ({refused[0]}); the methods' own fits stand"
+        holdout = None if refused else "forward"
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
     names = tuple(APPROACHES) if method == "all" else (method,)
@@ -191,8 +188,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
             for name, items in checks.items():
                 results[name].holdout_checks = items
         fitted = FitSet(results, skipped) if method == "all" else results[names[0]]
-        if no_check is not None:
-            (fitted.warnings if method == "all" else fitted.diagnostics.warnings).append(no_check)
+        if refused:
+            (fitted.warnings if method == "all" else fitted.diagnostics.warnings).append(
+                f"{NO_FORECAST}no held-out check was possible ({refused[0]}); the methods' own fits stand")
         if method == "all" and holdout == "forward":
             chosen = float(target) if target is not None else default_target(runs)
             base = runs if runs.scale == "params" else load_runs(source, metric=metric or "loss", **options)
