@@ -232,7 +232,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         frame = store.runs_frame()
     total = sum(counts.values())
     print(f"{out_dir}: {total} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    print(gate_line({"reason": "", **parity}))
+    print(gate_line(parity))
     rows = [
         [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status,
          "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", r.error or ""]

@@ -95,9 +95,9 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
 
 
 def gate_line(gate: dict[str, Any]) -> str:
-    """A stored gate's outcome (``driver.parity_gate``'s) in one line, its status and each case's:
+    """A stored gate's outcome (``driver.parity_gate``'s, or just a status) in one line, its status and each case's:
     "parity gate for 'gpt' [cpu, float32]: unverified (hf-gpt2: skipped: needs transformers ...)"."""
-    lines = gate["reason"].splitlines()
+    lines = gate.get("reason", "").splitlines()
     if not lines or not lines[0].startswith("parity gate"):  # not run: skip_parity, or a [train] command
         lines = [f"parity gate: {gate['status']}", *lines]
     return lines[0] + (f" ({'; '.join(c.strip() for c in lines[1:])})" if lines[1:] else "")
