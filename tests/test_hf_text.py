@@ -116,7 +116,7 @@ def test_files_of_mixed_kinds_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("streaming", [True, False])
-def test_a_damaged_jsonl_line_is_one_line_naming_the_file(tmp_path, streaming):
+def test_a_damaged_jsonl_line_is_one_line_naming_the_file(tmp_path, streaming, caplog):
     """A jsonl with one line that is not JSON: pyarrow's ArrowInvalid came out of the first batch as a traceback
     (streamed), or as "An error occurred while generating the dataset", naming no file (loaded)."""
     path = write_jsonl(tmp_path / "stories.jsonl", STORIES)
@@ -125,3 +125,4 @@ def test_a_damaged_jsonl_line_is_one_line_naming_the_file(tmp_path, streaming):
                                             r"ArrowInvalid: JSON parse error"):
         flops_fit.create_dataset("hf-text", "train", data_files=str(path), seq_len=8, tokenizer="bytes",
                                  streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    assert not [r for r in caplog.records if "Failed to load JSON" in r.getMessage()]  # datasets' log of it, then its raise

@@ -11,6 +11,7 @@ position, is held out (and never trained on).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -41,6 +42,8 @@ def _datasets() -> Any:
         import datasets
     except ImportError:
         raise DataError("this dataset reads through the `datasets` library: pip install 'flops-fit[data]'") from None
+    # its JSON reader logs each file it cannot parse and then raises: the raise becomes one line (``_reason``)
+    logging.getLogger("datasets.packaged_modules.json.json").setLevel(logging.CRITICAL)
     return datasets
 
 
