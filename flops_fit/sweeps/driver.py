@@ -183,13 +183,17 @@ class _Accounting:
         self.units_per_step = {r.run_id: r.batch_size * r.seq_len for r in runs}
         self.at: dict[str, int] = {}  # run_id -> steps done at its last report
 
-    def heard(self, run_id: str, done: int, loss: float) -> None:
+    def heard(self, run_id: str, done: int, loss: float) -> int:
+        """Account for a report; returns the steps it adds."""
         steps = -(-done // self.units_per_step[run_id])
+        added = 0
         if math.isnan(loss):
             self.store.mark_running(run_id)
         elif steps > self.at.get(run_id, steps):
-            self.store.add_steps_trained(run_id, steps - self.at[run_id])
+            added = steps - self.at[run_id]
+            self.store.add_steps_trained(run_id, added)
         self.at[run_id] = steps
+        return added
 
 
 def run_plan(
@@ -293,7 +297,9 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     model = plan.runs[0].model
     trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
-    display = SweepDisplay(finished + len(todo), finished, enabled=show_progress)
+    executed = plan.executed_flops
+    display = SweepDisplay(finished + len(todo), finished, enabled=show_progress,
+                           flops=sum(executed[r.run_id] for r in todo))
     if todo:
         gate = ({"status": "not applicable", "reason": "the [train] command trains the runs, not flops-fit's model: "
                  "no parity case applies"} if trainer is not None else parity_gate(model, skip=skip_parity, host=host))
@@ -305,9 +311,10 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             )
         display.note(gate_line(gate))  # what was proven before the compute is spent, or why nothing was
     accounting = _Accounting(store, plan.runs)
+    step_flops = {r.run_id: r.flops_per_unit * r.batch_size * r.seq_len for r in plan.runs}
 
     def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
-        accounting.heard(run_id, done, loss)
+        display.trained(accounting.heard(run_id, done, loss) * step_flops[run_id])
         if done and not math.isnan(loss):
             display.run_progress(run_id, done, total, loss)
 

@@ -28,7 +28,7 @@ from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.size_grid import SizeGrid, grid_notes, refusal, too_few_sizes
 from flops_fit.sweeps.tuned import TunedLaw, guarded_rates, short_source, sources_header
-from flops_fit.tables import format_table
+from flops_fit.tables import duration, format_table
 from flops_fit.training.schedules import cooldown_steps
 from flops_fit.training.wsd import executed_flops
 
@@ -106,7 +106,7 @@ class Plan:
                 f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.tokens / r.params:.1f}",
                 r.steps, f"{r.flops:.3e}", *([r.cooldown_start, f"{executed[r.run_id]:.3e}"] if wsd else []),
                 f"{r.lr:.2e}", short_source(r.lr_source), self._memory(r),
-                _duration(self.estimated_seconds(r)),
+                duration(self.estimated_seconds(r)),
             ]
             for r in self.runs
         ]
@@ -130,9 +130,9 @@ class Plan:
         head = (
             f"{len(self.runs)} runs of {first.model} on {first.dataset} ({self.unit}s; batch {first.batch_size} x "
             f"{first.seq_len}; FLOPs: {first.flops_accounting}); total {self.total_flops:.3e} FLOPs, "
-            f"est. {_duration(self.estimated_seconds())} "
+            f"est. {duration(self.estimated_seconds())} "
             + (f"on one worker (measured: {len(self.timings)} sizes probed)" if self.timings else
-               f"at {self.throughput:.1e} FLOP/s (a guess; calibrate() or --probe measures it)")
+               f"on one worker at {self.throughput:.1e} FLOP/s (a guess; calibrate() or --probe measures it)")
         )
         if wsd:
             sizes = len({r.size for r in self.runs})
@@ -163,14 +163,6 @@ class Plan:
         """Run this plan as a sweep into ``out_dir``; ``options`` are ``run_plan``'s (reached
         through the lazy public API, so that planning imports no torch)."""
         return flops_fit.run_plan(self, out_dir, **options)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f}min"
-    return f"{seconds / 3600:.1f}h"
 
 
 def _default_device() -> str:
