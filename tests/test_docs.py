@@ -87,3 +87,15 @@ def test_a_sweep_example_that_starts_ranks_or_workers_keeps_its_main_guard():
         for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.S):
             if re.search(r"workers=[2-9]|processes_per_run=[2-9]", block) and ".run(" in block:
                 assert 'if __name__ == "__main__":' in block, f"{page.name}: an unguarded sweep example"
+
+
+def test_every_docs_page_the_repository_names_exists():
+    """A comment, docstring or page that sends a reader to ``docs/NAME.md`` names a page that is
+    there (pages move: ``docs/sweeps.md`` became ``docs/guide/sweeps.md``)."""
+    root = DATA_DOC.parents[2]
+    files = [root / "README.md", *root.glob("examples/*"), *root.glob("docs/**/*.md"),
+             *root.glob("flops_fit/**/*.py"), *root.glob("benchmarks/*.py"), *root.glob("plugins/**/*.py")]
+    missing = sorted({f"{path.relative_to(root)}: {name}" for path in files if path.is_file()
+                      for name in re.findall(r"\bdocs/[\w/.-]+?\.md\b", path.read_text(errors="replace"))
+                      if not (root / name).is_file()})
+    assert not missing
