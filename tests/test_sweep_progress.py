@@ -34,6 +34,9 @@ def test_the_time_left_follows_the_measured_pace_once_it_means_something(monkeyp
     clock.now += 60  # at the same pace it would be 3/4 in: 50% in 90 s says 90 s more
     display.trained(250.0)
     assert display.seconds_left() == pytest.approx(90.0)
+    display.done = 9
+    display.run_finished("run j")  # the last run: nothing is left to say
+    assert stream.getvalue().splitlines()[-1] == "sweep [################] 10/10 runs | run j"
 
 
 def test_nothing_is_said_before_ten_seconds_or_when_nothing_is_to_train(monkeypatch):

@@ -43,7 +43,7 @@ class SweepDisplay:
 
     def _sweep_part(self) -> str:
         failed = f", {self.failed} failed" if self.failed else ""
-        left = self.seconds_left()
+        left = self.seconds_left() if self.done < self.total else None
         pace = "" if left is None else f", about {duration(left)} left"
         return f"sweep {_bar(self.done, self.total, 16)} {self.done}/{self.total} runs{failed}{pace}"
 
