@@ -96,6 +96,10 @@ def test_cli_at_prints_json_and_text_and_refuses_a_bad_run(frame, tmp_path, caps
     for bad in ("1e9", "1e9:x", "-1e9:1e10", "1e9:2e10:3"):
         assert main(["fit", str(csv), f"--at={bad}"]) == 2
         assert "--at takes planned runs as N:D" in capsys.readouterr().err
+    # written apart, a value with a minus sign reads as an option: one line with the way to pass it
+    assert main(["fit", str(csv), "--at", "1e9:2e10", "-1e9:1e10"]) == 2
+    assert capsys.readouterr().err == ("flops-fit: error: '-1e9:1e10' starts with a minus sign, so it reads as an "
+                                       "option; to pass it, write --at=-1e9:1e10\n")
 
 
 @pytest.mark.skipif(not RESULT.is_file(), reason="benchmarks/results/planned_runs.json not written yet")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -40,8 +41,23 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=file or sys.stderr)
 
 
+def _dash_value(argv: Sequence[str]) -> str | None:
+    """A value argparse would take for an unknown option: one that starts with a minus sign but is
+    not a plain negative number (``--at -1:1e9``, ``--predict -1e21``), said with the way to pass it."""
+    for i, token in enumerate(argv):
+        if re.match(r"-\.?\d", token) and not re.fullmatch(r"-\d+|-\d*\.\d+", token):
+            option = next((t.split("=")[0] for t in reversed(argv[:i]) if t.startswith("--")), "--OPTION")
+            return f"{token!r} starts with a minus sign, so it reads as an option; to pass it, write {option}={token}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    dash = _dash_value(argv)
+    if dash is not None:
+        print(f"flops-fit: error: {dash}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
