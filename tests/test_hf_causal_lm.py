@@ -127,3 +127,24 @@ def test_a_config_edited_after_the_plan_plans_new_runs_and_the_old_ones_refuse(t
     (tmp_path / "llama" / "config.json").write_text(json.dumps(CONFIGS["llama"], indent=2))  # layout aside
     assert first_run().run_id == planned.run_id
     assert train(planned).status == "done"
+
+
+def test_a_labs_config_with_its_tokenizers_special_ids_plans_on_the_datasets_vocabulary(tmp_path):
+    """A config as a lab has it (a 32k vocabulary, its pad and end ids): on the byte-level dataset
+    (256 tokens) those ids name tokens of another tokenizer. A pad id past 256 failed inside
+    nn.Embedding (a traceback from `flops-fit plan`); now the ids are dropped, and kept where the
+    dataset's vocabulary is the config's."""
+    lab = {**CONFIGS["llama"], "vocab_size": 32000, "bos_token_id": 1, "eos_token_id": [2, 31998],
+           "pad_token_id": 31999}
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "config.json").write_text(json.dumps(lab))
+    p = flops_fit.plan(model="hf-causal-lm", model_config={"config": str(tmp_path / "lab")}, budgets=[3e9],
+                       sizes=[32, 64, 96], seq_len=16, batch_size=4, min_steps=3)
+    assert [r.params for r in p.runs] == [
+        flops_fit.create_model("hf-causal-lm", r.size, config=str(tmp_path / "lab"), vocab_size=256,
+                               context_length=16).num_params() for r in p.runs]
+    built = flops_fit.create_model("hf-causal-lm", 32, config=str(tmp_path / "lab"), vocab_size=256, context_length=16)
+    config = built.hf.config
+    assert (config.vocab_size, config.pad_token_id, config.bos_token_id, config.eos_token_id) == (256, None, None, None)
+    same = flops_fit.create_model("hf-causal-lm", 32, config=str(tmp_path / "lab"), vocab_size=32000, context_length=16)
+    assert (same.hf.config.pad_token_id, same.hf.config.eos_token_id) == (31999, [2, 31998])

@@ -13,7 +13,8 @@ line naming the field and the fix.
 
 ``[model]`` keys: ``config`` (a ``config.json``, its folder, or the config inline as a
 table), ``scale``, ``depth``, ``size_field``, ``set`` (fields overridden before scaling), and
-``vocab_size`` / ``context_length`` (the sequence length; they follow the dataset and the sweep). The model is the
+``vocab_size`` / ``context_length`` (the sequence length; they follow the dataset and the sweep; a vocabulary
+other than the config's drops the config's special token ids, which name its own tokenizer's tokens). The model is the
 ``transformers`` class itself (``AutoModelForCausalLM.from_config``), so no converter and no
 parity case: parameters and exact training FLOPs are counted on it on the meta device
 (``hf_causal_lm_model``). A config given as a file is planned with the sha256 of its content
@@ -38,6 +39,9 @@ HEAD_FIELDS = (("num_attention_heads", "n_head"), ("num_key_value_heads",))
 DEFAULTS = {"config": None, "scale": None, "depth": None, "size_field": "hidden_size", "set": {},
             "vocab_size": None, "context_length": None}
 FINGERPRINT = "config_sha256"  # the content of a config file a run was planned with
+# token ids of the config's own tokenizer: meaningless once the dataset's tokenizer sets the vocabulary
+# (a pad id outside it fails nn.Embedding; inside it, it would freeze a real token's embedding)
+TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id")
 
 
 def load_config(source: Any) -> dict[str, Any]:
@@ -94,8 +98,9 @@ class Rule:
             raise ValueError(f"config {config!r} changed since this run was planned (sha256 {config_sha256[:12]}..., "
                              f"now {content_sha256(loaded)[:12]}...): restore the file, or plan again into a new folder")
         base = {**loaded, **overrides}
-        if rest.get("vocab_size") is not None:  # the dataset's tokenizer decides it
-            base["vocab_size"] = rest["vocab_size"]
+        if rest.get("vocab_size") is not None and rest["vocab_size"] != base.get("vocab_size"):
+            base["vocab_size"] = rest["vocab_size"]  # the dataset's tokenizer decides it, and its special ids
+            base.update({key: None for key in TOKEN_ID_FIELDS if base.get(key) is not None})
         seq_len = rest.get("context_length")
         for key in ("max_position_embeddings", "n_positions"):
             if seq_len is not None and isinstance(base.get(key), int) and base[key] < seq_len:
