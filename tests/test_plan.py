@@ -127,6 +127,8 @@ def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
     ({"sizes": None, "sizes_per_budget": 2}, "at least 3"),
     ({"sizes": None, "span": 1.0}, "span must be a factor > 1"),
     ({"sizes": [4, 6]}, r"sizes \[6\] are not valid"),
+    # two sizes at a large budget: said as two sizes, not as a budget too small for a third
+    ({"sizes": [4, 8], "budgets": [1e9]}, r"sizes=\[4, 8\] gives 2 distinct size\(s\); an IsoFLOP curve needs 3"),
     ({"batch_size": 0}, "batch_size must be a positive integer"),
     ({"loss": "cross-entropy-for-images"}, "no loss|unknown|not found|cross-entropy-for-images"),
     ({"eval_split": "test"}, "has no split 'test'"),

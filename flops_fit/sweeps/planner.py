@@ -269,6 +269,9 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
                 raise PlanError(f"sizes {unknown} are not valid for model {model!r} (up to {options.max_size}); "
                                 f"valid: {grid.sizes[:12]}...")
             chosen = sorted({grid.sizes.index(s) for s in options.sizes})
+            if len(chosen) < 3:
+                raise PlanError(f"sizes={list(options.sizes)} gives {len(chosen)} distinct size(s); an IsoFLOP curve "
+                                "needs 3 or more: pass 3 or more sizes, or leave sizes out (the planner chooses them)")
         else:
             centre = grid.prior_optimum(budget, options.tokens_per_param)
             choose = grid.ladder if uses_ladder(options) else grid.around
