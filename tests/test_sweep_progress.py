@@ -1,4 +1,4 @@
-"""The sweep's progress display: the time left, measured from the FLOPs the sweep has trained."""
+"""The sweep's progress display: the time left, measured from the runs the sweep has trained."""
 
 import io
 
@@ -19,39 +19,57 @@ class Clock:
         return self.now
 
 
-def test_the_time_left_follows_the_measured_pace_once_it_means_something(monkeypatch):
+@pytest.fixture
+def clock(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(progress.time, "monotonic", clock)
-    stream = io.StringIO()
-    display = progress.SweepDisplay(10, stream=stream, flops=1000.0)
+    return clock
+
+
+def test_before_three_runs_finish_the_pace_is_the_flops_trained(clock):
+    pace = progress.Pace({"r1": (10, 100.0), "r2": (10, 100.0), "r3": (100, 800.0)})
     clock.now += 30
-    display.trained(40.0)  # 4% in 30 s: too little to say
-    assert display.seconds_left() is None
-    display.trained(210.0)  # a quarter in 30 s: three quarters take 90 s more
-    assert display.seconds_left() == pytest.approx(90.0)
-    display.run_finished("run a")
-    assert stream.getvalue().splitlines()[-1] == "sweep [#...............] 1/10 runs, about 1.5min left | run a"
-    clock.now += 60  # at the same pace it would be 3/4 in: 50% in 90 s says 90 s more
-    display.trained(250.0)
-    assert display.seconds_left() == pytest.approx(90.0)
-    display.done = 9
-    display.run_finished("run j")  # the last run: nothing is left to say
-    assert stream.getvalue().splitlines()[-1] == "sweep [################] 10/10 runs | run j"
+    pace.add("r3", 4)  # 4% of r3's steps: 32 of 1000 FLOPs, too little to say
+    assert pace.seconds_left() is None
+    pace.add("r3", 21)  # a quarter of r3: 200 of 1000 FLOPs in 30 s, 800 left take 120 s
+    assert pace.seconds_left() == pytest.approx(120.0)
+    pace.finish("r1", 3.0)
+    pace.finish("r2", None)  # a failed run is done, but its seconds are no cost
+    # 400 of 1000 FLOPs in 30 s: 600 left take 45 s
+    assert pace.seconds_left() == pytest.approx(45.0)
 
 
-def test_nothing_is_said_before_ten_seconds_or_when_nothing_is_to_train(monkeypatch):
-    clock = Clock()
-    monkeypatch.setattr(progress.time, "monotonic", clock)
-    display = progress.SweepDisplay(2, flops=100.0)
-    display.trained(50.0)
+def test_finished_runs_teach_the_cost_of_setup_steps_and_flops(clock):
+    """Runs costing 2 s + 0.1 s a step + 0.01 s a FLOP (exactly): three finished runs give the
+    law, so a fourth of 50 steps and 500 FLOPs costs 12 s; 32 s of work done in 16 s (two
+    workers) leaves 12 s of work: 6 s."""
+    pace = progress.Pace({"r1": (10, 100.0), "r2": (20, 1000.0), "r3": (100, 200.0), "r4": (50, 500.0)})
+    clock.now += 16
+    for run, seconds in (("r1", 4.0), ("r2", 14.0), ("r3", 14.0)):
+        pace.finish(run, seconds)
+    assert pace.cost() == pytest.approx((2.0, 0.1, 0.01))
+    assert pace.seconds_left() == pytest.approx(6.0)
+    pace.add("r4", 25)  # half of its steps: 5 s of its 10 s of steps and FLOPs done
+    assert pace.seconds_left() == pytest.approx(16 * 7 / 37)
+
+
+def test_nothing_is_said_before_ten_seconds_or_after_the_last_run(clock):
+    stream = io.StringIO()
+    display = progress.SweepDisplay(2, stream=stream, work={"a": (10, 100.0), "b": (10, 100.0)})
+    display.pace.add("a", 5)
     clock.now += 9
-    assert display.seconds_left() is None
-    assert progress.SweepDisplay(2, 2, flops=0.0).seconds_left() is None
+    assert display.pace.seconds_left() is None
+    clock.now += 1  # half the FLOPs in 10 s
+    display.run_finished("run a", run_id="a", seconds=10.0)
+    assert stream.getvalue().splitlines()[-1] == "sweep [########........] 1/2 runs, about 10.0s left | run a"
+    display.run_finished("run b", run_id="b", seconds=10.0)
+    assert stream.getvalue().splitlines()[-1] == "sweep [################] 2/2 runs | run b"
+    assert progress.Pace({}).seconds_left() is None
 
 
-def test_a_wsd_sweep_reports_the_flops_its_plan_executes(tmp_path, monkeypatch):
-    """Every progress report adds its steps' FLOPs, the stable phase once per family: at the end
-    the display has heard the plan's executed FLOPs (to each run's last, trimmed step)."""
+def test_a_wsd_sweep_reports_the_steps_its_plan_executes(tmp_path, monkeypatch):
+    """Every progress report adds its steps, the stable phase once per family: at the end the
+    pace has heard each run's executed steps (to its last, trimmed step) and every result."""
     displays = []
 
     class Heard(progress.SweepDisplay):
@@ -63,7 +81,8 @@ def test_a_wsd_sweep_reports_the_flops_its_plan_executes(tmp_path, monkeypatch):
     p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
     p.run(tmp_path, show_progress=False, skip_parity=True, host=HOST)
     (display,) = displays
-    assert display.flops == pytest.approx(p.total_flops)
-    step = max(r.flops_per_unit * r.batch_size * r.seq_len for r in p.runs)
-    assert 0 <= display.flops_done - display.flops < step * len(p.runs)
-    assert display.flops_done > 0.9 * p.total_flops
+    pace = display.pace
+    assert sum(flops for _, flops in pace.work.values()) == pytest.approx(p.total_flops)
+    for run_id, (steps, _) in pace.work.items():
+        assert 0 <= pace.trained[run_id] - steps < 1
+    assert set(pace.finished) == set(pace.work) and all(s > 0 for s in pace.finished.values())

@@ -298,8 +298,10 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
     executed = plan.executed_flops
+    step_flops = {r.run_id: r.flops_per_unit * r.batch_size * r.seq_len for r in plan.runs}
     display = SweepDisplay(finished + len(todo), finished, enabled=show_progress,
-                           flops=sum(executed[r.run_id] for r in todo))
+                           work={r.run_id: (executed[r.run_id] / step_flops[r.run_id], executed[r.run_id])
+                                 for r in todo})
     if todo:
         gate = ({"status": "not applicable", "reason": "the [train] command trains the runs, not flops-fit's model: "
                  "no parity case applies"} if trainer is not None else parity_gate(model, skip=skip_parity, host=host))
@@ -311,10 +313,9 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             )
         display.note(gate_line(gate))  # what was proven before the compute is spent, or why nothing was
     accounting = _Accounting(store, plan.runs)
-    step_flops = {r.run_id: r.flops_per_unit * r.batch_size * r.seq_len for r in plan.runs}
 
     def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
-        display.trained(accounting.heard(run_id, done, loss) * step_flops[run_id])
+        display.pace.add(run_id, accounting.heard(run_id, done, loss))
         if done and not math.isnan(loss):
             display.run_progress(run_id, done, total, loss)
 
@@ -333,7 +334,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                 store.record(result)
                 if policy is not None:  # the result is committed: its checkpoints are no longer needed
                     remove_checkpoints(policy.run_dir(spec.run_id))
-                display.run_finished(_summary(spec, result), failed=result.status != "done")
+                display.run_finished(_summary(spec, result), failed=result.status != "done", run_id=spec.run_id,
+                                     seconds=result.timings.get("total_s"))
             # every branch of the item is stored; a family with branches still to train (a later batch
             # of an adaptive sweep, ``only``) keeps its stable state, so that batch goes on from it
             folders = stable_folders(item) if policy is not None else []

@@ -1,14 +1,18 @@
-"""The sweep's progress display: two bars on stderr, redrawn in place on a terminal."""
+"""The sweep's progress display: two bars on stderr, redrawn in place on a terminal, and the
+time the sweep has left at the pace it has measured (``Pace``)."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from typing import TextIO
+
+import numpy as np
 
 from flops_fit.tables import duration
 
-PACE_AFTER = (0.05, 10.0)  # the time left is shown once this share of the FLOPs and these seconds have passed
+PACE_AFTER = (0.05, 10.0)  # the time left is shown once this share of the work and these seconds have passed
 
 
 def _bar(done: float, total: float, width: int = 24) -> str:
@@ -16,15 +20,66 @@ def _bar(done: float, total: float, width: int = 24) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
+class Pace:
+    """The time a sweep has left, measured as it trains. Once ``MIN_FINISHED`` runs have
+    finished here, a run's seconds are a + b x its steps + c x its FLOPs (non-negative least
+    squares over them: setup and evaluation, per-step overhead, arithmetic; a small model's step
+    is mostly overhead), before that its FLOPs alone; the sweep goes at the pace its workers
+    together have kept so far (that work done per second of wall time)."""
+
+    MIN_FINISHED = 3
+
+    def __init__(self, work: Mapping[str, tuple[float, float]]) -> None:
+        self.work = dict(work)  # run id -> (steps, FLOPs) it executes (a WSD stable phase counted once)
+        self.trained: dict[str, float] = {}  # run id -> steps trained so far
+        self.finished: dict[str, float | None] = {}  # run id -> its seconds (None: failed, not a cost)
+        self.start = time.monotonic()
+
+    def add(self, run_id: str, steps: float) -> None:
+        self.trained[run_id] = self.trained.get(run_id, 0.0) + steps
+
+    def finish(self, run_id: str, seconds: float | None) -> None:
+        self.finished[run_id] = seconds
+
+    def cost(self) -> tuple[float, float, float]:
+        """(a, b, c): a run's seconds = a + b x steps + c x FLOPs, or (0, 0, 1) (FLOPs alone)
+        before enough runs finished."""
+        points = [(*self.work[r], s) for r, s in self.finished.items() if s and r in self.work]
+        if len(points) < self.MIN_FINISHED:
+            return 0.0, 0.0, 1.0
+        from scipy.optimize import nnls  # lazily: the display is built before anything needs it
+
+        rows = np.array([[1.0, steps, flops] for steps, flops, _ in points])
+        scale = rows.max(axis=0)
+        coef, _ = nnls(rows / scale, np.array([s for *_, s in points]))
+        a, b, c = (float(v) for v in coef / scale)
+        return a, b, c
+
+    def seconds_left(self) -> float | None:
+        """The time left at this pace, or None before it means anything (``PACE_AFTER``)."""
+        elapsed = time.monotonic() - self.start
+        a, b, c = self.cost()
+        total = sum(a + b * steps + c * flops for steps, flops in self.work.values())
+        done = sum(a + b * self.work[r][0] + c * self.work[r][1] for r in self.finished if r in self.work)
+        for r, trained in self.trained.items():
+            if r in self.work and r not in self.finished:
+                steps, flops = self.work[r]
+                share = min(trained / steps, 1.0) if steps else 0.0
+                done += share * (b * steps + c * flops)
+        if total <= 0 or done < PACE_AFTER[0] * total or elapsed < PACE_AFTER[1]:
+            return None
+        return max(0.0, elapsed * (total - done) / done)
+
+
 class SweepDisplay:
     """Two progress bars on stderr (the sweep's runs and the current run), redrawn in place
     on a terminal; plain lines, at most one per ``interval`` seconds per run, otherwise."""
 
     def __init__(self, total_runs: int, done_runs: int = 0, stream: TextIO | None = None,
-                 enabled: bool = True, interval: float = 10.0, flops: float = 0.0) -> None:
+                 enabled: bool = True, interval: float = 10.0,
+                 work: Mapping[str, tuple[float, float]] | None = None) -> None:
         self.total, self.done, self.failed = total_runs, done_runs, 0
-        self.flops, self.flops_done = flops, 0.0  # FLOPs this sweep trains here, and those trained so far
-        self._start = time.monotonic()
+        self.pace = Pace(work or {})  # (steps, FLOPs) of each run still to train here
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = enabled and getattr(self.stream, "isatty", lambda: False)()
@@ -43,22 +98,9 @@ class SweepDisplay:
 
     def _sweep_part(self) -> str:
         failed = f", {self.failed} failed" if self.failed else ""
-        left = self.seconds_left() if self.done < self.total else None
+        left = self.pace.seconds_left() if self.done < self.total else None
         pace = "" if left is None else f", about {duration(left)} left"
         return f"sweep {_bar(self.done, self.total, 16)} {self.done}/{self.total} runs{failed}{pace}"
-
-    def trained(self, flops: float) -> None:
-        """``flops`` more of the sweep's FLOPs trained (any run, any worker)."""
-        self.flops_done += flops
-
-    def seconds_left(self) -> float | None:
-        """The time left at the pace measured so far (FLOPs trained per second since the display
-        started, every worker together), or None before the pace means anything."""
-        elapsed = time.monotonic() - self._start
-        share = self.flops_done / self.flops if self.flops else 0.0
-        if share < PACE_AFTER[0] or elapsed < PACE_AFTER[1]:
-            return None
-        return max(0.0, elapsed * (1.0 - share) / share)
 
     def run_progress(self, run_id: str, done: int, total: int, loss: float) -> None:
         now = time.monotonic()
@@ -72,7 +114,11 @@ class SweepDisplay:
         """A line of its own above the bars (the parity gate's outcome, say)."""
         self._emit(line, final=True)
 
-    def run_finished(self, line: str, failed: bool = False) -> None:
+    def run_finished(self, line: str, failed: bool = False, run_id: str | None = None,
+                     seconds: float | None = None) -> None:
+        """A run's result is stored: ``seconds`` it took (None: failed), for the pace."""
         self.done += 1
         self.failed += failed
+        if run_id is not None:
+            self.pace.finish(run_id, None if failed else seconds)
         self._emit(f"{self._sweep_part()} | {line}", final=True)
