@@ -41,16 +41,29 @@ def test_before_three_runs_finish_the_pace_is_the_flops_trained(clock):
 
 def test_finished_runs_teach_the_cost_of_setup_steps_and_flops(clock):
     """Runs costing 2 s + 0.1 s a step + 0.01 s a FLOP (exactly): three finished runs give the
-    law, so a fourth of 50 steps and 500 FLOPs costs 12 s; 32 s of work done in 16 s (two
-    workers) leaves 12 s of work: 6 s."""
+    law, so a fourth of 50 steps and 500 FLOPs costs 12 s; 32 s of work done in 64 s (a busy
+    machine) leaves 12 s of work: 24 s at that pace."""
     pace = progress.Pace({"r1": (10, 100.0), "r2": (20, 1000.0), "r3": (100, 200.0), "r4": (50, 500.0)})
-    clock.now += 16
+    clock.now += 64
     for run, seconds in (("r1", 4.0), ("r2", 14.0), ("r3", 14.0)):
         pace.finish(run, seconds)
     assert pace.cost() == pytest.approx((2.0, 0.1, 0.01))
-    assert pace.seconds_left() == pytest.approx(6.0)
+    assert pace.seconds_left() == pytest.approx(24.0)
     pace.add("r4", 25)  # half of its steps: 5 s of its 10 s of steps and FLOPs done
-    assert pace.seconds_left() == pytest.approx(16 * 7 / 37)
+    assert pace.seconds_left() == pytest.approx(64 * 7 / 37)
+
+
+def test_the_sweep_never_ends_before_its_longest_chain_of_runs(clock):
+    """Two runs left, of 12 s each, in one WSD family: one worker trains them in turn. At the
+    pace of two workers (32 s of work in 16 s) 24 s of work take 12 s, but the chain takes 24 s."""
+    work = {"r1": (10, 100.0), "r2": (20, 1000.0), "r3": (100, 200.0), "r4": (50, 500.0), "r5": (50, 500.0)}
+    pace = progress.Pace(work, group={"r4": "family", "r5": "family"})
+    alone = progress.Pace(work)  # each its own chain: a run's 12 s
+    clock.now += 16
+    for p in (pace, alone):
+        for run, seconds in (("r1", 4.0), ("r2", 14.0), ("r3", 14.0)):
+            p.finish(run, seconds)
+    assert (pace.seconds_left(), alone.seconds_left()) == pytest.approx((24.0, 12.0))
 
 
 def test_nothing_is_said_before_ten_seconds_or_after_the_last_run(clock):

@@ -24,13 +24,15 @@ class Pace:
     """The time a sweep has left, measured as it trains. Once ``MIN_FINISHED`` runs have
     finished here, a run's seconds are a + b x its steps + c x its FLOPs (non-negative least
     squares over them: setup and evaluation, per-step overhead, arithmetic; a small model's step
-    is mostly overhead), before that its FLOPs alone; the sweep goes at the pace its workers
-    together have kept so far (that work done per second of wall time)."""
+    is mostly overhead), before that its FLOPs alone. The sweep goes at the pace its workers
+    together have kept so far (that work done per second of wall time), but never ends before
+    its longest chain of runs one worker trains in turn (a WSD family's branches, ``group``)."""
 
     MIN_FINISHED = 3
 
-    def __init__(self, work: Mapping[str, tuple[float, float]]) -> None:
+    def __init__(self, work: Mapping[str, tuple[float, float]], group: Mapping[str, str] | None = None) -> None:
         self.work = dict(work)  # run id -> (steps, FLOPs) it executes (a WSD stable phase counted once)
+        self.group = dict(group or {})  # run id -> the chain it trains in (default: its own)
         self.trained: dict[str, float] = {}  # run id -> steps trained so far
         self.finished: dict[str, float | None] = {}  # run id -> its seconds (None: failed, not a cost)
         self.start = time.monotonic()
@@ -41,12 +43,11 @@ class Pace:
     def finish(self, run_id: str, seconds: float | None) -> None:
         self.finished[run_id] = seconds
 
-    def cost(self) -> tuple[float, float, float]:
-        """(a, b, c): a run's seconds = a + b x steps + c x FLOPs, or (0, 0, 1) (FLOPs alone)
-        before enough runs finished."""
+    def cost(self) -> tuple[float, float, float] | None:
+        """(a, b, c): a run's seconds = a + b x steps + c x FLOPs; None before enough runs finished."""
         points = [(*self.work[r], s) for r, s in self.finished.items() if s and r in self.work]
         if len(points) < self.MIN_FINISHED:
-            return 0.0, 0.0, 1.0
+            return None
         from scipy.optimize import nnls  # lazily: the display is built before anything needs it
 
         rows = np.array([[1.0, steps, flops] for steps, flops, _ in points])
@@ -58,17 +59,22 @@ class Pace:
     def seconds_left(self) -> float | None:
         """The time left at this pace, or None before it means anything (``PACE_AFTER``)."""
         elapsed = time.monotonic() - self.start
-        a, b, c = self.cost()
-        total = sum(a + b * steps + c * flops for steps, flops in self.work.values())
-        done = sum(a + b * self.work[r][0] + c * self.work[r][1] for r in self.finished if r in self.work)
-        for r, trained in self.trained.items():
-            if r in self.work and r not in self.finished:
-                steps, flops = self.work[r]
-                share = min(trained / steps, 1.0) if steps else 0.0
-                done += share * (b * steps + c * flops)
+        law = self.cost()
+        a, b, c = law or (0.0, 0.0, 1.0)  # before the law: work counted in FLOPs
+        left: dict[str, float] = {}  # chain -> its work still to do
+        total = done = 0.0
+        for r, (steps, flops) in self.work.items():
+            cost = a + b * steps + c * flops
+            if r in self.finished:
+                ran = cost
+            else:
+                ran = (b * steps + c * flops) * (min(self.trained.get(r, 0.0) / steps, 1.0) if steps else 0.0)
+                left[self.group.get(r, r)] = left.get(self.group.get(r, r), 0.0) + cost - ran
+            total, done = total + cost, done + ran
         if total <= 0 or done < PACE_AFTER[0] * total or elapsed < PACE_AFTER[1]:
             return None
-        return max(0.0, elapsed * (total - done) / done)
+        longest = max(left.values(), default=0.0) if law else 0.0  # in seconds, once the law gives seconds
+        return max(0.0, elapsed * (total - done) / done, longest)
 
 
 class SweepDisplay:
@@ -77,9 +83,9 @@ class SweepDisplay:
 
     def __init__(self, total_runs: int, done_runs: int = 0, stream: TextIO | None = None,
                  enabled: bool = True, interval: float = 10.0,
-                 work: Mapping[str, tuple[float, float]] | None = None) -> None:
+                 work: Mapping[str, tuple[float, float]] | None = None, group: Mapping[str, str] | None = None) -> None:
         self.total, self.done, self.failed = total_runs, done_runs, 0
-        self.pace = Pace(work or {})  # (steps, FLOPs) of each run still to train here
+        self.pace = Pace(work or {}, group)  # (steps, FLOPs) of each run still to train here, and its chain
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = enabled and getattr(self.stream, "isatty", lambda: False)()
