@@ -139,6 +139,25 @@ def test_a_tiny_tune_writes_its_runs_its_law_and_its_report(tuned):
         assert cell["best_loss"] == pytest.approx(min(cell["losses"]))
     assert (out / "report.html").is_file() and (out / "report_plots" / "tune_cells.svg").is_file()
     assert "size" in str(result) and "hparams.json" in str(result)
+    assert data["unit"] == "token" and str(result).splitlines()[0].split()[:3] == ["size", "params", "tokens"]
+
+
+def test_an_image_models_tune_counts_samples_in_its_text_and_report(tuned, tmp_path):
+    """A tune of an image model (the plan's unit "sample") says samples wherever it counts the
+    cells' training units: its table, grid line, held-out line and report (it said tokens)."""
+    import dataclasses
+
+    from flops_fit.tuning.report import write_tune_report
+
+    _, result = tuned
+    image = dataclasses.replace(result, data={**result.data, "unit": "sample"}, out_dir=tmp_path)
+    lines = str(image).splitlines()
+    assert lines[0].split()[:3] == ["size", "params", "samples"]
+    assert "  (the laws' variable named tokens, D, counts the samples each run trains on)" in lines
+    said = [line for line in lines if line.startswith(("grid:", "held-out"))]
+    assert said and all("samples" in line and "tokens" not in line for line in said)
+    page = write_tune_report(image, tmp_path).read_text()
+    assert "<th>samples</th>" in page and "<th>tokens</th>" not in page
 
 
 def test_a_sweep_plans_its_rates_from_the_tune(tuned):

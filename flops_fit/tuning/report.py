@@ -45,7 +45,7 @@ def plot_cells(result: Any, stem: Path) -> list[Path]:
                 ax.axvspan(f.band_lo, f.band_hi, color=col, alpha=0.12)
                 ax.axvline(f.lr_opt, color=col, lw=0.8, ls="--")
         ax.set_xscale("log")
-        ax.set_title(f"size {key[0]}, {fmt.count(key[1])} tokens", fontsize=8)
+        ax.set_title(f"size {key[0]}, {fmt.count(key[1])} {result.units}", fontsize=8)
         ax.tick_params(labelsize=7)
         if k % cols == 0:
             ax.set_ylabel("held-out loss", fontsize=8)
@@ -87,10 +87,10 @@ def plot_law(result: Any, stem: Path) -> list[Path]:
         ax.plot(grid, line, "-", color="tab:red", label="law")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        label = law.scale if name == "scale" else "tokens D"
+        label = law.scale if name == "scale" else f"{result.units} D"
         ax.set_xlabel(label)
         ax.set_ylabel("best learning rate lr*")
-        at = (f"at {fmt.count(ref_tokens)} tokens" if name == "scale" else f"at {law.scale} {fmt.count(ref_scale)}")
+        at = (f"at {fmt.count(ref_tokens)} {result.units}" if name == "scale" else f"at {law.scale} {fmt.count(ref_scale)}")
         ax.set_title(f"lr* against {label} ({at})", fontsize=9)
         ax.legend(fontsize=7)
     return save_figure(fig, stem, FORMATS)
@@ -148,8 +148,8 @@ def write_tune_report(result: Any, out: Path) -> Path:
     if data.get("holdout") and data["holdout"].get("kind") == "beyond":
         h = data["holdout"]
         body += ["<h2 id='holdout'>Held-out check beyond the grid</h2>",
-                 f"<p>A cell {h['tokens_factor']:.2f}x further in tokens than any cell of the grid (size {h['size']}, "
-                 f"{fmt.count(h['tokens'])} tokens), trained at the law's rate {h['predicted_lr']:.3g} times "
+                 f"<p>A cell {h['tokens_factor']:.2f}x further in {result.units} than any cell of the grid (size {h['size']}, "
+                 f"{fmt.count(h['tokens'])} {result.units}), trained at the law's rate {h['predicted_lr']:.3g} times "
                  f"{', '.join(f'{m:g}' for m in h['multipliers'])}: losses "
                  f"{', '.join(f'{v:.4f}' for v in h['losses'])}. At the law's own rate {h['loss']:.4f} against the "
                  f"best {h['best_loss']:.4f}: {100 * h['excess']:+.2f}% (goal: within 0.5%, "
@@ -157,20 +157,20 @@ def write_tune_report(result: Any, out: Path) -> Path:
     elif data.get("holdout"):
         h = data["holdout"]
         body += ["<h2 id='holdout'>Held-out check</h2>",
-                 f"<p>The law fitted without the largest cell (size {h['size']}, {fmt.count(h['tokens'])} tokens) "
+                 f"<p>The law fitted without the largest cell (size {h['size']}, {fmt.count(h['tokens'])} {result.units}) "
                  f"predicts lr {h['predicted_lr']:.3g}, band [{h['band'][0]:.3g}, {h['band'][1]:.3g}]. Trained "
                  f"there, the cell's held-out loss is {h['loss']:.4f} against the best of its own sweep "
                  f"{h['best_loss']:.4f}: {100 * h['excess']:+.2f}% (goal: within 0.5%, "
                  f"<b>{'met' if h['within_goal'] else 'missed'}</b>); the cell's own optimum {h['cell_lr_opt']:.3g} "
                  f"lies <b>{'inside' if h['optimum_in_band'] else 'outside'}</b> the predicted band.</p>"]
     body += ["<h2 id='cells'>Cells</h2>",
-             html_table(["size", "params", "tokens", "batch", "beta2", "lr* [95%]", "0.5% band", "best loss",
+             html_table(["size", "params", result.units, "batch", "beta2", "lr* [95%]", "0.5% band", "best loss",
                      "in law", "no optimum because"], cells),
              figure.embed(plot_cells(result, plot_dir / "tune_cells"),
                           "Held-out loss against learning rate per cell: the parabola in log rate, its vertex "
                           "(dashed) and the near-optimal band (shaded); x: failed runs."),
              figure.embed(plot_law(result, plot_dir / "tune_law"),
-                          "The cells' best rates against the scale and the tokens, each moved to the other "
+                          f"The cells' best rates against the scale and the {result.units}, each moved to the other "
                           "variable's mean by the law, with the law's line.")]
     path.write_text(PAGE.format(body="\n".join(body)).replace("flops-fit report</title>", "flops-fit tune</title>"),
                     encoding="utf-8")

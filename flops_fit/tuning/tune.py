@@ -106,14 +106,21 @@ class TuneResult:
     def holdout(self) -> dict[str, Any] | None:
         return self.data.get("holdout")
 
+    @property
+    def units(self) -> str:
+        """What the cells' token counts count: "tokens", or "samples" for an image model."""
+        return f"{self.data.get('unit', 'token')}s"
+
     def __str__(self) -> str:
         rows = [[c.size, f"{c.params:,}", f"{c.tokens:,}", c.batch_size, f"{c.beta2:g}",
                  "-" if not c.fit.ok else fmt.with_interval(c.fit.lr_opt, c.fit.lr_lo, c.fit.lr_hi),
                  "-" if not c.fit.ok else f"[{c.fit.band_lo:.3g}, {c.fit.band_hi:.3g}]",
                  f"{c.fit.best_loss:.4f}", c.fit.reason or ""] for c in self.cells]
-        lines = [format_table(rows, ["size", "params", "tokens", "batch", "beta2", "lr*", "0.5% band",
+        lines = [format_table(rows, ["size", "params", self.units, "batch", "beta2", "lr*", "0.5% band",
                                      "best loss", "no optimum because"]),
                  f"law: {self.law.describe()} (rms {self.law.rms_log:.3f} in log lr over {self.law.cells} cells)"]
+        if self.units != "tokens":
+            lines.append(f"  (the laws' variable named tokens, D, counts the {self.units} each run trains on)")
         lines += [f"  {n}" for n in self.law.notes]
         if self.forms:
             lines += ["law forms (95% intervals of the exponents; held out: fitted without the largest budget, "
@@ -130,26 +137,26 @@ class TuneResult:
             lines.append(f"batch law: B* = {b['k']:.4g} * C^{b['e']:.3g} [{b['e_lo']:.3g}, {b['e_hi']:.3g}]")
         cover = self.data.get("coverage")
         if cover:
-            lines.append(f"grid: sizes {cover['tune_sizes'][0]}-{cover['tune_sizes'][1]} and tokens "
+            lines.append(f"grid: sizes {cover['tune_sizes'][0]}-{cover['tune_sizes'][1]} and {self.units} "
                          f"{cover['tune_tokens'][0]:,}-{cover['tune_tokens'][1]:,}; the sweep plans sizes "
-                         f"{cover['sweep_sizes'][0]}-{cover['sweep_sizes'][1]} and tokens {cover['sweep_tokens'][0]:,}-"
+                         f"{cover['sweep_sizes'][0]}-{cover['sweep_sizes'][1]} and {self.units} {cover['sweep_tokens'][0]:,}-"
                          f"{cover['sweep_tokens'][1]:,} (the planner guards how far past the grid the law goes)")
         if self.holdout:
-            lines.append(describe_holdout(self.holdout))
+            lines.append(describe_holdout(self.holdout, self.units))
         lines.append(f"wrote {self.hparams_path}" + (f" and {self.report}" if self.report else ""))
         return "\n".join(lines)
 
 
-def describe_holdout(h: dict[str, Any]) -> str:
+def describe_holdout(h: dict[str, Any], units: str = "tokens") -> str:
     verdict = f"{100 * h['excess']:+.2f}%, goal within {100 * GOAL:g}%: {'met' if h['within_goal'] else 'missed'}"
     if h.get("kind") == "beyond":
         rates = ", ".join(f"x{m:g} {v:.4f}" for m, v in zip(h["multipliers"], h["losses"]))
-        return (f"held-out cell beyond the grid (size {h['size']}, {h['tokens']:,} tokens: x{h['tokens_factor']:.2f} "
+        return (f"held-out cell beyond the grid (size {h['size']}, {h['tokens']:,} {units}: x{h['tokens_factor']:.2f} "
                 f"the grid's most): the law predicts lr {h['predicted_lr']:.3g}; loss at its multiples {rates}; "
                 f"at x1 {h['loss']:.4f} vs the best {h['best_loss']:.4f} ({verdict}); the cell's own optimum "
                 + (f"{h['cell_lr_opt']:.3g} (x{h['cell_lr_opt'] / h['predicted_lr']:.2f} the law's)"
                    if h["cell_reason"] is None else f"not interior ({h['cell_reason']})"))
-    return (f"held-out cell (size {h['size']}, {h['tokens']:,} tokens): law without it predicts lr {h['predicted_lr']:.3g} "
+    return (f"held-out cell (size {h['size']}, {h['tokens']:,} {units}): law without it predicts lr {h['predicted_lr']:.3g} "
             f"(band [{h['band'][0]:.3g}, {h['band'][1]:.3g}]); loss there {h['loss']:.4f} vs the cell's best "
             f"{h['best_loss']:.4f} ({verdict}); the cell's own optimum {h['cell_lr_opt']:.3g} is "
             f"{'inside' if h['optimum_in_band'] else 'outside'} the predicted band")
@@ -268,7 +275,7 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
     try:
         law, _ = law_from(used, scale=scale, batch_swept=batch_swept, bootstrap=bootstrap, seed=seed)
     except FitInputError as exc:
-        reasons = "; ".join(f"size {c.size} x {c.tokens:,} tokens: {c.fit.reason}" for c in bad[:3])
+        reasons = "; ".join(f"size {c.size} x {c.tokens:,} {plan.unit}s: {c.fit.reason}" for c in bad[:3])
         raise FitInputError(f"{exc} ({reasons})") from None
     batch_law = None
     if batch_swept:
@@ -282,7 +289,7 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
     chosen, because = choose(forms)
     options = plan.options
     data = {
-        "format": FORMAT, "model": options.model, "dataset": options.dataset,
+        "format": FORMAT, "model": options.model, "dataset": options.dataset, "unit": plan.unit,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "flops-fit": __version__,
         "setup": {"model_config": options.model_config, "dataset_config": options.dataset_config,
                   "seq_len": options.seq_len, "batch_size": options.batch_size, "schedule": options.schedule,
