@@ -60,6 +60,7 @@ def test_model_entry_accepts_a_complete_entry():
         ({"defaults": {"width": 3}}, "must not contain the size parameter 'width'"),
         ({"default_size": 0}, "default_size must be a positive integer"),
         ({"defaults": [1]}, "defaults must be a mapping"),
+        ({"no_parity": " "}, "no_parity must say why no parity case applies"),
     ],
 )
 def test_model_entry_rejects_bad_fields(overrides, message):

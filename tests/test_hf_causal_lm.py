@@ -14,6 +14,7 @@ import pytest
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.errors import PlanError
+from flops_fit.store.run_store import RunStore
 
 transformers = pytest.importorskip("transformers", reason="model hf-causal-lm needs transformers")
 
@@ -52,6 +53,9 @@ def test_a_config_sweeps_as_its_transformers_class(kind, tmp_path):
         out_dir=tmp_path / "out", show_progress=False, checkpoint_seconds=0)
     runs = result.runs
     assert list(runs["status"]) == ["done"] * 3 and all(math.isfinite(x) for x in runs["loss"])
+    with RunStore(tmp_path / "out") as store:  # the class itself: no parity case applies, and the gate says why
+        assert store.get_meta("parity") == {"status": "not applicable", "reason": "the model is the transformers "
+                                            "class itself, so there is nothing to convert or compare"}
     for size, params in zip(runs["size"], runs["params"], strict=True):
         built = flops_fit.create_model("hf-causal-lm", int(size), **model_config, context_length=16)
         assert type(built.hf).__name__ == CLASSES[kind]

@@ -125,6 +125,8 @@ class ModelEntry(Entry):
     activations one micro-batch keeps for its backward pass; ``configure(config) -> config``,
     which completes the configuration every call sees (and the run id hashes): a family built
     from a file adds what identifies the file's content, so an edited file plans new runs.
+    ``no_parity``: why no parity case applies to the family (it is the reference class itself),
+    so that its parity gate says "not applicable" and why rather than "unverified".
     """
 
     kind: ClassVar[str] = "model"
@@ -144,6 +146,7 @@ class ModelEntry(Entry):
     non_embedding_flops: Ref | None = field(default=None, kw_only=True)
     activation_memory: Ref | None = field(default=None, kw_only=True)
     configure: Ref | None = field(default=None, kw_only=True)
+    no_parity: str | None = field(default=None, kw_only=True)
 
     def validate(self) -> None:
         for name in ("builder", "valid_sizes", "param_count", "training_flops"):
@@ -164,6 +167,8 @@ class ModelEntry(Entry):
             raise EntryError(f"defaults must not contain the size parameter {self.size_param!r}: use default_size")
         if self.default_size is not None:
             positive_int(self.default_size, "default_size", EntryError)
+        if self.no_parity is not None and (not isinstance(self.no_parity, str) or not self.no_parity.strip()):
+            raise EntryError(f"no_parity must say why no parity case applies, got {self.no_parity!r}")
 
     def config(self, **config: Any) -> dict[str, Any]:
         """The entry's defaults overridden by ``config``, completed by ``configure``."""
@@ -234,6 +239,7 @@ class DatasetEntry(Entry):
     tasks: tuple[str, ...] = field(default=(), kw_only=True)
     defaults: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
     configure: Ref | None = field(default=None, kw_only=True)
+    no_parity: str | None = field(default=None, kw_only=True)
 
     def validate(self) -> None:
         _check_ref(self.builder, "builder")

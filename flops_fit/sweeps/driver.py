@@ -94,11 +94,15 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
     """Run the model's quick parity cases before any compute is spent.
 
     Returns ``{"status": ..., "reason": ...}``: "passed", "unverified" (no case could run,
-    none failed), "failed" or "overridden" (``skip_parity=True``); a sweep whose [train] command trains
-    the runs stores "not applicable".
+    none failed), "failed" or "overridden" (``skip_parity=True``); "not applicable" for a model
+    family that says why no case applies (``ModelEntry.no_parity``), and for a sweep whose [train]
+    command trains the runs.
     """
     if skip:
         return {"status": "overridden", "reason": "skip_parity=True: the gate was not run"}
+    exempt = api.model_info(model, host=host).no_parity
+    if exempt is not None:
+        return {"status": "not applicable", "reason": exempt}
     report = check(model, host=host)
     return {"status": report.status, "reason": report.summary()[:4000]}
 

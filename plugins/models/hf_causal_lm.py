@@ -181,4 +181,5 @@ def register_models(register):
         builder=f"{_MODEL}:build", size_param="width", valid_sizes=valid_sizes,
         param_count=f"{_MODEL}:param_count", training_flops=f"{_MODEL}:training_flops",
         flops_unit="token", task=flops_fit.TASK_CAUSAL_LM,
-        default_loss="next-token", default_datasets=("python-stdlib",), defaults=DEFAULTS, configure=configure))
+        default_loss="next-token", default_datasets=("python-stdlib",), defaults=DEFAULTS, configure=configure,
+        no_parity="the model is the transformers class itself, so there is nothing to convert or compare"))
