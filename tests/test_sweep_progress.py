@@ -99,3 +99,21 @@ def test_a_wsd_sweep_reports_the_steps_its_plan_executes(tmp_path, monkeypatch):
     for run_id, (steps, _) in pace.work.items():
         assert 0 <= pace.trained[run_id] - steps < 1
     assert set(pace.finished) == set(pace.work) and all(s > 0 for s in pace.finished.values())
+
+
+def test_the_readme_and_speed_page_quote_the_stored_time_left_figures():
+    """The medians and worst ratios the README and docs/guide/speed.md quote are
+    benchmarks/results/time_left.json's."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    stored = json.loads((root / "benchmarks" / "results" / "time_left.json").read_text())
+    figures = [f"x{stored[label]['all'][key]:.2f}" for label in ("examples/external-trainer, stop 55", "demo, stop 55")
+               for key in ("median_ratio", "worst_ratio")]
+    for path in (root / "README.md", root / "docs" / "guide" / "speed.md"):
+        text = path.read_text()
+        start = text.index("bench_time_left.py --config")
+        end = text.find("\n" if path.name == "README.md" else "\n\n", start)  # its table row, its paragraph
+        quoted = " ".join(text[start:end].split())
+        assert [f for f in figures if f not in quoted] == [], path.name
