@@ -63,6 +63,23 @@ def test_without_repeats_the_papers_decay_constant_is_used():
     assert any("fixed at Muennighoff" in w for w in result.diagnostics.warnings)
 
 
+def test_a_decay_constant_the_runs_cannot_pin_is_withheld_with_the_reason(fitted):
+    """Runs that repeat data which lose no worth (Chinchilla's law at D itself, 10 runs past U):
+    R* runs to its search bound (22,026, from exp(4 x 2.5)); it printed as "2.203e+04 [2.203e+04,
+    2.203e+04]". Its interval is withheld and a warning says why; a measured R* is shown."""
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1, noise=0.003)
+    result = flops_fit.fit(runs, "vpnls", bootstrap=30, unique_tokens=1e9, tracking=False)
+    assert result.details["repeated_runs"] == 10 and result.details["on_bound"] == ["r_star"]
+    assert result.params["r_star"] == pytest.approx(np.exp(4 * 2.5))
+    row = next(line for line in result.summary().splitlines() if line.startswith("r_star"))
+    assert row.split()[2:] == ["[withheld:", "fitted", "on", "its", "search", "bound]", "withheld"]
+    assert any(w.startswith("R* = 2.203e+04 sits on its search bound (1.04 to 22,026)")
+               for w in result.diagnostics.warnings)
+    assert fitted.details["on_bound"] == []
+    shown = next(line for line in fitted.summary().splitlines() if line.startswith("r_star"))
+    assert "withheld" not in shown
+
+
 def test_a_sweeps_recorded_budget_is_used_once_runs_repeat(repeating):
     runs = load_runs(repeating)
     runs.metadata["unique_tokens"] = U

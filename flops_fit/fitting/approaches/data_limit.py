@@ -150,6 +150,13 @@ class DataLimited(ProjectionApproach):
         if not repeated:
             warnings.append(f"no run trains on more than the {self.unique:,.0f} unique tokens: R* is not measured "
                             f"here and is fixed at Muennighoff et al.'s {PAPER_R_STAR}")
+        on_bound = bool(repeated) and min(abs(est.theta[2] - bound) for bound in form.bounds) < 1e-6  # r = ln(R*) / 4
+        if on_bound:
+            low, high = (np.exp(R_SCALE * bound) for bound in form.bounds)
+            warnings.append(f"R* = {params['r_star']:.4g} sits on its search bound ({low:.3g} to {high:,.0f}): the "
+                            f"{repeated} run(s) past the {self.unique:,.0f} unique tokens do not pin down how "
+                            "repeated data lose worth, so R* and its interval say nothing; train runs at several "
+                            "epochs, or check unique_tokens")
         predicted = form.loss(params, {"n": np.exp(log_n), "d": np.exp(log_d)})
         diagnostics = parametric_diagnostics(runs, predicted, params, bounds=form.bounds, convergence=convergence,
                                              warnings=warnings)
@@ -158,6 +165,7 @@ class DataLimited(ProjectionApproach):
                            details={"form": form.name, "unique_tokens": self.unique, "repeated_runs": repeated,
                                     "max_epochs": float(np.exp(log_d).max() / self.unique), "focus": self.focus,
                                     "r_star": "fitted" if repeated else "fixed",
+                                    "on_bound": ["r_star"] if on_bound else [],
                                     "search": "grid over alpha, beta (and r), then Nelder-Mead"})
 
 

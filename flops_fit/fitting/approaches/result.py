@@ -247,7 +247,8 @@ class FitResult(Presentable):
         lines = [f"{self.title}  ({len(self.runs)} runs from {self.runs.source}, "
                  f"{len(self.samples)} bootstrap resamples, seed {self.seed})",
                  f"fitted metric: {METRICS[self.runs.metric]}", *(f"note: {n}" for n in self.runs.notes), ""]
-        lines.append(format_table(param_rows(self.intervals()), ["param", "estimate", f"{pct} interval",
+        lines.append(format_table(param_rows(self.intervals(), self.details.get("on_bound", ())),
+                                  ["param", "estimate", f"{pct} interval",
                                                                  "bootstrap s.e."]))
         lines += ["", format_table(prediction_rows(self.table(budgets)),
                                    ["FLOPs", "params N_opt", f"{self.runs.unit} D_opt", f"{self.runs.unit}/param",
@@ -299,13 +300,17 @@ class PowerLawResult(FitResult):
 COEFFICIENTS = ("A", "B")
 
 
-def param_rows(table: pd.DataFrame) -> list[list[str]]:
+def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[str]]:
     """Rows of param, estimate, "[lo, hi]", bootstrap s.e.: a coefficient's interval over the span
-    limit, and an s.e. of draws that diverged, withheld with the reason."""
+    limit, an s.e. of draws that diverged, and the interval of a parameter fitted on its search
+    bound (``on_bound``: the runs do not pin it down), withheld with the reason."""
     rows = []
     for name, r in table.iterrows():
         if np.isnan(r.lo) and np.isnan(r.hi):  # no bootstrap
             rows.append([name, fmt.sig(r.estimate, 4), "-", "-"])
+            continue
+        if name in on_bound:
+            rows.append([name, fmt.sig(r.estimate, 4), "[withheld: fitted on its search bound]", "withheld"])
             continue
         span, se = f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 4)
         if name in COEFFICIENTS and fmt.too_wide(r.lo, r.hi):

@@ -391,7 +391,7 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_
 def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budgets) -> str:
     d = result.diagnostics
     par = result.intervals()
-    params = param_rows(par)
+    params = param_rows(par, result.details.get("on_bound", ()))
     table = result.table(budgets)
     rows = prediction_rows(table)
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
