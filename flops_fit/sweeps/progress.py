@@ -24,9 +24,10 @@ class Pace:
     """The time a sweep has left, measured as it trains. Once ``MIN_FINISHED`` runs have
     finished here, a run's seconds are a + b x its steps + c x its FLOPs (non-negative least
     squares over them: setup and evaluation, per-step overhead, arithmetic; a small model's step
-    is mostly overhead), before that its FLOPs alone. The sweep goes at the pace its workers
-    together have kept so far (that work done per second of wall time), but never ends before
-    its longest chain of runs one worker trains in turn (a WSD family's branches, ``group``)."""
+    is mostly overhead, so FLOPs alone misjudge it); before that nothing is said. The sweep goes
+    at the pace its workers together have kept so far (that work done per second of wall time),
+    but never ends before its longest chain of runs one worker trains in turn (a WSD family's
+    branches, ``group``)."""
 
     MIN_FINISHED = 3
 
@@ -60,7 +61,9 @@ class Pace:
         """The time left at this pace, or None before it means anything (``PACE_AFTER``)."""
         elapsed = time.monotonic() - self.start
         law = self.cost()
-        a, b, c = law or (0.0, 0.0, 1.0)  # before the law: work counted in FLOPs
+        if law is None:
+            return None
+        a, b, c = law
         left: dict[str, float] = {}  # chain -> its work still to do
         total = done = 0.0
         for r, (steps, flops) in self.work.items():
@@ -73,8 +76,7 @@ class Pace:
             total, done = total + cost, done + ran
         if total <= 0 or done < PACE_AFTER[0] * total or elapsed < PACE_AFTER[1]:
             return None
-        longest = max(left.values(), default=0.0) if law else 0.0  # in seconds, once the law gives seconds
-        return max(0.0, elapsed * (total - done) / done, longest)
+        return max(0.0, elapsed * (total - done) / done, max(left.values(), default=0.0))
 
 
 class SweepDisplay:
