@@ -121,3 +121,15 @@ def test_the_readme_and_speed_page_quote_the_stored_time_left_figures():
         end = text.find("\n" if path.name == "README.md" else "\n\n", start)  # its table row, its paragraph
         quoted = " ".join(text[start:end].split())
         assert [f for f in figures if f not in quoted] == [], path.name
+
+
+def test_a_term_the_finished_runs_cannot_tell_apart_is_left_out(clock):
+    """Three runs of one budget share their FLOPs: the constant and the FLOPs term are one column,
+    and a law that split them said 180 s for a sweep with 46 s to go. The FLOPs term is left out
+    until runs of another budget finish: these cost 2 s + 0.01 s a step."""
+    pace = progress.Pace({"r1": (100, 1e10), "r2": (200, 1e10), "r3": (400, 1.0001e10), "big": (800, 1e11)})
+    for run, seconds in (("r1", 3.0), ("r2", 4.0), ("r3", 6.0)):
+        pace.finish(run, seconds)
+    assert pace.cost() == pytest.approx((2.0, 0.01, 0.0))
+    clock.now += 13  # 13 s of work in 13 s: "big" costs 10 s
+    assert pace.seconds_left() == pytest.approx(10.0)

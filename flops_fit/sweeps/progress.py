@@ -45,16 +45,26 @@ class Pace:
         self.finished[run_id] = seconds
 
     def cost(self) -> tuple[float, float, float] | None:
-        """(a, b, c): a run's seconds = a + b x steps + c x FLOPs; None before enough runs finished."""
+        """(a, b, c): a run's seconds = a + b x steps + c x FLOPs; None before enough runs finished.
+        A term the finished runs cannot tell from the others (runs of one budget share their
+        FLOPs) is left out (0), so that it is not extrapolated from nothing."""
         points = [(*self.work[r], s) for r, s in self.finished.items() if s and r in self.work]
         if len(points) < self.MIN_FINISHED:
             return None
         from scipy.optimize import nnls  # lazily: the display is built before anything needs it
 
-        rows = np.array([[1.0, steps, flops] for steps, flops, _ in points])
-        scale = rows.max(axis=0)
-        coef, _ = nnls(rows / scale, np.array([s for *_, s in points]))
-        a, b, c = (float(v) for v in coef / scale)
+        raw = np.array([[1.0, steps, flops] for steps, flops, _ in points])
+        rows = raw / raw.max(axis=0)
+        kept = [0]
+        for term in (1, 2):  # a term whose column the kept ones reproduce to 5% says nothing of its own
+            basis = rows[:, kept]
+            residual = rows[:, term] - basis @ np.linalg.lstsq(basis, rows[:, term], rcond=None)[0]
+            if np.linalg.norm(residual) > 0.05 * np.linalg.norm(rows[:, term]):
+                kept.append(term)
+        coef, _ = nnls(rows[:, kept], np.array([s for *_, s in points]))
+        law = np.zeros(3)
+        law[kept] = coef
+        a, b, c = (float(v) for v in law / raw.max(axis=0))
         return a, b, c
 
     def seconds_left(self) -> float | None:
