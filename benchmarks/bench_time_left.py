@@ -83,7 +83,9 @@ def main() -> None:
             lines, wall = stamped(command, cwd=Path(scratch))
     rows, trained = claims(lines)
     third = [r for r in rows if r["runs_done"] >= r["runs"] / 3]
-    result = {"command": " ".join(["flops-fit", *command[3:-2]]), "wall_s": round(wall, 1),
+    shown = [Path(c).resolve().relative_to(Path.cwd()).as_posix() if c.endswith(".toml") and
+             Path(c).resolve().is_relative_to(Path.cwd()) else c for c in command[3:-2]]
+    result = {"command": " ".join(["flops-fit", *shown]), "wall_s": round(wall, 1),
               "last_run_finished_s": round(trained, 1), "claims": rows,
               "all": summary(rows), "from_a_third_of_the_runs": summary(third)}
     for r in rows:
