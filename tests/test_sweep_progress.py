@@ -133,3 +133,23 @@ def test_a_term_the_finished_runs_cannot_tell_apart_is_left_out(clock):
     assert pace.cost() == pytest.approx((2.0, 0.01, 0.0))
     clock.now += 13  # 13 s of work in 13 s: "big" costs 10 s
     assert pace.seconds_left() == pytest.approx(10.0)
+
+
+def test_a_chain_in_flight_goes_at_its_own_measured_pace(clock):
+    """The law (2 s + 0.1 s a step + 0.01 s a FLOP) says a run of 100 steps and 500 FLOPs costs
+    17 s; the chain's run in flight has taken 0.2 s a step (a larger size than any finished): its
+    80 steps left take 16 s, and the next run of its chain 2 + 100 x 0.2 = 22 s: 38 s."""
+    work = {"r1": (10, 100.0), "r2": (20, 1000.0), "r3": (100, 200.0), "big": (100, 500.0), "big2": (100, 500.0)}
+    pace = progress.Pace(work, group={"big": "family", "big2": "family"})
+    for run, seconds in (("r1", 4.0), ("r2", 14.0), ("r3", 14.0)):
+        pace.finish(run, seconds)
+    clock.now += 16
+    pace.add("big", 0)  # its first report: it starts
+    assert pace.seconds_left() == pytest.approx(34.0)  # by the law: 17 s + 17 s
+    clock.now += 1
+    pace.add("big", 5)  # 1 s and 5 steps: too little to time
+    assert pace.own_pace() == {}
+    clock.now += 3
+    pace.add("big", 15)
+    assert pace.own_pace() == {"family": pytest.approx(0.2)}
+    assert pace.seconds_left() == pytest.approx(38.0)

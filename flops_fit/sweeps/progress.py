@@ -13,6 +13,7 @@ import numpy as np
 from flops_fit.tables import duration
 
 PACE_AFTER = (0.05, 10.0)  # the time left is shown once this share of the work and these seconds have passed
+OWN_PACE_AFTER = (2.0, 20)  # a run in flight times its own steps once it has trained this long and this many
 
 
 def _bar(done: float, total: float, width: int = 24) -> str:
@@ -27,7 +28,8 @@ class Pace:
     is mostly overhead, so FLOPs alone misjudge it); before that nothing is said. The sweep goes
     at the pace its workers together have kept so far (that work done per second of wall time),
     but never ends before its longest chain of runs one worker trains in turn (a WSD family's
-    branches, ``group``)."""
+    branches, ``group``), each chain's steps at the pace its run in flight keeps once it has one
+    (a size larger than any finished costs more per step than the law extrapolates)."""
 
     MIN_FINISHED = 3
 
@@ -35,11 +37,23 @@ class Pace:
         self.work = dict(work)  # run id -> (steps, FLOPs) it executes (a WSD stable phase counted once)
         self.group = dict(group or {})  # run id -> the chain it trains in (default: its own)
         self.trained: dict[str, float] = {}  # run id -> steps trained so far
+        self.heard: dict[str, tuple[float, float]] = {}  # run id -> (time of its first report, of its last)
         self.finished: dict[str, float | None] = {}  # run id -> its seconds (None: failed, not a cost)
         self.start = time.monotonic()
 
     def add(self, run_id: str, steps: float) -> None:
+        now = time.monotonic()
         self.trained[run_id] = self.trained.get(run_id, 0.0) + steps
+        self.heard[run_id] = (self.heard.get(run_id, (now, now))[0], now)
+
+    def own_pace(self) -> dict[str, float]:
+        """Seconds per step of each chain whose run in flight has trained long enough to time."""
+        paces = {}
+        for r, steps in self.trained.items():
+            first, last = self.heard[r]
+            if r not in self.finished and last - first >= OWN_PACE_AFTER[0] and steps >= OWN_PACE_AFTER[1]:
+                paces[self.group.get(r, r)] = (last - first) / steps
+        return paces
 
     def finish(self, run_id: str, seconds: float | None) -> None:
         self.finished[run_id] = seconds
@@ -74,15 +88,18 @@ class Pace:
         if law is None:
             return None
         a, b, c = law
-        left: dict[str, float] = {}  # chain -> its work still to do
+        own = self.own_pace()
+        left: dict[str, float] = {}  # chain -> its seconds still to go
         total = done = 0.0
         for r, (steps, flops) in self.work.items():
             cost = a + b * steps + c * flops
             if r in self.finished:
                 ran = cost
             else:
-                ran = (b * steps + c * flops) * (min(self.trained.get(r, 0.0) / steps, 1.0) if steps else 0.0)
-                left[self.group.get(r, r)] = left.get(self.group.get(r, r), 0.0) + cost - ran
+                trained, chain = min(self.trained.get(r, 0.0), steps), self.group.get(r, r)
+                ran = (b * steps + c * flops) * (trained / steps if steps else 0.0)
+                rest = cost - ran if chain not in own else (0.0 if trained else a) + (steps - trained) * own[chain]
+                left[chain] = left.get(chain, 0.0) + rest
             total, done = total + cost, done + ran
         if total <= 0 or done < PACE_AFTER[0] * total or elapsed < PACE_AFTER[1]:
             return None
