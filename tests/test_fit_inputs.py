@@ -36,6 +36,33 @@ def test_csv_and_dataframe_give_the_same_runs(tmp_path):
     assert b.source == str(tmp_path / "runs.csv")
 
 
+def test_a_table_as_json_lines_json_records_or_parquet_gives_the_csvs_runs(tmp_path, monkeypatch):
+    """A lab's runs table in the forms pandas writes (it said "unknown file type; give a .csv file")."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    frame.to_json(tmp_path / "runs.jsonl", orient="records", lines=True)
+    frame.to_json(tmp_path / "runs.json", orient="records")
+    written = ["runs.jsonl", "runs.json"]
+    try:
+        frame.to_parquet(tmp_path / "runs.parquet")
+        written.append("runs.parquet")
+    except ImportError:  # no pyarrow here: the refusal below still runs
+        pass
+    expected = load_runs(tmp_path / "runs.csv").frame
+    for name in written:
+        runs = load_runs(tmp_path / name)
+        pd.testing.assert_frame_equal(runs.frame, expected, check_dtype=False)
+        assert runs.source == str(tmp_path / name)
+    (tmp_path / "other.parquet").write_bytes(b"PAR1")
+
+    def no_engine(*args, **kwargs):  # pandas without pyarrow or fastparquet raises this
+        raise ImportError("Unable to find a usable engine; tried using: 'pyarrow', 'fastparquet'.")
+
+    monkeypatch.setattr(pd, "read_parquet", no_engine)
+    with pytest.raises(FitInputError, match=r"other.parquet: reading parquet needs pyarrow: pip install pyarrow"):
+        load_runs(tmp_path / "other.parquet")
+
+
 def test_curves_as_json_strings_are_parsed():
     frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
     runs = load_runs(frame)
@@ -200,9 +227,15 @@ def test_bad_sources_are_refused(tmp_path):
         load_runs(tmp_path / "missing.csv")
     with pytest.raises(FitInputError, match="no runs.sqlite in this folder"):
         load_runs(tmp_path)
+    (tmp_path / "runs.xlsx").write_bytes(b"x")
+    with pytest.raises(FitInputError, match=r"unknown file type; give a table of runs \(.csv, .txt, .tsv, .jsonl"):
+        load_runs(tmp_path / "runs.xlsx")
     (tmp_path / "runs.parquet").write_bytes(b"x")
-    with pytest.raises(FitInputError, match="unknown file type; give a .csv file"):
+    with pytest.raises(FitInputError, match="runs.parquet: not a readable parquet table of runs"):
         load_runs(tmp_path / "runs.parquet")
+    (tmp_path / "runs.jsonl").write_text('{"params": 1e6, "tokens": 1e8, "loss": 3.1}\n{"params": 2e6,\n')
+    with pytest.raises(FitInputError, match="runs.jsonl: not a readable json table of runs"):
+        load_runs(tmp_path / "runs.jsonl")
     with pytest.raises(FitInputError, match="cannot read runs from a list"):
         load_runs([1, 2])
 

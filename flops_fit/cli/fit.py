@@ -19,8 +19,9 @@ from flops_fit.errors import NoFitError
 
 
 def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, holdout: str | None = None) -> None:
-    p.add_argument("source", help="CSV file, sweep output folder (runs.sqlite), or a tracker's runs: W&B offline "
-                   "runs or CSV export, an MLflow store or URI, TensorBoard logs")
+    p.add_argument("source", help="a table of runs (CSV, TSV, JSON lines, JSON records, parquet), a sweep output "
+                   "folder (runs.sqlite), or a tracker's runs: W&B offline runs or CSV export, an MLflow store or URI, "
+                   "TensorBoard logs")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print every method's details, the candidates and the chaining records after the answer")
     p.add_argument("--method", default=method, metavar="METHOD",

@@ -15,8 +15,9 @@ from flops_fit.errors import OptionError
 from flops_fit.store.run_store import check_folder
 from flops_fit.sweeps.options import parse_floats, parse_ints
 
-# The run files --from reads (fitting.inputs: a CSV or TSV, a W&B run file; folders besides), never a sweep file
-RUN_FILES = (".csv", ".tsv", ".wandb")
+# The run files --from reads (fitting.inputs.TABLES, a W&B run file; folders besides), never a sweep file; kept
+# here so that `flops-fit --help` imports no fitting
+RUN_FILES = (".csv", ".txt", ".tsv", ".jsonl", ".ndjson", ".json", ".parquet", ".wandb")
 
 
 def _budgets(text: str) -> int | list[float]:

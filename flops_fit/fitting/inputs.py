@@ -23,6 +23,9 @@ from flops_fit.store.run_store import STORE_NAME, RunStore
 # one of tokens / flops is missing and the caller gives no other rule.
 FLOPS_PER_PARAM_TOKEN = 6.0
 FINISHED = ("done", "finished", "ok", "completed")
+# tables of runs by extension: what fit, report, compare and tune --from read as one row a run
+TABLES = {".csv": "CSV", ".txt": "CSV", ".tsv": "CSV", ".jsonl": "json", ".ndjson": "json", ".json": "json",
+          ".parquet": "parquet"}
 # What a fit minimises: the held-out loss as the runs record it (nats per token or sample),
 # or bits per byte of held-out text (``bpb``), comparable across tokenizers.
 METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out bits per byte",
@@ -468,8 +471,8 @@ def _read(source: Any, **tracker: Any) -> tuple[pd.DataFrame, str, dict[str, Any
         path = Path(source)
         if (path / STORE_NAME).is_file():
             return _read_store(path)
-        if path.is_file() and path.suffix.lower() in (".csv", ".txt", ".tsv"):
-            return _read_csv(path), str(path), {}
+        if path.is_file() and path.suffix.lower() in TABLES:
+            return _read_table(path), str(path), {}
         if path.is_file() and path.name == STORE_NAME:
             return _read_store(path.parent)
         found = sources.read(source, **tracker)
@@ -479,8 +482,8 @@ def _read(source: Any, **tracker: Any) -> tuple[pd.DataFrame, str, dict[str, Any
             raise FitInputError(f"{path}: no {STORE_NAME} in this folder and no tracker's runs (W&B offline runs, "
                                 "an MLflow store, TensorBoard event files); is it a sweep output folder?")
         if path.is_file():
-            raise FitInputError(f"{path}: unknown file type; give a .csv file, a sweep output folder or a tracker's "
-                                "runs")
+            raise FitInputError(f"{path}: unknown file type; give a table of runs ({', '.join(TABLES)}), a sweep "
+                                "output folder or a tracker's runs")
         raise FitInputError(f"{path}: no such file or folder; give a CSV file, a sweep folder or a DataFrame")
     raise FitInputError(
         f"cannot read runs from a {type(source).__name__}; give a pandas DataFrame, a CSV path "
@@ -488,14 +491,24 @@ def _read(source: Any, **tracker: Any) -> tuple[pd.DataFrame, str, dict[str, Any
     )
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    """A CSV (or TSV) of runs, one per row; the runs table W&B exports becomes run_id and status."""
+def _read_table(path: Path) -> pd.DataFrame:
+    """A table of runs, one per row (CSV, TSV, JSON lines or records, parquet); the runs table W&B
+    exports becomes run_id and status."""
+    kind = TABLES[path.suffix.lower()]
     try:
-        frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        if kind == "parquet":
+            frame = pd.read_parquet(path)
+        elif kind == "json":
+            frame = pd.read_json(path, lines=path.suffix.lower() != ".json")
+        else:
+            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+    except ImportError:  # pandas reads parquet through pyarrow (or fastparquet), an optional package
+        raise FitInputError(f"{path}: reading parquet needs pyarrow: pip install pyarrow (or 'flops-fit[data]'), "
+                            "or export the runs as CSV") from None
+    except (ValueError, OSError, UnicodeDecodeError) as exc:  # pandas' parse errors are ValueErrors
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FitInputError(f"{path}: not a readable CSV ({first}); export it again as comma-separated values "
-                            "with one header row") from None
+        raise FitInputError(f"{path}: not a readable {kind} table of runs ({first}); export it again, one run "
+                            "a row" + (" with one header row" if kind == "CSV" else "")) from None
     return wandb_runs.from_export(frame) if wandb_runs.is_export(frame) else frame
 
 
