@@ -75,7 +75,7 @@ class CheckpointWarning(UserWarning):
 
 class TrackingWarning(UserWarning):
     """An experiment-tracking backend failed to import or to write; it is switched off for the
-    rest of the sweep (warned once per backend) and the sweep goes on without it."""
+    rest of the sweep (warned once per backend) and flops-fit goes on without it (a sweep, a fit)."""
 
 
 class StoreBusy(StoreError):

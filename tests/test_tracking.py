@@ -403,7 +403,7 @@ def test_backends_that_cannot_import_or_write_warn_once_and_the_sweep_finishes(t
     [mlflow_message] = [m for m in messages if m.startswith("tracking backend 'mlflow' failed to open its run")]
     assert "install it with pip install 'flops-fit[tracking]'" in mlflow_message
     assert any(m.startswith("tracking backend 'tensorboard' failed to open its run") for m in messages)
-    assert all(m.endswith("it is switched off and the sweep goes on without it") for m in messages)
+    assert all(m.endswith("it is switched off and flops-fit goes on without it") for m in messages)
     frame = result.runs
     assert len(frame) == 6 and set(frame.status) == {"done"}
 
@@ -428,7 +428,7 @@ def test_a_backend_that_fails_mid_sweep_warns_once_and_the_others_log_every_run(
         result = run(tmp_path / "out", tracking=["tensorboard", "mlflow"])
     assert tracking_warnings(caught) == [
         "tracking backend 'tensorboard' failed to log metrics (OSError: [Errno 28] No space left on device); "
-        "it is switched off and the sweep goes on without it"]
+        "it is switched off and flops-fit goes on without it"]
     frame = result.runs
     assert len(frame) == 6 and set(frame.status) == {"done"}
     logged = mlflow_runs(mlflow_client(tmp_path / "out" / "tracking"), "out")
@@ -498,4 +498,4 @@ def test_fitting_an_untracked_sweep_logs_nothing_unless_asked(tmp_path, monkeypa
     assert main(["fit", str(csv), "--method", FIT, "--bootstrap", "0", "--tracking", "mlflow"]) == 0
     err = capsys.readouterr().err
     assert err.startswith("flops-fit: tracking backend 'mlflow' failed to open its run (ModuleNotFoundError: ")
-    assert err.count("\n") == 1 and err.endswith("it is switched off and the sweep goes on without it\n")
+    assert err.count("\n") == 1 and err.endswith("it is switched off and flops-fit goes on without it\n")

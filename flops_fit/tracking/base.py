@@ -61,7 +61,7 @@ def _switch_off(destination: Destination, backend: str, action: str, exc: Except
     reason = (str(exc).strip().splitlines() or [""])[0][:300]
     hint = "; install it with pip install 'flops-fit[tracking]'" if isinstance(exc, ImportError) else ""
     warnings.warn(f"tracking backend {backend!r} failed to {action} ({type(exc).__name__}: {reason}){hint}; "
-                  "it is switched off and the sweep goes on without it", TrackingWarning, stacklevel=4)
+                  "it is switched off and flops-fit goes on without it", TrackingWarning, stacklevel=4)
 
 
 class Trackers:
