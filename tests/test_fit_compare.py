@@ -35,12 +35,40 @@ def test_a_known_multiplier_is_recovered_at_every_budget():
     assert worse.at_target.multiplier == pytest.approx(0.5, rel=0.005) and "is worse" in worse.verdict()
 
 
-def test_a_loss_recipe_a_never_reaches_is_an_infinite_multiplier():
+def test_a_loss_recipe_a_never_reaches_is_said_beyond_the_search_not_printed_as_inf():
+    """A lower floor: A never reaches B's loss at the target. It printed "needs inf [inf, inf] times
+    the compute" and a trend of "inf [inf, inf]"; the cells now say "beyond search", a note gives
+    the search's end, and the trend is withheld."""
     a, b = stated(DEFAULT_LAW, draws=2), stated({**DEFAULT_LAW, "E": DEFAULT_LAW["E"] - 0.3}, draws=2)
     result = compare_results(a, b, target=1e24)
-    assert np.isinf(result.at_target.multiplier)
-    assert result.trend[0] > 0  # a lower floor: the gain grows with scale
-    assert "grows with scale" in result.verdict()
+    assert np.isinf(result.at_target.multiplier) and np.isinf(result.trend[0])
+    assert result.verdict() == ("B is better: at C = 1e+24 FLOPs A does not reach B's loss within the search. The "
+                                "multiplier's trend with scale is withheld: the multiplier is beyond the search at "
+                                "some budgets (see the note).")
+    assert result.rows()[-1][3] == "beyond search [beyond search, beyond search]"
+    assert "inf" not in str(result).replace("interval", "")
+    assert any(n.startswith("beyond search: A's frontier does not reach B's loss up to 1e+30 FLOPs (1e+06x the "
+                            "largest budget compared)") for n in result.notes)
+    worse = compare_results(b, a, target=1e24)  # the other way round: A (here the better) is there first
+    assert worse.at_target.multiplier < 1 and "is worse" in worse.verdict()
+
+
+def test_runs_that_measure_different_things_are_refused_before_any_fit(monkeypatch):
+    """A text sweep (nats per token) against an image sweep (cross-entropy per sample) printed
+    multipliers of inf; now one line, before either fit's bootstrap runs."""
+    import functools
+
+    import flops_fit.fitting as fitting
+
+    text = flops_fit.load_runs(synthetic_runs(budgets=BUDGETS, sizes_per_budget=5, seed=1))
+    images = flops_fit.load_runs(synthetic_runs(budgets=BUDGETS, sizes_per_budget=5, seed=2))
+    images.metadata["plan"] = {"unit": "sample"}  # what an image sweep's store records
+    fitted = []
+    monkeypatch.setattr(fitting, "fit", functools.wraps(fitting.fit)(lambda *a, **k: fitted.append(a)))
+    with pytest.raises(flops_fit.FitInputError, match=r"^A and B measure different things \(unit: tokens against "
+                       r"samples\), so their losses are not one quantity"):
+        flops_fit.compare(text, images, "vpnls", bootstrap=30)
+    assert fitted == []
 
 
 @pytest.fixture(scope="module")

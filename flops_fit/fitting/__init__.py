@@ -7,6 +7,7 @@ a new method subclasses ``Approach`` and is added there.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from flops_fit.fitting.approaches.isoflop import Isoflop
 from flops_fit.fitting.approaches.parametric import Parametric
 from flops_fit.fitting.approaches.result import FitResult, default_budgets
 from flops_fit.fitting.approaches.vpnls import Vpnls
-from flops_fit.fitting.decisions.compare import Comparison, compare_results
+from flops_fit.fitting.decisions.compare import Comparison, compare_results, same_quantity
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
 from flops_fit.fitting.laws.focus import FOCI, check_focus
 from flops_fit.fitting.laws.profiles import CURVES, budget_groups, check_curve
@@ -248,6 +249,13 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
         raise FitInputError(f"compare fits one method; choose one of {', '.join(APPROACHES)}, got {method!r}")
     shared = options.pop("where", None) or {}
     sides = ((a, where_a), (b, where_b))
+    if names is None:
+        names = tuple(_name(s, d, own) for (s, own), d in zip(sides, ("A", "B"), strict=True))
+        names = names if names[0] != names[1] else ("A", "B")
+    loading = {k: v for k, v in options.items() if k not in inspect.signature(fit).parameters}
+    same_quantity(*(source.runs if isinstance(source, FitResult) else  # before any fit: reading runs is cheap
+                    load_runs(source, metric=options.get("metric") or "loss", where={**shared, **(own or {})} or None,
+                              **loading) for source, own in sides), names)
     fitted = []
     for i, (source, own) in enumerate(sides):
         if isinstance(source, FitResult):
@@ -258,9 +266,6 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
             continue
         fitted.append(fit(source, method, bootstrap=bootstrap, seed=None if seed is None else seed + i,
                           level=level, tracking=False, where={**shared, **(own or {})} or None, **options))
-    if names is None:
-        names = tuple(_name(s, d, own) for (s, own), d in zip(sides, ("A", "B"), strict=True))
-        names = names if names[0] != names[1] else ("A", "B")
     result = compare_results(*fitted, target=target, budgets=budgets, names=names)
     if _same_source(a, b) and (where_a or {}) == (where_b or {}):
         result.notes.append("A and B are the same runs (one source, the same rows): to compare two recipes logged "

@@ -10,7 +10,10 @@ Each fit's frontier is evaluated through the result itself (``result.frontier``)
 bootstrap draw; draw i of A is paired with draw i of B (the two fits resample with different
 seeds: the sweeps are independent), so every number has an interval. C_A is found on a grid
 of 20 points per decade, interpolated in log C and log loss; a loss A's frontier does not
-reach within the grid reads as an infinite (or zero) multiplier, not as a number.
+reach within the grid is an infinite (or zero) multiplier, printed as "beyond search" ("below
+search") with a note of the grid's ends, never as a number; the trend is then withheld. Two
+fits whose runs measure different things (tokens against samples, loss against error) are
+refused: their losses are not one quantity.
 
 A fit is read only through the result it hands back (duck-typed), so this sits below the
 approaches; its page and figure are the report's (``report.compare_page``).
@@ -69,14 +72,24 @@ class Comparison:
         elif r.multiplier_lo <= 1.0 <= r.multiplier_hi:
             head = (f"No measurable difference at C = {fmt.flops(self.target)} FLOPs: the multiplier of {b} over {a} "
                     f"is {m}, and its {pct} interval holds 1.0.")
+        elif r.multiplier_lo > 1.0 and np.isinf(r.multiplier):
+            least = "" if np.isinf(r.multiplier_lo) else f" (the multiplier's {pct} interval starts at {_times(r.multiplier_lo)})"
+            head = (f"{b} is better: at C = {fmt.flops(self.target)} FLOPs {a} does not reach {b}'s loss within the "
+                    f"search{least}.")
         elif r.multiplier_lo > 1.0:
             head = (f"{b} is better: at C = {fmt.flops(self.target)} FLOPs {a} needs {m} times the compute to reach "
                     f"{b}'s loss.")
+        elif r.multiplier == 0:
+            head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s loss below the search's "
+                    "start.")
         else:
             head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s loss with {m} times the "
                     "compute.")
         slope = _with_interval(*self.trend)
-        if np.isnan(self.trend[1]):
+        if not np.isfinite(self.trend[0]) or np.isinf(self.trend[1:]).any():
+            tail = ("The multiplier's trend with scale is withheld: the multiplier is beyond the search at some "
+                    "budgets (see the note).")
+        elif np.isnan(self.trend[1]):
             tail = f"d log M / d log C = {slope}."
         elif self.trend[1] > 0:
             tail = f"The multiplier grows with scale (d log M / d log C = {slope})."
@@ -190,8 +203,9 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
     grid = np.geomspace(c.min() * 10 ** REACH[0], c.max() * 10 ** REACH[1],
                         int(PER_DECADE * (np.log10(c.max() / c.min()) + REACH[1] - REACH[0])) + 1)
     (pa, da), (pb, db) = _columns(a), _columns(b)
-    notes = [f"{name} (recipe {side}): {note}" for side, name, result in (("A", names[0], a), ("B", names[1], b))
-             for note in result.runs.notes]  # e.g. runs a column flags as outliers, fitted with the others
+    notes = same_quantity(a.runs, b.runs, names)
+    notes += [f"{name} (recipe {side}): {note}" for side, name, result in (("A", names[0], a), ("B", names[1], b))
+              for note in result.runs.notes]  # e.g. runs a column flags as outliers, fitted with the others
     draws = min(len(a.samples), len(b.samples))
     if draws and len(a.samples) != len(b.samples):
         notes.append(f"the fits have {len(a.samples)} and {len(b.samples)} draws; the first {draws} of each are paired")
@@ -214,6 +228,7 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
         table[f"{name}_lo"], table[f"{name}_hi"] = lo, hi
     table["verdict"] = [_budget_verdict(lo, hi) for lo, hi in zip(table.multiplier_lo, table.multiplier_hi,
                                                                    strict=True)]
+    notes += _unmeasured(table, grid)
     span = np.log(target / c.min())
     slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
     trend = _estimate(slope["point"][0], slope.get("draws"), level)
@@ -244,8 +259,42 @@ def _estimate(point: float, draws: np.ndarray | None, level: float) -> tuple[flo
 
 
 def _times(value: Any) -> str:
-    """A multiplier: "inf" where A does not reach B's loss within the search, else 3 figures."""
-    return ("inf" if value > 0 else "-inf") if np.isinf(value) else fmt.sig(value)
+    """A multiplier: "beyond search" where A does not reach B's loss within the search, "below
+    search" where A is there before its start, else 3 figures."""
+    if np.isinf(value):
+        return "beyond search"
+    return "below search" if value == 0 else fmt.sig(value)
+
+
+def _unmeasured(table: pd.DataFrame, grid: np.ndarray) -> list[str]:
+    """Notes on multipliers the search could not measure (infinite or zero), with its ends."""
+    values = table[["multiplier", "multiplier_lo", "multiplier_hi"]].to_numpy(float)
+    notes = []
+    if np.isinf(values).any():
+        notes.append(f"beyond search: A's frontier does not reach B's loss up to {fmt.flops(grid[-1])} FLOPs "
+                     f"({10 ** REACH[1]:g}x the largest budget compared): the multiplier is larger than the search "
+                     "can measure")
+    if (values == 0).any():
+        notes.append(f"below search: A's frontier reaches B's loss already at {fmt.flops(grid[0])} FLOPs "
+                     f"({10 ** -REACH[0]:g}x below the smallest budget compared): the multiplier is smaller than "
+                     "the search can measure")
+    return notes
+
+
+def same_quantity(a: Any, b: Any, names: tuple[str, str]) -> list[str]:
+    """FitInputError where the runs ``a`` and ``b`` (``Runs``) measure different things; notes
+    where they may not."""
+    for what, side_a, side_b in (("metric", a.metric, b.metric), ("unit", a.unit, b.unit)):
+        if side_a != side_b:
+            raise FitInputError(f"{names[0]} and {names[1]} measure different things ({what}: {side_a} against "
+                                f"{side_b}), so their losses are not one quantity and no multiplier relates them: "
+                                "compare two sweeps of one kind of model, data and metric")
+    datasets = [(r.metadata.get("spec") or {}).get("dataset") for r in (a, b)]
+    if None not in datasets and datasets[0] != datasets[1]:
+        return [f"{names[0]} trained and was evaluated on {datasets[0]!r}, {names[1]} on {datasets[1]!r}: each loss "
+                "is on its own held-out data (and tokenizer), so the multiplier compares the recipes only as far "
+                "as those losses are comparable"]
+    return []
 
 
 def _budget_verdict(lo: float, hi: float) -> str:
@@ -256,4 +305,4 @@ def _budget_verdict(lo: float, hi: float) -> str:
     return "B better" if lo > 1.0 else "B worse"
 
 
-__all__ = ["Comparison", "compare_results", "compute_to_reach"]
+__all__ = ["Comparison", "compare_results", "compute_to_reach", "same_quantity"]
