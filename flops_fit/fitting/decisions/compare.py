@@ -11,7 +11,7 @@ bootstrap draw; draw i of A is paired with draw i of B (the two fits resample wi
 seeds: the sweeps are independent), so every number has an interval. C_A is found on a grid
 of 20 points per decade, interpolated in log C and log loss; a loss A's frontier does not
 reach within the grid is an infinite (or zero) multiplier, printed as "beyond search" ("below
-search") with a note of the grid's ends, never as a number; the trend is then withheld. Two
+search") with a note of the grid's ends, never as a number; a trend it makes infinite is withheld. Two
 fits whose runs measure different things (tokens against samples, loss against error) are
 refused: their losses are not one quantity.
 
@@ -86,7 +86,7 @@ class Comparison:
             head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s loss with {m} times the "
                     "compute.")
         slope = _with_interval(*self.trend)
-        if not np.isfinite(self.trend[0]) or np.isinf(self.trend[1:]).any():
+        if np.isinf(self.trend[0]):
             tail = ("The multiplier's trend with scale is withheld: the multiplier is beyond the search at some "
                     "budgets (see the note).")
         elif np.isnan(self.trend[1]):
