@@ -47,5 +47,12 @@ def test_a_stated_budget_wins_and_plan_warns_of_repeats(tmp_path, capsys):
                       f'seq_len = 16\nbatch_size = 4\nmin_steps = 2\nunique_tokens = 1000\n'
                       f'[model]\nn_layer = 1\nhead_dim = 4\n[dataset]\npaths = ["{corpus}"]\n')
     assert main(["plan", str(config)]) == 0
-    assert "runs repeat their data, up to" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "runs repeat their data, up to" in out and "does not open here" not in out
+    # the dry run says what the sweep would refuse: a dataset that does not open (it printed the plan alone)
+    config.write_text(config.read_text().replace(f'paths = ["{corpus}"]', ""))
+    assert main(["plan", str(config)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "warning: dataset 'text-files' does not open here: text-files needs paths=[...]: files, folders or glob "
+        "patterns of text; `flops-fit sweep` refuses until it opens")
     assert math.isnan(flops_fit.RunResult("x", "done").epochs)

@@ -21,7 +21,7 @@ from flops_fit.errors import ConfigError, OptionError
 from flops_fit.store.outside import read_result
 from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
-from flops_fit.sweeps.data_budget import repeat_warning, unique_tokens
+from flops_fit.sweeps.data_budget import data_budget, repeat_warning, unique_tokens
 from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
@@ -67,9 +67,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         rule = flops_fit.StopRule.parse(args.until)
         print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start,
                                                sizes=args.adaptive_sizes))
-    warning = repeat_warning(plan.runs, unique_tokens(plan.options))
-    if warning:
-        print(warning)
+    unique, problem = data_budget(plan.options)
+    for warning in (repeat_warning(plan.runs, unique), problem and f"warning: {problem}; `flops-fit sweep` "
+                    "refuses until it opens"):
+        if warning:
+            print(warning)
     return 0
 
 

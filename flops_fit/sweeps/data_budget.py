@@ -22,14 +22,20 @@ FREE_EPOCHS = 4.0  # repeats up to this many epochs are worth almost as much as 
 def unique_tokens(options: SweepOptions, host: Any = None) -> int | None:
     """The sweep's stated unique tokens, else what its dataset's training split reports (None: it does
     not, or it does not open; the preflight then says why, naming the dataset and the fix)."""
-    if options.unique_tokens is not None:
-        return options.unique_tokens
+    return options.unique_tokens if options.unique_tokens is not None else data_budget(options, host)[0]
+
+
+def data_budget(options: SweepOptions, host: Any = None) -> tuple[int | None, str | None]:
+    """``unique_tokens`` with the training split opened, and why it does not open (None where it
+    does), so that a plan can say it before a sweep refuses."""
     try:
         data = api.create_dataset(options.dataset, "train", host=host, **options.dataset_config)
-    except FlopsFitError:
-        return None
+    except FlopsFitError as exc:
+        return options.unique_tokens, f"dataset {options.dataset!r} does not open here: {exc}"
+    if options.unique_tokens is not None:
+        return options.unique_tokens, None
     value = getattr(data, "unique_tokens", None)
-    return int(value) if value else None
+    return (int(value) if value else None), None
 
 
 def repeats(runs: list[RunSpec], unique: int | None) -> list[tuple[RunSpec, float]]:
