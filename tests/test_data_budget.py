@@ -55,4 +55,10 @@ def test_a_stated_budget_wins_and_plan_warns_of_repeats(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == (
         "warning: dataset 'text-files' does not open here: text-files needs paths=[...]: files, folders or glob "
         "patterns of text; `flops-fit sweep` refuses until it opens")
+    # the sweep refuses, leaving the store it opened: status says no plan, not "0 runs: "
+    assert main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
+    capsys.readouterr()
+    assert main(["status", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out == (f"{tmp_path / 'out'}: no plan recorded (a sweep into it stopped before its "
+                                       f"first run); `flops-fit sweep CONFIG --out {tmp_path / 'out'}` starts one\n")
     assert math.isnan(flops_fit.RunResult("x", "done").epochs)

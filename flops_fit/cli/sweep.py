@@ -233,6 +233,10 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         plan = store.get_meta("plan") or {}
         frame = store.runs_frame()
     total = sum(counts.values())
+    if not total:  # a store opened by a sweep that refused before it recorded its plan
+        print(f"{out_dir}: no plan recorded (a sweep into it stopped before its first run); "
+              f"`flops-fit sweep CONFIG --out {out_dir}` starts one")
+        return 0
     print(f"{out_dir}: {total} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     print(gate_line(parity))
     rows = [
