@@ -40,6 +40,8 @@ class Pace:
         self.heard: dict[str, tuple[float, float]] = {}  # run id -> (time of its first report, of its last)
         self.finished: dict[str, float | None] = {}  # run id -> its seconds (None: failed, not a cost)
         self.start = time.monotonic()
+        self._law: tuple[int, tuple[float, float, float] | None] = (-1, None)  # (results heard, their law)
+        self._results = 0
 
     def add(self, run_id: str, steps: float) -> None:
         now = time.monotonic()
@@ -57,11 +59,17 @@ class Pace:
 
     def finish(self, run_id: str, seconds: float | None) -> None:
         self.finished[run_id] = seconds
+        self._results += 1
 
     def cost(self) -> tuple[float, float, float] | None:
         """(a, b, c): a run's seconds = a + b x steps + c x FLOPs; None before enough runs finished.
         A term the finished runs cannot tell from the others (runs of one budget share their
         FLOPs) is left out (0), so that it is not extrapolated from nothing."""
+        if self._law[0] != self._results:  # refitted as results come, not at every progress report
+            self._law = (self._results, self._fit())
+        return self._law[1]
+
+    def _fit(self) -> tuple[float, float, float] | None:
         points = [(*self.work[r], s) for r, s in self.finished.items() if s and r in self.work]
         if len(points) < self.MIN_FINISHED:
             return None
