@@ -93,6 +93,22 @@ def test_the_next_budget_is_the_largest_expected_shrink_per_flop_and_may_skip_bu
     assert two.flops == 2 * two.budget
 
 
+def test_a_flops_cap_is_never_passed_by_a_choice():
+    """The best budget per FLOP (2.4e18, 3 runs of 2.4e18) would take the spent FLOPs past the cap:
+    the best that fits is chosen; with none that fits, none (it trained a batch past the cap, then stopped)."""
+    pool = {b: [1.0, 2.0, 3.0] for b in (1e17, 2e17, 4e17, 8e17, 1.6e18, 2.4e18, 6.4e18)}
+    spend = lambda keys: sum(b for b, _ in set(keys))  # noqa: E731
+    trained = [(b, s) for b in (1e17, 2e17, 4e17, 8e17) for s in pool[b]]
+    reading = Reading(n_opt=1.0, lo=0.5, hi=2.0, half=_reach_model(0.5), optimum=lambda b: 2.0)
+    spent = spend(trained)
+    (choice,) = next_choices(trained, pool, spend, 1e19, reading, sizes=3, cap=spent + 3 * 1.6e18)
+    assert choice.budget == 1.6e18
+    assert next_choices(trained, pool, spend, 1e19, reading, sizes=3, cap=spent + 1e18) == []
+    assert StopRule.parse("flops<=1e18").over_cap(2e18).startswith("the first batch alone spends 2e+18 FLOPs, "
+                                                                   "past the cap flops<=1e+18")
+    assert StopRule.parse("flops<=1e18").over_cap(1e18) is None and StopRule.parse("n_opt<=2x").over_cap(1e30) is None
+
+
 def test_without_a_forecast_the_design_adds_the_cheapest_budget_and_says_why():
     pool = {b: [1.0, 2.0, 3.0] for b in (1e17, 2e17, 4e17, 8e17)}
     spend = lambda keys: sum(b for b, _ in set(keys))  # noqa: E731
@@ -146,8 +162,9 @@ def test_an_adaptive_sweep_trains_what_it_chooses_records_why_and_resumes(tmp_pa
     by = plan_keys(planned)
     spend = plan_spend(planned)
     first = [k for k in by if k[0] in (2e7, 3e7)]
+    second = [k for k in by if k[0] == 4e7]  # without a forecast, the cheapest budget next, all its sizes
     run = {"show_progress": False, "skip_parity": True, "host": host}
-    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(first) + 1), start=2,
+    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(first + second)), start=2,
                             **{**run, "show_progress": True})
     # the progress counts the runs chosen so far (done/chosen), never the plan's other runs as done
     counts = [line.split(" runs")[0].rsplit(" ", 1)[-1] for line in capsys.readouterr().err.splitlines()
@@ -155,6 +172,7 @@ def test_an_adaptive_sweep_trains_what_it_chooses_records_why_and_resumes(tmp_pa
     assert counts[0] == f"0/{len(first)}" and counts[-1] == f"{len(design.keys)}/{len(design.keys)}"
     assert len(design.keys) < len(planned.runs)
     assert design.budgets[:2] == [2e7, 3e7] and len(design.rounds) == 2 and "cap" in design.stopped
+    assert design.spent <= spend(first + second)  # a cap, never passed
     assert "no forecast" in design.rounds[0].note  # two budgets cannot be chained
     chosen = design.rounds[1].choices[0]
     with RunStore(tmp_path) as store:
@@ -166,8 +184,7 @@ def test_an_adaptive_sweep_trains_what_it_chooses_records_why_and_resumes(tmp_pa
     assert meta["budgets"] == design.budgets and meta["rounds"][1]["choices"][0]["reason"] == chosen.reason
     assert meta["run_ids"][-1] == [by[k].run_id for k in chosen.keys]
     # resumed with a larger cap: the rounds replay (nothing trained twice) and one more choice follows
-    again = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(design.keys) + 1), start=2, resume=True,
-                           **run)
+    again = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(by)), start=2, resume=True, **run)
     assert again.keys[: len(design.keys)] == design.keys and len(again.rounds) == 3
     with RunStore(tmp_path) as store:
         steps = store.runs_frame().set_index("run_id").steps
@@ -207,16 +224,22 @@ def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
     try:
         assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--record-only"]) == 2
         assert "chooses its runs as it trains" in capsys.readouterr().err
+        # a cap below the first batch is refused before anything trains (it trained the batch, then stopped)
         assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--until", "n_opt<=1.2x,flops<=1",
+                     "--start", "2", "--skip-parity"]) == 2
+        assert capsys.readouterr().err.splitlines()[-1].startswith(
+            "flops-fit: error: the first batch alone spends ")
+        assert not (out / "runs.sqlite").exists() or not RunStore(out).statuses()
+        assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--until", "n_opt<=1.2x,flops<=1e15",
                      "--start", "2", "--skip-parity"]) == 0
     finally:
         reset_host()
     captured = capsys.readouterr()
     assert "warning: n_opt<=1.2x is narrower than any forecast's N_opt interval" in captured.err
     printed = captured.out
-    assert "round 1:" in printed and "stopped: " in printed and "cap 1" in printed
+    assert "round 1:" in printed and "stopped: every budget of the pool is trained" in printed
     assert printed.count("round 1:") == 1 and printed.count("adaptive design, target") == 1  # each round once
     assert "the rule cannot stop on the interval" in printed
     with RunStore(out) as store:
-        assert store.get_meta("adaptive")["stopped"].endswith("(cap 1)")
+        assert store.get_meta("adaptive")["stopped"] == "every budget of the pool is trained"
         assert set(store.statuses().values()) == {"done"}  # the 2 budgets of this plan, both the first batch

@@ -55,6 +55,7 @@ def _with_tuned(hparams: Any, tuned: str) -> dict[str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    rule = flops_fit.StopRule.parse(args.until) if args.adaptive else None  # a bad rule: one line, no plan first
     plan = flops_fit.plan(_options_from_args(args))
     if args.probe:  # the config's [executor] threads, if it sets them: the probe times what the sweep runs
         threads = load_config(args.config).executor_options.get("threads") if args.config else None
@@ -63,8 +64,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(plan_json(plan) if args.json else plan_csv(plan), end="")
         return 0
     print(plan)
-    if args.adaptive:
-        rule = flops_fit.StopRule.parse(args.until)
+    if rule is not None:
         print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start,
                                                sizes=args.adaptive_sizes))
     unique, problem = data_budget(plan.options)
@@ -76,6 +76,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    if args.adaptive:
+        flops_fit.StopRule.parse(args.until)  # a bad rule: one line before the plan
     config = load_config(args.config)
     out = check_folder(Path(args.out or config.out))  # a damaged store: one line before the plan
     sweep_options = config.options if args.tracking is None else config.options.replace(

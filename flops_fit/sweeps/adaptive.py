@@ -57,7 +57,8 @@ Key = tuple[float, float]  # (budget, size): one run of the pool
 @dataclass(frozen=True)
 class StopRule:
     """When the design stops: N_opt's forecast interval at the target within ``n_opt_factor`` of
-    its estimate on both sides, or ``flops_cap`` FLOPs spent (None: that part is not asked)."""
+    its estimate on both sides, or ``flops_cap`` FLOPs spent (None: that part is not asked). The
+    cap is a cap: no batch that would take the FLOPs spent past it is started."""
 
     n_opt_factor: float | None = None
     flops_cap: float | None = None
@@ -86,6 +87,13 @@ class StopRule:
             ([f"flops<={self.flops_cap:.3g}"] if self.flops_cap else [])
         return ",".join(parts) or "none (every budget of the pool)"
 
+    def describe(self) -> str:
+        """When it stops, in words."""
+        parts = ([f"the forecast's interval of N_opt at the target is within {self.n_opt_factor:g}x of its estimate"]
+                 if self.n_opt_factor else [])
+        parts += [f"the next batch would take the FLOPs spent past {self.flops_cap:.3g}"] if self.flops_cap else []
+        return " or ".join(parts) or "every budget is trained"
+
     def unreachable(self, level: float = 0.95) -> str | None:
         """Why ``n_opt<=Fx`` can never hold (F below the narrowest N_opt interval a forecast states:
         its reach law's bound at no reach, ``reach_law.CAPPED``), or None."""
@@ -99,6 +107,13 @@ class StopRule:
                 f"either way at {100 * level:g}%: the noise of an observed optimum): only "
                 + (f"the cap flops<={self.flops_cap:.3g}" if self.flops_cap else "training every budget")
                 + f" can stop this design; ask n_opt<={math.ceil(narrowest * 10) / 10:g}x or more")
+
+    def over_cap(self, first: float) -> str | None:
+        """Why the first batch alone (``first`` FLOPs) breaks the cap, with the fix; or None."""
+        if self.flops_cap is None or first <= self.flops_cap:
+            return None
+        return (f"the first batch alone spends {first:.3g} FLOPs, past the cap flops<={self.flops_cap:.3g}: raise "
+                "the cap, or start from fewer budgets (--start K, at least 2)")
 
     def holds(self, factor: float, spent: float) -> str | None:
         """Why the design stops now (None: it goes on)."""
@@ -216,17 +231,21 @@ def extensions(trained: Iterable[Key], pool: Mapping[float, Sequence[float]], lo
 
 def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
                  spend: Callable[[Iterable[Key]], float], target: float, reading: Reading, *, batch: int = 1,
-                 sizes: int = SIZES) -> list[Choice]:
+                 sizes: int = SIZES, cap: float | None = None) -> list[Choice]:
     """Up to ``batch`` choices: first the extensions of budgets whose optimum is not observed yet,
     then untrained budgets one after another by the expected drop of the forecast interval's log
     half-width per FLOP they add (without a forecast: the cheapest untrained budget, which adds a
-    split to chain). ``spend(keys)``: FLOPs those runs execute together (WSD's shared phases once)."""
+    split to chain). ``spend(keys)``: FLOPs those runs execute together (WSD's shared phases once).
+    A choice that would take the FLOPs spent past ``cap`` is not made."""
     chosen = list(trained)
     out: list[Choice] = []
+    fits = (lambda keys: True) if cap is None else (lambda keys: spend(keys) <= cap)  # noqa: E731
     for budget, more, reason in extensions(chosen, pool, reading.losses):
         if len(out) >= batch:
             return out
         keys = [(budget, s) for s in more]
+        if not fits([*chosen, *keys]):
+            continue
         out.append(Choice(budget, more, spend([*chosen, *keys]) - spend(chosen), math.nan, reason))
         chosen += keys
     while len(out) < batch:
@@ -239,6 +258,9 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
         for b in left:
             picked = nearest_sizes(pool[b], reading.optimum(b) if reading.optimum else None, sizes)
             options[b] = (picked, max(spend([*chosen, *((b, s) for s in picked)]) - base, 1.0))
+        left = [b for b in left if cap is None or base + options[b][1] <= cap]
+        if not left:
+            break
         if reading.half is None:
             b = min(left, key=lambda c: (options[c][1], c))
             picked, cost = options[b]
@@ -333,6 +355,9 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
     pool = {float(b): sorted(set(map(float, s))) for b, s in sorted(pool.items())}
     design = Design(target, rule)
     batch_choices = initial_choices(pool, spend, start)
+    over = rule.over_cap(spend([k for c in batch_choices for k in c.keys]))
+    if over:
+        raise OptionError(over)
     while batch_choices:
         round_ = Round(batch_choices, spend([*design.keys, *(k for c in batch_choices for k in c.keys)]))
         design.rounds.append(round_)
@@ -350,9 +375,13 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
         if reason:
             design.stopped = reason
         else:
-            batch_choices = next_choices(design.keys, pool, spend, target, reading, batch=batch, sizes=sizes)
+            batch_choices = next_choices(design.keys, pool, spend, target, reading, batch=batch, sizes=sizes,
+                                         cap=rule.flops_cap)
             if not batch_choices:
-                design.stopped = "every budget of the pool is trained"
+                untrained = [b for b in pool if b not in {k[0] for k in design.keys}]
+                design.stopped = ("every budget of the pool is trained" if not untrained else
+                                  f"no untrained budget fits under the cap ({round_.spent:.3g} of "
+                                  f"{rule.flops_cap:.3g} FLOPs spent)")
         if on_round is not None:
             on_round(design)
         if design.stopped:
@@ -470,8 +499,9 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
             f"{len(keys)} runs, {spend(keys):.3g} FLOPs ({spend(keys) / total:.0%} of the grid's {total:.3g}); then "
             f"one budget at a time of the other {len(rest)} ({each}), the one "
             f"expected to shrink the forecast's interval of N_opt at the target {target:.3g} most per FLOP; stops "
-            f"when {rule} holds (read from the forward-chained forecast after each batch; no forecast, no stop) "
-            f"or every budget is trained" + (f". Note: {note}" if (note := rule.unreachable()) else ""))
+            f"({rule}) when {rule.describe()} (the interval read from the forward-chained forecast after each "
+            f"batch; no forecast, no stop), or when every budget is trained"
+            + "".join(f". Note: {note}" for note in (rule.over_cap(spend(keys)), rule.unreachable()) if note))
 
 
 def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE, *, target: float | None = None,
