@@ -39,6 +39,7 @@ def test_csv_and_dataframe_give_the_same_runs(tmp_path):
 def test_a_table_as_json_lines_json_records_or_parquet_gives_the_csvs_runs(tmp_path, monkeypatch):
     """A lab's runs table in the forms pandas writes (it said "unknown file type; give a .csv file")."""
     frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame["total_flops"] = 9456351902178213888  # an integer past int64, as (Mis)Fitting's C: pandas' reader refused it
     frame.to_csv(tmp_path / "runs.csv", index=False)
     frame.to_json(tmp_path / "runs.jsonl", orient="records", lines=True)
     frame.to_json(tmp_path / "runs.json", orient="records")
@@ -53,6 +54,10 @@ def test_a_table_as_json_lines_json_records_or_parquet_gives_the_csvs_runs(tmp_p
         runs = load_runs(tmp_path / name)
         pd.testing.assert_frame_equal(runs.frame, expected, check_dtype=False)
         assert runs.source == str(tmp_path / name)
+    (tmp_path / "columns.json").write_text('{"params": [1e6, 2e6], "loss": [3.1, 3.0]}')
+    with pytest.raises(FitInputError, match=r"columns.json: not a readable json table of runs \(expected one JSON "
+                       r"object a run\)"):
+        load_runs(tmp_path / "columns.json")
     (tmp_path / "other.parquet").write_bytes(b"PAR1")
 
     def no_engine(*args, **kwargs):  # pandas without pyarrow or fastparquet raises this

@@ -6,6 +6,7 @@ budget and curve), so column mapping and validation happen once, here, at the bo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -454,8 +455,6 @@ def _numeric(series: pd.Series, column: str, name: str, ids: pd.Series) -> pd.Se
 
 def _parse_curve(curve: Any) -> Any:
     if isinstance(curve, str):
-        import json
-
         curve = json.loads(curve) if curve.strip() else None
     if curve is None or (isinstance(curve, float) and np.isnan(curve)):
         return None
@@ -499,7 +498,7 @@ def _read_table(path: Path) -> pd.DataFrame:
         if kind == "parquet":
             frame = pd.read_parquet(path)
         elif kind == "json":
-            frame = pd.read_json(path, lines=path.suffix.lower() != ".json")
+            frame = _read_json(path)
         else:
             frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
     except ImportError:  # pandas reads parquet through pyarrow (or fastparquet), an optional package
@@ -510,6 +509,23 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise FitInputError(f"{path}: not a readable {kind} table of runs ({first}); export it again, one run "
                             "a row" + (" with one header row" if kind == "CSV" else "")) from None
     return wandb_runs.from_export(frame) if wandb_runs.is_export(frame) else frame
+
+
+def _read_json(path: Path) -> pd.DataFrame:
+    """JSON lines (one object a run) or a JSON array of run objects, read by Python's json: pandas'
+    reader refuses integers past int64 ("Value is too big!"), and FLOP counts pass 9.2e18. Such
+    a column becomes floats, as a CSV's does."""
+    text = path.read_text()
+    records = json.loads(text) if path.suffix.lower() == ".json" else [
+        json.loads(line) for line in text.splitlines() if line.strip()]
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError("expected one JSON object a run")
+    frame = pd.DataFrame(records)
+    for name in frame.select_dtypes(include="object").columns:
+        values = frame[name].dropna()
+        if len(values) and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            frame[name] = frame[name].astype(float)
+    return frame
 
 
 def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:
@@ -525,8 +541,6 @@ def store_metadata(store: Any) -> dict[str, Any]:
     The plan's per-run list is summarised by its length: the runs themselves are the table.
     """
     try:
-        import json
-
         rows = store.db.execute("SELECT key, value FROM meta").fetchall()
         meta = {key: json.loads(value) for key, value in rows}
     except Exception as exc:  # provenance must never stop a fit
