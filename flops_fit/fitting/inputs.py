@@ -521,9 +521,10 @@ def _read_json(path: Path) -> pd.DataFrame:
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise ValueError("expected one JSON object a run")
     frame = pd.DataFrame(records)
-    for name in frame.select_dtypes(include="object").columns:
+    for name in frame.columns:  # pandas holds integers past int64 as objects
         values = frame[name].dropna()
-        if len(values) and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        if frame[name].dtype.kind == "O" and len(values) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in values):
             frame[name] = frame[name].astype(float)
     return frame
 
