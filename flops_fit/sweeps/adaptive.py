@@ -92,7 +92,7 @@ class StopRule:
         parts = ([f"the forecast's interval of N_opt at the target is within {self.n_opt_factor:g}x of its estimate"]
                  if self.n_opt_factor else [])
         parts += [f"the next batch would take the FLOPs spent past {self.flops_cap:.3g}"] if self.flops_cap else []
-        return " or ".join(parts) or "every budget is trained"
+        return " or ".join(parts) or "every budget is trained (no rule)"
 
     def unreachable(self, level: float = 0.95) -> str | None:
         """Why ``n_opt<=Fx`` can never hold (F below the narrowest N_opt interval a forecast states:
@@ -499,8 +499,9 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
             f"{len(keys)} runs, {spend(keys):.3g} FLOPs ({spend(keys) / total:.0%} of the grid's {total:.3g}); then "
             f"one budget at a time of the other {len(rest)} ({each}), the one "
             f"expected to shrink the forecast's interval of N_opt at the target {target:.3g} most per FLOP; stops "
-            f"({rule}) when {rule.describe()} (the interval read from the forward-chained forecast after each "
-            f"batch; no forecast, no stop), or when every budget is trained"
+            + (f"({rule}) when {rule.describe()} (the interval read from the forward-chained forecast after each "
+               "batch; no forecast, no stop), or " if rule.n_opt_factor or rule.flops_cap else "")
+            + "when every budget is trained"
             + "".join(f". Note: {note}" for note in (rule.over_cap(spend(keys)), rule.unreachable()) if note))
 
 
