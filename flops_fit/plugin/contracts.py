@@ -239,7 +239,6 @@ class DatasetEntry(Entry):
     tasks: tuple[str, ...] = field(default=(), kw_only=True)
     defaults: Mapping[str, Any] = field(default_factory=dict, kw_only=True)
     configure: Ref | None = field(default=None, kw_only=True)
-    no_parity: str | None = field(default=None, kw_only=True)
 
     def validate(self) -> None:
         _check_ref(self.builder, "builder")
