@@ -81,6 +81,11 @@ def test_nothing_is_said_before_ten_seconds_or_after_the_last_run(clock):
     assert stream.getvalue().splitlines()[-1].startswith("sweep [############....] 3/4 runs, about 12.0s left | run d")
     display.run_finished("run d", run_id="d", seconds=12.0)
     assert stream.getvalue().splitlines()[-1] == "sweep [################] 4/4 runs | run d"
+    batch = progress.SweepDisplay(4, stream=stream, work=work, scope=" in this batch")  # an adaptive sweep's batch
+    clock.now += 16
+    for run, seconds in (("a", 4.0), ("b", 14.0), ("c", 14.0)):
+        batch.run_finished(f"run {run}", run_id=run, seconds=seconds)
+    assert stream.getvalue().splitlines()[-1] == "sweep [############....] 3/4 runs, about 12.0s left in this batch | run c"
     assert progress.Pace({}).seconds_left() is None
 
 

@@ -306,7 +306,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     display = SweepDisplay(finished + len(todo), finished, enabled=show_progress,
                            work={r.run_id: (executed[r.run_id] / step_flops[r.run_id], executed[r.run_id])
                                  for r in todo},
-                           group={r.run_id: r.family for r in todo} if plan.options.schedule == "wsd" else None)
+                           group={r.run_id: r.family for r in todo} if plan.options.schedule == "wsd" else None,
+                           scope="" if only is None else " in this batch")  # an adaptive sweep's batch, not its end
     if todo:
         gate = ({"status": "not applicable", "reason": "the [train] command trains the runs, not flops-fit's model: "
                  "no parity case applies"} if trainer is not None else parity_gate(model, skip=skip_parity, host=host))

@@ -120,8 +120,10 @@ class SweepDisplay:
 
     def __init__(self, total_runs: int, done_runs: int = 0, stream: TextIO | None = None,
                  enabled: bool = True, interval: float = 10.0,
-                 work: Mapping[str, tuple[float, float]] | None = None, group: Mapping[str, str] | None = None) -> None:
+                 work: Mapping[str, tuple[float, float]] | None = None, group: Mapping[str, str] | None = None,
+                 scope: str = "") -> None:
         self.total, self.done, self.failed = total_runs, done_runs, 0
+        self.scope = scope  # what the time left covers, said after it (" in this batch")
         self.pace = Pace(work or {}, group)  # (steps, FLOPs) of each run still to train here, and its chain
         self.stream = stream or sys.stderr
         self.enabled = enabled
@@ -142,7 +144,7 @@ class SweepDisplay:
     def _sweep_part(self) -> str:
         failed = f", {self.failed} failed" if self.failed else ""
         left = self.pace.seconds_left() if self.done < self.total else None
-        pace = "" if left is None else f", about {duration(left)} left"
+        pace = "" if left is None else f", about {duration(left)} left{self.scope}"
         return f"sweep {_bar(self.done, self.total, 16)} {self.done}/{self.total} runs{failed}{pace}"
 
     def run_progress(self, run_id: str, done: int, total: int, loss: float) -> None:
