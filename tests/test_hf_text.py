@@ -126,3 +126,37 @@ def test_a_damaged_jsonl_line_is_one_line_naming_the_file(tmp_path, streaming, c
         flops_fit.create_dataset("hf-text", "train", data_files=str(path), seq_len=8, tokenizer="bytes",
                                  streaming=streaming, cache_dir=str(tmp_path / "cache"))
     assert not [r for r in caplog.records if "Failed to load JSON" in r.getMessage()]  # datasets' log of it, then its raise
+
+
+@pytest.fixture
+def probed_afresh(monkeypatch):
+    """The hub probe forgotten, offline mode as before the test afterwards."""
+    import huggingface_hub.constants
+    from flops_fit.plugins.data import hub
+
+    monkeypatch.setattr(hub, "_probed", [])
+    for name in hub.SKIP_PROBE:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", huggingface_hub.constants.HF_HUB_OFFLINE)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setattr(datasets.config, name, getattr(datasets.config, name))
+    return hub
+
+
+def test_a_hub_that_does_not_answer_switches_offline_mode_on_and_says_so(probed_afresh, monkeypatch):
+    """Without network, `datasets` retried each hub call for about 25 s (`flops-fit plan` of
+    TinyStories took 27 s); one refused connection now switches offline mode on, for this process
+    and its workers, and the refusal says why only the local cache was read."""
+    import os
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    with pytest.raises(FlopsFitError, match=r"hf-text: cannot list the splits of 'nobody/nothing': .*; the hub "
+                       r"\(127.0.0.1\) does not answer from here \(.+\), so only the local cache was read"):
+        flops_fit.create_dataset("hf-text", "train", path="nobody/nothing")
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and datasets.config.HF_HUB_OFFLINE is True
+
+
+def test_a_proxy_or_offline_mode_already_asked_for_is_not_probed(probed_afresh, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # the hub may answer through it
+    assert probed_afresh.unreachable() is None

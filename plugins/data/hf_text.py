@@ -1,5 +1,6 @@
 """Text corpora through Hugging Face ``datasets``: local parquet / jsonl / json / arrow / csv /
-txt files, a folder saved with ``save_to_disk``, or a hub dataset (with network access).
+txt files, a folder saved with ``save_to_disk``, or a hub dataset (with network access; without
+it, from the local cache at once: ``hub``).
 
 Records are read in batches (streamed by default: nothing is copied into the ``datasets``
 cache), their ``text_field`` joined with ``separator`` into one text stream per split, and
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from flops_fit.plugins.data import hub
 from flops_fit.plugins.data.text_data import (
     SPLITS,
     TOKENIZER_SAMPLE_BYTES,
@@ -98,7 +100,17 @@ class _Corpus:
                     "config": self.config}
         return {"hub": self.path, "config": self.config, "revision": self.revision}
 
+    @property
+    def on_hub(self) -> bool:
+        return self.files is None and not self.saved and not self.folder
+
+    def _offline(self) -> str:
+        """"; <why>: the local cache only" where the hub does not answer (offline mode is then on)."""
+        reason = hub.unreachable() if self.on_hub else None
+        return f"; {reason}, so only the local cache was read" if reason else ""
+
     def splits(self) -> list[str]:
+        offline = self._offline()
         datasets = _datasets()
         if self.files is not None:
             return list(self.files)
@@ -108,9 +120,10 @@ class _Corpus:
                 return list(data) if isinstance(data, datasets.DatasetDict) else ["train"]
             return list(datasets.get_dataset_split_names(self.path, self.config, revision=self.revision))
         except Exception as exc:  # network, missing dataset: the library's own exception types
-            raise DataError(f"{self.name}: cannot list the splits of {self.path!r}: {exc}") from None
+            raise DataError(f"{self.name}: cannot list the splits of {self.path!r}: {exc}{offline}") from None
 
     def open(self, split: str) -> Any:
+        offline = self._offline()
         datasets = _datasets()
         try:
             if self.files is not None:
@@ -123,7 +136,8 @@ class _Corpus:
             return datasets.load_dataset(self.path, self.config, split=split, revision=self.revision,
                                          streaming=self.streaming)
         except Exception as exc:  # missing or unreadable files, no network: the library's own exceptions
-            raise DataError(f"{self.name}: cannot load split {split!r} of {self.where(split)}: {_reason(exc)}") from None
+            raise DataError(f"{self.name}: cannot load split {split!r} of {self.where(split)}: {_reason(exc)}"
+                            f"{offline}") from None
 
     def where(self, split: str) -> str:
         """The hub dataset or folder, or the split's files, for an error to name."""
