@@ -1,7 +1,7 @@
 """Whether the Hugging Face hub answers from here, and offline mode when it does not.
 
 On a machine without network (a cluster's compute nodes, this sandbox) `datasets` and
-`huggingface_hub` retry every hub request with back-off: about 25 s per call before a cached
+`huggingface_hub` retry every hub request with back-off (1, 2, 4, 8 and 8 s) before a cached
 dataset loads or the call fails. One TCP connection to the hub's host (``HF_ENDPOINT``, 3 s at
 most) tells first; when it fails, offline mode is switched on for this process and the workers
 it starts (``HF_HUB_OFFLINE=1``), so a cached dataset loads at once and an uncached one fails at
