@@ -71,6 +71,8 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
 @pytest.mark.parametrize("content, run_index, message", [
     ({"loss": 3.5, "tokens": 1}, 0, "trained 1 tokens, the plan gives it"),
     ({"loss": float("nan"), "tokens": None}, 0, "loss must be a finite positive number"),
+    ({"loss": "NaN", "tokens": None}, 0, 'must be a number, got \'NaN\'; a run that diverged is recorded with '
+     '"status": "failed"'),
     ({"loss": 3.5}, 0, "the result needs tokens"),
     ({"loss": 3.5, "tokens": None, "lr": 1.0}, 0, "unknown result field(s) lr"),
     ({"loss": 3.5, "tokens": None}, None, "is not in the plan stored in"),

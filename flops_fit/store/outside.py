@@ -43,7 +43,10 @@ def read_result(path: str | Path) -> dict[str, Any]:
 def _number(data: dict[str, Any], key: str, default: float = math.nan) -> float:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StoreError(f"result field {key!r} must be a number, got {value!r}")
+        hint = ""
+        if key == "loss" and isinstance(value, str) and value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            hint = '; a run that diverged is recorded with "status": "failed" and its "error"'
+        raise StoreError(f"result field {key!r} must be a number, got {value!r}{hint}")
     return float(value)
 
 
