@@ -160,3 +160,6 @@ def test_a_proxy_or_offline_mode_already_asked_for_is_not_probed(probed_afresh, 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # the hub may answer through it
     assert probed_afresh.unreachable() is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the hub kept on, unprobed
+    assert probed_afresh.unreachable() is None

@@ -5,8 +5,9 @@ On a machine without network (a cluster's compute nodes, this sandbox) `datasets
 dataset loads or the call fails. One TCP connection to the hub's host (``HF_ENDPOINT``, 3 s at
 most) tells first; when it fails, offline mode is switched on for this process and the workers
 it starts (``HF_HUB_OFFLINE=1``), so a cached dataset loads at once and an uncached one fails at
-once, with the reason. Nothing is probed where offline mode is already asked for, or where the
-environment names a proxy (the hub may answer through it and not directly).
+once, with the reason. Nothing is probed where ``HF_HUB_OFFLINE`` is set to any value (``0``:
+the hub stays on, unprobed) or the environment names a proxy (the hub may answer through it
+and not directly).
 """
 
 from __future__ import annotations
