@@ -55,7 +55,9 @@ def test_models_listing_table_and_json(toy_host, capsys):
     (entry,) = json.loads(capsys.readouterr().out)
     assert entry["id"] == "good/toy" and entry["size_param"] == "width"
     assert cli.main(["models", "nomatch*"]) == 0
-    assert capsys.readouterr().out.count("\n") == 2  # header and rule only
+    assert capsys.readouterr().out == "no model matches 'nomatch*'; `flops-fit models` lists them all\n"
+    assert cli.main(["models", "oy"]) == 0  # part of a name (it matched only a whole name: an empty table)
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]] == ["toy"]
 
 
 def test_plugins_listing(toy_host, capsys):

@@ -40,7 +40,13 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 def _list_entries(kind: str, args: argparse.Namespace, columns: Sequence[tuple[str, str]]) -> int:
     registry = get_host().registry(kind)
-    names = registry.names(args.pattern, qualified=args.qualified)
+    pattern = args.pattern
+    if pattern and not any(c in pattern for c in "*?["):  # part of a name: `flops-fit models vit_`
+        pattern = f"*{pattern}*"
+    names = registry.names(pattern, qualified=args.qualified)
+    if args.pattern and not names and not args.json:
+        print(f"no {kind} matches {args.pattern!r}; `flops-fit {kind}s` lists them all")
+        return 0
     items = [(n, registry.lookup(n)) for n in names]
     if args.json:
         _print_json([
@@ -81,7 +87,7 @@ def add_commands(sub) -> None:
 
     for command, (kind, help_text, columns) in _LISTINGS.items():
         p = sub.add_parser(command, help=help_text)
-        p.add_argument("pattern", nargs="?", help="fnmatch pattern, e.g. 'vit*'")
+        p.add_argument("pattern", nargs="?", help="a name or part of one (vit_), or an fnmatch pattern ('vit*')")
         p.add_argument("--qualified", action="store_true", help="show qualified ids (plugin/name)")
         p.add_argument("--json", action="store_true", help="print JSON")
         p.set_defaults(func=lambda a, k=kind, c=columns: _list_entries(k, a, c))
