@@ -115,6 +115,18 @@ def test_the_reported_cases_name_the_value(tmp_path, capsys, table, key, value, 
     assert re.search(message, capsys.readouterr().err)
 
 
+def test_a_bad_executor_option_names_the_file_and_its_table(tmp_path, capsys, monkeypatch):
+    """It said only "workers must be a positive integer, got 'two'": which of the options, of what?"""
+    data = {t: dict(keys) for t, keys in BASE.items()}
+    data["executor"]["workers"] = "two"
+    path = tmp_path / "bad.toml"
+    path.write_text(toml(data))
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", str(path), "--skip-parity"]) == 2
+    assert capsys.readouterr().err == (f"flops-fit: error: {path} [executor] (or its command-line options): workers "
+                                       "must be a positive integer, got 'two'\n")
+
+
 def test_out_naming_an_existing_file_is_one_line(tmp_path, capsys):
     path = tmp_path / "ok.toml"
     path.write_text(toml(BASE))

@@ -17,7 +17,7 @@ from typing import Any
 import flops_fit
 from flops_fit.cli.fit import stages
 from flops_fit.cli.interrupts import interrupted
-from flops_fit.errors import ConfigError, OptionError
+from flops_fit.errors import ConfigError, FlopsFitError, OptionError
 from flops_fit.store.outside import read_result
 from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
@@ -97,7 +97,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             raise OptionError(f"--address is for the ray executor (this sweep uses {executor!r}): add --executor ray")
         options["address"] = args.address
     workers = options.pop("workers", 1)
-    flops_fit.create_executor(executor, workers=workers, **options).close()  # bad options: one line before the plan
+    try:  # bad options: one line before the plan, naming where they came from
+        flops_fit.create_executor(executor, workers=workers, **options).close()
+    except FlopsFitError as exc:
+        raise OptionError(f"{args.config} [executor] (or its command-line options): {exc}") from None
     print(plan if args.verbose else plan.headline(), file=sys.stderr)
     warning = repeat_warning(plan.runs, unique_tokens(plan.options))
     if warning:
