@@ -306,7 +306,8 @@ def test_a_bad_executor_option_in_a_sweep_file_exits_2_with_one_line(job_env, tm
     finally:
         reset_host()
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == ["flops-fit: error: mem must be GB or sbatch's form like '64G' or '500M', got 'lots'"]
+    assert err.strip().splitlines() == [f"flops-fit: error: {config} [executor] (or its command-line options): mem must "
+                                        "be GB or sbatch's form like '64G' or '500M', got 'lots'"]
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
