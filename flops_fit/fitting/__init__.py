@@ -252,20 +252,19 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     if names is None:
         names = tuple(_name(s, d, own) for (s, own), d in zip(sides, ("A", "B"), strict=True))
         names = names if names[0] != names[1] else ("A", "B")
-    loading = {k: v for k, v in options.items() if k not in inspect.signature(fit).parameters}
-    same_quantity(*(source.runs if isinstance(source, FitResult) else  # before any fit: reading runs is cheap
-                    load_runs(source, metric=options.get("metric") or "loss", where={**shared, **(own or {})} or None,
-                              **loading) for source, own in sides), names)
-    fitted = []
+    fitting = {k: v for k, v in options.items() if k in inspect.signature(fit).parameters}
+    loading = {k: v for k, v in options.items() if k not in fitting}  # column names, exclude_top, ...
+    recipes = []  # each side read once: its runs checked against the other's before any fit, then fitted
     for i, (source, own) in enumerate(sides):
-        if isinstance(source, FitResult):
-            if own:
-                raise FitInputError(f"where_{'ab'[i]} selects runs to fit, and recipe {'AB'[i]} is a fitted result: "
-                                    "pass its runs (a folder, a table or Runs) instead")
-            fitted.append(source)
-            continue
-        fitted.append(fit(source, method, bootstrap=bootstrap, seed=None if seed is None else seed + i,
-                          level=level, tracking=False, where={**shared, **(own or {})} or None, **options))
+        if isinstance(source, FitResult) and own:
+            raise FitInputError(f"where_{'ab'[i]} selects runs to fit, and recipe {'AB'[i]} is a fitted result: "
+                                "pass its runs (a folder, a table or Runs) instead")
+        recipes.append(source if isinstance(source, FitResult) else load_runs(
+            source, metric=options.get("metric") or "loss", where={**shared, **(own or {})} or None, **loading))
+    same_quantity(*(r.runs if isinstance(r, FitResult) else r for r in recipes), names)
+    fitted = [r if isinstance(r, FitResult) else fit(r, method, bootstrap=bootstrap, seed=None if seed is None
+                                                      else seed + i, level=level, tracking=False, **fitting)
+              for i, r in enumerate(recipes)]
     result = compare_results(*fitted, target=target, budgets=budgets, names=names)
     if _same_source(a, b) and (where_a or {}) == (where_b or {}):
         result.notes.append("A and B are the same runs (one source, the same rows): to compare two recipes logged "
