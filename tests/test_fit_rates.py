@@ -178,3 +178,12 @@ def test_fit_keeps_each_cells_best_rate_and_says_why(tmp_path, capsys):
     assert "is not its cell's best" in runs.excluded[0]["reason"] and "tune --from" in runs.excluded[0]["reason"]
     everything = flops_fit.load_runs(frame, params_col="N", tokens_col="D", loss_col="val", all_rates=True)
     assert len(everything) == len(frame)
+
+
+def test_the_run_files_tune_refuses_as_a_sweep_file_are_the_ones_from_reads():
+    """The CLI keeps its own list (so `flops-fit --help` imports no fitting): it must not drift
+    from the tables fit and tune --from read, besides a W&B run file."""
+    from flops_fit.cli.tune import RUN_FILES
+    from flops_fit.fitting.inputs import TABLES
+
+    assert set(RUN_FILES) == set(TABLES) | {".wandb"}
