@@ -141,6 +141,51 @@ def test_a_lease_taken_over_tells_its_holder_to_stop(store):
         assert told.wait(30)
 
 
+def test_status_says_who_trains_a_sweep_the_time_it_has_left_and_what_a_killed_driver_left(tmp_path, capsys):
+    """A sweep in flight read from another shell: its driver and the time left at the pace its
+    finished runs kept (here 0.1 s a step, exactly: four runs finished, one before this driver
+    started, which is not its work; one run half trained, one to come, 10,000 s since the driver
+    started); once the driver is gone, the run it left marked running reads as interrupted."""
+    import json
+    import os
+    import time
+
+    from flops_fit.cli.main import main
+    from flops_fit.store.lease import Lease
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    runs = swept.runs
+    steps = [r.tokens / (r.batch_size * r.seq_len) for r in runs]  # what each executes (a last step may be short)
+    with RunStore(tmp_path, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        for r, n in zip(runs[:4], steps, strict=False):
+            s.mark_running(r.run_id)
+            s.record(RunResult(r.run_id, "done", loss=2.5, tokens=r.tokens, flops=r.flops, steps=r.steps,
+                               timings={"total_s": 0.1 * n}))
+        s.mark_running(runs[4].run_id)
+        s.add_steps_trained(runs[4].run_id, runs[4].steps // 2)
+        with Lease(s.path):
+            since = time.time() - 10_000
+            s.db.execute("UPDATE lease SET started = ?", (since,))
+            s.db.execute("UPDATE runs SET finished = ? WHERE run_id = ?", (since - 500, runs[0].run_id))
+            assert main(["status", str(tmp_path), "--json"]) == 0
+            state = json.loads(capsys.readouterr().out)
+            assert main(["status", str(tmp_path)]) == 0
+            text = capsys.readouterr().out.splitlines()
+    done = sum(steps[1:4]) + runs[4].steps // 2
+    left = max(10_000 * (sum(steps[1:]) - done) / done, 0.1 * max(steps[4] - runs[4].steps // 2, steps[5]))
+    assert state["driver"]["pid"] == os.getpid() and state["seconds_left"] == pytest.approx(left, rel=1e-3)
+    assert text[1].startswith(f"training now: pid {os.getpid()} on ") and " left" in text[1]
+
+    assert main(["status", str(tmp_path), "--json"]) == 0  # the driver gone, its run still marked running
+    assert {k: v for k, v in json.loads(capsys.readouterr().out).items() if k in ("driver", "interrupted")} == {
+        "driver": None, "interrupted": 1}
+    assert main(["status", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith(
+        f"no sweep is training it now: 1 run marked running was interrupted; run the sweep again with --out {tmp_path} "
+        "--resume")
+
+
 def _truncated(path):
     swept = plan(host=HOST, **sweep_support.small_plan_options())
     with RunStore(path.parent, create=True) as s:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import flops_fit
 from flops_fit.cli.fit import stages
 from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import ConfigError, FlopsFitError, OptionError
+from flops_fit.store.lease import holder
 from flops_fit.store.outside import read_result
 from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
@@ -25,7 +27,8 @@ from flops_fit.sweeps.data_budget import data_budget, repeat_warning, unique_tok
 from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.tables import format_table
+from flops_fit.sweeps.progress import stored_pace
+from flops_fit.tables import duration, format_table
 
 
 def _option_flags(parser: argparse.ArgumentParser) -> None:
@@ -230,19 +233,60 @@ def _print_failures(out_dir: str | Path) -> int:
     return 1
 
 
+def _driver(store: RunStore, counts: dict[str, int]) -> dict[str, Any]:
+    """Who is training the sweep now, and the time it has left (``progress.stored_pace``), or that
+    the runs marked running were interrupted: a killed driver leaves them so."""
+    now = time.time()
+    live = holder(store.path, now)
+    if live is None:
+        return {"driver": None, "interrupted": counts.get("running", 0)}
+    runs, design = store.planned_runs(), store.get_meta("adaptive")
+    if design:  # an adaptive sweep's plan is its pool: only the runs chosen so far are to train
+        chosen = {run_id for batch in design["run_ids"] for run_id in batch}
+        runs = [r for r in runs if r.run_id in chosen]
+    left = stored_pace(runs, store.timeline(), live.started, now).seconds_left()
+    return {"driver": {**live._asdict(), "heartbeat_age_s": round(now - live.heartbeat, 1)}, "seconds_left": left,
+            "scope": "runs chosen so far" if design else "all runs"}
+
+
+def _driver_line(state: dict[str, Any], out_dir: str | Path) -> str | None:
+    """The line under the counts: the live driver and the time left, or the runs a killed one left."""
+    live = state["driver"]
+    if live is None:
+        n = state["interrupted"]
+        if not n:
+            return None
+        them = "them" if n != 1 else "it"
+        return (f"no sweep is training it now: {n} run{'s' * (n != 1)} marked running {'were' if n != 1 else 'was'} "
+                f"interrupted; run the sweep again with --out {out_dir} --resume to continue {them} from "
+                f"{'their' if n != 1 else 'its'} newest checkpoint (or the start, where none was saved)")
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live["started"]))
+    left = state["seconds_left"]
+    scope = " for the runs chosen so far" if state["scope"] != "all runs" else ""
+    when = (f"about {duration(left)} left{scope}" if left is not None
+            else "the time left is measured once 3 runs have finished and 10 s have passed")
+    return (f"training now: pid {live['pid']} on {live['host']} since {since} (heartbeat {live['heartbeat_age_s']:.0f}s "
+            f"ago); {when}")
+
+
 def _print_status(out_dir: str | Path, table: bool = True) -> int:
-    """The sweep's counts, its parity gate and (``table``) each run; returns how many runs are done."""
+    """The sweep's counts, who is training it and the time it has left, its parity gate and
+    (``table``) each run; returns how many runs are done."""
     with RunStore(out_dir) as store:
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
         plan = store.get_meta("plan") or {}
         frame = store.runs_frame()
+        driver = _driver(store, counts) if counts else None
     total = sum(counts.values())
     if not total:  # a store opened by a sweep that refused before it recorded its plan
         print(f"{out_dir}: no plan recorded (a sweep into it stopped before its first run); "
               f"`flops-fit sweep CONFIG --out {out_dir}` starts one")
         return 0
     print(f"{out_dir}: {total} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    line = _driver_line(driver, out_dir)
+    if line:
+        print(line)
     print(gate_line(parity))
     rows = [
         [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status,
@@ -269,6 +313,7 @@ def _print_status_json(out_dir: str | Path) -> int:
         runs = store.accounting()
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
+        driver = _driver(store, counts)
     finished = [r for r in runs if r["steps"] is not None]
     totals = {
         "runs": len(runs), "counts": counts,
@@ -278,7 +323,7 @@ def _print_status_json(out_dir: str | Path) -> int:
         "steps_lost": sum(r["steps_trained"] - r["steps"] for r in finished),
         "attempts": sum(r["attempts"] for r in runs),
     }
-    print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], "totals": totals, "runs": runs},
+    print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs},
                      indent=2, sort_keys=True))
     return 0
 

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from flops_fit.errors import StoreBusy
 
@@ -30,6 +30,41 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS lease (id INTEGER PRIMARY KEY CHECK (id = 1), token TEXT NOT NULL,"
     " pid INTEGER NOT NULL, host TEXT NOT NULL, started REAL NOT NULL, heartbeat REAL NOT NULL)"
 )
+
+
+STALE_AFTER = 60.0  # seconds without a heartbeat after which a holder on another host is taken as gone
+
+
+class Holder(NamedTuple):
+    """The driver holding a store's lease: its process, host, and when it started and last beat."""
+
+    pid: int
+    host: str
+    started: float
+    heartbeat: float
+
+
+def alive(holder: Holder, now: float, stale_after: float = STALE_AFTER) -> bool:
+    """Whether ``holder`` still drives its store: its heartbeat is fresh and, on this host, its
+    process exists (a crashed driver's row stays behind until another takes the lease over)."""
+    if now - holder.heartbeat > stale_after:
+        return False
+    return process_exists(holder.pid) if holder.host == socket.gethostname() else True
+
+
+def holder(path: str | Path, now: float | None = None) -> Holder | None:
+    """The live driver of the store at ``path`` (a ``runs.sqlite``), read without writing; None
+    when no driver holds it: what ``status`` needs to tell a sweep in flight from one killed."""
+    try:
+        db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            row = db.execute("SELECT pid, host, started, heartbeat FROM lease WHERE id = 1").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:  # no lease table yet: no driver ever held it
+        return None
+    found = row and Holder(*row)
+    return found if found and alive(found, time.time() if now is None else now) else None
 
 
 def process_exists(pid: int) -> bool:
@@ -45,7 +80,7 @@ def process_exists(pid: int) -> bool:
 class Lease:
     """The driver lease on the store at ``path`` (a ``runs.sqlite``); use as a context manager."""
 
-    def __init__(self, path: str | Path, *, heartbeat: float = 10.0, stale_after: float = 60.0,
+    def __init__(self, path: str | Path, *, heartbeat: float = 10.0, stale_after: float = STALE_AFTER,
                  on_lost: Callable[[str], None] | None = None) -> None:
         self.path = Path(path)
         self.heartbeat, self.stale_after = heartbeat, stale_after
@@ -68,7 +103,7 @@ class Lease:
             try:
                 row = db.execute("SELECT token, pid, host, started, heartbeat FROM lease WHERE id = 1").fetchone()
                 now = time.time()
-                if row and row[0] != self.token and self._alive(row, now):
+                if row and row[0] != self.token and alive(Holder(*row[1:]), now, self.stale_after):
                     _, pid, host, started, beat = row
                     raise StoreBusy(
                         f"{self.path.parent} is being swept by another driver (pid {pid} on {host}, started "
@@ -89,12 +124,6 @@ class Lease:
         self._thread = threading.Thread(target=self._beat, name="flops-fit-lease", daemon=True)
         self._thread.start()
         return self
-
-    def _alive(self, row: Any, now: float) -> bool:
-        _, pid, host, _, beat = row
-        if now - beat > self.stale_after:
-            return False
-        return process_exists(pid) if host == self.host else True
 
     def _beat(self) -> None:
         db = self._connect()

@@ -250,6 +250,15 @@ class RunStore:
             for r in rows
         ]
 
+    def timeline(self) -> list[dict[str, Any]]:
+        """Per run, in plan order: its status, steps trained (all attempts), when its latest attempt
+        started and its result was stored, and the seconds it took: what a reader needs to say how
+        long a sweep another process is training has left."""
+        rows = self.db.execute(
+            "SELECT run_id, status, steps_trained, started, finished, timings FROM runs ORDER BY position").fetchall()
+        return [{"run_id": r[0], "status": r[1], "steps_trained": r[2], "started": r[3], "finished": r[4],
+                 "seconds": json.loads(r[5] or "{}").get("total_s")} for r in rows]
+
     def reset(self, run_ids: list[str]) -> None:
         """Put runs back to pending (e.g. failed ones to retry)."""
         with self._tx():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping
-from typing import TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -33,18 +33,20 @@ class Pace:
 
     MIN_FINISHED = 3
 
-    def __init__(self, work: Mapping[str, tuple[float, float]], group: Mapping[str, str] | None = None) -> None:
+    def __init__(self, work: Mapping[str, tuple[float, float]], group: Mapping[str, str] | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, start: float | None = None) -> None:
+        self.clock = clock  # a reader of another process's sweep passes wall time and that sweep's start
         self.work = dict(work)  # run id -> (steps, FLOPs) it executes (a WSD stable phase counted once)
         self.group = dict(group or {})  # run id -> the chain it trains in (default: its own)
         self.trained: dict[str, float] = {}  # run id -> steps trained so far
         self.heard: dict[str, tuple[float, float]] = {}  # run id -> (time of its first report, of its last)
         self.finished: dict[str, float | None] = {}  # run id -> its seconds (None: failed, not a cost)
-        self.start = time.monotonic()
+        self.start = clock() if start is None else start
         self._law: tuple[int, tuple[float, float, float] | None] = (-1, None)  # (results heard, their law)
         self._results = 0
 
     def add(self, run_id: str, steps: float) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self.trained[run_id] = self.trained.get(run_id, 0.0) + steps
         self.heard[run_id] = (self.heard.get(run_id, (now, now))[0], now)
 
@@ -91,7 +93,7 @@ class Pace:
 
     def seconds_left(self) -> float | None:
         """The time left at this pace, or None before it means anything (``PACE_AFTER``)."""
-        elapsed = time.monotonic() - self.start
+        elapsed = self.clock() - self.start
         law = self.cost()
         if law is None:
             return None
@@ -112,6 +114,27 @@ class Pace:
         if total <= 0 or done < PACE_AFTER[0] * total or elapsed < PACE_AFTER[1]:
             return None
         return max(0.0, elapsed * (total - done) / done, max(left.values(), default=0.0))
+
+
+def stored_pace(runs: Sequence[Any], timeline: Sequence[Mapping[str, Any]], since: float, now: float) -> Pace:
+    """The pace of a sweep another process has driven since ``since`` (wall time), read from its
+    store (``RunStore.planned_runs`` and ``timeline``): what ``flops-fit status`` says of a sweep in
+    flight. Its work is the runs not finished before ``since``, as the driver's own display counts."""
+    from flops_fit.training.wsd import executed_flops
+
+    executed = executed_flops(runs)
+    state = {row["run_id"]: row for row in timeline}
+    todo = [r for r in runs if r.run_id in state and (state[r.run_id]["finished"] or now) >= since]
+    pace = Pace({r.run_id: (executed[r.run_id] / (r.flops_per_unit * r.batch_size * r.seq_len), executed[r.run_id])
+                 for r in todo},
+                {r.run_id: r.family for r in todo if r.schedule == "wsd"}, clock=lambda: now, start=since)
+    for r in todo:
+        row = state[r.run_id]
+        if row["status"] in ("done", "failed") and row["finished"]:
+            pace.finish(r.run_id, row["seconds"] if row["status"] == "done" else None)
+        elif row["status"] == "running":  # steps over all its attempts: a resumed run's lost ones counted too
+            pace.add(r.run_id, min(row["steps_trained"], pace.work[r.run_id][0]))
+    return pace
 
 
 class SweepDisplay:
