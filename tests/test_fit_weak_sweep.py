@@ -267,3 +267,16 @@ def test_a_scale_interval_spanning_over_1000x_is_withheld_and_the_value_kept():
     assert prediction_rows(pd.DataFrame([row]))[0] == [
         "2.2e+19", "214M [withheld: spans over 1000x]", "17B [withheld: spans over 1000x]",
         "79.4 [withheld: spans over 1000x]", "2.083 [1.752, 3.539]"]
+
+
+def test_a_sweep_whose_minima_lie_at_its_edge_is_refused_without_numpy_warnings():
+    """``data/edge_sweep.csv``: ``examples/sweep.toml`` at budgets 3e10-1.2e11, where each budget's
+    smallest size has the lowest loss. The curve law's draws run off to a frontier of 0: the user
+    saw numpy's "divide by zero" and "invalid value" warnings above the refusal."""
+    runs = load_runs(Path(__file__).parent / "data" / "edge_sweep.csv")
+    runs.frame["schedule"] = runs.frame["schedule"].map(json.loads)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(NoFitError, match=f"^curve: {FAILED} "):
+            fit(runs, "curve", tracking=False)
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []

@@ -101,8 +101,9 @@ def with_exponents(result: CurveLawResult, rule) -> CurveLawResult:
         if len(target) == 0 or (isinstance(target, pd.DataFrame) and target.empty):
             continue
         n_opt, d_opt, _ = result.frontier({k: np.atleast_1d(np.asarray(target[k], float)) for k in target}, span)
-        a = np.log(n_opt[:, 1] / n_opt[:, 0]) / np.log(span[1] / span[0])
-        b = np.log(d_opt[:, 1] / d_opt[:, 0]) / np.log(span[1] / span[0])
+        with np.errstate(all="ignore"):  # a frontier of 0 or infinity: NaN, which the fit's checks refuse
+            a = np.log(n_opt[:, 1] / n_opt[:, 0]) / np.log(span[1] / span[0])
+            b = np.log(d_opt[:, 1] / d_opt[:, 0]) / np.log(span[1] / span[0])
         target["a"], target["b"] = (float(a[0]), float(b[0])) if isinstance(target, dict) else (a, b)
     return result
 

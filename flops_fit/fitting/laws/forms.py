@@ -184,8 +184,8 @@ def numeric_frontier(loss, p: Params, budgets: np.ndarray) -> tuple[np.ndarray, 
         shift = np.where((y0 - 2 * y1 + y2) > 0, 0.5 * (y0 - y2) / (y0 - 2 * y1 + y2), 0.0)
     best = log_n[rows, cols, i] + np.clip(shift, -1, 1) * step
     n = np.exp(best)
-    d = c[..., 0] / n ** grow[..., 0]
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # a draw whose frontier runs off to 0 or infinity: judged by the caller
+        d = c[..., 0] / n ** grow[..., 0]
         value = loss({k: v[..., 0] for k, v in col.items()}, n, d)
     return n, d, value
 
