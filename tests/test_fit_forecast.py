@@ -214,6 +214,19 @@ def test_target_reaches_the_forecast_and_a_bad_target_is_refused(forecast_json, 
         assert len(err) == 1 and "target must be a positive budget" in err[0]
 
 
+def test_a_target_beyond_the_reach_public_sweeps_measured_is_said_under_the_forecast(forecast_json, capsys):
+    """1e21 (10x) lies within the 500x public sweeps measured the forecast's error at; 1e23 (1000x) not:
+    a note under the forecast says so, in the summary and on the command line."""
+    near = fit(str(forecast_json), method="all", holdout="forward", bootstrap=0, target=1e21)
+    assert not [w for w in near.warnings if w.startswith("the target lies beyond")]
+    assert main(["fit", str(forecast_json), "--method", "all", "--holdout", "forward", "--bootstrap", "0",
+                 "--target", "1e23"]) == 0
+    out = capsys.readouterr().out
+    note = ("Note: the target lies beyond the reach public sweeps measured: it is 1e+03x the largest budget, and public "
+            "sweeps measured the forecast's error up to 500x")
+    assert note in out and out.index(note) < out.index("Every method at C")
+
+
 def test_leaving_one_budget_out_gives_no_forecast_and_says_why(forecast_json):
     each = fit(str(forecast_json), method="all", holdout="each", bootstrap=0)
     assert each.forecast is None

@@ -85,7 +85,7 @@ def test_a_sweep_whose_own_chaining_erred_wildly_gets_the_bounded_loss_interval_
     assert loss.interval["capped"] and loss.interval["own_factor"] > 10
     assert np.log(loss.hi / loss.value) == pytest.approx(law.largest)
     assert np.log(loss.value / loss.lo) == pytest.approx(law.largest)
-    _, lo, hi, _ = loss.band(np.array([10.0, 1000.0]))  # the drawn band is bounded the same way
+    _, lo, hi, _ = loss.band(np.array([10.0, law.reach]))  # the drawn band is bounded the same way
     assert hi == pytest.approx(np.expm1(law.largest)) and lo == pytest.approx(np.expm1(-law.largest))
     assert f"at most +-{100 * np.expm1(law.largest):.1f}% (the largest error of a public sweep's answer" in \
         f.summary()
@@ -235,3 +235,32 @@ def test_the_loss_interval_reads_the_members_spread_from_a_law_fitted_with_it():
     _, lo, hi, _ = far.band(np.array([10.0]))  # the report's band is the stated interval
     assert hi[0] == pytest.approx(far.hi / far.value - 1) and lo[0] == pytest.approx(far.lo / far.value - 1)
     assert members_spread(far.members[:1], f.candidates, "loss") == 0.0
+
+
+def test_beyond_the_reach_its_answers_measured_the_bound_grows_as_the_law_and_the_forecast_says_so():
+    """The largest error bounds an interval only as far as public answers measured it (the shipped
+    laws: 500x, Chinchilla's Figure 4 runs); beyond, it grows as sigma(r) does, and the forecast
+    says its target lies beyond what was measured."""
+    rng = np.random.default_rng(3)
+    outcomes = draws(rng, 300, "a") + draws(rng, 300, "b")
+    law = ReachLaw.from_dict(fit_reach_law(outcomes, own_weight=0.1).to_dict())
+    assert law.reach == max(o.ratio for o in outcomes)
+    assert law.cap(2.0) == law.cap(law.reach) == law.largest
+    far = 1e6
+    grown = np.sqrt(law.floor ** 2 + (law.slope * np.log(far)) ** 2) / \
+        np.sqrt(law.floor ** 2 + (law.slope * np.log(law.reach)) ** 2)
+    assert law.cap(far) == pytest.approx(law.largest * grown) and grown > 2
+
+    shipped_law = shipped_laws()["loss"]
+    assert shipped_law.reach == 500.0
+    key = ("envelope", "params", None)
+    rs = records(key, lambda i, j: 0.3 * (-1) ** j, lambda i, j: 0.05, splits=3)  # capped, as above
+    near, beyond = (decide(rs, {key: (2.0, 1e8, 1e10)}, 1e20 * r, r, priors=shipped()) for r in (100.0, 1e4))
+    assert np.log(near.answers["loss"].hi / near.answers["loss"].value) == pytest.approx(shipped_law.largest)
+    assert np.log(beyond.answers["loss"].hi / beyond.answers["loss"].value) == pytest.approx(shipped_law.cap(1e4))
+    assert shipped_law.cap(1e4) > 1.2 * shipped_law.largest
+    assert near.beyond_measured() is None
+    assert beyond.beyond_measured().startswith("the target lies beyond the reach public sweeps measured: it is 1e+04x "
+                                               "the largest budget, and public sweeps measured the forecast's error up "
+                                               "to 500x")
+    assert "measured up to 500x, grown as sigma(r) beyond it" in beyond.summary()

@@ -201,6 +201,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                                            workers=workers, level=level)
             except FitInputError as exc:  # the fits stand without it; say why there is no forecast
                 fitted.warnings.append(f"{NO_FORECAST}{exc}")
+            if fitted.forecast is not None and (beyond := fitted.forecast.beyond_measured()) is not None:
+                fitted.warnings.append(beyond)
             data = unique if unique is not None else runs.metadata.get("unique_tokens")  # a sweep records it
             if fitted.forecast is not None and data is not None and \
                     (caveat := fresh_data_caveat(fitted.forecast, float(data), results)) is not None:

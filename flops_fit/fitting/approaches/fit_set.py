@@ -18,6 +18,7 @@ from flops_fit.fitting.decisions.planned import (
     has_law,
     rms_residual,
 )
+from flops_fit.fitting.validation.forecast import BEYOND_MEASURED
 from flops_fit.fitting.validation.holdout import holdout_counts, holdout_json, holdout_misses
 from flops_fit.tables import format_table
 
@@ -75,7 +76,7 @@ class FitSet(Presentable):
         withheld = self.withheld  # a forecast asked for and withheld: its reason is said first
         if self.forecast is not None:
             parts = [forecast_headline(self.forecast)]
-            parts += [f"Note: {w}." for w in self.warnings if w.startswith(FRESH_DATA)]
+            parts += [f"Note: {w}." for w in self.warnings if w.startswith(CAVEATS)]
         else:
             parts = [withheld[0].upper() + withheld[1:]] if withheld else []
         parts += [f"Note: {n}." for n in self.runs.notes]
@@ -86,7 +87,7 @@ class FitSet(Presentable):
             misses = holdout_misses(self.holdout)
             parts.append("Held-out check: " + ("; ".join(misses) if misses else
                                                "every observed value at the held-out budget lies inside its interval") + ".")
-        others = len([w for w in self.warnings if not w.startswith((NO_FORECAST, FRESH_DATA))])
+        others = len([w for w in self.warnings if not w.startswith((NO_FORECAST, *CAVEATS))])
         if others:
             parts.append(f"{others} warning(s) and every method's details: --verbose, or the report")
         return "\n\n".join(parts)
@@ -120,6 +121,7 @@ class FitSet(Presentable):
 
 NO_FORECAST = "no forecast: "  # the warning that says why a forecast asked for is withheld
 FRESH_DATA = "the forecast assumes fresh data: "  # the warning of a forecast whose D_opt outruns the data
+CAVEATS = (FRESH_DATA, BEYOND_MEASURED)  # the warnings said under the forecast, not counted with the others
 
 
 def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult]) -> str | None:

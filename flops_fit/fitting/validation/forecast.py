@@ -87,6 +87,7 @@ Triple = tuple[float, float, float]
 Key = tuple[str, str, str | None]
 
 TARGET_FACTOR = 10.0  # default target: this many times the largest swept budget
+BEYOND_MEASURED = "the target lies beyond the reach public sweeps measured: "  # ``Forecast.beyond_measured``
 
 
 def default_target(runs: Any) -> float:
@@ -154,10 +155,11 @@ class Answer:
             return centre, np.expm1(shift - below), np.expm1(shift + above), CAPPED_RULE
         if i.get("rule") != "reach law":
             return centre, lo, hi, "scatter + drift's sd"
-        law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=(), spread="spread" in i)  # s: the target's
+        law = ReachLaw(floor=i["floor"], slope=i["slope"], scores=(), spread="spread" in i,  # s: the target's
+                       largest=i.get("largest", np.inf), reach=i.get("reach", np.inf))
         half = i["multiplier"] * law.scale(ratios, i["own_factor"], i.get("spread", 0.0))
-        if "largest" in i:  # at most the largest error of the law's answers (``ReachLaw.largest``)
-            half = np.minimum(half, i["largest"])
+        if "largest" in i:  # at most the largest error of the law's answers (``ReachLaw.cap``)
+            half = np.minimum(half, law.cap(ratios))
         shift = np.log1p(centre)
         return centre, np.expm1(shift - half), np.expm1(shift + half), "reach law"
 
@@ -213,10 +215,21 @@ class Forecast:
         out["records"] = [r.to_dict() for r in self.records]
         return fmt.json_safe(out)
 
+    def beyond_measured(self) -> str | None:
+        """A caveat when the target lies beyond the largest reach at which public sweeps measured
+        an answer's error (``ReachLaw.reach``): its interval there extends the law, unchecked."""
+        reaches = [a.interval["reach"] for a in self.answers.values() if "reach" in a.interval]
+        if not reaches or self.ratio <= min(reaches):
+            return None
+        return (f"{BEYOND_MEASURED}it is {self.ratio:.3g}x the largest budget, and public sweeps measured the "
+                f"forecast's error up to {min(reaches):.3g}x: beyond that its intervals extend the measured growth "
+                "of the error with the reach, which no sweep has checked; sweep larger budgets to bring it nearer")
+
     def summary(self) -> str:
         lines = [f"Forecast at C = {fmt.flops(self.target)} FLOPs, {self.ratio:.3g}x the largest budget "
                  f"({100 * self.level:g}% intervals; each answer chosen by its own forward-chaining record):",
-                 f"  N_opt {_triple(self.n_opt, fmt.count)} parameters, D_opt {_triple(self.d_opt, fmt.count)} {self.unit}, "
+                 f"  N_opt {fmt.scale_interval(*self.n_opt)} parameters, D_opt {fmt.scale_interval(*self.d_opt)} "
+                 f"{self.unit}, "
                  f"loss {_triple(self.loss, lambda v: fmt.sig(v, 4))}"]
         lines += [f"  {answer_line(a, self.ratio)}" for a in (self.answers["n_opt"], self.answers["loss"])]
         lines += [f"  prior on the extrapolation error: {prior_note(self.prior)}",
@@ -244,8 +257,10 @@ def answer_line(a: Answer, ratio: float) -> str:
     if i.get("rule") == "reach law":
         own = (f", x{i['own_factor']:.2f} by this sweep's own chaining ({i['own_splits']} splits)"
                if i.get("own_weight") is not None else "")
-        cap = (f"; at most +-{100 * np.expm1(i['largest']):.1f}% (the largest error of a public sweep's answer, at "
-               f"any reach), which applies" if i.get("capped") else "")
+        measured = ("at any reach" if ratio <= i.get("reach", np.inf) else
+                    f"measured up to {i['reach']:.3g}x, grown as sigma(r) beyond it")
+        cap = (f"; at most +-{100 * np.expm1(i.get('cap', i['largest'])):.1f}% (the largest error of a public sweep's "
+               f"answer, {measured}), which applies" if i.get("capped") else "")
         if "spread" in i:  # a law fitted with the members' spread: +-k (f sigma(r) (+) s)
             return line + (f"interval +-{i['multiplier']:.2f} x (sigma(r) (+) s): sigma = {100 * i['sigma']:.2f}% at "
                            f"{ratio:.3g}x (the reach law of public sweeps' answers{own}), the candidates' spread there "
@@ -462,7 +477,10 @@ def _answer(q: str, candidates: Sequence[Candidate], records: Sequence[Record], 
         interval = {"rule": "reach law", "level": level, "multiplier": law.multiplier(level), "sigma": float(law.sigma(ratio)),
                     "floor": law.floor, "slope": law.slope, "own_weight": law.own_weight, "own_factor": factor,
                     "own_splits": splits, **({"spread": spread} if law.spread else {}),
-                    **({"largest": law.largest, "capped": bool(law_half >= law.largest)} if np.isfinite(law.largest) else {})}
+                    **({"largest": law.largest, "cap": float(law.cap(ratio)), "capped": bool(law_half >= law.cap(ratio))}
+                       if np.isfinite(law.largest) else {})}
+    if law is not None and np.isfinite(law.reach):
+        interval["reach"] = law.reach  # the largest ratio its public answers measured
     centre = log_raw + correction
     return Answer(quantity=q, source=source, members=members, raw=float(np.exp(log_raw)),
                   correction=float(np.expm1(correction)), value=float(np.exp(centre)), lo=float(np.exp(centre + lo)),
@@ -532,6 +550,6 @@ def _triple(t: Triple, f) -> str:
     return fmt.with_interval(t[0], t[1], t[2], fmt=f)
 
 
-__all__ = ["CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "SIZE_FOCI", "TARGET_FACTOR", "Answer", "Candidate",
+__all__ = ["BEYOND_MEASURED", "CANDIDATE_HEADERS", "CHAIN_HEADERS", "MIN_SPLITS", "MODE", "SIZE_FOCI", "TARGET_FACTOR", "Answer", "Candidate",
            "Forecast", "answer_chaining", "answer_line", "candidate_rows", "chain_rows", "decide", "default_target",
            "forecast", "forecasts", "members_spread"]

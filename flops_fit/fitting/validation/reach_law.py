@@ -24,8 +24,9 @@ For N_opt the inner splits' errors did not predict the later ones, and its law, 
 study, under-covered the other: N_opt's interval is the candidates' error model, bounded by its
 law (``CAPPED``: at least the law's interval at no reach, at most its interval at the reach).
 
-No law-sized interval is wider than the largest error any of the law's answers made, at any
-reach (``largest``): a sweep whose first splits, fits of 2-3 budgets, erred 36x the law scaled
+No law-sized interval is wider than the largest error any of the law's answers made (``largest``),
+up to the largest reach they were made at (``reach``; beyond it the bound grows as sigma(r) does,
+since no public answer measured the error there): a sweep whose first splits, fits of 2-3 budgets, erred 36x the law scaled
 the loss's sigma by f = 36, and a loss interval of [0.27, 33.5] around 3.0 where no public
 answer erred by more than 12%. Bounded by the law's tail at each reach instead (its 99% score
 times sigma(r)), the (Mis)Fitting sweep's loss was covered 47% of the time (98% without), leaving
@@ -101,6 +102,13 @@ class ReachLaw:
     sweeps: tuple[str, ...] = field(default=())
     spread: bool = False
     largest: float = np.inf  # the largest |log error| of the answers it was fitted on: the widest half-width
+    reach: float = np.inf  # the largest ratio of those answers: where the law stops being measured
+
+    def cap(self, ratio: np.ndarray | float) -> np.ndarray | float:
+        """The widest log half-width at ``ratio``: ``largest`` up to ``reach``, grown as sigma(r) beyond it."""
+        if not np.isfinite(self.reach):
+            return self.largest
+        return self.largest * np.maximum(1.0, self.sigma(ratio) / self.sigma(self.reach))
 
     def sigma(self, ratio: np.ndarray | float) -> np.ndarray:
         reach = np.log(np.maximum(np.asarray(ratio, float), 1.0))
@@ -144,21 +152,21 @@ class ReachLaw:
         return np.hypot(own, spread) if self.spread else own
 
     def half_width(self, ratio: float, level: float, inner: Inner = (), spread: float = 0.0) -> tuple[float, float, int]:
-        """(half-width of the log interval at ``ratio``, at most ``largest``; the own factor f, its
-        splits K)."""
+        """(half-width of the log interval at ``ratio``, at most ``cap``; the own factor f, its splits K)."""
         factor, k = self.own_factor(inner)
-        return min(self.multiplier(level) * float(self.scale(ratio, factor, spread)), self.largest), factor, k
+        return min(self.multiplier(level) * float(self.scale(ratio, factor, spread)), float(self.cap(ratio))), factor, k
 
     def to_dict(self) -> dict[str, Any]:
         return {"floor": self.floor, "slope": self.slope, "own_weight": self.own_weight, "spread": self.spread,
-                "sweeps": list(self.sweeps), "scores": list(self.scores), "largest": self.largest}
+                "sweeps": list(self.sweeps), "scores": list(self.scores), "largest": self.largest, "reach": self.reach}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReachLaw:
         weight = data.get("own_weight")
         return cls(floor=float(data["floor"]), slope=float(data["slope"]), scores=tuple(float(s) for s in data["scores"]),
                    own_weight=None if weight is None else float(weight), sweeps=tuple(data.get("sweeps", ())),
-                   spread=bool(data.get("spread", False)), largest=float(data.get("largest", np.inf)))
+                   spread=bool(data.get("spread", False)), largest=float(data.get("largest", np.inf)),
+                   reach=float(data.get("reach", np.inf)))
 
 
 def fit_spread(errors: np.ndarray, ratios: np.ndarray, known: np.ndarray | None = None) -> tuple[float, float]:
@@ -191,7 +199,8 @@ def fit_reach_law(outcomes: Sequence[Outcome], own_weight: float | None = None, 
     law = ReachLaw(floor=floor, slope=slope, scores=(1.0,), own_weight=own_weight, sweeps=tuple(sweeps), spread=spread)
     scores = sorted(abs(o.error) / float(law.scale(o.ratio, law.own_factor(o.inner)[0], o.spread)) for o in usable)
     return ReachLaw(floor=floor, slope=slope, scores=tuple(scores), own_weight=own_weight, sweeps=tuple(sweeps),
-                    spread=spread, largest=float(max(abs(o.error) for o in usable)))
+                    spread=spread, largest=float(max(abs(o.error) for o in usable)),
+                    reach=float(max(o.ratio for o in usable)))
 
 
 __all__ = ["ANSWERS", "CAPPED", "CAP_TAIL", "OWN_WEIGHTS", "SPREAD", "cap_level", "Inner", "Outcome", "ReachLaw", "fit_reach_law", "fit_spread"]
