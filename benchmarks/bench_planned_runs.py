@@ -97,6 +97,7 @@ def calibrate(bootstrap: int, level: float = 0.95) -> dict:
     return {"data": "chinchilla_fig4_epoch.csv (size cuts " + ", ".join(f"{c:g}" for c in SIZE_CUTS)
                     + "), isoflops_public.csv (3 sweeps, budget splits)", "bootstrap": bootstrap, "level": level,
             "slope_chosen": slope, "shipped_slope": EXTRAPOLATION_SLOPE,
+            "max_distance": float(max(s["distance"].max() for s in sets)),  # the farthest prediction measured
             "coverage_at_slope": _coverage(sets, slope, level), "coverage_without_slope": _coverage(sets, 0.0, level),
             "sets": [{**{k: v for k, v in s.items() if k not in ("error", "below", "above", "distance")},
                       "beyond_hull": int(np.sum(s["distance"] > 0)),
@@ -195,7 +196,8 @@ def markdown(result: dict) -> str:
                   f"{100 * c['median_abs_error']:.2f}% | {100 * c['median_width_at_slope']:.1f}% |" for c in cal["sets"]]
         lines += ["", f"Slope {cal['slope_chosen']:.4f} per unit of distance: coverage {100 * cal['coverage_at_slope']:.1f}% "
                   f"of the calibration predictions beyond the fitted runs ({100 * cal['coverage_without_slope']:.1f}% "
-                  "with the bootstrap and forms alone)."]
+                  "with the bootstrap and forms alone)"
+                  + (f"; the farthest of them at distance {cal['max_distance']:.2f}." if "max_distance" in cal else ".")]
     return "\n".join(lines)
 
 

@@ -13,7 +13,11 @@ from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import FitSet, fit
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.decisions.planned import EXTRAPOLATION_SLOPE, hull_distance
+from flops_fit.fitting.decisions.planned import (
+    EXTRAPOLATION_SLOPE,
+    MEASURED_DISTANCE,
+    hull_distance,
+)
 from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss, synthetic_runs
 
 RESULT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "planned_runs.json"
@@ -35,6 +39,22 @@ def test_distance_is_zero_inside_the_runs_and_euclidean_in_logs_outside():
     assert hull_distance(square, [[3.0, 0.5], [4.0, 5.0]]) == pytest.approx([2.0, 5.0])
     line = np.array([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])  # collinear runs: the segment is their hull
     assert hull_distance(line, [[2.0, 0.0], [3.0, 2.0]]) == pytest.approx([np.sqrt(2.0), 1.0])
+
+
+def test_a_run_farther_than_the_extrapolation_error_was_measured_is_told_so(fitted, frame):
+    """A planned run 3x the largest size is near enough; one 1000x (distance over 6) lies beyond the
+    farthest prediction the slope was measured on, and its note says so, in the table and --json."""
+    n_max, tokens = float(frame.params.max()), float(frame.tokens.median())
+    planned = fitted.loss_at([3 * n_max, 1e3 * n_max], [tokens, 2e4 * n_max])
+    assert planned.table.distance[0] < MEASURED_DISTANCE < planned.table.distance[1]
+    far = [n for n in planned.notes if "farther from the fitted runs" in n]
+    assert len(far) == 1 and far[0].startswith(f"{fmt.count(1e3 * n_max)} x {fmt.count(2e4 * n_max)} (")
+    assert f"note: {far[0]}" in planned.summary() and far[0] in planned.to_dict()["notes"]
+
+
+@pytest.mark.skipif(not RESULT.is_file(), reason="benchmarks/results/planned_runs.json not written yet")
+def test_the_measured_distance_is_the_benchmarks_farthest_prediction():
+    assert MEASURED_DISTANCE == pytest.approx(json.loads(RESULT.read_text())["calibration"]["max_distance"], abs=0.005)
 
 
 def test_planned_runs_must_be_positive_and_paired(fitted):
@@ -67,7 +87,7 @@ def test_a_planned_run_below_the_fitted_runs_is_named_in_a_note(fitted, frame):
     smallest = frame.params.min()
     middle = frame[frame.budget == 1e18].iloc[3]
     planned = fitted.loss_at([smallest / 10, middle.params, 30 * frame.params.max()],
-                             [middle.tokens, middle.tokens, 600 * frame.params.max()])
+                             [middle.tokens, middle.tokens, middle.tokens])  # the last beyond them, nearer than 4.31
     assert len(planned.notes) == 1 and planned.notes[0].startswith(
         f"{fmt.count(smallest / 10)} x {fmt.count(middle.tokens)} lie(s) below the fitted runs (smallest "
         f"{fmt.count(smallest)} parameters")  # the run inside and the one beyond them are not named

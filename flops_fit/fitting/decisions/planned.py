@@ -33,7 +33,10 @@ from flops_fit.tables import format_table
 # The log error per unit distance in (ln N, ln D) beyond the fitted runs that the bootstrap and the
 # forms leave uncovered, from `python benchmarks/bench_planned_runs.py` (its "calibration" block:
 # the Chinchilla Figure 4 runs and the three public IsoFLOP sweeps, never the Gadre test set).
-EXTRAPOLATION_SLOPE = 0.012
+EXTRAPOLATION_SLOPE = 0.0126
+# The farthest of those predictions from its fitted runs (its "max_distance"): beyond it the slope is
+# extended, not measured, and the planned run gets a note that says so.
+MEASURED_DISTANCE = 4.31
 # A form counts as comparable when its RMS log residual is within this factor of the best form's.
 FORM_TOLERANCE = 1.5
 
@@ -206,7 +209,19 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
                           "loss_hi": point * np.exp(above), "distance": distance,
                           "boot": np.maximum(*boot), "form": np.maximum(*form), "extrapolation": ext})
     return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
-                       label=result.runs.label, unit=result.runs.unit, notes=_below_notes(n_arr, d_arr, runs))
+                       label=result.runs.label, unit=result.runs.unit,
+                       notes=_below_notes(n_arr, d_arr, runs) + _beyond_notes(n_arr, d_arr, distance))
+
+
+def _beyond_notes(n: np.ndarray, d: np.ndarray, distance: np.ndarray) -> list[str]:
+    """A note for planned runs farther from the fitted runs than any prediction the extrapolation
+    error was measured on (``MEASURED_DISTANCE``): their interval extends it, unchecked."""
+    far = [f"{fmt.count(a)} x {fmt.count(b)} ({r:.2f})" for a, b, r in zip(n, d, distance) if r > MEASURED_DISTANCE]
+    if not far:
+        return []
+    return [f"{', '.join(far)} lie(s) farther from the fitted runs than {MEASURED_DISTANCE:g}, the farthest distance at "
+            "which the extrapolation error was measured on public runs: the interval extends that error, unchecked; "
+            "a sweep of larger runs brings them nearer"]
 
 
 def _below_notes(n: np.ndarray, d: np.ndarray, runs: pd.DataFrame) -> list[str]:
@@ -228,5 +243,5 @@ def _pct(log_half_width: float) -> str:
     return "-" if not np.isfinite(log_half_width) else f"{100 * np.expm1(log_half_width):.1f}%"
 
 
-__all__ = ["EXTRAPOLATION_SLOPE", "FORM_APPROACHES", "FORM_TOLERANCE", "PlannedLoss", "check_planned", "hull_distance",
+__all__ = ["EXTRAPOLATION_SLOPE", "FORM_APPROACHES", "MEASURED_DISTANCE", "FORM_TOLERANCE", "PlannedLoss", "check_planned", "hull_distance",
            "law_form", "loss_at"]
