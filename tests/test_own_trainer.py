@@ -351,3 +351,14 @@ def test_the_example_scripts_checkpoint_is_whole_wherever_a_kill_lands(tmp_path,
     state = example.restore(tmp_path, fresh, torch.optim.AdamW(fresh.parameters(), lr=0.1))
     assert state["step"] == 1
     assert all(torch.equal(fresh.state_dict()[k], v) for k, v in first.items())
+
+
+def test_plan_of_the_example_does_not_warn_that_sweep_will_refuse_its_data(capsys):
+    """The script reads its own data (dataset "external"), and `flops-fit sweep` opens none of it:
+    `flops-fit plan` used to end with "warning: dataset 'external' does not open here ...
+    `flops-fit sweep` refuses until it opens", a refusal that never comes."""
+    from flops_fit.cli.main import main
+
+    assert main(["plan", str(EXAMPLE / "sweep.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "12 runs of declared" in out and "does not open" not in out and "refuses" not in out
