@@ -135,7 +135,7 @@ def load_runs(
     exclude_top: int = 0,
     flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN,
     metric: str = "loss",
-    keep: tuple[str, ...] = (),
+    keep: Mapping[str, str] | tuple[str, ...] = (),
     curve_metric: str | None = None,
     experiment: str | None = None,
     all_rates: bool = False,
@@ -151,7 +151,9 @@ def load_runs(
     classifiers; without training curves); ``loss_col`` names another column for it. With
     ``"bpb"`` each run's training curve is put on the same scale by its own bits per byte /
     loss (its held-out text's tokens per byte / ln 2). ``where`` keeps the rows whose columns hold
-    the values given (``{"experiment": "a"}``: one setting of a table that holds several).
+    the values given (``{"experiment": "a"}``: one setting of a table that holds several). ``keep``
+    carries more columns beside the canonical ones, where present; given as a mapping to the option that
+    named each (``{"peak_lr": "lr_col"}``), a missing one is refused naming the source's own columns.
     """
     if metric not in METRICS:
         raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
@@ -178,6 +180,10 @@ def load_runs(
                 f"Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})"
                 + (f", or log it with each run {logged}." if logged and canonical != "loss" else ".")
             )
+    for column, argument in (keep.items() if isinstance(keep, Mapping) else ()):
+        if column not in frame:
+            raise FitInputError(f"{name}: no {argument.removesuffix('_col')} column {column!r}; available columns: "
+                                f"{available}. Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})")
     has_tokens, has_flops = tokens_col in frame, flops_col in frame
     if not (has_tokens or has_flops):
         raise FitInputError(
