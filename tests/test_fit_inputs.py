@@ -177,6 +177,17 @@ def test_unfinished_runs_are_excluded_with_their_status():
         load_runs(_table(status=["failed"] * 4))
 
 
+def test_a_finished_status_is_read_in_any_case_and_an_unread_one_is_named():
+    """MLflow's own tables say FINISHED (and a lab's may say Done): every such run was dropped as unfinished,
+    and the fit stopped with "every run failed". A status that reads as unfinished everywhere is now named."""
+    runs = load_runs(_table(status=["FINISHED", "FAILED", "Done", " completed "], loss=[3.1, np.nan, 3.0, 3.2]))
+    assert len(runs) == 3 and runs.excluded == [{"run_id": "run1", "reason": "status 'FAILED'"}]
+    assert len(load_runs(_table(status=["succeeded"] * 4))) == 4
+    with pytest.raises(FitInputError, match="the runs' status 'passed' read as not finished: a finished run's "
+                                            "status is one of done, finished"):
+        load_runs(_table(status=["passed"] * 4))
+
+
 @pytest.mark.parametrize(("kwargs", "frame_change", "message"), [
     ({}, {"drop": "params"}, "no params column 'params'; available columns: 'tokens', 'loss'. Name the right one with params_col="),
     ({"loss_col": "val"}, {}, "no loss column 'val'; available columns: 'params', 'tokens', 'loss'. Name the right one with loss_col= (CLI: --loss-col)"),

@@ -23,7 +23,7 @@ from flops_fit.store.run_store import STORE_NAME, RunStore
 # FLOPs per parameter per token of dense training (2 forward + 4 backward), used only when
 # one of tokens / flops is missing and the caller gives no other rule.
 FLOPS_PER_PARAM_TOKEN = 6.0
-FINISHED = ("done", "finished", "ok", "completed")
+FINISHED = ("done", "finished", "ok", "completed", "succeeded", "success")
 # tables of runs by extension: what fit, report, compare and tune --from read as one row a run
 TABLES = {".csv": "CSV", ".txt": "CSV", ".tsv": "CSV", ".jsonl": "json", ".ndjson": "json", ".json": "json",
           ".parquet": "parquet"}
@@ -197,7 +197,8 @@ def load_runs(
     excluded: list[dict[str, Any]] = []
     ids = _run_ids(frame, run_id_col)
     if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
-        bad = frame["status"].notna() & ~frame["status"].astype(str).isin(FINISHED)
+        # in any case: MLflow's own tables say FINISHED, a lab's may say Done
+        bad = frame["status"].notna() & ~frame["status"].astype(str).str.strip().str.lower().isin(FINISHED)
         excluded += [{"run_id": r, "reason": f"status {v!r}"}
                      for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
         frame, ids = frame.loc[~bad], ids[~bad]
@@ -231,7 +232,10 @@ def load_runs(
     out = out.reset_index(drop=True)
 
     if len(out) == 0:
-        raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)")
+        states = sorted({e["reason"] for e in excluded if e["reason"].startswith("status ")})
+        raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)" + (
+            f"; the runs' {', '.join(states)} read as not finished: a finished run's status is one of "
+            f"{', '.join(FINISHED)}" if states else ""))
     out = _drop_repeats(out, same, excluded)  # first: the rate choice and exclude_top then count runs, not copies
     if not all_rates:
         out = _best_rates(out, excluded)
