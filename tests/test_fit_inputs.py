@@ -380,3 +380,25 @@ def test_a_loss_column_of_text_names_the_numeric_columns_named_like_a_loss(tmp_p
     assert capsys.readouterr().err.strip() == (
         f"flops-fit: error: {path}: column 'loss' holds no numbers (e.g. 'xent'); name the column with each run's "
         "loss with loss_col= (CLI: --loss-col); numeric columns named like a loss: 'eval/loss', 'train_loss'")
+
+
+def test_params_tokens_and_flops_in_other_units_are_refused(tmp_path, capsys):
+    """A lab's table with parameters in millions and tokens in billions beside FLOPs was fitted as given:
+    `flops-fit fit` printed an N_opt of 51.7 parameters and a D_opt of 0.3 tokens. The three columns that
+    cannot all be counts are now one line naming them (exit 2); counts that agree (a sparse model's, an image
+    model's per sample) still load."""
+    from flops_fit.cli.main import main
+
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1).drop(columns=["curve", "budget"])
+    frame = runs.assign(N=runs.params / 1e6, D_B=runs.tokens / 1e9)[["N", "D_B", "flops", "loss"]]
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--params-col", "N", "--tokens-col", "D_B", "--method", "isoflop",
+                 "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the columns 'N', 'D_B', 'flops' disagree: FLOPs are 1e+15 x 6 x params x " \
+                                    "tokens" in err and "millions of parameters" in err
+    with pytest.raises(FitInputError, match="FLOPs are 1e-06 x"):
+        load_runs(runs.assign(flops=runs.flops / 1e6))
+    for factor in (0.05, 250):  # a sparse model by its total parameters; an image model's FLOPs per sample
+        assert len(load_runs(runs.assign(flops=runs.flops * factor))) == len(runs)

@@ -218,6 +218,8 @@ def load_runs(
         out["tokens"] = out["flops"] / (flops_per_param_token * out["params"])
     if not has_flops:
         out["flops"] = flops_per_param_token * out["params"] * out["tokens"]
+    elif has_tokens and len(out):
+        _check_units(out, name, mapping)
     if budget_col in frame:
         out["budget"] = _numeric(frame[budget_col], budget_col, name, out["run_id"])
     if curve_col in frame:
@@ -342,6 +344,25 @@ def _drop_repeats(out: pd.DataFrame, same: np.ndarray, excluded: list[dict[str, 
     excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[i]} (the same size, tokens and loss): "
                   "counted once"} for i in out.index[repeat]]
     return out.loc[~repeat].reset_index(drop=True)
+
+
+# flops / (6 N D) of real runs: about 1 for a language model, a few hundred for an image model counted per
+# sample, about 0.05 for a sparse model counted by its total parameters; a column in other units is 1e6 or more off
+UNIT_RATIO = (1e-3, 1e5)
+
+
+def _check_units(out: pd.DataFrame, name: str, mapping: dict[str, tuple[str, str]]) -> None:
+    """Refuse a table whose params, tokens and flops columns cannot all be counts: the fit reads N and D
+    as given, so parameters in millions or tokens in billions would move every answer silently."""
+    with np.errstate(all="ignore"):
+        ratio = float(np.nanmedian(out["flops"] / (FLOPS_PER_PARAM_TOKEN * out["params"] * out["tokens"])))
+    if np.isfinite(ratio) and UNIT_RATIO[0] <= ratio <= UNIT_RATIO[1]:
+        return
+    columns = ", ".join(repr(mapping[c][0]) for c in ("params", "tokens", "flops"))
+    raise FitInputError(f"{name}: the columns {columns} disagree: FLOPs are {ratio:.3g} x 6 x params x tokens "
+                        "(median over the runs); is one in other units (millions of parameters, billions of tokens, "
+                        "PF-days)? Give each as a plain count (convert the column, or name another with params_col=, "
+                        "tokens_col=, flops_col=; CLI: --params-col ...)")
 
 
 def _check_diverged(out: pd.DataFrame, name: str, exclude_top: int) -> None:
