@@ -308,7 +308,9 @@ def test_train_run_trains_one_recorded_run_with_the_command(tmp_path):
     with RunStore(tmp_path / "out") as store:
         by_size = {r.size: r for r in store.planned_runs()}
     assert train_run(tmp_path / "out", by_size[6].run_id).status == "done"
-    assert train_run(tmp_path / "out", by_size[3].run_id).error.startswith("no result: ")
+    error = train_run(tmp_path / "out", by_size[3].run_id).error
+    # a script that printed nothing: its log is said to be empty (it read "(log PATH: )", as if lines were lost)
+    assert error.startswith("no result: ") and error.endswith(".log is empty: the script printed nothing)")
     with RunStore(tmp_path / "out") as store:
         assert store.statuses()[by_size[6].run_id] == "done" and store.statuses()[by_size[3].run_id] == "failed"
 
