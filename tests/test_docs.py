@@ -99,3 +99,40 @@ def test_every_docs_page_the_repository_names_exists():
                       for name in re.findall(r"\bdocs/[\w/.-]+?\.md\b", path.read_text(errors="replace"))
                       if not (root / name).is_file()})
     assert not missing
+
+
+def _prose_blocks(text: str) -> list[tuple[bool, list[str]]]:
+    """The page's blank-line-separated blocks outside code fences, each with whether it is prose (not a
+    list, table, heading, quote, indented or fenced block, nor an API reference directive)."""
+    out, current, fenced = [], [], False
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("```"):
+            fenced = not fenced
+            line = ""
+            out.append((False, ["```"]))
+        if fenced:
+            continue
+        if line.strip():
+            current.append(line)
+        elif current:
+            out.append((not re.match(r"(\s|[-*|#>]|\d+\.|:::|<|!\[)", current[0]), current))
+            current = []
+    return out
+
+
+def test_no_docs_sentence_is_cut_by_a_blank_line():
+    """Splitting the docs into pages cut sentences in two: tuning.md began a paragraph with "run the law's
+    rate ..." (its start left in validation/sweeps.md, which ended "... and gives each"), its muP sentence
+    lost its middle, clusters.md split a bold phrase, methods.md ended one at "the median error of"."""
+    root = DATA_DOC.parents[1]
+    cut = []
+    for page in sorted(root.rglob("*.md")):
+        blocks = _prose_blocks(page.read_text())
+        for (prose, before), (prose_after, after) in zip(blocks, blocks[1:], strict=False):
+            if not (prose and prose_after):
+                continue
+            lead_in = len(after) == 1 and after[0].endswith(":")  # "or from Python:" before an example
+            if re.search(r"[A-Za-z,(*]$", before[-1]) or (re.match(r"([a-z]{2,}\b|\)|\[[^\]]*\]\([^)]*\)\))",
+                                                                     after[0]) and not lead_in):
+                cut.append(f"{page.relative_to(root)}: {before[-1][-40:]!r} / {after[0][:40]!r}")
+    assert not cut

@@ -177,6 +177,17 @@ def test_unfinished_runs_are_excluded_with_their_status():
         load_runs(_table(status=["failed"] * 4))
 
 
+def test_a_finished_status_is_read_in_any_case_and_an_unread_one_is_named():
+    """MLflow's own tables say FINISHED (and a lab's may say Done): every such run was dropped as unfinished,
+    and the fit stopped with "every run failed". A status that reads as unfinished everywhere is now named."""
+    runs = load_runs(_table(status=["FINISHED", "FAILED", "Done", " completed "], loss=[3.1, np.nan, 3.0, 3.2]))
+    assert len(runs) == 3 and runs.excluded == [{"run_id": "run1", "reason": "status 'FAILED'"}]
+    assert len(load_runs(_table(status=["succeeded"] * 4))) == 4
+    with pytest.raises(FitInputError, match="the runs' status 'passed' read as not finished: a finished run's "
+                                            "status is one of done, finished"):
+        load_runs(_table(status=["passed"] * 4))
+
+
 @pytest.mark.parametrize(("kwargs", "frame_change", "message"), [
     ({}, {"drop": "params"}, "no params column 'params'; available columns: 'tokens', 'loss'. Name the right one with params_col="),
     ({"loss_col": "val"}, {}, "no loss column 'val'; available columns: 'params', 'tokens', 'loss'. Name the right one with loss_col= (CLI: --loss-col)"),
@@ -369,3 +380,25 @@ def test_a_loss_column_of_text_names_the_numeric_columns_named_like_a_loss(tmp_p
     assert capsys.readouterr().err.strip() == (
         f"flops-fit: error: {path}: column 'loss' holds no numbers (e.g. 'xent'); name the column with each run's "
         "loss with loss_col= (CLI: --loss-col); numeric columns named like a loss: 'eval/loss', 'train_loss'")
+
+
+def test_params_tokens_and_flops_in_other_units_are_refused(tmp_path, capsys):
+    """A lab's table with parameters in millions and tokens in billions beside FLOPs was fitted as given:
+    `flops-fit fit` printed an N_opt of 51.7 parameters and a D_opt of 0.3 tokens. The three columns that
+    cannot all be counts are now one line naming them (exit 2); counts that agree (a sparse model's, an image
+    model's per sample) still load."""
+    from flops_fit.cli.main import main
+
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1).drop(columns=["curve", "budget"])
+    frame = runs.assign(N=runs.params / 1e6, D_B=runs.tokens / 1e9)[["N", "D_B", "flops", "loss"]]
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--params-col", "N", "--tokens-col", "D_B", "--method", "isoflop",
+                 "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the columns 'N', 'D_B', 'flops' disagree: FLOPs are 1e+15 x 6 x params x " \
+                                    "tokens" in err and "millions of parameters" in err
+    with pytest.raises(FitInputError, match="FLOPs are 1e-06 x"):
+        load_runs(runs.assign(flops=runs.flops / 1e6))
+    for factor in (0.05, 250):  # a sparse model by its total parameters; an image model's FLOPs per sample
+        assert len(load_runs(runs.assign(flops=runs.flops * factor))) == len(runs)

@@ -143,7 +143,10 @@ def test_cli_tune_from_writes_hparams(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--lr-col", "rate"], "no lr column 'rate'.*--lr-col"),
+    # the columns named are the table's own (they were the fit's renamed ones, without 'peak_lr' among them)
+    (["--lr-col", "rate"], "no lr column 'rate'; available columns: 'N', 'D', 'peak_lr', 'val', 'name'.*--lr-col"),
+    ([], "no lr column 'lr'; available columns: 'N', 'D', 'peak_lr', 'val', 'name'.*--lr-col"),
+    (["--lr-col", "peak_lr", "--batch-col", "bs"], "no batch column 'bs'; available columns: 'N', .*--batch-col"),
     (["--lr-col", "peak_lr", "--loss-col", "nope"], "no loss column 'nope'"),
 ])
 def test_cli_tune_from_bad_columns_one_line(tmp_path, capsys, args, message):

@@ -280,3 +280,36 @@ def test_a_sweep_whose_minima_lie_at_its_edge_is_refused_without_numpy_warnings(
         with pytest.raises(NoFitError, match=f"^curve: {FAILED} "):
             fit(runs, "curve", tracking=False)
     assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+
+
+# The external-trainer example's sweep (examples/external-trainer, trained once): 3 budgets of 4 sizes,
+# the largest budget's lowest loss at its largest size, so forward chaining has no minimum to predict.
+EDGE_SWEEP = """params,tokens,loss
+4352,813760,2.673556
+8448,406848,2.606122
+16640,203392,2.588465
+37120,90368,2.596869
+8448,1220672,2.573102
+16640,610304,2.543125
+33024,305152,2.544417
+61696,162752,2.543344
+16640,2034496,2.554033
+28928,1162560,2.557640
+57600,581248,2.554616
+114944,290624,2.534023
+"""
+
+
+def test_the_reports_default_check_falls_back_when_the_budgets_it_predicts_have_no_minimum(tmp_path, capsys):
+    """Enough budgets for forward chaining, but none it predicts has an interior minimum: `flops-fit report`
+    (the external-trainer guide's last command) stopped with exit 2 and no page, though methods fit. Now
+    "auto" checks nothing there, the page is written, and it says why there is no forecast."""
+    csv = tmp_path / "runs.csv"
+    csv.write_text(EDGE_SWEEP)
+    assert main(["report", str(csv), "--bootstrap", "0", "--tracking", "off", "--out", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("No forecast: no held-out check was possible (holdout='forward': no budget's IsoFLOP "
+                          "profile has an interior minimum")
+    assert "no held-out check was possible" in (tmp_path / "r.html").read_text()
+    with pytest.raises(FitInputError, match="interior minimum"):  # asked for by name, it is still refused
+        fit(csv, "isoflop", bootstrap=0, holdout="forward")

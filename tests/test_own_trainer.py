@@ -308,7 +308,9 @@ def test_train_run_trains_one_recorded_run_with_the_command(tmp_path):
     with RunStore(tmp_path / "out") as store:
         by_size = {r.size: r for r in store.planned_runs()}
     assert train_run(tmp_path / "out", by_size[6].run_id).status == "done"
-    assert train_run(tmp_path / "out", by_size[3].run_id).error.startswith("no result: ")
+    error = train_run(tmp_path / "out", by_size[3].run_id).error
+    # a script that printed nothing: its log is said to be empty (it read "(log PATH: )", as if lines were lost)
+    assert error.startswith("no result: ") and error.endswith(".log is empty: the script printed nothing)")
     with RunStore(tmp_path / "out") as store:
         assert store.statuses()[by_size[6].run_id] == "done" and store.statuses()[by_size[3].run_id] == "failed"
 
@@ -351,3 +353,14 @@ def test_the_example_scripts_checkpoint_is_whole_wherever_a_kill_lands(tmp_path,
     state = example.restore(tmp_path, fresh, torch.optim.AdamW(fresh.parameters(), lr=0.1))
     assert state["step"] == 1
     assert all(torch.equal(fresh.state_dict()[k], v) for k, v in first.items())
+
+
+def test_plan_of_the_example_does_not_warn_that_sweep_will_refuse_its_data(capsys):
+    """The script reads its own data (dataset "external"), and `flops-fit sweep` opens none of it:
+    `flops-fit plan` used to end with "warning: dataset 'external' does not open here ...
+    `flops-fit sweep` refuses until it opens", a refusal that never comes."""
+    from flops_fit.cli.main import main
+
+    assert main(["plan", str(EXAMPLE / "sweep.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "12 runs of declared" in out and "does not open" not in out and "refuses" not in out

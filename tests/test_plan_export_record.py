@@ -99,3 +99,20 @@ def test_record_result_api_and_a_failed_run(planned):
     assert stored.status == "failed" and rows(out)[run["run_id"]][0] == "failed"
     with pytest.raises(StoreError, match="already has a result"):
         flops_fit.record_result(out, run["run_id"], {"loss": 3.0, "tokens": run["tokens"]})
+
+
+def test_a_recorded_failure_and_the_status_table_print_no_nan(planned, tmp_path, capsys):
+    """Recording a failed run printed "failed, held-out loss nan after N tokens" (it has no loss, and N was the
+    plan's), and `flops-fit status` then showed "nan" in the error column of every run that did not fail."""
+    _, out, exported = planned
+    done, failed = exported["runs"][0], exported["runs"][1]
+    (tmp_path / "done.json").write_text(json.dumps({"loss": 3.5, "tokens": done["tokens"]}))
+    (tmp_path / "failed.json").write_text(json.dumps({"status": "failed", "error": "diverged at step 3"}))
+    assert main(["record", str(out), done["run_id"], "--result", str(tmp_path / "done.json")]) == 0
+    assert main(["record", str(out), failed["run_id"], "--result", str(tmp_path / "failed.json")]) == 0
+    printed = capsys.readouterr().out
+    assert f"run {failed['run_id']}: failed (diverged at step 3), recorded in" in printed
+    assert main(["status", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "diverged at step 3" in table and "3.5000" in table
+    assert "nan" not in printed + table

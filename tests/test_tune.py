@@ -551,3 +551,21 @@ def test_a_tune_with_its_rates_trained_together_finds_the_same_cells(tuned, tmp_
     assert {t["trained_together"] for t in frames[1].timings} == {3.0}
     for a, b in zip(result.cells, together.cells, strict=True):
         assert b.fit.lr_opt == pytest.approx(a.fit.lr_opt, rel=1e-4)
+
+
+def test_the_help_states_the_default_budgets_the_tune_uses(capsys):
+    """`flops-fit tune --help` said "--budgets ... (default 2)"; a tune without --budgets trains 3 budgets
+    spanning 8x from the sweep's smallest (tuning.grid's DEFAULT_BUDGETS and SPAN)."""
+    import re
+
+    from flops_fit.tuning.grid import DEFAULT_BUDGETS, SPAN, check_grid
+
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"default: {DEFAULT_BUDGETS} budgets spanning {SPAN:g}x from the sweep's smallest" in text
+    assert not re.search(r"K smallest budgets \(default \d", text)
+    options = load_config(Path(__file__).resolve().parents[1] / "examples" / "sweep.toml").options
+    grid = check_grid(options, None, None, [0.25, 1, 4], None, None)
+    budgets = sorted(grid["budgets"])
+    assert len(budgets) == DEFAULT_BUDGETS and budgets[-1] / budgets[0] == pytest.approx(SPAN, rel=0.01)

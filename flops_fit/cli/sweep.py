@@ -136,8 +136,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_record(args: argparse.Namespace) -> int:
     """A result trained outside flops-fit, stored with the store's checks."""
     result = flops_fit.record_result(args.out_dir, args.run_id, read_result(args.result))
-    print(f"run {args.run_id}: {result.status}, held-out loss {result.loss:.4f} after {result.tokens:,} tokens, "
-          f"recorded in {Path(args.out_dir) / STORE_NAME}")
+    what = (f"done, held-out loss {result.loss:.4f} after {result.tokens:,} tokens" if result.status == "done"
+            else f"failed ({result.error or 'no error given'})")  # a failed run has no loss to print
+    print(f"run {args.run_id}: {what}, recorded in {Path(args.out_dir) / STORE_NAME}")
     return 0
 
 
@@ -206,13 +207,18 @@ def _cmd_train_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _text(value: Any) -> str:
+    """A store frame's text cell: pandas reads a run without one as NaN, which is no text to print."""
+    return value if isinstance(value, str) else ""
+
+
 def failure_reasons(frame) -> list[tuple[str, list[str]]]:
     """The failed runs' errors grouped by reason (numbers and the run's own id aside, so "diverged at
     step 12" and "at step 40", or two runs' log files, are one reason), most frequent first: (the
     first run's error, run ids)."""
     groups: dict[str, tuple[str, list[str]]] = {}
     for r in frame[frame.status == "failed"].itertuples():
-        error = r.error or "no error recorded"
+        error = _text(r.error) or "no error recorded"
         own = error.replace(r.run_id, "RUN").replace(r.run_id[:8], "RUN")  # its log's name, its checkpoint folder
         groups.setdefault(re.sub(r"\d[\d.,]*(e[+-]?\d+)?", "#", own), (error, []))[1].append(r.run_id)
     return sorted(groups.values(), key=lambda group: -len(group[1]))
@@ -290,7 +296,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     print(gate_line(parity))
     rows = [
         [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status,
-         "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", r.error or ""]
+         "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", _text(r.error)]
         for r in frame.itertuples()
     ]
     if rows and table:

@@ -21,7 +21,8 @@ RUN_FILES = (".csv", ".txt", ".tsv", ".jsonl", ".ndjson", ".json", ".parquet", "
 
 
 def _budgets(text: str) -> int | list[float]:
-    """``2`` (the sweep's 2 smallest budgets) or ``1e11,2e11`` (these budgets)."""
+    """``2`` (the sweep's 2 smallest budgets) or ``1e11,2e11`` (these budgets); none given: ``tuning.grid``'s
+    default (``DEFAULT_BUDGETS`` spanning ``SPAN``)."""
     return int(text) if text.isdigit() else parse_floats(text)
 
 
@@ -76,7 +77,8 @@ def add_commands(sub) -> None:
     p.add_argument("--demo", choices=("gpt", "vit"), help="tune the demo's own setup instead of a sweep file")
     p.add_argument("--out", required=True, help="output folder: its runs, hparams.json and report.html")
     p.add_argument("--budgets", type=_budgets, metavar="K|C1,C2",
-                   help="the sweep's K smallest budgets (default 2), or these budgets")
+                   help="the sweep's K smallest budgets, or these budgets (default: 3 budgets spanning 8x from the "
+                   "sweep's smallest, so the tokens' exponent can be told from zero)")
     p.add_argument("--sizes", type=parse_ints, metavar="S1,S2", help="only these of the planned sizes")
     p.add_argument("--multipliers", type=parse_floats, metavar="M1,M2,...",
                    help="multipliers of the sweep's own rate (default 0.25,0.5,1,2,4)")

@@ -35,6 +35,8 @@ from flops_fit.fitting.report.html_report import write_report
 from flops_fit.fitting.scales import SCALES, check_scale, rescale
 from flops_fit.fitting.validation.forecast import Forecast, default_target, forecast
 from flops_fit.fitting.validation.holdout import (
+    NO_MINIMUM,
+    NO_SWEEP_HINT,
     HoldoutCheck,
     fit_each,
     holdout_checks,
@@ -133,8 +135,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     runs = rescale(runs, scale)
     unique = data_budget(runs, unique_tokens)
     logged_to = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
-    refused = holdout_refusal(runs, "forward") if holdout == "auto" else None
-    if holdout == "auto":  # forward chaining where the runs allow it (the report's default), else none, saying why
+    auto = holdout == "auto"
+    refused = holdout_refusal(runs, "forward") if auto else None
+    if auto:  # forward chaining where the runs allow it (the report's default), else none, saying why
         holdout = None if refused else "forward"
     if holdout is not None:
         select_budgets(runs, holdout)  # refuse a bad choice before any fitting
@@ -184,8 +187,13 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
             raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
         if holdout is not None:
             progress(f"held-out checks ({holdout}): each method refitted without the budgets it predicts")
-            checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
-                                    bootstrap=bootstrap, seed=seed, level=level, workers=workers)
+            try:
+                checks = holdout_checks([a for a in approaches if a.name in results], runs, holdout, curve=curve,
+                                        bootstrap=bootstrap, seed=seed, level=level, workers=workers)
+            except FitInputError as exc:  # "auto": the profiles to predict have no minimum, so no check, saying why
+                if not (auto and NO_MINIMUM in str(exc)):
+                    raise
+                checks, holdout, refused = {}, None, (f"holdout='forward': {NO_MINIMUM}", NO_SWEEP_HINT)
             for name, items in checks.items():
                 results[name].holdout_checks = items
         fitted = FitSet(results, skipped) if method == "all" else results[names[0]]

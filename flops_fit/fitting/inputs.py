@@ -23,7 +23,7 @@ from flops_fit.store.run_store import STORE_NAME, RunStore
 # FLOPs per parameter per token of dense training (2 forward + 4 backward), used only when
 # one of tokens / flops is missing and the caller gives no other rule.
 FLOPS_PER_PARAM_TOKEN = 6.0
-FINISHED = ("done", "finished", "ok", "completed")
+FINISHED = ("done", "finished", "ok", "completed", "succeeded", "success")
 # tables of runs by extension: what fit, report, compare and tune --from read as one row a run
 TABLES = {".csv": "CSV", ".txt": "CSV", ".tsv": "CSV", ".jsonl": "json", ".ndjson": "json", ".json": "json",
           ".parquet": "parquet"}
@@ -135,7 +135,7 @@ def load_runs(
     exclude_top: int = 0,
     flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN,
     metric: str = "loss",
-    keep: tuple[str, ...] = (),
+    keep: Mapping[str, str] | tuple[str, ...] = (),
     curve_metric: str | None = None,
     experiment: str | None = None,
     all_rates: bool = False,
@@ -151,7 +151,9 @@ def load_runs(
     classifiers; without training curves); ``loss_col`` names another column for it. With
     ``"bpb"`` each run's training curve is put on the same scale by its own bits per byte /
     loss (its held-out text's tokens per byte / ln 2). ``where`` keeps the rows whose columns hold
-    the values given (``{"experiment": "a"}``: one setting of a table that holds several).
+    the values given (``{"experiment": "a"}``: one setting of a table that holds several). ``keep``
+    carries more columns beside the canonical ones, where present; given as a mapping to the option that
+    named each (``{"peak_lr": "lr_col"}``), a missing one is refused naming the source's own columns.
     """
     if metric not in METRICS:
         raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
@@ -178,6 +180,10 @@ def load_runs(
                 f"Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})"
                 + (f", or log it with each run {logged}." if logged and canonical != "loss" else ".")
             )
+    for column, argument in (keep.items() if isinstance(keep, Mapping) else ()):
+        if column not in frame:
+            raise FitInputError(f"{name}: no {argument.removesuffix('_col')} column {column!r}; available columns: "
+                                f"{available}. Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})")
     has_tokens, has_flops = tokens_col in frame, flops_col in frame
     if not (has_tokens or has_flops):
         raise FitInputError(
@@ -191,7 +197,8 @@ def load_runs(
     excluded: list[dict[str, Any]] = []
     ids = _run_ids(frame, run_id_col)
     if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
-        bad = frame["status"].notna() & ~frame["status"].astype(str).isin(FINISHED)
+        # in any case: MLflow's own tables say FINISHED, a lab's may say Done
+        bad = frame["status"].notna() & ~frame["status"].astype(str).str.strip().str.lower().isin(FINISHED)
         excluded += [{"run_id": r, "reason": f"status {v!r}"}
                      for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
         frame, ids = frame.loc[~bad], ids[~bad]
@@ -211,6 +218,8 @@ def load_runs(
         out["tokens"] = out["flops"] / (flops_per_param_token * out["params"])
     if not has_flops:
         out["flops"] = flops_per_param_token * out["params"] * out["tokens"]
+    elif has_tokens and len(out):
+        _check_units(out, name, mapping)
     if budget_col in frame:
         out["budget"] = _numeric(frame[budget_col], budget_col, name, out["run_id"])
     if curve_col in frame:
@@ -225,7 +234,10 @@ def load_runs(
     out = out.reset_index(drop=True)
 
     if len(out) == 0:
-        raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)")
+        states = sorted({e["reason"] for e in excluded if e["reason"].startswith("status ")})
+        raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)" + (
+            f"; the runs' {', '.join(states)} read as not finished: a finished run's status is one of "
+            f"{', '.join(FINISHED)}" if states else ""))
     out = _drop_repeats(out, same, excluded)  # first: the rate choice and exclude_top then count runs, not copies
     if not all_rates:
         out = _best_rates(out, excluded)
@@ -332,6 +344,25 @@ def _drop_repeats(out: pd.DataFrame, same: np.ndarray, excluded: list[dict[str, 
     excluded += [{"run_id": out.at[i, "run_id"], "reason": f"{REPEAT} {first[i]} (the same size, tokens and loss): "
                   "counted once"} for i in out.index[repeat]]
     return out.loc[~repeat].reset_index(drop=True)
+
+
+# flops / (6 N D) of real runs: about 1 for a language model, a few hundred for an image model counted per
+# sample, about 0.05 for a sparse model counted by its total parameters; a column in other units is 1e6 or more off
+UNIT_RATIO = (1e-3, 1e5)
+
+
+def _check_units(out: pd.DataFrame, name: str, mapping: dict[str, tuple[str, str]]) -> None:
+    """Refuse a table whose params, tokens and flops columns cannot all be counts: the fit reads N and D
+    as given, so parameters in millions or tokens in billions would move every answer silently."""
+    with np.errstate(all="ignore"):
+        ratio = float(np.nanmedian(out["flops"] / (FLOPS_PER_PARAM_TOKEN * out["params"] * out["tokens"])))
+    if np.isfinite(ratio) and UNIT_RATIO[0] <= ratio <= UNIT_RATIO[1]:
+        return
+    columns = ", ".join(repr(mapping[c][0]) for c in ("params", "tokens", "flops"))
+    raise FitInputError(f"{name}: the columns {columns} disagree: FLOPs are {ratio:.3g} x 6 x params x tokens "
+                        "(median over the runs); is one in other units (millions of parameters, billions of tokens, "
+                        "PF-days)? Give each as a plain count (convert the column, or name another with params_col=, "
+                        "tokens_col=, flops_col=; CLI: --params-col ...)")
 
 
 def _check_diverged(out: pd.DataFrame, name: str, exclude_top: int) -> None:

@@ -27,7 +27,10 @@ def unique_tokens(options: SweepOptions, host: Any = None) -> int | None:
 
 def data_budget(options: SweepOptions, host: Any = None) -> tuple[int | None, str | None]:
     """``unique_tokens`` with the training split opened, and why it does not open (None where it
-    does), so that a plan can say it before a sweep refuses."""
+    does), so that a plan can say it before a sweep refuses. A sweep trained by its ``[train]`` command
+    opens no data here (its script reads its own), so nothing is opened and nothing refused."""
+    if options.trainer is not None:
+        return options.unique_tokens, None
     try:
         data = api.create_dataset(options.dataset, "train", host=host, **options.dataset_config)
     except FlopsFitError as exc:

@@ -68,12 +68,14 @@ def _end(process: subprocess.Popen, grace: float) -> None:
             continue
 
 
-def _tail(path: Path, lines: int = 5) -> str:
+def _log(path: Path, lines: int = 5) -> str:
+    """The log's name and its last lines, for a run's error ("log PATH: a | b"), or that it is empty: a
+    script that printed nothing left no clue there, and "log PATH: " read as if the lines were lost."""
     try:
         text = path.read_text(errors="replace").strip().splitlines()
     except OSError:
-        return ""
-    return " | ".join(text[-lines:])
+        text = []
+    return f"log {path}: {' | '.join(text[-lines:])}" if text else f"log {path} is empty: the script printed nothing"
 
 
 def read_result(path: Path, spec: RunSpec, tolerance: float) -> dict[str, Any]:
@@ -154,11 +156,11 @@ def _attempt(spec: RunSpec, trainer: TrainCommand, progress: ProgressSink, folde
                 if process.poll() is None:
                     _end(process, grace=0)
         if failed.error:
-            failed.error += f" (log {log}: {_tail(log)})"
+            failed.error += f" ({_log(log)})"
             failed.timings["total_s"] = time.perf_counter() - started
             return failed
         if not result_file.exists():
-            failed.error = f"no result: the script exited 0 but wrote no {result_file} (log {log}: {_tail(log)})"
+            failed.error = f"no result: the script exited 0 but wrote no {result_file} ({_log(log)})"
             return failed
     try:
         data = read_result(result_file, spec, trainer.token_tolerance)

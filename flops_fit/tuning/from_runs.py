@@ -148,14 +148,11 @@ def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: 
                             f"{', '.join(o for o in LOAD_OPTIONS if o not in ('flops_per_param_token', 'all_rates'))}, metric")
     keep = {lr_col: "lr", **({batch_col: "batch"} if batch_col else {}),
             **({nonembedding_col: "nonembedding"} if nonembedding_col else {})}
-    runs = load_runs(source, keep=tuple(keep), all_rates=True, **load)
+    # a missing column is refused by load_runs, naming the source's own columns (not the fit's renamed ones)
+    runs = load_runs(source, keep={column: f"{canonical}_col" for column, canonical in keep.items()},
+                     all_rates=True, **load)
     frame = runs.frame.copy()
     for column, canonical in keep.items():
-        if column not in frame:
-            name = {"lr": "lr_col", "batch": "batch_col", "nonembedding": "nonembedding_col"}[canonical]
-            raise FitInputError(f"{runs.source}: no {canonical} column {column!r}; available columns: "
-                                f"{', '.join(map(repr, runs.frame.columns))}. Name the right one with {name}= "
-                                f"(CLI: --{name.replace('_', '-')})")
         values = pd.to_numeric(frame[column], errors="coerce")
         if not (values.notna() & np.isfinite(values) & (values > 0)).all():
             raise FitInputError(f"{runs.source}: column {column!r} ({canonical}) must hold finite positive values "

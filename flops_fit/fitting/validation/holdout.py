@@ -91,6 +91,9 @@ class HoldoutCheck:
         return fmt.json_safe(asdict(self))
 
 
+# what "each" and "forward" refuse once the profiles are fitted (so "auto" can fall back to no check, saying it)
+NO_MINIMUM = ("no budget's IsoFLOP profile has an interior minimum to compare with (these runs are not an IsoFLOP "
+              "sweep, or lack sizes around each budget's optimum)")
 NO_SWEEP_HINT = ("fit without a held-out check (holdout=None, --holdout none), or compare the law with the runs "
                  "of the largest budget (holdout='largest', --holdout largest)")
 
@@ -569,9 +572,7 @@ def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curv
     if which in ("each", "forward"):
         observed = [o for o in observed if o.reason is None]
         if not observed:
-            raise FitInputError(f"holdout={which!r}: no budget's IsoFLOP profile has an interior minimum to compare "
-                                "with (these runs are not an IsoFLOP sweep, or lack sizes around each budget's "
-                                f"optimum): {NO_SWEEP_HINT}")
+            raise FitInputError(f"holdout={which!r}: {NO_MINIMUM}: {NO_SWEEP_HINT}")
     parts = splits(runs, budgets, which, observed)
     done = iter(run_checks([(a, runs, budgets, keep, later) for a in approaches for keep, later in parts], workers))
     return {a.name: [c for _ in parts for c in next(done)] for a in approaches}
