@@ -79,6 +79,23 @@ def test_cli_without_command_prints_help(capsys):
     assert "usage: flops-fit" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("argv", "line"), [
+    (["tune", "--from", "runs.csv", "--out", "o", "--bootsrap", "10"],
+     "flops-fit tune: error: unrecognized arguments: --bootsrap (did you mean --bootstrap?); `flops-fit tune --help` "
+     "lists its options"),
+    (["fit", "runs.csv", "--metod", "all", "--jsn"],
+     "flops-fit fit: error: unrecognized arguments: --metod all --jsn (did you mean --method, --json?); "
+     "`flops-fit fit --help` lists its options"),
+    (["--bogus"], "flops-fit: error: unrecognized arguments: --bogus; `flops-fit --help` lists its options"),
+])
+def test_a_mistyped_option_is_one_line_from_its_command_with_the_nearest_option(argv, line, capsys):
+    """A typo in a command's option printed the top level's usage (`usage: flops-fit [-h] ...`), naming
+    neither the command nor the option meant."""
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == line + "\n"
+
+
 def test_public_functions_are_not_shadowed_by_submodules():
     """Importing every submodule must leave flops_fit.plan, .sweep, .fit... callable
     (a submodule of the same name would replace the function on the package)."""

@@ -9,6 +9,7 @@ quietly.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import sys
@@ -31,7 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.add_commands(sub)
+    parser.set_defaults(commands=sub.choices)  # each command's own parser, for its own usage line
     return parser
+
+
+def _unknown(command: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """Unrecognised arguments, said by the command they were given to, with the nearest option of its
+    own for each mistyped one (``--bootsrap``: ``--bootstrap``)."""
+    options = [o for action in command._actions for o in action.option_strings]
+    hints = [near[0] for e in extras if e.startswith("--")
+             and (near := difflib.get_close_matches(e.split("=")[0], options, n=1, cutoff=0.75))]
+    return (f"{command.prog}: error: unrecognized arguments: {' '.join(extras)}"
+            + (f" (did you mean {', '.join(hints)}?)" if hints else "") + f"; `{command.prog} --help` lists its options")
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -58,7 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if dash is not None:
         print(f"flops-fit: error: {dash}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # one line, said by the command they were given to
+        print(_unknown(args.commands.get(args.command) or parser, extras), file=sys.stderr)
+        return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

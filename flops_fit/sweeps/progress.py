@@ -8,9 +8,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-import numpy as np
-
 from flops_fit.tables import duration
+from flops_fit.training.wsd import executed_flops
 
 PACE_AFTER = (0.05, 10.0)  # the time left is shown once this share of the work and these seconds have passed
 OWN_PACE_AFTER = (2.0, 20)  # a run in flight times its own steps once it has trained this long and this many
@@ -34,16 +33,20 @@ class Pace:
     MIN_FINISHED = 3
 
     def __init__(self, work: Mapping[str, tuple[float, float]], group: Mapping[str, str] | None = None, *,
-                 clock: Callable[[], float] = time.monotonic, start: float | None = None) -> None:
-        self.clock = clock  # a reader of another process's sweep passes wall time and that sweep's start
+                 clock: Callable[[], float] | None = None, start: float | None = None) -> None:
+        self._clock = clock  # a reader of another process's sweep passes wall time and that sweep's start
         self.work = dict(work)  # run id -> (steps, FLOPs) it executes (a WSD stable phase counted once)
         self.group = dict(group or {})  # run id -> the chain it trains in (default: its own)
         self.trained: dict[str, float] = {}  # run id -> steps trained so far
         self.heard: dict[str, tuple[float, float]] = {}  # run id -> (time of its first report, of its last)
         self.finished: dict[str, float | None] = {}  # run id -> its seconds (None: failed, not a cost)
-        self.start = clock() if start is None else start
+        self.start = self.clock() if start is None else start
         self._law: tuple[int, tuple[float, float, float] | None] = (-1, None)  # (results heard, their law)
         self._results = 0
+
+    def clock(self) -> float:
+        """Now: the given clock's, else the monotonic clock's (looked up at each call)."""
+        return self._clock() if self._clock is not None else time.monotonic()
 
     def add(self, run_id: str, steps: float) -> None:
         now = self.clock()
@@ -75,7 +78,8 @@ class Pace:
         points = [(*self.work[r], s) for r, s in self.finished.items() if s and r in self.work]
         if len(points) < self.MIN_FINISHED:
             return None
-        from scipy.optimize import nnls  # lazily: the display is built before anything needs it
+        import numpy as np  # lazily: `flops-fit status` reads a pace without the numerical stack until it needs one
+        from scipy.optimize import nnls
 
         raw = np.array([[1.0, steps, flops] for steps, flops, _ in points])
         rows = raw / raw.max(axis=0)
@@ -120,8 +124,6 @@ def stored_pace(runs: Sequence[Any], timeline: Sequence[Mapping[str, Any]], sinc
     """The pace of a sweep another process has driven since ``since`` (wall time), read from its
     store (``RunStore.planned_runs`` and ``timeline``): what ``flops-fit status`` says of a sweep in
     flight. Its work is the runs not finished before ``since``, as the driver's own display counts."""
-    from flops_fit.training.wsd import executed_flops
-
     executed = executed_flops(runs)
     state = {row["run_id"]: row for row in timeline}
     todo = [r for r in runs if r.run_id in state and (state[r.run_id]["finished"] or now) >= since]
