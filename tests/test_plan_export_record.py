@@ -11,6 +11,7 @@ import pytest
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.errors import StoreError
+from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.config import load_config
 
 SPEC = ('[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nsizes = [8, 12, 16]\nseq_len = 16\nbatch_size = 8\nmin_steps = 5\n'
@@ -116,3 +117,29 @@ def test_a_recorded_failure_and_the_status_table_print_no_nan(planned, tmp_path,
     table = capsys.readouterr().out
     assert "diverged at step 3" in table and "3.5000" in table
     assert "nan" not in printed + table
+
+
+def test_a_failed_run_retried_outside_is_recorded_in_its_place_only_when_asked(planned, tmp_path, capsys):
+    """A lab that trains a failed run again on its own scheduler could not record the retry ("a run is
+    recorded once", no way forward). --retry-failed replaces a failure; a done run, or a retry the store
+    refuses, leaves what is stored as it was."""
+    _, out, exported = planned
+    run = exported["runs"][2]["run_id"]
+    files = {name: tmp_path / f"{name}.json" for name in ("failed", "retry", "bad")}
+    files["failed"].write_text(json.dumps({"status": "failed", "error": "node lost"}))
+    files["retry"].write_text(json.dumps({"loss": 3.25, "tokens": exported["runs"][2]["tokens"]}))
+    files["bad"].write_text(json.dumps({"loss": float("nan"), "tokens": exported["runs"][2]["tokens"]}))
+    assert main(["record", str(out), run, "--result", str(files["failed"])]) == 0
+    assert main(["record", str(out), run, "--result", str(files["retry"])]) == 2
+    assert "(failed); a run is recorded once; to record a retry of the failed run in its place, add --retry-failed" \
+        in capsys.readouterr().err
+    assert main(["record", str(out), run, "--result", str(files["bad"]), "--retry-failed"]) == 2
+    with RunStore(out) as store:
+        assert store.statuses()[run] == "failed"  # a refused retry replaced nothing
+    assert main(["record", str(out), run, "--result", str(files["retry"]), "--retry-failed"]) == 0
+    with RunStore(out) as store:
+        row = store.runs_frame().set_index("run_id").loc[run]
+    assert row.status == "done" and row.loss == 3.25
+    capsys.readouterr()
+    assert main(["record", str(out), run, "--result", str(files["retry"]), "--retry-failed"]) == 2  # done: once
+    assert capsys.readouterr().err.strip().endswith("(done); a run is recorded once")

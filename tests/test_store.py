@@ -181,9 +181,13 @@ def test_status_says_who_trains_a_sweep_the_time_it_has_left_and_what_a_killed_d
     assert {k: v for k, v in json.loads(capsys.readouterr().out).items() if k in ("driver", "interrupted")} == {
         "driver": None, "interrupted": 1}
     assert main(["status", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[1].startswith(
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(
         f"no sweep is training it now: 1 run marked running was interrupted; run the sweep again with --out {tmp_path} "
         "--resume")
+    table = lines[lines.index(next(line for line in lines if line.startswith("budget"))) + 2:]
+    assert [row.split()[4] for row in table] == ["done"] * 4 + ["running", "pending"]  # every run, in plan order
+    assert table[5].split()[3] == f"{runs[5].tokens:,}"  # a run still to train: its planned tokens
 
 
 def _truncated(path):

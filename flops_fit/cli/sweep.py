@@ -135,7 +135,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_record(args: argparse.Namespace) -> int:
     """A result trained outside flops-fit, stored with the store's checks."""
-    result = flops_fit.record_result(args.out_dir, args.run_id, read_result(args.result))
+    result = flops_fit.record_result(args.out_dir, args.run_id, read_result(args.result), retry_failed=args.retry_failed)
     what = (f"done, held-out loss {result.loss:.4f} after {result.tokens:,} tokens" if result.status == "done"
             else f"failed ({result.error or 'no error given'})")  # a failed run has no loss to print
     print(f"run {args.run_id}: {what}, recorded in {Path(args.out_dir) / STORE_NAME}")
@@ -275,14 +275,21 @@ def _driver_line(state: dict[str, Any], out_dir: str | Path) -> str | None:
             f"ago); {when}")
 
 
+def _result_row(r: Any) -> list[Any]:
+    """A run with a result, as the status table shows it (tokens trained, its loss or error, its time)."""
+    return [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status,
+            "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", _text(r.error)]
+
+
 def _print_status(out_dir: str | Path, table: bool = True) -> int:
     """The sweep's counts, who is training it and the time it has left, its parity gate and
-    (``table``) each run; returns how many runs are done."""
+    (``table``) each run, those still to train too; returns how many runs are done."""
     with RunStore(out_dir) as store:
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
         plan = store.get_meta("plan") or {}
         frame = store.runs_frame()
+        planned, states = store.planned_runs(), store.statuses()
         driver = _driver(store, counts) if counts else None
     total = sum(counts.values())
     if not total:  # a store opened by a sweep that refused before it recorded its plan
@@ -294,11 +301,11 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     if line:
         print(line)
     print(gate_line(parity))
-    rows = [
-        [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status,
-         "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", _text(r.error)]
-        for r in frame.itertuples()
-    ]
+    finished = {r.run_id: r for r in frame.itertuples()}
+    rows = [_result_row(finished.pop(spec.run_id)) if spec.run_id in finished else  # every run, in plan order
+            [f"{spec.budget:.2e}", spec.size, f"{spec.params:,}", f"{spec.tokens:,}",
+             states.get(spec.run_id, "pending"), "", "", ""] for spec in planned]
+    rows += [_result_row(r) for r in finished.values()]
     if rows and table:
         unit = f"{plan.get('unit', 'token')}s" if isinstance(plan, dict) else "tokens"
         print(format_table(rows, ["budget", "size", "params", unit, "status", "loss", "time", "error"]))
@@ -403,6 +410,8 @@ def add_commands(sub) -> None:
     p.add_argument("--result", required=True, metavar="RESULT.json",
                    help='the run\'s result: {"loss": held-out loss, "tokens": units trained, optional "steps", '
                    '"curve", "bpb", "status": "failed" with "error"}')
+    p.add_argument("--retry-failed", action="store_true",
+                   help="record this result in place of the run's failed one (a retry trained outside flops-fit)")
     p.set_defaults(func=_cmd_record)
 
     p = sub.add_parser("status", help="show a sweep's runs and their state")

@@ -50,9 +50,12 @@ def _number(data: dict[str, Any], key: str, default: float = math.nan) -> float:
     return float(value)
 
 
-def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | RunResult) -> RunResult:
+def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | RunResult, *,
+                  retry_failed: bool = False) -> RunResult:
     """Store ``result`` (a mapping of ``FIELDS`` or a ``RunResult``) for the planned run ``run_id``
-    in the sweep folder ``out_dir``; StoreError (one line) for a result the store refuses."""
+    in the sweep folder ``out_dir``; StoreError (one line) for a result the store refuses. A run
+    is recorded once; ``retry_failed`` replaces a failed result with its retry's (a lab that trains
+    a failed run again on its own scheduler), as ``sweep --retry-failed`` trains one again."""
     out_dir = Path(out_dir)
     if not (out_dir / STORE_NAME).is_file():
         raise StoreError(f"{out_dir}: no {STORE_NAME}; record the plan first (`flops-fit sweep CONFIG --out {out_dir} "
@@ -69,9 +72,13 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
             raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} "
                              "--json` lists its run ids")
         status = store.statuses().get(run_id)
-        if status in FINAL:
-            raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); a run is recorded once")
+        if status in FINAL and not (retry_failed and status == "failed"):
+            retry = ("; to record a retry of the failed run in its place, add --retry-failed (API: retry_failed=True)"
+                     if status == "failed" else "")
+            raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); a run is recorded once{retry}")
         outcome = _result(spec, run_id, data)
+        if status == "failed":  # the retry's result replaces the failure (checked first: a bad one replaces nothing)
+            store.reset([run_id])
         try:
             store.record(outcome, once=True)
         except StoreError:
