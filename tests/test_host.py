@@ -178,6 +178,9 @@ def test_create_model_checks_size_and_contract():
     [
         ({"builder": "plugin_kit_models:build_without_num_params"}, "has no num_params()"),
         ({"param_count": lambda size, **c: 1}, "the built model has 72 parameters but the entry's param_count says 1"),
+        # num_params() and param_count agree on a count the model's own tensors contradict
+        ({"builder": "plugin_kit_models:build_understated", "param_count": lambda size, **c: size * size},
+         r"num_params\(\) says 64 but its parameters hold 72"),
     ],
 )
 def test_create_model_rejects_a_builder_that_breaks_the_contract(overrides, message):
