@@ -157,8 +157,13 @@ def test_list_models_pattern_and_task_filters():
 
 def test_unknown_name_suggests_close_matches():
     host, _ = host_with(("good", Good()))
-    with pytest.raises(UnknownEntryError, match=r"no model called 'tyo'; did you mean 'toy'\?"):
+    with pytest.raises(UnknownEntryError, match=r"no model called 'tyo'; did you mean 'toy'\? Known models: toy\."):
         flops_fit.model_info("tyo", host=host)
+    # each entry suggested once (not also as its qualified id 'g/toy'), a sentence without a match
+    with pytest.raises(UnknownEntryError, match=r"did you mean 'toy'\? Known"):
+        flops_fit.model_info("toyy", host=host_with(("g", Good()))[0])
+    with pytest.raises(UnknownEntryError, match=r"no dataset called 'zzz'\. Known datasets: toy-data\."):
+        flops_fit.dataset_info("zzz", host=host)
 
 
 def test_create_model_checks_size_and_contract():
