@@ -199,6 +199,32 @@ def test_create_model_rejects_a_builder_that_breaks_the_contract(overrides, mess
         flops_fit.create_model("toy", 8, host=host)
 
 
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"training_flops": lambda size, **c: float("nan")}, "training_flops(4) returned nan"),
+    ({"training_flops": lambda size, **c: -6.0 * size}, "training_flops(4) returned -24.0"),
+    ({"training_flops": lambda size, **c: 0.0}, "training_flops(4) returned 0.0"),
+    ({"param_count": lambda size, **c: float("nan")}, "param_count(4) returned nan"),
+])
+def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function(overrides, message, capsys):
+    """A NaN, zero or negative count from a plugin ended `flops-fit plan` in a traceback from the
+    planner's arithmetic (math.log10 of NaN, a division by zero)."""
+    class Plugin(Good):
+        @hookimpl
+        def register_models(self, register):
+            register(toy_model(**overrides))
+
+    host_module.reset_host(Host(builtins=False, entry_points=False, plugins=[("odd", Plugin())], env={}))
+    try:
+        from flops_fit.cli.main import main
+
+        assert main(["plan", "--model", "toy", "--dataset", "toy-data", "--budgets", "1e9,3e9", "--seq-len", "16",
+                     "--loss", "toy-loss"]) == 2
+    finally:
+        host_module.reset_host(None)
+    assert capsys.readouterr().err == (f"flops-fit: error: model 'toy': {message}; a count must be a positive finite "
+                                       f"number (the model's {message.split('(')[0]} is wrong)\n")
+
+
 def test_create_dataset_checks_the_split():
     host, _ = host_with(("good", Good()))
     assert flops_fit.create_dataset("toy-data", "validation", host=host, seq_len=4) == {
