@@ -14,3 +14,14 @@ def build_linear(width: int, **config) -> Linear:
 
 def build_without_num_params(width: int, **config) -> torch.nn.Linear:
     return torch.nn.Linear(width, width)
+
+
+class Understated(torch.nn.Linear):
+    """num_params() leaves out the bias: a count that lies, with a param_count that agrees."""
+
+    def num_params(self) -> int:
+        return self.weight.numel()
+
+
+def build_understated(width: int, **config) -> Understated:
+    return Understated(width, width)

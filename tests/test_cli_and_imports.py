@@ -96,6 +96,22 @@ def test_a_mistyped_option_is_one_line_from_its_command_with_the_nearest_option(
     assert captured.out == "" and captured.err == line + "\n"
 
 
+@pytest.mark.parametrize(("argv", "line"), [
+    (["plan", "--model", "gpt", "--budgets", "1e11", "--sizes", "32.5,48"],
+     "argument --sizes: '32.5,48' is not a comma-separated list of whole numbers, e.g. 64,128"),
+    (["plan", "--model", "gpt", "--budgets", "1e11,abc"],
+     "argument --budgets: '1e11,abc' is not a comma-separated list of numbers, e.g. 1e12,3e12"),
+    (["plan", "--model", "gpt", "--budgets", "1e11", "--compile", "maybe"],
+     "argument --compile: expected true or false, got 'maybe'"),
+])
+def test_a_list_or_switch_that_does_not_parse_says_what_it_wants(argv, line, capsys):
+    """These read "invalid parse_ints value: '32.5,48'": the name of a function, not of what was wrong."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"flops-fit plan: error: {line}"
+
+
 def test_public_functions_are_not_shadowed_by_submodules():
     """Importing every submodule must leave flops_fit.plan, .sweep, .fit... callable
     (a submodule of the same name would replace the function on the package)."""

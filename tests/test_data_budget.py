@@ -62,3 +62,36 @@ def test_a_stated_budget_wins_and_plan_warns_of_repeats(tmp_path, capsys):
     assert capsys.readouterr().out == (f"{tmp_path / 'out'}: no plan recorded (a sweep into it stopped before its "
                                        f"first run); `flops-fit sweep CONFIG --out {tmp_path / 'out'}` starts one\n")
     assert math.isnan(flops_fit.RunResult("x", "done").epochs)
+
+
+def _missing_file(split, **config):
+    return open("no-such-folder/data.txt").read()
+
+
+class _DatasetOfMissingFiles:
+    @flops_fit.hookimpl
+    def register_datasets(self, register):
+        register(flops_fit.DatasetEntry("my-files", builder=_missing_file, modality="text",
+                                        batch_format={"tokens": "int64[B, T]"}, tasks=("causal-lm",)))
+
+
+def test_a_plugin_dataset_that_raises_its_own_error_is_a_warning_then_a_refusal(tmp_path, capsys):
+    """A plugin's builder raising FileNotFoundError ended `flops-fit plan` and `sweep` in its traceback."""
+    from flops_fit.plugin.host import Host, reset_host
+
+    config = tmp_path / "sweep.toml"
+    config.write_text('[sweep]\nmodel = "gpt"\ndataset = "my-files"\nbudgets = [3e7]\nsizes = [4, 8, 12]\n'
+                      'seq_len = 16\nbatch_size = 4\nmin_steps = 2\n[model]\nn_layer = 1\nhead_dim = 4\n')
+    reset_host(Host(entry_points=False, plugins=[("mine", _DatasetOfMissingFiles())], env={}))
+    try:
+        assert main(["plan", str(config)]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == (
+            "warning: dataset 'my-files' does not open here: FileNotFoundError: [Errno 2] No such file or directory: "
+            "'no-such-folder/data.txt'; `flops-fit sweep` refuses until it opens")
+        assert main(["sweep", str(config), "--out", str(tmp_path / "out"), "--skip-parity"]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.splitlines()[-1].startswith(
+            "flops-fit: error: dataset 'my-files' (split 'train', configuration {'seq_len': 16}) does not open: "
+            "FileNotFoundError")
+    finally:
+        reset_host(None)

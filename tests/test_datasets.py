@@ -69,6 +69,12 @@ def test_token_file_is_memory_mapped_and_checked(tmp_path):
     odd.write_bytes(b"abc")
     with pytest.raises(FlopsFitError, match="not a multiple of uint16"):
         flops_fit.create_dataset("token-file", "train", path=str(odd))
+    empty = tmp_path / "empty.bin"  # numpy's "cannot mmap an empty file" ended `flops-fit plan` in a traceback
+    empty.write_bytes(b"")
+    with pytest.raises(FlopsFitError, match="'.*empty.bin' is empty: it holds no token ids"):
+        flops_fit.create_dataset("token-file", "train", path=str(empty))
+    with pytest.raises(FlopsFitError, match="'.*empty.bin' is empty: it holds no token ids"):
+        flops_fit.create_dataset("token-file", "validation", path=str(path), validation_path=str(empty))
 
 
 def test_tinystories_through_the_datasets_library(tmp_path):

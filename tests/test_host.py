@@ -157,8 +157,13 @@ def test_list_models_pattern_and_task_filters():
 
 def test_unknown_name_suggests_close_matches():
     host, _ = host_with(("good", Good()))
-    with pytest.raises(UnknownEntryError, match=r"no model called 'tyo'; did you mean 'toy'\?"):
+    with pytest.raises(UnknownEntryError, match=r"no model called 'tyo'; did you mean 'toy'\? Known models: toy\."):
         flops_fit.model_info("tyo", host=host)
+    # each entry suggested once (not also as its qualified id 'g/toy'), a sentence without a match
+    with pytest.raises(UnknownEntryError, match=r"did you mean 'toy'\? Known"):
+        flops_fit.model_info("toyy", host=host_with(("g", Good()))[0])
+    with pytest.raises(UnknownEntryError, match=r"no dataset called 'zzz'\. Known datasets: toy-data\."):
+        flops_fit.dataset_info("zzz", host=host)
 
 
 def test_create_model_checks_size_and_contract():
@@ -178,6 +183,9 @@ def test_create_model_checks_size_and_contract():
     [
         ({"builder": "plugin_kit_models:build_without_num_params"}, "has no num_params()"),
         ({"param_count": lambda size, **c: 1}, "the built model has 72 parameters but the entry's param_count says 1"),
+        # num_params() and param_count agree on a count the model's own tensors contradict
+        ({"builder": "plugin_kit_models:build_understated", "param_count": lambda size, **c: size * size},
+         r"num_params\(\) says 64 but its parameters hold 72"),
     ],
 )
 def test_create_model_rejects_a_builder_that_breaks_the_contract(overrides, message):
@@ -189,6 +197,32 @@ def test_create_model_rejects_a_builder_that_breaks_the_contract(overrides, mess
     host, _ = host_with(("bad-builder", Plugin()))
     with pytest.raises(EntryError, match=message):
         flops_fit.create_model("toy", 8, host=host)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"training_flops": lambda size, **c: float("nan")}, "training_flops(4) returned nan"),
+    ({"training_flops": lambda size, **c: -6.0 * size}, "training_flops(4) returned -24.0"),
+    ({"training_flops": lambda size, **c: 0.0}, "training_flops(4) returned 0.0"),
+    ({"param_count": lambda size, **c: float("nan")}, "param_count(4) returned nan"),
+])
+def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function(overrides, message, capsys):
+    """A NaN, zero or negative count from a plugin ended `flops-fit plan` in a traceback from the
+    planner's arithmetic (math.log10 of NaN, a division by zero)."""
+    class Plugin(Good):
+        @hookimpl
+        def register_models(self, register):
+            register(toy_model(**overrides))
+
+    host_module.reset_host(Host(builtins=False, entry_points=False, plugins=[("odd", Plugin())], env={}))
+    try:
+        from flops_fit.cli.main import main
+
+        assert main(["plan", "--model", "toy", "--dataset", "toy-data", "--budgets", "1e9,3e9", "--seq-len", "16",
+                     "--loss", "toy-loss"]) == 2
+    finally:
+        host_module.reset_host(None)
+    assert capsys.readouterr().err == (f"flops-fit: error: model 'toy': {message}; a count must be a positive finite "
+                                       f"number (the model's {message.split('(')[0]} is wrong)\n")
 
 
 def test_create_dataset_checks_the_split():

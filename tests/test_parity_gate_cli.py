@@ -82,6 +82,49 @@ def test_cli_errors_are_clear(capsys) -> None:
         assert "no CUDA device is available here" in capsys.readouterr().err
 
 
+class _Verdict:
+    """A plugin's own report: nothing but the bool ``passed`` the contract asks for."""
+
+    def __init__(self, passed: bool) -> None:
+        self.passed = passed
+
+    def __str__(self) -> str:
+        return f"own check passed={self.passed}"
+
+
+class _PlainPlugin:
+    @flops_fit.hookimpl
+    def register_parity_cases(self, register):
+        for name, run in (("plain-pass", lambda device, dtype: _Verdict(True)),
+                          ("plain-fail", lambda device, dtype: _Verdict(False)),
+                          ("plain-none", lambda device, dtype: None)):
+            register(flops_fit.ParityCaseEntry(name, model="toy", reference="ref", run=run, quick=True))
+
+
+@pytest.fixture
+def plain_host():
+    from flops_fit.plugin.host import Host, reset_host
+
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("plain", _PlainPlugin())], env={}))
+    yield
+    reset_host(None)
+
+
+def test_a_report_with_only_passed_is_a_verdict_not_a_traceback(plain_host, capsys) -> None:
+    assert main(["parity", "--case", "plain-pass"]) == 0
+    assert "PASSED" in capsys.readouterr().out
+    assert main(["parity", "--case", "plain-fail"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "plain/plain-fail: own check passed=False" in out
+    assert main(["parity", "--case", "plain-none"]) == 1
+    assert "run returned NoneType, which has no bool 'passed'" in capsys.readouterr().out
+    assert main(["parity", "--json"]) == 1
+    rows = {row["case"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["plain-pass"]["report"] == {"passed": True} and rows["plain-none"]["status"] == "error"
+    gate = check("toy")
+    assert gate.status == "failed" and "plain-fail: failed: own check passed=False" in gate.summary()
+
+
 PLUGIN = textwrap.dedent('''
     import flops_fit
 

@@ -48,21 +48,25 @@ def _cmd_parity(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"id": n, "model": e.model, **o.to_dict()} for n, e, o in outcomes], indent=2, default=str))
     else:
-        rows = []
-        for name, entry, o in outcomes:
-            r = o.report
-            bad = r.first_failure if r is not None else None
-            rows.append([
-                name, entry.model, entry.reference, f"{r.max_abs:.2e}" if r is not None else "",
-                f"{r.worst_ratio:.2f}" if r is not None else "", bad.name if bad else "",
-                f"{r.seconds:.2f}" if r is not None else "", o.status.upper(),
-            ])
+        rows = [[name, entry.model, entry.reference, *_measures(o.report), o.status.upper()]
+                for name, entry, o in outcomes]
         headers = ["case", "model", "reference", "max abs", "error/limit", "first failure", "seconds", "verdict"]
         print(format_table(rows, headers))
         for name, _, o in outcomes:
-            if o.status in ("failed", "error"):
+            if o.detail:
                 print(f"{name}: {o.detail}")
         for name, _, o in outcomes:
-            for option, note in (o.report.assumptions if o.report is not None else {}).items():
+            for option, note in (getattr(o.report, "assumptions", None) or {}).items():
                 print(f"{name}: {option} = {note}")
     return 0 if all(o.status in ("passed", "skipped") for _, _, o in outcomes) else 1
+
+
+def _measures(report: object) -> list[str]:
+    """A report's max abs error, error/limit, first failing tensor and seconds; blank where it has
+    none (a plugin's report need only have ``passed``)."""
+    def number(name: str, form: str) -> str:
+        value = getattr(report, name, None)
+        return format(value, form) if isinstance(value, (int, float)) else ""
+
+    bad = getattr(report, "first_failure", None)
+    return [number("max_abs", ".2e"), number("worst_ratio", ".2f"), getattr(bad, "name", ""), number("seconds", ".2f")]

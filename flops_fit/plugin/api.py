@@ -60,7 +60,8 @@ def create_model(name: str, size: int | None = None, *, host: Host | None = None
     """Build model ``name`` at ``size`` (its size parameter, e.g. the width).
 
     Checks the size against the entry's valid sizes and the built model against the
-    contract (``num_params()`` exists and equals the entry's analytic count).
+    contract (``num_params()`` exists, equals the sum of its parameters' ``numel()`` and
+    the entry's analytic count).
     """
     h = _host(host)
     entry: ModelEntry = h.entry("model", name)  # type: ignore[assignment]
@@ -85,6 +86,14 @@ def create_model(name: str, size: int | None = None, *, host: Host | None = None
     if not callable(counter):
         raise EntryError(f"{where}: its builder returned {type(model).__name__}, which has no num_params()")
     built, expected = int(counter()), entry.params(size, **config)
+    parameters = getattr(model, "parameters", None)
+    if callable(parameters):  # a num_params() that agrees with a wrong param_count would plan and record the wrong N
+        held = sum(p.numel() for p in parameters())
+        if held != built:
+            raise EntryError(
+                f"{where}: num_params() says {built} but its parameters hold {held} "
+                "(the sum of numel() over model.parameters()); the model's count is wrong"
+            )
     if built != expected:
         raise EntryError(
             f"{where}: the built model has {built} parameters but the entry's param_count "

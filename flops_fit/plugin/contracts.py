@@ -7,6 +7,7 @@ entry is built (``"module:function"`` strings are resolved then).
 from __future__ import annotations
 
 import inspect
+import math
 import pkgutil
 import re
 from collections.abc import Callable, Mapping
@@ -185,11 +186,23 @@ class ModelEntry(Entry):
 
     def params(self, size: int, **config: Any) -> int:
         """Exact parameter count of the model of this size (analytic, nothing built)."""
-        return int(resolve(self.param_count)(size, **self.config(**config)))
+        return int(self._count("param_count", size, resolve(self.param_count)(size, **self.config(**config))))
 
     def flops_per_unit(self, size: int, **config: Any) -> float:
         """Exact training FLOPs per token or sample (see ``flops_unit``)."""
-        return float(resolve(self.training_flops)(size, **self.config(**config)))
+        return self._count("training_flops", size, resolve(self.training_flops)(size, **self.config(**config)))
+
+    def _count(self, function: str, size: int, value: Any) -> float:
+        """``value`` as a positive finite number, else an EntryError naming the plugin's function:
+        a NaN, zero or negative count would otherwise surface as a planner's arithmetic error."""
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
+            raise EntryError(f"model {self.name!r}: {function}({size}) returned {value!r}; a count must be a "
+                             f"positive finite number (the model's {function} is wrong)")
+        return number
 
     def embedding_param_count(self, size: int, **config: Any) -> int | None:
         """Embedding parameters of this size (analytic), or None if the entry does not say."""

@@ -81,10 +81,10 @@ class Registry:
                     f"({ids}); use one of these qualified ids"
                 )
             candidates = [name]
-        known = sorted({r.entry.name for r in self._by_id.values()} | set(self._by_id))
+        known = sorted({r.entry.name for r in self._by_id.values()})  # bare names: one suggestion per entry
         close = difflib.get_close_matches(candidates[0], known, n=3)
-        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-        listing = ", ".join(sorted({r.entry.name for r in self._by_id.values()})) or "none registered"
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else "."
+        listing = ", ".join(known) or "none registered"
         raise UnknownEntryError(
             f"no {self.kind} called {name!r}{hint} Known {_plural(self.kind)}: {listing}. "
             f"Run `flops-fit plugins` to see which plugins loaded."

@@ -35,6 +35,8 @@ def data_budget(options: SweepOptions, host: Any = None) -> tuple[int | None, st
         data = api.create_dataset(options.dataset, "train", host=host, **options.dataset_config)
     except FlopsFitError as exc:
         return options.unique_tokens, f"dataset {options.dataset!r} does not open here: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a plugin's own exception (a missing file): named, as the preflight does
+        return options.unique_tokens, f"dataset {options.dataset!r} does not open here: {type(exc).__name__}: {exc}"
     if options.unique_tokens is not None:
         return options.unique_tokens, None
     value = getattr(data, "unique_tokens", None)

@@ -27,7 +27,9 @@ class CaseOutcome:
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        report = self.report.to_dict() if self.report is not None else None
+        report = self.report
+        if report is not None:  # a plugin's own report may have nothing but ``passed``
+            report = report.to_dict() if callable(getattr(report, "to_dict", None)) else {"passed": report.passed}
         return {"case": self.case, "status": self.status, "detail": self.detail, "report": report}
 
 
@@ -75,9 +77,14 @@ def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
         report = resolve(entry.run)(device=device, dtype=dtype)
     except Exception as exc:  # noqa: BLE001 - a failing case must not stop the gate
         return CaseOutcome(entry.name, "error", detail=f"{type(exc).__name__}: {exc}")
-    status = "passed" if report.passed else "failed"
-    detail = "" if report.passed else report.summary()
-    return CaseOutcome(entry.name, status, report, detail)
+    if not isinstance(getattr(report, "passed", None), bool):  # the contract is a bool ``passed``, nothing more
+        return CaseOutcome(entry.name, "error", detail=(
+            f"run returned {type(report).__name__}, which has no bool 'passed'; return a report whose passed is a "
+            "bool (flops_fit.parity.compare.ParityReport gives the layer table)"))
+    if report.passed:
+        return CaseOutcome(entry.name, "passed", report)
+    summary = getattr(report, "summary", None)
+    return CaseOutcome(entry.name, "failed", report, summary() if callable(summary) else str(report))
 
 
 def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick_only: bool = True,

@@ -9,6 +9,7 @@ one field here and appears everywhere at once.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -149,18 +150,29 @@ def _bool(value: Any, name: str) -> bool:
 
 
 # ------------------------------------------------------- command-line parsers
+# Each raises ArgumentTypeError: argparse shows its message, where a ValueError would read
+# "invalid parse_ints value".
+def _items(text: str, convert: Callable[[str], Any], kind: str, example: str) -> list[Any]:
+    try:
+        return [convert(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of {kind}, e.g. {example}") from None
+
+
 def parse_floats(text: str) -> list[float]:
     """``"1e12,3e12"`` -> [1e12, 3e12]."""
-    return [float(b) for b in text.split(",") if b.strip()]
+    return _items(text, float, "numbers", "1e12,3e12")
 
 
 def parse_ints(text: str) -> list[int]:
-    return [int(s) for s in text.split(",") if s.strip()]
+    """``"64,128"`` -> [64, 128]."""
+    return _items(text, int, "whole numbers", "64,128")
 
 
 def parse_bool(text: str) -> bool:
     if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-        raise ValueError(f"expected true or false, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
     return text.lower() in ("true", "1", "yes")
 
 

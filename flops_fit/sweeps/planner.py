@@ -18,7 +18,7 @@ from typing import Any
 import flops_fit
 from flops_fit._version import __version__
 from flops_fit.checks import positive_int
-from flops_fit.errors import PlanError
+from flops_fit.errors import EntryError, PlanError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
 from flops_fit.store.runs import RunSpec
@@ -237,7 +237,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
                               dataset_config=dataset_config, precision=precision)
     try:
         grid = SizeGrid(entry, model_config, options.max_size, options.flops_accounting)
-    except PlanError:
+    except (PlanError, EntryError):  # an EntryError is the plugin's fault, not the configuration's
         raise
     except (ValueError, TypeError) as exc:  # the model's own checks of its configuration
         raise PlanError(f"model {model!r} refuses its configuration ([model] table / model_config): {exc}") from None

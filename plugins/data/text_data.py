@@ -258,6 +258,8 @@ def build_token_file(
     source = validation_path if (split == "validation" and validation_path) else path
     if not os.path.isfile(source):
         raise DataError(f"token-file: {source!r} does not exist")
+    if os.path.getsize(source) == 0:  # numpy cannot map it ("cannot mmap an empty file")
+        raise DataError(f"token-file: {source!r} is empty: it holds no token ids")
     if os.path.getsize(source) % np.dtype(dtype).itemsize:
         raise DataError(f"token-file: the size of {source!r} is not a multiple of {dtype}; wrong dtype?")
     tokens = np.memmap(source, dtype=dtype, mode="r")
