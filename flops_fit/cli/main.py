@@ -23,8 +23,16 @@ from flops_fit.errors import FlopsFitError, PluginWarning, TrackingWarning
 COMMAND_MODULES = (listings, sweep, tune, fit, compare, parity)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (no usage block above them), naming the command and
+    where its options are listed; every command's parser is one (``add_subparsers`` keeps the class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; `{self.prog} --help` lists its options\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="flops-fit",
         description="Plan, verify and fit compute-optimal (IsoFLOP) scaling-law sweeps.",
     )
@@ -42,8 +50,7 @@ def _unknown(command: argparse.ArgumentParser, extras: Sequence[str]) -> str:
     options = [o for action in command._actions for o in action.option_strings]
     hints = [near[0] for e in extras if e.startswith("--")
              and (near := difflib.get_close_matches(e.split("=")[0], options, n=1, cutoff=0.75))]
-    return (f"{command.prog}: error: unrecognized arguments: {' '.join(extras)}"
-            + (f" (did you mean {', '.join(hints)}?)" if hints else "") + f"; `{command.prog} --help` lists its options")
+    return f"unrecognized arguments: {' '.join(extras)}" + (f" (did you mean {', '.join(hints)}?)" if hints else "")
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -72,8 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args, extras = parser.parse_known_args(argv)
     if extras:  # one line, said by the command they were given to
-        print(_unknown(args.commands.get(args.command) or parser, extras), file=sys.stderr)
-        return 2
+        command = args.commands.get(args.command) or parser
+        try:
+            command.error(_unknown(command, extras))
+        except SystemExit as exc:
+            return int(exc.code)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
