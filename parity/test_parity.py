@@ -13,7 +13,7 @@ import torch
 
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import resolve
-from flops_fit.sweeps.gate import missing_requirements
+from flops_fit.sweeps.gate import install_hint, missing_requirements
 
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -40,6 +40,6 @@ def test_parity(case_id: str, device: str, dtype: str) -> None:
         pytest.skip("no CUDA device available")
     missing = missing_requirements(entry)
     if missing:
-        pytest.skip(f"needs {', '.join(missing)} (pip install flops-fit[parity])")
+        pytest.skip(f"needs {', '.join(missing)} ({install_hint(missing)})")
     report = resolve(entry.run)(device=device, dtype=dtype)
     assert report.passed, str(report)

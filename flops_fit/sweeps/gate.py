@@ -10,7 +10,9 @@ runnable quick case is ``unverified``: ``passed`` is True (nothing failed) but
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 from flops_fit.plugin import api
@@ -68,11 +70,22 @@ def missing_requirements(entry: ParityCaseEntry) -> list[str]:
     return [name for name in entry.requires if importlib.util.find_spec(name) is None]
 
 
+def install_hint(missing: list[str]) -> str:
+    """How to install what a case needs: flops-fit's ``parity`` extra where it holds every package
+    (the built-in cases'), else the packages themselves (a plugin's case needs its own)."""
+    try:
+        extra = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].lower()
+                 for r in metadata.requires("flops-fit") or () if 'extra == "parity"' in r}
+    except metadata.PackageNotFoundError:  # a checkout not installed: the extra is not known
+        extra = set()
+    return "pip install flops-fit[parity]" if {m.lower() for m in missing} <= extra else f"pip install {' '.join(missing)}"
+
+
 def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
     """Run one case, turning exceptions into an ``error`` outcome that keeps the message."""
     missing = missing_requirements(entry)
     if missing:
-        return CaseOutcome(entry.name, "skipped", detail=f"needs {', '.join(missing)} (pip install flops-fit[parity])")
+        return CaseOutcome(entry.name, "skipped", detail=f"needs {', '.join(missing)} ({install_hint(missing)})")
     try:
         report = resolve(entry.run)(device=device, dtype=dtype)
     except Exception as exc:  # noqa: BLE001 - a failing case must not stop the gate
