@@ -225,6 +225,29 @@ def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function
                                        f"number (the model's {message.split('(')[0]} is wrong)\n")
 
 
+@pytest.mark.parametrize("sizes", [None, "8,12", [8.5, 12.0]])
+def test_valid_sizes_that_are_not_whole_numbers_are_the_plugins_fault_in_one_line(sizes, capsys):
+    """valid_sizes returning None or text read as "refuses its configuration ([model] table / model_config)",
+    blaming the user; sizes 8.5 were cut to 8 without a word, and the budget advice that followed was nonsense."""
+    class Plugin(Good):
+        @hookimpl
+        def register_models(self, register):
+            register(toy_model(valid_sizes=lambda lo, hi, **c: sizes))
+
+    host_module.reset_host(Host(builtins=False, entry_points=False, plugins=[("odd", Plugin())], env={}))
+    try:
+        from flops_fit.cli.main import main
+
+        assert main(["plan", "--model", "toy", "--dataset", "toy-data", "--budgets", "1e9,3e9", "--seq-len", "16",
+                     "--loss", "toy-loss"]) == 2
+    finally:
+        host_module.reset_host(None)
+    err = capsys.readouterr().err
+    assert err.startswith("flops-fit: error: model 'toy': valid_sizes(") and err.count("\n") == 1
+    assert f"returned {sizes!r}; it must return the whole-number sizes in that range (the model's valid_sizes is " \
+        "wrong)" in err
+
+
 def test_create_dataset_checks_the_split():
     host, _ = host_with(("good", Good()))
     assert flops_fit.create_dataset("toy-data", "validation", host=host, seq_len=4) == {

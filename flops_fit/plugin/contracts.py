@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 import pkgutil
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -54,6 +55,13 @@ def check_name(name: Any, what: str = "name") -> str:
             f"starting with a letter or digit (pattern {NAME_PATTERN.pattern})"
         )
     return name
+
+
+def _whole(value: Any) -> bool:
+    """A size: a whole number (an int, or a float without a fraction), not a bool."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
 
 
 def _check_ref(value: Any, field_name: str) -> None:
@@ -179,7 +187,11 @@ class ModelEntry(Entry):
     def sizes(self, lo: int, hi: int, **config: Any) -> list[int]:
         """Valid sizes in ``[lo, hi]``, sorted, without building any model."""
         result = resolve(self.valid_sizes)(lo, hi, **self.config(**config))
-        sizes = sorted({int(s) for s in result})
+        values = list(result) if isinstance(result, Iterable) and not isinstance(result, (str, bytes)) else None
+        if values is None or not all(_whole(s) for s in values):  # the plugin's fault, not the user's [model] table
+            raise EntryError(f"model {self.name!r}: valid_sizes({lo}, {hi}) returned {result!r}; it must return the "
+                             "whole-number sizes in that range (the model's valid_sizes is wrong)")
+        sizes = sorted({int(s) for s in values})
         if any(s < lo or s > hi for s in sizes):
             raise EntryError(f"model {self.name!r}: valid_sizes({lo}, {hi}) returned sizes outside the range: {sizes}")
         return sizes
