@@ -58,6 +58,8 @@ def test_models_listing_table_and_json(toy_host, capsys):
     assert capsys.readouterr().out == "no model matches 'nomatch*'; `flops-fit models` lists them all\n"
     assert cli.main(["models", "oy"]) == 0  # part of a name (it matched only a whole name: an empty table)
     assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:]] == ["toy"]
+    assert cli.main(["models", "tyo"]) == 0  # a typo: the nearest name is said
+    assert capsys.readouterr().out == "no model matches 'tyo' (did you mean 'toy'?); `flops-fit models` lists them all\n"
 
 
 def test_plugins_listing(toy_host, capsys):

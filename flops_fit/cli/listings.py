@@ -6,6 +6,7 @@ They read registry metadata only: no torch, no model is built.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -44,8 +45,10 @@ def _list_entries(kind: str, args: argparse.Namespace, columns: Sequence[tuple[s
     if pattern and not any(c in pattern for c in "*?["):  # part of a name: `flops-fit models vit_`
         pattern = f"*{pattern}*"
     names = registry.names(pattern, qualified=args.qualified)
-    if args.pattern and not names and not args.json:
-        print(f"no {kind} matches {args.pattern!r}; `flops-fit {kind}s` lists them all")
+    if args.pattern and not names and not args.json:  # a typo, most often: the nearest names said
+        close = difflib.get_close_matches(args.pattern, registry.names(), n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        print(f"no {kind} matches {args.pattern!r}{hint}; `flops-fit {kind}s` lists them all")
         return 0
     items = [(n, registry.lookup(n)) for n in names]
     if args.json:
