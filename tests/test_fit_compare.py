@@ -87,6 +87,14 @@ def test_two_seeds_of_one_recipe_show_no_measurable_difference(recipes):
     assert result.exponents["a"][1] <= 0 <= result.exponents["a"][2]
 
 
+def test_a_recipe_against_itself_has_a_trend_of_zero_not_below_search(recipes):
+    """A sweep compared with itself printed "d log M / d log C = below search [...]": its trend, a
+    slope, was formatted as a multiplier, where 0 means below the search."""
+    result = flops_fit.compare(recipes[0], recipes[0], "vpnls", bootstrap=20)
+    assert result.trend[0] == 0.0
+    assert "(d log M / d log C = 0 [" in result.verdict() and "below search" not in result.verdict()
+
+
 def test_a_real_difference_is_measured(recipes):
     result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=60)
     swept = result.table[result.table.budget < result.target]
