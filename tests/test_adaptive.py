@@ -210,6 +210,35 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
             "as it is without --adaptive") in capsys.readouterr().err
 
 
+def test_the_designs_flags_without_adaptive_and_a_target_or_sizes_it_cannot_use_are_refused(tmp_path, capsys):
+    """`sweep --until n_opt<=2x` without --adaptive trained the whole grid, the rule ignored; `--target -1`
+    (or one inside the sweep) was printed as "the target -1" and `--adaptive-sizes 0` as "0 sizes"."""
+    import sweep_support
+
+    from flops_fit.cli.main import main
+
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML)
+    out = tmp_path / "out"
+    assert main(["sweep", str(config), "--out", str(out), "--until", "n_opt<=2x"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "flops-fit: error: --until applies only with --adaptive (a design that chooses its runs): add --adaptive, "
+        "or leave it out to train the whole grid")
+    assert not out.exists()
+    grid = ["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13,6.4e13", "--span", "16", "--seq-len",
+            "64", "--tokens-per-param", "100"]
+    assert main([*grid, "--target", "1e15", "--start", "3"]) == 2
+    assert "--target, --start apply only with --adaptive" in capsys.readouterr().err
+    for target in ("-1", "nan", "6e13"):
+        assert main([*grid, "--adaptive", f"--target={target}"]) == 2
+        assert capsys.readouterr().err.startswith("flops-fit: error: the target must be a budget in FLOPs beyond the "
+                                                  "plan's largest, 6.4e+13")
+    assert main([*grid, "--adaptive", "--adaptive-sizes", "0"]) == 2
+    assert "trains 3 or more sizes at each budget it adds" in capsys.readouterr().err
+    assert main([*grid, "--adaptive", "--target", "1e15"]) == 0
+    assert "at the target 1e+15 most per FLOP" in capsys.readouterr().out
+
+
 def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
     import sweep_support
 

@@ -209,6 +209,29 @@ def test_train_run_refuses_a_folder_without_plan_an_unknown_run_and_a_finished_o
     assert f"{out} is being swept by another driver (pid {os.getpid()}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("rank", ["1", "0"])
+def test_train_run_of_a_one_process_run_under_a_launched_group_is_refused_on_every_rank(rank, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """torchrun --nproc-per-node 2 train-run on a run planned for one process trained it on both ranks."""
+    out = tmp_path / "out"
+    plan = flops_fit.plan(host=HOST, **sweep_support.small_plan_options())
+    plan.run(out, record_only=True, show_progress=False, host=HOST)
+    run = plan.runs[0].run_id
+    for name, value in {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    reset_host(HOST)
+    try:
+        assert main(["train-run", str(out), run]) == 2
+    finally:
+        reset_host()
+    assert ("spans processes_per_run = 1 processes but the launcher started WORLD_SIZE = 2: run `flops-fit "
+            "train-run` without torchrun / srun") in capsys.readouterr().err
+    with RunStore(out) as store:
+        assert store.statuses()[run] == "pending"
+    assert not (out / "checkpoints" / run).exists()
+
+
 def test_train_run_records_a_diverged_run_as_failed_and_exits_1(tmp_path, capsys):
     out = tmp_path / "out"
     plan = flops_fit.plan(host=HOST, **sweep_support.small_plan_options(hparams={"lr": 1e4, "grad_clip": 0.0}))

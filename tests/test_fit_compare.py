@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -87,6 +89,14 @@ def test_two_seeds_of_one_recipe_show_no_measurable_difference(recipes):
     assert result.exponents["a"][1] <= 0 <= result.exponents["a"][2]
 
 
+def test_a_recipe_against_itself_has_a_trend_of_zero_not_below_search(recipes):
+    """A sweep compared with itself printed "d log M / d log C = below search [...]": its trend, a
+    slope, was formatted as a multiplier, where 0 means below the search."""
+    result = flops_fit.compare(recipes[0], recipes[0], "vpnls", bootstrap=20)
+    assert result.trend[0] == 0.0
+    assert "(d log M / d log C = 0 [" in result.verdict() and "below search" not in result.verdict()
+
+
 def test_a_real_difference_is_measured(recipes):
     result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=60)
     swept = result.table[result.table.budget < result.target]
@@ -111,6 +121,15 @@ def test_cli_compare_writes_the_report(recipes, tmp_path, capsys):
     assert main(["compare", str(paths[0]), str(tmp_path / "missing.csv")]) == 2
     assert main(["compare", *map(str, paths), "--method", "all"]) == 2
     assert "compare fits one method" in capsys.readouterr().err
+
+
+def test_the_files_the_decide_page_names_are_the_ones_written(recipes, tmp_path):
+    """docs/guide/decide.md said write_comparison writes compare.png beside compare.html; it is in compare_plots/."""
+    page = Path(__file__).parents[1] / "docs" / "guide" / "decide.md"
+    line = next(line for line in page.read_text().splitlines() if "write_comparison(result" in line)
+    names = re.findall(r"[\w/]+\.(?:html|png|svg)", line)
+    flops_fit.write_comparison(flops_fit.compare(recipes[0], recipes[1], "vpnls", bootstrap=0), tmp_path)
+    assert names and all((tmp_path / name).exists() for name in names), names
 
 
 def test_compare_reads_json(recipes):

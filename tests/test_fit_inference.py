@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -89,6 +91,20 @@ def test_the_converse_buys_the_same_model_back():
     assert best.N == pytest.approx(sized.N, rel=0.01)
     assert best.loss == pytest.approx(sized.loss, abs=1e-4)
     assert best.chinchilla_loss < best.loss  # paying for inference costs loss
+
+
+def test_a_total_that_serving_alone_takes_is_withheld_not_a_negative_model():
+    """--total-flops 1e12 with 2T tokens served printed N 0.5, D -348B, tokens/param -6.6e11 and a
+    best loss of nan; now the row has no answer, and the summary says why."""
+    from flops_fit.fitting.decisions.inference import sizing_summary
+
+    result = stated(CHINCHILLA, draws=3)
+    table = result.predict_total([1e12, 1e24], inference_tokens=SERVED)
+    assert table.loc[0, ["N", "D", "tokens_per_param", "loss", "train_flops", "D_lo", "D_hi"]].isna().all()
+    assert table.loc[1, "D"] > 0 and np.isfinite(table.loc[1, "loss"])
+    text = sizing_summary(result, [1e20], SERVED, [1e12, 1e24])
+    assert "withheld at 1e+12 total FLOPs: serving 2T tokens takes all of it on every model searched" in text
+    assert not re.search(r" -\d", text.split("lowest loss for a total budget")[1])  # no negative tokens
 
 
 def test_intervals_come_from_the_draws():

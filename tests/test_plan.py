@@ -123,6 +123,9 @@ def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
 @pytest.mark.parametrize("overrides, message", [
     ({"budgets": []}, "pass budgets"),
     ({"budgets": [-1.0]}, "each budget must be a positive number"),
+    # a duplicate planned its runs twice under one run id (9 runs listed, 6 stored, totals of 6)
+    ({"budgets": [2e8, 1e8, 2e8]}, r"^budgets lists 2e\+08 more than once: each budget is one IsoFLOP curve, list it "
+                                   "once$"),
     ({"flops_accounting": "8nd"}, "flops_accounting must be one of"),
     ({"sizes": None, "sizes_per_budget": 2}, "at least 3"),
     ({"sizes": None, "span": 1.0}, "span must be a factor > 1"),

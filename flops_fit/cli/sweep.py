@@ -30,6 +30,8 @@ from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.progress import stored_pace
 from flops_fit.tables import duration, format_table
 
+DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
+
 
 def _option_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per SweepOptions field that has a command-line form, with its help text."""
@@ -58,7 +60,7 @@ def _with_tuned(hparams: Any, tuned: str) -> dict[str, Any]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    rule = flops_fit.StopRule.parse(args.until) if args.adaptive else None  # a bad rule: one line, no plan first
+    rule = _adaptive_rule(args)  # a bad rule: one line, no plan first
     plan = flops_fit.plan(_options_from_args(args))
     if args.probe:  # the config's [executor] threads, if it sets them: the probe times what the sweep runs
         threads = load_config(args.config).executor_options.get("threads") if args.config else None
@@ -68,8 +70,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 0
     print(plan)
     if rule is not None:
-        print(flops_fit.describe_adaptive_start(plan, rule, target=args.target, start=args.start,
-                                               sizes=args.adaptive_sizes))
+        print(flops_fit.describe_adaptive_start(plan, rule, **_design(args)))
     unique, problem = data_budget(plan.options)
     for warning in (repeat_warning(plan.runs, unique), problem and f"warning: {problem}; `flops-fit sweep` "
                     "refuses until it opens"):
@@ -79,8 +80,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    if args.adaptive:
-        flops_fit.StopRule.parse(args.until)  # a bad rule: one line before the plan
+    _adaptive_rule(args)  # a bad rule, or the design's flags without --adaptive: one line before the plan
     config = load_config(args.config)
     out = check_folder(Path(args.out or config.out))  # a damaged store: one line before the plan
     sweep_options = config.options if args.tracking is None else config.options.replace(
@@ -146,7 +146,7 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
     """``sweep --adaptive``: the design trains the budgets it chooses (``sweeps.adaptive``)."""
     if args.record_only:
         raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
-    rule = flops_fit.StopRule.parse(args.until)
+    rule = _adaptive_rule(args)
     if (note := rule.unreachable()) is not None:
         print(f"warning: {note}", file=sys.stderr)
     printed = [0]  # rounds whose forecast is printed
@@ -161,8 +161,7 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
         printed[0] = max(printed[0], ended)
 
     try:
-        design = flops_fit.adaptive_sweep(plan, out, rule, target=args.target, start=args.start,
-                                          sizes=args.adaptive_sizes, resume=args.resume, on_round=show_round,
+        design = flops_fit.adaptive_sweep(plan, out, rule, **_design(args), resume=args.resume, on_round=show_round,
                                           skip_parity=args.skip_parity, skip_preflight=args.skip_preflight,
                                           retry_failed=args.retry_failed, **run)
     except KeyboardInterrupt as exc:
@@ -172,21 +171,41 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
     return _print_failures(out)
 
 
+def _adaptive_rule(args: argparse.Namespace) -> Any:
+    """The ``--until`` rule with ``--adaptive`` (None without); the design's flags without ``--adaptive``
+    are refused: the sweep would train the whole grid, ignoring them."""
+    if args.adaptive:
+        return flops_fit.StopRule.parse(args.until or DEFAULT_UNTIL)
+    given = [flag for flag, value in (("--until", args.until), ("--target", args.target), ("--start", args.start),
+                                      ("--adaptive-sizes", args.adaptive_sizes)) if value is not None]
+    if given:
+        raise OptionError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} only with --adaptive (a "
+                          "design that chooses its runs): add --adaptive, or leave "
+                          f"{'it' if len(given) == 1 else 'them'} out to train the whole grid")
+    return None
+
+
+def _design(args: argparse.Namespace) -> dict[str, Any]:
+    """The design's options given on the command line (the others keep ``adaptive_sweep``'s defaults)."""
+    return {name: value for name, value in (("target", args.target), ("start", args.start),
+                                            ("sizes", args.adaptive_sizes)) if value is not None}
+
+
 def _adaptive_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adaptive", action="store_true",
                         help="design the sweep as it trains: the smallest budgets first, then the budget (and "
                              "sizes) expected to shrink the forecast's interval of N_opt at the target most per "
                              "FLOP, until --until holds")
-    parser.add_argument("--until", default="n_opt<=2x", metavar="RULE",  # sweeps.adaptive.DEFAULT_RULE
+    parser.add_argument("--until", metavar="RULE",
                         help="with --adaptive: n_opt<=2x (the forecast's interval of N_opt at the target within "
                              "2x of its estimate) and/or flops<=1e19 (a FLOPs cap), comma-separated "
                              "(default n_opt<=2x)")
     parser.add_argument("--target", type=float, metavar="FLOPS",
                         help="with --adaptive: the budget the forecast aims at (default 10x the largest budget)")
-    parser.add_argument("--start", type=int, default=4, metavar="K",
+    parser.add_argument("--start", type=int, metavar="K",
                         help="with --adaptive: how many of the smallest budgets the first batch trains, all their "
                              "sizes (default 4: the fewest a forward-chained forecast answers from)")
-    parser.add_argument("--adaptive-sizes", type=int, default=5, metavar="K",
+    parser.add_argument("--adaptive-sizes", type=int, metavar="K",
                         help="with --adaptive: sizes trained at each budget the design adds, those nearest the "
                              "fitted N_opt there (default 5)")
 

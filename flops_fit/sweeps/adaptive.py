@@ -483,11 +483,31 @@ def plan_spend(plan: Any) -> Callable[[Iterable[Key]], float]:
     return spend
 
 
+def design_target(pool: Mapping[float, Sequence[float]], target: float | None, sizes: int) -> float:
+    """The design's target (default 10x the pool's largest budget) and its sizes per added budget,
+    refused before anything trains unless the target lies beyond the budgets (the design shortens
+    the reach to it) and each added budget gets the 3 sizes an IsoFLOP minimum needs."""
+    if isinstance(sizes, bool) or not isinstance(sizes, int) or sizes < 3:
+        raise OptionError(f"an adaptive sweep trains 3 or more sizes at each budget it adds (the fewest that place a "
+                          f"minimum), got {sizes!r}")
+    largest = max(pool)
+    if target is None:
+        return 10 * largest
+    try:
+        value = float(target)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > largest):
+        raise OptionError(f"the target must be a budget in FLOPs beyond the plan's largest, {largest:.3g} (the "
+                          f"forecast aims past the sweep; default 10x it, {10 * largest:.3g}), got {target!r:.12}")
+    return value
+
+
 def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, start: int = START,
                    sizes: int = SIZES) -> str:
     """What ``flops-fit plan --adaptive`` prints: the first batch, how the rest is chosen, the rule."""
     pool = pool_of(plan_keys(plan))
-    target = target or 10 * max(pool)
+    target = design_target(pool, target, sizes)
     spend = plan_spend(plan)
     first = initial_choices(pool, spend, start)
     keys = [k for c in first for k in c.keys]
@@ -519,7 +539,7 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
     out_dir = Path(out_dir)
     by = plan_keys(plan)
     pool = pool_of(by)
-    target = target or 10 * max(pool)
+    target = design_target(pool, target, sizes)
     started = [resume]
 
     def fit_at(keys: list[Key]) -> Reading:

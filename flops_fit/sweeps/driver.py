@@ -43,6 +43,7 @@ from flops_fit.sweeps.progress import SweepDisplay
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import CheckpointPolicy, remove_checkpoints
+from flops_fit.training.launch import launched_for
 from flops_fit.training.task import (
     item_outcomes,
     recover_results,
@@ -377,6 +378,7 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     if status in ("done", "failed"):
         raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); to train it again, "
                          f"`flops-fit sweep CONFIG --out {out_dir} --resume --retry-failed` (failed runs only)")
+    launched_for(spec.processes_per_run)  # every rank refuses a group of another size, before training
     options = SweepOptions.from_dict(stored["options"])
     policy = checkpoint_policy(options, out_dir, checkpoint_dir)
     trainer = options.trainer and options.trainer.resolved(out_dir)

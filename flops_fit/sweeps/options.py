@@ -74,7 +74,12 @@ def _budgets(value: Any, name: str) -> tuple[float, ...]:
         value = [value]
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
         raise PlanError("pass budgets=[...]: the compute budgets in FLOPs, e.g. [1e12, 3e12, 1e13]")
-    return tuple(sorted(float(positive_number(b, "each budget", PlanError)) for b in value))
+    budgets = sorted(float(positive_number(b, "each budget", PlanError)) for b in value)
+    twice = sorted({b for b in budgets if budgets.count(b) > 1})
+    if twice:  # each would plan the same runs again, under the same run ids
+        raise PlanError(f"budgets lists {', '.join(f'{b:g}' for b in twice)} more than once: each budget is one "
+                        "IsoFLOP curve, list it once")
+    return tuple(budgets)
 
 
 def _sizes(value: Any, name: str) -> tuple[int, ...]:

@@ -66,13 +66,21 @@ def run_ranks(task: RankTask, item: Any, progress: ProgressSink = ignore_progres
     """``task(item, progress, parallel)`` on the k processes of ``item``'s run: launched here
     (b) or, inside a launched group, as this rank (c)."""
     k = processes_per_run(item)
-    world = launched_world()
-    if world is None:
+    if launched_for(k) is None:
         return launch(task, item, progress, k)
-    if world != k:
-        raise OptionError(f"this run spans processes_per_run = {k} processes but the launcher started "
-                          f"WORLD_SIZE = {world}: launch it with {k} processes (e.g. torchrun --nproc-per-node {k})")
     return train_this_rank(task, item, progress)
+
+
+def launched_for(k: int) -> int | None:
+    """``launched_world()``, refused unless it is the run's ``k``: a group of another size would
+    split the run wrongly, or (k = 1) train it once on every rank."""
+    world = launched_world()
+    if world is not None and world != k:
+        how = (f"launch it with {k} processes (e.g. torchrun --nproc-per-node {k})" if k > 1 else
+               "run `flops-fit train-run` without torchrun / srun (each rank would train the whole run again)")
+        raise OptionError(f"this run spans processes_per_run = {k} processes but the launcher started "
+                          f"WORLD_SIZE = {world}: {how}")
+    return world
 
 
 def train_this_rank(task: RankTask, item: Any, progress: ProgressSink = ignore_progress) -> Any:
@@ -215,4 +223,4 @@ def _end_with_parent(parent: int) -> None:
     os._exit(1)
 
 
-__all__ = ["launch", "processes_per_run", "run_ranks", "train_this_rank"]
+__all__ = ["launch", "launched_for", "processes_per_run", "run_ranks", "train_this_rank"]

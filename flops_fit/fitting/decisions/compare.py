@@ -85,7 +85,7 @@ class Comparison:
         else:
             head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s loss with {m} times the "
                     "compute.")
-        slope = _with_interval(*self.trend)
+        slope = _slope(*self.trend)
         if np.isinf(self.trend[0]):
             tail = ("The multiplier's trend with scale is withheld: the multiplier is beyond the search at some "
                     "budgets (see the note).")
@@ -153,6 +153,13 @@ def _with_interval(value: Any, lo: Any, hi: Any) -> str:
     if np.isnan(lo) or np.isnan(hi):
         return _times(value)
     return f"{_times(value)} [{_times(lo)}, {_times(hi)}]"
+
+
+def _slope(value: Any, lo: Any, hi: Any) -> str:
+    """The trend d log M / d log C: a number like any other (0 is no change, not a multiplier "below
+    search"); an infinite end is a multiplier beyond the search in some draws."""
+    cell = lambda v: "beyond search" if np.isinf(v) else fmt.sig(v + 0.0)  # noqa: E731 - -0.0 reads as 0
+    return cell(value) if np.isnan(lo) or np.isnan(hi) else f"{cell(value)} [{cell(lo)}, {cell(hi)}]"
 
 
 def _columns(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray] | None]:

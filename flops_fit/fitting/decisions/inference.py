@@ -16,6 +16,7 @@ fitted law itself (``result.law_loss``, for every bootstrap draw, so each answer
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -138,9 +139,11 @@ def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, token
         cols2 = {k: v[:, :, 0] for k, v in cols.items()}
         per_token = flops_per_token(cols2, best)
         d_best = totals[None, :] / per_token - share
-        value = np.where(d_best > 0, law(cols2, best, np.where(d_best > 0, d_best, 1.0)), np.nan)
-        return {"N": best, "D": d_best, "tokens_per_param": d_best / best, "loss": value,
-                "train_flops": per_token * d_best, "inference_flops": per_token * share,
+        trains = d_best > 0  # else serving takes the whole total on every N searched: no answer, not D < 0
+        value = np.where(trains, law(cols2, best, np.where(trains, d_best, 1.0)), np.nan)
+        answer = lambda v: np.where(trains, v, np.nan)  # noqa: E731
+        return {"N": answer(best), "D": answer(d_best), "tokens_per_param": answer(d_best / best), "loss": value,
+                "train_flops": answer(per_token * d_best), "inference_flops": answer(per_token * share),
                 "chinchilla_loss": chinchilla_loss}
 
 
@@ -150,7 +153,9 @@ def _table(result: Any, first: str, values: np.ndarray, tokens: float, solve, na
     out = pd.DataFrame({first: values, "inference_tokens": tokens})
     for name in names:
         out[name] = rows[0][name][0]
-        lo, hi = interval(rows[1][name], result.level) if len(rows) > 1 else (np.full(values.size, np.nan),) * 2
+        with warnings.catch_warnings():  # a withheld row's draws are all NaN: its interval is NaN, said once
+            warnings.simplefilter("ignore", RuntimeWarning)
+            lo, hi = interval(rows[1][name], result.level) if len(rows) > 1 else (np.full(values.size, np.nan),) * 2
         out[f"{name}_lo"], out[f"{name}_hi"] = lo, hi
     return out
 
@@ -164,7 +169,8 @@ def inference_sizing(result: Any, budgets: Any, inference_tokens: Any) -> pd.Dat
 
 def total_sizing(result: Any, totals: Any, inference_tokens: Any) -> pd.DataFrame:
     """Per total budget F (training + serving ``inference_tokens``): the N and D with the lowest loss, and
-    the loss the compute-optimal model of training compute F would reach (no inference paid)."""
+    the loss the compute-optimal model of training compute F would reach (no inference paid). NaN where
+    serving alone takes all of F on every model searched (``unserved``)."""
     tokens = check_tokens(inference_tokens)
     return _table(result, "total_flops", check_budgets(totals, "total budgets"), tokens, _total, TOTAL_COLUMNS)
 
@@ -189,7 +195,16 @@ def total_rows(table: pd.DataFrame) -> list[list[str]]:
     cells = (("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig), ("loss", _loss),
              ("chinchilla_loss", _loss))
     return [[fmt.flops(r.total_flops)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
+                                          if np.isfinite(r.loss) or k == "chinchilla_loss" else "withheld"
                                           for k, f in cells] for _, r in table.iterrows()]
+
+
+def unserved(table: pd.DataFrame) -> list[str]:
+    """Why ``total_sizing``'s rows without an answer have none: serving takes the whole total."""
+    return [f"withheld at {fmt.flops(r.total_flops)} total FLOPs: serving {fmt.count(r.inference_tokens)} tokens "
+            f"takes all of it on every model searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size), "
+            "leaving nothing to train: give a larger total budget or fewer inference tokens"
+            for _, r in table.iterrows() if not np.isfinite(r.loss)]
 
 
 def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any = None) -> str:
@@ -199,8 +214,9 @@ def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any
              "k/3 N, per token served; Sardana et al. 2024)",
              format_table(sizing_rows(inference_sizing(result, budgets, tokens)), SIZING_HEADERS)]
     if totals is not None:
+        table = total_sizing(result, totals, tokens)
         lines += ["", f"{result.method}: the lowest loss for a total budget (training + {fmt.count(tokens)} tokens "
-                  "served)", format_table(total_rows(total_sizing(result, totals, tokens)), TOTAL_HEADERS)]
+                  "served)", format_table(total_rows(table), TOTAL_HEADERS), *unserved(table)]
     return "\n".join(lines)
 
 
@@ -212,4 +228,4 @@ def _share(value: Any) -> str:
     return f"{100 * float(value):.1f}%" if np.isfinite(value) else "nan"
 
 
-__all__ = ["inference_sizing", "sizing_rows", "sizing_summary", "total_rows", "total_sizing"]
+__all__ = ["inference_sizing", "sizing_rows", "sizing_summary", "total_rows", "total_sizing", "unserved"]
