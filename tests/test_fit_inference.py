@@ -12,6 +12,7 @@ import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.fitting.approaches.parametric import ParametricResult
 from flops_fit.fitting.approaches.result import Diagnostics
+from flops_fit.fitting.decisions.inference import sizing_rows
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.laws import frontier_exponents
 from flops_fit.fitting.synthetic import synthetic_runs
@@ -75,6 +76,9 @@ def test_no_inference_is_the_compute_optimal_model():
     assert row.N == pytest.approx(plain.N_opt, rel=2e-3)
     assert row.total_flops == pytest.approx(1e23, rel=1e-3)
     assert abs(row.saving) < 1e-3
+    table = result.predict(1e23, inference_tokens=0)
+    saved = sizing_rows(table.assign(saving=-abs(table.saving) - 1e-12))[0][-1]  # a saving of nothing, below 0
+    assert saved == "0.0%"  # it read "-0.0%"
 
 
 def test_more_inference_means_a_smaller_model_trained_longer():

@@ -248,6 +248,28 @@ def test_valid_sizes_that_are_not_whole_numbers_are_the_plugins_fault_in_one_lin
         "wrong)" in err
 
 
+def test_ctrl_c_while_a_plan_is_made_is_one_line_and_the_interrupts_status(capsys):
+    """Ctrl-C before a command's own handling began (here: while the planner asks the model for its
+    sizes) printed a KeyboardInterrupt traceback."""
+    def interrupt(lo, hi, **config):
+        raise KeyboardInterrupt
+
+    class Plugin(Good):
+        @hookimpl
+        def register_models(self, register):
+            register(toy_model(valid_sizes=interrupt))
+
+    host_module.reset_host(Host(builtins=False, entry_points=False, plugins=[("odd", Plugin())], env={}))
+    try:
+        from flops_fit.cli.main import main
+
+        assert main(["plan", "--model", "toy", "--dataset", "toy-data", "--budgets", "1e9,3e9", "--seq-len", "16",
+                     "--loss", "toy-loss"]) == 130
+    finally:
+        host_module.reset_host(None)
+    assert capsys.readouterr().err == "\nflops-fit: interrupted by SIGINT; what was saved stays; run the command again\n"
+
+
 def test_create_dataset_checks_the_split():
     host, _ = host_with(("good", Good()))
     assert flops_fit.create_dataset("toy-data", "validation", host=host, seq_len=4) == {

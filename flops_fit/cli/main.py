@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from flops_fit._version import __version__
 from flops_fit.cli import compare, fit, listings, parity, sweep, tune
+from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import FlopsFitError, PluginWarning, TrackingWarning
 
 COMMAND_MODULES = (listings, sweep, tune, fit, compare, parity)
@@ -96,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except FlopsFitError as exc:
             print(f"flops-fit: error: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt as exc:  # before a command's own handling begins (planning, imports)
+            return interrupted(exc, "what was saved stays; run the command again")
         except BrokenPipeError:  # `flops-fit status DIR | head`: the reader left, which is not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
             return 0

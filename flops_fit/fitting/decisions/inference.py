@@ -175,8 +175,6 @@ def total_sizing(result: Any, totals: Any, inference_tokens: Any) -> pd.DataFram
     return _table(result, "total_flops", check_budgets(totals, "total budgets"), tokens, _total, TOTAL_COLUMNS)
 
 
-
-
 SIZING_HEADERS = ["training FLOPs C", "loss to reach", "N", "D", "tokens/param", "total FLOPs",
                   "compute-optimal model's total", "saved"]
 TOTAL_HEADERS = ["total FLOPs", "N", "D", "tokens/param", "best loss", "loss without inference"]
@@ -225,7 +223,8 @@ def _loss(value: Any) -> str:
 
 
 def _share(value: Any) -> str:
-    return f"{100 * float(value):.1f}%" if np.isfinite(value) else "nan"
+    """A share as a percentage; a saving that rounds to nothing reads 0.0%, not -0.0% (no inference served)."""
+    return f"{100 * float(value) + 0.0:.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
 
 
 __all__ = ["inference_sizing", "sizing_rows", "sizing_summary", "total_rows", "total_sizing", "unserved"]
