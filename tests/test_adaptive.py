@@ -36,6 +36,13 @@ def test_the_stopping_rule_reads_a_factor_and_a_cap():
             StopRule.parse(bad)
 
 
+def test_the_command_lines_default_rule_is_the_designs():
+    from flops_fit.cli.sweep import DEFAULT_UNTIL
+    from flops_fit.sweeps.adaptive import DEFAULT_RULE
+
+    assert DEFAULT_UNTIL == DEFAULT_RULE  # kept apart so that `flops-fit --help` imports no numpy
+
+
 def test_a_rule_narrower_than_any_forecast_says_so():
     """N_opt's forecast interval is never narrower than its reach law's bound at no reach (x1.74 either
     way at 95%): a rule asking less can only stop on a cap, and the plan and the sweep say so."""
