@@ -158,7 +158,9 @@ def _with_interval(value: Any, lo: Any, hi: Any) -> str:
 def _slope(value: Any, lo: Any, hi: Any) -> str:
     """The trend d log M / d log C: a number like any other (0 is no change, not a multiplier "below
     search"); an infinite end is a multiplier beyond the search in some draws."""
-    cell = lambda v: "beyond search" if np.isinf(v) else fmt.sig(v + 0.0)  # noqa: E731 - -0.0 reads as 0
+    def cell(v: Any) -> str:
+        return "beyond search" if np.isinf(v) else fmt.sig(v + 0.0)  # + 0.0: -0.0 reads as 0
+
     return cell(value) if np.isnan(lo) or np.isnan(hi) else f"{cell(value)} [{cell(lo)}, {cell(hi)}]"
 
 

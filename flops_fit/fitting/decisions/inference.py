@@ -141,7 +141,10 @@ def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, token
         d_best = totals[None, :] / per_token - share
         trains = d_best > 0  # else serving takes the whole total on every N searched: no answer, not D < 0
         value = np.where(trains, law(cols2, best, np.where(trains, d_best, 1.0)), np.nan)
-        answer = lambda v: np.where(trains, v, np.nan)  # noqa: E731
+
+        def answer(v: np.ndarray) -> np.ndarray:
+            return np.where(trains, v, np.nan)
+
         return {"N": answer(best), "D": answer(d_best), "tokens_per_param": answer(d_best / best), "loss": value,
                 "train_flops": answer(per_token * d_best), "inference_flops": answer(per_token * share),
                 "chinchilla_loss": chinchilla_loss}
