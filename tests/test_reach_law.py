@@ -264,3 +264,21 @@ def test_beyond_the_reach_its_answers_measured_the_bound_grows_as_the_law_and_th
                                                "the largest budget, and public sweeps measured the forecast's error up "
                                                "to 500x")
     assert "measured up to 500x, grown as sigma(r) beyond it" in beyond.summary()
+
+
+def test_the_loss_lines_stated_multiplier_factor_and_sigma_give_its_interval():
+    """The summary's loss line names k, the own factor f and sigma: k f sigma is the interval's log
+    half-width (it read "+-k sigma(r), sigma = ... (x f ...)", and k sigma was not the interval)."""
+    import re
+
+    a, b = ("envelope", "params", None), ("isoflop", "params", None)
+    rs = records(a, lambda i, j: 0.002 * (-1) ** j, lambda i, j: 0.05) + \
+        records(b, lambda i, j: -0.002 * (-1) ** j, lambda i, j: -0.05)  # a quiet sweep: f well below 1
+    f = decide(rs, {a: (2.0, 1e8, 1e10), b: (2.1, 1.1e8, 1e10)}, 1e21, 10.0, priors=shipped())
+    loss = f.answers["loss"]
+    assert not loss.interval["capped"] and abs(loss.interval["own_factor"] - 1) > 0.1
+    line = next(x for x in f.summary().splitlines() if x.strip().startswith("loss from"))
+    k = float(re.search(r"interval \+-([\d.]+) f sigma\(r\)", line).group(1))
+    sigma = float(re.search(r"sigma = ([\d.]+)% at", line).group(1)) / 100
+    factor = float(re.search(r"f = ([\d.]+) by this sweep's own chaining", line).group(1))
+    assert k * factor * sigma == pytest.approx(np.log(loss.hi / loss.value), rel=0.01)

@@ -255,18 +255,20 @@ def answer_line(a: Answer, ratio: float) -> str:
     line = f"{LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; "
     i = a.interval
     if i.get("rule") == "reach law":
-        own = (f", x{i['own_factor']:.2f} by this sweep's own chaining ({i['own_splits']} splits)"
-               if i.get("own_weight") is not None else "")
+        scaled = i.get("own_weight") is not None  # f: this sweep's own chaining scales sigma (reach_law.scale)
+        f = "f " if scaled else ""
+        own = (f", f = {i['own_factor']:.2f} by this sweep's own chaining ({i['own_splits']} splits)"
+               if scaled else "")
         measured = ("at any reach" if ratio <= i.get("reach", np.inf) else
                     f"measured up to {i['reach']:.3g}x, grown as sigma(r) beyond it")
         cap = (f"; at most +-{100 * np.expm1(i.get('cap', i['largest'])):.1f}% (the largest error of a public sweep's "
                f"answer, {measured}), which applies" if i.get("capped") else "")
         if "spread" in i:  # a law fitted with the members' spread: +-k (f sigma(r) (+) s)
-            return line + (f"interval +-{i['multiplier']:.2f} x (sigma(r) (+) s): sigma = {100 * i['sigma']:.2f}% at "
-                           f"{ratio:.3g}x (the reach law of public sweeps' answers{own}), the candidates' spread there "
+            return line + (f"interval +-{i['multiplier']:.2f} x ({f}sigma(r) (+) s): sigma = {100 * i['sigma']:.2f}% at "
+                           f"{ratio:.3g}x (the reach law of public sweeps' answers){own}, the candidates' spread there "
                            f"s = {100 * i['spread']:.2f}%{cap}")
-        return line + (f"interval +-{i['multiplier']:.2f} sigma(r), sigma = {100 * i['sigma']:.2f}% at {ratio:.3g}x "
-                       f"(the reach law of public sweeps' answers{own}){cap}")
+        return line + (f"interval +-{i['multiplier']:.2f} {f}sigma(r), sigma = {100 * i['sigma']:.2f}% at {ratio:.3g}x "
+                       f"(the reach law of public sweeps' answers){own}{cap}")
     note = f" ({i['note']})" if i.get("note") else ""
     grown = (f"scatter {m.scatter:.3f} per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to "
              f"{ratio:.3g}x{note}")
