@@ -188,3 +188,21 @@ def test_report_says_what_loading_the_runs_noted(tmp_path):
     text = write_report(fit(frame, "isoflop", bootstrap=0, tracking=False), tmp_path, workers=1).read_text()
     note = text.index("Note: column &#x27;outlier&#x27; flags 2 of 15 runs (True); they are fitted with the others")
     assert note < text.index("The answer at C =")
+
+
+@pytest.mark.parametrize("limits", [(0.55, 1.7), (1.02, 1.1), (2.1e5, 2.3e5)])
+def test_a_narrow_log_axis_gets_two_or_more_distinct_tick_labels(limits):
+    """compare's multiplier axis (0.6 to 1.6 on a log scale) showed one label, "1": ticks at 1, 2, 5
+    per decade label nothing else in so narrow a range; its values could not be read."""
+    from matplotlib.figure import Figure
+
+    from flops_fit.fitting.report.drawing import plain_log_ticks
+
+    fig = Figure()
+    ax = fig.add_subplot()
+    ax.set_yscale("log")
+    ax.set_ylim(*limits)
+    plain_log_ticks(fig)
+    formatter = ax.yaxis.get_major_formatter()
+    shown = {formatter(v, i) for i, v in enumerate(ax.yaxis.get_majorticklocs()) if limits[0] <= v <= limits[1]}
+    assert len(shown) >= 2, shown

@@ -19,7 +19,8 @@ def plot_comparison(comparison: Comparison, out_dir: Any, formats: Sequence[str]
     fig = new_figure(11, 4.6)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     span = np.geomspace(min(budget_span(r.runs, comparison.target)[0] for r in (comparison.a, comparison.b)), comparison.target, 80)
-    for result, name, colour in ((comparison.a, comparison.names[0], "tab:blue"), (comparison.b, comparison.names[1], "tab:orange")):
+    for result, name, colour in ((comparison.a, f"A: {comparison.names[0]}", "tab:blue"),
+                                 (comparison.b, f"B: {comparison.names[1]}", "tab:orange")):
         f = result.runs.frame
         left.scatter(f["flops"], f["loss"], s=10, alpha=0.35, color=colour)
         p = result.predict(span)
@@ -32,7 +33,7 @@ def plot_comparison(comparison: Comparison, out_dir: Any, formats: Sequence[str]
     right.fill_between(t["budget"], t["multiplier_lo"], t["multiplier_hi"], color="grey", alpha=0.3, lw=0)
     right.axhline(1.0, color="tab:red", lw=1, ls="--")
     right.set(xscale="log", yscale="log", xlabel=COMPUTE_LABEL,
-              ylabel=f"{comparison.names[1]}'s compute multiplier over {comparison.names[0]}",
+              ylabel="B's compute multiplier over A",  # the names, often long, are in the left panel's legend
               title=f"Effective compute multiplier ({100 * comparison.level:g}% band)")
     return save_figure(fig, Path(out_dir) / "compare", formats)
 

@@ -40,12 +40,13 @@ def tick_label(value: float, _position: Any = None) -> str:
 
 def plain_log_ticks(fig) -> None:
     """Label every log axis of ``fig`` in plain text at 1 (over many decades) or 1, 2, 5 per
-    decade, without minor ticks.
+    decade (1 to 9 where that labels fewer than two ticks; evenly spaced values on an axis
+    narrower still), without minor ticks.
 
     matplotlib's default log ticks typeset each label as mathtext and build minor ticks one by
     one: most of a report's drawing time (a report draws some 20 figures, each saved twice).
     """
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
 
     for ax in fig.axes:
         for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
@@ -53,9 +54,21 @@ def plain_log_ticks(fig) -> None:
             if axis.get_scale() != "log" or not lo > 0:
                 continue
             subs = (1.0,) if hi / lo > 1e3 else (1.0, 2.0, 5.0)
-            axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
-            axis.set_major_formatter(FuncFormatter(tick_label))
+            if _ticks_within(lo, hi, subs) < 2:  # a narrow axis (a multiplier of 0.6-1.6): every digit
+                subs = tuple(float(d) for d in range(1, 10))
+            if _ticks_within(lo, hi, subs) < 2:  # narrower still: evenly spaced values, not one label or none
+                axis.set_major_locator(MaxNLocator(nbins=4))
+                axis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:.4g}"))
+            else:
+                axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12))
+                axis.set_major_formatter(FuncFormatter(tick_label))
             axis.set_minor_locator(NullLocator())
+
+
+def _ticks_within(lo: float, hi: float, subs: Sequence[float]) -> int:
+    """How many of ``subs`` x 10^k lie in [lo, hi]."""
+    decades = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+    return sum(lo <= s * 10.0 ** k <= hi for k in decades for s in subs)
 
 
 def save_figure(fig, stem: Path, formats: Sequence[str]) -> list[Path]:
