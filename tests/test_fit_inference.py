@@ -139,3 +139,13 @@ def test_cli_sizes_for_inference(tmp_path, capsys):
     assert main(["fit", str(csv), "--total-flops", "1e21"]) == 2
     err = capsys.readouterr().err
     assert "no law over (N, D)" in err and "--total-flops goes with --inference-tokens" in err
+
+
+def test_a_sizing_below_every_fitted_run_says_so():
+    """The curve law sized the demo's smallest budget at 2.18k parameters on 404 tokens, 400x fewer
+    tokens than any run it was fitted on, in a table that gave no hint; such a row now gets a note."""
+    result = stated(CHINCHILLA)  # one run: 1e9 parameters on 2e10 tokens
+    text = result.sizing_summary([1e17, 1e24], 1e9)
+    notes = [line for line in text.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "at 1e+17 FLOPs" in notes[0] and "below the fitted runs" in notes[0], text
+    assert "smallest 1B parameters, 20B tokens" in notes[0]

@@ -208,16 +208,30 @@ def unserved(table: pd.DataFrame) -> list[str]:
             for _, r in table.iterrows() if not np.isfinite(r.loss)]
 
 
+def below_runs(result: Any, table: pd.DataFrame, first: str = "budget") -> list[str]:
+    """A note for each sizing whose N or D lies below every fitted run's: the law is read where no run
+    measured it (a law whose terms turn there answered 404 tokens for a 2.18k-parameter model)."""
+    runs = result.runs.frame
+    smallest_n, smallest_d = float(runs["params"].min()), float(runs["tokens"].min())
+    return [f"at {fmt.flops(r[first])} FLOPs the sizing's {fmt.count(r.N)} parameters on {fmt.count(r.D)} tokens lie "
+            f"below the fitted runs (smallest {fmt.count(smallest_n)} parameters, {fmt.count(smallest_d)} tokens): the "
+            "law is read where no run measured it, and toward small N and D a law's terms can bend where a real "
+            "model's loss does not; train runs that small before acting on it"
+            for _, r in table.iterrows() if r.N < smallest_n or r.D < smallest_d]
+
+
 def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any = None) -> str:
     """Plain text: the sizing at ``budgets`` (and, given ``totals``, the converse) for one fit."""
     tokens = check_tokens(inference_tokens)
+    sizing = inference_sizing(result, budgets, tokens)
     lines = [f"{result.method}: sizing for {fmt.count(tokens)} inference tokens (training k N D plus a forward pass, "
              "k/3 N, per token served; Sardana et al. 2024)",
-             format_table(sizing_rows(inference_sizing(result, budgets, tokens)), SIZING_HEADERS)]
+             format_table(sizing_rows(sizing), SIZING_HEADERS), *(f"note: {n}" for n in below_runs(result, sizing))]
     if totals is not None:
         table = total_sizing(result, totals, tokens)
         lines += ["", f"{result.method}: the lowest loss for a total budget (training + {fmt.count(tokens)} tokens "
-                  "served)", format_table(total_rows(table), TOTAL_HEADERS), *unserved(table)]
+                  "served)", format_table(total_rows(table), TOTAL_HEADERS), *unserved(table),
+                  *(f"note: {n}" for n in below_runs(result, table, "total_flops"))]
     return "\n".join(lines)
 
 
@@ -230,4 +244,4 @@ def _share(value: Any) -> str:
     return f"{100 * float(value) + 0.0:.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
 
 
-__all__ = ["inference_sizing", "sizing_rows", "sizing_summary", "total_rows", "total_sizing", "unserved"]
+__all__ = ["below_runs", "inference_sizing", "sizing_rows", "sizing_summary", "total_rows", "total_sizing", "unserved"]
