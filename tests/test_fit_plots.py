@@ -206,3 +206,19 @@ def test_a_narrow_log_axis_gets_two_or_more_distinct_tick_labels(limits):
     formatter = ax.yaxis.get_major_formatter()
     shown = {formatter(v, i) for i, v in enumerate(ax.yaxis.get_majorticklocs()) if limits[0] <= v <= limits[1]}
     assert len(shown) >= 2, shown
+
+
+def test_every_plots_axis_label_lies_inside_its_figure(tmp_path):
+    """The residuals plot's y label ("residual (log loss, per run)") began 20 pixels left of its figure,
+    cut off: its signed tick labels took the margin the other plots leave for the label."""
+    from flops_fit.fitting.report import plots
+    from flops_fit.fitting.report.drawing import budget_span, new_figure, save_figure
+
+    result = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1), method="vpnls", bootstrap=0)
+    for name in PLOTS:
+        fig = new_figure(11, 4.8) if name == "frontier" else new_figure(7, 4.8)
+        plots._DRAW[name](fig, result, budget_span(result.runs, None), None)
+        save_figure(fig, tmp_path / name, ("png",))
+        fig.draw_without_rendering()
+        for ax in fig.axes:
+            assert ax.yaxis.label.get_window_extent().x0 >= 0, name

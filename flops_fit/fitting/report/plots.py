@@ -95,6 +95,7 @@ def _plot_contours(fig, result: Any, budgets, target) -> None:
 
 
 def _plot_residuals(fig, result: Any, budgets, target) -> None:
+    fig.subplots_adjust(left=0.14)  # signed tick labels ("-0.04") and a long label: room for both
     ax = fig.add_subplot()
     r = result.diagnostics.residuals
     ax.axhline(0, color="0.5", lw=0.8)
