@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,10 +12,12 @@ import pytest
 
 import flops_fit
 from flops_fit.cli.main import main
+from flops_fit.fitting import load_runs
 from flops_fit.fitting.approaches.parametric import ParametricResult
 from flops_fit.fitting.approaches.result import Diagnostics
-from flops_fit.fitting.decisions.inference import sizing_rows
+from flops_fit.fitting.decisions.inference import falls_with_data, sizing_rows, sizing_summary
 from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.laws.forms import InteractionForm
 from flops_fit.fitting.laws.laws import frontier_exponents
 from flops_fit.fitting.synthetic import synthetic_runs
 
@@ -149,3 +153,28 @@ def test_a_sizing_below_every_fitted_run_says_so():
     notes = [line for line in text.splitlines() if line.startswith("note:")]
     assert len(notes) == 1 and "at 1e+17 FLOPs" in notes[0] and "below the fitted runs" in notes[0], text
     assert "smallest 1B parameters, 20B tokens" in notes[0]
+
+
+def test_the_sizing_reads_a_law_only_where_more_data_lowers_the_loss():
+    """``data/demo_runs.csv`` (the GPT demo's 40 runs, with their curves): the curve law fits a negative
+    interaction term, under which the data term turns negative at small N; the sizing at 1e10 FLOPs
+    serving 1B tokens read 2.18k parameters on 404 tokens (0.18 tokens per parameter) there."""
+    runs = load_runs(Path(__file__).parent / "data" / "demo_runs.csv")
+    runs.frame["schedule"] = runs.frame["schedule"].map(json.loads)
+    result = flops_fit.fit(runs, "curve", bootstrap=0, tracking=False)
+    row = result.predict(1e10, inference_tokens=1e9).iloc[0]
+    p = {k: np.array([v]) for k, v in result.params.items()}
+    assert falls_with_data(result.law_loss, p, np.array([row.N]), np.array([row.D]))[0]
+    assert row.D / row.N > 10
+
+
+def test_a_loss_no_size_reaches_where_the_law_falls_with_data_is_withheld():
+    """A law with a negative interaction term and no floor: at 1e13 FLOPs no size searched reaches the
+    compute-optimal loss where the law still falls with data; the row read N 0.00126 on infinite tokens
+    and a saving of -inf."""
+    result = stated({"E": 0.0, "A": 1.0, "B": 1200.0, "F": -1e4, "alpha": 0.34, "beta": 0.37})
+    result.form = InteractionForm()
+    row = result.predict(1e13, inference_tokens=1e12).iloc[0]
+    assert all(np.isnan(row[k]) for k in ("N", "D", "saving"))
+    text = sizing_summary(result, [1e13], 1e12)
+    assert "withheld at 1e+13 FLOPs: no model of the sizes searched" in text and not re.search(r"\binf\b|-inf", text)

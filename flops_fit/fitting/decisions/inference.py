@@ -31,6 +31,7 @@ GRID_POINTS = 161
 SEARCH_DECADES = 5.0  # N searched this far below the compute-optimal size (a heavy load shrinks it)
 D_DECADES = (-3.0, 12.0)  # D searched this far around the compute-optimal tokens (decades)
 BISECTIONS = 48
+DATA_STEP = 1.1  # the step in D over which a law must fall to be read there (``falls_with_data``)
 FORWARD_SHARE = 1.0 / 3.0  # a forward pass is a third of a training step's FLOPs (2ND of 6ND)
 SIZING_COLUMNS = ("N", "D", "tokens_per_param", "train_flops", "inference_flops", "total_flops",
                   "chinchilla_total_flops", "saving")
@@ -91,6 +92,14 @@ def tokens_for_loss(law, p, n: np.ndarray, target: np.ndarray, d_centre: np.ndar
     return np.where(reachable, np.exp(hi), np.inf)
 
 
+def falls_with_data(law, p, n: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Where the law still falls with D at (N, D): a law whose interaction term F is negative rises
+    with D below some N (its data term turns negative), where no model is read; the sizing searches
+    only where more data lowers the loss, as every law's bisection in D assumes."""
+    with np.errstate(all="ignore"):
+        return law(p, n, d * DATA_STEP) < law(p, n, d)
+
+
 def refine_minimum(log_x: np.ndarray, value: np.ndarray) -> np.ndarray:
     """The minimum of ``value`` over the last axis, refined by a parabola through the three best points."""
     value = np.where(np.isfinite(value), value, np.inf)
@@ -113,10 +122,12 @@ def _sizing(result: Any, law, p: dict[str, np.ndarray], budgets: np.ndarray, tok
     n = np.exp(log_n)
     d = tokens_for_loss(law, cols, n, target[..., None], d0[..., None])
     with np.errstate(all="ignore"):
-        total = flops_per_token(cols, n) * (d + share)
+        total = np.where(falls_with_data(law, cols, n, d), flops_per_token(cols, n) * (d + share), np.inf)
         best = np.exp(refine_minimum(log_n, np.log(total)))
+    found = np.isfinite(total).any(-1)  # else no size searched reaches the loss where the law is read: no answer
+    best = np.where(found, best, np.nan)
     cols2 = {k: v[:, :, 0] for k, v in cols.items()}  # (m, 1)
-    d_best = tokens_for_loss(law, cols2, best, target, d0)
+    d_best = np.where(found, tokens_for_loss(law, cols2, best, target, d0), np.nan)
     per_token = flops_per_token(cols2, best)
     train, serve = per_token * d_best, per_token * share
     chinchilla = budgets[None, :] + flops_per_token(cols2, n0) * share
@@ -134,7 +145,8 @@ def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, token
     n = np.exp(log_n)
     with np.errstate(all="ignore"):
         d = totals[None, :, None] / flops_per_token(cols, n) - share
-        loss = np.where(d > 0, law(cols, n, np.where(d > 0, d, 1.0)), np.inf)
+        trained = np.where(d > 0, d, 1.0)
+        loss = np.where((d > 0) & falls_with_data(law, cols, n, trained), law(cols, n, trained), np.inf)
         best = np.exp(refine_minimum(log_n, loss))
         cols2 = {k: v[:, :, 0] for k, v in cols.items()}
         per_token = flops_per_token(cols2, best)
@@ -187,8 +199,16 @@ def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
     """``inference_sizing``'s table as "value [lo, hi]" cells (``SIZING_HEADERS``)."""
     cells = (("loss", _loss), ("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig),
              ("total_flops", fmt.flops), ("chinchilla_total_flops", fmt.flops), ("saving", _share))
-    return [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f) for k, f in cells]
-            for _, r in table.iterrows()]
+    return [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
+                                     if np.isfinite(r.N) or k in ("loss", "chinchilla_total_flops") else "withheld"
+                                     for k, f in cells] for _, r in table.iterrows()]
+
+
+def unreached(table: pd.DataFrame) -> list[str]:
+    """Why ``inference_sizing``'s rows without an answer have none: no size searched reaches the loss."""
+    return [f"withheld at {fmt.flops(r.budget)} FLOPs: no model of the sizes searched (down to 1e-{SEARCH_DECADES:g} x "
+            "the compute-optimal size) reaches that loss where the law still falls with data; the law is read beyond "
+            "what its runs support there" for _, r in table.iterrows() if not np.isfinite(r.N)]
 
 
 def total_rows(table: pd.DataFrame) -> list[list[str]]:
@@ -226,7 +246,8 @@ def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any
     sizing = inference_sizing(result, budgets, tokens)
     lines = [f"{result.method}: sizing for {fmt.count(tokens)} inference tokens (training k N D plus a forward pass, "
              "k/3 N, per token served; Sardana et al. 2024)",
-             format_table(sizing_rows(sizing), SIZING_HEADERS), *(f"note: {n}" for n in below_runs(result, sizing))]
+             format_table(sizing_rows(sizing), SIZING_HEADERS), *unreached(sizing),
+             *(f"note: {n}" for n in below_runs(result, sizing))]
     if totals is not None:
         table = total_sizing(result, totals, tokens)
         lines += ["", f"{result.method}: the lowest loss for a total budget (training + {fmt.count(tokens)} tokens "

@@ -29,7 +29,7 @@ from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
 from flops_fit.fitting.approaches.result import param_rows, prediction_rows
-from flops_fit.fitting.decisions.inference import SIZING_HEADERS, below_runs, sizing_rows
+from flops_fit.fitting.decisions.inference import SIZING_HEADERS, below_runs, sizing_rows, unreached
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.laws.error_law import fit_error_law
 from flops_fit.fitting.laws.profiles import budget_groups
@@ -255,6 +255,7 @@ def _inference_section(fitted: Any, tokens: float, target: float) -> str:
         budgets = np.append(np.unique(budget_groups(result.runs)[0]), target)
         sizing = result.predict(budgets, inference_tokens=tokens)
         parts += [f"<h3>{escape(result.method)}</h3>", html_table(SIZING_HEADERS, sizing_rows(sizing)),
+                  *(f"<p class=warn>{escape(n[0].upper() + n[1:])}.</p>" for n in unreached(sizing)),
                   *(f"<p class=warn>Note: {escape(n)}</p>" for n in below_runs(result, sizing))]
     return "\n".join(parts)
 
