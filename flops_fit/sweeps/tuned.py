@@ -132,12 +132,28 @@ class TunedLaw:
                       batch_law=None if batch is None else (float(batch["k"]), float(batch["e"])),
                       name=str(law.get("name", "marin")), range=_range(data, str(law["scale"])),
                       centre=(data["setup"].get("hparams")), centre_ratio=_centre_ratio(data))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise PlanError(f"hparams {path}: missing or malformed entry {exc}; run `flops-fit tune` again") from None
-        if out.scale not in SCALES or not (out.m > 0 and all(math.isfinite(e[0]) for e in out.exponents.values())) \
+        if out.scale not in SCALES or not (0 < out.m < math.inf and all(math.isfinite(e[0]) for e in out.exponents.values())) \
                 or not set(out.exponents) <= set(NAMES):
             raise PlanError(f"hparams {path}: the law's scale or coefficients are invalid; run `flops-fit tune` again")
+        bad = out._invalid()
+        if bad:
+            raise PlanError(f"hparams {path}: {bad}; run `flops-fit tune` again")
         return out
+
+    def _invalid(self) -> str | None:
+        """What in the law's other numbers cannot be (beta2, band, batch law, ranges), or None."""
+        if self.beta2 is not None and not 0 <= self.beta2 < 1:
+            return f"beta2 {self.beta2!r} is not in [0, 1)"
+        if not 0 <= self.band < math.inf:
+            return f"the law's band {self.band!r} is not a finite width >= 0"
+        if self.batch_law is not None and not (0 < self.batch_law[0] < math.inf and math.isfinite(self.batch_law[1])):
+            return f"the batch law (k, e) = {self.batch_law} needs a finite k > 0 and a finite e"
+        for v, (lo, hi) in self.range.items():
+            if not 0 <= lo <= hi < math.inf:
+                return f"the range of {v} [{lo!r}, {hi!r}] is not 0 <= min <= max (finite)"
+        return None
 
     @property
     def c(self) -> float | None:
