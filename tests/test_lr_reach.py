@@ -4,6 +4,7 @@ extrapolates (hparams.beyond), and says by what factor; an exponent the tune did
 never extrapolated silently. Laws are written by hand here, not by the code under test."""
 
 import json
+import re
 
 import pytest
 
@@ -137,6 +138,29 @@ def test_a_hand_edited_hparams_json_with_impossible_numbers_is_one_line(tmp_path
                  "--batch-size", "8", "--min-steps", "5", "--hparams", str(folder)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("flops-fit: error: hparams ") and message in err, err
+
+
+@pytest.mark.parametrize("tuned_with, sweep_with, message", [
+    ({}, {"parametrization": "per-layer", "base_width": 8}, "was tuned with the standard parametrization, this "
+     "sweep's model has parametrization 'per-layer' at base_width 8: its rates would be scaled with the width twice"),
+    ({"parametrization": "mup", "base_width": 8}, {}, "was tuned with parametrization 'mup' at base_width 8, this "
+     "sweep's model has the standard parametrization"),
+    ({"parametrization": "per-layer", "base_width": 8}, {"parametrization": "per-layer", "base_width": 16},
+     "set [model] parametrization = \"per-layer\" and base_width = 8 as the tune had them"),
+])
+def test_a_law_tuned_under_another_parametrization_is_refused(tmp_path, tuned_with, sweep_with, message):
+    """A law tuned on the standard GPT already falls with the width; a per-layer or muP sweep
+    planned from it scaled its layers' rates by base_width / width a second time, silently."""
+    folder = write_law(tmp_path / "t")
+    data = json.loads((folder / "hparams.json").read_text())
+    data["setup"]["model_config"] = {**MODEL, "head_dim": None, **tuned_with}
+    (folder / "hparams.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match=re.escape(message)):
+        flops_fit.plan(model="gpt", budgets=[4e8], sizes=[8, 12, 16], seq_len=16, batch_size=8, min_steps=5,
+                       model_config={**MODEL, **sweep_with}, hparams={"tuned": str(folder)})
+    same = flops_fit.plan(model="gpt", budgets=[4e8], sizes=[8, 12, 16], seq_len=16, batch_size=8, min_steps=5,
+                          model_config={**MODEL, **tuned_with}, hparams={"tuned": str(folder)})
+    assert [r.lr_source for r in same.runs] == [f"tuned:{folder}"] * 3
 
 
 def test_the_fit_report_lists_runs_whose_rate_came_from_beyond_the_tune():

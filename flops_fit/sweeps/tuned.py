@@ -103,6 +103,8 @@ class TunedLaw:
     range: dict[str, tuple[float, float]] = field(default_factory=dict)
     centre: dict[str, Any] | None = None  # the tune's centre rule (HyperParams fields)
     centre_ratio: float | None = None
+    # The tune's (parametrization, base_width); None: not recorded (a law fitted from a lab's own runs)
+    parametrization: tuple[str, int | None] | None = None
 
     @classmethod
     def load(cls, where: str | Path) -> TunedLaw:
@@ -131,7 +133,8 @@ class TunedLaw:
                       beta2=None if data.get("beta2") is None else float(data["beta2"]), band=float(law["band"]),
                       batch_law=None if batch is None else (float(batch["k"]), float(batch["e"])),
                       name=str(law.get("name", "marin")), range=_range(data, str(law["scale"])),
-                      centre=(data["setup"].get("hparams")), centre_ratio=_centre_ratio(data))
+                      centre=(data["setup"].get("hparams")), centre_ratio=_centre_ratio(data),
+                      parametrization=_parametrization(data["setup"].get("model_config")))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise PlanError(f"hparams {path}: missing or malformed entry {exc}; run `flops-fit tune` again") from None
         if out.scale not in SCALES or not (0 < out.m < math.inf and all(math.isfinite(e[0]) for e in out.exponents.values())) \
@@ -180,6 +183,22 @@ class TunedLaw:
                             f"{batch_size}: use batch_size = {self.batch_size}, or tune several batch sizes "
                             f"(--batch-sizes) so the law learns how the rate moves with the batch")
 
+    def check_parametrization(self, model_config: dict[str, Any]) -> None:
+        """PlanError unless the sweep's models scale their layers' rates as the tune's did: a law
+        tuned on the standard model already falls with the width, and muP / per-layer rates
+        scale the layers by base_width / width again (or by another base width)."""
+        ours = _parametrization(model_config)
+        if self.parametrization is None or ours == self.parametrization:
+            return
+        kind, base = self.parametrization
+        twice = ours[0] != "standard" and kind == "standard"
+        same = ("drop [model] parametrization and base_width" if kind == "standard" else
+                f"set [model] parametrization = \"{kind}\" and base_width = {base}")
+        raise PlanError(f"hparams {self.path} was tuned with {_describe(self.parametrization)}, this sweep's model "
+                        f"has {_describe(ours)}: its rates would be scaled with the width "
+                        f"{'twice' if twice else 'differently'}; tune this model as it is configured "
+                        f"(`flops-fit tune SPEC --out DIR`), or {same} as the tune had them")
+
     def unidentified(self) -> list[str]:
         """Variables whose exponent's interval crosses zero (or was not measured)."""
         return [v for v, (_, lo, hi) in self.exponents.items()
@@ -201,6 +220,19 @@ class TunedLaw:
         terms = "".join(f" * {f'{unit}s' if v == 'tokens' else v}^{e:.3g}" for v, (e, _, _) in self.exponents.items())
         batch = "" if "batch" in self.exponents or self.batch_size is None else f" (batch {self.batch_size})"
         return f"lr = {self.m:.4g}{terms}{batch}" + ("" if self.name == "marin" else f" ({self.name}'s form)")
+
+
+def _parametrization(model_config: Any) -> tuple[str, int | None] | None:
+    """(parametrization, base_width) of a resolved model configuration (None: none recorded)."""
+    if not isinstance(model_config, dict):
+        return None
+    kind = model_config.get("parametrization") or "standard"
+    return (str(kind), None if kind == "standard" else model_config.get("base_width"))
+
+
+def _describe(parametrization: tuple[str, int | None]) -> str:
+    kind, base = parametrization
+    return "the standard parametrization" if kind == "standard" else f"parametrization {kind!r} at base_width {base}"
 
 
 def _named(variable: str, unit: str) -> str:
