@@ -275,8 +275,7 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
     try:
         law, _ = law_from(used, scale=scale, batch_swept=batch_swept, bootstrap=bootstrap, seed=seed)
     except FitInputError as exc:
-        reasons = "; ".join(f"size {c.size} x {c.tokens:,} {plan.unit}s: {c.fit.reason}" for c in bad[:3])
-        raise FitInputError(f"{exc} ({reasons})") from None
+        raise FitInputError(f"{exc} ({_why_none(bad, len(cells))}): {_widen(bad, grid['multipliers'], out)}") from None
     batch_law = None
     if batch_swept:
         best: dict[tuple[int, int], Cell] = {}
@@ -309,6 +308,35 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
         "holdout": None,
     }
     return TuneResult(out, cells, law, data, forms=forms)
+
+
+def _edge(cell: Cell) -> str | None:
+    """"lowest" / "highest": the end of its rates a cell's best loss sits at (None: another reason)."""
+    reason = cell.fit.reason or ""
+    return next((end for end in ("lowest", "highest") if reason.startswith(f"the best loss is at the {end} ")), None)
+
+
+def _why_none(bad: list[Cell], total: int) -> str:
+    """How many cells have no optimum, and why, counted by reason."""
+    counts: dict[str, int] = {}
+    for c in bad:
+        edge = _edge(c)
+        why = f"best at the {edge} rate tried" if edge else c.fit.reason
+        counts[why] = counts.get(why, 0) + 1
+    return f"{len(bad)} of {total} cells have none: " + "; ".join(f"{n} {why}" for why, n in counts.items())
+
+
+def _widen(bad: list[Cell], multipliers: list[float], out: Path) -> str:
+    """The fix: multipliers widened where the cells' best rates sat, in a new folder, and where
+    each run's rate and loss can be read meanwhile."""
+    edges = {_edge(c) for c in bad}
+    low, high = min(multipliers), max(multipliers)
+    wider = sorted({*multipliers, *((low / 4, low / 2) if "lowest" in edges else ()),
+                    *((high * 2, high * 4) if "highest" in edges else ())})
+    fix = (f"tune again with --multipliers {','.join(f'{m:g}' for m in wider)} into a new --out folder (other "
+           "multipliers are another sweep)" if wider != sorted(multipliers) else "tune more sizes or budgets")
+    return (f"{fix}; each run's rate and loss: flops_fit.RunStore({str(out)!r}).runs_frame()"
+            "[['size', 'tokens', 'lr', 'loss']]")
 
 
 def _forms(used: list[Cell], law: LawFit, scale: str, batch_swept: bool, bootstrap: int,
