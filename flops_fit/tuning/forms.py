@@ -183,7 +183,7 @@ def score(fit: Callable[[list[Point]], Any], points: list[Point]) -> dict[str, A
         return {"budget": largest, "cells": len(held), "error": str(exc), "fitted_on": len(rest)}
     if law.exponents and not any(c.fitted for c in law.exponents.values()):  # its mean rate, not the form
         return {"budget": largest, "cells": len(held), "fitted_on": len(rest),
-                "error": f"{law.notes[0].removeprefix('not fitted: ')} once the largest budget is held out"}
+                "error": f"once the largest budget is held out, {law.notes[0].removeprefix('not fitted: ')}"}
     excess, errors = [], []
     for p in held:
         predicted = law.rate(p.values)
@@ -235,7 +235,7 @@ def form_rows(forms: dict[str, FormFit]) -> list[list[str]]:
     for f in forms.values():
         held = f.heldout or {}
         score_text = f"{100 * held['excess']:+.2f}%" if "excess" in held else \
-            f"not scored: {held['error'].partition(': ')[0]}" if "error" in held else "-"
+            f"not scored: {held['error'].partition(': ')[0].partition(' (')[0]}" if "error" in held else "-"
         for j, (v, c) in enumerate(f.exponents.items()):
             interval_text = f"{c.value:.3g} [{c.lo:.3g}, {c.hi:.3g}]" if c.fitted else "not fitted"
             rows.append([f.name if j == 0 else "", VARIABLES[v], interval_text,
