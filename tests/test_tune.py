@@ -97,6 +97,21 @@ def test_tokens_that_move_with_the_width_are_not_fitted_and_said_so():
     assert any("a not fitted" in note and "tokens" in note for note in law.notes)
 
 
+def test_a_law_through_as_many_cells_as_coefficients_states_no_residual():
+    """Three cells, m, a and b: the law passes through each cell exactly, and its "rms 0.000 in
+    log lr over 3 cells" said nothing about the fit; it says there is no residual instead."""
+    from flops_fit.tuning.law import rms_text
+
+    widths, tokens = np.array([8.0, 16.0, 8.0]), np.array([1e5, 5e4, 4e5])
+    lr = 0.4 * tokens ** -0.1 * widths ** -0.9 * np.array([1.3, 0.8, 1.1])  # off the power law: still exact
+    law, _ = fit_law(widths, tokens, [32] * 3, lr, [np.empty(0)] * 3, scale="width", bootstrap=0)
+    assert math.isnan(law.rms_log) and "3 cells for 3 coefficients: no residual to judge the fit by" in law.notes
+    assert rms_text(law.rms_log, law.cells) == "3 cells, no more than its coefficients: no residual"
+    more, _ = fit_law([*widths, 16.0], [*tokens, 2e5], [32] * 4, [*lr, 0.01], [np.empty(0)] * 4, scale="width",
+                      bootstrap=0)
+    assert rms_text(more.rms_log, more.cells) == f"rms {more.rms_log:.3f} in log lr over 4 cells" and more.rms_log > 0
+
+
 def test_the_law_needs_two_cells():
     with pytest.raises(FitInputError, match="at least 2 cells"):
         fit_law([8], [1e5], [32], [1e-2], [np.empty(0)], scale="width")

@@ -158,8 +158,8 @@ def fit_form(form: Form, points: list[Point], *, bootstrap: int = 200, seed: int
     notes = [] if dof > 0 else [f"{n} cells for {k} coefficients: no residual to judge the fit by"]
     exponents = {v: Coefficient(float(beta[j]), float(lo[j]), float(hi[j])) for j, v in enumerate(form.variables, 1)}
     m = Coefficient(math.exp(beta[0]), math.exp(lo[0]), math.exp(hi[0]))
-    return FormFit(form.name, form.title, m, exponents, n, float(np.sqrt(np.mean(residuals ** 2))), notes=notes,
-                   dof=dof)
+    return FormFit(form.name, form.title, m, exponents, n, float(np.sqrt(np.mean(residuals ** 2))) if dof > 0
+                   else math.nan, notes=notes, dof=dof)
 
 
 def _spread(values: np.ndarray, others: list[np.ndarray]) -> float:

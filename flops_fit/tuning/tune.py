@@ -41,7 +41,7 @@ from flops_fit.tuning.cells import BAND, CellFit, fit_cell
 from flops_fit.tuning.forms import MAX_WIDTH, FormFit, Point, choose, fit_forms, form_rows
 from flops_fit.tuning.grid import DEFAULT_MULTIPLIERS, check_grid, tune_plan
 from flops_fit.tuning.heldout import GOAL, band_of, check_beyond, check_largest, law_from
-from flops_fit.tuning.law import LawFit, fit_batch_law, fit_law
+from flops_fit.tuning.law import LawFit, fit_batch_law, fit_law, rms_text
 from flops_fit.tuning.report import write_tune_report
 
 HOLDOUTS = ("largest", "beyond")
@@ -118,7 +118,7 @@ class TuneResult:
                  f"{c.fit.best_loss:.4f}", c.fit.reason or ""] for c in self.cells]
         lines = [format_table(rows, ["size", "params", self.units, "batch", "beta2", "lr*", "0.5% band",
                                      "best loss", "no optimum because"]),
-                 f"law: {self.law.describe()} (rms {self.law.rms_log:.3f} in log lr over {self.law.cells} cells)"]
+                 f"law: {self.law.describe()} ({rms_text(self.law.rms_log, self.law.cells)})"]
         if self.units != "tokens":
             lines.append(f"  (the laws' variable named tokens, D, counts the {self.units} each run trains on)")
         lines += [f"  {n}" for n in self.law.notes]
