@@ -231,6 +231,19 @@ def test_hparams_naming_a_folder_without_a_tune_is_one_line(tmp_path, capsys):
                                  "(a folder written by `flops-fit tune SPEC --out DIR`)\n")
 
 
+def test_hparams_naming_a_tune_that_found_no_law_says_so_and_how_to_see_why(tmp_path, capsys):
+    """A tune whose cells had no interior optimum leaves its runs and no hparams.json; --hparams
+    on that folder said only "(a folder written by `flops-fit tune`)", which it is."""
+    with RunStore(tmp_path / "my-tune", create=True):
+        pass
+    code = main(["plan", "--model", "gpt", "--budgets", "4e8", "--batch-size", "8", "--seq-len", "16",
+                 "--hparams", str(tmp_path / "my-tune")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{tmp_path / 'my-tune'} holds runs but no law: a tune that found none wrote none (`flops-fit tune SPEC " \
+           f"--out {tmp_path / 'my-tune'} --resume` says why)" in err
+
+
 def test_a_law_tuned_at_one_batch_refuses_another(tuned):
     out, _ = tuned
     law = TunedLaw.load(out)

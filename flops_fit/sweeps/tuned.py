@@ -111,7 +111,12 @@ class TunedLaw:
         """Read ``where`` (a tune's folder or its hparams.json); PlanError naming the file and the fix."""
         path = hparams_path(where)
         if not path.is_file():
-            raise PlanError(f"hparams {str(where)!r}: no {path} (a folder written by `flops-fit tune SPEC --out DIR`)")
+            runs = "" if not (path.parent / "runs.sqlite").is_file() else (
+                f"; {path.parent} holds runs but no law: a tune that found none wrote none (`flops-fit tune SPEC "
+                f"--out {path.parent} --resume` says why), and a sweep over rates gets one from `flops-fit tune --from "
+                f"{path.parent} --out DIR`")
+            raise PlanError(f"hparams {str(where)!r}: no {path} (a folder written by `flops-fit tune SPEC --out DIR`)"
+                            + runs)
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
