@@ -260,6 +260,18 @@ def test_the_tuned_rule_and_its_folder_go_together():
     assert flops_fit.SweepOptions(model="gpt", budgets=[1e9], hparams="some/dir").hparams.tuned == "some/dir"
 
 
+def test_a_fixed_lr_beside_a_tuned_law_is_refused_not_silently_preferred(tmp_path, capsys):
+    """[sweep] hparams = "DIR" (or [hparams] tuned) with [hparams] lr = 0.01 planned every run at
+    0.01, the law not applied and nothing said; the file is now refused naming both."""
+    with pytest.raises(PlanError, match="lr = 0.01 fixes every run's rate, and tuned = 't' names a law"):
+        HyperParams(lr=0.01, lr_rule="tuned", tuned="t")
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nhparams = "my-tune"\n[hparams]\nlr = 0.01\n')
+    code = main(["plan", str(spec)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "lr = 0.01 fixes every run's rate" in err, err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--multipliers", "0.5,1"], "multipliers must hold at least 3 distinct rates"),
     (["--multipliers", "0.5,1,-2"], "each of multipliers must be a positive number, got -2.0"),
