@@ -66,8 +66,8 @@ def check_largest(out: Path, planned: Plan, result: Any, *, bootstrap: int, seed
     used = _used(result)
     keys = sorted({c.key for c in used}, key=lambda k: next(c.largeness for c in used if c.key == k))
     if len(keys) < 3:
-        raise FitInputError(f"holdout='largest' needs at least 3 cells with an interior optimum besides none held "
-                            f"out (found {len(keys)}): tune at more sizes or budgets")
+        raise FitInputError(f"holdout='largest' needs at least 3 cells with an interior optimum, the largest held "
+                            f"out and the law fitted on the others (found {len(keys)}): tune at more sizes or budgets")
     held = keys[-1]
     rest = [c for c in used if c.key != held]
     target = min((c for c in used if c.key == held), key=lambda c: c.fit.best_loss)

@@ -205,14 +205,24 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
     cells = collect_cells(out, plan, bootstrap=bootstrap, seed=seed, host=host)
     result = fit_tune(out, plan, cells, grid, bootstrap=bootstrap, seed=seed)
     result.data["coverage"] = _coverage(config.options, [c for c in cells if c.fit.ok], host)
+    _write_law(result)  # before the held-out check: a check that cannot run (or is stopped) keeps the law
     if holdout:
         check = check_largest if holdout == "largest" else check_beyond
-        result.data["holdout"] = check(out, plan, result, bootstrap=bootstrap, seed=seed, resume_run=run)
-    text = json.dumps(fmt.json_safe(result.data), indent=2) + "\n"
-    write_atomically(result.hparams_path, lambda path: path.write_text(text))
+        try:
+            result.data["holdout"] = check(out, plan, result, bootstrap=bootstrap, seed=seed, resume_run=run)
+        except FitInputError as exc:
+            if report:
+                result.report = write_tune_report(result, out)
+            raise FitInputError(f"{exc}; the law, without the check, is in {result.hparams_path}") from None
+        _write_law(result)
     if report:
         result.report = write_tune_report(result, out)
     return result
+
+
+def _write_law(result: TuneResult) -> None:
+    text = json.dumps(fmt.json_safe(result.data), indent=2) + "\n"
+    write_atomically(result.hparams_path, lambda path: path.write_text(text))
 
 
 def _coverage(options: SweepOptions, used: list[Cell], host: Any) -> dict[str, list[float]] | None:
