@@ -126,3 +126,26 @@ def test_when_the_tokens_do_not_move_the_rate_the_size_alone_is_chosen():
         assert variable in forms[name].unidentified, name
     name, why = choose(forms)
     assert name == "size" and "every exponent identified" in why
+
+
+def test_a_form_that_cannot_be_fitted_without_the_largest_budget_gets_no_held_out_score():
+    """Two budgets, one cell with an optimum at the smaller: without the largest budget every
+    form is left one cell, too few to fit it. Its "prediction" would be that one cell's rate
+    whatever the form; that is no score of the form, so none is given and none chooses the law."""
+    points = cells((1, 8), size_only, noise=0.05, seed=2)
+    points = [p for p in points if p.budget > 1e12] + [next(p for p in points if p.budget == 1e12)]
+
+    def marin(subset):
+        return fit_law([p.values["width"] for p in subset], [p.values["tokens"] for p in subset],
+                       [32] * len(subset), [p.lr_opt for p in subset], [p.samples for p in subset],
+                       scale="width", bootstrap=200)[0]
+
+    forms = fit_forms(points, marin(points), marin, batch_swept=False, bootstrap=200)
+    for f in forms.values():
+        assert "excess" not in f.heldout and f.heldout["fitted_on"] == 1, f.name
+    assert forms["size"].heldout["error"] == "once the largest budget is held out, 1 cells for 2 coefficients"
+    scores = {row[0]: row[4] for row in form_rows(forms) if row[0]}
+    assert scores["size"] == "not scored: once the largest budget is held out, 1 cells for 2 coefficients"
+    assert scores["marin"] == "not scored: the law needs at least 2 cells with an interior optimum, got 1"
+    name, why = choose(forms)
+    assert name == "marin" and "no form could be scored on a held-out budget" in why

@@ -4,6 +4,7 @@ extrapolates (hparams.beyond), and says by what factor; an exponent the tune did
 never extrapolated silently. Laws are written by hand here, not by the code under test."""
 
 import json
+import re
 
 import pytest
 
@@ -108,6 +109,58 @@ def test_bad_guard_options_are_one_line(tmp_path, capsys, hparams, message):
     code = main(["plan", str(spec)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def _edit(data, path, value):
+    *keys, last = path
+    for key in keys:
+        data = data[key]
+    data[last] = value
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("law", "coefficients", "m", "value"), float("inf"), "the law's scale or coefficients are invalid"),
+    (("law", "exponents"), [1, 2], "missing or malformed entry"),
+    (("beta2",), 1.5, "beta2 1.5 is not in [0, 1)"),
+    (("law", "band"), float("nan"), "the law's band nan is not a finite width >= 0"),
+    (("range",), {"tokens": [float("nan"), 22000]}, "the range of tokens [nan, 22000.0] is not 0 <= min <= max"),
+    (("batch_law",), {"k": 0, "e": 0.3}, "the batch law (k, e) = (0.0, 0.3) needs a finite k > 0"),
+])
+def test_a_hand_edited_hparams_json_with_impossible_numbers_is_one_line(tmp_path, capsys, path, value, message):
+    """A law whose m is infinite planned every rate inf, a beta2 of 1.5 went to AdamW, a NaN range
+    read as a run x638 beyond the grid, a list where a table belongs was a traceback: each is
+    now refused naming the entry, before anything is planned."""
+    folder = write_law(tmp_path / "t")
+    data = json.loads((folder / "hparams.json").read_text())
+    _edit(data, path, value)
+    (folder / "hparams.json").write_text(json.dumps(data))
+    code = main(["plan", "--model", "gpt", "--budgets", "4e8", "--sizes", "8,12,16", "--seq-len", "16",
+                 "--batch-size", "8", "--min-steps", "5", "--hparams", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("flops-fit: error: hparams ") and message in err, err
+
+
+@pytest.mark.parametrize("tuned_with, sweep_with, message", [
+    ({}, {"parametrization": "per-layer", "base_width": 8}, "was tuned with the standard parametrization, this "
+     "sweep's model has parametrization 'per-layer' at base_width 8: its rates would be scaled with the width twice"),
+    ({"parametrization": "mup", "base_width": 8}, {}, "was tuned with parametrization 'mup' at base_width 8, this "
+     "sweep's model has the standard parametrization"),
+    ({"parametrization": "per-layer", "base_width": 8}, {"parametrization": "per-layer", "base_width": 16},
+     "set [model] parametrization = \"per-layer\" and base_width = 8 as the tune had them"),
+])
+def test_a_law_tuned_under_another_parametrization_is_refused(tmp_path, tuned_with, sweep_with, message):
+    """A law tuned on the standard GPT already falls with the width; a per-layer or muP sweep
+    planned from it scaled its layers' rates by base_width / width a second time, silently."""
+    folder = write_law(tmp_path / "t")
+    data = json.loads((folder / "hparams.json").read_text())
+    data["setup"]["model_config"] = {**MODEL, "head_dim": None, **tuned_with}
+    (folder / "hparams.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match=re.escape(message)):
+        flops_fit.plan(model="gpt", budgets=[4e8], sizes=[8, 12, 16], seq_len=16, batch_size=8, min_steps=5,
+                       model_config={**MODEL, **sweep_with}, hparams={"tuned": str(folder)})
+    same = flops_fit.plan(model="gpt", budgets=[4e8], sizes=[8, 12, 16], seq_len=16, batch_size=8, min_steps=5,
+                          model_config={**MODEL, **tuned_with}, hparams={"tuned": str(folder)})
+    assert [r.lr_source for r in same.runs] == [f"tuned:{folder}"] * 3
 
 
 def test_the_fit_report_lists_runs_whose_rate_came_from_beyond_the_tune():

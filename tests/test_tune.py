@@ -97,6 +97,21 @@ def test_tokens_that_move_with_the_width_are_not_fitted_and_said_so():
     assert any("a not fitted" in note and "tokens" in note for note in law.notes)
 
 
+def test_a_law_through_as_many_cells_as_coefficients_states_no_residual():
+    """Three cells, m, a and b: the law passes through each cell exactly, and its "rms 0.000 in
+    log lr over 3 cells" said nothing about the fit; it says there is no residual instead."""
+    from flops_fit.tuning.law import rms_text
+
+    widths, tokens = np.array([8.0, 16.0, 8.0]), np.array([1e5, 5e4, 4e5])
+    lr = 0.4 * tokens ** -0.1 * widths ** -0.9 * np.array([1.3, 0.8, 1.1])  # off the power law: still exact
+    law, _ = fit_law(widths, tokens, [32] * 3, lr, [np.empty(0)] * 3, scale="width", bootstrap=0)
+    assert math.isnan(law.rms_log) and "3 cells for 3 coefficients: no residual to judge the fit by" in law.notes
+    assert rms_text(law.rms_log, law.cells) == "3 cells, no more than its coefficients: no residual"
+    more, _ = fit_law([*widths, 16.0], [*tokens, 2e5], [32] * 4, [*lr, 0.01], [np.empty(0)] * 4, scale="width",
+                      bootstrap=0)
+    assert rms_text(more.rms_log, more.cells) == f"rms {more.rms_log:.3f} in log lr over 4 cells" and more.rms_log > 0
+
+
 def test_the_law_needs_two_cells():
     with pytest.raises(FitInputError, match="at least 2 cells"):
         fit_law([8], [1e5], [32], [1e-2], [np.empty(0)], scale="width")
@@ -216,6 +231,19 @@ def test_hparams_naming_a_folder_without_a_tune_is_one_line(tmp_path, capsys):
                                  "(a folder written by `flops-fit tune SPEC --out DIR`)\n")
 
 
+def test_hparams_naming_a_tune_that_found_no_law_says_so_and_how_to_see_why(tmp_path, capsys):
+    """A tune whose cells had no interior optimum leaves its runs and no hparams.json; --hparams
+    on that folder said only "(a folder written by `flops-fit tune`)", which it is."""
+    with RunStore(tmp_path / "my-tune", create=True):
+        pass
+    code = main(["plan", "--model", "gpt", "--budgets", "4e8", "--batch-size", "8", "--seq-len", "16",
+                 "--hparams", str(tmp_path / "my-tune")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{tmp_path / 'my-tune'} holds runs but no law: a tune that found none wrote none (`flops-fit tune SPEC " \
+           f"--out {tmp_path / 'my-tune'} --resume` says why)" in err
+
+
 def test_a_law_tuned_at_one_batch_refuses_another(tuned):
     out, _ = tuned
     law = TunedLaw.load(out)
@@ -230,6 +258,18 @@ def test_the_tuned_rule_and_its_folder_go_together():
         HyperParams(lr_rule="tuned")
     assert HyperParams.from_dict({"tuned": "t"}).lr_rule == "tuned"
     assert flops_fit.SweepOptions(model="gpt", budgets=[1e9], hparams="some/dir").hparams.tuned == "some/dir"
+
+
+def test_a_fixed_lr_beside_a_tuned_law_is_refused_not_silently_preferred(tmp_path, capsys):
+    """[sweep] hparams = "DIR" (or [hparams] tuned) with [hparams] lr = 0.01 planned every run at
+    0.01, the law not applied and nothing said; the file is now refused naming both."""
+    with pytest.raises(PlanError, match="lr = 0.01 fixes every run's rate, and tuned = 't' names a law"):
+        HyperParams(lr=0.01, lr_rule="tuned", tuned="t")
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nhparams = "my-tune"\n[hparams]\nlr = 0.01\n')
+    code = main(["plan", str(spec)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "lr = 0.01 fixes every run's rate" in err, err
 
 
 @pytest.mark.parametrize("args, message", [
@@ -256,11 +296,20 @@ def test_tune_needs_a_spec_or_a_demo(tmp_path, capsys):
     assert capsys.readouterr().err == "flops-fit: error: flops-fit tune needs a sweep file SPEC, --demo MODEL or --from RUNS (one of them)\n"
 
 
-def test_holdout_needs_three_cells(tuned):
-    out, _ = tuned
-    with pytest.raises((FitInputError, OptionError), match="holdout='largest' needs at least 3 cells"):
+def test_holdout_needs_three_cells(tuned, tmp_path):
+    """The check that cannot run comes after every run trained and the law fitted: that law is
+    written (it was lost, the message garbled "besides none held out")."""
+    out = tmp_path / "tune"
+    shutil.copytree(tuned[0], out)
+    (out / "hparams.json").unlink()
+    with pytest.raises(FitInputError) as caught:
         flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 16], multipliers=[1 / 8, 1 / 2, 1], holdout="largest",
                        resume=True, skip_parity=True, show_progress=False, bootstrap=0, report=False)
+    assert str(caught.value) == (
+        "holdout='largest' needs at least 3 cells with an interior optimum, the largest held out and the law fitted "
+        f"on the others (found 2): tune at more sizes or budgets; the law, without the check, is in "
+        f"{out / 'hparams.json'}")
+    assert TunedLaw.load(out).describe() == TunedLaw.load(tuned[0]).describe()
 
 
 def tune_held_out(out, holdout, bootstrap):
@@ -481,9 +530,15 @@ def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
     rates = [1e-3, 1e-2, 1e-1]
     cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, 1.0)), [])
              for w in (8, 16)]  # the best rate (1.0) lies above every rate tried
-    with pytest.raises(FitInputError, match="no cell has its best rate inside the multipliers.*widen the "
-                                            "multipliers upwards"):
-        fit_tune(Path("."), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+    with pytest.raises(FitInputError) as caught:
+        fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+    # every cell counted (not the first 3), the multipliers to use, and where each rate's loss is: no
+    # report is written without a law, and `flops-fit status` shows no rates
+    assert str(caught.value) == (
+        "no cell has its best rate inside the multipliers (2 of 2 cells have none: 2 best at the highest rate "
+        "tried): tune again with --multipliers 0.25,1,4,8,16 into a new --out folder (other multipliers are "
+        "another sweep); each run's rate and loss: flops_fit.RunStore('my-tune').runs_frame()"
+        "[['size', 'tokens', 'lr', 'loss']]")
 
 
 def test_tokens_that_nearly_follow_the_width_are_not_fitted():

@@ -79,6 +79,9 @@ class HyperParams:
             raise PlanError("lr_rule 'tuned' goes with tuned = \"DIR\" (a `flops-fit tune` output folder), and "
                             f"tuned with lr_rule 'tuned' (got lr_rule {self.lr_rule!r}, tuned {self.tuned!r}); "
                             "hparams = \"DIR\" sets both")
+        if self.lr is not None and self.tuned is not None:
+            raise PlanError(f"lr = {self.lr!r} fixes every run's rate, and tuned = {self.tuned!r} names a law for "
+                            "them: keep one (leave lr out to plan the rates from the tune)")
         _in_range(self.reach, "reach", 1, math.inf, ">= 1 (a factor beyond the tune's grid)")
         if self.beyond not in BEYOND:
             raise PlanError(f"beyond must be one of {BEYOND} (what a tuned law does past its reach), "

@@ -252,8 +252,11 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     if scaled and hparams.lr is None and hparams.lr_rule in ("marin", "inverse-width"):
         raise PlanError(f"lr_rule {hparams.lr_rule!r} scales the rate with the width, and parametrization "
                         f"{model_config['parametrization']!r} already scales the layers' rates by base_width / width; "
-                        f"use lr_rule = \"constant\" with the rate tuned at the base width (or lr = ..., or a tuned law)")
+                        f"use lr_rule = \"constant\" with the rate tuned at the base width (or lr = ..., or a law tuned "
+                        f"with this parametrization)")
     law = _law(hparams, width_like, model, batch_size) if hparams.lr is None and hparams.lr_rule == "tuned" else None
+    if law is not None:
+        law.check_parametrization(model_config)
     batches = {budget: law.batch(budget) if law is not None and law.batch_law is not None else batch_size
                for budget in options.budgets}  # a tuned batch law sets each budget's batch
 

@@ -103,13 +103,20 @@ class TunedLaw:
     range: dict[str, tuple[float, float]] = field(default_factory=dict)
     centre: dict[str, Any] | None = None  # the tune's centre rule (HyperParams fields)
     centre_ratio: float | None = None
+    # The tune's (parametrization, base_width); None: not recorded (a law fitted from a lab's own runs)
+    parametrization: tuple[str, int | None] | None = None
 
     @classmethod
     def load(cls, where: str | Path) -> TunedLaw:
         """Read ``where`` (a tune's folder or its hparams.json); PlanError naming the file and the fix."""
         path = hparams_path(where)
         if not path.is_file():
-            raise PlanError(f"hparams {str(where)!r}: no {path} (a folder written by `flops-fit tune SPEC --out DIR`)")
+            runs = "" if not (path.parent / "runs.sqlite").is_file() else (
+                f"; {path.parent} holds runs but no law: a tune that found none wrote none (`flops-fit tune SPEC "
+                f"--out {path.parent} --resume` says why), and a sweep over rates gets one from `flops-fit tune --from "
+                f"{path.parent} --out DIR`")
+            raise PlanError(f"hparams {str(where)!r}: no {path} (a folder written by `flops-fit tune SPEC --out DIR`)"
+                            + runs)
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
@@ -131,13 +138,30 @@ class TunedLaw:
                       beta2=None if data.get("beta2") is None else float(data["beta2"]), band=float(law["band"]),
                       batch_law=None if batch is None else (float(batch["k"]), float(batch["e"])),
                       name=str(law.get("name", "marin")), range=_range(data, str(law["scale"])),
-                      centre=(data["setup"].get("hparams")), centre_ratio=_centre_ratio(data))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+                      centre=(data["setup"].get("hparams")), centre_ratio=_centre_ratio(data),
+                      parametrization=_parametrization(data["setup"].get("model_config")))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise PlanError(f"hparams {path}: missing or malformed entry {exc}; run `flops-fit tune` again") from None
-        if out.scale not in SCALES or not (out.m > 0 and all(math.isfinite(e[0]) for e in out.exponents.values())) \
+        if out.scale not in SCALES or not (0 < out.m < math.inf and all(math.isfinite(e[0]) for e in out.exponents.values())) \
                 or not set(out.exponents) <= set(NAMES):
             raise PlanError(f"hparams {path}: the law's scale or coefficients are invalid; run `flops-fit tune` again")
+        bad = out._invalid()
+        if bad:
+            raise PlanError(f"hparams {path}: {bad}; run `flops-fit tune` again")
         return out
+
+    def _invalid(self) -> str | None:
+        """What in the law's other numbers cannot be (beta2, band, batch law, ranges), or None."""
+        if self.beta2 is not None and not 0 <= self.beta2 < 1:
+            return f"beta2 {self.beta2!r} is not in [0, 1)"
+        if not 0 <= self.band < math.inf:
+            return f"the law's band {self.band!r} is not a finite width >= 0"
+        if self.batch_law is not None and not (0 < self.batch_law[0] < math.inf and math.isfinite(self.batch_law[1])):
+            return f"the batch law (k, e) = {self.batch_law} needs a finite k > 0 and a finite e"
+        for v, (lo, hi) in self.range.items():
+            if not 0 <= lo <= hi < math.inf:
+                return f"the range of {v} [{lo!r}, {hi!r}] is not 0 <= min <= max (finite)"
+        return None
 
     @property
     def c(self) -> float | None:
@@ -164,6 +188,22 @@ class TunedLaw:
                             f"{batch_size}: use batch_size = {self.batch_size}, or tune several batch sizes "
                             f"(--batch-sizes) so the law learns how the rate moves with the batch")
 
+    def check_parametrization(self, model_config: dict[str, Any]) -> None:
+        """PlanError unless the sweep's models scale their layers' rates as the tune's did: a law
+        tuned on the standard model already falls with the width, and muP / per-layer rates
+        scale the layers by base_width / width again (or by another base width)."""
+        ours = _parametrization(model_config)
+        if self.parametrization is None or ours == self.parametrization:
+            return
+        kind, base = self.parametrization
+        twice = ours[0] != "standard" and kind == "standard"
+        same = ("drop [model] parametrization and base_width" if kind == "standard" else
+                f"set [model] parametrization = \"{kind}\" and base_width = {base}")
+        raise PlanError(f"hparams {self.path} was tuned with {_describe(self.parametrization)}, this sweep's model "
+                        f"has {_describe(ours)}: its rates would be scaled with the width "
+                        f"{'twice' if twice else 'differently'}; tune this model as it is configured "
+                        f"(`flops-fit tune SPEC --out DIR`), or {same} as the tune had them")
+
     def unidentified(self) -> list[str]:
         """Variables whose exponent's interval crosses zero (or was not measured)."""
         return [v for v, (_, lo, hi) in self.exponents.items()
@@ -185,6 +225,19 @@ class TunedLaw:
         terms = "".join(f" * {f'{unit}s' if v == 'tokens' else v}^{e:.3g}" for v, (e, _, _) in self.exponents.items())
         batch = "" if "batch" in self.exponents or self.batch_size is None else f" (batch {self.batch_size})"
         return f"lr = {self.m:.4g}{terms}{batch}" + ("" if self.name == "marin" else f" ({self.name}'s form)")
+
+
+def _parametrization(model_config: Any) -> tuple[str, int | None] | None:
+    """(parametrization, base_width) of a resolved model configuration (None: none recorded)."""
+    if not isinstance(model_config, dict):
+        return None
+    kind = model_config.get("parametrization") or "standard"
+    return (str(kind), None if kind == "standard" else model_config.get("base_width"))
+
+
+def _describe(parametrization: tuple[str, int | None]) -> str:
+    kind, base = parametrization
+    return "the standard parametrization" if kind == "standard" else f"parametrization {kind!r} at base_width {base}"
 
 
 def _named(variable: str, unit: str) -> str:

@@ -135,8 +135,8 @@ def fit_form(form: Form, points: list[Point], *, bootstrap: int = 200, seed: int
     flat = [v for j, v in enumerate(form.variables)
             if _spread(columns[j], [np.ones(n)] + columns[:j] + columns[j + 1:]) < MIN_SPREAD]
     if flat or n < k:
-        why = (f"{', '.join(VARIABLES[v] for v in flat)} barely varies apart from the other variables across these "
-               f"cells (tune at budgets further apart)" if flat else f"{n} cells for {k} coefficients")
+        why = (f"{n} cells for {k} coefficients" if n < k else f"{', '.join(VARIABLES[v] for v in flat)} barely "
+               "varies apart from the other variables across these cells (tune at budgets further apart)")
         return FormFit(form.name, form.title, Coefficient(math.exp(float(np.mean(y))), fitted=False),
                        {v: Coefficient(0.0, fitted=False) for v in form.variables}, n, math.nan,
                        notes=[f"not fitted: {why}"], dof=n - k)
@@ -158,8 +158,8 @@ def fit_form(form: Form, points: list[Point], *, bootstrap: int = 200, seed: int
     notes = [] if dof > 0 else [f"{n} cells for {k} coefficients: no residual to judge the fit by"]
     exponents = {v: Coefficient(float(beta[j]), float(lo[j]), float(hi[j])) for j, v in enumerate(form.variables, 1)}
     m = Coefficient(math.exp(beta[0]), math.exp(lo[0]), math.exp(hi[0]))
-    return FormFit(form.name, form.title, m, exponents, n, float(np.sqrt(np.mean(residuals ** 2))), notes=notes,
-                   dof=dof)
+    return FormFit(form.name, form.title, m, exponents, n, float(np.sqrt(np.mean(residuals ** 2))) if dof > 0
+                   else math.nan, notes=notes, dof=dof)
 
 
 def _spread(values: np.ndarray, others: list[np.ndarray]) -> float:
@@ -180,7 +180,10 @@ def score(fit: Callable[[list[Point]], Any], points: list[Point]) -> dict[str, A
     try:
         law = fit(rest)
     except (ValueError, np.linalg.LinAlgError, ArithmeticError) as exc:  # FitInputError is a ValueError
-        return {"budget": largest, "cells": len(held), "error": str(exc)}
+        return {"budget": largest, "cells": len(held), "error": str(exc), "fitted_on": len(rest)}
+    if law.exponents and not any(c.fitted for c in law.exponents.values()):  # its mean rate, not the form
+        return {"budget": largest, "cells": len(held), "fitted_on": len(rest),
+                "error": f"once the largest budget is held out, {law.notes[0].removeprefix('not fitted: ')}"}
     excess, errors = [], []
     for p in held:
         predicted = law.rate(p.values)
@@ -218,7 +221,8 @@ def choose(forms: dict[str, FormFit]) -> tuple[str, str]:
     scored = {n: f.heldout["excess"] for n, f in ok.items() if f.heldout and "excess" in f.heldout}
     if not scored:
         why = ("no form has all its exponents identified by these cells (an interval crosses zero or is wider than "
-               f"{MAX_WIDTH:g})" if not ok else "no held-out budget to compare the forms on (one budget)")
+               f"{MAX_WIDTH:g})" if not ok else "no form could be scored on a held-out budget (one budget, or too few "
+               "cells without the largest to fit it)")
         return "marin", f"marin: {why}; the planner guards how far past the grid it reaches"
     name = min(scored, key=scored.get)
     return name, (f"{name}: every exponent identified and the lowest held-out excess "
@@ -230,7 +234,8 @@ def form_rows(forms: dict[str, FormFit]) -> list[list[str]]:
     rows = []
     for f in forms.values():
         held = f.heldout or {}
-        score_text = f"{100 * held['excess']:+.2f}%" if "excess" in held else held.get("error", "-")[:40]
+        score_text = f"{100 * held['excess']:+.2f}%" if "excess" in held else \
+            f"not scored: {held['error'].partition(': ')[0].partition(' (')[0]}" if "error" in held else "-"
         for j, (v, c) in enumerate(f.exponents.items()):
             interval_text = f"{c.value:.3g} [{c.lo:.3g}, {c.hi:.3g}]" if c.fitted else "not fitted"
             rows.append([f.name if j == 0 else "", VARIABLES[v], interval_text,

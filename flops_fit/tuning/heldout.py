@@ -34,8 +34,7 @@ MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)  # of the law's rate, at the ``beyond``
 def law_from(cells: list[Any], *, scale: str, batch_swept: bool, bootstrap: int, seed: int) -> tuple[LawFit, Any]:
     """Marin's form fitted to these cells (``tuning.law``)."""
     if not cells:
-        raise FitInputError("no cell has its best rate inside the multipliers: widen them (the report and "
-                            "`flops-fit status` show each cell's losses)")
+        raise FitInputError("no cell has its best rate inside the multipliers")
     return fit_law([c.scale for c in cells], [c.tokens for c in cells], [c.batch_size for c in cells],
                    [c.fit.lr_opt for c in cells], [c.fit.samples for c in cells], scale=scale,
                    bootstrap=bootstrap, seed=seed, batch_swept=batch_swept)
@@ -67,8 +66,8 @@ def check_largest(out: Path, planned: Plan, result: Any, *, bootstrap: int, seed
     used = _used(result)
     keys = sorted({c.key for c in used}, key=lambda k: next(c.largeness for c in used if c.key == k))
     if len(keys) < 3:
-        raise FitInputError(f"holdout='largest' needs at least 3 cells with an interior optimum besides none held "
-                            f"out (found {len(keys)}): tune at more sizes or budgets")
+        raise FitInputError(f"holdout='largest' needs at least 3 cells with an interior optimum, the largest held "
+                            f"out and the law fitted on the others (found {len(keys)}): tune at more sizes or budgets")
     held = keys[-1]
     rest = [c for c in used if c.key != held]
     target = min((c for c in used if c.key == held), key=lambda c: c.fit.best_loss)

@@ -47,7 +47,7 @@ class LawFit:
     scale: str
     coefficients: dict[str, Coefficient | None]  # m, a, b, c (c None: one batch size)
     cells: int
-    rms_log: float  # root-mean-square residual of log(lr*) over the cells
+    rms_log: float  # root-mean-square residual of log(lr*) over the cells (NaN: no more cells than coefficients)
     notes: list[str] = field(default_factory=list)
 
     def rate(self, scale: float, tokens: float, batch: float) -> float:
@@ -69,6 +69,13 @@ class LawFit:
         return {"form": FORM.format(scale=self.scale), "scale": self.scale,
                 "coefficients": {n: None if c is None else c.to_dict() for n, c in self.coefficients.items()},
                 "cells": self.cells, "rms_log": self.rms_log, "notes": self.notes}
+
+
+def rms_text(rms_log: float, cells: int) -> str:
+    """The law's residual over its cells, or why there is none to state."""
+    if rms_log is not None and math.isfinite(rms_log):
+        return f"rms {rms_log:.3f} in log lr over {cells} cells"
+    return f"{cells} cells, no more than its coefficients: no residual"
 
 
 def _fmt(c: Coefficient) -> str:
@@ -144,7 +151,9 @@ def fit_law(scale_values, tokens, batch, lr_opt, samples: list[np.ndarray], *, s
             coefficients[name] = Coefficient(float(full[k]), float(lo[k]), float(hi[k]))
         else:
             coefficients[name] = Coefficient(0.0, fitted=False)
-    law = LawFit(scale, coefficients, n, float(np.sqrt(np.mean(residuals ** 2))), notes)
+    if dof <= 0:  # an exact fit through every cell: its rms residual (0) says nothing
+        notes.append(f"{n} cells for {design.shape[1]} coefficients: no residual to judge the fit by")
+    law = LawFit(scale, coefficients, n, float(np.sqrt(np.mean(residuals ** 2))) if dof > 0 else math.nan, notes)
     return law, boot
 
 

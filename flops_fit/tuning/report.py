@@ -14,6 +14,7 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.report.drawing import colours, new_figure, save_figure
 from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
 from flops_fit.tuning.forms import form_rows
+from flops_fit.tuning.law import rms_text
 
 FORMATS = ("png", "svg")
 
@@ -126,8 +127,7 @@ def write_tune_report(result: Any, out: Path) -> Path:
         f"{len(data['tune']['multipliers'])} multipliers of the sweep's rate ({escape(data['setup']['centre'])}): "
         f"{', '.join(f'{m:g}' for m in data['tune']['multipliers'])}.</p>",
         "<h2 id='law'>The law</h2>",
-        f"<p><b>{escape(_chosen(result))}</b>; rms residual {law['rms_log']:.3f} in log lr over "
-        f"{law['cells']} cells; near-optimal band (loss within {100 * data['tune']['band']:g}% of a cell's best): "
+        f"<p><b>{escape(_chosen(result))}</b>; {rms_text(law['rms_log'], law['cells'])}; near-optimal band (loss within {100 * data['tune']['band']:g}% of a cell's best): "
         f"x{math.exp(law['band']):.2f} either side of lr* (median over cells); beta2 {data['beta2']:g}.</p>",
         html_table(["coefficient", "estimate", "95% interval"], rows),
     ]

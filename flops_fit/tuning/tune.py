@@ -41,7 +41,7 @@ from flops_fit.tuning.cells import BAND, CellFit, fit_cell
 from flops_fit.tuning.forms import MAX_WIDTH, FormFit, Point, choose, fit_forms, form_rows
 from flops_fit.tuning.grid import DEFAULT_MULTIPLIERS, check_grid, tune_plan
 from flops_fit.tuning.heldout import GOAL, band_of, check_beyond, check_largest, law_from
-from flops_fit.tuning.law import LawFit, fit_batch_law, fit_law
+from flops_fit.tuning.law import LawFit, fit_batch_law, fit_law, rms_text
 from flops_fit.tuning.report import write_tune_report
 
 HOLDOUTS = ("largest", "beyond")
@@ -118,7 +118,7 @@ class TuneResult:
                  f"{c.fit.best_loss:.4f}", c.fit.reason or ""] for c in self.cells]
         lines = [format_table(rows, ["size", "params", self.units, "batch", "beta2", "lr*", "0.5% band",
                                      "best loss", "no optimum because"]),
-                 f"law: {self.law.describe()} (rms {self.law.rms_log:.3f} in log lr over {self.law.cells} cells)"]
+                 f"law: {self.law.describe()} ({rms_text(self.law.rms_log, self.law.cells)})"]
         if self.units != "tokens":
             lines.append(f"  (the laws' variable named tokens, D, counts the {self.units} each run trains on)")
         lines += [f"  {n}" for n in self.law.notes]
@@ -205,14 +205,24 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
     cells = collect_cells(out, plan, bootstrap=bootstrap, seed=seed, host=host)
     result = fit_tune(out, plan, cells, grid, bootstrap=bootstrap, seed=seed)
     result.data["coverage"] = _coverage(config.options, [c for c in cells if c.fit.ok], host)
+    _write_law(result)  # before the held-out check: a check that cannot run (or is stopped) keeps the law
     if holdout:
         check = check_largest if holdout == "largest" else check_beyond
-        result.data["holdout"] = check(out, plan, result, bootstrap=bootstrap, seed=seed, resume_run=run)
-    text = json.dumps(fmt.json_safe(result.data), indent=2) + "\n"
-    write_atomically(result.hparams_path, lambda path: path.write_text(text))
+        try:
+            result.data["holdout"] = check(out, plan, result, bootstrap=bootstrap, seed=seed, resume_run=run)
+        except FitInputError as exc:
+            if report:
+                result.report = write_tune_report(result, out)
+            raise FitInputError(f"{exc}; the law, without the check, is in {result.hparams_path}") from None
+        _write_law(result)
     if report:
         result.report = write_tune_report(result, out)
     return result
+
+
+def _write_law(result: TuneResult) -> None:
+    text = json.dumps(fmt.json_safe(result.data), indent=2) + "\n"
+    write_atomically(result.hparams_path, lambda path: path.write_text(text))
 
 
 def _coverage(options: SweepOptions, used: list[Cell], host: Any) -> dict[str, list[float]] | None:
@@ -275,8 +285,7 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
     try:
         law, _ = law_from(used, scale=scale, batch_swept=batch_swept, bootstrap=bootstrap, seed=seed)
     except FitInputError as exc:
-        reasons = "; ".join(f"size {c.size} x {c.tokens:,} {plan.unit}s: {c.fit.reason}" for c in bad[:3])
-        raise FitInputError(f"{exc} ({reasons})") from None
+        raise FitInputError(f"{exc} ({_why_none(bad, len(cells))}): {_widen(bad, grid['multipliers'], out)}") from None
     batch_law = None
     if batch_swept:
         best: dict[tuple[int, int], Cell] = {}
@@ -309,6 +318,35 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
         "holdout": None,
     }
     return TuneResult(out, cells, law, data, forms=forms)
+
+
+def _edge(cell: Cell) -> str | None:
+    """"lowest" / "highest": the end of its rates a cell's best loss sits at (None: another reason)."""
+    reason = cell.fit.reason or ""
+    return next((end for end in ("lowest", "highest") if reason.startswith(f"the best loss is at the {end} ")), None)
+
+
+def _why_none(bad: list[Cell], total: int) -> str:
+    """How many cells have no optimum, and why, counted by reason."""
+    counts: dict[str, int] = {}
+    for c in bad:
+        edge = _edge(c)
+        why = f"best at the {edge} rate tried" if edge else c.fit.reason
+        counts[why] = counts.get(why, 0) + 1
+    return f"{len(bad)} of {total} cells have none: " + "; ".join(f"{n} {why}" for why, n in counts.items())
+
+
+def _widen(bad: list[Cell], multipliers: list[float], out: Path) -> str:
+    """The fix: multipliers widened where the cells' best rates sat, in a new folder, and where
+    each run's rate and loss can be read meanwhile."""
+    edges = {_edge(c) for c in bad}
+    low, high = min(multipliers), max(multipliers)
+    wider = sorted({*multipliers, *((low / 4, low / 2) if "lowest" in edges else ()),
+                    *((high * 2, high * 4) if "highest" in edges else ())})
+    fix = (f"tune again with --multipliers {','.join(f'{m:g}' for m in wider)} into a new --out folder (other "
+           "multipliers are another sweep)" if wider != sorted(multipliers) else "tune more sizes or budgets")
+    return (f"{fix}; each run's rate and loss: flops_fit.RunStore({str(out)!r}).runs_frame()"
+            "[['size', 'tokens', 'lr', 'loss']]")
 
 
 def _forms(used: list[Cell], law: LawFit, scale: str, batch_swept: bool, bootstrap: int,
