@@ -183,11 +183,27 @@ def test_status_says_who_trains_a_sweep_the_time_it_has_left_and_what_a_killed_d
     assert main(["status", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith(
-        f"no sweep is training it now: 1 run marked running was interrupted; run the sweep again with --out {tmp_path} "
-        "--resume")
+        f"nothing is training it now: 1 run marked running was interrupted; `flops-fit sweep CONFIG --out {tmp_path} "
+        "--resume` continues it")
     table = lines[lines.index(next(line for line in lines if line.startswith("budget"))) + 2:]
     assert [row.split()[4] for row in table] == ["done"] * 4 + ["running", "pending"]  # every run, in plan order
     assert table[5].split()[3] == f"{runs[5].tokens:,}"  # a run still to train: its planned tokens
+    assert [row.split()[5] for row in table] == [f"{r.lr:.3g}" for r in runs]  # each run's rate (a tune's differ)
+
+
+def test_status_of_an_interrupted_tune_says_the_tunes_resume_command(tmp_path, capsys):
+    """A tune stopped mid-run: status said "run the sweep again ... --resume", which is not how a tune goes on."""
+    from dataclasses import replace
+
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    swept.runs[:] = [replace(r, lr_source="tune:x0.5 marin") for r in swept.runs]  # as the tune records its cells
+    with RunStore(tmp_path, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        s.mark_running(swept.runs[0].run_id)
+    assert main(["status", str(tmp_path)]) == 0
+    assert f"interrupted; `flops-fit tune SPEC --out {tmp_path} --resume` continues it" in capsys.readouterr().out
 
 
 def _truncated(path):

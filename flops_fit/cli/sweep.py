@@ -263,15 +263,25 @@ def _driver(store: RunStore, counts: dict[str, int]) -> dict[str, Any]:
     the runs marked running were interrupted: a killed driver leaves them so."""
     now = time.time()
     live = holder(store.path, now)
-    if live is None:
-        return {"driver": None, "interrupted": counts.get("running", 0)}
     runs, design = store.planned_runs(), store.get_meta("adaptive")
+    if live is None:
+        return {"driver": None, "interrupted": counts.get("running", 0), "resume": _resume(store.dir, runs, design)}
     if design:  # an adaptive sweep's plan is its pool: only the runs chosen so far are to train
         chosen = {run_id for batch in design["run_ids"] for run_id in batch}
         runs = [r for r in runs if r.run_id in chosen]
     left = stored_pace(runs, store.timeline(), live.started, now).seconds_left()
     return {"driver": {**live._asdict(), "heartbeat_age_s": round(now - live.heartbeat, 1)}, "seconds_left": left,
             "scope": "runs chosen so far" if design else "all runs"}
+
+
+def _resume(out_dir: Path, runs: list[Any], design: dict[str, Any] | None) -> str:
+    """The command that continues what trained into ``out_dir``: a tune (its runs' rates say so), an
+    adaptive sweep (its design in the store) or a sweep."""
+    if any(str(r.lr_source or "").startswith("tune:") for r in runs):
+        return f"flops-fit tune SPEC --out {out_dir} --resume"
+    if design:
+        return f"flops-fit sweep CONFIG --out {out_dir} --adaptive --until '{design.get('rule', 'RULE')}' --resume"
+    return f"flops-fit sweep CONFIG --out {out_dir} --resume"
 
 
 def _driver_line(state: dict[str, Any], out_dir: str | Path) -> str | None:
@@ -282,9 +292,9 @@ def _driver_line(state: dict[str, Any], out_dir: str | Path) -> str | None:
         if not n:
             return None
         them = "them" if n != 1 else "it"
-        return (f"no sweep is training it now: {n} run{'s' * (n != 1)} marked running {'were' if n != 1 else 'was'} "
-                f"interrupted; run the sweep again with --out {out_dir} --resume to continue {them} from "
-                f"{'their' if n != 1 else 'its'} newest checkpoint (or the start, where none was saved)")
+        return (f"nothing is training it now: {n} run{'s' * (n != 1)} marked running {'were' if n != 1 else 'was'} "
+                f"interrupted; `{state['resume']}` continues {them} from {'their' if n != 1 else 'its'} newest "
+                "checkpoint (or the start, where none was saved)")
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live["started"]))
     left = state["seconds_left"]
     scope = " for the runs chosen so far" if state["scope"] != "all runs" else ""
@@ -295,8 +305,9 @@ def _driver_line(state: dict[str, Any], out_dir: str | Path) -> str | None:
 
 
 def _result_row(r: Any) -> list[Any]:
-    """A run with a result, as the status table shows it (tokens trained, its loss or error, its time)."""
-    return [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status,
+    """A run with a result, as the status table shows it (tokens trained, its rate, its loss or error, its
+    time): a tune's runs differ only in their rate."""
+    return [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status, f"{r.lr:.3g}",
             "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", _text(r.error)]
 
 
@@ -323,11 +334,11 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     finished = {r.run_id: r for r in frame.itertuples()}
     rows = [_result_row(finished.pop(spec.run_id)) if spec.run_id in finished else  # every run, in plan order
             [f"{spec.budget:.2e}", spec.size, f"{spec.params:,}", f"{spec.tokens:,}",
-             states.get(spec.run_id, "pending"), "", "", ""] for spec in planned]
+             states.get(spec.run_id, "pending"), f"{spec.lr:.3g}", "", "", ""] for spec in planned]
     rows += [_result_row(r) for r in finished.values()]
     if rows and table:
         unit = f"{plan.get('unit', 'token')}s" if isinstance(plan, dict) else "tokens"
-        print(format_table(rows, ["budget", "size", "params", unit, "status", "loss", "time", "error"]))
+        print(format_table(rows, ["budget", "size", "params", unit, "status", "lr", "loss", "time", "error"]))
     return counts.get("done", 0)
 
 
