@@ -532,13 +532,12 @@ def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
              for w in (8, 16)]  # the best rate (1.0) lies above every rate tried
     with pytest.raises(FitInputError) as caught:
         fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
-    # every cell counted (not the first 3), the multipliers to use, and where each rate's loss is: no
-    # report is written without a law, and `flops-fit status` shows no rates
+    # every cell counted (not the first 3), the multipliers to use, and where each rate's loss is (no
+    # report is written without a law; status lists each run's rate and loss)
     assert str(caught.value) == (
         "no cell has its best rate inside the multipliers (2 of 2 cells have none: 2 best at the highest rate "
         "tried): tune again with --multipliers 0.25,1,4,8,16 into a new --out folder (other multipliers are "
-        "another sweep); each run's rate and loss: flops_fit.RunStore('my-tune').runs_frame()"
-        "[['size', 'tokens', 'lr', 'loss']]")
+        "another sweep); each run's rate and loss: `flops-fit status my-tune`")
 
 
 def test_tokens_that_nearly_follow_the_width_are_not_fitted():

@@ -345,8 +345,7 @@ def _widen(bad: list[Cell], multipliers: list[float], out: Path) -> str:
                     *((high * 2, high * 4) if "highest" in edges else ())})
     fix = (f"tune again with --multipliers {','.join(f'{m:g}' for m in wider)} into a new --out folder (other "
            "multipliers are another sweep)" if wider != sorted(multipliers) else "tune more sizes or budgets")
-    return (f"{fix}; each run's rate and loss: flops_fit.RunStore({str(out)!r}).runs_frame()"
-            "[['size', 'tokens', 'lr', 'loss']]")
+    return f"{fix}; each run's rate and loss: `flops-fit status {out}`"
 
 
 def _forms(used: list[Cell], law: LawFit, scale: str, batch_swept: bool, bootstrap: int,
