@@ -199,15 +199,8 @@ def test_create_model_rejects_a_builder_that_breaks_the_contract(overrides, mess
         flops_fit.create_model("toy", 8, host=host)
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    ({"training_flops": lambda size, **c: float("nan")}, "training_flops(4) returned nan"),
-    ({"training_flops": lambda size, **c: -6.0 * size}, "training_flops(4) returned -24.0"),
-    ({"training_flops": lambda size, **c: 0.0}, "training_flops(4) returned 0.0"),
-    ({"param_count": lambda size, **c: float("nan")}, "param_count(4) returned nan"),
-])
-def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function(overrides, message, capsys):
-    """A NaN, zero or negative count from a plugin ended `flops-fit plan` in a traceback from the
-    planner's arithmetic (math.log10 of NaN, a division by zero)."""
+def plan_toy(**overrides) -> int:
+    """`flops-fit plan` of the toy model with ``overrides`` to its entry, from a host holding only it."""
     class Plugin(Good):
         @hookimpl
         def register_models(self, register):
@@ -217,10 +210,22 @@ def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function
     try:
         from flops_fit.cli.main import main
 
-        assert main(["plan", "--model", "toy", "--dataset", "toy-data", "--budgets", "1e9,3e9", "--seq-len", "16",
-                     "--loss", "toy-loss"]) == 2
+        return main(["plan", "--model", "toy", "--dataset", "toy-data", "--budgets", "1e9,3e9", "--seq-len", "16",
+                     "--loss", "toy-loss"])
     finally:
         host_module.reset_host(None)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"training_flops": lambda size, **c: float("nan")}, "training_flops(4) returned nan"),
+    ({"training_flops": lambda size, **c: -6.0 * size}, "training_flops(4) returned -24.0"),
+    ({"training_flops": lambda size, **c: 0.0}, "training_flops(4) returned 0.0"),
+    ({"param_count": lambda size, **c: float("nan")}, "param_count(4) returned nan"),
+])
+def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function(overrides, message, capsys):
+    """A NaN, zero or negative count from a plugin ended `flops-fit plan` in a traceback from the
+    planner's arithmetic (math.log10 of NaN, a division by zero)."""
+    assert plan_toy(**overrides) == 2
     assert capsys.readouterr().err == (f"flops-fit: error: model 'toy': {message}; a count must be a positive finite "
                                        f"number (the model's {message.split('(')[0]} is wrong)\n")
 
@@ -229,19 +234,7 @@ def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function
 def test_valid_sizes_that_are_not_whole_numbers_are_the_plugins_fault_in_one_line(sizes, capsys):
     """valid_sizes returning None or text read as "refuses its configuration ([model] table / model_config)",
     blaming the user; sizes 8.5 were cut to 8 without a word, and the budget advice that followed was nonsense."""
-    class Plugin(Good):
-        @hookimpl
-        def register_models(self, register):
-            register(toy_model(valid_sizes=lambda lo, hi, **c: sizes))
-
-    host_module.reset_host(Host(builtins=False, entry_points=False, plugins=[("odd", Plugin())], env={}))
-    try:
-        from flops_fit.cli.main import main
-
-        assert main(["plan", "--model", "toy", "--dataset", "toy-data", "--budgets", "1e9,3e9", "--seq-len", "16",
-                     "--loss", "toy-loss"]) == 2
-    finally:
-        host_module.reset_host(None)
+    assert plan_toy(valid_sizes=lambda lo, hi, **c: sizes) == 2
     err = capsys.readouterr().err
     assert err.startswith("flops-fit: error: model 'toy': valid_sizes(") and err.count("\n") == 1
     assert f"returned {sizes!r}; it must return the whole-number sizes in that range (the model's valid_sizes is " \
@@ -254,19 +247,7 @@ def test_ctrl_c_while_a_plan_is_made_is_one_line_and_the_interrupts_status(capsy
     def interrupt(lo, hi, **config):
         raise KeyboardInterrupt
 
-    class Plugin(Good):
-        @hookimpl
-        def register_models(self, register):
-            register(toy_model(valid_sizes=interrupt))
-
-    host_module.reset_host(Host(builtins=False, entry_points=False, plugins=[("odd", Plugin())], env={}))
-    try:
-        from flops_fit.cli.main import main
-
-        assert main(["plan", "--model", "toy", "--dataset", "toy-data", "--budgets", "1e9,3e9", "--seq-len", "16",
-                     "--loss", "toy-loss"]) == 130
-    finally:
-        host_module.reset_host(None)
+    assert plan_toy(valid_sizes=interrupt) == 130
     assert capsys.readouterr().err == "\nflops-fit: interrupted by SIGINT; what was saved stays; run the command again\n"
 
 
