@@ -124,13 +124,19 @@ def _sizing(result: Any, law, p: dict[str, np.ndarray], budgets: np.ndarray, tok
     with np.errstate(all="ignore"):
         total = np.where(falls_with_data(law, cols, n, d), flops_per_token(cols, n) * (d + share), np.inf)
         best = np.exp(refine_minimum(log_n, np.log(total)))
-    found = np.isfinite(total).any(-1)  # else no size searched reaches the loss where the law is read: no answer
-    best = np.where(found, best, np.nan)
     cols2 = {k: v[:, :, 0] for k, v in cols.items()}  # (m, 1)
+    # no answer where no size searched reaches the loss where the law is read, or where the compute-optimal
+    # model itself sits where the law rises with data (a draw of that kind names no model to compare with)
+    found = np.isfinite(total).any(-1) & falls_with_data(law, cols2, n0, d0)
+    best = np.where(found, best, np.nan)
     d_best = np.where(found, tokens_for_loss(law, cols2, best, target, d0), np.nan)
+    chinchilla = budgets[None, :] + flops_per_token(cols2, n0) * share
+    with np.errstate(all="ignore"):  # the compute-optimal model reaches the loss by definition: a grid that
+        # finds nothing cheaper (its points straddle it) keeps it, never a model that costs more
+        dearer = found & (flops_per_token(cols2, best) * (d_best + share) > chinchilla)
+    best, d_best = np.where(dearer, n0, best), np.where(dearer, d0, d_best)
     per_token = flops_per_token(cols2, best)
     train, serve = per_token * d_best, per_token * share
-    chinchilla = budgets[None, :] + flops_per_token(cols2, n0) * share
     with np.errstate(all="ignore"):
         return {"loss": target, "N": best, "D": d_best, "tokens_per_param": d_best / best, "train_flops": train,
                 "inference_flops": serve, "total_flops": train + serve, "chinchilla_N": n0,
@@ -205,10 +211,11 @@ def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
 
 
 def unreached(table: pd.DataFrame) -> list[str]:
-    """Why ``inference_sizing``'s rows without an answer have none: no size searched reaches the loss."""
-    return [f"withheld at {fmt.flops(r.budget)} FLOPs: no model of the sizes searched (down to 1e-{SEARCH_DECADES:g} x "
-            "the compute-optimal size) reaches that loss where the law still falls with data; the law is read beyond "
-            "what its runs support there" for _, r in table.iterrows() if not np.isfinite(r.N)]
+    """Why ``inference_sizing``'s rows without an answer have none: the law rises with data where it is read."""
+    return [f"withheld at {fmt.flops(r.budget)} FLOPs: the law does not fall with data at the compute-optimal model "
+            f"there, or no model of the sizes searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size) "
+            "reaches its loss where it does; the law is read beyond what its runs support there"
+            for _, r in table.iterrows() if not np.isfinite(r.N)]
 
 
 def total_rows(table: pd.DataFrame) -> list[list[str]]:
