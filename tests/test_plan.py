@@ -218,3 +218,9 @@ def test_keywords_override_given_options_and_unknown_ones_are_named():
         plan(host=HOST, spn=3, **sweep_support.small_plan_options())
     with pytest.raises(PlanError, match=r"pass model=\.\.\."):
         plan(host=HOST, budgets=[1e9])
+
+
+@pytest.mark.parametrize("given", [{"model": "gpt", "budgets": [1e12]}, "sweep.toml"])
+def test_plan_given_a_mapping_or_a_path_positionally_names_the_fix(given):
+    with pytest.raises(PlanError, match=r"plan\(\*\*options\)"):
+        plan(given)
