@@ -256,6 +256,16 @@ def test_bad_sources_are_refused(tmp_path):
         load_runs([1, 2])
 
 
+@pytest.mark.parametrize(("given", "message"), [
+    ({"seed": "a"}, "seed must be a non-negative integer"), ({"seed": 1.5}, "seed must be"),
+    ({"seed": -1}, "seed must be"), ({"level": "0.95"}, "level must lie strictly between 0 and 1"),
+    ({"level": None}, "level must lie"), ({"bootstrap": True}, "bootstrap must be a non-negative number")])
+def test_fit_refuses_a_bad_seed_level_or_bootstrap_by_name(given, message):
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    with pytest.raises(FitInputError, match=message):
+        fit(frame, method="isoflop", **{"bootstrap": 5, **given})
+
+
 def test_fit_refuses_bad_arguments():
     frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
     with pytest.raises(FitInputError, match="unknown method 'chinchilla'; choose one of envelope, isoflop"):

@@ -116,8 +116,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                             "'parametric', 'all') and unique_tokens=U")
     if method not in (*APPROACHES, "all"):
         raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(APPROACHES)} or 'all'")
-    if not 0 < level < 1:
-        raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+    check_sampling(bootstrap, seed, level)
     check_curve(curve)
     check_scale(scale)
     check_focus(focus)
@@ -229,6 +228,19 @@ def not_fitted(result: Any, budgets: list[float]) -> str | None:
         return str(result)
     reason = failure(result, budgets)
     return None if reason is None else failed_message(reason)
+
+
+def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
+    """Refuse a bad ``bootstrap``, ``seed`` or ``level`` before any fitting: numpy's own errors, deep in a
+    resample, would not say which argument was wrong."""
+    def whole(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+    if not whole(bootstrap):
+        raise FitInputError(f"bootstrap must be a non-negative number of resamples (e.g. 1000; 0: none), got {bootstrap!r}")
+    if seed is not None and not whole(seed):
+        raise FitInputError(f"seed must be a non-negative integer, or None for fresh randomness, got {seed!r}")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
 
 
 def data_budget(runs: Runs, unique_tokens: Any) -> float | None:
