@@ -269,6 +269,13 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     """
     if method not in APPROACHES:
         raise FitInputError(f"compare fits one method; choose one of {', '.join(APPROACHES)}, got {method!r}")
+    unknown = sorted(set(options) - set(inspect.signature(fit).parameters) - set(LOAD_OPTIONS))
+    if unknown:
+        raise FitInputError(f"unknown option(s) {', '.join(unknown)}; compare() passes on fit()'s options and "
+                            f"{', '.join(LOAD_OPTIONS)}")
+    if names is not None and (not isinstance(names, (tuple, list)) or len(names) != 2
+                              or not all(isinstance(n, str) for n in names)):
+        raise FitInputError(f"names must be two names, A's and B's (e.g. names=('base', 'muon')), got {names!r}")
     shared = options.pop("where", None) or {}
     sides = ((a, where_a), (b, where_b))
     if names is None:
