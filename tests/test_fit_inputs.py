@@ -413,3 +413,9 @@ def test_params_tokens_and_flops_in_other_units_are_refused(tmp_path, capsys):
         load_runs(runs.assign(flops=runs.flops / 1e6))
     for factor in (0.05, 250):  # a sparse model by its total parameters; an image model's FLOPs per sample
         assert len(load_runs(runs.assign(flops=runs.flops * factor))) == len(runs)
+
+
+def test_where_given_as_text_names_the_mapping_it_takes():
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    with pytest.raises(FitInputError, match=r"where must map columns to values, e.g. where=\{'recipe': 'muon'\}"):
+        load_runs(frame, where="recipe=muon")
