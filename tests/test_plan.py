@@ -138,6 +138,7 @@ def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
     ({"precision": "fp8"}, "precision must be"),
     ({"hparams": {"lr_rule": "magic"}}, "lr_rule 'magic' is unknown"),
     ({"hparams": {"learning_rate": 1}}, r"unknown hyper-parameter\(s\) \['learning_rate'\]"),
+    ({"hparams": 3e-3}, r"hparams must be HyperParams, a mapping like \{'lr': 3e-3\} or a tune's folder"),
 ])
 def test_bad_options_are_refused_with_the_fix(overrides, message):
     with pytest.raises(FlopsFitError, match=message):
