@@ -172,3 +172,12 @@ def test_two_recipes_logged_in_one_table_are_compared_by_their_rows(recipes, tmp
         flops_fit.compare(table, one.b, where_b={"recipe": "better"})
     assert main(["compare", str(table), str(table), "--where-b", "recipe"]) == 2
     assert "--where-b takes COLUMN=VALUE pairs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"bootstap": 3}, r"unknown option\(s\) bootstap; compare\(\) passes on"),
+    ({"names": ("a", "b", "c")}, "names must be two names"), ({"names": "ab"}, "names must be two names")])
+def test_compare_refuses_a_misspelt_option_or_bad_names_by_name(given, message):
+    runs = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    with pytest.raises(flops_fit.FitInputError, match=message):
+        flops_fit.compare(runs, runs, method="vpnls", bootstrap=5, **given)

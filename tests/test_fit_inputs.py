@@ -256,6 +256,16 @@ def test_bad_sources_are_refused(tmp_path):
         load_runs([1, 2])
 
 
+@pytest.mark.parametrize(("given", "message"), [
+    ({"seed": "a"}, "seed must be a non-negative integer"), ({"seed": 1.5}, "seed must be"),
+    ({"seed": -1}, "seed must be"), ({"level": "0.95"}, "level must lie strictly between 0 and 1"),
+    ({"level": None}, "level must lie"), ({"bootstrap": True}, "bootstrap must be a non-negative number")])
+def test_fit_refuses_a_bad_seed_level_or_bootstrap_by_name(given, message):
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    with pytest.raises(FitInputError, match=message):
+        fit(frame, method="isoflop", **{"bootstrap": 5, **given})
+
+
 def test_fit_refuses_bad_arguments():
     frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
     with pytest.raises(FitInputError, match="unknown method 'chinchilla'; choose one of envelope, isoflop"):
@@ -403,3 +413,9 @@ def test_params_tokens_and_flops_in_other_units_are_refused(tmp_path, capsys):
         load_runs(runs.assign(flops=runs.flops / 1e6))
     for factor in (0.05, 250):  # a sparse model by its total parameters; an image model's FLOPs per sample
         assert len(load_runs(runs.assign(flops=runs.flops * factor))) == len(runs)
+
+
+def test_where_given_as_text_names_the_mapping_it_takes():
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    with pytest.raises(FitInputError, match=r"where must map columns to values, e.g. where=\{'recipe': 'muon'\}"):
+        load_runs(frame, where="recipe=muon")

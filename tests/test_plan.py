@@ -138,6 +138,7 @@ def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
     ({"precision": "fp8"}, "precision must be"),
     ({"hparams": {"lr_rule": "magic"}}, "lr_rule 'magic' is unknown"),
     ({"hparams": {"learning_rate": 1}}, r"unknown hyper-parameter\(s\) \['learning_rate'\]"),
+    ({"hparams": 3e-3}, r"hparams must be HyperParams, a mapping like \{'lr': 3e-3\} or a tune's folder"),
 ])
 def test_bad_options_are_refused_with_the_fix(overrides, message):
     with pytest.raises(FlopsFitError, match=message):
@@ -218,3 +219,9 @@ def test_keywords_override_given_options_and_unknown_ones_are_named():
         plan(host=HOST, spn=3, **sweep_support.small_plan_options())
     with pytest.raises(PlanError, match=r"pass model=\.\.\."):
         plan(host=HOST, budgets=[1e9])
+
+
+@pytest.mark.parametrize("given", [{"model": "gpt", "budgets": [1e12]}, "sweep.toml"])
+def test_plan_given_a_mapping_or_a_path_positionally_names_the_fix(given):
+    with pytest.raises(PlanError, match=r"plan\(\*\*options\)"):
+        plan(given)

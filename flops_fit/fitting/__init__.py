@@ -116,8 +116,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                             "'parametric', 'all') and unique_tokens=U")
     if method not in (*APPROACHES, "all"):
         raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(APPROACHES)} or 'all'")
-    if not 0 < level < 1:
-        raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+    check_sampling(bootstrap, seed, level)
     check_curve(curve)
     check_scale(scale)
     check_focus(focus)
@@ -231,6 +230,19 @@ def not_fitted(result: Any, budgets: list[float]) -> str | None:
     return None if reason is None else failed_message(reason)
 
 
+def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
+    """Refuse a bad ``bootstrap``, ``seed`` or ``level`` before any fitting: numpy's own errors, deep in a
+    resample, would not say which argument was wrong."""
+    def whole(v: Any) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+    if not whole(bootstrap):
+        raise FitInputError(f"bootstrap must be a non-negative number of resamples (e.g. 1000; 0: none), got {bootstrap!r}")
+    if seed is not None and not whole(seed):
+        raise FitInputError(f"seed must be a non-negative integer, or None for fresh randomness, got {seed!r}")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+
+
 def data_budget(runs: Runs, unique_tokens: Any) -> float | None:
     """The unique tokens a fit respects: the given ones, else a sweep's recorded ones (None: unknown)."""
     if unique_tokens is not None:
@@ -257,6 +269,13 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     """
     if method not in APPROACHES:
         raise FitInputError(f"compare fits one method; choose one of {', '.join(APPROACHES)}, got {method!r}")
+    unknown = sorted(set(options) - set(inspect.signature(fit).parameters) - set(LOAD_OPTIONS))
+    if unknown:
+        raise FitInputError(f"unknown option(s) {', '.join(unknown)}; compare() passes on fit()'s options and "
+                            f"{', '.join(LOAD_OPTIONS)}")
+    if names is not None and (not isinstance(names, (tuple, list)) or len(names) != 2
+                              or not all(isinstance(n, str) for n in names)):
+        raise FitInputError(f"names must be two names, A's and B's (e.g. names=('base', 'muon')), got {names!r}")
     shared = options.pop("where", None) or {}
     sides = ((a, where_a), (b, where_b))
     if names is None:

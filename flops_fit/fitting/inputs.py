@@ -258,6 +258,9 @@ def load_runs(
 def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> pd.DataFrame:
     """The rows whose columns hold ``where``'s values (compared as text: a CSV's 1 and 1.0 are not
     told apart by the reader), or one line naming the columns or values there are."""
+    if where is not None and not isinstance(where, Mapping):
+        raise FitInputError(f"where must map columns to values, e.g. where={{'recipe': 'muon'}} (CLI: --where "
+                            f"COLUMN=VALUE), got {where!r}")
     for column, value in (where or {}).items():
         if column not in frame:
             raise FitInputError(f"{name}: no column {column!r} to select rows by; the columns are "

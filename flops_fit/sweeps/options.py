@@ -113,6 +113,8 @@ def _hparams(value: Any, name: str) -> HyperParams:
         return value
     if isinstance(value, (str, PathLike)):
         return HyperParams.from_tuned(str(value))
+    if value is not None and not isinstance(value, Mapping):
+        raise PlanError(f"{name} must be HyperParams, a mapping like {{'lr': 3e-3}} or a tune's folder, got {value!r}")
     return HyperParams.from_dict(value)
 
 

@@ -210,6 +210,10 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     the budget allows. Refuses budgets that leave fewer than 3 sizes with ``min_steps``
     optimizer steps, naming a budget that works.
     """
+    if options is not None and not isinstance(options, SweepOptions):  # a dict or a sweep file's path, say
+        raise PlanError(f"plan() takes SweepOptions or the options as keywords, got a {type(options).__name__}: "
+                        "pass a mapping as plan(**options), a sweep file as plan(load_config(path).options) "
+                        "(flops_fit.sweeps.config)")
     options = options.replace(**values) if options is not None else SweepOptions.build(**values)
     device_kind = _default_device() if "auto" in (options.precision, options.device) else options.device.split(":")[0]
     precision = options.precision
