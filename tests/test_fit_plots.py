@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.fitting import fit
 from flops_fit.fitting import formatting as fmt
@@ -222,3 +223,13 @@ def test_every_plots_axis_label_lies_inside_its_figure(tmp_path):
         fig.draw_without_rendering()
         for ax in fig.axes:
             assert ax.yaxis.label.get_window_extent().x0 >= 0, name
+
+
+@pytest.mark.parametrize(("writer", "what"), [("write_report", "flops_fit.fit"), ("plot_fit", "flops_fit.fit"),
+                                              ("write_comparison", "flops_fit.compare")])
+def test_a_writer_given_a_path_instead_of_a_fit_names_the_fix(writer, what, tmp_path):
+    """flops_fit.write_report("runs.csv", OUT) (a source where its fit goes) failed deep inside with an
+    AttributeError; each writer now names what it takes."""
+    with pytest.raises(flops_fit.FitInputError, match=rf"^{writer} takes what {what} returns, got str: "):
+        getattr(flops_fit, writer)("runs.csv", tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # nothing written

@@ -61,6 +61,15 @@ class Diagnostics:
         return out
 
 
+def fitted_results(fitted: Any, caller: str) -> dict[str, Any]:
+    """``fitted.results`` of what ``flops_fit.fit`` returns; a path, a table or a comparison given in
+    its place is refused naming the fix (it failed deep inside with an AttributeError)."""
+    if not isinstance(fitted, Presentable):
+        raise FitInputError(f"{caller} takes what flops_fit.fit returns, got {type(fitted).__name__}: fit first, "
+                            f"e.g. {caller}(flops_fit.fit(SOURCE, method='all'), OUT)")
+    return fitted.results
+
+
 class Presentable:
     """Printing, JSON, plots and the HTML report, shared by one fit and a set of fits.
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from flops_fit.errors import FitInputError
 from flops_fit.fitting.decisions.compare import HEADERS, Comparison
 from flops_fit.fitting.report.drawing import COMPUTE_LABEL, budget_span, new_figure, save_figure
 from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
@@ -40,6 +41,9 @@ def plot_comparison(comparison: Comparison, out_dir: Any, formats: Sequence[str]
 
 def write_comparison(comparison: Comparison, out: Any) -> Path:
     """An HTML page: the verdict, the table, the exponents, the figure (``out``: a file or a folder)."""
+    if not isinstance(comparison, Comparison):
+        raise FitInputError(f"write_comparison takes what flops_fit.compare returns, got {type(comparison).__name__}: "
+                            "compare first, e.g. write_comparison(flops_fit.compare(A, B), OUT)")
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
         out = out / "compare.html"

@@ -28,7 +28,7 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
-from flops_fit.fitting.approaches.result import param_rows, prediction_rows
+from flops_fit.fitting.approaches.result import fitted_results, param_rows, prediction_rows
 from flops_fit.fitting.decisions.inference import SIZING_HEADERS, below_runs, sizing_rows, unreached
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.laws.error_law import fit_error_law
@@ -79,10 +79,10 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     where worker processes can start (``flops_fit.machine``), else 1."""
     if isinstance(fitted, NoFitError):
         return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"))
+    results = fitted_results(fitted, "write_report")
     out = _html_path(out)
     workers = resolve_workers(workers, "workers", FitInputError)
     plot_dir = out.parent / f"{out.stem}_plots"
-    results = fitted.results
     runs = next(iter(results.values())).runs
     target = float(target) if target else default_target(runs)
     figure = Figures(plot_dir, out.parent)

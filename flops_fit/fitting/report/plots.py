@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from flops_fit.fitting.approaches.result import fitted_results
 from flops_fit.fitting.report.drawing import (
     COMPUTE_LABEL,
     PARAMS_LABEL,
@@ -32,7 +33,8 @@ PLOTS = ("profiles", "frontier", "contours", "residuals", "tokens_per_param")
 
 def plot_fit(fitted: Any, out_dir, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Write every plot of each fit in ``fitted`` (a FitResult or FitSet) into ``out_dir``; returns the paths."""
-    return [p for r in fitted.results.values() for p in plot_result(r, out_dir, target=target, formats=formats)]
+    results = fitted_results(fitted, "plot_fit")
+    return [p for r in results.values() for p in plot_result(r, out_dir, target=target, formats=formats)]
 
 
 def plot_result(result: Any, out_dir, *, target: float | None = None,
