@@ -172,3 +172,24 @@ def test_two_recipes_logged_in_one_table_are_compared_by_their_rows(recipes, tmp
         flops_fit.compare(table, one.b, where_b={"recipe": "better"})
     assert main(["compare", str(table), str(table), "--where-b", "recipe"]) == 2
     assert "--where-b takes COLUMN=VALUE pairs" in capsys.readouterr().err
+
+
+def test_two_image_sweeps_compared_by_their_top1_error_say_error_not_loss(recipes, tmp_path, capsys):
+    """`compare A B --metric error` headed its columns "loss A", "loss B" and said "reach B's loss", and its
+    help offered only loss|bpb."""
+    runs = []
+    for i, frame in enumerate(recipes[:2]):
+        frame = frame.drop(columns=["curve"]).assign(top1_error=frame["loss"] / 10)
+        frame.to_csv(tmp_path / f"{i}.csv", index=False)
+        runs.append(frame)
+    result = flops_fit.compare(runs[0], runs[1], "vpnls", bootstrap=20, metric="error")
+    assert result.headers[1:3] == ["top-1 error A", "top-1 error B"]
+    assert "loss" not in result.summary()
+    assert main(["compare", str(tmp_path / "0.csv"), str(tmp_path / "1.csv"), "--method", "vpnls", "--metric",
+                 "error", "--bootstrap", "20", "--out", str(tmp_path / "cmp")]) == 0
+    assert "top-1 error A" in capsys.readouterr().out
+    page = (tmp_path / "cmp" / "compare.html").read_text()
+    assert "top-1 error A" in page and "reach B's top-1 error" in page
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    assert "loss|bpb|error" in capsys.readouterr().out
