@@ -136,3 +136,12 @@ def test_no_docs_sentence_is_cut_by_a_blank_line():
                                                                      after[0]) and not lead_in):
                 cut.append(f"{page.relative_to(root)}: {before[-1][-40:]!r} / {after[0][:40]!r}")
     assert not cut
+
+
+def test_the_data_pages_glyphs_plan_command_plans_as_written(capsys):
+    """It read `--budgets 3e13,1e14,3e14`, which the planner refused (budgets >= 6.48e+14 needed)."""
+    from flops_fit.cli.main import main
+
+    [command] = re.findall(r"^    flops-fit (plan --model vit --dataset glyphs .*)$", DATA_DOC.read_text(), re.M)
+    assert main(command.split()) == 0, capsys.readouterr().err
+    assert "runs of vit on glyphs" in capsys.readouterr().out

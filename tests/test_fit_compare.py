@@ -181,3 +181,24 @@ def test_compare_refuses_a_misspelt_option_or_bad_names_by_name(given, message):
     runs = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
     with pytest.raises(flops_fit.FitInputError, match=message):
         flops_fit.compare(runs, runs, method="vpnls", bootstrap=5, **given)
+
+
+def test_two_image_sweeps_compared_by_their_top1_error_say_error_not_loss(recipes, tmp_path, capsys):
+    """`compare A B --metric error` headed its columns "loss A", "loss B" and said "reach B's loss", and its
+    help offered only loss|bpb."""
+    runs = []
+    for i, frame in enumerate(recipes[:2]):
+        frame = frame.drop(columns=["curve"]).assign(top1_error=frame["loss"] / 10)
+        frame.to_csv(tmp_path / f"{i}.csv", index=False)
+        runs.append(frame)
+    result = flops_fit.compare(runs[0], runs[1], "vpnls", bootstrap=20, metric="error")
+    assert result.headers[1:3] == ["top-1 error A", "top-1 error B"]
+    assert "loss" not in result.summary()
+    assert main(["compare", str(tmp_path / "0.csv"), str(tmp_path / "1.csv"), "--method", "vpnls", "--metric",
+                 "error", "--bootstrap", "20", "--out", str(tmp_path / "cmp")]) == 0
+    assert "top-1 error A" in capsys.readouterr().out
+    page = (tmp_path / "cmp" / "compare.html").read_text()
+    assert "top-1 error A" in page and "reach B's top-1 error" in page
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    assert "loss|bpb|error" in capsys.readouterr().out

@@ -225,3 +225,31 @@ def test_keywords_override_given_options_and_unknown_ones_are_named():
 def test_plan_given_a_mapping_or_a_path_positionally_names_the_fix(given):
     with pytest.raises(PlanError, match=r"plan\(\*\*options\)"):
         plan(given)
+
+
+VIT_ON_GLYPHS = {"model": "vit", "dataset": "glyphs", "budgets": [1e9, 2e9], "sizes": [4, 8, 12], "batch_size": 64,
+                 "min_steps": 5, "dataset_config": {"image_size": 16, "num_classes": 36},
+                 "model_config": {"depth": 2, "num_heads": 2, "patch_size": 8}}
+
+
+@pytest.mark.parametrize("model_config, message", [
+    # planned, then every run failed after the parity gate: "IndexError: Target 22 is out of bounds."
+    ({"num_classes": 10}, "model 'vit' is set to num_classes 10, but dataset 'glyphs' has num_classes 36: the "
+                          r"model's must be at least the dataset's .*leave num_classes out of the \[model\] table"),
+    ({"image_size": 32}, "set to image_size 32, but dataset 'glyphs' has image_size 16: the model's must be equal"),
+])
+def test_a_model_set_against_its_datasets_labels_or_images_is_refused_at_plan_time(model_config, message):
+    options = {**VIT_ON_GLYPHS, "model_config": {**VIT_ON_GLYPHS["model_config"], **model_config}}
+    with pytest.raises(PlanError, match=message):
+        plan(**options)
+
+
+def test_a_head_wider_than_the_datasets_classes_still_plans():
+    options = {**VIT_ON_GLYPHS, "model_config": {**VIT_ON_GLYPHS["model_config"], "num_classes": 100}}
+    assert {run.model_config["num_classes"] for run in plan(**options).runs} == {100}
+
+
+def test_an_image_model_on_a_text_dataset_names_the_datasets_that_serve_it():
+    with pytest.raises(PlanError, match=r"serves \['causal-lm'\], not the task of model 'vit' \(image-classification\); "
+                                        "pick a dataset that serves it: .*glyphs"):
+        plan(**{**VIT_ON_GLYPHS, "dataset": "python-stdlib", "dataset_config": {}})

@@ -75,6 +75,24 @@ def test_fitting_the_error_reads_its_column_and_leaves_the_loss_curves_out():
     assert np.isfinite(fitted["parametric"].params["E"])
 
 
+def test_bits_per_byte_asked_of_image_runs_points_at_the_error_not_at_retraining():
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7)
+    frame["top1_error"], frame["bpb"] = frame["loss"] / 10, np.nan  # a sweep's store: image runs have no bpb
+    # it said bpb "is recorded ... not for sweeps trained before flops-fit recorded it; fit with metric='loss'"
+    with pytest.raises(FitInputError, match=r"have no bits per byte: these are image-classification runs .*"
+                                            r"metric='error' or metric='loss'"):
+        fit(frame, method="isoflop", metric="bpb")
+
+
+def test_the_summary_names_the_fitted_error_in_its_r2_not_the_loss():
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7)
+    frame["top1_error"] = frame["loss"] / 10
+    error = fit(frame, method="parametric", metric="error", bootstrap=0)
+    assert error.diagnostics.r2_of == "log top-1 error, per run"  # it read "log loss, per run"
+    assert "R^2 (log top-1 error, per run)" in error.summary()
+    assert fit(frame, method="parametric", bootstrap=0).diagnostics.r2_of == "log loss, per run"
+
+
 def test_the_error_law_recovers_a_known_frontier_and_the_report_plots_it(tmp_path):
     from flops_fit.fitting.laws.error_law import error_frontier, fit_error_law
     from flops_fit.fitting.report.html_report import write_report

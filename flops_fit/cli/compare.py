@@ -22,8 +22,9 @@ def add_commands(subparsers) -> None:
                    help="budgets to compare at (default: every budget either sweep swept)")
     p.add_argument("--scale", default="params", metavar="params|non_embedding_params|flops_per_token",
                    help="what N is (default params)")
-    p.add_argument("--metric", default="loss", metavar="loss|bpb",
-                   help="what the laws fit: loss (default) or bpb (bits per byte: across tokenizers)")
+    p.add_argument("--metric", default="loss", metavar="loss|bpb|error",
+                   help="what the laws fit: loss (default), bpb (bits per byte: across tokenizers) or error "
+                        "(image classifiers' held-out top-1 error)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed of A (B's is seed + 1; default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")

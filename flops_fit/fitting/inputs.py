@@ -48,6 +48,8 @@ NO_ERROR = ("top-1 error is recorded for image-classification runs of sweeps sin
 NO_BPB = ("bits per byte is recorded for runs on text datasets that know their tokenizer (python-stdlib, "
           "text-files, tinystories, hf-text, token-file with its tokenizer), not for sweeps trained before flops-fit "
           "recorded it; fit these runs with metric='loss' (CLI: --metric loss)")
+NO_BPB_IMAGES = ("these are image-classification runs (they record a top-1 error): bits per byte measures text; fit "
+                 "them with metric='error' or metric='loss' (CLI: --metric error, --metric loss)")
 
 
 @dataclass
@@ -415,7 +417,9 @@ def _require_metric(frame: pd.DataFrame, name: str, column: str, label: str, nou
 def _bits_per_byte(frame: pd.DataFrame, name: str, bpb_col: str, curve_col: str) -> pd.DataFrame:
     """``frame`` checked for bits per byte in every finished run, its curves rescaled to bits per
     byte by each run's held-out bpb / loss (curves without a loss to scale by are dropped)."""
-    _require_metric(frame, name, bpb_col, "bits-per-byte", "bits per byte", NO_BPB)
+    error = METRIC_COLUMNS["error"]
+    images = error in frame and pd.to_numeric(frame[error], errors="coerce").notna().any()
+    _require_metric(frame, name, bpb_col, "bits-per-byte", "bits per byte", NO_BPB_IMAGES if images else NO_BPB)
     if curve_col in frame:
         frame = frame.copy()
         scale = pd.to_numeric(frame[bpb_col], errors="coerce") / pd.to_numeric(frame.get("loss"), errors="coerce") \

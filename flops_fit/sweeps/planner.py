@@ -34,6 +34,10 @@ from flops_fit.training.wsd import executed_flops
 
 # Model configuration keys that hold the context length (set from the plan's seq_len).
 CONTEXT_KEYS = ("block_size", "seq_len", "context_length", "max_seq_len", "n_ctx")
+# Model keys a caller may set apart from the dataset's, and how they must compare with it (``_resolve_configs``):
+# a head or vocabulary at least the dataset's labels, images exactly the dataset's.
+MODEL_FITS_DATASET = {"num_classes": "at least", "vocab_size": "at least", "image_size": "equal to",
+                      "in_chans": "equal to"}
 # Rough sustained training FLOP/s for time estimates when none is given: small models on
 # a laptop-class CPU core pair, and bf16 on a current data-centre GPU at ~30% MFU.
 DEFAULT_THROUGHPUT = {"cpu": 1.0e10, "cuda": 1.0e14}
@@ -183,6 +187,7 @@ def _resolve_configs(
     full_dataset = dataset_entry.config(**dataset_config)
     shared = {k: full_dataset[k] for k in entry.defaults if full_dataset.get(k) is not None and k not in model_config}
     full_model = entry.config(**shared, **model_config)
+    _check_model_fits_dataset(entry, dataset_entry, full_model, full_dataset)
     if entry.task != TASK_CAUSAL_LM:
         if seq_len not in (None, 1):
             raise PlanError(f"seq_len applies to language models; model {entry.name!r} counts samples")
@@ -201,6 +206,22 @@ def _resolve_configs(
         full_model[context_key] = seq_len
     full_dataset["seq_len"] = seq_len
     return full_model, full_dataset, seq_len
+
+
+def _check_model_fits_dataset(entry: ModelEntry, dataset_entry: DatasetEntry, full_model: dict,
+                              full_dataset: dict) -> None:
+    """Refuse a model set (``model_config``) against the data it is fed: a head with fewer classes, or a
+    vocabulary with fewer tokens, than the dataset's labels (every run would fail on its first batch
+    with an index out of bounds), or images of another size or channel count than the dataset's."""
+    for key, rule in MODEL_FITS_DATASET.items():
+        model_value, data_value = full_model.get(key), full_dataset.get(key)
+        if model_value is None or data_value is None or key not in entry.defaults:
+            continue
+        if model_value < data_value if rule == "at least" else model_value != data_value:
+            raise PlanError(f"model {entry.name!r} is set to {key} {model_value}, but dataset {dataset_entry.name!r} "
+                            f"has {key} {data_value}: the model's must be {rule} the dataset's (every run would "
+                            f"fail on its first batch); leave {key} out of the [model] table / model_config (it "
+                            f"follows the dataset) or set the dataset's")
 
 
 def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: Any) -> Plan:
@@ -227,7 +248,9 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
         raise PlanError(f"model {model!r} names no default dataset: pass dataset=...")
     dataset_entry = api.dataset_info(dataset, host=host)
     if dataset_entry.tasks and entry.task not in dataset_entry.tasks:
-        raise PlanError(f"dataset {dataset!r} serves {list(dataset_entry.tasks)}, not model {model!r}'s task {entry.task!r}")
+        fitting = api.list_datasets(task=entry.task, host=host)
+        raise PlanError(f"dataset {dataset!r} serves {list(dataset_entry.tasks)}, not the task of model {model!r} "
+                        f"({entry.task}); pick a dataset that serves it: {', '.join(fitting) or 'none is installed'}")
     if options.eval_split not in dataset_entry.splits:
         raise PlanError(f"dataset {dataset!r} has no split {options.eval_split!r} to evaluate on; "
                         f"its splits: {list(dataset_entry.splits)}")

@@ -345,7 +345,7 @@ class Parametric(Approach):
 def parametric_diagnostics(runs: Runs, predicted: np.ndarray, params: dict[str, float], *,
                            bounds: tuple[float, float] | None = None, convergence: dict[str, Any] | None = None,
                            warnings: list[str] | None = None) -> Diagnostics:
-    """Residuals of log loss per run, R^2, and warnings about terms the data do not pin down."""
+    """Residuals of the log fitted metric (loss, bits per byte, top-1 error) per run, R^2, and warnings about terms the data do not pin down."""
     f = runs.frame
     log_l = np.log(f["loss"].to_numpy(float))
     residual = log_l - np.log(predicted)
@@ -360,5 +360,5 @@ def parametric_diagnostics(runs: Runs, predicted: np.ndarray, params: dict[str, 
     for name in ("E", "A", "B"):
         if params[name] <= 1e-12:
             warnings.append(f"{name} fitted as 0: the runs do not show that term; widen the size or token range")
-    return Diagnostics(residuals=frame, r2=float(r2), r2_of="log loss, per run", excluded=list(runs.excluded),
+    return Diagnostics(residuals=frame, r2=float(r2), r2_of=f"log {'loss' if runs.metric == 'loss' else runs.label}, per run", excluded=list(runs.excluded),
                        warnings=warnings, convergence=convergence)

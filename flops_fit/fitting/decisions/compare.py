@@ -39,7 +39,7 @@ from flops_fit.tables import format_table
 PER_DECADE = 20
 REACH = (-4.0, 6.0)  # decades below the smallest and above the largest budget A's compute is searched over
 CHUNK = 100  # draws per frontier evaluation (a numeric frontier holds draws x grid x its own search)
-HEADERS = ["FLOPs", "loss A", "loss B", "multiplier (A's compute / B's)", "verdict"]
+HEADERS = ["FLOPs", "{metric} A", "{metric} B", "multiplier (A's compute / B's)", "verdict"]  # ``Comparison.headers``
 
 
 @dataclass(repr=False)
@@ -55,6 +55,15 @@ class Comparison:
     exponents: dict[str, tuple[float, float, float]]
     level: float = 0.95
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def metric(self) -> str:
+        """What both fits minimise, in words: "loss", or the metric's label (top-1 error, bits per byte)."""
+        return "loss" if self.a.runs.metric == "loss" else self.a.runs.label
+
+    @property
+    def headers(self) -> list[str]:
+        return [h.format(metric=self.metric) for h in HEADERS]
 
     @property
     def at_target(self) -> pd.Series:
@@ -74,16 +83,16 @@ class Comparison:
                     f"is {m}, and its {pct} interval holds 1.0.")
         elif r.multiplier_lo > 1.0 and np.isinf(r.multiplier):
             least = "" if np.isinf(r.multiplier_lo) else f" (the multiplier's {pct} interval starts at {_times(r.multiplier_lo)})"
-            head = (f"{b} is better: at C = {fmt.flops(self.target)} FLOPs {a} does not reach {b}'s loss within the "
+            head = (f"{b} is better: at C = {fmt.flops(self.target)} FLOPs {a} does not reach {b}'s {self.metric} within the "
                     f"search{least}.")
         elif r.multiplier_lo > 1.0:
             head = (f"{b} is better: at C = {fmt.flops(self.target)} FLOPs {a} needs {m} times the compute to reach "
-                    f"{b}'s loss.")
+                    f"{b}'s {self.metric}.")
         elif r.multiplier == 0:
-            head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s loss below the search's "
+            head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s {self.metric} below the search's "
                     "start.")
         else:
-            head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s loss with {m} times the "
+            head = (f"{b} is worse: at C = {fmt.flops(self.target)} FLOPs {a} reaches {b}'s {self.metric} with {m} times the "
                     "compute.")
         slope = _slope(*self.trend)
         if np.isinf(self.trend[0]):
@@ -118,7 +127,7 @@ class Comparison:
         lines = [f"{b} (B, {self.b.runs.source}) against {a} (A, {self.a.runs.source}): {self.a.title}, "
                  f"{len(self.a.samples)} / {len(self.b.samples)} bootstrap draws, {pct} intervals", "",
                  self.verdict(), "",
-                 format_table(self.rows(), HEADERS), "",
+                 format_table(self.rows(), self.headers), "",
                  format_table(self.exponent_rows(), ["exponent", "B - A", "verdict"])]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.errors import FitInputError
-from flops_fit.fitting.decisions.compare import HEADERS, Comparison
+from flops_fit.fitting.decisions.compare import Comparison
 from flops_fit.fitting.report.drawing import COMPUTE_LABEL, budget_span, new_figure, save_figure
 from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
 
@@ -57,8 +57,8 @@ def write_comparison(comparison: Comparison, out: Any) -> Path:
             f"{100 * comparison.level:g}% bootstrap intervals.</p>",
             f"<p><b>{escape(comparison.verdict())}</b></p>",
             "<h2>Effective compute multiplier</h2>",
-            "<p>The compute A needs to reach B's loss at C, over C: above 1, B is worth more compute.</p>",
-            html_table(HEADERS, comparison.rows()),
+            f"<p>The compute A needs to reach B's {escape(comparison.metric)} at C, over C: above 1, B is worth more compute.</p>",
+            html_table(comparison.headers, comparison.rows()),
             "<h2>Do the exponents differ?</h2>",
             html_table(["exponent", "B - A", "verdict"], comparison.exponent_rows()),
             figure.embed(plot_comparison(comparison, plot_dir), "Left: each recipe's runs and compute-optimal loss frontier with "
