@@ -14,7 +14,7 @@ from flops_fit.plugins.data.image_data import ImageTensors
 
 import flops_fit
 from flops_fit.errors import FitInputError
-from flops_fit.fitting import fit
+from flops_fit.fitting import fit, load_runs
 from flops_fit.fitting.synthetic import synthetic_runs
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult
@@ -135,3 +135,16 @@ def test_the_command_line_fits_the_top1_error(tmp_path, capsys):
     assert main(["fit", str(tmp_path / "loss-only.csv"), "--metric", "error"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("flops-fit: error:") and "top-1 error" in err and "\n" not in err
+
+
+def test_an_image_sweeps_inference_sizing_speaks_of_samples_and_its_error():
+    """`fit --metric error --inference-tokens 1e9` on an image sweep said "inference tokens", "per token
+    served", "tokens/param" and "loss to reach"."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7)
+    frame["top1_error"] = frame["loss"] / 10
+    runs = load_runs(frame, metric="error")
+    runs = runs.derived(runs.frame, metadata={"plan": {"unit": "sample"}})  # as an image sweep's store records it
+    text = fit(runs, method="parametric", bootstrap=0).sizing_summary([1e19], 1e9, totals=[1e21])
+    assert "sizing for 1B inference samples" in text and "per sample served" in text
+    assert "top-1 error to reach" in text and "samples/param" in text and "the lowest top-1 error for a total" in text
+    assert "token" not in text and "loss" not in text

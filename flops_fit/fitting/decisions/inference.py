@@ -196,9 +196,15 @@ def total_sizing(result: Any, totals: Any, inference_tokens: Any) -> pd.DataFram
     return _table(result, "total_flops", check_budgets(totals, "total budgets"), tokens, _total, TOTAL_COLUMNS)
 
 
-SIZING_HEADERS = ["training FLOPs C", "loss to reach", "N", "D", "tokens/param", "total FLOPs",
+SIZING_HEADERS = ["training FLOPs C", "{loss} to reach", "N", "D", "{unit}/param", "total FLOPs",
                   "compute-optimal model's total", "saved"]
-TOTAL_HEADERS = ["total FLOPs", "N", "D", "tokens/param", "best loss", "loss without inference"]
+TOTAL_HEADERS = ["total FLOPs", "N", "D", "{unit}/param", "best {loss}", "{loss} without inference"]
+
+
+def headers(template: list[str], runs: Any) -> list[str]:
+    """A table's headers in the runs' own words: what D counts (tokens, an image model's samples) and
+    the fitted metric (the loss, a top-1 error)."""
+    return [h.format(loss=runs.label, unit=runs.unit) for h in template]
 
 
 def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
@@ -227,11 +233,11 @@ def total_rows(table: pd.DataFrame) -> list[list[str]]:
                                           for k, f in cells] for _, r in table.iterrows()]
 
 
-def unserved(table: pd.DataFrame) -> list[str]:
+def unserved(table: pd.DataFrame, unit: str = "tokens") -> list[str]:
     """Why ``total_sizing``'s rows without an answer have none: serving takes the whole total."""
-    return [f"withheld at {fmt.flops(r.total_flops)} total FLOPs: serving {fmt.count(r.inference_tokens)} tokens "
+    return [f"withheld at {fmt.flops(r.total_flops)} total FLOPs: serving {fmt.count(r.inference_tokens)} {unit} "
             f"takes all of it on every model searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size), "
-            "leaving nothing to train: give a larger total budget or fewer inference tokens"
+            f"leaving nothing to train: give a larger total budget or fewer inference {unit}"
             for _, r in table.iterrows() if not np.isfinite(r.loss)]
 
 
@@ -251,15 +257,16 @@ def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any
     """Plain text: the sizing at ``budgets`` (and, given ``totals``, the converse) for one fit."""
     tokens = check_tokens(inference_tokens)
     sizing = inference_sizing(result, budgets, tokens)
-    lines = [f"{result.method}: sizing for {fmt.count(tokens)} inference tokens (training k N D plus a forward pass, "
-             "k/3 N, per token served; Sardana et al. 2024)",
-             format_table(sizing_rows(sizing), SIZING_HEADERS), *unreached(sizing),
+    unit = result.runs.unit
+    lines = [f"{result.method}: sizing for {fmt.count(tokens)} inference {unit} (training k N D plus a forward pass, "
+             f"k/3 N, per {unit[:-1]} served; Sardana et al. 2024)",
+             format_table(sizing_rows(sizing), headers(SIZING_HEADERS, result.runs)), *unreached(sizing),
              *(f"note: {n}" for n in below_runs(result, sizing))]
     if totals is not None:
         table = total_sizing(result, totals, tokens)
-        lines += ["", f"{result.method}: the lowest loss for a total budget (training + {fmt.count(tokens)} tokens "
-                  "served)", format_table(total_rows(table), TOTAL_HEADERS), *unserved(table),
-                  *(f"note: {n}" for n in below_runs(result, table, "total_flops"))]
+        lines += ["", f"{result.method}: the lowest {result.runs.label.split(' (')[0]} for a total budget (training + "
+                  f"{fmt.count(tokens)} {unit} served)", format_table(total_rows(table), headers(TOTAL_HEADERS, result.runs)),
+                  *unserved(table, unit), *(f"note: {n}" for n in below_runs(result, table, "total_flops"))]
     return "\n".join(lines)
 
 

@@ -29,7 +29,13 @@ from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
 from flops_fit.fitting.approaches.result import fitted_results, param_rows, prediction_rows
-from flops_fit.fitting.decisions.inference import SIZING_HEADERS, below_runs, sizing_rows, unreached
+from flops_fit.fitting.decisions.inference import (
+    SIZING_HEADERS,
+    below_runs,
+    headers,
+    sizing_rows,
+    unreached,
+)
 from flops_fit.fitting.inputs import METRICS
 from flops_fit.fitting.laws.error_law import fit_error_law
 from flops_fit.fitting.laws.profiles import budget_groups
@@ -247,14 +253,15 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
 
 def _inference_section(fitted: Any, tokens: float, target: float) -> str:
     """Each law's sizing for serving ``tokens`` (Sardana et al. 2024), at the swept budgets and the target."""
-    parts = [f"<h2 id='inference'>Sized for {escape(fmt.count(tokens))} inference tokens</h2>",
+    runs = next(iter(fitted.results.values())).runs
+    parts = [f"<h2 id='inference'>Sized for {escape(fmt.count(tokens))} inference {runs.unit}</h2>",
              "<p>The N and D that reach the compute-optimal model's loss at each training budget with the least "
-             "training plus inference FLOPs (a forward pass, a third of a training step's FLOPs, per token served), "
-             "against the compute-optimal model's own total.</p>"]
+             "training plus inference FLOPs (a forward pass, a third of a training step's FLOPs, per "
+             f"{runs.unit[:-1]} served), against the compute-optimal model's own total.</p>"]
     for result in fitted.sizable():
         budgets = np.append(np.unique(budget_groups(result.runs)[0]), target)
         sizing = result.predict(budgets, inference_tokens=tokens)
-        parts += [f"<h3>{escape(result.method)}</h3>", html_table(SIZING_HEADERS, sizing_rows(sizing)),
+        parts += [f"<h3>{escape(result.method)}</h3>", html_table(headers(SIZING_HEADERS, runs), sizing_rows(sizing)),
                   *(f"<p class=warn>{escape(n[0].upper() + n[1:])}.</p>" for n in unreached(sizing)),
                   *(f"<p class=warn>Note: {escape(n)}</p>" for n in below_runs(result, sizing))]
     return "\n".join(parts)
