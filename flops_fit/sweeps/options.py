@@ -196,7 +196,7 @@ class SweepOptions:
     sizes_per_budget: int = option(5, help="model sizes per budget", check=_sizes_per_budget, cli=int)
     span: float = option(8.0, help="factor in parameters spanned around each budget's prior optimum",
                          check=_span, cli=float)
-    tokens_per_param: float = option(20.0, help="tokens per parameter of the prior optimum (Chinchilla: ~20)",
+    tokens_per_param: float = option(20.0, help="tokens (samples for images) per parameter of the prior optimum (Chinchilla: ~20)",
                                      check=_positive, cli=float)
     sizes: tuple[int, ...] | None = option(None, help="explicit model sizes for every budget (instead of span)",
                                            check=_optional(_sizes), cli=parse_ints, metavar="S1,S2,...")
