@@ -215,8 +215,9 @@ def _check_model_fits_dataset(entry: ModelEntry, dataset_entry: DatasetEntry, fu
     with an index out of bounds), or images of another size or channel count than the dataset's."""
     for key, rule in MODEL_FITS_DATASET.items():
         model_value, data_value = full_model.get(key), full_dataset.get(key)
-        if model_value is None or data_value is None or key not in entry.defaults:
-            continue
+        if key not in entry.defaults or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                for v in (model_value, data_value)):
+            continue  # unset, or not a count at all: the model's own checks refuse a value of the wrong type
         if model_value < data_value if rule == "at least" else model_value != data_value:
             raise PlanError(f"model {entry.name!r} is set to {key} {model_value}, but dataset {dataset_entry.name!r} "
                             f"has {key} {data_value}: the model's must be {rule} the dataset's (every run would "
