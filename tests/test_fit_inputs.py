@@ -419,3 +419,9 @@ def test_where_given_as_text_names_the_mapping_it_takes():
     frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
     with pytest.raises(FitInputError, match=r"where must map columns to values, e.g. where=\{'recipe': 'muon'\}"):
         load_runs(frame, where="recipe=muon")
+
+
+def test_a_progress_that_is_not_a_function_is_refused_by_name():
+    """fit(..., progress="yes") failed at its first stage with "'str' object is not callable"."""
+    with pytest.raises(FitInputError, match=r"^progress must be a function that takes each stage's line"):
+        fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5), "isoflop", bootstrap=0, progress="yes")

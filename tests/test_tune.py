@@ -623,3 +623,14 @@ def test_the_help_states_the_default_budgets_the_tune_uses(capsys):
     grid = check_grid(options, None, None, [0.25, 1, 4], None, None)
     budgets = sorted(grid["budgets"])
     assert len(budgets) == DEFAULT_BUDGETS and budgets[-1] / budgets[0] == pytest.approx(SPAN, rel=0.01)
+
+
+def test_a_law_fitted_at_one_batch_size_states_no_batch_term():
+    """With one batch size the batch exponent is not fitted, but the law still read "... * batch^c"."""
+    from flops_fit.tuning.law import Coefficient, LawFit
+
+    one = {n: Coefficient(v, v, v, True) for n, v in (("m", 0.5), ("a", 0.3), ("b", 0.4))}
+    law = LawFit("width", {**one, "c": None}, cells=4, rms_log=0.1)
+    assert law.describe().startswith("lr = m * tokens^-a * width^-b: m = ") and "batch" not in law.to_dict()["form"]
+    swept = LawFit("width", {**one, "c": Coefficient(0.5, 0.4, 0.6, True)}, cells=6, rms_log=0.1)
+    assert swept.describe().startswith("lr = m * tokens^-a * width^-b * batch^c: ")

@@ -117,6 +117,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     if method not in (*APPROACHES, "all"):
         raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(APPROACHES)} or 'all'")
     check_sampling(bootstrap, seed, level)
+    if progress is not None and not callable(progress):  # it would fail at the first stage, as a TypeError
+        raise FitInputError(f"progress must be a function that takes each stage's line (e.g. print), got {progress!r}")
     check_curve(curve)
     check_scale(scale)
     check_focus(focus)

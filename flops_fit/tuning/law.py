@@ -60,13 +60,18 @@ class LawFit:
         return np.exp(samples[:, 0] - samples[:, 1] * math.log(tokens) - samples[:, 2] * math.log(scale)
                       + samples[:, 3] * math.log(batch))
 
+    def form(self) -> str:
+        """The law's form, with the batch term only where a batch exponent was fitted."""
+        text = FORM.format(scale=self.scale)
+        return text if self.coefficients.get("c") is not None else text.removesuffix(" * batch^c")
+
     def describe(self) -> str:
         k = self.coefficients
         parts = [f"m = {_fmt(k['m'])}"] + [f"{n} = {_fmt(k[n])}" for n in ("a", "b", "c") if k[n] is not None]
-        return f"{FORM.format(scale=self.scale)}: " + ", ".join(parts)
+        return f"{self.form()}: " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"form": FORM.format(scale=self.scale), "scale": self.scale,
+        return {"form": self.form(), "scale": self.scale,
                 "coefficients": {n: None if c is None else c.to_dict() for n, c in self.coefficients.items()},
                 "cells": self.cells, "rms_log": self.rms_log, "notes": self.notes}
 
