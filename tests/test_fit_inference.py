@@ -104,8 +104,6 @@ def test_the_converse_buys_the_same_model_back():
 def test_a_total_that_serving_alone_takes_is_withheld_not_a_negative_model():
     """--total-flops 1e12 with 2T tokens served printed N 0.5, D -348B, tokens/param -6.6e11 and a
     best loss of nan; now the row has no answer, and the summary says why."""
-    from flops_fit.fitting.decisions.inference import sizing_summary
-
     result = stated(CHINCHILLA, draws=3)
     table = result.predict_total([1e12, 1e24], inference_tokens=SERVED)
     assert table.loc[0, ["N", "D", "tokens_per_param", "loss", "train_flops", "D_lo", "D_hi"]].isna().all()

@@ -258,12 +258,12 @@ def _print_failures(out_dir: str | Path) -> int:
     return 1
 
 
-def _driver(store: RunStore, counts: dict[str, int]) -> dict[str, Any]:
+def _driver(store: RunStore, counts: dict[str, int], runs: list[Any]) -> dict[str, Any]:
     """Who is training the sweep now, and the time it has left (``progress.stored_pace``), or that
-    the runs marked running were interrupted: a killed driver leaves them so."""
+    the runs marked running were interrupted: a killed driver leaves them so. ``runs``: the plan's."""
     now = time.time()
     live = holder(store.path, now)
-    runs, design = store.planned_runs(), store.get_meta("adaptive")
+    design = store.get_meta("adaptive")
     if live is None:
         return {"driver": None, "interrupted": counts.get("running", 0), "resume": _resume(store.dir, runs, design)}
     if design:  # an adaptive sweep's plan is its pool: only the runs chosen so far are to train
@@ -284,7 +284,7 @@ def _resume(out_dir: Path, runs: list[Any], design: dict[str, Any] | None) -> st
     return f"flops-fit sweep CONFIG --out {out_dir} --resume"
 
 
-def _driver_line(state: dict[str, Any], out_dir: str | Path) -> str | None:
+def _driver_line(state: dict[str, Any]) -> str | None:
     """The line under the counts: the live driver and the time left, or the runs a killed one left."""
     live = state["driver"]
     if live is None:
@@ -320,14 +320,14 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         plan = store.get_meta("plan") or {}
         frame = store.runs_frame()
         planned, states = store.planned_runs(), store.statuses()
-        driver = _driver(store, counts) if counts else None
+        driver = _driver(store, counts, planned) if counts else None
     total = sum(counts.values())
     if not total:  # a store opened by a sweep that refused before it recorded its plan
         print(f"{out_dir}: no plan recorded (a sweep into it stopped before its first run); "
               f"`flops-fit sweep CONFIG --out {out_dir}` starts one")
         return 0
     print(f"{out_dir}: {total} runs: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    line = _driver_line(driver, out_dir)
+    line = _driver_line(driver)
     if line:
         print(line)
     print(gate_line(parity))
@@ -356,7 +356,7 @@ def _print_status_json(out_dir: str | Path) -> int:
         runs = store.accounting()
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
-        driver = _driver(store, counts)
+        driver = _driver(store, counts, store.planned_runs())
     finished = [r for r in runs if r["steps"] is not None]
     totals = {
         "runs": len(runs), "counts": counts,

@@ -271,7 +271,8 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     """
     if method not in APPROACHES:
         raise FitInputError(f"compare fits one method; choose one of {', '.join(APPROACHES)}, got {method!r}")
-    unknown = sorted(set(options) - set(inspect.signature(fit).parameters) - set(LOAD_OPTIONS))
+    fit_options = inspect.signature(fit).parameters
+    unknown = sorted(set(options) - set(fit_options) - set(LOAD_OPTIONS))
     if unknown:
         raise FitInputError(f"unknown option(s) {', '.join(unknown)}; compare() passes on fit()'s options and "
                             f"{', '.join(LOAD_OPTIONS)}")
@@ -283,7 +284,7 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     if names is None:
         names = tuple(_name(s, d, own) for (s, own), d in zip(sides, ("A", "B"), strict=True))
         names = names if names[0] != names[1] else ("A", "B")
-    fitting = {k: v for k, v in options.items() if k in inspect.signature(fit).parameters}
+    fitting = {k: v for k, v in options.items() if k in fit_options}
     loading = {k: v for k, v in options.items() if k not in fitting}  # column names, exclude_top, ...
     recipes = []  # each side read once: its runs checked against the other's before any fit, then fitted
     for i, (source, own) in enumerate(sides):

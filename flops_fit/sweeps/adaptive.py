@@ -237,9 +237,11 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
     half-width per FLOP they add (without a forecast: the cheapest untrained budget, which adds a
     split to chain). ``spend(keys)``: FLOPs those runs execute together (WSD's shared phases once).
     A choice that would take the FLOPs spent past ``cap`` is not made."""
+    def fits(keys: list[Key]) -> bool:
+        return cap is None or spend(keys) <= cap
+
     chosen = list(trained)
     out: list[Choice] = []
-    fits = (lambda keys: True) if cap is None else (lambda keys: spend(keys) <= cap)  # noqa: E731
     for budget, more, reason in extensions(chosen, pool, reading.losses):
         if len(out) >= batch:
             return out

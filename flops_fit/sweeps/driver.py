@@ -39,7 +39,7 @@ from flops_fit.sweeps.gate import check, gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight
-from flops_fit.sweeps.progress import SweepDisplay
+from flops_fit.sweeps.progress import SweepDisplay, work_of
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import CheckpointPolicy, remove_checkpoints
@@ -302,12 +302,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     model = plan.runs[0].model
     trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
-    executed = plan.executed_flops
-    step_flops = {r.run_id: r.flops_per_unit * r.batch_size * r.seq_len for r in plan.runs}
-    display = SweepDisplay(finished + len(todo), finished, enabled=show_progress,
-                           work={r.run_id: (executed[r.run_id] / step_flops[r.run_id], executed[r.run_id])
-                                 for r in todo},
-                           group={r.run_id: r.family for r in todo} if plan.options.schedule == "wsd" else None,
+    work, group = work_of(plan.runs, todo)
+    display = SweepDisplay(finished + len(todo), finished, enabled=show_progress, work=work, group=group,
                            scope="" if only is None else " in this batch")  # an adaptive sweep's batch, not its end
     if todo:
         gate = ({"status": "not applicable", "reason": "the [train] command trains the runs, not flops-fit's model: "

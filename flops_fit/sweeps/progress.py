@@ -120,16 +120,23 @@ class Pace:
         return max(0.0, elapsed * (total - done) / done, max(left.values(), default=0.0))
 
 
+def work_of(runs: Sequence[Any], todo: Sequence[Any]) -> tuple[dict[str, tuple[float, float]], dict[str, str]]:
+    """``Pace``'s work and chains for the runs ``todo`` of the plan's ``runs``: the (steps, FLOPs) each
+    executes (a WSD family's stable phase counted once, ``wsd.executed_flops``), and the family each
+    WSD branch trains in."""
+    executed = executed_flops(runs)
+    work = {r.run_id: (executed[r.run_id] / (r.flops_per_unit * r.batch_size * r.seq_len), executed[r.run_id])
+            for r in todo}
+    return work, {r.run_id: r.family for r in todo if r.schedule == "wsd"}
+
+
 def stored_pace(runs: Sequence[Any], timeline: Sequence[Mapping[str, Any]], since: float, now: float) -> Pace:
     """The pace of a sweep another process has driven since ``since`` (wall time), read from its
     store (``RunStore.planned_runs`` and ``timeline``): what ``flops-fit status`` says of a sweep in
     flight. Its work is the runs not finished before ``since``, as the driver's own display counts."""
-    executed = executed_flops(runs)
     state = {row["run_id"]: row for row in timeline}
     todo = [r for r in runs if r.run_id in state and (state[r.run_id]["finished"] or now) >= since]
-    pace = Pace({r.run_id: (executed[r.run_id] / (r.flops_per_unit * r.batch_size * r.seq_len), executed[r.run_id])
-                 for r in todo},
-                {r.run_id: r.family for r in todo if r.schedule == "wsd"}, clock=lambda: now, start=since)
+    pace = Pace(*work_of(runs, todo), clock=lambda: now, start=since)
     for r in todo:
         row = state[r.run_id]
         if row["status"] in ("done", "failed") and row["finished"]:

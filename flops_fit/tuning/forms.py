@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.fitting.laws.bootstrap import interval
-from flops_fit.tuning.law import MIN_SPREAD, Coefficient, LawFit, fit_batch_law
+from flops_fit.tuning.law import MIN_SPREAD, Coefficient, LawFit, fit_batch_law, residual_rms
 
 MAX_WIDTH = 1.0  # an exponent whose 95% interval is wider than this is not identified
 VARIABLES = {"tokens": "D", "width": "width", "params": "N", "nonembedding": "N_ne", "flops": "C", "batch": "B"}
@@ -155,11 +155,10 @@ def fit_form(form: Form, points: list[Point], *, bootstrap: int = 200, seed: int
             moved += residuals[rng.integers(0, n, n)] * math.sqrt(n / dof)
         rows.append(np.linalg.lstsq(design, moved, rcond=None)[0])
     lo, hi = interval(np.array(rows), level) if rows else (np.full(k, np.nan),) * 2
-    notes = [] if dof > 0 else [f"{n} cells for {k} coefficients: no residual to judge the fit by"]
+    rms, notes = residual_rms(residuals, n, k)
     exponents = {v: Coefficient(float(beta[j]), float(lo[j]), float(hi[j])) for j, v in enumerate(form.variables, 1)}
     m = Coefficient(math.exp(beta[0]), math.exp(lo[0]), math.exp(hi[0]))
-    return FormFit(form.name, form.title, m, exponents, n, float(np.sqrt(np.mean(residuals ** 2))) if dof > 0
-                   else math.nan, notes=notes, dof=dof)
+    return FormFit(form.name, form.title, m, exponents, n, rms, notes=notes, dof=dof)
 
 
 def _spread(values: np.ndarray, others: list[np.ndarray]) -> float:

@@ -91,6 +91,14 @@ def _fmt(c: Coefficient) -> str:
     return f"{c.value:.4g}"
 
 
+def residual_rms(residuals: np.ndarray, cells: int, coefficients: int) -> tuple[float, list[str]]:
+    """The rms residual (in log lr) of a fit through ``cells`` cells, and a note where it is an exact
+    fit (no more cells than coefficients): NaN then, since its residual (0) says nothing."""
+    if cells > coefficients:
+        return float(np.sqrt(np.mean(residuals ** 2))), []
+    return math.nan, [f"{cells} cells for {coefficients} coefficients: no residual to judge the fit by"]
+
+
 def _independent_spread(values: np.ndarray, others: np.ndarray) -> float:
     """RMS of ``values`` after removing their least-squares fit on the columns ``others``."""
     residuals = values - others @ np.linalg.lstsq(others, values, rcond=None)[0]
@@ -156,9 +164,8 @@ def fit_law(scale_values, tokens, batch, lr_opt, samples: list[np.ndarray], *, s
             coefficients[name] = Coefficient(float(full[k]), float(lo[k]), float(hi[k]))
         else:
             coefficients[name] = Coefficient(0.0, fitted=False)
-    if dof <= 0:  # an exact fit through every cell: its rms residual (0) says nothing
-        notes.append(f"{n} cells for {design.shape[1]} coefficients: no residual to judge the fit by")
-    law = LawFit(scale, coefficients, n, float(np.sqrt(np.mean(residuals ** 2))) if dof > 0 else math.nan, notes)
+    rms, exact = residual_rms(residuals, n, design.shape[1])
+    law = LawFit(scale, coefficients, n, rms, notes + exact)
     return law, boot
 
 

@@ -276,7 +276,8 @@ def _loss(value: Any) -> str:
 
 def _share(value: Any) -> str:
     """A share as a percentage; a saving that rounds to nothing reads 0.0%, not -0.0% (no inference served)."""
-    return f"{100 * float(value) + 0.0:.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
+    return f"{100 * float(value):.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
 
 
-__all__ = ["below_runs", "inference_sizing", "sizing_rows", "sizing_summary", "total_rows", "total_sizing", "unserved"]
+__all__ = ["below_runs", "falls_with_data", "headers", "inference_sizing", "sizing_rows", "sizing_summary", "total_rows",
+           "total_sizing", "unreached", "unserved"]
