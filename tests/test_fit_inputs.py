@@ -239,8 +239,8 @@ def test_empty_table_is_refused():
 
 
 def test_bad_sources_are_refused(tmp_path):
-    with pytest.raises(FitInputError, match="no such file or folder"):
-        load_runs(tmp_path / "missing.csv")
+    with pytest.raises(FitInputError, match=r"no such file or folder; give a table of runs \(\.csv, .*\.parquet\)"):
+        load_runs(tmp_path / "missing.csv")  # it offered "a CSV file" only, though JSON and parquet tables are read
     with pytest.raises(FitInputError, match="no runs.sqlite in this folder"):
         load_runs(tmp_path)
     (tmp_path / "runs.xlsx").write_bytes(b"x")

@@ -521,7 +521,8 @@ def _read(source: Any, **tracker: Any) -> tuple[pd.DataFrame, str, dict[str, Any
         if path.is_file():
             raise FitInputError(f"{path}: unknown file type; give a table of runs ({', '.join(TABLES)}), a sweep "
                                 "output folder or a tracker's runs")
-        raise FitInputError(f"{path}: no such file or folder; give a CSV file, a sweep folder or a DataFrame")
+        raise FitInputError(f"{path}: no such file or folder; give a table of runs ({', '.join(TABLES)}), a sweep "
+                            "folder or a DataFrame")
     raise FitInputError(
         f"cannot read runs from a {type(source).__name__}; give a pandas DataFrame, a CSV path "
         "or a sweep output folder holding runs.sqlite"
