@@ -51,10 +51,30 @@ def test_gate_collects_passes_failures_errors_and_skips() -> None:
     assert json.loads(json.dumps(gate.to_dict()))["status"] == "failed"
 
 
+class _CaselessModel:
+    """A registered model ('plain') that no plugin registers a parity case for."""
+
+    @flops_fit.hookimpl
+    def register_models(self, register):
+        register(flops_fit.ModelEntry(
+            "plain", builder=lambda width: None, size_param="width", valid_sizes=lambda: [8],
+            param_count=lambda width: width, training_flops=lambda width, tokens: 6.0 * width * tokens,
+            flops_unit="token", task=flops_fit.TASK_CAUSAL_LM, default_loss="next-token"))
+
+
 def test_gate_without_cases_is_unverified_not_failed() -> None:
-    gate = check("nothing", host=isolated_host(_Plugin()))
+    gate = check("plain", host=isolated_host(_Plugin(), _CaselessModel()))
     assert gate.passed and not gate.verified and gate.status == "unverified"
     assert "no quick parity case is registered" in gate.summary()
+
+
+def test_gate_of_a_misspelt_model_names_the_known_ones() -> None:
+    """No case and no model by that name: a misspelling, refused with the close names (it read
+    'unverified', as if the model existed and merely had no case)."""
+    with pytest.raises(flops_fit.UnknownEntryError, match="no model called 'gtp'; did you mean 'gpt'"):
+        flops_fit.check_parity("gtp")
+    with pytest.raises(flops_fit.UnknownEntryError, match="no model called 'plian'; did you mean 'plain'"):
+        check("plian", host=isolated_host(_Plugin(), _CaselessModel()))
 
 
 def test_builtin_gates_pass_on_cpu() -> None:

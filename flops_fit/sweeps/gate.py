@@ -102,9 +102,15 @@ def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
 
 def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick_only: bool = True,
           host: Any = None) -> GateReport:
-    """Run ``model_name``'s quick parity cases (all its cases with ``quick_only=False``)."""
+    """Run ``model_name``'s quick parity cases (all its cases with ``quick_only=False``).
+
+    A name with no case that is no registered model either is a misspelling (or a plugin that
+    did not load), not an unverified model: the registry's error names the models it knows."""
     gate = GateReport(model_name, device, dtype)
-    for name in api.list_parity_cases(model=model_name, qualified=True, host=host):
+    names = api.list_parity_cases(model=model_name, qualified=True, host=host)
+    if not names:
+        api.model_info(model_name, host=host)  # raises UnknownEntryError, with the close names
+    for name in names:
         entry = api.parity_case_info(name, host=host)
         if quick_only and not entry.quick:
             continue
