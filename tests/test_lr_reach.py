@@ -125,10 +125,15 @@ def _edit(data, path, value):
     (("law", "band"), float("nan"), "the law's band nan is not a finite width >= 0"),
     (("range",), {"tokens": [float("nan"), 22000]}, "the range of tokens [nan, 22000.0] is not 0 <= min <= max"),
     (("batch_law",), {"k": 0, "e": 0.3}, "the batch law (k, e) = (0.0, 0.3) needs a finite k > 0"),
+    # width^+3 for width^-1: 0.5 * 22000^-0.2 * 8^3 = 34.7 against the cell's best 0.005, and
+    # 0.5 * 8000^-0.2 * 16^3 = 339 against 0.0025: x6.94e3 and x1.36e5, median (geometric mean) x3.07e4
+    (("law", "coefficients", "b", "value"), -3.0, "the law misses the best rates of the cells it was fitted on by "
+     "x3.07e+04 (median), so it is not the law fitted to them (edited by hand?)"),
 ])
 def test_a_hand_edited_hparams_json_with_impossible_numbers_is_one_line(tmp_path, capsys, path, value, message):
     """A law whose m is infinite planned every rate inf, a beta2 of 1.5 went to AdamW, a NaN range
-    read as a run x638 beyond the grid, a list where a table belongs was a traceback: each is
+    read as a run x638 beyond the grid, a list where a table belongs was a traceback, an exponent
+    edited by hand planned rates its own cells never saw: each is
     now refused naming the entry, before anything is planned."""
     folder = write_law(tmp_path / "t")
     data = json.loads((folder / "hparams.json").read_text())

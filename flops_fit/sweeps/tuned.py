@@ -29,6 +29,9 @@ from flops_fit.store.runs import tuned_law_paths
 from flops_fit.sweeps.hparams import HyperParams
 
 HPARAMS_FILE = "hparams.json"
+# A fitted law misses its own cells' best rates by x1.1-1.4 (median; the shipped demos' laws): one
+# that misses them by more than 10x was not fitted to them (an exponent edited by hand).
+MAX_CELL_MISS = 10.0
 FORMAT = "flops-fit-hparams/2"  # what a tune writes; /1 (Marin's form only) still reads
 FORMATS = ("flops-fit-hparams/1", FORMAT)
 SCALES = ("width", "params")
@@ -145,10 +148,31 @@ class TunedLaw:
         if out.scale not in SCALES or not (0 < out.m < math.inf and all(math.isfinite(e[0]) for e in out.exponents.values())) \
                 or not set(out.exponents) <= set(NAMES):
             raise PlanError(f"hparams {path}: the law's scale or coefficients are invalid; run `flops-fit tune` again")
-        bad = out._invalid()
+        bad = out._invalid() or out._misses_cells(data.get("cells"))
         if bad:
             raise PlanError(f"hparams {path}: {bad}; run `flops-fit tune` again")
         return out
+
+    def _misses_cells(self, cells: Any) -> str | None:
+        """Why the law cannot be the one fitted to its own cells (their best rates missed by more
+        than ``MAX_CELL_MISS``, median), or None (also when the cells do not record the law's variables)."""
+        keys = {"tokens": "tokens", "flops": "flops", "batch": "batch_size", "nonembedding": "nonembedding",
+                "params": "params", self.scale: "scale"}
+        misses = []
+        for cell in cells if isinstance(cells, list) else []:
+            try:
+                if cell.get("in_law") and cell.get("lr_opt"):
+                    values = {v: float(cell[keys[v]]) for v in self.exponents}
+                    misses.append(abs(math.log(self.rate(values) / float(cell["lr_opt"]))))
+            except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
+                continue
+        misses = sorted(m for m in misses if math.isfinite(m)) or [0.0]
+        mid = len(misses) // 2
+        miss = math.exp(misses[mid] if len(misses) % 2 else (misses[mid - 1] + misses[mid]) / 2)
+        if miss > MAX_CELL_MISS:
+            return (f"the law misses the best rates of the cells it was fitted on by x{miss:.3g} (median), so it "
+                    f"is not the law fitted to them (edited by hand?)")
+        return None
 
     def _invalid(self) -> str | None:
         """What in the law's other numbers cannot be (beta2, band, batch law, ranges), or None."""
