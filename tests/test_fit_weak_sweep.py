@@ -313,3 +313,34 @@ def test_the_reports_default_check_falls_back_when_the_budgets_it_predicts_have_
     assert "no held-out check was possible" in (tmp_path / "r.html").read_text()
     with pytest.raises(FitInputError, match="interior minimum"):  # asked for by name, it is still refused
         fit(csv, "isoflop", bootstrap=0, holdout="forward")
+
+
+def _below_the_runs() -> pd.DataFrame:
+    """A sweep (budgets 1e9-4e9, 3 sizes of 1,472 and more) whose smaller size always wins: its law's
+    optimum lies near 10 parameters, far below every run, as a noisy image sweep at chance read it."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for budget in (1e9, 2e9, 4e9):
+        for n in (1472, 3676, 6648):
+            n = round(n * (budget / 1e9) ** 0.3)
+            d = round(budget / (6 * n))
+            rows.append({"params": n, "tokens": d, "flops": budget, "budget": budget,
+                         "loss": 2.0 + 40 / d ** 0.3 + 0.5 / n ** 0.3 + rng.normal(0, 1e-4)})
+    return pd.DataFrame(rows)
+
+
+def test_an_optimum_far_below_every_run_at_a_swept_budget_is_no_answer(tmp_path, capsys):
+    """`flops-fit fit` printed N_opt 8.37 [3.89, 16.4] parameters at 1e9 FLOPs beside runs of 1,472 and more:
+    the method is now left out with the reason, as every other answer that is no answer."""
+    runs = _below_the_runs()
+    assert runs.params.min() == 1472
+    with pytest.raises(NoFitError, match=r"^parametric: failed: no finite, ordered answer \(N_opt at 1e\+09 FLOPs is "
+                                         r"\d+(\.\d+)?, over 100x below the smallest run's 1\.47k parameters, where no "
+                                         "run was trained\\)"):
+        fit(runs, "parametric", bootstrap=50, tracking=False, holdout="none")
+    path = tmp_path / "runs.csv"
+    runs.to_csv(path, index=False)
+    assert main(["fit", str(path), "--method", "all", "--bootstrap", "50", "--holdout", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "no method could fit these runs" in err and "over 100x below the smallest run's" in err
+    assert "Traceback" not in err

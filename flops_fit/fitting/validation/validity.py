@@ -30,6 +30,10 @@ FLOPS_PER_TOKEN_PARAM = 6.0
 # sweep, means the resamples do not agree with the fit: the estimator is unstable there. Closer than
 # this (or beyond the sweep, where skewed extrapolations are expected) is left to the interval.
 OUTSIDE = 0.02
+# An optimum (N_opt, D_opt) at a budget inside the sweep this many times below the smallest run's size or
+# tokens lies where no run was trained: a noisy sweep at chance read N_opt = 1.35 parameters beside runs of
+# 1,472 and more. Sound sweeps (the demo's runs, three public ones) put it above their smallest run.
+BELOW_RUNS = 100.0
 
 
 def failure(result: Any, budgets: Sequence[float]) -> str | None:
@@ -37,7 +41,7 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     non-finite fitted parameter, a value or interval bound that is not finite and positive, a size
     or data bound below one parameter or token, a data bound beyond what the budget trains a
     one-parameter model on (C / 6 tokens), or (at a budget within the swept range) a point
-    clearly outside its own interval."""
+    clearly outside its own interval or an optimum ``BELOW_RUNS`` times below every run's size or tokens."""
     swept = budget_groups(result.runs)[0]
     within = (float(np.min(swept)) * (1 - 1e-9), float(np.max(swept)) * (1 + 1e-9))
     bad = [name for name, value in result.params.items() if name not in CONSTANTS and not np.isfinite(value)]
@@ -67,6 +71,12 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
             return f"the {name} interval {at} is [{show(lo)}, {show(hi)}], {beyond}"
         if within[0] <= budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
             return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
+    smallest = {"N_opt": float(result.runs.frame["params"].min()), "D_opt": float(result.runs.frame["tokens"].min())}
+    units = {"N_opt": "parameters", "D_opt": result.runs.unit}
+    for budget, at, key, name, show, value, _, _ in cells:  # last: an optimum where no run was trained
+        if key in COUNTS and within[0] <= budget <= within[1] and value * BELOW_RUNS < smallest[key]:
+            return (f"{name} {at} is {show(value)}, over {BELOW_RUNS:g}x below the smallest run's "
+                    f"{show(smallest[key])} {units[key]}, where no run was trained")
     return None
 
 
