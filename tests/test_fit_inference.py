@@ -179,3 +179,13 @@ def test_a_loss_no_size_reaches_where_the_law_falls_with_data_is_withheld():
     assert all(np.isnan(row[k]) for k in ("N", "D", "saving"))
     text = sizing_summary(result, [1e13], 1e12)
     assert "withheld at 1e+13 FLOPs: the law does not fall with data" in text and not re.search(r"\binf\b|-inf", text)
+
+
+def test_a_sizing_below_the_runs_of_an_image_sweep_counts_samples():
+    """The note on a sizing below every run said "tokens" for an image sweep, whose tables count samples."""
+    result = stated(CHINCHILLA)
+    result.runs.metadata["plan"] = {"unit": "sample"}  # what an image sweep's store records
+    text = result.sizing_summary([1e17], 1e9, [1e17])
+    notes = [line for line in text.splitlines() if line.startswith("note:")]
+    assert len(notes) == 2 and all("smallest 1B parameters, 20B samples" in n for n in notes), text
+    assert "tokens" not in "\n".join(notes)

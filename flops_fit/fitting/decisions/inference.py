@@ -244,10 +244,10 @@ def unserved(table: pd.DataFrame, unit: str = "tokens") -> list[str]:
 def below_runs(result: Any, table: pd.DataFrame, first: str = "budget") -> list[str]:
     """A note for each sizing whose N or D lies below every fitted run's: the law is read where no run
     measured it (a law whose terms turn there answered 404 tokens for a 2.18k-parameter model)."""
-    runs = result.runs.frame
+    runs, unit = result.runs.frame, result.runs.unit  # what D counts: tokens, an image model's samples
     smallest_n, smallest_d = float(runs["params"].min()), float(runs["tokens"].min())
-    return [f"at {fmt.flops(r[first])} FLOPs the sizing's {fmt.count(r.N)} parameters on {fmt.count(r.D)} tokens lie "
-            f"below the fitted runs (smallest {fmt.count(smallest_n)} parameters, {fmt.count(smallest_d)} tokens): the "
+    return [f"at {fmt.flops(r[first])} FLOPs the sizing's {fmt.count(r.N)} parameters on {fmt.count(r.D)} {unit} lie "
+            f"below the fitted runs (smallest {fmt.count(smallest_n)} parameters, {fmt.count(smallest_d)} {unit}): the "
             "law is read where no run measured it, and toward small N and D a law's terms can bend where a real "
             "model's loss does not; train runs that small before acting on it"
             for _, r in table.iterrows() if r.N < smallest_n or r.D < smallest_d]
