@@ -269,6 +269,22 @@ def test_a_scale_interval_spanning_over_1000x_is_withheld_and_the_value_kept():
         "79.4 [withheld: spans over 1000x]", "2.083 [1.752, 3.539]"]
 
 
+def test_an_estimate_outside_its_own_interval_is_said_to_be_where_it_is_printed():
+    """isoflop on the external-trainer example's runs printed "exponent a 0.497 [0.0596, 0.486]": brackets that
+    read as holding a point they do not. The fit is kept; the text says the point lies outside."""
+    from flops_fit.fitting import formatting as fmt
+    from flops_fit.fitting.approaches.result import param_rows
+
+    assert fmt.with_interval(0.497, 0.0596, 0.486) == "0.497 (outside [0.0596, 0.486])"
+    assert fmt.with_interval(-0.1, 0.0596, 0.486) == "-0.1 (outside [0.0596, 0.486])"
+    assert fmt.with_interval(0.4861, 0.0596, 0.486) == "0.486 [0.0596, 0.486]"  # printed as its bound: inside
+    assert fmt.with_interval(0.3, 0.0596, 0.486) == "0.3 [0.0596, 0.486]"
+    assert fmt.scale_interval(8.37e3, 9.2e3, 1.2e4) == "8.37k (outside [9.2k, 12k])"
+    table = pd.DataFrame({"estimate": [0.497, 0.3], "lo": [0.0596, 0.1], "hi": [0.486, 0.5], "se": [0.1, 0.1]},
+                         index=["a", "b"])
+    assert [row[2] for row in param_rows(table)] == ["[0.0596, 0.486] (the estimate lies outside it)", "[0.1, 0.5]"]
+
+
 def test_a_sweep_whose_minima_lie_at_its_edge_is_refused_without_numpy_warnings():
     """``data/edge_sweep.csv``: ``examples/sweep.toml`` at budgets 3e10-1.2e11, where each budget's
     smallest size has the lowest loss. The curve law's draws run off to a frontier of 0: the user
