@@ -285,6 +285,36 @@ def test_an_estimate_outside_its_own_interval_is_said_to_be_where_it_is_printed(
     assert [row[2] for row in param_rows(table)] == ["[0.0596, 0.486] (the estimate lies outside it)", "[0.1, 0.5]"]
 
 
+# A ViT on glyphs at budgets 1e9-4e9, 3 sizes a budget, trained once: most runs stay at chance (ln 36 = 3.58),
+# and two budgets have an interior minimum, each from a single run below the others.
+CHANCE_VIT = pd.DataFrame({
+    "params": [658, 1472, 3676, 658, 1472, 5066, 658, 2478, 6648],
+    "tokens": [93843, 36938, 12956, 187687, 73877, 18037, 375375, 81221, 26607],
+    "flops": [999991008, 999985536, 999995904, 1999992672, 1999998144, 1999942560, 3999996000, 3999971808, 3999989952],
+    "budget": [1e9] * 3 + [2e9] * 3 + [4e9] * 3,
+    "loss": [3.5844233, 3.4238235, 3.5853745, 3.5842644, 3.5845557, 3.5857679, 3.5837870, 3.2338719, 3.4176864]})
+
+
+def test_intervals_of_resamples_that_all_repeat_the_fit_are_withheld(tmp_path, capsys):
+    """isoflop on the sweep above printed N_opt 2.52k [2.52k, 2.52k], exponent a 0.348 [0.348, 0.348]: the few
+    resamples kept (those that drew every size of a budget) all repeat the fit, an interval of no width read as
+    certainty. The values stay; the intervals are withheld with the reason."""
+    from flops_fit.fitting import formatting as fmt
+
+    result = fit(CHANCE_VIT, "isoflop", bootstrap=200, tracking=False)
+    table = result.predict([4e9])
+    assert table.N_opt_lo[0] == table.N_opt_hi[0] == table.N_opt[0]  # the fit itself: unchanged
+    text = result.summary()
+    assert "[withheld: resamples all equal]" in text and "resamples kept all give the fit itself" in text
+    assert not re.search(r"(\S+) \[\1, \1\]", text)  # no "x [x, x]"
+    assert fmt.with_interval(0.0, 0.0, 0.0) == "0 [0, 0]"  # a fixed term of 0 is no resampling
+    path = tmp_path / "runs.csv"
+    CHANCE_VIT.to_csv(path, index=False)
+    assert main(["fit", str(path), "--method", "all", "--bootstrap", "200", "--holdout", "none"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("isoflop "))
+    assert row.count("[withheld: resamples all equal]") == 5, row
+
+
 def test_a_sweep_whose_minima_lie_at_its_edge_is_refused_without_numpy_warnings():
     """``data/edge_sweep.csv``: ``examples/sweep.toml`` at budgets 3e10-1.2e11, where each budget's
     smallest size has the lowest loss. The curve law's draws run off to a frontier of 0: the user

@@ -47,9 +47,21 @@ def with_interval(value: Any, lo: Any, hi: Any, fmt=sig) -> str:
     value lies ``outside`` its interval, so the brackets never read as holding a point they do not."""
     if not (_finite(lo) and _finite(hi)):
         return fmt(value)
+    if still(value, lo, hi):
+        return f"{fmt(value)} {STILL}"
     if outside(value, lo, hi, fmt):
         return f"{fmt(value)} (outside [{fmt(lo)}, {fmt(hi)}])"
     return f"{fmt(value)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+STILL = "[withheld: resamples all equal]"
+
+
+def still(value: Any, lo: Any, hi: Any) -> bool:
+    """Whether an interval is the point itself, ``lo == hi == value`` (not 0, a fixed term): resamples that all
+    repeat the fit (isoflop on 3 sizes a budget keeps only those that draw every size) measure no spread, and
+    "2.52k [2.52k, 2.52k]" would read as certainty."""
+    return _finite(value) and float(value) != 0 and float(lo) == float(hi) == float(value)
 
 
 def outside(value: Any, lo: Any, hi: Any, fmt=sig) -> bool:

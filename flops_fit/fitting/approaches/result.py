@@ -312,8 +312,8 @@ COEFFICIENTS = ("A", "B")
 def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[str]]:
     """Rows of param, estimate, "[lo, hi]", bootstrap s.e.: a coefficient's interval over the span
     limit, an s.e. of draws that diverged, and the interval of a parameter fitted on its search
-    bound (``on_bound``: the runs do not pin it down), withheld with the reason; an interval that misses
-    its estimate says so."""
+    bound (``on_bound``: the runs do not pin it down) or of resamples that do not vary, withheld with
+    the reason; an interval that misses its estimate says so."""
     rows = []
     for name, r in table.iterrows():
         if np.isnan(r.lo) and np.isnan(r.hi):  # no bootstrap
@@ -323,6 +323,8 @@ def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[s
             rows.append([name, fmt.sig(r.estimate, 4), "[withheld: fitted on its search bound]", "withheld"])
             continue
         span, se = f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 4)
+        if fmt.still(r.estimate, r.lo, r.hi):
+            span, se = fmt.STILL, "withheld"
         if fmt.outside(r.estimate, r.lo, r.hi, lambda v: fmt.sig(v, 4)):
             span += " (the estimate lies outside it)"
         if name in COEFFICIENTS and fmt.too_wide(r.lo, r.hi):
