@@ -390,3 +390,13 @@ def test_an_optimum_far_below_every_run_at_a_swept_budget_is_no_answer(tmp_path,
     err = capsys.readouterr().err
     assert "no method could fit these runs" in err and "over 100x below the smallest run's" in err
     assert "Traceback" not in err
+
+
+def test_a_failed_error_law_names_the_error_not_a_loss():
+    """`fit --metric error` on the ViT sweep above refused interaction with "the loss interval at 1e+09 FLOPs is
+    [-1.3e+19, 0.976]": the law fitted the top-1 error, and the reason now says so."""
+    runs = CHANCE_VIT.assign(top1_error=[0.9648438, 0.9448242, 0.9765625, 0.9711914, 0.9750977, 0.9760742, 0.9663086,
+                                         0.9208984, 0.9443359])
+    with pytest.raises(NoFitError, match=r"^interaction: failed: no finite, ordered answer \(the top-1 error interval "
+                                         r"at 1e\+09 FLOPs is \[-"):
+        fit(runs, "interaction", metric="error", bootstrap=200, tracking=False)

@@ -52,9 +52,10 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     # The swept budgets first, then those above them (the forecast's side), then below: the reason
     # names the defect nearest what the user asked about, and where it lies against the sweep.
     place = {0: "", 1: " (above the swept budgets)", 2: " (below the swept budgets)"}
+    metric = result.runs.label.split(" (")[0]  # "loss", or "top-1 error" where the laws fit the error
     side = [0 if within[0] <= b <= within[1] else 1 if b > within[1] else 2 for b in table.budget]
-    cells = [(row.budget, f"at {fmt.flops(row.budget)} FLOPs{place[where]}", key, name, show, getattr(row, key),
-              getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi"))
+    cells = [(row.budget, f"at {fmt.flops(row.budget)} FLOPs{place[where]}", key, metric if key == "loss" else name,
+              show, getattr(row, key), getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi"))
              for where, row in sorted(zip(side, table.itertuples(), strict=True), key=lambda pair: pair[0])
              for key, name, show in VALUES]
     for _, at, _, name, show, value, lo, hi in cells:  # the plainest defect first: not a number
