@@ -400,3 +400,16 @@ def test_a_failed_error_law_names_the_error_not_a_loss():
     with pytest.raises(NoFitError, match=r"^interaction: failed: no finite, ordered answer \(the top-1 error interval "
                                          r"at 1e\+09 FLOPs is \[-"):
         fit(runs, "interaction", metric="error", bootstrap=200, tracking=False)
+
+
+def test_the_disagreement_warning_prints_its_intervals_as_the_tables_do():
+    """`fit --json` on the ViT sweep above warned "isoflop gives a = 0.348 [0.348, 0.348]", the interval the
+    tables withhold: the warning now prints each exponent as the tables do."""
+    from flops_fit.fitting.approaches.fit_set import FitSet
+    from flops_fit.fitting.synthetic import synthetic_runs
+
+    chance = fit(CHANCE_VIT, "isoflop", bootstrap=200, tracking=False)
+    clean = fit(synthetic_runs(seed=2), "isoflop", bootstrap=50, tracking=False)
+    (warning,) = FitSet({"clean": clean, "chance": chance}).warnings
+    assert warning.startswith("approaches disagree: ") and "[withheld: resamples all equal]" in warning
+    assert not re.search(r"(\S+) \[\1, \1\]", warning)
