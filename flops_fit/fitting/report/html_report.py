@@ -292,8 +292,8 @@ def _forecast(f: Any) -> str:
     """The forecast first: each answer by the candidates that extrapolate it best, and where it comes from."""
     value = ", ".join([f"N_opt {fmt.with_interval(*f.n_opt, fmt=fmt.count)} parameters",
                        f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} {f.unit}",
-                       f"loss {fmt.with_interval(*f.loss, fmt=_loss)}"])
-    items = "".join(f"<li>{escape(answer_line(f.answers[q], f.ratio))}</li>" for q in ("n_opt", "loss"))
+                       f"{f.metric} {fmt.with_interval(*f.loss, fmt=_loss)}"])
+    items = "".join(f"<li>{escape(answer_line(f.answers[q], f.ratio, f.metric))}</li>" for q in ("n_opt", "loss"))
     return "\n".join([
         f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs ({f.ratio:.3g}x the largest budget)</h2>",
         f"<p class=lead><b>{escape(value)}</b></p>",
