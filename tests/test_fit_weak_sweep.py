@@ -413,3 +413,20 @@ def test_the_disagreement_warning_prints_its_intervals_as_the_tables_do():
     (warning,) = FitSet({"clean": clean, "chance": chance}).warnings
     assert warning.startswith("approaches disagree: ") and "[withheld: resamples all equal]" in warning
     assert not re.search(r"(\S+) \[\1, \1\]", warning)
+
+
+def test_the_reports_forecast_withholds_a_size_interval_over_1000x_as_the_text_does():
+    """The text's forecast withholds an N_opt or D_opt interval over 1000x; the HTML report's printed it
+    ("N_opt 214M [19.1, 1.88B] parameters")."""
+    import dataclasses
+
+    from flops_fit.fitting.report.html_report import _forecast
+    from flops_fit.fitting.synthetic import synthetic_runs
+
+    runs = synthetic_runs(budgets=(1e17, 3e17, 1e18, 3e18, 1e19), sizes_per_budget=6, seed=1).drop(columns="curve")
+    forecast = fit(runs, "all", holdout="forward", bootstrap=20, tracking=False).forecast
+    wide = dataclasses.replace(forecast, n_opt=(214e6, 19.1, 1.88e9), d_opt=(17e9, 1.93e9, 1.91e17))
+    assert "N_opt 214M [withheld: spans over 1000x] parameters, D_opt 17B [withheld: spans over 1000x]" in wide.summary()
+    page = _forecast(wide)
+    assert "N_opt 214M [withheld: spans over 1000x] parameters, D_opt 17B [withheld: spans over 1000x] tokens" in page
+    assert "19.1" not in page

@@ -290,8 +290,8 @@ def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) ->
 
 def _forecast(f: Any) -> str:
     """The forecast first: each answer by the candidates that extrapolate it best, and where it comes from."""
-    value = ", ".join([f"N_opt {fmt.with_interval(*f.n_opt, fmt=fmt.count)} parameters",
-                       f"D_opt {fmt.with_interval(*f.d_opt, fmt=fmt.count)} {f.unit}",
+    value = ", ".join([f"N_opt {fmt.scale_interval(*f.n_opt)} parameters",  # over 1000x withheld, as the text
+                       f"D_opt {fmt.scale_interval(*f.d_opt)} {f.unit}",
                        f"{f.metric} {fmt.with_interval(*f.loss, fmt=_loss)}"])
     items = "".join(f"<li>{escape(answer_line(f.answers[q], f.ratio, f.metric))}</li>" for q in ("n_opt", "loss"))
     return "\n".join([
