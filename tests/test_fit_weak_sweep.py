@@ -430,3 +430,17 @@ def test_the_reports_forecast_withholds_a_size_interval_over_1000x_as_the_text_d
     page = _forecast(wide)
     assert "N_opt 214M [withheld: spans over 1000x] parameters, D_opt 17B [withheld: spans over 1000x] tokens" in page
     assert "19.1" not in page
+
+
+def test_a_failed_image_fit_counts_samples():
+    """parametric on the ViT sweep above (an image sweep's store) was refused for "the D_opt interval ... below
+    one token": its D counts samples, as every table of it says."""
+    from flops_fit.fitting.validation.validity import unphysical
+
+    runs = load_runs(CHANCE_VIT)
+    runs = runs.derived(runs.frame, metadata={"plan": {"unit": "sample"}})  # as an image sweep's store records it
+    with pytest.raises(NoFitError, match=r"the D_opt interval at 1e\+09 FLOPs is \[0\.9\d+, [\d.]+k\], below one "
+                                         r"sample\)"):
+        fit(runs, "parametric", tracking=False)
+    assert unphysical("D_opt", 10.0, 1e9, 1e9, "samples") == "more samples than the budget trains a one-parameter model on"
+    assert unphysical("D_opt", 0.5, 10.0, 1e9) == "below one token"  # a language sweep's, as before

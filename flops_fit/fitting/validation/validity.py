@@ -67,7 +67,7 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     for budget, at, key, name, show, value, lo, hi in cells:  # then: no model, or unstable
         if np.isnan(lo) and np.isnan(hi):
             continue
-        beyond = unphysical(key, lo, hi, budget)
+        beyond = unphysical(key, lo, hi, budget, result.runs.unit)
         if beyond is not None:
             return f"the {name} interval {at} is [{show(lo)}, {show(hi)}], {beyond}"
         if within[0] <= budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
@@ -81,13 +81,14 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     return None
 
 
-def unphysical(key: str, lo: float, hi: float, budget: float) -> str | None:
+def unphysical(key: str, lo: float, hi: float, budget: float, unit: str = "tokens") -> str | None:
     """Why bounds [lo, hi] of ``key`` (N_opt, D_opt) at ``budget`` name no model (None if they do):
-    below one parameter or token, or more tokens than the budget trains a one-parameter model on."""
+    below one parameter or token, or more tokens than the budget trains a one-parameter model on
+    (``unit``: what D counts, an image sweep's samples)."""
     if key in COUNTS and min(lo, hi) < 1:
-        return f"below one {COUNTS[key]}"
+        return f"below one {COUNTS[key] if key == 'N_opt' else unit[:-1]}"
     if key == "D_opt" and max(lo, hi) > budget / FLOPS_PER_TOKEN_PARAM:
-        return "more tokens than the budget trains a one-parameter model on"
+        return f"more {unit} than the budget trains a one-parameter model on"
     return None
 
 
