@@ -444,3 +444,14 @@ def test_a_failed_image_fit_counts_samples():
         fit(runs, "parametric", tracking=False)
     assert unphysical("D_opt", 10.0, 1e9, 1e9, "samples") == "more samples than the budget trains a one-parameter model on"
     assert unphysical("D_opt", 0.5, 10.0, 1e9) == "below one token"  # a language sweep's, as before
+
+
+def test_a_predicted_budget_whose_optimum_is_under_one_parameter_is_withheld(capsys):
+    """`fit --predict 1e3` on the demo's runs printed N_opt 0.315 [0.0306, 2.35] parameters, D_opt 236 tokens
+    and a loss of 415.6 nats: no model. The row is withheld with the reason; the budgets beside it stand."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    assert main(["fit", str(demo), "--bootstrap", "50", "--holdout", "none", "--predict", "1e3", "1e11"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith(("1e+03", "1e+11"))}
+    assert re.match(r"1e\+03 +withheld: N_opt 0\.3\d+ is under one parameter: no model +withheld +withheld +withheld$",
+                    rows["1e+03"]), rows
+    assert "withheld" not in rows["1e+11"] and "10.8k [" in rows["1e+11"]

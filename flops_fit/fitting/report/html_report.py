@@ -402,7 +402,7 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
     par = result.intervals()
     params = param_rows(par, result.details.get("on_bound", ()))
     table = result.table(budgets)
-    rows = prediction_rows(table)
+    rows = prediction_rows(table, result.runs.unit)
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
              f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",
