@@ -179,3 +179,27 @@ def test_a_loss_no_size_reaches_where_the_law_falls_with_data_is_withheld():
     assert all(np.isnan(row[k]) for k in ("N", "D", "saving"))
     text = sizing_summary(result, [1e13], 1e12)
     assert "withheld at 1e+13 FLOPs: the law does not fall with data" in text and not re.search(r"\binf\b|-inf", text)
+
+
+def test_a_sizing_below_the_runs_of_an_image_sweep_counts_samples():
+    """The note on a sizing below every run said "tokens" for an image sweep, whose tables count samples."""
+    result = stated(CHINCHILLA)
+    result.runs.metadata["plan"] = {"unit": "sample"}  # what an image sweep's store records
+    text = result.sizing_summary([1e17], 1e9, [1e17])
+    notes = [line for line in text.splitlines() if line.startswith("note:")]
+    assert len(notes) == 2 and all("smallest 1B parameters, 20B samples" in n for n in notes), text
+    assert "tokens" not in "\n".join(notes)
+
+
+def test_the_loss_without_inference_below_every_fitted_run_says_so():
+    """At a total far below the runs whose sizing is withheld (serving takes it all), the row still printed the
+    loss without inference, read from the law at a compute-optimal model of 175k parameters beside runs of 1B,
+    with no note (the sizing's own row below the runs had one)."""
+    result = stated(CHINCHILLA, draws=3)  # one run: 1e9 parameters on 2e10 tokens
+    text = result.sizing_summary([1e24], SERVED, [1e12, 1e24])
+    row = next(line for line in text.splitlines() if line.startswith("1e+12 "))
+    assert "withheld" in row and re.search(r"\d+\.\d+ \[", row)  # the loss without inference is printed
+    notes = [line for line in text.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1, text
+    assert notes[0].startswith("note: at 1e+12 FLOPs the loss without inference is the compute-optimal model's")
+    assert "below the fitted runs (smallest 1B parameters, 20B tokens)" in notes[0]

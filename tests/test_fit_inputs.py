@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from flops_fit.cli.main import main
 from flops_fit.fitting import FitInputError, fit, load_runs
 from flops_fit.fitting.synthetic import synthetic_runs
 
@@ -425,3 +428,17 @@ def test_a_progress_that_is_not_a_function_is_refused_by_name():
     """fit(..., progress="yes") failed at its first stage with "'str' object is not callable"."""
     with pytest.raises(FitInputError, match=r"^progress must be a function that takes each stage's line"):
         fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5), "isoflop", bootstrap=0, progress="yes")
+
+
+def test_fit_refuses_a_bootstrap_too_small_to_read_an_interval_from(tmp_path, capsys):
+    """`fit --bootstrap 1` on the demo's runs printed N_opt 32.1k [32.4k, 32.4k] (an interval of one draw) and
+    refused four sound methods as "the runs do not pin this method down": the number of resamples is refused."""
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    for few in (1, 9):
+        with pytest.raises(FitInputError, match=f"^bootstrap must be 0 \\(no intervals\\) or at least 10 resamples "
+                                                f"\\(e\\.g\\. 1000\\): .*; got {few}$"):
+            fit(frame, method="isoflop", bootstrap=few)
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    assert main(["fit", str(demo), "--bootstrap", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bootstrap must be 0 (no intervals) or at least 10 resamples" in err

@@ -142,3 +142,16 @@ def test_the_docs_quote_the_stored_result():
     row = next(line for line in (root / "README.md").read_text().splitlines() if "bench_planned_runs.py" in line)
     for figure in (f"{100 * m['median_abs_error']:.2f}%", f"{100 * m['coverage']:.0f}%", f"{100 * m['median_width']:.1f}%"):
         assert figure in row
+
+
+def test_a_planned_image_run_below_the_fitted_runs_counts_samples(frame):
+    """The note on a planned run below every fitted run said "tokens" for an image sweep, whose D is samples."""
+    from flops_fit.fitting.inputs import Runs
+
+    images = Runs(frame, "an image sweep's store", metadata={"plan": {"unit": "sample"}})
+    fitted = fit(images, "vpnls", bootstrap=0, tracking=False)
+    middle = frame[frame.budget == 1e18].iloc[3]
+    planned = fitted.loss_at(frame.params.min() / 10, middle.tokens)
+    (note,) = planned.notes
+    assert f"{fmt.count(frame.tokens.min())} samples): the extrapolation error" in note and "tokens" not in note
+    assert "samples D" in planned.summary()

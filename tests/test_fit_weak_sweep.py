@@ -269,6 +269,52 @@ def test_a_scale_interval_spanning_over_1000x_is_withheld_and_the_value_kept():
         "79.4 [withheld: spans over 1000x]", "2.083 [1.752, 3.539]"]
 
 
+def test_an_estimate_outside_its_own_interval_is_said_to_be_where_it_is_printed():
+    """isoflop on the external-trainer example's runs printed "exponent a 0.497 [0.0596, 0.486]": brackets that
+    read as holding a point they do not. The fit is kept; the text says the point lies outside."""
+    from flops_fit.fitting import formatting as fmt
+    from flops_fit.fitting.approaches.result import param_rows
+
+    assert fmt.with_interval(0.497, 0.0596, 0.486) == "0.497 (outside [0.0596, 0.486])"
+    assert fmt.with_interval(-0.1, 0.0596, 0.486) == "-0.1 (outside [0.0596, 0.486])"
+    assert fmt.with_interval(0.4861, 0.0596, 0.486) == "0.486 [0.0596, 0.486]"  # printed as its bound: inside
+    assert fmt.with_interval(0.3, 0.0596, 0.486) == "0.3 [0.0596, 0.486]"
+    assert fmt.scale_interval(8.37e3, 9.2e3, 1.2e4) == "8.37k (outside [9.2k, 12k])"
+    table = pd.DataFrame({"estimate": [0.497, 0.3], "lo": [0.0596, 0.1], "hi": [0.486, 0.5], "se": [0.1, 0.1]},
+                         index=["a", "b"])
+    assert [row[2] for row in param_rows(table)] == ["[0.0596, 0.486] (the estimate lies outside it)", "[0.1, 0.5]"]
+
+
+# A ViT on glyphs at budgets 1e9-4e9, 3 sizes a budget, trained once: most runs stay at chance (ln 36 = 3.58),
+# and two budgets have an interior minimum, each from a single run below the others.
+CHANCE_VIT = pd.DataFrame({
+    "params": [658, 1472, 3676, 658, 1472, 5066, 658, 2478, 6648],
+    "tokens": [93843, 36938, 12956, 187687, 73877, 18037, 375375, 81221, 26607],
+    "flops": [999991008, 999985536, 999995904, 1999992672, 1999998144, 1999942560, 3999996000, 3999971808, 3999989952],
+    "budget": [1e9] * 3 + [2e9] * 3 + [4e9] * 3,
+    "loss": [3.5844233, 3.4238235, 3.5853745, 3.5842644, 3.5845557, 3.5857679, 3.5837870, 3.2338719, 3.4176864]})
+
+
+def test_intervals_of_resamples_that_all_repeat_the_fit_are_withheld(tmp_path, capsys):
+    """isoflop on the sweep above printed N_opt 2.52k [2.52k, 2.52k], exponent a 0.348 [0.348, 0.348]: the few
+    resamples kept (those that drew every size of a budget) all repeat the fit, an interval of no width read as
+    certainty. The values stay; the intervals are withheld with the reason."""
+    from flops_fit.fitting import formatting as fmt
+
+    result = fit(CHANCE_VIT, "isoflop", bootstrap=200, tracking=False)
+    table = result.predict([4e9])
+    assert table.N_opt_lo[0] == table.N_opt_hi[0] == table.N_opt[0]  # the fit itself: unchanged
+    text = result.summary()
+    assert "[withheld: resamples all equal]" in text and "resamples kept all give the fit itself" in text
+    assert not re.search(r"(\S+) \[\1, \1\]", text)  # no "x [x, x]"
+    assert fmt.with_interval(0.0, 0.0, 0.0) == "0 [0, 0]"  # a fixed term of 0 is no resampling
+    path = tmp_path / "runs.csv"
+    CHANCE_VIT.to_csv(path, index=False)
+    assert main(["fit", str(path), "--method", "all", "--bootstrap", "200", "--holdout", "none"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("isoflop "))
+    assert row.count("[withheld: resamples all equal]") == 5, row
+
+
 def test_a_sweep_whose_minima_lie_at_its_edge_is_refused_without_numpy_warnings():
     """``data/edge_sweep.csv``: ``examples/sweep.toml`` at budgets 3e10-1.2e11, where each budget's
     smallest size has the lowest loss. The curve law's draws run off to a frontier of 0: the user
@@ -313,3 +359,99 @@ def test_the_reports_default_check_falls_back_when_the_budgets_it_predicts_have_
     assert "no held-out check was possible" in (tmp_path / "r.html").read_text()
     with pytest.raises(FitInputError, match="interior minimum"):  # asked for by name, it is still refused
         fit(csv, "isoflop", bootstrap=0, holdout="forward")
+
+
+def _below_the_runs() -> pd.DataFrame:
+    """A sweep (budgets 1e9-4e9, 3 sizes of 1,472 and more) whose smaller size always wins: its law's
+    optimum lies near 10 parameters, far below every run, as a noisy image sweep at chance read it."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for budget in (1e9, 2e9, 4e9):
+        for n in (1472, 3676, 6648):
+            n = round(n * (budget / 1e9) ** 0.3)
+            d = round(budget / (6 * n))
+            rows.append({"params": n, "tokens": d, "flops": budget, "budget": budget,
+                         "loss": 2.0 + 40 / d ** 0.3 + 0.5 / n ** 0.3 + rng.normal(0, 1e-4)})
+    return pd.DataFrame(rows)
+
+
+def test_an_optimum_far_below_every_run_at_a_swept_budget_is_no_answer(tmp_path, capsys):
+    """`flops-fit fit` printed N_opt 8.37 [3.89, 16.4] parameters at 1e9 FLOPs beside runs of 1,472 and more:
+    the method is now left out with the reason, as every other answer that is no answer."""
+    runs = _below_the_runs()
+    assert runs.params.min() == 1472
+    with pytest.raises(NoFitError, match=r"^parametric: failed: no finite, ordered answer \(N_opt at 1e\+09 FLOPs is "
+                                         r"\d+(\.\d+)?, over 100x below the smallest run's 1\.47k parameters, where no "
+                                         "run was trained\\)"):
+        fit(runs, "parametric", bootstrap=50, tracking=False, holdout="none")
+    path = tmp_path / "runs.csv"
+    runs.to_csv(path, index=False)
+    assert main(["fit", str(path), "--method", "all", "--bootstrap", "50", "--holdout", "none"]) == 2
+    err = capsys.readouterr().err
+    assert "no method could fit these runs" in err and "over 100x below the smallest run's" in err
+    assert "Traceback" not in err
+
+
+def test_a_failed_error_law_names_the_error_not_a_loss():
+    """`fit --metric error` on the ViT sweep above refused interaction with "the loss interval at 1e+09 FLOPs is
+    [-1.3e+19, 0.976]": the law fitted the top-1 error, and the reason now says so."""
+    runs = CHANCE_VIT.assign(top1_error=[0.9648438, 0.9448242, 0.9765625, 0.9711914, 0.9750977, 0.9760742, 0.9663086,
+                                         0.9208984, 0.9443359])
+    with pytest.raises(NoFitError, match=r"^interaction: failed: no finite, ordered answer \(the top-1 error interval "
+                                         r"at 1e\+09 FLOPs is \[-"):
+        fit(runs, "interaction", metric="error", bootstrap=200, tracking=False)
+
+
+def test_the_disagreement_warning_prints_its_intervals_as_the_tables_do():
+    """`fit --json` on the ViT sweep above warned "isoflop gives a = 0.348 [0.348, 0.348]", the interval the
+    tables withhold: the warning now prints each exponent as the tables do."""
+    from flops_fit.fitting.approaches.fit_set import FitSet
+    from flops_fit.fitting.synthetic import synthetic_runs
+
+    chance = fit(CHANCE_VIT, "isoflop", bootstrap=200, tracking=False)
+    clean = fit(synthetic_runs(seed=2), "isoflop", bootstrap=50, tracking=False)
+    (warning,) = FitSet({"clean": clean, "chance": chance}).warnings
+    assert warning.startswith("approaches disagree: ") and "[withheld: resamples all equal]" in warning
+    assert not re.search(r"(\S+) \[\1, \1\]", warning)
+
+
+def test_the_reports_forecast_withholds_a_size_interval_over_1000x_as_the_text_does():
+    """The text's forecast withholds an N_opt or D_opt interval over 1000x; the HTML report's printed it
+    ("N_opt 214M [19.1, 1.88B] parameters")."""
+    import dataclasses
+
+    from flops_fit.fitting.report.html_report import _forecast
+    from flops_fit.fitting.synthetic import synthetic_runs
+
+    runs = synthetic_runs(budgets=(1e17, 3e17, 1e18, 3e18, 1e19), sizes_per_budget=6, seed=1).drop(columns="curve")
+    forecast = fit(runs, "all", holdout="forward", bootstrap=20, tracking=False).forecast
+    wide = dataclasses.replace(forecast, n_opt=(214e6, 19.1, 1.88e9), d_opt=(17e9, 1.93e9, 1.91e17))
+    assert "N_opt 214M [withheld: spans over 1000x] parameters, D_opt 17B [withheld: spans over 1000x]" in wide.summary()
+    page = _forecast(wide)
+    assert "N_opt 214M [withheld: spans over 1000x] parameters, D_opt 17B [withheld: spans over 1000x] tokens" in page
+    assert "19.1" not in page
+
+
+def test_a_failed_image_fit_counts_samples():
+    """parametric on the ViT sweep above (an image sweep's store) was refused for "the D_opt interval ... below
+    one token": its D counts samples, as every table of it says."""
+    from flops_fit.fitting.validation.validity import unphysical
+
+    runs = load_runs(CHANCE_VIT)
+    runs = runs.derived(runs.frame, metadata={"plan": {"unit": "sample"}})  # as an image sweep's store records it
+    with pytest.raises(NoFitError, match=r"the D_opt interval at 1e\+09 FLOPs is \[0\.9\d+, [\d.]+k\], below one "
+                                         r"sample\)"):
+        fit(runs, "parametric", tracking=False)
+    assert unphysical("D_opt", 10.0, 1e9, 1e9, "samples") == "more samples than the budget trains a one-parameter model on"
+    assert unphysical("D_opt", 0.5, 10.0, 1e9) == "below one token"  # a language sweep's, as before
+
+
+def test_a_predicted_budget_whose_optimum_is_under_one_parameter_is_withheld(capsys):
+    """`fit --predict 1e3` on the demo's runs printed N_opt 0.315 [0.0306, 2.35] parameters, D_opt 236 tokens
+    and a loss of 415.6 nats: no model. The row is withheld with the reason; the budgets beside it stand."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    assert main(["fit", str(demo), "--bootstrap", "50", "--holdout", "none", "--predict", "1e3", "1e11"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith(("1e+03", "1e+11"))}
+    assert re.match(r"1e\+03 +withheld: N_opt 0\.3\d+ is under one parameter: no model +withheld +withheld +withheld$",
+                    rows["1e+03"]), rows
+    assert "withheld" not in rows["1e+11"] and "10.8k [" in rows["1e+11"]

@@ -148,3 +148,18 @@ def test_an_image_sweeps_inference_sizing_speaks_of_samples_and_its_error():
     assert "sizing for 1B inference samples" in text and "per sample served" in text
     assert "top-1 error to reach" in text and "samples/param" in text and "the lowest top-1 error for a total" in text
     assert "token" not in text and "loss" not in text
+
+
+def test_a_forecast_of_the_top1_error_names_the_error_not_a_loss():
+    """`fit --metric error --holdout forward` printed the forecast's top-1 error as "loss 0.6532 [...]" and its
+    source as "loss from the weighted average ...", in the text and the report."""
+    from flops_fit.fitting.report.html_report import _forecast
+
+    runs = synthetic_runs(budgets=(1e17, 3e17, 1e18, 3e18, 1e19), sizes_per_budget=6, seed=1).drop(columns="curve")
+    runs["top1_error"] = np.exp(-1 / runs["loss"])  # an error in (0, 1) that falls as the loss does
+    forecast = fit(runs, "all", metric="error", holdout="forward", bootstrap=20, tracking=False).forecast
+    head = forecast.summary().splitlines()[1:4]
+    assert ", top-1 error 0." in head[0] and "loss" not in head[0], head
+    assert head[2].startswith("  top-1 error from "), head
+    page = _forecast(forecast)
+    assert ", top-1 error 0." in page and "<li>top-1 error from " in page

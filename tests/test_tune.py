@@ -281,6 +281,7 @@ def test_a_fixed_lr_beside_a_tuned_law_is_refused_not_silently_preferred(tmp_pat
     (["--beta2s", "0.9,1.5"], "each of beta2s must lie in (0, 1)"),
     (["--executor", "local", "--address", "ray://head:10001"], "--address is for the ray executor"),
     (["--executor", "nope"], "no executor called 'nope'"),
+    (["--tracking", "tensorboard,comet"], "tracking.backends: unknown backend 'comet'"),
 ])
 def test_bad_tune_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     spec = tmp_path / "spec.toml"
@@ -289,6 +290,20 @@ def test_bad_tune_options_are_one_line_and_exit_2(tmp_path, capsys, args, messag
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_tune_tracking_logs_the_tunes_runs_as_sweeps_does(tmp_path, capsys):
+    """`flops-fit tune` had no --tracking though `flops-fit sweep` has one: a tune is tracked by the flag too."""
+    pytest.importorskip("tensorboard")
+    spec, out = tmp_path / "spec.toml", tmp_path / "out"
+    spec.write_text(SPEC_FILE)
+    assert main(["tune", str(spec), "--out", str(out), "--budgets", "1", "--sizes", "8,16", "--multipliers",
+                 "0.125,0.5,1", "--skip-parity", "--bootstrap", "20", "--tracking", "tensorboard"]) == 0
+    with RunStore(out) as store:
+        run_ids = set(store.runs_frame().run_id)
+    logged = {p.name for p in (out / "tracking" / "tensorboard").iterdir()}
+    assert len(run_ids) == 6 and run_ids <= logged  # every run of the tune, as a sweep's
+    assert all(any((out / "tracking" / "tensorboard" / r).rglob("events.out.tfevents.*")) for r in run_ids)
 
 
 def test_tune_needs_a_spec_or_a_demo(tmp_path, capsys):

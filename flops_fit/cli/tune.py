@@ -6,6 +6,7 @@ Goes through the lazy public API (``flops_fit.tune``), so ``flops-fit --help`` i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 import flops_fit
@@ -13,6 +14,7 @@ from flops_fit.cli.fit import tracker_options, where_of
 from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import OptionError
 from flops_fit.store.run_store import check_folder
+from flops_fit.sweeps.config import load_config, parse_config
 from flops_fit.sweeps.options import parse_floats, parse_ints
 
 # The run files --from reads (fitting.inputs.TABLES, a W&B run file; folders besides), never a sweep file; kept
@@ -53,6 +55,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         spec, settings = flops_fit.demo_tune_spec(args.demo)
     else:
         spec, settings = args.spec, {}
+    if args.tracking is not None:  # as `flops-fit sweep --tracking`: in place of the sweep file's [tracking] table
+        config = load_config(spec) if isinstance(spec, (str, Path)) else parse_config(spec, "demo tune")
+        spec = dataclasses.replace(config, options=config.options.replace(
+            tracking=None if args.tracking == "off" else args.tracking))
     for name in ("budgets", "sizes", "multipliers", "batch_sizes", "beta2s", "stack_runs"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
@@ -96,6 +102,8 @@ def add_commands(sub) -> None:
     p.add_argument("--executor", help="run on this executor instead of the sweep file's (e.g. local, ray, slurm)")
     p.add_argument("--address", help="Ray cluster to join, e.g. ray://head:10001 (implies --executor ray)")
     p.add_argument("--skip-parity", action="store_true", help="train even if the model fails its parity gate")
+    p.add_argument("--tracking", metavar="B1,B2|off", help="log to these tracking backends (tensorboard, mlflow, "
+                   "wandb) instead of the sweep file's [tracking] table; off: none")
     p.add_argument("--skip-preflight", action="store_true",
                    help="start the runs without checking the datasets, models, memory and checkpoint folder first")
     own = p.add_argument_group("the law of runs already trained at several rates (--from)")

@@ -232,6 +232,11 @@ def not_fitted(result: Any, budgets: list[float]) -> str | None:
     return None if reason is None else failed_message(reason)
 
 
+# The fewest resamples an interval is read from: `--bootstrap 1` on the demo's runs gave intervals of one draw,
+# such as N_opt 32.1k [32.4k, 32.4k], and refused four sound methods as if their runs could not pin them down.
+MIN_RESAMPLES = 10
+
+
 def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
     """Refuse a bad ``bootstrap``, ``seed`` or ``level`` before any fitting: numpy's own errors, deep in a
     resample, would not say which argument was wrong."""
@@ -243,6 +248,10 @@ def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
         raise FitInputError(f"seed must be a non-negative integer, or None for fresh randomness, got {seed!r}")
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
+    if 0 < bootstrap < MIN_RESAMPLES:
+        raise FitInputError(f"bootstrap must be 0 (no intervals) or at least {MIN_RESAMPLES} resamples (e.g. 1000): an "
+                            f"interval of fewer is read off one or two draws, and misses the fit's own point; got "
+                            f"{bootstrap!r}")
 
 
 def data_budget(runs: Runs, unique_tokens: Any) -> float | None:

@@ -43,10 +43,35 @@ def flops(value: Any) -> str:
 
 
 def with_interval(value: Any, lo: Any, hi: Any, fmt=sig) -> str:
-    """"value [lo, hi]", or just the value when there is no interval."""
+    """"value [lo, hi]", or just the value when there is no interval; "value (outside [lo, hi])" where the
+    value lies ``outside`` its interval, so the brackets never read as holding a point they do not."""
     if not (_finite(lo) and _finite(hi)):
         return fmt(value)
+    if still(value, lo, hi):
+        return f"{fmt(value)} {STILL}"
+    if outside(value, lo, hi, fmt):
+        return f"{fmt(value)} (outside [{fmt(lo)}, {fmt(hi)}])"
     return f"{fmt(value)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+STILL = "[withheld: resamples all equal]"
+
+
+def still(value: Any, lo: Any, hi: Any) -> bool:
+    """Whether an interval is the point itself, ``lo == hi == value`` (not 0, a fixed term): resamples that all
+    repeat the fit (isoflop on 3 sizes a budget keeps only those that draw every size) measure no spread, and
+    "2.52k [2.52k, 2.52k]" would read as certainty."""
+    return _finite(value) and float(value) != 0 and float(lo) == float(hi) == float(value)
+
+
+def outside(value: Any, lo: Any, hi: Any, fmt=sig) -> bool:
+    """Whether a point lies visibly outside its interval: beyond a bound, and printed unlike it. A percentile
+    interval can miss the fit's own point (isoflop's exponent a read 0.497 [0.0596, 0.486]); the fit is kept,
+    the reader told."""
+    if not (_finite(value) and _finite(lo) and _finite(hi)):
+        return False
+    v, low, high = float(value), min(float(lo), float(hi)), max(float(lo), float(hi))
+    return (v < low and fmt(v) != fmt(low)) or (v > high and fmt(v) != fmt(high))
 
 
 # The widest interval of a positive scale (parameters, tokens, their ratio), hi / lo, that is printed:

@@ -166,8 +166,8 @@ def disagreements(results: list[FitResult]) -> list[str]:
         with_intervals = len(r1.samples) and len(r2.samples)
         apart = (hi1 < lo2 or hi2 < lo1) if with_intervals else abs(a1 - a2) > POINT_TOLERANCE
         if apart:
-            out.append(f"approaches disagree: {r1.method} gives a = {a1:.3f} [{lo1:.3f}, {hi1:.3f}], "
-                       f"{r2.method} gives a = {a2:.3f} [{lo2:.3f}, {hi2:.3f}]; check the diagnostics of both")
+            out.append(f"approaches disagree: {r1.method} gives a = {fmt.with_interval(a1, lo1, hi1)}, "
+                       f"{r2.method} gives a = {fmt.with_interval(a2, lo2, hi2)}; check the diagnostics of both")
     return out
 
 

@@ -89,6 +89,9 @@ class Isoflop(Approach):
             if len(draws) < self.bootstrap:
                 warnings.append(f"{self.bootstrap - len(draws)} of {self.bootstrap} resamples had interior minima at "
                                 f"fewer than {MIN_BUDGETS} budgets and were dropped from the intervals")
+            if len(draws) > 1 and samples.nunique().max() <= 1:
+                warnings.append(f"the {len(draws)} resamples kept all give the fit itself (only those that drew "
+                                "every size of a budget kept its minimum): its intervals are withheld")
         excluded = list(runs.excluded)
         for r in optima.itertuples():
             if isinstance(r.excluded, str):

@@ -259,7 +259,7 @@ class FitResult(Presentable):
         lines.append(format_table(param_rows(self.intervals(), self.details.get("on_bound", ())),
                                   ["param", "estimate", f"{pct} interval",
                                                                  "bootstrap s.e."]))
-        lines += ["", format_table(prediction_rows(self.table(budgets)),
+        lines += ["", format_table(prediction_rows(self.table(budgets), self.runs.unit),
                                    ["FLOPs", "params N_opt", f"{self.runs.unit} D_opt", f"{self.runs.unit}/param",
                                                 self.runs.label])]
         d = self.diagnostics
@@ -312,7 +312,8 @@ COEFFICIENTS = ("A", "B")
 def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[str]]:
     """Rows of param, estimate, "[lo, hi]", bootstrap s.e.: a coefficient's interval over the span
     limit, an s.e. of draws that diverged, and the interval of a parameter fitted on its search
-    bound (``on_bound``: the runs do not pin it down), withheld with the reason."""
+    bound (``on_bound``: the runs do not pin it down) or of resamples that do not vary, withheld with
+    the reason; an interval that misses its estimate says so."""
     rows = []
     for name, r in table.iterrows():
         if np.isnan(r.lo) and np.isnan(r.hi):  # no bootstrap
@@ -322,6 +323,10 @@ def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[s
             rows.append([name, fmt.sig(r.estimate, 4), "[withheld: fitted on its search bound]", "withheld"])
             continue
         span, se = f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 4)
+        if fmt.still(r.estimate, r.lo, r.hi):
+            span, se = fmt.STILL, "withheld"
+        if fmt.outside(r.estimate, r.lo, r.hi, lambda v: fmt.sig(v, 4)):
+            span += " (the estimate lies outside it)"
         if name in COEFFICIENTS and fmt.too_wide(r.lo, r.hi):
             span, se = f"[withheld: spans over {fmt.SPAN_LIMIT:g}x]", "withheld"
         if not (np.isfinite(r.lo) and np.isfinite(r.hi)):
@@ -332,9 +337,17 @@ def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[s
     return rows
 
 
-def prediction_rows(table: pd.DataFrame) -> list[list[str]]:
-    """Rows of FLOPs, N_opt, D_opt, tokens/param, loss, each "value [lo, hi]"."""
-    return [[fmt.flops(r.budget)] + scale_cells(r) for _, r in table.iterrows()]
+def prediction_rows(table: pd.DataFrame, unit: str = "tokens") -> list[list[str]]:
+    """Rows of FLOPs, N_opt, D_opt, tokens/param, loss, each "value [lo, hi]"; a budget whose optimum is
+    under one parameter or one token (or sample: ``unit``) withheld with the reason, as a fit's own table never
+    holds one (``--predict 1e3`` read 0.315 parameters on 236 tokens at a loss of 415.6 nats)."""
+    rows = []
+    for _, r in table.iterrows():
+        tiny = [f"{name} {fmt.count(r[key])} is under one {what}" for key, name, what in
+                (("N_opt", "N_opt", "parameter"), ("D_opt", "D_opt", unit[:-1])) if r[key] < 1]
+        cells = ([f"withheld: {', '.join(tiny)}: no model"] + ["withheld"] * 3) if tiny else scale_cells(r)
+        rows.append([fmt.flops(r.budget)] + cells)
+    return rows
 
 
 def scale_cells(row: Any) -> list[str]:

@@ -243,14 +243,26 @@ def unserved(table: pd.DataFrame, unit: str = "tokens") -> list[str]:
 
 def below_runs(result: Any, table: pd.DataFrame, first: str = "budget") -> list[str]:
     """A note for each sizing whose N or D lies below every fitted run's: the law is read where no run
-    measured it (a law whose terms turn there answered 404 tokens for a 2.18k-parameter model)."""
-    runs = result.runs.frame
+    measured it (a law whose terms turn there answered 404 tokens for a 2.18k-parameter model). A row
+    whose sizing is withheld or above the runs still prints the compute-optimal model's loss at its
+    FLOPs (the loss to reach; the loss without inference): noted too where that model lies below them."""
+    runs, unit = result.runs.frame, result.runs.unit  # what D counts: tokens, an image model's samples
     smallest_n, smallest_d = float(runs["params"].min()), float(runs["tokens"].min())
-    return [f"at {fmt.flops(r[first])} FLOPs the sizing's {fmt.count(r.N)} parameters on {fmt.count(r.D)} tokens lie "
-            f"below the fitted runs (smallest {fmt.count(smallest_n)} parameters, {fmt.count(smallest_d)} tokens): the "
-            "law is read where no run measured it, and toward small N and D a law's terms can bend where a real "
-            "model's loss does not; train runs that small before acting on it"
-            for _, r in table.iterrows() if r.N < smallest_n or r.D < smallest_d]
+    smallest = f"smallest {fmt.count(smallest_n)} parameters, {fmt.count(smallest_d)} {unit}"
+    optimal = result.predict(table[first].to_numpy(float))  # the model whose loss the row prints: C = its FLOPs
+    column = f"{result.runs.label.split(' (')[0]} {'to reach' if first == 'budget' else 'without inference'}"
+    notes = []
+    for (_, r), n, d in zip(table.iterrows(), optimal.N_opt, optimal.D_opt, strict=True):
+        if r.N < smallest_n or r.D < smallest_d:
+            notes.append(f"at {fmt.flops(r[first])} FLOPs the sizing's {fmt.count(r.N)} parameters on "
+                         f"{fmt.count(r.D)} {unit} lie below the fitted runs ({smallest}): the law is read where no "
+                         "run measured it, and toward small N and D a law's terms can bend where a real model's loss "
+                         "does not; train runs that small before acting on it")
+        elif n < smallest_n or d < smallest_d:
+            notes.append(f"at {fmt.flops(r[first])} FLOPs the {column} is the compute-optimal model's, "
+                         f"{fmt.count(n)} parameters on {fmt.count(d)} {unit}, below the fitted runs ({smallest}): "
+                         "the law is read where no run measured it; train runs that small before acting on it")
+    return notes
 
 
 def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any = None) -> str:

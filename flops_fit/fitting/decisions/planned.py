@@ -210,7 +210,7 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
                           "boot": np.maximum(*boot), "form": np.maximum(*form), "extrapolation": ext})
     return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
                        label=result.runs.label, unit=result.runs.unit,
-                       notes=_below_notes(n_arr, d_arr, runs) + _beyond_notes(n_arr, d_arr, distance))
+                       notes=_below_notes(n_arr, d_arr, runs, result.runs.unit) + _beyond_notes(n_arr, d_arr, distance))
 
 
 def _beyond_notes(n: np.ndarray, d: np.ndarray, distance: np.ndarray) -> list[str]:
@@ -224,17 +224,18 @@ def _beyond_notes(n: np.ndarray, d: np.ndarray, distance: np.ndarray) -> list[st
             "a sweep of larger runs brings them nearer"]
 
 
-def _below_notes(n: np.ndarray, d: np.ndarray, runs: pd.DataFrame) -> list[str]:
+def _below_notes(n: np.ndarray, d: np.ndarray, runs: pd.DataFrame, unit: str = "tokens") -> list[str]:
     """A note for planned runs smaller (in N or D) than every fitted run: the extrapolation error was
     measured on larger runs (``EXTRAPOLATION_SLOPE``), and toward small N and D a law's power terms
     grow without bound while a real model's loss levels off (a law fitted on Chinchilla's IsoFLOP runs
-    of 57M parameters and up read a 1M model on 10M tokens at 32.6 nats)."""
+    of 57M parameters and up read a 1M model on 10M tokens at 32.6 nats). ``unit``: what D counts (an image
+    sweep's samples)."""
     smallest_n, smallest_d = float(runs["params"].min()), float(runs["tokens"].min())
     below = [f"{fmt.count(a)} x {fmt.count(b)}" for a, b in zip(n, d) if a < smallest_n or b < smallest_d]
     if not below:
         return []
     return [f"{', '.join(below)} lie(s) below the fitted runs (smallest {fmt.count(smallest_n)} parameters, "
-            f"{fmt.count(smallest_d)} tokens): the extrapolation error was measured beyond them, toward larger runs, "
+            f"{fmt.count(smallest_d)} {unit}): the extrapolation error was measured beyond them, toward larger runs, "
             "and below them a law's power terms grow without bound while a real model's loss levels off: read it "
             "as an upper bound at best"]
 

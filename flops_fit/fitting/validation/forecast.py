@@ -197,6 +197,7 @@ class Forecast:
     candidates: list[Candidate] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
     unit: str = "tokens"  # what D_opt counts (``Runs.unit``)
+    metric: str = "loss"  # what the laws fitted, as the text names it ("top-1 error" for ``metric="error"``)
 
     def __repr__(self) -> str:
         """One line: the answer (the dataclass's own repr would print every chaining record)."""
@@ -230,8 +231,8 @@ class Forecast:
                  f"({100 * self.level:g}% intervals; each answer chosen by its own forward-chaining record):",
                  f"  N_opt {fmt.scale_interval(*self.n_opt)} parameters, D_opt {fmt.scale_interval(*self.d_opt)} "
                  f"{self.unit}, "
-                 f"loss {_triple(self.loss, lambda v: fmt.sig(v, 4))}"]
-        lines += [f"  {answer_line(a, self.ratio)}" for a in (self.answers["n_opt"], self.answers["loss"])]
+                 f"{self.metric} {_triple(self.loss, lambda v: fmt.sig(v, 4))}"]
+        lines += [f"  {answer_line(a, self.ratio, self.metric)}" for a in (self.answers["n_opt"], self.answers["loss"])]
         lines += [f"  prior on the extrapolation error: {prior_note(self.prior)}",
                   format_table(candidate_rows(self.candidates), CANDIDATE_HEADERS)]
         return "\n".join(lines)
@@ -246,13 +247,13 @@ CARRY_NOTES = {"off": "a drift measured inside the sweep did not carry to larger
                "count": "counted as error in the interval", "widen": "the interval stretched over it"}
 
 
-def answer_line(a: Answer, ratio: float) -> str:
-    """Where an answer comes from, in one line."""
+def answer_line(a: Answer, ratio: float, metric: str = "loss") -> str:
+    """Where an answer comes from, in one line (the loss answer named as ``metric``)."""
     m = a.model
     drift = f"drift {m.drift:+.3f} per ln r (own {m.own_drift:+.3f}) " + (
         f"corrected the point by {100 * a.correction:+.1f}%" if abs(a.correction) > 0 else
         f"not corrected ({m.carry}: {CARRY_NOTES.get(m.carry, 'none at this reach')})")
-    line = f"{LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; "
+    line = f"{metric if a.quantity == 'loss' else LABELS[a.quantity]} from {a.source}: {m.splits} chaining splits; {drift}; "
     i = a.interval
     if i.get("rule") == "reach law":
         scaled = i.get("own_weight") is not None  # f: this sweep's own chaining scales sigma (reach_law.scale)
@@ -364,7 +365,8 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
     budgets, _ = budget_groups(runs)
     largest = float(np.max(budgets))
     return [replace(decide(records, {k: v[i] for k, v in predictions.items()}, float(t), float(t / largest),
-                           keys=keys, reasons=reasons, level=level, priors=priors, mode=mode), unit=runs.unit)
+                           keys=keys, reasons=reasons, level=level, priors=priors, mode=mode), unit=runs.unit,
+                    metric=runs.label.split(" (")[0])
             for i, t in enumerate(targets)]
 
 

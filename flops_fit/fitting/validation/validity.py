@@ -30,6 +30,10 @@ FLOPS_PER_TOKEN_PARAM = 6.0
 # sweep, means the resamples do not agree with the fit: the estimator is unstable there. Closer than
 # this (or beyond the sweep, where skewed extrapolations are expected) is left to the interval.
 OUTSIDE = 0.02
+# An optimum (N_opt, D_opt) at a budget inside the sweep this many times below the smallest run's size or
+# tokens lies where no run was trained: a noisy sweep at chance read N_opt = 1.35 parameters beside runs of
+# 1,472 and more. Sound sweeps (the demo's runs, three public ones) put it above their smallest run.
+BELOW_RUNS = 100.0
 
 
 def failure(result: Any, budgets: Sequence[float]) -> str | None:
@@ -37,7 +41,7 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     non-finite fitted parameter, a value or interval bound that is not finite and positive, a size
     or data bound below one parameter or token, a data bound beyond what the budget trains a
     one-parameter model on (C / 6 tokens), or (at a budget within the swept range) a point
-    clearly outside its own interval."""
+    clearly outside its own interval or an optimum ``BELOW_RUNS`` times below every run's size or tokens."""
     swept = budget_groups(result.runs)[0]
     within = (float(np.min(swept)) * (1 - 1e-9), float(np.max(swept)) * (1 + 1e-9))
     bad = [name for name, value in result.params.items() if name not in CONSTANTS and not np.isfinite(value)]
@@ -48,9 +52,10 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     # The swept budgets first, then those above them (the forecast's side), then below: the reason
     # names the defect nearest what the user asked about, and where it lies against the sweep.
     place = {0: "", 1: " (above the swept budgets)", 2: " (below the swept budgets)"}
+    metric = result.runs.label.split(" (")[0]  # "loss", or "top-1 error" where the laws fit the error
     side = [0 if within[0] <= b <= within[1] else 1 if b > within[1] else 2 for b in table.budget]
-    cells = [(row.budget, f"at {fmt.flops(row.budget)} FLOPs{place[where]}", key, name, show, getattr(row, key),
-              getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi"))
+    cells = [(row.budget, f"at {fmt.flops(row.budget)} FLOPs{place[where]}", key, metric if key == "loss" else name,
+              show, getattr(row, key), getattr(row, f"{key}_lo"), getattr(row, f"{key}_hi"))
              for where, row in sorted(zip(side, table.itertuples(), strict=True), key=lambda pair: pair[0])
              for key, name, show in VALUES]
     for _, at, _, name, show, value, lo, hi in cells:  # the plainest defect first: not a number
@@ -62,21 +67,28 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     for budget, at, key, name, show, value, lo, hi in cells:  # then: no model, or unstable
         if np.isnan(lo) and np.isnan(hi):
             continue
-        beyond = unphysical(key, lo, hi, budget)
+        beyond = unphysical(key, lo, hi, budget, result.runs.unit)
         if beyond is not None:
             return f"the {name} interval {at} is [{show(lo)}, {show(hi)}], {beyond}"
         if within[0] <= budget <= within[1] and not lo * (1 - OUTSIDE) <= value <= hi * (1 + OUTSIDE):
             return f"{name} {at} is {show(value)}, outside its own interval [{show(lo)}, {show(hi)}]"
+    smallest = {"N_opt": float(result.runs.frame["params"].min()), "D_opt": float(result.runs.frame["tokens"].min())}
+    units = {"N_opt": "parameters", "D_opt": result.runs.unit}
+    for budget, at, key, name, show, value, _, _ in cells:  # last: an optimum where no run was trained
+        if key in COUNTS and within[0] <= budget <= within[1] and value * BELOW_RUNS < smallest[key]:
+            return (f"{name} {at} is {show(value)}, over {BELOW_RUNS:g}x below the smallest run's "
+                    f"{show(smallest[key])} {units[key]}, where no run was trained")
     return None
 
 
-def unphysical(key: str, lo: float, hi: float, budget: float) -> str | None:
+def unphysical(key: str, lo: float, hi: float, budget: float, unit: str = "tokens") -> str | None:
     """Why bounds [lo, hi] of ``key`` (N_opt, D_opt) at ``budget`` name no model (None if they do):
-    below one parameter or token, or more tokens than the budget trains a one-parameter model on."""
+    below one parameter or token, or more tokens than the budget trains a one-parameter model on
+    (``unit``: what D counts, an image sweep's samples)."""
     if key in COUNTS and min(lo, hi) < 1:
-        return f"below one {COUNTS[key]}"
+        return f"below one {COUNTS[key] if key == 'N_opt' else unit[:-1]}"
     if key == "D_opt" and max(lo, hi) > budget / FLOPS_PER_TOKEN_PARAM:
-        return "more tokens than the budget trains a one-parameter model on"
+        return f"more {unit} than the budget trains a one-parameter model on"
     return None
 
 
