@@ -179,3 +179,20 @@ def test_a_loss_no_size_reaches_where_the_law_falls_with_data_is_withheld():
     assert all(np.isnan(row[k]) for k in ("N", "D", "saving"))
     text = sizing_summary(result, [1e13], 1e12)
     assert "withheld at 1e+13 FLOPs: the law does not fall with data" in text and not re.search(r"\binf\b|-inf", text)
+
+
+def test_a_total_no_model_of_one_parameter_can_train_on_is_withheld():
+    """The GPT demo's runs, vpnls, 1B tokens served: a total of 1e9 FLOPs read N 0.219 [0.204, 0.217]
+    parameters (outside its own interval) on 41.6k [1.96M, 22.6M] tokens, and 1e8 FLOPs 0.0178 parameters;
+    serving 1B tokens costs more than that on a model of one parameter, so no model is left to train."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=20, tracking=False)
+    served = 1e9
+    one_parameter = fitted.params["k"] / 3 * served  # the serving FLOPs of the smallest model there is
+    totals = [1e8, 1e9, 1e10]
+    assert one_parameter > 1e9
+    table = fitted.predict_total(totals, inference_tokens=served)
+    for i in (0, 1):
+        assert table.loc[i, ["N", "D", "tokens_per_param", "loss", "N_lo", "N_hi", "D_lo", "D_hi"]].isna().all()
+    assert (table.loc[2, ["N", "N_lo", "N_hi"]] >= 1).all() and np.isfinite(table.loc[2, "loss"])
+    text = fitted.sizing_summary([1e12], served, totals)
+    assert "withheld at 1e+09 total FLOPs: serving 1B tokens takes all of it on every model searched" in text

@@ -152,12 +152,16 @@ def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, token
     with np.errstate(all="ignore"):
         d = totals[None, :, None] / flops_per_token(cols, n) - share
         trained = np.where(d > 0, d, 1.0)
-        loss = np.where((d > 0) & falls_with_data(law, cols, n, trained), law(cols, n, trained), np.inf)
+        # a model has at least one parameter: below that the law answered 0.2 "parameters" for a total
+        # that serving takes on any real model
+        read = (n >= 1.0) & (d > 0) & falls_with_data(law, cols, n, trained)
+        loss = np.where(read, law(cols, n, trained), np.inf)
         best = np.exp(refine_minimum(log_n, loss))
         cols2 = {k: v[:, :, 0] for k, v in cols.items()}
         per_token = flops_per_token(cols2, best)
         d_best = totals[None, :] / per_token - share
-        trains = d_best > 0  # else serving takes the whole total on every N searched: no answer, not D < 0
+        # else serving takes the whole total on every model searched: no answer, not D < 0
+        trains = np.isfinite(loss).any(-1) & (d_best > 0)
         value = np.where(trains, law(cols2, best, np.where(trains, d_best, 1.0)), np.nan)
 
         def answer(v: np.ndarray) -> np.ndarray:
@@ -236,7 +240,8 @@ def total_rows(table: pd.DataFrame) -> list[list[str]]:
 def unserved(table: pd.DataFrame, unit: str = "tokens") -> list[str]:
     """Why ``total_sizing``'s rows without an answer have none: serving takes the whole total."""
     return [f"withheld at {fmt.flops(r.total_flops)} total FLOPs: serving {fmt.count(r.inference_tokens)} {unit} "
-            f"takes all of it on every model searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size), "
+            f"takes all of it on every model searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size, and "
+            f"one parameter), "
             f"leaving nothing to train: give a larger total budget or fewer inference {unit}"
             for _, r in table.iterrows() if not np.isfinite(r.loss)]
 
