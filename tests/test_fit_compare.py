@@ -55,6 +55,18 @@ def test_a_loss_recipe_a_never_reaches_is_said_beyond_the_search_not_printed_as_
     assert worse.at_target.multiplier < 1 and "is worse" in worse.verdict()
 
 
+def test_a_bound_interpolated_toward_an_unreachable_draw_is_beyond_the_search_not_a_huge_number():
+    """``flops-fit compare demo demo --budgets 1e11 1e3`` printed the target's multiplier as "1 [0.25,
+    3.48e+307]" and its trend's bound as 3.48e+307: the 97.5th percentile fell between a finite draw
+    and one where A never reaches B's loss. Here 1 draw in 10 is of that kind."""
+    a, b = stated(DEFAULT_LAW, draws=10), stated(DEFAULT_LAW, draws=10)
+    b.samples.loc[9, "E"] -= 0.3  # this draw's floor lies below every loss A reaches
+    result = compare_results(a, b, target=1e24)
+    assert result.at_target.multiplier == pytest.approx(1.0)
+    assert np.isinf(result.at_target.multiplier_hi) and np.isinf(result.trend[2])
+    assert "e+307" not in str(result) and "1 [1, beyond search]" in result.rows()[-1][3]
+
+
 def test_runs_that_measure_different_things_are_refused_before_any_fit(monkeypatch):
     """A text sweep (nats per token) against an image sweep (cross-entropy per sample) printed
     multipliers of inf; now one line, before either fit's bootstrap runs."""

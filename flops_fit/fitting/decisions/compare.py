@@ -22,6 +22,7 @@ approaches; its page and figure are the report's (``report.compare_page``).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,10 +263,19 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
 
 
 def _interval(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """``interval`` that keeps infinite draws (A never reaching B's loss) infinite instead of NaN."""
+    """``interval`` that keeps infinite draws (A never reaching B's loss) infinite instead of NaN; a
+    bound the percentile interpolates toward an infinite draw, past every finite one, is beyond the
+    search too (it printed 3.48e+307)."""
+    values = np.asarray(draws, float)
     big = np.finfo(float).max / 4
-    lo, hi = interval(np.clip(np.asarray(draws, float), -big, big), level)
-    back = lambda v: np.where(v >= big, np.inf, np.where(v <= -big, -np.inf, v))  # noqa: E731
+    lo, hi = interval(np.clip(values, -big, big), level)
+    finite = np.where(np.isfinite(values), values, np.nan)
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # a column of no finite draw: left to ``big``
+        warnings.simplefilter("ignore", RuntimeWarning)
+        top, bottom = np.nanmax(finite, axis=0), np.nanmin(finite, axis=0)
+
+    def back(v: np.ndarray) -> np.ndarray:
+        return np.where((v >= big) | (v > top), np.inf, np.where((v <= -big) | (v < bottom), -np.inf, v))
     return back(lo), back(hi)
 
 
