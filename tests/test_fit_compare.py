@@ -195,6 +195,23 @@ def test_compare_refuses_a_misspelt_option_or_bad_names_by_name(given, message):
         flops_fit.compare(runs, runs, method="vpnls", bootstrap=5, **given)
 
 
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--budgets", "0", "budgets must be finite positive numbers of FLOPs"),
+    ("--budgets", "inf", "budgets must be finite positive numbers of FLOPs"),
+    ("--budgets", "-1e11", "budgets must be finite positive numbers of FLOPs"),
+    ("--target", "0", "target must be a positive number of FLOPs")])
+def test_a_budget_or_target_that_is_no_flop_count_is_refused_in_one_line(flag, value, message, tmp_path, capsys):
+    """--budgets 0, inf or -1e11 ended in a traceback (OverflowError, exit 1) after both fits; --target 0
+    fell back to the default target without a word."""
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5).drop(columns="curve").to_csv(csv, index=False)
+    assert main(["compare", str(csv), str(csv), "--bootstrap", "5", f"{flag}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(flops_fit.FitInputError, match=message):
+        flops_fit.compare(str(csv), str(csv), **{flag[2:]: float(value) if flag == "--target" else [float(value)]})
+
+
 def test_two_image_sweeps_compared_by_their_top1_error_say_error_not_loss(recipes, tmp_path, capsys):
     """`compare A B --metric error` headed its columns "loss A", "loss B" and said "reach B's loss", and its
     help offered only loss|bpb."""

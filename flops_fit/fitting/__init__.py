@@ -26,7 +26,12 @@ from flops_fit.fitting.approaches.isoflop import Isoflop
 from flops_fit.fitting.approaches.parametric import Parametric
 from flops_fit.fitting.approaches.result import FitResult, default_budgets
 from flops_fit.fitting.approaches.vpnls import Vpnls
-from flops_fit.fitting.decisions.compare import Comparison, compare_results, same_quantity
+from flops_fit.fitting.decisions.compare import (
+    Comparison,
+    check_budgets,
+    compare_results,
+    same_quantity,
+)
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
 from flops_fit.fitting.laws.focus import FOCI, check_focus
 from flops_fit.fitting.laws.profiles import CURVES, budget_groups, check_curve
@@ -279,6 +284,7 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     if names is not None and (not isinstance(names, (tuple, list)) or len(names) != 2
                               or not all(isinstance(n, str) for n in names)):
         raise FitInputError(f"names must be two names, A's and B's (e.g. names=('base', 'muon')), got {names!r}")
+    check_budgets(target, budgets)  # before either recipe is fitted
     shared = options.pop("where", None) or {}
     sides = ((a, where_a), (b, where_b))
     if names is None:

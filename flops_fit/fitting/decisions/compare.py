@@ -209,16 +209,32 @@ def compute_to_reach(result: Any, params: dict[str, np.ndarray], loss: np.ndarra
     return out
 
 
+def check_budgets(target: Any, budgets: Any) -> np.ndarray | None:
+    """``budgets`` as an array (None if not given), after refusing a ``target`` or budgets that are not finite
+    positive FLOP counts: a budget of 0 ended in a traceback, and a target of 0 fell back to the default."""
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float, np.number))
+                               or not (np.isfinite(target) and target > 0)):
+        raise FitInputError(f"target must be a positive number of FLOPs (e.g. 1e22), got {target!r}")
+    if budgets is None:
+        return None
+    try:
+        c = np.atleast_1d(np.asarray(budgets, dtype=float))
+    except (TypeError, ValueError):
+        c = np.array([np.nan])
+    if c.size == 0 or c.ndim != 1 or np.asarray(budgets).dtype == bool or not np.all(np.isfinite(c) & (c > 0)):
+        raise FitInputError(f"budgets must be finite positive numbers of FLOPs (e.g. [1e20, 1e21]), got {budgets!r}")
+    return c
+
+
 def compare_results(a: Any, b: Any, *, target: float | None = None,
                     budgets: Sequence[float] | None = None, names: tuple[str, str] = ("A", "B")) -> Comparison:
     """The comparison of two fitted results (the same method, fitted to each recipe's runs)."""
     if a.method != b.method:
         raise FitInputError(f"compare two fits of one method; got {a.method!r} and {b.method!r}")
+    given = check_budgets(target, budgets)
     swept = np.unique(np.concatenate([np.unique(budget_groups(r.runs)[0]) for r in (a, b)]))
-    target = float(target) if target else float(TARGET_FACTOR * swept.max())
-    if not (np.isfinite(target) and target > 0):
-        raise FitInputError(f"target must be a positive number of FLOPs, got {target!r}")
-    c = np.unique(np.append(np.asarray(budgets if budgets is not None else swept, dtype=float), target))
+    target = float(target) if target is not None else float(TARGET_FACTOR * swept.max())
+    c = np.unique(np.append(given if given is not None else swept, target))
     grid = np.geomspace(c.min() * 10 ** REACH[0], c.max() * 10 ** REACH[1],
                         int(PER_DECADE * (np.log10(c.max() / c.min()) + REACH[1] - REACH[0])) + 1)
     (pa, da), (pb, db) = _columns(a), _columns(b)
@@ -333,4 +349,4 @@ def _budget_verdict(lo: float, hi: float) -> str:
     return "B better" if lo > 1.0 else "B worse"
 
 
-__all__ = ["Comparison", "compare_results", "compute_to_reach", "same_quantity"]
+__all__ = ["Comparison", "check_budgets", "compare_results", "compute_to_reach", "same_quantity"]
