@@ -64,6 +64,24 @@ def test_planned_runs_must_be_positive_and_paired(fitted):
             fitted.loss_at(n, d)
 
 
+@pytest.mark.parametrize(("n", "d"), [("1.4B", 2.8e10), ({"N": 1e9}, 1e10), (True, 1e10), (1e9, False),
+                                      (np.array([[1e9]]), np.array([[1e10]]))])
+def test_a_planned_run_that_is_not_numbers_is_refused_by_name(fitted, n, d):
+    """loss_at("1.4B", ...) was numpy's ValueError (could not convert string to float), a dict its
+    TypeError, 2-D arrays "maximum() takes from 2 to 3 positional arguments", and True read as a
+    model of one parameter."""
+    with pytest.raises(FitInputError, match=r"a planned run is a positive number of parameters N and tokens D "
+                                            r"\(one number or a list of each"):
+        fitted.loss_at(n, d)
+
+
+@pytest.mark.parametrize("totals", ["3e21 FLOPs", [True], {"F": 1e21}])
+def test_a_total_budget_that_is_not_numbers_is_refused_by_name(fitted, totals):
+    """predict_total("x", ...) was numpy's ValueError (could not convert string to float)."""
+    with pytest.raises(FitInputError, match="total budgets must be finite positive FLOP counts"):
+        fitted.predict_total(totals, inference_tokens=1e9)
+
+
 def test_the_interval_holds_the_true_law_and_grows_with_distance(fitted, frame):
     n_max = frame.params.max()
     middle = frame[frame.budget == 1e18].iloc[3]  # the middle size at the middle budget: inside the runs

@@ -50,8 +50,13 @@ def check_tokens(tokens: Any) -> float:
 
 
 def check_budgets(values: Any, what: str) -> np.ndarray:
-    c = np.atleast_1d(np.asarray(values, dtype=float))
-    if c.size == 0 or not np.all(np.isfinite(c) & (c > 0)):
+    """``values`` as a 1-D array of FLOP counts; FitInputError unless finite positive numbers (a word was
+    numpy's ValueError)."""
+    try:
+        c = np.atleast_1d(np.asarray(values, dtype=float))
+    except (TypeError, ValueError):
+        c = np.array([np.nan])
+    if c.size == 0 or c.ndim != 1 or np.asarray(values).dtype == bool or not np.all(np.isfinite(c) & (c > 0)):
         raise FitInputError(f"{what} must be finite positive FLOP counts, got {values!r}")
     return c
 

@@ -102,9 +102,9 @@ def _segment_distance(q: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
 
 
 def check_planned(n: Any, d: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Planned sizes and token counts as equal-length arrays of finite positive numbers."""
-    n_arr = np.atleast_1d(np.asarray(n, dtype=float))
-    d_arr = np.atleast_1d(np.asarray(d, dtype=float))
+    """Planned sizes and token counts as equal-length arrays of finite positive numbers (a word, a table
+    or True is refused by name, not left to numpy's ValueError or read as one parameter)."""
+    n_arr, d_arr = _numbers(n, "N"), _numbers(d, "D")
     if n_arr.size == 1 and d_arr.size > 1:
         n_arr = np.full(d_arr.size, n_arr[0])
     if d_arr.size == 1 and n_arr.size > 1:
@@ -115,6 +115,19 @@ def check_planned(n: Any, d: Any) -> tuple[np.ndarray, np.ndarray]:
     if not (np.all(np.isfinite(n_arr) & (n_arr > 0)) and np.all(np.isfinite(d_arr) & (d_arr > 0))):
         raise FitInputError(f"a planned run is a positive number of parameters N and tokens D; got N={n!r}, D={d!r}")
     return n_arr, d_arr
+
+
+def _numbers(values: Any, what: str) -> np.ndarray:
+    """``values`` (``what``: N or D) as a 1-D float array; FitInputError unless numbers, not booleans."""
+    try:
+        arr = np.atleast_1d(np.asarray(values, dtype=float))
+        bad = arr.ndim != 1 or np.asarray(values).dtype == bool
+    except (TypeError, ValueError):
+        bad = True
+    if bad:
+        raise FitInputError(f"a planned run is a positive number of parameters N and tokens D (one number or a list "
+                            f"of each, e.g. loss_at(1.4e9, 2.8e10)); got {what}={values!r}")
+    return arr
 
 
 def rms_residual(result: Any) -> float:
