@@ -216,3 +216,19 @@ def test_the_lowest_loss_for_a_total_is_the_lowest_a_fine_scan_finds():
         assert row.loss <= scanned[best] + 1e-6
         assert row.N == pytest.approx(n[best], rel=0.01) and row.D == pytest.approx(d[best], rel=0.02)
         assert row.N_lo <= row.N <= row.N_hi and row.D_lo <= row.D <= row.D_hi
+
+
+def test_json_gives_the_reasons_the_text_gives_under_its_tables(capsys):
+    """``--json`` gave a withheld total as a row of nulls, with nothing of the text's "withheld at 1e+09 total
+    FLOPs: serving 1B tokens takes all of it ..." or its notes on sizings below the fitted runs."""
+    demo = str(Path(__file__).parent / "data" / "demo_runs.csv")
+    args = ["fit", demo, "--method", "vpnls", "--bootstrap", "20", "--tracking", "off", "--inference-tokens", "1e9",
+            "--predict", "1e12", "--total-flops", "1e9", "1e12"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    block = json.loads(capsys.readouterr().out)["inference"]["vpnls"]
+    assert block["totals"][0]["N"] is None
+    lines = [line for line in text.splitlines() if line.startswith(("withheld at", "note: at"))]
+    assert len(lines) >= 2 and any(line.startswith("withheld at 1e+09 total FLOPs") for line in lines)
+    assert block["notes"] == lines

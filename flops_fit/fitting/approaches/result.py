@@ -21,6 +21,7 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.decisions.inference import (
     inference_sizing,
     law_of,
+    sizing_notes,
     sizing_summary,
     total_sizing,
 )
@@ -113,12 +114,7 @@ class Presentable:
         if planned is not None:  # the loss of planned runs (``loss_at``)
             out["planned"] = planned.to_dict()
         if inference_tokens is not None:
-            out["inference"] = {r.method: {"sizing": fmt.json_safe(r.predict(_budgets(r, budgets),
-                                                                              inference_tokens=inference_tokens)
-                                                                    .to_dict("records")),
-                                           **({"totals": fmt.json_safe(r.predict_total(totals, inference_tokens=
-                                                                                         inference_tokens)
-                                                                       .to_dict("records"))} if totals else {})}
+            out["inference"] = {r.method: _sizing_json(r, _budgets(r, budgets), inference_tokens, totals)
                                 for r in self.sizable()}
         return json.dumps(out, indent=kwargs.pop("indent", 2), default=fmt.json_default, **kwargs)
 
@@ -358,6 +354,17 @@ def default_budgets(runs: Runs) -> list[float]:
 
 def _budgets(result: FitResult, budgets: Sequence[float] | None) -> Sequence[float]:
     return default_budgets(result.runs) if budgets is None else budgets
+
+
+def _sizing_json(result: FitResult, budgets: Sequence[float], tokens: float,
+                 totals: Sequence[float] | None) -> dict[str, Any]:
+    """One law's sizing as ``--json`` gives it: the tables' rows, and the lines the text prints under them
+    (why a row is withheld, sizings below the fitted runs), so a row of nulls carries its reason."""
+    sizing = result.predict(budgets, inference_tokens=tokens)
+    table = result.predict_total(totals, inference_tokens=tokens) if totals else None
+    return {"sizing": fmt.json_safe(sizing.to_dict("records")),
+            **({"totals": fmt.json_safe(table.to_dict("records"))} if table is not None else {}),
+            "notes": sizing_notes(result, sizing, table)}
 
 
 def _point(result: FitResult) -> dict[str, np.ndarray]:

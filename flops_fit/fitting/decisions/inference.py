@@ -274,20 +274,29 @@ def below_runs(result: Any, table: pd.DataFrame, first: str = "budget") -> list[
             for _, r in table.iterrows() if r.N < smallest_n or r.D < smallest_d]
 
 
+def sizing_notes(result: Any, sizing: pd.DataFrame, totals: pd.DataFrame | None = None) -> list[str]:
+    """The lines under the tables: why a row is withheld, and each sizing below every fitted run (notes).
+    ``--json`` gives them too: its rows of nulls said nothing of why."""
+    lines = [*unreached(sizing), *(f"note: {n}" for n in below_runs(result, sizing))]
+    if totals is not None:
+        lines += [*unserved(totals, result.runs.unit), *(f"note: {n}" for n in below_runs(result, totals, "total_flops"))]
+    return lines
+
+
 def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any = None) -> str:
     """Plain text: the sizing at ``budgets`` (and, given ``totals``, the converse) for one fit."""
     tokens = check_tokens(inference_tokens)
     sizing = inference_sizing(result, budgets, tokens)
+    table = total_sizing(result, totals, tokens) if totals is not None else None
+    notes = sizing_notes(result, sizing)
     unit = result.runs.unit
     lines = [f"{result.method}: sizing for {fmt.count(tokens)} inference {unit} (training k N D plus a forward pass, "
              f"k/3 N, per {unit[:-1]} served; Sardana et al. 2024)",
-             format_table(sizing_rows(sizing), headers(SIZING_HEADERS, result.runs)), *unreached(sizing),
-             *(f"note: {n}" for n in below_runs(result, sizing))]
-    if totals is not None:
-        table = total_sizing(result, totals, tokens)
+             format_table(sizing_rows(sizing), headers(SIZING_HEADERS, result.runs)), *notes]
+    if table is not None:
         lines += ["", f"{result.method}: the lowest {result.runs.label.split(' (')[0]} for a total budget (training + "
                   f"{fmt.count(tokens)} {unit} served)", format_table(total_rows(table), headers(TOTAL_HEADERS, result.runs)),
-                  *unserved(table, unit), *(f"note: {n}" for n in below_runs(result, table, "total_flops"))]
+                  *sizing_notes(result, sizing, table)[len(notes):]]
     return "\n".join(lines)
 
 
@@ -300,5 +309,5 @@ def _share(value: Any) -> str:
     return f"{100 * float(value):.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
 
 
-__all__ = ["below_runs", "falls_with_data", "headers", "inference_sizing", "sizing_rows", "sizing_summary", "total_rows",
-           "total_sizing", "unreached", "unserved"]
+__all__ = ["below_runs", "falls_with_data", "headers", "inference_sizing", "sizing_notes", "sizing_rows", "sizing_summary",
+           "total_rows", "total_sizing", "unreached", "unserved"]
