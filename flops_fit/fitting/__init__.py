@@ -222,6 +222,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                 fitted.warnings.append(f"{NO_FORECAST}{exc}")
             if fitted.forecast is not None and (beyond := fitted.forecast.beyond_measured()) is not None:
                 fitted.warnings.append(beyond)
+            if fitted.forecast is not None and \
+                    (below := fitted.forecast.below_swept(float(np.min(budget_groups(runs)[0])))) is not None:
+                fitted.warnings.append(below)
             data = unique if unique is not None else runs.metadata.get("unique_tokens")  # a sweep records it
             if fitted.forecast is not None and data is not None and \
                     (caveat := fresh_data_caveat(fitted.forecast, float(data), results)) is not None:
