@@ -31,6 +31,7 @@ from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.fitting.laws.focus import FOCUS_LABELS
 from flops_fit.fitting.laws.laws import Params, power_frontier
 from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_json, holdout_summary
+from flops_fit.fitting.validation.validity import unphysical
 from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier, and U.
@@ -335,9 +336,19 @@ def prediction_rows(table: pd.DataFrame) -> list[list[str]]:
 
 def scale_cells(row: Any) -> list[str]:
     """N_opt, D_opt and tokens/param of a prediction row, each "value [lo, hi]" (an interval over
-    ``fmt.SPAN_LIMIT`` withheld), and the loss "value [lo, hi]"."""
-    cells = [fmt.scale_interval(row[k], row[f"{k}_lo"], row[f"{k}_hi"], fmt=f)
-             for k, f in (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig))]
+    ``fmt.SPAN_LIMIT`` withheld, and one that names no model: --predict 1e3 read N_opt 1.34 [0.168, 5.23]
+    parameters), and the loss "value [lo, hi]"."""
+    cells = []
+    for k, f in (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig)):
+        value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
+        alone = unphysical(k, value, value, row["budget"])  # the value itself names no model
+        bounds = unphysical(k, lo, hi, row["budget"]) if np.isfinite([lo, hi]).all() else None
+        if alone is not None:
+            cells.append(f"withheld: {alone}")
+        elif bounds is not None:
+            cells.append(f"{f(value)} [withheld: {bounds}]")
+        else:
+            cells.append(fmt.scale_interval(value, lo, hi, fmt=f))
     return cells + [fmt.with_interval(row["loss"], row["loss_lo"], row["loss_hi"], fmt=_loss)]
 
 
