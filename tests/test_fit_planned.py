@@ -64,6 +64,20 @@ def test_planned_runs_must_be_positive_and_paired(fitted):
             fitted.loss_at(n, d)
 
 
+def test_a_planned_run_under_one_parameter_or_token_is_refused(fitted, capsys, tmp_path):
+    """--at 1e-300:1e6 read a loss of 6.006e+104 [5.359e+85, 1.331e+201] nats, and 0.5:1e6 one of 223.7:
+    parameters and tokens are counts, so a run of less than one of each is no model."""
+    for n, d in ((1e-300, 1e6), (0.5, 1e6), (1e5, 0.5)):
+        with pytest.raises(FitInputError, match="at least one of each"):
+            fitted.loss_at(n, d)
+    assert fitted.loss_at(1.0, 1.0).table.N.tolist() == [1.0]  # the smallest model there is: answered
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5).drop(columns="curve").to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "5", "--tracking", "off", "--at", "0.5:1e6"]) == 2
+    err = capsys.readouterr().err
+    assert "--at takes planned runs as N:D, at least one parameter and one token" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(("n", "d"), [("1.4B", 2.8e10), ({"N": 1e9}, 1e10), (True, 1e10), (1e9, False),
                                       (np.array([[1e9]]), np.array([[1e10]]))])
 def test_a_planned_run_that_is_not_numbers_is_refused_by_name(fitted, n, d):

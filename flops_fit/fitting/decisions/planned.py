@@ -112,8 +112,10 @@ def check_planned(n: Any, d: Any) -> tuple[np.ndarray, np.ndarray]:
     if n_arr.size != d_arr.size or n_arr.size == 0:
         raise FitInputError(f"loss_at takes as many token counts as sizes; got {n_arr.size} sizes and "
                             f"{d_arr.size} token counts")
-    if not (np.all(np.isfinite(n_arr) & (n_arr > 0)) and np.all(np.isfinite(d_arr) & (d_arr > 0))):
-        raise FitInputError(f"a planned run is a positive number of parameters N and tokens D; got N={n!r}, D={d!r}")
+    # counts: a run of 1e-300 parameters read a loss of 6e+104 [5e+85, 1e+201] nats
+    if not (np.all(np.isfinite(n_arr) & (n_arr >= 1)) and np.all(np.isfinite(d_arr) & (d_arr >= 1))):
+        raise FitInputError(f"a planned run is a positive number of parameters N and tokens D, at least one of each; "
+                            f"got N={n!r}, D={d!r}")
     return n_arr, d_arr
 
 
