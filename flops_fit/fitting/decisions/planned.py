@@ -62,11 +62,17 @@ class PlannedLoss:
                               "extrapolation_slope": self.slope, "runs": self.table.to_dict("records"),
                               "notes": self.notes})
 
-    def summary(self) -> str:
-        rows = [[fmt.count(r.N), fmt.count(r.D), fmt.with_interval(r.loss, r.loss_lo, r.loss_hi,
-                                                                       fmt=lambda v: fmt.sig(v, 4)),
+    def rows(self) -> list[list[str]]:
+        """The table's cells (the text's and the report's): N, D, the loss with its interval (withheld
+        when it spans over ``fmt.SPAN_LIMIT``: far from the runs it read [7.487e-100, 2.43e+10]), the
+        distance and each part of the interval."""
+        return [[fmt.count(r.N), fmt.count(r.D), fmt.scale_interval(r.loss, r.loss_lo, r.loss_hi,
+                                                                     fmt=lambda v: fmt.sig(v, 4)),
                  f"{r.distance:.2f}", _pct(r.boot), _pct(r.form), _pct(r.extrapolation)]
                 for r in self.table.itertuples()]
+
+    def summary(self) -> str:
+        rows = self.rows()
         head = (f"Planned runs ({self.method}; {100 * self.level:g}% interval = bootstrap + spread of "
                 f"{len(self.forms)} comparable law form(s) + extrapolation error {100 * self.slope:.2f}% per unit "
                 "of distance in (ln N, ln D) beyond the fitted runs):")
@@ -255,7 +261,11 @@ def _below_notes(n: np.ndarray, d: np.ndarray, runs: pd.DataFrame) -> list[str]:
 
 
 def _pct(log_half_width: float) -> str:
-    return "-" if not np.isfinite(log_half_width) else f"{100 * np.expm1(log_half_width):.1f}%"
+    """A part of the interval as a percentage; from 10,000% in 3 figures (it printed 100 digits)."""
+    if not np.isfinite(log_half_width):
+        return "-"
+    share = 100 * np.expm1(log_half_width)
+    return f"{share:.1f}%" if share < 1e4 else f"{fmt.sig(share)}%"
 
 
 __all__ = ["EXTRAPOLATION_SLOPE", "FORM_APPROACHES", "MEASURED_DISTANCE", "FORM_TOLERANCE", "PlannedLoss", "check_planned", "hull_distance",
