@@ -67,6 +67,19 @@ def test_a_bound_interpolated_toward_an_unreachable_draw_is_beyond_the_search_no
     assert "e+307" not in str(result) and "1 [1, beyond search]" in result.rows()[-1][3]
 
 
+def test_a_frontier_that_rises_with_compute_below_the_runs_is_not_read_there():
+    """The interaction law fitted to the GPT demo's runs has a frontier that climbs from -9.3 at 6e6 FLOPs
+    to a peak at 6e9 before it falls; compared with itself, A "reached B's loss below the search's start"
+    at every budget (a multiplier of 0, "B worse"). The same law is now worth 1x its own compute."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "interaction", bootstrap=10,
+                           tracking=False)
+    _, _, low = fitted.frontier({k: np.array([v]) for k, v in fitted.params.items()}, np.array([6e6, 6e9]))
+    assert np.ravel(low)[0] < 0 < np.ravel(low)[1]  # the frontier rises with compute there
+    result = compare_results(fitted, fitted)
+    assert result.table.multiplier.to_numpy() == pytest.approx(1.0, rel=1e-3)
+    assert "below search" not in str(result)
+
+
 def test_runs_that_measure_different_things_are_refused_before_any_fit(monkeypatch):
     """A text sweep (nats per token) against an image sweep (cross-entropy per sample) printed
     multipliers of inf; now one line, before either fit's bootstrap runs."""

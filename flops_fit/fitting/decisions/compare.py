@@ -195,6 +195,12 @@ def compute_to_reach(result: Any, params: dict[str, np.ndarray], loss: np.ndarra
         rows = slice(start, min(m, start + CHUNK))
         _, _, curve = result.frontier(_take(params, rows), grid)  # (k, g), falling with C
         with np.errstate(all="ignore"):
+            # where a law's frontier rises with C (the interaction law's on the demo's runs climbs from -9.3 at
+            # 6e6 FLOPs to its peak at 6e9), it is read where it does not hold: held at the peak there, or A
+            # "reached" every loss below the search's start against the same law
+            peak = np.where(np.isfinite(curve), curve, -np.inf).argmax(axis=1)[:, None]
+            rising = (np.arange(grid.size)[None, :] < peak) & np.isfinite(curve)
+            curve = np.where(rising, np.take_along_axis(curve, peak, 1), curve)
             curve = np.minimum.accumulate(np.where(np.isfinite(curve), curve, np.inf), axis=1)
             target = loss[rows]
             above = (curve[:, :, None] > target[:, None, :]).sum(axis=1)  # grid points still above the target
