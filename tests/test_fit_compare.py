@@ -80,6 +80,18 @@ def test_a_frontier_that_rises_with_compute_below_the_runs_is_not_read_there():
     assert "below search" not in str(result)
 
 
+@pytest.mark.parametrize("method", ["vpnls", "parametric"])
+def test_a_fit_against_itself_shows_no_difference_not_the_searchs_rounding(method):
+    """compare(fit, fit) on the demo's runs read "B is better: at C = 6.8e+12 FLOPs A needs 1 [1, 1] times the
+    compute" and "The multiplier grows with scale (d log M / d log C = 8.59e-06 [7.1e-06, 1.03e-05])" for
+    vpnls (the search's interpolation, off by up to 1e-4), and "B better" / "B worse" at budgets where
+    parametric's multiplier was 1 +- 3e-15."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", method, bootstrap=20, tracking=False)
+    result = flops_fit.compare(fitted, fitted, method=method)
+    assert set(result.table.verdict) == {"no measurable difference"}
+    assert result.verdict().startswith("No measurable difference") and "No measurable change with scale" in result.verdict()
+
+
 def test_runs_that_measure_different_things_are_refused_before_any_fit(monkeypatch):
     """A text sweep (nats per token) against an image sweep (cross-entropy per sample) printed
     multipliers of inf; now one line, before either fit's bootstrap runs."""

@@ -38,6 +38,10 @@ from flops_fit.fitting.validation.forecast import TARGET_FACTOR
 from flops_fit.tables import format_table
 
 PER_DECADE = 20
+# |ln M| below this is the search's own error (linear in log C and log loss between grid points 1/20 decade
+# apart: up to 1e-4 on the demo's laws), not a difference: a fit against itself read "B is better: ... 1 [1, 1]"
+# and "the multiplier grows with scale (8.59e-06 [7.1e-06, 1.03e-05])"
+RESOLUTION = 1e-3
 REACH = (-4.0, 6.0)  # decades below the smallest and above the largest budget A's compute is searched over
 CHUNK = 100  # draws per frontier evaluation (a numeric frontier holds draws x grid x its own search)
 HEADERS = ["FLOPs", "{metric} A", "{metric} B", "multiplier (A's compute / B's)", "verdict"]  # ``Comparison.headers``
@@ -259,7 +263,9 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
         _, _, loss_b = b.frontier(cb, c)
         _, _, loss_a = a.frontier(ca, c)
         needed = compute_to_reach(a, ca, loss_b, grid)
-        estimates[key] = {"loss_a": loss_a, "loss_b": loss_b, "multiplier": needed / c[None, :]}
+        with np.errstate(all="ignore"):  # within the search's own interpolation error of 1 is 1
+            multiplier = np.where(np.abs(np.log(needed / c[None, :])) < RESOLUTION, 1.0, needed / c[None, :])
+        estimates[key] = {"loss_a": loss_a, "loss_b": loss_b, "multiplier": multiplier}
     table = pd.DataFrame({"budget": c})
     level = a.level
     for name in ("loss_a", "loss_b", "multiplier"):
