@@ -92,6 +92,16 @@ def test_a_fit_against_itself_shows_no_difference_not_the_searchs_rounding(metho
     assert result.verdict().startswith("No measurable difference") and "No measurable change with scale" in result.verdict()
 
 
+def test_without_draws_the_exponents_get_no_verdict_either():
+    """compare(..., bootstrap=0) said "no interval" for every budget but "no measurable difference" for
+    the exponents' differences, which had no interval either."""
+    a, b = stated(DEFAULT_LAW), stated(worth(DEFAULT_LAW, 2.0))  # no bootstrap draws
+    b.params["a"] += 0.05  # a difference no interval can judge
+    result = compare_results(a, b, target=1e24)
+    assert set(result.table.verdict) == {"no interval"}
+    assert [row[2] for row in result.exponent_rows()] == ["no interval", "no interval"]
+
+
 def test_runs_that_measure_different_things_are_refused_before_any_fit(monkeypatch):
     """A text sweep (nats per token) against an image sweep (cross-entropy per sample) printed
     multipliers of inf; now one line, before either fit's bootstrap runs."""

@@ -123,7 +123,10 @@ class Comparison:
         return out
 
     def exponent_rows(self) -> list[list[str]]:
+        """The frontier exponents' differences (B - A), each judged by its interval: without draws there is
+        none, and "no measurable difference" would be a verdict no interval gave."""
         return [[f"{k} (N_opt ~ C^a)" if k == "a" else f"{k} (D_opt ~ C^b)", fmt.with_interval(*v),
+                 "no interval" if np.isnan(v[1]) or np.isnan(v[2]) else
                  "differ" if v[1] > 0 or v[2] < 0 else "no measurable difference"] for k, v in self.exponents.items()]
 
     def summary(self) -> str:
