@@ -232,3 +232,14 @@ def test_json_gives_the_reasons_the_text_gives_under_its_tables(capsys):
     lines = [line for line in text.splitlines() if line.startswith(("withheld at", "note: at"))]
     assert len(lines) >= 2 and any(line.startswith("withheld at 1e+09 total FLOPs") for line in lines)
     assert block["notes"] == lines
+
+
+def test_the_sizing_names_no_model_of_under_one_parameter():
+    """The GPT demo's runs, vpnls, 1B tokens served: at 1e3 training FLOPs the sizing read 0.418 [0.0635,
+    1.72] parameters. Every answer and bound is now a model of one parameter or more, or withheld."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=20, tracking=False)
+    table = fitted.predict([1e3, 1e6], inference_tokens=1e9)
+    for column in ("N", "N_lo", "N_hi"):
+        values = table[column].to_numpy()
+        assert np.all(np.isnan(values) | (values >= 1.0)), table[["N", "N_lo", "N_hi"]]
+    assert np.isfinite(table.N).all()  # answered: the best model of at least one parameter

@@ -126,13 +126,14 @@ def _sizing(result: Any, law, p: dict[str, np.ndarray], budgets: np.ndarray, tok
     log_n = np.log(n0)[..., None] + np.linspace(-SEARCH_DECADES, 0.1, GRID_POINTS) * np.log(10)  # (m, c, g)
     n = np.exp(log_n)
     d = tokens_for_loss(law, cols, n, target[..., None], d0[..., None])
-    with np.errstate(all="ignore"):
-        total = np.where(falls_with_data(law, cols, n, d), flops_per_token(cols, n) * (d + share), np.inf)
+    with np.errstate(all="ignore"):  # a model has at least one parameter (1e3 FLOPs read 0.418 parameters)
+        total = np.where(falls_with_data(law, cols, n, d) & (n >= 1.0), flops_per_token(cols, n) * (d + share), np.inf)
         best = np.exp(refine_minimum(log_n, np.log(total)))
     cols2 = {k: v[:, :, 0] for k, v in cols.items()}  # (m, 1)
     # no answer where no size searched reaches the loss where the law is read, or where the compute-optimal
-    # model itself sits where the law rises with data (a draw of that kind names no model to compare with)
-    found = np.isfinite(total).any(-1) & falls_with_data(law, cols2, n0, d0)
+    # model itself sits where the law rises with data or has under one parameter (a draw of that kind names
+    # no model to compare with)
+    found = np.isfinite(total).any(-1) & falls_with_data(law, cols2, n0, d0) & (n0 >= 1.0)
     best = np.where(found, best, np.nan)
     d_best = np.where(found, tokens_for_loss(law, cols2, best, target, d0), np.nan)
     chinchilla = budgets[None, :] + flops_per_token(cols2, n0) * share
@@ -239,8 +240,9 @@ def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
 def unreached(table: pd.DataFrame) -> list[str]:
     """Why ``inference_sizing``'s rows without an answer have none: the law rises with data where it is read."""
     return [f"withheld at {fmt.flops(r.budget)} FLOPs: the law does not fall with data at the compute-optimal model "
-            f"there, or no model of the sizes searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size) "
-            "reaches its loss where it does; the law is read beyond what its runs support there"
+            f"there, or that model has under one parameter, or no model of the sizes searched (down to "
+            f"1e-{SEARCH_DECADES:g} x the compute-optimal size, and one parameter) reaches its loss where it does; the "
+            "law is read beyond what its runs support there"
             for _, r in table.iterrows() if not np.isfinite(r.N)]
 
 
