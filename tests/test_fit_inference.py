@@ -15,7 +15,13 @@ from flops_fit.cli.main import main
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.approaches.parametric import ParametricResult
 from flops_fit.fitting.approaches.result import Diagnostics
-from flops_fit.fitting.decisions.inference import falls_with_data, sizing_rows, sizing_summary
+from flops_fit.fitting.decisions.inference import (
+    falls_with_data,
+    sizing_rows,
+    sizing_summary,
+    total_rows,
+)
+from flops_fit.fitting.formatting import count as fmt_count
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.forms import InteractionForm
 from flops_fit.fitting.laws.laws import frontier_exponents
@@ -243,3 +249,18 @@ def test_the_sizing_names_no_model_of_under_one_parameter():
         values = table[column].to_numpy()
         assert np.all(np.isnan(values) | (values >= 1.0)), table[["N", "N_lo", "N_hi"]]
     assert np.isfinite(table.N).all()  # answered: the best model of at least one parameter
+
+
+def test_a_sizing_interval_spanning_over_1000x_is_withheld_as_in_the_fits_own_table():
+    """The demo's runs, vpnls, 1B tokens served, 1e40 FLOPs: the fit's own table withholds N_opt's
+    interval there ("spans over 1000x"), and the sizing printed tokens/param 6.98e+03 [0.00346, 2.25e+08]."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=20, tracking=False)
+    table = fitted.predict([1e12, 1e40], inference_tokens=1e9)
+    far = table.iloc[1]
+    assert far.tokens_per_param_hi / far.tokens_per_param_lo > 1e3  # what was printed
+    rows = sizing_rows(table)
+    assert rows[1][2:5] == [f"{c} [withheld: spans over 1000x]" for c in
+                            (fmt_count(far.N), fmt_count(far.D), f"{far.tokens_per_param:.3g}")]
+    assert "withheld" not in " ".join(rows[0])
+    totals = total_rows(fitted.predict_total([1e40], inference_tokens=1e9))
+    assert all(cell.endswith("[withheld: spans over 1000x]") for cell in totals[0][1:4])

@@ -232,9 +232,8 @@ def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
     """``inference_sizing``'s table as "value [lo, hi]" cells (``SIZING_HEADERS``)."""
     cells = (("loss", _loss), ("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig),
              ("total_flops", fmt.flops), ("chinchilla_total_flops", fmt.flops), ("saving", _share))
-    return [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
-                                     if np.isfinite(r.N) or k in ("loss", "chinchilla_total_flops") else "withheld"
-                                     for k, f in cells] for _, r in table.iterrows()]
+    return [[fmt.flops(r.budget)] + [_cell(r, k, f) if np.isfinite(r.N) or k in ("loss", "chinchilla_total_flops")
+                                     else "withheld" for k, f in cells] for _, r in table.iterrows()]
 
 
 def unreached(table: pd.DataFrame) -> list[str]:
@@ -250,9 +249,15 @@ def total_rows(table: pd.DataFrame) -> list[list[str]]:
     """``total_sizing``'s table as cells (``TOTAL_HEADERS``)."""
     cells = (("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig), ("loss", _loss),
              ("chinchilla_loss", _loss))
-    return [[fmt.flops(r.total_flops)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
-                                          if np.isfinite(r.loss) or k == "chinchilla_loss" else "withheld"
-                                          for k, f in cells] for _, r in table.iterrows()]
+    return [[fmt.flops(r.total_flops)] + [_cell(r, k, f) if np.isfinite(r.loss) or k == "chinchilla_loss"
+                                          else "withheld" for k, f in cells] for _, r in table.iterrows()]
+
+
+def _cell(row: Any, key: str, show) -> str:
+    """"value [lo, hi]"; for N, D and tokens per parameter an interval spanning over ``fmt.SPAN_LIMIT``
+    withheld, as in the fit's own table (at 1e40 FLOPs tokens/param read 6.98e+03 [0.00346, 2.25e+08])."""
+    fill = fmt.scale_interval if key in ("N", "D", "tokens_per_param") else fmt.with_interval
+    return fill(row[key], row[f"{key}_lo"], row[f"{key}_hi"], fmt=show)
 
 
 def unserved(table: pd.DataFrame, unit: str = "tokens") -> list[str]:
