@@ -128,6 +128,16 @@ def recipes():
             for law, seed in ((None, 1), (None, 2), (better, 3))]
 
 
+def test_a_budget_below_both_sweeps_is_said_to_be_read_where_no_run_measured_it(recipes):
+    """compare --target 1e3 on the demo's runs read "No measurable difference at C = 1e+03 FLOPs", 60
+    million times below the smallest budget either recipe swept, without a word."""
+    result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10, target=1e13, budgets=[1e15, 1e18])
+    assert any(n.startswith("1e+13, 1e+15 FLOPs lie(s) below every budget either recipe swept (the smallest 1e+17)")
+               for n in result.notes), result.notes
+    inside = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10)
+    assert not any("below every budget" in n for n in inside.notes)
+
+
 def test_two_seeds_of_one_recipe_show_no_measurable_difference(recipes):
     result = flops_fit.compare(recipes[0], recipes[1], "vpnls", bootstrap=60)
     r = result.at_target

@@ -279,6 +279,10 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
     table["verdict"] = [_budget_verdict(lo, hi) for lo, hi in zip(table.multiplier_lo, table.multiplier_hi,
                                                                    strict=True)]
     notes += _unmeasured(table, grid)
+    below = c[c < swept.min()]
+    if below.size:  # --target 1e3 read "No measurable difference at C = 1e+03 FLOPs" without a word
+        notes.append(f"{', '.join(fmt.flops(v) for v in below)} FLOPs lie(s) below every budget either recipe swept "
+                     f"(the smallest {fmt.flops(swept.min())}): both laws are read there where no run measured them")
     span = np.log(target / c.min())
     slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
     trend = _estimate(slope["point"][0], slope.get("draws"), level)
