@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +137,15 @@ def test_a_budget_below_both_sweeps_is_said_to_be_read_where_no_run_measured_it(
                for n in result.notes), result.notes
     inside = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10)
     assert not any("below every budget" in n for n in inside.notes)
+
+
+def test_a_multiplier_below_the_search_leaks_no_numpy_warning(recipes):
+    """A draw's multiplier below the search's start (0) made the trend's log divide by zero, and the command
+    printed "RuntimeWarning: divide by zero encountered in divide" with the source line under its answer."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10, target=1e13, budgets=[1e15, 1e18])
+    assert result.verdict().startswith("B is better")
 
 
 def test_two_seeds_of_one_recipe_show_no_measurable_difference(recipes):

@@ -284,7 +284,8 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
         notes.append(f"{', '.join(fmt.flops(v) for v in below)} FLOPs lie(s) below every budget either recipe swept "
                      f"(the smallest {fmt.flops(swept.min())}): both laws are read there where no run measured them")
     span = np.log(target / c.min())
-    slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
+    with np.errstate(all="ignore"):  # a multiplier below or beyond the search (0, inf): an infinite trend, withheld
+        slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
     trend = _estimate(slope["point"][0], slope.get("draws"), level)
     exponents = {}
     for k in ("a", "b"):
