@@ -148,6 +148,13 @@ def test_a_multiplier_below_the_search_leaks_no_numpy_warning(recipes):
     assert result.verdict().startswith("B is better")
 
 
+def test_json_judges_the_exponents_as_the_text_does(recipes):
+    """--json gave the exponents' differences without the verdict the text prints beside them."""
+    result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10)
+    data = json.loads(result.to_json())["exponent_difference"]
+    assert [data[k]["verdict"] for k in ("a", "b")] == [row[2] for row in result.exponent_rows()]
+
+
 def test_two_seeds_of_one_recipe_show_no_measurable_difference(recipes):
     result = flops_fit.compare(recipes[0], recipes[1], "vpnls", bootstrap=60)
     r = result.at_target

@@ -126,8 +126,7 @@ class Comparison:
         """The frontier exponents' differences (B - A), each judged by its interval: without draws there is
         none, and "no measurable difference" would be a verdict no interval gave."""
         return [[f"{k} (N_opt ~ C^a)" if k == "a" else f"{k} (D_opt ~ C^b)", fmt.with_interval(*v),
-                 "no interval" if np.isnan(v[1]) or np.isnan(v[2]) else
-                 "differ" if v[1] > 0 or v[2] < 0 else "no measurable difference"] for k, v in self.exponents.items()]
+                 _exponent_verdict(*v[1:])] for k, v in self.exponents.items()]
 
     def summary(self) -> str:
         a, b = self.names
@@ -154,7 +153,8 @@ class Comparison:
             "method": self.a.method, "level": self.level, "target": self.target, "verdict": self.verdict(),
             "table": self.table.to_dict("records"),
             "trend": dict(zip(("estimate", "lo", "hi"), self.trend, strict=True)),
-            "exponent_difference": {k: dict(zip(("estimate", "lo", "hi"), v, strict=True))
+            "exponent_difference": {k: {**dict(zip(("estimate", "lo", "hi"), v, strict=True)),
+                                        "verdict": _exponent_verdict(*v[1:])}  # the text's verdict, as --json's
                                     for k, v in self.exponents.items()},
             "notes": self.notes})
 
@@ -359,6 +359,12 @@ def same_quantity(a: Any, b: Any, names: tuple[str, str]) -> list[str]:
                 "is on its own held-out data (and tokenizer), so the multiplier compares the recipes only as far "
                 "as those losses are comparable"]
     return []
+
+
+def _exponent_verdict(lo: float, hi: float) -> str:
+    if np.isnan(lo) or np.isnan(hi):
+        return "no interval"
+    return "differ" if lo > 0 or hi < 0 else "no measurable difference"
 
 
 def _budget_verdict(lo: float, hi: float) -> str:
