@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,53 @@ def test_a_loss_recipe_a_never_reaches_is_said_beyond_the_search_not_printed_as_
     assert worse.at_target.multiplier < 1 and "is worse" in worse.verdict()
 
 
+def test_a_bound_interpolated_toward_an_unreachable_draw_is_beyond_the_search_not_a_huge_number():
+    """``flops-fit compare demo demo --budgets 1e11 1e3`` printed the target's multiplier as "1 [0.25,
+    3.48e+307]" and its trend's bound as 3.48e+307: the 97.5th percentile fell between a finite draw
+    and one where A never reaches B's loss. Here 1 draw in 10 is of that kind."""
+    a, b = stated(DEFAULT_LAW, draws=10), stated(DEFAULT_LAW, draws=10)
+    b.samples.loc[9, "E"] -= 0.3  # this draw's floor lies below every loss A reaches
+    result = compare_results(a, b, target=1e24)
+    assert result.at_target.multiplier == pytest.approx(1.0)
+    assert np.isinf(result.at_target.multiplier_hi) and np.isinf(result.trend[2])
+    assert "e+307" not in str(result) and "1 [1, beyond search]" in result.rows()[-1][3]
+
+
+def test_a_frontier_that_rises_with_compute_below_the_runs_is_not_read_there():
+    """The interaction law fitted to the GPT demo's runs has a frontier that climbs from -9.3 at 6e6 FLOPs
+    to a peak at 6e9 before it falls; compared with itself, A "reached B's loss below the search's start"
+    at every budget (a multiplier of 0, "B worse"). The same law is now worth 1x its own compute."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "interaction", bootstrap=10,
+                           tracking=False)
+    _, _, low = fitted.frontier({k: np.array([v]) for k, v in fitted.params.items()}, np.array([6e6, 6e9]))
+    assert np.ravel(low)[0] < 0 < np.ravel(low)[1]  # the frontier rises with compute there
+    result = compare_results(fitted, fitted)
+    assert result.table.multiplier.to_numpy() == pytest.approx(1.0, rel=1e-3)
+    assert "below search" not in str(result)
+
+
+@pytest.mark.parametrize("method", ["vpnls", "parametric"])
+def test_a_fit_against_itself_shows_no_difference_not_the_searchs_rounding(method):
+    """compare(fit, fit) on the demo's runs read "B is better: at C = 6.8e+12 FLOPs A needs 1 [1, 1] times the
+    compute" and "The multiplier grows with scale (d log M / d log C = 8.59e-06 [7.1e-06, 1.03e-05])" for
+    vpnls (the search's interpolation, off by up to 1e-4), and "B better" / "B worse" at budgets where
+    parametric's multiplier was 1 +- 3e-15."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", method, bootstrap=20, tracking=False)
+    result = flops_fit.compare(fitted, fitted, method=method)
+    assert set(result.table.verdict) == {"no measurable difference"}
+    assert result.verdict().startswith("No measurable difference") and "No measurable change with scale" in result.verdict()
+
+
+def test_without_draws_the_exponents_get_no_verdict_either():
+    """compare(..., bootstrap=0) said "no interval" for every budget but "no measurable difference" for
+    the exponents' differences, which had no interval either."""
+    a, b = stated(DEFAULT_LAW), stated(worth(DEFAULT_LAW, 2.0))  # no bootstrap draws
+    b.params["a"] += 0.05  # a difference no interval can judge
+    result = compare_results(a, b, target=1e24)
+    assert set(result.table.verdict) == {"no interval"}
+    assert [row[2] for row in result.exponent_rows()] == ["no interval", "no interval"]
+
+
 def test_runs_that_measure_different_things_are_refused_before_any_fit(monkeypatch):
     """A text sweep (nats per token) against an image sweep (cross-entropy per sample) printed
     multipliers of inf; now one line, before either fit's bootstrap runs."""
@@ -79,6 +127,32 @@ def recipes():
     better = {**DEFAULT_LAW, "A": DEFAULT_LAW["A"] * 0.7}
     return [synthetic_runs(law, budgets=BUDGETS, sizes_per_budget=7, seed=seed)
             for law, seed in ((None, 1), (None, 2), (better, 3))]
+
+
+def test_a_budget_below_both_sweeps_is_said_to_be_read_where_no_run_measured_it(recipes):
+    """compare --target 1e3 on the demo's runs read "No measurable difference at C = 1e+03 FLOPs", 60
+    million times below the smallest budget either recipe swept, without a word."""
+    result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10, target=1e13, budgets=[1e15, 1e18])
+    assert any(n.startswith("1e+13, 1e+15 FLOPs lie(s) below every budget either recipe swept (the smallest 1e+17)")
+               for n in result.notes), result.notes
+    inside = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10)
+    assert not any("below every budget" in n for n in inside.notes)
+
+
+def test_a_multiplier_below_the_search_leaks_no_numpy_warning(recipes):
+    """A draw's multiplier below the search's start (0) made the trend's log divide by zero, and the command
+    printed "RuntimeWarning: divide by zero encountered in divide" with the source line under its answer."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10, target=1e13, budgets=[1e15, 1e18])
+    assert result.verdict().startswith("B is better")
+
+
+def test_json_judges_the_exponents_as_the_text_does(recipes):
+    """--json gave the exponents' differences without the verdict the text prints beside them."""
+    result = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10)
+    data = json.loads(result.to_json())["exponent_difference"]
+    assert [data[k]["verdict"] for k in ("a", "b")] == [row[2] for row in result.exponent_rows()]
 
 
 def test_two_seeds_of_one_recipe_show_no_measurable_difference(recipes):
@@ -181,6 +255,23 @@ def test_compare_refuses_a_misspelt_option_or_bad_names_by_name(given, message):
     runs = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
     with pytest.raises(flops_fit.FitInputError, match=message):
         flops_fit.compare(runs, runs, method="vpnls", bootstrap=5, **given)
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--budgets", "0", "budgets must be finite positive numbers of FLOPs"),
+    ("--budgets", "inf", "budgets must be finite positive numbers of FLOPs"),
+    ("--budgets", "-1e11", "budgets must be finite positive numbers of FLOPs"),
+    ("--target", "0", "target must be a positive number of FLOPs")])
+def test_a_budget_or_target_that_is_no_flop_count_is_refused_in_one_line(flag, value, message, tmp_path, capsys):
+    """--budgets 0, inf or -1e11 ended in a traceback (OverflowError, exit 1) after both fits; --target 0
+    fell back to the default target without a word."""
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5).drop(columns="curve").to_csv(csv, index=False)
+    assert main(["compare", str(csv), str(csv), "--bootstrap", "5", f"{flag}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(flops_fit.FitInputError, match=message):
+        flops_fit.compare(str(csv), str(csv), **{flag[2:]: float(value) if flag == "--target" else [float(value)]})
 
 
 def test_two_image_sweeps_compared_by_their_top1_error_say_error_not_loss(recipes, tmp_path, capsys):

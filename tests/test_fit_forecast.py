@@ -341,3 +341,16 @@ def test_a_forecast_beyond_the_data_budget_says_it_assumes_fresh_data(tmp_path):
     text = limited.summary()
     assert f"\n\nNote: {caveat[0]}." in text and "warning(s)" not in text.split("Note:")[0]
     assert fresh_data_caveat(limited.forecast, 2 * tokens, limited.results) is None  # the data suffices: nothing
+
+
+def test_a_forecast_below_every_swept_budget_says_its_intervals_were_not_measured_there(forecast_json, fitted):
+    """``fit demo_runs.csv --method all --holdout forward --target 1e9`` (60x below the smallest budget)
+    read a loss of 3.015 [2.976, 3.055], +-1.3% as at the sweep, with no word that chaining measures
+    errors toward larger budgets only; a note under the forecast now says so."""
+    below = fit(str(forecast_json), method="all", holdout="forward", bootstrap=20, target=1e15, tracking=False)
+    assert below.forecast is not None  # annotated, not withheld
+    note = ("the target lies below every swept budget: 1e+15 FLOPs is 100x below the smallest, 1e+17, and forward "
+            "chaining measures the answers' errors toward larger budgets only")
+    assert f"Note: {note}" in below.summary()
+    assert any(w.startswith(note) for w in json.loads(below.to_json())["warnings"])
+    assert not any("below every swept budget" in w for w in fitted.warnings)  # the default target, 10x beyond

@@ -15,7 +15,13 @@ from flops_fit.cli.main import main
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.approaches.parametric import ParametricResult
 from flops_fit.fitting.approaches.result import Diagnostics
-from flops_fit.fitting.decisions.inference import falls_with_data, sizing_rows, sizing_summary
+from flops_fit.fitting.decisions.inference import (
+    falls_with_data,
+    sizing_rows,
+    sizing_summary,
+    total_rows,
+)
+from flops_fit.fitting.formatting import count as fmt_count
 from flops_fit.fitting.inputs import Runs
 from flops_fit.fitting.laws.forms import InteractionForm
 from flops_fit.fitting.laws.laws import frontier_exponents
@@ -203,3 +209,82 @@ def test_the_loss_without_inference_below_every_fitted_run_says_so():
     assert len(notes) == 1, text
     assert notes[0].startswith("note: at 1e+12 FLOPs the loss without inference is the compute-optimal model's")
     assert "below the fitted runs (smallest 1B parameters, 20B tokens)" in notes[0]
+
+
+def test_a_total_no_model_of_one_parameter_can_train_on_is_withheld():
+    """The GPT demo's runs, vpnls, 1B tokens served: a total of 1e9 FLOPs read N 0.219 [0.204, 0.217]
+    parameters (outside its own interval) on 41.6k [1.96M, 22.6M] tokens, and 1e8 FLOPs 0.0178 parameters;
+    serving 1B tokens costs more than that on a model of one parameter, so no model is left to train."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=20, tracking=False)
+    served = 1e9
+    one_parameter = fitted.params["k"] / 3 * served  # the serving FLOPs of the smallest model there is
+    totals = [1e8, 1e9, 1e10]
+    assert one_parameter > 1e9
+    table = fitted.predict_total(totals, inference_tokens=served)
+    for i in (0, 1):
+        assert table.loc[i, ["N", "D", "tokens_per_param", "loss", "N_lo", "N_hi", "D_lo", "D_hi"]].isna().all()
+    assert (table.loc[2, ["N", "N_lo", "N_hi"]] >= 1).all() and np.isfinite(table.loc[2, "loss"])
+    text = fitted.sizing_summary([1e12], served, totals)
+    assert "withheld at 1e+09 total FLOPs: serving 1B tokens takes all of it on every model searched" in text
+
+
+def test_the_lowest_loss_for_a_total_is_the_lowest_a_fine_scan_finds():
+    """The GPT demo's runs, vpnls, 1B tokens served, a total of 1e12 FLOPs: the answer read 326 [302, 323]
+    parameters on 5.91M [9.32M, 30.9M] tokens, outside its own interval, at a loss of 4.975 where 321
+    parameters on 11.3M tokens reach 4.951 (a parabola through the coarse grid, next to the size whose
+    serving takes the whole total). Each total's answer is checked against a scan of 2M sizes."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=20, tracking=False)
+    served, totals = 1e9, [1e12, 1e13, 1e15]
+    table = fitted.predict_total(totals, inference_tokens=served)
+    p = {k: np.array([v]) for k, v in fitted.params.items()}
+    n = np.geomspace(1.0, 1e7, 2_000_001)
+    for row, total in zip(table.itertuples(), totals, strict=True):
+        d = total / (p["k"] * n ** (1 + p["k_slope"])) - served / 3  # training tokens: the total less serving
+        trains = d > 0
+        scanned = np.where(trains, fitted.law_loss(p, n, np.where(trains, d, 1.0)), np.inf)
+        best = scanned.argmin()
+        assert row.loss <= scanned[best] + 1e-6
+        assert row.N == pytest.approx(n[best], rel=0.01) and row.D == pytest.approx(d[best], rel=0.02)
+        assert row.N_lo <= row.N <= row.N_hi and row.D_lo <= row.D <= row.D_hi
+
+
+def test_json_gives_the_reasons_the_text_gives_under_its_tables(capsys):
+    """``--json`` gave a withheld total as a row of nulls, with nothing of the text's "withheld at 1e+09 total
+    FLOPs: serving 1B tokens takes all of it ..." or its notes on sizings below the fitted runs."""
+    demo = str(Path(__file__).parent / "data" / "demo_runs.csv")
+    args = ["fit", demo, "--method", "vpnls", "--bootstrap", "20", "--tracking", "off", "--inference-tokens", "1e9",
+            "--predict", "1e12", "--total-flops", "1e9", "1e12"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    block = json.loads(capsys.readouterr().out)["inference"]["vpnls"]
+    assert block["totals"][0]["N"] is None
+    lines = [line for line in text.splitlines() if line.startswith(("withheld at", "note: at"))]
+    assert len(lines) >= 2 and any(line.startswith("withheld at 1e+09 total FLOPs") for line in lines)
+    assert block["notes"] == lines
+
+
+def test_the_sizing_names_no_model_of_under_one_parameter():
+    """The GPT demo's runs, vpnls, 1B tokens served: at 1e3 training FLOPs the sizing read 0.418 [0.0635,
+    1.72] parameters. Every answer and bound is now a model of one parameter or more, or withheld."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=20, tracking=False)
+    table = fitted.predict([1e3, 1e6], inference_tokens=1e9)
+    for column in ("N", "N_lo", "N_hi"):
+        values = table[column].to_numpy()
+        assert np.all(np.isnan(values) | (values >= 1.0)), table[["N", "N_lo", "N_hi"]]
+    assert np.isfinite(table.N).all()  # answered: the best model of at least one parameter
+
+
+def test_a_sizing_interval_spanning_over_1000x_is_withheld_as_in_the_fits_own_table():
+    """The demo's runs, vpnls, 1B tokens served, 1e40 FLOPs: the fit's own table withholds N_opt's
+    interval there ("spans over 1000x"), and the sizing printed tokens/param 6.98e+03 [0.00346, 2.25e+08]."""
+    fitted = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=20, tracking=False)
+    table = fitted.predict([1e12, 1e40], inference_tokens=1e9)
+    far = table.iloc[1]
+    assert far.tokens_per_param_hi / far.tokens_per_param_lo > 1e3  # what was printed
+    rows = sizing_rows(table)
+    assert rows[1][2:5] == [f"{c} [withheld: spans over 1000x]" for c in
+                            (fmt_count(far.N), fmt_count(far.D), f"{far.tokens_per_param:.3g}")]
+    assert "withheld" not in " ".join(rows[0])
+    totals = total_rows(fitted.predict_total([1e40], inference_tokens=1e9))
+    assert all(cell.endswith("[withheld: spans over 1000x]") for cell in totals[0][1:4])

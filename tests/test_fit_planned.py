@@ -64,6 +64,54 @@ def test_planned_runs_must_be_positive_and_paired(fitted):
             fitted.loss_at(n, d)
 
 
+def test_a_planned_run_far_beyond_the_runs_reads_in_figures_not_digits(fitted):
+    """--at 1e300:1e300 on the demo's runs printed the forms' part as a 100-digit percentage and the loss
+    as 1.26 [7.487e-100, 2.43e+10]; parts now read in 3 figures from 10,000%, and an interval spanning
+    over 1000x is withheld, as every table withholds one."""
+    planned = fitted.loss_at([1e300, 1e9], [1e300, 2e10])
+    far, near = planned.table.iloc[0], planned.table.iloc[1]
+    assert far.loss_hi / far.loss_lo > fmt.SPAN_LIMIT and np.expm1(far.extrapolation) > 100  # what was printed
+    line = planned.summary().splitlines()[3]  # the first run's row
+    assert "[withheld: spans over 1000x]" in line and max(len(word) for word in line.split()) <= 12, line
+    rows = planned.rows()  # the text's cells, and the report's
+    assert rows[0][2] == f"{fmt.sig(far.loss, 4)} [withheld: spans over 1000x]"
+    assert rows[0][6] == f"{fmt.sig(100 * np.expm1(far.extrapolation))}%" and len(rows[0][6]) <= 10
+    assert rows[1][2] == fmt.with_interval(near.loss, near.loss_lo, near.loss_hi, fmt=lambda v: fmt.sig(v, 4))
+    assert all(len(cell) <= 10 for row in rows for cell in row[3:])
+
+
+def test_a_planned_run_under_one_parameter_or_token_is_refused(fitted, capsys, tmp_path):
+    """--at 1e-300:1e6 read a loss of 6.006e+104 [5.359e+85, 1.331e+201] nats, and 0.5:1e6 one of 223.7:
+    parameters and tokens are counts, so a run of less than one of each is no model."""
+    for n, d in ((1e-300, 1e6), (0.5, 1e6), (1e5, 0.5)):
+        with pytest.raises(FitInputError, match="at least one of each"):
+            fitted.loss_at(n, d)
+    assert fitted.loss_at(1.0, 1.0).table.N.tolist() == [1.0]  # the smallest model there is: answered
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5).drop(columns="curve").to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "5", "--tracking", "off", "--at", "0.5:1e6"]) == 2
+    err = capsys.readouterr().err
+    assert "--at takes planned runs as N:D, at least one parameter and one token" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("n", "d"), [("1.4B", 2.8e10), ({"N": 1e9}, 1e10), (True, 1e10), (1e9, False),
+                                      (np.array([[1e9]]), np.array([[1e10]]))])
+def test_a_planned_run_that_is_not_numbers_is_refused_by_name(fitted, n, d):
+    """loss_at("1.4B", ...) was numpy's ValueError (could not convert string to float), a dict its
+    TypeError, 2-D arrays "maximum() takes from 2 to 3 positional arguments", and True read as a
+    model of one parameter."""
+    with pytest.raises(FitInputError, match=r"a planned run is a positive number of parameters N and tokens D "
+                                            r"\(one number or a list of each"):
+        fitted.loss_at(n, d)
+
+
+@pytest.mark.parametrize("totals", ["3e21 FLOPs", [True], {"F": 1e21}])
+def test_a_total_budget_that_is_not_numbers_is_refused_by_name(fitted, totals):
+    """predict_total("x", ...) was numpy's ValueError (could not convert string to float)."""
+    with pytest.raises(FitInputError, match="total budgets must be finite positive FLOP counts"):
+        fitted.predict_total(totals, inference_tokens=1e9)
+
+
 def test_the_interval_holds_the_true_law_and_grows_with_distance(fitted, frame):
     n_max = frame.params.max()
     middle = frame[frame.budget == 1e18].iloc[3]  # the middle size at the middle budget: inside the runs

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from flops_fit.fitting import fit, load_runs
+from flops_fit.fitting.approaches.result import prediction_rows
 from flops_fit.fitting.synthetic import DEFAULT_LAW, optimal_size, synthetic_runs
 
 TRUE_A = DEFAULT_LAW["beta"] / (DEFAULT_LAW["alpha"] + DEFAULT_LAW["beta"])
@@ -158,3 +161,19 @@ def test_a_coefficient_the_runs_do_not_pin_down_is_withheld_with_its_reason():
     assert "nan" not in text.split("\n\n")[1] and "inf" not in text.split("\n\n")[1]
     alpha = next(line for line in text.splitlines() if line.startswith("alpha "))
     assert "withheld" not in alpha  # an exponent's interval is printed as it is
+
+
+def test_a_prediction_that_names_no_model_is_withheld_not_printed():
+    """``fit demo_runs.csv --method vpnls --predict 1e3`` printed N_opt 1.34 [0.168, 5.23] parameters and
+    D_opt 60.3 [16.7, 442] tokens: a bound below one parameter, and more tokens than 1e3 FLOPs train a
+    one-parameter model on (1e3 / 6 = 167); the bounds (at 10 FLOPs the values too) are withheld with the
+    reason, as the fit's own checks refuse them at its budgets."""
+    fitted = fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=20, tracking=False)
+    table = fitted.predict([10.0, 1e3, 1e6])
+    assert table.N_opt_lo[1] < 1 and table.D_opt_hi[1] > 1e3 / 6  # what the table used to print
+    rows = prediction_rows(table)
+    assert rows[0][1:3] == ["withheld: below one parameter",
+                            "withheld: more tokens than the budget trains a one-parameter model on"]
+    assert rows[1][1:3] == ["1.34 [withheld: below one parameter]",
+                            "60.3 [withheld: more tokens than the budget trains a one-parameter model on]"]
+    assert "withheld" not in " ".join(rows[2][1:3])

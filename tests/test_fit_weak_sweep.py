@@ -455,3 +455,22 @@ def test_a_predicted_budget_whose_optimum_is_under_one_parameter_is_withheld(cap
     assert re.match(r"1e\+03 +withheld: N_opt 0\.3\d+ is under one parameter: no model +withheld +withheld +withheld$",
                     rows["1e+03"]), rows
     assert "withheld" not in rows["1e+11"] and "10.8k [" in rows["1e+11"]
+
+
+def test_a_target_far_below_the_sweep_is_named_as_what_to_change(tmp_path, capsys):
+    """``fit demo_runs.csv --method vpnls --target 1e3`` (a target in the wrong units) said "the runs do not
+    pin this method down (more budgets, ...); other methods may answer: method='all'", and method all
+    "no method could fit these runs", though every method answers at the swept budgets; the refusal now
+    names the target and the budgets to aim near."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    assert main(["fit", str(demo), "--method", "vpnls", "--bootstrap", "20", "--tracking", "off",
+                 "--target", "1e3"]) == 2
+    err = capsys.readouterr().err
+    assert "vpnls: no finite, ordered answer at the target 1e+03 FLOPs (" in err
+    assert "give a target in FLOPs nearer them (6e+10 to 6.8e+11; --target C)" in err
+    assert "do not pin this method down" not in err and "other methods may answer" not in err
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(NoFitError, match="^no method answers at the target: envelope: no finite, ordered answer at"):
+        fit(demo, "all", bootstrap=20, holdout=None, target=1e3, tracking=False)
+    fitted = fit(demo, "vpnls", bootstrap=20, target=1e8, tracking=False)  # nearer the sweep: answered
+    assert fitted.predict(1e8).N_opt.iloc[0] >= 1

@@ -180,8 +180,8 @@ def _planned(args: argparse.Namespace) -> tuple[list[float], list[float]] | None
             n, d = (float(v) for v in spec.split(":"))
         except ValueError:
             n = d = math.nan
-        if not (math.isfinite(n) and math.isfinite(d) and n > 0 and d > 0):
-            raise flops_fit.FitInputError(f"--at takes planned runs as N:D, positive parameters and tokens (e.g. "
+        if not (math.isfinite(n) and math.isfinite(d) and n >= 1 and d >= 1):  # counts: 0.5 parameters is no model
+            raise flops_fit.FitInputError(f"--at takes planned runs as N:D, at least one parameter and one token (e.g. "
                                           f"1.4e9:2.8e10), got {spec!r}")
         sizes.append(n)
         tokens.append(d)

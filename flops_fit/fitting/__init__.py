@@ -26,7 +26,12 @@ from flops_fit.fitting.approaches.isoflop import Isoflop
 from flops_fit.fitting.approaches.parametric import Parametric
 from flops_fit.fitting.approaches.result import FitResult, default_budgets
 from flops_fit.fitting.approaches.vpnls import Vpnls
-from flops_fit.fitting.decisions.compare import Comparison, compare_results, same_quantity
+from flops_fit.fitting.decisions.compare import (
+    Comparison,
+    check_budgets,
+    compare_results,
+    same_quantity,
+)
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
 from flops_fit.fitting.laws.focus import FOCI, check_focus
 from flops_fit.fitting.laws.profiles import CURVES, budget_groups, check_curve
@@ -156,12 +161,13 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         progress(f"fitting {len(approaches)} method(s) to {len(runs.frame)} runs"
                  + (f" with {bootstrap} bootstrap resamples" if bootstrap else ""))
         results, skipped = {}, {}
-        checked = sorted({*default_budgets(runs), *budget_groups(runs)[0].tolist(),  # the tables', the swept, the target
-                          *([float(target)] if target is not None else [])})
+        own = {*default_budgets(runs), *budget_groups(runs)[0].tolist()}  # the tables' budgets and the swept ones
+        asked = float(target) if target is not None and float(target) not in own else None
+        checked = sorted({*own, *([asked] if asked is not None else [])})
         fits = list(zip(approaches, fit_each(approaches, runs, workers), strict=True))
         fallback = None
         if method != "all" and names[0] != method and unique_tokens is None and \
-                (why := not_fitted(fits[0][1], checked)) is not None:
+                (why := not_fitted(fits[0][1], checked, asked)) is not None:
             # the store's data budget chose the data-limited law and it cannot fit these runs: the law asked for stands
             approaches = [kinds[method].configured(bootstrap=bootstrap, seed=seed, level=level, curve=curve,
                                                    focus=focus)]
@@ -170,13 +176,15 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
             fallback = (f"this is {method}'s law, which reads every token as fresh data: the runs repeat their data "
                         f"({fmt.count(unique)} unique tokens recorded), and the data-limited law {why}")
         for approach, result in fits:
-            why = not_fitted(result, checked)  # no finite, ordered answer: left out, with its reason
+            why = not_fitted(result, checked, asked)  # no finite, ordered answer: left out, with its reason
             if why is not None:
                 if method == "all":
                     skipped[approach.name] = why
                     continue
                 if isinstance(result, FitInputError):
                     raise result
+                if why.startswith(AT_TARGET):  # the target, not the runs or the method, is what to change
+                    raise NoFitError(f"{approach.name}: {why}")
                 data_hint = ("; without unique_tokens (--unique-tokens) the fit reads every token as fresh data"
                              if approach.name == DataLimited.name else "")
                 raise NoFitError(f"{approach.name}: {why}{data_hint}; other methods may answer: method='all' "
@@ -185,7 +193,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         if fallback is not None:
             results[method].diagnostics.warnings.append(fallback)
         if not results:
-            raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
+            lead = ("no method answers at the target" if any(w.startswith(AT_TARGET) for w in skipped.values())
+                    else "no method could fit these runs")
+            raise NoFitError(f"{lead}: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
         if holdout is not None:
             progress(f"held-out checks ({holdout}): each method refitted without the budgets it predicts")
             try:
@@ -212,6 +222,9 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                 fitted.warnings.append(f"{NO_FORECAST}{exc}")
             if fitted.forecast is not None and (beyond := fitted.forecast.beyond_measured()) is not None:
                 fitted.warnings.append(beyond)
+            if fitted.forecast is not None and \
+                    (below := fitted.forecast.below_swept(float(np.min(budget_groups(runs)[0])))) is not None:
+                fitted.warnings.append(below)
             data = unique if unique is not None else runs.metadata.get("unique_tokens")  # a sweep records it
             if fitted.forecast is not None and data is not None and \
                     (caveat := fresh_data_caveat(fitted.forecast, float(data), results)) is not None:
@@ -224,12 +237,24 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
     return fitted
 
 
-def not_fitted(result: Any, budgets: list[float]) -> str | None:
-    """Why a method's fit (its result, or the FitInputError in its place) gives no answer, or None."""
+AT_TARGET = "no finite, ordered answer at the target"
+
+
+def not_fitted(result: Any, budgets: list[float], target: float | None = None) -> str | None:
+    """Why a method's fit (its result, or the FitInputError in its place) gives no answer, or None. A fit
+    that answers everywhere but at ``target`` (one of ``budgets``, none of the fit's own) names the target
+    as what to change: a target of 1e3 FLOPs said the runs did not pin the method down."""
     if isinstance(result, FitInputError):
         return str(result)
     reason = failure(result, budgets)
-    return None if reason is None else failed_message(reason)
+    if reason is None:
+        return None
+    if target is not None and failure(result, [b for b in budgets if b != target]) is None:
+        swept = budget_groups(result.runs)[0]
+        return (f"{AT_TARGET} {fmt.flops(target)} FLOPs ({reason}), though it answers at the swept budgets: "
+                f"give a target in FLOPs nearer them ({fmt.flops(float(np.min(swept)))} to "
+                f"{fmt.flops(float(np.max(swept)))}; --target C)")
+    return failed_message(reason)
 
 
 # The fewest resamples an interval is read from: `--bootstrap 1` on the demo's runs gave intervals of one draw,
@@ -288,6 +313,7 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     if names is not None and (not isinstance(names, (tuple, list)) or len(names) != 2
                               or not all(isinstance(n, str) for n in names)):
         raise FitInputError(f"names must be two names, A's and B's (e.g. names=('base', 'muon')), got {names!r}")
+    check_budgets(target, budgets)  # before either recipe is fitted
     shared = options.pop("where", None) or {}
     sides = ((a, where_a), (b, where_b))
     if names is None:

@@ -18,7 +18,7 @@ from flops_fit.fitting.decisions.planned import (
     has_law,
     rms_residual,
 )
-from flops_fit.fitting.validation.forecast import BEYOND_MEASURED
+from flops_fit.fitting.validation.forecast import BELOW_SWEPT, BEYOND_MEASURED
 from flops_fit.fitting.validation.holdout import holdout_counts, holdout_json, holdout_misses
 from flops_fit.tables import format_table
 
@@ -121,7 +121,7 @@ class FitSet(Presentable):
 
 NO_FORECAST = "no forecast: "  # the warning that says why a forecast asked for is withheld
 FRESH_DATA = "the forecast assumes fresh data: "  # the warning of a forecast whose D_opt outruns the data
-CAVEATS = (FRESH_DATA, BEYOND_MEASURED)  # the warnings said under the forecast, not counted with the others
+CAVEATS = (FRESH_DATA, BEYOND_MEASURED, BELOW_SWEPT)  # said under the forecast, not counted with the others
 
 
 def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult]) -> str | None:

@@ -21,6 +21,7 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.decisions.inference import (
     inference_sizing,
     law_of,
+    sizing_notes,
     sizing_summary,
     total_sizing,
 )
@@ -30,6 +31,7 @@ from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.fitting.laws.focus import FOCUS_LABELS
 from flops_fit.fitting.laws.laws import Params, power_frontier
 from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_json, holdout_summary
+from flops_fit.fitting.validation.validity import unphysical
 from flops_fit.tables import format_table
 
 # Fixed by the runs, not estimated: k, the FLOPs per parameter per token of the frontier, and U.
@@ -113,12 +115,7 @@ class Presentable:
         if planned is not None:  # the loss of planned runs (``loss_at``)
             out["planned"] = planned.to_dict()
         if inference_tokens is not None:
-            out["inference"] = {r.method: {"sizing": fmt.json_safe(r.predict(_budgets(r, budgets),
-                                                                              inference_tokens=inference_tokens)
-                                                                    .to_dict("records")),
-                                           **({"totals": fmt.json_safe(r.predict_total(totals, inference_tokens=
-                                                                                         inference_tokens)
-                                                                       .to_dict("records"))} if totals else {})}
+            out["inference"] = {r.method: _sizing_json(r, _budgets(r, budgets), inference_tokens, totals)
                                 for r in self.sizable()}
         return json.dumps(out, indent=kwargs.pop("indent", 2), default=fmt.json_default, **kwargs)
 
@@ -352,9 +349,19 @@ def prediction_rows(table: pd.DataFrame, unit: str = "tokens") -> list[list[str]
 
 def scale_cells(row: Any) -> list[str]:
     """N_opt, D_opt and tokens/param of a prediction row, each "value [lo, hi]" (an interval over
-    ``fmt.SPAN_LIMIT`` withheld), and the loss "value [lo, hi]"."""
-    cells = [fmt.scale_interval(row[k], row[f"{k}_lo"], row[f"{k}_hi"], fmt=f)
-             for k, f in (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig))]
+    ``fmt.SPAN_LIMIT`` withheld, and one that names no model: --predict 1e3 read N_opt 1.34 [0.168, 5.23]
+    parameters), and the loss "value [lo, hi]"."""
+    cells = []
+    for k, f in (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig)):
+        value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
+        alone = unphysical(k, value, value, row["budget"])  # the value itself names no model
+        bounds = unphysical(k, lo, hi, row["budget"]) if np.isfinite([lo, hi]).all() else None
+        if alone is not None:
+            cells.append(f"withheld: {alone}")
+        elif bounds is not None:
+            cells.append(f"{f(value)} [withheld: {bounds}]")
+        else:
+            cells.append(fmt.scale_interval(value, lo, hi, fmt=f))
     return cells + [fmt.with_interval(row["loss"], row["loss_lo"], row["loss_hi"], fmt=_loss)]
 
 
@@ -371,6 +378,17 @@ def default_budgets(runs: Runs) -> list[float]:
 
 def _budgets(result: FitResult, budgets: Sequence[float] | None) -> Sequence[float]:
     return default_budgets(result.runs) if budgets is None else budgets
+
+
+def _sizing_json(result: FitResult, budgets: Sequence[float], tokens: float,
+                 totals: Sequence[float] | None) -> dict[str, Any]:
+    """One law's sizing as ``--json`` gives it: the tables' rows, and the lines the text prints under them
+    (why a row is withheld, sizings below the fitted runs), so a row of nulls carries its reason."""
+    sizing = result.predict(budgets, inference_tokens=tokens)
+    table = result.predict_total(totals, inference_tokens=tokens) if totals else None
+    return {"sizing": fmt.json_safe(sizing.to_dict("records")),
+            **({"totals": fmt.json_safe(table.to_dict("records"))} if table is not None else {}),
+            "notes": sizing_notes(result, sizing, table)}
 
 
 def _point(result: FitResult) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ approaches; its page and figure are the report's (``report.compare_page``).
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,10 @@ from flops_fit.fitting.validation.forecast import TARGET_FACTOR
 from flops_fit.tables import format_table
 
 PER_DECADE = 20
+# |ln M| below this is the search's own error (linear in log C and log loss between grid points 1/20 decade
+# apart: up to 1e-4 on the demo's laws), not a difference: a fit against itself read "B is better: ... 1 [1, 1]"
+# and "the multiplier grows with scale (8.59e-06 [7.1e-06, 1.03e-05])"
+RESOLUTION = 1e-3
 REACH = (-4.0, 6.0)  # decades below the smallest and above the largest budget A's compute is searched over
 CHUNK = 100  # draws per frontier evaluation (a numeric frontier holds draws x grid x its own search)
 HEADERS = ["FLOPs", "{metric} A", "{metric} B", "multiplier (A's compute / B's)", "verdict"]  # ``Comparison.headers``
@@ -118,8 +123,10 @@ class Comparison:
         return out
 
     def exponent_rows(self) -> list[list[str]]:
+        """The frontier exponents' differences (B - A), each judged by its interval: without draws there is
+        none, and "no measurable difference" would be a verdict no interval gave."""
         return [[f"{k} (N_opt ~ C^a)" if k == "a" else f"{k} (D_opt ~ C^b)", fmt.with_interval(*v),
-                 "differ" if v[1] > 0 or v[2] < 0 else "no measurable difference"] for k, v in self.exponents.items()]
+                 _exponent_verdict(*v[1:])] for k, v in self.exponents.items()]
 
     def summary(self) -> str:
         a, b = self.names
@@ -146,7 +153,8 @@ class Comparison:
             "method": self.a.method, "level": self.level, "target": self.target, "verdict": self.verdict(),
             "table": self.table.to_dict("records"),
             "trend": dict(zip(("estimate", "lo", "hi"), self.trend, strict=True)),
-            "exponent_difference": {k: dict(zip(("estimate", "lo", "hi"), v, strict=True))
+            "exponent_difference": {k: {**dict(zip(("estimate", "lo", "hi"), v, strict=True)),
+                                        "verdict": _exponent_verdict(*v[1:])}  # the text's verdict, as --json's
                                     for k, v in self.exponents.items()},
             "notes": self.notes})
 
@@ -194,6 +202,12 @@ def compute_to_reach(result: Any, params: dict[str, np.ndarray], loss: np.ndarra
         rows = slice(start, min(m, start + CHUNK))
         _, _, curve = result.frontier(_take(params, rows), grid)  # (k, g), falling with C
         with np.errstate(all="ignore"):
+            # where a law's frontier rises with C (the interaction law's on the demo's runs climbs from -9.3 at
+            # 6e6 FLOPs to its peak at 6e9), it is read where it does not hold: held at the peak there, or A
+            # "reached" every loss below the search's start against the same law
+            peak = np.where(np.isfinite(curve), curve, -np.inf).argmax(axis=1)[:, None]
+            rising = (np.arange(grid.size)[None, :] < peak) & np.isfinite(curve)
+            curve = np.where(rising, np.take_along_axis(curve, peak, 1), curve)
             curve = np.minimum.accumulate(np.where(np.isfinite(curve), curve, np.inf), axis=1)
             target = loss[rows]
             above = (curve[:, :, None] > target[:, None, :]).sum(axis=1)  # grid points still above the target
@@ -208,16 +222,32 @@ def compute_to_reach(result: Any, params: dict[str, np.ndarray], loss: np.ndarra
     return out
 
 
+def check_budgets(target: Any, budgets: Any) -> np.ndarray | None:
+    """``budgets`` as an array (None if not given), after refusing a ``target`` or budgets that are not finite
+    positive FLOP counts: a budget of 0 ended in a traceback, and a target of 0 fell back to the default."""
+    if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float, np.number))
+                               or not (np.isfinite(target) and target > 0)):
+        raise FitInputError(f"target must be a positive number of FLOPs (e.g. 1e22), got {target!r}")
+    if budgets is None:
+        return None
+    try:
+        c = np.atleast_1d(np.asarray(budgets, dtype=float))
+    except (TypeError, ValueError):
+        c = np.array([np.nan])
+    if c.size == 0 or c.ndim != 1 or np.asarray(budgets).dtype == bool or not np.all(np.isfinite(c) & (c > 0)):
+        raise FitInputError(f"budgets must be finite positive numbers of FLOPs (e.g. [1e20, 1e21]), got {budgets!r}")
+    return c
+
+
 def compare_results(a: Any, b: Any, *, target: float | None = None,
                     budgets: Sequence[float] | None = None, names: tuple[str, str] = ("A", "B")) -> Comparison:
     """The comparison of two fitted results (the same method, fitted to each recipe's runs)."""
     if a.method != b.method:
         raise FitInputError(f"compare two fits of one method; got {a.method!r} and {b.method!r}")
+    given = check_budgets(target, budgets)
     swept = np.unique(np.concatenate([np.unique(budget_groups(r.runs)[0]) for r in (a, b)]))
-    target = float(target) if target else float(TARGET_FACTOR * swept.max())
-    if not (np.isfinite(target) and target > 0):
-        raise FitInputError(f"target must be a positive number of FLOPs, got {target!r}")
-    c = np.unique(np.append(np.asarray(budgets if budgets is not None else swept, dtype=float), target))
+    target = float(target) if target is not None else float(TARGET_FACTOR * swept.max())
+    c = np.unique(np.append(given if given is not None else swept, target))
     grid = np.geomspace(c.min() * 10 ** REACH[0], c.max() * 10 ** REACH[1],
                         int(PER_DECADE * (np.log10(c.max() / c.min()) + REACH[1] - REACH[0])) + 1)
     (pa, da), (pb, db) = _columns(a), _columns(b)
@@ -236,7 +266,9 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
         _, _, loss_b = b.frontier(cb, c)
         _, _, loss_a = a.frontier(ca, c)
         needed = compute_to_reach(a, ca, loss_b, grid)
-        estimates[key] = {"loss_a": loss_a, "loss_b": loss_b, "multiplier": needed / c[None, :]}
+        with np.errstate(all="ignore"):  # within the search's own interpolation error of 1 is 1
+            multiplier = np.where(np.abs(np.log(needed / c[None, :])) < RESOLUTION, 1.0, needed / c[None, :])
+        estimates[key] = {"loss_a": loss_a, "loss_b": loss_b, "multiplier": multiplier}
     table = pd.DataFrame({"budget": c})
     level = a.level
     for name in ("loss_a", "loss_b", "multiplier"):
@@ -247,8 +279,13 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
     table["verdict"] = [_budget_verdict(lo, hi) for lo, hi in zip(table.multiplier_lo, table.multiplier_hi,
                                                                    strict=True)]
     notes += _unmeasured(table, grid)
+    below = c[c < swept.min()]
+    if below.size:  # --target 1e3 read "No measurable difference at C = 1e+03 FLOPs" without a word
+        notes.append(f"{', '.join(fmt.flops(v) for v in below)} FLOPs lie(s) below every budget either recipe swept "
+                     f"(the smallest {fmt.flops(swept.min())}): both laws are read there where no run measured them")
     span = np.log(target / c.min())
-    slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
+    with np.errstate(all="ignore"):  # a multiplier below or beyond the search (0, inf): an infinite trend, withheld
+        slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
     trend = _estimate(slope["point"][0], slope.get("draws"), level)
     exponents = {}
     for k in ("a", "b"):
@@ -262,10 +299,19 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
 
 
 def _interval(draws: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """``interval`` that keeps infinite draws (A never reaching B's loss) infinite instead of NaN."""
+    """``interval`` that keeps infinite draws (A never reaching B's loss) infinite instead of NaN; a
+    bound the percentile interpolates toward an infinite draw, past every finite one, is beyond the
+    search too (it printed 3.48e+307)."""
+    values = np.asarray(draws, float)
     big = np.finfo(float).max / 4
-    lo, hi = interval(np.clip(np.asarray(draws, float), -big, big), level)
-    back = lambda v: np.where(v >= big, np.inf, np.where(v <= -big, -np.inf, v))  # noqa: E731
+    lo, hi = interval(np.clip(values, -big, big), level)
+    finite = np.where(np.isfinite(values), values, np.nan)
+    with np.errstate(all="ignore"), warnings.catch_warnings():  # a column of no finite draw: left to ``big``
+        warnings.simplefilter("ignore", RuntimeWarning)
+        top, bottom = np.nanmax(finite, axis=0), np.nanmin(finite, axis=0)
+
+    def back(v: np.ndarray) -> np.ndarray:
+        return np.where((v >= big) | (v > top), np.inf, np.where((v <= -big) | (v < bottom), -np.inf, v))
     return back(lo), back(hi)
 
 
@@ -315,6 +361,12 @@ def same_quantity(a: Any, b: Any, names: tuple[str, str]) -> list[str]:
     return []
 
 
+def _exponent_verdict(lo: float, hi: float) -> str:
+    if np.isnan(lo) or np.isnan(hi):
+        return "no interval"
+    return "differ" if lo > 0 or hi < 0 else "no measurable difference"
+
+
 def _budget_verdict(lo: float, hi: float) -> str:
     if np.isnan(lo) or np.isnan(hi):
         return "no interval"
@@ -323,4 +375,4 @@ def _budget_verdict(lo: float, hi: float) -> str:
     return "B better" if lo > 1.0 else "B worse"
 
 
-__all__ = ["Comparison", "compare_results", "compute_to_reach", "same_quantity"]
+__all__ = ["Comparison", "check_budgets", "compare_results", "compute_to_reach", "same_quantity"]

@@ -50,8 +50,13 @@ def check_tokens(tokens: Any) -> float:
 
 
 def check_budgets(values: Any, what: str) -> np.ndarray:
-    c = np.atleast_1d(np.asarray(values, dtype=float))
-    if c.size == 0 or not np.all(np.isfinite(c) & (c > 0)):
+    """``values`` as a 1-D array of FLOP counts; FitInputError unless finite positive numbers (a word was
+    numpy's ValueError)."""
+    try:
+        c = np.atleast_1d(np.asarray(values, dtype=float))
+    except (TypeError, ValueError):
+        c = np.array([np.nan])
+    if c.size == 0 or c.ndim != 1 or np.asarray(values).dtype == bool or not np.all(np.isfinite(c) & (c > 0)):
         raise FitInputError(f"{what} must be finite positive FLOP counts, got {values!r}")
     return c
 
@@ -121,13 +126,14 @@ def _sizing(result: Any, law, p: dict[str, np.ndarray], budgets: np.ndarray, tok
     log_n = np.log(n0)[..., None] + np.linspace(-SEARCH_DECADES, 0.1, GRID_POINTS) * np.log(10)  # (m, c, g)
     n = np.exp(log_n)
     d = tokens_for_loss(law, cols, n, target[..., None], d0[..., None])
-    with np.errstate(all="ignore"):
-        total = np.where(falls_with_data(law, cols, n, d), flops_per_token(cols, n) * (d + share), np.inf)
+    with np.errstate(all="ignore"):  # a model has at least one parameter (1e3 FLOPs read 0.418 parameters)
+        total = np.where(falls_with_data(law, cols, n, d) & (n >= 1.0), flops_per_token(cols, n) * (d + share), np.inf)
         best = np.exp(refine_minimum(log_n, np.log(total)))
     cols2 = {k: v[:, :, 0] for k, v in cols.items()}  # (m, 1)
     # no answer where no size searched reaches the loss where the law is read, or where the compute-optimal
-    # model itself sits where the law rises with data (a draw of that kind names no model to compare with)
-    found = np.isfinite(total).any(-1) & falls_with_data(law, cols2, n0, d0)
+    # model itself sits where the law rises with data or has under one parameter (a draw of that kind names
+    # no model to compare with)
+    found = np.isfinite(total).any(-1) & falls_with_data(law, cols2, n0, d0) & (n0 >= 1.0)
     best = np.where(found, best, np.nan)
     d_best = np.where(found, tokens_for_loss(law, cols2, best, target, d0), np.nan)
     chinchilla = budgets[None, :] + flops_per_token(cols2, n0) * share
@@ -147,17 +153,32 @@ def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, token
     n0, _, chinchilla_loss = result.frontier({k: v[:, 0] for k, v in p.items()}, totals)  # no inference: C = F
     share = FORWARD_SHARE * tokens
     cols = {k: v[:, :, None] for k, v in p.items()}
-    log_n = np.log(n0)[..., None] + np.linspace(-SEARCH_DECADES, 0.1, GRID_POINTS) * np.log(10)
-    n = np.exp(log_n)
-    with np.errstate(all="ignore"):
+
+    def loss_at(log_n: np.ndarray) -> np.ndarray:
+        """The loss of each N on the training tokens the total leaves it (inf where none, or not read)."""
+        n = np.exp(log_n)
         d = totals[None, :, None] / flops_per_token(cols, n) - share
         trained = np.where(d > 0, d, 1.0)
-        loss = np.where((d > 0) & falls_with_data(law, cols, n, trained), law(cols, n, trained), np.inf)
-        best = np.exp(refine_minimum(log_n, loss))
+        # a model has at least one parameter: below that the law answered 0.2 "parameters" for a total
+        # that serving takes on any real model
+        read = (n >= 1.0) & (d > 0) & falls_with_data(law, cols, n, trained)
+        return np.where(read, law(cols, n, trained), np.inf)
+
+    log_n = np.log(n0)[..., None] + np.linspace(-SEARCH_DECADES, 0.1, GRID_POINTS) * np.log(10)
+    with np.errstate(all="ignore"):
+        loss = loss_at(log_n)
+        # the best grid point's neighbours searched again, finely: next to the size whose serving takes the
+        # whole total the loss rises steeply, and a parabola through the coarse points read 326 parameters
+        # on 5.91M tokens where 321 on 11.3M reach a lower loss (outside the draws' interval)
+        i = np.clip(loss.argmin(-1), 1, GRID_POINTS - 2)[..., None]
+        lo, hi = np.take_along_axis(log_n, i - 1, -1), np.take_along_axis(log_n, i + 1, -1)
+        fine = lo + (hi - lo) * np.linspace(0.0, 1.0, GRID_POINTS)
+        best = np.exp(refine_minimum(fine, loss_at(fine)))
         cols2 = {k: v[:, :, 0] for k, v in cols.items()}
         per_token = flops_per_token(cols2, best)
         d_best = totals[None, :] / per_token - share
-        trains = d_best > 0  # else serving takes the whole total on every N searched: no answer, not D < 0
+        # else serving takes the whole total on every model searched: no answer, not D < 0
+        trains = np.isfinite(loss).any(-1) & (d_best > 0)
         value = np.where(trains, law(cols2, best, np.where(trains, d_best, 1.0)), np.nan)
 
         def answer(v: np.ndarray) -> np.ndarray:
@@ -211,16 +232,16 @@ def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
     """``inference_sizing``'s table as "value [lo, hi]" cells (``SIZING_HEADERS``)."""
     cells = (("loss", _loss), ("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig),
              ("total_flops", fmt.flops), ("chinchilla_total_flops", fmt.flops), ("saving", _share))
-    return [[fmt.flops(r.budget)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
-                                     if np.isfinite(r.N) or k in ("loss", "chinchilla_total_flops") else "withheld"
-                                     for k, f in cells] for _, r in table.iterrows()]
+    return [[fmt.flops(r.budget)] + [_cell(r, k, f) if np.isfinite(r.N) or k in ("loss", "chinchilla_total_flops")
+                                     else "withheld" for k, f in cells] for _, r in table.iterrows()]
 
 
 def unreached(table: pd.DataFrame) -> list[str]:
     """Why ``inference_sizing``'s rows without an answer have none: the law rises with data where it is read."""
     return [f"withheld at {fmt.flops(r.budget)} FLOPs: the law does not fall with data at the compute-optimal model "
-            f"there, or no model of the sizes searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size) "
-            "reaches its loss where it does; the law is read beyond what its runs support there"
+            f"there, or that model has under one parameter, or no model of the sizes searched (down to "
+            f"1e-{SEARCH_DECADES:g} x the compute-optimal size, and one parameter) reaches its loss where it does; the "
+            "law is read beyond what its runs support there"
             for _, r in table.iterrows() if not np.isfinite(r.N)]
 
 
@@ -228,15 +249,22 @@ def total_rows(table: pd.DataFrame) -> list[list[str]]:
     """``total_sizing``'s table as cells (``TOTAL_HEADERS``)."""
     cells = (("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig), ("loss", _loss),
              ("chinchilla_loss", _loss))
-    return [[fmt.flops(r.total_flops)] + [fmt.with_interval(r[k], r[f"{k}_lo"], r[f"{k}_hi"], fmt=f)
-                                          if np.isfinite(r.loss) or k == "chinchilla_loss" else "withheld"
-                                          for k, f in cells] for _, r in table.iterrows()]
+    return [[fmt.flops(r.total_flops)] + [_cell(r, k, f) if np.isfinite(r.loss) or k == "chinchilla_loss"
+                                          else "withheld" for k, f in cells] for _, r in table.iterrows()]
+
+
+def _cell(row: Any, key: str, show) -> str:
+    """"value [lo, hi]"; for N, D and tokens per parameter an interval spanning over ``fmt.SPAN_LIMIT``
+    withheld, as in the fit's own table (at 1e40 FLOPs tokens/param read 6.98e+03 [0.00346, 2.25e+08])."""
+    fill = fmt.scale_interval if key in ("N", "D", "tokens_per_param") else fmt.with_interval
+    return fill(row[key], row[f"{key}_lo"], row[f"{key}_hi"], fmt=show)
 
 
 def unserved(table: pd.DataFrame, unit: str = "tokens") -> list[str]:
     """Why ``total_sizing``'s rows without an answer have none: serving takes the whole total."""
     return [f"withheld at {fmt.flops(r.total_flops)} total FLOPs: serving {fmt.count(r.inference_tokens)} {unit} "
-            f"takes all of it on every model searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size), "
+            f"takes all of it on every model searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size, and "
+            f"one parameter), "
             f"leaving nothing to train: give a larger total budget or fewer inference {unit}"
             for _, r in table.iterrows() if not np.isfinite(r.loss)]
 
@@ -265,20 +293,29 @@ def below_runs(result: Any, table: pd.DataFrame, first: str = "budget") -> list[
     return notes
 
 
+def sizing_notes(result: Any, sizing: pd.DataFrame, totals: pd.DataFrame | None = None) -> list[str]:
+    """The lines under the tables: why a row is withheld, and each sizing below every fitted run (notes).
+    ``--json`` gives them too: its rows of nulls said nothing of why."""
+    lines = [*unreached(sizing), *(f"note: {n}" for n in below_runs(result, sizing))]
+    if totals is not None:
+        lines += [*unserved(totals, result.runs.unit), *(f"note: {n}" for n in below_runs(result, totals, "total_flops"))]
+    return lines
+
+
 def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any = None) -> str:
     """Plain text: the sizing at ``budgets`` (and, given ``totals``, the converse) for one fit."""
     tokens = check_tokens(inference_tokens)
     sizing = inference_sizing(result, budgets, tokens)
+    table = total_sizing(result, totals, tokens) if totals is not None else None
+    notes = sizing_notes(result, sizing)
     unit = result.runs.unit
     lines = [f"{result.method}: sizing for {fmt.count(tokens)} inference {unit} (training k N D plus a forward pass, "
              f"k/3 N, per {unit[:-1]} served; Sardana et al. 2024)",
-             format_table(sizing_rows(sizing), headers(SIZING_HEADERS, result.runs)), *unreached(sizing),
-             *(f"note: {n}" for n in below_runs(result, sizing))]
-    if totals is not None:
-        table = total_sizing(result, totals, tokens)
+             format_table(sizing_rows(sizing), headers(SIZING_HEADERS, result.runs)), *notes]
+    if table is not None:
         lines += ["", f"{result.method}: the lowest {result.runs.label.split(' (')[0]} for a total budget (training + "
                   f"{fmt.count(tokens)} {unit} served)", format_table(total_rows(table), headers(TOTAL_HEADERS, result.runs)),
-                  *unserved(table, unit), *(f"note: {n}" for n in below_runs(result, table, "total_flops"))]
+                  *sizing_notes(result, sizing, table)[len(notes):]]
     return "\n".join(lines)
 
 
@@ -291,5 +328,5 @@ def _share(value: Any) -> str:
     return f"{100 * float(value):.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
 
 
-__all__ = ["below_runs", "falls_with_data", "headers", "inference_sizing", "sizing_rows", "sizing_summary", "total_rows",
-           "total_sizing", "unreached", "unserved"]
+__all__ = ["below_runs", "falls_with_data", "headers", "inference_sizing", "sizing_notes", "sizing_rows", "sizing_summary",
+           "total_rows", "total_sizing", "unreached", "unserved"]

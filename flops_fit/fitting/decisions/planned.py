@@ -62,11 +62,17 @@ class PlannedLoss:
                               "extrapolation_slope": self.slope, "runs": self.table.to_dict("records"),
                               "notes": self.notes})
 
-    def summary(self) -> str:
-        rows = [[fmt.count(r.N), fmt.count(r.D), fmt.with_interval(r.loss, r.loss_lo, r.loss_hi,
-                                                                       fmt=lambda v: fmt.sig(v, 4)),
+    def rows(self) -> list[list[str]]:
+        """The table's cells (the text's and the report's): N, D, the loss with its interval (withheld
+        when it spans over ``fmt.SPAN_LIMIT``: far from the runs it read [7.487e-100, 2.43e+10]), the
+        distance and each part of the interval."""
+        return [[fmt.count(r.N), fmt.count(r.D), fmt.scale_interval(r.loss, r.loss_lo, r.loss_hi,
+                                                                     fmt=lambda v: fmt.sig(v, 4)),
                  f"{r.distance:.2f}", _pct(r.boot), _pct(r.form), _pct(r.extrapolation)]
                 for r in self.table.itertuples()]
+
+    def summary(self) -> str:
+        rows = self.rows()
         head = (f"Planned runs ({self.method}; {100 * self.level:g}% interval = bootstrap + spread of "
                 f"{len(self.forms)} comparable law form(s) + extrapolation error {100 * self.slope:.2f}% per unit "
                 "of distance in (ln N, ln D) beyond the fitted runs):")
@@ -102,9 +108,9 @@ def _segment_distance(q: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
 
 
 def check_planned(n: Any, d: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Planned sizes and token counts as equal-length arrays of finite positive numbers."""
-    n_arr = np.atleast_1d(np.asarray(n, dtype=float))
-    d_arr = np.atleast_1d(np.asarray(d, dtype=float))
+    """Planned sizes and token counts as equal-length arrays of finite positive numbers (a word, a table
+    or True is refused by name, not left to numpy's ValueError or read as one parameter)."""
+    n_arr, d_arr = _numbers(n, "N"), _numbers(d, "D")
     if n_arr.size == 1 and d_arr.size > 1:
         n_arr = np.full(d_arr.size, n_arr[0])
     if d_arr.size == 1 and n_arr.size > 1:
@@ -112,9 +118,24 @@ def check_planned(n: Any, d: Any) -> tuple[np.ndarray, np.ndarray]:
     if n_arr.size != d_arr.size or n_arr.size == 0:
         raise FitInputError(f"loss_at takes as many token counts as sizes; got {n_arr.size} sizes and "
                             f"{d_arr.size} token counts")
-    if not (np.all(np.isfinite(n_arr) & (n_arr > 0)) and np.all(np.isfinite(d_arr) & (d_arr > 0))):
-        raise FitInputError(f"a planned run is a positive number of parameters N and tokens D; got N={n!r}, D={d!r}")
+    # counts: a run of 1e-300 parameters read a loss of 6e+104 [5e+85, 1e+201] nats
+    if not (np.all(np.isfinite(n_arr) & (n_arr >= 1)) and np.all(np.isfinite(d_arr) & (d_arr >= 1))):
+        raise FitInputError(f"a planned run is a positive number of parameters N and tokens D, at least one of each; "
+                            f"got N={n!r}, D={d!r}")
     return n_arr, d_arr
+
+
+def _numbers(values: Any, what: str) -> np.ndarray:
+    """``values`` (``what``: N or D) as a 1-D float array; FitInputError unless numbers, not booleans."""
+    try:
+        arr = np.atleast_1d(np.asarray(values, dtype=float))
+        bad = arr.ndim != 1 or np.asarray(values).dtype == bool
+    except (TypeError, ValueError):
+        bad = True
+    if bad:
+        raise FitInputError(f"a planned run is a positive number of parameters N and tokens D (one number or a list "
+                            f"of each, e.g. loss_at(1.4e9, 2.8e10)); got {what}={values!r}")
+    return arr
 
 
 def rms_residual(result: Any) -> float:
@@ -241,7 +262,11 @@ def _below_notes(n: np.ndarray, d: np.ndarray, runs: pd.DataFrame, unit: str = "
 
 
 def _pct(log_half_width: float) -> str:
-    return "-" if not np.isfinite(log_half_width) else f"{100 * np.expm1(log_half_width):.1f}%"
+    """A part of the interval as a percentage; from 10,000% in 3 figures (it printed 100 digits)."""
+    if not np.isfinite(log_half_width):
+        return "-"
+    share = 100 * np.expm1(log_half_width)
+    return f"{share:.1f}%" if share < 1e4 else f"{fmt.sig(share)}%"
 
 
 __all__ = ["EXTRAPOLATION_SLOPE", "FORM_APPROACHES", "MEASURED_DISTANCE", "FORM_TOLERANCE", "PlannedLoss", "check_planned", "hull_distance",

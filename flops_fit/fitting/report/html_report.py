@@ -198,9 +198,7 @@ def _planned_section(fitted: Any, at: tuple[Sequence[float], Sequence[float]]) -
         planned = fitted.loss_at(*at)
     except FitInputError as exc:
         return head + f"<p class=warn>{escape(exc)}</p>"
-    rows = [[fmt.count(r.N), fmt.count(r.D), fmt.with_interval(r.loss, r.loss_lo, r.loss_hi, fmt=_loss),
-             f"{r.distance:.2f}", *(f"\u00b1{100 * np.expm1(v):.1f}%" for v in (r.boot, r.form, r.extrapolation))]
-            for r in planned.table.itertuples()]
+    rows = [[*cells[:4], *(f"\u00b1{part}" for part in cells[4:])] for cells in planned.rows()]
     return "\n".join([
         head, f"<p>From <b>{escape(planned.method)}</b> (comparable forms: {escape(', '.join(planned.forms))}). The "
         f"{100 * planned.level:g}% interval combines the bootstrap, the spread of the comparable law forms and an "
