@@ -313,3 +313,21 @@ def test_the_reports_default_check_falls_back_when_the_budgets_it_predicts_have_
     assert "no held-out check was possible" in (tmp_path / "r.html").read_text()
     with pytest.raises(FitInputError, match="interior minimum"):  # asked for by name, it is still refused
         fit(csv, "isoflop", bootstrap=0, holdout="forward")
+
+
+def test_the_planned_runs_pages_weak_sweep_command_prints_the_methods_it_names(tmp_path, monkeypatch, capsys):
+    """docs/guide/planned-runs.md said its `--bootstrap 200` command left only the envelope; at 200
+    resamples Approach 3's two fits answer too (at 20 they fail, as the report test above checks)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "planned-runs.md").read_text()
+    [command] = re.findall(r"^flops-fit (fit tests/data/weak_sweep\.csv .*)$", page, re.M)
+    [named] = re.findall(r"three methods answer there, with wide intervals: ((?:`\w+`(?:, )?)+)\.", page)
+    (tmp_path / "tests" / "data").mkdir(parents=True)
+    (tmp_path / "tests" / "data" / "weak_sweep.csv").write_bytes(WEAK.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert main(command.split()) == 0
+    out = capsys.readouterr().out
+    table = out[:out.index("\n\n")]
+    answered = [line.split()[0] for line in table.splitlines()[3:]]
+    assert answered == re.findall(r"`(\w+)`", named)
+    for method in ("isoflop", "interaction"):
+        assert f"skipped {method}: {FAILED}" in out
