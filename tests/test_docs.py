@@ -145,3 +145,17 @@ def test_the_data_pages_glyphs_plan_command_plans_as_written(capsys):
     [command] = re.findall(r"^    flops-fit (plan --model vit --dataset glyphs .*)$", DATA_DOC.read_text(), re.M)
     assert main(command.split()) == 0, capsys.readouterr().err
     assert "runs of vit on glyphs" in capsys.readouterr().out
+
+
+def test_the_methods_page_states_approach_3s_search_as_the_code_runs_it():
+    """methods.md said L-BFGS starts from every one of the 4500 grid points; it starts from the
+    GRID_KEEP with the lowest objective (``pruned_grids``) since the fit was batched."""
+    from flops_fit.fitting.approaches import parametric
+
+    text = " ".join((DATA_DOC.parents[1] / "methods.md").read_text().split())
+    found = re.search(r"\((\d+) points\), then L-BFGS from the (\d+) with the lowest \(`parametric\.GRID_KEEP`.*?"
+                      r"falls below (\S+), then the (\d+) best distinct solutions", text)
+    assert found, "methods.md no longer describes Approach 3's search"
+    grid, keep, ftol, polish = found.groups()
+    assert (int(grid), int(keep), float(ftol), int(polish)) == (
+        len(parametric.INIT_GRID), parametric.GRID_KEEP, parametric.GRID_FTOL, parametric.POLISH)
