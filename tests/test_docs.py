@@ -159,3 +159,17 @@ def test_the_methods_page_states_approach_3s_search_as_the_code_runs_it():
     grid, keep, ftol, polish = found.groups()
     assert (int(grid), int(keep), float(ftol), int(polish)) == (
         len(parametric.INIT_GRID), parametric.GRID_KEEP, parametric.GRID_FTOL, parametric.POLISH)
+
+
+def test_the_readmes_resample_defaults_are_the_commands_defaults():
+    """The README said 1000 resamples were `flops-fit fit`'s and `report`'s default; report's is 500."""
+    import argparse
+
+    from flops_fit.cli.main import build_parser
+
+    readme = " ".join((DATA_DOC.parents[2] / "README.md").read_text().split())
+    [(fit_default, report_default)] = re.findall(r"(\d+) resamples, `flops-fit fit`'s default \(`report`'s is (\d+)\)",
+                                                 readme)
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert (int(fit_default), int(report_default)) == (sub.choices["fit"].get_default("bootstrap"),
+                                                       sub.choices["report"].get_default("bootstrap"))
