@@ -173,3 +173,12 @@ def test_the_readmes_resample_defaults_are_the_commands_defaults():
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert (int(fit_default), int(report_default)) == (sub.choices["fit"].get_default("bootstrap"),
                                                        sub.choices["report"].get_default("bootstrap"))
+
+
+def test_the_fit_pages_synopsis_names_every_method():
+    """fit.md's `flops-fit fit SOURCE [--method ...]` left out `curve`, a method the command takes."""
+    from flops_fit.fitting import METHODS
+
+    page = (DATA_DOC.parent / "fit.md").read_text()
+    [methods] = re.findall(r"flops-fit fit SOURCE \[--method ([\w|-]+)\]", page)
+    assert methods.split("|") == [*METHODS, "all"]
