@@ -182,3 +182,27 @@ def test_the_fit_pages_synopsis_names_every_method():
     page = (DATA_DOC.parent / "fit.md").read_text()
     [methods] = re.findall(r"flops-fit fit SOURCE \[--method ([\w|-]+)\]", page)
     assert methods.split("|") == [*METHODS, "all"]
+
+
+def test_every_sweep_file_the_guide_shows_plans_as_written(tmp_path):
+    """compute.md's `stack_runs` file ([sweep] model, budgets, schedule) was refused by the planner
+    (budget 6e10 holds 2 sizes at the default span): a sweep file on a page plans when pasted into one
+    (a file of the reader's own that it names, such as a config.json, excepted)."""
+    import tomllib
+
+    import flops_fit
+    from flops_fit.sweeps.config import load_config
+
+    refused = []
+    for page in sorted(DATA_DOC.parent.glob("*.md")):
+        for block in re.findall(r"```toml\n(.*?)```", page.read_text(), re.S):
+            if "budgets" not in tomllib.loads(block).get("sweep", {}):
+                continue
+            path = tmp_path / "sweep.toml"
+            path.write_text(block)
+            try:
+                flops_fit.plan(load_config(path).options)
+            except ValueError as e:
+                if "no such" not in str(e):
+                    refused.append(f"{page.name}: {e}")
+    assert not refused
