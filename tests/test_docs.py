@@ -206,3 +206,14 @@ def test_every_sweep_file_the_guide_shows_plans_as_written(tmp_path):
                 if "no such" not in str(e):
                     refused.append(f"{page.name}: {e}")
     assert not refused
+
+
+def test_the_report_a_csv_gets_is_where_the_first_pages_say():
+    """README and the home page said `flops-fit report runs.csv` writes report.html; it writes
+    runs.report.html beside the table (cli.fit.default_report_path)."""
+    from flops_fit.cli.fit import default_report_path
+
+    root = DATA_DOC.parents[2]
+    for page in (root / "README.md", root / "docs" / "index.md"):
+        [named] = re.findall(r"^    flops-fit report runs\.csv .*plots: (\S+)$", page.read_text(), re.M)
+        assert named == str(default_report_path("runs.csv")), page.name

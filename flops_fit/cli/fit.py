@@ -114,8 +114,8 @@ def add_commands(subparsers) -> None:
 
     p = subparsers.add_parser("report", help="write an HTML report (table, plots, diagnostics, provenance)")
     _source_options(p, method="all", bootstrap=500, holdout="auto")
-    p.add_argument("--out", metavar="FILE.html", help="report file (default: report.html in the sweep folder, "
-                   "or beside the CSV)")
+    p.add_argument("--out", metavar="FILE.html", help="report file (default: report.html in the sweep folder; "
+                   "beside a table, its name with .report.html: runs.csv -> runs.report.html)")
     p.set_defaults(func=_cmd_report)
 
 
