@@ -217,3 +217,36 @@ def test_the_report_a_csv_gets_is_where_the_first_pages_say():
     for page in (root / "README.md", root / "docs" / "index.md"):
         [named] = re.findall(r"^    flops-fit report runs\.csv .*plots: (\S+)$", page.read_text(), re.M)
         assert named == str(default_report_path("runs.csv")), page.name
+
+
+def test_every_module_name_and_source_file_the_docs_name_is_there():
+    """fit.md sent readers to `flops_fit.store.RunStore` (it is `flops_fit.RunStore`, defined in
+    `flops_fit.store.run_store`), validation pages to `plugins/llama.py` and `validation/validity.py`
+    (under `plugins/models/` and `flops_fit/fitting/`): a dotted `flops_fit...` name resolves, and a
+    source path is under the repository or `flops_fit/`. The MLflow tag `flops_fit.run_id` is a tag."""
+    import importlib
+
+    def resolves(dotted: str) -> bool:
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            for part in parts[i:]:
+                if not hasattr(obj, part):
+                    return False
+                obj = getattr(obj, part)
+            return True
+        return False
+
+    root = DATA_DOC.parents[2]
+    missing = []
+    for page in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        names = set(re.findall(r"`(flops_fit(?:\.\w+)+)", text)) - {"flops_fit.run_id"}
+        missing += [f"{page.name}: {name}" for name in sorted(names) if not resolves(name)]
+        paths = set(re.findall(r"`([\w.-]+/[\w./-]+\.py)`", text))
+        missing += [f"{page.name}: {path}" for path in sorted(paths)
+                    if not (root / path).is_file() and not (root / "flops_fit" / path).is_file()]
+    assert not missing
