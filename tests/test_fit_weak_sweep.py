@@ -315,6 +315,19 @@ def test_the_reports_default_check_falls_back_when_the_budgets_it_predicts_have_
         fit(csv, "isoflop", bootstrap=0, holdout="forward")
 
 
+def test_the_external_trainer_guide_does_not_promise_a_forecast_its_runs_cannot_give(tmp_path, capsys):
+    """own-trainer.md and the example's sweep file said `flops-fit report out` gives "the forecast";
+    the example's runs (EDGE_SWEEP) give none, and the report's first line says why."""
+    root = Path(__file__).resolve().parents[1]
+    csv = tmp_path / "runs.csv"
+    csv.write_text(EDGE_SWEEP)
+    assert main(["report", str(csv), "--bootstrap", "0", "--tracking", "off", "--out", str(tmp_path / "r.html")]) == 0
+    assert capsys.readouterr().out.startswith("No forecast: ")
+    for path in (root / "docs" / "guide" / "own-trainer.md", root / "examples" / "external-trainer" / "sweep.toml"):
+        [comment] = re.findall(r"flops-fit report out +# (.*)$", path.read_text(), re.M)
+        assert "no forecast here" in comment, path.name
+
+
 def test_the_planned_runs_pages_weak_sweep_command_prints_the_methods_it_names(tmp_path, monkeypatch, capsys):
     """docs/guide/planned-runs.md said its `--bootstrap 200` command left only the envelope; at 200
     resamples Approach 3's two fits answer too (at 20 they fail, as the report test above checks)."""
