@@ -250,3 +250,13 @@ def test_every_module_name_and_source_file_the_docs_name_is_there():
         missing += [f"{page.name}: {path}" for path in sorted(paths)
                     if not (root / path).is_file() and not (root / "flops_fit" / path).is_file()]
     assert not missing
+
+
+def test_a_divergence_the_docs_show_is_at_the_default_factor():
+    """first-sweep.md's failure summary showed "exceeds 4 x its first value"; a run diverges past
+    HyperParams.divergence_factor (3) x its first loss, as sweeps.md says."""
+    import flops_fit
+
+    factors = {float(f) for page in DATA_DOC.parent.glob("*.md")
+               for f in re.findall(r"exceeds (\d+(?:\.\d+)?) x its first value", page.read_text())}
+    assert factors == {flops_fit.HyperParams().divergence_factor}
