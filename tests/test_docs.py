@@ -260,3 +260,16 @@ def test_a_divergence_the_docs_show_is_at_the_default_factor():
     factors = {float(f) for page in DATA_DOC.parent.glob("*.md")
                for f in re.findall(r"exceeds (\d+(?:\.\d+)?) x its first value", page.read_text())}
     assert factors == {flops_fit.HyperParams().divergence_factor}
+
+
+def test_the_fit_pages_worker_timings_are_the_stored_results():
+    """fit.md quoted "the ViT demo's fit: 130 s on one core, 77 s on two", typed when workers= came in
+    and long superseded; it quotes the stored benchmark results, which this reads."""
+    import json
+
+    root = DATA_DOC.parents[2]
+    text = " ".join((DATA_DOC.parent / "fit.md").read_text().split())
+    [(one, two)] = re.findall(r"the GPT demo's whole fit: ([\d.]+) s on one worker, ([\d.]+) s on two", text)
+    for printed, name in ((one, "fit_speed.json"), (two, "fit_speed_2workers.json")):
+        stored = json.loads((root / "benchmarks" / "results" / name).read_text())
+        assert float(printed) == round(stored["new"]["whole_fit_s"], 1), name
