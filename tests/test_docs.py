@@ -273,3 +273,17 @@ def test_the_fit_pages_worker_timings_are_the_stored_results():
     for printed, name in ((one, "fit_speed.json"), (two, "fit_speed_2workers.json")):
         stored = json.loads((root / "benchmarks" / "results" / name).read_text())
         assert float(printed) == round(stored["new"]["whole_fit_s"], 1), name
+
+
+def test_fit_and_reports_method_help_names_every_method():
+    """`flops-fit fit --help` named envelope, isoflop, parametric and vpnls, not interaction or curve,
+    which the guide's method table lists and --method takes."""
+    import argparse
+
+    from flops_fit.cli.main import build_parser
+    from flops_fit.fitting import METHODS
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command in ("fit", "report"):
+        [method] = [a for a in sub.choices[command]._actions if "--method" in a.option_strings]
+        assert all(re.search(rf"\b{m}\b", method.help) for m in METHODS), (command, method.help)

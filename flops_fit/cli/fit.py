@@ -26,6 +26,7 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    help="print every method's details, the candidates and the chaining records after the answer")
     p.add_argument("--method", default=method, metavar="METHOD",
                    help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
+                   "interaction (3 with an N-D interaction term), curve (every curve point; a sweep folder), "
                    f"all, or a registered method's name; default {method}")
     p.add_argument("--curve", default="slice", metavar="slice|parabola|huber|akima",
                    help="IsoFLOP profile fit (isoflop, held-out check): slice (the curve a Chinchilla law traces at "
