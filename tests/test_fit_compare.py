@@ -14,6 +14,7 @@ from test_fit_inference import stated
 
 import flops_fit
 from flops_fit.cli.main import main
+from flops_fit.errors import NoFitError
 from flops_fit.fitting.decisions.compare import compare_results
 from flops_fit.fitting.synthetic import DEFAULT_LAW, synthetic_runs
 
@@ -293,3 +294,21 @@ def test_two_image_sweeps_compared_by_their_top1_error_say_error_not_loss(recipe
     with pytest.raises(SystemExit):
         main(["compare", "--help"])
     assert "loss|bpb|error" in capsys.readouterr().out
+
+
+def test_a_method_that_cannot_fit_one_recipe_names_the_recipe_and_an_option_compare_has(tmp_path, capsys):
+    """A recipe whose parametric fit gives no finite answer stopped compare with fit's hint "method='all'
+    (--method all) fits each", which compare then refused ("compare fits one method"): the refusal
+    names the recipe and the other methods compare takes."""
+    weak = Path(__file__).parent / "data" / "weak_sweep.csv"
+    base = synthetic_runs(budgets=BUDGETS, sizes_per_budget=7, seed=1)
+    with pytest.raises(NoFitError) as caught:
+        flops_fit.compare(weak, base, "parametric", bootstrap=20)
+    message = str(caught.value)
+    assert message.startswith("recipe A (weak_sweep): parametric: failed: no finite, ordered answer")
+    assert "method='all' (--method all) fits each" not in message
+    assert "compare with another method (--method: envelope, isoflop, vpnls" in message
+    base.drop(columns="curve").to_csv(tmp_path / "base.csv", index=False)
+    assert main(["compare", str(weak), str(tmp_path / "base.csv"), "--bootstrap", "20"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "recipe A (weak_sweep)" in err and "Traceback" not in err

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -94,3 +97,17 @@ def test_refusals(repeating):
         flops_fit.fit(repeating, "vpnls", unique_tokens=-5, tracking=False)
     with pytest.raises(flops_fit.FitInputError, match="chosen by the data budget"):
         flops_fit.fit(repeating, "data-limited", unique_tokens=U, tracking=False)
+
+
+def test_the_decide_page_quotes_this_fit(fitted):
+    """docs/guide/decide.md quoted R* = 15.4 [13.3, 18.4] and beta [0.346, 0.383], typed from an
+    earlier fit: each figure it quotes is this fit's, rounded to the digits it shows."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "decide.md").read_text()
+    quoted = re.search(r"R\* = (\S+) \[(\S+), (\S+)\], alpha (\S+) \[(\S+), (\S+)\], beta (\S+) \[(\S+), (\S+)\]",
+                       " ".join(page.split()))
+    assert quoted, "decide.md no longer quotes the data-constrained fit"
+    table = fitted.intervals()
+    stored = [table.loc[name, column] for name in ("r_star", "alpha", "beta") for column in ("estimate", "lo", "hi")]
+    for printed, value in zip(quoted.groups(), stored, strict=True):
+        digits = len(printed.replace(".", "").lstrip("0"))
+        assert abs(float(printed) / value - 1) <= 0.5 * 10 ** (1 - digits) + 1e-12, (printed, value)

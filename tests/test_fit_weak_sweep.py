@@ -474,3 +474,34 @@ def test_a_target_far_below_the_sweep_is_named_as_what_to_change(tmp_path, capsy
         fit(demo, "all", bootstrap=20, holdout=None, target=1e3, tracking=False)
     fitted = fit(demo, "vpnls", bootstrap=20, target=1e8, tracking=False)  # nearer the sweep: answered
     assert fitted.predict(1e8).N_opt.iloc[0] >= 1
+
+
+def test_the_external_trainer_guide_does_not_promise_a_forecast_its_runs_cannot_give(tmp_path, capsys):
+    """own-trainer.md and the example's sweep file said `flops-fit report out` gives "the forecast";
+    the example's runs (EDGE_SWEEP) give none, and the report's first line says why."""
+    root = Path(__file__).resolve().parents[1]
+    csv = tmp_path / "runs.csv"
+    csv.write_text(EDGE_SWEEP)
+    assert main(["report", str(csv), "--bootstrap", "0", "--tracking", "off", "--out", str(tmp_path / "r.html")]) == 0
+    assert capsys.readouterr().out.startswith("No forecast: ")
+    for path in (root / "docs" / "guide" / "own-trainer.md", root / "examples" / "external-trainer" / "sweep.toml"):
+        [comment] = re.findall(r"flops-fit report out +# (.*)$", path.read_text(), re.M)
+        assert "no forecast here" in comment, path.name
+
+
+def test_the_planned_runs_pages_weak_sweep_command_prints_the_methods_it_names(tmp_path, monkeypatch, capsys):
+    """docs/guide/planned-runs.md said its `--bootstrap 200` command left only the envelope; at 200
+    resamples Approach 3's two fits answer too (at 20 they fail, as the report test above checks)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "planned-runs.md").read_text()
+    [command] = re.findall(r"^flops-fit (fit tests/data/weak_sweep\.csv .*)$", page, re.M)
+    [named] = re.findall(r"three methods answer there, with wide intervals: ((?:`\w+`(?:, )?)+)\.", page)
+    (tmp_path / "tests" / "data").mkdir(parents=True)
+    (tmp_path / "tests" / "data" / "weak_sweep.csv").write_bytes(WEAK.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert main(command.split()) == 0
+    out = capsys.readouterr().out
+    table = out[:out.index("\n\n")]
+    answered = [line.split()[0] for line in table.splitlines()[3:]]
+    assert answered == re.findall(r"`(\w+)`", named)
+    for method in ("isoflop", "interaction"):
+        assert f"skipped {method}: {FAILED}" in out

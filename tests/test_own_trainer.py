@@ -286,6 +286,17 @@ def test_the_examples_sweep_file_plans_and_names_its_script():
     assert {r.params for r in runs} == {512 * r.size + 256 for r in runs}  # train.py's ByteModel
 
 
+def test_the_guide_shows_the_examples_sweep_file_as_it_is():
+    """own-trainer.md showed the example's sweep file without its span, min_steps and eval_tokens: a
+    reader who copied it planned other runs than `cd examples/external-trainer` trains."""
+    import re
+
+    page = (ROOT / "docs" / "guide" / "own-trainer.md").read_text()
+    shown = re.findall(r"```toml\n(.*?)```", page, re.S)[0]
+    text = (EXAMPLE / "sweep.toml").read_text()
+    assert shown == text[text.index("[sweep]"):]
+
+
 def test_the_guides_size_formulas_and_tables_plan():
     import re
     import tomllib

@@ -26,6 +26,7 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    help="print every method's details, the candidates and the chaining records after the answer")
     p.add_argument("--method", default=method, metavar="METHOD",
                    help="approach: envelope (1), isoflop (2), parametric (3), vpnls (3 by variable projection), "
+                   "interaction (3 with an N-D interaction term), curve (every curve point; a sweep folder), "
                    f"all, or a registered method's name; default {method}")
     p.add_argument("--curve", default="slice", metavar="slice|parabola|huber|akima",
                    help="IsoFLOP profile fit (isoflop, held-out check): slice (the curve a Chinchilla law traces at "
@@ -114,8 +115,8 @@ def add_commands(subparsers) -> None:
 
     p = subparsers.add_parser("report", help="write an HTML report (table, plots, diagnostics, provenance)")
     _source_options(p, method="all", bootstrap=500, holdout="auto")
-    p.add_argument("--out", metavar="FILE.html", help="report file (default: report.html in the sweep folder, "
-                   "or beside the CSV)")
+    p.add_argument("--out", metavar="FILE.html", help="report file (default: report.html in the sweep folder; "
+                   "beside a table, its name with .report.html: runs.csv -> runs.report.html)")
     p.set_defaults(func=_cmd_report)
 
 

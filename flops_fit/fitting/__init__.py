@@ -60,6 +60,8 @@ METHODS = tuple(APPROACHES)  # the built-in methods' names
 LOAD_OPTIONS = ("params_col", "tokens_col", "flops_col", "loss_col", "budget_col", "curve_col", "run_id_col",
                 "exclude_top", "flops_per_param_token", "curve_metric", "experiment",
                 "all_rates", "where")
+# what a single method's refusal suggests; compare fits one method, so it names another one instead
+TRY_ALL = "other methods may answer: method='all' (--method all) fits each and keeps those that do"
 
 
 def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed: int | None = 0,
@@ -187,8 +189,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                     raise NoFitError(f"{approach.name}: {why}")
                 data_hint = ("; without unique_tokens (--unique-tokens) the fit reads every token as fresh data"
                              if approach.name == DataLimited.name else "")
-                raise NoFitError(f"{approach.name}: {why}{data_hint}; other methods may answer: method='all' "
-                                 "(--method all) fits each and keeps those that do")
+                raise NoFitError(f"{approach.name}: {why}{data_hint}; {TRY_ALL}")
             results[approach.name] = result
         if fallback is not None:
             results[method].diagnostics.warnings.append(fallback)
@@ -329,9 +330,18 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
         recipes.append(source if isinstance(source, FitResult) else load_runs(
             source, metric=options.get("metric") or "loss", where={**shared, **(own or {})} or None, **loading))
     same_quantity(*(r.runs if isinstance(r, FitResult) else r for r in recipes), names)
-    fitted = [r if isinstance(r, FitResult) else fit(r, method, bootstrap=bootstrap, seed=None if seed is None
-                                                      else seed + i, level=level, tracking=False, **fitting)
-              for i, r in enumerate(recipes)]
+    fitted = []
+    for i, r in enumerate(recipes):
+        try:
+            fitted.append(r if isinstance(r, FitResult) else fit(
+                r, method, bootstrap=bootstrap, seed=None if seed is None else seed + i, level=level,
+                tracking=False, **fitting))
+        except NoFitError as e:  # its hint, method='all', is no option of compare's
+            others = ", ".join(m for m in APPROACHES if m != method)
+            side = "AB"[i] if names[i] == "AB"[i] else f"{'AB'[i]} ({names[i]})"
+            raise NoFitError(f"recipe {side}: " + str(e).replace(
+                TRY_ALL, f"compare with another method (--method: {others}); `flops-fit fit SOURCE --method all` "
+                         "(fit(..., method='all')) shows which methods answer")) from None
     result = compare_results(*fitted, target=target, budgets=budgets, names=names)
     if _same_source(a, b) and (where_a or {}) == (where_b or {}):
         result.notes.append("A and B are the same runs (one source, the same rows): to compare two recipes logged "
