@@ -275,6 +275,15 @@ def test_a_budget_or_target_that_is_no_flop_count_is_refused_in_one_line(flag, v
         flops_fit.compare(str(csv), str(csv), **{flag[2:]: float(value) if flag == "--target" else [float(value)]})
 
 
+@pytest.mark.parametrize("budgets", [["1e11"], [1e11, "1e12"], [True]])
+def test_budgets_that_are_not_numbers_are_refused_not_converted(budgets):
+    """compare(budgets=["1e11"]) read the strings as numbers, where every other entry point refuses
+    a value of the wrong type by name."""
+    runs = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    with pytest.raises(flops_fit.FitInputError, match="budgets must be finite positive numbers of FLOPs"):
+        flops_fit.compare(runs, runs, method="vpnls", bootstrap=0, budgets=budgets)
+
+
 def test_two_image_sweeps_compared_by_their_top1_error_say_error_not_loss(recipes, tmp_path, capsys):
     """`compare A B --metric error` headed its columns "loss A", "loss B" and said "reach B's loss", and its
     help offered only loss|bpb."""

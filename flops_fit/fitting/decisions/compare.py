@@ -234,7 +234,7 @@ def check_budgets(target: Any, budgets: Any) -> np.ndarray | None:
         c = np.atleast_1d(np.asarray(budgets, dtype=float))
     except (TypeError, ValueError):
         c = np.array([np.nan])
-    if c.size == 0 or c.ndim != 1 or np.asarray(budgets).dtype == bool or not np.all(np.isfinite(c) & (c > 0)):
+    if c.size == 0 or c.ndim != 1 or np.asarray(budgets).dtype.kind not in "iuf" or not np.all(np.isfinite(c) & (c > 0)):
         raise FitInputError(f"budgets must be finite positive numbers of FLOPs (e.g. [1e20, 1e21]), got {budgets!r}")
     return c
 
