@@ -253,3 +253,15 @@ def test_an_image_model_on_a_text_dataset_names_the_datasets_that_serve_it():
     with pytest.raises(PlanError, match=r"serves \['causal-lm'\], not the task of model 'vit' \(image-classification\); "
                                         "pick a dataset that serves it: .*glyphs"):
         plan(**{**VIT_ON_GLYPHS, "dataset": "python-stdlib", "dataset_config": {}})
+
+
+@pytest.mark.parametrize("argv, value", [(["--budgets", "1e14", "1e15"], "1e15"), (["--sizes", "64", "128"], "128")])
+def test_a_list_given_with_spaces_is_told_to_join_its_values_with_commas(argv, value, capsys):
+    """`flops-fit plan --budgets 1e14 1e15` said "sweep configuration '1e15' does not exist": argparse
+    reads the second value as the sweep file, and nothing said the list wanted commas."""
+    from flops_fit.cli.main import main
+
+    assert main(["plan", "--model", "gpt", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"flops-fit: error: '{value}' is no sweep configuration: a list option takes its values joined "
+                   "by commas (e.g. --budgets 1e14,1e15, --sizes 64,128)\n")

@@ -107,10 +107,21 @@ def _from_file(base: str | Path, path: str) -> str:
     return str(beside.resolve()) if path and not Path(path).is_absolute() and beside.exists() else path
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def load_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep configuration file."""
     path = Path(path)
     if not path.is_file():
+        if _is_number(str(path)):  # `--budgets 1e14 1e15`: the second value lands where the sweep file goes
+            raise ConfigError(f"{str(path)!r} is no sweep configuration: a list option takes its values joined by "
+                              f"commas (e.g. --budgets 1e14,1e15, --sizes 64,128)")
         raise ConfigError(f"sweep configuration {str(path)!r} does not exist (see examples/sweep.toml)")
     try:
         data = tomllib.loads(path.read_text())
