@@ -93,8 +93,9 @@ def test_a_sweeps_recorded_budget_is_used_once_runs_repeat(repeating):
 
 
 def test_refusals(repeating):
-    with pytest.raises(flops_fit.FitInputError, match="unique_tokens must be a positive number"):
-        flops_fit.fit(repeating, "vpnls", unique_tokens=-5, tracking=False)
+    for bad in (-5, 0.5):  # half a token was accepted as a data budget
+        with pytest.raises(flops_fit.FitInputError, match="unique_tokens must be a number of tokens, at least 1"):
+            flops_fit.fit(repeating, "vpnls", unique_tokens=bad, tracking=False)
     with pytest.raises(flops_fit.FitInputError, match="chosen by the data budget"):
         flops_fit.fit(repeating, "data-limited", unique_tokens=U, tracking=False)
 
@@ -111,3 +112,10 @@ def test_the_decide_page_quotes_this_fit(fitted):
     for printed, value in zip(quoted.groups(), stored, strict=True):
         digits = len(printed.replace(".", "").lstrip("0"))
         assert abs(float(printed) / value - 1) <= 0.5 * 10 ** (1 - digits) + 1e-12, (printed, value)
+
+
+def test_a_data_budget_beyond_every_run_is_said_as_a_count():
+    """unique_tokens=1e30 printed its warning with a 31-digit number ("the 1,000,000,...,000 unique
+    tokens"); the count reads as counts do everywhere else."""
+    result = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=0, tracking=False, unique_tokens=1e30)
+    assert "warning: no run trains on more than the 1e+30 unique tokens: R* is not measured here" in result.summary()

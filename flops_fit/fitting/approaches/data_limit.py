@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.errors import FitInputError
+from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.parametric import (
     ParametricResult,
     law_columns,
@@ -46,8 +47,8 @@ def check_unique_tokens(value: Any) -> float:
         number = float(value)
     except (TypeError, ValueError):
         number = float("nan")
-    if isinstance(value, bool) or not (np.isfinite(number) and number > 0):
-        raise FitInputError(f"unique_tokens must be a positive number of tokens (the dataset's unique training "
+    if isinstance(value, bool) or not (np.isfinite(number) and number >= 1):
+        raise FitInputError(f"unique_tokens must be a number of tokens, at least 1 (the dataset's unique training "
                             f"tokens), got {value!r}")
     return number
 
@@ -148,13 +149,13 @@ class DataLimited(ProjectionApproach):
         samples, convergence, warnings = self.resampled(form, x, loss, weights, floor, est, unscale)
         params = {key: float(v[0]) for key, v in unscale([est]).items()}
         if not repeated:
-            warnings.append(f"no run trains on more than the {self.unique:,.0f} unique tokens: R* is not measured "
+            warnings.append(f"no run trains on more than the {fmt.count(self.unique)} unique tokens: R* is not measured "
                             f"here and is fixed at Muennighoff et al.'s {PAPER_R_STAR}")
         on_bound = bool(repeated) and min(abs(est.theta[2] - bound) for bound in form.bounds) < 1e-6  # r = ln(R*) / 4
         if on_bound:
             low, high = (np.exp(R_SCALE * bound) for bound in form.bounds)
             warnings.append(f"R* = {params['r_star']:.4g} sits on its search bound ({low:.3g} to {high:,.0f}): the "
-                            f"{repeated} run(s) past the {self.unique:,.0f} unique tokens do not pin down how "
+                            f"{repeated} run(s) past the {fmt.count(self.unique)} unique tokens do not pin down how "
                             "repeated data lose worth, so R* and its interval say nothing; train runs at several "
                             "epochs, or check unique_tokens")
         predicted = form.loss(params, {"n": np.exp(log_n), "d": np.exp(log_d)})
