@@ -68,6 +68,20 @@ def test_a_table_as_json_lines_json_records_or_parquet_gives_the_csvs_runs(tmp_p
         load_runs(tmp_path / "other.parquet")
 
 
+def test_a_semicolon_separated_table_with_decimal_commas_gives_the_csvs_runs(tmp_path):
+    """A spreadsheet's export in a decimal-comma locale (it said "no params column 'params'; available
+    columns: 'params;tokens;loss'" and told the user to name the column)."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame["name"] = [f"run {i}, seed 0" for i in range(len(frame))]  # text with commas stays text
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    frame.to_csv(tmp_path / "semi.csv", index=False, sep=";")
+    frame.to_csv(tmp_path / "excel.csv", index=False, sep=";", decimal=",")
+    assert "," in (tmp_path / "excel.csv").read_text().splitlines()[1]
+    expected = load_runs(tmp_path / "runs.csv", keep=("name",)).frame
+    for name in ("semi.csv", "excel.csv"):
+        pd.testing.assert_frame_equal(load_runs(tmp_path / name, keep=("name",)).frame, expected)
+
+
 def test_curves_as_json_strings_are_parsed():
     frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
     runs = load_runs(frame)

@@ -27,6 +27,8 @@ FINISHED = ("done", "finished", "ok", "completed", "succeeded", "success")
 # tables of runs by extension: what fit, report, compare and tune --from read as one row a run
 TABLES = {".csv": "CSV", ".txt": "CSV", ".tsv": "CSV", ".jsonl": "json", ".ndjson": "json", ".json": "json",
           ".parquet": "parquet"}
+# a number written with a decimal comma, as spreadsheets in many locales save it beside semicolons
+DECIMAL_COMMA = r"[-+]?\d+,\d*(?:[eE][-+]?\d+)?"
 # What a fit minimises: the held-out loss as the runs record it (nats per token or sample),
 # or bits per byte of held-out text (``bpb``), comparable across tokenizers.
 METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out bits per byte",
@@ -540,6 +542,8 @@ def _read_table(path: Path) -> pd.DataFrame:
             frame = _read_json(path)
         else:
             frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+            if len(frame.columns) == 1 and ";" in str(frame.columns[0]):
+                frame = _semicolons(path)
     except ImportError:  # pandas reads parquet through pyarrow (or fastparquet), an optional package
         raise FitInputError(f"{path}: reading parquet needs pyarrow: pip install pyarrow (or 'flops-fit[data]'), "
                             "or export the runs as CSV") from None
@@ -548,6 +552,17 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise FitInputError(f"{path}: not a readable {kind} table of runs ({first}); export it again, one run "
                             "a row" + (" with one header row" if kind == "CSV" else "")) from None
     return wandb_runs.from_export(frame) if wandb_runs.is_export(frame) else frame
+
+
+def _semicolons(path: Path) -> pd.DataFrame:
+    """A table a spreadsheet saved with semicolons between fields (its locale's decimal comma in
+    the numbers, "2,387"): read as the comma-separated table it stands for."""
+    frame = pd.read_csv(path, sep=";")
+    for name in frame.columns:
+        values = frame[name].dropna().astype(str)
+        if frame[name].dtype.kind == "O" and len(values) and values.str.fullmatch(DECIMAL_COMMA).all():
+            frame[name] = pd.to_numeric(frame[name].str.replace(",", ".", regex=False))
+    return frame
 
 
 def _read_json(path: Path) -> pd.DataFrame:
