@@ -82,6 +82,15 @@ def test_a_semicolon_separated_table_with_decimal_commas_gives_the_csvs_runs(tmp
         pd.testing.assert_frame_equal(load_runs(tmp_path / name, keep=("name",)).frame, expected)
 
 
+def test_a_hand_written_table_with_spaces_after_its_commas_gives_the_csvs_runs(tmp_path):
+    """"params, tokens, loss" (it said "no loss column 'loss'; available columns: 'params', ' tokens', ' loss'")."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4)[["params", "tokens", "loss", "budget"]]
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    lines = [", ".join(frame.columns) + " "] + [", ".join(f"{v!r}" for v in row) for row in frame.itertuples(index=False)]
+    (tmp_path / "typed.csv").write_text("\n".join(lines) + "\n")
+    pd.testing.assert_frame_equal(load_runs(tmp_path / "typed.csv").frame, load_runs(tmp_path / "runs.csv").frame)
+
+
 def test_curves_as_json_strings_are_parsed():
     frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
     runs = load_runs(frame)

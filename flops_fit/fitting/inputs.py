@@ -541,9 +541,11 @@ def _read_table(path: Path) -> pd.DataFrame:
         elif kind == "json":
             frame = _read_json(path)
         else:
-            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",", skipinitialspace=True)
             if len(frame.columns) == 1 and ";" in str(frame.columns[0]):
                 frame = _semicolons(path)
+            # a hand-written header's spaces ("params, tokens, loss") are no part of its names
+            frame = frame.rename(columns=lambda c: c.strip() if isinstance(c, str) else c)
     except ImportError:  # pandas reads parquet through pyarrow (or fastparquet), an optional package
         raise FitInputError(f"{path}: reading parquet needs pyarrow: pip install pyarrow (or 'flops-fit[data]'), "
                             "or export the runs as CSV") from None
@@ -557,7 +559,7 @@ def _read_table(path: Path) -> pd.DataFrame:
 def _semicolons(path: Path) -> pd.DataFrame:
     """A table a spreadsheet saved with semicolons between fields (its locale's decimal comma in
     the numbers, "2,387"): read as the comma-separated table it stands for."""
-    frame = pd.read_csv(path, sep=";")
+    frame = pd.read_csv(path, sep=";", skipinitialspace=True)
     for name in frame.columns:
         values = frame[name].dropna().astype(str)
         if frame[name].dtype.kind == "O" and len(values) and values.str.fullmatch(DECIMAL_COMMA).all():
