@@ -438,6 +438,30 @@ def test_params_tokens_and_flops_in_other_units_are_refused(tmp_path, capsys):
         assert len(load_runs(runs.assign(flops=runs.flops * factor))) == len(runs)
 
 
+def test_sizes_tokens_or_budgets_in_other_units_without_flops_to_disagree_are_refused(tmp_path, capsys):
+    """A table with only params, tokens and budget, one of them in millions or billions: the fit read
+    them as counts and blamed the method ("vpnls: failed: ... the N_opt interval at 60 FLOPs is [0.0315,
+    2.4], below one parameter; the runs do not pin this method down"). Now one line names the column."""
+    from flops_fit.cli.main import main
+
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1)[["params", "tokens", "budget", "loss"]]
+    for column, factor, message in (("params", 1e-12, "column 'params' holds 27 value(s) below one parameter"),
+                                    ("tokens", 1e-12, "column 'tokens' holds 27 value(s) below one token"),
+                                    ("budget", 1e-9, "the budget column 'budget' is 1e-09 x the runs' FLOPs")):
+        csv = tmp_path / f"{column}.csv"
+        runs.assign(**{column: runs[column] * factor}).to_csv(csv, index=False)
+        assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "0"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and "other units" in err, err
+    flops_only = runs.drop(columns=["tokens"]).assign(flops=6 * runs.params * runs.tokens / 1e18)
+    with pytest.raises(FitInputError, match=r"tokens \(from column 'flops'\) holds 27 value\(s\) below one"):
+        load_runs(flops_only.drop(columns=["budget"]))
+    with pytest.raises(FitInputError, match="no finished runs to fit"):  # a header alone: nothing to compare
+        load_runs(runs.iloc[:0])
+    for factor in (1 / 250, 20.0):  # an image model's FLOPs per sample beside 6 N D; a budget the runs fall short of
+        assert len(load_runs(runs.assign(budget=runs.budget * factor))) == len(runs)
+
+
 def test_where_given_as_text_names_the_mapping_it_takes():
     frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
     with pytest.raises(FitInputError, match=r"where must map columns to values, e.g. where=\{'recipe': 'muon'\}"):

@@ -224,8 +224,10 @@ def load_runs(
         out["flops"] = flops_per_param_token * out["params"] * out["tokens"]
     elif has_tokens and len(out):
         _check_units(out, name, mapping)
+    _check_counts(out, name, mapping, has_tokens)
     if budget_col in frame:
         out["budget"] = _numeric(frame[budget_col], budget_col, name, out["run_id"])
+        _check_budget(out, name, budget_col, mapping["flops"][0] if has_flops else None)
     if curve_col in frame:
         out["curve"] = frame[curve_col].map(_parse_curve)
     for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit",
@@ -370,6 +372,36 @@ def _check_units(out: pd.DataFrame, name: str, mapping: dict[str, tuple[str, str
                         "(median over the runs); is one in other units (millions of parameters, billions of tokens, "
                         "PF-days)? Give each as a plain count (convert the column, or name another with params_col=, "
                         "tokens_col=, flops_col=; CLI: --params-col ...)")
+
+
+def _check_counts(out: pd.DataFrame, name: str, mapping: dict[str, tuple[str, str]], has_tokens: bool) -> None:
+    """Refuse sizes or token counts below one: no model has a fraction of a parameter, so the column is
+    in other units (millions of parameters, billions of tokens), and every law would answer in them."""
+    for canonical, unit in (("params", "parameter"), ("tokens", "token")):
+        small = out[canonical] < 1
+        if not small.any():
+            continue
+        column = mapping[canonical][0] if canonical == "params" or has_tokens else None
+        what = f"column {column!r}" if column else f"tokens (from column {mapping['flops'][0]!r})"
+        rows = ", ".join(f"{r}: {v:.3g}" for r, v in zip(out.loc[small, "run_id"][:3], out.loc[small, canonical][:3],
+                                                          strict=True))
+        raise FitInputError(f"{name}: {what} holds {int(small.sum())} value(s) below one {unit} ({rows}); is it in other "
+                            "units (millions of parameters, billions of tokens or FLOPs)? Give each as a plain count")
+
+
+def _check_budget(out: pd.DataFrame, name: str, budget_col: str, flops_col: str | None) -> None:
+    """Refuse a budget column in other units than the runs' FLOPs (billions, PF-days, log10): the
+    fit reads it as FLOPs, and every answer would be at the wrong compute."""
+    if not len(out):  # no run left to compare: the empty table is said after
+        return
+    with np.errstate(all="ignore"):
+        ratio = float(np.nanmedian(out["budget"] / out["flops"]))
+    if UNIT_RATIO[0] <= 1 / ratio <= UNIT_RATIO[1]:
+        return
+    flops = f"column {flops_col!r}" if flops_col else "6 x params x tokens"
+    raise FitInputError(f"{name}: the budget column {budget_col!r} is {ratio:.3g} x the runs' FLOPs ({flops}; median "
+                        "over the runs); is it in other units (billions, PF-days, log10)? Give each run's planned "
+                        "compute in FLOPs, or name another column with budget_col= (CLI: --budget-col)")
 
 
 def _check_diverged(out: pd.DataFrame, name: str, exclude_top: int) -> None:
