@@ -332,6 +332,16 @@ def test_budgets_without_a_minimum_are_told_by_reason_not_one_by_one():
     assert said.count("e+") == 3
 
 
+def test_one_budget_is_told_to_sweep_more_budgets_not_to_add_sizes():
+    """One budget with an interior minimum said "found 1 of 1 (no budgets). Add sizes around each budget's
+    optimum": no size added to one budget gives Approach 2 its second one."""
+    one = synthetic_runs(budgets=(1e18,), sizes_per_budget=5, noise=0)
+    with pytest.raises(FitInputError) as refused:
+        fit(one, method="isoflop", bootstrap=0)
+    assert str(refused.value) == ("Approach 2 needs an interior loss minimum at 2 or more budgets; these runs have one "
+                                  "budget (1e+18 FLOPs). Sweep more budgets, or use method='parametric'.")
+
+
 def test_all_records_methods_that_cannot_run():
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"])
     fitted = fit(frame, method="all", bootstrap=0)
