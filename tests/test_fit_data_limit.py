@@ -94,3 +94,23 @@ def test_refusals(repeating):
         flops_fit.fit(repeating, "vpnls", unique_tokens=-5, tracking=False)
     with pytest.raises(flops_fit.FitInputError, match="chosen by the data budget"):
         flops_fit.fit(repeating, "data-limited", unique_tokens=U, tracking=False)
+
+
+def test_answers_none_of_which_prices_the_repeats_say_so(tmp_path, capsys):
+    """``data/repeating_sweep.csv``: 12 runs of llama on six files of eight words repeated (bpe:300, 2,240
+    unique tokens, up to 326 epochs; the budgets and sizes of ``weak_sweep.csv``). Only the envelope
+    answers, and `fit --method all` printed its answer with no word that the runs repeat their data;
+    the data-limited law's failure was the only trace. Now a note under the answer says it."""
+    from pathlib import Path
+
+    from flops_fit.cli.main import main
+
+    runs = Path(__file__).parent / "data" / "repeating_sweep.csv"
+    assert main(["fit", str(runs), "--method", "all", "--unique-tokens", "2240", "--bootstrap", "50",
+                 "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped data-limited: failed" in out and "\nenvelope  " in out
+    assert out.startswith("Note: the runs repeat their data: up to 326 epochs of the 2.24k unique tokens they drew "
+                          "from, and the data-limited law, which prices the repeats, gives no answer for them"), out
+    fitted = flops_fit.fit(runs, method="all", unique_tokens=1e6, bootstrap=0, workers=1)  # no run repeats
+    assert not any("repeat" in w for w in fitted.warnings)

@@ -20,7 +20,13 @@ from flops_fit.fitting.approaches.approach import Approach
 from flops_fit.fitting.approaches.curve_law import CurveLaw
 from flops_fit.fitting.approaches.data_limit import DataLimited, check_unique_tokens
 from flops_fit.fitting.approaches.envelope import Envelope
-from flops_fit.fitting.approaches.fit_set import NO_FORECAST, FitSet, fresh_data_caveat
+from flops_fit.fitting.approaches.fit_set import (
+    FRESH_DATA,
+    NO_FORECAST,
+    FitSet,
+    fresh_data_caveat,
+    repeats_caveat,
+)
 from flops_fit.fitting.approaches.interaction import Interaction
 from flops_fit.fitting.approaches.isoflop import Isoflop
 from flops_fit.fitting.approaches.parametric import Parametric
@@ -214,11 +220,15 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                 fitted.warnings.append(beyond)
             data = unique if unique is not None else runs.metadata.get("unique_tokens")  # a sweep records it
             if fitted.forecast is not None and data is not None and \
-                    (caveat := fresh_data_caveat(fitted.forecast, float(data), results)) is not None:
+                    (caveat := fresh_data_caveat(fitted.forecast, float(data), results, skipped)) is not None:
                 fitted.warnings.append(caveat)
         elif method == "all" and holdout == "each":
             fitted.warnings.append(f"{NO_FORECAST}leaving one budget out tests interpolation; the forecast is chosen by "
                                    "forward chaining (holdout='forward', --holdout forward)")
+        longest = float(runs.frame["tokens"].max())
+        if method == "all" and DataLimited.name in skipped and unique is not None and longest > unique and \
+                not any(w.startswith(FRESH_DATA) for w in fitted.warnings):  # the forecast's caveat says it
+            fitted.warnings.append(repeats_caveat(longest, unique))
     if logged_to is not None:
         log_fit(fitted, logged_to)
     return fitted
