@@ -91,6 +91,19 @@ def test_a_hand_written_table_with_spaces_after_its_commas_gives_the_csvs_runs(t
     pd.testing.assert_frame_equal(load_runs(tmp_path / "typed.csv").frame, load_runs(tmp_path / "runs.csv").frame)
 
 
+def test_a_table_a_windows_tool_saved_with_a_bom_and_crlf_gives_the_csvs_runs(tmp_path):
+    """JSON lines with a UTF-8 BOM (PowerShell, Notepad) were refused: "not a readable json table of runs
+    (Unexpected UTF-8 BOM ...)"; a CSV with one was read."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    expected = load_runs(tmp_path / "runs.csv").frame
+    for name, orient, lines in (("runs.jsonl", "records", True), ("runs.json", "records", False), ("runs.csv", None, None)):
+        text = frame.to_csv(index=False) if orient is None else frame.to_json(orient=orient, lines=lines)
+        windows = tmp_path / f"windows-{name}"
+        windows.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+        pd.testing.assert_frame_equal(load_runs(windows).frame, expected, check_dtype=False)
+
+
 def test_curves_as_json_strings_are_parsed():
     frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
     runs = load_runs(frame)

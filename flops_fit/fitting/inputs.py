@@ -603,7 +603,7 @@ def _read_json(path: Path) -> pd.DataFrame:
     """JSON lines (one object a run) or a JSON array of run objects, read by Python's json: pandas'
     reader refuses integers past int64 ("Value is too big!"), and FLOP counts pass 9.2e18. Such
     a column becomes floats, as a CSV's does."""
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8-sig")  # a BOM, as Windows tools write one, is no part of the JSON
     records = json.loads(text) if path.suffix.lower() == ".json" else [
         json.loads(line) for line in text.splitlines() if line.strip()]
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
