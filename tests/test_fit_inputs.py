@@ -269,9 +269,16 @@ def test_runs_without_a_finite_loss_are_left_out_and_text_is_refused_by_name(tmp
         load_runs(tmp_path / "export.csv")
 
 
-def test_empty_table_is_refused():
+def test_empty_table_is_refused(tmp_path):
     with pytest.raises(FitInputError, match="no finished runs to fit"):
         load_runs(_table().iloc[:0])
+    # an empty JSON lines file or JSON array said "no params column 'params'; available columns: ."
+    (tmp_path / "runs.jsonl").write_text("")
+    (tmp_path / "runs.json").write_text("[]\n")
+    for empty in (tmp_path / "runs.jsonl", tmp_path / "runs.json", pd.DataFrame()):
+        with pytest.raises(FitInputError, match=r"^.*(runs.jsonl|runs.json|DataFrame): no finished runs to fit \(the table "
+                           r"is empty\)$"):
+            load_runs(empty)
 
 
 def test_bad_sources_are_refused(tmp_path):
