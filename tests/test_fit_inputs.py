@@ -104,6 +104,22 @@ def test_a_table_a_windows_tool_saved_with_a_bom_and_crlf_gives_the_csvs_runs(tm
         pd.testing.assert_frame_equal(load_runs(windows).frame, expected, check_dtype=False)
 
 
+def test_a_budget_or_curve_column_named_by_hand_must_be_there(tmp_path, capsys):
+    """`--budget-col nobudget` on a table without it fitted budgets rounded from FLOPs, saying nothing of
+    the column asked for; the defaults stay optional."""
+    from flops_fit.cli.main import main
+
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=4).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    assert main(["fit", str(tmp_path / "runs.csv"), "--budget-col", "C_nominal", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runs.csv: no budget column 'C_nominal'; available columns: " in err \
+        and "--budget-col" in err, err
+    with pytest.raises(FitInputError, match="no curve column 'history'; available columns: .* curve_col="):
+        load_runs(frame, curve_col="history")
+    assert len(load_runs(frame.drop(columns=["budget"]))) == len(frame)  # no budget column: optional
+
+
 def test_curves_as_json_strings_are_parsed():
     frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
     runs = load_runs(frame)
