@@ -27,10 +27,13 @@ def sig(value: Any, digits: int = 3) -> str:
 
 
 def count(value: Any, digits: int = 3) -> str:
-    """A parameter or token count: 1.23M, 45.6B, 2.1T (below 1000: plain)."""
+    """A parameter or token count: 1.23M, 45.6B, 2.1T (below 1000: plain; from 1000T: 1e+15). The suffix
+    is chosen after rounding, so 999,700 reads 1M, not 1e+03k."""
     if not _finite(value):
         return "nan"
-    v = float(value)
+    v = float(f"{float(value):.{digits}g}")
+    if abs(v) >= 1e3 * _SUFFIXES[0][0]:
+        return f"{v:.{digits}g}"
     for scale, suffix in _SUFFIXES:
         if abs(v) >= scale:
             return f"{v / scale:.{digits}g}{suffix}"
