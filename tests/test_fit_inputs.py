@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from flops_fit.errors import NoFitError
 from flops_fit.fitting import FitInputError, fit, load_runs
 from flops_fit.fitting.synthetic import synthetic_runs
 
@@ -376,6 +377,15 @@ def test_one_budget_is_told_to_sweep_more_budgets_not_to_add_sizes():
         fit(one, method="isoflop", bootstrap=0)
     assert str(refused.value) == ("Approach 2 needs an interior loss minimum at 2 or more budgets; these runs have one "
                                   "budget (1e+18 FLOPs). Sweep more budgets, or use method='parametric'.")
+
+
+def test_no_method_fitting_reads_as_one_sentence_per_method():
+    """The reasons were joined as they ended: "... or use method='parametric'.; parametric: ..."."""
+    one = synthetic_runs(budgets=(1e18,), sizes_per_budget=4, noise=0).drop(columns=["curve"])
+    with pytest.raises(NoFitError) as refused:
+        fit(one, method="all", bootstrap=0, workers=1)
+    said = str(refused.value)
+    assert ".;" not in said and "or use method='parametric'; parametric: the parametric fit needs at least 6" in said
 
 
 def test_all_records_methods_that_cannot_run():

@@ -191,7 +191,8 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         if fallback is not None:
             results[method].diagnostics.warnings.append(fallback)
         if not results:
-            raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
+            raise NoFitError("no method could fit these runs: " + "; ".join(f"{m}: {str(w).rstrip('.')}"
+                                                                          for m, w in skipped.items()))
         if holdout is not None:
             progress(f"held-out checks ({holdout}): each method refitted without the budgets it predicts")
             try:
