@@ -245,8 +245,8 @@ def test_a_finished_status_is_read_in_any_case_and_an_unread_one_is_named():
     ({}, {"drop": "params"}, "no params column 'params'; available columns: 'tokens', 'loss'. Name the right one with params_col="),
     ({"loss_col": "val"}, {}, "no loss column 'val'; available columns: 'params', 'tokens', 'loss'. Name the right one with loss_col= (CLI: --loss-col)"),
     ({}, {"drop": "tokens"}, "neither a tokens column 'tokens' nor a flops column 'flops'"),
-    ({}, {"set": ("params", [1e6, np.nan, 4e6, 8e6])}, "column 'params' has 1 missing or non-numeric value(s) (runs run1)"),
-    ({}, {"set": ("loss", [3.0, "x", 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s)"),
+    ({}, {"set": ("params", [1e6, np.nan, 4e6, 8e6])}, "column 'params' has 1 missing or non-numeric value(s) (runs run1: empty)"),
+    ({}, {"set": ("loss", [3.0, "x", 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s) (runs run1: 'x')"),
     ({}, {"set": ("params", [1e6, 0.0, -1.0, 8e6])}, "column 'params' must hold finite positive values; 2 do not (run1: 0, run2: -1)"),
     ({}, {"set": ("tokens", [np.inf, 1.0, 1.0, 1.0])}, "column 'tokens' must hold finite positive values; 1 do not (run0: inf)"),
     ({"exclude_top": 4}, {}, "exclude_top=4 would drop all 4 runs"),
@@ -265,6 +265,17 @@ def test_bad_tables_are_refused_with_the_fix(kwargs, frame_change, message):
     assert message in str(info.value)
 
 
+def test_a_value_that_is_no_number_is_shown_as_written(tmp_path):
+    """Sizes written with thousands separators ("2,952") were refused as "40 missing or non-numeric
+    value(s) (runs run0, run1, ...)", which did not show what was wrong with them."""
+    frame = _table()
+    frame["params"] = [f"{v:,.0f}" for v in frame["params"]]
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    with pytest.raises(FitInputError, match=r"column 'params' has 4 missing or non-numeric value\(s\) \(runs run0: "
+                                            r"'1,000,000', run1: '2,000,000', run2: '4,000,000', run3: '8,000,000'\)"):
+        load_runs(tmp_path / "runs.csv")
+
+
 def test_runs_without_a_finite_loss_are_left_out_and_text_is_refused_by_name(tmp_path):
     """A W&B runs-table export: the crashed run is left out by its State, and a run W&B calls finished
     whose loss is NaN (diverged: common at a learning-rate sweep's high rates) or inf is left out too,
@@ -281,7 +292,7 @@ def test_runs_without_a_finite_loss_are_left_out_and_text_is_refused_by_name(tmp
     export["loss"] = export["loss"].astype(object)
     export.loc[1, "loss"] = "unknown"
     export.to_csv(tmp_path / "export.csv", index=False)
-    with pytest.raises(FitInputError, match=r"column 'loss' has 1 missing or non-numeric value\(s\) \(runs diverged\); "
+    with pytest.raises(FitInputError, match=r"column 'loss' has 1 missing or non-numeric value\(s\) \(runs diverged: 'unknown'\); "
                                             "drop or fix those runs"):
         load_runs(tmp_path / "export.csv")
 

@@ -516,7 +516,8 @@ def _numeric(series: pd.Series, column: str, name: str, ids: pd.Series) -> pd.Se
     values = pd.to_numeric(series, errors="coerce")
     missing = values.isna()
     if missing.any():
-        runs = ", ".join(map(str, ids[missing].head(5)))
+        # each value as written: "2,952" shows a thousands separator, an empty cell a run never evaluated
+        runs = ", ".join(f"{ids[i]}: {'empty' if pd.isna(v) else repr(str(v))}" for i, v in series[missing].head(5).items())
         raise FitInputError(
             f"{name}: column {column!r} has {int(missing.sum())} missing or non-numeric value(s) "
             f"(runs {runs}); drop or fix those runs before fitting"
