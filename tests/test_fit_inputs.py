@@ -83,6 +83,18 @@ def test_a_semicolon_separated_table_with_decimal_commas_gives_the_csvs_runs(tmp
         pd.testing.assert_frame_equal(load_runs(tmp_path / name, keep=("name",)).frame, expected)
 
 
+def test_a_csv_of_tabs_or_a_tsv_of_commas_gives_the_csvs_runs(tmp_path):
+    """A tab-separated .csv said "no params column 'params'; available columns: 'params\\ttokens\\tloss'"
+    (a comma-separated .tsv the same, with commas)."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    frame.to_csv(tmp_path / "tabs.csv", index=False, sep="\t")
+    frame.to_csv(tmp_path / "commas.tsv", index=False)
+    expected = load_runs(tmp_path / "runs.csv").frame
+    for name in ("tabs.csv", "commas.tsv"):
+        pd.testing.assert_frame_equal(load_runs(tmp_path / name).frame, expected)
+
+
 def test_a_hand_written_table_with_spaces_after_its_commas_gives_the_csvs_runs(tmp_path):
     """"params, tokens, loss" (it said "no loss column 'loss'; available columns: 'params', ' tokens', ' loss'")."""
     frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4)[["params", "tokens", "loss", "budget"]]

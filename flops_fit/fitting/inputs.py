@@ -580,9 +580,12 @@ def _read_table(path: Path) -> pd.DataFrame:
         elif kind == "json":
             frame = _read_json(path)
         else:
-            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",", skipinitialspace=True)
-            if len(frame.columns) == 1 and ";" in str(frame.columns[0]):
-                frame = _semicolons(path)
+            sep = "\t" if path.suffix.lower() == ".tsv" else ","
+            frame = pd.read_csv(path, sep=sep, skipinitialspace=True)
+            other = next((c for c in (";", "\t", ",") if c != sep and c in str(frame.columns[0])), None) \
+                if len(frame.columns) == 1 else None  # the whole header one name: another separator than the name's
+            if other is not None:
+                frame = _separated(path, other)
             # a hand-written header's spaces ("params, tokens, loss") are no part of its names
             frame = frame.rename(columns=lambda c: c.strip() if isinstance(c, str) else c)
     except ImportError:  # pandas reads parquet through pyarrow (or fastparquet), an optional package
@@ -595,10 +598,13 @@ def _read_table(path: Path) -> pd.DataFrame:
     return wandb_runs.from_export(frame) if wandb_runs.is_export(frame) else frame
 
 
-def _semicolons(path: Path) -> pd.DataFrame:
-    """A table a spreadsheet saved with semicolons between fields (its locale's decimal comma in
-    the numbers, "2,387"): read as the comma-separated table it stands for."""
-    frame = pd.read_csv(path, sep=";", skipinitialspace=True)
+def _separated(path: Path, sep: str) -> pd.DataFrame:
+    """A table whose fields another separator splits than its suffix says (a tab-separated .csv, a
+    comma-separated .tsv), or a spreadsheet's semicolons (with its locale's decimal comma, "2,387"): read
+    as the table it stands for."""
+    frame = pd.read_csv(path, sep=sep, skipinitialspace=True)
+    if sep != ";":
+        return frame
     for name in frame.columns:
         values = frame[name].dropna().astype(str)
         if frame[name].dtype.kind == "O" and len(values) and values.str.fullmatch(DECIMAL_COMMA).all():
