@@ -541,6 +541,21 @@ def test_sizes_tokens_or_budgets_in_other_units_without_flops_to_disagree_are_re
         assert len(load_runs(runs.assign(budget=runs.budget * factor))) == len(runs)
 
 
+def test_where_reads_a_number_written_another_way_in_a_numeric_column(tmp_path, capsys):
+    """`--where budget=6e10` on a table whose budgets read 60000000000 said "no row has budget='6e10'; its
+    values are '60000000000', ..."."""
+    from flops_fit.cli.main import main
+
+    frame = synthetic_runs(budgets=(6e10, 1.2e11), sizes_per_budget=4).drop(columns=["curve"])
+    frame["budget"] = frame["budget"].astype("int64")
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    for written in ("6e10", "6.0e+10", "60000000000"):
+        kept = load_runs(tmp_path / "runs.csv", where={"budget": written})
+        assert kept.frame["budget"].tolist() == [6e10] * 4
+    assert main(["fit", str(tmp_path / "runs.csv"), "--method", "isoflop", "--where", "budget=5e10"]) == 2
+    assert "no row has budget='5e10'; its values are '120000000000', '60000000000'" in capsys.readouterr().err
+
+
 def test_where_given_as_text_names_the_mapping_it_takes():
     frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
     with pytest.raises(FitInputError, match=r"where must map columns to values, e.g. where=\{'recipe': 'muon'\}"):

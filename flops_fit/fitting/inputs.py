@@ -269,7 +269,8 @@ def load_runs(
 
 def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> pd.DataFrame:
     """The rows whose columns hold ``where``'s values (compared as text: a CSV's 1 and 1.0 are not
-    told apart by the reader), or one line naming the columns or values there are."""
+    told apart by the reader; in a numeric column a value written otherwise, 6e10, as a number), or one
+    line naming the columns or values there are."""
     if where is not None and not isinstance(where, Mapping):
         raise FitInputError(f"where must map columns to values, e.g. where={{'recipe': 'muon'}} (CLI: --where "
                             f"COLUMN=VALUE), got {where!r}")
@@ -279,12 +280,25 @@ def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> p
                                 + ", ".join(map(repr, frame.columns)))
         text = frame[column].astype(str)
         keep = text == str(value)
+        number = _number(value)
+        if not keep.any() and number is not None and pd.api.types.is_numeric_dtype(frame[column]):
+            # a number written another way than the table's (6e10 for 60000000000, 1 for 1.0)
+            keep = pd.Series(np.isclose(frame[column].to_numpy(float), number, rtol=1e-9, atol=0), frame.index)
         if not keep.any():
             values = sorted(text.unique())
             raise FitInputError(f"{name}: no row has {column}={value!r}; its values are "
                                 + ", ".join(map(repr, values[:12])) + (" ..." if len(values) > 12 else ""))
         frame = frame.loc[keep]
     return frame
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite number (a --where value is text: "6e10"), or None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) else None
 
 
 def _flags(frame: pd.DataFrame, used: set[str]) -> tuple[list[str], set[str]]:
