@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -137,6 +139,28 @@ def test_curves_as_json_strings_are_parsed():
     frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
     runs = load_runs(frame)
     assert runs.has_curves and runs.frame["curve"][0].shape == (2, 2)
+
+
+def test_curves_as_parquets_lists_are_read_and_a_broken_one_is_named(tmp_path):
+    """A parquet table whose curve column holds lists of pairs (parquet's own form, read back as arrays of
+    arrays) ended in a traceback: "ValueError: setting an array element with a sequence"; so did a curve
+    that is no JSON."""
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=4)
+    frame["curve"] = [[[float(t), float(v)] for t, v in c] for c in frame["curve"]]
+    as_json = frame.assign(curve=[json.dumps(c) for c in frame["curve"]])
+    as_json.to_csv(tmp_path / "runs.csv", index=False)
+    expected = load_runs(tmp_path / "runs.csv").frame
+    try:
+        frame.to_parquet(tmp_path / "runs.parquet")
+    except ImportError:
+        pytest.skip("no pyarrow here to write parquet")
+    read = load_runs(tmp_path / "runs.parquet").frame
+    assert all(np.array_equal(a, b) for a, b in zip(read["curve"], expected["curve"], strict=True))
+    as_json.loc[2, "curve"] = as_json.loc[2, "curve"][:-3]
+    as_json.to_csv(tmp_path / "broken.csv", index=False)
+    with pytest.raises(FitInputError, match=r"broken.csv: run b1e\+17-s2's 'curve' is no list of \[tokens_seen, loss\] pairs "
+                                            r"\(.*\); fix it, or drop the column"):
+        load_runs(tmp_path / "broken.csv")
 
 
 def test_exclude_top_drops_highest_losses_and_records_why():

@@ -235,7 +235,7 @@ def load_runs(
         out["budget"] = _numeric(frame[budget_col], budget_col, name, out["run_id"])
         _check_budget(out, name, budget_col, mapping["flops"][0] if has_flops else None)
     if curve_col in frame:
-        out["curve"] = frame[curve_col].map(_parse_curve)
+        out["curve"] = _curves(frame, curve_col, name, out["run_id"])
     for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit",
                   "top1_error", "lr", "lr_source", "schedule", *keep):  # lr_source: the report's notes on the rates
         if extra in frame and extra not in out:
@@ -551,7 +551,23 @@ def _parse_curve(curve: Any) -> Any:
         curve = json.loads(curve) if curve.strip() else None
     if curve is None or (isinstance(curve, float) and np.isnan(curve)):
         return None
+    if isinstance(curve, np.ndarray) and curve.dtype == object:  # parquet's list of lists: an array of arrays
+        curve = [list(point) for point in curve]
     return np.asarray(curve, dtype=float).reshape(-1, 2)
+
+
+def _curves(frame: pd.DataFrame, column: str, name: str, ids: pd.Series) -> pd.Series:
+    """Each run's curve as an array of (tokens, loss) rows, or one line naming the first run whose curve
+    is no list of pairs."""
+    parsed = []
+    for i, curve in frame[column].items():
+        try:
+            parsed.append(_parse_curve(curve))
+        except (ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
+            raise FitInputError(f"{name}: run {ids[i]}'s {column!r} is no list of [tokens_seen, loss] pairs "
+                                f"({str(exc).splitlines()[0][:80]}); fix it, or drop the column (methods that need curves then "
+                                "skip)") from None
+    return pd.Series(parsed, index=frame.index, dtype=object)
 
 
 def _read(source: Any, **tracker: Any) -> tuple[pd.DataFrame, str, dict[str, Any]]:
