@@ -388,8 +388,12 @@ def test_fit_refuses_bad_arguments():
 
 
 def test_methods_refuse_too_few_runs_or_missing_structure():
-    with pytest.raises(FitInputError, match="the parametric fit needs at least 6 runs; got 4"):
+    with pytest.raises(FitInputError, match="needs at least 6 runs; got 4"):
         fit(_table(), method="parametric", bootstrap=0)
+    # --method vpnls on five runs was told "the parametric fit needs at least 6 runs": a method not asked for
+    with pytest.raises(FitInputError, match=r"^a law over \(N, D\) \(parametric, vpnls, interaction, data-limited\) "
+                                            "needs at least 6 runs; got 4$"):
+        fit(_table(), method="vpnls", bootstrap=0)
     one_size = pd.DataFrame({"params": [1e6] * 6, "tokens": np.geomspace(1e7, 1e9, 6), "loss": np.linspace(3, 2.5, 6)})
     with pytest.raises(FitInputError, match="all runs share one size or one token count"):
         fit(one_size, method="vpnls", bootstrap=0)
@@ -432,7 +436,7 @@ def test_no_method_fitting_reads_as_one_sentence_per_method():
     with pytest.raises(NoFitError) as refused:
         fit(one, method="all", bootstrap=0, workers=1)
     said = str(refused.value)
-    assert ".;" not in said and "or use method='parametric'; parametric: the parametric fit needs at least 6" in said
+    assert ".;" not in said and "or use method='parametric'; parametric: a law over (N, D) (parametric, vpnls" in said
 
 
 def test_all_records_methods_that_cannot_run():
