@@ -135,6 +135,18 @@ def test_a_budget_or_curve_column_named_by_hand_must_be_there(tmp_path, capsys):
     assert len(load_runs(frame.drop(columns=["budget"]))) == len(frame)  # no budget column: optional
 
 
+def test_a_broken_line_of_json_lines_is_named_by_its_line_in_the_file(tmp_path):
+    """The fifth line broken said "(Expecting property name ...: line 1 column 14 (char 13))": every line
+    is line 1 to json."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=6).drop(columns=["curve"])
+    lines = frame.to_json(orient="records", lines=True).splitlines()
+    lines[4] = '{"params": 5,'
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(FitInputError, match=r"runs.jsonl: not a readable json table of runs \(line 5, column 14: "
+                                            r"Expecting property name enclosed in double quotes\)"):
+        load_runs(tmp_path / "runs.jsonl")
+
+
 def test_curves_as_json_strings_are_parsed():
     frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
     runs = load_runs(frame)

@@ -648,7 +648,7 @@ def _read_json(path: Path) -> pd.DataFrame:
     a column becomes floats, as a CSV's does."""
     text = path.read_text(encoding="utf-8-sig")  # a BOM, as Windows tools write one, is no part of the JSON
     records = json.loads(text) if path.suffix.lower() == ".json" else [
-        json.loads(line) for line in text.splitlines() if line.strip()]
+        _json_line(line, number) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise ValueError("expected one JSON object a run")
     frame = pd.DataFrame(records)
@@ -658,6 +658,14 @@ def _read_json(path: Path) -> pd.DataFrame:
                 isinstance(v, int) and not isinstance(v, bool) for v in values):
             frame[name] = frame[name].astype(float)
     return frame
+
+
+def _json_line(line: str, number: int) -> Any:
+    """One line of JSON lines; its error names the file's line (json names its column on the line alone)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"line {number}, column {exc.colno}: {exc.msg}") from None
 
 
 def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:
