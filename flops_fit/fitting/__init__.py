@@ -256,10 +256,21 @@ def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
         raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
 
 
+# Epochs of its data that even the shortest run would train on under a given U, past which U is in other
+# units (millions, billions of tokens): the tiny corpora a sweep may repeat give tens to hundreds.
+UNITS_EPOCHS = 1e4
+
+
 def data_budget(runs: Runs, unique_tokens: Any) -> float | None:
     """The unique tokens a fit respects: the given ones, else a sweep's recorded ones (None: unknown)."""
     if unique_tokens is not None:
-        return check_unique_tokens(unique_tokens)
+        unique = check_unique_tokens(unique_tokens)
+        fewest = float(runs.frame["tokens"].min())
+        if fewest > UNITS_EPOCHS * unique:
+            raise FitInputError(f"unique_tokens={unique:g} would have every run repeat its data over {UNITS_EPOCHS:g} "
+                                f"times (the shortest trained {fmt.count(fewest)} tokens); is it in other units "
+                                "(millions, billions)? Give the dataset's unique tokens as a plain count")
+        return unique
     recorded = runs.metadata.get("unique_tokens")  # a sweep's: used once its runs repeat their data
     if recorded is None or not (runs.frame["tokens"].to_numpy(float) > float(recorded)).any():
         return None
