@@ -171,6 +171,16 @@ def test_loader_errors_name_the_fix(name, config, message):
         flops_fit.create_dataset(name, "train", **config)
 
 
+def test_an_empty_folder_of_text_files_is_named(tmp_path):
+    """`paths = ["corpus/"]` on an empty folder said "ValueError: commonpath() arg is an empty sequence";
+    a glob that matches only folders, the same."""
+    (tmp_path / "corpus").mkdir()
+    with pytest.raises(FlopsFitError, match=f"text-files: the folder '{tmp_path / 'corpus'}' holds no file; put the"):
+        flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / "corpus")])
+    with pytest.raises(FlopsFitError, match=r"matches no file \(only folders\)"):
+        flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / "corp*")])
+
+
 def test_unknown_split_is_refused():
     with pytest.raises(FlopsFitError, match="has no split 'test'"):
         flops_fit.create_dataset("python-stdlib", "test")

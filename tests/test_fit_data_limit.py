@@ -119,3 +119,39 @@ def test_a_data_budget_beyond_every_run_is_said_as_a_count():
     tokens"); the count reads as counts do everywhere else."""
     result = flops_fit.fit(Path(__file__).parent / "data" / "demo_runs.csv", "vpnls", bootstrap=0, tracking=False, unique_tokens=1e30)
     assert "warning: no run trains on more than the 1e+30 unique tokens: R* is not measured here" in result.summary()
+
+
+def test_answers_none_of_which_prices_the_repeats_say_so(tmp_path, capsys):
+    """``data/repeating_sweep.csv``: 12 runs of llama on six files of eight words repeated (bpe:300, 2,240
+    unique tokens, up to 326 epochs; the budgets and sizes of ``weak_sweep.csv``). Only the envelope
+    answers, and `fit --method all` printed its answer with no word that the runs repeat their data;
+    the data-limited law's failure was the only trace. Now a note under the answer says it."""
+    from pathlib import Path
+
+    from flops_fit.cli.main import main
+
+    runs = Path(__file__).parent / "data" / "repeating_sweep.csv"
+    assert main(["fit", str(runs), "--method", "all", "--unique-tokens", "2240", "--bootstrap", "50",
+                 "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped data-limited: failed" in out and "\nenvelope  " in out
+    assert out.startswith("Note: the runs repeat their data: up to 326 epochs of the 2.24k unique tokens they drew "
+                          "from, and the data-limited law, which prices the repeats, gives no answer for them"), out
+    fitted = flops_fit.fit(runs, method="all", unique_tokens=1e6, bootstrap=0, workers=1)  # no run repeats
+    assert not any("repeat" in w for w in fitted.warnings)
+
+
+def test_a_data_budget_in_other_units_is_refused(capsys):
+    """`--unique-tokens 1` (or 300 meant as millions) on runs of millions of tokens fitted the data-limited
+    law to runs repeating their data millions of times: an N_opt of 17.8M at 1e10 FLOPs on 93.5 tokens."""
+    from pathlib import Path
+
+    from flops_fit.cli.main import main
+
+    runs = Path(__file__).parent / "data" / "demo_runs.csv"  # 170k tokens and more per run
+    assert main(["fit", str(runs), "--method", "vpnls", "--unique-tokens", "1", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("flops-fit: error: unique_tokens=1 would have every run repeat its data over 10000 times (the "
+                   "shortest trained 170k tokens); is it in other units (millions, billions)? Give the dataset's "
+                   "unique tokens as a plain count\n")
+    assert flops_fit.fit(runs, "vpnls", unique_tokens=100, bootstrap=0, tracking=False).method == "data-limited"

@@ -96,10 +96,11 @@ def test_forward_chaining_fits_the_budgets_up_to_each_split_and_predicts_the_lar
 
 
 def test_bad_holdout_choices_are_refused(frame):
+    """A misspelt choice was told three of the five words --holdout takes (not auto or none)."""
     with pytest.raises(FitInputError, match=r"holdout=1e\+21: no runs at that budget; the runs' budgets are "
                                             r"1e\+17, 1e\+18, 1e\+19, 1e\+20"):
         fit(frame, method="isoflop", bootstrap=0, holdout=1e21)
-    with pytest.raises(FitInputError, match="holdout must be 'largest', 'each', 'forward' or a budget in FLOPs"):
+    with pytest.raises(FitInputError, match="holdout must be 'forward', 'largest', 'each', 'auto', 'none' or a budget in FLOPs"):
         fit(frame, method="isoflop", bootstrap=0, holdout="smallest")
     with pytest.raises(FitInputError, match="a held-out check needs runs at 2 or more budgets; these runs have 1"):
         fit(frame[frame.budget == 1e19], method="parametric", bootstrap=0, holdout="largest")
@@ -128,7 +129,7 @@ def test_cli_holdout_json_and_errors(frame, tmp_path, capsys):
     assert main(["fit", str(csv), "--holdout", "3e15"]) == 2
     assert "flops-fit: error: holdout=3e+15: no runs at that budget; the runs' budgets are 1e+17, 1e+18" in capsys.readouterr().err
     assert main(["fit", str(csv), "--holdout", "biggest"]) == 2
-    assert "holdout must be 'largest', 'each', 'forward' or a budget in FLOPs (e.g. 1e21); got 'biggest'" in capsys.readouterr().err
+    assert "holdout must be 'forward', 'largest', 'each', 'auto', 'none' or a budget in FLOPs (e.g. 1e21); got 'biggest'" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not DATA.is_file(), reason=f"reference data {DATA} is absent (../shared beside the repository)")

@@ -288,3 +288,20 @@ def test_a_sizing_interval_spanning_over_1000x_is_withheld_as_in_the_fits_own_ta
     assert "withheld" not in " ".join(rows[0])
     totals = total_rows(fitted.predict_total([1e40], inference_tokens=1e9))
     assert all(cell.endswith("[withheld: spans over 1000x]") for cell in totals[0][1:4])
+
+
+def test_a_total_where_the_law_is_flat_in_data_is_withheld_not_its_smallest_model():
+    """``data/weak_sweep.csv`` with its data budget (153,280 unique tokens): the data-limited law stops
+    falling with data once the runs would repeat their tokens for long, so at a total budget of 1e15
+    FLOPs no model searched that trains lowers its loss with more data. The search, finding no finite
+    loss, answered its second grid point: a sweep's `--total-flops 1e13` read N 8.48 parameters, D 322B
+    and a best loss of 3.7e6 nats. Now the row is withheld, saying why."""
+    result = flops_fit.fit(Path(__file__).parent / "data" / "weak_sweep.csv", method="vpnls", unique_tokens=153280,
+                           bootstrap=0, tracking=False, workers=1)
+    assert result.method == "data-limited"
+    table = result.predict_total([1e13, 1e15], inference_tokens=1e9)
+    assert table.loc[1, ["N", "D", "tokens_per_param", "loss"]].isna().all() and bool(table.loc[1, "flat"])
+    assert np.isfinite(table.loc[0, ["N", "D", "loss"]].astype(float)).all() and not table.loc[0, "flat"]
+    text = sizing_summary(result, [1e10], 1e9, [1e13, 1e15])
+    assert "withheld at 1e+15 total FLOPs: the law falls with data on no model searched that trains" in text, text
+    assert "serving 1B tokens takes all" not in text

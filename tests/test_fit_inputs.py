@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pandas as pd
 import pytest
 
 from flops_fit.cli.main import main
+from flops_fit.errors import NoFitError
 from flops_fit.fitting import FitInputError, fit, load_runs
 from flops_fit.fitting.synthetic import synthetic_runs
 
@@ -71,10 +73,108 @@ def test_a_table_as_json_lines_json_records_or_parquet_gives_the_csvs_runs(tmp_p
         load_runs(tmp_path / "other.parquet")
 
 
+def test_a_semicolon_separated_table_with_decimal_commas_gives_the_csvs_runs(tmp_path):
+    """A spreadsheet's export in a decimal-comma locale (it said "no params column 'params'; available
+    columns: 'params;tokens;loss'" and told the user to name the column)."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame["name"] = [f"run {i}, seed 0" for i in range(len(frame))]  # text with commas stays text
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    frame.to_csv(tmp_path / "semi.csv", index=False, sep=";")
+    frame.to_csv(tmp_path / "excel.csv", index=False, sep=";", decimal=",")
+    assert "," in (tmp_path / "excel.csv").read_text().splitlines()[1]
+    expected = load_runs(tmp_path / "runs.csv", keep=("name",)).frame
+    for name in ("semi.csv", "excel.csv"):
+        pd.testing.assert_frame_equal(load_runs(tmp_path / name, keep=("name",)).frame, expected)
+
+
+def test_a_csv_of_tabs_or_a_tsv_of_commas_gives_the_csvs_runs(tmp_path):
+    """A tab-separated .csv said "no params column 'params'; available columns: 'params\\ttokens\\tloss'"
+    (a comma-separated .tsv the same, with commas)."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    frame.to_csv(tmp_path / "tabs.csv", index=False, sep="\t")
+    frame.to_csv(tmp_path / "commas.tsv", index=False)
+    expected = load_runs(tmp_path / "runs.csv").frame
+    for name in ("tabs.csv", "commas.tsv"):
+        pd.testing.assert_frame_equal(load_runs(tmp_path / name).frame, expected)
+
+
+def test_a_hand_written_table_with_spaces_after_its_commas_gives_the_csvs_runs(tmp_path):
+    """"params, tokens, loss" (it said "no loss column 'loss'; available columns: 'params', ' tokens', ' loss'")."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4)[["params", "tokens", "loss", "budget"]]
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    lines = [", ".join(frame.columns) + " "] + [", ".join(f"{v!r}" for v in row) for row in frame.itertuples(index=False)]
+    (tmp_path / "typed.csv").write_text("\n".join(lines) + "\n")
+    pd.testing.assert_frame_equal(load_runs(tmp_path / "typed.csv").frame, load_runs(tmp_path / "runs.csv").frame)
+
+
+def test_a_table_a_windows_tool_saved_with_a_bom_and_crlf_gives_the_csvs_runs(tmp_path):
+    """JSON lines with a UTF-8 BOM (PowerShell, Notepad) were refused: "not a readable json table of runs
+    (Unexpected UTF-8 BOM ...)"; a CSV with one was read."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=4).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    expected = load_runs(tmp_path / "runs.csv").frame
+    for name, orient, lines in (("runs.jsonl", "records", True), ("runs.json", "records", False), ("runs.csv", None, None)):
+        text = frame.to_csv(index=False) if orient is None else frame.to_json(orient=orient, lines=lines)
+        windows = tmp_path / f"windows-{name}"
+        windows.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+        pd.testing.assert_frame_equal(load_runs(windows).frame, expected, check_dtype=False)
+
+
+def test_a_budget_or_curve_column_named_by_hand_must_be_there(tmp_path, capsys):
+    """`--budget-col nobudget` on a table without it fitted budgets rounded from FLOPs, saying nothing of
+    the column asked for; the defaults stay optional."""
+    from flops_fit.cli.main import main
+
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=4).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    assert main(["fit", str(tmp_path / "runs.csv"), "--budget-col", "C_nominal", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "runs.csv: no budget column 'C_nominal'; available columns: " in err \
+        and "--budget-col" in err, err
+    with pytest.raises(FitInputError, match="no curve column 'history'; available columns: .* curve_col="):
+        load_runs(frame, curve_col="history")
+    assert len(load_runs(frame.drop(columns=["budget"]))) == len(frame)  # no budget column: optional
+
+
+def test_a_broken_line_of_json_lines_is_named_by_its_line_in_the_file(tmp_path):
+    """The fifth line broken said "(Expecting property name ...: line 1 column 14 (char 13))": every line
+    is line 1 to json."""
+    frame = synthetic_runs(budgets=(1e17,), sizes_per_budget=6).drop(columns=["curve"])
+    lines = frame.to_json(orient="records", lines=True).splitlines()
+    lines[4] = '{"params": 5,'
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(FitInputError, match=r"runs.jsonl: not a readable json table of runs \(line 5, column 14: "
+                                            r"Expecting property name enclosed in double quotes\)"):
+        load_runs(tmp_path / "runs.jsonl")
+
+
 def test_curves_as_json_strings_are_parsed():
     frame = _table(curve=['[[1, 4.0], [2, 3.5]]'] * 4)
     runs = load_runs(frame)
     assert runs.has_curves and runs.frame["curve"][0].shape == (2, 2)
+
+
+def test_curves_as_parquets_lists_are_read_and_a_broken_one_is_named(tmp_path):
+    """A parquet table whose curve column holds lists of pairs (parquet's own form, read back as arrays of
+    arrays) ended in a traceback: "ValueError: setting an array element with a sequence"; so did a curve
+    that is no JSON."""
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=4)
+    frame["curve"] = [[[float(t), float(v)] for t, v in c] for c in frame["curve"]]
+    as_json = frame.assign(curve=[json.dumps(c) for c in frame["curve"]])
+    as_json.to_csv(tmp_path / "runs.csv", index=False)
+    expected = load_runs(tmp_path / "runs.csv").frame
+    try:
+        frame.to_parquet(tmp_path / "runs.parquet")
+    except ImportError:
+        pytest.skip("no pyarrow here to write parquet")
+    read = load_runs(tmp_path / "runs.parquet").frame
+    assert all(np.array_equal(a, b) for a, b in zip(read["curve"], expected["curve"], strict=True))
+    as_json.loc[2, "curve"] = as_json.loc[2, "curve"][:-3]
+    as_json.to_csv(tmp_path / "broken.csv", index=False)
+    with pytest.raises(FitInputError, match=r"broken.csv: run b1e\+17-s2's 'curve' is no list of \[tokens_seen, loss\] pairs "
+                                            r"\(.*\); fix it, or drop the column"):
+        load_runs(tmp_path / "broken.csv")
 
 
 def test_exclude_top_drops_highest_losses_and_records_why():
@@ -195,8 +295,8 @@ def test_a_finished_status_is_read_in_any_case_and_an_unread_one_is_named():
     ({}, {"drop": "params"}, "no params column 'params'; available columns: 'tokens', 'loss'. Name the right one with params_col="),
     ({"loss_col": "val"}, {}, "no loss column 'val'; available columns: 'params', 'tokens', 'loss'. Name the right one with loss_col= (CLI: --loss-col)"),
     ({}, {"drop": "tokens"}, "neither a tokens column 'tokens' nor a flops column 'flops'"),
-    ({}, {"set": ("params", [1e6, np.nan, 4e6, 8e6])}, "column 'params' has 1 missing or non-numeric value(s) (runs run1)"),
-    ({}, {"set": ("loss", [3.0, "x", 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s)"),
+    ({}, {"set": ("params", [1e6, np.nan, 4e6, 8e6])}, "column 'params' has 1 missing or non-numeric value(s) (runs run1: empty)"),
+    ({}, {"set": ("loss", [3.0, "x", 3.0, 3.0])}, "column 'loss' has 1 missing or non-numeric value(s) (runs run1: 'x')"),
     ({}, {"set": ("params", [1e6, 0.0, -1.0, 8e6])}, "column 'params' must hold finite positive values; 2 do not (run1: 0, run2: -1)"),
     ({}, {"set": ("tokens", [np.inf, 1.0, 1.0, 1.0])}, "column 'tokens' must hold finite positive values; 1 do not (run0: inf)"),
     ({"exclude_top": 4}, {}, "exclude_top=4 would drop all 4 runs"),
@@ -215,6 +315,17 @@ def test_bad_tables_are_refused_with_the_fix(kwargs, frame_change, message):
     assert message in str(info.value)
 
 
+def test_a_value_that_is_no_number_is_shown_as_written(tmp_path):
+    """Sizes written with thousands separators ("2,952") were refused as "40 missing or non-numeric
+    value(s) (runs run0, run1, ...)", which did not show what was wrong with them."""
+    frame = _table()
+    frame["params"] = [f"{v:,.0f}" for v in frame["params"]]
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    with pytest.raises(FitInputError, match=r"column 'params' has 4 missing or non-numeric value\(s\) \(runs run0: "
+                                            r"'1,000,000', run1: '2,000,000', run2: '4,000,000', run3: '8,000,000'\)"):
+        load_runs(tmp_path / "runs.csv")
+
+
 def test_runs_without_a_finite_loss_are_left_out_and_text_is_refused_by_name(tmp_path):
     """A W&B runs-table export: the crashed run is left out by its State, and a run W&B calls finished
     whose loss is NaN (diverged: common at a learning-rate sweep's high rates) or inf is left out too,
@@ -231,14 +342,21 @@ def test_runs_without_a_finite_loss_are_left_out_and_text_is_refused_by_name(tmp
     export["loss"] = export["loss"].astype(object)
     export.loc[1, "loss"] = "unknown"
     export.to_csv(tmp_path / "export.csv", index=False)
-    with pytest.raises(FitInputError, match=r"column 'loss' has 1 missing or non-numeric value\(s\) \(runs diverged\); "
+    with pytest.raises(FitInputError, match=r"column 'loss' has 1 missing or non-numeric value\(s\) \(runs diverged: 'unknown'\); "
                                             "drop or fix those runs"):
         load_runs(tmp_path / "export.csv")
 
 
-def test_empty_table_is_refused():
+def test_empty_table_is_refused(tmp_path):
     with pytest.raises(FitInputError, match="no finished runs to fit"):
         load_runs(_table().iloc[:0])
+    # an empty JSON lines file or JSON array said "no params column 'params'; available columns: ."
+    (tmp_path / "runs.jsonl").write_text("")
+    (tmp_path / "runs.json").write_text("[]\n")
+    for empty in (tmp_path / "runs.jsonl", tmp_path / "runs.json", pd.DataFrame()):
+        with pytest.raises(FitInputError, match=r"^.*(runs.jsonl|runs.json|DataFrame): no finished runs to fit \(the table "
+                           r"is empty\)$"):
+            load_runs(empty)
 
 
 def test_bad_sources_are_refused(tmp_path):
@@ -284,8 +402,12 @@ def test_fit_refuses_bad_arguments():
 
 
 def test_methods_refuse_too_few_runs_or_missing_structure():
-    with pytest.raises(FitInputError, match="the parametric fit needs at least 6 runs; got 4"):
+    with pytest.raises(FitInputError, match="needs at least 6 runs; got 4"):
         fit(_table(), method="parametric", bootstrap=0)
+    # --method vpnls on five runs was told "the parametric fit needs at least 6 runs": a method not asked for
+    with pytest.raises(FitInputError, match=r"^a law over \(N, D\) \(parametric, vpnls, interaction, data-limited\) "
+                                            "needs at least 6 runs; got 4$"):
+        fit(_table(), method="vpnls", bootstrap=0)
     one_size = pd.DataFrame({"params": [1e6] * 6, "tokens": np.geomspace(1e7, 1e9, 6), "loss": np.linspace(3, 2.5, 6)})
     with pytest.raises(FitInputError, match="all runs share one size or one token count"):
         fit(one_size, method="vpnls", bootstrap=0)
@@ -310,6 +432,25 @@ def test_budgets_without_a_minimum_are_told_by_reason_not_one_by_one():
     said = str(refused.value)
     assert "found 0 of 8 (fewer than 3 model sizes: 8 budgets (1e+16, 3.73e+16, ..., 1e+20)). Add sizes" in said
     assert said.count("e+") == 3
+
+
+def test_one_budget_is_told_to_sweep_more_budgets_not_to_add_sizes():
+    """One budget with an interior minimum said "found 1 of 1 (no budgets). Add sizes around each budget's
+    optimum": no size added to one budget gives Approach 2 its second one."""
+    one = synthetic_runs(budgets=(1e18,), sizes_per_budget=5, noise=0)
+    with pytest.raises(FitInputError) as refused:
+        fit(one, method="isoflop", bootstrap=0)
+    assert str(refused.value) == ("Approach 2 needs an interior loss minimum at 2 or more budgets; these runs have one "
+                                  "budget (1e+18 FLOPs). Sweep more budgets, or use method='parametric'.")
+
+
+def test_no_method_fitting_reads_as_one_sentence_per_method():
+    """The reasons were joined as they ended: "... or use method='parametric'.; parametric: ..."."""
+    one = synthetic_runs(budgets=(1e18,), sizes_per_budget=4, noise=0).drop(columns=["curve"])
+    with pytest.raises(NoFitError) as refused:
+        fit(one, method="all", bootstrap=0, workers=1)
+    said = str(refused.value)
+    assert ".;" not in said and "or use method='parametric'; parametric: a law over (N, D) (parametric, vpnls" in said
 
 
 def test_all_records_methods_that_cannot_run():
@@ -416,6 +557,45 @@ def test_params_tokens_and_flops_in_other_units_are_refused(tmp_path, capsys):
         load_runs(runs.assign(flops=runs.flops / 1e6))
     for factor in (0.05, 250):  # a sparse model by its total parameters; an image model's FLOPs per sample
         assert len(load_runs(runs.assign(flops=runs.flops * factor))) == len(runs)
+
+
+def test_sizes_tokens_or_budgets_in_other_units_without_flops_to_disagree_are_refused(tmp_path, capsys):
+    """A table with only params, tokens and budget, one of them in millions or billions: the fit read
+    them as counts and blamed the method ("vpnls: failed: ... the N_opt interval at 60 FLOPs is [0.0315,
+    2.4], below one parameter; the runs do not pin this method down"). Now one line names the column."""
+    from flops_fit.cli.main import main
+
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1)[["params", "tokens", "budget", "loss"]]
+    for column, factor, message in (("params", 1e-12, "column 'params' holds 27 value(s) below one parameter"),
+                                    ("tokens", 1e-12, "column 'tokens' holds 27 value(s) below one token"),
+                                    ("budget", 1e-9, "the budget column 'budget' is 1e-09 x the runs' FLOPs")):
+        csv = tmp_path / f"{column}.csv"
+        runs.assign(**{column: runs[column] * factor}).to_csv(csv, index=False)
+        assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "0"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and "other units" in err, err
+    flops_only = runs.drop(columns=["tokens"]).assign(flops=6 * runs.params * runs.tokens / 1e18)
+    with pytest.raises(FitInputError, match=r"tokens \(from column 'flops'\) holds 27 value\(s\) below one"):
+        load_runs(flops_only.drop(columns=["budget"]))
+    with pytest.raises(FitInputError, match="no finished runs to fit"):  # a header alone: nothing to compare
+        load_runs(runs.iloc[:0])
+    for factor in (1 / 250, 20.0):  # an image model's FLOPs per sample beside 6 N D; a budget the runs fall short of
+        assert len(load_runs(runs.assign(budget=runs.budget * factor))) == len(runs)
+
+
+def test_where_reads_a_number_written_another_way_in_a_numeric_column(tmp_path, capsys):
+    """`--where budget=6e10` on a table whose budgets read 60000000000 said "no row has budget='6e10'; its
+    values are '60000000000', ..."."""
+    from flops_fit.cli.main import main
+
+    frame = synthetic_runs(budgets=(6e10, 1.2e11), sizes_per_budget=4).drop(columns=["curve"])
+    frame["budget"] = frame["budget"].astype("int64")
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    for written in ("6e10", "6.0e+10", "60000000000"):
+        kept = load_runs(tmp_path / "runs.csv", where={"budget": written})
+        assert kept.frame["budget"].tolist() == [6e10] * 4
+    assert main(["fit", str(tmp_path / "runs.csv"), "--method", "isoflop", "--where", "budget=5e10"]) == 2
+    assert "no row has budget='5e10'; its values are '120000000000', '60000000000'" in capsys.readouterr().err
 
 
 def test_where_given_as_text_names_the_mapping_it_takes():

@@ -28,6 +28,22 @@ def test_a_missing_store_is_refused_with_the_fix(tmp_path):
         RunStore(tmp_path / "nothing")
 
 
+def test_a_reader_given_the_store_file_reads_its_folder_and_a_table_is_told_what_to_give(store, tmp_path, capsys):
+    """`flops-fit status OUT/runs.sqlite` (which `fit` and `report` read) said "is an existing file, not a
+    folder: choose a folder for the sweep's store", and a CSV given to status said the same."""
+    from flops_fit.cli.main import main
+
+    s, plan = store
+    with RunStore(s.path) as again:
+        assert again.dir == s.dir and again.counts() == {"pending": 6}
+    assert main(["status", str(s.path)]) == 0
+    table = tmp_path / "runs.csv"
+    table.write_text("params,tokens,loss\n1,2,3\n")
+    assert main(["status", str(table)]) == 2
+    assert capsys.readouterr().err == (f"flops-fit: error: {table} is a file, not a sweep's output folder: give the "
+                                       "folder the sweep wrote (it holds runs.sqlite)\n")
+
+
 def test_plan_and_meta_round_trip(store):
     s, plan = store
     assert [r.run_id for r in s.planned_runs()] == [r.run_id for r in plan.runs]

@@ -20,7 +20,13 @@ from flops_fit.fitting.approaches.approach import Approach
 from flops_fit.fitting.approaches.curve_law import CurveLaw
 from flops_fit.fitting.approaches.data_limit import DataLimited, check_unique_tokens
 from flops_fit.fitting.approaches.envelope import Envelope
-from flops_fit.fitting.approaches.fit_set import NO_FORECAST, FitSet, fresh_data_caveat
+from flops_fit.fitting.approaches.fit_set import (
+    FRESH_DATA,
+    NO_FORECAST,
+    FitSet,
+    fresh_data_caveat,
+    repeats_caveat,
+)
 from flops_fit.fitting.approaches.interaction import Interaction
 from flops_fit.fitting.approaches.isoflop import Isoflop
 from flops_fit.fitting.approaches.parametric import Parametric
@@ -196,7 +202,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         if not results:
             lead = ("no method answers at the target" if any(w.startswith(AT_TARGET) for w in skipped.values())
                     else "no method could fit these runs")
-            raise NoFitError(f"{lead}: " + "; ".join(f"{m}: {w}" for m, w in skipped.items()))
+            raise NoFitError(f"{lead}: " + "; ".join(f"{m}: {str(w).rstrip('.')}" for m, w in skipped.items()))
         if holdout is not None:
             progress(f"held-out checks ({holdout}): each method refitted without the budgets it predicts")
             try:
@@ -228,11 +234,15 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                 fitted.warnings.append(below)
             data = unique if unique is not None else runs.metadata.get("unique_tokens")  # a sweep records it
             if fitted.forecast is not None and data is not None and \
-                    (caveat := fresh_data_caveat(fitted.forecast, float(data), results)) is not None:
+                    (caveat := fresh_data_caveat(fitted.forecast, float(data), results, skipped)) is not None:
                 fitted.warnings.append(caveat)
         elif method == "all" and holdout == "each":
             fitted.warnings.append(f"{NO_FORECAST}leaving one budget out tests interpolation; the forecast is chosen by "
                                    "forward chaining (holdout='forward', --holdout forward)")
+        longest = float(runs.frame["tokens"].max())
+        if method == "all" and DataLimited.name in skipped and unique is not None and longest > unique and \
+                not any(w.startswith(FRESH_DATA) for w in fitted.warnings):  # the forecast's caveat says it
+            fitted.warnings.append(repeats_caveat(longest, unique))
     if logged_to is not None:
         log_fit(fitted, logged_to)
     return fitted
@@ -280,10 +290,21 @@ def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
                             f"{bootstrap!r}")
 
 
+# Epochs of its data that even the shortest run would train on under a given U, past which U is in other
+# units (millions, billions of tokens): the tiny corpora a sweep may repeat give tens to hundreds.
+UNITS_EPOCHS = 1e4
+
+
 def data_budget(runs: Runs, unique_tokens: Any) -> float | None:
     """The unique tokens a fit respects: the given ones, else a sweep's recorded ones (None: unknown)."""
     if unique_tokens is not None:
-        return check_unique_tokens(unique_tokens)
+        unique = check_unique_tokens(unique_tokens)
+        fewest = float(runs.frame["tokens"].min())
+        if fewest > UNITS_EPOCHS * unique:
+            raise FitInputError(f"unique_tokens={unique:g} would have every run repeat its data over {UNITS_EPOCHS:g} "
+                                f"times (the shortest trained {fmt.count(fewest)} tokens); is it in other units "
+                                "(millions, billions)? Give the dataset's unique tokens as a plain count")
+        return unique
     recorded = runs.metadata.get("unique_tokens")  # a sweep's: used once its runs repeat their data
     if recorded is None or not (runs.frame["tokens"].to_numpy(float) > float(recorded)).any():
         return None

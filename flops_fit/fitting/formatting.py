@@ -28,7 +28,8 @@ def sig(value: Any, digits: int = 3) -> str:
 
 def count(value: Any, digits: int = 3) -> str:
     """A parameter or token count: 1.23M, 45.6B, 2.1T (below 1000: plain; from 1000T: 1e+15). The
-    suffix is chosen after rounding: 999.7B is 1T, not "1e+03B", and 1e18 tokens not "1e+06T"."""
+    suffix is chosen after rounding: 999,700 is 1M and 999.7B is 1T (not "1e+03k", "1e+03B"), and 1e18
+    tokens not "1e+06T"."""
     if not _finite(value):
         return "nan"
     v = float(f"{float(value):.{digits}g}")

@@ -27,6 +27,8 @@ FINISHED = ("done", "finished", "ok", "completed", "succeeded", "success")
 # tables of runs by extension: what fit, report, compare and tune --from read as one row a run
 TABLES = {".csv": "CSV", ".txt": "CSV", ".tsv": "CSV", ".jsonl": "json", ".ndjson": "json", ".json": "json",
           ".parquet": "parquet"}
+# a number written with a decimal comma, as spreadsheets in many locales save it beside semicolons
+DECIMAL_COMMA = r"[-+]?\d+,\d*(?:[eE][-+]?\d+)?"
 # What a fit minimises: the held-out loss as the runs record it (nats per token or sample),
 # or bits per byte of held-out text (``bpb``), comparable across tokenizers.
 METRICS = {"loss": "held-out loss (nats per token or sample)", "bpb": "held-out bits per byte",
@@ -160,6 +162,8 @@ def load_runs(
     if metric not in METRICS:
         raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
     frame, name, metadata = _read(source, curve_metric=curve_metric, tokens_col=tokens_col, experiment=experiment)
+    if len(frame.columns) == 0:  # an empty JSON file or array, an empty DataFrame: no column is missing, nothing is there
+        raise FitInputError(f"{name}: no finished runs to fit (the table is empty)")
     frame = _where(frame, where, name)
     loss_col = loss_col or METRIC_COLUMNS[metric]
     if metric == "bpb":
@@ -182,6 +186,10 @@ def load_runs(
                 f"Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})"
                 + (f", or log it with each run {logged}." if logged and canonical != "loss" else ".")
             )
+    for column, argument, default in ((budget_col, "budget_col", "budget"), (curve_col, "curve_col", "curve")):
+        if column != default and column not in frame:  # optional columns, but one named by hand must be there
+            raise FitInputError(f"{name}: no {default} column {column!r}; available columns: {available}. Name the "
+                                f"right one with {argument}= (CLI: --{argument.replace('_', '-')})")
     for column, argument in (keep.items() if isinstance(keep, Mapping) else ()):
         if column not in frame:
             raise FitInputError(f"{name}: no {argument.removesuffix('_col')} column {column!r}; available columns: "
@@ -222,10 +230,12 @@ def load_runs(
         out["flops"] = flops_per_param_token * out["params"] * out["tokens"]
     elif has_tokens and len(out):
         _check_units(out, name, mapping)
+    _check_counts(out, name, mapping, has_tokens)
     if budget_col in frame:
         out["budget"] = _numeric(frame[budget_col], budget_col, name, out["run_id"])
+        _check_budget(out, name, budget_col, mapping["flops"][0] if has_flops else None)
     if curve_col in frame:
-        out["curve"] = frame[curve_col].map(_parse_curve)
+        out["curve"] = _curves(frame, curve_col, name, out["run_id"])
     for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit",
                   "top1_error", "lr", "lr_source", "schedule", *keep):  # lr_source: the report's notes on the rates
         if extra in frame and extra not in out:
@@ -259,7 +269,8 @@ def load_runs(
 
 def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> pd.DataFrame:
     """The rows whose columns hold ``where``'s values (compared as text: a CSV's 1 and 1.0 are not
-    told apart by the reader), or one line naming the columns or values there are."""
+    told apart by the reader; in a numeric column a value written otherwise, 6e10, as a number), or one
+    line naming the columns or values there are."""
     if where is not None and not isinstance(where, Mapping):
         raise FitInputError(f"where must map columns to values, e.g. where={{'recipe': 'muon'}} (CLI: --where "
                             f"COLUMN=VALUE), got {where!r}")
@@ -269,12 +280,25 @@ def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> p
                                 + ", ".join(map(repr, frame.columns)))
         text = frame[column].astype(str)
         keep = text == str(value)
+        number = _number(value)
+        if not keep.any() and number is not None and pd.api.types.is_numeric_dtype(frame[column]):
+            # a number written another way than the table's (6e10 for 60000000000, 1 for 1.0)
+            keep = pd.Series(np.isclose(frame[column].to_numpy(float), number, rtol=1e-9, atol=0), frame.index)
         if not keep.any():
             values = sorted(text.unique())
             raise FitInputError(f"{name}: no row has {column}={value!r}; its values are "
                                 + ", ".join(map(repr, values[:12])) + (" ..." if len(values) > 12 else ""))
         frame = frame.loc[keep]
     return frame
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite number (a --where value is text: "6e10"), or None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) else None
 
 
 def _flags(frame: pd.DataFrame, used: set[str]) -> tuple[list[str], set[str]]:
@@ -368,6 +392,36 @@ def _check_units(out: pd.DataFrame, name: str, mapping: dict[str, tuple[str, str
                         "(median over the runs); is one in other units (millions of parameters, billions of tokens, "
                         "PF-days)? Give each as a plain count (convert the column, or name another with params_col=, "
                         "tokens_col=, flops_col=; CLI: --params-col ...)")
+
+
+def _check_counts(out: pd.DataFrame, name: str, mapping: dict[str, tuple[str, str]], has_tokens: bool) -> None:
+    """Refuse sizes or token counts below one: no model has a fraction of a parameter, so the column is
+    in other units (millions of parameters, billions of tokens), and every law would answer in them."""
+    for canonical, unit in (("params", "parameter"), ("tokens", "token")):
+        small = out[canonical] < 1
+        if not small.any():
+            continue
+        column = mapping[canonical][0] if canonical == "params" or has_tokens else None
+        what = f"column {column!r}" if column else f"tokens (from column {mapping['flops'][0]!r})"
+        rows = ", ".join(f"{r}: {v:.3g}" for r, v in zip(out.loc[small, "run_id"][:3], out.loc[small, canonical][:3],
+                                                          strict=True))
+        raise FitInputError(f"{name}: {what} holds {int(small.sum())} value(s) below one {unit} ({rows}); is it in other "
+                            "units (millions of parameters, billions of tokens or FLOPs)? Give each as a plain count")
+
+
+def _check_budget(out: pd.DataFrame, name: str, budget_col: str, flops_col: str | None) -> None:
+    """Refuse a budget column in other units than the runs' FLOPs (billions, PF-days, log10): the
+    fit reads it as FLOPs, and every answer would be at the wrong compute."""
+    if not len(out):  # no run left to compare: the empty table is said after
+        return
+    with np.errstate(all="ignore"):
+        ratio = float(np.nanmedian(out["budget"] / out["flops"]))
+    if UNIT_RATIO[0] <= 1 / ratio <= UNIT_RATIO[1]:
+        return
+    flops = f"column {flops_col!r}" if flops_col else "6 x params x tokens"
+    raise FitInputError(f"{name}: the budget column {budget_col!r} is {ratio:.3g} x the runs' FLOPs ({flops}; median "
+                        "over the runs); is it in other units (billions, PF-days, log10)? Give each run's planned "
+                        "compute in FLOPs, or name another column with budget_col= (CLI: --budget-col)")
 
 
 def _check_diverged(out: pd.DataFrame, name: str, exclude_top: int) -> None:
@@ -476,7 +530,8 @@ def _numeric(series: pd.Series, column: str, name: str, ids: pd.Series) -> pd.Se
     values = pd.to_numeric(series, errors="coerce")
     missing = values.isna()
     if missing.any():
-        runs = ", ".join(map(str, ids[missing].head(5)))
+        # each value as written: "2,952" shows a thousands separator, an empty cell a run never evaluated
+        runs = ", ".join(f"{ids[i]}: {'empty' if pd.isna(v) else repr(str(v))}" for i, v in series[missing].head(5).items())
         raise FitInputError(
             f"{name}: column {column!r} has {int(missing.sum())} missing or non-numeric value(s) "
             f"(runs {runs}); drop or fix those runs before fitting"
@@ -496,7 +551,23 @@ def _parse_curve(curve: Any) -> Any:
         curve = json.loads(curve) if curve.strip() else None
     if curve is None or (isinstance(curve, float) and np.isnan(curve)):
         return None
+    if isinstance(curve, np.ndarray) and curve.dtype == object:  # parquet's list of lists: an array of arrays
+        curve = [list(point) for point in curve]
     return np.asarray(curve, dtype=float).reshape(-1, 2)
+
+
+def _curves(frame: pd.DataFrame, column: str, name: str, ids: pd.Series) -> pd.Series:
+    """Each run's curve as an array of (tokens, loss) rows, or one line naming the first run whose curve
+    is no list of pairs."""
+    parsed = []
+    for i, curve in frame[column].items():
+        try:
+            parsed.append(_parse_curve(curve))
+        except (ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError
+            raise FitInputError(f"{name}: run {ids[i]}'s {column!r} is no list of [tokens_seen, loss] pairs "
+                                f"({str(exc).splitlines()[0][:80]}); fix it, or drop the column (methods that need curves then "
+                                "skip)") from None
+    return pd.Series(parsed, index=frame.index, dtype=object)
 
 
 def _read(source: Any, **tracker: Any) -> tuple[pd.DataFrame, str, dict[str, Any]]:
@@ -539,7 +610,14 @@ def _read_table(path: Path) -> pd.DataFrame:
         elif kind == "json":
             frame = _read_json(path)
         else:
-            frame = pd.read_csv(path, sep="\t" if path.suffix.lower() == ".tsv" else ",")
+            sep = "\t" if path.suffix.lower() == ".tsv" else ","
+            frame = pd.read_csv(path, sep=sep, skipinitialspace=True)
+            other = next((c for c in (";", "\t", ",") if c != sep and c in str(frame.columns[0])), None) \
+                if len(frame.columns) == 1 else None  # the whole header one name: another separator than the name's
+            if other is not None:
+                frame = _separated(path, other)
+            # a hand-written header's spaces ("params, tokens, loss") are no part of its names
+            frame = frame.rename(columns=lambda c: c.strip() if isinstance(c, str) else c)
     except ImportError:  # pandas reads parquet through pyarrow (or fastparquet), an optional package
         raise FitInputError(f"{path}: reading parquet needs pyarrow: pip install pyarrow (or 'flops-fit[data]'), "
                             "or export the runs as CSV") from None
@@ -550,13 +628,27 @@ def _read_table(path: Path) -> pd.DataFrame:
     return wandb_runs.from_export(frame) if wandb_runs.is_export(frame) else frame
 
 
+def _separated(path: Path, sep: str) -> pd.DataFrame:
+    """A table whose fields another separator splits than its suffix says (a tab-separated .csv, a
+    comma-separated .tsv), or a spreadsheet's semicolons (with its locale's decimal comma, "2,387"): read
+    as the table it stands for."""
+    frame = pd.read_csv(path, sep=sep, skipinitialspace=True)
+    if sep != ";":
+        return frame
+    for name in frame.columns:
+        values = frame[name].dropna().astype(str)
+        if frame[name].dtype.kind == "O" and len(values) and values.str.fullmatch(DECIMAL_COMMA).all():
+            frame[name] = pd.to_numeric(frame[name].str.replace(",", ".", regex=False))
+    return frame
+
+
 def _read_json(path: Path) -> pd.DataFrame:
     """JSON lines (one object a run) or a JSON array of run objects, read by Python's json: pandas'
     reader refuses integers past int64 ("Value is too big!"), and FLOP counts pass 9.2e18. Such
     a column becomes floats, as a CSV's does."""
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8-sig")  # a BOM, as Windows tools write one, is no part of the JSON
     records = json.loads(text) if path.suffix.lower() == ".json" else [
-        json.loads(line) for line in text.splitlines() if line.strip()]
+        _json_line(line, number) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise ValueError("expected one JSON object a run")
     frame = pd.DataFrame(records)
@@ -566,6 +658,14 @@ def _read_json(path: Path) -> pd.DataFrame:
                 isinstance(v, int) and not isinstance(v, bool) for v in values):
             frame[name] = frame[name].astype(float)
     return frame
+
+
+def _json_line(line: str, number: int) -> Any:
+    """One line of JSON lines; its error names the file's line (json names its column on the line alone)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"line {number}, column {exc.colno}: {exc.msg}") from None
 
 
 def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:

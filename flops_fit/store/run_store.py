@@ -119,9 +119,11 @@ def check_store(path: Path) -> set[str]:
                      f"output folder, or move the file away; {untouched}")
 
 
-def _not_a_file(out_dir: Path) -> None:
+def _not_a_file(out_dir: Path, create: bool = True) -> None:
     if out_dir.exists() and not out_dir.is_dir():
-        raise StoreError(f"{out_dir} is an existing file, not a folder: choose a folder for the sweep's store")
+        raise StoreError(f"{out_dir} is an existing file, not a folder: choose a folder for the sweep's store" if create
+                         else f"{out_dir} is a file, not a sweep's output folder: give the folder the sweep wrote (it "
+                         f"holds {STORE_NAME})")
 
 
 def check_folder(out_dir: Path) -> Path:
@@ -139,8 +141,10 @@ class RunStore:
 
     def __init__(self, out_dir: str | Path, *, create: bool = False) -> None:
         self.dir = Path(out_dir)
+        if not create and self.dir.name == STORE_NAME and self.dir.is_file():  # the store named, not its folder
+            self.dir = self.dir.parent
         self.path = self.dir / STORE_NAME
-        _not_a_file(self.dir)
+        _not_a_file(self.dir, create)
         if self.path.exists():
             if not check_store(self.path) and not create:
                 raise StoreError(f"{self.path} holds no sweep yet (an empty store): run a sweep with --out "

@@ -200,12 +200,16 @@ def expand(paths: str | Sequence[str], name: str = "text-files") -> list[Path]:
     for p in paths:
         p = str(p)
         if os.path.isdir(p):
-            found += sorted(q for q in Path(p).rglob("*") if q.is_file())
+            inside = sorted(q for q in Path(p).rglob("*") if q.is_file())
+            if not inside:  # an empty folder: said here, not as a path computation's error downstream
+                raise DataError(f"{name}: the folder {p!r} holds no file; put the text files in it, or name them")
+            found += inside
         else:
             matches = sorted(glob.glob(p, recursive=True))
-            if not matches:
-                raise DataError(f"{name}: {p!r} matches no file")
-            found += [Path(m) for m in matches if os.path.isfile(m)]
+            files = [Path(m) for m in matches if os.path.isfile(m)]
+            if not files:
+                raise DataError(f"{name}: {p!r} matches no file" + (" (only folders)" if matches else ""))
+            found += files
     return found
 
 

@@ -77,8 +77,9 @@ class FitSet(Presentable):
         if self.forecast is not None:
             parts = [forecast_headline(self.forecast)]
             parts += [f"Note: {w}." for w in self.warnings if w.startswith(CAVEATS)]
-        else:
+        else:  # no forecast: the caveats on the methods' own answers (the runs' repeats) still stand
             parts = [withheld[0].upper() + withheld[1:]] if withheld else []
+            parts += [f"Note: {w}." for w in self.warnings if w.startswith(CAVEATS)]
         parts += [f"Note: {n}." for n in self.runs.notes]
         parts += [self.answer_table(budgets), *skipped]
         if self.holdout and max(len(items) for items in self.holdout.values()) > 1:  # budgets held out in turn
@@ -121,18 +122,31 @@ class FitSet(Presentable):
 
 NO_FORECAST = "no forecast: "  # the warning that says why a forecast asked for is withheld
 FRESH_DATA = "the forecast assumes fresh data: "  # the warning of a forecast whose D_opt outruns the data
-CAVEATS = (FRESH_DATA, BEYOND_MEASURED, BELOW_SWEPT)  # said under the forecast, not counted with the others
+REPEATS = "the runs repeat their data: "  # the warning of answers that all read repeated tokens as fresh
+CAVEATS = (FRESH_DATA, BEYOND_MEASURED, BELOW_SWEPT, REPEATS)  # said with the answer, not counted with the others
 
 
-def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult]) -> str | None:
+def repeats_caveat(tokens: float, unique: float) -> str:
+    """The warning of a set of answers none of which prices repeated data: the runs trained up to
+    ``tokens`` on ``unique`` tokens, and the data-limited law gave no answer."""
+    return (f"{REPEATS}up to {tokens / unique:.3g} epochs of the {fmt.count(unique)} unique tokens they drew from, and "
+            "the data-limited law, which prices the repeats, gives no answer for them (skipped); every answer here "
+            "reads each token as fresh data, so a larger dataset (or runs within it) is what makes them hold")
+
+
+def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult],
+                      skipped: dict[str, str] | None = None) -> str | None:
     """The forecast's candidates read tokens as fresh data: a warning when its D_opt at the target
-    exceeds the ``unique`` tokens the runs drew from, with the data-constrained law's answer there."""
+    exceeds the ``unique`` tokens the runs drew from, with the data-constrained law's answer there
+    (or that it gave none: ``skipped`` holds it)."""
     tokens = float(forecast.d_opt[0])
     if not tokens > unique:
         return None
     text = (f"{FRESH_DATA}its D_opt at the target, {fmt.count(tokens)} tokens, is {tokens / unique:.3g}x the "
             f"{fmt.count(unique)} unique tokens these runs drew from")
     limited = results.get("data-limited")
+    if limited is None and "data-limited" in (skipped or {}):
+        return text + "; the data-limited law, which prices the repeats, gives no answer for these runs (skipped)"
     if limited is None:
         return text + ("; a fit with the data budget (unique_tokens=U, --unique-tokens U) adds the data-limited "
                        "law, which prices the repeats")

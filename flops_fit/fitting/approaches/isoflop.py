@@ -70,6 +70,12 @@ class Isoflop(Approach):
         budgets, warnings = budget_groups(runs)
         optima = profile_optima(runs, budgets, np.ones(len(runs)), self.curve)
         good = optima[optima["excluded"].isna()]
+        if len(optima) < MIN_BUDGETS:  # no sizes added to one budget give a second one
+            raise FitInputError(
+                f"Approach 2 needs an interior loss minimum at {MIN_BUDGETS} or more budgets; these runs have "
+                f"one budget ({float(optima.budget.iloc[0]):.3g} FLOPs). "
+                "Sweep more budgets, or use method='parametric'."
+            )
         if len(good) < MIN_BUDGETS:
             raise FitInputError(
                 f"Approach 2 needs an interior loss minimum at {MIN_BUDGETS} or more budgets; found "

@@ -95,10 +95,12 @@ def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, FlopsRu
     or too uniform runs. The rule is the runs' FLOPs per parameter per token (``FlopsRule``)."""
     f = runs.frame
     if len(f) < MIN_RUNS:
-        raise FitInputError(f"the parametric fit needs at least {MIN_RUNS} runs; got {len(f)}")
+        raise FitInputError(f"a law over (N, D) (parametric, vpnls, interaction, data-limited) needs at least {MIN_RUNS} "
+                            f"runs; got {len(f)}")
     n, d = f["params"].to_numpy(float), f["tokens"].to_numpy(float)
     if np.ptp(np.log(n)) == 0 or np.ptp(np.log(d)) == 0:
-        raise FitInputError("the parametric fit needs runs of several model sizes and token counts; "
+        raise FitInputError("a law over (N, D) (parametric, vpnls, interaction, data-limited) needs runs of several "
+                            "model sizes and token counts; "
                             "all runs share one size or one token count")
     return np.log(n), np.log(d), f["loss"].to_numpy(float), flops_rule(np.log(n), f["flops"].to_numpy(float), n, d)
 

@@ -177,7 +177,11 @@ def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, token
         cols2 = {k: v[:, :, 0] for k, v in cols.items()}
         per_token = flops_per_token(cols2, best)
         d_best = totals[None, :] / per_token - share
-        # else serving takes the whole total on every model searched: no answer, not D < 0
+        # serving takes the whole total on every N searched (no answer, not D < 0), or the law falls with data on
+        # no N that trains (a law of runs that repeat their data, flat in D there): no size is best
+        grid_n = np.exp(log_n)
+        trainable = (grid_n >= 1.0) & (totals[None, :, None] / flops_per_token(cols, grid_n) - share > 0)
+        flat = trainable.any(-1) & ~np.isfinite(loss).any(-1)
         trains = np.isfinite(loss).any(-1) & (d_best > 0)
         value = np.where(trains, law(cols2, best, np.where(trains, d_best, 1.0)), np.nan)
 
@@ -186,13 +190,15 @@ def _total(result: Any, law, p: dict[str, np.ndarray], totals: np.ndarray, token
 
         return {"N": answer(best), "D": answer(d_best), "tokens_per_param": answer(d_best / best), "loss": value,
                 "train_flops": answer(per_token * d_best), "inference_flops": answer(per_token * share),
-                "chinchilla_loss": chinchilla_loss}
+                "chinchilla_loss": chinchilla_loss, "flat": flat.astype(float)}
 
 
-def _table(result: Any, first: str, values: np.ndarray, tokens: float, solve, names) -> pd.DataFrame:
+def _table(result: Any, first: str, values: np.ndarray, tokens: float, solve, names, flags=()) -> pd.DataFrame:
     law = law_of(result)
     rows = [solve(result, law, p, values, tokens) for p in columns(result)]
     out = pd.DataFrame({first: values, "inference_tokens": tokens})
+    for flag in flags:  # the point estimate's, without an interval: why a row has no answer
+        out[flag] = rows[0][flag][0] > 0
     for name in names:
         out[name] = rows[0][name][0]
         with warnings.catch_warnings():  # a withheld row's draws are all NaN: its interval is NaN, said once
@@ -214,7 +220,8 @@ def total_sizing(result: Any, totals: Any, inference_tokens: Any) -> pd.DataFram
     the loss the compute-optimal model of training compute F would reach (no inference paid). NaN where
     serving alone takes all of F on every model searched (``unserved``)."""
     tokens = check_tokens(inference_tokens)
-    return _table(result, "total_flops", check_budgets(totals, "total budgets"), tokens, _total, TOTAL_COLUMNS)
+    return _table(result, "total_flops", check_budgets(totals, "total budgets"), tokens, _total, TOTAL_COLUMNS,
+                  ("flat",))
 
 
 SIZING_HEADERS = ["training FLOPs C", "{loss} to reach", "N", "D", "{unit}/param", "total FLOPs",
@@ -261,11 +268,15 @@ def _cell(row: Any, key: str, show) -> str:
 
 
 def unserved(table: pd.DataFrame, unit: str = "tokens") -> list[str]:
-    """Why ``total_sizing``'s rows without an answer have none: serving takes the whole total."""
-    return [f"withheld at {fmt.flops(r.total_flops)} total FLOPs: serving {fmt.count(r.inference_tokens)} {unit} "
-            f"takes all of it on every model searched (down to 1e-{SEARCH_DECADES:g} x the compute-optimal size, and "
-            f"one parameter), "
-            f"leaving nothing to train: give a larger total budget or fewer inference {unit}"
+    """Why ``total_sizing``'s rows without an answer have none: serving takes the whole total, or the law
+    falls with data on no model that trains (it read a best loss of 3.7e6 on 8.48 parameters there)."""
+    return [f"withheld at {fmt.flops(r.total_flops)} total FLOPs: " + (
+            f"the law falls with data on no model searched that trains (down to 1e-{SEARCH_DECADES:g} x the "
+            f"compute-optimal size, and one parameter), so no size is best; the law is read beyond what its runs "
+            f"support there (runs that repeat their data flatten it in {unit})" if r.get("flat", False) else
+            f"serving {fmt.count(r.inference_tokens)} {unit} takes all of it on every model searched (down to "
+            f"1e-{SEARCH_DECADES:g} x the compute-optimal size, and one parameter), leaving nothing to train: give a "
+            f"larger total budget or fewer inference {unit}")
             for _, r in table.iterrows() if not np.isfinite(r.loss)]
 
 

@@ -130,7 +130,7 @@ def select_budgets(runs: Runs, which: Any) -> tuple[np.ndarray, list[float]]:
     try:
         value = float(which)
     except (TypeError, ValueError):
-        raise FitInputError(f"holdout must be 'largest', 'each', 'forward' or a budget in FLOPs (e.g. 1e21); "
+        raise FitInputError(f"holdout must be 'forward', 'largest', 'each', 'auto', 'none' or a budget in FLOPs (e.g. 1e21); "
                            f"got {which!r}") from None
     match = [b for b in unique if np.isclose(b, value, rtol=MATCH_RTOL, atol=0)]
     if not match:
