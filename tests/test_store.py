@@ -281,3 +281,33 @@ def test_an_empty_store_file_is_filled_by_a_sweep_and_refused_to_readers(tmp_pat
         RunStore(tmp_path)
     with RunStore(tmp_path, create=True) as s:
         assert s.counts() == {}
+
+
+def test_a_store_from_a_newer_release_is_one_line_naming_it_and_stays_as_it_was(tmp_path, capsys):
+    """A store whose runs carry a field this release lacks (a newer flops-fit wrote it): status,
+    status --json and sweep --resume printed a TypeError traceback from RunSpec."""
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    with RunStore(tmp_path / "out", create=True) as s:
+        s.add_plan(swept, spec=swept.settings, versions={"flops-fit": "9.0.0"})
+        stored = s.get_meta("plan")
+        for run in stored["runs"]:
+            run["a_later_field"] = 1
+        s.set_meta(plan=stored)
+    def saved():
+        db = sqlite3.connect(tmp_path / "out" / "runs.sqlite")
+        try:
+            return [db.execute(f"SELECT * FROM {table}").fetchall() for table in ("meta", "runs")]
+        finally:
+            db.close()
+
+    before = saved()
+    for command in (["status", str(tmp_path / "out")], ["status", str(tmp_path / "out"), "--json"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("flops-fit: error: the plan in ") and err.count("\n") == 1, err
+        assert "a_later_field" in err and "written by flops-fit 9.0.0" in err
+    with pytest.raises(StoreError, match="a_later_field.*written by flops-fit 9.0.0"):
+        swept.run(tmp_path / "out", resume=True, host=HOST, skip_parity=True, show_progress=False)
+    assert saved() == before

@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from flops_fit._version import __version__
 from flops_fit.errors import StoreError
 from flops_fit.store.runs import RunResult, RunSpec
 
@@ -212,9 +213,17 @@ class RunStore:
                 )
 
     def planned_runs(self) -> list[RunSpec]:
-        """The recorded plan's runs, in plan order (empty before ``add_plan``)."""
+        """The recorded plan's runs, in plan order (empty before ``add_plan``). A run this release
+        cannot read (a newer flops-fit's fields, a spec edited by hand) is a ``StoreError`` naming
+        the release that wrote the store, not a traceback."""
         data = self.get_meta("plan")
-        return [RunSpec.from_dict(r) for r in data["runs"]] if data else []
+        try:
+            return [RunSpec.from_dict(r) for r in data["runs"]] if data else []
+        except (TypeError, ValueError, KeyError) as exc:
+            wrote = (self.get_meta("versions") or {}).get("flops-fit", "an unknown release")
+            raise StoreError(f"the plan in {self.path} cannot be read by flops-fit {__version__} ({exc}); the store "
+                             f"was written by flops-fit {wrote}: read and resume it with that release, or run the "
+                             "sweep again into a new --out folder; its runs were left as they are") from None
 
     def statuses(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT run_id, status FROM runs"))

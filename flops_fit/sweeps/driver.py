@@ -363,10 +363,10 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     with RunStore(out_dir) as store:
         stored = store.get_meta("plan")
         status = store.statuses().get(run_id)
+        runs = store.planned_runs()  # a plan this release cannot read: one line naming the release that wrote it
     if stored is None:
         raise StoreError(f"{out_dir} holds no plan: record one with `flops-fit sweep CONFIG --out {out_dir} "
                          "--record-only`")
-    runs = [RunSpec.from_dict(r) for r in stored["runs"]]
     spec = next((r for r in runs if r.run_id == run_id), None)
     if spec is None:
         raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} --json` "
