@@ -363,7 +363,7 @@ def _print_status_json(out_dir: str | Path) -> int:
         "steps": sum(r["steps"] for r in finished),
         "steps_planned": sum(r["steps_planned"] for r in runs),
         "steps_trained": sum(r["steps_trained"] for r in runs),
-        "steps_lost": sum(r["steps_trained"] - r["steps"] for r in finished),
+        "steps_lost": sum(r["steps_trained"] - (r["steps"] - r["steps_reused"]) for r in finished),
         "attempts": sum(r["attempts"] for r in runs),
     }
     print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs},
