@@ -311,3 +311,22 @@ def test_a_store_from_a_newer_release_is_one_line_naming_it_and_stays_as_it_was(
     with pytest.raises(StoreError, match="a_later_field.*written by flops-fit 9.0.0"):
         swept.run(tmp_path / "out", resume=True, host=HOST, skip_parity=True, show_progress=False)
     assert saved() == before
+
+
+def test_status_of_a_sweep_killed_before_its_first_run_says_how_to_resume(tmp_path, capsys):
+    """A driver killed while planning, in the parity gate or before a worker reported: every run
+    pending and no driver, and status printed only the counts, not that nothing trains it nor how
+    to go on."""
+    import json
+
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    with RunStore(tmp_path, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    assert main(["status", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (f"nothing is training it now: {len(swept.runs)} runs not started yet; "
+                        f"`flops-fit sweep CONFIG --out {tmp_path} --resume` trains them")
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["waiting"] == len(swept.runs)
