@@ -329,3 +329,35 @@ def test_a_failing_parity_gate_stops_the_sweep_unless_overridden(tmp_path):
     assert len(result.runs) == 6
     with RunStore(tmp_path) as store:
         assert store.get_meta("parity")["status"] == "overridden"
+
+
+def test_a_run_stopped_before_its_first_curve_point_counts_the_steps_its_checkpoint_keeps(tmp_path):
+    """SIGTERM before a run's first curve point: it checkpointed and stopped, but reported no step,
+    and the resumed attempt was counted from its checkpoint, so status --json said it trained fewer
+    steps than its result has (steps_lost below 0)."""
+    from flops_fit.executors.stopping import clear_stop, request_stop
+    from flops_fit.sweeps.driver import _Accounting, checkpoint_policy
+    from flops_fit.training.task import train_item
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine", checkpoint_seconds=1e-9))
+    spec = max(swept.runs, key=lambda r: r.steps)
+    assert spec.steps // swept.options.curve_points > 1  # the stop comes before the first curve point
+    policy = checkpoint_policy(swept.options, tmp_path, None)
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(swept, spec=swept.settings)
+        first = _Accounting(store, swept.runs)
+        request_stop()  # read after the first step: checkpoint there, then stop
+        try:
+            with pytest.raises(flops_fit.Interrupted):
+                train_item(spec, lambda run_id, done, total, loss: first.heard(run_id, done, loss), host=HOST,
+                           checkpoints=policy)
+        finally:
+            clear_stop()
+        assert list_checkpoints(policy.run_dir(spec.run_id))[0].name == "step-000000001.safetensors"
+        resumed = _Accounting(store, swept.runs)  # the next driver
+        result = train_item(spec, lambda run_id, done, total, loss: resumed.heard(run_id, done, loss), host=HOST,
+                            checkpoints=policy)
+        store.record(result)
+        [row] = [r for r in store.accounting() if r["run_id"] == spec.run_id]
+    assert result.timings["resumed_from_step"] == 1
+    assert row["attempts"] == 2 and row["steps_trained"] == row["steps"] == spec.steps
