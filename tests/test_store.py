@@ -330,3 +330,53 @@ def test_status_of_a_sweep_killed_before_its_first_run_says_how_to_resume(tmp_pa
                         f"`flops-fit sweep CONFIG --out {tmp_path} --resume` trains them")
     assert main(["status", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["waiting"] == len(swept.runs)
+
+
+@pytest.fixture
+def read_only():
+    """Make files or folders read-only for this user, even root (``chattr +i``), and writable again after."""
+    import os
+    import shutil
+    import subprocess
+
+    made = []
+
+    def make(*paths):
+        for path in paths:
+            if os.geteuid() == 0:
+                if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)]).returncode:
+                    pytest.skip("root, and chattr +i does not work here: nothing is read-only to root")
+            else:
+                path.chmod(0o555 if path.is_dir() else 0o444)
+            made.append(path)
+
+    yield make
+    for path in reversed(made):
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        else:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def test_a_store_this_user_may_not_write_is_refused_with_one_line(tmp_path, read_only):
+    """A sweep folder copied read-only (or another user's): sweep --resume printed sqlite3's traceback
+    "attempt to write a readonly database" from the lease, and a sweep into a folder that cannot be
+    made a PermissionError traceback; recording a result there said the run already had one."""
+    import flops_fit
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    out = tmp_path / "out"
+    with RunStore(out, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    read_only(out / "runs.sqlite")
+    with pytest.raises(StoreError, match=r"cannot write the store .*runs.sqlite \(attempt to write a readonly "
+                                         r"database\): make .* writable .*; nothing in it was changed"):
+        swept.run(out, resume=True, host=HOST, skip_parity=True, show_progress=False)
+    run = swept.runs[0]
+    with pytest.raises(StoreError, match="cannot write the store"):
+        flops_fit.record_result(out, run.run_id, {"loss": 3.0, "tokens": run.tokens})
+    with RunStore(out) as s:
+        assert s.counts() == {"pending": len(swept.runs)}  # nothing was written
+    read_only(tmp_path)
+    with pytest.raises(StoreError, match=r"cannot make the sweep's folder .*new \(.*\): choose an --out folder"):
+        swept.run(tmp_path / "new", host=HOST, skip_parity=True, show_progress=False)

@@ -120,6 +120,16 @@ def check_store(path: Path) -> set[str]:
                      f"output folder, or move the file away; {untouched}")
 
 
+def cannot_write(path: Path, exc: sqlite3.OperationalError) -> StoreError | None:
+    """The one line for a store this user may not write (a read-only folder or file), or None for
+    another SQLite error: a sweep resumed there, or a result recorded into it, fails on its first
+    write with nothing changed."""
+    if "readonly" not in str(exc) and "unable to open" not in str(exc):
+        return None
+    return StoreError(f"cannot write the store {path} ({exc}): make {path.parent} and its files writable for this "
+                      "user, or copy the folder somewhere writable and go on there; nothing in it was changed")
+
+
 def _not_a_file(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise StoreError(f"{out_dir} is an existing file, not a folder: choose a folder for the sweep's store")
@@ -149,8 +159,15 @@ class RunStore:
         elif not create:
             raise StoreError(f"no sweep store at {self.path}: run a sweep with --out {self.dir} first")
         else:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot make the sweep's folder {self.dir} ({exc.strerror}): choose an --out folder "
+                                 "this user may write") from None
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        except sqlite3.OperationalError as exc:  # a new store in a folder this user may not write
+            raise cannot_write(self.path, exc) or exc from None
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         with self._tx():
@@ -179,6 +196,12 @@ class RunStore:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
+        except sqlite3.OperationalError as exc:
+            self.db.execute("ROLLBACK")
+            refused = cannot_write(self.path, exc)
+            if refused is None:
+                raise
+            raise refused from None
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
