@@ -380,3 +380,26 @@ def test_a_store_this_user_may_not_write_is_refused_with_one_line(tmp_path, read
     read_only(tmp_path)
     with pytest.raises(StoreError, match=r"cannot make the sweep's folder .*new \(.*\): choose an --out folder"):
         swept.run(tmp_path / "new", host=HOST, skip_parity=True, show_progress=False)
+
+
+def test_a_finished_sweep_on_a_read_only_folder_is_read_and_not_written(tmp_path, read_only, capsys):
+    """An archived sweep on a read-only share (its WAL merged on close): status and fit said "cannot
+    read the store (attempt to write a readonly database): check that it is readable", because SQLite
+    could not make the WAL's shared-memory file there."""
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    out = tmp_path / "out"
+    with RunStore(out, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        run = swept.runs[0]
+        s.record(RunResult(run.run_id, "done", loss=2.5, tokens=run.tokens, flops=run.flops, steps=run.steps))
+    assert sorted(p.name for p in out.iterdir()) == ["runs.sqlite"]  # the WAL merged on close
+    read_only(out / "runs.sqlite", out)
+    assert main(["status", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: {len(swept.runs)} runs: 1 done, {len(swept.runs) - 1} pending")
+    with RunStore(out) as s:
+        assert list(s.runs_frame().loss) == [2.5]
+    with pytest.raises(StoreError, match=r"cannot write the store .*: make .* writable .*; nothing in it was changed"):
+        swept.run(out, resume=True, host=HOST, skip_parity=True, show_progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["runs.sqlite"]

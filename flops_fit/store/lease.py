@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from flops_fit.errors import StoreBusy
-from flops_fit.store.run_store import cannot_write
+from flops_fit.store.run_store import cannot_write, read_only
 
 log = logging.getLogger(__name__)
 SCHEMA = (
@@ -57,7 +57,7 @@ def holder(path: str | Path, now: float | None = None) -> Holder | None:
     """The live driver of the store at ``path`` (a ``runs.sqlite``), read without writing; None
     when no driver holds it: what ``status`` needs to tell a sweep in flight from one killed."""
     try:
-        db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        db = read_only(Path(path))
         try:
             row = db.execute("SELECT pid, host, started, heartbeat FROM lease WHERE id = 1").fetchone()
         finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -83,6 +84,17 @@ def _schema_columns() -> dict[str, frozenset[str]]:
         db.close()
 
 
+def read_only(path: Path) -> sqlite3.Connection:
+    """A connection that only reads the store at ``path``. In a folder this user may not write (an
+    archived sweep on a read-only share) SQLite cannot make the WAL's shared-memory file, so a store
+    whose WAL was merged on its last close (no ``-wal`` file) is opened as immutable there."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    wal = path.with_name(path.name + "-wal")
+    if not os.access(path.parent, os.W_OK) and not wal.exists():
+        uri += "&immutable=1"
+    return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+
+
 def check_store(path: Path) -> set[str]:
     """The table names of the store file ``path``, read without writing a byte into it.
 
@@ -94,7 +106,7 @@ def check_store(path: Path) -> set[str]:
     sides = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
     new_sides = [side for side in sides if not side.exists()]
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        db = read_only(path)
         try:
             problems = [row[0] for row in db.execute("PRAGMA quick_check")]
             tables = {name: {row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (name,))}
@@ -164,6 +176,14 @@ class RunStore:
             except OSError as exc:
                 raise StoreError(f"cannot make the sweep's folder {self.dir} ({exc.strerror}): choose an --out folder "
                                  "this user may write") from None
+        if self.path.exists() and not (os.access(self.dir, os.W_OK) and os.access(self.path, os.W_OK)):
+            self.db = read_only(self.path)  # readers read it as it is; the first write is refused (``_tx``)
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+            if missing := [name for name, _ in ADDED_COLUMNS if name not in have]:
+                raise StoreError(f"{self.path} was written by an older flops-fit (no {', '.join(missing)}) and this "
+                                 "user may not write it, so it cannot be brought up to date: copy the folder somewhere "
+                                 "writable and read it there")
+            return
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         except sqlite3.OperationalError as exc:  # a new store in a folder this user may not write
@@ -193,7 +213,10 @@ class RunStore:
 
     @contextmanager
     def _tx(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:  # a store opened read-only: this user may not write it
+            raise (cannot_write(self.path, exc) or exc) from None
         try:
             yield
         except sqlite3.OperationalError as exc:
