@@ -100,3 +100,14 @@ def torch_threads(item, progress):
     import torch
 
     return torch.get_num_threads()
+
+
+def warn_checkpoint_skipped(item, progress):
+    """A run that skips a damaged checkpoint (``Checkpointer.latest``) warns in its worker."""
+    import warnings
+
+    from flops_fit.errors import CheckpointWarning
+
+    warnings.warn(f"step-{item}.safetensors is corrupt; falling back to an earlier checkpoint", CheckpointWarning,
+                  stacklevel=1)
+    return item

@@ -131,3 +131,12 @@ def test_a_sweep_call_a_worker_reaches_outside_the_guard_is_named_and_the_driver
     assert done.stdout.strip().splitlines()[-1] == "['failed']"
     assert f"a flops-fit worker process, importing {path}, reached a call that starts a sweep" in done.stderr
     assert "ConnectionResetError" not in done.stderr
+
+
+def test_a_workers_checkpoint_warning_is_one_line_as_the_cli_prints_it(capfd):
+    """A resumed sweep whose worker skipped a damaged checkpoint printed Python's raw warning: the
+    source file and line, the category, and the source line below it."""
+    with LocalExecutor(workers=2, threads=1) as executor:
+        assert dict(executor.map(executor_tasks.warn_checkpoint_skipped, [7])) == {7: 7}
+    assert capfd.readouterr().err.splitlines() == [
+        "flops-fit: step-7.safetensors is corrupt; falling back to an earlier checkpoint"]

@@ -14,13 +14,14 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from flops_fit.errors import OptionError
+from flops_fit.errors import OptionError, show_warning
 from flops_fit.executors.base import transportable
 from flops_fit.executors.stopping import stop_on_signals
 from flops_fit.machine import can_start_workers
@@ -109,7 +110,9 @@ class Supervisor:
 @contextmanager
 def child_signals() -> Iterator[None]:
     """A child's signals: Ctrl-C is left to its supervisor (which stops the children); SIGTERM
-    is a stop request (``executors.stopping``), so the work in hand checkpoints first."""
+    is a stop request (``executors.stopping``), so the work in hand checkpoints first. Its
+    flops-fit warnings print as the CLI prints them: one line (``errors.show_warning``)."""
+    warnings.showwarning = show_warning
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with stop_on_signals((signal.SIGTERM,)):
         yield
