@@ -361,3 +361,37 @@ def test_a_run_stopped_before_its_first_curve_point_counts_the_steps_its_checkpo
         [row] = [r for r in store.accounting() if r["run_id"] == spec.run_id]
     assert result.timings["resumed_from_step"] == 1
     assert row["attempts"] == 2 and row["steps_trained"] == row["steps"] == spec.steps
+
+
+def test_a_run_that_crashed_keeps_its_checkpoints_so_retry_failed_goes_on_from_them(tmp_path, monkeypatch):
+    """A run whose worker died mid-run (killed, out of memory) was stored failed and its checkpoints
+    deleted, so `--resume --retry-failed` trained it again from its first step."""
+    import threading
+
+    from flops_fit.training.loop import train
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine", checkpoint_seconds=1e-9))
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    first = sweep_support.CountingText.train_instances + 1  # the first run this sweep trains in this process
+    monkeypatch.setenv(sweep_support.GATE, f"{gate}:{first}:5")
+
+    def crash_at_the_gate():
+        sweep_support.gate_reached(gate)
+        (tmp_path / "gate.release").write_text("crash")
+
+    threading.Thread(target=crash_at_the_gate, daemon=True).start()
+    options = {"host": HOST, "skip_parity": True, "skip_preflight": True, "show_progress": False}
+    run_plan(swept, out, **options)
+    with RunStore(out) as store:
+        frame = store.runs_frame()
+    [crashed] = frame.run_id[frame.status == "failed"]
+    assert "RuntimeError: the run crashed at the test's gate" in frame.error[frame.run_id == crashed].iloc[0]
+    assert list_checkpoints(out / "checkpoints" / crashed)[0].name == "step-000000004.safetensors"
+    monkeypatch.delenv(sweep_support.GATE)
+    run_plan(swept, out, resume=True, retry_failed=True, **options)
+    with RunStore(out) as store:
+        row = store.runs_frame().set_index("run_id").loc[crashed]
+    assert row.status == "done" and row.timings["resumed_from_step"] == 4
+    alone = train(next(r for r in swept.runs if r.run_id == crashed), host=HOST)
+    assert (row.loss, row.curve) == (alone.loss, alone.curve)
+    assert not (out / "checkpoints" / crashed).exists()  # removed once its result was stored
