@@ -111,3 +111,17 @@ def warn_checkpoint_skipped(item, progress):
     warnings.warn(f"step-{item}.safetensors is corrupt; falling back to an earlier checkpoint", CheckpointWarning,
                   stacklevel=1)
     return item
+
+
+def train_until_stopped(item, progress):
+    """A run that trains until a stop is requested, then checkpoints and stops (as the loop does);
+    it first writes its process id to the file ``item``."""
+    from pathlib import Path
+
+    from flops_fit.errors import Interrupted
+    from flops_fit.executors.stopping import stop_requested
+
+    Path(item).write_text(str(os.getpid()))
+    while stop_requested() is None:
+        time.sleep(0.05)
+    raise Interrupted(stop_requested(), "stopped")
