@@ -6,6 +6,9 @@ line and exits 2; ``ValueError``/``KeyError`` bases let generic callers catch th
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 
 class FlopsFitError(Exception):
     """Base class for every error flops-fit raises on purpose."""
@@ -119,3 +122,16 @@ class ConversionError(ParityError, ValueError):
 class ConversionAssumptionWarning(UserWarning):
     """A converter assumed what the weights it read cannot tell (an activation, a norm eps, the
     pooling); the message lists each assumption and the argument that sets it."""
+
+
+# Warnings whose message says all a reader needs (what happened, what flops-fit did instead): printed
+# as one line, without the source line Python adds, by the CLI and by the worker processes it starts.
+ONE_LINE_WARNINGS = (PluginWarning, CheckpointWarning, TrackingWarning)
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` for flops-fit's processes: its one-line warnings as ``flops-fit: ...``."""
+    if issubclass(category, ONE_LINE_WARNINGS):
+        print(f"flops-fit: {message}", file=file or sys.stderr)
+    else:
+        print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=file or sys.stderr)

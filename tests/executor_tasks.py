@@ -100,3 +100,28 @@ def torch_threads(item, progress):
     import torch
 
     return torch.get_num_threads()
+
+
+def warn_checkpoint_skipped(item, progress):
+    """A run that skips a damaged checkpoint (``Checkpointer.latest``) warns in its worker."""
+    import warnings
+
+    from flops_fit.errors import CheckpointWarning
+
+    warnings.warn(f"step-{item}.safetensors is corrupt; falling back to an earlier checkpoint", CheckpointWarning,
+                  stacklevel=1)
+    return item
+
+
+def train_until_stopped(item, progress):
+    """A run that trains until a stop is requested, then checkpoints and stops (as the loop does);
+    it first writes its process id to the file ``item``."""
+    from pathlib import Path
+
+    from flops_fit.errors import Interrupted
+    from flops_fit.executors.stopping import stop_requested
+
+    Path(item).write_text(str(os.getpid()))
+    while stop_requested() is None:
+        time.sleep(0.05)
+    raise Interrupted(stop_requested(), "stopped")

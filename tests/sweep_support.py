@@ -57,10 +57,13 @@ GATE = "SWEEP_SUPPORT_GATE"  # env: "PREFIX:RUN:BATCH", see CountingText
 
 
 def wait_at_gate(prefix):
-    """Say so (PREFIX.waiting.PID) and block until the test creates PREFIX.release."""
+    """Say so (PREFIX.waiting.PID) and block until the test creates PREFIX.release; one that reads
+    "crash" makes the run raise there, as a run whose process dies mid-run."""
     Path(f"{prefix}.waiting.{os.getpid()}").touch()
     while not Path(f"{prefix}.release").exists():
         time.sleep(0.01)
+    if Path(f"{prefix}.release").read_text() == "crash":
+        raise RuntimeError("the run crashed at the test's gate")
 
 
 def gate_reached(prefix, timeout=240):

@@ -131,3 +131,61 @@ def test_a_sweep_call_a_worker_reaches_outside_the_guard_is_named_and_the_driver
     assert done.stdout.strip().splitlines()[-1] == "['failed']"
     assert f"a flops-fit worker process, importing {path}, reached a call that starts a sweep" in done.stderr
     assert "ConnectionResetError" not in done.stderr
+
+
+def test_a_workers_checkpoint_warning_is_one_line_as_the_cli_prints_it(capfd):
+    """A resumed sweep whose worker skipped a damaged checkpoint printed Python's raw warning: the
+    source file and line, the category, and the source line below it."""
+    with LocalExecutor(workers=2, threads=1) as executor:
+        assert dict(executor.map(executor_tasks.warn_checkpoint_skipped, [7])) == {7: 7}
+    assert capfd.readouterr().err.splitlines() == [
+        "flops-fit: step-7.safetensors is corrupt; falling back to an earlier checkpoint"]
+
+
+DRIVER = """
+import sys
+sys.path.insert(0, {tests!r})
+import executor_tasks
+from flops_fit.executors.local import LocalExecutor
+
+if __name__ == "__main__":
+    with LocalExecutor(workers=2, threads=1) as executor:
+        list(executor.map(executor_tasks.train_until_stopped, [sys.argv[1]]))
+"""
+
+
+def test_a_worker_whose_driver_is_killed_stops_instead_of_training_on(tmp_path):
+    """kill -9 of the driver left its workers training (until their next report found the pipe
+    closed), beside the driver that resumed the sweep, their steps counted nowhere."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script, pid_file = tmp_path / "driver.py", tmp_path / "worker.pid"
+    script.write_text(DRIVER.format(tests=str(Path(__file__).resolve().parent)))
+    driver = subprocess.Popen([sys.executable, str(script), str(pid_file)])
+    deadline = time.monotonic() + 120
+    while not (pid_file.exists() and pid_file.read_text()):
+        assert time.monotonic() < deadline and driver.poll() is None, "the worker never started its run"
+        time.sleep(0.05)
+    worker = int(pid_file.read_text())
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+
+    def running(pid):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state != "Z"  # a zombie has ended (nobody reaps orphans in some containers)
+
+    deadline = time.monotonic() + 30
+    while running(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stopped = not running(worker)
+    if not stopped:
+        os.kill(worker, signal.SIGKILL)
+    assert stopped, "the orphaned worker was still training 30 s after its driver was killed"

@@ -297,3 +297,125 @@ def test_an_empty_store_file_is_filled_by_a_sweep_and_refused_to_readers(tmp_pat
         RunStore(tmp_path)
     with RunStore(tmp_path, create=True) as s:
         assert s.counts() == {}
+
+
+def test_a_store_from_a_newer_release_is_one_line_naming_it_and_stays_as_it_was(tmp_path, capsys):
+    """A store whose runs carry a field this release lacks (a newer flops-fit wrote it): status,
+    status --json and sweep --resume printed a TypeError traceback from RunSpec."""
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    with RunStore(tmp_path / "out", create=True) as s:
+        s.add_plan(swept, spec=swept.settings, versions={"flops-fit": "9.0.0"})
+        stored = s.get_meta("plan")
+        for run in stored["runs"]:
+            run["a_later_field"] = 1
+        s.set_meta(plan=stored)
+    def saved():
+        db = sqlite3.connect(tmp_path / "out" / "runs.sqlite")
+        try:
+            return [db.execute(f"SELECT * FROM {table}").fetchall() for table in ("meta", "runs")]
+        finally:
+            db.close()
+
+    before = saved()
+    for command in (["status", str(tmp_path / "out")], ["status", str(tmp_path / "out"), "--json"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("flops-fit: error: the plan in ") and err.count("\n") == 1, err
+        assert "a_later_field" in err and "written by flops-fit 9.0.0" in err
+    with pytest.raises(StoreError, match="a_later_field.*written by flops-fit 9.0.0"):
+        swept.run(tmp_path / "out", resume=True, host=HOST, skip_parity=True, show_progress=False)
+    assert saved() == before
+
+
+def test_status_of_a_sweep_killed_before_its_first_run_says_how_to_resume(tmp_path, capsys):
+    """A driver killed while planning, in the parity gate or before a worker reported: every run
+    pending and no driver, and status printed only the counts, not that nothing trains it nor how
+    to go on."""
+    import json
+
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    with RunStore(tmp_path, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    assert main(["status", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (f"nothing is training it now: {len(swept.runs)} runs not started yet; "
+                        f"`flops-fit sweep CONFIG --out {tmp_path} --resume` trains them")
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["waiting"] == len(swept.runs)
+
+
+@pytest.fixture
+def read_only():
+    """Make files or folders read-only for this user, even root (``chattr +i``), and writable again after."""
+    import os
+    import shutil
+    import subprocess
+
+    made = []
+
+    def make(*paths):
+        for path in paths:
+            if os.geteuid() == 0:
+                if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)]).returncode:
+                    pytest.skip("root, and chattr +i does not work here: nothing is read-only to root")
+            else:
+                path.chmod(0o555 if path.is_dir() else 0o444)
+            made.append(path)
+
+    yield make
+    for path in reversed(made):
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        else:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def test_a_store_this_user_may_not_write_is_refused_with_one_line(tmp_path, read_only):
+    """A sweep folder copied read-only (or another user's): sweep --resume printed sqlite3's traceback
+    "attempt to write a readonly database" from the lease, and a sweep into a folder that cannot be
+    made a PermissionError traceback; recording a result there said the run already had one."""
+    import flops_fit
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    out = tmp_path / "out"
+    with RunStore(out, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    read_only(out / "runs.sqlite")
+    with pytest.raises(StoreError, match=r"cannot write the store .*runs.sqlite \(attempt to write a readonly "
+                                         r"database\): make .* writable .*; nothing in it was changed"):
+        swept.run(out, resume=True, host=HOST, skip_parity=True, show_progress=False)
+    run = swept.runs[0]
+    with pytest.raises(StoreError, match="cannot write the store"):
+        flops_fit.record_result(out, run.run_id, {"loss": 3.0, "tokens": run.tokens})
+    with RunStore(out) as s:
+        assert s.counts() == {"pending": len(swept.runs)}  # nothing was written
+    read_only(tmp_path)
+    with pytest.raises(StoreError, match=r"cannot make the sweep's folder .*new \(.*\): choose an --out folder"):
+        swept.run(tmp_path / "new", host=HOST, skip_parity=True, show_progress=False)
+
+
+def test_a_finished_sweep_on_a_read_only_folder_is_read_and_not_written(tmp_path, read_only, capsys):
+    """An archived sweep on a read-only share (its WAL merged on close): status and fit said "cannot
+    read the store (attempt to write a readonly database): check that it is readable", because SQLite
+    could not make the WAL's shared-memory file there."""
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    out = tmp_path / "out"
+    with RunStore(out, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        run = swept.runs[0]
+        s.record(RunResult(run.run_id, "done", loss=2.5, tokens=run.tokens, flops=run.flops, steps=run.steps))
+    assert sorted(p.name for p in out.iterdir()) == ["runs.sqlite"]  # the WAL merged on close
+    read_only(out / "runs.sqlite", out)
+    assert main(["status", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"{out}: {len(swept.runs)} runs: 1 done, {len(swept.runs) - 1} pending")
+    with RunStore(out) as s:
+        assert list(s.runs_frame().loss) == [2.5]
+    with pytest.raises(StoreError, match=r"cannot write the store .*: make .* writable .*; nothing in it was changed"):
+        swept.run(out, resume=True, host=HOST, skip_parity=True, show_progress=False)
+    assert sorted(p.name for p in out.iterdir()) == ["runs.sqlite"]

@@ -329,3 +329,69 @@ def test_a_failing_parity_gate_stops_the_sweep_unless_overridden(tmp_path):
     assert len(result.runs) == 6
     with RunStore(tmp_path) as store:
         assert store.get_meta("parity")["status"] == "overridden"
+
+
+def test_a_run_stopped_before_its_first_curve_point_counts_the_steps_its_checkpoint_keeps(tmp_path):
+    """SIGTERM before a run's first curve point: it checkpointed and stopped, but reported no step,
+    and the resumed attempt was counted from its checkpoint, so status --json said it trained fewer
+    steps than its result has (steps_lost below 0)."""
+    from flops_fit.executors.stopping import clear_stop, request_stop
+    from flops_fit.sweeps.driver import _Accounting, checkpoint_policy
+    from flops_fit.training.task import train_item
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine", checkpoint_seconds=1e-9))
+    spec = max(swept.runs, key=lambda r: r.steps)
+    assert spec.steps // swept.options.curve_points > 1  # the stop comes before the first curve point
+    policy = checkpoint_policy(swept.options, tmp_path, None)
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(swept, spec=swept.settings)
+        first = _Accounting(store, swept.runs)
+        request_stop()  # read after the first step: checkpoint there, then stop
+        try:
+            with pytest.raises(flops_fit.Interrupted):
+                train_item(spec, lambda run_id, done, total, loss: first.heard(run_id, done, loss), host=HOST,
+                           checkpoints=policy)
+        finally:
+            clear_stop()
+        assert list_checkpoints(policy.run_dir(spec.run_id))[0].name == "step-000000001.safetensors"
+        resumed = _Accounting(store, swept.runs)  # the next driver
+        result = train_item(spec, lambda run_id, done, total, loss: resumed.heard(run_id, done, loss), host=HOST,
+                            checkpoints=policy)
+        store.record(result)
+        [row] = [r for r in store.accounting() if r["run_id"] == spec.run_id]
+    assert result.timings["resumed_from_step"] == 1
+    assert row["attempts"] == 2 and row["steps_trained"] == row["steps"] == spec.steps
+
+
+def test_a_run_that_crashed_keeps_its_checkpoints_so_retry_failed_goes_on_from_them(tmp_path, monkeypatch):
+    """A run whose worker died mid-run (killed, out of memory) was stored failed and its checkpoints
+    deleted, so `--resume --retry-failed` trained it again from its first step."""
+    import threading
+
+    from flops_fit.training.loop import train
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine", checkpoint_seconds=1e-9))
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    first = sweep_support.CountingText.train_instances + 1  # the first run this sweep trains in this process
+    monkeypatch.setenv(sweep_support.GATE, f"{gate}:{first}:5")
+
+    def crash_at_the_gate():
+        sweep_support.gate_reached(gate)
+        (tmp_path / "gate.release").write_text("crash")
+
+    threading.Thread(target=crash_at_the_gate, daemon=True).start()
+    options = {"host": HOST, "skip_parity": True, "skip_preflight": True, "show_progress": False}
+    run_plan(swept, out, **options)
+    with RunStore(out) as store:
+        frame = store.runs_frame()
+    [crashed] = frame.run_id[frame.status == "failed"]
+    assert "RuntimeError: the run crashed at the test's gate" in frame.error[frame.run_id == crashed].iloc[0]
+    assert list_checkpoints(out / "checkpoints" / crashed)[0].name == "step-000000004.safetensors"
+    monkeypatch.delenv(sweep_support.GATE)
+    run_plan(swept, out, resume=True, retry_failed=True, **options)
+    with RunStore(out) as store:
+        row = store.runs_frame().set_index("run_id").loc[crashed]
+    assert row.status == "done" and row.timings["resumed_from_step"] == 4
+    alone = train(next(r for r in swept.runs if r.run_id == crashed), host=HOST)
+    assert (row.loss, row.curve) == (alone.loss, alone.curve)
+    assert not (out / "checkpoints" / crashed).exists()  # removed once its result was stored

@@ -105,6 +105,20 @@ def test_cosine_runs_keep_their_ids_and_wsd_options_are_checked():
         wsd_plan(cooldown_fraction=0.99, hparams={"warmup_fraction": 0.2})
 
 
+def _status_json(out):
+    """What `flops-fit status OUT --json` prints, read."""
+    import contextlib
+    import io
+    import json
+
+    from flops_fit.cli.main import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["status", str(out), "--json"]) == 0
+    return json.loads(printed.getvalue())
+
+
 def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
     p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
     result = p.run(tmp_path, show_progress=False, host=HOST)
@@ -120,6 +134,9 @@ def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
         for before, spec in zip(family.runs, family.runs[1:], strict=False):
             assert trained[spec.run_id] == spec.steps - before.cooldown_start
     assert sum(trained.values()) < 0.8 * sum(r.steps for r in p.runs)
+    # nothing was interrupted, so status --json counts no step lost (it said minus the steps reused)
+    totals = _status_json(tmp_path)["totals"]
+    assert totals["steps_lost"] == 0 and totals["steps_trained"] == sum(trained.values()) < totals["steps"]
     # each branch took over the stable state of the branch before it, and got exactly
     # what it gets trained alone from scratch
     stored = frame.set_index("run_id")

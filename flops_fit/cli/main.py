@@ -2,7 +2,7 @@
 
 Any ``FlopsFitError`` is printed as ``flops-fit: error: ...`` with exit status 2 (argparse's
 own usage errors exit 2 too); flops-fit's warnings (a skipped plugin, a tracking backend
-switched off) are one line each; output piped into a reader that stops early (``| head``) ends
+switched off, a damaged checkpoint skipped) are one line each, in its worker processes too; output piped into a reader that stops early (``| head``) ends
 quietly.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from flops_fit._version import __version__
 from flops_fit.cli import compare, fit, listings, parity, sweep, tune
 from flops_fit.cli.interrupts import interrupted
-from flops_fit.errors import FlopsFitError, PluginWarning, TrackingWarning
+from flops_fit.errors import FlopsFitError, show_warning
 
 COMMAND_MODULES = (listings, sweep, tune, fit, compare, parity)
 
@@ -54,13 +54,6 @@ def _unknown(command: argparse.ArgumentParser, extras: Sequence[str]) -> str:
     return f"unrecognized arguments: {' '.join(extras)}" + (f" (did you mean {', '.join(hints)}?)" if hints else "")
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    if issubclass(category, (PluginWarning, TrackingWarning)):
-        print(f"flops-fit: {message}", file=file or sys.stderr)
-    else:
-        print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=file or sys.stderr)
-
-
 def _dash_value(argv: Sequence[str]) -> str | None:
     """A value argparse would take for an unknown option: one that starts with a minus sign but is
     not a plain negative number (``--at -1:1e9``, ``--predict -1e21``), said with the way to pass it."""
@@ -89,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
+        warnings.showwarning = show_warning
         try:
             code = int(args.func(args) or 0)
             sys.stdout.flush()  # a reader gone early shows here, inside the handler, not at exit

@@ -264,11 +264,14 @@ def _driver(store: RunStore, counts: dict[str, int], runs: list[Any]) -> dict[st
     now = time.time()
     live = holder(store.path, now)
     design = store.get_meta("adaptive")
-    if live is None:
-        return {"driver": None, "interrupted": counts.get("running", 0), "resume": _resume(store.dir, runs, design)}
     if design:  # an adaptive sweep's plan is its pool: only the runs chosen so far are to train
         chosen = {run_id for batch in design["run_ids"] for run_id in batch}
         runs = [r for r in runs if r.run_id in chosen]
+    if live is None:  # a driver killed before its first run started leaves them all pending
+        statuses = store.statuses()
+        waiting = sum(statuses.get(r.run_id) == "pending" for r in runs)
+        return {"driver": None, "interrupted": counts.get("running", 0), "waiting": waiting,
+                "resume": _resume(store.dir, runs, design)}
     left = stored_pace(runs, store.timeline(), live.started, now).seconds_left()
     return {"driver": {**live._asdict(), "heartbeat_age_s": round(now - live.heartbeat, 1)}, "seconds_left": left,
             "scope": "runs chosen so far" if design else "all runs"}
@@ -289,8 +292,12 @@ def _driver_line(state: dict[str, Any]) -> str | None:
     live = state["driver"]
     if live is None:
         n = state["interrupted"]
-        if not n:
+        waiting = state["waiting"]
+        if not n and not waiting:
             return None
+        if not n:
+            return (f"nothing is training it now: {waiting} run{'s' * (waiting != 1)} not started yet; "
+                    f"`{state['resume']}` trains {'them' if waiting != 1 else 'it'}")
         them = "them" if n != 1 else "it"
         return (f"nothing is training it now: {n} run{'s' * (n != 1)} marked running {'were' if n != 1 else 'was'} "
                 f"interrupted; `{state['resume']}` continues {them} from {'their' if n != 1 else 'its'} newest "
@@ -363,7 +370,7 @@ def _print_status_json(out_dir: str | Path) -> int:
         "steps": sum(r["steps"] for r in finished),
         "steps_planned": sum(r["steps_planned"] for r in runs),
         "steps_trained": sum(r["steps_trained"] for r in runs),
-        "steps_lost": sum(r["steps_trained"] - r["steps"] for r in finished),
+        "steps_lost": sum(r["steps_trained"] - (r["steps"] - r["steps_reused"]) for r in finished),
         "attempts": sum(r["attempts"] for r in runs),
     }
     print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs},

@@ -183,7 +183,10 @@ def _worker(fn: Task, device: str | None, threads: int, conn: Any) -> None:
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
     with child_signals():
-        _serve(fn, conn, progress_over(conn))
+        try:
+            _serve(fn, conn, progress_over(conn))
+        except (BrokenPipeError, ConnectionResetError, EOFError):  # the driver is gone: nobody to tell
+            pass
 
 
 def _serve(fn: Task, conn: Any, progress: Any) -> None:

@@ -14,15 +14,17 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import sys
+import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from flops_fit.errors import OptionError
+from flops_fit.errors import OptionError, show_warning
 from flops_fit.executors.base import transportable
-from flops_fit.executors.stopping import stop_on_signals
+from flops_fit.executors.stopping import request_stop, stop_on_signals
 from flops_fit.machine import can_start_workers
 
 _GUARD_FIX = 'put the code that runs it under `if __name__ == "__main__":`'
@@ -109,10 +111,28 @@ class Supervisor:
 @contextmanager
 def child_signals() -> Iterator[None]:
     """A child's signals: Ctrl-C is left to its supervisor (which stops the children); SIGTERM
-    is a stop request (``executors.stopping``), so the work in hand checkpoints first."""
+    is a stop request (``executors.stopping``), so the work in hand checkpoints first. Its
+    flops-fit warnings print as the CLI prints them: one line (``errors.show_warning``). A child
+    whose supervisor dies (kill -9) is asked to stop as SIGTERM would, so it does not train on
+    beside the driver that resumes the sweep, its steps uncounted."""
+    warnings.showwarning = show_warning
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with stop_on_signals((signal.SIGTERM,)):
+        _stop_when_orphaned()
         yield
+
+
+def _stop_when_orphaned() -> None:
+    """Request a stop in this child once its parent process has ended (a watcher thread)."""
+    parent = multiprocessing.parent_process()
+    if parent is None or getattr(parent, "sentinel", None) is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        request_stop(signal.SIGTERM)
+
+    threading.Thread(target=watch, name="flops-fit-orphan-watch", daemon=True).start()
 
 
 def send(conn: Any, kind: str, value: Any) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from flops_fit.errors import StoreBusy
+from flops_fit.store.run_store import cannot_write, read_only
 
 log = logging.getLogger(__name__)
 SCHEMA = (
@@ -56,7 +57,7 @@ def holder(path: str | Path, now: float | None = None) -> Holder | None:
     """The live driver of the store at ``path`` (a ``runs.sqlite``), read without writing; None
     when no driver holds it: what ``status`` needs to tell a sweep in flight from one killed."""
     try:
-        db = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        db = read_only(Path(path))
         try:
             row = db.execute("SELECT pid, host, started, heartbeat FROM lease WHERE id = 1").fetchone()
         finally:
@@ -96,7 +97,21 @@ class Lease:
         return db
 
     def acquire(self) -> Lease:
-        """Take the lease, or raise ``StoreBusy`` naming the live holder."""
+        """Take the lease, or raise ``StoreBusy`` naming the live holder (``StoreError`` where this
+        user may not write the store)."""
+        try:
+            self._take()
+        except sqlite3.OperationalError as exc:
+            refused = cannot_write(self.path, exc)
+            if refused is None:
+                raise
+            raise refused from None
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, name="flops-fit-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _take(self) -> None:
         db = self._connect()
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -120,10 +135,6 @@ class Lease:
             db.execute("COMMIT")
         finally:
             db.close()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._beat, name="flops-fit-lease", daemon=True)
-        self._thread.start()
-        return self
 
     def _beat(self) -> None:
         db = self._connect()

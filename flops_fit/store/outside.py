@@ -82,6 +82,8 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
         try:
             store.record(outcome, once=True)
         except StoreError:
+            if store.statuses().get(run_id) not in FINAL:  # not recorded meanwhile: a store this user may not write
+                raise
             raise StoreError(f"run {run_id} already has a result in {out_dir}; a run is recorded once") from None
     return outcome
 

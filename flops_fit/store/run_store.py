@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from flops_fit._version import __version__
 from flops_fit.errors import StoreError
 from flops_fit.store.runs import RunResult, RunSpec
 
@@ -82,6 +84,17 @@ def _schema_columns() -> dict[str, frozenset[str]]:
         db.close()
 
 
+def read_only(path: Path) -> sqlite3.Connection:
+    """A connection that only reads the store at ``path``. In a folder this user may not write (an
+    archived sweep on a read-only share) SQLite cannot make the WAL's shared-memory file, so a store
+    whose WAL was merged on its last close (no ``-wal`` file) is opened as immutable there."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    wal = path.with_name(path.name + "-wal")
+    if not os.access(path.parent, os.W_OK) and not wal.exists():
+        uri += "&immutable=1"
+    return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
+
+
 def check_store(path: Path) -> set[str]:
     """The table names of the store file ``path``, read without writing a byte into it.
 
@@ -93,7 +106,7 @@ def check_store(path: Path) -> set[str]:
     sides = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
     new_sides = [side for side in sides if not side.exists()]
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        db = read_only(path)
         try:
             problems = [row[0] for row in db.execute("PRAGMA quick_check")]
             tables = {name: {row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (name,))}
@@ -117,6 +130,16 @@ def check_store(path: Path) -> set[str]:
                          f"backup, or move it away and run the sweep again into a new --out folder; {untouched}")
     raise StoreError(f"{path} is an SQLite file but not a flops-fit store ({'; '.join(wrong)}): give a sweep's "
                      f"output folder, or move the file away; {untouched}")
+
+
+def cannot_write(path: Path, exc: sqlite3.OperationalError) -> StoreError | None:
+    """The one line for a store this user may not write (a read-only folder or file), or None for
+    another SQLite error: a sweep resumed there, or a result recorded into it, fails on its first
+    write with nothing changed."""
+    if "readonly" not in str(exc) and "unable to open" not in str(exc):
+        return None
+    return StoreError(f"cannot write the store {path} ({exc}): make {path.parent} and its files writable for this "
+                      "user, or copy the folder somewhere writable and go on there; nothing in it was changed")
 
 
 def _not_a_file(out_dir: Path, create: bool = True) -> None:
@@ -152,8 +175,23 @@ class RunStore:
         elif not create:
             raise StoreError(f"no sweep store at {self.path}: run a sweep with --out {self.dir} first")
         else:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot make the sweep's folder {self.dir} ({exc.strerror}): choose an --out folder "
+                                 "this user may write") from None
+        if self.path.exists() and not (os.access(self.dir, os.W_OK) and os.access(self.path, os.W_OK)):
+            self.db = read_only(self.path)  # readers read it as it is; the first write is refused (``_tx``)
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+            if missing := [name for name, _ in ADDED_COLUMNS if name not in have]:
+                raise StoreError(f"{self.path} was written by an older flops-fit (no {', '.join(missing)}) and this "
+                                 "user may not write it, so it cannot be brought up to date: copy the folder somewhere "
+                                 "writable and read it there")
+            return
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        except sqlite3.OperationalError as exc:  # a new store in a folder this user may not write
+            raise cannot_write(self.path, exc) or exc from None
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         with self._tx():
@@ -179,9 +217,18 @@ class RunStore:
 
     @contextmanager
     def _tx(self) -> Iterator[None]:
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:  # a store opened read-only: this user may not write it
+            raise (cannot_write(self.path, exc) or exc) from None
         try:
             yield
+        except sqlite3.OperationalError as exc:
+            self.db.execute("ROLLBACK")
+            refused = cannot_write(self.path, exc)
+            if refused is None:
+                raise
+            raise refused from None
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
@@ -216,9 +263,17 @@ class RunStore:
                 )
 
     def planned_runs(self) -> list[RunSpec]:
-        """The recorded plan's runs, in plan order (empty before ``add_plan``)."""
+        """The recorded plan's runs, in plan order (empty before ``add_plan``). A run this release
+        cannot read (a newer flops-fit's fields, a spec edited by hand) is a ``StoreError`` naming
+        the release that wrote the store, not a traceback."""
         data = self.get_meta("plan")
-        return [RunSpec.from_dict(r) for r in data["runs"]] if data else []
+        try:
+            return [RunSpec.from_dict(r) for r in data["runs"]] if data else []
+        except (TypeError, ValueError, KeyError) as exc:
+            wrote = (self.get_meta("versions") or {}).get("flops-fit", "an unknown release")
+            raise StoreError(f"the plan in {self.path} cannot be read by flops-fit {__version__} ({exc}); the store "
+                             f"was written by flops-fit {wrote}: read and resume it with that release, or run the "
+                             "sweep again into a new --out folder; its runs were left as they are") from None
 
     def statuses(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT run_id, status FROM runs"))
@@ -243,14 +298,18 @@ class RunStore:
     def accounting(self) -> list[dict[str, Any]]:
         """Per run, in plan order: what it cost. ``steps`` is the finished result's step count
         (None until it finishes), ``steps_trained`` every step trained over all ``attempts``,
-        lost ones (trained after a run's last checkpoint, then killed) included."""
+        lost ones (trained after a run's last checkpoint, then killed) included; ``steps_reused``
+        the steps a WSD branch took over from its family's stable phase (trained, and counted, once
+        for the family), so a finished run lost ``steps_trained - (steps - steps_reused)``."""
         rows = self.db.execute(
-            "SELECT run_id, budget, size, status, loss, steps, spec, steps_trained, attempts FROM runs ORDER BY position"
+            "SELECT run_id, budget, size, status, loss, steps, spec, steps_trained, attempts, timings FROM runs"
+            " ORDER BY position"
         ).fetchall()
         return [
             {"run_id": r[0], "budget": r[1], "size": r[2], "status": r[3], "loss": r[4],
              "steps": r[5] if r[3] in FINAL else None, "steps_planned": json.loads(r[6])["steps"],
-             "steps_trained": r[7], "attempts": r[8]}
+             "steps_trained": r[7], "attempts": r[8],
+             "steps_reused": int(json.loads(r[9] or "{}").get("stable_steps_reused", 0)) if r[3] in FINAL else 0}
             for r in rows
         ]
 

@@ -330,12 +330,16 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
         chosen = {r.run_id for r in todo}
         later = [r for r in unfinished if r.run_id not in chosen]  # a later batch's (``only``): waypoints
         for item, item_outcome in runner.map(task, work_items(todo, stack=plan.options.stack_runs, later=later)):
+            crashed = False
             for spec, outcome in item_outcomes(item, item_outcome):
                 result = outcome if isinstance(outcome, RunResult) else RunResult(
                     run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
                 )
                 store.record(result)
-                if policy is not None:  # the result is committed: its checkpoints are no longer needed
+                # the result is committed: its checkpoints are no longer needed, unless the run crashed (its
+                # worker killed, out of memory): --retry-failed then goes on from them
+                crashed = crashed or not isinstance(outcome, RunResult)
+                if policy is not None and isinstance(outcome, RunResult):
                     remove_checkpoints(policy.run_dir(spec.run_id))
                 display.run_finished(_summary(spec, result), failed=result.status != "done", run_id=spec.run_id,
                                      seconds=result.timings.get("total_s"))
@@ -344,7 +348,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             folders = stable_folders(item) if policy is not None else []
             pending = {r.family for r in store.unfinished(plan)} if folders and only is not None else set()
             for family in folders:
-                if family not in pending:
+                if family not in pending and not crashed:
                     remove_checkpoints(policy.run_dir(family))
 
 
@@ -363,10 +367,10 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     with RunStore(out_dir) as store:
         stored = store.get_meta("plan")
         status = store.statuses().get(run_id)
+        runs = store.planned_runs()  # a plan this release cannot read: one line naming the release that wrote it
     if stored is None:
         raise StoreError(f"{out_dir} holds no plan: record one with `flops-fit sweep CONFIG --out {out_dir} "
                          "--record-only`")
-    runs = [RunSpec.from_dict(r) for r in stored["runs"]]
     spec = next((r for r in runs if r.run_id == run_id), None)
     if spec is None:
         raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} --json` "

@@ -169,8 +169,11 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             if saver and (stop_all or due):
                 saver.save(model, optimizer, _state(spec.run_id, result, batches, losses))
                 last_save = time.perf_counter()
-                if result.curve:
-                    progress(spec.run_id, result.tokens, spec.tokens, result.curve[-1][1])
+                # the store counts the steps this checkpoint keeps, before the first curve point too (a
+                # resumed attempt is counted from here); a NaN loss would read as a new attempt
+                shown = result.curve[-1][1] if result.curve else float(losses[:result.steps].mean())
+                if math.isfinite(shown):
+                    progress(spec.run_id, result.tokens, spec.tokens, shown)
             if stop_all:  # every process stops at the same step (a signal may reach only one)
                 signum = stop if stop is not None else signal.SIGTERM
                 raise Interrupted(signum, f"stopped by signal {signum}")
