@@ -162,7 +162,8 @@ def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]
     """One row per method: its answer at ``target`` with intervals (the report's and the summary's table)."""
     rows = []
     for method, result in results.items():
-        rows.append([method] + scale_cells(result.predict(target).iloc[0]) + [fmt.with_interval(*result.exponents["a"])])
+        rows.append([method] + scale_cells(result.predict(target).iloc[0], result.runs.unit)
+                    + [fmt.with_interval(*result.exponents["a"])])
     return rows
 
 

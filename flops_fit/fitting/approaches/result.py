@@ -335,27 +335,27 @@ def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[s
 
 
 def prediction_rows(table: pd.DataFrame, unit: str = "tokens") -> list[list[str]]:
-    """Rows of FLOPs, N_opt, D_opt, tokens/param, loss, each "value [lo, hi]"; a budget whose optimum is
-    under one parameter or one token (or sample: ``unit``) withheld with the reason, as a fit's own table never
-    holds one (``--predict 1e3`` read 0.315 parameters on 236 tokens at a loss of 415.6 nats)."""
+    """Rows of FLOPs, N_opt, D_opt, tokens/param, loss, each "value [lo, hi]" (``scale_cells``); a budget
+    whose optimum itself names no model has its tokens/param and loss withheld too (``--predict 1e3``
+    read 0.315 parameters on 236 tokens at a loss of 415.6 nats)."""
     rows = []
     for _, r in table.iterrows():
-        tiny = [f"{name} {fmt.count(r[key])} is under one {what}" for key, name, what in
-                (("N_opt", "N_opt", "parameter"), ("D_opt", "D_opt", unit[:-1])) if r[key] < 1]
-        cells = ([f"withheld: {', '.join(tiny)}: no model"] + ["withheld"] * 3) if tiny else scale_cells(r)
+        cells = scale_cells(r, unit)
+        if any(c.startswith("withheld: ") for c in cells[:2]):
+            cells[2:] = ["withheld", "withheld"]
         rows.append([fmt.flops(r.budget)] + cells)
     return rows
 
 
-def scale_cells(row: Any) -> list[str]:
+def scale_cells(row: Any, unit: str = "tokens") -> list[str]:
     """N_opt, D_opt and tokens/param of a prediction row, each "value [lo, hi]" (an interval over
     ``fmt.SPAN_LIMIT`` withheld, and one that names no model: --predict 1e3 read N_opt 1.34 [0.168, 5.23]
-    parameters), and the loss "value [lo, hi]"."""
+    parameters), and the loss "value [lo, hi]". ``unit``: what D counts (tokens, an image sweep's samples)."""
     cells = []
     for k, f in (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig)):
         value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
-        alone = unphysical(k, value, value, row["budget"])  # the value itself names no model
-        bounds = unphysical(k, lo, hi, row["budget"]) if np.isfinite([lo, hi]).all() else None
+        alone = unphysical(k, value, value, row["budget"], unit)  # the value itself names no model
+        bounds = unphysical(k, lo, hi, row["budget"], unit) if np.isfinite([lo, hi]).all() else None
         if alone is not None:
             cells.append(f"withheld: {alone}")
         elif bounds is not None:
