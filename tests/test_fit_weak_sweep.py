@@ -457,6 +457,26 @@ def test_a_predicted_budget_whose_optimum_is_under_one_parameter_is_withheld(cap
     assert "withheld" not in rows["1e+11"] and "10.8k [" in rows["1e+11"]
 
 
+def test_json_withholds_what_the_prediction_table_withholds(capsys):
+    """`fit demo_runs.csv --predict 1e3 1e30 --json` gave N_opt 0.315 parameters and N_opt's bounds
+    [1.48T, 95.1P] where the text says "withheld" with its reason; the JSON now nulls those fields and names
+    the reason under ``withheld``, and keeps what the text prints."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    args = ["fit", str(demo), "--method", "parametric", "--bootstrap", "200", "--holdout", "none", "--tracking", "off",
+            "--predict", "1e3", "1e30"]
+    assert main(args) == 0
+    text = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith(("1e+03", "1e+30"))}
+    assert "under one parameter: no model" in text["1e+03"] and "[withheld: spans over 1000x]" in text["1e+30"]
+    assert main([*args, "--json"]) == 0
+    tiny, far = json.loads(capsys.readouterr().out)["table"]
+    assert tiny["budget"] == 1e3 and far["budget"] == 1e30
+    assert all(tiny[k] is None for k in ("N_opt", "N_opt_lo", "D_opt", "loss", "loss_hi", "tokens_per_param"))
+    assert "is under one parameter: no model" in tiny["withheld"]["N_opt"] and tiny["withheld"]["loss"]
+    assert far["N_opt"] > 1e14 and far["N_opt_lo"] is None and far["N_opt_hi"] is None
+    assert far["withheld"]["N_opt_lo"] == "spans over 1000x" and "N_opt" not in far["withheld"]
+    assert far["loss_lo"] < far["loss"] < far["loss_hi"] and "loss_lo" not in far["withheld"]
+
+
 def test_a_target_far_below_the_sweep_is_named_as_what_to_change(tmp_path, capsys):
     """``fit demo_runs.csv --method vpnls --target 1e3`` (a target in the wrong units) said "the runs do not
     pin this method down (more budgets, ...); other methods may answer: method='all'", and method all

@@ -285,7 +285,7 @@ class FitResult(Presentable):
             "seed": self.seed,
             "level": self.level,
             "params": fmt.json_safe(par.to_dict("index")),
-            "table": fmt.json_safe(self.table(budgets).to_dict("records")),
+            "table": prediction_json(self.table(budgets), self.runs.unit),
             "diagnostics": self.diagnostics.to_dict(),
             "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
         }
@@ -340,10 +340,60 @@ def prediction_rows(table: pd.DataFrame, unit: str = "tokens") -> list[list[str]
     holds one (``--predict 1e3`` read 0.315 parameters on 236 tokens at a loss of 415.6 nats)."""
     rows = []
     for _, r in table.iterrows():
-        tiny = [f"{name} {fmt.count(r[key])} is under one {what}" for key, name, what in
-                (("N_opt", "N_opt", "parameter"), ("D_opt", "D_opt", unit[:-1])) if r[key] < 1]
-        cells = ([f"withheld: {', '.join(tiny)}: no model"] + ["withheld"] * 3) if tiny else scale_cells(r)
+        tiny = _no_model(r, unit)
+        cells = ([f"withheld: {tiny}"] + ["withheld"] * 3) if tiny else scale_cells(r)
         rows.append([fmt.flops(r.budget)] + cells)
+    return rows
+
+
+PREDICTED = (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig))
+
+
+def _no_model(row: Any, unit: str = "tokens") -> str | None:
+    """Why a prediction row names no model at all (an optimum under one parameter or token), or None."""
+    tiny = [f"{name} {fmt.count(row[name])} is under one {what}" for name, what in
+            (("N_opt", "parameter"), ("D_opt", unit[:-1])) if row[name] < 1]
+    return f"{', '.join(tiny)}: no model" if tiny else None
+
+
+def _withheld_cells(row: Any) -> dict[str, str]:
+    """Each field of a prediction row that names a model which its text withholds, with the reason: a value
+    that names no model (with its bounds), bounds that name none, span over ``fmt.SPAN_LIMIT`` or do not vary."""
+    out: dict[str, str] = {}
+    for k, _ in (*PREDICTED, ("loss", None)):
+        value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
+        alone = bounds = None
+        if k != "loss":
+            alone = unphysical(k, value, value, row["budget"])  # the value itself names no model
+            bounds = unphysical(k, lo, hi, row["budget"]) if np.isfinite([lo, hi]).all() else None
+            if bounds is None and fmt.too_wide(lo, hi):
+                bounds = f"spans over {fmt.SPAN_LIMIT:g}x"
+        if alone is not None:
+            out.update({k: alone, f"{k}_lo": alone, f"{k}_hi": alone})
+            continue
+        if bounds is None and np.isfinite([lo, hi]).all() and fmt.still(value, lo, hi):
+            bounds = fmt.STILL[len("[withheld: "):-1]
+        if bounds is not None:
+            out.update({f"{k}_lo": bounds, f"{k}_hi": bounds})
+    return out
+
+
+def withheld_fields(row: Any, unit: str = "tokens") -> dict[str, str]:
+    """Every field of a prediction row its text withholds, with the reason, so ``--json`` says what the text
+    says (it gave 0.315 parameters where the text said "withheld: ... no model")."""
+    tiny = _no_model(row, unit)
+    if tiny:
+        return {f"{k}{end}": tiny for k, _ in (*PREDICTED, ("loss", None)) for end in ("", "_lo", "_hi")}
+    return _withheld_cells(row)
+
+
+def prediction_json(table: pd.DataFrame, unit: str = "tokens") -> list[dict[str, Any]]:
+    """A prediction table's rows for JSON: each field the text withholds null, and ``withheld`` giving why."""
+    rows = []
+    for record in table.to_dict("records"):
+        gone = withheld_fields(record, unit)
+        record = {k: (None if k in gone else v) for k, v in record.items()}
+        rows.append(fmt.json_safe({**record, **({"withheld": gone} if gone else {})}))
     return rows
 
 
@@ -351,18 +401,17 @@ def scale_cells(row: Any) -> list[str]:
     """N_opt, D_opt and tokens/param of a prediction row, each "value [lo, hi]" (an interval over
     ``fmt.SPAN_LIMIT`` withheld, and one that names no model: --predict 1e3 read N_opt 1.34 [0.168, 5.23]
     parameters), and the loss "value [lo, hi]"."""
+    gone = _withheld_cells(row)
     cells = []
-    for k, f in (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig)):
+    for k, f in (*PREDICTED, ("loss", _loss)):
         value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
-        alone = unphysical(k, value, value, row["budget"])  # the value itself names no model
-        bounds = unphysical(k, lo, hi, row["budget"]) if np.isfinite([lo, hi]).all() else None
-        if alone is not None:
-            cells.append(f"withheld: {alone}")
-        elif bounds is not None:
-            cells.append(f"{f(value)} [withheld: {bounds}]")
+        if k in gone:
+            cells.append(f"withheld: {gone[k]}")
+        elif f"{k}_lo" in gone:
+            cells.append(f"{f(value)} [withheld: {gone[f'{k}_lo']}]")
         else:
-            cells.append(fmt.scale_interval(value, lo, hi, fmt=f))
-    return cells + [fmt.with_interval(row["loss"], row["loss_lo"], row["loss_hi"], fmt=_loss)]
+            cells.append(fmt.with_interval(value, lo, hi, fmt=f))
+    return cells
 
 
 def _loss(value: Any) -> str:
