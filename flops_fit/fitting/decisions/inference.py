@@ -75,7 +75,16 @@ def law_of(result: Any):
     if "k" not in result.params or result.law_loss(probe, np.ones((1, 1)), np.ones((1, 1))) is None:
         raise FitInputError(f"method {result.method!r} fits no law over (N, D); sizing for inference needs one: "
                             "fit with method 'parametric', 'vpnls' or 'interaction'")
+    check_scale(result.runs.scale)
     return result.law_loss
+
+
+def check_scale(scale: str) -> None:
+    """FitInputError unless N is total parameters: a sizing is a model to train and serve, its N printed as
+    parameters (non-embedding N was sized and labelled "parameters"), refused as ``loss_at`` refuses it."""
+    if scale != "params":
+        raise FitInputError(f"sizing for inference reads N as total parameters, and this law was fitted on {scale}: "
+                            "fit with scale='params' (--scale params) to size a model for inference")
 
 
 def flops_per_token(p: dict[str, np.ndarray], n: np.ndarray) -> np.ndarray:
