@@ -285,6 +285,25 @@ def test_an_estimate_outside_its_own_interval_is_said_to_be_where_it_is_printed(
     assert [row[2] for row in param_rows(table)] == ["[0.0596, 0.486] (the estimate lies outside it)", "[0.1, 0.5]"]
 
 
+def test_a_standard_error_set_by_outlying_draws_is_withheld(capsys):
+    """vpnls on Gadre et al.'s rpj / c4_val runs printed B 205.1 [113.3, 5504] with a bootstrap s.e. of 1.378e+05,
+    25x the interval's width: a few wild draws, not a spread. It is withheld with the reason, as an s.e. of
+    diverging draws is; an s.e. within its interval's width stands."""
+    from flops_fit.fitting.approaches.result import param_rows
+
+    table = pd.DataFrame({"estimate": [205.1, 0.2444], "lo": [113.3, 0.2046], "hi": [5504.0, 0.4138],
+                          "se": [1.378e5, 0.05339]}, index=["B", "beta"])
+    assert [row[2:] for row in param_rows(table)] == [["[113.3, 5504]", "withheld: outlying draws"],
+                                                       ["[0.2046, 0.4138]", "0.05339"]]
+    gadre = Path(__file__).resolve().parents[2] / "shared" / "data" / "gadre_overtraining.csv"
+    if not gadre.is_file():
+        pytest.skip("../shared/data/gadre_overtraining.csv is not beside this checkout")
+    assert main(["fit", str(gadre), "--method", "vpnls", "--holdout", "none",
+                 "--tracking", "off", "--where", "train_data=rpj", "eval_data=c4_val"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith(("B ", "E "))}
+    assert rows["B"].endswith("withheld: outlying draws") and not rows["E"].endswith("withheld: outlying draws")
+
+
 # A ViT on glyphs at budgets 1e9-4e9, 3 sizes a budget, trained once: most runs stay at chance (ln 36 = 3.58),
 # and two budgets have an interior minimum, each from a single run below the others.
 CHANCE_VIT = pd.DataFrame({

@@ -309,8 +309,8 @@ COEFFICIENTS = ("A", "B")
 def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[str]]:
     """Rows of param, estimate, "[lo, hi]", bootstrap s.e.: a coefficient's interval over the span
     limit, an s.e. of draws that diverged, and the interval of a parameter fitted on its search
-    bound (``on_bound``: the runs do not pin it down) or of resamples that do not vary, withheld with
-    the reason; an interval that misses its estimate says so."""
+    bound (``on_bound``: the runs do not pin it down) or of resamples that do not vary, and an s.e. set by a few
+    outlying draws (``outlying_se``), withheld with the reason; an interval that misses its estimate says so."""
     rows = []
     for name, r in table.iterrows():
         if np.isnan(r.lo) and np.isnan(r.hi):  # no bootstrap
@@ -326,12 +326,20 @@ def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[s
             span += " (the estimate lies outside it)"
         if name in COEFFICIENTS and fmt.too_wide(r.lo, r.hi):
             span, se = f"[withheld: spans over {fmt.SPAN_LIMIT:g}x]", "withheld"
+        if outlying_se(r.se, r.lo, r.hi) and se != "withheld":
+            se = "withheld: outlying draws"
         if not (np.isfinite(r.lo) and np.isfinite(r.hi)):
             span = "[withheld: draws diverge]"
         if not np.isfinite(r.se):
             se = "withheld: draws diverge"
         rows.append([name, fmt.sig(r.estimate, 4), span, se])
     return rows
+
+
+def outlying_se(se: float, lo: float, hi: float) -> bool:
+    """Whether a bootstrap s.e. exceeds its own interval's width (a normal spread's is a quarter of it): a few
+    outlying draws set it, and it says nothing the interval does not (vpnls read B 1.378e+05 beside [113.3, 5504])."""
+    return bool(np.isfinite([se, lo, hi]).all() and se > abs(hi - lo))
 
 
 def prediction_rows(table: pd.DataFrame, unit: str = "tokens") -> list[list[str]]:
