@@ -304,6 +304,21 @@ def test_a_standard_error_set_by_outlying_draws_is_withheld(capsys):
     assert rows["B"].endswith("withheld: outlying draws") and not rows["E"].endswith("withheld: outlying draws")
 
 
+def test_a_signed_coefficients_interval_that_says_nothing_is_withheld():
+    """The curve law's F printed 2.001e+17 [5.871e+14, 6.77e+21], ends 11500x apart, where A's and B's such
+    intervals are withheld; F may be negative, so it was never judged. On one side of 0 its ends are judged
+    as a scale's; across 0 by its width against the estimate, so F's unknown sign stays readable."""
+    from flops_fit.fitting.approaches.result import param_rows
+
+    table = pd.DataFrame({"estimate": [2.001e17, -2.001e17, 237.9, 1.0, 0.3], "lo": [5.871e14, -6.77e21, -49.78,
+                          -2000.0, 5.871e14], "hi": [6.77e21, -5.871e14, 5305.0, 3.0, 6.77e21],
+                          "se": [1e21, 1e21, 1975.0, 500.0, 1e21]}, index=["F", "F", "F", "F", "beta"])
+    assert [row[2:] for row in param_rows(table)] == [
+        ["[withheld: spans over 1000x]", "withheld"], ["[withheld: spans over 1000x]", "withheld"],
+        ["[-49.78, 5305]", "1975"], ["[withheld: across 0, over 1000x the estimate wide]", "withheld"],
+        ["[5.871e+14, 6.77e+21] (the estimate lies outside it)", "1e+21"]]  # not F: not judged so
+
+
 # A ViT on glyphs at budgets 1e9-4e9, 3 sizes a budget, trained once: most runs stay at chance (ln 36 = 3.58),
 # and two budgets have an interior minimum, each from a single run below the others.
 CHANCE_VIT = pd.DataFrame({

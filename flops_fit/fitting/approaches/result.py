@@ -304,6 +304,9 @@ class PowerLawResult(FitResult):
 # Coefficients of a power law: positive scales, whose interval over ``fmt.SPAN_LIMIT`` is withheld
 # as N_opt's is (a weak sweep's bootstrap reads A as [137, 3.9e277]).
 COEFFICIENTS = ("A", "B")
+# Coefficients that may take either sign (the interaction term F of the interaction and curve laws): an
+# interval is judged by ``fmt.signed_span`` (F read [5.871e+14, 6.77e+21] beside A and B withheld).
+SIGNED_COEFFICIENTS = ("F",)
 
 
 def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[str]]:
@@ -326,6 +329,8 @@ def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[s
             span += " (the estimate lies outside it)"
         if name in COEFFICIENTS and fmt.too_wide(r.lo, r.hi):
             span, se = f"[withheld: spans over {fmt.SPAN_LIMIT:g}x]", "withheld"
+        if name in SIGNED_COEFFICIENTS and (why := fmt.signed_span(r.estimate, r.lo, r.hi)):
+            span, se = f"[withheld: {why}]", "withheld"
         if outlying_se(r.se, r.lo, r.hi) and se != "withheld":
             se = "withheld: outlying draws"
         if not (np.isfinite(r.lo) and np.isfinite(r.hi)):
