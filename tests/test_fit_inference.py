@@ -231,8 +231,22 @@ def test_the_loss_without_inference_below_every_fitted_run_says_so():
     assert "withheld" in row and re.search(r"\d+\.\d+ \[", row)  # the loss without inference is printed
     notes = [line for line in text.splitlines() if line.startswith("note:")]
     assert len(notes) == 1, text
-    assert notes[0].startswith("note: at 1e+12 FLOPs the loss without inference is the compute-optimal model's")
+    assert notes[0].startswith("note: at 1e+12 total FLOPs the loss without inference is the compute-optimal "
+                               "model's")
     assert "below the fitted runs (smallest 1B parameters, 20B tokens)" in notes[0]
+
+
+def test_the_total_tables_notes_say_total_flops(capsys):
+    """`fit demo_runs.csv --total-flops 1e12 --inference-tokens 1e9` noted "at 1e+12 FLOPs the sizing's 323
+    parameters ..." under the total table, where 1e12 is training plus serving; the note says total FLOPs,
+    and the sizing table's notes (training FLOPs) stay as they were."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    assert main(["fit", str(demo), "--method", "parametric", "--bootstrap", "50", "--holdout", "none",
+                 "--tracking", "off", "--total-flops", "1e12", "--inference-tokens", "1e9"]) == 0
+    sizing, total = capsys.readouterr().out.split("the lowest loss for a total budget")
+    notes = [line for line in total.splitlines() if line.startswith("note:")]
+    assert notes and all(n.startswith("note: at 1e+12 total FLOPs the sizing's") for n in notes), total
+    assert "note: at 1e+10 FLOPs the sizing's" in sizing and "total FLOPs the" not in sizing
 
 
 def test_a_total_no_model_of_one_parameter_can_train_on_is_withheld():

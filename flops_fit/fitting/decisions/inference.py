@@ -288,15 +288,16 @@ def below_runs(result: Any, table: pd.DataFrame, first: str = "budget") -> list[
     smallest = f"smallest {fmt.count(smallest_n)} parameters, {fmt.count(smallest_d)} {unit}"
     optimal = result.predict(table[first].to_numpy(float))  # the model whose loss the row prints: C = its FLOPs
     column = f"{result.runs.label.split(' (')[0]} {'to reach' if first == 'budget' else 'without inference'}"
+    kind = "total FLOPs" if first == "total_flops" else "FLOPs"  # a total is training plus serving, said so
     notes = []
     for (_, r), n, d in zip(table.iterrows(), optimal.N_opt, optimal.D_opt, strict=True):
         if r.N < smallest_n or r.D < smallest_d:
-            notes.append(f"at {fmt.flops(r[first])} FLOPs the sizing's {fmt.count(r.N)} parameters on "
+            notes.append(f"at {fmt.flops(r[first])} {kind} the sizing's {fmt.count(r.N)} parameters on "
                          f"{fmt.count(r.D)} {unit} lie below the fitted runs ({smallest}): the law is read where no "
                          "run measured it, and toward small N and D a law's terms can bend where a real model's loss "
                          "does not; train runs that small before acting on it")
         elif n < smallest_n or d < smallest_d:
-            notes.append(f"at {fmt.flops(r[first])} FLOPs the {column} is the compute-optimal model's, "
+            notes.append(f"at {fmt.flops(r[first])} {kind} the {column} is the compute-optimal model's, "
                          f"{fmt.count(n)} parameters on {fmt.count(d)} {unit}, below the fitted runs ({smallest}): "
                          "the law is read where no run measured it; train runs that small before acting on it")
     return notes
