@@ -311,3 +311,11 @@ def test_the_public_api_page_says_how_to_reach_each_name_it_documents():
         if getattr(flops_fit, name, None) is not obj and f"`{name}`" not in lead:
             unreached.append(path)
     assert not unreached
+
+
+def test_first_sweep_states_the_main_guard_rule_once():
+    """first-sweep.md's Python API section said the rule twice, a paragraph after the example and again
+    under SweepOptions' example ("Scripts that use `workers > 1` must guard ..."): once is the page's."""
+    text = DATA_DOC.with_name("first-sweep.md").read_text()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    assert prose.count('`if __name__ == "__main__":`') == 1
