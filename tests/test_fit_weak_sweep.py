@@ -319,6 +319,35 @@ def test_a_signed_coefficients_interval_that_says_nothing_is_withheld():
         ["[5.871e+14, 6.77e+21] (the estimate lies outside it)", "1e+21"]]  # not F: not judged so
 
 
+def test_json_withholds_what_the_parameter_table_withholds(capsys):
+    """`fit --json` gave A's s.e. 3.28e+06 and F's bounds [5.871e+14, 6.77e+21] where the text says "withheld"
+    with the reason; the JSON parameters now null what the text withholds and say why under ``withheld``."""
+    from flops_fit.fitting.approaches.result import param_json
+
+    table = pd.DataFrame({"estimate": [110.5, 2.001e17, 0.6, 3.0], "lo": [38.41, 5.871e14, 0.45, np.nan],
+                          "hi": [697.6, 6.77e21, 0.86, np.nan], "se": [3.276e6, 1e21, 0.11, np.nan]},
+                         index=["A", "F", "alpha", "beta"])
+    out = param_json(table, on_bound=("beta",))
+    assert out["A"] == {"estimate": 110.5, "lo": 38.41, "hi": 697.6, "se": None, "withheld": {"se": "outlying draws"}}
+    assert out["F"] == {"estimate": 2.001e17, "lo": None, "hi": None, "se": None,
+                        "withheld": dict.fromkeys(("lo", "hi", "se"), "spans over 1000x")}
+    assert out["alpha"] == {"estimate": 0.6, "lo": 0.45, "hi": 0.86, "se": 0.11}
+    assert out["beta"] == {"estimate": 3.0, "lo": None, "hi": None, "se": None}  # no bootstrap: nothing withheld
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    args = ["fit", str(demo), "--method", "parametric", "--holdout", "none", "--tracking", "off"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("param ")) + 2
+    text = {line.split()[0]: line for line in lines[start:lines.index("", start)]}
+    assert main([*args, "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["params"]
+    assert set(text) == set(params) and params["A"]["withheld"] == {"se": "outlying draws"}
+    for name, row in params.items():
+        said = text[name].split("]", 1)[1].strip()  # the s.e. column
+        assert (row["se"] is None) == said.startswith("withheld"), (name, said, row)
+        assert (row["lo"] is None) == ("[withheld" in text[name]), (name, text[name], row)
+
+
 # A ViT on glyphs at budgets 1e9-4e9, 3 sizes a budget, trained once: most runs stay at chance (ln 36 = 3.58),
 # and two budgets have an interior minimum, each from a single run below the others.
 CHANCE_VIT = pd.DataFrame({

@@ -284,7 +284,7 @@ class FitResult(Presentable):
             "bootstrap": len(self.samples),
             "seed": self.seed,
             "level": self.level,
-            "params": fmt.json_safe(par.to_dict("index")),
+            "params": param_json(par, self.details.get("on_bound", ())),
             "table": prediction_json(self.table(budgets), self.runs.unit),
             "diagnostics": self.diagnostics.to_dict(),
             "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
@@ -310,35 +310,67 @@ SIGNED_COEFFICIENTS = ("F",)
 
 
 def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[str]]:
-    """Rows of param, estimate, "[lo, hi]", bootstrap s.e.: a coefficient's interval over the span
-    limit, an s.e. of draws that diverged, and the interval of a parameter fitted on its search
-    bound (``on_bound``: the runs do not pin it down) or of resamples that do not vary, and an s.e. set by a few
-    outlying draws (``outlying_se``), withheld with the reason; an interval that misses its estimate says so."""
+    """Rows of param, estimate, "[lo, hi]", bootstrap s.e., each interval and s.e. ``param_withheld``
+    withholds given as withheld with the reason; an interval that misses its estimate says so."""
     rows = []
     for name, r in table.iterrows():
         if np.isnan(r.lo) and np.isnan(r.hi):  # no bootstrap
             rows.append([name, fmt.sig(r.estimate, 4), "-", "-"])
             continue
-        if name in on_bound:
-            rows.append([name, fmt.sig(r.estimate, 4), "[withheld: fitted on its search bound]", "withheld"])
-            continue
+        gone = param_withheld(name, r, on_bound)
         span, se = f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 4)
-        if fmt.still(r.estimate, r.lo, r.hi):
-            span, se = fmt.STILL, "withheld"
         if fmt.outside(r.estimate, r.lo, r.hi, lambda v: fmt.sig(v, 4)):
             span += " (the estimate lies outside it)"
-        if name in COEFFICIENTS and fmt.too_wide(r.lo, r.hi):
-            span, se = f"[withheld: spans over {fmt.SPAN_LIMIT:g}x]", "withheld"
-        if name in SIGNED_COEFFICIENTS and (why := fmt.signed_span(r.estimate, r.lo, r.hi)):
-            span, se = f"[withheld: {why}]", "withheld"
-        if outlying_se(r.se, r.lo, r.hi) and se != "withheld":
-            se = "withheld: outlying draws"
-        if not (np.isfinite(r.lo) and np.isfinite(r.hi)):
-            span = "[withheld: draws diverge]"
-        if not np.isfinite(r.se):
-            se = "withheld: draws diverge"
+        if "lo" in gone:
+            span = f"[withheld: {gone['lo']}]"
+        if "se" in gone:
+            se = f"withheld: {gone['se']}" if gone["se"] in SAID_OF_SE else "withheld"
         rows.append([name, fmt.sig(r.estimate, 4), span, se])
     return rows
+
+
+SAID_OF_SE = ("outlying draws", "draws diverge")  # an s.e. withheld for its own reason says it; else "withheld"
+
+
+def param_withheld(name: str, row: Any, on_bound: Sequence[str] = ()) -> dict[str, str]:
+    """Which of a parameter's ``lo``, ``hi`` and ``se`` its table withholds, with the reason: a coefficient's
+    interval over the span limit (``fmt.signed_span`` for one of either sign), the interval of a parameter fitted
+    on its search bound (``on_bound``: the runs do not pin it down) or of resamples that do not vary, an s.e. set
+    by a few outlying draws (``outlying_se``), draws that diverged. ``--json`` nulls the same fields."""
+    if np.isnan(row["lo"]) and np.isnan(row["hi"]):  # no bootstrap: nothing to withhold
+        return {}
+    out: dict[str, str] = {}
+
+    def withhold(why: str, keys: Sequence[str] = ("lo", "hi", "se")) -> None:
+        out.update(dict.fromkeys(keys, why))
+
+    value, lo, hi, se = (row[k] for k in ("estimate", "lo", "hi", "se"))
+    if name in on_bound:
+        withhold("fitted on its search bound")
+        return out
+    if fmt.still(value, lo, hi):
+        withhold(fmt.STILL[len("[withheld: "):-1])
+    if name in COEFFICIENTS and fmt.too_wide(lo, hi):
+        withhold(f"spans over {fmt.SPAN_LIMIT:g}x")
+    if name in SIGNED_COEFFICIENTS and (why := fmt.signed_span(value, lo, hi)):
+        withhold(why)
+    if outlying_se(se, lo, hi) and "se" not in out:
+        withhold("outlying draws", ("se",))
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        withhold("draws diverge", ("lo", "hi"))
+    if not np.isfinite(se):
+        withhold("draws diverge", ("se",))
+    return out
+
+
+def param_json(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> dict[str, Any]:
+    """A parameter table for JSON: each bound and s.e. the text withholds null, and ``withheld`` giving why."""
+    out = {}
+    for name, r in table.iterrows():
+        gone = param_withheld(name, r, on_bound)
+        values = {k: (None if k in gone else v) for k, v in r.to_dict().items()}
+        out[name] = fmt.json_safe({**values, **({"withheld": gone} if gone else {})})
+    return out
 
 
 def outlying_se(se: float, lo: float, hi: float) -> bool:
