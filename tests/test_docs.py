@@ -3,6 +3,7 @@ examples run as written."""
 
 import inspect
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,30 @@ def test_the_public_api_page_says_how_to_reach_each_name_it_documents():
         if getattr(flops_fit, name, None) is not obj and f"`{name}`" not in lead:
             unreached.append(path)
     assert not unreached
+
+
+def test_the_plugin_pages_example_registers_the_dataset_its_model_defaults_to(monkeypatch):
+    """plugins.md's example plugin registered mlp-lm with default_datasets=("modular-sequences",) and no such
+    dataset (the package under examples/ registers it): loaded as written, every default dataset resolves."""
+    import types
+
+    from flops_fit.plugin import api
+    from flops_fit.testing import isolated_host
+
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", DOC, re.S) if "# flops_fit_example/plugin.py" in b]
+    module = types.ModuleType("flops_fit_example.plugin")
+    monkeypatch.setitem(sys.modules, "flops_fit_example", types.ModuleType("flops_fit_example"))
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # the family reads its sizing functions there
+    exec(compile(block, "plugins.md", "exec"), module.__dict__)
+    host = isolated_host(("example", module))
+    [model] = api.list_models(host=host)
+    wanted = api.model_info(model, host=host).default_datasets
+    assert wanted and all(api.dataset_info(name, host=host).name == name for name in wanted)
+
+
+def test_first_sweep_states_the_main_guard_rule_once():
+    """first-sweep.md's Python API section said the rule twice, a paragraph after the example and again
+    under SweepOptions' example ("Scripts that use `workers > 1` must guard ..."): once is the page's."""
+    text = DATA_DOC.with_name("first-sweep.md").read_text()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    assert prose.count('`if __name__ == "__main__":`') == 1

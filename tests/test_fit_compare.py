@@ -249,6 +249,27 @@ def test_two_recipes_logged_in_one_table_are_compared_by_their_rows(recipes, tmp
     assert "--where-b takes COLUMN=VALUE pairs" in capsys.readouterr().err
 
 
+def test_two_recipes_on_different_evaluation_sets_are_refused_in_one_line(recipes, tmp_path, capsys):
+    """`compare gadre.csv gadre.csv --where train_data=rpj --where-a eval_data=c4_val --where-b
+    eval_data=paloma_ptb` printed "B worse" at every budget without a word: the losses are on different sets.
+    Now one line naming the column and the fix; one set picked for both sides is compared as before."""
+    table = tmp_path / "runs.csv"
+    pd.concat([recipes[0].assign(recipe="base", eval_data="c4_val"),
+               recipes[2].assign(recipe="base", eval_data="paloma_ptb")]).drop(columns="curve").to_csv(table, index=False)
+    assert main(["compare", str(table), str(table), "--where", "recipe=base", "--where-a", "eval_data=c4_val",
+                 "--where-b", "eval_data=paloma_ptb"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "different evaluation sets (eval_data: 'c4_val' against 'paloma_ptb')" in err
+    assert "--where eval_data=c4_val" in err
+    with pytest.raises(flops_fit.FitInputError, match="recipes base and new are measured on different evaluation sets"):
+        flops_fit.compare(table, table, where_a={"eval_data": "c4_val"}, where_b={"Eval Set": "x", "eval_data": "v"},
+                          names=("base", "new"))
+    kept = flops_fit.compare(table, table, "vpnls", bootstrap=0, where={"eval_data": "c4_val"},
+                             where_a={"recipe": "base"}, where_b={"recipe": "base"})
+    assert kept.at_target.multiplier == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize(("given", "message"), [
     ({"bootstap": 3}, r"unknown option\(s\) bootstap; compare\(\) passes on"),
     ({"names": ("a", "b", "c")}, "names must be two names"), ({"names": "ab"}, "names must be two names")])

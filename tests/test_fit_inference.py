@@ -149,6 +149,30 @@ def test_cli_sizes_for_inference(tmp_path, capsys):
     assert "no law over (N, D)" in err and "--total-flops goes with --inference-tokens" in err
 
 
+def test_a_law_fitted_on_non_embedding_parameters_is_refused_as_loss_at_refuses_it(tmp_path, capsys):
+    """`fit --scale non_embedding_params --inference-tokens 1e12` sized non-embedding N and printed it as
+    "parameters" (serving priced on it too); loss_at refuses that scale. The sizing now refuses it alike, in
+    the API and, before any fit, on the command line (fit and report)."""
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1).drop(columns="curve")
+    runs["embedding_params"] = 0.1 * runs["params"]
+    csv = tmp_path / "runs.csv"
+    runs.to_csv(csv, index=False)
+    fitted = flops_fit.fit(csv, "vpnls", bootstrap=0, scale="non_embedding_params", tracking=False)
+    for ask in (lambda: fitted.predict(1e20, inference_tokens=1e12),
+                lambda: fitted.predict_total(1e21, inference_tokens=1e12)):
+        with pytest.raises(flops_fit.FitInputError, match="sizing for inference reads N as total parameters, and "
+                           "this law was fitted on non_embedding_params: fit with scale='params'"):
+            ask()
+    for command in ("fit", "report"):
+        assert main([command, str(csv), "--method", "vpnls", "--bootstrap", "0", "--scale", "non_embedding_params",
+                     "--inference-tokens", "1e12", *(["--out", str(tmp_path / "r.html")] if command == "report"
+                                                     else [])]) == 2
+        captured = capsys.readouterr()
+        assert "--scale non_embedding_params fits N as something else: fit with --scale params" in captured.err
+        assert captured.out == "" and not (tmp_path / "r.html").exists()
+    assert flops_fit.fit(csv, "vpnls", bootstrap=0, tracking=False).predict(1e20, inference_tokens=1e12).N[0] > 0
+
+
 def test_a_sizing_below_every_fitted_run_says_so():
     """The curve law sized the demo's smallest budget at 2.18k parameters on 404 tokens, 400x fewer
     tokens than any run it was fitted on, in a table that gave no hint; such a row now gets a note."""
@@ -207,8 +231,22 @@ def test_the_loss_without_inference_below_every_fitted_run_says_so():
     assert "withheld" in row and re.search(r"\d+\.\d+ \[", row)  # the loss without inference is printed
     notes = [line for line in text.splitlines() if line.startswith("note:")]
     assert len(notes) == 1, text
-    assert notes[0].startswith("note: at 1e+12 FLOPs the loss without inference is the compute-optimal model's")
+    assert notes[0].startswith("note: at 1e+12 total FLOPs the loss without inference is the compute-optimal "
+                               "model's")
     assert "below the fitted runs (smallest 1B parameters, 20B tokens)" in notes[0]
+
+
+def test_the_total_tables_notes_say_total_flops(capsys):
+    """`fit demo_runs.csv --total-flops 1e12 --inference-tokens 1e9` noted "at 1e+12 FLOPs the sizing's 323
+    parameters ..." under the total table, where 1e12 is training plus serving; the note says total FLOPs,
+    and the sizing table's notes (training FLOPs) stay as they were."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    assert main(["fit", str(demo), "--method", "parametric", "--bootstrap", "50", "--holdout", "none",
+                 "--tracking", "off", "--total-flops", "1e12", "--inference-tokens", "1e9"]) == 0
+    sizing, total = capsys.readouterr().out.split("the lowest loss for a total budget")
+    notes = [line for line in total.splitlines() if line.startswith("note:")]
+    assert notes and all(n.startswith("note: at 1e+12 total FLOPs the sizing's") for n in notes), total
+    assert "note: at 1e+10 FLOPs the sizing's" in sizing and "total FLOPs the" not in sizing
 
 
 def test_a_total_no_model_of_one_parameter_can_train_on_is_withheld():

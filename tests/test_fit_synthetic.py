@@ -172,8 +172,8 @@ def test_a_prediction_that_names_no_model_is_withheld_not_printed():
     table = fitted.predict([10.0, 1e3, 1e6])
     assert table.N_opt_lo[1] < 1 and table.D_opt_hi[1] > 1e3 / 6  # what the table used to print
     rows = prediction_rows(table)
-    assert rows[0][1:3] == ["withheld: below one parameter",
-                            "withheld: more tokens than the budget trains a one-parameter model on"]
+    assert rows[0][1:] == ["withheld: below one parameter",
+                           "withheld: more tokens than the budget trains a one-parameter model on", "withheld", "withheld"]
     assert rows[1][1:3] == ["1.34 [withheld: below one parameter]",
                             "60.3 [withheld: more tokens than the budget trains a one-parameter model on]"]
     assert "withheld" not in " ".join(rows[2][1:3])

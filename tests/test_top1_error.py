@@ -163,3 +163,28 @@ def test_a_forecast_of_the_top1_error_names_the_error_not_a_loss():
     assert head[2].startswith("  top-1 error from "), head
     page = _forecast(forecast)
     assert ", top-1 error 0." in page and "<li>top-1 error from " in page
+
+
+def test_a_forecast_of_the_top1_error_says_its_interval_is_calibrated_on_losses(tmp_path, capsys):
+    """`fit --metric error` forecast the top-1 error with an interval sized by the reach law and prior learned on
+    public sweeps' losses, and said only "the reach law of public sweeps' answers". The text (short and verbose),
+    the JSON and the report now say it; a loss forecast says nothing of it."""
+    from flops_fit.cli.main import main
+
+    runs = synthetic_runs(budgets=(1e17, 3e17, 1e18, 3e18, 1e19), sizes_per_budget=6, seed=1).drop(columns="curve")
+    runs["top1_error"] = np.exp(-1 / runs["loss"])
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    args = ["fit", str(tmp_path / "runs.csv"), "--method", "all", "--holdout", "forward", "--bootstrap", "20",
+            "--tracking", "off"]
+    said = "interval is sized by the prior and the reach law learned on public sweeps' losses, not top-1 errors"
+    assert main([*args, "--metric", "error"]) == 0
+    assert f"Note: the top-1 error's {said}" in capsys.readouterr().out
+    fitted = fit(runs, "all", metric="error", holdout="forward", bootstrap=20, tracking=False)
+    assert f"  note: the top-1 error's {said}" in fitted.forecast.summary()
+    assert any(said in n for n in json.loads(fitted.to_json())["forecast"]["notes"])
+    from html import escape
+
+    from flops_fit.fitting.report.html_report import _forecast
+    assert escape(said) in _forecast(fitted.forecast)
+    assert main(args) == 0
+    assert "public sweeps' losses, not" not in capsys.readouterr().out

@@ -151,6 +151,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
                                       f"got {tokens:g}")
     if args.total_flops and tokens is None:
         raise flops_fit.FitInputError("--total-flops goes with --inference-tokens T (the tokens the model will serve)")
+    sizing_scale(args)
     at = _planned(args)
     fitted = _fit(args, stages(sys.stderr))
     planned = fitted.loss_at(*at) if at else None  # before anything is printed: a fit without a law says so alone
@@ -169,6 +170,14 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     if args.plots:
         print(f"plots written to {args.plots}")
     return 0
+
+
+def sizing_scale(args: argparse.Namespace) -> None:
+    """--inference-tokens on another --scale refused before the fit (minutes), as the sizing itself refuses it."""
+    if args.inference_tokens is not None and args.scale != "params":
+        raise flops_fit.FitInputError(f"--inference-tokens sizes a model of N total parameters, and --scale "
+                                      f"{args.scale} fits N as something else: fit with --scale params to size for "
+                                      "inference")
 
 
 def _planned(args: argparse.Namespace) -> tuple[list[float], list[float]] | None:
@@ -201,6 +210,7 @@ def default_report_path(source: str) -> Path:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    sizing_scale(args)
     at = _planned(args)
     out = Path(args.out) if args.out else default_report_path(args.source)
     show = stages(sys.stderr)

@@ -36,6 +36,7 @@ from flops_fit.fitting.decisions.compare import (
     Comparison,
     check_budgets,
     compare_results,
+    same_evaluation,
     same_quantity,
 )
 from flops_fit.fitting.inputs import METRICS, Runs, load_runs
@@ -337,6 +338,7 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
         raise FitInputError(f"names must be two names, A's and B's (e.g. names=('base', 'muon')), got {names!r}")
     check_budgets(target, budgets)  # before either recipe is fitted
     shared = options.pop("where", None) or {}
+    same_evaluation({**shared, **(where_a or {})}, {**shared, **(where_b or {})}, names or ("A", "B"))
     sides = ((a, where_a), (b, where_b))
     if names is None:
         names = tuple(_name(s, d, own) for (s, own), d in zip(sides, ("A", "B"), strict=True))

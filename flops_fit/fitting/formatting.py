@@ -90,6 +90,22 @@ def too_wide(lo: Any, hi: Any) -> bool:
     return _finite(lo) and _finite(hi) and not (float(lo) > 0 and float(hi) / float(lo) <= SPAN_LIMIT)
 
 
+def signed_span(value: Any, lo: Any, hi: Any) -> str | None:
+    """Why a signed coefficient's finite interval judges nothing (None if it judges): on one side of 0, its
+    ends over ``SPAN_LIMIT`` apart in size, as a scale's (the curve law's F read [5.871e+14, 6.77e+21]);
+    across 0, wider than ``SPAN_LIMIT`` times the estimate's size. One across 0 and narrower says F's
+    sign is unknown, which is worth reading."""
+    if not (_finite(lo) and _finite(hi)):
+        return None
+    low, high = sorted((float(lo), float(hi)))
+    if low > 0 or high < 0:
+        small, large = sorted((abs(low), abs(high)))
+        return f"spans over {SPAN_LIMIT:g}x" if too_wide(small, large) else None
+    if _finite(value) and high - low > SPAN_LIMIT * abs(float(value)):
+        return f"across 0, over {SPAN_LIMIT:g}x the estimate wide"
+    return None
+
+
 def scale_interval(value: Any, lo: Any, hi: Any, fmt=count) -> str:
     """``with_interval`` for a positive scale: an interval ``too_wide`` withheld, the value kept."""
     if too_wide(lo, hi):

@@ -77,6 +77,7 @@ class FitSet(Presentable):
         if self.forecast is not None:
             parts = [forecast_headline(self.forecast)]
             parts += [f"Note: {w}." for w in self.warnings if w.startswith(CAVEATS)]
+            parts += [f"Note: {n}." for n in [self.forecast.calibration_note()] if n]
         else:  # no forecast: the caveats on the methods' own answers (the runs' repeats) still stand
             parts = [withheld[0].upper() + withheld[1:]] if withheld else []
             parts += [f"Note: {w}." for w in self.warnings if w.startswith(CAVEATS)]

@@ -284,8 +284,8 @@ class FitResult(Presentable):
             "bootstrap": len(self.samples),
             "seed": self.seed,
             "level": self.level,
-            "params": fmt.json_safe(par.to_dict("index")),
-            "table": fmt.json_safe(self.table(budgets).to_dict("records")),
+            "params": param_json(par, self.details.get("on_bound", ())),
+            "table": prediction_json(self.table(budgets), self.runs.unit),
             "diagnostics": self.diagnostics.to_dict(),
             "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
         }
@@ -304,65 +304,142 @@ class PowerLawResult(FitResult):
 # Coefficients of a power law: positive scales, whose interval over ``fmt.SPAN_LIMIT`` is withheld
 # as N_opt's is (a weak sweep's bootstrap reads A as [137, 3.9e277]).
 COEFFICIENTS = ("A", "B")
+# Coefficients that may take either sign (the interaction term F of the interaction and curve laws): an
+# interval is judged by ``fmt.signed_span`` (F read [5.871e+14, 6.77e+21] beside A and B withheld).
+SIGNED_COEFFICIENTS = ("F",)
 
 
 def param_rows(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> list[list[str]]:
-    """Rows of param, estimate, "[lo, hi]", bootstrap s.e.: a coefficient's interval over the span
-    limit, an s.e. of draws that diverged, and the interval of a parameter fitted on its search
-    bound (``on_bound``: the runs do not pin it down) or of resamples that do not vary, withheld with
-    the reason; an interval that misses its estimate says so."""
+    """Rows of param, estimate, "[lo, hi]", bootstrap s.e., each interval and s.e. ``param_withheld``
+    withholds given as withheld with the reason; an interval that misses its estimate says so."""
     rows = []
     for name, r in table.iterrows():
         if np.isnan(r.lo) and np.isnan(r.hi):  # no bootstrap
             rows.append([name, fmt.sig(r.estimate, 4), "-", "-"])
             continue
-        if name in on_bound:
-            rows.append([name, fmt.sig(r.estimate, 4), "[withheld: fitted on its search bound]", "withheld"])
-            continue
+        gone = param_withheld(name, r, on_bound)
         span, se = f"[{fmt.sig(r.lo, 4)}, {fmt.sig(r.hi, 4)}]", fmt.sig(r.se, 4)
-        if fmt.still(r.estimate, r.lo, r.hi):
-            span, se = fmt.STILL, "withheld"
         if fmt.outside(r.estimate, r.lo, r.hi, lambda v: fmt.sig(v, 4)):
             span += " (the estimate lies outside it)"
-        if name in COEFFICIENTS and fmt.too_wide(r.lo, r.hi):
-            span, se = f"[withheld: spans over {fmt.SPAN_LIMIT:g}x]", "withheld"
-        if not (np.isfinite(r.lo) and np.isfinite(r.hi)):
-            span = "[withheld: draws diverge]"
-        if not np.isfinite(r.se):
-            se = "withheld: draws diverge"
+        if "lo" in gone:
+            span = f"[withheld: {gone['lo']}]"
+        if "se" in gone:
+            se = f"withheld: {gone['se']}" if gone["se"] in SAID_OF_SE else "withheld"
         rows.append([name, fmt.sig(r.estimate, 4), span, se])
     return rows
+
+
+SAID_OF_SE = ("outlying draws", "draws diverge")  # an s.e. withheld for its own reason says it; else "withheld"
+
+
+def param_withheld(name: str, row: Any, on_bound: Sequence[str] = ()) -> dict[str, str]:
+    """Which of a parameter's ``lo``, ``hi`` and ``se`` its table withholds, with the reason: a coefficient's
+    interval over the span limit (``fmt.signed_span`` for one of either sign), the interval of a parameter fitted
+    on its search bound (``on_bound``: the runs do not pin it down) or of resamples that do not vary, an s.e. set
+    by a few outlying draws (``outlying_se``), draws that diverged. ``--json`` nulls the same fields."""
+    if np.isnan(row["lo"]) and np.isnan(row["hi"]):  # no bootstrap: nothing to withhold
+        return {}
+    out: dict[str, str] = {}
+
+    def withhold(why: str, keys: Sequence[str] = ("lo", "hi", "se")) -> None:
+        out.update(dict.fromkeys(keys, why))
+
+    value, lo, hi, se = (row[k] for k in ("estimate", "lo", "hi", "se"))
+    if name in on_bound:
+        withhold("fitted on its search bound")
+        return out
+    if fmt.still(value, lo, hi):
+        withhold(fmt.STILL[len("[withheld: "):-1])
+    if name in COEFFICIENTS and fmt.too_wide(lo, hi):
+        withhold(f"spans over {fmt.SPAN_LIMIT:g}x")
+    if name in SIGNED_COEFFICIENTS and (why := fmt.signed_span(value, lo, hi)):
+        withhold(why)
+    if outlying_se(se, lo, hi) and "se" not in out:
+        withhold("outlying draws", ("se",))
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        withhold("draws diverge", ("lo", "hi"))
+    if not np.isfinite(se):
+        withhold("draws diverge", ("se",))
+    return out
+
+
+def param_json(table: pd.DataFrame, on_bound: Sequence[str] = ()) -> dict[str, Any]:
+    """A parameter table for JSON: each bound and s.e. the text withholds null, and ``withheld`` giving why."""
+    out = {}
+    for name, r in table.iterrows():
+        gone = param_withheld(name, r, on_bound)
+        values = {k: (None if k in gone else v) for k, v in r.to_dict().items()}
+        out[name] = fmt.json_safe({**values, **({"withheld": gone} if gone else {})})
+    return out
+
+
+def outlying_se(se: float, lo: float, hi: float) -> bool:
+    """Whether a bootstrap s.e. exceeds its own interval's width (a normal spread's is a quarter of it): a few
+    outlying draws set it, and it says nothing the interval does not (vpnls read B 1.378e+05 beside [113.3, 5504])."""
+    return bool(np.isfinite([se, lo, hi]).all() and se > abs(hi - lo))
 
 
 def prediction_rows(table: pd.DataFrame, unit: str = "tokens") -> list[list[str]]:
     """Rows of FLOPs, N_opt, D_opt, tokens/param, loss, each "value [lo, hi]" (``scale_cells``); a budget
     whose optimum itself names no model has its tokens/param and loss withheld too (``--predict 1e3``
     read 0.315 parameters on 236 tokens at a loss of 415.6 nats)."""
+    return [[fmt.flops(r.budget)] + scale_cells(r, unit) for _, r in table.iterrows()]
+
+
+PREDICTED = (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig))
+
+
+def withheld_fields(row: Any, unit: str = "tokens") -> dict[str, str]:
+    """Each field of a prediction row its text withholds, with the reason (``--json`` nulls the same): a value that names no model (with its
+    bounds; an optimum that names none takes its tokens/param and loss with it), bounds that name none, span over
+    ``fmt.SPAN_LIMIT`` or do not vary. ``unit``: what D counts (tokens, an image sweep's samples)."""
+    out: dict[str, str] = {}
+    for k, _ in (*PREDICTED, ("loss", None)):
+        value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
+        alone = bounds = None
+        if k in ("N_opt", "D_opt"):
+            alone = unphysical(k, value, value, row["budget"], unit)  # the value itself names no model
+        if k != "loss":
+            bounds = unphysical(k, lo, hi, row["budget"], unit) if np.isfinite([lo, hi]).all() else None
+            if bounds is None and fmt.too_wide(lo, hi):
+                bounds = f"spans over {fmt.SPAN_LIMIT:g}x"
+        if alone is None and k in ("tokens_per_param", "loss") and ("N_opt" in out or "D_opt" in out):
+            alone = "no model"  # the optimum names none: its ratio and loss are no model's
+        if alone is not None:
+            out.update({k: alone, f"{k}_lo": alone, f"{k}_hi": alone})
+            continue
+        if bounds is None and np.isfinite([lo, hi]).all() and fmt.still(value, lo, hi):
+            bounds = fmt.STILL[len("[withheld: "):-1]
+        if bounds is not None:
+            out.update({f"{k}_lo": bounds, f"{k}_hi": bounds})
+    return out
+
+
+def prediction_json(table: pd.DataFrame, unit: str = "tokens") -> list[dict[str, Any]]:
+    """A prediction table's rows for JSON: each field the text withholds null, and ``withheld`` giving why."""
     rows = []
-    for _, r in table.iterrows():
-        cells = scale_cells(r, unit)
-        if any(c.startswith("withheld: ") for c in cells[:2]):
-            cells[2:] = ["withheld", "withheld"]
-        rows.append([fmt.flops(r.budget)] + cells)
+    for record in table.to_dict("records"):
+        gone = withheld_fields(record, unit)
+        record = {k: (None if k in gone else v) for k, v in record.items()}
+        rows.append(fmt.json_safe({**record, **({"withheld": gone} if gone else {})}))
     return rows
 
 
 def scale_cells(row: Any, unit: str = "tokens") -> list[str]:
-    """N_opt, D_opt and tokens/param of a prediction row, each "value [lo, hi]" (an interval over
+    """N_opt, D_opt, tokens/param and the loss of a prediction row, each "value [lo, hi]" (an interval over
     ``fmt.SPAN_LIMIT`` withheld, and one that names no model: --predict 1e3 read N_opt 1.34 [0.168, 5.23]
-    parameters), and the loss "value [lo, hi]". ``unit``: what D counts (tokens, an image sweep's samples)."""
+    parameters)."""
+    gone = withheld_fields(row, unit)
     cells = []
-    for k, f in (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig)):
+    for k, f in (*PREDICTED, ("loss", _loss)):
         value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
-        alone = unphysical(k, value, value, row["budget"], unit)  # the value itself names no model
-        bounds = unphysical(k, lo, hi, row["budget"], unit) if np.isfinite([lo, hi]).all() else None
-        if alone is not None:
-            cells.append(f"withheld: {alone}")
-        elif bounds is not None:
-            cells.append(f"{f(value)} [withheld: {bounds}]")
+        if k in gone:
+            cells.append("withheld" if gone[k] == "no model" else f"withheld: {gone[k]}")
+        elif f"{k}_lo" in gone:
+            cells.append(f"{f(value)} [withheld: {gone[f'{k}_lo']}]")
         else:
-            cells.append(fmt.scale_interval(value, lo, hi, fmt=f))
-    return cells + [fmt.with_interval(row["loss"], row["loss_lo"], row["loss_hi"], fmt=_loss)]
+            cells.append(fmt.with_interval(value, lo, hi, fmt=f))
+    return cells
 
 
 def _loss(value: Any) -> str:

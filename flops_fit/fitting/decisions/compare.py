@@ -13,7 +13,7 @@ of 20 points per decade, interpolated in log C and log loss; a loss A's frontier
 reach within the grid is an infinite (or zero) multiplier, printed as "beyond search" ("below
 search") with a note of the grid's ends, never as a number; a trend it makes infinite is withheld. Two
 fits whose runs measure different things (tokens against samples, loss against error) are
-refused: their losses are not one quantity.
+refused: their losses are not one quantity; so are two picked from one table on different evaluation sets.
 
 A fit is read only through the result it hands back (duck-typed), so this sits below the
 approaches; its page and figure are the report's (``report.compare_page``).
@@ -22,6 +22,7 @@ approaches; its page and figure are the report's (``report.compare_page``).
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -361,6 +362,23 @@ def same_quantity(a: Any, b: Any, names: tuple[str, str]) -> list[str]:
     return []
 
 
+# Words of a column's name that say it names the evaluation set (gadre_overtraining.csv's ``eval_data``).
+EVALUATION_WORDS = ("eval", "evaluation", "val", "valid", "validation", "heldout")
+
+
+def same_evaluation(where_a: dict[str, Any], where_b: dict[str, Any], names: tuple[str, str]) -> None:
+    """FitInputError where the rows picked for A and B (``where``) name different evaluation sets: losses on
+    different sets are not one quantity (c4_val against paloma_ptb read as "B worse, 0.08x the compute")."""
+    for column in sorted(set(where_a) & set(where_b), key=str):
+        words = re.split(r"[^a-z0-9]+", str(column).lower())
+        if where_a[column] != where_b[column] and any(w.startswith("eval") or w in EVALUATION_WORDS for w in words):
+            raise FitInputError(
+                f"recipes {names[0]} and {names[1]} are measured on different evaluation sets ({column}: "
+                f"{where_a[column]!r} against {where_b[column]!r}), so their losses are not one quantity and no "
+                f"multiplier relates them: pick one set for both (--where {column}={where_a[column]}; API: "
+                f"where={{{column!r}: {where_a[column]!r}}})")
+
+
 def _exponent_verdict(lo: float, hi: float) -> str:
     if np.isnan(lo) or np.isnan(hi):
         return "no interval"
@@ -375,4 +393,4 @@ def _budget_verdict(lo: float, hi: float) -> str:
     return "B better" if lo > 1.0 else "B worse"
 
 
-__all__ = ["Comparison", "check_budgets", "compare_results", "compute_to_reach", "same_quantity"]
+__all__ = ["Comparison", "check_budgets", "compare_results", "compute_to_reach", "same_evaluation", "same_quantity"]

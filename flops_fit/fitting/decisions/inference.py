@@ -75,7 +75,16 @@ def law_of(result: Any):
     if "k" not in result.params or result.law_loss(probe, np.ones((1, 1)), np.ones((1, 1))) is None:
         raise FitInputError(f"method {result.method!r} fits no law over (N, D); sizing for inference needs one: "
                             "fit with method 'parametric', 'vpnls' or 'interaction'")
+    check_scale(result.runs.scale)
     return result.law_loss
+
+
+def check_scale(scale: str) -> None:
+    """FitInputError unless N is total parameters: a sizing is a model to train and serve, its N printed as
+    parameters (non-embedding N was sized and labelled "parameters"), refused as ``loss_at`` refuses it."""
+    if scale != "params":
+        raise FitInputError(f"sizing for inference reads N as total parameters, and this law was fitted on {scale}: "
+                            "fit with scale='params' (--scale params) to size a model for inference")
 
 
 def flops_per_token(p: dict[str, np.ndarray], n: np.ndarray) -> np.ndarray:
@@ -290,15 +299,16 @@ def below_runs(result: Any, table: pd.DataFrame, first: str = "budget") -> list[
     smallest = f"smallest {fmt.count(smallest_n)} parameters, {fmt.count(smallest_d)} {unit}"
     optimal = result.predict(table[first].to_numpy(float))  # the model whose loss the row prints: C = its FLOPs
     column = f"{result.runs.label.split(' (')[0]} {'to reach' if first == 'budget' else 'without inference'}"
+    kind = "total FLOPs" if first == "total_flops" else "FLOPs"  # a total is training plus serving, said so
     notes = []
     for (_, r), n, d in zip(table.iterrows(), optimal.N_opt, optimal.D_opt, strict=True):
         if r.N < smallest_n or r.D < smallest_d:
-            notes.append(f"at {fmt.flops(r[first])} FLOPs the sizing's {fmt.count(r.N)} parameters on "
+            notes.append(f"at {fmt.flops(r[first])} {kind} the sizing's {fmt.count(r.N)} parameters on "
                          f"{fmt.count(r.D)} {unit} lie below the fitted runs ({smallest}): the law is read where no "
                          "run measured it, and toward small N and D a law's terms can bend where a real model's loss "
                          "does not; train runs that small before acting on it")
         elif n < smallest_n or d < smallest_d:
-            notes.append(f"at {fmt.flops(r[first])} FLOPs the {column} is the compute-optimal model's, "
+            notes.append(f"at {fmt.flops(r[first])} {kind} the {column} is the compute-optimal model's, "
                          f"{fmt.count(n)} parameters on {fmt.count(d)} {unit}, below the fitted runs ({smallest}): "
                          "the law is read where no run measured it; train runs that small before acting on it")
     return notes

@@ -303,6 +303,7 @@ def _forecast(f: Any) -> str:
         f"whether its drift corrects the point and how its {100 * f.level:g}% interval is sized "
         "(<a href='#chaining'>details</a>):</p>",
         f"<ul>{items}</ul>",
+        *(f"<p class=warn>Note: {escape(n)}.</p>" for n in [f.calibration_note()] if n),
         "<details><summary>Every method and scale, forward-chained (errors: mean at the largest ratios; drift and "
         "sd: per unit of ln r, with the prior)</summary>",
         html_table(CANDIDATE_HEADERS, candidate_rows(f.candidates)), "</details>"])

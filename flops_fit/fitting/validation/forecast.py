@@ -213,9 +213,19 @@ class Forecast:
             source = self.answers["loss" if key == "loss" else "n_opt"]
             out[key] = {"value": value, "interval": [lo, hi], "source": source.source}
         out["answers"] = {k: a.to_dict() for k, a in self.answers.items()}
+        out["notes"] = [n for n in [self.calibration_note()] if n]
         out["candidates"] = [_candidate_dict(c) for c in self.candidates]
         out["records"] = [r.to_dict() for r in self.records]
         return fmt.json_safe(out)
+
+    def calibration_note(self) -> str | None:
+        """A note where the laws fitted another metric than a loss (an image sweep's top-1 error): the prior and
+        the reach law that size its interval were learned on public sweeps' losses, so its width is a loss's."""
+        if self.metric == "loss":  # bits per byte too: a loss in other units, its relative errors the same
+            return None
+        return (f"the {self.metric}'s interval is sized by the prior and the reach law learned on public sweeps' "
+                f"losses, not {self.metric}s: it assumes a {self.metric} errs at this reach as a loss does, which no "
+                "public sweep has checked")
 
     def beyond_measured(self) -> str | None:
         """A caveat when the target lies beyond the largest reach at which public sweeps measured
@@ -245,6 +255,7 @@ class Forecast:
                  f"{self.unit}, "
                  f"{self.metric} {_triple(self.loss, lambda v: fmt.sig(v, 4))}"]
         lines += [f"  {answer_line(a, self.ratio, self.metric)}" for a in (self.answers["n_opt"], self.answers["loss"])]
+        lines += [f"  note: {n}" for n in [self.calibration_note()] if n]
         lines += [f"  prior on the extrapolation error: {prior_note(self.prior)}",
                   format_table(candidate_rows(self.candidates), CANDIDATE_HEADERS)]
         return "\n".join(lines)
