@@ -375,3 +375,24 @@ def test_plan_of_the_example_does_not_warn_that_sweep_will_refuse_its_data(capsy
     assert main(["plan", str(EXAMPLE / "sweep.toml")]) == 0
     out = capsys.readouterr().out
     assert "12 runs of declared" in out and "does not open" not in out and "refuses" not in out
+
+
+def _result_of(tmp_path: Path, result: str) -> flops_fit.RunResult:
+    """What train_external records for a script that writes ``result`` (Python text of a dict over
+    ``spec``) as its result file."""
+    script = tmp_path / "report.py"
+    script.write_text("import json, os\nspec = json.load(open(os.environ['FLOPS_FIT_SPEC']))\n"
+                      f"json.dump({result}, open(os.environ['FLOPS_FIT_RESULT'], 'w'))\n")
+    spec = flops_fit.plan(model="declared", model_config={"params": "100 * size"}, budgets=[1e8], sizes=[1, 2, 3],
+                          seq_len=8, batch_size=2).runs[0]
+    return train_external(spec, TrainCommand((sys.executable, str(script)), logs_dir=str(tmp_path)),
+                          checkpoints=CheckpointPolicy(str(tmp_path / "ck")))
+
+
+@pytest.mark.parametrize("loss", ["-2.5", "0"])
+def test_a_loss_of_zero_or_below_is_a_bad_result_not_a_done_run(tmp_path, loss):
+    # a script that reports the log-likelihood (or a metric mixed up) was stored as done, and every fit
+    # of the folder then refused the whole store
+    result = _result_of(tmp_path, f"{{'loss': {loss}, 'tokens': spec['tokens']}}")
+    assert result.status == "failed" and result.error.startswith("bad result: the held-out loss must be positive")
+    assert loss in result.error

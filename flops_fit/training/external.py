@@ -91,6 +91,9 @@ def read_result(path: Path, spec: RunSpec, tolerance: float) -> dict[str, Any]:
         raise ValueError(f"bad result: no held-out loss (a number under \"loss\") in {path}")
     if not math.isfinite(loss):
         raise ValueError(f"non-finite loss: the script reported a held-out loss of {loss}")
+    if loss <= 0:  # the store and every fit read a loss as a positive number of nats: a sign or a metric mixed up
+        raise ValueError(f"bad result: the held-out loss must be positive (a cross-entropy in nats), the script "
+                         f"reported {loss} in {path}")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
         raise ValueError(f"bad result: \"tokens\" (the tokens trained, an integer) is {tokens!r} in {path}")
     if abs(tokens - spec.tokens) > tolerance * spec.tokens:
