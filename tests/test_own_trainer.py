@@ -396,3 +396,13 @@ def test_a_loss_of_zero_or_below_is_a_bad_result_not_a_done_run(tmp_path, loss):
     result = _result_of(tmp_path, f"{{'loss': {loss}, 'tokens': spec['tokens']}}")
     assert result.status == "failed" and result.error.startswith("bad result: the held-out loss must be positive")
     assert loss in result.error
+
+
+@pytest.mark.parametrize("field, value", [("steps", "'many'"), ("steps", "12.5"), ("bpb", "'n/a'")])
+def test_an_optional_field_that_is_no_number_is_a_bad_result_naming_it(tmp_path, field, value):
+    # was "ValueError: invalid literal for int() with base 10: 'many'": no field, no file, no "bad result:"
+    result = _result_of(tmp_path, f"{{'loss': 2.5, 'tokens': spec['tokens'], {field!r}: {value}}}")
+    assert result.status == "failed" and result.error.startswith(f'bad result: "{field}"')
+    assert "result.json" in result.error
+    (tmp_path / "ok").mkdir()
+    assert _result_of(tmp_path / "ok", "{'loss': 2.5, 'tokens': spec['tokens'], 'steps': 3, 'bpb': 1.2}").status == "done"

@@ -99,6 +99,10 @@ def read_result(path: Path, spec: RunSpec, tolerance: float) -> dict[str, Any]:
     if abs(tokens - spec.tokens) > tolerance * spec.tokens:
         raise ValueError(f"tokens off the plan: the script trained {tokens:,} tokens, the run plans "
                          f"{spec.tokens:,} (token_tolerance {tolerance:g})")
+    for key, what in (("steps", "the optimizer steps taken, an integer"), ("bpb", "held-out bits per byte, a number")):
+        value = data.get(key, 0)  # optional: the plan's steps and no bpb where left out
+        if isinstance(value, bool) or not isinstance(value, int if key == "steps" else (int, float)):
+            raise ValueError(f'bad result: "{key}" ({what}) is {value!r} in {path}; write it so or leave it out')
     curve = data.get("curve", [])
     if (not isinstance(curve, list)
             or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p)
