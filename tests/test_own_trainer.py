@@ -406,3 +406,14 @@ def test_an_optional_field_that_is_no_number_is_a_bad_result_naming_it(tmp_path,
     assert "result.json" in result.error
     (tmp_path / "ok").mkdir()
     assert _result_of(tmp_path / "ok", "{'loss': 2.5, 'tokens': spec['tokens'], 'steps': 3, 'bpb': 1.2}").status == "done"
+
+
+@pytest.mark.e2e
+def test_a_script_that_is_not_executable_is_refused_as_such_before_any_run(tmp_path):
+    # was "'./train.sh' is not a program on PATH nor in ...": the file is right there
+    (tmp_path / "train.sh").write_text("#!/bin/sh\nexit 0\n")
+    path = write_sweep(tmp_path, ["./train.sh"])
+    with pytest.raises(flops_fit.PreflightError, match=r"train\.sh' is not executable: chmod \+x it"):
+        sweep_file(path, tmp_path / "out")
+    with RunStore(tmp_path / "out") as store:
+        assert store.planned_runs() == []
