@@ -417,3 +417,17 @@ def test_a_script_that_is_not_executable_is_refused_as_such_before_any_run(tmp_p
         sweep_file(path, tmp_path / "out")
     with RunStore(tmp_path / "out") as store:
         assert store.planned_runs() == []
+
+
+@pytest.mark.e2e
+def test_a_bare_script_name_found_only_in_the_workdir_is_refused_before_any_run(tmp_path):
+    # the preflight found "train.sh" in the workdir, but the system looks bare names up on PATH only:
+    # every run then crashed with "cannot start 'train.sh': No such file or directory"
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    path = write_sweep(tmp_path, ["train.sh"])
+    with pytest.raises(flops_fit.PreflightError, match=r"'train\.sh' is in .* but not on PATH.*write it \"\./train\.sh\""):
+        sweep_file(path, tmp_path / "out")
+    with RunStore(tmp_path / "out") as store:
+        assert store.planned_runs() == []
