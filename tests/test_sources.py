@@ -183,3 +183,23 @@ def test_a_sweep_in_mlflow_fits_as_its_table_does(quiet_env):
     assert np.allclose(a[point].to_numpy(float), b[point].to_numpy(float), rtol=1e-9)
     runs = flops_fit.load_runs(store, loss_col="eval_loss")
     assert runs.has_curves and len(runs) == len(table)
+
+
+def test_tensorboard_subfolders_logging_one_tag_are_told_apart(tmp_path):
+    """A run that logs ``loss`` from a train/ and an eval/ writer (as Keras and many scripts do): the
+    two series were merged into one, and the run's loss was whichever was larger at the last step."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for k, (params, tokens, lr, loss, _ok) in enumerate(RUNS):
+        run = tmp_path / "logs" / f"run{k}"
+        with tensorboard.SummaryWriter(str(run / "train")) as writer:
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("loss", curve(params, s), global_step=s)
+        with tensorboard.SummaryWriter(str(run / "eval")) as writer:
+            writer.add_scalar("loss", loss, global_step=STEPS)
+        with tensorboard.SummaryWriter(str(run)) as writer:
+            writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {}, run_name=".")
+    runs = flops_fit.load_runs(tmp_path / "logs", loss_col="eval/loss", curve_metric="train/loss", all_rates=True)
+    frame = runs.frame.sort_values(["params", "lr"]).reset_index(drop=True)
+    assert frame["loss"].tolist() == pytest.approx([r[3] for r in sorted(RUNS)], rel=1e-6)
+    assert all(np.allclose(c[:, 1], [curve(p, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+               for p, c in zip(frame["params"], frame["curve"], strict=True))
