@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import flops_fit
@@ -431,3 +432,22 @@ def test_a_bare_script_name_found_only_in_the_workdir_is_refused_before_any_run(
         sweep_file(path, tmp_path / "out")
     with RunStore(tmp_path / "out") as store:
         assert store.planned_runs() == []
+
+
+@pytest.mark.e2e
+def test_runs_the_script_trains_are_logged_to_the_sweeps_trackers(tmp_path):
+    # a [train] sweep with tracking logged its plan alone: fitting its tracker folder said "only a sweep's own
+    # run (its plan and fits) is logged here, no training run"
+    pytest.importorskip("torch.utils.tensorboard")
+    script = tmp_path / "report.py"
+    script.write_text("import json, os\nt = int(os.environ['FLOPS_FIT_TOKENS']); s = int(os.environ['FLOPS_FIT_SIZE'])\n"
+                      "json.dump({'loss': 2 + 1 / s, 'tokens': t, 'curve': [[t // 2, 3 + 1 / s], [t, 2.5 + 1 / s]]},"
+                      " open(os.environ['FLOPS_FIT_RESULT'], 'w'))\n")
+    path = write_sweep(tmp_path, [sys.executable, str(script)], '[tracking]\nbackends = ["tensorboard"]')
+    stored = sweep_file(path, tmp_path / "out")
+    tracked = flops_fit.load_runs(tmp_path / "out" / "tracking" / "tensorboard").frame.set_index("run_id")
+    assert sorted(tracked.index) == sorted(stored)
+    for run_id, row in stored.items():
+        assert tracked.at[run_id, "loss"] == pytest.approx(row["loss"], rel=1e-6)
+        assert tracked.at[run_id, "tokens"] == row["tokens"]
+        assert np.allclose(tracked.at[run_id, "curve"], row["curve"], rtol=1e-6)
