@@ -76,6 +76,27 @@ def test_wandb_offline_runs_read_back(quiet_env):
     assert wandb_runs.read_file(cut).status == "running"
 
 
+def test_a_wandb_run_resumed_offline_is_one_run(quiet_env):
+    """An attempt killed (or closed with an error) and resumed with the same id writes a second offline folder:
+    the run read as two, one "failed (exit code 1)" and left out, the other with half a curve."""
+    wandb = pytest.importorskip("wandb")
+    params, tokens, lr, loss, _ = RUNS[0]
+    for attempt, steps in enumerate((range(1, 4), range(3, STEPS + 1))):
+        run = wandb.init(mode="offline", project="sweep", dir=str(quiet_env), id="run-a", resume="allow",
+                         config={"params": params, "tokens": tokens})
+        for s in steps:
+            run.log({"train_loss": curve(params, s)}, step=s)
+        if attempt:
+            run.summary["eval/loss"] = loss
+        run.finish(exit_code=0 if attempt else 1)
+        wandb.teardown()
+    assert len(wandb_runs.run_files(quiet_env / "wandb")) == 2
+    runs = flops_fit.load_runs(quiet_env / "wandb", loss_col="eval/loss")
+    assert runs.excluded == [] and runs.frame["run_id"].tolist() == ["run-a"]
+    assert runs.frame["loss"][0] == pytest.approx(loss)
+    assert np.allclose(runs.frame["curve"][0][:, 1], [curve(params, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+
+
 def test_mlflow_file_store_read_back(quiet_env):
     mlflow = pytest.importorskip("mlflow")
     store = quiet_env / "mlruns"
