@@ -224,3 +224,20 @@ def test_tensorboard_subfolders_logging_one_tag_are_told_apart(tmp_path):
     assert frame["loss"].tolist() == pytest.approx([r[3] for r in sorted(RUNS)], rel=1e-6)
     assert all(np.allclose(c[:, 1], [curve(p, s) for s in range(1, STEPS + 1)], rtol=1e-6)
                for p, c in zip(frame["params"], frame["curve"], strict=True))
+
+
+def test_an_mlflow_store_that_cannot_be_read_is_one_line(quiet_env):
+    """A server that does not answer printed a traceback after four minutes of MLflow's retries; a database
+    store read with mlflow-skinny (no SQLAlchemy) printed MLflow's registry traceback."""
+    pytest.importorskip("mlflow")
+    import importlib.util
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(FitInputError, match=r"^http://127\.0\.0\.1:9/: MLflow cannot read this store \(.*\); check "
+                                            r"the URI, or that its server is running$"):
+        flops_fit.load_runs("http://127.0.0.1:9/")  # the discard port: refused at once
+    assert time.monotonic() - started < 60 and "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    if importlib.util.find_spec("sqlalchemy") is None:  # mlflow-skinny
+        with pytest.raises(FitInputError, match=r"a database store needs the full MLflow \(pip install mlflow"):
+            flops_fit.load_runs(f"sqlite:///{quiet_env / 'runs.db'}")
