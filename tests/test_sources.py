@@ -241,3 +241,13 @@ def test_an_mlflow_store_that_cannot_be_read_is_one_line(quiet_env):
     if importlib.util.find_spec("sqlalchemy") is None:  # mlflow-skinny
         with pytest.raises(FitInputError, match=r"a database store needs the full MLflow \(pip install mlflow"):
             flops_fit.load_runs(f"sqlite:///{quiet_env / 'runs.db'}")
+
+
+def test_an_mlflow_file_uri_that_is_not_there_is_refused_and_nothing_created(quiet_env):
+    """MLflow's file store creates a missing folder with a Default experiment: a mistyped URI left a store
+    behind and said only "no runs found"."""
+    pytest.importorskip("mlflow")
+    missing = quiet_env / "mlrunz"
+    with pytest.raises(FitInputError, match=r"no such MLflow store folder .*mlrunz\); give the folder that holds"):
+        flops_fit.load_runs(missing.as_uri())
+    assert not missing.exists()

@@ -13,6 +13,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from flops_fit.errors import FitInputError
 from flops_fit.sources.base import TrackedRun
@@ -63,6 +65,10 @@ def read_store(source: Any, *, experiment: str | None = None) -> list[TrackedRun
     read (a server that does not answer, a database without the full ``mlflow``) is one line."""
     uri = uri_of(source)
     if uri.startswith("file:"):  # MLflow 3 keeps its file store readable behind this switch
+        folder = Path(url2pathname(urlparse(uri).path))
+        if not folder.is_dir():  # MLflow would create it, with a Default experiment: a typo left a store behind
+            raise FitInputError(f"{source}: no such MLflow store folder ({folder}); give the folder that holds the "
+                                "experiments (mlruns)")
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     from mlflow.exceptions import MlflowException
 
