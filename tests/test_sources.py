@@ -251,3 +251,23 @@ def test_an_mlflow_file_uri_that_is_not_there_is_refused_and_nothing_created(qui
     with pytest.raises(FitInputError, match=r"no such MLflow store folder .*mlrunz\); give the folder that holds"):
         flops_fit.load_runs(missing.as_uri())
     assert not missing.exists()
+
+
+def test_a_rate_configured_as_a_parameter_and_logged_as_it_decays_is_read_at_its_peak(tmp_path):
+    """``lr`` as an hparam (the peak) and as a scalar each step (the schedule): the metric's last value won,
+    so every run's rate read as its decayed end (a tenth of its peak here), and a law fitted to them planned
+    rates ten times too low."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for k, (params, tokens, lr, loss, _ok) in enumerate(RUNS):
+        with tensorboard.SummaryWriter(str(tmp_path / "logs" / f"run{k}")) as writer:
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("train_loss", curve(params, s), global_step=s)
+                writer.add_scalar("lr", lr * (1 - 0.9 * s / STEPS), global_step=s)
+            writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name=".")
+    runs = flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", keep=("lr",), all_rates=True)
+    frame = runs.frame.sort_values(["params", "lr"]).reset_index(drop=True)
+    assert frame["lr"].tolist() == pytest.approx([r[2] for r in sorted(RUNS)])
+    # a parameter that is no number (the loss function's name) still gives way to the metric of its name
+    run = flops_fit.sources.TrackedRun("a", "finished", {"loss": "cross_entropy", "lr": 1e-3}, {"loss": 3.2, "lr": 1e-4})
+    row = flops_fit.sources.table([run], "runs", curve_metric=None, tokens_col="tokens").iloc[0]
+    assert row["loss"] == 3.2 and row["lr"] == 1e-3

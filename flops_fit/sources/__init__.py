@@ -78,8 +78,9 @@ def read(source: Any, *, curve_metric: str | None = None, tokens_col: str = "tok
 
 def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens_col: str) -> pd.DataFrame:
     """One row per training run (a flops-fit sweep's own run left out): run_id, status, its parameters,
-    its final metrics (a metric wins over a parameter of the same name) and ``curve`` where
-    ``curve_metric`` was logged."""
+    its final metrics and ``curve`` where ``curve_metric`` was logged. A name that is both a parameter and a
+    metric is the parameter where that is a number (``lr`` configured at its peak and logged as it decays: the
+    run's rate is its peak, not its last value), else the metric (a ``loss`` parameter naming the function)."""
     runs = [r for r in runs if SWEEP_RUN_METRIC not in r.metrics]
     if not runs:
         raise FitInputError(f"{name}: only a sweep's own run (its plan and fits) is logged here, no training run")
@@ -91,7 +92,8 @@ def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens
                             f"curve_metric= (CLI: --curve-metric)")
     rows = []
     for r in runs:
-        row: dict[str, Any] = {**r.params, **r.metrics, "run_id": r.run_id, "status": r.status}
+        metrics = {k: v for k, v in r.metrics.items() if not _setting(r.params.get(k))}
+        row: dict[str, Any] = {**r.params, **metrics, "run_id": r.run_id, "status": r.status}
         if OWN_RUN_METRIC in r.metrics:
             row["loss_function"], row["run_id"] = r.params.get("loss"), r.params.get("run_id", r.run_id)
             row.update({ours: r.metrics.get(logged, math.nan) for logged, ours in OWN_RESULTS.items()})
@@ -105,6 +107,11 @@ def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens
             row["schedule"] = schedule
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _setting(value: Any) -> bool:
+    """Whether a parameter is a finite number: a run's setting, which a metric of its name must not replace."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _number(value: Any) -> float:
