@@ -451,3 +451,21 @@ def test_runs_the_script_trains_are_logged_to_the_sweeps_trackers(tmp_path):
         assert tracked.at[run_id, "loss"] == pytest.approx(row["loss"], rel=1e-6)
         assert tracked.at[run_id, "tokens"] == row["tokens"]
         assert np.allclose(tracked.at[run_id, "curve"], row["curve"], rtol=1e-6)
+
+
+def test_a_script_curve_with_a_point_at_no_token_count_is_tracked_without_it(tmp_path):
+    from flops_fit.tracking.options import destination, parse_tracking
+    from flops_fit.training.task import train_script
+
+    pytest.importorskip("torch.utils.tensorboard")
+    script = tmp_path / "report.py"
+    script.write_text("import json, os\nt = int(os.environ['FLOPS_FIT_TOKENS'])\n"
+                      "json.dump({'loss': 2.5, 'tokens': t, 'curve': [[float('nan'), 3.0], [t, 2.6]]},"
+                      " open(os.environ['FLOPS_FIT_RESULT'], 'w'))\n")
+    spec = flops_fit.plan(model="declared", model_config={"params": "100 * size"}, budgets=[1e8], sizes=[1, 2, 3],
+                          seq_len=8, batch_size=2).runs[0]
+    where = destination(parse_tracking(["tensorboard"]), tmp_path / "out", "a test")
+    result = train_script(spec, TrainCommand((sys.executable, str(script)), logs_dir=str(tmp_path)), tracking=where)
+    assert result.status == "done"
+    tracked = flops_fit.load_runs(tmp_path / "out" / "tracking" / "tensorboard").frame
+    assert tracked["curve"][0][:, 1].tolist() == pytest.approx([2.6])

@@ -12,6 +12,7 @@ and data order and initialisation are seeded (tests/test_wsd.py checks it bit fo
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 from flops_fit.errors import OptionError
@@ -95,7 +96,7 @@ def train_script(spec: Any, trainer: TrainCommand, progress: ProgressSink = igno
     result = train_external(spec, trainer, progress, checkpoints=checkpoints)
     if tracking is not None:
         with RunTracker(tracking, spec) as tracker:
-            tracker.begin(0, [(int(t), {"train/loss": v}) for t, v in result.curve])
+            tracker.begin(0, [(int(t), {"train/loss": v}) for t, v in result.curve if math.isfinite(t)])
             tracker.finish(result)
     return result
 
