@@ -190,3 +190,17 @@ def test_the_run_files_tune_refuses_as_a_sweep_file_are_the_ones_from_reads():
     from flops_fit.fitting.inputs import TABLES
 
     assert set(RUN_FILES) == set(TABLES) | {".wandb"}
+
+
+def test_a_law_from_runs_refused_beyond_its_reach_offers_only_what_it_can_do(fitted, tmp_path):
+    """The refusal offered beyond = "centre" (the tune's centre rule), which a law fitted from runs has not:
+    following it gave a second refusal ("records no centre rule")."""
+    folder = tmp_path / "law"
+    fitted.write(folder)
+    options = {"model": "gpt", "budgets": [4e8], "sizes": [8, 12, 16], "seq_len": 16, "batch_size": 8, "min_steps": 5,
+               "model_config": {"n_layer": 1, "n_head": 1}}
+    with pytest.raises(flops_fit.PlanError) as caught:
+        flops_fit.plan(**options, hparams={"tuned": str(folder)})
+    assert str(caught.value).endswith('tune at larger budgets or sizes, or set [hparams] beyond = "extrapolate"')
+    assert "centre" not in str(caught.value)
+    assert flops_fit.plan(**options, hparams={"tuned": str(folder), "beyond": "extrapolate"}).runs
