@@ -271,3 +271,18 @@ def test_a_rate_configured_as_a_parameter_and_logged_as_it_decays_is_read_at_its
     run = flops_fit.sources.TrackedRun("a", "finished", {"loss": "cross_entropy", "lr": 1e-3}, {"loss": 3.2, "lr": 1e-4})
     row = flops_fit.sources.table([run], "runs", curve_metric=None, tokens_col="tokens").iloc[0]
     assert row["loss"] == 3.2 and row["lr"] == 1e-3
+
+
+def test_a_curve_of_a_run_that_logged_flops_and_no_tokens_is_put_on_its_tokens(tmp_path):
+    """Parameters and FLOPs as hparams, no tokens: load_runs counts tokens = flops / (6 params), but the curve
+    kept its step numbers as tokens (1 to 5 for a run of 20M tokens), and the envelope fitted steps."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for k, (params, tokens, lr, loss, _ok) in enumerate(RUNS):
+        with tensorboard.SummaryWriter(str(tmp_path / "logs" / f"run{k}")) as writer:
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("train_loss", curve(params, s), global_step=s)
+            writer.add_hparams({"params": params, "flops": 6 * params * tokens, "lr": lr}, {"hparam/loss": loss},
+                               run_name=".")
+    frame = flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", all_rates=True).frame
+    for tokens, c in zip(frame["tokens"], frame["curve"], strict=True):
+        assert np.allclose(c[:, 0], [tokens * s / STEPS for s in range(1, STEPS + 1)])

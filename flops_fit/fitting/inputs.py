@@ -159,7 +159,8 @@ def load_runs(
     """
     if metric not in METRICS:
         raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
-    frame, name, metadata = _read(source, curve_metric=curve_metric, tokens_col=tokens_col, experiment=experiment)
+    frame, name, metadata = _read(source, curve_metric=curve_metric, tokens_col=tokens_col, experiment=experiment,
+                                  params_col=params_col, flops_col=flops_col, flops_per_param_token=flops_per_param_token)
     frame = _where(frame, where, name)
     loss_col = loss_col or METRIC_COLUMNS[metric]
     if metric == "bpb":
