@@ -190,3 +190,38 @@ def test_the_run_files_tune_refuses_as_a_sweep_file_are_the_ones_from_reads():
     from flops_fit.fitting.inputs import TABLES
 
     assert set(RUN_FILES) == set(TABLES) | {".wandb"}
+
+
+def test_a_law_from_runs_refused_beyond_its_reach_offers_only_what_it_can_do(fitted, tmp_path):
+    """The refusal offered beyond = "centre" (the tune's centre rule), which a law fitted from runs has not:
+    following it gave a second refusal ("records no centre rule")."""
+    folder = tmp_path / "law"
+    fitted.write(folder)
+    options = {"model": "gpt", "budgets": [4e8], "sizes": [8, 12, 16], "seq_len": 16, "batch_size": 8, "min_steps": 5,
+               "model_config": {"n_layer": 1, "n_head": 1}}
+    with pytest.raises(flops_fit.PlanError) as caught:
+        flops_fit.plan(**options, hparams={"tuned": str(folder)})
+    assert str(caught.value).endswith('tune at larger budgets or sizes, or set [hparams] beyond = "extrapolate"')
+    assert "centre" not in str(caught.value)
+    assert flops_fit.plan(**options, hparams={"tuned": str(folder), "beyond": "extrapolate"}).runs
+
+
+def test_tune_from_never_replaces_a_tunes_law(tmp_path, capsys):
+    """tune --from into a tune's folder replaced the law its trained grid gave with the runs' law, silently;
+    a law fitted from runs is replaced by a refit (the runs are still there to give it again)."""
+    path = tmp_path / "runs.csv"
+    sweep().to_csv(path, index=False)
+    args = ["--params-col", "N", "--tokens-col", "D", "--lr-col", "peak_lr", "--loss-col", "val", "--bootstrap", "0"]
+    law = tmp_path / "law"
+    assert main(["tune", "--from", str(path), "--out", str(law), *args]) == 0
+    assert main(["tune", "--from", str(path), "--out", str(law), *args]) == 0  # its own refit: replaced
+    tuned = json.loads((law / "hparams.json").read_text())
+    tuned["tune"] = {"multipliers": [0.25, 1, 4]}  # as `flops-fit tune SPEC` writes its law
+    (tmp_path / "tune").mkdir()
+    (tmp_path / "tune" / "hparams.json").write_text(json.dumps(tuned))
+    before = (tmp_path / "tune" / "hparams.json").read_text()
+    capsys.readouterr()
+    assert main(["tune", "--from", str(path), "--out", str(tmp_path / "tune"), *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "holds a tune's law (or one written by hand)" in err
+    assert (tmp_path / "tune" / "hparams.json").read_text() == before

@@ -152,3 +152,22 @@ def test_a_labs_config_with_its_tokenizers_special_ids_plans_on_the_datasets_voc
     assert (config.vocab_size, config.pad_token_id, config.bos_token_id, config.eos_token_id) == (256, None, None, None)
     same = flops_fit.create_model("hf-causal-lm", 32, config=str(tmp_path / "lab"), vocab_size=32000, context_length=16)
     assert (same.hf.config.pad_token_id, same.hf.config.eos_token_id) == (31999, [2, 31998])
+
+
+def test_an_encoder_config_is_refused_unless_it_is_a_decoder(tmp_path):
+    """A BERT config planned and trained as BertLMHeadModel, which attends both ways without is_decoder:
+    each position saw the token it was trained to predict. Refused, naming the fix; with it, causal."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "bert").mkdir()
+    transformers.BertConfig(hidden_size=64, num_attention_heads=4, intermediate_size=256, num_hidden_layers=1,
+                            vocab_size=64).save_pretrained(tmp_path / "bert")
+    config = {"config": str(tmp_path / "bert")}
+    with pytest.raises(PlanError, match=r"model_type 'bert' is an encoder: .* add set = \{is_decoder = true\}"):
+        flops_fit.plan(model="hf-causal-lm", model_config=config, budgets=[1e9], seq_len=16, max_size=256)
+    model = flops_fit.create_model("hf-causal-lm", size=64, set={"is_decoder": True}, context_length=16, **config)
+    model.eval()
+    tokens = torch.randint(0, 64, (1, 16))
+    later = tokens.clone()
+    later[0, 10] = (later[0, 10] + 1) % 64
+    with torch.no_grad():
+        assert torch.allclose(model(tokens)[0, :10], model(later)[0, :10], atol=1e-6)  # no position sees a later token

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import flops_fit
@@ -375,3 +376,96 @@ def test_plan_of_the_example_does_not_warn_that_sweep_will_refuse_its_data(capsy
     assert main(["plan", str(EXAMPLE / "sweep.toml")]) == 0
     out = capsys.readouterr().out
     assert "12 runs of declared" in out and "does not open" not in out and "refuses" not in out
+
+
+def _result_of(tmp_path: Path, result: str) -> flops_fit.RunResult:
+    """What train_external records for a script that writes ``result`` (Python text of a dict over
+    ``spec``) as its result file."""
+    script = tmp_path / "report.py"
+    script.write_text("import json, os\nspec = json.load(open(os.environ['FLOPS_FIT_SPEC']))\n"
+                      f"json.dump({result}, open(os.environ['FLOPS_FIT_RESULT'], 'w'))\n")
+    spec = flops_fit.plan(model="declared", model_config={"params": "100 * size"}, budgets=[1e8], sizes=[1, 2, 3],
+                          seq_len=8, batch_size=2).runs[0]
+    return train_external(spec, TrainCommand((sys.executable, str(script)), logs_dir=str(tmp_path)),
+                          checkpoints=CheckpointPolicy(str(tmp_path / "ck")))
+
+
+@pytest.mark.parametrize("loss", ["-2.5", "0"])
+def test_a_loss_of_zero_or_below_is_a_bad_result_not_a_done_run(tmp_path, loss):
+    # a script that reports the log-likelihood (or a metric mixed up) was stored as done, and every fit
+    # of the folder then refused the whole store
+    result = _result_of(tmp_path, f"{{'loss': {loss}, 'tokens': spec['tokens']}}")
+    assert result.status == "failed" and result.error.startswith("bad result: the held-out loss must be positive")
+    assert loss in result.error
+
+
+@pytest.mark.parametrize("field, value", [("steps", "'many'"), ("steps", "12.5"), ("bpb", "'n/a'")])
+def test_an_optional_field_that_is_no_number_is_a_bad_result_naming_it(tmp_path, field, value):
+    # was "ValueError: invalid literal for int() with base 10: 'many'": no field, no file, no "bad result:"
+    result = _result_of(tmp_path, f"{{'loss': 2.5, 'tokens': spec['tokens'], {field!r}: {value}}}")
+    assert result.status == "failed" and result.error.startswith(f'bad result: "{field}"')
+    assert "result.json" in result.error
+    (tmp_path / "ok").mkdir()
+    assert _result_of(tmp_path / "ok", "{'loss': 2.5, 'tokens': spec['tokens'], 'steps': 3, 'bpb': 1.2}").status == "done"
+
+
+@pytest.mark.e2e
+def test_a_script_that_is_not_executable_is_refused_as_such_before_any_run(tmp_path):
+    # was "'./train.sh' is not a program on PATH nor in ...": the file is right there
+    (tmp_path / "train.sh").write_text("#!/bin/sh\nexit 0\n")
+    path = write_sweep(tmp_path, ["./train.sh"])
+    with pytest.raises(flops_fit.PreflightError, match=r"train\.sh' is not executable: chmod \+x it"):
+        sweep_file(path, tmp_path / "out")
+    with RunStore(tmp_path / "out") as store:
+        assert store.planned_runs() == []
+
+
+@pytest.mark.e2e
+def test_a_bare_script_name_found_only_in_the_workdir_is_refused_before_any_run(tmp_path):
+    # the preflight found "train.sh" in the workdir, but the system looks bare names up on PATH only:
+    # every run then crashed with "cannot start 'train.sh': No such file or directory"
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    path = write_sweep(tmp_path, ["train.sh"])
+    with pytest.raises(flops_fit.PreflightError, match=r"'train\.sh' is in .* but not on PATH.*write it \"\./train\.sh\""):
+        sweep_file(path, tmp_path / "out")
+    with RunStore(tmp_path / "out") as store:
+        assert store.planned_runs() == []
+
+
+@pytest.mark.e2e
+def test_runs_the_script_trains_are_logged_to_the_sweeps_trackers(tmp_path):
+    # a [train] sweep with tracking logged its plan alone: fitting its tracker folder said "only a sweep's own
+    # run (its plan and fits) is logged here, no training run"
+    pytest.importorskip("torch.utils.tensorboard")
+    script = tmp_path / "report.py"
+    script.write_text("import json, os\nt = int(os.environ['FLOPS_FIT_TOKENS']); s = int(os.environ['FLOPS_FIT_SIZE'])\n"
+                      "json.dump({'loss': 2 + 1 / s, 'tokens': t, 'curve': [[t // 2, 3 + 1 / s], [t, 2.5 + 1 / s]]},"
+                      " open(os.environ['FLOPS_FIT_RESULT'], 'w'))\n")
+    path = write_sweep(tmp_path, [sys.executable, str(script)], '[tracking]\nbackends = ["tensorboard"]')
+    stored = sweep_file(path, tmp_path / "out")
+    tracked = flops_fit.load_runs(tmp_path / "out" / "tracking" / "tensorboard").frame.set_index("run_id")
+    assert sorted(tracked.index) == sorted(stored)
+    for run_id, row in stored.items():
+        assert tracked.at[run_id, "loss"] == pytest.approx(row["loss"], rel=1e-6)
+        assert tracked.at[run_id, "tokens"] == row["tokens"]
+        assert np.allclose(tracked.at[run_id, "curve"], row["curve"], rtol=1e-6)
+
+
+def test_a_script_curve_with_a_point_at_no_token_count_is_tracked_without_it(tmp_path):
+    from flops_fit.tracking.options import destination, parse_tracking
+    from flops_fit.training.task import train_script
+
+    pytest.importorskip("torch.utils.tensorboard")
+    script = tmp_path / "report.py"
+    script.write_text("import json, os\nt = int(os.environ['FLOPS_FIT_TOKENS'])\n"
+                      "json.dump({'loss': 2.5, 'tokens': t, 'curve': [[float('nan'), 3.0], [t, 2.6]]},"
+                      " open(os.environ['FLOPS_FIT_RESULT'], 'w'))\n")
+    spec = flops_fit.plan(model="declared", model_config={"params": "100 * size"}, budgets=[1e8], sizes=[1, 2, 3],
+                          seq_len=8, batch_size=2).runs[0]
+    where = destination(parse_tracking(["tensorboard"]), tmp_path / "out", "a test")
+    result = train_script(spec, TrainCommand((sys.executable, str(script)), logs_dir=str(tmp_path)), tracking=where)
+    assert result.status == "done"
+    tracked = flops_fit.load_runs(tmp_path / "out" / "tracking" / "tensorboard").frame
+    assert tracked["curve"][0][:, 1].tolist() == pytest.approx([2.6])

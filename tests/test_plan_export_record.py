@@ -78,6 +78,12 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
     ({"loss": 3.5, "tokens": None, "lr": 1.0}, 0, "unknown result field(s) lr"),
     ({"loss": 3.5, "tokens": None}, None, "is not in the plan stored in"),
     ("{not json", 0, "not JSON"),
+    # a traceback (ValueError, AttributeError) and exit 1, not one line
+    ({"loss": 3.5, "tokens": None, "timings": {"total_s": "1h"}}, 0, "timings must map names to seconds"),
+    ({"loss": 3.5, "tokens": None, "timings": [3600]}, 0, "timings must map names to seconds"),
+    # stored as given (-4 steps), or cut (12.7 -> 12)
+    ({"loss": 3.5, "tokens": None, "steps": -4}, 0, "steps must be the whole number of optimizer steps it took"),
+    ({"loss": 3.5, "tokens": None, "steps": 12.7}, 0, "steps must be the whole number of optimizer steps it took"),
 ])
 def test_a_refused_result_is_one_line_and_changes_nothing(planned, tmp_path, capsys, content, run_index, message):
     _, out, exported = planned

@@ -76,6 +76,27 @@ def test_wandb_offline_runs_read_back(quiet_env):
     assert wandb_runs.read_file(cut).status == "running"
 
 
+def test_a_wandb_run_resumed_offline_is_one_run(quiet_env):
+    """An attempt killed (or closed with an error) and resumed with the same id writes a second offline folder:
+    the run read as two, one "failed (exit code 1)" and left out, the other with half a curve."""
+    wandb = pytest.importorskip("wandb")
+    params, tokens, lr, loss, _ = RUNS[0]
+    for attempt, steps in enumerate((range(1, 4), range(3, STEPS + 1))):
+        run = wandb.init(mode="offline", project="sweep", dir=str(quiet_env), id="run-a", resume="allow",
+                         config={"params": params, "tokens": tokens})
+        for s in steps:
+            run.log({"train_loss": curve(params, s)}, step=s)
+        if attempt:
+            run.summary["eval/loss"] = loss
+        run.finish(exit_code=0 if attempt else 1)
+        wandb.teardown()
+    assert len(wandb_runs.run_files(quiet_env / "wandb")) == 2
+    runs = flops_fit.load_runs(quiet_env / "wandb", loss_col="eval/loss")
+    assert runs.excluded == [] and runs.frame["run_id"].tolist() == ["run-a"]
+    assert runs.frame["loss"][0] == pytest.approx(loss)
+    assert np.allclose(runs.frame["curve"][0][:, 1], [curve(params, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+
+
 def test_mlflow_file_store_read_back(quiet_env):
     mlflow = pytest.importorskip("mlflow")
     store = quiet_env / "mlruns"
@@ -183,3 +204,85 @@ def test_a_sweep_in_mlflow_fits_as_its_table_does(quiet_env):
     assert np.allclose(a[point].to_numpy(float), b[point].to_numpy(float), rtol=1e-9)
     runs = flops_fit.load_runs(store, loss_col="eval_loss")
     assert runs.has_curves and len(runs) == len(table)
+
+
+def test_tensorboard_subfolders_logging_one_tag_are_told_apart(tmp_path):
+    """A run that logs ``loss`` from a train/ and an eval/ writer (as Keras and many scripts do): the
+    two series were merged into one, and the run's loss was whichever was larger at the last step."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for k, (params, tokens, lr, loss, _ok) in enumerate(RUNS):
+        run = tmp_path / "logs" / f"run{k}"
+        with tensorboard.SummaryWriter(str(run / "train")) as writer:
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("loss", curve(params, s), global_step=s)
+        with tensorboard.SummaryWriter(str(run / "eval")) as writer:
+            writer.add_scalar("loss", loss, global_step=STEPS)
+        with tensorboard.SummaryWriter(str(run)) as writer:
+            writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {}, run_name=".")
+    runs = flops_fit.load_runs(tmp_path / "logs", loss_col="eval/loss", curve_metric="train/loss", all_rates=True)
+    frame = runs.frame.sort_values(["params", "lr"]).reset_index(drop=True)
+    assert frame["loss"].tolist() == pytest.approx([r[3] for r in sorted(RUNS)], rel=1e-6)
+    assert all(np.allclose(c[:, 1], [curve(p, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+               for p, c in zip(frame["params"], frame["curve"], strict=True))
+
+
+def test_an_mlflow_store_that_cannot_be_read_is_one_line(quiet_env):
+    """A server that does not answer printed a traceback after four minutes of MLflow's retries; a database
+    store read with mlflow-skinny (no SQLAlchemy) printed MLflow's registry traceback."""
+    pytest.importorskip("mlflow")
+    import importlib.util
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(FitInputError, match=r"^http://127\.0\.0\.1:9/: MLflow cannot read this store \(.*\); check "
+                                            r"the URI, or that its server is running$"):
+        flops_fit.load_runs("http://127.0.0.1:9/")  # the discard port: refused at once
+    assert time.monotonic() - started < 60 and "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    if importlib.util.find_spec("sqlalchemy") is None:  # mlflow-skinny
+        with pytest.raises(FitInputError, match=r"a database store needs the full MLflow \(pip install mlflow"):
+            flops_fit.load_runs(f"sqlite:///{quiet_env / 'runs.db'}")
+
+
+def test_an_mlflow_file_uri_that_is_not_there_is_refused_and_nothing_created(quiet_env):
+    """MLflow's file store creates a missing folder with a Default experiment: a mistyped URI left a store
+    behind and said only "no runs found"."""
+    pytest.importorskip("mlflow")
+    missing = quiet_env / "mlrunz"
+    with pytest.raises(FitInputError, match=r"no such MLflow store folder .*mlrunz\); give the folder that holds"):
+        flops_fit.load_runs(missing.as_uri())
+    assert not missing.exists()
+
+
+def test_a_rate_configured_as_a_parameter_and_logged_as_it_decays_is_read_at_its_peak(tmp_path):
+    """``lr`` as an hparam (the peak) and as a scalar each step (the schedule): the metric's last value won,
+    so every run's rate read as its decayed end (a tenth of its peak here), and a law fitted to them planned
+    rates ten times too low."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for k, (params, tokens, lr, loss, _ok) in enumerate(RUNS):
+        with tensorboard.SummaryWriter(str(tmp_path / "logs" / f"run{k}")) as writer:
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("train_loss", curve(params, s), global_step=s)
+                writer.add_scalar("lr", lr * (1 - 0.9 * s / STEPS), global_step=s)
+            writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name=".")
+    runs = flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", keep=("lr",), all_rates=True)
+    frame = runs.frame.sort_values(["params", "lr"]).reset_index(drop=True)
+    assert frame["lr"].tolist() == pytest.approx([r[2] for r in sorted(RUNS)])
+    # a parameter that is no number (the loss function's name) still gives way to the metric of its name
+    run = flops_fit.sources.TrackedRun("a", "finished", {"loss": "cross_entropy", "lr": 1e-3}, {"loss": 3.2, "lr": 1e-4})
+    row = flops_fit.sources.table([run], "runs", curve_metric=None, tokens_col="tokens").iloc[0]
+    assert row["loss"] == 3.2 and row["lr"] == 1e-3
+
+
+def test_a_curve_of_a_run_that_logged_flops_and_no_tokens_is_put_on_its_tokens(tmp_path):
+    """Parameters and FLOPs as hparams, no tokens: load_runs counts tokens = flops / (6 params), but the curve
+    kept its step numbers as tokens (1 to 5 for a run of 20M tokens), and the envelope fitted steps."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for k, (params, tokens, lr, loss, _ok) in enumerate(RUNS):
+        with tensorboard.SummaryWriter(str(tmp_path / "logs" / f"run{k}")) as writer:
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("train_loss", curve(params, s), global_step=s)
+            writer.add_hparams({"params": params, "flops": 6 * params * tokens, "lr": lr}, {"hparam/loss": loss},
+                               run_name=".")
+    frame = flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", all_rates=True).frame
+    for tokens, c in zip(frame["tokens"], frame["curve"], strict=True):
+        assert np.allclose(c[:, 0], [tokens * s / STEPS for s in range(1, STEPS + 1)])

@@ -649,3 +649,26 @@ def test_a_law_fitted_at_one_batch_size_states_no_batch_term():
     assert law.describe().startswith("lr = m * tokens^-a * width^-b: m = ") and "batch" not in law.to_dict()["form"]
     swept = LawFit("width", {**one, "c": Coefficient(0.5, 0.4, 0.6, True)}, cells=6, rms_log=0.1)
     assert swept.describe().startswith("lr = m * tokens^-a * width^-b * batch^c: ")
+
+
+def test_a_cell_whose_best_is_next_to_a_diverged_rate_says_so_and_the_tune_asks_for_rates_between():
+    # the rate above the best one diverged (loss NaN): "widen the multipliers upwards" sent the lab to
+    # rates that diverge again; the optimum lies between the last rate that trained and the diverged one
+    from flops_fit.tuning.grid import check_grid
+    from flops_fit.tuning.tune import Cell, fit_tune
+
+    rates = [1e-3, 1e-2, 1e-1, 1.0]
+    losses = parabola_losses(rates, 0.3)
+    losses[-1] = math.nan
+    cell = fit_cell(rates, losses)
+    assert not cell.ok and "widen" not in cell.reason
+    assert cell.reason == ("diverged next to its best: the best loss is at the highest rate that trained (0.1) and 1 "
+                           "above it has no finite loss: try rates between them")
+    options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
+                                     min_steps=5, model_config={"n_layer": 1, "n_head": 1})
+    grid = check_grid(options, 1, None, [0.1, 1, 10, 100], None, None)
+    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, cell, []) for w in (8, 16)]
+    with pytest.raises(FitInputError) as caught:
+        fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+    assert "2 best next to a rate that diverged" in str(caught.value)
+    assert "--multipliers 0.1,1,10,31.6228,100 into a new --out folder" in str(caught.value)  # sqrt(10 x 100)

@@ -38,8 +38,9 @@ def _cmd_from_runs(args: argparse.Namespace) -> int:
                                  nonembedding_col=args.nonembedding_col, model=args.model, bootstrap=args.bootstrap,
                                  metric=args.metric, loss_col=args.loss_col, curve_metric=args.curve_metric,
                                  experiment=args.experiment, where=where_of(args), **columns)
+    written = result.write(out)  # first: a refusal to replace another law is the one line printed
     print(result)
-    print(f"wrote {result.write(out)}")
+    print(f"wrote {written}")
     return 0
 
 

@@ -161,7 +161,8 @@ def load_runs(
     """
     if metric not in METRICS:
         raise FitInputError(f"unknown metric {metric!r}; choose " + " or ".join(f"{m!r} ({t})" for m, t in METRICS.items()))
-    frame, name, metadata = _read(source, curve_metric=curve_metric, tokens_col=tokens_col, experiment=experiment)
+    frame, name, metadata = _read(source, curve_metric=curve_metric, tokens_col=tokens_col, experiment=experiment,
+                                  params_col=params_col, flops_col=flops_col, flops_per_param_token=flops_per_param_token)
     if len(frame.columns) == 0:  # an empty JSON file or array, an empty DataFrame: no column is missing, nothing is there
         raise FitInputError(f"{name}: no finished runs to fit (the table is empty)")
     frame = _where(frame, where, name)

@@ -59,8 +59,11 @@ def detect(source: Any) -> str | None:
 
 
 def read(source: Any, *, curve_metric: str | None = None, tokens_col: str = "tokens",
-         experiment: str | None = None) -> tuple[pd.DataFrame, str, dict[str, Any]] | None:
-    """``(frame, name, metadata)`` of a tracker's runs, or None when ``source`` is no tracker's."""
+         experiment: str | None = None, params_col: str = "params", flops_col: str = "flops",
+         flops_per_param_token: float = 6.0) -> tuple[pd.DataFrame, str, dict[str, Any]] | None:
+    """``(frame, name, metadata)`` of a tracker's runs, or None when ``source`` is no tracker's. A run
+    without ``tokens_col`` has its curve put on flops / (``flops_per_param_token`` x params) tokens, as
+    ``load_runs`` counts its tokens."""
     kind = detect(source)
     if kind is None:
         return None
@@ -73,13 +76,16 @@ def read(source: Any, *, curve_metric: str | None = None, tokens_col: str = "tok
     name = f"{source} ({kind})"
     if not runs:
         raise FitInputError(f"{name}: no runs found; point at the folder that holds the {kind} runs")
-    return table(runs, name, curve_metric=curve_metric, tokens_col=tokens_col), name, {"tracker": kind}
+    return table(runs, name, curve_metric=curve_metric, tokens_col=tokens_col, params_col=params_col,
+                 flops_col=flops_col, flops_per_param_token=flops_per_param_token), name, {"tracker": kind}
 
 
-def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens_col: str) -> pd.DataFrame:
+def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens_col: str, params_col: str = "params",
+          flops_col: str = "flops", flops_per_param_token: float = 6.0) -> pd.DataFrame:
     """One row per training run (a flops-fit sweep's own run left out): run_id, status, its parameters,
-    its final metrics (a metric wins over a parameter of the same name) and ``curve`` where
-    ``curve_metric`` was logged."""
+    its final metrics and ``curve`` where ``curve_metric`` was logged. A name that is both a parameter and a
+    metric is the parameter where that is a number (``lr`` configured at its peak and logged as it decays: the
+    run's rate is its peak, not its last value), else the metric (a ``loss`` parameter naming the function)."""
     runs = [r for r in runs if SWEEP_RUN_METRIC not in r.metrics]
     if not runs:
         raise FitInputError(f"{name}: only a sweep's own run (its plan and fits) is logged here, no training run")
@@ -91,20 +97,31 @@ def table(runs: list[TrackedRun], name: str, *, curve_metric: str | None, tokens
                             f"curve_metric= (CLI: --curve-metric)")
     rows = []
     for r in runs:
-        row: dict[str, Any] = {**r.params, **r.metrics, "run_id": r.run_id, "status": r.status}
+        metrics = {k: v for k, v in r.metrics.items() if not _setting(r.params.get(k))}
+        row: dict[str, Any] = {**r.params, **metrics, "run_id": r.run_id, "status": r.status}
         if OWN_RUN_METRIC in r.metrics:
             row["loss_function"], row["run_id"] = r.params.get("loss"), r.params.get("run_id", r.run_id)
             row.update({ours: r.metrics.get(logged, math.nan) for logged, ours in OWN_RESULTS.items()})
             if r.metrics.get("run/failed") == 1.0:
                 row["status"] = "failed"
         points = r.series.get(wanted) if wanted else None
-        if points:
-            row["curve"] = _on_tokens(points, _number(row.get(tokens_col)))
+        if points:  # steps put on tokens: the run's own, else its FLOPs' (a run that logged params and flops only)
+            tokens = _number(row.get(tokens_col))
+            if math.isnan(tokens):
+                flops, params = _number(row.get(flops_col)), _number(row.get(params_col))
+                tokens = flops / (flops_per_param_token * params) if params > 0 and flops_per_param_token > 0 \
+                    else math.nan
+            row["curve"] = _on_tokens(points, tokens)
         schedule = {k: r.params.get(k, SCHEDULE_DEFAULTS.get(k)) for k in SCHEDULE_FIELDS}
         if all(v is not None for v in schedule.values()):  # what the whole-curve law reads (``curve_areas``)
             row["schedule"] = schedule
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _setting(value: Any) -> bool:
+    """Whether a parameter is a finite number: a run's setting, which a metric of its name must not replace."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _number(value: Any) -> float:

@@ -8,12 +8,19 @@ KILLED, RUNNING) leaves it out of the fit with its status said.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from flops_fit.errors import FitInputError
 from flops_fit.sources.base import TrackedRun
+
+RETRIES_VAR, RETRIES = "MLFLOW_HTTP_REQUEST_MAX_RETRIES", 1
+DATABASES = ("sqlite", "postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores
 
 
 def is_store(folder: Path) -> bool:
@@ -39,11 +46,46 @@ def _number(text: Any) -> Any:
         return text
 
 
+@contextlib.contextmanager
+def _few_retries() -> Iterator[None]:
+    """MLflow's HTTP retries cut to ``RETRIES`` while reading (unless the user set them): its default (7,
+    doubling waits) kept a mistyped or stopped server's refusal back for four minutes."""
+    if os.environ.get(RETRIES_VAR) is not None:
+        yield
+        return
+    os.environ[RETRIES_VAR] = str(RETRIES)
+    try:
+        yield
+    finally:
+        os.environ.pop(RETRIES_VAR, None)
+
+
 def read_store(source: Any, *, experiment: str | None = None) -> list[TrackedRun]:
-    """Every run of the store (or of ``experiment``, by name) as a ``TrackedRun``."""
+    """Every run of the store (or of ``experiment``, by name) as a ``TrackedRun``; a store MLflow cannot
+    read (a server that does not answer, a database without the full ``mlflow``) is one line."""
     uri = uri_of(source)
     if uri.startswith("file:"):  # MLflow 3 keeps its file store readable behind this switch
+        folder = Path(url2pathname(urlparse(uri).path))
+        if not folder.is_dir():  # MLflow would create it, with a Default experiment: a typo left a store behind
+            raise FitInputError(f"{source}: no such MLflow store folder ({folder}); give the folder that holds the "
+                                "experiments (mlruns)")
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with _few_retries():
+            return _read_runs(uri, source, experiment)
+    except (MlflowException, ImportError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        database = uri.split(":", 1)[0] in DATABASES
+        first = first if len(first) <= 160 else first[:157] + "..."
+        raise FitInputError(f"{source}: MLflow cannot read this store ({first}); "
+                            + ("a database store needs the full MLflow (pip install mlflow; mlflow-skinny reads file "
+                               "stores and servers)" if database else "check the URI, or that its server is running")
+                            ) from None
+
+
+def _read_runs(uri: str, source: Any, experiment: str | None) -> list[TrackedRun]:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)

@@ -64,14 +64,23 @@ def _text_params(acc: Any) -> dict[str, Any]:
 
 
 def read_run(root: Path, folder: Path) -> TrackedRun:
+    """The run in ``folder`` with its subfolders' events. A tag logged in more than one of them (``loss``
+    by a ``train/`` and an ``eval/`` writer, as TensorBoard shows them apart) is named with its subfolder
+    (``train/loss``, ``eval/loss``): one series of both would mix training and held-out losses."""
     params: dict[str, Any] = {}
-    series: dict[str, list[tuple[float, float]]] = {}
+    parts: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for part in [folder] + sorted({p.parent for p in folder.rglob(EVENTS)} - {folder}):
         acc = _accumulator(part)
         params.update(_text_params(acc))
         params.update(_hparams(acc))
-        for tag in acc.Tags().get("scalars", []):
-            series.setdefault(tag, []).extend((float(e.step), float(e.value)) for e in acc.Scalars(tag))
+        parts[part.relative_to(folder).as_posix()] = {
+            tag: [(float(e.step), float(e.value)) for e in acc.Scalars(tag)] for tag in acc.Tags().get("scalars", [])}
+    tags = [tag for scalars in parts.values() for tag in scalars]
+    series: dict[str, list[tuple[float, float]]] = {}
+    for sub, scalars in parts.items():
+        for tag, points in scalars.items():
+            name = f"{sub}/{tag}" if sub != "." and tags.count(tag) > 1 else tag
+            series.setdefault(name, []).extend(points)
     metrics = {tag: max(points)[1] for tag, points in series.items() if points}  # the value at the last step
     run_id = folder.relative_to(root).as_posix() if folder != root else folder.name
     return TrackedRun(run_id, None, params, metrics, series)

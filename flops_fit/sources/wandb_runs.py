@@ -114,9 +114,21 @@ def read_file(path: Path) -> TrackedRun:
 
 
 def read_offline(folder: Path) -> list[TrackedRun]:
-    """Every offline run under ``folder`` (or the one run file ``folder``)."""
+    """Every offline run under ``folder`` (or the one run file ``folder``). A run resumed offline (the same
+    run id, ``resume=...``) writes a new folder each attempt: its files are one run, read in the order
+    written (folders are named by start time), the last attempt's status its status."""
     files = [folder] if folder.is_file() else run_files(folder)
-    return [read_file(f) for f in files]
+    runs: dict[str, TrackedRun] = {}
+    for path in files:
+        run = read_file(path)
+        first = runs.setdefault(run.run_id, run)
+        if first is not run:
+            first.params.update(run.params)
+            first.metrics.update(run.metrics)
+            for name, points in run.series.items():  # a step the attempt logged again: its value
+                first.series[name] = sorted({**dict(first.series.get(name, [])), **dict(points)}.items())
+            first.status = run.status
+    return list(runs.values())
 
 
 def is_export(frame: pd.DataFrame) -> bool:

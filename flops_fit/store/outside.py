@@ -108,8 +108,16 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
         curve = [[float(t), float(v)] for t, v in curve]
     except (TypeError, ValueError):
         raise StoreError(f"run {run_id}: curve must be [[tokens seen, training loss], ...]") from None
+    timings = data.get("timings") or {}
+    if not isinstance(timings, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                for v in timings.values()):
+        raise StoreError(f'run {run_id}: timings must map names to seconds, e.g. {{"total_s": 3600}}; got {timings!r}')
+    steps = _number(data, "steps", spec.steps)
+    if not (math.isfinite(steps) and steps >= 0 and steps == int(steps)):
+        raise StoreError(f"run {run_id}: steps must be the whole number of optimizer steps it took (the plan gives "
+                         f"{spec.steps:,}), got {data.get('steps')!r}")
     return RunResult(run_id=run_id, status=state, loss=loss, tokens=int(tokens), flops=tokens * spec.flops_per_unit,
-                     steps=int(_number(data, "steps", spec.steps)), curve=curve, error=data.get("error"),
-                     timings={str(k): float(v) for k, v in (data.get("timings") or {}).items()},
+                     steps=int(steps), curve=curve, error=data.get("error"),
+                     timings={str(k): float(v) for k, v in timings.items()},
                      device=str(data.get("device", "outside")), bpb=_number(data, "bpb"),
                      top1_error=_number(data, "top1_error"))

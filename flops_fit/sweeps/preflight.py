@@ -16,6 +16,7 @@ writable with room for one checkpoint per concurrent run. The first problem rais
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -186,7 +187,16 @@ def check_train_command(plan: Any, context: Context) -> None:
     trainer = plan.options.trainer
     program, workdir = trainer.command[0], trainer.workdir or "."
     path = trainer.env.get("PATH", script_path())
-    if shutil.which(program, path=path) is None and shutil.which(str(Path(workdir, program))) is None:
+    here = Path(workdir, program)
+    on_path = shutil.which(program, path=path) is not None
+    if not on_path and here.is_file() and not os.access(here, os.X_OK):  # found, but the system cannot start it
+        raise PreflightError(f"[train] command: {str(here.resolve())!r} is not executable: chmod +x it, or start it "
+                             f"with its interpreter (command = [\"sh\", {program!r}, ...] or [\"python\", ...])")
+    if not on_path and Path(program).name == program and shutil.which(str(here)) is not None:
+        # the system looks a bare name up on PATH only, never in the folder the script starts in
+        raise PreflightError(f"[train] command: {program!r} is in {Path(workdir).resolve()} but not on PATH, so no run "
+                             f"could start it: write it \"./{program}\" (or its full path) in command = [...]")
+    if not on_path and shutil.which(str(here)) is None:
         raise PreflightError(f"[train] command: {program!r} is not a program on PATH nor in {Path(workdir).resolve()}: "
                              "fix command = [...] (or workdir)")
     script = trainer.command[1] if len(trainer.command) > 1 else ""

@@ -295,7 +295,9 @@ def guarded_rates(law: TunedLaw, hparams: HyperParams, values: dict[Any, dict[st
             raise PlanError(
                 f"a run ({', '.join(f'{_named(v, unit)} {vals[v]:.4g}' for v in sorted(reach))}) lies beyond the tuned "
                 f"law's grid in {law.path} by {_factors(reach, unit)}, past reach = {hparams.reach:g}: tune at larger budgets or "
-                f"sizes, or set [hparams] beyond = \"centre\" (the tune's centre rule) or \"extrapolate\"")
+                # a law fitted from runs (or written by hand) has no centre rule to fall back to: not offered
+                + ("sizes, or set [hparams] beyond = \"centre\" (the tune's centre rule) or \"extrapolate\""
+                   if law.centre and law.centre_ratio is not None else "sizes, or set [hparams] beyond = \"extrapolate\""))
         else:
             rates[key], sources[key] = _centre(law, vals, model), (
                 f"centre:{law.centre.get('lr_rule')} x{law.centre_ratio:.3g} (beyond {source}: {_factors(reach, unit)})")

@@ -91,11 +91,18 @@ def read_result(path: Path, spec: RunSpec, tolerance: float) -> dict[str, Any]:
         raise ValueError(f"bad result: no held-out loss (a number under \"loss\") in {path}")
     if not math.isfinite(loss):
         raise ValueError(f"non-finite loss: the script reported a held-out loss of {loss}")
+    if loss <= 0:  # the store and every fit read a loss as a positive number of nats: a sign or a metric mixed up
+        raise ValueError(f"bad result: the held-out loss must be positive (a cross-entropy in nats), the script "
+                         f"reported {loss} in {path}")
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
         raise ValueError(f"bad result: \"tokens\" (the tokens trained, an integer) is {tokens!r} in {path}")
     if abs(tokens - spec.tokens) > tolerance * spec.tokens:
         raise ValueError(f"tokens off the plan: the script trained {tokens:,} tokens, the run plans "
                          f"{spec.tokens:,} (token_tolerance {tolerance:g})")
+    for key, what in (("steps", "the optimizer steps taken, an integer"), ("bpb", "held-out bits per byte, a number")):
+        value = data.get(key, 0)  # optional: the plan's steps and no bpb where left out
+        if isinstance(value, bool) or not isinstance(value, int if key == "steps" else (int, float)):
+            raise ValueError(f'bad result: "{key}" ({what}) is {value!r} in {path}; write it so or leave it out')
     curve = data.get("curve", [])
     if (not isinstance(curve, list)
             or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p)

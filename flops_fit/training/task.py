@@ -12,6 +12,7 @@ and data order and initialisation are seeded (tests/test_wsd.py checks it bit fo
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 from flops_fit.errors import OptionError
@@ -76,14 +77,28 @@ def train_item(item: Any, progress: ProgressSink = ignore_progress, *, host: Any
     (``training.external``; it launches its own processes), a family's branches one by one."""
     if trainer is not None:
         if isinstance(item, (Family, Stack, StackedFamilies)):  # the script trains each run on its own
-            return [train_external(spec, trainer, progress, checkpoints=checkpoints) for spec in item.runs]
-        return train_external(item, trainer, progress, checkpoints=checkpoints)
+            return [train_script(spec, trainer, progress, checkpoints=checkpoints, tracking=tracking)
+                    for spec in item.runs]
+        return train_script(item, trainer, progress, checkpoints=checkpoints, tracking=tracking)
     if processes_per_run(item) == 1:
         return train_part(item, progress, OneProcess(), host=host, checkpoints=checkpoints, tracking=tracking)
     if host is not None:
         raise OptionError("a custom host= cannot reach the processes of a run with processes_per_run > 1: "
                           "register the plugins through entry points or FLOPS_FIT_PLUGINS instead")
     return run_ranks(functools.partial(train_part, checkpoints=checkpoints, tracking=tracking), item, progress)
+
+
+def train_script(spec: Any, trainer: TrainCommand, progress: ProgressSink = ignore_progress, *,
+                 checkpoints: CheckpointPolicy | None = None, tracking: Destination | None = None) -> RunResult:
+    """One run trained by the ``[train]`` command, then logged to the sweep's trackers as flops-fit's own
+    runs are (its spec, the curve its script reported, its result): the script knows nothing of them, and a
+    tracker folder of runs the script trained would hold the sweep's plan alone."""
+    result = train_external(spec, trainer, progress, checkpoints=checkpoints)
+    if tracking is not None:
+        with RunTracker(tracking, spec) as tracker:
+            tracker.begin(0, [(int(t), {"train/loss": v}) for t, v in result.curve if math.isfinite(t)])
+            tracker.finish(result)
+    return result
 
 
 def train_part(item: Any, progress: ProgressSink, parallel: OneProcess, *, host: Any = None,

@@ -23,6 +23,9 @@ from flops_fit.fitting.laws.bootstrap import interval
 
 NEIGHBOURS = 2  # points each side of the lowest one that set the noise scale (the vertex uses 1)
 BAND = 0.005
+# A cell's reason when its best loss is at the last rate that trained and the next one tried has no finite
+# loss (diverged): the optimum lies between them, so wider rates would only diverge again.
+DIVERGED_NEXT = "diverged next to its best"
 
 
 @dataclass
@@ -93,6 +96,15 @@ def fit_cell(rates: list[float], losses: list[float], *, bootstrap: int = 200, s
     lowest = int(np.argmin(y))
     if lowest in (0, len(y) - 1):
         end = "lowest" if lowest == 0 else "highest"
+        best = math.exp(x[lowest])
+        beyond = [r for r, v in zip(rates, losses, strict=True)
+                  if not math.isfinite(v) and (r < best if lowest == 0 else r > best)]
+        if beyond:
+            nearest = max(beyond) if lowest == 0 else min(beyond)
+            cell.reason = (f"{DIVERGED_NEXT}: the best loss is at the {end} rate that trained ({best:.3g}) and "
+                           f"{nearest:.3g} {'below' if lowest == 0 else 'above'} it has no finite loss: try rates "
+                           "between them")
+            return cell
         cell.reason = (f"the best loss is at the {end} rate tried ({math.exp(x[lowest]):.3g}): widen the "
                        f"multipliers {'down' if lowest == 0 else 'up'}wards")
         return cell

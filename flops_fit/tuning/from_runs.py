@@ -101,6 +101,7 @@ class RateFit:
     def write(self, where: str | Path) -> Path:
         """Write ``hparams.json`` (into the folder ``where``, or to ``where`` if it ends in .json)."""
         path = hparams_path(where)
+        _check_overwrite(path, self.source)
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(fmt.json_safe(self.data), indent=2) + "\n"
         write_atomically(path, lambda p: p.write_text(text))
@@ -121,6 +122,21 @@ class RateFit:
                                                       "held out"]),
                  f"chosen: {self.because}", f"law: {self.law_form.describe()}"]
         return "\n".join(lines)
+
+
+def _check_overwrite(path: Path, source: str) -> None:
+    """Refuse to replace a law that runs cannot give again: a tune's (the law of its trained grid) or one written
+    by hand. A law fitted from runs (these or others, still where they were) is replaced."""
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text())
+        from_runs = bool(old.get("tune", {}).get("from_runs"))
+    except (ValueError, AttributeError, OSError):  # unreadable, or not a law
+        from_runs = False
+    if not from_runs:
+        raise FitInputError(f"{path} holds a tune's law (or one written by hand), not one fitted from runs: write the "
+                            f"law of {source} into another folder (--out), or remove the file to replace it")
 
 
 def _cells(frame: pd.DataFrame, *, bootstrap: int, seed: int, level: float) -> list[RateCell]:

@@ -37,7 +37,7 @@ from flops_fit.sweeps.planner import Plan
 from flops_fit.sweeps.planner import plan as plan_sweep
 from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE
 from flops_fit.tables import format_table
-from flops_fit.tuning.cells import BAND, CellFit, fit_cell
+from flops_fit.tuning.cells import BAND, DIVERGED_NEXT, CellFit, fit_cell
 from flops_fit.tuning.forms import MAX_WIDTH, FormFit, Point, choose, fit_forms, form_rows
 from flops_fit.tuning.grid import DEFAULT_MULTIPLIERS, check_grid, tune_plan
 from flops_fit.tuning.heldout import GOAL, band_of, check_beyond, check_largest, law_from
@@ -326,12 +326,28 @@ def _edge(cell: Cell) -> str | None:
     return next((end for end in ("lowest", "highest") if reason.startswith(f"the best loss is at the {end} ")), None)
 
 
+def _diverged_next(cell: Cell) -> bool:
+    """Whether the cell's best loss is next to a rate that diverged (more rates between them help, wider ones not)."""
+    return (cell.fit.reason or "").startswith(DIVERGED_NEXT)
+
+
+def _trained_end(cell: Cell) -> int | None:
+    """The index, in its rates, of the lower of the two rates a ``_diverged_next`` cell's optimum lies between."""
+    finite = [i for i, v in enumerate(cell.fit.losses) if math.isfinite(v)]
+    best = min(finite, key=lambda i: cell.fit.losses[i])
+    step = 1 if best == max(finite) else -1
+    nearest = next((i for i in range(best + step, len(cell.fit.losses) if step > 0 else -1, step)
+                    if not math.isfinite(cell.fit.losses[i])), None)
+    return None if nearest is None else min(best, nearest)
+
+
 def _why_none(bad: list[Cell], total: int) -> str:
     """How many cells have no optimum, and why, counted by reason."""
     counts: dict[str, int] = {}
     for c in bad:
         edge = _edge(c)
-        why = f"best at the {edge} rate tried" if edge else c.fit.reason
+        why = (f"best at the {edge} rate tried" if edge else
+               "best next to a rate that diverged" if _diverged_next(c) else c.fit.reason)
         counts[why] = counts.get(why, 0) + 1
     return f"{len(bad)} of {total} cells have none: " + "; ".join(f"{n} {why}" for why, n in counts.items())
 
@@ -341,8 +357,11 @@ def _widen(bad: list[Cell], multipliers: list[float], out: Path) -> str:
     each run's rate and loss can be read meanwhile."""
     edges = {_edge(c) for c in bad}
     low, high = min(multipliers), max(multipliers)
+    ordered = sorted(multipliers)
+    between = {math.sqrt(ordered[i] * ordered[i + 1]) for c in bad if _diverged_next(c)
+               for i in [_trained_end(c)] if i is not None and len(c.fit.rates) == len(ordered)}
     wider = sorted({*multipliers, *((low / 4, low / 2) if "lowest" in edges else ()),
-                    *((high * 2, high * 4) if "highest" in edges else ())})
+                    *((high * 2, high * 4) if "highest" in edges else ()), *between})
     fix = (f"tune again with --multipliers {','.join(f'{m:g}' for m in wider)} into a new --out folder (other "
            "multipliers are another sweep)" if wider != sorted(multipliers) else "tune more sizes or budgets")
     return f"{fix}; each run's rate and loss: `flops-fit status {out}`"

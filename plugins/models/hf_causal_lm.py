@@ -42,6 +42,11 @@ FINGERPRINT = "config_sha256"  # the content of a config file a run was planned 
 # token ids of the config's own tokenizer: meaningless once the dataset's tokenizer sets the vocabulary
 # (a pad id outside it fails nn.Embedding; inside it, it would freeze a real token's embedding)
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id")
+# encoder families whose transformers causal-LM class attends to later tokens unless the config sets is_decoder:
+# trained on the next token, each position would see the token it predicts (a loss near zero, no law)
+BIDIRECTIONAL = ("bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+                 "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "xlm-roberta",
+                 "xlm-roberta-xl", "xmod")
 
 
 def load_config(source: Any) -> dict[str, Any]:
@@ -98,6 +103,10 @@ class Rule:
             raise ValueError(f"config {config!r} changed since this run was planned (sha256 {config_sha256[:12]}..., "
                              f"now {content_sha256(loaded)[:12]}...): restore the file, or plan again into a new folder")
         base = {**loaded, **overrides}
+        if base["model_type"] in BIDIRECTIONAL and base.get("is_decoder") is not True:
+            raise ValueError(f"config's model_type {base['model_type']!r} is an encoder: its causal-LM class attends "
+                             "to later tokens unless is_decoder is set, so every position would see the token it "
+                             "predicts: add set = {is_decoder = true}")
         if rest.get("vocab_size") is not None and rest["vocab_size"] != base.get("vocab_size"):
             base["vocab_size"] = rest["vocab_size"]  # the dataset's tokenizer decides it, and its special ids
             base.update({key: None for key in TOKEN_ID_FIELDS if base.get(key) is not None})
