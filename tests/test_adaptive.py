@@ -279,3 +279,41 @@ def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
     with RunStore(out) as store:
         assert store.get_meta("adaptive")["stopped"] == "every budget of the pool is trained"
         assert set(store.statuses().values()) == {"done"}  # the 2 budgets of this plan, both the first batch
+
+
+@pytest.mark.e2e  # three forecasts of every method (~20 s of CPU): the end-to-end tier
+def test_a_resumed_design_fits_each_round_on_its_own_runs_only(tmp_path):
+    # a store resumed after later rounds trained: each replayed round reads the forecast of the runs
+    # it had chosen, not of every run the store holds (it read and recorded a later round's)
+    import sweep_support
+
+    from flops_fit.store.outside import record_result
+    from flops_fit.store.run_store import RunStore
+    from flops_fit.sweeps.adaptive import adaptive_sweep
+    from flops_fit.sweeps.driver import run_plan
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    budgets = [2e7, 3e7, 4e7, 6e7, 8e7]
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=budgets, device="cpu"))
+    run = {"show_progress": False, "skip_parity": True, "host": host}
+    run_plan(planned, tmp_path, record_only=True, **run)
+    rows = []
+    for budget in budgets:  # IsoFLOP parabolas with their minimum at each budget's middle size
+        sizes = sorted(r.params for r in planned.runs if r.budget == budget)
+        for r in planned.runs:
+            if r.budget == budget:
+                loss = 2.0 + 0.3 * math.log(r.params / sizes[1] / 1.1) ** 2 + 50 * budget ** -0.1
+                record_result(tmp_path, r.run_id, {"loss": loss, "tokens": r.tokens})
+                rows.append({"params": r.params, "tokens": r.tokens, "flops": r.flops, "budget": budget, "loss": loss})
+    design = adaptive_sweep(planned, tmp_path, StopRule(n_opt_factor=1e6), start=4, resume=True, **run)
+    assert design.budgets == budgets[:4] and len(design.rounds) == 1 and "within" in design.stopped
+    table = pd.DataFrame(rows)
+    target = 10 * max(budgets)
+    own = fit_forecast(table[table.budget.isin(budgets[:4])].reset_index(drop=True), target).forecast.n_opt
+    every = fit_forecast(table, target).forecast.n_opt
+    assert own[0] != pytest.approx(every[0])  # the fifth budget moves the answer: the test can tell them apart
+    first = design.rounds[0]
+    assert (first.n_opt, first.n_opt_lo, first.n_opt_hi) == pytest.approx(own)
+    with RunStore(tmp_path) as store:
+        assert store.get_meta("adaptive")["rounds"][0]["n_opt"] == pytest.approx(own[0])

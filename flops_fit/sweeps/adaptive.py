@@ -40,7 +40,7 @@ import numpy as np
 
 from flops_fit.errors import FitInputError, OptionError
 from flops_fit.fitting import fit
-from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.inputs import Runs, load_runs
 from flops_fit.fitting.validation.prior import shipped_laws
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.sweeps.driver import run_plan
@@ -545,12 +545,17 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
     started = [resume]
 
     def fit_at(keys: list[Key]) -> Reading:
-        run_plan(plan, out_dir, resume=started[0], only={by[k].run_id for k in keys}, **run)
+        chosen = {by[k].run_id for k in keys}
+        run_plan(plan, out_dir, resume=started[0], only=chosen, **run)
         started[0] = True
         with RunStore(out_dir) as store:
             frame = store.runs_frame(include_failed=False).set_index("run_id")
         losses = {k: float(frame.loss[by[k].run_id]) for k in keys if by[k].run_id in frame.index}
-        return forecast_reading(fit_forecast(str(out_dir), target), target, losses)
+        # the chosen runs only: a resumed store holds later rounds' runs too, and a replayed round
+        # that fitted them would read (and record) another round's forecast
+        runs = load_runs(str(out_dir))
+        return forecast_reading(fit_forecast(runs.subset(runs.frame.run_id.isin(chosen).to_numpy()), target), target,
+                                losses)
 
     def record(design: Design) -> None:
         if not (out_dir / STORE_NAME).exists():
