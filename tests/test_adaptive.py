@@ -317,3 +317,35 @@ def test_a_resumed_design_fits_each_round_on_its_own_runs_only(tmp_path):
     assert (first.n_opt, first.n_opt_lo, first.n_opt_hi) == pytest.approx(own)
     with RunStore(tmp_path) as store:
         assert store.get_meta("adaptive")["rounds"][0]["n_opt"] == pytest.approx(own[0])
+
+
+def test_status_shows_an_adaptive_sweeps_design_and_the_runs_it_did_not_choose(tmp_path, capsys):
+    # the store's record of why each run was chosen was shown nowhere once the sweep's own output was
+    # gone, and status called the runs the design never chose "pending"
+    import sweep_support
+
+    from flops_fit.cli.main import main
+    from flops_fit.store.outside import record_result
+    from flops_fit.sweeps.adaptive import adaptive_sweep, plan_keys, plan_spend
+    from flops_fit.sweeps.driver import run_plan
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7], device="cpu"))
+    run = {"show_progress": False, "skip_parity": True, "host": host}
+    run_plan(planned, tmp_path, record_only=True, **run)
+    first = [r for r in planned.runs if r.budget in (2e7, 3e7)]
+    for r in first:
+        record_result(tmp_path, r.run_id, {"loss": 3.0 + abs(math.log(r.params / 500)), "tokens": r.tokens})
+    spend = plan_spend(planned)
+    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(plan_keys(first))), start=2, resume=True, **run)
+    assert "cap" in design.stopped
+    capsys.readouterr()
+    assert main(["status", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert f"adaptive design, target {design.target:.3g} FLOPs, rule {design.rule}:" in printed
+    assert "  round 1: " in printed and design.rounds[0].choices[0].reason in printed
+    assert f"stopped: {design.stopped}" in printed
+    unchosen = len(planned.runs) - len(first)
+    assert f"{unchosen} planned run(s) not chosen by the design" in printed
+    assert printed.count("not chosen  ") == unchosen and " pending " not in printed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import sys
 import time
@@ -318,6 +319,25 @@ def _result_row(r: Any) -> list[Any]:
             "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", _text(r.error)]
 
 
+def _design_lines(design: dict[str, Any], unchosen: int) -> list[str]:
+    """An adaptive sweep's stored design as ``sweep --adaptive`` printed it (``Design.round_lines``):
+    each round's FLOPs and forecast, why its runs were chosen, and why it stopped; the store is the
+    only record of it once that output is gone."""
+    lines = [f"adaptive design, target {design.get('target', math.nan):.3g} FLOPs, rule {design.get('rule', '?')}:"]
+    for n, r in enumerate(design.get("rounds", []), 1):
+        factor = r.get("factor", math.inf)
+        fitted = (f"forecast N_opt {r['n_opt']:.3g} [{r['n_opt_lo']:.3g}, {r['n_opt_hi']:.3g}] (x{factor:.2f})"
+                  if isinstance(factor, (int, float)) and math.isfinite(factor)
+                  else (r.get("note") or "no interval yet (its batch is training or was interrupted)"))
+        lines += [f"  round {n}: {r.get('spent', math.nan):.3g} FLOPs spent; {fitted}",
+                  *(f"    {c.get('reason', '')}" for c in r.get("choices", []))]
+    lines.append(f"stopped: {design['stopped']}" if design.get("stopped") else
+                 "not stopped: the design chooses its next runs after each batch (`--resume` goes on)")
+    if unchosen:
+        lines.append(f"{unchosen} planned run(s) not chosen by the design: they train only if a round chooses them")
+    return lines
+
+
 def _print_status(out_dir: str | Path, table: bool = True) -> int:
     """The sweep's counts, who is training it and the time it has left, its parity gate and
     (``table``) each run, those still to train too; returns how many runs are done."""
@@ -328,6 +348,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         frame = store.runs_frame()
         planned, states = store.planned_runs(), store.statuses()
         driver = _driver(store, counts, planned) if counts else None
+        design = store.get_meta("adaptive")
     total = sum(counts.values())
     if not total:  # a store opened by a sweep that refused before it recorded its plan
         print(f"{out_dir}: no plan recorded (a sweep into it stopped before its first run); "
@@ -339,6 +360,12 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         print(line)
     print(gate_line(parity))
     finished = {r.run_id: r for r in frame.itertuples()}
+    if design:  # an adaptive sweep: why each batch was chosen; the plan's runs it has not chosen (and none trained)
+        chosen = {run_id for batch in design.get("run_ids", []) for run_id in batch}
+        for spec in planned:
+            if spec.run_id not in chosen and spec.run_id not in finished and states.get(spec.run_id) == "pending":
+                states[spec.run_id] = "not chosen"
+        print("\n".join(_design_lines(design, sum(s == "not chosen" for s in states.values()))))
     rows = [_result_row(finished.pop(spec.run_id)) if spec.run_id in finished else  # every run, in plan order
             [f"{spec.budget:.2e}", spec.size, f"{spec.params:,}", f"{spec.tokens:,}",
              states.get(spec.run_id, "pending"), f"{spec.lr:.3g}", "", "", ""] for spec in planned]
