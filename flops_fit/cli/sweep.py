@@ -383,6 +383,24 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shared_steps(planned: list[Any], timeline: list[dict[str, Any]]) -> dict[str, int]:
+    """Per WSD branch done, the stable steps it took over from its family's branches done
+    before it (``wsd.executed_in_order``, in steps): trained once and counted by those runs, so
+    never by it."""
+    spec = {r.run_id: r for r in planned}
+    done = sorted((row for row in timeline if row["status"] == "done" and row["finished"] is not None
+                   and row["run_id"] in spec), key=lambda row: row["finished"])  # a failed branch shared nothing
+    reached: dict[str, int] = {}  # family -> the furthest cooldown start of its branches finished so far
+    out = {}
+    for row in done:
+        run = spec[row["run_id"]]
+        if run.schedule == "wsd":
+            before = reached.get(run.family, 0)
+            out[run.run_id] = min(run.cooldown_start, before)
+            reached[run.family] = max(run.cooldown_start, before)
+    return out
+
+
 def _print_status_json(out_dir: str | Path) -> int:
     """Per run and in total: status, loss, steps of the result, steps trained over all
     attempts (lost ones included) and attempts, so the cost of interruptions shows."""
@@ -390,14 +408,21 @@ def _print_status_json(out_dir: str | Path) -> int:
         runs = store.accounting()
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
-        driver = _driver(store, counts, store.planned_runs())
+        planned = store.planned_runs()
+        driver = _driver(store, counts, planned)
+        shared = _shared_steps(planned, store.timeline())
     finished = [r for r in runs if r["steps"] is not None]
+    # a run's own steps: its result's less the stable steps a WSD branch took over, from the order the
+    # branches finished (steps_reused is 0 for a branch resumed from its own checkpoint); a kill after the
+    # last progress report can leave a step or two uncounted: never below 0
+    lost = [max(r["steps_trained"] - (r["steps"] - shared.get(r["run_id"], r["steps_reused"])), 0) for r in finished]
     totals = {
         "runs": len(runs), "counts": counts,
         "steps": sum(r["steps"] for r in finished),
         "steps_planned": sum(r["steps_planned"] for r in runs),
         "steps_trained": sum(r["steps_trained"] for r in runs),
-        "steps_lost": sum(r["steps_trained"] - (r["steps"] - r["steps_reused"]) for r in finished),
+        "steps_shared": sum(shared.values()),
+        "steps_lost": sum(lost),
         "attempts": sum(r["attempts"] for r in runs),
     }
     print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs},
