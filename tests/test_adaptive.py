@@ -236,10 +236,12 @@ def test_the_designs_flags_without_adaptive_and_a_target_or_sizes_it_cannot_use_
             "64", "--tokens-per-param", "100"]
     assert main([*grid, "--target", "1e15", "--start", "3"]) == 2
     assert "--target, --start apply only with --adaptive" in capsys.readouterr().err
-    for target in ("-1", "nan", "6e13"):
+    for target, shown in (("-1", "-1"), ("nan", "nan"), ("6e13", "6e+13"), ("6.4e13", "6.4e+13")):
         assert main([*grid, "--adaptive", f"--target={target}"]) == 2
-        assert capsys.readouterr().err.startswith("flops-fit: error: the target must be a budget in FLOPs beyond the "
-                                                  "plan's largest, 6.4e+13")
+        err = capsys.readouterr().err
+        assert err.startswith("flops-fit: error: the target must be a budget in FLOPs beyond the plan's largest, "
+                              "6.4e+13")
+        assert err.rstrip().endswith(f"got {shown}")  # the value given, not its repr cut short (6.4e13 read 640000000000)
     assert main([*grid, "--adaptive", "--adaptive-sizes", "0"]) == 2
     assert "trains 3 or more sizes at each budget it adds" in capsys.readouterr().err
     assert main([*grid, "--adaptive", "--target", "1e15"]) == 0

@@ -497,11 +497,12 @@ def design_target(pool: Mapping[float, Sequence[float]], target: float | None, s
         return 10 * largest
     try:
         value = float(target)
+        shown = f"{value:.3g}"
     except (TypeError, ValueError):
-        value = math.nan
+        value, shown = math.nan, f"{target!r:.40}"
     if not (math.isfinite(value) and value > largest):
         raise OptionError(f"the target must be a budget in FLOPs beyond the plan's largest, {largest:.3g} (the "
-                          f"forecast aims past the sweep; default 10x it, {10 * largest:.3g}), got {target!r:.12}")
+                          f"forecast aims past the sweep; default 10x it, {10 * largest:.3g}), got {shown}")
     return value
 
 
