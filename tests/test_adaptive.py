@@ -210,6 +210,12 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13,6.4e13", "--span", "16",
                  "--seq-len", "64", "--tokens-per-param", "100", "--sizes-per-budget", "7", "--adaptive"]) == 0
     assert "the other 1 (5 sizes around the fitted N_opt)" in capsys.readouterr().out
+    # a first batch of every budget leaves the design nothing to choose: said so (it read "the other 0")
+    assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13", "--span", "16",
+                 "--seq-len", "64", "--tokens-per-param", "100", "--adaptive"]) == 0
+    out = capsys.readouterr().out
+    assert "the other 0" not in out and "then nothing: the first batch is every budget" in out
+    assert "--start fewer than 4" in out
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive", "--until", "loss<=2"]) == 2
     capsys.readouterr()
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive"]) == 2  # 3 budgets

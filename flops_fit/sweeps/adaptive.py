@@ -518,10 +518,13 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
     rest = [b for b in pool if b not in {c.budget for c in first}]
     most = max((len(pool[b]) for b in rest), default=sizes)  # a budget planned with fewer sizes gives them all
     each = f"{sizes} sizes around the fitted N_opt" if most > sizes else f"its {most} planned sizes"
+    then = (f"one budget at a time of the other {len(rest)} ({each}), the one expected to shrink the forecast's "
+            f"interval of N_opt at the target {target:.3g} most per FLOP" if rest else
+            f"nothing: the first batch is every budget, so there is nothing left to choose (list more budgets, or "
+            f"--start fewer than {len(pool)}); the forecast aims at the target {target:.3g}")
     return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{c.budget:.3g}' for c in first)}: "
             f"{len(keys)} runs, {spend(keys):.3g} FLOPs ({spend(keys) / total:.0%} of the grid's {total:.3g}); then "
-            f"one budget at a time of the other {len(rest)} ({each}), the one "
-            f"expected to shrink the forecast's interval of N_opt at the target {target:.3g} most per FLOP; stops "
+            f"{then}; stops "
             + (f"({rule}) when {rule.describe()} (the interval read from the forward-chained forecast after each "
                "batch; no forecast, no stop), or " if rule.n_opt_factor or rule.flops_cap else "")
             + "when every budget is trained"
