@@ -218,6 +218,10 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
     assert "--start fewer than 4" in out
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive", "--until", "loss<=2"]) == 2
     capsys.readouterr()
+    # an empty rule (a script's unset variable) is refused, not read as the default n_opt<=2x
+    assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13,6.4e13", "--adaptive",
+                 "--until", ""]) == 2
+    assert capsys.readouterr().err.startswith("flops-fit: error: stopping rule '' is not understood: write n_opt<=")
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive"]) == 2  # 3 budgets
     assert ("this sweep lists 3: list more budgets (a factor of 2 apart, say, beyond the largest), or sweep the grid "
             "as it is without --adaptive") in capsys.readouterr().err

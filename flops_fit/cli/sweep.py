@@ -176,7 +176,7 @@ def _adaptive_rule(args: argparse.Namespace) -> Any:
     """The ``--until`` rule with ``--adaptive`` (None without); the design's flags without ``--adaptive``
     are refused: the sweep would train the whole grid, ignoring them."""
     if args.adaptive:
-        return flops_fit.StopRule.parse(args.until or DEFAULT_UNTIL)
+        return flops_fit.StopRule.parse(DEFAULT_UNTIL if args.until is None else args.until)
     given = [flag for flag, value in (("--until", args.until), ("--target", args.target), ("--start", args.start),
                                       ("--adaptive-sizes", args.adaptive_sizes)) if value is not None]
     if given:
