@@ -361,3 +361,25 @@ def test_status_shows_an_adaptive_sweeps_design_and_the_runs_it_did_not_choose(t
     unchosen = len(planned.runs) - len(first)
     assert f"{unchosen} planned run(s) not chosen by the design" in printed
     assert printed.count("not chosen  ") == unchosen and " pending " not in printed
+
+
+def test_a_design_refuses_a_bad_rule_or_count_before_anything_trains():
+    # batch=0 stopped the design at once "every budget of the pool is trained"; a rule of None or a
+    # start of 2.5 failed deep in the first round with an AttributeError / TypeError
+    pool = {b: [1.0, 2.0, 3.0] for b in (1.0, 2.0, 4.0, 8.0)}
+    calls = []
+
+    def fit_at(keys):
+        calls.append(keys)
+        return Reading(note="no fit")
+
+    for rule, options, message in ((None, {}, "stopping rule must be a StopRule or its text"),
+                                   (2.0, {}, "stopping rule must be a StopRule or its text"),
+                                   ("n_opt<=2x", {"batch": 0}, "adds 1 or more budgets per round"),
+                                   ("n_opt<=2x", {"start": 2.5}, "starts from 2 or more budgets"),
+                                   ("n_opt<=2x", {"sizes": 0}, "trains 3 or more sizes")):
+        with pytest.raises(OptionError, match=message):
+            run_design(pool, lambda keys: float(len(set(keys))), 80.0, rule, fit_at, **options)
+    assert calls == []
+    design = run_design(pool, lambda keys: float(len(set(keys))), 80.0, "flops<=12", fit_at, start=2)
+    assert calls and design.rule == StopRule(flops_cap=12.0)  # the rule's text is read as the rule

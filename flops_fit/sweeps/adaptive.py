@@ -354,6 +354,7 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
     the ``Reading``; then ``rule`` is checked and the next batch chosen, until the rule holds or
     nothing is left. ``on_round`` hears the design after each batch is chosen and after each fit
     (a sweep records it in its store)."""
+    rule = _checked(rule, start, batch, sizes)
     pool = {float(b): sorted(set(map(float, s))) for b, s in sorted(pool.items())}
     design = Design(target, rule)
     batch_choices = initial_choices(pool, spend, start)
@@ -389,6 +390,24 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
         if design.stopped:
             return design
     return design
+
+
+def _checked(rule: Any, start: Any, batch: Any, sizes: Any) -> StopRule:
+    """The rule (parsed from its text) and the design's counts, refused before anything trains:
+    a wrong type failed deep in the first round, and ``batch`` < 1 stopped the design at once
+    saying every budget was trained."""
+    if isinstance(rule, str):
+        rule = StopRule.parse(rule)
+    if not isinstance(rule, StopRule):
+        raise OptionError(f"the stopping rule must be a StopRule or its text (e.g. 'n_opt<=2x', 'flops<=1e19'), "
+                          f"got {rule!r}")
+    for value, least, what in ((start, 2, "starts from 2 or more budgets (a line needs two)"),
+                               (batch, 1, "adds 1 or more budgets per round (batch)"),
+                               (sizes, 3, "trains 3 or more sizes at each budget it adds (the fewest that place a "
+                                          "minimum)")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise OptionError(f"an adaptive sweep {what}, got {value!r}")
+    return rule
 
 
 # ------------------------------------------------------------------ reading the forecast of a fit
