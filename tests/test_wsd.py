@@ -119,6 +119,20 @@ def _status_json(out):
     return json.loads(printed.getvalue())
 
 
+def test_a_cooldown_of_one_step_is_noted_in_the_plan():
+    # a 1-step cooldown is all at the peak rate (the cooldown starts at 1): the run never cools down,
+    # and the plan said nothing of it (its table shows a "cooldown at" step like any other)
+    flat = wsd_plan(cooldown_fraction=1e-6)
+    one = [r for r in flat.runs if r.steps - r.cooldown_start == 1]
+    assert one and schedule_factor(one[0], one[0].steps - 1) == 1.0  # its last step at the peak rate
+    (note,) = [n for n in flat.notes if "cool down over 1 step" in n]
+    assert note.startswith(f"{len(one)} run(s) cool down over 1 step") and "raise cooldown_fraction" in note
+    assert "cool down over 1 step" in flat.headline()
+    fine = wsd_plan(min_steps=20)  # every cooldown 4 steps or more at the default 0.2
+    assert all(r.steps - r.cooldown_start >= 2 for r in fine.runs)
+    assert not any("cool down over 1 step" in n for n in fine.notes)
+
+
 def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
     p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
     result = p.run(tmp_path, show_progress=False, host=HOST)
