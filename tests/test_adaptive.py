@@ -383,3 +383,30 @@ def test_a_design_refuses_a_bad_rule_or_count_before_anything_trains():
     assert calls == []
     design = run_design(pool, lambda keys: float(len(set(keys))), 80.0, "flops<=12", fit_at, start=2)
     assert calls and design.rule == StopRule(flops_cap=12.0)  # the rule's text is read as the rule
+
+
+def test_a_design_whose_batch_failed_stops_instead_of_training_the_grid(tmp_path):
+    # every run of the first batch failed (a rate that diverges, a model that cannot train): the design
+    # went on choosing "the cheapest untrained budget" without a fit, into the same failure
+    import sweep_support
+
+    from flops_fit.store.outside import record_result
+    from flops_fit.store.run_store import RunStore
+    from flops_fit.sweeps.adaptive import adaptive_sweep
+    from flops_fit.sweeps.driver import run_plan
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7], device="cpu"))
+    run = {"show_progress": False, "skip_parity": True, "host": host}
+    run_plan(planned, tmp_path, record_only=True, **run)
+    first = [r for r in planned.runs if r.budget in (2e7, 3e7)]
+    for r in first:
+        record_result(tmp_path, r.run_id, {"status": "failed", "error": "diverged at step 3", "tokens": 0})
+    design = adaptive_sweep(planned, tmp_path, StopRule(n_opt_factor=2.0), start=2, resume=True, **run)
+    assert len(design.rounds) == 1
+    assert design.stopped == (f"none of round 1's {len(first)} runs has a loss (they failed): fix the cause, then "
+                              "resume with --retry-failed")
+    with RunStore(tmp_path) as store:
+        statuses = store.statuses()
+    assert all(statuses[r.run_id] == "pending" for r in planned.runs if r.budget == 4e7)  # nothing more trained

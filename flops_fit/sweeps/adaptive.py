@@ -139,7 +139,9 @@ class Reading:
     """What the fit of the runs so far says: the forecast's N_opt (estimate, lo, hi) at the target,
     or ``note`` (why there is none); ``half(ratio, splits)``: the error model's log half-width at a
     reach ``ratio`` with ``splits`` more splits of evidence; ``optimum(budget)``: the fitted N_opt
-    there (to centre a new budget's sizes); ``losses``: each trained run's loss."""
+    there (to centre a new budget's sizes); ``losses``: each trained run's loss; ``measured``: the
+    same whether or not a fit answered (None: not given), so that a batch whose runs all failed stops
+    the design."""
 
     n_opt: float = math.nan
     lo: float = math.nan
@@ -149,6 +151,7 @@ class Reading:
     half: Callable[[float, int], float] | None = None
     optimum: Callable[[float], float] | None = None
     losses: Mapping[Key, float] = field(default_factory=dict)
+    measured: Mapping[Key, float] | None = None  # each trained run's loss, fit or not (None: not said): runs failed
 
     @property
     def factor(self) -> float:
@@ -374,7 +377,14 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
                                                                          reading.factor)
         if not math.isfinite(round_.factor):
             round_.note = f"{reading.note or 'no forecast'}; the rule cannot stop on the interval"
+        batch_keys = [k for c in batch_choices for k in c.keys]
         reason = rule.holds(round_.factor, round_.spent)
+        measured = reading.measured
+        if not reason and measured is not None and not any(math.isfinite(measured.get(k, math.nan))
+                                                           for k in batch_keys):
+            # runs that fail tell the design nothing: choosing more would train the grid into the same failure
+            reason = (f"none of round {len(design.rounds)}'s {len(batch_keys)} runs has a loss (they failed): fix "
+                      "the cause, then resume with --retry-failed")
         if reason:
             design.stopped = reason
         else:
@@ -463,7 +473,12 @@ def table_fitter(runs: Any, target: float) -> Callable[[list[Key]], Reading]:
         wanted = set(chosen)
         mask = np.array([k in wanted for k in keys])
         subset = runs.subset(mask) if isinstance(runs, Runs) else runs[mask].reset_index(drop=True)
-        return forecast_reading(fit_forecast(subset, target), target, {k: loss_of[k] for k in wanted})
+        losses = {k: loss_of[k] for k in wanted}
+        try:
+            fitted = fit_forecast(subset, target)
+        except FitInputError as exc:  # no forecast yet, but the runs' losses are known
+            return Reading(note=f"no forecast yet: {exc}", measured=losses)
+        return dataclasses.replace(forecast_reading(fitted, target, losses), measured=losses)
 
     return fit_at
 
@@ -576,9 +591,12 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
         losses = {k: float(frame.loss[by[k].run_id]) for k in keys if by[k].run_id in frame.index}
         # the chosen runs only: a resumed store holds later rounds' runs too, and a replayed round
         # that fitted them would read (and record) another round's forecast
-        runs = load_runs(str(out_dir))
-        return forecast_reading(fit_forecast(runs.subset(runs.frame.run_id.isin(chosen).to_numpy()), target), target,
-                                losses)
+        try:
+            runs = load_runs(str(out_dir))
+            fitted = fit_forecast(runs.subset(runs.frame.run_id.isin(chosen).to_numpy()), target)
+        except FitInputError as exc:  # no forecast yet, but the runs' losses are known
+            return Reading(note=f"no forecast yet: {exc}", measured=losses)
+        return dataclasses.replace(forecast_reading(fitted, target, losses), measured=losses)
 
     def record(design: Design) -> None:
         if not (out_dir / STORE_NAME).exists():
