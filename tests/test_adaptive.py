@@ -361,6 +361,15 @@ def test_status_shows_an_adaptive_sweeps_design_and_the_runs_it_did_not_choose(t
     unchosen = len(planned.runs) - len(first)
     assert f"{unchosen} planned run(s) not chosen by the design" in printed
     assert printed.count("not chosen  ") == unchosen and " pending " not in printed
+    # and for machines: the design as stored, strict JSON, with the runs not chosen
+    import json
+
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    text = capsys.readouterr().out
+    assert "Infinity" not in text and "NaN" not in text
+    stored = json.loads(text)["adaptive"]
+    assert stored["stopped"] == design.stopped and stored["rounds"][0]["choices"][0]["reason"] in printed
+    assert sorted(stored["not_chosen"]) == sorted(r.run_id for r in planned.runs if r not in first)
 
 
 def test_a_design_refuses_a_bad_rule_or_count_before_anything_trains():

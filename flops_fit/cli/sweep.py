@@ -411,6 +411,7 @@ def _print_status_json(out_dir: str | Path) -> int:
         planned = store.planned_runs()
         driver = _driver(store, counts, planned)
         shared = _shared_steps(planned, store.timeline())
+        design = store.get_meta("adaptive")
     finished = [r for r in runs if r["steps"] is not None]
     # a run's own steps: its result's less the stable steps a WSD branch took over, from the order the
     # branches finished (steps_reused is 0 for a branch resumed from its own checkpoint); a kill after the
@@ -425,8 +426,14 @@ def _print_status_json(out_dir: str | Path) -> int:
         "steps_lost": sum(lost),
         "attempts": sum(r["attempts"] for r in runs),
     }
-    print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs},
-                     indent=2, sort_keys=True))
+    extra = {}
+    if design:  # an adaptive sweep: its design as stored (why each batch, why it stopped), and the runs not chosen
+        chosen = {run_id for batch in design.get("run_ids", []) for run_id in batch}
+        finite = json.loads(json.dumps(design), parse_constant=lambda _: None)  # a round not fitted yet: inf -> null
+        extra["adaptive"] = {**finite, "not_chosen": [r["run_id"] for r in runs if r["run_id"] not in chosen
+                                                                 and r["status"] == "pending"]}
+    print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs,
+                      **extra}, indent=2, sort_keys=True))
     return 0
 
 
