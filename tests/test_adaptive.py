@@ -31,6 +31,12 @@ def test_the_stopping_rule_reads_a_factor_and_a_cap():
     assert "within 1.4x" in rule.holds(1.4, 1e18) and "cap" in rule.holds(2.0, 2e19)
     assert rule.holds(math.inf, 1e18) is None  # no forecast: no interval to stop on
     assert StopRule.parse("flops<=3e20").n_opt_factor is None
+    # the rule's text (the resume command, the stored design) parses back to the same rule: it read
+    # flops<=1.23e+19 for a cap of 1.2345e19, a lower cap on resume
+    for text in ("n_opt<=1.75x,flops<=1.2345e19", "flops<=39612345678", "n_opt<=2x"):
+        assert StopRule.parse(str(StopRule.parse(text))) == StopRule.parse(text)
+    assert str(StopRule.parse("n_opt<=2x, flops<=1e19")) == "n_opt<=2x,flops<=1e+19"
+    assert str(StopRule.parse("n_opt<=100x")) == "n_opt<=100x"
     for bad in ("n_opt<1.5x", "n_opt<=0.9x", "flops<=-1", "loss<=2"):
         with pytest.raises(OptionError, match="n_opt<=1.5x|factor F above 1|positive FLOPs cap"):
             StopRule.parse(bad)

@@ -44,6 +44,7 @@ from flops_fit.fitting.inputs import Runs, load_runs
 from flops_fit.fitting.validation.prior import shipped_laws
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.sweeps.driver import run_plan
+from flops_fit.tables import shortest
 from flops_fit.training.wsd import executed_in_order
 
 _RULE = re.compile(r"^\s*(n_opt\s*<=\s*(?P<factor>[0-9.eE+-]+)\s*x|flops\s*<=\s*(?P<cap>[0-9.eE+-]+))\s*$")
@@ -83,8 +84,9 @@ class StopRule:
         return cls(factor, cap)
 
     def __str__(self) -> str:
-        parts = ([f"n_opt<={self.n_opt_factor:g}x"] if self.n_opt_factor else []) + \
-            ([f"flops<={self.flops_cap:.3g}"] if self.flops_cap else [])
+        """The rule as parsed back to the same rule (the resume command and the store print it)."""
+        parts = ([f"n_opt<={shortest(self.n_opt_factor)}x"] if self.n_opt_factor else []) + \
+            ([f"flops<={shortest(self.flops_cap)}"] if self.flops_cap else [])
         return ",".join(parts) or "none (every budget of the pool)"
 
     def describe(self) -> str:
