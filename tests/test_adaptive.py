@@ -343,6 +343,7 @@ def test_status_shows_an_adaptive_sweeps_design_and_the_runs_it_did_not_choose(t
     import sweep_support
 
     from flops_fit.cli.main import main
+    from flops_fit.cli.sweep import _design_flags
     from flops_fit.store.outside import record_result
     from flops_fit.sweeps.adaptive import adaptive_sweep, plan_keys, plan_spend
     from flops_fit.sweeps.driver import run_plan
@@ -376,6 +377,11 @@ def test_status_shows_an_adaptive_sweeps_design_and_the_runs_it_did_not_choose(t
     stored = json.loads(text)["adaptive"]
     assert stored["stopped"] == design.stopped and stored["rounds"][0]["choices"][0]["reason"] in printed
     assert sorted(stored["not_chosen"]) == sorted(r.run_id for r in planned.runs if r not in first)
+    # the resume command gives the same design again: its rule, target, first batch and sizes (without
+    # --start 2 it replayed a first batch of 4 budgets)
+    assert json.loads(text)["resume"] == (f"flops-fit sweep CONFIG --out {tmp_path} --adaptive --until "
+                                          f"'{design.rule}' --target 4e+08 --start 2 --adaptive-sizes 5 --resume")
+    assert _design_flags({"target": 1.2345e19, "start": 5}) == " --target 1.2345e+19 --start 5"
 
 
 def test_a_design_refuses_a_bad_rule_or_count_before_anything_trains():

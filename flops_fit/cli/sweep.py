@@ -29,7 +29,7 @@ from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.progress import stored_pace
-from flops_fit.tables import duration, format_table
+from flops_fit.tables import duration, format_table, shortest
 
 DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
 
@@ -167,9 +167,17 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
                                           retry_failed=args.retry_failed, **run)
     except KeyboardInterrupt as exc:
         return interrupted(exc, f"resume with: flops-fit sweep {args.config} --out {out} --adaptive "
-                                f"--until '{rule}' --resume")
+                                f"--until '{rule}'{_design_flags(_design(args))} --resume")
     print(f"stopped: {design.stopped}")
     return _print_failures(out)
+
+
+def _design_flags(design: dict[str, Any]) -> str:
+    """The design's options as the flags that give them again: a resume without them replays
+    another design (another first batch, target or sizes)."""
+    flags = {"target": "--target", "start": "--start", "sizes": "--adaptive-sizes"}
+    return "".join(f" {flags[name]} {shortest(value)}" if name == "target" else f" {flags[name]} {value}"
+                   for name, value in design.items() if name in flags)
 
 
 def _adaptive_rule(args: argparse.Namespace) -> Any:
@@ -283,8 +291,10 @@ def _resume(out_dir: Path, runs: list[Any], design: dict[str, Any] | None) -> st
     adaptive sweep (its design in the store) or a sweep."""
     if any(str(r.lr_source or "").startswith("tune:") for r in runs):
         return f"flops-fit tune SPEC --out {out_dir} --resume"
-    if design:
-        return f"flops-fit sweep CONFIG --out {out_dir} --adaptive --until '{design.get('rule', 'RULE')}' --resume"
+    if design:  # with the design's own target, first batch and sizes: the same design replays
+        return (f"flops-fit sweep CONFIG --out {out_dir} --adaptive --until '{design.get('rule', 'RULE')}'"
+                f"{_design_flags({k: design[k] for k in ('target', 'start', 'sizes') if design.get(k) is not None})}"
+                " --resume")
     return f"flops-fit sweep CONFIG --out {out_dir} --resume"
 
 
