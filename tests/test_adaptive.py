@@ -292,6 +292,8 @@ def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
     assert "warning: n_opt<=1.2x is narrower than any forecast's N_opt interval" in captured.err
     printed = captured.out
     assert "round 1:" in printed and "stopped: every budget of the pool is trained" in printed
+    # the report at the design's target (report's default, 10x the largest budget trained, may differ)
+    assert f"the forecast it read: `flops-fit report {out} --target 4e+08`" in printed
     assert printed.count("round 1:") == 1 and printed.count("adaptive design, target") == 1  # each round once
     assert "the rule cannot stop on the interval" in printed
     with RunStore(out) as store:

@@ -169,6 +169,8 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
         return interrupted(exc, f"resume with: flops-fit sweep {args.config} --out {out} --adaptive "
                                 f"--until '{rule}'{_design_flags(_design(args))} --resume")
     print(f"stopped: {design.stopped}")
+    # the rule read the forecast at the design's target; report's default is 10x the largest budget trained
+    print(f"the forecast it read: `flops-fit report {out} --target {shortest(design.target)}`")
     return _print_failures(out)
 
 
