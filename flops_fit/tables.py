@@ -22,3 +22,10 @@ def duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds / 60:.1f}min"
     return f"{seconds / 3600:.1f}h"
+
+
+def shortest(value: float) -> str:
+    """``value`` in the shortest ``g`` text that reads back as it (1e+19, 1.2345e+19, 100): for a number
+    printed into a command to paste, where 3 significant digits would change it."""
+    exact = [t for t in (f"{value:.{p}g}" for p in range(1, 18)) if float(t) == value]
+    return min(exact, key=len)  # 100, not 1e+02; 3.2e+11, not 320000000000

@@ -31,6 +31,12 @@ def test_the_stopping_rule_reads_a_factor_and_a_cap():
     assert "within 1.4x" in rule.holds(1.4, 1e18) and "cap" in rule.holds(2.0, 2e19)
     assert rule.holds(math.inf, 1e18) is None  # no forecast: no interval to stop on
     assert StopRule.parse("flops<=3e20").n_opt_factor is None
+    # the rule's text (the resume command, the stored design) parses back to the same rule: it read
+    # flops<=1.23e+19 for a cap of 1.2345e19, a lower cap on resume
+    for text in ("n_opt<=1.75x,flops<=1.2345e19", "flops<=39612345678", "n_opt<=2x"):
+        assert StopRule.parse(str(StopRule.parse(text))) == StopRule.parse(text)
+    assert str(StopRule.parse("n_opt<=2x, flops<=1e19")) == "n_opt<=2x,flops<=1e+19"
+    assert str(StopRule.parse("n_opt<=100x")) == "n_opt<=100x"
     for bad in ("n_opt<1.5x", "n_opt<=0.9x", "flops<=-1", "loss<=2"):
         with pytest.raises(OptionError, match="n_opt<=1.5x|factor F above 1|positive FLOPs cap"):
             StopRule.parse(bad)
@@ -210,8 +216,18 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13,6.4e13", "--span", "16",
                  "--seq-len", "64", "--tokens-per-param", "100", "--sizes-per-budget", "7", "--adaptive"]) == 0
     assert "the other 1 (5 sizes around the fitted N_opt)" in capsys.readouterr().out
+    # a first batch of every budget leaves the design nothing to choose: said so (it read "the other 0")
+    assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13", "--span", "16",
+                 "--seq-len", "64", "--tokens-per-param", "100", "--adaptive"]) == 0
+    out = capsys.readouterr().out
+    assert "the other 0" not in out and "then nothing: the first batch is every budget" in out
+    assert "--start fewer than 4" in out
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive", "--until", "loss<=2"]) == 2
     capsys.readouterr()
+    # an empty rule (a script's unset variable) is refused, not read as the default n_opt<=2x
+    assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13,6.4e13", "--adaptive",
+                 "--until", ""]) == 2
+    assert capsys.readouterr().err.startswith("flops-fit: error: stopping rule '' is not understood: write n_opt<=")
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive"]) == 2  # 3 budgets
     assert ("this sweep lists 3: list more budgets (a factor of 2 apart, say, beyond the largest), or sweep the grid "
             "as it is without --adaptive") in capsys.readouterr().err
@@ -236,10 +252,12 @@ def test_the_designs_flags_without_adaptive_and_a_target_or_sizes_it_cannot_use_
             "64", "--tokens-per-param", "100"]
     assert main([*grid, "--target", "1e15", "--start", "3"]) == 2
     assert "--target, --start apply only with --adaptive" in capsys.readouterr().err
-    for target in ("-1", "nan", "6e13"):
+    for target, shown in (("-1", "-1"), ("nan", "nan"), ("6e13", "6e+13"), ("6.4e13", "6.4e+13")):
         assert main([*grid, "--adaptive", f"--target={target}"]) == 2
-        assert capsys.readouterr().err.startswith("flops-fit: error: the target must be a budget in FLOPs beyond the "
-                                                  "plan's largest, 6.4e+13")
+        err = capsys.readouterr().err
+        assert err.startswith("flops-fit: error: the target must be a budget in FLOPs beyond the plan's largest, "
+                              "6.4e+13")
+        assert err.rstrip().endswith(f"got {shown}")  # the value given, not its repr cut short (6.4e13 read 640000000000)
     assert main([*grid, "--adaptive", "--adaptive-sizes", "0"]) == 2
     assert "trains 3 or more sizes at each budget it adds" in capsys.readouterr().err
     assert main([*grid, "--adaptive", "--target", "1e15"]) == 0
@@ -274,8 +292,144 @@ def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
     assert "warning: n_opt<=1.2x is narrower than any forecast's N_opt interval" in captured.err
     printed = captured.out
     assert "round 1:" in printed and "stopped: every budget of the pool is trained" in printed
+    # the report at the design's target (report's default, 10x the largest budget trained, may differ)
+    assert f"the forecast it read: `flops-fit report {out} --target 4e+08`" in printed
     assert printed.count("round 1:") == 1 and printed.count("adaptive design, target") == 1  # each round once
     assert "the rule cannot stop on the interval" in printed
     with RunStore(out) as store:
         assert store.get_meta("adaptive")["stopped"] == "every budget of the pool is trained"
         assert set(store.statuses().values()) == {"done"}  # the 2 budgets of this plan, both the first batch
+
+
+@pytest.mark.e2e  # three forecasts of every method (~20 s of CPU): the end-to-end tier
+def test_a_resumed_design_fits_each_round_on_its_own_runs_only(tmp_path):
+    # a store resumed after later rounds trained: each replayed round reads the forecast of the runs
+    # it had chosen, not of every run the store holds (it read and recorded a later round's)
+    import sweep_support
+
+    from flops_fit.store.outside import record_result
+    from flops_fit.store.run_store import RunStore
+    from flops_fit.sweeps.adaptive import adaptive_sweep
+    from flops_fit.sweeps.driver import run_plan
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    budgets = [2e7, 3e7, 4e7, 6e7, 8e7]
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=budgets, device="cpu"))
+    run = {"show_progress": False, "skip_parity": True, "host": host}
+    run_plan(planned, tmp_path, record_only=True, **run)
+    rows = []
+    for budget in budgets:  # IsoFLOP parabolas with their minimum at each budget's middle size
+        sizes = sorted(r.params for r in planned.runs if r.budget == budget)
+        for r in planned.runs:
+            if r.budget == budget:
+                loss = 2.0 + 0.3 * math.log(r.params / sizes[1] / 1.1) ** 2 + 50 * budget ** -0.1
+                record_result(tmp_path, r.run_id, {"loss": loss, "tokens": r.tokens})
+                rows.append({"params": r.params, "tokens": r.tokens, "flops": r.flops, "budget": budget, "loss": loss})
+    design = adaptive_sweep(planned, tmp_path, StopRule(n_opt_factor=1e6), start=4, resume=True, **run)
+    assert design.budgets == budgets[:4] and len(design.rounds) == 1 and "within" in design.stopped
+    table = pd.DataFrame(rows)
+    target = 10 * max(budgets)
+    own = fit_forecast(table[table.budget.isin(budgets[:4])].reset_index(drop=True), target).forecast.n_opt
+    every = fit_forecast(table, target).forecast.n_opt
+    assert own[0] != pytest.approx(every[0])  # the fifth budget moves the answer: the test can tell them apart
+    first = design.rounds[0]
+    assert (first.n_opt, first.n_opt_lo, first.n_opt_hi) == pytest.approx(own)
+    with RunStore(tmp_path) as store:
+        assert store.get_meta("adaptive")["rounds"][0]["n_opt"] == pytest.approx(own[0])
+
+
+def test_status_shows_an_adaptive_sweeps_design_and_the_runs_it_did_not_choose(tmp_path, capsys):
+    # the store's record of why each run was chosen was shown nowhere once the sweep's own output was
+    # gone, and status called the runs the design never chose "pending"
+    import sweep_support
+
+    from flops_fit.cli.main import main
+    from flops_fit.cli.sweep import _design_flags
+    from flops_fit.store.outside import record_result
+    from flops_fit.sweeps.adaptive import adaptive_sweep, plan_keys, plan_spend
+    from flops_fit.sweeps.driver import run_plan
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7], device="cpu"))
+    run = {"show_progress": False, "skip_parity": True, "host": host}
+    run_plan(planned, tmp_path, record_only=True, **run)
+    first = [r for r in planned.runs if r.budget in (2e7, 3e7)]
+    for r in first:
+        record_result(tmp_path, r.run_id, {"loss": 3.0 + abs(math.log(r.params / 500)), "tokens": r.tokens})
+    spend = plan_spend(planned)
+    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(plan_keys(first))), start=2, resume=True, **run)
+    assert "cap" in design.stopped
+    capsys.readouterr()
+    assert main(["status", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert f"adaptive design, target {design.target:.3g} FLOPs, rule {design.rule}:" in printed
+    assert "  round 1: " in printed and design.rounds[0].choices[0].reason in printed
+    assert f"stopped: {design.stopped}" in printed
+    unchosen = len(planned.runs) - len(first)
+    assert f"{unchosen} planned run(s) not chosen by the design" in printed
+    assert printed.count("not chosen  ") == unchosen and " pending " not in printed
+    # and for machines: the design as stored, strict JSON, with the runs not chosen
+    import json
+
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    text = capsys.readouterr().out
+    assert "Infinity" not in text and "NaN" not in text
+    stored = json.loads(text)["adaptive"]
+    assert stored["stopped"] == design.stopped and stored["rounds"][0]["choices"][0]["reason"] in printed
+    assert sorted(stored["not_chosen"]) == sorted(r.run_id for r in planned.runs if r not in first)
+    # the resume command gives the same design again: its rule, target, first batch and sizes (without
+    # --start 2 it replayed a first batch of 4 budgets)
+    assert json.loads(text)["resume"] == (f"flops-fit sweep CONFIG --out {tmp_path} --adaptive --until "
+                                          f"'{design.rule}' --target 4e+08 --start 2 --adaptive-sizes 5 --resume")
+    assert _design_flags({"target": 1.2345e19, "start": 5}) == " --target 1.2345e+19 --start 5"
+
+
+def test_a_design_refuses_a_bad_rule_or_count_before_anything_trains():
+    # batch=0 stopped the design at once "every budget of the pool is trained"; a rule of None or a
+    # start of 2.5 failed deep in the first round with an AttributeError / TypeError
+    pool = {b: [1.0, 2.0, 3.0] for b in (1.0, 2.0, 4.0, 8.0)}
+    calls = []
+
+    def fit_at(keys):
+        calls.append(keys)
+        return Reading(note="no fit")
+
+    for rule, options, message in ((None, {}, "stopping rule must be a StopRule or its text"),
+                                   (2.0, {}, "stopping rule must be a StopRule or its text"),
+                                   ("n_opt<=2x", {"batch": 0}, "adds 1 or more budgets per round"),
+                                   ("n_opt<=2x", {"start": 2.5}, "starts from 2 or more budgets"),
+                                   ("n_opt<=2x", {"sizes": 0}, "trains 3 or more sizes")):
+        with pytest.raises(OptionError, match=message):
+            run_design(pool, lambda keys: float(len(set(keys))), 80.0, rule, fit_at, **options)
+    assert calls == []
+    design = run_design(pool, lambda keys: float(len(set(keys))), 80.0, "flops<=12", fit_at, start=2)
+    assert calls and design.rule == StopRule(flops_cap=12.0)  # the rule's text is read as the rule
+
+
+def test_a_design_whose_batch_failed_stops_instead_of_training_the_grid(tmp_path):
+    # every run of the first batch failed (a rate that diverges, a model that cannot train): the design
+    # went on choosing "the cheapest untrained budget" without a fit, into the same failure
+    import sweep_support
+
+    from flops_fit.store.outside import record_result
+    from flops_fit.store.run_store import RunStore
+    from flops_fit.sweeps.adaptive import adaptive_sweep
+    from flops_fit.sweeps.driver import run_plan
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7], device="cpu"))
+    run = {"show_progress": False, "skip_parity": True, "host": host}
+    run_plan(planned, tmp_path, record_only=True, **run)
+    first = [r for r in planned.runs if r.budget in (2e7, 3e7)]
+    for r in first:
+        record_result(tmp_path, r.run_id, {"status": "failed", "error": "diverged at step 3", "tokens": 0})
+    design = adaptive_sweep(planned, tmp_path, StopRule(n_opt_factor=2.0), start=2, resume=True, **run)
+    assert len(design.rounds) == 1
+    assert design.stopped == (f"none of round 1's {len(first)} runs has a loss (they failed): fix the cause, then "
+                              "resume with --retry-failed")
+    with RunStore(tmp_path) as store:
+        statuses = store.statuses()
+    assert all(statuses[r.run_id] == "pending" for r in planned.runs if r.budget == 4e7)  # nothing more trained

@@ -111,6 +111,16 @@ def test_a_model_that_draws_random_numbers_is_refused_with_the_reason():
     assert train(specs[0], host=HOST).status == "done"  # alone it trains
 
 
+def test_runs_of_different_shapes_are_refused_naming_what_differs():
+    # the refusal named no field (which of a plan's many differed?) and said the same of no runs at all
+    runs = sorted(tiny_plan().runs, key=lambda r: r.params)
+    small, large = runs[0], runs[-1]
+    with pytest.raises(ValueError, match=r"differ in .*params.*: train them apart \(stack_runs = 1\)"):
+        train_stacked([small, large], host=HOST)
+    with pytest.raises(ValueError, match="no runs to train together"):
+        train_stacked([], host=HOST)
+
+
 def test_a_transformer_trained_together_matches_alone():
     """The built-in GPT (attention, LayerNorm, tied head, weight decay groups, clipping)."""
     runs = plan(model="gpt", budgets=[4e8], sizes=[16, 32, 48], seq_len=32, batch_size=8, min_steps=5,

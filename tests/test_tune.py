@@ -672,3 +672,19 @@ def test_a_cell_whose_best_is_next_to_a_diverged_rate_says_so_and_the_tune_asks_
         fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
     assert "2 best next to a rate that diverged" in str(caught.value)
     assert "--multipliers 0.1,1,10,31.6228,100 into a new --out folder" in str(caught.value)  # sqrt(10 x 100)
+
+
+def test_a_tune_whose_runs_failed_says_why_not_to_widen_the_multipliers(tmp_path):
+    # a model with dropout cannot train its rates together: every run failed, and the tune told the
+    # user "no cell has its best rate inside the multipliers ... tune more sizes or budgets"
+    import sweep_support
+
+    spec = {"sweep": {"model": "tiny-lm", "budgets": [2e7], "sizes": [4, 8, 16], "batch_size": 8, "min_steps": 5,
+                      "eval_tokens": 512, "curve_points": 4, "device": "cpu", "checkpoint_seconds": 0},
+            "model": {"dropout": 0.1}}
+    with pytest.raises(FitInputError) as caught:
+        flops_fit.tune(spec, tmp_path, budgets=1, multipliers=[0.5, 1, 2], stack_runs=3, skip_parity=True,
+                       show_progress=False, report=False, host=sweep_support.host())
+    message = str(caught.value)
+    assert "9 of 9 runs failed (ValueError: model 'tiny-lm' draws random numbers while it trains" in message
+    assert "tune again into a new --out folder" in message and "more sizes or budgets" not in message

@@ -119,6 +119,20 @@ def _status_json(out):
     return json.loads(printed.getvalue())
 
 
+def test_a_cooldown_of_one_step_is_noted_in_the_plan():
+    # a 1-step cooldown is all at the peak rate (the cooldown starts at 1): the run never cools down,
+    # and the plan said nothing of it (its table shows a "cooldown at" step like any other)
+    flat = wsd_plan(cooldown_fraction=1e-6)
+    one = [r for r in flat.runs if r.steps - r.cooldown_start == 1]
+    assert one and schedule_factor(one[0], one[0].steps - 1) == 1.0  # its last step at the peak rate
+    (note,) = [n for n in flat.notes if "cool down over 1 step" in n]
+    assert note.startswith(f"{len(one)} run(s) cool down over 1 step") and "raise cooldown_fraction" in note
+    assert "cool down over 1 step" in flat.headline()
+    fine = wsd_plan(min_steps=20)  # every cooldown 4 steps or more at the default 0.2
+    assert all(r.steps - r.cooldown_start >= 2 for r in fine.runs)
+    assert not any("cool down over 1 step" in n for n in fine.notes)
+
+
 def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
     p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
     result = p.run(tmp_path, show_progress=False, host=HOST)
@@ -148,6 +162,28 @@ def test_a_wsd_sweep_stores_each_branch_as_an_ordinary_run(tmp_path):
         for spec in family.runs:
             alone = train(spec, host=HOST)
             assert (stored.loss[spec.run_id], stored.curve[spec.run_id]) == (alone.loss, alone.curve)
+
+
+def test_status_json_counts_no_steps_lost_for_a_wsd_branch_resumed_from_its_own_checkpoint(tmp_path):
+    # a branch killed after taking over its family's stable phase resumes from its own checkpoint, and
+    # its result records no stable_steps_reused (only resumed_from_step): status --json read steps_lost
+    # < 0 (-3543 on a 24-run sweep killed once), counting the shared stable steps as never trained
+    import json
+    import sqlite3
+
+    p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7]), "schedule": "wsd"})
+    p.run(tmp_path, show_progress=False, host=HOST)
+    second = [family.runs[1] for family in families(p.runs)]
+    with sqlite3.connect(tmp_path / "runs.sqlite") as db:  # what such a branch's result holds
+        for run in second:
+            timings = json.loads(db.execute("SELECT timings FROM runs WHERE run_id = ?", (run.run_id,)).fetchone()[0])
+            timings["resumed_from_step"] = timings.pop("stable_steps_reused") + 1
+            db.execute("UPDATE runs SET timings = ? WHERE run_id = ?", (json.dumps(timings), run.run_id))
+    totals = _status_json(tmp_path)["totals"]
+    assert totals["steps_lost"] == 0
+    shared = sum(b.cooldown_start for family in families(p.runs) for b in family.runs[:-1])
+    assert shared > 0 and totals["steps_shared"] == shared
+    assert totals["steps_trained"] == totals["steps"] - shared == sum(r.steps for r in p.runs) - shared
 
 
 @pytest.mark.e2e

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import sys
 import time
@@ -28,7 +29,7 @@ from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.progress import stored_pace
-from flops_fit.tables import duration, format_table
+from flops_fit.tables import duration, format_table, shortest
 
 DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
 
@@ -166,16 +167,26 @@ def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int
                                           retry_failed=args.retry_failed, **run)
     except KeyboardInterrupt as exc:
         return interrupted(exc, f"resume with: flops-fit sweep {args.config} --out {out} --adaptive "
-                                f"--until '{rule}' --resume")
+                                f"--until '{rule}'{_design_flags(_design(args))} --resume")
     print(f"stopped: {design.stopped}")
+    # the rule read the forecast at the design's target; report's default is 10x the largest budget trained
+    print(f"the forecast it read: `flops-fit report {out} --target {shortest(design.target)}`")
     return _print_failures(out)
+
+
+def _design_flags(design: dict[str, Any]) -> str:
+    """The design's options as the flags that give them again: a resume without them replays
+    another design (another first batch, target or sizes)."""
+    flags = {"target": "--target", "start": "--start", "sizes": "--adaptive-sizes"}
+    return "".join(f" {flags[name]} {shortest(value)}" if name == "target" else f" {flags[name]} {value}"
+                   for name, value in design.items() if name in flags)
 
 
 def _adaptive_rule(args: argparse.Namespace) -> Any:
     """The ``--until`` rule with ``--adaptive`` (None without); the design's flags without ``--adaptive``
     are refused: the sweep would train the whole grid, ignoring them."""
     if args.adaptive:
-        return flops_fit.StopRule.parse(args.until or DEFAULT_UNTIL)
+        return flops_fit.StopRule.parse(DEFAULT_UNTIL if args.until is None else args.until)
     given = [flag for flag, value in (("--until", args.until), ("--target", args.target), ("--start", args.start),
                                       ("--adaptive-sizes", args.adaptive_sizes)) if value is not None]
     if given:
@@ -282,8 +293,10 @@ def _resume(out_dir: Path, runs: list[Any], design: dict[str, Any] | None) -> st
     adaptive sweep (its design in the store) or a sweep."""
     if any(str(r.lr_source or "").startswith("tune:") for r in runs):
         return f"flops-fit tune SPEC --out {out_dir} --resume"
-    if design:
-        return f"flops-fit sweep CONFIG --out {out_dir} --adaptive --until '{design.get('rule', 'RULE')}' --resume"
+    if design:  # with the design's own target, first batch and sizes: the same design replays
+        return (f"flops-fit sweep CONFIG --out {out_dir} --adaptive --until '{design.get('rule', 'RULE')}'"
+                f"{_design_flags({k: design[k] for k in ('target', 'start', 'sizes') if design.get(k) is not None})}"
+                " --resume")
     return f"flops-fit sweep CONFIG --out {out_dir} --resume"
 
 
@@ -318,6 +331,25 @@ def _result_row(r: Any) -> list[Any]:
             "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", _text(r.error)]
 
 
+def _design_lines(design: dict[str, Any], unchosen: int) -> list[str]:
+    """An adaptive sweep's stored design as ``sweep --adaptive`` printed it (``Design.round_lines``):
+    each round's FLOPs and forecast, why its runs were chosen, and why it stopped; the store is the
+    only record of it once that output is gone."""
+    lines = [f"adaptive design, target {design.get('target', math.nan):.3g} FLOPs, rule {design.get('rule', '?')}:"]
+    for n, r in enumerate(design.get("rounds", []), 1):
+        factor = r.get("factor", math.inf)
+        fitted = (f"forecast N_opt {r['n_opt']:.3g} [{r['n_opt_lo']:.3g}, {r['n_opt_hi']:.3g}] (x{factor:.2f})"
+                  if isinstance(factor, (int, float)) and math.isfinite(factor)
+                  else (r.get("note") or "no interval yet (its batch is training or was interrupted)"))
+        lines += [f"  round {n}: {r.get('spent', math.nan):.3g} FLOPs spent; {fitted}",
+                  *(f"    {c.get('reason', '')}" for c in r.get("choices", []))]
+    lines.append(f"stopped: {design['stopped']}" if design.get("stopped") else
+                 "not stopped: the design chooses its next runs after each batch (`--resume` goes on)")
+    if unchosen:
+        lines.append(f"{unchosen} planned run(s) not chosen by the design: they train only if a round chooses them")
+    return lines
+
+
 def _print_status(out_dir: str | Path, table: bool = True) -> int:
     """The sweep's counts, who is training it and the time it has left, its parity gate and
     (``table``) each run, those still to train too; returns how many runs are done."""
@@ -328,6 +360,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         frame = store.runs_frame()
         planned, states = store.planned_runs(), store.statuses()
         driver = _driver(store, counts, planned) if counts else None
+        design = store.get_meta("adaptive")
     total = sum(counts.values())
     if not total:  # a store opened by a sweep that refused before it recorded its plan
         print(f"{out_dir}: no plan recorded (a sweep into it stopped before its first run); "
@@ -339,6 +372,12 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         print(line)
     print(gate_line(parity))
     finished = {r.run_id: r for r in frame.itertuples()}
+    if design:  # an adaptive sweep: why each batch was chosen; the plan's runs it has not chosen (and none trained)
+        chosen = {run_id for batch in design.get("run_ids", []) for run_id in batch}
+        for spec in planned:
+            if spec.run_id not in chosen and spec.run_id not in finished and states.get(spec.run_id) == "pending":
+                states[spec.run_id] = "not chosen"
+        print("\n".join(_design_lines(design, sum(s == "not chosen" for s in states.values()))))
     rows = [_result_row(finished.pop(spec.run_id)) if spec.run_id in finished else  # every run, in plan order
             [f"{spec.budget:.2e}", spec.size, f"{spec.params:,}", f"{spec.tokens:,}",
              states.get(spec.run_id, "pending"), f"{spec.lr:.3g}", "", "", ""] for spec in planned]
@@ -356,6 +395,24 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shared_steps(planned: list[Any], timeline: list[dict[str, Any]]) -> dict[str, int]:
+    """Per WSD branch done, the stable steps it took over from its family's branches done
+    before it (``wsd.executed_in_order``, in steps): trained once and counted by those runs, so
+    never by it."""
+    spec = {r.run_id: r for r in planned}
+    done = sorted((row for row in timeline if row["status"] == "done" and row["finished"] is not None
+                   and row["run_id"] in spec), key=lambda row: row["finished"])  # a failed branch shared nothing
+    reached: dict[str, int] = {}  # family -> the furthest cooldown start of its branches finished so far
+    out = {}
+    for row in done:
+        run = spec[row["run_id"]]
+        if run.schedule == "wsd":
+            before = reached.get(run.family, 0)
+            out[run.run_id] = min(run.cooldown_start, before)
+            reached[run.family] = max(run.cooldown_start, before)
+    return out
+
+
 def _print_status_json(out_dir: str | Path) -> int:
     """Per run and in total: status, loss, steps of the result, steps trained over all
     attempts (lost ones included) and attempts, so the cost of interruptions shows."""
@@ -363,18 +420,32 @@ def _print_status_json(out_dir: str | Path) -> int:
         runs = store.accounting()
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
-        driver = _driver(store, counts, store.planned_runs())
+        planned = store.planned_runs()
+        driver = _driver(store, counts, planned)
+        shared = _shared_steps(planned, store.timeline())
+        design = store.get_meta("adaptive")
     finished = [r for r in runs if r["steps"] is not None]
+    # a run's own steps: its result's less the stable steps a WSD branch took over, from the order the
+    # branches finished (steps_reused is 0 for a branch resumed from its own checkpoint); a kill after the
+    # last progress report can leave a step or two uncounted: never below 0
+    lost = [max(r["steps_trained"] - (r["steps"] - shared.get(r["run_id"], r["steps_reused"])), 0) for r in finished]
     totals = {
         "runs": len(runs), "counts": counts,
         "steps": sum(r["steps"] for r in finished),
         "steps_planned": sum(r["steps_planned"] for r in runs),
         "steps_trained": sum(r["steps_trained"] for r in runs),
-        "steps_lost": sum(r["steps_trained"] - (r["steps"] - r["steps_reused"]) for r in finished),
+        "steps_shared": sum(shared.values()),
+        "steps_lost": sum(lost),
         "attempts": sum(r["attempts"] for r in runs),
     }
-    print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs},
-                     indent=2, sort_keys=True))
+    extra = {}
+    if design:  # an adaptive sweep: its design as stored (why each batch, why it stopped), and the runs not chosen
+        chosen = {run_id for batch in design.get("run_ids", []) for run_id in batch}
+        finite = json.loads(json.dumps(design), parse_constant=lambda _: None)  # a round not fitted yet: inf -> null
+        extra["adaptive"] = {**finite, "not_chosen": [r["run_id"] for r in runs if r["run_id"] not in chosen
+                                                                 and r["status"] == "pending"]}
+    print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs,
+                      **extra}, indent=2, sort_keys=True))
     return 0
 
 

@@ -40,10 +40,11 @@ import numpy as np
 
 from flops_fit.errors import FitInputError, OptionError
 from flops_fit.fitting import fit
-from flops_fit.fitting.inputs import Runs
+from flops_fit.fitting.inputs import Runs, load_runs
 from flops_fit.fitting.validation.prior import shipped_laws
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.sweeps.driver import run_plan
+from flops_fit.tables import shortest
 from flops_fit.training.wsd import executed_in_order
 
 _RULE = re.compile(r"^\s*(n_opt\s*<=\s*(?P<factor>[0-9.eE+-]+)\s*x|flops\s*<=\s*(?P<cap>[0-9.eE+-]+))\s*$")
@@ -83,8 +84,9 @@ class StopRule:
         return cls(factor, cap)
 
     def __str__(self) -> str:
-        parts = ([f"n_opt<={self.n_opt_factor:g}x"] if self.n_opt_factor else []) + \
-            ([f"flops<={self.flops_cap:.3g}"] if self.flops_cap else [])
+        """The rule as parsed back to the same rule (the resume command and the store print it)."""
+        parts = ([f"n_opt<={shortest(self.n_opt_factor)}x"] if self.n_opt_factor else []) + \
+            ([f"flops<={shortest(self.flops_cap)}"] if self.flops_cap else [])
         return ",".join(parts) or "none (every budget of the pool)"
 
     def describe(self) -> str:
@@ -139,7 +141,9 @@ class Reading:
     """What the fit of the runs so far says: the forecast's N_opt (estimate, lo, hi) at the target,
     or ``note`` (why there is none); ``half(ratio, splits)``: the error model's log half-width at a
     reach ``ratio`` with ``splits`` more splits of evidence; ``optimum(budget)``: the fitted N_opt
-    there (to centre a new budget's sizes); ``losses``: each trained run's loss."""
+    there (to centre a new budget's sizes); ``losses``: each trained run's loss; ``measured``: the
+    same whether or not a fit answered (None: not given), so that a batch whose runs all failed stops
+    the design."""
 
     n_opt: float = math.nan
     lo: float = math.nan
@@ -149,6 +153,7 @@ class Reading:
     half: Callable[[float, int], float] | None = None
     optimum: Callable[[float], float] | None = None
     losses: Mapping[Key, float] = field(default_factory=dict)
+    measured: Mapping[Key, float] | None = None  # each trained run's loss, fit or not (None: not said): runs failed
 
     @property
     def factor(self) -> float:
@@ -354,6 +359,7 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
     the ``Reading``; then ``rule`` is checked and the next batch chosen, until the rule holds or
     nothing is left. ``on_round`` hears the design after each batch is chosen and after each fit
     (a sweep records it in its store)."""
+    rule = _checked(rule, start, batch, sizes)
     pool = {float(b): sorted(set(map(float, s))) for b, s in sorted(pool.items())}
     design = Design(target, rule)
     batch_choices = initial_choices(pool, spend, start)
@@ -373,7 +379,14 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
                                                                          reading.factor)
         if not math.isfinite(round_.factor):
             round_.note = f"{reading.note or 'no forecast'}; the rule cannot stop on the interval"
+        batch_keys = [k for c in batch_choices for k in c.keys]
         reason = rule.holds(round_.factor, round_.spent)
+        measured = reading.measured
+        if not reason and measured is not None and not any(math.isfinite(measured.get(k, math.nan))
+                                                           for k in batch_keys):
+            # runs that fail tell the design nothing: choosing more would train the grid into the same failure
+            reason = (f"none of round {len(design.rounds)}'s {len(batch_keys)} runs has a loss (they failed): fix "
+                      "the cause, then resume with --retry-failed")
         if reason:
             design.stopped = reason
         else:
@@ -389,6 +402,24 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
         if design.stopped:
             return design
     return design
+
+
+def _checked(rule: Any, start: Any, batch: Any, sizes: Any) -> StopRule:
+    """The rule (parsed from its text) and the design's counts, refused before anything trains:
+    a wrong type failed deep in the first round, and ``batch`` < 1 stopped the design at once
+    saying every budget was trained."""
+    if isinstance(rule, str):
+        rule = StopRule.parse(rule)
+    if not isinstance(rule, StopRule):
+        raise OptionError(f"the stopping rule must be a StopRule or its text (e.g. 'n_opt<=2x', 'flops<=1e19'), "
+                          f"got {rule!r}")
+    for value, least, what in ((start, 2, "starts from 2 or more budgets (a line needs two)"),
+                               (batch, 1, "adds 1 or more budgets per round (batch)"),
+                               (sizes, 3, "trains 3 or more sizes at each budget it adds (the fewest that place a "
+                                          "minimum)")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise OptionError(f"an adaptive sweep {what}, got {value!r}")
+    return rule
 
 
 # ------------------------------------------------------------------ reading the forecast of a fit
@@ -444,7 +475,12 @@ def table_fitter(runs: Any, target: float) -> Callable[[list[Key]], Reading]:
         wanted = set(chosen)
         mask = np.array([k in wanted for k in keys])
         subset = runs.subset(mask) if isinstance(runs, Runs) else runs[mask].reset_index(drop=True)
-        return forecast_reading(fit_forecast(subset, target), target, {k: loss_of[k] for k in wanted})
+        losses = {k: loss_of[k] for k in wanted}
+        try:
+            fitted = fit_forecast(subset, target)
+        except FitInputError as exc:  # no forecast yet, but the runs' losses are known
+            return Reading(note=f"no forecast yet: {exc}", measured=losses)
+        return dataclasses.replace(forecast_reading(fitted, target, losses), measured=losses)
 
     return fit_at
 
@@ -497,11 +533,12 @@ def design_target(pool: Mapping[float, Sequence[float]], target: float | None, s
         return 10 * largest
     try:
         value = float(target)
+        shown = f"{value:.3g}"
     except (TypeError, ValueError):
-        value = math.nan
+        value, shown = math.nan, f"{target!r:.40}"
     if not (math.isfinite(value) and value > largest):
         raise OptionError(f"the target must be a budget in FLOPs beyond the plan's largest, {largest:.3g} (the "
-                          f"forecast aims past the sweep; default 10x it, {10 * largest:.3g}), got {target!r:.12}")
+                          f"forecast aims past the sweep; default 10x it, {10 * largest:.3g}), got {shown}")
     return value
 
 
@@ -517,10 +554,13 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
     rest = [b for b in pool if b not in {c.budget for c in first}]
     most = max((len(pool[b]) for b in rest), default=sizes)  # a budget planned with fewer sizes gives them all
     each = f"{sizes} sizes around the fitted N_opt" if most > sizes else f"its {most} planned sizes"
+    then = (f"one budget at a time of the other {len(rest)} ({each}), the one expected to shrink the forecast's "
+            f"interval of N_opt at the target {target:.3g} most per FLOP" if rest else
+            f"nothing: the first batch is every budget, so there is nothing left to choose (list more budgets, or "
+            f"--start fewer than {len(pool)}); the forecast aims at the target {target:.3g}")
     return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{c.budget:.3g}' for c in first)}: "
             f"{len(keys)} runs, {spend(keys):.3g} FLOPs ({spend(keys) / total:.0%} of the grid's {total:.3g}); then "
-            f"one budget at a time of the other {len(rest)} ({each}), the one "
-            f"expected to shrink the forecast's interval of N_opt at the target {target:.3g} most per FLOP; stops "
+            f"{then}; stops "
             + (f"({rule}) when {rule.describe()} (the interval read from the forward-chained forecast after each "
                "batch; no forecast, no stop), or " if rule.n_opt_factor or rule.flops_cap else "")
             + "when every budget is trained"
@@ -545,12 +585,20 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
     started = [resume]
 
     def fit_at(keys: list[Key]) -> Reading:
-        run_plan(plan, out_dir, resume=started[0], only={by[k].run_id for k in keys}, **run)
+        chosen = {by[k].run_id for k in keys}
+        run_plan(plan, out_dir, resume=started[0], only=chosen, **run)
         started[0] = True
         with RunStore(out_dir) as store:
             frame = store.runs_frame(include_failed=False).set_index("run_id")
         losses = {k: float(frame.loss[by[k].run_id]) for k in keys if by[k].run_id in frame.index}
-        return forecast_reading(fit_forecast(str(out_dir), target), target, losses)
+        # the chosen runs only: a resumed store holds later rounds' runs too, and a replayed round
+        # that fitted them would read (and record) another round's forecast
+        try:
+            runs = load_runs(str(out_dir))
+            fitted = fit_forecast(runs.subset(runs.frame.run_id.isin(chosen).to_numpy()), target)
+        except FitInputError as exc:  # no forecast yet, but the runs' losses are known
+            return Reading(note=f"no forecast yet: {exc}", measured=losses)
+        return dataclasses.replace(forecast_reading(fitted, target, losses), measured=losses)
 
     def record(design: Design) -> None:
         if not (out_dir / STORE_NAME).exists():

@@ -342,11 +342,24 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             embedding_params=entry.embedding_param_count(size, **model_config),
             non_embedding_flops_per_unit=entry.non_embedding_flops_per_unit(size, **model_config), **_schedule_fields(options, steps, warmup, budget, size),
         ))
+    notes += _flat_cooldowns(runs, options)
     device = device_kind if options.device == "auto" else options.device
     check_memory(runs, entry, device)
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
     return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs},
                 notes)
+
+
+def _flat_cooldowns(runs: list[RunSpec], options: SweepOptions) -> list[str]:
+    """A note for WSD runs whose cooldown is one step: a cooldown starts at the peak rate, so such a
+    run never lowers its rate, and its loss is the stable phase's, not a cooled-down one."""
+    flat = [r for r in runs if r.schedule == "wsd" and r.steps - r.cooldown_start <= 1]
+    if not flat:
+        return []
+    named = ", ".join(f"budget {r.budget:.3g} size {r.size}" for r in flat[:3]) + (", ..." if len(flat) > 3 else "")
+    return [f"{len(flat)} run(s) cool down over 1 step ({named}): a cooldown starts at the peak rate, so they never "
+            f"lower it and end as the stable phase does; raise cooldown_fraction ({options.cooldown_fraction:g}) so "
+            "that every cooldown spans 2 steps or more, or min_steps"]
 
 
 def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int, int, int]], grid: SizeGrid,

@@ -79,9 +79,25 @@ _HOW = ("device", "compile", "micro_batch_size", "processes_per_run", "parallel"
 def shape_key(spec: RunSpec) -> str:
     """What runs trained together share: every field of the id but the learning rate and seed,
     and how the run is trained."""
+    return hashlib.sha256(json.dumps(_shared(spec), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _shared(spec: RunSpec) -> dict[str, Any]:
     same = {k: v for k, v in spec.identity().items() if k not in FREE_FIELDS}
     same.update({k: getattr(spec, k) for k in _HOW})
-    return hashlib.sha256(json.dumps(same, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return same
+
+
+def _unstackable(specs: list[RunSpec]) -> str | None:
+    """Why ``specs`` cannot train in one program (none given, or the fields they differ in), or None."""
+    if not specs:
+        return "no runs to train together: give one or more"
+    fields = [{k: json.dumps(v, sort_keys=True, default=str) for k, v in _shared(s).items()} for s in specs]
+    differ = sorted({k for f in fields for k in f if any(g.get(k) != fields[0].get(k) for g in fields)})
+    if not differ:
+        return None
+    return (f"runs trained together must differ only in learning rate and seed, but these differ in "
+            f"{', '.join(differ)}: train them apart (stack_runs = 1) or give runs of one shape")
 
 
 def stackable(spec: RunSpec) -> bool:
@@ -310,8 +326,8 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
     at one step, or from scratch); ``on_stable`` gets every run's stable state at the cooldown
     start. A model that draws random numbers while it trains (dropout) is refused: the runs
     would draw from one generator in no fixed order."""
-    if len({shape_key(s) for s in specs}) != 1:
-        raise ValueError("runs trained together must differ only in learning rate and seed")
+    if (why := _unstackable(specs)) is not None:
+        raise ValueError(why)
     t_start = time.perf_counter()
     first = specs[0]
     device = resolve_device(first.device)

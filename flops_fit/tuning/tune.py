@@ -27,7 +27,7 @@ from flops_fit.errors import FitInputError, FlopsFitError, OptionError
 from flops_fit.files import write_atomically
 from flops_fit.fitting import formatting as fmt
 from flops_fit.plugin import api
-from flops_fit.store.run_store import RunStore
+from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.store.runs import RunSpec
 from flops_fit.sweeps.config import SweepConfig, load_config, parse_config
 from flops_fit.sweeps.driver import run_plan
@@ -267,7 +267,12 @@ def _best_beta2(cells: list[Cell]) -> float:
     for c in cells:
         by.setdefault(c.beta2, {})[(c.size, c.tokens, c.batch_size)] = c.fit.best_loss
     common = set.intersection(*(set(v) for v in by.values()))
-    return min(by, key=lambda b: float(np.nanmean([by[b][k] for k in common])) if common else math.inf)
+
+    def mean(b: float) -> float:  # inf, without numpy's warning, where no common cell has a finite best loss
+        values = [by[b][k] for k in common if math.isfinite(by[b][k])]
+        return float(np.mean(values)) if values else math.inf
+
+    return min(by, key=mean)
 
 
 def _law_cells(cells: list[Cell], beta2: float) -> list[Cell]:
@@ -285,6 +290,9 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
     try:
         law, _ = law_from(used, scale=scale, batch_swept=batch_swept, bootstrap=bootstrap, seed=seed)
     except FitInputError as exc:
+        failed = _failed(out)
+        if failed:  # the runs' own failure is the cause, not the multipliers
+            raise FitInputError(f"{exc}: {failed}") from None
         raise FitInputError(f"{exc} ({_why_none(bad, len(cells))}): {_widen(bad, grid['multipliers'], out)}") from None
     batch_law = None
     if batch_swept:
@@ -339,6 +347,24 @@ def _trained_end(cell: Cell) -> int | None:
     nearest = next((i for i in range(best + step, len(cell.fit.losses) if step > 0 else -1, step)
                     if not math.isfinite(cell.fit.losses[i])), None)
     return None if nearest is None else min(best, nearest)
+
+
+def _failed(out: Path) -> str | None:
+    """The tune's failed runs, with the most frequent error and the fix, or None when none failed:
+    a cell whose runs failed has no rates to fit, and widening its multipliers does not help."""
+    if not (out / STORE_NAME).is_file():  # cells given without their sweep
+        return None
+    with RunStore(out) as store:
+        frame = store.runs_frame()
+    failed = frame[frame.status == "failed"]
+    if failed.empty:
+        return None
+    errors = failed.error.fillna("no error recorded").astype(str)
+    top = errors.value_counts().index[0]
+    return (f"{len(failed)} of {len(frame)} runs failed ({top}"
+            + (f"; {errors.nunique() - 1} other error(s)" if errors.nunique() > 1 else "")
+            + f"): fix that, then tune again into a new --out folder (failed runs are final); each run's error: "
+            f"`flops-fit status {out}`")
 
 
 def _why_none(bad: list[Cell], total: int) -> str:
