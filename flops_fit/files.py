@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from flops_fit.errors import OptionError
+
 
 def write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
     """``write`` a temporary file beside ``path``, fsync it, rename it over ``path`` and fsync the
@@ -27,6 +29,23 @@ def write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
     finally:
         temporary.unlink(missing_ok=True)
     fsync(path.parent)
+
+
+def check_writable(path: Path, what: str, fix: str) -> None:
+    """Refuse, before any work, a file this process cannot write: its folder made where missing, a probe
+    created and removed in it, and the file itself opened to append where it exists (a read-only or
+    immutable folder otherwise fails only at the end, after a whole fit, with a traceback)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.{os.getpid()}.probe")
+        probe.touch()
+        probe.unlink()
+        if path.exists():
+            with open(path, "a"):
+                pass
+    except OSError as exc:
+        raise OptionError(f"cannot write {what} {path} ({exc.strerror or exc}): {fix}") from None
 
 
 def fsync(path: Path) -> None:

@@ -2,6 +2,7 @@
 
 import math
 import sqlite3
+from pathlib import Path
 
 import pytest
 import sweep_support
@@ -419,3 +420,21 @@ def test_a_finished_sweep_on_a_read_only_folder_is_read_and_not_written(tmp_path
     with pytest.raises(StoreError, match=r"cannot write the store .*: make .* writable .*; nothing in it was changed"):
         swept.run(out, resume=True, host=HOST, skip_parity=True, show_progress=False)
     assert sorted(p.name for p in out.iterdir()) == ["runs.sqlite"]
+
+
+def test_a_report_into_a_folder_this_user_may_not_write_is_refused_before_the_fit(tmp_path, read_only, capsys):
+    """`flops-fit report` of runs in a read-only folder fitted every method, then ended in a
+    PermissionError traceback writing report.html; it is now one line, before any fit."""
+    import shutil
+
+    from flops_fit.cli.main import main
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parent / "data" / "demo_runs.csv", folder / "runs.csv")
+    read_only(folder)
+    assert main(["report", str(folder / "runs.csv"), "--bootstrap", "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"flops-fit: error: cannot write the report {folder / 'runs.report.html'} (")
+    assert f"make {folder} writable, or give --out PATH" in captured.err and captured.err.count("\n") == 1
+    assert "fitting" not in captured.err and captured.out == ""

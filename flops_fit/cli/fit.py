@@ -12,6 +12,7 @@ from typing import Any
 
 import flops_fit
 from flops_fit.errors import NoFitError
+from flops_fit.files import check_writable
 
 # The fitting package (numpy, pandas) is reached only through flops_fit.fit, so that
 # `flops-fit --help` stays light: it checks --method, --curve, --holdout and --metric itself, and a bad
@@ -213,6 +214,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     sizing_scale(args)
     at = _planned(args)
     out = Path(args.out) if args.out else default_report_path(args.source)
+    check_writable(out, "the report", f"make {out.parent} writable, or give --out PATH in a folder you can write")
     show = stages(sys.stderr)
     try:
         fitted = _fit(args, show)
