@@ -251,6 +251,30 @@ def test_ctrl_c_while_a_plan_is_made_is_one_line_and_the_interrupts_status(capsy
     assert capsys.readouterr().err == "\nflops-fit: interrupted by SIGINT; what was saved stays; run the command again\n"
 
 
+def test_sigterm_while_a_plan_is_made_is_one_line_and_the_signals_status(tmp_path):
+    """SIGTERM before a command's own handling began (a cluster's stop while the planner asks the model
+    for its sizes) ended the process with status 143 and no word, where Ctrl-C printed its line."""
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    script = tmp_path / "term.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_host import plan_toy
+
+        def term(lo, hi, **config):
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler raises at the next bytecode
+
+        sys.exit(plan_toy(valid_sizes=term))
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr == "\nflops-fit: interrupted by SIGTERM; what was saved stays; run the command again\n"
+
+
 def test_create_dataset_checks_the_split():
     host, _ = host_with(("good", Good()))
     assert flops_fit.create_dataset("toy-data", "validation", host=host, seq_len=4) == {

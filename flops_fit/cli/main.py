@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from flops_fit._version import __version__
 from flops_fit.cli import compare, fit, listings, parity, sweep, tune
-from flops_fit.cli.interrupts import interrupted
+from flops_fit.cli.interrupts import interrupted, terminate_as_interrupt
 from flops_fit.errors import FlopsFitError, show_warning
 
 COMMAND_MODULES = (listings, sweep, tune, fit, compare, parity)
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), terminate_as_interrupt():
         warnings.showwarning = show_warning
         try:
             code = int(args.func(args) or 0)
