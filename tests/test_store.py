@@ -192,6 +192,9 @@ def test_status_says_who_trains_a_sweep_the_time_it_has_left_and_what_a_killed_d
     done = sum(steps[1:4]) + runs[4].steps // 2
     left = max(10_000 * (sum(steps[1:]) - done) / done, 0.1 * max(steps[4] - runs[4].steps // 2, steps[5]))
     assert state["driver"]["pid"] == os.getpid() and state["seconds_left"] == pytest.approx(left, rel=1e-3)
+    # each run as the text table shows it (the JSON lacked its size, planned tokens and rate)
+    assert [(r["params"], r["tokens_planned"], r["lr"]) for r in state["runs"]] == \
+        [(r.params, r.tokens, r.lr) for r in runs]
     assert text[1].startswith(f"training now: pid {os.getpid()} on ") and " left" in text[1]
 
     assert main(["status", str(tmp_path), "--json"]) == 0  # the driver gone, its run still marked running

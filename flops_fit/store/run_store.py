@@ -300,16 +300,18 @@ class RunStore:
         (None until it finishes), ``steps_trained`` every step trained over all ``attempts``,
         lost ones (trained after a run's last checkpoint, then killed) included; ``steps_reused``
         the steps a WSD branch took over from its family's stable phase (trained, and counted, once
-        for the family), so a finished run lost ``steps_trained - (steps - steps_reused)``."""
+        for the family), so a finished run lost ``steps_trained - (steps - steps_reused)``. With them
+        what the status table shows of each run: parameters, planned tokens, learning rate, error."""
         rows = self.db.execute(
-            "SELECT run_id, budget, size, status, loss, steps, spec, steps_trained, attempts, timings FROM runs"
-            " ORDER BY position"
+            "SELECT run_id, budget, size, status, loss, steps, spec, steps_trained, attempts, timings, params,"
+            " tokens_planned, error FROM runs ORDER BY position"
         ).fetchall()
         return [
             {"run_id": r[0], "budget": r[1], "size": r[2], "status": r[3], "loss": r[4],
              "steps": r[5] if r[3] in FINAL else None, "steps_planned": json.loads(r[6])["steps"],
              "steps_trained": r[7], "attempts": r[8],
-             "steps_reused": int(json.loads(r[9] or "{}").get("stable_steps_reused", 0)) if r[3] in FINAL else 0}
+             "steps_reused": int(json.loads(r[9] or "{}").get("stable_steps_reused", 0)) if r[3] in FINAL else 0,
+             "params": r[10], "tokens_planned": r[11], "lr": json.loads(r[6]).get("lr"), "error": r[12]}
             for r in rows
         ]
 
