@@ -4,6 +4,7 @@ repeating a finished run, failures recorded while the sweep goes on, worker proc
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,6 +69,20 @@ def test_a_folder_is_never_silently_reused(tmp_path):
     after = sweep(host=HOST, out_dir=tmp_path, resume=True, show_progress=False,
                   **sweep_support.small_plan_options()).runs
     assert after.drop(columns=["timings"]).equals(before.drop(columns=["timings"]))  # nothing retrained
+
+
+def test_a_store_an_older_release_planned_names_that_release(tmp_path):
+    """A sweep folder planned by another release read "holds a different sweep (... settings that
+    differ: version): choose another --out folder", as if the user had changed the sweep."""
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    older = dataclasses.replace(the_plan, runs=[dataclasses.replace(r, version="0.0.9", run_id="") for r in the_plan.runs])
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(older, spec=older.settings)
+    this = the_plan.runs[0].version
+    with pytest.raises(StoreError, match=rf"settings that differ: version\): it was planned by flops-fit 0\.0\.9 \(this "
+                                         rf"is {re.escape(this)}\): resume it with that release \(pip install "
+                                         r"flops-fit==0\.0\.9\), or choose another --out folder"):
+        sweep(host=HOST, out_dir=tmp_path, resume=True, show_progress=False, **sweep_support.small_plan_options())
 
 
 def test_a_diverging_run_fails_and_the_sweep_goes_on(tmp_path):

@@ -141,9 +141,13 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> tup
         pairs = [(stored[k], cell[(stored[k].budget, stored[k].size)]) for k in sorted(old)
                  if (stored[k].budget, stored[k].size) in cell]  # the same cell, planned then and now
         differs = _differences(*pairs[0]) if pairs else ""
+        fix = "choose another --out folder"
+        if pairs and differs == "; settings that differ: version":  # the same sweep, planned by another release
+            fix = (f"it was planned by flops-fit {pairs[0][0].version} (this is {pairs[0][1].version}): resume it "
+                   f"with that release (pip install flops-fit=={pairs[0][0].version}), or {fix}")
         raise StoreError(
             f"{out_dir} holds a different sweep ({len(old)} of its runs are not in this plan, {len(new)} planned "
-            f"runs are new{differs}): choose another --out folder"
+            f"runs are new{differs}): {fix}"
         )
     if stored and not resume:
         raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
