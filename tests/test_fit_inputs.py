@@ -286,6 +286,9 @@ def test_a_finished_status_is_read_in_any_case_and_an_unread_one_is_named():
     runs = load_runs(_table(status=["FINISHED", "FAILED", "Done", " completed "], loss=[3.1, np.nan, 3.0, 3.2]))
     assert len(runs) == 3 and runs.excluded == [{"run_id": "run1", "reason": "status 'FAILED'"}]
     assert len(load_runs(_table(status=["succeeded"] * 4))) == 4
+    for column in ("state", "State", "Status"):  # a lab's own name for it: its crashed run was fitted as finished
+        runs = load_runs(_table(**{column: ["finished", "crashed", "finished", "finished"]}))
+        assert len(runs) == 3 and runs.excluded == [{"run_id": "run1", "reason": "status 'crashed'"}]
     with pytest.raises(FitInputError, match="the runs' status 'passed' read as not finished: a finished run's "
                                             "status is one of done, finished"):
         load_runs(_table(status=["passed"] * 4))

@@ -207,6 +207,7 @@ def load_runs(
 
     excluded: list[dict[str, Any]] = []
     ids = _run_ids(frame, run_id_col)
+    frame = _status_column(frame)
     if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
         # in any case: MLflow's own tables say FINISHED, a lab's may say Done
         bad = frame["status"].notna() & ~frame["status"].astype(str).str.strip().str.lower().isin(FINISHED)
@@ -291,6 +292,15 @@ def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> p
                                 + ", ".join(map(repr, values[:12])) + (" ..." if len(values) > 12 else ""))
         frame = frame.loc[keep]
     return frame
+
+
+def _status_column(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table with its run-state column named ``status``: a lab's may say ``state``, ``State`` or
+    ``Status`` (a crashed run in such a column was fitted as finished)."""
+    if "status" in frame:
+        return frame
+    named = [c for c in frame.columns if isinstance(c, str) and c.strip().lower() in ("status", "state")]
+    return frame.rename(columns={named[0]: "status"}) if len(named) == 1 else frame
 
 
 def _number(value: Any) -> float | None:
