@@ -171,6 +171,12 @@ def test_a_law_fitted_on_non_embedding_parameters_is_refused_as_loss_at_refuses_
         assert "--scale non_embedding_params fits N as something else: fit with --scale params" in captured.err
         assert captured.out == "" and not (tmp_path / "r.html").exists()
     assert flops_fit.fit(csv, "vpnls", bootstrap=0, tracking=False).predict(1e20, inference_tokens=1e12).N[0] > 0
+    # the fit's own tables name the scale its N_opt is on (they said "params N_opt", "N_opt (parameters)")
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "0", "--scale", "non_embedding_params"]) == 0
+    assert "FLOPs  non-embedding params N_opt  " in capsys.readouterr().out
+    assert main(["fit", str(csv), "--method", "all", "--bootstrap", "0", "--holdout", "none", "--scale",
+                 "non_embedding_params"]) == 0
+    assert "method       N_opt (non-embedding parameters)  " in capsys.readouterr().out
 
 
 def test_a_sizing_below_every_fitted_run_says_so():

@@ -22,6 +22,8 @@ SCALES = {
     "non_embedding_params": "non-embedding parameters",
     "flops_per_token": "non-embedding training FLOPs per token (M)",
 }
+# A table column's name for N_opt on each scale: a non-embedding fit's sizes read as "params" were no model's
+COLUMN_NAMES = {"params": "params", "non_embedding_params": "non-embedding params", "flops_per_token": "M"}
 _COLUMNS = {"non_embedding_params": "embedding_params", "flops_per_token": "non_embedding_flops_per_unit"}
 
 
@@ -89,4 +91,4 @@ def to_params(runs: Runs, values: np.ndarray) -> np.ndarray:
     return np.exp(out)
 
 
-__all__ = ["SCALES", "check_scale", "rescale", "to_params"]
+__all__ = ["COLUMN_NAMES", "SCALES", "check_scale", "rescale", "to_params"]

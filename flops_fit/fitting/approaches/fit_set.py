@@ -18,6 +18,7 @@ from flops_fit.fitting.decisions.planned import (
     has_law,
     rms_residual,
 )
+from flops_fit.fitting.scales import SCALES
 from flops_fit.fitting.validation.forecast import BELOW_SWEPT, BEYOND_MEASURED
 from flops_fit.fitting.validation.holdout import holdout_counts, holdout_json, holdout_misses
 from flops_fit.tables import format_table
@@ -104,7 +105,7 @@ class FitSet(Presentable):
         the forecast's target, else the largest run's compute."""
         default = self.forecast.target if self.forecast is not None else float(self.runs.frame["flops"].max())
         label = self.runs.label
-        headers = [h.format(loss=label, unit=self.runs.unit) for h in ANSWER_HEADERS]
+        headers = [h.format(loss=label, unit=self.runs.unit, size=SCALES[self.runs.scale]) for h in ANSWER_HEADERS]
         note = (" (bootstrap intervals over these runs only, without the extrapolation error the forecast's include)"
                 if self.forecast is not None else "")
         return "\n\n".join(f"Every method at C = {fmt.flops(at)} FLOPs{note}:\n"
@@ -156,7 +157,7 @@ def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult
             f"{fmt.with_interval(p['loss'], p['loss_lo'], p['loss_hi'], fmt=lambda v: fmt.sig(v, 4))} there")
 
 
-ANSWER_HEADERS = ["method", "N_opt (parameters)", "D_opt ({unit})", "{unit} / parameter", "{loss}", "exponent a"]
+ANSWER_HEADERS = ["method", "N_opt ({size})", "D_opt ({unit})", "{unit} / parameter", "{loss}", "exponent a"]
 
 
 def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]:

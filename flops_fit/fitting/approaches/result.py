@@ -30,6 +30,7 @@ from flops_fit.fitting.inputs import METRICS, Runs
 from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.fitting.laws.focus import FOCUS_LABELS
 from flops_fit.fitting.laws.laws import Params, power_frontier
+from flops_fit.fitting.scales import COLUMN_NAMES
 from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_json, holdout_summary
 from flops_fit.fitting.validation.validity import unphysical
 from flops_fit.tables import format_table
@@ -257,7 +258,7 @@ class FitResult(Presentable):
                                   ["param", "estimate", f"{pct} interval",
                                                                  "bootstrap s.e."]))
         lines += ["", format_table(prediction_rows(self.table(budgets), self.runs.unit),
-                                   ["FLOPs", "params N_opt", f"{self.runs.unit} D_opt", f"{self.runs.unit}/param",
+                                   ["FLOPs", f"{COLUMN_NAMES.get(self.runs.scale, 'params')} N_opt", f"{self.runs.unit} D_opt", f"{self.runs.unit}/param",
                                                 self.runs.label])]
         d = self.diagnostics
         if "k" in self.params:

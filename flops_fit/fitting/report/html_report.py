@@ -230,7 +230,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
              "intervals in brackets" + (": they resample these runs only, so the error of extrapolating past "
                                         "them is not in them (the forecast's intervals include it)"
                                         if forecast is not None else "") + ".</p>",
-             html_table([h.format(loss=runs.label, unit=runs.unit) for h in ANSWER_HEADERS], rows),
+             html_table([h.format(loss=runs.label, unit=runs.unit, size=SCALES[runs.scale]) for h in ANSWER_HEADERS], rows),
              f"<p>{escape(agreement(predictions, list(fitted.skipped)))}</p>"]
     if fitted.holdout:
         misses = holdout_misses(fitted.holdout)
