@@ -265,3 +265,18 @@ def test_a_list_given_with_spaces_is_told_to_join_its_values_with_commas(argv, v
     err = capsys.readouterr().err
     assert err == (f"flops-fit: error: '{value}' is no sweep configuration: a list option takes its values joined "
                    "by commas (e.g. --budgets 1e14,1e15, --sizes 64,128)\n")
+
+
+def test_runs_trained_together_asked_of_a_plan_that_has_none_is_said():
+    """stack_runs = 2 on an ordinary sweep (every run its own size or budget) trained each run alone
+    without a word; a tune's runs (one shape at several rates) are what it stacks."""
+    from flops_fit.tuning.grid import tune_plan
+
+    note = ("stack_runs = 2, but no two runs of this plan differ only in learning rate or seed, so each trains alone: "
+            "runs are trained together where they share every other setting (a tune's rates, a seed study)")
+    assert note in make(stack_runs=2).notes
+    assert not any("stack_runs" in n for n in make().notes)
+    options = make(stack_runs=2).options
+    tuned = tune_plan(options, {"budgets": [2e7], "sizes": None, "multipliers": [0.5, 1.0, 2.0], "batch_sizes": None,
+                                "beta2s": None}, host=HOST)
+    assert len(tuned.runs) == 9 and not any("stack_runs" in n for n in tuned.notes)

@@ -342,7 +342,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             embedding_params=entry.embedding_param_count(size, **model_config),
             non_embedding_flops_per_unit=entry.non_embedding_flops_per_unit(size, **model_config), **_schedule_fields(options, steps, warmup, budget, size),
         ))
-    notes += _flat_cooldowns(runs, options)
+    notes += _flat_cooldowns(runs, options) + _nothing_to_stack(runs, options)
     device = device_kind if options.device == "auto" else options.device
     check_memory(runs, entry, device)
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
@@ -360,6 +360,19 @@ def _flat_cooldowns(runs: list[RunSpec], options: SweepOptions) -> list[str]:
     return [f"{len(flat)} run(s) cool down over 1 step ({named}): a cooldown starts at the peak rate, so they never "
             f"lower it and end as the stable phase does; raise cooldown_fraction ({options.cooldown_fraction:g}) so "
             "that every cooldown spans 2 steps or more, or min_steps"]
+
+
+def _nothing_to_stack(runs: list[RunSpec], options: SweepOptions) -> list[str]:
+    """A note where ``stack_runs`` asks for runs trained together and no two runs of the plan differ only
+    in learning rate or seed (what ``training.stacked`` groups): each trains alone, and nothing said so."""
+    if options.stack_runs <= 1:
+        return []
+    shapes = {tuple(sorted((k, repr(v)) for k, v in r.identity().items() if k not in ("lr", "seed"))) for r in runs}
+    if len(shapes) < len(runs):
+        return []
+    return [f"stack_runs = {options.stack_runs}, but no two runs of this plan differ only in learning rate or seed, so "
+            "each trains alone: runs are trained together where they share every other setting (a tune's rates, "
+            "a seed study)"]
 
 
 def _rates(hparams: Any, law: TunedLaw | None, grid_runs: list[tuple[float, int, int, int]], grid: SizeGrid,
