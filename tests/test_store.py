@@ -441,3 +441,21 @@ def test_a_report_into_a_folder_this_user_may_not_write_is_refused_before_the_fi
     assert captured.err.startswith(f"flops-fit: error: cannot write the report {folder / 'runs.report.html'} (")
     assert f"make {folder} writable, or give --out PATH" in captured.err and captured.err.count("\n") == 1
     assert "fitting" not in captured.err and captured.out == ""
+
+
+def test_status_of_a_holder_whose_clock_runs_ahead_says_so(tmp_path, capsys):
+    """A driver on another host whose clock runs an hour ahead read "heartbeat -3598s ago"."""
+    import time
+
+    from flops_fit.cli.main import main
+    from flops_fit.store.lease import Lease
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    with RunStore(tmp_path, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        with Lease(s.path):
+            s.db.execute("UPDATE lease SET heartbeat = ?", (time.time() + 3600,))
+            assert main(["status", str(tmp_path)]) == 0
+            line = capsys.readouterr().out.splitlines()[1]
+    assert "(heartbeat stamped 3600s ahead of this machine's clock)" in line or \
+        "(heartbeat stamped 3599s ahead of this machine's clock)" in line, line

@@ -320,8 +320,9 @@ def _driver_line(state: dict[str, Any]) -> str | None:
     scope = " for the runs chosen so far" if state["scope"] != "all runs" else ""
     when = (f"about {duration(left)} left{scope}" if left is not None
             else "the time left is measured once 3 runs have finished and 10 s have passed")
-    return (f"training now: pid {live['pid']} on {live['host']} since {since} (heartbeat {live['heartbeat_age_s']:.0f}s "
-            f"ago); {when}")
+    age = live["heartbeat_age_s"]  # below 0: the holder's clock runs ahead of this machine's (another host)
+    beat = f"heartbeat {age:.0f}s ago" if age >= -1 else f"heartbeat stamped {-age:.0f}s ahead of this machine's clock"
+    return f"training now: pid {live['pid']} on {live['host']} since {since} ({beat}); {when}"
 
 
 def _result_row(r: Any) -> list[Any]:
