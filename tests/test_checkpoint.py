@@ -161,3 +161,19 @@ def test_final_weights_are_plain_safetensors(tmp_path):
     weights = load_file(path)
     assert set(weights) == set(model.state_dict())
     assert torch.equal(weights["head.weight"], model.head.weight.detach())
+
+
+def test_a_damaged_result_file_is_said_and_read_as_none(tmp_path):
+    """A truncated result.json (written atomically, so damaged from outside) was ignored without a word and
+    its WSD branch trained again; it is still trained again, and a warning names the file."""
+    from flops_fit.store.runs import RunResult
+    from flops_fit.training.checkpoint import load_result, save_result
+
+    save_result(tmp_path, RunResult("abc", "done", loss=2.5, tokens=10, flops=60.0, steps=1))
+    assert load_result(tmp_path, "abc").loss == 2.5
+    assert load_result(tmp_path / "none", "abc") is None  # no result left: nothing to say
+    text = (tmp_path / "result.json").read_text()
+    (tmp_path / "result.json").write_text(text[: len(text) // 2])
+    with pytest.warns(CheckpointWarning, match=r"the result left at .*result.json is unreadable \(JSONDecodeError: "
+                                               r".*\): run abc is trained again from its checkpoint"):
+        assert load_result(tmp_path, "abc") is None

@@ -259,9 +259,13 @@ def save_result(directory: str | Path, result: RunResult) -> Path:
 def load_result(directory: str | Path, run_id: str) -> RunResult | None:
     """The result ``save_result`` left for ``run_id``, or None (none, unreadable, or another run's)."""
     path = Path(directory) / RESULT
+    if not path.is_file():
+        return None
     try:
         result = RunResult(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError) as exc:  # written atomically: damaged from outside
+        warnings.warn(f"the result left at {path} is unreadable ({type(exc).__name__}: {str(exc)[:80]}): run "
+                      f"{run_id} is trained again from its checkpoint", CheckpointWarning, stacklevel=2)
         return None
     return result if result.run_id == run_id else None
 
