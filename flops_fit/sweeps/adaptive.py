@@ -287,7 +287,7 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
             out.append(Choice(b, picked, cost, score,
                               f"budget {b:.3g} ({len(picked)} sizes around N_opt): the interval's log half-width at "
                               f"the target {now:.3g} -> {expected[b]:.3g} expected for {cost:.3g} FLOPs, the most per "
-                              f"FLOP of {len(left)} untrained budgets{runner}"))
+                              f"FLOP of {len(left)} untrained budget{'s' if len(left) != 1 else ''}{runner}"))
         chosen += out[-1].keys
     return out
 
