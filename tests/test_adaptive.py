@@ -339,25 +339,34 @@ def test_a_resumed_design_fits_each_round_on_its_own_runs_only(tmp_path):
         assert store.get_meta("adaptive")["rounds"][0]["n_opt"] == pytest.approx(own[0])
 
 
-def test_status_shows_an_adaptive_sweeps_design_and_the_runs_it_did_not_choose(tmp_path, capsys):
-    # the store's record of why each run was chosen was shown nowhere once the sweep's own output was
-    # gone, and status called the runs the design never chose "pending"
+def _first_batch_recorded(folder, result):
+    """A tiny-lm plan of budgets 2e7, 3e7, 4e7 in ``folder``'s store, the two smaller budgets' runs recorded
+    as ``result(run)`` gives them: (the plan, those runs, the options a design over it runs with)."""
     import sweep_support
 
-    from flops_fit.cli.main import main
-    from flops_fit.cli.sweep import _design_flags
     from flops_fit.store.outside import record_result
-    from flops_fit.sweeps.adaptive import adaptive_sweep, plan_keys, plan_spend
     from flops_fit.sweeps.driver import run_plan
     from flops_fit.sweeps.planner import plan
 
     host = sweep_support.host()
     planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7], device="cpu"))
     run = {"show_progress": False, "skip_parity": True, "host": host}
-    run_plan(planned, tmp_path, record_only=True, **run)
+    run_plan(planned, folder, record_only=True, **run)
     first = [r for r in planned.runs if r.budget in (2e7, 3e7)]
     for r in first:
-        record_result(tmp_path, r.run_id, {"loss": 3.0 + abs(math.log(r.params / 500)), "tokens": r.tokens})
+        record_result(folder, r.run_id, result(r))
+    return planned, first, run
+
+
+def test_status_shows_an_adaptive_sweeps_design_and_the_runs_it_did_not_choose(tmp_path, capsys):
+    # the store's record of why each run was chosen was shown nowhere once the sweep's own output was
+    # gone, and status called the runs the design never chose "pending"
+    from flops_fit.cli.main import main
+    from flops_fit.cli.sweep import _design_flags
+    from flops_fit.sweeps.adaptive import adaptive_sweep, plan_keys, plan_spend
+
+    planned, first, run = _first_batch_recorded(
+        tmp_path, lambda r: {"loss": 3.0 + abs(math.log(r.params / 500)), "tokens": r.tokens})
     spend = plan_spend(planned)
     design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=spend(plan_keys(first))), start=2, resume=True, **run)
     assert "cap" in design.stopped
@@ -411,21 +420,11 @@ def test_a_design_refuses_a_bad_rule_or_count_before_anything_trains():
 def test_a_design_whose_batch_failed_stops_instead_of_training_the_grid(tmp_path):
     # every run of the first batch failed (a rate that diverges, a model that cannot train): the design
     # went on choosing "the cheapest untrained budget" without a fit, into the same failure
-    import sweep_support
-
-    from flops_fit.store.outside import record_result
     from flops_fit.store.run_store import RunStore
     from flops_fit.sweeps.adaptive import adaptive_sweep
-    from flops_fit.sweeps.driver import run_plan
-    from flops_fit.sweeps.planner import plan
 
-    host = sweep_support.host()
-    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7], device="cpu"))
-    run = {"show_progress": False, "skip_parity": True, "host": host}
-    run_plan(planned, tmp_path, record_only=True, **run)
-    first = [r for r in planned.runs if r.budget in (2e7, 3e7)]
-    for r in first:
-        record_result(tmp_path, r.run_id, {"status": "failed", "error": "diverged at step 3", "tokens": 0})
+    planned, first, run = _first_batch_recorded(
+        tmp_path, lambda r: {"status": "failed", "error": "diverged at step 3", "tokens": 0})
     design = adaptive_sweep(planned, tmp_path, StopRule(n_opt_factor=2.0), start=2, resume=True, **run)
     assert len(design.rounds) == 1
     assert design.stopped == (f"none of round 1's {len(first)} runs has a loss (they failed): fix the cause, then "

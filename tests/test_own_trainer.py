@@ -410,25 +410,19 @@ def test_an_optional_field_that_is_no_number_is_a_bad_result_naming_it(tmp_path,
 
 
 @pytest.mark.e2e
-def test_a_script_that_is_not_executable_is_refused_as_such_before_any_run(tmp_path):
+@pytest.mark.parametrize(("command", "mode", "message"), [
     # was "'./train.sh' is not a program on PATH nor in ...": the file is right there
-    (tmp_path / "train.sh").write_text("#!/bin/sh\nexit 0\n")
-    path = write_sweep(tmp_path, ["./train.sh"])
-    with pytest.raises(flops_fit.PreflightError, match=r"train\.sh' is not executable: chmod \+x it"):
-        sweep_file(path, tmp_path / "out")
-    with RunStore(tmp_path / "out") as store:
-        assert store.planned_runs() == []
-
-
-@pytest.mark.e2e
-def test_a_bare_script_name_found_only_in_the_workdir_is_refused_before_any_run(tmp_path):
+    ("./train.sh", 0o644, r"train\.sh' is not executable: chmod \+x it"),
     # the preflight found "train.sh" in the workdir, but the system looks bare names up on PATH only:
     # every run then crashed with "cannot start 'train.sh': No such file or directory"
+    ("train.sh", 0o755, r"'train\.sh' is in .* but not on PATH.*write it \"\./train\.sh\""),
+])
+def test_a_script_that_cannot_be_started_as_written_is_refused_before_any_run(tmp_path, command, mode, message):
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
-    script.chmod(0o755)
-    path = write_sweep(tmp_path, ["train.sh"])
-    with pytest.raises(flops_fit.PreflightError, match=r"'train\.sh' is in .* but not on PATH.*write it \"\./train\.sh\""):
+    script.chmod(mode)
+    path = write_sweep(tmp_path, [command])
+    with pytest.raises(flops_fit.PreflightError, match=message):
         sweep_file(path, tmp_path / "out")
     with RunStore(tmp_path / "out") as store:
         assert store.planned_runs() == []
