@@ -305,6 +305,12 @@ def test_budgets_that_are_not_numbers_are_refused_not_converted(budgets):
         flops_fit.compare(runs, runs, method="vpnls", bootstrap=0, budgets=budgets)
 
 
+def test_a_budget_past_int64_is_a_number():
+    """compare(budgets=[10**22]) was refused as not a number: numpy holds an int past int64 as an object."""
+    runs = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5)
+    assert 1e22 in flops_fit.compare(runs, runs, method="vpnls", bootstrap=0, budgets=[10**22]).table.budget.to_list()
+
+
 def test_two_image_sweeps_compared_by_their_top1_error_say_error_not_loss(recipes, tmp_path, capsys):
     """`compare A B --metric error` headed its columns "loss A", "loss B" and said "reach B's loss", and its
     help offered only loss|bpb."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flops_fit.fitting import fit, load_runs
+from flops_fit.fitting import FitInputError, fit, load_runs
 from flops_fit.fitting.approaches.result import prediction_rows
 from flops_fit.fitting.synthetic import DEFAULT_LAW, optimal_size, synthetic_runs
 
@@ -177,3 +177,13 @@ def test_a_prediction_that_names_no_model_is_withheld_not_printed():
     assert rows[1][1:3] == ["1.34 [withheld: below one parameter]",
                             "60.3 [withheld: more tokens than the budget trains a one-parameter model on]"]
     assert "withheld" not in " ".join(rows[2][1:3])
+
+
+def test_budgets_are_flop_counts_wherever_they_are_given():
+    """One check for budgets (predict, inference sizing, compare): predict read the string "1e21" as a
+    number, and compare refused 10**22 (an int past int64, which numpy holds as an object)."""
+    fitted = fit(synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=5), "vpnls", bootstrap=0, tracking=False)
+    assert fitted.predict(10**22).budget[0] == 1e22
+    for bad in ("1e21", ["1e21"], [True], [[1e21]], []):
+        with pytest.raises(FitInputError, match="budgets must be finite positive FLOP counts"):
+            fitted.predict(bad)

@@ -19,6 +19,7 @@ import pandas as pd
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.decisions.inference import (
+    check_budgets,
     inference_sizing,
     law_of,
     sizing_notes,
@@ -212,9 +213,7 @@ class FitResult(Presentable):
         with the least training + inference FLOPs (``inference.inference_sizing``)."""
         if inference_tokens is not None:
             return inference_sizing(self, budgets, inference_tokens)
-        c = np.atleast_1d(np.asarray(budgets, dtype=float))
-        if c.size == 0 or not np.all(np.isfinite(c) & (c > 0)):
-            raise FitInputError(f"budgets must be finite positive FLOP counts, got {budgets!r}")
+        c = check_budgets(budgets, "budgets")
         n, d, loss = self.frontier({k: np.array([v]) for k, v in self.params.items()}, c)
         point = (n, d, loss, d / n)
         draws = None

@@ -33,6 +33,7 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.decisions.inference import flop_counts
 from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.validation.forecast import TARGET_FACTOR
@@ -231,11 +232,8 @@ def check_budgets(target: Any, budgets: Any) -> np.ndarray | None:
         raise FitInputError(f"target must be a positive number of FLOPs (e.g. 1e22), got {target!r}")
     if budgets is None:
         return None
-    try:
-        c = np.atleast_1d(np.asarray(budgets, dtype=float))
-    except (TypeError, ValueError):
-        c = np.array([np.nan])
-    if c.size == 0 or c.ndim != 1 or np.asarray(budgets).dtype.kind not in "iuf" or not np.all(np.isfinite(c) & (c > 0)):
+    c = flop_counts(budgets)
+    if c is None:
         raise FitInputError(f"budgets must be finite positive numbers of FLOPs (e.g. [1e20, 1e21]), got {budgets!r}")
     return c
 

@@ -49,14 +49,24 @@ def check_tokens(tokens: Any) -> float:
     return value
 
 
-def check_budgets(values: Any, what: str) -> np.ndarray:
-    """``values`` as a 1-D array of FLOP counts; FitInputError unless finite positive numbers (a word was
-    numpy's ValueError)."""
+def flop_counts(values: Any) -> np.ndarray | None:
+    """``values`` (one number or a list) as a 1-D float array of FLOP counts, or None unless finite positive
+    numbers: a word, a bool, a string ("1e11", read as a number before) or a 2-D array is none."""
     try:
         c = np.atleast_1d(np.asarray(values, dtype=float))
-    except (TypeError, ValueError):
-        c = np.array([np.nan])
-    if c.size == 0 or c.ndim != 1 or np.asarray(values).dtype == bool or not np.all(np.isfinite(c) & (c > 0)):
+    except (TypeError, ValueError):  # a word was numpy's ValueError
+        return None
+    written = np.asarray(values, dtype=object).ravel()  # as given: 10**22 is an int past int64, not a string
+    if c.size == 0 or c.ndim != 1 or any(isinstance(v, (str, bytes, bool, np.bool_)) for v in written) \
+            or not np.all(np.isfinite(c) & (c > 0)):
+        return None
+    return c
+
+
+def check_budgets(values: Any, what: str) -> np.ndarray:
+    """``values`` as a 1-D array of FLOP counts (``flop_counts``); FitInputError naming ``what`` otherwise."""
+    c = flop_counts(values)
+    if c is None:
         raise FitInputError(f"{what} must be finite positive FLOP counts, got {values!r}")
     return c
 
@@ -349,5 +359,5 @@ def _share(value: Any) -> str:
     return f"{100 * float(value):.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
 
 
-__all__ = ["below_runs", "falls_with_data", "headers", "inference_sizing", "sizing_notes", "sizing_rows", "sizing_summary",
-           "total_rows", "total_sizing", "unreached", "unserved"]
+__all__ = ["below_runs", "check_budgets", "falls_with_data", "flop_counts", "headers", "inference_sizing", "sizing_notes",
+           "sizing_rows", "sizing_summary", "total_rows", "total_sizing", "unreached", "unserved"]
