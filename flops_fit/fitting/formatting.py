@@ -58,7 +58,8 @@ def with_interval(value: Any, lo: Any, hi: Any, fmt=sig) -> str:
     return f"{fmt(value)} [{fmt(lo)}, {fmt(hi)}]"
 
 
-STILL = "[withheld: resamples all equal]"
+STILL_REASON = "resamples all equal"  # why an interval that is the point itself is withheld
+STILL = f"[withheld: {STILL_REASON}]"
 
 
 def still(value: Any, lo: Any, hi: Any) -> bool:

@@ -256,9 +256,10 @@ class FitResult(Presentable):
         lines.append(format_table(param_rows(self.intervals(), self.details.get("on_bound", ())),
                                   ["param", "estimate", f"{pct} interval",
                                                                  "bootstrap s.e."]))
-        lines += ["", format_table(prediction_rows(self.table(budgets), self.runs.unit),
-                                   ["FLOPs", f"{COLUMN_NAMES.get(self.runs.scale, 'params')} N_opt", f"{self.runs.unit} D_opt", f"{self.runs.unit}/param",
-                                                self.runs.label])]
+        unit = self.runs.unit
+        lines += ["", format_table(prediction_rows(self.table(budgets), unit),
+                                   ["FLOPs", f"{COLUMN_NAMES[self.runs.scale]} N_opt", f"{unit} D_opt",
+                                    f"{unit}/param", self.runs.label])]
         d = self.diagnostics
         if "k" in self.params:
             slope = self.params.get("k_slope", 0.0)
@@ -349,7 +350,7 @@ def param_withheld(name: str, row: Any, on_bound: Sequence[str] = ()) -> dict[st
         withhold("fitted on its search bound")
         return out
     if fmt.still(value, lo, hi):
-        withhold(fmt.STILL[len("[withheld: "):-1])
+        withhold(fmt.STILL_REASON)
     if name in COEFFICIENTS and fmt.too_wide(lo, hi):
         withhold(f"spans over {fmt.SPAN_LIMIT:g}x")
     if name in SIGNED_COEFFICIENTS and (why := fmt.signed_span(value, lo, hi)):
@@ -390,9 +391,10 @@ PREDICTED = (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fm
 
 
 def withheld_fields(row: Any, unit: str = "tokens") -> dict[str, str]:
-    """Each field of a prediction row its text withholds, with the reason (``--json`` nulls the same): a value that names no model (with its
-    bounds; an optimum that names none takes its tokens/param and loss with it), bounds that name none, span over
-    ``fmt.SPAN_LIMIT`` or do not vary. ``unit``: what D counts (tokens, an image sweep's samples)."""
+    """Each field of a prediction row its text withholds, with the reason (``--json`` nulls the same): a
+    value that names no model (with its bounds; an optimum that names none takes its tokens/param and loss
+    with it), bounds that name none, span over ``fmt.SPAN_LIMIT`` or do not vary. ``unit``: what D counts
+    (tokens, an image sweep's samples)."""
     out: dict[str, str] = {}
     for k, _ in (*PREDICTED, ("loss", None)):
         value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
@@ -409,7 +411,7 @@ def withheld_fields(row: Any, unit: str = "tokens") -> dict[str, str]:
             out.update({k: alone, f"{k}_lo": alone, f"{k}_hi": alone})
             continue
         if bounds is None and np.isfinite([lo, hi]).all() and fmt.still(value, lo, hi):
-            bounds = fmt.STILL[len("[withheld: "):-1]
+            bounds = fmt.STILL_REASON
         if bounds is not None:
             out.update({f"{k}_lo": bounds, f"{k}_hi": bounds})
     return out
