@@ -269,14 +269,19 @@ def _print_failures(out_dir: str | Path) -> int:
     return 1
 
 
-def _driver(store: RunStore, counts: dict[str, int], runs: list[Any]) -> dict[str, Any]:
+def _chosen(design: dict[str, Any]) -> set[str]:
+    """The run ids an adaptive sweep's stored design has chosen so far (its batches')."""
+    return {run_id for batch in design.get("run_ids", []) for run_id in batch}
+
+
+def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: dict[str, Any] | None) -> dict[str, Any]:
     """Who is training the sweep now, and the time it has left (``progress.stored_pace``), or that
-    the runs marked running were interrupted: a killed driver leaves them so. ``runs``: the plan's."""
+    the runs marked running were interrupted: a killed driver leaves them so. ``runs``: the plan's;
+    ``design``: an adaptive sweep's, as stored."""
     now = time.time()
     live = holder(store.path, now)
-    design = store.get_meta("adaptive")
     if design:  # an adaptive sweep's plan is its pool: only the runs chosen so far are to train
-        chosen = {run_id for batch in design["run_ids"] for run_id in batch}
+        chosen = _chosen(design)
         runs = [r for r in runs if r.run_id in chosen]
     if live is None:  # a driver killed before its first run started leaves them all pending
         statuses = store.statuses()
@@ -360,8 +365,8 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         plan = store.get_meta("plan") or {}
         frame = store.runs_frame()
         planned, states = store.planned_runs(), store.statuses()
-        driver = _driver(store, counts, planned) if counts else None
         design = store.get_meta("adaptive")
+        driver = _driver(store, counts, planned, design) if counts else None
     total = sum(counts.values())
     if not total:  # a store opened by a sweep that refused before it recorded its plan
         print(f"{out_dir}: no plan recorded (a sweep into it stopped before its first run); "
@@ -374,7 +379,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     print(gate_line(parity))
     finished = {r.run_id: r for r in frame.itertuples()}
     if design:  # an adaptive sweep: why each batch was chosen; the plan's runs it has not chosen (and none trained)
-        chosen = {run_id for batch in design.get("run_ids", []) for run_id in batch}
+        chosen = _chosen(design)
         for spec in planned:
             if spec.run_id not in chosen and spec.run_id not in finished and states.get(spec.run_id) == "pending":
                 states[spec.run_id] = "not chosen"
@@ -422,9 +427,9 @@ def _print_status_json(out_dir: str | Path) -> int:
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
         planned = store.planned_runs()
-        driver = _driver(store, counts, planned)
-        shared = _shared_steps(planned, store.timeline())
         design = store.get_meta("adaptive")
+        driver = _driver(store, counts, planned, design)
+        shared = _shared_steps(planned, store.timeline())
     finished = [r for r in runs if r["steps"] is not None]
     # a run's own steps: its result's less the stable steps a WSD branch took over, from the order the
     # branches finished (steps_reused is 0 for a branch resumed from its own checkpoint); a kill after the
@@ -441,7 +446,7 @@ def _print_status_json(out_dir: str | Path) -> int:
     }
     extra = {}
     if design:  # an adaptive sweep: its design as stored (why each batch, why it stopped), and the runs not chosen
-        chosen = {run_id for batch in design.get("run_ids", []) for run_id in batch}
+        chosen = _chosen(design)
         finite = json.loads(json.dumps(design), parse_constant=lambda _: None)  # a round not fitted yet: inf -> null
         extra["adaptive"] = {**finite, "not_chosen": [r["run_id"] for r in runs if r["run_id"] not in chosen
                                                                  and r["status"] == "pending"]}
