@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,9 +167,7 @@ class TunedLaw:
                     misses.append(abs(math.log(self.rate(values) / float(cell["lr_opt"]))))
             except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError):
                 continue
-        misses = sorted(m for m in misses if math.isfinite(m)) or [0.0]
-        mid = len(misses) // 2
-        miss = math.exp(misses[mid] if len(misses) % 2 else (misses[mid - 1] + misses[mid]) / 2)
+        miss = math.exp(statistics.median([m for m in misses if math.isfinite(m)] or [0.0]))
         if miss > MAX_CELL_MISS:
             return (f"the law misses the best rates of the cells it was fitted on by x{miss:.3g} (median), so it "
                     f"is not the law fitted to them (edited by hand?)")
