@@ -308,11 +308,11 @@ class RunStore:
         ).fetchall()
         return [
             {"run_id": r[0], "budget": r[1], "size": r[2], "status": r[3], "loss": r[4],
-             "steps": r[5] if r[3] in FINAL else None, "steps_planned": json.loads(r[6])["steps"],
+             "steps": r[5] if r[3] in FINAL else None, "steps_planned": spec["steps"],
              "steps_trained": r[7], "attempts": r[8],
              "steps_reused": int(json.loads(r[9] or "{}").get("stable_steps_reused", 0)) if r[3] in FINAL else 0,
-             "params": r[10], "tokens_planned": r[11], "lr": json.loads(r[6]).get("lr"), "error": r[12]}
-            for r in rows
+             "params": r[10], "tokens_planned": r[11], "lr": spec.get("lr"), "error": r[12]}
+            for r in rows for spec in [json.loads(r[6])]
         ]
 
     def timeline(self) -> list[dict[str, Any]]:
