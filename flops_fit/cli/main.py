@@ -2,8 +2,9 @@
 
 Any ``FlopsFitError`` is printed as ``flops-fit: error: ...`` with exit status 2 (argparse's
 own usage errors exit 2 too); flops-fit's warnings (a skipped plugin, a tracking backend
-switched off, a damaged checkpoint skipped) are one line each, in its worker processes too; output piped into a reader that stops early (``| head``) ends
-quietly.
+switched off, a damaged checkpoint skipped) are one line each, in its worker processes too;
+output piped into a reader that stops early (``| head``) ends quietly; SIGTERM before a
+command's own handling begins is one line, as Ctrl-C is.
 """
 
 from __future__ import annotations
