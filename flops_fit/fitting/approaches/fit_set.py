@@ -21,6 +21,7 @@ from flops_fit.fitting.decisions.planned import (
 from flops_fit.fitting.scales import SCALES
 from flops_fit.fitting.validation.forecast import BELOW_SWEPT, BEYOND_MEASURED
 from flops_fit.fitting.validation.holdout import holdout_counts, holdout_json, holdout_misses
+from flops_fit.fitting.validation.prior import beyond_reach
 from flops_fit.tables import format_table
 
 # Without intervals, exponents this far apart count as a disagreement.
@@ -108,8 +109,11 @@ class FitSet(Presentable):
         headers = [h.format(loss=label, unit=self.runs.unit, size=SCALES[self.runs.scale]) for h in ANSWER_HEADERS]
         note = (" (bootstrap intervals over these runs only, without the extrapolation error the forecast's include)"
                 if self.forecast is not None else "")
+        largest = float(self.runs.frame["flops"].max())
+        said = self.forecast.target if self.forecast is not None else None  # its own caveat says it (beyond_measured)
         return "\n\n".join(f"Every method at C = {fmt.flops(at)} FLOPs{note}:\n"
                            + format_table(answer_rows(self.results, at), headers)
+                           + "".join(f"\nNote: {n}." for n in [beyond_reach(at, largest)] if n and at != said)
                            for at in (list(budgets) if budgets else [default]))
 
     def to_dict(self, budgets: Sequence[float] | None = None) -> dict[str, Any]:

@@ -117,5 +117,17 @@ def shipped_laws() -> dict[str, ReachLaw]:
     return laws_from_dict(_shipped_data())
 
 
-__all__ = ["POOLED", "PRIOR_FILE", "fit_prior", "fit_priors", "label", "laws_from_dict", "prior_for", "prior_to_dict",
+def beyond_reach(target: float, largest: float) -> str | None:
+    """A note when ``target`` FLOPs lies beyond the largest reach (target / ``largest`` budget) at which
+    public sweeps measured how far an answer errs (the shipped laws' ``reach``): the README's example
+    read 1e21 off a sweep up to 5e11, 2e9x, and printed six methods' points 40x apart without a word."""
+    reaches = [law.reach for law in shipped_laws().values() if np.isfinite(law.reach)]
+    if not reaches or not largest > 0 or not target / largest > min(reaches):
+        return None
+    return (f"{target:.3g} FLOPs is {target / largest:.3g}x the largest budget ({largest:.3g}); public sweeps measured "
+            f"how far answers err up to {min(reaches):.3g}x: no measured error bounds these points, so read them as "
+            "the laws' shapes carried that far, and sweep larger budgets to bring the target nearer")
+
+
+__all__ = ["POOLED", "beyond_reach", "PRIOR_FILE", "fit_prior", "fit_priors", "label", "laws_from_dict", "prior_for", "prior_to_dict",
            "priors_from_dict", "shipped", "shipped_laws"]
