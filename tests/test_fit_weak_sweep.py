@@ -588,3 +588,26 @@ def test_the_planned_runs_pages_weak_sweep_command_prints_the_methods_it_names(t
     assert answered == re.findall(r"`(\w+)`", named)
     for method in ("isoflop", "interaction"):
         assert f"skipped {method}: {FAILED}" in out
+
+
+# Two budgets of a weak sweep (the stdlib GPT at 6e9 and 1.2e10 FLOPs, trained for the report's check): its
+# IsoFLOP minima fall from 10.5k-ish parameters at 6e9 to smaller ones at 1.2e10.
+TWO_BUDGETS = pd.DataFrame({
+    "params": [4628, 10280, 15804, 23120, 4628, 10280, 15804, 31460],
+    "tokens": [278976, 122048, 78912, 52736, 558016, 244096, 157824, 76160],
+    "budget": [6e9] * 4 + [1.2e10] * 4,
+    "loss": [4.55668, 4.37282, 4.30399, 4.48035, 4.52707, 4.17468, 3.99714, 5.02944]})
+
+
+def test_a_frontier_exponent_below_zero_is_no_answer(tmp_path, capsys):
+    """isoflop on two budgets read exponent a -0.152 [-0.53, 0.393] and forecast N_opt shrinking as compute
+    grew (10.8k at 1e10 FLOPs, 3.78k at 1e13): no compute-optimal allocation. It is left out with the reason."""
+    with pytest.raises(NoFitError, match=r"^isoflop: failed: no finite, ordered answer \(exponent a is -0\.\d+: "
+                                         r"N_opt would shrink as compute grows\)"):
+        fit(TWO_BUDGETS, "isoflop", bootstrap=100, tracking=False, holdout="none")
+    path = tmp_path / "runs.csv"
+    TWO_BUDGETS.to_csv(path, index=False)
+    assert main(["fit", str(path), "--method", "all", "--bootstrap", "100", "--holdout", "none"]) == 2
+    err = capsys.readouterr().err  # without curves envelope cannot fit; every method is refused, each saying why
+    assert re.search(r"no method could fit these runs: .*isoflop: failed: .*exponent a is -0\.\d+", err)
+    assert "Traceback" not in err
