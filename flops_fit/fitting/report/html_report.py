@@ -28,7 +28,12 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
-from flops_fit.fitting.approaches.result import fitted_results, param_rows, prediction_rows
+from flops_fit.fitting.approaches.result import (
+    fitted_results,
+    highest_loss,
+    param_rows,
+    prediction_rows,
+)
 from flops_fit.fitting.decisions.inference import (
     SIZING_HEADERS,
     below_runs,
@@ -401,7 +406,7 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
     par = result.intervals()
     params = param_rows(par, result.details.get("on_bound", ()))
     table = result.table(budgets)
-    rows = prediction_rows(table, result.runs.unit)
+    rows = prediction_rows(table, result.runs.unit, highest_loss(result.runs))
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
              f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",
