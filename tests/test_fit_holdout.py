@@ -281,9 +281,9 @@ def test_a_predicted_loss_interval_far_past_the_runs_losses_is_withheld_in_the_t
     table = pd.DataFrame([{"budget": 1e10, "N_opt": 2e3, "N_opt_lo": 1e3, "N_opt_hi": 3e3, "D_opt": 8e5,
                            "D_opt_lo": 5e5, "D_opt_hi": 1e6, "tokens_per_param": 400, "tokens_per_param_lo": 300,
                            "tokens_per_param_hi": 500, "loss": 2.7, "loss_lo": 2.5, "loss_hi": 452.0}])
-    assert prediction_rows(table, highest=2.6)[0][-1] == "2.7 [withheld: reaches over 10x the runs' own losses]"
-    assert prediction_rows(table, highest=50.0)[0][-1] == "2.7 [2.5, 452]"  # within 10x: printed
-    (row,) = prediction_json(table, highest=2.6)
+    assert prediction_rows(table, losses=(1.6, 2.6))[0][-1] == "2.7 [withheld: reaches over 10x the runs' own losses]"
+    assert prediction_rows(table, losses=(1.6, 50.0))[0][-1] == "2.7 [2.5, 452]"  # within 10x: printed
+    (row,) = prediction_json(table, losses=(1.6, 2.6))
     assert row["loss"] == 2.7 and row["loss_lo"] is None and row["loss_hi"] is None
     assert row["withheld"] == {"loss_lo": "reaches over 10x the runs' own losses",
                                "loss_hi": "reaches over 10x the runs' own losses"}
