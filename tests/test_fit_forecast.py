@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,12 +13,14 @@ import pytest
 
 import flops_fit
 from flops_fit.cli.main import main
-from flops_fit.fitting import fit, load_runs
+from flops_fit.fitting import APPROACHES, fit, load_runs
+from flops_fit.fitting.approaches.result import prediction_rows, runs_losses
 from flops_fit.fitting.laws.forms import InteractionForm
 from flops_fit.fitting.laws.laws import fit_loss_law, law_loss
 from flops_fit.fitting.report.html_report import write_report
 from flops_fit.fitting.scales import rescale, to_params
 from flops_fit.fitting.synthetic import optimal_size, synthetic_runs
+from flops_fit.fitting.validation.forecast import forecasts
 from flops_fit.fitting.validation.holdout import observe
 
 # Hoffmann et al.'s fitted law: its IsoFLOP profiles are asymmetric in log N (beta < alpha).
@@ -357,3 +360,24 @@ def test_a_forecast_below_every_swept_budget_says_its_intervals_were_not_measure
     assert f"Note: {note}" in below.summary()
     assert any(w.startswith(note) for w in json.loads(below.to_json())["warnings"])
     assert not any("below every swept budget" in w for w in fitted.warnings)  # the default target, 10x beyond
+
+
+def test_a_loss_far_under_the_runs_lowest_is_withheld_in_the_forecast_and_the_tables(capsys):
+    """`fit demo_runs.csv --target 1e30` printed envelope's and interaction's losses as 0.009 and 0.001 nats and
+    the forecast's as 0.0135, beside runs that end at 1.64 nats and above: a power law carried 1e18x past them."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    runs = load_runs(demo)
+    lowest = float(runs.frame["loss"].min())
+    assert lowest == pytest.approx(1.6389, abs=1e-4)
+    (far, near) = forecasts([APPROACHES["envelope"]()], runs, [1e30, 6.8e12], curve="slice", scales=("params",))
+    assert far.loss[0] < lowest / 10 and near.loss[0] > lowest / 10  # the numbers themselves are kept
+    said = "withheld: under 1/10 of the runs' lowest loss, 1.64"
+    assert f"loss {said}" in far.summary() and said not in near.summary()
+    assert far.to_dict()["loss"]["value"] is None and far.to_dict()["loss"]["withheld"] == said[len("withheld: "):]
+    assert near.to_dict()["loss"]["value"] == pytest.approx(near.loss[0])
+    envelope = fit(demo, "envelope", bootstrap=20, tracking=False, holdout="none")
+    rows = prediction_rows(envelope.predict([1e30, 6.8e12]), losses=runs_losses(envelope.runs))
+    assert rows[0][-1] == said and said not in rows[1][-1]
+    assert main(["fit", str(demo), "--method", "envelope", "--predict", "1e30", "--bootstrap", "20", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["table"]
+    assert row["loss"] is None and row["withheld"]["loss"] == said[len("withheld: "):]

@@ -11,6 +11,7 @@ import pytest
 
 from flops_fit.cli.main import main
 from flops_fit.fitting import FitInputError, fit
+from flops_fit.fitting.approaches.result import prediction_json, prediction_rows
 from flops_fit.fitting.laws.laws import law_loss
 from flops_fit.fitting.synthetic import DEFAULT_LAW, optimal_size, synthetic_runs
 
@@ -260,3 +261,29 @@ def test_checks_not_made_or_too_wide_to_judge_are_said_never_counted_as_inside()
     # -55.6% and +1.3% (mean 28.5%)
     assert counts[3].split() == ["interaction", "2", "0", "0", "56.2%", "1", "0", "28.5%"]
     assert counts[4].split() == ["vpnls", "2", "2", "0", "-", "0", "0", "-"]
+
+
+def test_a_loss_interval_reaching_far_past_the_runs_own_losses_is_withheld_and_not_judged(capsys):
+    """`fit demo_runs.csv --method isoflop --holdout 6e10 --bootstrap 20` printed the predicted loss as
+    2.216 [2.19, 974.4] nats beside runs that ended at 2.1-2.6, and counted the observed 2.227 inside it."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    assert main(["fit", str(demo), "--method", "isoflop", "--holdout", "6e10", "--bootstrap", "20"]) == 0
+    row = capsys.readouterr().out.split("Held-out check")[1].splitlines()[-1]
+    assert "[withheld: reaches over 10x the runs' own losses]" in row and "974" not in row
+    assert row.split()[-1] == "-"  # the loss check: not judged
+    fitted = fit(demo, "isoflop", holdout=6e10, bootstrap=20, tracking=False)
+    (check,) = fitted.holdout_checks
+    assert check.loss_interval[1] > 100 * check.observed_loss  # the interval itself is kept in the JSON
+    assert check.covered["loss"] is None and check.covered["n_opt"] is True
+
+
+def test_a_predicted_loss_interval_far_past_the_runs_losses_is_withheld_in_the_table_and_json():
+    table = pd.DataFrame([{"budget": 1e10, "N_opt": 2e3, "N_opt_lo": 1e3, "N_opt_hi": 3e3, "D_opt": 8e5,
+                           "D_opt_lo": 5e5, "D_opt_hi": 1e6, "tokens_per_param": 400, "tokens_per_param_lo": 300,
+                           "tokens_per_param_hi": 500, "loss": 2.7, "loss_lo": 2.5, "loss_hi": 452.0}])
+    assert prediction_rows(table, losses=(1.6, 2.6))[0][-1] == "2.7 [withheld: reaches over 10x the runs' own losses]"
+    assert prediction_rows(table, losses=(1.6, 50.0))[0][-1] == "2.7 [2.5, 452]"  # within 10x: printed
+    (row,) = prediction_json(table, losses=(1.6, 2.6))
+    assert row["loss"] == 2.7 and row["loss_lo"] is None and row["loss_hi"] is None
+    assert row["withheld"] == {"loss_lo": "reaches over 10x the runs' own losses",
+                               "loss_hi": "reaches over 10x the runs' own losses"}

@@ -194,7 +194,6 @@ def test_the_sizing_reads_a_law_only_where_more_data_lowers_the_loss():
     interaction term, under which the data term turns negative at small N; the sizing at 1e10 FLOPs
     serving 1B tokens read 2.18k parameters on 404 tokens (0.18 tokens per parameter) there."""
     runs = load_runs(Path(__file__).parent / "data" / "demo_runs.csv")
-    runs.frame["schedule"] = runs.frame["schedule"].map(json.loads)
     result = flops_fit.fit(runs, "curve", bootstrap=20, tracking=False)
     row = result.predict(1e10, inference_tokens=1e9).iloc[0]
     p = {k: np.array([v]) for k, v in result.params.items()}

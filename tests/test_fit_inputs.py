@@ -73,6 +73,25 @@ def test_a_table_as_json_lines_json_records_or_parquet_gives_the_csvs_runs(tmp_p
         load_runs(tmp_path / "other.parquet")
 
 
+def test_a_csvs_schedule_column_is_read_as_the_same_table_as_json_lines_reads_it(tmp_path, capsys):
+    """`fit tests/data/demo_runs.csv --method curve` refused the CSV's schedule column (JSON text) as "no
+    schedule", while the same runs as JSON lines fitted: both now give the curve law the same answer."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    frame = pd.read_csv(demo)
+    for column in ("schedule", "curve"):
+        frame[column] = frame[column].map(json.loads)
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(row) + "\n" for row in frame.to_dict("records")))
+    from_csv, from_json = load_runs(demo), load_runs(tmp_path / "runs.jsonl")
+    assert list(from_csv.frame["schedule"]) == list(frame["schedule"]) == list(from_json.frame["schedule"])
+    assert fit(demo, "curve", bootstrap=0, tracking=False).params == \
+        fit(tmp_path / "runs.jsonl", "curve", bootstrap=0, tracking=False).params
+    assert main(["fit", str(demo), "--method", "curve", "--bootstrap", "0"]) == 0
+    assert "schedule" not in capsys.readouterr().err
+    plain = pd.DataFrame({"params": [1e6, 2e6], "tokens": [2e7, 1e7], "loss": [3.1, 3.0],
+                          "schedule": ["cosine", "{not json"]})  # a schedule named, not recorded: kept as it is
+    assert list(load_runs(plain).frame["schedule"]) == ["cosine", "{not json"]
+
+
 def test_a_semicolon_separated_table_with_decimal_commas_gives_the_csvs_runs(tmp_path):
     """A spreadsheet's export in a decimal-comma locale (it said "no params column 'params'; available
     columns: 'params;tokens;loss'" and told the user to name the column)."""

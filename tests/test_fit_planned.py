@@ -203,3 +203,21 @@ def test_a_planned_image_run_below_the_fitted_runs_counts_samples(frame):
     (note,) = planned.notes
     assert f"{fmt.count(frame.tokens.min())} samples): the extrapolation error" in note and "tokens" not in note
     assert "samples D" in planned.summary()
+
+
+def test_a_planned_loss_far_from_the_runs_own_losses_is_withheld_with_the_reason(capsys):
+    """--at on the demo's runs (losses 1.64 to 2.78 nats) read 10 x 100 at 139.3 [76.59, 1127] nats and
+    1T x 100T at 1.26 [0.00567, 2.35]: interval ends 400x past the runs' highest and 300x under their lowest.
+    Those intervals are withheld with the reason (the text and the report share the cells)."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    planned = fit(demo, "vpnls", bootstrap=100, tracking=False, holdout="none").loss_at([10, 1e12, 3e4],
+                                                                                         [100, 1e14, 1e6])
+    small, huge, near = (planned.table.iloc[i] for i in range(3))
+    assert small.loss_hi > 100 * 2.78 and huge.loss_lo < 1.64 / 100  # what was printed
+    rows = planned.rows()
+    assert rows[0][2] == f"{fmt.sig(small.loss, 4)} [withheld: reaches over 10x the runs' own losses]"
+    assert rows[1][2] == f"{fmt.sig(huge.loss, 4)} [withheld: reaches under 1/10 of the runs' lowest loss, 1.64]"
+    assert rows[2][2] == fmt.with_interval(near.loss, near.loss_lo, near.loss_hi, fmt=lambda v: fmt.sig(v, 4))
+    assert main(["fit", str(demo), "--method", "vpnls", "--bootstrap", "100", "--holdout", "none",
+                 "--at", "10:100"]) == 0
+    assert "[withheld: reaches over 10x the runs' own losses]" in capsys.readouterr().out

@@ -56,7 +56,7 @@ from flops_fit.fitting.validation.holdout import (
     select_budgets,
     shared_refits,
 )
-from flops_fit.fitting.validation.validity import failed_message, failure
+from flops_fit.fitting.validation.validity import failed_message, failure, tail_note
 from flops_fit.machine import resolve_workers
 from flops_fit.tracking.base import log_fit, sweep_destination
 from flops_fit.tracking.options import Destination, destination, parse_tracking
@@ -266,7 +266,7 @@ def not_fitted(result: Any, budgets: list[float], target: float | None = None) -
         return (f"{AT_TARGET} {fmt.flops(target)} FLOPs ({reason}), though it answers at the swept budgets: "
                 f"give a target in FLOPs nearer them ({fmt.flops(float(np.min(swept)))} to "
                 f"{fmt.flops(float(np.max(swept)))}; --target C)")
-    return failed_message(reason)
+    return failed_message(reason) + tail_note(result, reason)
 
 
 # The fewest resamples an interval is read from: `--bootstrap 1` on the demo's runs gave intervals of one draw,

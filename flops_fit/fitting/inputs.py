@@ -6,6 +6,7 @@ budget and curve), so column mapping and validation happen once, here, at the bo
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -238,6 +239,8 @@ def load_runs(
         _check_budget(out, name, budget_col, mapping["flops"][0] if has_flops else None)
     if curve_col in frame:
         out["curve"] = _curves(frame, curve_col, name, out["run_id"])
+    if "schedule" in frame:
+        out["schedule"] = frame["schedule"].map(_parse_schedule)
     for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit",
                   "top1_error", "lr", "lr_source", "schedule", *keep):  # lr_source: the report's notes on the rates
         if extra in frame and extra not in out:
@@ -565,6 +568,15 @@ def _parse_curve(curve: Any) -> Any:
     if isinstance(curve, np.ndarray) and curve.dtype == object:  # parquet's list of lists: an array of arrays
         curve = [list(point) for point in curve]
     return np.asarray(curve, dtype=float).reshape(-1, 2)
+
+
+def _parse_schedule(schedule: Any) -> Any:
+    """A run's schedule as the store records it (a dict): a CSV's cell holds the same as JSON text (the curve
+    law refused ``demo_runs.csv``'s while the same table as JSON lines fitted). Other text is kept as it is."""
+    if isinstance(schedule, str) and schedule.lstrip().startswith("{"):
+        with contextlib.suppress(ValueError):  # JSONDecodeError is a ValueError
+            return json.loads(schedule)
+    return schedule
 
 
 def _curves(frame: pd.DataFrame, column: str, name: str, ids: pd.Series) -> pd.Series:

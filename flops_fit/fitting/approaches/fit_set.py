@@ -11,7 +11,7 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.approaches.result import FitResult, Presentable, scale_cells
+from flops_fit.fitting.approaches.result import FitResult, Presentable, runs_losses, scale_cells
 from flops_fit.fitting.decisions.planned import (
     EXTRAPOLATION_SLOPE,
     PlannedLoss,
@@ -168,7 +168,7 @@ def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]
     """One row per method: its answer at ``target`` with intervals (the report's and the summary's table)."""
     rows = []
     for method, result in results.items():
-        rows.append([method] + scale_cells(result.predict(target).iloc[0], result.runs.unit)
+        rows.append([method] + scale_cells(result.predict(target).iloc[0], result.runs.unit, runs_losses(result.runs))
                     + [fmt.with_interval(*result.exponents["a"])])
     return rows
 

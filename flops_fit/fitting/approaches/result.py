@@ -257,7 +257,7 @@ class FitResult(Presentable):
                                   ["param", "estimate", f"{pct} interval",
                                                                  "bootstrap s.e."]))
         unit = self.runs.unit
-        lines += ["", format_table(prediction_rows(self.table(budgets), unit),
+        lines += ["", format_table(prediction_rows(self.table(budgets), unit, runs_losses(self.runs)),
                                    ["FLOPs", f"{COLUMN_NAMES[self.runs.scale]} N_opt", f"{unit} D_opt",
                                     f"{unit}/param", self.runs.label])]
         d = self.diagnostics
@@ -286,7 +286,7 @@ class FitResult(Presentable):
             "seed": self.seed,
             "level": self.level,
             "params": param_json(par, self.details.get("on_bound", ())),
-            "table": prediction_json(self.table(budgets), self.runs.unit),
+            "table": prediction_json(self.table(budgets), self.runs.unit, runs_losses(self.runs)),
             "diagnostics": self.diagnostics.to_dict(),
             "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
         }
@@ -380,21 +380,23 @@ def outlying_se(se: float, lo: float, hi: float) -> bool:
     return bool(np.isfinite([se, lo, hi]).all() and se > abs(hi - lo))
 
 
-def prediction_rows(table: pd.DataFrame, unit: str = "tokens") -> list[list[str]]:
+def prediction_rows(table: pd.DataFrame, unit: str = "tokens", losses: tuple[float, float] | None = None) -> list[list[str]]:
     """Rows of FLOPs, N_opt, D_opt, tokens/param, loss, each "value [lo, hi]" (``scale_cells``); a budget
     whose optimum itself names no model has its tokens/param and loss withheld too (``--predict 1e3``
     read 0.315 parameters on 236 tokens at a loss of 415.6 nats)."""
-    return [[fmt.flops(r.budget)] + scale_cells(r, unit) for _, r in table.iterrows()]
+    return [[fmt.flops(r.budget)] + scale_cells(r, unit, losses) for _, r in table.iterrows()]
 
 
 PREDICTED = (("N_opt", fmt.count), ("D_opt", fmt.count), ("tokens_per_param", fmt.sig))
 
 
-def withheld_fields(row: Any, unit: str = "tokens") -> dict[str, str]:
+def withheld_fields(row: Any, unit: str = "tokens", losses: tuple[float, float] | None = None) -> dict[str, str]:
     """Each field of a prediction row its text withholds, with the reason (``--json`` nulls the same): a
     value that names no model (with its bounds; an optimum that names none takes its tokens/param and loss
-    with it), bounds that name none, span over ``fmt.SPAN_LIMIT`` or do not vary. ``unit``: what D counts
-    (tokens, an image sweep's samples)."""
+    with it), bounds that name none, span over ``fmt.SPAN_LIMIT`` or do not vary; a loss far under the runs'
+    lowest, or an interval reaching far past their highest (``losses``: ``runs_losses``; ``fmt.loss_under``,
+    ``fmt.loss_beyond``). ``unit``: what D counts (tokens, an image sweep's samples)."""
+    lowest, highest = losses if losses is not None else (None, None)
     out: dict[str, str] = {}
     for k, _ in (*PREDICTED, ("loss", None)):
         value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
@@ -405,6 +407,8 @@ def withheld_fields(row: Any, unit: str = "tokens") -> dict[str, str]:
             bounds = unphysical(k, lo, hi, row["budget"], unit) if np.isfinite([lo, hi]).all() else None
             if bounds is None and fmt.too_wide(lo, hi):
                 bounds = f"spans over {fmt.SPAN_LIMIT:g}x"
+        else:
+            alone, bounds = fmt.loss_under(value, lowest), fmt.loss_beyond(hi, highest)
         if alone is None and k in ("tokens_per_param", "loss") and ("N_opt" in out or "D_opt" in out):
             alone = "no model"  # the optimum names none: its ratio and loss are no model's
         if alone is not None:
@@ -417,21 +421,21 @@ def withheld_fields(row: Any, unit: str = "tokens") -> dict[str, str]:
     return out
 
 
-def prediction_json(table: pd.DataFrame, unit: str = "tokens") -> list[dict[str, Any]]:
+def prediction_json(table: pd.DataFrame, unit: str = "tokens", losses: tuple[float, float] | None = None) -> list[dict[str, Any]]:
     """A prediction table's rows for JSON: each field the text withholds null, and ``withheld`` giving why."""
     rows = []
     for record in table.to_dict("records"):
-        gone = withheld_fields(record, unit)
+        gone = withheld_fields(record, unit, losses)
         record = {k: (None if k in gone else v) for k, v in record.items()}
         rows.append(fmt.json_safe({**record, **({"withheld": gone} if gone else {})}))
     return rows
 
 
-def scale_cells(row: Any, unit: str = "tokens") -> list[str]:
+def scale_cells(row: Any, unit: str = "tokens", losses: tuple[float, float] | None = None) -> list[str]:
     """N_opt, D_opt, tokens/param and the loss of a prediction row, each "value [lo, hi]" (an interval over
     ``fmt.SPAN_LIMIT`` withheld, and one that names no model: --predict 1e3 read N_opt 1.34 [0.168, 5.23]
     parameters)."""
-    gone = withheld_fields(row, unit)
+    gone = withheld_fields(row, unit, losses)
     cells = []
     for k, f in (*PREDICTED, ("loss", _loss)):
         value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
@@ -442,6 +446,12 @@ def scale_cells(row: Any, unit: str = "tokens") -> list[str]:
         else:
             cells.append(fmt.with_interval(value, lo, hi, fmt=f))
     return cells
+
+
+def runs_losses(runs: Any) -> tuple[float, float]:
+    """The lowest and highest loss the runs ended at: what a predicted loss is judged against."""
+    loss = runs.frame["loss"].to_numpy(float)
+    return float(np.nanmin(loss)), float(np.nanmax(loss))
 
 
 def _loss(value: Any) -> str:

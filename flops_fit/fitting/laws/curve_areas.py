@@ -101,8 +101,9 @@ def schedule_of(row: pd.Series) -> dict:
     sched = row.get("schedule")
     if not isinstance(sched, dict) or not sched.get("steps"):
         raise FitInputError("the curve law needs each run's learning-rate schedule (steps, warmup, cooldown) and "
-                            "training curve, which a sweep folder's store records; fit a sweep folder, or use "
-                            "another method for a CSV")
+                            "training curve, which a sweep folder's store records (a table: its 'schedule' column "
+                            "as JSON, with 'steps'); fit a sweep folder, or use another method for a table without "
+                            "them")
     return sched
 
 

@@ -28,7 +28,12 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
-from flops_fit.fitting.approaches.result import fitted_results, param_rows, prediction_rows
+from flops_fit.fitting.approaches.result import (
+    fitted_results,
+    param_rows,
+    prediction_rows,
+    runs_losses,
+)
 from flops_fit.fitting.decisions.inference import (
     SIZING_HEADERS,
     below_runs,
@@ -290,7 +295,7 @@ def _forecast(f: Any) -> str:
     """The forecast first: each answer by the candidates that extrapolate it best, and where it comes from."""
     value = ", ".join([f"N_opt {fmt.scale_interval(*f.n_opt)} parameters",  # over 1000x withheld, as the text
                        f"D_opt {fmt.scale_interval(*f.d_opt)} {f.unit}",
-                       f"{f.metric} {fmt.with_interval(*f.loss, fmt=_loss)}"])
+                       f"{f.metric} {f.loss_text()}"])
     items = "".join(f"<li>{escape(answer_line(f.answers[q], f.ratio, f.metric))}</li>" for q in ("n_opt", "loss"))
     return "\n".join([
         f"<h2 id='forecast'>The forecast at C = {fmt.flops(f.target)} FLOPs ({f.ratio:.3g}x the largest budget)</h2>",
@@ -401,7 +406,7 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
     par = result.intervals()
     params = param_rows(par, result.details.get("on_bound", ()))
     table = result.table(budgets)
-    rows = prediction_rows(table, result.runs.unit)
+    rows = prediction_rows(table, result.runs.unit, runs_losses(result.runs))
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
              f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",

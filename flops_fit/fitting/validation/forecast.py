@@ -199,6 +199,7 @@ class Forecast:
     records: list[Record] = field(default_factory=list)
     unit: str = "tokens"  # what D_opt counts (``Runs.unit``)
     metric: str = "loss"  # what the laws fitted, as the text names it ("top-1 error" for ``metric="error"``)
+    lowest: float = np.nan  # the lowest loss the runs ended at: a loss answer far under it is withheld
 
     def __repr__(self) -> str:
         """One line: the answer (the dataclass's own repr would print every chaining record)."""
@@ -212,6 +213,8 @@ class Forecast:
             value, lo, hi = getattr(self, key)
             source = self.answers["loss" if key == "loss" else "n_opt"]
             out[key] = {"value": value, "interval": [lo, hi], "source": source.source}
+        if why := self.loss_withheld():
+            out["loss"].update(value=None, interval=[None, None], withheld=why)
         out["answers"] = {k: a.to_dict() for k, a in self.answers.items()}
         out["notes"] = [n for n in [self.calibration_note()] if n]
         out["candidates"] = [_candidate_dict(c) for c in self.candidates]
@@ -248,12 +251,22 @@ class Forecast:
                 "its intervals there keep their width at no reach, which no run or split has checked; a forecast "
                 "answers a budget beyond the sweep (--target C, target=C)")
 
+    def loss_withheld(self) -> str | None:
+        """Why the loss answer is withheld (None if it is not): far under the runs' lowest (``fmt.loss_under``);
+        at 1e30 FLOPs the demo's runs, which end at 1.64 nats and above, read 0.0135."""
+        return fmt.loss_under(self.loss[0], self.lowest)
+
+    def loss_text(self) -> str:
+        """The loss answer as printed: "1.266 [1.221, 1.313]", or withheld with the reason."""
+        why = self.loss_withheld()
+        return f"withheld: {why}" if why else _triple(self.loss, lambda v: fmt.sig(v, 4))
+
     def summary(self) -> str:
         lines = [f"Forecast at C = {fmt.flops(self.target)} FLOPs, {self.ratio:.3g}x the largest budget "
                  f"({100 * self.level:g}% intervals; each answer chosen by its own forward-chaining record):",
                  f"  N_opt {fmt.scale_interval(*self.n_opt)} parameters, D_opt {fmt.scale_interval(*self.d_opt)} "
                  f"{self.unit}, "
-                 f"{self.metric} {_triple(self.loss, lambda v: fmt.sig(v, 4))}"]
+                 f"{self.metric} {self.loss_text()}"]
         lines += [f"  {answer_line(a, self.ratio, self.metric)}" for a in (self.answers["n_opt"], self.answers["loss"])]
         lines += [f"  note: {n}" for n in [self.calibration_note()] if n]
         lines += [f"  prior on the extrapolation error: {prior_note(self.prior)}",
@@ -389,7 +402,7 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
     largest = float(np.max(budgets))
     return [replace(decide(records, {k: v[i] for k, v in predictions.items()}, float(t), float(t / largest),
                            keys=keys, reasons=reasons, level=level, priors=priors, mode=mode), unit=runs.unit,
-                    metric=runs.label.split(" (")[0])
+                    metric=runs.label.split(" (")[0], lowest=float(np.nanmin(runs.frame["loss"].to_numpy(float))))
             for i, t in enumerate(targets)]
 
 

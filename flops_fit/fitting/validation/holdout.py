@@ -260,7 +260,8 @@ def compare(method: str, budgets: np.ndarray, keep: np.ndarray, observed: Sequen
             observed_loss_interval=o.loss_interval, loss_error=float(p.loss) / o.loss - 1,
             predicted_n_opt=float(p.N_opt), n_opt_interval=n_int, observed_n_opt=o.n_opt,
             observed_n_opt_interval=o.n_opt_interval, n_opt_error=float(p.N_opt) / o.n_opt - 1,
-            covered={"loss": _inside(o.loss, loss_int), "n_opt": _inside(o.n_opt, n_int, scale=True)},
+            covered={"loss": None if fmt.loss_beyond(loss_int[1], o.loss) else _inside(o.loss, loss_int),
+                     "n_opt": _inside(o.n_opt, n_int, scale=True)},
             reason=o.reason,
         ))
     return checks
@@ -608,7 +609,7 @@ def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]
                          fmt.scale_interval(c.predicted_n_opt, *c.n_opt_interval),
                          fmt.scale_interval(c.observed_n_opt, *c.observed_n_opt_interval),
                          fmt.percent(c.n_opt_error), _yes_no(c.covered["n_opt"]),
-                         fmt.with_interval(c.predicted_loss, *c.loss_interval, fmt=_loss),
+                         _loss_cell(c.predicted_loss, c.loss_interval, c.observed_loss),
                          fmt.with_interval(c.observed_loss, *c.observed_loss_interval, fmt=_loss),
                          fmt.percent(c.loss_error), _yes_no(c.covered["loss"])])
     return rows
@@ -633,6 +634,14 @@ def holdout_summary(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
 
 def _loss(value: Any) -> str:
     return fmt.sig(value, 4)
+
+
+def _loss_cell(value: float, bounds: tuple[float, float], observed: float) -> str:
+    """A predicted loss with its interval, withheld where it reaches far past the held-out budget's own loss
+    (``fmt.loss_beyond``)."""
+    if why := fmt.loss_beyond(bounds[1], observed):
+        return f"{_loss(value)} [withheld: {why}]"
+    return fmt.with_interval(value, *bounds, fmt=_loss)
 
 
 def _yes_no(flag: bool | None) -> str:

@@ -41,7 +41,8 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     non-finite fitted parameter, a value or interval bound that is not finite and positive, a size
     or data bound below one parameter or token, a data bound beyond what the budget trains a
     one-parameter model on (C / 6 tokens), or (at a budget within the swept range) a point
-    clearly outside its own interval or an optimum ``BELOW_RUNS`` times below every run's size or tokens."""
+    clearly outside its own interval or an optimum ``BELOW_RUNS`` times below every run's size or tokens; last,
+    a frontier exponent a or b that is not positive (``shrinking``)."""
     swept = budget_groups(result.runs)[0]
     within = (float(np.min(swept)) * (1 - 1e-9), float(np.max(swept)) * (1 + 1e-9))
     bad = [name for name, value in result.params.items() if name not in CONSTANTS and not np.isfinite(value)]
@@ -78,6 +79,17 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
         if key in COUNTS and within[0] <= budget <= within[1] and value * BELOW_RUNS < smallest[key]:
             return (f"{name} {at} is {show(value)}, over {BELOW_RUNS:g}x below the smallest run's "
                     f"{show(smallest[key])} {units[key]}, where no run was trained")
+    return shrinking(result)
+
+
+def shrinking(result: Any) -> str | None:
+    """Why the frontier's exponents give no compute-optimal allocation (None if they do): N_opt ~ C^a and
+    D_opt ~ C^b with a or b not positive, so more compute would train a smaller model (or on fewer tokens).
+    Two budgets let isoflop read a = -0.152 [-0.53, 0.393]; an interval across 0 alone is left to it."""
+    for key, grows in (("a", "N_opt"), ("b", "D_opt")):
+        value = result.exponents[key][0]
+        if np.isfinite(value) and value <= 0:
+            return f"exponent {key} is {fmt.sig(value)}: {grows} would shrink as compute grows"
     return None
 
 
@@ -92,10 +104,29 @@ def unphysical(key: str, lo: float, hi: float, budget: float, unit: str = "token
     return None
 
 
+# Draws beyond each end of an interval below which a verdict read off that end is the extremes' alone: a 95%
+# interval of 200 resamples sits 5 draws in from each extreme, of 20 half a draw. The weak sweep's parametric fit
+# failed on 20 and 50 resamples (D_opt's upper end inf) and answered on 100, 200 and 1000.
+TAIL_DRAWS = 5
+
+
+def tail_note(result: Any, reason: str) -> str:
+    """"" or, where ``reason`` reads an interval (a bound, or a point outside it) of fewer resamples than put
+    ``TAIL_DRAWS`` draws beyond each end, a note that the verdict rests on the few most extreme draws."""
+    n = len(getattr(result, "samples", ()))
+    beyond = n * (1 - result.level) / 2 if n else np.inf
+    if "interval" not in reason or beyond >= TAIL_DRAWS:
+        return ""
+    k = max(1, int(np.ceil(beyond)))
+    return (f"; on {n} resamples each end of the {100 * result.level:g}% interval is set by its "
+            f"{'' if k == 1 else f'{k} '}most extreme draw{'' if k == 1 else 's'}, so more resamples (--bootstrap "
+            "1000, the default) may judge it otherwise")
+
+
 def failed_message(reason: str) -> str:
     """The one line a failed method is skipped (or refused) with."""
     return (f"failed: no finite, ordered answer ({reason}); the runs do not pin this method down "
             f"(more budgets, sizes around each optimum, or less noisy runs help)")
 
 
-__all__ = ["failed_message", "failure", "unphysical"]
+__all__ = ["failed_message", "failure", "shrinking", "tail_note", "unphysical"]
