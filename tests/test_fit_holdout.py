@@ -287,3 +287,17 @@ def test_a_predicted_loss_interval_far_past_the_runs_losses_is_withheld_in_the_t
     assert row["loss"] == 2.7 and row["loss_lo"] is None and row["loss_hi"] is None
     assert row["withheld"] == {"loss_lo": "reaches over 10x the runs' own losses",
                                "loss_hi": "reaches over 10x the runs' own losses"}
+
+
+def test_a_predicted_loss_interval_reaching_under_zero_or_far_under_the_runs_is_withheld():
+    """Every method's table at 1e21 FLOPs, beside runs that ended at 1.8-2.9 nats, read the curve law's loss
+    as 0.6133 [-0.3087, 1.528]: a bound no loss can take. A lower end under a tenth of the runs' lowest
+    loss is withheld as an upper end far past their highest is."""
+    table = pd.DataFrame([{"budget": 1e21, "N_opt": 1e11, "N_opt_lo": 6e9, "N_opt_hi": 2e12, "D_opt": 3e9,
+                           "D_opt_lo": 2e8, "D_opt_hi": 5e10, "tokens_per_param": 0.02, "tokens_per_param_lo": 0.01,
+                           "tokens_per_param_hi": 0.05, "loss": 0.6133, "loss_lo": -0.3087, "loss_hi": 1.528}])
+    why = "reaches under 1/10 of the runs' lowest loss, 1.8"
+    assert prediction_rows(table, losses=(1.8, 2.9))[0][-1] == f"0.6133 [withheld: {why}]"
+    (row,) = prediction_json(table, losses=(1.8, 2.9))
+    assert row["loss"] == 0.6133 and row["withheld"] == {"loss_lo": why, "loss_hi": why}
+    assert prediction_rows(table.assign(loss_lo=0.5), losses=(1.8, 2.9))[0][-1] == "0.6133 [0.5, 1.528]"

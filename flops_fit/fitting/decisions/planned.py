@@ -77,8 +77,7 @@ class PlannedLoss:
         lowest, highest = self.losses
         if why := fmt.loss_under(r.loss, lowest):
             return f"withheld: {why}"
-        under = fmt.loss_under(r.loss_lo, lowest)
-        why = fmt.loss_beyond(r.loss_hi, highest) or (under and f"reaches {under}")
+        why = fmt.loss_bounds(r.loss_lo, r.loss_hi, lowest, highest)
         if why and not fmt.too_wide(r.loss_lo, r.loss_hi):  # one over 1000x says so, as every table's does
             return f"{_sig4(r.loss)} [withheld: {why}]"
         return fmt.scale_interval(r.loss, r.loss_lo, r.loss_hi, fmt=_sig4)
