@@ -12,10 +12,18 @@ workers; import and plan included), the driver's alone, the wall seconds; the ra
 each arm's best round; and whether every run's held-out loss, bits per byte and loss curve are the
 same to the bit as the base's.
 
+``--breakdown`` instead measures where a demo step's CPU goes, in this process on one thread: per
+width, one demo run (its smallest budget, cut to ``--steps`` steps, the cooldown at the same share)
+through ``training.loop.train`` (setup and held-out loss included), against the bare step on one
+fixed batch (forward, loss, backward, clipping, AdamW: the loop's own calls), and the forward and
+backward alone; best of ``--repeats`` rounds, the arms alternating.
+
 Timings on a shared machine go under its lock (``flock /tmp/flops-bench.lock``):
 
     flock /tmp/flops-bench.lock nice -n 5 python benchmarks/bench_demo_training.py \\
         --base /work/wt-speed-base [--budgets 3] [--repeats 2] [--out benchmarks/results/demo_training.json]
+    flock /tmp/flops-bench.lock nice -n 5 python benchmarks/bench_demo_training.py --breakdown 6,10,26 \\
+        [--steps 300] [--repeats 3] [--out benchmarks/results/demo_step_breakdown.json]
 """
 
 from __future__ import annotations
@@ -60,6 +68,63 @@ def child(budgets: int, out: str) -> dict:
     }
 
 
+def breakdown(widths: list[int], steps: int, repeats: int) -> dict:
+    """CPU milliseconds a step: the loop's, the bare step's, the forward and backward's (see the docstring)."""
+    import torch
+
+    from flops_fit.sweeps.demo import demo_plan
+
+    torch.set_num_threads(1)
+    plan, _ = demo_plan("gpt")
+    rows = []
+    for width in widths:
+        rows.append(_width_row(min((r for r in plan.runs if r.size == width), key=lambda r: r.budget), steps, repeats))
+        print(rows[-1], flush=True)
+    return {"steps": steps, "repeats": repeats, "rows": rows}
+
+
+def _width_row(spec, steps: int, repeats: int) -> dict:
+    """One width's row of ``breakdown``: ``spec`` cut to ``steps`` steps, the three arms."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from flops_fit.plugin import api
+    from flops_fit.training.loop import built, train
+    from flops_fit.training.steps import make_optimizer
+
+    spec = dataclasses.replace(spec, steps=steps, tokens=steps * spec.batch_size * spec.seq_len,
+                               cooldown_start=round(spec.cooldown_start / spec.steps * steps),
+                               warmup_steps=min(spec.warmup_steps, steps // 4))
+    torch.manual_seed(spec.seed)
+    model, loss_fn = built(spec), api.get_loss(spec.loss)
+    optimizer = make_optimizer(model, spec, torch.device("cpu"))
+    batch = api.create_dataset(spec.dataset, "train", **spec.dataset_config).get_batch(np.arange(spec.batch_size))
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def bare(update: bool) -> None:
+        for _ in range(steps):
+            loss_fn(model(batch["tokens"]), batch).backward()
+            if update:
+                torch.nn.utils.clip_grad_norm_(params, spec.grad_clip)
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    arms = {"loop": lambda: train(spec), "bare_step": lambda: bare(True), "forward_backward": lambda: bare(False)}
+    for run in arms.values():  # warm: the first call pays for imports and the corpus's first read
+        run()
+    best = {name: float("inf") for name in arms}
+    for i in range(repeats):
+        for name in (list(arms) if i % 2 == 0 else list(arms)[::-1]):
+            t = time.process_time()
+            arms[name]()
+            best[name] = min(best[name], 1000 * (time.process_time() - t) / steps)
+    return {"width": spec.size, "params": spec.params, **{f"{k}_ms": round(v, 2) for k, v in best.items()},
+            "loop_over_bare": round(best["loop"] / best["bare_step"], 3),
+            "clip_and_adamw_share_of_bare": round(1 - best["forward_backward"] / best["bare_step"], 3)}
+
+
 def arm(root: str, budgets: int) -> dict:
     """One round of one arm: a fresh process with ``root`` as the flops-fit it imports."""
     with tempfile.TemporaryDirectory(prefix="bench-demo-training-") as folder:
@@ -79,14 +144,25 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, default=3, help="the demo's smallest budgets to train (default 3)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", help="write the result JSON here")
+    parser.add_argument("--breakdown", help="widths (e.g. 6,10,26): where a step's CPU goes, in this process")
+    parser.add_argument("--steps", type=int, default=300, help="steps per arm of --breakdown")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.budgets, args.out_dir)))
         return
+    if args.breakdown:
+        result = {"command": " ".join(["python benchmarks/bench_demo_training.py", *sys.argv[1:]]),
+                  "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                              "load_1min": os.getloadavg()[0]},
+                  **breakdown([int(w) for w in args.breakdown.split(",")], args.steps, args.repeats)}
+        print(json.dumps(result, indent=1))
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+        return
     if not args.base:
-        parser.error("--base is required")
+        parser.error("--base is required (or --breakdown)")
     rounds: dict[str, list[dict]] = {"base": [], "new": []}
     for i in range(args.repeats):
         order = ("base", "new") if i % 2 == 0 else ("new", "base")
