@@ -432,14 +432,18 @@ def _print_status_json(out_dir: str | Path) -> int:
         shared = _shared_steps(planned, store.timeline())
     finished = [r for r in runs if r["steps"] is not None]
     # a run's own steps: its result's less the stable steps a WSD branch took over, from the order the
-    # branches finished (steps_reused is 0 for a branch resumed from its own checkpoint); a kill after the
-    # last progress report can leave a step or two uncounted: never below 0
-    lost = [max(r["steps_trained"] - (r["steps"] - shared.get(r["run_id"], r["steps_reused"])), 0) for r in finished]
+    # branches finished (steps_reused is 0 for a branch resumed from its own checkpoint)
+    own = [r["steps"] - shared.get(r["run_id"], r["steps_reused"]) for r in finished]
+    # steps its result holds that no progress report counted: a worker that trained (and checkpointed) on
+    # after the driver's last report, the driver killed; trained all the same
+    unreported = [max(n - r["steps_trained"], 0) for r, n in zip(finished, own, strict=True)]
+    lost = [r["steps_trained"] + u - n for r, u, n in zip(finished, unreported, own, strict=True)]
     totals = {
         "runs": len(runs), "counts": counts,
         "steps": sum(r["steps"] for r in finished),
         "steps_planned": sum(r["steps_planned"] for r in runs),
-        "steps_trained": sum(r["steps_trained"] for r in runs),
+        "steps_trained": sum(r["steps_trained"] for r in runs) + sum(unreported),
+        "steps_unreported": sum(unreported),
         "steps_shared": sum(shared.values()),
         "steps_lost": sum(lost),
         "attempts": sum(r["attempts"] for r in runs),
