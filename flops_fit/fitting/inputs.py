@@ -66,6 +66,8 @@ class Runs:
     cautions: list[str] = field(default_factory=list)  # what the table itself suggests reading with care
     metric: str = "loss"
     scale: str = "params"  # what the ``params`` column holds (``scales.SCALES``)
+    # with ``all_rates``: the runs without a finite loss (diverged), loss NaN, for a sweep over rates to read
+    diverged: pd.DataFrame | None = None
 
     @property
     def label(self) -> str:
@@ -217,6 +219,8 @@ def load_runs(
     unscored = _unscored(frame[mapping["loss"][0]])  # diverged (NaN, inf) or never evaluated (empty)
     excluded += [{"run_id": r, "reason": f"{NO_LOSS} ({v})"}
                  for r, v in zip(ids[unscored], frame.loc[unscored, mapping["loss"][0]], strict=True)]
+    diverged = _diverged(frame.loc[unscored], ids[unscored], mapping, flops_per_param_token, [budget_col, *keep]) \
+        if all_rates else None
     frame, ids = frame.loc[~unscored], ids[~unscored]
     out = pd.DataFrame(index=frame.index)
     out["run_id"] = ids.to_numpy()
@@ -266,7 +270,30 @@ def load_runs(
         out = out.drop(index=top).reset_index(drop=True)
     if not all_rates:  # a learning-rate sweep read whole: a run that blew up at too high a rate is data
         _check_diverged(out, name, exclude_top)
-    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric, cautions=cautions)
+    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric, cautions=cautions,
+                diverged=diverged)
+
+
+def _diverged(frame: pd.DataFrame, ids: pd.Series, mapping: dict[str, tuple[str, str]], k: float,
+              extra: list[str]) -> pd.DataFrame:
+    """The runs without a finite loss as rows like the fitted ones' (loss NaN), those whose size and
+    tokens (or FLOPs) read as numbers: a sweep over rates learns from where its rates diverged."""
+    out = pd.DataFrame({"run_id": ids.to_numpy()}, index=frame.index)
+    for canonical in ("params", "tokens", "flops"):
+        if (column := mapping[canonical][0]) in frame:
+            out[canonical] = pd.to_numeric(frame[column], errors="coerce").astype(float)
+    if "tokens" not in out:
+        out["tokens"] = out["flops"] / (k * out["params"])
+    if "flops" not in out:
+        out["flops"] = k * out["params"] * out["tokens"]
+    out["loss"] = np.nan
+    if extra[0] in frame:
+        out["budget"] = pd.to_numeric(frame[extra[0]], errors="coerce")
+    for column in extra[1:]:
+        if column in frame:
+            out[column] = frame[column]
+    sizes = out[["params", "tokens", "flops"]].to_numpy(float)
+    return out.loc[(np.isfinite(sizes) & (sizes > 0)).all(axis=1)].reset_index(drop=True)
 
 
 def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> pd.DataFrame:
