@@ -286,3 +286,32 @@ def test_a_curve_of_a_run_that_logged_flops_and_no_tokens_is_put_on_its_tokens(t
     frame = flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", all_rates=True).frame
     for tokens, c in zip(frame["tokens"], frame["curve"], strict=True):
         assert np.allclose(c[:, 0], [tokens * s / STEPS for s in range(1, STEPS + 1)])
+
+
+def test_a_tensorboard_folder_with_events_of_its_own_and_run_subfolders_reads_each_run(tmp_path):
+    """A log folder whose own writer logged (a summary beside the runs, or a run of its own) and that holds
+    run subfolders read as one run: every subfolder's events merged into it."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    logs = tmp_path / "logs"
+    finished = [r for r in RUNS if r[4]]
+    for k, (params, tokens, lr, loss, _ok) in enumerate(finished):
+        with tensorboard.SummaryWriter(str(logs / f"run{k}" / "train")) as writer:  # a run's own writer below it
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("train_loss", curve(params, s), global_step=s)
+        with tensorboard.SummaryWriter(str(logs / f"run{k}")) as writer:
+            writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss})  # a subfolder
+    with tensorboard.SummaryWriter(str(logs)) as writer:  # the sweep's summary beside its runs: no run
+        writer.add_scalar("runs_done", len(finished), global_step=1)
+    runs = flops_fit.load_runs(logs, loss_col="hparam/loss", curve_metric="train_loss", keep=("lr",), all_rates=True)
+    frame = runs.frame.sort_values(["params", "lr"]).reset_index(drop=True)
+    assert sorted(runs.frame.run_id) == [f"run{k}" for k in range(len(finished))]
+    assert frame["loss"].tolist() == pytest.approx([r[3] for r in sorted(finished)], rel=1e-6)
+    assert all(np.allclose(c[:, 1], [curve(p, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+               for p, c in zip(frame["params"], frame["curve"], strict=True))
+    # the folder's own writer logging a run of its own: one run more, its events its own
+    params, tokens, lr, loss, _ok = finished[0]
+    with tensorboard.SummaryWriter(str(logs)) as writer:
+        writer.add_hparams({"params": 2 * params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name=".")
+    runs = flops_fit.load_runs(logs, loss_col="hparam/loss", keep=("lr",), all_rates=True)
+    assert sorted(runs.frame.run_id) == ["logs", *(f"run{k}" for k in range(len(finished)))]
+    assert runs.frame.set_index("run_id").params["logs"] == 2 * params
