@@ -315,3 +315,29 @@ def test_a_tensorboard_folder_with_events_of_its_own_and_run_subfolders_reads_ea
     runs = flops_fit.load_runs(logs, loss_col="hparam/loss", keep=("lr",), all_rates=True)
     assert sorted(runs.frame.run_id) == ["logs", *(f"run{k}" for k in range(len(finished)))]
     assert runs.frame.set_index("run_id").params["logs"] == 2 * params
+
+
+def test_tracker_runs_sharing_a_display_name_keep_their_own_ids(quiet_env):
+    """MLflow runs (and a W&B export's rows) named alike had one run id: two runs read as one, or one lost."""
+    mlflow = pytest.importorskip("mlflow")
+    store = quiet_env / "mlruns"
+    mlflow.set_tracking_uri(store.as_uri())
+    mlflow.set_experiment("sweep")
+    finished = [r for r in RUNS if r[4]]
+    ids = []
+    for k, (params, tokens, lr, loss, _ok) in enumerate(finished):
+        with mlflow.start_run(run_name="baseline" if k < 2 else "other") as run:
+            mlflow.log_params({"params": params, "tokens": tokens, "lr": lr})
+            mlflow.log_metric("val_loss", loss)
+            ids.append(run.info.run_id)
+    frame = flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",), all_rates=True).frame
+    assert sorted(frame.run_id) == sorted([f"baseline ({ids[0][:8]})", f"baseline ({ids[1][:8]})", "other"])
+    by_id = frame.set_index("run_id")
+    assert by_id.loss[f"baseline ({ids[1][:8]})"] == pytest.approx(finished[1][3])
+    export = pd.DataFrame({"Name": ["a", "a", "b"], "State": ["finished"] * 3, "params": [1e6, 2e6, 4e6],
+                           "tokens": [2e7, 4e7, 8e7], "eval/loss": [4.0, 3.5, 3.2]})
+    path = quiet_env / "wandb_export.csv"
+    export.to_csv(path, index=False)
+    assert flops_fit.load_runs(path, loss_col="eval/loss").frame.run_id.tolist() == ["a (row 1)", "a (row 2)", "b"]
+    export.assign(ID=["x1", "x2", "x3"]).to_csv(path, index=False)
+    assert flops_fit.load_runs(path, loss_col="eval/loss").frame.run_id.tolist() == ["a (x1)", "a (x2)", "b"]
