@@ -7,6 +7,7 @@ budget and curve), so column mapping and validation happen once, here, at the bo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +38,8 @@ METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)", "error": 
 # An exact repeat of a run is counted once (``_drop_repeats``); its exclusion's reason starts so.
 REPEAT = "a repeat of"
 NO_LOSS = "no finite loss"  # an excluded run's reason: diverged or never evaluated
+# Words of a column's name that say it names the evaluation set (gadre_overtraining.csv's ``eval_data``).
+EVALUATION_WORDS = ("eval", "evaluation", "val", "valid", "validation", "heldout")
 # A loss this many times the runs' median is no trained model's (``_check_diverged``).
 DIVERGED = 10.0
 # A text column with 2 to this many values at overlapping sizes splits a table into settings (``_settings``).
@@ -248,6 +251,8 @@ def load_runs(
             out[extra] = frame[extra]
     cautions = _settings(frame, set(out.columns) | {c for c, _ in mapping.values()} | {run_id_col, budget_col, curve_col},
                          mapping["params"][0])
+    if sets := evaluation_sets(frame):  # what compare checks two recipes' losses against
+        metadata = {**metadata, "evaluation": sets}
     same = _same_rows(frame, (run_id_col, curve_col))
     out = out.reset_index(drop=True)
 
@@ -294,6 +299,19 @@ def _diverged(frame: pd.DataFrame, ids: pd.Series, mapping: dict[str, tuple[str,
             out[column] = frame[column]
     sizes = out[["params", "tokens", "flops"]].to_numpy(float)
     return out.loc[(np.isfinite(sizes) & (sizes > 0)).all(axis=1)].reset_index(drop=True)
+
+
+def names_evaluation(column: Any) -> bool:
+    """Whether a column's name says it names the evaluation set (``eval_data``, ``Eval Set``, ``val_set``)."""
+    words = re.split(r"[^a-z0-9]+", str(column).lower())
+    return any(w.startswith("eval") or w in EVALUATION_WORDS for w in words)
+
+
+def evaluation_sets(frame: pd.DataFrame) -> dict[str, list[str]]:
+    """The evaluation sets the runs name, per text column named like one (``names_evaluation``): a fit does
+    not read them, and two recipes measured on different ones are not one quantity."""
+    return {str(c): sorted(frame[c].dropna().astype(str).unique()) for c in frame.columns
+            if names_evaluation(c) and not pd.api.types.is_numeric_dtype(frame[c]) and frame[c].notna().any()}
 
 
 def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> pd.DataFrame:
