@@ -28,7 +28,7 @@ from flops_fit.sweeps.data_budget import data_budget, repeat_warning, unique_tok
 from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.sweeps.progress import stored_pace
+from flops_fit.sweeps.progress import session_start, stored_pace
 from flops_fit.tables import duration, format_table, shortest
 
 DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
@@ -288,7 +288,8 @@ def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: di
         waiting = sum(statuses.get(r.run_id) == "pending" for r in runs)
         return {"driver": None, "interrupted": counts.get("running", 0), "waiting": waiting,
                 "resume": _resume(store.dir, runs, design)}
-    left = stored_pace(runs, store.timeline(), live.started, now).seconds_left()
+    timeline = store.timeline()
+    left = stored_pace(runs, timeline, session_start(timeline, live.started), now).seconds_left()
     return {"driver": {**live._asdict(), "heartbeat_age_s": round(now - live.heartbeat, 1)}, "seconds_left": left,
             "scope": "runs chosen so far" if design else "all runs"}
 
