@@ -345,3 +345,34 @@ def test_a_familys_branches_are_stored_as_each_ends_not_when_the_family_does(tmp
     with RunStore(tmp_path) as store:
         trained = {row["run_id"]: row["steps_trained"] for row in store.accounting()}
     assert trained[third.run_id] == third.steps - second.cooldown_start
+
+
+def test_a_branch_whose_start_is_heard_after_it_ended_is_not_left_running(tmp_path, monkeypatch):
+    # worker processes report through a queue the driver reads when it can: a short branch had ended (its result
+    # saved) before its start was heard, so the driver stored it, then marked it running again: the sweep
+    # ended with a done run shown running
+
+    p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
+    family = max(families(p.runs), key=lambda f: len(f.runs))
+    first, second, third = family.runs
+    held = []
+
+    def train_late(spec, progress, **kwargs):
+        for report in held:  # the second branch's reports, in order, heard once its result is saved
+            progress(*report)
+        held.clear()
+
+        def late(run_id, done, total, loss):
+            if run_id == second.run_id:
+                held.append((run_id, done, total, loss))
+            else:
+                progress(run_id, done, total, loss)
+        return train(spec, late, **kwargs)
+
+    monkeypatch.setattr(task, "train", train_late)
+    frame = p.run(tmp_path, show_progress=False, host=HOST).runs.set_index("run_id")
+    assert set(frame.status) == {"done"}
+    with RunStore(tmp_path) as store:
+        assert set(store.statuses().values()) == {"done"}
+        rows = {row["run_id"]: row for row in store.accounting()}
+    assert rows[second.run_id]["steps_trained"] == second.steps - first.cooldown_start

@@ -340,7 +340,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
         """A branch starting: its family's branches that saved a result have ended, so store them now
         (status showed them running until the family's last branch ended)."""
         for spec in branches.get(family_of.get(run_id, ""), []) if policy is not None else []:
-            if spec.run_id not in stored and (result := load_result(policy.run_dir(spec.run_id), spec.run_id)):
+            if spec.run_id not in stored and spec.run_id != run_id and \
+                    (result := load_result(policy.run_dir(spec.run_id), spec.run_id)):
                 store_run(spec, result)
 
     def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
