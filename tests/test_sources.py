@@ -315,6 +315,14 @@ def test_a_tensorboard_folder_with_events_of_its_own_and_run_subfolders_reads_ea
     runs = flops_fit.load_runs(logs, loss_col="hparam/loss", keep=("lr",), all_rates=True)
     assert sorted(runs.frame.run_id) == ["logs", *(f"run{k}" for k in range(len(finished)))]
     assert runs.frame.set_index("run_id").params["logs"] == 2 * params
+    # one run's parameters logged apart (add_hparams(run_name="hp")) beside its scalars: still one run
+    with tensorboard.SummaryWriter(str(tmp_path / "one")) as writer:
+        for s in range(1, STEPS + 1):
+            writer.add_scalar("train_loss", curve(params, s), global_step=s)
+        writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name="hp")
+    [one] = flops_fit.load_runs(tmp_path / "one", loss_col="hparam/loss", curve_metric="train_loss").frame.itertuples()
+    assert (one.run_id, one.params, one.loss) == ("one", params, pytest.approx(loss))
+    assert np.allclose(one.curve[:, 1], [curve(params, s) for s in range(1, STEPS + 1)], rtol=1e-6)
 
 
 def test_tracker_runs_sharing_a_display_name_keep_their_own_ids(quiet_env):

@@ -24,16 +24,24 @@ HPARAMS_FOLDER = re.compile(r"\d+(\.\d+)?")
 
 
 def run_folders(root: Path) -> list[Path]:
-    """The folders under ``root`` with event files that are runs: each outermost one, and below it each
-    folder with parameters of its own (a run of a folder whose writer logged too); the rest (an
-    add_hparams subfolder, a run's train/ and eval/ writers) belong to the run they are in. An outer
-    folder without parameters holding such runs is no run (a summary written beside them)."""
+    """The folders under ``root`` with event files that are runs: each outermost one, and below it the
+    folders with parameters of their own where there are several, or where it has its own too (runs
+    beside a folder whose writer logged: a summary, or a run); the rest (an add_hparams subfolder, a
+    run's train/ and eval/ writers, its one parameter set logged apart) belong to the run they are in.
+    An outer folder without parameters holding such runs is no run (a summary written beside them)."""
     folders = sorted({p.parent for p in root.rglob(EVENTS)})
     outer = [f for f in folders if not any(f != g and g in f.parents for g in folders)]
     if len(outer) == len(folders):  # nothing nested: no event file read
         return folders
-    own = [f for f in folders if f not in outer and not HPARAMS_FOLDER.fullmatch(f.name) and _has_params(f, folders)]
-    return sorted([*own, *(f for f in outer if not any(f in g.parents for g in own) or _has_params(f, folders))])
+    nested = [f for f in folders if f not in outer and not HPARAMS_FOLDER.fullmatch(f.name) and _has_params(f, folders)]
+    runs = []
+    for folder in outer:
+        inner = [g for g in nested if folder in g.parents]
+        own = bool(inner) and _has_params(folder, folders)
+        if len(inner) == 1 and not own:  # the run's one parameter set, in a subfolder (add_hparams(run_name=...))
+            inner = []
+        runs += [*inner, *([folder] if own or not inner else [])]
+    return sorted(runs)
 
 
 def _has_params(folder: Path, folders: list[Path]) -> bool:
