@@ -432,3 +432,61 @@ def test_a_design_whose_batch_failed_stops_instead_of_training_the_grid(tmp_path
     with RunStore(tmp_path) as store:
         statuses = store.statuses()
     assert all(statuses[r.run_id] == "pending" for r in planned.runs if r.budget == 4e7)  # nothing more trained
+
+
+def test_an_adaptive_sweep_holds_one_lease_from_its_first_batch_to_its_last(tmp_path):
+    """Each batch's run_plan took a lease of its own: status read a new driver each round (its time left
+    "not measured yet" again) and, while the design fitted between batches, no driver at all."""
+    import os
+
+    import sweep_support
+
+    from flops_fit.errors import StoreBusy
+    from flops_fit.store.lease import Lease, holder
+    from flops_fit.sweeps.adaptive import adaptive_sweep, plan_keys, plan_spend
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7, 6e7], device="cpu"))
+    by = plan_keys(planned)
+    cap = plan_spend(planned)([k for k in by if k[0] <= 4e7])
+    heard = []  # the store's driver as status reads it, after each batch is chosen and after each fit
+    design = adaptive_sweep(planned, tmp_path, StopRule(flops_cap=cap), start=2, show_progress=False,
+                            skip_parity=True, host=host, on_round=lambda d: heard.append(holder(tmp_path / "runs.sqlite")))
+    assert len(design.rounds) == 2 and len(heard) >= 3
+    assert all(h is not None and h.pid == os.getpid() for h in heard)
+    assert len({h.started for h in heard}) == 1  # one driver since the first batch
+    assert holder(tmp_path / "runs.sqlite") is None  # given up at the end
+    with Lease(tmp_path / "runs.sqlite"):  # a lease not shared is joined by none, as before
+        with pytest.raises(StoreBusy):
+            Lease(tmp_path / "runs.sqlite").acquire()
+
+
+def test_status_between_an_adaptive_sweeps_batches_says_the_design_is_choosing(tmp_path):
+    """Its batch trained, the design fitting: status read "about 0.0s left for the runs chosen so far"."""
+    import contextlib
+    import io
+
+    import sweep_support
+
+    from flops_fit.cli.main import main
+    from flops_fit.sweeps.adaptive import adaptive_sweep, plan_keys, plan_spend
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7, 6e7], device="cpu"))
+    by = plan_keys(planned)
+    cap = plan_spend(planned)([k for k in by if k[0] <= 4e7])
+    lines = []
+
+    def status(design):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert main(["status", str(tmp_path)]) == 0
+        lines.append(printed.getvalue().splitlines()[1])
+
+    adaptive_sweep(planned, tmp_path, StopRule(flops_cap=cap), start=2, show_progress=False, skip_parity=True,
+                   host=host, on_round=status)
+    fitted = [line for line in lines if "the design fits them to choose its next batch (or stop)" in line]
+    assert fitted and all(line.startswith("training now: pid ") for line in fitted)
+    assert not any("0.0s left" in line for line in lines)

@@ -270,6 +270,26 @@ def test_two_recipes_on_different_evaluation_sets_are_refused_in_one_line(recipe
     assert kept.at_target.multiplier == pytest.approx(1.0)
 
 
+def test_two_recipes_evaluated_on_different_sets_in_their_own_rows_are_refused(recipes, tmp_path, capsys):
+    """Two CSVs (or two recipes' rows of one table) each evaluated on one set, the sets different: the loaded
+    runs dropped the eval_data column, so compare measured c4_val against paloma_ptb as one quantity."""
+    a, b = tmp_path / "base.csv", tmp_path / "new.csv"
+    recipes[0].assign(eval_data="c4_val").drop(columns="curve").to_csv(a, index=False)
+    recipes[2].assign(eval_data="paloma_ptb").drop(columns="curve").to_csv(b, index=False)
+    assert main(["compare", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "recipes base and new are measured on different evaluation sets (eval_data: 'c4_val' against " \
+           "'paloma_ptb')" in err
+    table = tmp_path / "runs.csv"
+    pd.concat([pd.read_csv(a).assign(recipe="base"), pd.read_csv(b).assign(recipe="new")]).to_csv(table, index=False)
+    with pytest.raises(flops_fit.FitInputError, match=r"different evaluation sets \(eval_data: 'c4_val' against"):
+        flops_fit.compare(table, table, where_a={"recipe": "base"}, where_b={"recipe": "new"})
+    recipes[2].assign(eval_data="c4_val").drop(columns="curve").to_csv(b, index=False)  # one set: compared
+    kept = flops_fit.compare(a, b, "vpnls", bootstrap=0)
+    assert kept.at_target.multiplier > 1
+
+
 @pytest.mark.parametrize(("given", "message"), [
     ({"bootstap": 3}, r"unknown option\(s\) bootstap; compare\(\) passes on"),
     ({"names": ("a", "b", "c")}, "names must be two names"), ({"names": "ab"}, "names must be two names")])

@@ -94,14 +94,14 @@ def test_repeated_runs_at_one_rate_are_averaged():
 
 
 def test_runs_that_diverged_are_left_out_and_said():
-    """A lab's sweep diverges at its highest rates (loss NaN or inf): those runs are missing points of
-    their cells, named in the fit's notes; they refused the whole fit."""
+    """A lab's sweep diverges at its highest rates (loss NaN or inf): those runs are points of their cells
+    without a loss (where the rates diverged), named in the fit's notes; they refused the whole fit."""
     frame = sweep(noise=0)
     frame["val"] = frame["val"].astype(float)
     frame.loc[frame.peak_lr == RATES[-1], "val"] = [np.nan, np.inf] * 6
     fitted = flops_fit.fit_rates(frame, params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val",
                                  run_id_col="name", bootstrap=0)
-    assert all(len(c.fit.rates) == len(RATES) - 1 for c in fitted.cells)
+    assert all(len(c.fit.rates) == len(RATES) and math.isnan(c.fit.losses[-1]) for c in fitted.cells)
     assert fitted.notes == ["12 run(s) are not finished or have no finite loss, and are left out (n1e+06-d5e+06-8: "
                             "no finite loss (nan); n1e+06-d2e+07-8: no finite loss (inf); n1e+06-d8e+07-8: no finite "
                             "loss (nan); ...)"]
@@ -225,3 +225,23 @@ def test_tune_from_never_replaces_a_tunes_law(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "holds a tune's law (or one written by hand)" in err
     assert (tmp_path / "tune" / "hparams.json").read_text() == before
+
+
+def test_a_cell_whose_best_rate_trained_next_to_one_that_diverged_says_so():
+    """tune --from: load_runs dropped the runs without a finite loss before the cells were built, so a cell
+    whose best rate trained just below one that diverged read as "best at the highest rate tried: widen the
+    multipliers upwards" (wider rates only diverge again), never "try rates between them"."""
+    frame = sweep(noise=0)
+    frame["val"] = frame["val"].astype(float)
+    n, d = 1e6, 5e6
+    cell = (frame.N == n) & (frame.D == d)
+    best = frame.loc[cell, "val"].idxmin()
+    frame.loc[cell & (frame.peak_lr > frame.peak_lr[best]), "val"] = np.nan  # every rate above its best diverged
+    fitted = flops_fit.fit_rates(frame, params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val",
+                                 run_id_col="name", bootstrap=0)
+    [diverging] = [c for c in fitted.cells if (c.params, c.tokens) == (n, d)]
+    above = RATES[RATES.index(frame.peak_lr[best]) + 1]
+    assert diverging.fit.rates == RATES and math.isnan(diverging.fit.losses[-1])
+    assert diverging.fit.reason.startswith(f"diverged next to its best: the best loss is at the highest rate that "
+                                           f"trained ({frame.peak_lr[best]:.3g}) and {above:.3g} above it")
+    assert sum(c.fit.ok for c in fitted.cells) == len(fitted.cells) - 1  # the others fit as before

@@ -201,3 +201,21 @@ def test_cli_sweep_with_failed_runs_exits_1_with_a_summary(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "flops-fit: 3 of 3 runs failed, for 1 distinct reason(s)" in proc.stderr
     assert "  3 run(s) (" in proc.stderr and ": diverged: " in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_dropout_model_trained_together_is_refused_before_any_run():
+    # with stack_runs > 1 a model that draws random numbers (dropout) failed at its first step, each
+    # program of runs the same way; the preflight now refuses it in one line, and trained apart it passes
+    dropped = plan(host=HOST, **sweep_support.small_plan_options(model_config={"dropout": 0.1}, stack_runs=2))
+    base = dropped.runs[0]
+    rates = [dataclasses.replace(base, lr=base.lr * m, run_id="") for m in (0.5, 1.0)]  # a tune's cell
+    together = dataclasses.replace(dropped, runs=rates)
+    with pytest.raises(PreflightError, match=r"^model 'tiny-lm' size 4 draws random numbers while it trains "
+                                             r"\(dropout\): .*stack_runs = 1"):
+        preflight(together, host=HOST)
+    alone = dataclasses.replace(together, options=dataclasses.replace(dropped.options, stack_runs=1))
+    assert preflight(alone, host=HOST).batches  # one at a time it trains
+    assert preflight(dropped, host=HOST).batches  # no two runs of one shape: nothing trains together
+    plain = plan(host=HOST, **sweep_support.small_plan_options(stack_runs=2))
+    preflight(dataclasses.replace(plain, runs=[dataclasses.replace(plain.runs[0], lr=plain.runs[0].lr * m, run_id="")
+                                               for m in (0.5, 1.0)]), host=HOST)  # no dropout: trains together

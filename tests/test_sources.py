@@ -286,3 +286,66 @@ def test_a_curve_of_a_run_that_logged_flops_and_no_tokens_is_put_on_its_tokens(t
     frame = flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", all_rates=True).frame
     for tokens, c in zip(frame["tokens"], frame["curve"], strict=True):
         assert np.allclose(c[:, 0], [tokens * s / STEPS for s in range(1, STEPS + 1)])
+
+
+def test_a_tensorboard_folder_with_events_of_its_own_and_run_subfolders_reads_each_run(tmp_path):
+    """A log folder whose own writer logged (a summary beside the runs, or a run of its own) and that holds
+    run subfolders read as one run: every subfolder's events merged into it."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    logs = tmp_path / "logs"
+    finished = [r for r in RUNS if r[4]]
+    for k, (params, tokens, lr, loss, _ok) in enumerate(finished):
+        with tensorboard.SummaryWriter(str(logs / f"run{k}" / "train")) as writer:  # a run's own writer below it
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("train_loss", curve(params, s), global_step=s)
+        with tensorboard.SummaryWriter(str(logs / f"run{k}")) as writer:
+            writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss})  # a subfolder
+    with tensorboard.SummaryWriter(str(logs)) as writer:  # the sweep's summary beside its runs: no run
+        writer.add_scalar("runs_done", len(finished), global_step=1)
+    runs = flops_fit.load_runs(logs, loss_col="hparam/loss", curve_metric="train_loss", keep=("lr",), all_rates=True)
+    frame = runs.frame.sort_values(["params", "lr"]).reset_index(drop=True)
+    assert sorted(runs.frame.run_id) == [f"run{k}" for k in range(len(finished))]
+    assert frame["loss"].tolist() == pytest.approx([r[3] for r in sorted(finished)], rel=1e-6)
+    assert all(np.allclose(c[:, 1], [curve(p, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+               for p, c in zip(frame["params"], frame["curve"], strict=True))
+    # the folder's own writer logging a run of its own: one run more, its events its own
+    params, tokens, lr, loss, _ok = finished[0]
+    with tensorboard.SummaryWriter(str(logs)) as writer:
+        writer.add_hparams({"params": 2 * params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name=".")
+    runs = flops_fit.load_runs(logs, loss_col="hparam/loss", keep=("lr",), all_rates=True)
+    assert sorted(runs.frame.run_id) == ["logs", *(f"run{k}" for k in range(len(finished)))]
+    assert runs.frame.set_index("run_id").params["logs"] == 2 * params
+    # one run's parameters logged apart (add_hparams(run_name="hp")) beside its scalars: still one run
+    with tensorboard.SummaryWriter(str(tmp_path / "one")) as writer:
+        for s in range(1, STEPS + 1):
+            writer.add_scalar("train_loss", curve(params, s), global_step=s)
+        writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name="hp")
+    [one] = flops_fit.load_runs(tmp_path / "one", loss_col="hparam/loss", curve_metric="train_loss").frame.itertuples()
+    assert (one.run_id, one.params, one.loss) == ("one", params, pytest.approx(loss))
+    assert np.allclose(one.curve[:, 1], [curve(params, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+
+
+def test_tracker_runs_sharing_a_display_name_keep_their_own_ids(quiet_env):
+    """MLflow runs (and a W&B export's rows) named alike had one run id: two runs read as one, or one lost."""
+    mlflow = pytest.importorskip("mlflow")
+    store = quiet_env / "mlruns"
+    mlflow.set_tracking_uri(store.as_uri())
+    mlflow.set_experiment("sweep")
+    finished = [r for r in RUNS if r[4]]
+    ids = []
+    for k, (params, tokens, lr, loss, _ok) in enumerate(finished):
+        with mlflow.start_run(run_name="baseline" if k < 2 else "other") as run:
+            mlflow.log_params({"params": params, "tokens": tokens, "lr": lr})
+            mlflow.log_metric("val_loss", loss)
+            ids.append(run.info.run_id)
+    frame = flops_fit.load_runs(store, loss_col="val_loss", keep=("lr",), all_rates=True).frame
+    assert sorted(frame.run_id) == sorted([f"baseline ({ids[0][:8]})", f"baseline ({ids[1][:8]})", "other"])
+    by_id = frame.set_index("run_id")
+    assert by_id.loss[f"baseline ({ids[1][:8]})"] == pytest.approx(finished[1][3])
+    export = pd.DataFrame({"Name": ["a", "a", "b"], "State": ["finished"] * 3, "params": [1e6, 2e6, 4e6],
+                           "tokens": [2e7, 4e7, 8e7], "eval/loss": [4.0, 3.5, 3.2]})
+    path = quiet_env / "wandb_export.csv"
+    export.to_csv(path, index=False)
+    assert flops_fit.load_runs(path, loss_col="eval/loss").frame.run_id.tolist() == ["a (row 1)", "a (row 2)", "b"]
+    export.assign(ID=["x1", "x2", "x3"]).to_csv(path, index=False)
+    assert flops_fit.load_runs(path, loss_col="eval/loss").frame.run_id.tolist() == ["a (x1)", "a (x2)", "b"]

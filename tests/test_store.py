@@ -460,3 +460,45 @@ def test_status_of_a_holder_whose_clock_runs_ahead_says_so(tmp_path, capsys):
             line = capsys.readouterr().out.splitlines()[1]
     ahead = re.search(r"\(heartbeat stamped (\d+)s ahead of this machine's clock\)", line)
     assert ahead and 3500 <= int(ahead.group(1)) <= 3600, line  # an hour, less the test's own seconds
+
+
+def test_status_times_runs_trained_one_by_one_by_train_run_as_one_session(tmp_path, capsys):
+    """`flops-fit train-run` under a launcher: each run its own process holding its own lease, so status timed
+    the pace from the holder's start alone, where no run had finished: the time left was never measured."""
+    import json
+    import time
+
+    from flops_fit.cli.main import main
+    from flops_fit.store.lease import Lease
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    runs = swept.runs
+    steps = [r.tokens / (r.batch_size * r.seq_len) for r in runs]
+    now = time.time()
+    t = now - 1000.0
+    with RunStore(tmp_path, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        for r, n in zip(runs[:3], steps, strict=False):  # three train-run processes, one after another
+            s.mark_running(r.run_id)
+            s.record(RunResult(r.run_id, "done", loss=2.5, tokens=r.tokens, flops=r.flops, steps=r.steps,
+                               timings={"total_s": 0.1 * n}))
+            s.db.execute("UPDATE runs SET started = ?, finished = ? WHERE run_id = ?", (t + 5, t + 5 + 0.1 * n,
+                                                                                       r.run_id))
+            t += 5 + 0.1 * n
+        s.mark_running(runs[3].run_id)  # the fourth, its process started 5 s after the third ended
+        with Lease(s.path):
+            s.db.execute("UPDATE lease SET started = ?", (t + 5,))
+            assert main(["status", str(tmp_path), "--json"]) == 0
+            state = json.loads(capsys.readouterr().out)
+            assert main(["status", str(tmp_path)]) == 0
+            text = capsys.readouterr().out.splitlines()
+        s.db.execute("UPDATE runs SET finished = ? WHERE run_id = ?", (t - 600, runs[2].run_id))
+        with Lease(s.path):  # the last result long before this driver: another session, not timed with it
+            s.db.execute("UPDATE lease SET started = ?", (t + 5,))
+            assert main(["status", str(tmp_path), "--json"]) == 0
+            later = json.loads(capsys.readouterr().out)
+    # timed from the first run's start, the pace its three results kept (0.1 s a step): as one driver's sweep
+    elapsed, done = now - (now - 1000.0 + 5), sum(steps[:3])
+    assert state["seconds_left"] == pytest.approx(elapsed * (sum(steps) - done) / done, rel=1e-2)
+    assert " left" in text[1] and "measured once" not in text[1]
+    assert later["seconds_left"] is None

@@ -410,3 +410,46 @@ def test_a_run_that_crashed_keeps_its_checkpoints_so_retry_failed_goes_on_from_t
     alone = train(next(r for r in swept.runs if r.run_id == crashed), host=HOST)
     assert (row.loss, row.curve) == (alone.loss, alone.curve)
     assert not (out / "checkpoints" / crashed).exists()  # removed once its result was stored
+
+
+class _Killed(BaseException):
+    """What a SIGKILL does to a worker, in-process: it stops where it stands and saves nothing more."""
+
+
+def test_steps_a_worker_trained_after_its_driver_died_are_counted_trained(tmp_path, capsys):
+    """kill -9 of the driver: its worker trained and checkpointed on, but its reports reached no one, so
+    status --json counted fewer steps trained than the results hold (steps_lost went to -21; clamped to
+    0, those steps were counted nowhere)."""
+    from flops_fit.cli.main import main
+    from flops_fit.sweeps.driver import _Accounting, checkpoint_policy
+    from flops_fit.training.task import train_item
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine", checkpoint_seconds=1e-9))
+    spec = max(swept.runs, key=lambda r: r.steps)
+    units = spec.batch_size * spec.seq_len
+    deaf, killed = 3 * units, 7 * units  # the driver dies after step 3; the worker is killed after step 7
+    policy = checkpoint_policy(swept.options, tmp_path, None)
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(swept, spec=swept.settings)
+        first = _Accounting(store, swept.runs)
+
+        def dying(run_id, done, total, loss):
+            if done <= deaf:
+                first.heard(run_id, done, loss)
+            if done >= killed:
+                raise _Killed
+
+        with pytest.raises(_Killed):
+            train_item(spec, dying, host=HOST, checkpoints=policy)
+        resumed = _Accounting(store, swept.runs)  # the next driver
+        result = train_item(spec, lambda run_id, done, total, loss: resumed.heard(run_id, done, loss), host=HOST,
+                            checkpoints=policy)
+        store.record(result)
+    assert result.timings["resumed_from_step"] == 7 and result.steps == spec.steps
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [row] = [r for r in report["runs"] if r["run_id"] == spec.run_id]
+    assert row["steps_trained"] == spec.steps - 4  # what the drivers heard: steps 4 to 7 reached no one
+    totals = report["totals"]
+    assert (totals["steps_lost"], totals["steps_unreported"]) == (0, 4)
+    assert totals["steps_trained"] == totals["steps"] == spec.steps  # every step of the result was trained

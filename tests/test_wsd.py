@@ -226,7 +226,8 @@ def test_a_family_killed_mid_way_keeps_its_finished_branches_and_stable_phase(tm
     with pytest.raises(Killed):
         p.run(tmp_path, show_progress=False, host=HOST)
     with RunStore(tmp_path) as store:
-        assert store.statuses()[first.run_id] != "done"  # the family's task never returned
+        status = store.statuses()  # the branches that ended were stored as they did; the third was not
+        assert status[first.run_id] == status[second.run_id] == "done" != status[third.run_id]
 
     reports.clear()
     kill = False
@@ -318,3 +319,60 @@ def test_a_batch_below_a_trained_branch_trains_only_its_cooldown_as_the_accounti
     alone = train(back, host=HOST)
     assert (frame.loss[back.run_id], frame.curve[back.run_id]) == (alone.loss, alone.curve)
     assert not family.exists()  # every branch stored: the family's states are removed
+
+
+def test_a_familys_branches_are_stored_as_each_ends_not_when_the_family_does(tmp_path, monkeypatch):
+    # status read a family's finished branches as running until its last branch ended: the driver stored
+    # them only when the family's task returned
+    p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
+    family = max(families(p.runs), key=lambda f: len(f.runs))
+    first, second, third = family.runs
+    seen = {}
+
+    def train_and_look(spec, progress, **kwargs):
+        def look(run_id, done, total, loss):
+            progress(run_id, done, total, loss)
+            if run_id == third.run_id and done > stable_tokens(second) and not seen:
+                seen.update(sweep_support.store_rows(tmp_path / "runs.sqlite"))  # what status reads now
+        return train(spec, look, **kwargs)
+
+    monkeypatch.setattr(task, "train", train_and_look)
+    frame = p.run(tmp_path, show_progress=False, host=HOST).runs.set_index("run_id")
+    assert seen[first.run_id][0] == seen[second.run_id][0] == "done"
+    assert seen[third.run_id][0] == "running"
+    assert seen[second.run_id][1] == frame.loss[second.run_id]  # the result itself, stored once
+    assert set(frame.status) == {"done"}
+    with RunStore(tmp_path) as store:
+        trained = {row["run_id"]: row["steps_trained"] for row in store.accounting()}
+    assert trained[third.run_id] == third.steps - second.cooldown_start
+
+
+def test_a_branch_whose_start_is_heard_after_it_ended_is_not_left_running(tmp_path, monkeypatch):
+    # worker processes report through a queue the driver reads when it can: a short branch had ended (its result
+    # saved) before its start was heard, so the driver stored it, then marked it running again: the sweep
+    # ended with a done run shown running
+
+    p = plan(host=HOST, **{**sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7]), "schedule": "wsd"})
+    family = max(families(p.runs), key=lambda f: len(f.runs))
+    first, second, third = family.runs
+    held = []
+
+    def train_late(spec, progress, **kwargs):
+        for report in held:  # the second branch's reports, in order, heard once its result is saved
+            progress(*report)
+        held.clear()
+
+        def late(run_id, done, total, loss):
+            if run_id == second.run_id:
+                held.append((run_id, done, total, loss))
+            else:
+                progress(run_id, done, total, loss)
+        return train(spec, late, **kwargs)
+
+    monkeypatch.setattr(task, "train", train_late)
+    frame = p.run(tmp_path, show_progress=False, host=HOST).runs.set_index("run_id")
+    assert set(frame.status) == {"done"}
+    with RunStore(tmp_path) as store:
+        assert set(store.statuses().values()) == {"done"}
+        rows = {row["run_id"]: row for row in store.accounting()}
+    assert rows[second.run_id]["steps_trained"] == second.steps - first.cooldown_start

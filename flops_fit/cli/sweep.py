@@ -22,13 +22,13 @@ from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import ConfigError, FlopsFitError, OptionError
 from flops_fit.store.lease import holder
 from flops_fit.store.outside import read_result
-from flops_fit.store.run_store import STORE_NAME, RunStore, check_folder
+from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore, check_folder
 from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.data_budget import data_budget, repeat_warning, unique_tokens
 from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.sweeps.progress import stored_pace
+from flops_fit.sweeps.progress import session_start, stored_pace
 from flops_fit.tables import duration, format_table, shortest
 
 DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
@@ -288,9 +288,13 @@ def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: di
         waiting = sum(statuses.get(r.run_id) == "pending" for r in runs)
         return {"driver": None, "interrupted": counts.get("running", 0), "waiting": waiting,
                 "resume": _resume(store.dir, runs, design)}
-    left = stored_pace(runs, store.timeline(), live.started, now).seconds_left()
-    return {"driver": {**live._asdict(), "heartbeat_age_s": round(now - live.heartbeat, 1)}, "seconds_left": left,
-            "scope": "runs chosen so far" if design else "all runs"}
+    driver = {**live._asdict(), "heartbeat_age_s": round(now - live.heartbeat, 1)}
+    statuses = store.statuses()
+    if design and all(statuses.get(r.run_id) in FINAL for r in runs):  # its batch trained: the design fits
+        return {"driver": driver, "seconds_left": None, "scope": "choosing the next batch"}
+    timeline = store.timeline()
+    left = stored_pace(runs, timeline, session_start(timeline, live.started), now).seconds_left()
+    return {"driver": driver, "seconds_left": left, "scope": "runs chosen so far" if design else "all runs"}
 
 
 def _resume(out_dir: Path, runs: list[Any], design: dict[str, Any] | None) -> str:
@@ -323,8 +327,9 @@ def _driver_line(state: dict[str, Any]) -> str | None:
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live["started"]))
     left = state["seconds_left"]
     scope = " for the runs chosen so far" if state["scope"] != "all runs" else ""
-    when = (f"about {duration(left)} left{scope}" if left is not None
-            else "the time left is measured once 3 runs have finished and 10 s have passed")
+    when = ("every run chosen so far is trained: the design fits them to choose its next batch (or stop)"
+            if state["scope"] == "choosing the next batch" else f"about {duration(left)} left{scope}"
+            if left is not None else "the time left is measured once 3 runs have finished and 10 s have passed")
     age = live["heartbeat_age_s"]  # below 0: the holder's clock runs ahead of this machine's (another host)
     beat = f"heartbeat {age:.0f}s ago" if age >= -1 else f"heartbeat stamped {-age:.0f}s ahead of this machine's clock"
     return f"training now: pid {live['pid']} on {live['host']} since {since} ({beat}); {when}"
@@ -432,14 +437,18 @@ def _print_status_json(out_dir: str | Path) -> int:
         shared = _shared_steps(planned, store.timeline())
     finished = [r for r in runs if r["steps"] is not None]
     # a run's own steps: its result's less the stable steps a WSD branch took over, from the order the
-    # branches finished (steps_reused is 0 for a branch resumed from its own checkpoint); a kill after the
-    # last progress report can leave a step or two uncounted: never below 0
-    lost = [max(r["steps_trained"] - (r["steps"] - shared.get(r["run_id"], r["steps_reused"])), 0) for r in finished]
+    # branches finished (steps_reused is 0 for a branch resumed from its own checkpoint)
+    own = [r["steps"] - shared.get(r["run_id"], r["steps_reused"]) for r in finished]
+    # steps its result holds that no progress report counted: a worker that trained (and checkpointed) on
+    # after the driver's last report, the driver killed; trained all the same
+    unreported = [max(n - r["steps_trained"], 0) for r, n in zip(finished, own, strict=True)]
+    lost = [r["steps_trained"] + u - n for r, u, n in zip(finished, unreported, own, strict=True)]
     totals = {
         "runs": len(runs), "counts": counts,
         "steps": sum(r["steps"] for r in finished),
         "steps_planned": sum(r["steps_planned"] for r in runs),
-        "steps_trained": sum(r["steps_trained"] for r in runs),
+        "steps_trained": sum(r["steps_trained"] for r in runs) + sum(unreported),
+        "steps_unreported": sum(unreported),
         "steps_shared": sum(shared.values()),
         "steps_lost": sum(lost),
         "attempts": sum(r["attempts"] for r in runs),

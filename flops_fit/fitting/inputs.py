@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +39,8 @@ METRIC_LABELS = {"loss": "loss (nats)", "bpb": "loss (bits per byte)", "error": 
 # An exact repeat of a run is counted once (``_drop_repeats``); its exclusion's reason starts so.
 REPEAT = "a repeat of"
 NO_LOSS = "no finite loss"  # an excluded run's reason: diverged or never evaluated
+# Words of a column's name that say it names the evaluation set (gadre_overtraining.csv's ``eval_data``).
+EVALUATION_WORDS = ("eval", "evaluation", "val", "valid", "validation", "heldout")
 # A loss this many times the runs' median is no trained model's (``_check_diverged``).
 DIVERGED = 10.0
 # A text column with 2 to this many values at overlapping sizes splits a table into settings (``_settings``).
@@ -67,6 +70,8 @@ class Runs:
     cautions: list[str] = field(default_factory=list)  # what the table itself suggests reading with care
     metric: str = "loss"
     scale: str = "params"  # what the ``params`` column holds (``scales.SCALES``)
+    # with ``all_rates``: the runs without a finite loss (diverged), loss NaN, for a sweep over rates to read
+    diverged: pd.DataFrame | None = None
 
     @property
     def label(self) -> str:
@@ -218,6 +223,8 @@ def load_runs(
     unscored = _unscored(frame[mapping["loss"][0]])  # diverged (NaN, inf) or never evaluated (empty)
     excluded += [{"run_id": r, "reason": f"{NO_LOSS} ({v})"}
                  for r, v in zip(ids[unscored], frame.loc[unscored, mapping["loss"][0]], strict=True)]
+    diverged = _diverged(frame.loc[unscored], ids[unscored], mapping, flops_per_param_token, [budget_col, *keep]) \
+        if all_rates else None
     frame, ids = frame.loc[~unscored], ids[~unscored]
     out = pd.DataFrame(index=frame.index)
     out["run_id"] = ids.to_numpy()
@@ -247,6 +254,8 @@ def load_runs(
             out[extra] = frame[extra]
     cautions = _settings(frame, set(out.columns) | {c for c, _ in mapping.values()} | {run_id_col, budget_col, curve_col},
                          mapping["params"][0])
+    if sets := evaluation_sets(frame):  # what compare checks two recipes' losses against
+        metadata = {**metadata, "evaluation": sets}
     same = _same_rows(frame, (run_id_col, curve_col))
     out = out.reset_index(drop=True)
 
@@ -269,7 +278,43 @@ def load_runs(
         out = out.drop(index=top).reset_index(drop=True)
     if not all_rates:  # a learning-rate sweep read whole: a run that blew up at too high a rate is data
         _check_diverged(out, name, exclude_top)
-    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric, cautions=cautions)
+    return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric, cautions=cautions,
+                diverged=diverged)
+
+
+def _diverged(frame: pd.DataFrame, ids: pd.Series, mapping: dict[str, tuple[str, str]], k: float,
+              extra: list[str]) -> pd.DataFrame:
+    """The runs without a finite loss as rows like the fitted ones' (loss NaN), those whose size and
+    tokens (or FLOPs) read as numbers: a sweep over rates learns from where its rates diverged."""
+    out = pd.DataFrame({"run_id": ids.to_numpy()}, index=frame.index)
+    for canonical in ("params", "tokens", "flops"):
+        if (column := mapping[canonical][0]) in frame:
+            out[canonical] = pd.to_numeric(frame[column], errors="coerce").astype(float)
+    if "tokens" not in out:
+        out["tokens"] = out["flops"] / (k * out["params"])
+    if "flops" not in out:
+        out["flops"] = k * out["params"] * out["tokens"]
+    out["loss"] = np.nan
+    if extra[0] in frame:
+        out["budget"] = pd.to_numeric(frame[extra[0]], errors="coerce")
+    for column in extra[1:]:
+        if column in frame:
+            out[column] = frame[column]
+    sizes = out[["params", "tokens", "flops"]].to_numpy(float)
+    return out.loc[(np.isfinite(sizes) & (sizes > 0)).all(axis=1)].reset_index(drop=True)
+
+
+def names_evaluation(column: Any) -> bool:
+    """Whether a column's name says it names the evaluation set (``eval_data``, ``Eval Set``, ``val_set``)."""
+    words = re.split(r"[^a-z0-9]+", str(column).lower())
+    return any(w.startswith("eval") or w in EVALUATION_WORDS for w in words)
+
+
+def evaluation_sets(frame: pd.DataFrame) -> dict[str, list[str]]:
+    """The evaluation sets the runs name, per text column named like one (``names_evaluation``): a fit does
+    not read them, and two recipes measured on different ones are not one quantity."""
+    return {str(c): sorted(frame[c].dropna().astype(str).unique()) for c in frame.columns
+            if names_evaluation(c) and not pd.api.types.is_numeric_dtype(frame[c]) and frame[c].notna().any()}
 
 
 def _where(frame: pd.DataFrame, where: Mapping[str, Any] | None, name: str) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,3 +25,10 @@ def flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def unique_names(names: list[str], ids: list[str]) -> list[str]:
+    """Each run's display name as its id, a name several runs share followed by the tracker's own id
+    (``baseline (3f2a9c1e)``): runs named alike were one id, so two runs read as one, or one was lost."""
+    shared = {name for name, n in Counter(names).items() if n > 1}
+    return [f"{name} ({own})" if name in shared else name for name, own in zip(names, ids, strict=True)]

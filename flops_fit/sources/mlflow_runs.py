@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from flops_fit.errors import FitInputError
-from flops_fit.sources.base import TrackedRun
+from flops_fit.sources.base import TrackedRun, unique_names
 
 RETRIES_VAR, RETRIES = "MLFLOW_HTTP_REQUEST_MAX_RETRIES", 1
 DATABASES = ("sqlite", "postgresql", "mysql", "mssql")  # MLflow's SQLAlchemy stores
@@ -96,12 +96,15 @@ def _read_runs(uri: str, source: Any, experiment: str | None) -> list[TrackedRun
             names = ", ".join(repr(e.name) for e in client.search_experiments())
             raise FitInputError(f"{source}: no MLflow experiment {experiment!r}; the store has {names}. "
                                 f"Name one with experiment= (CLI: --experiment)")
-    runs = []
+    runs, names = [], []
     for run in client.search_runs([e.experiment_id for e in experiments], max_results=50000):
         info, data = run.info, run.data
         series = {key: [(float(m.step), float(m.value)) for m in client.get_metric_history(info.run_id, key)]
                   for key in data.metrics}
         status = "finished" if info.status == "FINISHED" else info.status.lower()
-        runs.append(TrackedRun(info.run_name or info.run_id, status, {k: _number(v) for k, v in data.params.items()},
+        runs.append(TrackedRun(info.run_id, status, {k: _number(v) for k, v in data.params.items()},
                                dict(data.metrics), series))
+        names.append(info.run_name or info.run_id)
+    for run, name in zip(runs, unique_names(names, [r.run_id[:8] for r in runs]), strict=True):
+        run.run_id = name
     return runs

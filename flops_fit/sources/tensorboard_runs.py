@@ -10,6 +10,7 @@ own TensorBoard tracking writes). Event files hold no status: every run counts a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,43 @@ from flops_fit.sources.base import TrackedRun, flat
 EVENTS = "events.out.tfevents.*"
 
 
+# add_hparams' own subfolder (its default run_name, ``time.time()``): part of the run it is in
+HPARAMS_FOLDER = re.compile(r"\d+(\.\d+)?")
+
+
 def run_folders(root: Path) -> list[Path]:
-    """The folders under ``root`` with event files, an add_hparams subfolder left to its run."""
+    """The folders under ``root`` with event files that are runs: each outermost one, and below it the
+    folders with parameters of their own where there are several, or where it has its own too (runs
+    beside a folder whose writer logged: a summary, or a run); the rest (an add_hparams subfolder, a
+    run's train/ and eval/ writers, its one parameter set logged apart) belong to the run they are in.
+    An outer folder without parameters holding such runs is no run (a summary written beside them)."""
     folders = sorted({p.parent for p in root.rglob(EVENTS)})
-    return [f for f in folders if not any(f != g and g in f.parents for g in folders)]
+    outer = [f for f in folders if not any(f != g and g in f.parents for g in folders)]
+    if len(outer) == len(folders):  # nothing nested: no event file read
+        return folders
+    nested = [f for f in folders if f not in outer and not HPARAMS_FOLDER.fullmatch(f.name) and _has_params(f, folders)]
+    runs = []
+    for folder in outer:
+        inner = [g for g in nested if folder in g.parents]
+        own = bool(inner) and _has_params(folder, folders)
+        if len(inner) == 1 and not own:  # the run's one parameter set, in a subfolder (add_hparams(run_name=...))
+            inner = []
+        runs += [*inner, *([folder] if own or not inner else [])]
+    return sorted(runs)
+
+
+def _has_params(folder: Path, folders: list[Path]) -> bool:
+    """Whether ``folder``'s own events (or its add_hparams subfolder's) hold a run's parameters."""
+    parts = [folder, *(g for g in folders if g.parent == folder and HPARAMS_FOLDER.fullmatch(g.name))]
+    return any(_text_params(acc) or _hparams(acc) for acc in map(_accumulator, parts))
+
+
+def _parts(folder: Path, runs: list[Path]) -> list[Path]:
+    """The folders with events that make up the run in ``folder``: it, and those below it that are
+    no run of their own nor inside one."""
+    below = sorted({p.parent for p in folder.rglob(EVENTS)} - {folder})
+    inner = [r for r in runs if folder in r.parents]
+    return [folder, *(p for p in below if not any(p == r or r in p.parents for r in inner))]
 
 
 def _accumulator(folder: Path) -> Any:
@@ -63,13 +97,14 @@ def _text_params(acc: Any) -> dict[str, Any]:
     return {}
 
 
-def read_run(root: Path, folder: Path) -> TrackedRun:
+def read_run(root: Path, folder: Path, runs: list[Path] = ()) -> TrackedRun:
     """The run in ``folder`` with its subfolders' events. A tag logged in more than one of them (``loss``
     by a ``train/`` and an ``eval/`` writer, as TensorBoard shows them apart) is named with its subfolder
-    (``train/loss``, ``eval/loss``): one series of both would mix training and held-out losses."""
+    (``train/loss``, ``eval/loss``): one series of both would mix training and held-out losses. ``runs``:
+    the other runs' folders, some perhaps below this one (``run_folders``), whose events are not its own."""
     params: dict[str, Any] = {}
     parts: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    for part in [folder] + sorted({p.parent for p in folder.rglob(EVENTS)} - {folder}):
+    for part in _parts(folder, list(runs)):
         acc = _accumulator(part)
         params.update(_text_params(acc))
         params.update(_hparams(acc))
@@ -87,4 +122,5 @@ def read_run(root: Path, folder: Path) -> TrackedRun:
 
 
 def read_logs(root: Path) -> list[TrackedRun]:
-    return [read_run(root, f) for f in run_folders(root)]
+    runs = run_folders(root)
+    return [read_run(root, f, runs) for f in runs]

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from flops_fit.errors import FitInputError
-from flops_fit.sources.base import TrackedRun, flat
+from flops_fit.sources.base import TrackedRun, flat, unique_names
 
 HEADER = b":W&B"
 BLOCK = 32768
@@ -140,7 +140,9 @@ def from_export(frame: pd.DataFrame) -> pd.DataFrame:
     table has those columns of its own."""
     out = frame.copy()
     if "run_id" not in out:
-        out["run_id"] = out["Name"].astype(str)
+        names = out["Name"].astype(str).tolist()
+        own = out["ID"].astype(str).tolist() if "ID" in out else [f"row {i + 1}" for i in range(len(out))]
+        out["run_id"] = unique_names(names, own)
     if "status" not in out:
         out["status"] = out["State"].astype(str).str.lower()
     return out

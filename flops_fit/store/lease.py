@@ -7,7 +7,11 @@ its heart every ``heartbeat`` seconds from a background thread. A lease is taken
 its holder is gone: on this host, when its process no longer exists; on any host, when its
 heartbeat is older than ``stale_after`` seconds (a crashed node, a reused pid). If the
 holder finds its lease taken (it was suspended past ``stale_after``), ``on_lost`` is called
-so that it stops. Readers (status, fit, report) never take the lease.
+so that it stops. Readers (status, fit, report) never take the lease. A lease taken with
+``shared=True`` is joined by the leases its process takes of the store meanwhile (an adaptive
+sweep's batches, each a ``run_plan``, under the one lease of the whole design): its start and
+heartbeat stay the first one's, so ``status`` sees one driver from the first batch on, fitting
+between batches included.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ SCHEMA = (
 
 
 STALE_AFTER = 60.0  # seconds without a heartbeat after which a holder on another host is taken as gone
+_SHARED: set[Path] = set()  # stores whose lease this process holds shared (``Lease(shared=True)``)
+_HELD_LOCK = threading.Lock()
 
 
 class Holder(NamedTuple):
@@ -82,7 +88,7 @@ class Lease:
     """The driver lease on the store at ``path`` (a ``runs.sqlite``); use as a context manager."""
 
     def __init__(self, path: str | Path, *, heartbeat: float = 10.0, stale_after: float = STALE_AFTER,
-                 on_lost: Callable[[str], None] | None = None) -> None:
+                 on_lost: Callable[[str], None] | None = None, shared: bool = False) -> None:
         self.path = Path(path)
         self.heartbeat, self.stale_after = heartbeat, stale_after
         self.on_lost = on_lost
@@ -90,6 +96,9 @@ class Lease:
         self.pid, self.host = os.getpid(), socket.gethostname()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._key = self.path.resolve()
+        self.shared = shared  # joined by this process's later leases of the store
+        self._joined = False  # this lease joined a shared one
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
@@ -99,6 +108,10 @@ class Lease:
     def acquire(self) -> Lease:
         """Take the lease, or raise ``StoreBusy`` naming the live holder (``StoreError`` where this
         user may not write the store)."""
+        with _HELD_LOCK:
+            if self._key in _SHARED:  # this process holds it shared: the same lease
+                self._joined = True
+                return self
         try:
             self._take()
         except sqlite3.OperationalError as exc:
@@ -109,6 +122,9 @@ class Lease:
         self._stop.clear()
         self._thread = threading.Thread(target=self._beat, name="flops-fit-lease", daemon=True)
         self._thread.start()
+        if self.shared:
+            with _HELD_LOCK:
+                _SHARED.add(self._key)
         return self
 
     def _take(self) -> None:
@@ -156,7 +172,13 @@ class Lease:
             db.close()
 
     def release(self) -> None:
-        """Stop the heartbeat and give the lease up (if still ours)."""
+        """Stop the heartbeat and give the lease up (if still ours); one that joined a shared lease leaves it held."""
+        with _HELD_LOCK:
+            if self._joined:
+                self._joined = False
+                return
+            if self.shared:
+                _SHARED.discard(self._key)
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

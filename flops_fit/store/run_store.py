@@ -284,9 +284,11 @@ class RunStore:
         return [r for r in plan.runs if status.get(r.run_id) not in FINAL]
 
     def mark_running(self, run_id: str) -> None:
+        """A new attempt of a run without a final result (a start heard late, its result stored, is none)."""
         with self._tx():
             self.db.execute(
-                "UPDATE runs SET status = 'running', attempts = attempts + 1, started = ? WHERE run_id = ?",
+                "UPDATE runs SET status = 'running', attempts = attempts + 1, started = ? WHERE run_id = ?"
+                " AND status NOT IN ('done', 'failed')",
                 (time.time(), run_id),
             )
 

@@ -39,10 +39,12 @@ from typing import Any
 import numpy as np
 
 from flops_fit.errors import FitInputError, OptionError
+from flops_fit.executors.stopping import request_stop
 from flops_fit.fitting import fit
 from flops_fit.fitting.inputs import Runs, load_runs
 from flops_fit.fitting.validation.prior import shipped_laws
-from flops_fit.store.run_store import STORE_NAME, RunStore
+from flops_fit.store.lease import Lease
+from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.driver import run_plan
 from flops_fit.tables import shortest
 from flops_fit.training.wsd import executed_in_order
@@ -601,15 +603,19 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
         return dataclasses.replace(forecast_reading(fitted, target, losses), measured=losses)
 
     def record(design: Design) -> None:
-        if not (out_dir / STORE_NAME).exists():
-            return  # the first batch is recorded once its sweep has a store
         data = design.to_dict()
         data["run_ids"] = [[by[k].run_id for k in c.keys] for r in design.rounds for c in r.choices]
         data["start"], data["batch"], data["sizes"] = start, batch, sizes
         with RunStore(out_dir) as store:
+            if store.get_meta("plan") is None:
+                return  # the first batch is recorded once its sweep's plan is
             store.set_meta(adaptive=data)
         if on_round is not None:
             on_round(design)
 
-    return run_design(pool, plan_spend(plan), target, rule, fit_at, start=start, batch=batch, sizes=sizes,
-                      on_round=record)
+    with RunStore(out_dir, create=True) as store:  # the folder checked and its store made, as run_plan does
+        path = store.path
+    # one lease for the whole design, its batches' run_plan joining it: status sees one driver, fits included
+    with Lease(path, on_lost=lambda message: request_stop(), shared=True):
+        return run_design(pool, plan_spend(plan), target, rule, fit_at, start=start, batch=batch, sizes=sizes,
+                          on_round=record)

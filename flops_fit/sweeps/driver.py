@@ -42,7 +42,7 @@ from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight
 from flops_fit.sweeps.progress import SweepDisplay, work_of
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
-from flops_fit.training.checkpoint import CheckpointPolicy, remove_checkpoints
+from flops_fit.training.checkpoint import CheckpointPolicy, load_result, remove_checkpoints
 from flops_fit.training.launch import launched_for
 from flops_fit.training.task import (
     item_outcomes,
@@ -320,8 +320,33 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             )
         display.note(gate_line(gate))  # what was proven before the compute is spent, or why nothing was
     accounting = _Accounting(store, plan.runs)
+    stored: set[str] = set()  # runs stored before their item returned (a family's earlier branches)
+
+    def store_run(spec: RunSpec, result: RunResult, crashed: bool = False) -> None:
+        store.record(result)
+        stored.add(spec.run_id)
+        if policy is not None and not crashed:
+            remove_checkpoints(policy.run_dir(spec.run_id))
+        display.run_finished(_summary(spec, result), failed=result.status != "done", run_id=spec.run_id,
+                             seconds=result.timings.get("total_s"))
+
+    branches: dict[str, list[RunSpec]] = {}  # WSD family -> its runs to train
+    for r in todo:
+        if r.schedule == "wsd":
+            branches.setdefault(r.family, []).append(r)
+    family_of = {r.run_id: family for family, runs in branches.items() for r in runs}
+
+    def store_finished_branches(run_id: str) -> None:
+        """A branch starting: its family's branches that saved a result have ended, so store them now
+        (status showed them running until the family's last branch ended)."""
+        for spec in branches.get(family_of.get(run_id, ""), []) if policy is not None else []:
+            if spec.run_id not in stored and spec.run_id != run_id and \
+                    (result := load_result(policy.run_dir(spec.run_id), spec.run_id)):
+                store_run(spec, result)
 
     def on_progress(run_id: str, done: int, total: int, loss: float) -> None:
+        if math.isnan(loss):
+            store_finished_branches(run_id)
         display.pace.add(run_id, accounting.heard(run_id, done, loss))
         if done and not math.isnan(loss):
             display.run_progress(run_id, done, total, loss)
@@ -336,17 +361,15 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
         for item, item_outcome in runner.map(task, work_items(todo, stack=plan.options.stack_runs, later=later)):
             crashed = False
             for spec, outcome in item_outcomes(item, item_outcome):
+                if spec.run_id in stored:  # a branch stored as it ended; a later branch's crash is not its own
+                    continue
                 result = outcome if isinstance(outcome, RunResult) else RunResult(
                     run_id=spec.run_id, status="failed", error=f"{type(outcome).__name__}: {outcome}",
                 )
-                store.record(result)
-                # the result is committed: its checkpoints are no longer needed, unless the run crashed (its
+                # once committed, its checkpoints are no longer needed, unless the run crashed (its
                 # worker killed, out of memory): --retry-failed then goes on from them
                 crashed = crashed or not isinstance(outcome, RunResult)
-                if policy is not None and isinstance(outcome, RunResult):
-                    remove_checkpoints(policy.run_dir(spec.run_id))
-                display.run_finished(_summary(spec, result), failed=result.status != "done", run_id=spec.run_id,
-                                     seconds=result.timings.get("total_s"))
+                store_run(spec, result, crashed=not isinstance(outcome, RunResult))
             # every branch of the item is stored; a family with branches still to train (a later batch
             # of an adaptive sweep, ``only``) keeps its stable state, so that batch goes on from it
             folders = stable_folders(item) if policy is not None else []

@@ -34,6 +34,8 @@ from flops_fit.sweeps.memory import check_memory
 from flops_fit.training.checkpoint import CheckpointPolicy
 from flops_fit.training.command import script_path
 from flops_fit.training.data import check_sequence_length, gather
+from flops_fit.training.stacked import Stack, StackedFamilies
+from flops_fit.training.task import work_items
 
 # Bytes of a checkpoint per parameter: fp32 weights and AdamW's two fp32 moments.
 CHECKPOINT_BYTES_PER_PARAM = 4 + 4 + 4
@@ -98,8 +100,12 @@ def check_models(plan: Any, context: Context) -> None:
     What the meta device cannot run (data-dependent code) is left to the runs."""
     import torch
 
-    for run in _distinct(context.runs, lambda r: (r.model, r.size, json.dumps(r.model_config, sort_keys=True,
-                                                                              default=str))).values():
+    def key(r: RunSpec) -> Any:
+        return r.model, r.size, json.dumps(r.model_config, sort_keys=True, default=str)
+
+    stacked = {key(r) for item in work_items(context.runs, stack=getattr(plan.options, "stack_runs", 1))
+               if isinstance(item, (Stack, StackedFamilies)) for r in item.runs}
+    for run in _distinct(context.runs, key).values():
         where = f"model {run.model!r} size {run.size}"
         try:
             with torch.device("meta"):
@@ -112,12 +118,15 @@ def check_models(plan: Any, context: Context) -> None:
             raise PreflightError(f"{where} does not build with configuration {run.model_config}: "
                                  f"{type(exc).__name__}: {exc}; fix the [model] table (model_config)") from exc
         batch = context.batches.get(dataset_key(run))
-        if batch is not None:
-            _forward(model, batch, run, context.host, where)
+        if batch is not None and _forward(model, batch, run, context.host, where) and key(run) in stacked:
+            raise PreflightError(f"{where} draws random numbers while it trains (dropout): runs trained together "
+                                 f"(stack_runs = {plan.options.stack_runs}) would draw them from one generator in "
+                                 "no fixed order: set its dropout to 0, or train them one at a time (stack_runs = 1)")
 
 
-def _forward(model: Any, batch: dict[str, Any], run: RunSpec, host: Any, where: str) -> None:
-    """The model and its loss on ``batch``, on the meta device: shapes meet, the loss is a scalar."""
+def _forward(model: Any, batch: dict[str, Any], run: RunSpec, host: Any, where: str) -> bool:
+    """The model and its loss on ``batch``, on the meta device: shapes meet, the loss is a scalar.
+    Whether the forward drew random numbers (dropout), which runs trained together cannot share."""
     entry = api.model_info(run.model, host=host)
     x = batch[TASK_INPUTS[entry.task]]
     try:
@@ -126,15 +135,33 @@ def _forward(model: Any, batch: dict[str, Any], run: RunSpec, host: Any, where: 
         raise PreflightError(str(exc)) from exc
     meta = {k: v.to("meta") for k, v in batch.items()}
     try:
-        loss = api.get_loss(run.loss, host=host)(model(meta[TASK_INPUTS[entry.task]]), meta)
+        with _RandomDraws() as draws:
+            loss = api.get_loss(run.loss, host=host)(model(meta[TASK_INPUTS[entry.task]]), meta)
     except Exception as exc:  # noqa: BLE001 - shapes that do not meet: the model's or the loss's message
         if _meta_unsupported(exc):
-            return
+            return False
         raise PreflightError(f"{where} fails on a batch of dataset {run.dataset!r} with loss {run.loss!r}: "
                              f"{type(exc).__name__}: {exc}; make the [model] and [dataset] tables agree") from exc
     if getattr(loss, "ndim", 0) != 0:
         raise PreflightError(f"loss {run.loss!r} returns shape {tuple(loss.shape)} for model {run.model!r}, not a "
                              "scalar: it must average over the batch")
+    return draws.seen
+
+
+def _RandomDraws() -> Any:  # noqa: N802 - a class built on first use: torch is imported lazily
+    """A dispatch mode that notes whether an operator drew random numbers (``seen``); on the meta
+    device nothing is drawn from the generator, so the operators' tags are what tells."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class RandomDraws(TorchDispatchMode):
+        seen = False
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.seen = self.seen or torch.Tag.nondeterministic_seeded in func.tags
+            return func(*args, **(kwargs or {}))
+
+    return RandomDraws()
 
 
 def _meta_unsupported(exc: Exception) -> bool:

@@ -130,6 +130,22 @@ def work_of(runs: Sequence[Any], todo: Sequence[Any]) -> tuple[dict[str, tuple[f
     return work, {r.run_id: r.family for r in todo if r.schedule == "wsd"}
 
 
+CHAIN_GAP = 60.0  # seconds between one run's result and the next driver's start that still continue one session
+
+
+def session_start(timeline: Sequence[Mapping[str, Any]], started: float, gap: float = CHAIN_GAP) -> float:
+    """When the training a store's driver (its lease taken at ``started``) goes on with began: back through
+    the runs that finished at most ``gap`` seconds before it, each to its start, and so on. Runs trained one
+    by one, each by a `flops-fit train-run` holding its own lease, are one session: timed from the driver's
+    own start alone, none had finished and the time left was never measured."""
+    since = started
+    for row in sorted((r for r in timeline if r["finished"]), key=lambda r: -r["finished"]):
+        if row["finished"] < since - gap:
+            break
+        since = min(since, row["started"] or row["finished"])
+    return since
+
+
 def stored_pace(runs: Sequence[Any], timeline: Sequence[Mapping[str, Any]], since: float, now: float) -> Pace:
     """The pace of a sweep another process has driven since ``since`` (wall time), read from its
     store (``RunStore.planned_runs`` and ``timeline``): what ``flops-fit status`` says of a sweep in

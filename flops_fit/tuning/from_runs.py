@@ -168,6 +168,10 @@ def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: 
     runs = load_runs(source, keep={column: f"{canonical}_col" for column, canonical in keep.items()},
                      all_rates=True, **load)
     frame = runs.frame.copy()
+    if runs.diverged is not None and len(runs.diverged):  # a rate that diverged bounds its cell's best
+        rates = {c: pd.to_numeric(runs.diverged[c], errors="coerce") for c in keep}
+        known = np.logical_and.reduce([np.isfinite(v) & (v > 0) for v in rates.values()])
+        frame = pd.concat([frame, runs.diverged.loc[known]], ignore_index=True)
     for column, canonical in keep.items():
         values = pd.to_numeric(frame[column], errors="coerce")
         if not (values.notna() & np.isfinite(values) & (values > 0)).all():

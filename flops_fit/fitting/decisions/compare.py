@@ -22,7 +22,6 @@ approaches; its page and figure are the report's (``report.compare_page``).
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import pandas as pd
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.decisions.inference import flop_counts
+from flops_fit.fitting.inputs import names_evaluation
 from flops_fit.fitting.laws.bootstrap import interval
 from flops_fit.fitting.laws.profiles import budget_groups
 from flops_fit.fitting.validation.forecast import TARGET_FACTOR
@@ -352,6 +352,13 @@ def same_quantity(a: Any, b: Any, names: tuple[str, str]) -> list[str]:
             raise FitInputError(f"{names[0]} and {names[1]} measure different things ({what}: {side_a} against "
                                 f"{side_b}), so their losses are not one quantity and no multiplier relates them: "
                                 "compare two sweeps of one kind of model, data and metric")
+    sets = [r.metadata.get("evaluation") or {} for r in (a, b)]
+    for column in sorted(set(sets[0]) & set(sets[1])):  # each side's own table, or its own rows of one
+        if len(sets[0][column]) == len(sets[1][column]) == 1 and sets[0][column] != sets[1][column]:
+            raise FitInputError(
+                f"recipes {names[0]} and {names[1]} are measured on different evaluation sets ({column}: "
+                f"{sets[0][column][0]!r} against {sets[1][column][0]!r}), so their losses are not one quantity and "
+                f"no multiplier relates them: compare runs evaluated on one set")
     datasets = [(r.metadata.get("spec") or {}).get("dataset") for r in (a, b)]
     if None not in datasets and datasets[0] != datasets[1]:
         return [f"{names[0]} trained and was evaluated on {datasets[0]!r}, {names[1]} on {datasets[1]!r}: each loss "
@@ -360,16 +367,11 @@ def same_quantity(a: Any, b: Any, names: tuple[str, str]) -> list[str]:
     return []
 
 
-# Words of a column's name that say it names the evaluation set (gadre_overtraining.csv's ``eval_data``).
-EVALUATION_WORDS = ("eval", "evaluation", "val", "valid", "validation", "heldout")
-
-
 def same_evaluation(where_a: dict[str, Any], where_b: dict[str, Any], names: tuple[str, str]) -> None:
     """FitInputError where the rows picked for A and B (``where``) name different evaluation sets: losses on
     different sets are not one quantity (c4_val against paloma_ptb read as "B worse, 0.08x the compute")."""
     for column in sorted(set(where_a) & set(where_b), key=str):
-        words = re.split(r"[^a-z0-9]+", str(column).lower())
-        if where_a[column] != where_b[column] and any(w.startswith("eval") or w in EVALUATION_WORDS for w in words):
+        if where_a[column] != where_b[column] and names_evaluation(column):
             raise FitInputError(
                 f"recipes {names[0]} and {names[1]} are measured on different evaluation sets ({column}: "
                 f"{where_a[column]!r} against {where_b[column]!r}), so their losses are not one quantity and no "
