@@ -236,3 +236,29 @@ def test_micro_batches_and_other_seeds_match_alone():
     specs = [dataclasses.replace(base, seed=s, lr=base.lr * m, run_id="") for s, m in ((0, 1.0), (5, 0.5))]
     for spec, result in zip(specs, train_stacked(specs, host=HOST), strict=True):
         assert_same_run(train(spec, host=HOST), result)
+
+
+def test_the_program_lists_each_runs_parameters_once_not_every_step(monkeypatch):
+    """Clipping took ``[p for p in model.parameters() ...]`` every step of every run (a walk of the
+    modules: a few percent of a small model's step); the runs' steps now clip a list made once, as
+    ``loop.train`` does, so the walks do not grow with the steps."""
+    base = max(tiny_plan().runs, key=lambda r: r.steps)
+    assert base.grad_clip > 0 and base.steps >= 8
+    walk = torch.nn.Module.parameters
+    walks = []
+
+    def counted(module, *args, **kwargs):
+        walks.append(1)
+        return walk(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "parameters", counted)
+
+    def walks_for(steps):
+        spec = dataclasses.replace(base, steps=steps, tokens=steps * base.batch_size * base.seq_len,
+                                   warmup_steps=min(base.warmup_steps, steps // 4), run_id="")
+        walks.clear()
+        assert all(r.status == "done" for r in train_stacked(variants(spec, multipliers=(0.5, 1.0), seeds=()),
+                                                             host=HOST))
+        return len(walks)
+
+    assert walks_for(base.steps) == walks_for(base.steps // 2)
