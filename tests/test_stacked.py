@@ -262,3 +262,40 @@ def test_the_program_lists_each_runs_parameters_once_not_every_step(monkeypatch)
         return len(walks)
 
     assert walks_for(base.steps) == walks_for(base.steps // 2)
+
+
+def test_runs_stopped_together_before_their_first_curve_point_count_the_steps_their_checkpoints_keep(tmp_path):
+    """SIGTERM before the first curve point: each run trained together checkpointed and stopped but
+    reported no step (a run alone reports one), so the resumed attempt was counted from the
+    checkpoint and status --json said each trained fewer steps than its result has."""
+    from flops_fit.sweeps.driver import _Accounting, checkpoint_policy
+
+    swept = tiny_plan(schedule="cosine", checkpoint_seconds=1e-9)
+    base = max(swept.runs, key=lambda r: r.steps)
+    assert base.steps // swept.options.curve_points > 1  # the stop comes before the first curve point
+    specs = variants(base, multipliers=(0.5, 2.0), seeds=())
+    stacked = Plan(specs, swept.options.replace(stack_runs=2), swept.unit, swept.throughput, {})
+    [stack] = work_items(specs, stack=2)
+    policy = checkpoint_policy(stacked.options, tmp_path, None)
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(stacked, spec=swept.settings)
+        first = _Accounting(store, specs)
+        request_stop()  # read after the first step: checkpoint there, then stop
+        try:
+            with pytest.raises(Interrupted):
+                train_item(stack, lambda run_id, done, total, loss: first.heard(run_id, done, loss), host=HOST,
+                           checkpoints=policy)
+        finally:
+            clear_stop()
+        for spec in specs:
+            assert list_checkpoints(policy.run_dir(spec.run_id))[0].name == "step-000000001.safetensors"
+        resumed = _Accounting(store, specs)  # the next driver
+        results = train_item(stack, lambda run_id, done, total, loss: resumed.heard(run_id, done, loss),
+                             host=HOST, checkpoints=policy)
+        for result in results:
+            store.record(result)
+        rows = {r["run_id"]: r for r in store.accounting()}
+    for spec, result in zip(specs, results, strict=True):
+        assert result.timings["resumed_from_step"] == 1
+        row = rows[spec.run_id]
+        assert row["attempts"] == 2 and row["steps_trained"] == row["steps"] == spec.steps
