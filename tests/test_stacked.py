@@ -299,3 +299,32 @@ def test_runs_stopped_together_before_their_first_curve_point_count_the_steps_th
         assert result.timings["resumed_from_step"] == 1
         row = rows[spec.run_id]
         assert row["attempts"] == 2 and row["steps_trained"] == row["steps"] == spec.steps
+
+
+def test_a_program_stopped_after_one_run_diverged_resumes_the_others_from_their_checkpoints(tmp_path):
+    """A run that diverged stops checkpointing while the others go on; a stop after that left the
+    runs' checkpoints at different steps, so the resumed program threw every run's away and
+    trained them all from scratch (with a warning). The diverged run's result is now kept beside
+    its checkpoints as it fails, so a resume skips it and the others continue."""
+    base = max(tiny_plan().runs, key=lambda r: r.steps)
+    specs = [dataclasses.replace(base, lr=base.lr * m, run_id="") for m in (1.0, 3000.0, 0.5)]
+    alone = [train(s, host=HOST) for s in specs]
+    assert alone[1].status == "failed" and alone[1].steps < base.steps // 2  # diverges before the stop
+    policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=0.0)
+
+    def stop_midway(run_id, done, total, loss):
+        if done >= total // 2:
+            request_stop()
+
+    try:
+        with pytest.raises(Interrupted):
+            train_item(Stack(tuple(specs)), stop_midway, host=HOST, checkpoints=policy)
+    finally:
+        clear_stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "they start again"
+        resumed = train_item(Stack(tuple(specs)), host=HOST, checkpoints=policy)
+    assert resumed[1].status == "failed" and resumed[1].error == alone[1].error
+    for i in (0, 2):
+        assert_same_run(alone[i], resumed[i])
+        assert 0 < resumed[i].timings["resumed_from_step"] < base.steps

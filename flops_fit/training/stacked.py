@@ -426,6 +426,9 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
                         run.result.status, run.result.error = "failed", f"diverged: {exc}"
                         finished.append(_close(run.result, run.spec, t_start, t_train, time.perf_counter(),
                                                data_s, len(specs)))
+                        if checkpoints:  # kept now: its checkpoints stop here while the others' go on,
+                            # and a resume after a stop skips it instead of restarting every run
+                            save_result(checkpoints.run_dir(run.spec.run_id), run.result)
                         continue
                     if run.tracker is not None:
                         run.tracker.point(*curve_point(run.spec, run.result.curve[-1], per_sample))
