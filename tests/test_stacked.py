@@ -328,3 +328,30 @@ def test_a_program_stopped_after_one_run_diverged_resumes_the_others_from_their_
     for i in (0, 2):
         assert_same_run(alone[i], resumed[i])
         assert 0 < resumed[i].timings["resumed_from_step"] < base.steps
+
+
+def test_a_program_killed_between_its_runs_saves_resumes_from_the_step_all_of_them_kept(tmp_path):
+    """A kill between two runs' checkpoint writes (or a damaged newest file) left the runs'
+    newest checkpoints at different steps, and the resumed program trained every run from
+    scratch; each run keeps its previous checkpoint too, so the program now resumes all of them
+    from the newest step they all kept."""
+    specs = variants(max(tiny_plan().runs, key=lambda r: r.steps), multipliers=(0.5, 2.0), seeds=())
+    policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=1e-9)  # a checkpoint every step, the newest 2 kept
+
+    def stop_midway(run_id, done, total, loss):
+        if done >= total // 2:
+            request_stop()
+
+    try:
+        with pytest.raises(Interrupted):
+            train_stacked(specs, stop_midway, host=HOST, checkpoints=policy)
+    finally:
+        clear_stop()
+    newest, previous = list_checkpoints(policy.run_dir(specs[1].run_id))
+    newest.unlink()  # the kill came before this run's newest write
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "they start again"
+        resumed = train_stacked(specs, host=HOST, checkpoints=policy)
+    for spec, result in zip(specs, resumed, strict=True):
+        assert_same_run(train(spec, host=HOST), result)
+        assert result.timings["resumed_from_step"] == int(previous.name.split("-")[1].split(".")[0])

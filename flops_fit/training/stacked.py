@@ -327,8 +327,8 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
                   trackers: list[RunTracker] | None = None) -> list[RunResult]:
     """Train ``specs`` (one ``shape_key``) in one program; a result per spec, as ``loop.train``
     gives alone: divergence fails that run only, a stop request checkpoints every run and
-    raises ``Interrupted``. Each run continues from its newest checkpoint when all of them stand
-    at one step (otherwise from ``starts``: its WSD family's stable states, used when all stand
+    raises ``Interrupted``. Each run continues from its checkpoint at the newest step all of them
+    kept (otherwise from ``starts``: its WSD family's stable states, used when all stand
     at one step, or from scratch); ``on_stable`` gets every run's stable state at the cooldown
     start. A model that draws random numbers while it trains (dropout) is refused: the runs
     would draw from one generator in no fixed order."""
@@ -466,9 +466,13 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
 
 
 def _position(runs: list[_Run], starts: list[Snapshot | None] | None, interval: int, per_sample: int) -> int:
-    """Where the runs start: all from their own checkpoints, all from their stable states, or
-    all from scratch (the step they stand at; their templates and data orders put there)."""
+    """Where the runs start: all from their own checkpoints at the newest step every run kept,
+    all from their stable states, or all from scratch (the step they stand at; their templates and data orders put there)."""
     saved = [run.saver.latest() if run.saver else None for run in runs]
+    while all(s is not None for s in saved) and len({s.loop.step for s in saved}) > 1:
+        # a kill between the runs' saves, or a damaged newest file: the newest step every run kept
+        common = min(s.loop.step for s in saved)
+        saved = [run.saver.latest(at_most=common) for run in runs]
     if all(s is not None for s in saved) and len({s.loop.step for s in saved}) == 1:
         for run, snapshot in zip(runs, saved):
             snapshot.restore(run.model, run.optimizer)
