@@ -467,7 +467,8 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
 
 def _position(runs: list[_Run], starts: list[Snapshot | None] | None, interval: int, per_sample: int) -> int:
     """Where the runs start: all from their own checkpoints at the newest step every run kept,
-    all from their stable states, or all from scratch (the step they stand at; their templates and data orders put there)."""
+    all from their stable states, or all from scratch (the step they stand at; their templates
+    and data orders put there)."""
     saved = [run.saver.latest() if run.saver else None for run in runs]
     while all(s is not None for s in saved) and len({s.loop.step for s in saved}) > 1:
         # a kill between the runs' saves, or a damaged newest file: the newest step every run kept
