@@ -236,3 +236,122 @@ def test_micro_batches_and_other_seeds_match_alone():
     specs = [dataclasses.replace(base, seed=s, lr=base.lr * m, run_id="") for s, m in ((0, 1.0), (5, 0.5))]
     for spec, result in zip(specs, train_stacked(specs, host=HOST), strict=True):
         assert_same_run(train(spec, host=HOST), result)
+
+
+def test_the_program_lists_each_runs_parameters_once_not_every_step(monkeypatch):
+    """Clipping took ``[p for p in model.parameters() ...]`` every step of every run (a walk of the
+    modules: a few percent of a small model's step); the runs' steps now clip a list made once, as
+    ``loop.train`` does, so the walks do not grow with the steps."""
+    base = max(tiny_plan().runs, key=lambda r: r.steps)
+    assert base.grad_clip > 0 and base.steps >= 8
+    walk = torch.nn.Module.parameters
+    walks = []
+
+    def counted(module, *args, **kwargs):
+        walks.append(1)
+        return walk(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "parameters", counted)
+
+    def walks_for(steps):
+        spec = dataclasses.replace(base, steps=steps, tokens=steps * base.batch_size * base.seq_len,
+                                   warmup_steps=min(base.warmup_steps, steps // 4), run_id="")
+        walks.clear()
+        assert all(r.status == "done" for r in train_stacked(variants(spec, multipliers=(0.5, 1.0), seeds=()),
+                                                             host=HOST))
+        return len(walks)
+
+    assert walks_for(base.steps) == walks_for(base.steps // 2)
+
+
+def test_runs_stopped_together_before_their_first_curve_point_count_the_steps_their_checkpoints_keep(tmp_path):
+    """SIGTERM before the first curve point: each run trained together checkpointed and stopped but
+    reported no step (a run alone reports one), so the resumed attempt was counted from the
+    checkpoint and status --json said each trained fewer steps than its result has."""
+    from flops_fit.sweeps.driver import _Accounting, checkpoint_policy
+
+    swept = tiny_plan(schedule="cosine", checkpoint_seconds=1e-9)
+    base = max(swept.runs, key=lambda r: r.steps)
+    assert base.steps // swept.options.curve_points > 1  # the stop comes before the first curve point
+    specs = variants(base, multipliers=(0.5, 2.0), seeds=())
+    stacked = Plan(specs, swept.options.replace(stack_runs=2), swept.unit, swept.throughput, {})
+    [stack] = work_items(specs, stack=2)
+    policy = checkpoint_policy(stacked.options, tmp_path, None)
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(stacked, spec=swept.settings)
+        first = _Accounting(store, specs)
+        request_stop()  # read after the first step: checkpoint there, then stop
+        try:
+            with pytest.raises(Interrupted):
+                train_item(stack, lambda run_id, done, total, loss: first.heard(run_id, done, loss), host=HOST,
+                           checkpoints=policy)
+        finally:
+            clear_stop()
+        for spec in specs:
+            assert list_checkpoints(policy.run_dir(spec.run_id))[0].name == "step-000000001.safetensors"
+        resumed = _Accounting(store, specs)  # the next driver
+        results = train_item(stack, lambda run_id, done, total, loss: resumed.heard(run_id, done, loss),
+                             host=HOST, checkpoints=policy)
+        for result in results:
+            store.record(result)
+        rows = {r["run_id"]: r for r in store.accounting()}
+    for spec, result in zip(specs, results, strict=True):
+        assert result.timings["resumed_from_step"] == 1
+        row = rows[spec.run_id]
+        assert row["attempts"] == 2 and row["steps_trained"] == row["steps"] == spec.steps
+
+
+def test_a_program_stopped_after_one_run_diverged_resumes_the_others_from_their_checkpoints(tmp_path):
+    """A run that diverged stops checkpointing while the others go on; a stop after that left the
+    runs' checkpoints at different steps, so the resumed program threw every run's away and
+    trained them all from scratch (with a warning). The diverged run's result is now kept beside
+    its checkpoints as it fails, so a resume skips it and the others continue."""
+    base = max(tiny_plan().runs, key=lambda r: r.steps)
+    specs = [dataclasses.replace(base, lr=base.lr * m, run_id="") for m in (1.0, 3000.0, 0.5)]
+    alone = [train(s, host=HOST) for s in specs]
+    assert alone[1].status == "failed" and alone[1].steps < base.steps // 2  # diverges before the stop
+    policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=0.0)
+
+    def stop_midway(run_id, done, total, loss):
+        if done >= total // 2:
+            request_stop()
+
+    try:
+        with pytest.raises(Interrupted):
+            train_item(Stack(tuple(specs)), stop_midway, host=HOST, checkpoints=policy)
+    finally:
+        clear_stop()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "they start again"
+        resumed = train_item(Stack(tuple(specs)), host=HOST, checkpoints=policy)
+    assert resumed[1].status == "failed" and resumed[1].error == alone[1].error
+    for i in (0, 2):
+        assert_same_run(alone[i], resumed[i])
+        assert 0 < resumed[i].timings["resumed_from_step"] < base.steps
+
+
+def test_a_program_killed_between_its_runs_saves_resumes_from_the_step_all_of_them_kept(tmp_path):
+    """A kill between two runs' checkpoint writes (or a damaged newest file) left the runs'
+    newest checkpoints at different steps, and the resumed program trained every run from
+    scratch; each run keeps its previous checkpoint too, so the program now resumes all of them
+    from the newest step they all kept."""
+    specs = variants(max(tiny_plan().runs, key=lambda r: r.steps), multipliers=(0.5, 2.0), seeds=())
+    policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=1e-9)  # a checkpoint every step, the newest 2 kept
+
+    def stop_midway(run_id, done, total, loss):
+        if done >= total // 2:
+            request_stop()
+
+    try:
+        with pytest.raises(Interrupted):
+            train_stacked(specs, stop_midway, host=HOST, checkpoints=policy)
+    finally:
+        clear_stop()
+    newest, previous = list_checkpoints(policy.run_dir(specs[1].run_id))
+    newest.unlink()  # the kill came before this run's newest write
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "they start again"
+        resumed = train_stacked(specs, host=HOST, checkpoints=policy)
+    for spec, result in zip(specs, resumed, strict=True):
+        assert_same_run(train(spec, host=HOST), result)
+        assert result.timings["resumed_from_step"] == int(previous.name.split("-")[1].split(".")[0])

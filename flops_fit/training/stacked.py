@@ -35,7 +35,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -266,7 +266,9 @@ def _finished(specs: tuple[RunSpec, ...] | list[RunSpec], checkpoints: Checkpoin
 @dataclass
 class _Run:
     """One run of the program: its spec, its own model, optimizer, data order, autocast (a
-    context is entered per thread), loss per step and result."""
+    context is entered per thread), loss per step and result; ``params`` are the trained
+    parameters, listed once (as ``loop.train`` does: walking the modules every step costs a few
+    percent of a small model's step)."""
 
     spec: RunSpec
     model: torch.nn.Module
@@ -277,6 +279,10 @@ class _Run:
     autocast: Any
     saver: Checkpointer | None = None
     tracker: RunTracker | None = None
+    params: list[torch.nn.Parameter] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
 
 
 class _Lanes:
@@ -321,8 +327,8 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
                   trackers: list[RunTracker] | None = None) -> list[RunResult]:
     """Train ``specs`` (one ``shape_key``) in one program; a result per spec, as ``loop.train``
     gives alone: divergence fails that run only, a stop request checkpoints every run and
-    raises ``Interrupted``. Each run continues from its newest checkpoint when all of them stand
-    at one step (otherwise from ``starts``: its WSD family's stable states, used when all stand
+    raises ``Interrupted``. Each run continues from its checkpoint at the newest step all of them
+    kept (otherwise from ``starts``: its WSD family's stable states, used when all stand
     at one step, or from scratch); ``on_stable`` gets every run's stable state at the cooldown
     start. A model that draws random numbers while it trains (dropout) is refused: the runs
     would draw from one generator in no fixed order."""
@@ -369,8 +375,7 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
         """One optimizer step of one run, as ``loop.train`` takes it alone."""
         loss = accumulate(run.model, loss_fn, batch, input_key, micro, run.autocast)
         if run.spec.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_([p for p in run.model.parameters() if p.requires_grad],
-                                           run.spec.grad_clip)
+            torch.nn.utils.clip_grad_norm_(run.params, run.spec.grad_clip)
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
         return loss.detach().float()
@@ -421,6 +426,9 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
                         run.result.status, run.result.error = "failed", f"diverged: {exc}"
                         finished.append(_close(run.result, run.spec, t_start, t_train, time.perf_counter(),
                                                data_s, len(specs)))
+                        if checkpoints:  # kept now: its checkpoints stop here while the others' go on,
+                            # and a resume after a stop skips it instead of restarting every run
+                            save_result(checkpoints.run_dir(run.spec.run_id), run.result)
                         continue
                     if run.tracker is not None:
                         run.tracker.point(*curve_point(run.spec, run.result.curve[-1], per_sample))
@@ -432,6 +440,12 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
                 for run in runs:
                     run.saver.save(run.model, run.optimizer,
                                    _state(run.spec.run_id, run.result, run.batches, run.losses))
+                    # as alone: the store counts the steps the checkpoint keeps (a resumed attempt is
+                    # counted from it), before the first curve point too; a NaN loss would read as a new attempt
+                    shown = run.result.curve[-1][1] if run.result.curve else float(
+                        run.losses[:run.result.steps].mean())
+                    if math.isfinite(shown):
+                        progress(run.spec.run_id, run.result.tokens, run.spec.tokens, shown)
                 last_save = time.perf_counter()
             if stop is not None:
                 raise Interrupted(stop, f"stopped by signal {stop}")
@@ -452,9 +466,14 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
 
 
 def _position(runs: list[_Run], starts: list[Snapshot | None] | None, interval: int, per_sample: int) -> int:
-    """Where the runs start: all from their own checkpoints, all from their stable states, or
-    all from scratch (the step they stand at; their templates and data orders put there)."""
+    """Where the runs start: all from their own checkpoints at the newest step every run kept,
+    all from their stable states, or all from scratch (the step they stand at; their templates
+    and data orders put there)."""
     saved = [run.saver.latest() if run.saver else None for run in runs]
+    while all(s is not None for s in saved) and len({s.loop.step for s in saved}) > 1:
+        # a kill between the runs' saves, or a damaged newest file: the newest step every run kept
+        common = min(s.loop.step for s in saved)
+        saved = [run.saver.latest(at_most=common) for run in runs]
     if all(s is not None for s in saved) and len({s.loop.step for s in saved}) == 1:
         for run, snapshot in zip(runs, saved):
             snapshot.restore(run.model, run.optimizer)
