@@ -432,3 +432,16 @@ def test_a_design_whose_batch_failed_stops_instead_of_training_the_grid(tmp_path
     with RunStore(tmp_path) as store:
         statuses = store.statuses()
     assert all(statuses[r.run_id] == "pending" for r in planned.runs if r.budget == 4e7)  # nothing more trained
+
+
+def test_budgets_expected_to_gain_alike_go_to_the_cheapest():
+    """Untrained budgets below the largest trained leave the reach as it is: under a model of the reach
+    alone none is expected to narrow the interval, and "most per FLOP" among equals is the cheapest
+    (Epoch's Chinchilla chose 6e20, 3e21 FLOPs, before 1e20, 5e20 FLOPs, both expected to gain nothing)."""
+    pool = {b: [1.0, 2.0, 3.0] for b in (1e17, 2e17, 4e17, 8e17, 1.6e18)}
+    spend = lambda keys: sum(b for b, _ in set(keys))  # noqa: E731
+    trained = [(b, s) for b in (1e17, 8e17, 1.6e18) for s in pool[b]]
+    reading = Reading(n_opt=1.0, lo=0.5, hi=2.0, half=_reach_model(0.5), optimum=lambda b: 2.0)
+    (choice,) = next_choices(trained, pool, spend, 1e19, reading, sizes=3)
+    assert choice.budget == 2e17 and choice.score == 0
+    assert "none of 2 untrained budgets is expected to narrow it: the cheapest" in choice.reason

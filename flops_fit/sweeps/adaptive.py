@@ -279,15 +279,19 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
             largest = max(c for c, _ in chosen)
             now = reading.half(target / largest, 0)
             expected = {c: reading.half(target / max(largest, c), 1) for c in left}
-            scored = sorted(((now - expected[c]) / options[c][1], c) for c in left)
-            score, b = scored[-1]
+            # equal scores (most often none expected: the interval at its reach-law bound) go to the
+            # cheapest budget; they went to the largest, the most expensive
+            scored = sorted(((now - expected[c]) / options[c][1], -options[c][1], c) for c in left)
+            score, _, b = scored[-1]
             picked, cost = options[b]
-            runner = (f"; next best {scored[-2][1]:.3g} at {scored[-2][0] / score:.0%} of its gain per FLOP"
+            runner = (f"; next best {scored[-2][2]:.3g} at {scored[-2][0] / score:.0%} of its gain per FLOP"
                       if len(scored) > 1 and score > 0 else "")
+            why = (f"the most per FLOP of {len(left)} untrained budget{'s' if len(left) != 1 else ''}{runner}"
+                   if score > 0 else f"none of {len(left)} untrained budget{'s' if len(left) != 1 else ''} is "
+                   "expected to narrow it: the cheapest")
             out.append(Choice(b, picked, cost, score,
                               f"budget {b:.3g} ({len(picked)} sizes around N_opt): the interval's log half-width at "
-                              f"the target {now:.3g} -> {expected[b]:.3g} expected for {cost:.3g} FLOPs, the most per "
-                              f"FLOP of {len(left)} untrained budget{'s' if len(left) != 1 else ''}{runner}"))
+                              f"the target {now:.3g} -> {expected[b]:.3g} expected for {cost:.3g} FLOPs, {why}"))
         chosen += out[-1].keys
     return out
 
