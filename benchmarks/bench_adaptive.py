@@ -104,6 +104,34 @@ def simulate(runs, *, batch: int = 1, spend=None) -> dict:
     }
 
 
+def largest_budget_check(runs, spend, start: int = 4) -> dict:
+    """Why a design on ``runs`` cannot reach the full grid's interval cheaply when its largest budget
+    carries most of the FLOPs (the demo under WSD): the share of the full grid's FLOPs that the
+    largest budget's k cheapest sizes cost (alone, and after the first batch), and the forecast's
+    interval of grids that leave it out or cut it to 3 sizes."""
+    pool = table_pool(runs)
+    every = [(b, s) for b, sizes in pool.items() for s in sizes]
+    total, largest = spend(every), max(pool)
+    first = [(b, s) for b in sorted(pool)[:start] for s in pool[b]]
+    fit_at = table_fitter(runs, 10 * largest)
+    by_cost = sorted(pool[largest], key=lambda s: (spend(first + [(largest, s)]), s))
+    out = {"largest": largest, "first_share": spend(first) / total, "sizes": {}}
+    for k in range(3, len(by_cost) + 1):
+        keys = [(largest, s) for s in by_cost[:k]]
+        out["sizes"][k] = {"alone": spend(keys) / total, "after_first": spend(first + keys) / total}
+    grids = {"every run but the largest budget's": [k for k in every if k[0] != largest],
+             "the largest budget at 3 sizes, every other run": [k for k in every if k[0] != largest]
+             + [(largest, s) for s in pool[largest][-3:]],
+             "the first batch and the largest budget at 3 sizes": first + [(largest, s) for s in pool[largest][-3:]]}
+    out["grids"] = {}
+    for name, keys in grids.items():
+        reading = fit_at(keys)
+        out["grids"][name] = {"share": spend(keys) / total, "runs": len(keys), "budgets": len({b for b, _ in keys}),
+                              "factor": reading.factor, "n_opt": reading.n_opt}
+        print(f"  {name}: {spend(keys) / total:.1%} of the FLOPs, x{reading.factor:.3g}", file=sys.stderr, flush=True)
+    return out
+
+
 def time_log(path: str) -> dict:
     """Wall and CPU seconds from ``/usr/bin/time -v``'s report."""
     fields = {"Elapsed (wall clock) time (h:mm:ss or m:ss)": "wall", "User time (seconds)": "user",
@@ -146,6 +174,12 @@ def main() -> None:
                         help="also simulate on a finished demo sweep's store (a copy: it is read, not written); "
                              "FLOPs are what its WSD runs execute together")
     parser.add_argument("--no-public", action="store_true", help="skip the public sweeps")
+    parser.add_argument("--largest-budget", metavar="STORE",
+                        help="only what a finished demo's largest budget costs and the interval without it, stored "
+                             "under 'demo_largest_budget' in --out (its other entries kept)")
+    parser.add_argument("--drop-outliers", action="store_true",
+                        help="an extra check: each public sweep without the runs its repository flags as outliers "
+                             "(named NAME__outliers_dropped)")
     parser.add_argument("--out", default="benchmarks/results/adaptive.json")
     parser.add_argument("--table", action="store_true", help="print --out's stored results as the docs' table")
     parser.add_argument("--record-real", metavar="STORE",
@@ -157,6 +191,13 @@ def main() -> None:
     if args.table:
         print(table_of(json.loads(Path(args.out).read_text())))
         return
+    if args.largest_budget:
+        stored = json.loads(Path(args.out).read_text()) if Path(args.out).exists() else {}
+        with RunStore(args.largest_budget) as store:
+            planned = store.planned_runs()
+        stored["demo_largest_budget"] = largest_budget_check(load_runs(args.largest_budget), plan_spend(planned))
+        Path(args.out).write_text(json.dumps(stored, indent=2, default=float) + "\n")
+        return
     if args.record_real:
         if not (args.time_log and args.label):
             raise SystemExit("--record-real needs --time-log and --label")
@@ -166,6 +207,8 @@ def main() -> None:
         print(json.dumps(stored["demo_real"][args.label], indent=1, default=float))
         return
     table = pd.read_csv(args.data)
+    if args.drop_outliers:
+        table = table[~table.outlier.astype(bool)].assign(experiment=lambda t: t.experiment + "__outliers_dropped")
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     out = json.loads(path.read_text()) if (args.only or args.no_public) and path.exists() else {}
@@ -180,7 +223,8 @@ def main() -> None:
         _print("demo", row)
         path.write_text(json.dumps(out, indent=2, default=float) + "\n")
     for name, runs in table.groupby("experiment"):
-        if args.no_public or (args.only and name not in args.only):
+        if args.no_public or (args.only and name not in args.only and name.removesuffix("__outliers_dropped")
+                                                      not in args.only):
             continue
         runs = runs[["params", "tokens", "budget", "loss"]].reset_index(drop=True)
         row = simulate(runs, batch=args.batch)

@@ -15,6 +15,7 @@ from flops_fit.sweeps.adaptive import (
     extensions,
     fit_forecast,
     interval_factor,
+    more_sizes,
     nearest_sizes,
     next_choices,
     run_design,
@@ -215,7 +216,8 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
     assert "forecast" in out and "the other 1 (its 5 planned sizes)" in out  # default: 5 per budget
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13,6.4e13", "--span", "16",
                  "--seq-len", "64", "--tokens-per-param", "100", "--sizes-per-budget", "7", "--adaptive"]) == 0
-    assert "the other 1 (5 sizes around the fitted N_opt)" in capsys.readouterr().out
+    assert ("the other 1 (5 sizes around the fitted N_opt; once every budget is trained, 2 more sizes of one at a "
+            "time, the cheapest)") in capsys.readouterr().out
     # a first batch of every budget leaves the design nothing to choose: said so (it read "the other 0")
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13,3.2e13", "--span", "16",
                  "--seq-len", "64", "--tokens-per-param", "100", "--adaptive"]) == 0
@@ -291,13 +293,13 @@ def test_sweep_adaptive_on_the_command_line(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "warning: n_opt<=1.2x is narrower than any forecast's N_opt interval" in captured.err
     printed = captured.out
-    assert "round 1:" in printed and "stopped: every budget of the pool is trained" in printed
+    assert "round 1:" in printed and "stopped: every run of the pool is trained" in printed
     # the report at the design's target (report's default, 10x the largest budget trained, may differ)
     assert f"the forecast it read: `flops-fit report {out} --target 4e+08`" in printed
     assert printed.count("round 1:") == 1 and printed.count("adaptive design, target") == 1  # each round once
     assert "the rule cannot stop on the interval" in printed
     with RunStore(out) as store:
-        assert store.get_meta("adaptive")["stopped"] == "every budget of the pool is trained"
+        assert store.get_meta("adaptive")["stopped"] == "every run of the pool is trained"
         assert set(store.statuses().values()) == {"done"}  # the 2 budgets of this plan, both the first batch
 
 
@@ -490,3 +492,40 @@ def test_status_between_an_adaptive_sweeps_batches_says_the_design_is_choosing(t
     fitted = [line for line in lines if "the design fits them to choose its next batch (or stop)" in line]
     assert fitted and all(line.startswith("training now: pid ") for line in fitted)
     assert not any("0.0s left" in line for line in lines)
+
+
+def test_budgets_expected_to_gain_alike_go_to_the_cheapest():
+    """Untrained budgets below the largest trained leave the reach as it is: under a model of the reach
+    alone none is expected to narrow the interval, and "most per FLOP" among equals is the cheapest
+    (Epoch's Chinchilla chose 6e20, 3e21 FLOPs, before 1e20, 5e20 FLOPs, both expected to gain nothing)."""
+    pool = {b: [1.0, 2.0, 3.0] for b in (1e17, 2e17, 4e17, 8e17, 1.6e18)}
+    spend = lambda keys: sum(b for b, _ in set(keys))  # noqa: E731
+    trained = [(b, s) for b in (1e17, 8e17, 1.6e18) for s in pool[b]]
+    reading = Reading(n_opt=1.0, lo=0.5, hi=2.0, half=_reach_model(0.5), optimum=lambda b: 2.0)
+    (choice,) = next_choices(trained, pool, spend, 1e19, reading, sizes=3)
+    assert choice.budget == 2e17 and choice.score == 0
+    assert "none of 2 untrained budgets is expected to narrow it: the cheapest" in choice.reason
+
+
+def test_with_every_budget_trained_and_the_rule_unmet_the_design_adds_sizes_until_the_pool_is_spent():
+    """The design stopped on "every budget of the pool is trained" with sizes of those budgets left and
+    its rule unmet (Epoch's Chinchilla: 86 of 123 runs, x2.35 against the x2.23 asked). It goes on
+    with the untrained sizes nearest each budget's fitted N_opt, the cheapest budget first."""
+    sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    pool = {b: sizes for b in (1e17, 2e17, 4e17)}
+    spend = lambda keys: sum(b for b, _ in set(keys))  # noqa: E731
+    trained = [(b, s) for b in pool for s in (4.0, 8.0, 16.0)]
+    reading = Reading(n_opt=1.0, lo=0.1, hi=10.0, half=_reach_model(0.5), optimum=lambda b: 10.0)
+    (choice,) = next_choices(trained, pool, spend, 1e19, reading, sizes=3)
+    assert (choice.budget, choice.sizes, choice.flops) == (1e17, (2.0, 32.0), 2e17)  # nearest 10 in log
+    assert "every budget is trained" in choice.reason and "cheapest" in choice.reason
+    assert more_sizes(trained, pool, spend, reading, cap=spend(trained) + 1e17) is None  # 2 runs of 1e17: past it
+    full = [(b, s) for b in pool for s in sizes]
+    assert more_sizes(full, pool, spend, reading) is None
+
+    # driven: a rule never met trains every run of the pool, not every budget
+    pool = {b: sizes[:5] for b in (1e17, 2e17, 4e17, 8e17, 1.6e18)}
+    design = run_design(pool, spend, 1e19, StopRule.parse("n_opt<=2x"), lambda keys: reading, sizes=3)
+    assert sorted(design.keys) == sorted((b, s) for b in pool for s in pool[b])
+    assert design.stopped == "every run of the pool is trained"
+    assert [c.sizes for c in design.rounds[-1].choices] == [(1.0, 2.0)]

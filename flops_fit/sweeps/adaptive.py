@@ -17,8 +17,9 @@ drop of the interval's log half-width per FLOP they add. The expected half-width
 error model's at the reach the candidate leaves (target / max(largest fitted, candidate)), with
 one more split of evidence; no constant is fitted to any data. A budget whose trained minimum
 lies at the edge of its sizes gets its next sizes on that side first (its optimum is not yet
-observed). Every choice keeps its reason: the half-width before and expected after, the FLOPs,
-the runner-up.
+observed). With every budget trained and the rule not met, the untrained sizes nearest a
+budget's fitted N_opt, the cheapest budget first, until the pool is spent. Every choice keeps its
+reason: the half-width before and expected after, the FLOPs, the runner-up.
 
 Stopping rule (``StopRule``): ``"n_opt<=2x"``: the forecast's interval lies within a factor 2
 of its estimate on both sides (at 95%, never below about 1.74: ``reach_law.CAPPED``);
@@ -89,14 +90,14 @@ class StopRule:
         """The rule as parsed back to the same rule (the resume command and the store print it)."""
         parts = ([f"n_opt<={shortest(self.n_opt_factor)}x"] if self.n_opt_factor else []) + \
             ([f"flops<={shortest(self.flops_cap)}"] if self.flops_cap else [])
-        return ",".join(parts) or "none (every budget of the pool)"
+        return ",".join(parts) or "none (every run of the pool)"
 
     def describe(self) -> str:
         """When it stops, in words."""
         parts = ([f"the forecast's interval of N_opt at the target is within {self.n_opt_factor:g}x of its estimate"]
                  if self.n_opt_factor else [])
         parts += [f"the next batch would take the FLOPs spent past {self.flops_cap:.3g}"] if self.flops_cap else []
-        return " or ".join(parts) or "every budget is trained (no rule)"
+        return " or ".join(parts) or "every run is trained (no rule)"
 
     def unreachable(self, level: float = 0.95) -> str | None:
         """Why ``n_opt<=Fx`` can never hold (F below the narrowest N_opt interval a forecast states:
@@ -260,8 +261,13 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
     while len(out) < batch:
         done = {b for b, _ in chosen}
         left = [b for b in pool if b not in done]
-        if not left:
-            break
+        if not left:  # every budget trained, the rule not met: more sizes, until the pool is spent
+            more = more_sizes(chosen, pool, spend, reading, cap=cap)
+            if more is None:
+                break
+            out.append(more)
+            chosen += more.keys
+            continue
         base = spend(chosen)
         options = {}
         for b in left:
@@ -281,17 +287,49 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
             largest = max(c for c, _ in chosen)
             now = reading.half(target / largest, 0)
             expected = {c: reading.half(target / max(largest, c), 1) for c in left}
-            scored = sorted(((now - expected[c]) / options[c][1], c) for c in left)
-            score, b = scored[-1]
+            # equal scores (most often none expected: the interval at its reach-law bound) go to the
+            # cheapest budget; they went to the largest, the most expensive
+            scored = sorted(((now - expected[c]) / options[c][1], -options[c][1], c) for c in left)
+            score, _, b = scored[-1]
             picked, cost = options[b]
-            runner = (f"; next best {scored[-2][1]:.3g} at {scored[-2][0] / score:.0%} of its gain per FLOP"
+            runner = (f"; next best {scored[-2][2]:.3g} at {scored[-2][0] / score:.0%} of its gain per FLOP"
                       if len(scored) > 1 and score > 0 else "")
+            why = (f"the most per FLOP of {len(left)} untrained budget{'s' if len(left) != 1 else ''}{runner}"
+                   if score > 0 else f"none of {len(left)} untrained budget{'s' if len(left) != 1 else ''} is "
+                   "expected to narrow it: the cheapest")
             out.append(Choice(b, picked, cost, score,
                               f"budget {b:.3g} ({len(picked)} sizes around N_opt): the interval's log half-width at "
-                              f"the target {now:.3g} -> {expected[b]:.3g} expected for {cost:.3g} FLOPs, the most per "
-                              f"FLOP of {len(left)} untrained budget{'s' if len(left) != 1 else ''}{runner}"))
+                              f"the target {now:.3g} -> {expected[b]:.3g} expected for {cost:.3g} FLOPs, {why}"))
         chosen += out[-1].keys
     return out
+
+
+def more_sizes(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
+               spend: Callable[[Iterable[Key]], float], reading: Reading, *, count: int = EXTEND,
+               cap: float | None = None) -> Choice | None:
+    """Every budget trained and the rule not met: the ``count`` untrained sizes nearest the fitted
+    N_opt of the trained budget where they cost least (the error model reads budgets and reach, not
+    sizes, so no expected gain ranks them; a minimum read from more sizes is less noisy). None when
+    no run of the pool is left, or none fits under ``cap``. (The design stopped here, "every budget
+    trained", with Epoch's Chinchilla at 86 of its 123 runs and the rule unmet.)"""
+    base = spend(trained)
+    options = []
+    for budget, sizes in pool_of(trained).items():
+        rest = [s for s in pool[budget] if s not in sizes]
+        if not rest:
+            continue
+        centre = reading.optimum(budget) if reading.optimum else None
+        picked = nearest_sizes(rest, centre, count)[:count]  # without a centre: the smallest
+        cost = spend([*trained, *((budget, s) for s in picked)]) - base
+        if cap is None or base + cost <= cap:
+            options.append((cost, budget, picked, len(rest)))
+    if not options:
+        return None
+    cost, budget, picked, rest = min(options)
+    return Choice(budget, picked, cost, math.nan,
+                  f"budget {budget:.3g}: every budget is trained and the rule does not hold: {len(picked)} more of "
+                  f"its {rest} untrained sizes, nearest its fitted N_opt, the cheapest of {len(options)} budget"
+                  f"{'s' if len(options) != 1 else ''} with sizes left (no expected gain ranks sizes)")
 
 
 @dataclass
@@ -395,9 +433,9 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
             batch_choices = next_choices(design.keys, pool, spend, target, reading, batch=batch, sizes=sizes,
                                          cap=rule.flops_cap)
             if not batch_choices:
-                untrained = [b for b in pool if b not in {k[0] for k in design.keys}]
-                design.stopped = ("every budget of the pool is trained" if not untrained else
-                                  f"no untrained budget fits under the cap ({round_.spent:.3g} of "
+                untrained = {(b, s) for b in pool for s in pool[b]} - set(design.keys)
+                design.stopped = ("every run of the pool is trained" if not untrained else
+                                  f"no untrained run fits under the cap ({round_.spent:.3g} of "
                                   f"{rule.flops_cap:.3g} FLOPs spent)")
         if on_round is not None:
             on_round(design)
@@ -555,7 +593,8 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
     total = spend(plan_keys(plan))
     rest = [b for b in pool if b not in {c.budget for c in first}]
     most = max((len(pool[b]) for b in rest), default=sizes)  # a budget planned with fewer sizes gives them all
-    each = f"{sizes} sizes around the fitted N_opt" if most > sizes else f"its {most} planned sizes"
+    each = (f"{sizes} sizes around the fitted N_opt; once every budget is trained, {EXTEND} more sizes of one at a "
+            f"time, the cheapest" if most > sizes else f"its {most} planned sizes")
     then = (f"one budget at a time of the other {len(rest)} ({each}), the one expected to shrink the forecast's "
             f"interval of N_opt at the target {target:.3g} most per FLOP" if rest else
             f"nothing: the first batch is every budget, so there is nothing left to choose (list more budgets, or "
@@ -565,7 +604,7 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
             f"{then}; stops "
             + (f"({rule}) when {rule.describe()} (the interval read from the forward-chained forecast after each "
                "batch; no forecast, no stop), or " if rule.n_opt_factor or rule.flops_cap else "")
-            + "when every budget is trained"
+            + "when every run is trained"
             + "".join(f". Note: {note}" for note in (rule.over_cap(spend(keys)), rule.unreachable()) if note))
 
 
