@@ -353,6 +353,41 @@ def test_status_of_a_sweep_killed_before_its_first_run_says_how_to_resume(tmp_pa
     assert json.loads(capsys.readouterr().out)["waiting"] == len(swept.runs)
 
 
+
+def test_status_between_two_train_runs_says_so_and_advises_no_resume(tmp_path, capsys):
+    """Runs trained one by one with `flops-fit train-run`: for the seconds between one's result and the
+    next's start no process holds the store, and status said "nothing is training it now ... `flops-fit
+    sweep CONFIG --out tr --resume` trains them". A result stored seconds ago, nothing marked running: the
+    store is between runs; a minute on with nothing started, the advice to resume comes back."""
+    import json
+    import time
+
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    first = swept.runs[0]
+    with RunStore(tmp_path, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        s.mark_running(first.run_id)  # what train-run does (its own lease, released with its result)
+        s.record(RunResult(first.run_id, "done", loss=2.5, tokens=first.tokens, flops=first.flops, steps=first.steps,
+                           timings={"total_s": 1.0}))
+    waiting = len(swept.runs) - 1
+    assert main(["status", str(tmp_path)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith("between runs: nothing holds it this moment, but its last result was stored ")
+    assert line.endswith(f"{waiting} runs not started yet") and "--resume" not in line
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert state["driver"] is None and 0 <= state["between_runs_s"] <= 60 and state["waiting"] == waiting
+
+    with RunStore(tmp_path) as s:  # two minutes on, nothing started: no train-run follows
+        s.db.execute("UPDATE runs SET finished = ? WHERE run_id = ?", (time.time() - 120, first.run_id))
+    assert main(["status", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        f"nothing is training it now: {waiting} runs not started yet; "
+        f"`flops-fit sweep CONFIG --out {tmp_path} --resume` trains them")
+
+
 @pytest.fixture
 def read_only():
     """Make files or folders read-only for this user, even root (``chattr +i``), and writable again after."""

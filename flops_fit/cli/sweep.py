@@ -28,7 +28,7 @@ from flops_fit.sweeps.data_budget import data_budget, repeat_warning, unique_tok
 from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.sweeps.progress import session_start, stored_pace
+from flops_fit.sweeps.progress import CHAIN_GAP, session_start, stored_pace
 from flops_fit.tables import duration, format_table, shortest
 
 DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
@@ -286,8 +286,14 @@ def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: di
     if live is None:  # a driver killed before its first run started leaves them all pending
         statuses = store.statuses()
         waiting = sum(statuses.get(r.run_id) == "pending" for r in runs)
-        return {"driver": None, "interrupted": counts.get("running", 0), "waiting": waiting,
-                "resume": _resume(store.dir, runs, design)}
+        state = {"driver": None, "interrupted": counts.get("running", 0), "waiting": waiting,
+                 "resume": _resume(store.dir, runs, design)}
+        # runs trained one by one, each by a `flops-fit train-run` of its own, leave the store without a
+        # holder for the seconds between one's result and the next's start: that is no stopped sweep
+        last = max((row["finished"] for row in store.timeline() if row["finished"]), default=None)
+        if waiting and not state["interrupted"] and last is not None and now - last <= CHAIN_GAP:
+            state["between_runs_s"] = round(now - last, 1)
+        return state
     driver = {**live._asdict(), "heartbeat_age_s": round(now - live.heartbeat, 1)}
     statuses = store.statuses()
     if design and all(statuses.get(r.run_id) in FINAL for r in runs):  # its batch trained: the design fits
@@ -317,6 +323,10 @@ def _driver_line(state: dict[str, Any]) -> str | None:
         waiting = state["waiting"]
         if not n and not waiting:
             return None
+        if not n and "between_runs_s" in state:
+            return (f"between runs: nothing holds it this moment, but its last result was stored "
+                    f"{state['between_runs_s']:.0f}s ago (runs trained one by one, `flops-fit train-run`, start "
+                    f"the next within seconds); {waiting} run{'s' * (waiting != 1)} not started yet")
         if not n:
             return (f"nothing is training it now: {waiting} run{'s' * (waiting != 1)} not started yet; "
                     f"`{state['resume']}` trains {'them' if waiting != 1 else 'it'}")
