@@ -226,6 +226,32 @@ def test_tensorboard_subfolders_logging_one_tag_are_told_apart(tmp_path):
                for p, c in zip(frame["params"], frame["curve"], strict=True))
 
 
+
+def test_keras_style_logs_with_train_and_validation_writers_only_are_one_run_each(tmp_path):
+    """What ``tf.keras.callbacks.TensorBoard`` writes: a run folder holding only ``train/`` and ``validation/``
+    writers (``epoch_loss`` in both), no events of its own. Each run read as two runs, ``run0/train`` and
+    ``run0/validation``, neither with both losses."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for k, (params, tokens, lr, loss, _ok) in enumerate(RUNS):
+        run = tmp_path / "logs" / f"run{k}"
+        with tensorboard.SummaryWriter(str(run / "train")) as writer:
+            for s in range(1, STEPS + 1):
+                writer.add_scalar("epoch_loss", curve(params, s), global_step=s)
+            writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {}, run_name=".")
+        with tensorboard.SummaryWriter(str(run / "validation")) as writer:
+            writer.add_scalar("epoch_loss", loss, global_step=STEPS)
+    runs = flops_fit.load_runs(tmp_path / "logs", loss_col="validation/epoch_loss", curve_metric="train/epoch_loss",
+                               all_rates=True)
+    frame = runs.frame.sort_values(["params", "lr"]).reset_index(drop=True)
+    assert sorted(frame.run_id) == [f"run{k}" for k in range(len(RUNS))]
+    assert frame["loss"].tolist() == pytest.approx([r[3] for r in sorted(RUNS)], rel=1e-6)
+    assert all(np.allclose(c[:, 1], [curve(p, s) for s in range(1, STEPS + 1)], rtol=1e-6)
+               for p, c in zip(frame["params"], frame["curve"], strict=True))
+    # one such run given by its own folder: the folder is the run
+    [one] = flops_fit.load_runs(tmp_path / "logs" / "run0", loss_col="validation/epoch_loss").frame.itertuples()
+    assert (one.run_id, one.params, one.loss) == ("run0", RUNS[0][0], pytest.approx(RUNS[0][3]))
+
+
 def test_an_mlflow_store_that_cannot_be_read_is_one_line(quiet_env):
     """A server that does not answer printed a traceback after four minutes of MLflow's retries; a database
     store read with mlflow-skinny (no SQLAlchemy) printed MLflow's registry traceback."""

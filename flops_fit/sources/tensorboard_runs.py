@@ -21,6 +21,9 @@ EVENTS = "events.out.tfevents.*"
 
 # add_hparams' own subfolder (its default run_name, ``time.time()``): part of the run it is in
 HPARAMS_FOLDER = re.compile(r"\d+(\.\d+)?")
+# one run's writers for its training and held-out series (Keras's ``TensorBoard`` callback writes ``train/`` and
+# ``validation/`` only, none into the run's folder): the folder above them is the run
+WRITERS = frozenset({"train", "validation", "eval"})
 
 
 def run_folders(root: Path) -> list[Path]:
@@ -28,8 +31,11 @@ def run_folders(root: Path) -> list[Path]:
     folders with parameters of their own where there are several, or where it has its own too (runs
     beside a folder whose writer logged: a summary, or a run); the rest (an add_hparams subfolder, a
     run's train/ and eval/ writers, its one parameter set logged apart) belong to the run they are in.
-    An outer folder without parameters holding such runs is no run (a summary written beside them)."""
-    folders = sorted({p.parent for p in root.rglob(EVENTS)})
+    An outer folder without parameters holding such runs is no run (a summary written beside them). A
+    ``train/``, ``validation/`` or ``eval/`` writer in a folder without events of its own (Keras's layout) is
+    part of the run in that folder."""
+    events = {p.parent for p in root.rglob(EVENTS)}
+    folders = sorted({f.parent if f.name in WRITERS and f != root and f.parent not in events else f for f in events})
     outer = [f for f in folders if not any(f != g and g in f.parents for g in folders)]
     if len(outer) == len(folders):  # nothing nested: no event file read
         return folders
