@@ -93,19 +93,24 @@ def test_repeated_runs_at_one_rate_are_averaged():
     assert cell.fit.losses[3] == pytest.approx(sweep(noise=0).val.iloc[3])
 
 
-def test_runs_that_diverged_are_left_out_and_said():
+def test_runs_that_diverged_count_as_their_cells_diverged_rates_and_are_said():
     """A lab's sweep diverges at its highest rates (loss NaN or inf): those runs are points of their cells
-    without a loss (where the rates diverged), named in the fit's notes; they refused the whole fit."""
+    without a loss (where the rates diverged), named in the fit's notes; they refused the whole fit. The note
+    said they "are left out", though each is used as its cell's rate that diverged; one whose rate is not
+    known is left out, and said so."""
     frame = sweep(noise=0)
     frame["val"] = frame["val"].astype(float)
     frame.loc[frame.peak_lr == RATES[-1], "val"] = [np.nan, np.inf] * 6
-    fitted = flops_fit.fit_rates(frame, params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val",
-                                 run_id_col="name", bootstrap=0)
+    lost = frame.iloc[[0]].assign(peak_lr=np.nan, val=np.nan, name="no-rate")
+    fitted = flops_fit.fit_rates(pd.concat([frame, lost], ignore_index=True), params_col="N", tokens_col="D",
+                                 lr_col="peak_lr", loss_col="val", run_id_col="name", bootstrap=0)
     assert all(len(c.fit.rates) == len(RATES) and math.isnan(c.fit.losses[-1]) for c in fitted.cells)
-    assert fitted.notes == ["12 run(s) are not finished or have no finite loss, and are left out (n1e+06-d5e+06-8: "
-                            "no finite loss (nan); n1e+06-d2e+07-8: no finite loss (inf); n1e+06-d8e+07-8: no finite "
-                            "loss (nan); ...)"]
-    assert fitted.notes[0] in str(fitted)
+    assert fitted.notes == ["12 run(s) have no finite loss (diverged) and count as their cells' rates that diverged: no "
+                            "parabola goes through them, and a best loss beside one reads as the optimum lying between "
+                            "them (n1e+06-d5e+06-8, n1e+06-d2e+07-8, n1e+06-d8e+07-8, ...)",
+                            "1 run(s) are not finished or have no finite loss, and are left out (no-rate: no finite "
+                            "loss (nan))"]
+    assert all(note in str(fitted) for note in fitted.notes)
 
 
 def test_measured_loss_reads_the_cells_own_curve(fitted):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,17 +168,25 @@ def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: 
     runs = load_runs(source, keep={column: f"{canonical}_col" for column, canonical in keep.items()},
                      all_rates=True, **load)
     frame = runs.frame.copy()
+    notes = runs.notes
     if runs.diverged is not None and len(runs.diverged):  # a rate that diverged bounds its cell's best
         rates = {c: pd.to_numeric(runs.diverged[c], errors="coerce") for c in keep}
         known = np.logical_and.reduce([np.isfinite(v) & (v > 0) for v in rates.values()])
         frame = pd.concat([frame, runs.diverged.loc[known]], ignore_index=True)
+        used = list(runs.diverged.loc[known, "run_id"])
+        if used:  # said "left out" of these too, though each counts as its cell's rate that diverged
+            named = ", ".join(map(str, used[:3])) + (", ..." if len(used) > 3 else "")
+            notes = [f"{len(used)} run(s) have no finite loss (diverged) and count as their cells' rates that "
+                     f"diverged: no parabola goes through them, and a best loss beside one reads as the optimum "
+                     f"lying between them ({named})",
+                     *replace(runs, excluded=[x for x in runs.excluded if x.get("run_id") not in set(used)]).notes]
     for column, canonical in keep.items():
         values = pd.to_numeric(frame[column], errors="coerce")
         if not (values.notna() & np.isfinite(values) & (values > 0)).all():
             raise FitInputError(f"{runs.source}: column {column!r} ({canonical}) must hold finite positive values "
                                 f"in every run; drop or fix the runs without one")
         frame[canonical] = values.astype(float)
-    return frame, runs.source, runs.notes
+    return frame, runs.source, notes
 
 
 def fit_rates(source: Any, *, lr_col: str = "lr", batch_col: str | None = None, nonembedding_col: str | None = None,
