@@ -30,6 +30,29 @@ def test_python_stdlib_is_split_by_file_and_byte_level():
     assert bytes(batch["tokens"][0].tolist()) == whole[:32]
 
 
+
+def test_python_stdlib_walks_its_files_once_per_process_and_gives_the_same_bytes(tmp_path, monkeypatch):
+    """Every create_dataset call (a run's training split, then its held-out one, in every run a worker
+    trains) walked, split and stat'ed the standard library's files again. Now once per folder and fraction
+    in a process, the bytes those of the files themselves."""
+    root = tmp_path / "lib"
+    for i in range(60):
+        (root / f"pkg{i % 3}").mkdir(parents=True, exist_ok=True)
+        (root / f"pkg{i % 3}" / f"mod{i}.py").write_text(f"def f{i}(x):\n    return x * {i}\n" * 3)
+    walks = []
+    walk = text_data.stdlib_files
+    monkeypatch.setattr(text_data, "stdlib_files", lambda folder=None: walks.append(folder) or walk(folder))
+    made = [flops_fit.create_dataset("python-stdlib", split, seq_len=8, root=str(root), validation_fraction=0.2)
+            for split in ("train", "validation", "train", "validation")]  # two runs' splits
+    assert walks == [str(root)]
+    base, files = walk(str(root))
+    for data, split in zip(made, ("train", "validation") * 2, strict=True):
+        chosen = text_data.split_files(files, base, split, 0.2)
+        assert bytes(data.tokens) == b"".join(f.read_bytes() for f in chosen)
+    flops_fit.create_dataset("python-stdlib", "train", seq_len=8, root=str(root), validation_fraction=0.1)
+    assert walks == [str(root), str(root)]  # another split of the files: its own
+
+
 def test_text_files_split_by_file_or_by_position(tmp_path):
     for i in range(40):
         (tmp_path / f"doc{i}.txt").write_text(f"document number {i} " * 20)

@@ -180,6 +180,21 @@ def stdlib_files(root: str | None = None) -> tuple[Path, list[Path]]:
     return base, files
 
 
+# The standard library's splits per (folder, fraction), walked, split and stat'ed once per process: a run builds
+# its training and held-out splits, and a worker process trains run after run, from files that do not change
+# meanwhile (the bytes themselves are read once too: ``_CACHE``).
+_STDLIB: dict[tuple[str | None, float], dict[str, TextSource]] = {}
+
+
+def _stdlib_sources(root: str | None, validation_fraction: float) -> dict[str, TextSource]:
+    key = (root and os.path.abspath(root), float(validation_fraction))
+    if key not in _STDLIB:
+        base, files = stdlib_files(root)
+        _STDLIB[key] = {s: _files_source("python-stdlib", split_files(files, base, s, validation_fraction))
+                        for s in SPLITS}
+    return _STDLIB[key]
+
+
 def build_python_stdlib(
     split: str, seq_len: int = 256, root: str | None = None, validation_fraction: float = 0.05,
     vocab_size: int | None = None, tokenizer: str = BYTES, cache_dir: str | None = None,
@@ -187,8 +202,7 @@ def build_python_stdlib(
 ) -> TokenWindows:
     """The standard library's source, split by file, as bytes (vocabulary 256) or ``tokenizer``'s tokens."""
     check_split(split)
-    base, files = stdlib_files(root)
-    sources = {s: _files_source("python-stdlib", split_files(files, base, s, validation_fraction)) for s in SPLITS}
+    sources = _stdlib_sources(root, validation_fraction)
     return windows("python-stdlib", sources, split, seq_len, vocab_size, tokenizer, cache_dir,
                     tokenizer_sample_bytes, tokenizer_seed)
 
