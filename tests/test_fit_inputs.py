@@ -423,6 +423,18 @@ def test_fit_refuses_bad_arguments():
         fit(frame, method="isoflop", curve="cubic")
 
 
+
+def test_too_few_runs_after_the_rates_not_best_are_left_out_says_so():
+    """Twelve runs of a sweep over rates (three cells, four rates each): fit kept each cell's best and refused with
+    "needs at least 6 runs; got 3", not saying where the other nine went nor how to keep them."""
+    rows = [{"params": n, "tokens": 20 * n, "lr": lr, "loss": 3 + 30 / n ** 0.3 + 0.02 * np.log(lr / 3e-3) ** 2}
+            for n in (1e6, 2e6, 4e6) for lr in (1e-3, 3e-3, 1e-2, 3e-2)]
+    with pytest.raises(FitInputError, match=r"needs at least 6 runs; got 3; 9 more run\(s\) read were left out \(9 "
+                                            r"like run\d+: lr 0\.0\d+ is not its cell's best \(lr 0\.003\): .*--all-rates "
+                                            r"keeps every run\)\)$"):
+        fit(pd.DataFrame(rows), method="vpnls", bootstrap=0)
+
+
 def test_methods_refuse_too_few_runs_or_missing_structure():
     with pytest.raises(FitInputError, match="needs at least 6 runs; got 4"):
         fit(_table(), method="parametric", bootstrap=0)

@@ -109,6 +109,19 @@ class Runs:
                            f"({named}" + ("; ..." if len(unfinished) > 3 else "") + ")")
         return counted + self.cautions
 
+    def left_out(self) -> str:
+        """What loading left out, for a refusal that counts the runs kept ("got 3" of 12 runs read, 9 of them at
+        rates other than their cell's best): "; 9 more run(s) read were left out (8 like RUN: REASON; ...)", the
+        most frequent reason (numbers aside) named, or ""."""
+        if not self.excluded:
+            return ""
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for x in self.excluded:
+            groups.setdefault(re.sub(r"\d[\d.,]*(e[+-]?\d+)?", "#", str(x.get("reason", ""))), []).append(x)
+        most = max(groups.values(), key=len)
+        return (f"; {len(self.excluded)} more run(s) read were left out ({len(most)} like {most[0]['run_id']}: "
+                f"{most[0]['reason']}" + ("; ..." if len(groups) > 1 else "") + ")")
+
     def subset(self, keep: np.ndarray) -> Runs:
         """The runs where ``keep`` (a boolean mask) is true, with the same source and provenance."""
         return self.derived(self.frame.loc[np.asarray(keep, dtype=bool)].reset_index(drop=True))

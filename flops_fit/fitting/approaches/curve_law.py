@@ -104,7 +104,7 @@ class CurveProblem:
     def __init__(self, runs: Runs) -> None:
         frame = runs.frame
         if len(frame) < MIN_RUNS:
-            raise FitInputError(f"the curve law needs at least {MIN_RUNS} runs; got {len(frame)}")
+            raise FitInputError(f"the curve law needs at least {MIN_RUNS} runs; got {len(frame)}{runs.left_out()}")
         if not runs.has_curves:
             raise FitInputError("the curve law needs every run's training curve (2 or more points); these runs "
                                 "have none: fit a sweep folder, or use another method")

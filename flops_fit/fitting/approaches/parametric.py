@@ -96,7 +96,7 @@ def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, FlopsRu
     f = runs.frame
     if len(f) < MIN_RUNS:
         raise FitInputError(f"a law over (N, D) (parametric, vpnls, interaction, data-limited) needs at least {MIN_RUNS} "
-                            f"runs; got {len(f)}")
+                            f"runs; got {len(f)}{runs.left_out()}")
     n, d = f["params"].to_numpy(float), f["tokens"].to_numpy(float)
     if np.ptp(np.log(n)) == 0 or np.ptp(np.log(d)) == 0:
         raise FitInputError("a law over (N, D) (parametric, vpnls, interaction, data-limited) needs runs of several "
