@@ -97,6 +97,24 @@ def test_a_wandb_run_resumed_offline_is_one_run(quiet_env):
     assert np.allclose(runs.frame["curve"][0][:, 1], [curve(params, s) for s in range(1, STEPS + 1)], rtol=1e-6)
 
 
+
+def test_wandb_offline_runs_are_named_as_wandb_shows_them(quiet_env):
+    """Offline runs named with ``wandb.init(name=...)`` read as W&B's ids (``21hhocz5``), though the runs table,
+    its CSV export and MLflow's reader name each run by its name: a note naming a run left out named nothing
+    the lab could find. Names shared are told apart by the id; a run without a name keeps its id."""
+    wandb = pytest.importorskip("wandb")
+    for k, ((params, tokens, lr, loss, _ok), name) in enumerate(zip(RUNS, ["baseline", "baseline", "other", None],
+                                                                   strict=True)):
+        run = wandb.init(mode="offline", project="sweep", dir=str(quiet_env), id=f"id{k}", name=name,
+                         config={"params": params, "tokens": tokens, "lr": lr})
+        run.summary["eval/loss"] = loss
+        run.finish()
+        wandb.teardown()
+    frame = flops_fit.load_runs(quiet_env / "wandb", loss_col="eval/loss", all_rates=True).frame
+    assert sorted(frame.run_id) == ["baseline (id0)", "baseline (id1)", "id3", "other"]
+    assert frame.set_index("run_id").loss["other"] == pytest.approx(RUNS[2][3])
+
+
 def test_mlflow_file_store_read_back(quiet_env):
     mlflow = pytest.importorskip("mlflow")
     store = quiet_env / "mlruns"

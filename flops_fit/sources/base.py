@@ -14,6 +14,7 @@ class TrackedRun:
     params: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)  # final values
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> (step, value)
+    name: str | None = None  # the name the tracker shows, where the reader makes it the id itself (``unique_names``)
 
 
 def flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

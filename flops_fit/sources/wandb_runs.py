@@ -83,7 +83,7 @@ def read_file(path: Path) -> TrackedRun:
     config: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     series: dict[str, list[tuple[float, float]]] = {}
-    run_id, status = path.stem.removeprefix("run-"), "running"
+    run_id, status, shown = path.stem.removeprefix("run-"), "running", None
     for payload in _payloads(path):
         record = pb.Record()
         try:
@@ -93,6 +93,7 @@ def read_file(path: Path) -> TrackedRun:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run_id = record.run.run_id or run_id
+            shown = record.run.display_name or shown  # wandb.init(name=...); offline, none unless given
             config.update({_key(u): _value(u.value_json) for u in record.run.config.update})
         elif kind == "config":
             config.update({_key(u): _value(u.value_json) for u in record.config.update})
@@ -110,13 +111,14 @@ def read_file(path: Path) -> TrackedRun:
                                      for k, v in config.items() if not k.startswith("_")}).items()}
     metrics = {k: float(v) for k, v in summary.items() if not k.startswith("_") and isinstance(v, (int, float))
                and not isinstance(v, bool) and math.isfinite(float(v))}
-    return TrackedRun(run_id, status, params, metrics, series)
+    return TrackedRun(run_id, status, params, metrics, series, shown)
 
 
 def read_offline(folder: Path) -> list[TrackedRun]:
     """Every offline run under ``folder`` (or the one run file ``folder``). A run resumed offline (the same
     run id, ``resume=...``) writes a new folder each attempt: its files are one run, read in the order
-    written (folders are named by start time), the last attempt's status its status."""
+    written (folders are named by start time), the last attempt's status its status. A run's id is its name
+    (``wandb.init(name=...)``, as W&B's pages and its CSV export show it), or W&B's id where it has none."""
     files = [folder] if folder.is_file() else run_files(folder)
     runs: dict[str, TrackedRun] = {}
     for path in files:
@@ -128,7 +130,12 @@ def read_offline(folder: Path) -> list[TrackedRun]:
             for name, points in run.series.items():  # a step the attempt logged again: its value
                 first.series[name] = sorted({**dict(first.series.get(name, [])), **dict(points)}.items())
             first.status = run.status
-    return list(runs.values())
+            first.name = run.name or first.name
+    merged = list(runs.values())
+    for run, name in zip(merged, unique_names([r.name or r.run_id for r in merged], [r.run_id for r in merged]),
+                         strict=True):
+        run.run_id = name
+    return merged
 
 
 def is_export(frame: pd.DataFrame) -> bool:
