@@ -388,6 +388,25 @@ def test_status_between_two_train_runs_says_so_and_advises_no_resume(tmp_path, c
         f"`flops-fit sweep CONFIG --out {tmp_path} --resume` trains them")
 
 
+
+def test_status_of_a_sweep_in_its_preflight_says_it_is_starting(tmp_path, capsys):
+    """A driver holds the store's lease while its preflight checks the plan (building datasets, probing memory:
+    seconds), before it records the plan; status said "no plan recorded (a sweep into it stopped before its
+    first run)" of the sweep starting."""
+    import os
+
+    from flops_fit.cli.main import main
+    from flops_fit.store.lease import Lease
+
+    with RunStore(tmp_path, create=True) as s, Lease(s.path):  # what run_plan holds before add_plan
+        assert main(["status", str(tmp_path)]) == 0
+        line = capsys.readouterr().out
+        assert line.startswith(f"{tmp_path}: a sweep is starting: pid {os.getpid()} on ")
+        assert line.endswith("checks its plan (the preflight) before it records the plan here\n")
+    assert main(["status", str(tmp_path)]) == 0  # the driver gone without a plan: it stopped
+    assert capsys.readouterr().out.startswith(f"{tmp_path}: no plan recorded (a sweep into it stopped before")
+
+
 @pytest.fixture
 def read_only():
     """Make files or folders read-only for this user, even root (``chattr +i``), and writable again after."""

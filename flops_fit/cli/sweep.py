@@ -382,7 +382,13 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         planned, states = store.planned_runs(), store.statuses()
         design = store.get_meta("adaptive")
         driver = _driver(store, counts, planned, design) if counts else None
+        starting = None if counts else holder(store.path)  # a live driver's preflight comes before its plan
     total = sum(counts.values())
+    if not total and starting is not None:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(starting.started))
+        print(f"{out_dir}: a sweep is starting: pid {starting.pid} on {starting.host} since {since} checks its plan "
+              "(the preflight) before it records the plan here")
+        return 0
     if not total:  # a store opened by a sweep that refused before it recorded its plan
         print(f"{out_dir}: no plan recorded (a sweep into it stopped before its first run); "
               f"`flops-fit sweep CONFIG --out {out_dir}` starts one")
