@@ -270,6 +270,38 @@ def test_keras_style_logs_with_train_and_validation_writers_only_are_one_run_eac
     assert (one.run_id, one.params, one.loss) == ("run0", RUNS[0][0], pytest.approx(RUNS[0][3]))
 
 
+
+def test_an_mlflow_store_of_several_experiments_says_it_fits_them_together(quiet_env):
+    """A store holding two experiments (two recipes, the same sizes): load_runs read every run of both into one
+    fit without a word, where a table with an experiment column is cautioned and told how to fit one alone."""
+    mlflow = pytest.importorskip("mlflow")
+    store = quiet_env / "mlruns"
+    mlflow.set_tracking_uri(store.as_uri())
+    for name, shift in (("base", 0.0), ("new-recipe", -0.25)):
+        mlflow.set_experiment(name)
+        for params, tokens, _lr, loss, _ok in RUNS:
+            with mlflow.start_run():
+                mlflow.log_params({"params": params, "tokens": tokens})
+                mlflow.log_metric("val_loss", loss + shift)
+    runs = flops_fit.load_runs(store, loss_col="val_loss")
+    assert len(runs) == 2 * len(RUNS)
+    [caution] = [n for n in runs.notes if "settings" in n]
+    assert caution.startswith("the table holds 2 settings by column 'experiment' (")
+    assert caution.endswith("(CLI: --where experiment=VALUE)")
+    alone = flops_fit.load_runs(store, loss_col="val_loss", where={"experiment": "new-recipe"})
+    assert sorted(alone.frame.loss) == pytest.approx(sorted(r[3] - 0.25 for r in RUNS))
+    assert not any("settings" in n for n in alone.notes)
+    one = flops_fit.load_runs(store, loss_col="val_loss", experiment="base")  # one experiment read: no such column
+    assert len(one) == len(RUNS) and "experiment" not in one.frame and not one.notes
+    mlflow.set_experiment("empty")  # experiments without runs (MLflow's Default among them) are no setting
+    mlflow.set_tracking_uri((quiet_env / "other").as_uri())
+    mlflow.set_experiment("only")
+    with mlflow.start_run():
+        mlflow.log_params({"params": 1e6, "tokens": 2e7})
+        mlflow.log_metric("val_loss", 3.0)
+    assert "experiment" not in flops_fit.load_runs(quiet_env / "other", loss_col="val_loss").frame
+
+
 def test_an_mlflow_store_that_cannot_be_read_is_one_line(quiet_env):
     """A server that does not answer printed a traceback after four minutes of MLflow's retries; a database
     store read with mlflow-skinny (no SQLAlchemy) printed MLflow's registry traceback."""

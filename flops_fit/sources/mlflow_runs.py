@@ -97,13 +97,20 @@ def _read_runs(uri: str, source: Any, experiment: str | None) -> list[TrackedRun
             raise FitInputError(f"{source}: no MLflow experiment {experiment!r}; the store has {names}. "
                                 f"Name one with experiment= (CLI: --experiment)")
     runs, names = [], []
-    for run in client.search_runs([e.experiment_id for e in experiments], max_results=50000):
+    # runs of several experiments read together: each run's experiment a column, so the fit's caution on settings
+    # that split the runs (``fitting.inputs``) names them, as it would a table's
+    named = {e.experiment_id: e.name for e in experiments}
+    found = client.search_runs([e.experiment_id for e in experiments], max_results=50000)
+    several = len({run.info.experiment_id for run in found}) > 1  # an empty Default experiment is none
+    for run in found:
         info, data = run.info, run.data
         series = {key: [(float(m.step), float(m.value)) for m in client.get_metric_history(info.run_id, key)]
                   for key in data.metrics}
         status = "finished" if info.status == "FINISHED" else info.status.lower()
-        runs.append(TrackedRun(info.run_id, status, {k: _number(v) for k, v in data.params.items()},
-                               dict(data.metrics), series))
+        params = {k: _number(v) for k, v in data.params.items()}
+        if several:
+            params.setdefault("experiment", named.get(info.experiment_id, info.experiment_id))
+        runs.append(TrackedRun(info.run_id, status, params, dict(data.metrics), series))
         names.append(info.run_name or info.run_id)
     for run, name in zip(runs, unique_names(names, [r.run_id[:8] for r in runs]), strict=True):
         run.run_id = name
