@@ -376,6 +376,7 @@ def test_status_between_two_train_runs_says_so_and_advises_no_resume(tmp_path, c
     line = capsys.readouterr().out.splitlines()[1]
     assert line.startswith("between runs: nothing holds it this moment, but its last result was stored ")
     assert line.endswith(f"{waiting} runs not started yet") and "--resume" not in line
+    assert "`flops-fit train-run`, or recorded by `flops-fit record`" in line
     assert main(["status", str(tmp_path), "--json"]) == 0
     state = json.loads(capsys.readouterr().out)
     assert state["driver"] is None and 0 <= state["between_runs_s"] <= 60 and state["waiting"] == waiting

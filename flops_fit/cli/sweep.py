@@ -325,8 +325,9 @@ def _driver_line(state: dict[str, Any]) -> str | None:
             return None
         if not n and "between_runs_s" in state:
             return (f"between runs: nothing holds it this moment, but its last result was stored "
-                    f"{state['between_runs_s']:.0f}s ago (runs trained one by one, `flops-fit train-run`, start "
-                    f"the next within seconds); {waiting} run{'s' * (waiting != 1)} not started yet")
+                    f"{state['between_runs_s']:.0f}s ago (runs trained one by one by `flops-fit train-run`, or "
+                    f"recorded by `flops-fit record`, leave it unheld between them); {waiting} "
+                    f"run{'s' * (waiting != 1)} not started yet")
         if not n:
             return (f"nothing is training it now: {waiting} run{'s' * (waiting != 1)} not started yet; "
                     f"`{state['resume']}` trains {'them' if waiting != 1 else 'it'}")
