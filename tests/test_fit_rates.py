@@ -250,3 +250,39 @@ def test_a_cell_whose_best_rate_trained_next_to_one_that_diverged_says_so():
     assert diverging.fit.reason.startswith(f"diverged next to its best: the best loss is at the highest rate that "
                                            f"trained ({frame.peak_lr[best]:.3g}) and {above:.3g} above it")
     assert sum(c.fit.ok for c in fitted.cells) == len(fitted.cells) - 1  # the others fit as before
+
+
+def test_tune_from_a_sweep_folder_counts_its_diverged_runs_as_the_tune_does(tmp_path):
+    """A flops-fit store swept over rates, its highest rate diverged in each cell (status failed, error
+    "diverged: ..."): `flops-fit tune` counts such a run as its cell's rate that diverged, but `tune --from`
+    the same folder left it out as "status 'failed'", so a cell whose best trained next to it read as "best
+    at the highest rate tried: widen the multipliers upwards", where the tune said to try rates between."""
+    from dataclasses import replace
+
+    import sweep_support
+
+    from flops_fit.store.run_store import RunStore
+    from flops_fit.store.runs import RunResult
+    from flops_fit.sweeps.planner import plan
+
+    swept = plan(host=sweep_support.host(), **sweep_support.small_plan_options(schedule="cosine"))
+    base = swept.runs[:3]
+    swept.runs[:] = [replace(r, run_id=f"{r.run_id}-{k}", lr=1e-3 * 3 ** k) for r in base for k in range(4)]
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(swept, spec=swept.settings)
+        for i, r in enumerate(swept.runs):
+            k, best = i % 4, 2.2 if i // 4 == 2 else 1.2  # the last cell's best trained next to the rate that diverged
+            result = (RunResult(r.run_id, "failed", error="diverged: loss is nan at step 3") if k == 3 else
+                      RunResult(r.run_id, "done", loss=3.0 + 0.02 * (k - best) ** 2, tokens=r.tokens, flops=r.flops,
+                                steps=r.steps))
+            store.mark_running(r.run_id)
+            store.record(result)
+    fitted = flops_fit.fit_rates(tmp_path, bootstrap=0)
+    assert [len(c.fit.rates) for c in fitted.cells] == [4, 4, 4]
+    assert [c.fit.ok for c in fitted.cells] == [True, True, False]
+    assert [c.flops for c in fitted.cells] == pytest.approx([r.flops for r in base])  # the FLOPs its runs trained
+    assert fitted.cells[2].fit.reason.startswith("diverged next to its best")
+    assert fitted.notes[0].startswith("3 run(s) have no finite loss (diverged) and count as their cells' rates")
+    with RunStore(tmp_path) as store:  # a run that failed for another reason (a crash) is still left out
+        store.db.execute("UPDATE runs SET error = 'RuntimeError: CUDA error' WHERE run_id = ?", (swept.runs[3].run_id,))
+    assert [len(c.fit.rates) for c in flops_fit.fit_rates(tmp_path, bootstrap=0).cells] == [3, 4, 4]

@@ -227,17 +227,22 @@ def load_runs(
     excluded: list[dict[str, Any]] = []
     ids = _run_ids(frame, run_id_col)
     frame = _status_column(frame)
+    blown_rows, blown_ids = frame.iloc[:0], ids.iloc[:0]
     if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
         # in any case: MLflow's own tables say FINISHED, a lab's may say Done
         bad = frame["status"].notna() & ~frame["status"].astype(str).str.strip().str.lower().isin(FINISHED)
         excluded += [{"run_id": r, "reason": f"status {v!r}"}
                      for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
+        # a sweep store's run failed as diverged ("diverged: ..."): to a sweep over rates, a rate that diverged
+        blown = bad & frame["error"].astype(str).str.startswith("diverged") if "error" in frame else bad & False
+        blown_rows, blown_ids = frame.loc[blown], ids[blown]
         frame, ids = frame.loc[~bad], ids[~bad]
     unscored = _unscored(frame[mapping["loss"][0]])  # diverged (NaN, inf) or never evaluated (empty)
     excluded += [{"run_id": r, "reason": f"{NO_LOSS} ({v})"}
                  for r, v in zip(ids[unscored], frame.loc[unscored, mapping["loss"][0]], strict=True)]
-    diverged = _diverged(frame.loc[unscored], ids[unscored], mapping, flops_per_param_token, [budget_col, *keep]) \
-        if all_rates else None
+    rows, row_ids = (pd.concat([blown_rows, frame.loc[unscored]]), pd.concat([blown_ids, ids[unscored]])) \
+        if len(blown_rows) else (frame.loc[unscored], ids[unscored])
+    diverged = _diverged(rows, row_ids, mapping, flops_per_param_token, [budget_col, *keep]) if all_rates else None
     frame, ids = frame.loc[~unscored], ids[~unscored]
     out = pd.DataFrame(index=frame.index)
     out["run_id"] = ids.to_numpy()
@@ -298,11 +303,18 @@ def load_runs(
 def _diverged(frame: pd.DataFrame, ids: pd.Series, mapping: dict[str, tuple[str, str]], k: float,
               extra: list[str]) -> pd.DataFrame:
     """The runs without a finite loss as rows like the fitted ones' (loss NaN), those whose size and
-    tokens (or FLOPs) read as numbers: a sweep over rates learns from where its rates diverged."""
+    tokens (or FLOPs) read as numbers: a sweep over rates learns from where its rates diverged. A sweep
+    store's failed run has its planned tokens (``tokens_planned``) and no FLOPs of its own (NaN, left to
+    the reader: the FLOPs its cell's runs trained)."""
     out = pd.DataFrame({"run_id": ids.to_numpy()}, index=frame.index)
     for canonical in ("params", "tokens", "flops"):
         if (column := mapping[canonical][0]) in frame:
             out[canonical] = pd.to_numeric(frame[column], errors="coerce").astype(float)
+    planned = "tokens" in out and "tokens_planned" in frame and "flops" in out
+    if planned:  # a failed run's result trained none it recorded (0, or NaN)
+        unknown = ~(out["tokens"] > 0)
+        out.loc[unknown, "tokens"] = pd.to_numeric(frame.loc[unknown, "tokens_planned"], errors="coerce")
+        out.loc[unknown, "flops"] = np.nan
     if "tokens" not in out:
         out["tokens"] = out["flops"] / (k * out["params"])
     if "flops" not in out:
@@ -314,7 +326,10 @@ def _diverged(frame: pd.DataFrame, ids: pd.Series, mapping: dict[str, tuple[str,
         if column in frame:
             out[column] = frame[column]
     sizes = out[["params", "tokens", "flops"]].to_numpy(float)
-    return out.loc[(np.isfinite(sizes) & (sizes > 0)).all(axis=1)].reset_index(drop=True)
+    known = np.isfinite(sizes) & (sizes > 0)
+    if planned:  # FLOPs not known where the tokens are the plan's
+        known[:, 2] |= unknown.to_numpy() & np.isnan(sizes[:, 2])
+    return out.loc[known.all(axis=1)].reset_index(drop=True)
 
 
 def names_evaluation(column: Any) -> bool:

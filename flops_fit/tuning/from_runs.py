@@ -173,6 +173,10 @@ def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: 
         rates = {c: pd.to_numeric(runs.diverged[c], errors="coerce") for c in keep}
         known = np.logical_and.reduce([np.isfinite(v) & (v > 0) for v in rates.values()])
         frame = pd.concat([frame, runs.diverged.loc[known]], ignore_index=True)
+        # a store's diverged run trained no FLOPs it recorded: its cell's (so the cell's compute stays theirs)
+        cell = frame.groupby(["params", "tokens"])["flops"].transform("mean")
+        frame["flops"] = frame["flops"].fillna(cell).fillna(
+            load["flops_per_param_token"] * frame["params"] * frame["tokens"])
         used = list(runs.diverged.loc[known, "run_id"])
         if used:  # said "left out" of these too, though each counts as its cell's rate that diverged
             named = ", ".join(map(str, used[:3])) + (", ..." if len(used) > 3 else "")
