@@ -330,6 +330,54 @@ def test_the_parity_gates_outcome_is_said_before_the_runs_train(tmp_path, capsys
     assert "\nparity gate: overridden (skip_parity=True: the gate was not run)\n" in capsys.readouterr().out
 
 
+
+class _ParityReadingStatus:
+    """A parity case for tiny-lm that reads `flops-fit status` of the sweep while the gate runs it (or stops it)."""
+
+    def __init__(self, out, stop=False):
+        self.out, self.stop, self.seen = out, stop, []
+
+    def run(self, device, dtype):
+        import contextlib
+        import io
+
+        from flops_fit.cli.main import main
+
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            main(["status", str(self.out)])
+        self.seen.append(text.getvalue())
+        if self.stop:
+            raise KeyboardInterrupt
+        return type("Report", (), {"passed": True, "summary": lambda self: "logits match"})()
+
+    @flops_fit.hookimpl
+    def register_parity_cases(self, register):
+        register(flops_fit.ParityCaseEntry("tiny-reader", model="tiny-lm", reference="a stand-in", run=self.run,
+                                           quick=True, devices=("cpu",), dtypes=("float32",)))
+
+
+def test_status_while_the_parity_gate_runs_says_so_and_after_a_stop_in_it_that_it_was_interrupted(tmp_path, capsys):
+    """The gate's cases run for seconds (the demo's GPT against Hugging Face's) after the plan is recorded:
+    `flops-fit status` said "parity gate: not run" of the gate running, and of one a Ctrl-C stopped."""
+    from flops_fit.cli.main import main
+    from flops_fit.testing import isolated_host
+
+    options = sweep_support.small_plan_options()
+    case = _ParityReadingStatus(tmp_path / "a")
+    host = isolated_host(("sweep_support", sweep_support), ("reader", case), builtins=True)
+    sweep(host=host, out_dir=tmp_path / "a", show_progress=False, **options)
+    assert "\nparity gate for 'tiny-lm': running now, before the first run\n" in case.seen[0]
+    case = _ParityReadingStatus(tmp_path / "b", stop=True)
+    host = isolated_host(("sweep_support", sweep_support), ("reader", case), builtins=True)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(host=host, out_dir=tmp_path / "b", show_progress=False, **options)
+    capsys.readouterr()
+    assert main(["status", str(tmp_path / "b")]) == 0
+    assert "\nparity gate: interrupted before it finished; the sweep's next start runs it again\n" in \
+        capsys.readouterr().out
+
+
 def test_a_failing_parity_gate_stops_the_sweep_unless_overridden(tmp_path):
     from flops_fit.sweeps.driver import ParityGateError
     from flops_fit.testing import isolated_host

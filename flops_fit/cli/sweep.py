@@ -303,6 +303,14 @@ def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: di
     return {"driver": driver, "seconds_left": left, "scope": "runs chosen so far" if design else "all runs"}
 
 
+def _gate(parity: dict[str, Any], driver: dict[str, Any] | None) -> dict[str, Any]:
+    """The stored gate as status tells it: one a driver was running when it stopped was interrupted."""
+    if parity.get("status") == "running" and not (driver and driver.get("driver")):
+        return {"status": "interrupted", "reason": "parity gate: interrupted before it finished; the sweep's next "
+                "start runs it again"}
+    return parity
+
+
 def _resume(out_dir: Path, runs: list[Any], design: dict[str, Any] | None) -> str:
     """The command that continues what trained into ``out_dir``: a tune (its runs' rates say so), an
     adaptive sweep (its design in the store) or a sweep."""
@@ -398,7 +406,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     line = _driver_line(driver)
     if line:
         print(line)
-    print(gate_line(parity))
+    print(gate_line(_gate(parity, driver)))
     finished = {r.run_id: r for r in frame.itertuples()}
     if design:  # an adaptive sweep: why each batch was chosen; the plan's runs it has not chosen (and none trained)
         chosen = _chosen(design)
@@ -476,7 +484,7 @@ def _print_status_json(out_dir: str | Path) -> int:
         finite = json.loads(json.dumps(design), parse_constant=lambda _: None)  # a round not fitted yet: inf -> null
         extra["adaptive"] = {**finite, "not_chosen": [r["run_id"] for r in runs if r["run_id"] not in chosen
                                                                  and r["status"] == "pending"]}
-    print(json.dumps({"out_dir": str(out_dir), "parity": parity["status"], **driver, "totals": totals, "runs": runs,
+    print(json.dumps({"out_dir": str(out_dir), "parity": _gate(parity, driver)["status"], **driver, "totals": totals, "runs": runs,
                       **extra}, indent=2, sort_keys=True))
     return 0
 
