@@ -376,6 +376,13 @@ def test_status_while_the_parity_gate_runs_says_so_and_after_a_stop_in_it_that_i
     assert main(["status", str(tmp_path / "b")]) == 0
     assert "\nparity gate: interrupted before it finished; the sweep's next start runs it again\n" in \
         capsys.readouterr().out
+    from flops_fit.store.lease import Lease
+
+    with RunStore(tmp_path / "b") as store:  # the gate a driver gone (pid 1) left; another driver (a train-run) now
+        store.set_meta(parity={**store.get_meta("parity"), "pid": 1})
+        with Lease(store.path):
+            assert main(["status", str(tmp_path / "b")]) == 0
+    assert "\nparity gate: interrupted before it finished" in capsys.readouterr().out
 
 
 def test_a_failing_parity_gate_stops_the_sweep_unless_overridden(tmp_path):

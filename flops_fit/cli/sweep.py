@@ -304,8 +304,10 @@ def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: di
 
 
 def _gate(parity: dict[str, Any], driver: dict[str, Any] | None) -> dict[str, Any]:
-    """The stored gate as status tells it: one a driver was running when it stopped was interrupted."""
-    if parity.get("status") == "running" and not (driver and driver.get("driver")):
+    """The stored gate as status tells it: one a driver was running when it stopped was interrupted (a
+    later driver, such as a train-run's, runs no gate)."""
+    live = (driver or {}).get("driver")
+    if parity.get("status") == "running" and not (live and live.get("pid") == parity.get("pid")):
         return {"status": "interrupted", "reason": "parity gate: interrupted before it finished; the sweep's next "
                 "start runs it again"}
     return parity

@@ -311,8 +311,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                            scope="" if only is None else " in this batch")  # an adaptive sweep's batch, not its end
     if todo:
         if trainer is None and not skip_parity:  # what `flops-fit status` says while the gate's cases run (seconds)
-            store.set_meta(parity={"status": "running", "reason": f"parity gate for {model!r}: running now, before "
-                                   "the first run"})
+            store.set_meta(parity={"status": "running", "pid": os.getpid(), "reason": f"parity gate for {model!r}: "
+                                   "running now, before the first run"})
         gate = ({"status": "not applicable", "reason": "the [train] command trains the runs, not flops-fit's model: "
                  "no parity case applies"} if trainer is not None else parity_gate(model, skip=skip_parity, host=host))
         store.set_meta(parity=gate)
