@@ -48,6 +48,22 @@ def assert_same_run(alone, together):
     assert together.loss == pytest.approx(alone.loss, abs=TOLERANCE)
 
 
+def stopped_midway(train_with, heard=None):
+    """``train_with(progress)`` stopped once a run reports half its work done (it must raise
+    ``Interrupted``); ``heard`` collects the work each report said was done."""
+    def stop_midway(run_id, done, total, loss):
+        if heard is not None:
+            heard.append(done)
+        if done >= total // 2:
+            request_stop()
+
+    try:
+        with pytest.raises(Interrupted):
+            train_with(stop_midway)
+    finally:
+        clear_stop()
+
+
 def test_runs_trained_together_match_each_trained_alone():
     specs = variants(max(tiny_plan().runs, key=lambda r: r.steps))
     together = train_stacked(specs, host=HOST)
@@ -189,17 +205,7 @@ def test_a_stopped_program_resumes_each_run_stacked_or_alone(tmp_path):
     specs = variants(max(tiny_plan().runs, key=lambda r: r.steps), multipliers=(0.5, 2.0))
     policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=0.0)
     heard = []
-
-    def stop_midway(run_id, done, total, loss):
-        heard.append(done)
-        if done >= total // 2:
-            request_stop()
-
-    try:
-        with pytest.raises(Interrupted):
-            train_stacked(specs, stop_midway, host=HOST, checkpoints=policy)
-    finally:
-        clear_stop()
+    stopped_midway(lambda progress: train_stacked(specs, progress, host=HOST, checkpoints=policy), heard)
     for spec in specs:  # each run wrote its own checkpoint, the one it writes alone
         assert len(list_checkpoints(policy.run_dir(spec.run_id))) == 1
     alone = [train(s, host=HOST) for s in specs]
@@ -311,16 +317,7 @@ def test_a_program_stopped_after_one_run_diverged_resumes_the_others_from_their_
     alone = [train(s, host=HOST) for s in specs]
     assert alone[1].status == "failed" and alone[1].steps < base.steps // 2  # diverges before the stop
     policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=0.0)
-
-    def stop_midway(run_id, done, total, loss):
-        if done >= total // 2:
-            request_stop()
-
-    try:
-        with pytest.raises(Interrupted):
-            train_item(Stack(tuple(specs)), stop_midway, host=HOST, checkpoints=policy)
-    finally:
-        clear_stop()
+    stopped_midway(lambda progress: train_item(Stack(tuple(specs)), progress, host=HOST, checkpoints=policy))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "they start again"
         resumed = train_item(Stack(tuple(specs)), host=HOST, checkpoints=policy)
@@ -337,16 +334,7 @@ def test_a_program_killed_between_its_runs_saves_resumes_from_the_step_all_of_th
     from the newest step they all kept."""
     specs = variants(max(tiny_plan().runs, key=lambda r: r.steps), multipliers=(0.5, 2.0), seeds=())
     policy = CheckpointPolicy(str(tmp_path / "ck"), seconds=1e-9)  # a checkpoint every step, the newest 2 kept
-
-    def stop_midway(run_id, done, total, loss):
-        if done >= total // 2:
-            request_stop()
-
-    try:
-        with pytest.raises(Interrupted):
-            train_stacked(specs, stop_midway, host=HOST, checkpoints=policy)
-    finally:
-        clear_stop()
+    stopped_midway(lambda progress: train_stacked(specs, progress, host=HOST, checkpoints=policy))
     newest, previous = list_checkpoints(policy.run_dir(specs[1].run_id))
     newest.unlink()  # the kill came before this run's newest write
     with warnings.catch_warnings():
