@@ -145,6 +145,12 @@ def test_cli_tune_from_writes_hparams(tmp_path, capsys):
         assert main(["tune", str(runs), "--out", str(tmp_path / "again")]) == 2
         assert f"{runs} holds runs, not a sweep file to train from" in capsys.readouterr().err
     assert not (tmp_path / "again").exists()
+    # status on the law's folder said "no sweep store ...: run a sweep with --out FOLDER first", as if it were empty
+    for json_flag in ([], ["--json"]):
+        assert main(["status", *json_flag, str(out)]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"flops-fit: error: {out} holds a learning-rate law (hparams.json, as `flops-fit tune --from` writes it) "
+            f"and no sweep, so there is no status to show: a sweep uses the law with `flops-fit sweep SPEC --hparams {out}`")
 
 
 @pytest.mark.parametrize("args, message", [

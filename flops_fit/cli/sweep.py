@@ -19,7 +19,7 @@ from typing import Any
 import flops_fit
 from flops_fit.cli.fit import stages
 from flops_fit.cli.interrupts import interrupted
-from flops_fit.errors import ConfigError, FlopsFitError, OptionError
+from flops_fit.errors import ConfigError, FlopsFitError, OptionError, StoreError
 from flops_fit.store.lease import holder
 from flops_fit.store.outside import read_result
 from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore, check_folder
@@ -29,6 +29,7 @@ from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.progress import CHAIN_GAP, session_start, stored_pace
+from flops_fit.sweeps.tuned import HPARAMS_FILE
 from flops_fit.tables import duration, format_table, shortest
 
 DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
@@ -426,7 +427,18 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     return counts.get("done", 0)
 
 
+def _law_only(out_dir: str | Path) -> None:
+    """StoreError for a folder that holds a learning-rate law and no sweep (what `tune --from` writes):
+    status said "run a sweep with --out FOLDER first", as if nothing were there."""
+    folder = Path(out_dir)
+    if not (folder / STORE_NAME).exists() and (folder / HPARAMS_FILE).is_file():
+        raise StoreError(f"{folder} holds a learning-rate law ({HPARAMS_FILE}, as `flops-fit tune --from` writes it) "
+                         f"and no sweep, so there is no status to show: a sweep uses the law with "
+                         f"`flops-fit sweep SPEC --hparams {folder}`")
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
+    _law_only(args.out_dir)
     if args.json:
         return _print_status_json(args.out_dir)
     _print_status(args.out_dir)
