@@ -358,11 +358,16 @@ CHANCE_VIT = pd.DataFrame({
 
 def test_intervals_of_resamples_that_all_repeat_the_fit_are_withheld(tmp_path, capsys):
     """isoflop on the sweep above printed N_opt 2.52k [2.52k, 2.52k], exponent a 0.348 [0.348, 0.348]: the few
-    resamples kept (those that drew every size of a budget) all repeat the fit, an interval of no width read as
-    certainty. The values stay; the intervals are withheld with the reason."""
+    resamples kept (6 of 200: those that drew every size of a budget) all repeat the fit, an interval of no
+    width read as certainty. The fit is now refused for keeping so few (``validity.few_kept``); its table, read
+    without the refusal, still withholds such intervals with the reason."""
     from flops_fit.fitting import formatting as fmt
+    from flops_fit.fitting.approaches.isoflop import Isoflop
 
-    result = fit(CHANCE_VIT, "isoflop", bootstrap=200, tracking=False)
+    with pytest.raises(NoFitError, match=r"^isoflop: failed: no finite, ordered answer \(only 6 of 200 resamples had an "
+                                         r"interior minimum at enough budgets"):
+        fit(CHANCE_VIT, "isoflop", bootstrap=200, tracking=False)
+    result = Isoflop(bootstrap=200).fit(load_runs(CHANCE_VIT))  # the approach alone, before the check
     table = result.predict([4e9])
     assert table.N_opt_lo[0] == table.N_opt_hi[0] == table.N_opt[0]  # the fit itself: unchanged
     text = result.summary()
@@ -371,9 +376,29 @@ def test_intervals_of_resamples_that_all_repeat_the_fit_are_withheld(tmp_path, c
     assert fmt.with_interval(0.0, 0.0, 0.0) == "0 [0, 0]"  # a fixed term of 0 is no resampling
     path = tmp_path / "runs.csv"
     CHANCE_VIT.to_csv(path, index=False)
-    assert main(["fit", str(path), "--method", "all", "--bootstrap", "200", "--holdout", "none"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("isoflop "))
-    assert row.count("[withheld: resamples all equal]") == 5, row
+    # isoflop was the one method that answered these runs at chance: now none does, each saying why
+    assert main(["fit", str(path), "--method", "all", "--bootstrap", "200", "--holdout", "none"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flops-fit: error: no method could fit these runs: ") and "\nTraceback" not in err
+    assert "isoflop: failed: no finite, ordered answer (only 6 of 200 resamples" in err
+
+
+def test_isoflop_on_three_sizes_a_budget_is_refused_for_the_few_resamples_it_keeps():
+    """3 budgets x 3 sizes (synthetic, 1% noise): isoflop kept 10 of 100 resamples, near copies of the runs, and
+    read N_opt 591M [583M, 592M] at 1e19 FLOPs against parametric's [560M, 641M]. Refused now, with the reason
+    and the fix; with 5 sizes a budget most resamples keep a minimum."""
+    from flops_fit.fitting.approaches.isoflop import Isoflop
+    from flops_fit.fitting.synthetic import synthetic_runs
+    from flops_fit.fitting.validation.validity import few_kept
+
+    three = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=3, noise=0.01, seed=3, curve_points=0)
+    with pytest.raises(NoFitError, match=r"resamples had an interior minimum at enough budgets: .*5 or more sizes "
+                                         r"per budget keep most resamples"):
+        fit(three, "isoflop", bootstrap=100, tracking=False)
+    five = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, noise=0.01, seed=3, curve_points=0)
+    result = Isoflop(bootstrap=100).fit(load_runs(five))
+    assert result.details["resamples_kept"] >= 50 and result.details["resamples_drawn"] == 100
+    assert few_kept(result) is None
 
 
 def test_a_sweep_whose_minima_lie_at_its_edge_is_refused_without_numpy_warnings():
@@ -466,9 +491,10 @@ def test_the_disagreement_warning_prints_its_intervals_as_the_tables_do():
     """`fit --json` on the ViT sweep above warned "isoflop gives a = 0.348 [0.348, 0.348]", the interval the
     tables withhold: the warning now prints each exponent as the tables do."""
     from flops_fit.fitting.approaches.fit_set import FitSet
+    from flops_fit.fitting.approaches.isoflop import Isoflop
     from flops_fit.fitting.synthetic import synthetic_runs
 
-    chance = fit(CHANCE_VIT, "isoflop", bootstrap=200, tracking=False)
+    chance = Isoflop(bootstrap=200).fit(load_runs(CHANCE_VIT))  # refused by fit() for the few draws it keeps
     clean = fit(synthetic_runs(seed=2), "isoflop", bootstrap=50, tracking=False)
     (warning,) = FitSet({"clean": clean, "chance": chance}).warnings
     assert warning.startswith("approaches disagree: ") and "[withheld: resamples all equal]" in warning

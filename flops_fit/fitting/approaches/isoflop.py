@@ -110,7 +110,9 @@ class Isoflop(Approach):
         diagnostics = Diagnostics(residuals=frame, r2=r2, r2_of="log N_opt against log C, per budget",
                                   excluded=excluded, warnings=warnings)
         return self.result(IsoflopResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
-                           details={"curve": self.curve, "optima": optima, "budgets_of_runs": budgets})
+                           details={"curve": self.curve, "optima": optima, "budgets_of_runs": budgets,
+                                    **({"resamples_kept": len(samples), "resamples_drawn": self.bootstrap}
+                                       if self.bootstrap else {})})
 
 
 def _frontier_through(optima: pd.DataFrame) -> dict[str, float]:
