@@ -359,13 +359,13 @@ CHANCE_VIT = pd.DataFrame({
 def test_intervals_of_resamples_that_all_repeat_the_fit_are_withheld(tmp_path, capsys):
     """isoflop on the sweep above printed N_opt 2.52k [2.52k, 2.52k], exponent a 0.348 [0.348, 0.348]: the few
     resamples kept (6 of 200: those that drew every size of a budget) all repeat the fit, an interval of no
-    width read as certainty. The fit is now refused for keeping so few (``validity.few_kept``); its table, read
-    without the refusal, still withholds such intervals with the reason."""
+    width read as certainty. The fit is now refused: with 3 sizes a budget its resamples cannot vary
+    (``validity.no_spread``); its table, read without the refusal, still withholds such intervals with the reason."""
     from flops_fit.fitting import formatting as fmt
     from flops_fit.fitting.approaches.isoflop import Isoflop
 
-    with pytest.raises(NoFitError, match=r"^isoflop: failed: no finite, ordered answer \(only 6 of 200 resamples had an "
-                                         r"interior minimum at enough budgets"):
+    with pytest.raises(NoFitError, match=r"^isoflop: failed: no finite, ordered answer \(every budget has 3 sizes or "
+                                         r"fewer"):
         fit(CHANCE_VIT, "isoflop", bootstrap=200, tracking=False)
     result = Isoflop(bootstrap=200).fit(load_runs(CHANCE_VIT))  # the approach alone, before the check
     table = result.predict([4e9])
@@ -380,25 +380,26 @@ def test_intervals_of_resamples_that_all_repeat_the_fit_are_withheld(tmp_path, c
     assert main(["fit", str(path), "--method", "all", "--bootstrap", "200", "--holdout", "none"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("flops-fit: error: no method could fit these runs: ") and "\nTraceback" not in err
-    assert "isoflop: failed: no finite, ordered answer (only 6 of 200 resamples" in err
+    assert "isoflop: failed: no finite, ordered answer (every budget has 3 sizes or fewer" in err
 
 
-def test_isoflop_on_three_sizes_a_budget_is_refused_for_the_few_resamples_it_keeps():
-    """3 budgets x 3 sizes (synthetic, 1% noise): isoflop kept 10 of 100 resamples, near copies of the runs, and
-    read N_opt 591M [583M, 592M] at 1e19 FLOPs against parametric's [560M, 641M]. Refused now, with the reason
-    and the fix; with 5 sizes a budget most resamples keep a minimum."""
+def test_isoflop_on_three_sizes_a_budget_is_refused_for_resamples_that_cannot_vary():
+    """3 budgets x 3 sizes (synthetic, 1% noise): isoflop kept 10 of 100 resamples, those that drew each size
+    once (the runs themselves), and read N_opt 591M [583M, 592M] at 1e19 FLOPs against parametric's [560M,
+    641M]. Refused now, with the reason and the fix; with 4 sizes a budget its resamples vary."""
     from flops_fit.fitting.approaches.isoflop import Isoflop
     from flops_fit.fitting.synthetic import synthetic_runs
-    from flops_fit.fitting.validation.validity import few_kept
+    from flops_fit.fitting.validation.validity import no_spread
 
     three = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=3, noise=0.01, seed=3, curve_points=0)
-    with pytest.raises(NoFitError, match=r"resamples had an interior minimum at enough budgets: .*5 or more sizes "
-                                         r"per budget keep most resamples"):
+    with pytest.raises(NoFitError, match=r"resamples differ only in the budgets they drop and measure none of the "
+                                         r"runs' noise; 4 or more sizes a budget let them vary"):
         fit(three, "isoflop", bootstrap=100, tracking=False)
-    five = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, noise=0.01, seed=3, curve_points=0)
-    result = Isoflop(bootstrap=100).fit(load_runs(five))
-    assert result.details["resamples_kept"] >= 50 and result.details["resamples_drawn"] == 100
-    assert few_kept(result) is None
+    assert fit(three, "isoflop", bootstrap=0, tracking=False).params["a"] > 0  # without resamples: no interval to judge
+    four = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=4, noise=0.01, seed=3, curve_points=0)
+    result = Isoflop(bootstrap=100).fit(load_runs(four))
+    assert result.details["resamples_vary"] and no_spread(result) is None
+    assert result.samples["a"].nunique() > 10  # its resamples vary
 
 
 def test_a_sweep_whose_minima_lie_at_its_edge_is_refused_without_numpy_warnings():

@@ -111,8 +111,9 @@ class Isoflop(Approach):
                                   excluded=excluded, warnings=warnings)
         return self.result(IsoflopResult, params=params, samples=samples, runs=runs, diagnostics=diagnostics,
                            details={"curve": self.curve, "optima": optima, "budgets_of_runs": budgets,
-                                    **({"resamples_kept": len(samples), "resamples_drawn": self.bootstrap}
-                                       if self.bootstrap else {})})
+                                    # 3 sizes or fewer at every budget: a draw keeps a minimum only with each
+                                    # size once, so the resamples cannot vary (``validity.no_spread``)
+                                    **({"resamples_vary": bool(good["runs"].max() > 3)} if self.bootstrap else {})})
 
 
 def _frontier_through(optima: pd.DataFrame) -> dict[str, float]:

@@ -42,8 +42,8 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
     or data bound below one parameter or token, a data bound beyond what the budget trains a
     one-parameter model on (C / 6 tokens), or (at a budget within the swept range) a point
     clearly outside its own interval or an optimum ``BELOW_RUNS`` times below every run's size or tokens; last,
-    a frontier exponent a or b that is not positive (``shrinking``), or intervals of a minority of the
-    resamples (``few_kept``)."""
+    a frontier exponent a or b that is not positive (``shrinking``), or resamples that cannot vary
+    (``no_spread``)."""
     swept = budget_groups(result.runs)[0]
     within = (float(np.min(swept)) * (1 - 1e-9), float(np.max(swept)) * (1 + 1e-9))
     bad = [name for name, value in result.params.items() if name not in CONSTANTS and not np.isfinite(value)]
@@ -80,7 +80,7 @@ def failure(result: Any, budgets: Sequence[float]) -> str | None:
         if key in COUNTS and within[0] <= budget <= within[1] and value * BELOW_RUNS < smallest[key]:
             return (f"{name} {at} is {show(value)}, over {BELOW_RUNS:g}x below the smallest run's "
                     f"{show(smallest[key])} {units[key]}, where no run was trained")
-    return shrinking(result) or few_kept(result)
+    return shrinking(result) or no_spread(result)
 
 
 def shrinking(result: Any) -> str | None:
@@ -105,20 +105,16 @@ def unphysical(key: str, lo: float, hi: float, budget: float, unit: str = "token
     return None
 
 
-# The least share of the resamples a fit must keep for their spread to be its intervals (``few_kept``).
-KEPT_LEAST = 0.5
-
-
-def few_kept(result: Any) -> str | None:
-    """Why intervals read off the few resamples a fit could use are none (None if most were used): with 3
-    sizes a budget isoflop keeps a minimum only in the draws that took every size (10 of 100), near copies
-    of the runs, and read N_opt 591M [583M, 592M] against parametric's [560M, 641M]."""
-    kept, drawn = result.details.get("resamples_kept"), result.details.get("resamples_drawn")
-    if not drawn or kept is None or kept >= KEPT_LEAST * drawn:
+def no_spread(result: Any) -> str | None:
+    """Why a fit's resamples cannot be its intervals (None if they can): isoflop keeps a budget's minimum
+    only in draws that take each of its 3 sizes once, the runs themselves, so with 3 sizes or fewer at
+    every budget its draws differ only in the budgets they drop; N_opt read 591M [583M, 592M] against
+    parametric's [560M, 641M] (``details["resamples_vary"]``, set by the approach)."""
+    if result.details.get("resamples_vary", True):
         return None
-    return (f"only {kept} of {drawn} resamples had an interior minimum at enough budgets: those kept drew (nearly) "
-            "every size of a budget, so their spread measures too little of the runs' noise to bound the answer; "
-            "5 or more sizes per budget keep most resamples")
+    return ("every budget has 3 sizes or fewer, so a resample keeps a budget's minimum only where it draws each of "
+            "them once, the runs themselves: the resamples differ only in the budgets they drop and measure none "
+            "of the runs' noise; 4 or more sizes a budget let them vary")
 
 
 # Draws beyond each end of an interval below which a verdict read off that end is the extremes' alone: a 95%
@@ -146,4 +142,4 @@ def failed_message(reason: str) -> str:
             f"(more budgets, sizes around each optimum, or less noisy runs help)")
 
 
-__all__ = ["KEPT_LEAST", "failed_message", "failure", "few_kept", "shrinking", "tail_note", "unphysical"]
+__all__ = ["failed_message", "failure", "no_spread", "shrinking", "tail_note", "unphysical"]
