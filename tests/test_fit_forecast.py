@@ -14,7 +14,7 @@ import pytest
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.fitting import APPROACHES, fit, load_runs
-from flops_fit.fitting.approaches.result import prediction_rows, runs_losses
+from flops_fit.fitting.approaches.result import prediction_rows
 from flops_fit.fitting.laws.forms import InteractionForm
 from flops_fit.fitting.laws.laws import fit_loss_law, law_loss
 from flops_fit.fitting.report.html_report import write_report
@@ -376,7 +376,7 @@ def test_a_loss_far_under_the_runs_lowest_is_withheld_in_the_forecast_and_the_ta
     assert far.to_dict()["loss"]["value"] is None and far.to_dict()["loss"]["withheld"] == said[len("withheld: "):]
     assert near.to_dict()["loss"]["value"] == pytest.approx(near.loss[0])
     envelope = fit(demo, "envelope", bootstrap=20, tracking=False, holdout="none")
-    rows = prediction_rows(envelope.predict([1e30, 6.8e12]), losses=runs_losses(envelope.runs))
+    rows = prediction_rows(envelope.predict([1e30, 6.8e12]), losses=envelope.runs.loss_range)
     assert rows[0][-1] == said and said not in rows[1][-1]
     assert main(["fit", str(demo), "--method", "envelope", "--predict", "1e30", "--bootstrap", "20", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["table"]

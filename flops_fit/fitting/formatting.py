@@ -26,6 +26,11 @@ def sig(value: Any, digits: int = 3) -> str:
     return f"{float(value):.{digits}g}" if _finite(value) else "nan"
 
 
+def loss(value: Any) -> str:
+    """A loss (or the metric a law fitted) to 4 significant figures, as every table prints one."""
+    return sig(value, 4)
+
+
 def count(value: Any, digits: int = 3) -> str:
     """A parameter or token count: 1.23M, 45.6B, 2.1T (below 1000: plain; from 1000T: 1e+15). The
     suffix is chosen after rounding: 999,700 is 1M and 999.7B is 1T (not "1e+03k", "1e+03B"), and 1e18

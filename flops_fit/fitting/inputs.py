@@ -90,6 +90,13 @@ class Runs:
         return "budget" in self.frame and self.frame["budget"].notna().all()
 
     @property
+    def loss_range(self) -> tuple[float, float]:
+        """The lowest and highest loss the runs ended at: what a predicted loss is judged against
+        (``formatting.loss_under``, ``formatting.loss_bounds``)."""
+        loss = self.frame["loss"].to_numpy(float)
+        return float(np.nanmin(loss)), float(np.nanmax(loss))
+
+    @property
     def has_curves(self) -> bool:
         return "curve" in self.frame and self.frame["curve"].map(_curve_length).ge(2).all()
 

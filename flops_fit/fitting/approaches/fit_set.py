@@ -11,7 +11,7 @@ import pandas as pd
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
-from flops_fit.fitting.approaches.result import FitResult, Presentable, runs_losses, scale_cells
+from flops_fit.fitting.approaches.result import FitResult, Presentable, scale_cells
 from flops_fit.fitting.decisions.planned import (
     EXTRAPOLATION_SLOPE,
     PlannedLoss,
@@ -104,12 +104,12 @@ class FitSet(Presentable):
     def answer_table(self, budgets: Sequence[float] | None = None) -> str:
         """Every method's N_opt, D_opt and loss at each of ``budgets`` (the ones asked for), by default
         the forecast's target, else the largest run's compute."""
-        default = self.forecast.target if self.forecast is not None else float(self.runs.frame["flops"].max())
+        largest = float(self.runs.frame["flops"].max())
+        default = self.forecast.target if self.forecast is not None else largest
         label = self.runs.label
         headers = [h.format(loss=label, unit=self.runs.unit, size=SCALES[self.runs.scale]) for h in ANSWER_HEADERS]
         note = (" (bootstrap intervals over these runs only, without the extrapolation error the forecast's include)"
                 if self.forecast is not None else "")
-        largest = float(self.runs.frame["flops"].max())
         said = self.forecast.target if self.forecast is not None else None  # its own caveat says it (beyond_measured)
         return "\n\n".join(f"Every method at C = {fmt.flops(at)} FLOPs{note}:\n"
                            + format_table(answer_rows(self.results, at), headers)
@@ -158,7 +158,7 @@ def fresh_data_caveat(forecast: Any, unique: float, results: dict[str, FitResult
                        "law, which prices the repeats")
     p = limited.predict(forecast.target).iloc[0]
     return (text + f"; the data-limited law, which prices the repeats, gives N_opt {fmt.count(p['N_opt'])}, loss "
-            f"{fmt.with_interval(p['loss'], p['loss_lo'], p['loss_hi'], fmt=lambda v: fmt.sig(v, 4))} there")
+            f"{fmt.with_interval(p['loss'], p['loss_lo'], p['loss_hi'], fmt=fmt.loss)} there")
 
 
 ANSWER_HEADERS = ["method", "N_opt ({size})", "D_opt ({unit})", "{unit} / parameter", "{loss}", "exponent a"]
@@ -168,7 +168,7 @@ def answer_rows(results: dict[str, FitResult], target: float) -> list[list[str]]
     """One row per method: its answer at ``target`` with intervals (the report's and the summary's table)."""
     rows = []
     for method, result in results.items():
-        rows.append([method] + scale_cells(result.predict(target).iloc[0], result.runs.unit, runs_losses(result.runs))
+        rows.append([method] + scale_cells(result.predict(target).iloc[0], result.runs.unit, result.runs.loss_range)
                     + [fmt.with_interval(*result.exponents["a"])])
     return rows
 

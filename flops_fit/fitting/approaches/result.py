@@ -257,7 +257,7 @@ class FitResult(Presentable):
                                   ["param", "estimate", f"{pct} interval",
                                                                  "bootstrap s.e."]))
         unit = self.runs.unit
-        lines += ["", format_table(prediction_rows(self.table(budgets), unit, runs_losses(self.runs)),
+        lines += ["", format_table(prediction_rows(self.table(budgets), unit, self.runs.loss_range),
                                    ["FLOPs", f"{COLUMN_NAMES[self.runs.scale]} N_opt", f"{unit} D_opt",
                                     f"{unit}/param", self.runs.label])]
         d = self.diagnostics
@@ -286,7 +286,7 @@ class FitResult(Presentable):
             "seed": self.seed,
             "level": self.level,
             "params": param_json(par, self.details.get("on_bound", ())),
-            "table": prediction_json(self.table(budgets), self.runs.unit, runs_losses(self.runs)),
+            "table": prediction_json(self.table(budgets), self.runs.unit, self.runs.loss_range),
             "diagnostics": self.diagnostics.to_dict(),
             "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
         }
@@ -394,7 +394,7 @@ def withheld_fields(row: Any, unit: str = "tokens", losses: tuple[float, float] 
     """Each field of a prediction row its text withholds, with the reason (``--json`` nulls the same): a
     value that names no model (with its bounds; an optimum that names none takes its tokens/param and loss
     with it), bounds that name none, span over ``fmt.SPAN_LIMIT`` or do not vary; a loss far under the runs'
-    lowest, or an interval reaching far from their losses (``losses``: ``runs_losses``; ``fmt.loss_under``,
+    lowest, or an interval reaching far from their losses (``losses``: ``Runs.loss_range``; ``fmt.loss_under``,
     ``fmt.loss_bounds``). ``unit``: what D counts (tokens, an image sweep's samples)."""
     lowest, highest = losses if losses is not None else (None, None)
     out: dict[str, str] = {}
@@ -437,7 +437,7 @@ def scale_cells(row: Any, unit: str = "tokens", losses: tuple[float, float] | No
     parameters)."""
     gone = withheld_fields(row, unit, losses)
     cells = []
-    for k, f in (*PREDICTED, ("loss", _loss)):
+    for k, f in (*PREDICTED, ("loss", fmt.loss)):
         value, lo, hi = row[k], row[f"{k}_lo"], row[f"{k}_hi"]
         if k in gone:
             cells.append("withheld" if gone[k] == "no model" else f"withheld: {gone[k]}")
@@ -446,16 +446,6 @@ def scale_cells(row: Any, unit: str = "tokens", losses: tuple[float, float] | No
         else:
             cells.append(fmt.with_interval(value, lo, hi, fmt=f))
     return cells
-
-
-def runs_losses(runs: Any) -> tuple[float, float]:
-    """The lowest and highest loss the runs ended at: what a predicted loss is judged against."""
-    loss = runs.frame["loss"].to_numpy(float)
-    return float(np.nanmin(loss)), float(np.nanmax(loss))
-
-
-def _loss(value: Any) -> str:
-    return fmt.sig(value, 4)
 
 
 def default_budgets(runs: Runs) -> list[float]:

@@ -118,8 +118,8 @@ class Comparison:
     def rows(self) -> list[list[str]]:
         out = []
         for r in self.table.itertuples():
-            loss_a = fmt.with_interval(r.loss_a, r.loss_a_lo, r.loss_a_hi, fmt=_loss)
-            loss_b = fmt.with_interval(r.loss_b, r.loss_b_lo, r.loss_b_hi, fmt=_loss)
+            loss_a = fmt.with_interval(r.loss_a, r.loss_a_lo, r.loss_a_hi, fmt=fmt.loss)
+            loss_b = fmt.with_interval(r.loss_b, r.loss_b_lo, r.loss_b_hi, fmt=fmt.loss)
             out.append([fmt.flops(r.budget) + (" (target)" if r.budget == self.target else ""), loss_a, loss_b,
                         _with_interval(r.multiplier, r.multiplier_lo, r.multiplier_hi), r.verdict])
         return out
@@ -162,10 +162,6 @@ class Comparison:
 
     def to_json(self, **kwargs: Any) -> str:
         return json.dumps(self.to_dict(), indent=kwargs.pop("indent", 2), default=fmt.json_default, **kwargs)
-
-
-def _loss(value: Any) -> str:
-    return fmt.sig(value, 4)
 
 
 def _with_interval(value: Any, lo: Any, hi: Any) -> str:

@@ -256,7 +256,7 @@ def headers(template: list[str], runs: Any) -> list[str]:
 
 def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
     """``inference_sizing``'s table as "value [lo, hi]" cells (``SIZING_HEADERS``)."""
-    cells = (("loss", _loss), ("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig),
+    cells = (("loss", fmt.loss), ("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig),
              ("total_flops", fmt.flops), ("chinchilla_total_flops", fmt.flops), ("saving", _share))
     return [[fmt.flops(r.budget)] + [_cell(r, k, f) if np.isfinite(r.N) or k in ("loss", "chinchilla_total_flops")
                                      else "withheld" for k, f in cells] for _, r in table.iterrows()]
@@ -273,8 +273,8 @@ def unreached(table: pd.DataFrame) -> list[str]:
 
 def total_rows(table: pd.DataFrame) -> list[list[str]]:
     """``total_sizing``'s table as cells (``TOTAL_HEADERS``)."""
-    cells = (("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig), ("loss", _loss),
-             ("chinchilla_loss", _loss))
+    cells = (("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig), ("loss", fmt.loss),
+             ("chinchilla_loss", fmt.loss))
     return [[fmt.flops(r.total_flops)] + [_cell(r, k, f) if np.isfinite(r.loss) or k == "chinchilla_loss"
                                           else "withheld" for k, f in cells] for _, r in table.iterrows()]
 
@@ -348,10 +348,6 @@ def sizing_summary(result: Any, budgets: Any, inference_tokens: Any, totals: Any
                   f"{fmt.count(tokens)} {unit} served)", format_table(total_rows(table), headers(TOTAL_HEADERS, result.runs)),
                   *sizing_notes(result, sizing, table)[len(notes):]]
     return "\n".join(lines)
-
-
-def _loss(value: Any) -> str:
-    return fmt.sig(value, 4)
 
 
 def _share(value: Any) -> str:

@@ -79,8 +79,8 @@ class PlannedLoss:
             return f"withheld: {why}"
         why = fmt.loss_bounds(r.loss_lo, r.loss_hi, lowest, highest)
         if why and not fmt.too_wide(r.loss_lo, r.loss_hi):  # one over 1000x says so, as every table's does
-            return f"{_sig4(r.loss)} [withheld: {why}]"
-        return fmt.scale_interval(r.loss, r.loss_lo, r.loss_hi, fmt=_sig4)
+            return f"{fmt.loss(r.loss)} [withheld: {why}]"
+        return fmt.scale_interval(r.loss, r.loss_lo, r.loss_hi, fmt=fmt.loss)
 
     def summary(self) -> str:
         rows = self.rows()
@@ -242,7 +242,7 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
                           "boot": np.maximum(*boot), "form": np.maximum(*form), "extrapolation": ext})
     return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
                        label=result.runs.label, unit=result.runs.unit,
-                       losses=(float(runs["loss"].min()), float(runs["loss"].max())),
+                       losses=result.runs.loss_range,
                        notes=_below_notes(n_arr, d_arr, runs, result.runs.unit) + _beyond_notes(n_arr, d_arr, distance))
 
 
@@ -271,10 +271,6 @@ def _below_notes(n: np.ndarray, d: np.ndarray, runs: pd.DataFrame, unit: str = "
             f"{fmt.count(smallest_d)} {unit}): the extrapolation error was measured beyond them, toward larger runs, "
             "and below them a law's power terms grow without bound while a real model's loss levels off: read it "
             "as an upper bound at best"]
-
-
-def _sig4(value: Any) -> str:
-    return fmt.sig(value, 4)
 
 
 def _pct(log_half_width: float) -> str:

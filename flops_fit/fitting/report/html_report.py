@@ -28,12 +28,7 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
-from flops_fit.fitting.approaches.result import (
-    fitted_results,
-    param_rows,
-    prediction_rows,
-    runs_losses,
-)
+from flops_fit.fitting.approaches.result import fitted_results, param_rows, prediction_rows
 from flops_fit.fitting.decisions.inference import (
     SIZING_HEADERS,
     below_runs,
@@ -406,7 +401,7 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
     par = result.intervals()
     params = param_rows(par, result.details.get("on_bound", ()))
     table = result.table(budgets)
-    rows = prediction_rows(table, result.runs.unit, runs_losses(result.runs))
+    rows = prediction_rows(table, result.runs.unit, result.runs.loss_range)
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
              f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",
@@ -426,10 +421,6 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
     for png in (p for p in plot_result(result, plot_dir, target=target) if p.suffix == ".png"):
         parts.append(figure.embed([png, png.with_suffix(".svg")], png.stem))
     return "\n".join(parts)
-
-
-def _loss(value: Any) -> str:
-    return fmt.sig(value, 4)
 
 
 def _describe(item: Mapping[str, Any]) -> str:

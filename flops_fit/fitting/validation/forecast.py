@@ -259,7 +259,7 @@ class Forecast:
     def loss_text(self) -> str:
         """The loss answer as printed: "1.266 [1.221, 1.313]", or withheld with the reason."""
         why = self.loss_withheld()
-        return f"withheld: {why}" if why else _triple(self.loss, lambda v: fmt.sig(v, 4))
+        return f"withheld: {why}" if why else _triple(self.loss, fmt.loss)
 
     def summary(self) -> str:
         lines = [f"Forecast at C = {fmt.flops(self.target)} FLOPs, {self.ratio:.3g}x the largest budget "
@@ -402,7 +402,7 @@ def forecasts(approaches: Sequence[Approach], runs: Runs, targets: Sequence[floa
     largest = float(np.max(budgets))
     return [replace(decide(records, {k: v[i] for k, v in predictions.items()}, float(t), float(t / largest),
                            keys=keys, reasons=reasons, level=level, priors=priors, mode=mode), unit=runs.unit,
-                    metric=runs.label.split(" (")[0], lowest=float(np.nanmin(runs.frame["loss"].to_numpy(float))))
+                    metric=runs.label.split(" (")[0], lowest=runs.loss_range[0])
             for i, t in enumerate(targets)]
 
 

@@ -610,7 +610,7 @@ def holdout_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]
                          fmt.scale_interval(c.observed_n_opt, *c.observed_n_opt_interval),
                          fmt.percent(c.n_opt_error), _yes_no(c.covered["n_opt"]),
                          _loss_cell(c.predicted_loss, c.loss_interval, c.observed_loss),
-                         fmt.with_interval(c.observed_loss, *c.observed_loss_interval, fmt=_loss),
+                         fmt.with_interval(c.observed_loss, *c.observed_loss_interval, fmt=fmt.loss),
                          fmt.percent(c.loss_error), _yes_no(c.covered["loss"])])
     return rows
 
@@ -632,16 +632,12 @@ def holdout_summary(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
     return "\n".join(lines + [f"note: {r}" for r in reasons])
 
 
-def _loss(value: Any) -> str:
-    return fmt.sig(value, 4)
-
-
 def _loss_cell(value: float, bounds: tuple[float, float], observed: float) -> str:
     """A predicted loss with its interval, withheld where it reaches far past the held-out budget's own loss
     (``fmt.loss_beyond``)."""
     if why := fmt.loss_beyond(bounds[1], observed):
-        return f"{_loss(value)} [withheld: {why}]"
-    return fmt.with_interval(value, *bounds, fmt=_loss)
+        return f"{fmt.loss(value)} [withheld: {why}]"
+    return fmt.with_interval(value, *bounds, fmt=fmt.loss)
 
 
 def _yes_no(flag: bool | None) -> str:
