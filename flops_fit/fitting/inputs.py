@@ -274,7 +274,7 @@ def load_runs(
     if "schedule" in frame:
         out["schedule"] = frame["schedule"].map(_parse_schedule)
     for extra in ("model", "size", "status", "model_config", "embedding_params", "non_embedding_flops_per_unit",
-                  "top1_error", "lr", "lr_source", "schedule", *keep):  # lr_source: the report's notes on the rates
+                  "top1_error", "lr", "lr_source", *keep):  # lr_source: the report's notes on the rates
         if extra in frame and extra not in out:
             out[extra] = frame[extra]
     cautions = _settings(frame, set(out.columns) | {c for c, _ in mapping.values()} | {run_id_col, budget_col, curve_col},

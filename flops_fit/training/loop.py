@@ -169,11 +169,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             if saver and (stop_all or due):
                 saver.save(model, optimizer, _state(spec.run_id, result, batches, losses))
                 last_save = time.perf_counter()
-                # the store counts the steps this checkpoint keeps, before the first curve point too (a
-                # resumed attempt is counted from here); a NaN loss would read as a new attempt
-                shown = result.curve[-1][1] if result.curve else float(losses[:result.steps].mean())
-                if math.isfinite(shown):
-                    progress(spec.run_id, result.tokens, spec.tokens, shown)
+                _report_saved(losses, spec, result, progress)
             if stop_all:  # every process stops at the same step (a signal may reach only one)
                 signum = stop if stop is not None else signal.SIGTERM
                 raise Interrupted(signum, f"stopped by signal {signum}")
@@ -240,6 +236,14 @@ def _report(losses: torch.Tensor, begin: int, end: int, tokens: int, spec: RunSp
     result.curve.append([tokens, mean])
     _check_divergence(mean, float(losses[0]), spec, end, tokens)
     progress(spec.run_id, tokens, spec.tokens, mean)
+
+
+def _report_saved(losses: torch.Tensor, spec: RunSpec, result: RunResult, progress: ProgressSink) -> None:
+    """The steps a checkpoint just written keeps, reported so the store counts them (a resumed attempt is
+    counted from there), before the first curve point too; a NaN loss would read as a new attempt."""
+    shown = result.curve[-1][1] if result.curve else float(losses[:result.steps].mean())
+    if math.isfinite(shown):
+        progress(spec.run_id, result.tokens, spec.tokens, shown)
 
 
 def curve_point(spec: RunSpec, point: list[float], per_sample: int) -> tuple[int, dict[str, float]]:

@@ -60,6 +60,7 @@ from flops_fit.training.loop import (
     _continue,
     _Diverged,
     _report,
+    _report_saved,
     _start_branch,
     _state,
     built,
@@ -440,12 +441,7 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
                 for run in runs:
                     run.saver.save(run.model, run.optimizer,
                                    _state(run.spec.run_id, run.result, run.batches, run.losses))
-                    # as alone: the store counts the steps the checkpoint keeps (a resumed attempt is
-                    # counted from it), before the first curve point too; a NaN loss would read as a new attempt
-                    shown = run.result.curve[-1][1] if run.result.curve else float(
-                        run.losses[:run.result.steps].mean())
-                    if math.isfinite(shown):
-                        progress(run.spec.run_id, run.result.tokens, run.spec.tokens, shown)
+                    _report_saved(run.losses, run.spec, run.result, progress)  # as alone
                 last_save = time.perf_counter()
             if stop is not None:
                 raise Interrupted(stop, f"stopped by signal {stop}")

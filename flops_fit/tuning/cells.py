@@ -105,7 +105,7 @@ def fit_cell(rates: list[float], losses: list[float], *, bootstrap: int = 200, s
                            f"{nearest:.3g} {'below' if lowest == 0 else 'above'} it has no finite loss: try rates "
                            "between them")
             return cell
-        cell.reason = (f"the best loss is at the {end} rate tried ({math.exp(x[lowest]):.3g}): widen the "
+        cell.reason = (f"the best loss is at the {end} rate tried ({best:.3g}): widen the "
                        f"multipliers {'down' if lowest == 0 else 'up'}wards")
         return cell
     xw, yw = x[lowest - 1:lowest + 2], y[lowest - 1:lowest + 2]
