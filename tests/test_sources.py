@@ -97,7 +97,6 @@ def test_a_wandb_run_resumed_offline_is_one_run(quiet_env):
     assert np.allclose(runs.frame["curve"][0][:, 1], [curve(params, s) for s in range(1, STEPS + 1)], rtol=1e-6)
 
 
-
 def test_wandb_offline_runs_are_named_as_wandb_shows_them(quiet_env):
     """Offline runs named with ``wandb.init(name=...)`` read as W&B's ids (``21hhocz5``), though the runs table,
     its CSV export and MLflow's reader name each run by its name: a note naming a run left out named nothing
@@ -244,7 +243,6 @@ def test_tensorboard_subfolders_logging_one_tag_are_told_apart(tmp_path):
                for p, c in zip(frame["params"], frame["curve"], strict=True))
 
 
-
 def test_keras_style_logs_with_train_and_validation_writers_only_are_one_run_each(tmp_path):
     """What ``tf.keras.callbacks.TensorBoard`` writes: a run folder holding only ``train/`` and ``validation/``
     writers (``epoch_loss`` in both), no events of its own. Each run read as two runs, ``run0/train`` and
@@ -268,7 +266,6 @@ def test_keras_style_logs_with_train_and_validation_writers_only_are_one_run_eac
     # one such run given by its own folder: the folder is the run
     [one] = flops_fit.load_runs(tmp_path / "logs" / "run0", loss_col="validation/epoch_loss").frame.itertuples()
     assert (one.run_id, one.params, one.loss) == ("run0", RUNS[0][0], pytest.approx(RUNS[0][3]))
-
 
 
 def test_an_mlflow_store_of_several_experiments_says_it_fits_them_together(quiet_env):

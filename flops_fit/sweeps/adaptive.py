@@ -503,6 +503,16 @@ def fit_forecast(source: Any, target: float) -> Any:
     return fit(source, "all", holdout="forward", bootstrap=0, target=target, tracking=False)
 
 
+def read_forecast(runs: Callable[[], Any], target: float, losses: Mapping[Key, float]) -> Reading:
+    """The ``Reading`` of ``fit_forecast`` on ``runs()`` (the chosen runs, loaded when called), or why
+    there is no forecast yet; either way with the runs' ``losses`` as measured."""
+    try:
+        fitted = fit_forecast(runs(), target)
+    except FitInputError as exc:  # no forecast yet, but the runs' losses are known
+        return Reading(note=f"no forecast yet: {exc}", measured=losses)
+    return dataclasses.replace(forecast_reading(fitted, target, losses), measured=losses)
+
+
 def table_fitter(runs: Any, target: float) -> Callable[[list[Key]], Reading]:
     """``fit_at`` for runs already trained: a table (``params``, ``tokens``, ``budget``, ``loss``) or
     ``Runs`` (``load_runs`` of a sweep folder: curves and scales kept); the chosen runs (budget,
@@ -515,12 +525,7 @@ def table_fitter(runs: Any, target: float) -> Callable[[list[Key]], Reading]:
         wanted = set(chosen)
         mask = np.array([k in wanted for k in keys])
         subset = runs.subset(mask) if isinstance(runs, Runs) else runs[mask].reset_index(drop=True)
-        losses = {k: loss_of[k] for k in wanted}
-        try:
-            fitted = fit_forecast(subset, target)
-        except FitInputError as exc:  # no forecast yet, but the runs' losses are known
-            return Reading(note=f"no forecast yet: {exc}", measured=losses)
-        return dataclasses.replace(forecast_reading(fitted, target, losses), measured=losses)
+        return read_forecast(lambda: subset, target, {k: loss_of[k] for k in wanted})
 
     return fit_at
 
@@ -632,14 +637,14 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
         with RunStore(out_dir) as store:
             frame = store.runs_frame(include_failed=False).set_index("run_id")
         losses = {k: float(frame.loss[by[k].run_id]) for k in keys if by[k].run_id in frame.index}
-        # the chosen runs only: a resumed store holds later rounds' runs too, and a replayed round
-        # that fitted them would read (and record) another round's forecast
-        try:
+
+        def chosen_runs() -> Runs:
+            """The chosen runs only: a resumed store holds later rounds' runs too, and a replayed
+            round that fitted them would read (and record) another round's forecast."""
             runs = load_runs(str(out_dir))
-            fitted = fit_forecast(runs.subset(runs.frame.run_id.isin(chosen).to_numpy()), target)
-        except FitInputError as exc:  # no forecast yet, but the runs' losses are known
-            return Reading(note=f"no forecast yet: {exc}", measured=losses)
-        return dataclasses.replace(forecast_reading(fitted, target, losses), measured=losses)
+            return runs.subset(runs.frame.run_id.isin(chosen).to_numpy())
+
+        return read_forecast(chosen_runs, target, losses)
 
     def record(design: Design) -> None:
         data = design.to_dict()
