@@ -367,11 +367,8 @@ def _nothing_to_stack(runs: list[RunSpec], options: SweepOptions) -> list[str]:
     in learning rate or seed (what ``training.stacked`` groups): each trains alone, and nothing said so."""
     if options.stack_runs <= 1:
         return []
-    # the grouping the sweep will train by; imported here, with torch, only where runs are to be stacked
-    from flops_fit.training.stacked import Stack, StackedFamilies
-    from flops_fit.training.task import work_items
-
-    if any(isinstance(item, (Stack, StackedFamilies)) for item in work_items(runs, stack=options.stack_runs)):
+    shapes = {tuple(sorted((k, repr(v)) for k, v in r.identity().items() if k not in ("lr", "seed"))) for r in runs}
+    if len(shapes) < len(runs):
         return []
     return [f"stack_runs = {options.stack_runs}, but no two runs of this plan differ only in learning rate or seed, so "
             "each trains alone: runs are trained together where they share every other setting (a tune's rates, "
