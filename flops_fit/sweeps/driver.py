@@ -33,14 +33,14 @@ from flops_fit.executors.stopping import request_stop, stop_on_signals
 from flops_fit.executors.supervisor import check_main_guard
 from flops_fit.fitting import fit
 from flops_fit.plugin import api
-from flops_fit.store.lease import Lease
+from flops_fit.store.lease import Lease, holder
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import check, gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight
-from flops_fit.sweeps.progress import SweepDisplay, work_of
+from flops_fit.sweeps.progress import SESSION_META, SweepDisplay, work_of
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import CheckpointPolicy, load_result, remove_checkpoints
@@ -261,6 +261,8 @@ def run_plan(
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
             if record_only:
                 return SweepResult(out_dir)
+            if live := holder(store.path):  # this driver's session is its own, however soon it followed another
+                store.set_meta(**{SESSION_META: live.started})
             tracking = sweep_destination({"created": store.get_meta("created")}, out_dir, plan.options.tracking)
             with SweepTracker(tracking, plan, new=new, counts=store.counts()) as tracker:
                 _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
