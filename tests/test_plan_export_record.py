@@ -84,6 +84,9 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
     # stored as given (-4 steps), or cut (12.7 -> 12)
     ({"loss": 3.5, "tokens": None, "steps": -4}, 0, "steps must be the whole number of optimizer steps it took"),
     ({"loss": 3.5, "tokens": None, "steps": 12.7}, 0, "steps must be the whole number of optimizer steps it took"),
+    # an error that is no text: a list was a SQLite traceback (exit 1), a number was kept as the reason
+    ({"status": "failed", "error": ["out of memory"]}, 0, "error must be text saying why the run failed"),
+    ({"status": "failed", "error": 5}, 0, "error must be text saying why the run failed, got 5"),
 ])
 def test_a_refused_result_is_one_line_and_changes_nothing(planned, tmp_path, capsys, content, run_index, message):
     _, out, exported = planned
@@ -142,6 +145,11 @@ def test_a_failed_run_retried_outside_is_recorded_in_its_place_only_when_asked(p
     assert main(["record", str(out), run, "--result", str(files["bad"]), "--retry-failed"]) == 2
     with RunStore(out) as store:
         assert store.statuses()[run] == "failed"  # a refused retry replaced nothing
+    # a retry whose error is no text was a traceback after the failure was put back to pending: it was lost
+    files["bad"].write_text(json.dumps({"status": "failed", "error": ["out of memory"]}))
+    assert main(["record", str(out), run, "--result", str(files["bad"]), "--retry-failed"]) == 2
+    with RunStore(out) as store:
+        assert store.statuses()[run] == "failed" and store.runs_frame().set_index("run_id").error[run] == "node lost"
     assert main(["record", str(out), run, "--result", str(files["retry"]), "--retry-failed"]) == 0
     with RunStore(out) as store:
         row = store.runs_frame().set_index("run_id").loc[run]

@@ -77,10 +77,8 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
                      if status == "failed" else "")
             raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); a run is recorded once{retry}")
         outcome = _result(spec, run_id, data)
-        if status == "failed":  # the retry's result replaces the failure (checked first: a bad one replaces nothing)
-            store.reset([run_id])
-        try:
-            store.record(outcome, once=True)
+        try:  # a retry's result replaces the failure in the same transaction: one the store refuses loses nothing
+            store.record(outcome, once=True, replacing_failed=status == "failed")
         except StoreError:
             if store.statuses().get(run_id) not in FINAL:  # not recorded meanwhile: a store this user may not write
                 raise
@@ -116,8 +114,11 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
     if not (math.isfinite(steps) and steps >= 0 and steps == int(steps)):
         raise StoreError(f"run {run_id}: steps must be the whole number of optimizer steps it took (the plan gives "
                          f"{spec.steps:,}), got {data.get('steps')!r}")
+    error = data.get("error")
+    if error is not None and not isinstance(error, str):  # a list failed in SQLite with a traceback, a number was kept
+        raise StoreError(f"run {run_id}: error must be text saying why the run failed, got {error!r}")
     return RunResult(run_id=run_id, status=state, loss=loss, tokens=int(tokens), flops=tokens * spec.flops_per_unit,
-                     steps=int(steps), curve=curve, error=data.get("error"),
+                     steps=int(steps), curve=curve, error=error,
                      timings={str(k): float(v) for k, v in timings.items()},
                      device=str(data.get("device", "outside")), bpb=_number(data, "bpb"),
                      top1_error=_number(data, "top1_error"))
