@@ -87,6 +87,10 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
     # an error that is no text: a list was a SQLite traceback (exit 1), a number was kept as the reason
     ({"status": "failed", "error": ["out of memory"]}, 0, "error must be text saying why the run failed"),
     ({"status": "failed", "error": 5}, 0, "error must be text saying why the run failed, got 5"),
+    # a failed run's tokens: inf was an OverflowError traceback (exit 1), -5 was stored and shown
+    ({"status": "failed", "error": "oom", "tokens": float("inf")}, 0, "a failed run's tokens are the whole number"),
+    ({"status": "failed", "error": "oom", "tokens": -5}, 0, "from 0 to the plan's"),
+    ({"status": "failed", "error": "oom", "tokens": 2.5}, 0, "got 2.5"),
 ])
 def test_a_refused_result_is_one_line_and_changes_nothing(planned, tmp_path, capsys, content, run_index, message):
     _, out, exported = planned

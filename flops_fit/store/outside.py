@@ -101,6 +101,10 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
         if tokens != spec.tokens:
             raise StoreError(f"run {run_id}: trained {tokens:g} tokens, the plan gives it {spec.tokens:,}; record a "
                              "run that trained its planned tokens (its budget is what the fit compares)")
+    elif not (math.isfinite(tokens) and 0 <= tokens <= spec.tokens and tokens == int(tokens)):
+        # 1e400 was an OverflowError traceback, -5 was stored and shown as the tokens it trained
+        raise StoreError(f"run {run_id}: a failed run's tokens are the whole number it trained before it failed, from "
+                         f"0 to the plan's {spec.tokens:,} (leave them out if unknown), got {data.get('tokens')!r}")
     curve = data.get("curve") or []
     try:
         curve = [[float(t), float(v)] for t, v in curve]
