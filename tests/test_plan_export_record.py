@@ -91,6 +91,11 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
     ({"status": "failed", "error": "oom", "tokens": float("inf")}, 0, "a failed run's tokens are the whole number"),
     ({"status": "failed", "error": "oom", "tokens": -5}, 0, "from 0 to the plan's"),
     ({"status": "failed", "error": "oom", "tokens": 2.5}, 0, "got 2.5"),
+    # stored as given for the curve law and the report to read: NaN losses, -5 tokens seen, -1 bits per byte
+    ({"loss": 3.5, "tokens": None, "curve": [[10, 4.0], [20, float("nan")]]}, 0, "and finite losses; got [20.0, nan]"),
+    ({"loss": 3.5, "tokens": None, "curve": [[-5, 4.0]]}, 0, "tokens seen a finite number from 0"),
+    ({"loss": 3.5, "tokens": None, "bpb": -1}, 0, "bpb must be a positive number of bits per byte, got -1"),
+    ({"loss": 3.5, "tokens": None, "top1_error": 7}, 0, "top1_error must be a fraction from 0 to 1, got 7"),
 ])
 def test_a_refused_result_is_one_line_and_changes_nothing(planned, tmp_path, capsys, content, run_index, message):
     _, out, exported = planned

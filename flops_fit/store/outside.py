@@ -110,6 +110,17 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
         curve = [[float(t), float(v)] for t, v in curve]
     except (TypeError, ValueError):
         raise StoreError(f"run {run_id}: curve must be [[tokens seen, training loss], ...]") from None
+    # a done run's curve of NaN losses, or at -5 tokens seen, was stored for the curve law to read (a failed
+    # run's losses may be what blew up: ``fitting.inputs.divergence`` reads them)
+    if bad := next((p for p in curve if not _in_curve(p, state)), None):
+        raise StoreError(f"run {run_id}: curve must be [[tokens seen, training loss], ...] with tokens seen a finite "
+                         "number from 0" + (" and finite losses" if state == "done" else "") + f"; got {bad}")
+    # -1 bits per byte, a 700% error were stored (NaN: not measured, as a RunResult of the loop's has it)
+    bpb, top1 = _number(data, "bpb"), _number(data, "top1_error")
+    if not (math.isnan(bpb) or (math.isfinite(bpb) and bpb > 0)):
+        raise StoreError(f"run {run_id}: bpb must be a positive number of bits per byte, got {data['bpb']!r}")
+    if not (math.isnan(top1) or 0 <= top1 <= 1):
+        raise StoreError(f"run {run_id}: top1_error must be a fraction from 0 to 1, got {data['top1_error']!r}")
     timings = data.get("timings") or {}
     if not isinstance(timings, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                 for v in timings.values()):
@@ -124,5 +135,10 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
     return RunResult(run_id=run_id, status=state, loss=loss, tokens=int(tokens), flops=tokens * spec.flops_per_unit,
                      steps=int(steps), curve=curve, error=error,
                      timings={str(k): float(v) for k, v in timings.items()},
-                     device=str(data.get("device", "outside")), bpb=_number(data, "bpb"),
-                     top1_error=_number(data, "top1_error"))
+                     device=str(data.get("device", "outside")), bpb=bpb, top1_error=top1)
+
+
+def _in_curve(point: list[float], state: str) -> bool:
+    """Whether a curve point is at a finite count of tokens seen, its loss finite where the run is done."""
+    seen, loss = point
+    return math.isfinite(seen) and seen >= 0 and (state == "failed" or math.isfinite(loss))
