@@ -529,3 +529,29 @@ def test_with_every_budget_trained_and_the_rule_unmet_the_design_adds_sizes_unti
     assert sorted(design.keys) == sorted((b, s) for b in pool for s in pool[b])
     assert design.stopped == "every run of the pool is trained"
     assert [c.sizes for c in design.rounds[-1].choices] == [(1.0, 2.0)]
+
+
+def test_an_adaptive_sweep_refused_before_it_trains_leaves_no_store_behind(tmp_path):
+    """adaptive_sweep(..., executor="nope") made its store before run_plan's early checks refused the executor,
+    leaving an empty runs.sqlite: a folder that now looked like a sweep's. A bad executor, an option run_plan
+    does not take (a TypeError in the first round), too few budgets or a first batch past the cap is refused
+    before the folder is touched."""
+    import sweep_support
+
+    from flops_fit.errors import UnknownEntryError
+    from flops_fit.store.run_store import STORE_NAME
+    from flops_fit.sweeps.adaptive import adaptive_sweep
+    from flops_fit.sweeps.planner import plan
+
+    host = sweep_support.host()
+    planned = plan(host=host, **sweep_support.small_plan_options(budgets=[2e7, 3e7, 4e7, 6e7], device="cpu"))
+    folder = tmp_path / "out"
+    for rule, options, error, message in (
+            ("n_opt<=2x", {"executor": "nope"}, UnknownEntryError, "no executor called 'nope'"),
+            ("n_opt<=2x", {"executor_options": {"bogus": 1}}, OptionError, "unknown option"),
+            ("n_opt<=2x", {"workrs": 2}, OptionError, "adaptive_sweep got unknown option\\(s\\) 'workrs'"),
+            ("n_opt<=2x", {"start": 5}, OptionError, "trains its 5 smallest budgets first"),
+            ("flops<=1", {"start": 2}, OptionError, "the first batch alone spends")):
+        with pytest.raises(error, match=message):
+            adaptive_sweep(planned, folder, rule, show_progress=False, skip_parity=True, **options)
+        assert not (folder / STORE_NAME).exists() and not folder.exists(), options

@@ -40,17 +40,40 @@ def test_python_stdlib_walks_its_files_once_per_process_and_gives_the_same_bytes
         (root / f"pkg{i % 3}").mkdir(parents=True, exist_ok=True)
         (root / f"pkg{i % 3}" / f"mod{i}.py").write_text(f"def f{i}(x):\n    return x * {i}\n" * 3)
     walks = []
-    walk = text_data.stdlib_files
-    monkeypatch.setattr(text_data, "stdlib_files", lambda folder=None: walks.append(folder) or walk(folder))
+    walk = text_data._walk
+    monkeypatch.setattr(text_data, "_walk", lambda folder: walks.append(str(folder)) or walk(folder))
     made = [flops_fit.create_dataset("python-stdlib", split, seq_len=8, root=str(root), validation_fraction=0.2)
             for split in ("train", "validation", "train", "validation")]  # two runs' splits
     assert walks == [str(root)]
-    base, files = walk(str(root))
+    base, files = root, walk(root)[0]
     for data, split in zip(made, ("train", "validation") * 2, strict=True):
         chosen = text_data.split_files(files, base, split, 0.2)
         assert bytes(data.tokens) == b"".join(f.read_bytes() for f in chosen)
     flops_fit.create_dataset("python-stdlib", "train", seq_len=8, root=str(root), validation_fraction=0.1)
     assert walks == [str(root), str(root)]  # another split of the files: its own
+
+
+def test_python_stdlib_sees_a_file_added_under_its_root_after_the_first_call(tmp_path):
+    """The walk was kept per folder for the whole process: a file added (or removed) under root= after the
+    process's first call was never seen by it. A folder whose listing changed is walked again."""
+    root = tmp_path / "lib"
+    (root / "pkg").mkdir(parents=True)
+    for i in range(20):
+        (root / "pkg" / f"mod{i}.py").write_text(f"x{i} = {i}\n" * 5)
+
+    def whole():
+        splits = [flops_fit.create_dataset("python-stdlib", s, seq_len=4, root=str(root), validation_fraction=0.2)
+                  for s in ("train", "validation")]
+        return sum(len(d.tokens) for d in splits)
+
+    before = whole()
+    assert before == sum(f.stat().st_size for f in (root / "pkg").iterdir())
+    (root / "pkg" / "added.py").write_text("added = True\n" * 7)
+    (root / "new").mkdir()  # a new folder, with a file of its own
+    (root / "new" / "more.py").write_text("more = 1\n" * 3)
+    assert whole() == before + len("added = True\n") * 7 + len("more = 1\n") * 3
+    (root / "pkg" / "mod0.py").unlink()
+    assert whole() == before + len("added = True\n") * 7 + len("more = 1\n") * 3 - len("x0 = 0\n") * 5
 
 
 def test_text_files_split_by_file_or_by_position(tmp_path):

@@ -289,6 +289,20 @@ def test_a_predicted_loss_interval_far_past_the_runs_losses_is_withheld_in_the_t
                                "loss_hi": "reaches over 10x the runs' own losses"}
 
 
+def test_a_predicted_loss_far_over_the_runs_highest_is_withheld_in_the_table_and_json():
+    """A loss at a budget far below the runs (a law's power terms growing without bound) printed as an answer
+    beside runs that ended at 1.6-2.6 nats; over 10x their highest it is withheld, as one under a tenth of their
+    lowest is, its interval with it."""
+    table = pd.DataFrame([{"budget": 1e8, "N_opt": 2e3, "N_opt_lo": 1e3, "N_opt_hi": 3e3, "D_opt": 8e3,
+                           "D_opt_lo": 5e3, "D_opt_hi": 1e4, "tokens_per_param": 4, "tokens_per_param_lo": 3,
+                           "tokens_per_param_hi": 5, "loss": 68.0, "loss_lo": 60.0, "loss_hi": 80.0}])
+    why = "over 10x the runs' highest loss, 2.6"
+    assert prediction_rows(table, losses=(1.6, 2.6))[0][-1] == f"withheld: {why}"
+    (row,) = prediction_json(table, losses=(1.6, 2.6))
+    assert row["loss"] is row["loss_lo"] is row["loss_hi"] is None and row["withheld"]["loss"] == why
+    assert prediction_rows(table, losses=(1.6, 9.0))[0][-1] == "68 [60, 80]"  # within 10x: printed
+
+
 def test_a_predicted_loss_interval_reaching_under_zero_or_far_under_the_runs_is_withheld():
     """Every method's table at 1e21 FLOPs, beside runs that ended at 1.8-2.9 nats, read the curve law's loss
     as 0.6133 [-0.3087, 1.528]: a bound no loss can take. A lower end under a tenth of the runs' lowest

@@ -206,18 +206,47 @@ def test_a_planned_image_run_below_the_fitted_runs_counts_samples(frame):
 
 
 def test_a_planned_loss_far_from_the_runs_own_losses_is_withheld_with_the_reason(capsys):
-    """--at on the demo's runs (losses 1.64 to 2.78 nats) read 10 x 100 at 139.3 [76.59, 1127] nats and
-    1T x 100T at 1.26 [0.00567, 2.35]: interval ends 400x past the runs' highest and 300x under their lowest.
+    """--at on the demo's runs (losses 1.64 to 2.78 nats) read 100 x 10k at 16.38 [12.54, 29.9] nats and
+    1T x 100T at 1.26 [0.00567, 2.35]: interval ends past 10x the runs' highest and 300x under their lowest.
     Those intervals are withheld with the reason (the text and the report share the cells)."""
     demo = Path(__file__).parent / "data" / "demo_runs.csv"
-    planned = fit(demo, "vpnls", bootstrap=100, tracking=False, holdout="none").loss_at([10, 1e12, 3e4],
-                                                                                         [100, 1e14, 1e6])
+    planned = fit(demo, "vpnls", bootstrap=100, tracking=False, holdout="none").loss_at([100, 1e12, 3e4],
+                                                                                         [1e4, 1e14, 1e6])
     small, huge, near = (planned.table.iloc[i] for i in range(3))
-    assert small.loss_hi > 100 * 2.78 and huge.loss_lo < 1.64 / 100  # what was printed
+    assert small.loss < 10 * 2.78 < small.loss_hi and huge.loss_lo < 1.64 / 100  # what was printed
     rows = planned.rows()
     assert rows[0][2] == f"{fmt.sig(small.loss, 4)} [withheld: reaches over 10x the runs' own losses]"
     assert rows[1][2] == f"{fmt.sig(huge.loss, 4)} [withheld: reaches under 1/10 of the runs' lowest loss, 1.64]"
     assert rows[2][2] == fmt.with_interval(near.loss, near.loss_lo, near.loss_hi, fmt=lambda v: fmt.sig(v, 4))
     assert main(["fit", str(demo), "--method", "vpnls", "--bootstrap", "100", "--holdout", "none",
-                 "--at", "10:100"]) == 0
+                 "--at", "100:1e4"]) == 0
     assert "[withheld: reaches over 10x the runs' own losses]" in capsys.readouterr().out
+
+
+def test_a_planned_loss_far_over_the_runs_own_is_withheld_in_the_text_the_report_and_json(capsys):
+    """--at 10:100 on the demo's runs (losses 1.64 to 2.78 nats) printed a planned loss of 139.3 nats, 50x the
+    runs' highest, with only its interval withheld: a law's power terms carried far below the runs, no loss a
+    model was seen near. The point is withheld with the reason wherever it is printed, and --json nulls it."""
+    demo = Path(__file__).parent / "data" / "demo_runs.csv"
+    fitted = fit(demo, "vpnls", bootstrap=100, tracking=False, holdout="none")
+    planned = fitted.loss_at([10, 3e4], [100, 1e6])
+    assert planned.table.loss.iloc[0] > 10 * 2.78  # what loss_at computes is kept
+    why = "over 10x the runs' highest loss, 2.78"
+    assert planned.rows()[0][2] == f"withheld: {why}"
+    assert planned.rows()[1][2].startswith(fmt.sig(planned.table.loss.iloc[1], 4))
+    far, near = planned.to_dict()["runs"]
+    assert far["loss"] is far["loss_lo"] is far["loss_hi"] is None
+    assert far["withheld"] == {"loss": why, "loss_lo": why, "loss_hi": why}
+    assert near["loss"] == planned.table.loss.iloc[1] and "withheld" not in near
+    args = ["fit", str(demo), "--method", "vpnls", "--bootstrap", "100", "--holdout", "none", "--at", "10:100"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"withheld: {why}" in out and fmt.sig(planned.table.loss.iloc[0], 4) not in out
+    assert main([*args, "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["planned"]["runs"]
+    assert run["loss"] is None and run["withheld"]["loss"] == why
+    from flops_fit.fitting.report.html import escape
+    from flops_fit.fitting.report.html_report import _planned_section
+
+    page = _planned_section(fitted, ([10], [100]))
+    assert escape(f"withheld: {why}") in page and fmt.sig(planned.table.loss.iloc[0], 4) not in page

@@ -107,7 +107,8 @@ def test_runs_that_diverged_count_as_their_cells_diverged_rates_and_are_said():
     assert all(len(c.fit.rates) == len(RATES) and math.isnan(c.fit.losses[-1]) for c in fitted.cells)
     assert fitted.notes == ["12 run(s) have no finite loss (diverged) and count as their cells' rates that diverged: no "
                             "parabola goes through them, and a best loss beside one reads as the optimum lying between "
-                            "them (n1e+06-d5e+06-8, n1e+06-d2e+07-8, n1e+06-d8e+07-8, ...)",
+                            "them (n1e+06-d5e+06-8: no finite loss (nan); n1e+06-d2e+07-8: no finite loss (inf); "
+                            "n1e+06-d8e+07-8: no finite loss (nan); ...)",
                             "1 run(s) are not finished or have no finite loss, and are left out (no-rate: no finite "
                             "loss (nan))"]
     assert all(note in str(fitted) for note in fitted.notes)
@@ -292,3 +293,51 @@ def test_tune_from_a_sweep_folder_counts_its_diverged_runs_as_the_tune_does(tmp_
     with RunStore(tmp_path) as store:  # a run that failed for another reason (a crash) is still left out
         store.db.execute("UPDATE runs SET error = 'RuntimeError: CUDA error' WHERE run_id = ?", (swept.runs[3].run_id,))
     assert [len(c.fit.rates) for c in flops_fit.fit_rates(tmp_path, bootstrap=0).cells] == [3, 4, 4]
+
+
+def test_tune_from_reads_a_failed_run_as_diverged_by_what_it_recorded_not_its_errors_first_word(tmp_path):
+    """`tune --from` read a failed run as its rate diverging only when its error began "diverged": an external
+    trainer's "non-finite loss: ..." or a lab's `record --result` saying "loss is NaN at step 40" was dropped as
+    a crash, so the cell's best beside it read as "best at the highest rate tried". A failed run is read by what
+    it recorded (an error naming a non-finite or diverged loss, a training curve that blows up, an infinite
+    loss); a crash for another reason (out of memory) is left out and said to be, each run named with how."""
+    from dataclasses import replace
+
+    import sweep_support
+
+    from flops_fit.store.outside import record_result
+    from flops_fit.store.run_store import RunStore
+    from flops_fit.sweeps.planner import plan
+
+    swept = plan(host=sweep_support.host(), **sweep_support.small_plan_options(schedule="cosine"))
+    base = swept.runs[:3]
+    rated = [replace(r, lr=1e-3 * 3 ** k) for r in base for k in range(5)]
+    swept.runs[:] = [replace(r, run_id=r.compute_id()) for r in rated]  # ids that hash: `record` checks them
+    with RunStore(tmp_path, create=True) as store:
+        store.add_plan(swept, spec=swept.settings)
+    top = {
+        0: {"status": "failed", "error": "non-finite loss: the script reported a held-out loss of nan"},
+        1: {"status": "failed", "error": "loss is NaN at step 40"},
+        2: {"status": "failed", "error": "killed", "curve": [[100, 5.5], [200, 3.1], [300, 9.8]]},
+    }
+    for i, r in enumerate(swept.runs):
+        k, cell = i % 5, i // 5
+        if k == 4:  # the highest rate blew up, each cell's recorded its own way
+            record_result(tmp_path, r.run_id, top[cell])
+        elif k == 3 and cell == 0:  # a crash at a rate that trained in the other cells: no verdict on it
+            record_result(tmp_path, r.run_id, {"status": "failed", "error": "CUDA out of memory",
+                                               "curve": [[100, 5.5], [200, 3.4]]})
+        else:
+            record_result(tmp_path, r.run_id, {"loss": 3.0 + 0.02 * (k - 2) ** 2, "tokens": r.tokens})
+    fitted = flops_fit.fit_rates(tmp_path, bootstrap=0)
+    assert [len(c.fit.rates) for c in fitted.cells] == [4, 5, 5]  # the crash left out, every blow-up counted
+    assert [c.fit.ok for c in fitted.cells] == [False, True, True]  # cell 0's best trained next to the gap
+    assert all(math.isnan(c.fit.losses[-1]) for c in fitted.cells)
+    said = " ".join(fitted.notes)
+    assert fitted.notes[0].startswith("3 run(s) have no finite loss (diverged) and count as their cells' rates")
+    ids = [r.run_id for r in swept.runs]
+    assert f"{ids[4]}: error 'non-finite loss: the script reported a held-out loss of nan'" in said
+    assert f"{ids[9]}: error 'loss is NaN at step 40'" in said
+    assert f"{ids[14]}: its training loss rose from 3.1 to 9.8" in said
+    assert (f"1 unfinished run(s) record no loss that blew up (no infinite or rising loss, no error naming one) and "
+            f"are left out, not read as their rates diverging ({ids[3]}: status 'failed': CUDA out of memory)") in said

@@ -84,6 +84,18 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
     # stored as given (-4 steps), or cut (12.7 -> 12)
     ({"loss": 3.5, "tokens": None, "steps": -4}, 0, "steps must be the whole number of optimizer steps it took"),
     ({"loss": 3.5, "tokens": None, "steps": 12.7}, 0, "steps must be the whole number of optimizer steps it took"),
+    # an error that is no text: a list was a SQLite traceback (exit 1), a number was kept as the reason
+    ({"status": "failed", "error": ["out of memory"]}, 0, "error must be text saying why the run failed"),
+    ({"status": "failed", "error": 5}, 0, "error must be text saying why the run failed, got 5"),
+    # a failed run's tokens: inf was an OverflowError traceback (exit 1), -5 was stored and shown
+    ({"status": "failed", "error": "oom", "tokens": float("inf")}, 0, "a failed run's tokens are the whole number"),
+    ({"status": "failed", "error": "oom", "tokens": -5}, 0, "from 0 to the plan's"),
+    ({"status": "failed", "error": "oom", "tokens": 2.5}, 0, "got 2.5"),
+    # stored as given for the curve law and the report to read: NaN losses, -5 tokens seen, -1 bits per byte
+    ({"loss": 3.5, "tokens": None, "curve": [[10, 4.0], [20, float("nan")]]}, 0, "and finite losses; got [20.0, nan]"),
+    ({"loss": 3.5, "tokens": None, "curve": [[-5, 4.0]]}, 0, "tokens seen a finite number from 0"),
+    ({"loss": 3.5, "tokens": None, "bpb": -1}, 0, "bpb must be a positive number of bits per byte, got -1"),
+    ({"loss": 3.5, "tokens": None, "top1_error": 7}, 0, "top1_error must be a fraction from 0 to 1, got 7"),
 ])
 def test_a_refused_result_is_one_line_and_changes_nothing(planned, tmp_path, capsys, content, run_index, message):
     _, out, exported = planned
@@ -142,6 +154,11 @@ def test_a_failed_run_retried_outside_is_recorded_in_its_place_only_when_asked(p
     assert main(["record", str(out), run, "--result", str(files["bad"]), "--retry-failed"]) == 2
     with RunStore(out) as store:
         assert store.statuses()[run] == "failed"  # a refused retry replaced nothing
+    # a retry whose error is no text was a traceback after the failure was put back to pending: it was lost
+    files["bad"].write_text(json.dumps({"status": "failed", "error": ["out of memory"]}))
+    assert main(["record", str(out), run, "--result", str(files["bad"]), "--retry-failed"]) == 2
+    with RunStore(out) as store:
+        assert store.statuses()[run] == "failed" and store.runs_frame().set_index("run_id").error[run] == "node lost"
     assert main(["record", str(out), run, "--result", str(files["retry"]), "--retry-failed"]) == 0
     with RunStore(out) as store:
         row = store.runs_frame().set_index("run_id").loc[run]

@@ -557,3 +557,39 @@ def test_status_times_runs_trained_one_by_one_by_train_run_as_one_session(tmp_pa
     assert state["seconds_left"] == pytest.approx(elapsed * (sum(steps) - done) / done, rel=1e-2)
     assert " left" in text[1] and "measured once" not in text[1]
     assert later["seconds_left"] is None
+
+
+def test_a_sweep_resumed_within_a_minute_is_timed_as_its_own_session(tmp_path, capsys, monkeypatch):
+    """status joined a driver to the runs that finished up to 60 s before it started (how runs trained one by
+    one by `flops-fit train-run` are one session), so a sweep stopped and resumed within a minute was timed
+    from the earlier driver's runs, idle seconds between them included, where its own display counts from its
+    own start. The sweep's driver records its start (run_plan), and status times such a driver alone."""
+    import json
+    import threading
+    import time
+
+    from flops_fit.cli.main import main
+    from flops_fit.sweeps.driver import run_plan
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(schedule="cosine"))
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    options = {"host": HOST, "skip_parity": True, "skip_preflight": True, "show_progress": False}
+    earlier = [r.run_id for r in swept.runs[:3]]
+    run_plan(swept, out, only=set(earlier), **options)  # the first driver: three runs, then it ended
+    with RunStore(out) as s:  # as if they took 40 s, the last stored 5 s ago
+        now = time.time()
+        for i, run_id in enumerate(earlier):
+            s.db.execute("UPDATE runs SET started = ?, finished = ? WHERE run_id = ?",
+                         (now - 45 + 13 * i, now - 32 + 13 * i, run_id))
+    monkeypatch.setenv(sweep_support.GATE, f"{gate}:{sweep_support.CountingText.train_instances + 1}:2")
+    resumed = threading.Thread(target=lambda: run_plan(swept, out, resume=True, **options))
+    resumed.start()
+    try:
+        sweep_support.gate_reached(gate)
+        assert main(["status", str(out), "--json"]) == 0
+        state = json.loads(capsys.readouterr().out)
+    finally:
+        (tmp_path / "gate.release").write_text("go")
+        resumed.join()
+    assert state["driver"] is not None
+    assert state["seconds_left"] is None  # none of this driver's runs has finished: its pace is not measured yet

@@ -28,7 +28,7 @@ from flops_fit.sweeps.data_budget import data_budget, repeat_warning, unique_tok
 from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
-from flops_fit.sweeps.progress import CHAIN_GAP, session_start, stored_pace
+from flops_fit.sweeps.progress import CHAIN_GAP, SESSION_META, session_start, stored_pace
 from flops_fit.sweeps.tuned import HPARAMS_FILE
 from flops_fit.tables import duration, format_table, shortest
 
@@ -300,7 +300,8 @@ def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: di
     if design and all(statuses.get(r.run_id) in FINAL for r in runs):  # its batch trained: the design fits
         return {"driver": driver, "seconds_left": None, "scope": "choosing the next batch"}
     timeline = store.timeline()
-    left = stored_pace(runs, timeline, session_start(timeline, live.started), now).seconds_left()
+    since = session_start(timeline, live.started, own=store.get_meta(SESSION_META) == live.started)
+    left = stored_pace(runs, timeline, since, now).seconds_left()
     return {"driver": driver, "seconds_left": left, "scope": "runs chosen so far" if design else "all runs"}
 
 

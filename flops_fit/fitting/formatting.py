@@ -141,6 +141,21 @@ def loss_under(value: Any, lowest: Any) -> str | None:
     return None
 
 
+def loss_over(value: Any, highest: Any) -> str | None:
+    """Why a predicted loss over ``LOSS_LIMIT`` times the runs' ``highest`` is no forecast (None if it may be): a
+    law carried far below the runs, where its power terms grow without bound while a real model's loss levels
+    off (--at 10:100 on Gadre's runs, which ended at 1.18-9.05 nats, read 326.9)."""
+    if _finite(value) and _finite(highest) and float(highest) > 0 and float(value) > LOSS_LIMIT * float(highest):
+        return f"over {LOSS_LIMIT:g}x the runs' highest loss, {sig(highest)}"
+    return None
+
+
+def loss_point(value: Any, lowest: Any, highest: Any) -> str | None:
+    """Why a predicted loss itself is withheld (None if it may be printed): far under the runs' ``lowest``
+    (``loss_under``) or far over their ``highest`` (``loss_over``)."""
+    return loss_under(value, lowest) or loss_over(value, highest)
+
+
 def loss_bounds(lo: Any, hi: Any, lowest: Any, highest: Any) -> str | None:
     """Why a loss interval judges nothing (None if it may): its upper end far past the runs' ``highest``
     (``loss_beyond``), or its lower end far under their ``lowest`` (``loss_under``): every method's table

@@ -238,11 +238,15 @@ def load_runs(
     if "status" in frame:  # failed or unfinished runs (a sweep store keeps them, loss NaN) are left out
         # in any case: MLflow's own tables say FINISHED, a lab's may say Done
         bad = frame["status"].notna() & ~frame["status"].astype(str).str.strip().str.lower().isin(FINISHED)
-        excluded += [{"run_id": r, "reason": f"status {v!r}"}
-                     for r, v in zip(ids[bad], frame.loc[bad, "status"], strict=True)]
-        # a sweep store's run failed as diverged ("diverged: ..."): to a sweep over rates, a rate that diverged
-        blown = bad & frame["error"].astype(str).str.startswith("diverged") if "error" in frame else bad & False
-        blown_rows, blown_ids = frame.loc[blown], ids[blown]
+        errors = frame.loc[bad, "error"] if "error" in frame else pd.Series(None, index=frame.index[bad], dtype=object)
+        excluded += [{"run_id": r, "reason": f"status {v!r}" + (f": {e[:80]}" if isinstance(e, str) and e else "")}
+                     for r, v, e in zip(ids[bad], frame.loc[bad, "status"], errors, strict=True)]
+        # a failed run whose record says its loss blew up: to a sweep over rates, a rate that diverged
+        recorded = [frame[c] if c in frame else [None] * len(frame) for c in ("error", mapping["loss"][0], curve_col)]
+        why = pd.Series([divergence(*r) if b else None for b, *r in zip(bad, *recorded, strict=True)],
+                        index=frame.index, dtype=object)
+        blown = bad & why.notna()
+        blown_rows, blown_ids = frame.loc[blown].assign(read_as=why[blown]), ids[blown]
         frame, ids = frame.loc[~bad], ids[~bad]
     unscored = _unscored(frame[mapping["loss"][0]])  # diverged (NaN, inf) or never evaluated (empty)
     excluded += [{"run_id": r, "reason": f"{NO_LOSS} ({v})"}
@@ -307,6 +311,38 @@ def load_runs(
                 diverged=diverged)
 
 
+# How a failed run's error names a loss that blew up: flops-fit's own ("diverged: ...", an external trainer's
+# "non-finite loss: ..."), or a lab's words for it ("loss is NaN at step 300"). An error naming none (out of
+# memory, a missing file, a hang) says nothing of the run's rate.
+DIVERGED_WORDS = re.compile(r"diverg|non-?finite|not finite|\bnan\b|\binf(inity)?\b|explod|blew up|blow-?up", re.I)
+# A training curve ending over this many times its lowest loss blew up (one cut short by a crash ends near it).
+CURVE_RISE = 1.5
+
+
+def divergence(error: Any, loss: Any, curve: Any) -> str | None:
+    """Why a failed run reads as diverged, from what it recorded (None: it failed for another reason, which is no
+    verdict on its rate): a loss recorded as infinite, a training curve that reaches a non-finite loss or ends over
+    ``CURVE_RISE`` times its lowest, or an error naming a non-finite or diverged loss (``DIVERGED_WORDS``). Only
+    "diverged: ..." counted before: an external trainer's "non-finite loss" read as a crash. A NaN loss alone
+    says nothing: every failed run records one."""
+    with contextlib.suppress(TypeError, ValueError):
+        if np.isinf(float(loss)):
+            return f"loss {float(loss)}"
+    try:
+        points = _parse_curve(curve)
+    except (TypeError, ValueError):
+        points = None
+    if points is not None and len(points):
+        values = points[:, 1]
+        if not np.isfinite(values).all():
+            return "its training loss reached a non-finite value"
+        if values[-1] > CURVE_RISE * values.min() > 0:
+            return f"its training loss rose from {values.min():.4g} to {values[-1]:.4g}"
+    if isinstance(error, str) and DIVERGED_WORDS.search(error):
+        return f"error {error[:60]!r}" + ("..." if len(error) > 60 else "")
+    return None
+
+
 def _diverged(frame: pd.DataFrame, ids: pd.Series, mapping: dict[str, tuple[str, str]], k: float,
               extra: list[str]) -> pd.DataFrame:
     """The runs without a finite loss as rows like the fitted ones' (loss NaN), those whose size and
@@ -327,6 +363,9 @@ def _diverged(frame: pd.DataFrame, ids: pd.Series, mapping: dict[str, tuple[str,
     if "flops" not in out:
         out["flops"] = k * out["params"] * out["tokens"]
     out["loss"] = np.nan
+    read = frame["read_as"] if "read_as" in frame else pd.Series(None, index=frame.index, dtype=object)
+    out["read_as"] = [r if isinstance(r, str) else f"{NO_LOSS} ({v})"  # why each reads as diverged
+                      for r, v in zip(read, frame[mapping["loss"][0]], strict=True)]
     if extra[0] in frame:
         out["budget"] = pd.to_numeric(frame[extra[0]], errors="coerce")
     for column in extra[1:]:

@@ -77,10 +77,8 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
                      if status == "failed" else "")
             raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); a run is recorded once{retry}")
         outcome = _result(spec, run_id, data)
-        if status == "failed":  # the retry's result replaces the failure (checked first: a bad one replaces nothing)
-            store.reset([run_id])
-        try:
-            store.record(outcome, once=True)
+        try:  # a retry's result replaces the failure in the same transaction: one the store refuses loses nothing
+            store.record(outcome, once=True, replacing_failed=status == "failed")
         except StoreError:
             if store.statuses().get(run_id) not in FINAL:  # not recorded meanwhile: a store this user may not write
                 raise
@@ -103,11 +101,26 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
         if tokens != spec.tokens:
             raise StoreError(f"run {run_id}: trained {tokens:g} tokens, the plan gives it {spec.tokens:,}; record a "
                              "run that trained its planned tokens (its budget is what the fit compares)")
+    elif not (math.isfinite(tokens) and 0 <= tokens <= spec.tokens and tokens == int(tokens)):
+        # 1e400 was an OverflowError traceback, -5 was stored and shown as the tokens it trained
+        raise StoreError(f"run {run_id}: a failed run's tokens are the whole number it trained before it failed, from "
+                         f"0 to the plan's {spec.tokens:,} (leave them out if unknown), got {data.get('tokens')!r}")
     curve = data.get("curve") or []
     try:
         curve = [[float(t), float(v)] for t, v in curve]
     except (TypeError, ValueError):
         raise StoreError(f"run {run_id}: curve must be [[tokens seen, training loss], ...]") from None
+    # a done run's curve of NaN losses, or at -5 tokens seen, was stored for the curve law to read (a failed
+    # run's losses may be what blew up: ``fitting.inputs.divergence`` reads them)
+    if bad := next((p for p in curve if not _in_curve(p, state)), None):
+        raise StoreError(f"run {run_id}: curve must be [[tokens seen, training loss], ...] with tokens seen a finite "
+                         "number from 0" + (" and finite losses" if state == "done" else "") + f"; got {bad}")
+    # -1 bits per byte, a 700% error were stored (NaN: not measured, as a RunResult of the loop's has it)
+    bpb, top1 = _number(data, "bpb"), _number(data, "top1_error")
+    if not (math.isnan(bpb) or (math.isfinite(bpb) and bpb > 0)):
+        raise StoreError(f"run {run_id}: bpb must be a positive number of bits per byte, got {data['bpb']!r}")
+    if not (math.isnan(top1) or 0 <= top1 <= 1):
+        raise StoreError(f"run {run_id}: top1_error must be a fraction from 0 to 1, got {data['top1_error']!r}")
     timings = data.get("timings") or {}
     if not isinstance(timings, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                 for v in timings.values()):
@@ -116,8 +129,16 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
     if not (math.isfinite(steps) and steps >= 0 and steps == int(steps)):
         raise StoreError(f"run {run_id}: steps must be the whole number of optimizer steps it took (the plan gives "
                          f"{spec.steps:,}), got {data.get('steps')!r}")
+    error = data.get("error")
+    if error is not None and not isinstance(error, str):  # a list failed in SQLite with a traceback, a number was kept
+        raise StoreError(f"run {run_id}: error must be text saying why the run failed, got {error!r}")
     return RunResult(run_id=run_id, status=state, loss=loss, tokens=int(tokens), flops=tokens * spec.flops_per_unit,
-                     steps=int(steps), curve=curve, error=data.get("error"),
+                     steps=int(steps), curve=curve, error=error,
                      timings={str(k): float(v) for k, v in timings.items()},
-                     device=str(data.get("device", "outside")), bpb=_number(data, "bpb"),
-                     top1_error=_number(data, "top1_error"))
+                     device=str(data.get("device", "outside")), bpb=bpb, top1_error=top1)
+
+
+def _in_curve(point: list[float], state: str) -> bool:
+    """Whether a curve point is at a finite count of tokens seen, its loss finite where the run is done."""
+    seen, loss = point
+    return math.isfinite(seen) and seen >= 0 and (state == "failed" or math.isfinite(loss))

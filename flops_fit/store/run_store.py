@@ -331,13 +331,15 @@ class RunStore:
         with self._tx():
             self.db.executemany("UPDATE runs SET status = 'pending' WHERE run_id = ?", [(r,) for r in run_ids])
 
-    def record(self, result: RunResult, *, once: bool = False) -> None:
-        """Store a run's final result in one transaction (``once``: only if it has none yet)."""
+    def record(self, result: RunResult, *, once: bool = False, replacing_failed: bool = False) -> None:
+        """Store a run's final result in one transaction (``once``: only if it has none yet;
+        ``replacing_failed``: or only a failed one, which it replaces)."""
         with self._tx():
             cursor = self.db.execute(
                 "UPDATE runs SET status = ?, loss = ?, tokens = ?, flops = ?, steps = ?, curve = ?, error = ?,"
                 " timings = ?, device = ?, finished = ?, bpb = ?, top1_error = ?, epochs = ? WHERE run_id = ?"
-                + (" AND status NOT IN ('done', 'failed')" if once else ""),
+                + ((" AND status != 'done'" if replacing_failed else " AND status NOT IN ('done', 'failed')")
+                   if once else ""),
                 (result.status, _number(result.loss), result.tokens, result.flops,
                  result.steps, json.dumps(result.curve), result.error, json.dumps(result.timings),
                  result.device, time.time(), _number(result.bpb), _number(result.top1_error),

@@ -46,7 +46,7 @@ from flops_fit.fitting.inputs import Runs, load_runs
 from flops_fit.fitting.validation.prior import shipped_laws
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
-from flops_fit.sweeps.driver import run_plan
+from flops_fit.sweeps.driver import check_run_options, run_plan
 from flops_fit.tables import shortest
 from flops_fit.training.wsd import executed_in_order
 
@@ -623,11 +623,17 @@ def adaptive_sweep(plan: Any, out_dir: Any, rule: StopRule | str = DEFAULT_RULE,
     runs, so ``resume=True`` replays the rounds (trained runs are not trained again) and goes
     on. ``on_round`` hears the design after each batch is chosen and after each fit (the CLI
     prints each round as it ends); ``run`` are ``run_plan``'s options (executor, workers, ...)."""
-    rule = StopRule.parse(rule) if isinstance(rule, str) else rule
+    rule = _checked(rule, start, batch, sizes)
     out_dir = Path(out_dir)
     by = plan_keys(plan)
     pool = pool_of(by)
     target = design_target(pool, target, sizes)
+    # refused before the store is made (a bad executor left an empty runs.sqlite behind): the first batch, the
+    # options run_plan takes
+    first = initial_choices(pool, plan_spend(plan), start)
+    if over := rule.over_cap(plan_spend(plan)([k for c in first for k in c.keys])):
+        raise OptionError(over)
+    check_run_options(plan, "adaptive_sweep", **run)
     started = [resume]
 
     def fit_at(keys: list[Key]) -> Reading:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import os
 import platform
@@ -32,14 +33,14 @@ from flops_fit.executors.stopping import request_stop, stop_on_signals
 from flops_fit.executors.supervisor import check_main_guard
 from flops_fit.fitting import fit
 from flops_fit.plugin import api
-from flops_fit.store.lease import Lease
+from flops_fit.store.lease import Lease, holder
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import check, gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight
-from flops_fit.sweeps.progress import SweepDisplay, work_of
+from flops_fit.sweeps.progress import SESSION_META, SweepDisplay, work_of
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
 from flops_fit.training.checkpoint import CheckpointPolicy, load_result, remove_checkpoints
@@ -242,12 +243,7 @@ def run_plan(
     ``sweeps.adaptive``); the whole plan is recorded either way.
     """
     out_dir = Path(out_dir)
-    # before the folder is touched: the local executor's workers, or a run's ranks, would run an unguarded script again
-    check_main_guard(spawning=executor == "local" and (workers != 1 or plan.options.processes_per_run > 1))
-    if host is not None and (workers != 1 or executor != "local"):
-        raise OptionError("a custom host= works only in-process (executor 'local', workers=1)")
-    # an unknown executor or a bad option of one is one line before the folder is touched
-    api.create_executor(executor, host=host, workers=workers, **(executor_options or {})).close()
+    _check_executor(plan, executor, workers, executor_options, host)
     store = RunStore(out_dir, create=True)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
@@ -265,6 +261,8 @@ def run_plan(
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
             if record_only:
                 return SweepResult(out_dir)
+            if live := holder(store.path):  # this driver's session is its own, however soon it followed another
+                store.set_meta(**{SESSION_META: live.started})
             tracking = sweep_destination({"created": store.get_meta("created")}, out_dir, plan.options.tracking)
             with SweepTracker(tracking, plan, new=new, counts=store.counts()) as tracker:
                 _train_unfinished(plan, store, out_dir, executor=executor, workers=workers,
@@ -276,6 +274,30 @@ def run_plan(
     finally:
         store.close()
     return SweepResult(out_dir)
+
+
+def _check_executor(plan: Any, executor: str, workers: int, executor_options: dict[str, Any] | None,
+                    host: Any) -> None:
+    """``run_plan``'s refusals before the folder is touched (a refused call leaves no store behind): the local
+    executor's workers, or a run's ranks, would run an unguarded script again; a custom host runs in-process
+    only; an unknown executor or a bad option of one is one line."""
+    check_main_guard(spawning=executor == "local" and (workers != 1 or plan.options.processes_per_run > 1))
+    if host is not None and (workers != 1 or executor != "local"):
+        raise OptionError("a custom host= works only in-process (executor 'local', workers=1)")
+    api.create_executor(executor, host=host, workers=workers, **(executor_options or {})).close()
+
+
+def check_run_options(plan: Any, caller: str, **run: Any) -> None:
+    """``run``, options a caller passes on to ``run_plan`` for ``plan`` (an adaptive sweep's), refused as
+    ``run_plan`` would refuse them, before the caller makes its store: an unknown option (a TypeError in the
+    first round), the executor's checks (``_check_executor``). ``caller`` names the function in the line."""
+    options = [p for p in inspect.signature(run_plan).parameters if p not in ("plan", "out_dir", "resume", "only")]
+    unknown = sorted(set(run) - set(options))
+    if unknown:
+        raise OptionError(f"{caller} got unknown option(s) {', '.join(map(repr, unknown))}; it passes these on to "
+                          f"run_plan: {', '.join(options)}")
+    given = {**{k: p.default for k, p in inspect.signature(run_plan).parameters.items() if k in options}, **run}
+    _check_executor(plan, given["executor"], given["workers"], given["executor_options"], given["host"])
 
 
 def sweep(options: SweepOptions | None = None, /, *, out_dir: str | Path = "flops-fit-out", resume: bool = False,

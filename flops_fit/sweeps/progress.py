@@ -131,13 +131,19 @@ def work_of(runs: Sequence[Any], todo: Sequence[Any]) -> tuple[dict[str, tuple[f
 
 
 CHAIN_GAP = 60.0  # seconds between one run's result and the next driver's start that still continue one session
+SESSION_META = "driver_started"  # the store's meta: when the lease of the latest sweep driver (run_plan) was taken
 
 
-def session_start(timeline: Sequence[Mapping[str, Any]], started: float, gap: float = CHAIN_GAP) -> float:
+def session_start(timeline: Sequence[Mapping[str, Any]], started: float, gap: float = CHAIN_GAP, *,
+                  own: bool = False) -> float:
     """When the training a store's driver (its lease taken at ``started``) goes on with began: back through
     the runs that finished at most ``gap`` seconds before it, each to its start, and so on. Runs trained one
     by one, each by a `flops-fit train-run` holding its own lease, are one session: timed from the driver's
-    own start alone, none had finished and the time left was never measured."""
+    own start alone, none had finished and the time left was never measured. ``own``: the driver is a sweep's
+    (``run_plan`` records its start, ``SESSION_META``), whose session is its own, as its display times it: a
+    sweep resumed within ``gap`` of the driver before it was joined to that one's runs and idle seconds."""
+    if own:
+        return started
     since = started
     for row in sorted((r for r in timeline if r["finished"]), key=lambda r: -r["finished"]):
         if row["finished"] < since - gap:

@@ -168,7 +168,7 @@ def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: 
     runs = load_runs(source, keep={column: f"{canonical}_col" for column, canonical in keep.items()},
                      all_rates=True, **load)
     frame = runs.frame.copy()
-    notes = runs.notes
+    notes, used = [], set()
     if runs.diverged is not None and len(runs.diverged):  # a rate that diverged bounds its cell's best
         rates = {c: pd.to_numeric(runs.diverged[c], errors="coerce") for c in keep}
         known = np.logical_and.reduce([np.isfinite(v) & (v > 0) for v in rates.values()])
@@ -177,13 +177,23 @@ def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: 
         cell = frame.groupby(["params", "tokens"])["flops"].transform("mean")
         frame["flops"] = frame["flops"].fillna(cell).fillna(
             load["flops_per_param_token"] * frame["params"] * frame["tokens"])
-        used = list(runs.diverged.loc[known, "run_id"])
-        if used:  # said "left out" of these too, though each counts as its cell's rate that diverged
-            named = ", ".join(map(str, used[:3])) + (", ..." if len(used) > 3 else "")
-            notes = [f"{len(used)} run(s) have no finite loss (diverged) and count as their cells' rates that "
-                     f"diverged: no parabola goes through them, and a best loss beside one reads as the optimum "
-                     f"lying between them ({named})",
-                     *replace(runs, excluded=[x for x in runs.excluded if x.get("run_id") not in set(used)]).notes]
+        blown = runs.diverged.loc[known]
+        used = set(blown["run_id"])
+        if len(blown):  # said "left out" of these too, though each counts as its cell's rate that diverged
+            named = "; ".join(f"{r.run_id}: {r.read_as}" for r in blown.iloc[:3].itertuples()) + \
+                ("; ..." if len(blown) > 3 else "")
+            notes.append(f"{len(blown)} run(s) have no finite loss (diverged) and count as their cells' rates that "
+                         f"diverged: no parabola goes through them, and a best loss beside one reads as the optimum "
+                         f"lying between them ({named})")
+    diverged = set(runs.diverged["run_id"]) if runs.diverged is not None else set()
+    crashed = [x for x in runs.excluded if str(x.get("reason", "")).startswith("status ")
+               and x.get("run_id") not in diverged]
+    if crashed:  # a crash (out of memory, a missing file) is no verdict on its rate: said apart from the diverged
+        named = "; ".join(f"{x['run_id']}: {x['reason']}" for x in crashed[:3]) + ("; ..." if len(crashed) > 3 else "")
+        notes.append(f"{len(crashed)} unfinished run(s) record no loss that blew up (no infinite or rising loss, no "
+                     f"error naming one) and are left out, not read as their rates diverging ({named})")
+    gone = used | {x.get("run_id") for x in crashed}
+    notes += replace(runs, excluded=[x for x in runs.excluded if x.get("run_id") not in gone]).notes
     for column, canonical in keep.items():
         values = pd.to_numeric(frame[column], errors="coerce")
         if not (values.notna() & np.isfinite(values) & (values > 0)).all():

@@ -171,28 +171,50 @@ def windows(name: str, sources: dict[str, TextSource], split: str, seq_len: int,
 def stdlib_files(root: str | None = None) -> tuple[Path, list[Path]]:
     """The standard library's own ``.py`` files (no site-packages), sorted."""
     base = Path(root or sysconfig.get_paths()["stdlib"])
-    files = []
+    return base, _walk(base)[0]
+
+
+def _walk(base: Path) -> tuple[list[Path], list[tuple[str, int]]]:
+    """The ``.py`` files under ``base`` (no site-packages), sorted, and each folder walked with its modification
+    time, which a file added, removed or renamed in it changes (``_listed``)."""
+    files, folders = [], []
     for dirpath, dirnames, filenames in os.walk(base):
         dirnames[:] = sorted(d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__"))
+        folders.append((dirpath, _mtime(dirpath)))
         files += [Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py")]
     if not files:
         raise DataError(f"python-stdlib: no .py files under {base}; pass root=... pointing at a Python lib folder")
-    return base, files
+    return files, folders
 
 
-# The standard library's splits per (folder, fraction), walked, split and stat'ed once per process: a run builds
-# its training and held-out splits, and a worker process trains run after run, from files that do not change
-# meanwhile (the bytes themselves are read once too: ``_CACHE``).
-_STDLIB: dict[tuple[str | None, float], dict[str, TextSource]] = {}
+def _mtime(folder: str) -> int | None:
+    try:
+        return os.stat(folder).st_mtime_ns
+    except OSError:  # gone meanwhile
+        return None
+
+
+def _listed(folders: list[tuple[str, int | None]]) -> bool:
+    """Whether every folder walked still has the modification time it had: no file added, removed or renamed
+    since (a file rewritten in place, or a change within the file system's timestamp tick of the walk, is not
+    seen before a new process). One stat per folder: 125 for the standard library, 0.4 ms."""
+    return all(mtime is not None and _mtime(folder) == mtime for folder, mtime in folders)
+
+
+# The standard library's splits per (folder, fraction), walked, split and stat'ed once per process while its folders
+# list the same files: a run builds its training and held-out splits, and a worker process trains run after run
+# (the bytes themselves are read once too: ``_CACHE``). A file added under root= after the first call was not seen.
+_STDLIB: dict[tuple[str | None, float], tuple[list[tuple[str, int | None]], dict[str, TextSource]]] = {}
 
 
 def _stdlib_sources(root: str | None, validation_fraction: float) -> dict[str, TextSource]:
     key = (root and os.path.abspath(root), float(validation_fraction))
-    if key not in _STDLIB:
-        base, files = stdlib_files(root)
-        _STDLIB[key] = {s: _files_source("python-stdlib", split_files(files, base, s, validation_fraction))
-                        for s in SPLITS}
-    return _STDLIB[key]
+    if key not in _STDLIB or not _listed(_STDLIB[key][0]):
+        base = Path(root or sysconfig.get_paths()["stdlib"])
+        files, folders = _walk(base)
+        _STDLIB[key] = (folders, {s: _files_source("python-stdlib", split_files(files, base, s, validation_fraction))
+                                  for s in SPLITS})
+    return _STDLIB[key][1]
 
 
 def build_python_stdlib(

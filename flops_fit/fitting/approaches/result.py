@@ -394,8 +394,9 @@ def withheld_fields(row: Any, unit: str = "tokens", losses: tuple[float, float] 
     """Each field of a prediction row its text withholds, with the reason (``--json`` nulls the same): a
     value that names no model (with its bounds; an optimum that names none takes its tokens/param and loss
     with it), bounds that name none, span over ``fmt.SPAN_LIMIT`` or do not vary; a loss far under the runs'
-    lowest, or an interval reaching far from their losses (``losses``: ``Runs.loss_range``; ``fmt.loss_under``,
-    ``fmt.loss_bounds``). ``unit``: what D counts (tokens, an image sweep's samples)."""
+    lowest or far over their highest (``fmt.loss_point``), or an interval reaching far from their losses
+    (``losses``: ``Runs.loss_range``; ``fmt.loss_bounds``). ``unit``: what D counts (tokens, an image sweep's
+    samples)."""
     lowest, highest = losses if losses is not None else (None, None)
     out: dict[str, str] = {}
     for k, _ in (*PREDICTED, ("loss", None)):
@@ -408,7 +409,7 @@ def withheld_fields(row: Any, unit: str = "tokens", losses: tuple[float, float] 
             if bounds is None and fmt.too_wide(lo, hi):
                 bounds = f"spans over {fmt.SPAN_LIMIT:g}x"
         else:
-            alone, bounds = fmt.loss_under(value, lowest), fmt.loss_bounds(lo, hi, lowest, highest)
+            alone, bounds = fmt.loss_point(value, lowest, highest), fmt.loss_bounds(lo, hi, lowest, highest)
         if alone is None and k in ("tokens_per_param", "loss") and ("N_opt" in out or "D_opt" in out):
             alone = "no model"  # the optimum names none: its ratio and loss are no model's
         if alone is not None:

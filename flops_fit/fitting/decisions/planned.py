@@ -59,9 +59,13 @@ class PlannedLoss:
     losses: tuple[float, float] = (np.nan, np.nan)  # the fitted runs' lowest and highest loss
 
     def to_dict(self) -> dict[str, Any]:
+        """The answer for JSON: each run's loss or interval the table withholds null, ``withheld`` giving why."""
+        runs = []
+        for r, record in zip(self.table.itertuples(), self.table.to_dict("records")):
+            gone = self.withheld(r)
+            runs.append({**{k: (None if k in gone else v) for k, v in record.items()}, **({"withheld": gone} if gone else {})})
         return fmt.json_safe({"method": self.method, "level": self.level, "forms": self.forms,
-                              "extrapolation_slope": self.slope, "runs": self.table.to_dict("records"),
-                              "notes": self.notes})
+                              "extrapolation_slope": self.slope, "runs": runs, "notes": self.notes})
 
     def rows(self) -> list[list[str]]:
         """The table's cells (the text's and the report's): N, D, the loss with its interval (withheld
@@ -70,17 +74,30 @@ class PlannedLoss:
         return [[fmt.count(r.N), fmt.count(r.D), self._loss_cell(r), f"{r.distance:.2f}", _pct(r.boot),
                  _pct(r.form), _pct(r.extrapolation)] for r in self.table.itertuples()]
 
-    def _loss_cell(self, r: Any) -> str:
-        """A run's loss "value [lo, hi]": the loss withheld far under the runs' lowest (``fmt.loss_under``), its
-        interval where an end reaches that far under it or far past their highest (``fmt.loss_beyond``): --at
-        10:100 on the demo's runs read 139.3 [76.59, 1127] nats, 1e12:1e14 read 1.26 [0.00567, 2.35]."""
+    def withheld(self, r: Any) -> dict[str, str]:
+        """Which of a run's loss, loss_lo, loss_hi are withheld, with why (the text and ``to_dict`` alike): the
+        loss far under the runs' lowest or far over their highest (``fmt.loss_point``: --at 10:100 on Gadre's
+        runs read 326.9 nats); its interval where an end reaches that far (``fmt.loss_bounds``: --at 10:100 on the
+        demo's runs read 139.3 [76.59, 1127] nats, 1e12:1e14 read 1.26 [0.00567, 2.35]), spans over
+        ``fmt.SPAN_LIMIT`` or is the point itself."""
         lowest, highest = self.losses
-        if why := fmt.loss_under(r.loss, lowest):
-            return f"withheld: {why}"
+        if why := fmt.loss_point(r.loss, lowest, highest):
+            return {"loss": why, "loss_lo": why, "loss_hi": why}
         why = fmt.loss_bounds(r.loss_lo, r.loss_hi, lowest, highest)
-        if why and not fmt.too_wide(r.loss_lo, r.loss_hi):  # one over 1000x says so, as every table's does
-            return f"{fmt.loss(r.loss)} [withheld: {why}]"
-        return fmt.scale_interval(r.loss, r.loss_lo, r.loss_hi, fmt=fmt.loss)
+        if fmt.too_wide(r.loss_lo, r.loss_hi):  # one over 1000x says so, as every table's does
+            why = f"spans over {fmt.SPAN_LIMIT:g}x"
+        elif why is None and fmt.still(r.loss, r.loss_lo, r.loss_hi):
+            why = fmt.STILL_REASON
+        return {"loss_lo": why, "loss_hi": why} if why else {}
+
+    def _loss_cell(self, r: Any) -> str:
+        """A run's loss "value [lo, hi]", or what of it is withheld with the reason (``withheld``)."""
+        gone = self.withheld(r)
+        if "loss" in gone:
+            return f"withheld: {gone['loss']}"
+        if "loss_lo" in gone:
+            return f"{fmt.loss(r.loss)} [withheld: {gone['loss_lo']}]"
+        return fmt.with_interval(r.loss, r.loss_lo, r.loss_hi, fmt=fmt.loss)
 
     def summary(self) -> str:
         rows = self.rows()
