@@ -315,8 +315,9 @@ def load_runs(
 # "non-finite loss: ..."), or a lab's words for it ("loss is NaN at step 300"). An error naming none (out of
 # memory, a missing file, a hang) says nothing of the run's rate.
 DIVERGED_WORDS = re.compile(r"diverg|non-?finite|not finite|\bnan\b|\binf(inity)?\b|explod|blew up|blow-?up", re.I)
-# A training curve ending over this many times its lowest loss blew up (one cut short by a crash ends near it).
-CURVE_RISE = 1.5
+# A training curve ending over this many times its lowest loss blew up (one cut short by a crash ends near it):
+# the factor flops-fit's own trainer stops a run at (the hparams' divergence_factor default), not one chosen here.
+CURVE_RISE = 3.0
 
 
 def divergence(error: Any, loss: Any, curve: Any) -> str | None:
