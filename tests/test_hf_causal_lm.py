@@ -171,3 +171,19 @@ def test_an_encoder_config_is_refused_unless_it_is_a_decoder(tmp_path):
     later[0, 10] = (later[0, 10] + 1) % 64
     with torch.no_grad():
         assert torch.allclose(model(tokens)[0, :10], model(later)[0, :10], atol=1e-6)  # no position sees a later token
+
+
+def test_a_class_without_sdpa_attention_builds_with_its_own_attention(tmp_path):
+    """A Gemma2 config (its class has no SDPA path in transformers 5) was planned, then refused by the
+    preflight: "Gemma2ForCausalLM does not support an attention implementation through sdpa", since the
+    build asked every class for SDPA. Now transformers picks: SDPA where the class has it, eager otherwise."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "gemma2").mkdir()
+    transformers.AutoConfig.for_model("gemma2", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+                                      vocab_size=256).save_pretrained(tmp_path / "gemma2")
+    model = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / "gemma2"), context_length=16)
+    assert type(model.hf).__name__ == "Gemma2ForCausalLM" and model.hf.config._attn_implementation == "eager"
+    assert torch.isfinite(model(torch.randint(0, 256, (2, 16)))).all()
+    llama = flops_fit.create_model("hf-causal-lm", 64, config=write_config(tmp_path, "llama"), context_length=16)
+    assert llama.hf.config._attn_implementation == "sdpa"

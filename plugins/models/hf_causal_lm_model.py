@@ -23,8 +23,10 @@ from flops_fit.plugins.models.hf_causal_lm import Rule, configure, valid_sizes
 from torch import nn
 
 
-def hf_config(size: int, attn_implementation: str = "sdpa", **config: Any) -> Any:
-    """The ``transformers`` config of ``size`` under the ``[model]`` table's rule."""
+def hf_config(size: int, attn_implementation: str | None = None, **config: Any) -> Any:
+    """The ``transformers`` config of ``size`` under the ``[model]`` table's rule. Its attention is
+    ``attn_implementation``, or by default transformers' own choice: SDPA where the class has it,
+    eager otherwise (Gemma2 has none: asking every class for SDPA refused it)."""
     from transformers import AutoConfig
 
     values = Rule(**config).at(size)
@@ -32,7 +34,8 @@ def hf_config(size: int, attn_implementation: str = "sdpa", **config: Any) -> An
     kind = values.pop("model_type")
     values.pop("transformers_version", None)
     hf = AutoConfig.for_model(kind, **values)
-    hf._attn_implementation = attn_implementation
+    if attn_implementation is not None:
+        hf._attn_implementation = attn_implementation
     return hf
 
 
