@@ -187,3 +187,40 @@ def test_a_class_without_sdpa_attention_builds_with_its_own_attention(tmp_path):
     assert torch.isfinite(model(torch.randint(0, 256, (2, 16)))).all()
     llama = flops_fit.create_model("hf-causal-lm", 64, config=write_config(tmp_path, "llama"), context_length=16)
     assert llama.hf.config._attn_implementation == "sdpa"
+
+
+def saved_config(folder: Path, kind: str, **fields) -> str:
+    """A config as transformers saves it (``save_pretrained``: ``layer_types`` listed per layer)."""
+    base = {"hidden_size": 64, "intermediate_size": 160, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_hidden_layers": 2, "vocab_size": 256}
+    transformers.AutoConfig.for_model(kind, **{**base, **fields}).save_pretrained(folder / kind)
+    return str(folder / kind)
+
+
+def test_a_saved_configs_layer_types_follow_the_depth(tmp_path, capsys):
+    """A Qwen2 config saved by transformers lists each layer's attention (``layer_types``). With
+    depth = "num_hidden_layers" (or set = {num_hidden_layers = ...}) `flops-fit plan` died in a
+    traceback ("`num_hidden_layers` (1) must be equal to the number of `layer_types` (2)"). Now a
+    list that repeats a pattern is repeated to the new depth; one with no pattern to repeat is one
+    line naming layer_types (exit 2)."""
+    qwen = {"config": saved_config(tmp_path, "qwen2"), "depth": "num_hidden_layers", "context_length": 16}
+    model = flops_fit.create_model("hf-causal-lm", 96, **qwen)
+    assert model.hf.config.layer_types == ["full_attention"] * 3
+    assert flops_fit.model_info("hf-causal-lm").params(96, **qwen) == model.num_params()
+    alternating = {"config": saved_config(tmp_path, "gemma2", num_hidden_layers=4, head_dim=16),
+                   "depth": "num_hidden_layers", "context_length": 16}
+    deeper = flops_fit.create_model("hf-causal-lm", 96, **alternating).hf.config
+    assert deeper.layer_types == ["sliding_attention", "full_attention"] * 3
+    fixed = flops_fit.create_model("hf-causal-lm", 64, config=alternating["config"], set={"num_hidden_layers": 2},
+                                   context_length=16)
+    assert fixed.hf.config.layer_types == ["sliding_attention", "full_attention"]
+    (tmp_path / "mixed").mkdir()  # Qwen2's sliding window above its first layer: no pattern to repeat
+    (tmp_path / "mixed" / "config.json").write_text(json.dumps(
+        {**json.loads((tmp_path / "qwen2" / "config.json").read_text()),
+         "layer_types": ["full_attention", "sliding_attention"]}))
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{tmp_path / "mixed"}"\nset = {{num_hidden_layers = 3}}\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "layer_types" in err and "Traceback" not in err

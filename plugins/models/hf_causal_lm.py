@@ -149,6 +149,9 @@ class Rule:
         config = {**self.config, self.size_field: size}
         for name in self.scaled:
             config[name] = self.config[name] * size // self.base
+        layers, kinds = config.get("num_hidden_layers"), config.get("layer_types")
+        if isinstance(layers, int) and isinstance(kinds, list) and kinds and len(kinds) != layers:
+            config["layer_types"] = repeat_layer_types(kinds, layers)
         heads = next((config[k] for k in HEAD_FIELDS[0] if config.get(k)), None)
         kv = config.get(HEAD_FIELDS[1][0]) or heads
         if heads:
@@ -163,6 +166,19 @@ class Rule:
                 raise ValueError(f"size {size}: head size {head_dim} is odd, and rotary embeddings need an even one: "
                                  "use sizes with an even head size")
         return config
+
+
+def repeat_layer_types(kinds: list[Any], layers: int) -> list[Any]:
+    """A saved config's ``layer_types`` (each layer's attention, which transformers requires to list
+    exactly ``num_hidden_layers``) at another depth: its shortest repeating pattern repeated (a uniform
+    list; Gemma's alternation). A list whose pattern does not repeat within it is a ValueError: which
+    layers would change kind is not known."""
+    period = next(p for p in range(1, len(kinds) + 1) if all(k == kinds[i % p] for i, k in enumerate(kinds)))
+    if period == len(kinds) > 1:
+        raise ValueError(f"the config's layer_types {kinds} list {len(kinds)} layers with no pattern that repeats, "
+                         f"so the kind of each of {layers} layers is not known: give the config layer_types that "
+                         f"repeat their pattern at least twice, or keep num_hidden_layers at {len(kinds)}")
+    return [kinds[i % period] for i in range(layers)]
 
 
 def valid_sizes(lo: int, hi: int, **config: Any) -> list[int]:
