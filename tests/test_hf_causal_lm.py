@@ -224,3 +224,20 @@ def test_a_saved_configs_layer_types_follow_the_depth(tmp_path, capsys):
     assert main(["plan", str(sweep)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "layer_types" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"hidden_act": "swishy"}, "hidden_act = 'swishy'"),  # KeyError inside transformers' activations
+    ({"rope_scaling": {"rope_type": "bogus"}}, "rope_type = 'bogus'"),  # KeyError in its rotary init
+])
+def test_a_config_transformers_cannot_build_is_one_line_naming_the_field(change, named, tmp_path, capsys):
+    """An unknown activation in a lab's config.json made `flops-fit plan` die in a traceback ending in
+    "KeyError: 'swishy'" (exit 1); now it is one line naming the field and the fix (exit 2)."""
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "config.json").write_text(json.dumps({**CONFIGS["llama"], **change}))
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{tmp_path / "lab"}"\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err and "Traceback" not in err

@@ -33,7 +33,12 @@ def hf_config(size: int, attn_implementation: str | None = None, **config: Any) 
     values.pop("architectures", None)
     kind = values.pop("model_type")
     values.pop("transformers_version", None)
-    hf = AutoConfig.for_model(kind, **values)
+    try:
+        hf = AutoConfig.for_model(kind, **values)
+    except (ImportError, MemoryError):
+        raise
+    except Exception as exc:  # transformers' own checks of the config, in the library's exception types
+        raise refused(exc, values, kind, size) from None
     if attn_implementation is not None:
         hf._attn_implementation = attn_implementation
     return hf
@@ -55,9 +60,38 @@ class HFCausalLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+def refused(exc: Exception, values: dict[str, Any], kind: str, size: int) -> ValueError:
+    """One line for a config transformers cannot build (its errors are KeyErrors, dataclass checks,
+    ...: a traceback from `flops-fit plan`): the field holding a name transformers does not know
+    (``KeyError: 'swishy'``: an activation, a rope type), else the library's own message."""
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str):
+        fields = [(name, value) for name, value in values.items()]
+        fields += [(f"{name}.{inner}", v) for name, value in values.items() if isinstance(value, dict)
+                   for inner, v in value.items()]
+        named = next((name for name, value in fields if value == exc.args[0]), None)
+        if named is not None:
+            return ValueError(f"the config's {named} = {exc.args[0]!r} is not a name transformers knows for "
+                              f"{kind!r}: fix it in the config (or with [model] set)")
+    message = " ".join(str(exc).split())
+    return ValueError(f"transformers cannot build the config's {kind!r} class at size {size} "
+                      f"({type(exc).__name__}: {message}): fix the config (or [model] set)")
+
+
+def _model(size: int, attn_implementation: str | None = None, **config: Any) -> HFCausalLM:
+    """The config's class at ``size``; a config transformers cannot build is one ValueError (``refused``)."""
+    hf = hf_config(size, attn_implementation, **config)
+    try:
+        return HFCausalLM(hf)
+    except (ImportError, MemoryError):
+        raise
+    except Exception as exc:
+        values = Rule(**config).at(size)
+        raise refused(exc, values, values["model_type"], size) from None
+
+
 def build(width: int, **config: Any) -> HFCausalLM:
     """Builder of ``hf-causal-lm``: the config's class at hidden size ``width``."""
-    return HFCausalLM(hf_config(width, **config))
+    return _model(width, **config)
 
 
 def _measure(size: int, key: str) -> tuple[int, int]:
@@ -67,7 +101,7 @@ def _measure(size: int, key: str) -> tuple[int, int]:
     config = json.loads(key)
     seq_len = config.get("context_length") or 16
     with torch.device("meta"):
-        model = HFCausalLM(hf_config(size, attn_implementation="eager", **config))
+        model = _model(size, attn_implementation="eager", **config)
         tokens = torch.zeros(1, seq_len, dtype=torch.long)
         # a ready 4-D mask: transformers' own mask building reads values, which meta tensors do not have
         mask = torch.zeros(1, 1, seq_len, seq_len)
