@@ -241,3 +241,22 @@ def test_a_config_transformers_cannot_build_is_one_line_naming_the_field(change,
     assert main(["plan", str(sweep)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and named in err and "Traceback" not in err
+
+
+def test_a_saved_head_dim_grows_with_the_width_when_the_heads_do_not(tmp_path):
+    """transformers writes head_dim into every Llama config.json it saves (16 = 64 / 4 here). With the heads
+    left out of scale, the guide says the heads grow; they kept head size 16, so the attention of a
+    width-128 model was 64 wide. Now a head_dim that is the config's width / heads follows the width; one
+    of its own (Gemma's 256 beside 3072 / 16) is kept."""
+    folder = saved_config(tmp_path, "llama")
+    assert json.loads((tmp_path / "llama" / "config.json").read_text())["head_dim"] == 16
+    rule = {"config": folder, "scale": ["intermediate_size"], "context_length": 16}
+    model = flops_fit.create_model("hf-causal-lm", 128, **rule)
+    assert (model.hf.config.num_attention_heads, model.hf.config.head_dim) == (4, 32)
+    assert tuple(model.hf.model.layers[0].self_attn.q_proj.weight.shape) == (128, 128)
+    assert flops_fit.model_info("hf-causal-lm").params(128, **rule) == model.num_params()
+    scaled = flops_fit.create_model("hf-causal-lm", 128, config=folder, context_length=16).hf.config
+    assert (scaled.num_attention_heads, scaled.head_dim) == (8, 16)  # the default rule: heads grow in number
+    own = flops_fit.create_model("hf-causal-lm", 128, config=folder, scale=["intermediate_size"],
+                                 set={"head_dim": 32}, context_length=16).hf.config
+    assert own.head_dim == 32  # not 64 / 4: the config's own head size, kept

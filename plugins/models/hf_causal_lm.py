@@ -126,6 +126,11 @@ class Rule:
             self._int(name, "depth" if name == depth else "scale")
         if size_field in self.scaled:
             raise ValueError(f"scale names {size_field!r}, the size itself: drop it from scale")
+        # transformers writes head_dim (width / heads) into every config it saves: such a head_dim follows the
+        # width, so heads left out of scale grow; a head size of the config's own (Gemma's) is kept
+        heads = next((base[k] for k in HEAD_FIELDS[0] if isinstance(base.get(k), int) and base[k] > 0), None)
+        self.head_dim_follows = (isinstance(base.get("head_dim"), int) and "head_dim" not in self.scaled
+                                 and heads is not None and base["head_dim"] * heads == self.base)
         # the size must be a multiple of this for every scaled field to be a whole number
         self.step = math.lcm(1, *(self.base // math.gcd(self.base, base[f]) for f in self.scaled))
 
@@ -155,9 +160,11 @@ class Rule:
         heads = next((config[k] for k in HEAD_FIELDS[0] if config.get(k)), None)
         kv = config.get(HEAD_FIELDS[1][0]) or heads
         if heads:
-            if config.get("head_dim") is None and size % heads:
+            if size % heads:  # transformers checks it even beside a head_dim of the config's own
                 raise ValueError(f"size {size} is not divisible by num_attention_heads = {heads}: add "
                                  "num_attention_heads to scale, or use sizes that are multiples of it")
+            if self.head_dim_follows:
+                config["head_dim"] = size // heads
             if heads % kv:
                 raise ValueError(f"num_attention_heads = {heads} is not divisible by num_key_value_heads = {kv} at "
                                  f"size {size}: scale both heads fields, or neither")
