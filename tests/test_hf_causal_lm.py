@@ -260,3 +260,17 @@ def test_a_saved_head_dim_grows_with_the_width_when_the_heads_do_not(tmp_path):
     own = flops_fit.create_model("hf-causal-lm", 128, config=folder, scale=["intermediate_size"],
                                  set={"head_dim": 32}, context_length=16).hf.config
     assert own.head_dim == 32  # not 64 / 4: the config's own head size, kept
+
+
+def test_a_misspelt_set_field_is_refused_naming_the_field_it_may_mean(tmp_path):
+    """set = {num_hiden_layers = 4} planned and trained the config's 2 layers without a word (transformers
+    keeps any unknown keyword as an attribute). Now a field neither the config file nor its class has is
+    refused, with the nearest field; a field the class has at its default (not written in the file) is set."""
+    folder = write_config(tmp_path, "llama")  # a config.json written by hand: the fields it changes only
+    assert "attention_dropout" not in CONFIGS["llama"]
+    with pytest.raises(PlanError, match=r"set names 'num_hiden_layers', a field .*'llama' .*num_hidden_layers"):
+        flops_fit.plan(model="hf-causal-lm", model_config={"config": folder, "set": {"num_hiden_layers": 4}},
+                       budgets=[1e9], seq_len=16, max_size=256)
+    model = flops_fit.create_model("hf-causal-lm", 64, config=folder, set={"attention_dropout": 0.25},
+                                   context_length=16)
+    assert model.hf.config.attention_dropout == 0.25

@@ -13,13 +13,14 @@ where the check fails each size is measured itself.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from fractions import Fraction
 from typing import Any
 
 import torch
-from flops_fit.plugins.models.hf_causal_lm import Rule, configure, valid_sizes
+from flops_fit.plugins.models.hf_causal_lm import Rule, configure, load_config, valid_sizes
 from torch import nn
 
 
@@ -39,6 +40,7 @@ def hf_config(size: int, attn_implementation: str | None = None, **config: Any) 
         raise
     except Exception as exc:  # transformers' own checks of the config, in the library's exception types
         raise refused(exc, values, kind, size) from None
+    unknown_set(hf, kind, config)
     if attn_implementation is not None:
         hf._attn_implementation = attn_implementation
     return hf
@@ -58,6 +60,22 @@ class HFCausalLM(nn.Module):
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def unknown_set(hf: Any, kind: str, config: dict[str, Any]) -> None:
+    """ValueError for a ``set`` field neither the config file nor its class has: transformers keeps any
+    keyword as an attribute, so ``num_hiden_layers = 4`` trained the file's depth without a word."""
+    overrides = config.get("set") or {}
+    try:
+        known = set(type(hf)().to_dict())  # the class's fields at their defaults
+    except Exception:  # a class that needs arguments to exist: nothing to check against
+        return
+    saved = load_config(config.get("config"))
+    for key in sorted(overrides):
+        if key not in known and key not in saved:
+            near = difflib.get_close_matches(key, sorted(known | set(saved)), n=3)
+            raise ValueError(f"set names {key!r}, a field neither the config file nor {kind!r} configs have "
+                             f"(transformers would ignore it){f'; did you mean {near}' if near else ''}: fix set")
 
 
 def refused(exc: Exception, values: dict[str, Any], kind: str, size: int) -> ValueError:
