@@ -274,3 +274,19 @@ def test_a_misspelt_set_field_is_refused_naming_the_field_it_may_mean(tmp_path):
     model = flops_fit.create_model("hf-causal-lm", 64, config=folder, set={"attention_dropout": 0.25},
                                    context_length=16)
     assert model.hf.config.attention_dropout == 0.25
+
+
+def test_a_class_that_cannot_be_counted_on_the_meta_device_is_one_line(tmp_path, capsys):
+    """A Mixtral (mixture-of-experts) config made `flops-fit plan` die in a traceback from inside the
+    experts' grouped matmul ("Expected mat_a to be BFloat16 ...", exit 1) while counting FLOPs on the
+    meta device; now it is one line saying the count failed and why (exit 2)."""
+    (tmp_path / "moe").mkdir()
+    transformers.AutoConfig.for_model("mixtral", hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, vocab_size=256,
+                                      num_local_experts=4, num_experts_per_tok=2).save_pretrained(tmp_path / "moe")
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{tmp_path / "moe"}"\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'mixtral'" in err and "meta device" in err

@@ -124,9 +124,22 @@ def _measure(size: int, key: str) -> tuple[int, int]:
         # a ready 4-D mask: transformers' own mask building reads values, which meta tensors do not have
         mask = torch.zeros(1, 1, seq_len, seq_len)
     params = model.num_params()
-    with FlopCounterMode(display=False) as counter:
-        model.hf(input_ids=tokens, attention_mask=mask, use_cache=False).logits.float().sum().backward()
+    try:
+        with FlopCounterMode(display=False) as counter:
+            model.hf(input_ids=tokens, attention_mask=mask, use_cache=False).logits.float().sum().backward()
+    except (ImportError, MemoryError):
+        raise
+    except Exception as exc:  # a class whose forward reads values (mixture-of-experts routing) or dtypes meta lacks
+        message = " ".join(str(exc).split())
+        raise ValueError(f"the config's {config_kind(config)!r} class cannot be counted: its forward and backward "
+                         f"fail on the meta device, where flops-fit counts FLOPs without computing "
+                         f"({type(exc).__name__}: {message}); mixture-of-experts classes are among them") from None
     return params, counter.get_total_flops()
+
+
+def config_kind(config: dict[str, Any]) -> str:
+    """The config's ``model_type`` (``set`` over the file)."""
+    return {**load_config(config.get("config")), **(config.get("set") or {})}["model_type"]
 
 
 @functools.lru_cache(maxsize=64)
