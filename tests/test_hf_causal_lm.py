@@ -290,3 +290,15 @@ def test_a_class_that_cannot_be_counted_on_the_meta_device_is_one_line(tmp_path,
     assert main(["plan", str(sweep)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "'mixtral'" in err and "meta device" in err
+
+
+@pytest.mark.parametrize("key", ["torch_dtype", "dtype"])
+def test_a_configs_dtype_does_not_set_the_weights_precision(key, tmp_path):
+    """Configs from the hub (and save_pretrained of a bf16 model) carry "torch_dtype": "bfloat16";
+    transformers built the class in bf16 from it, so a sweep of precision fp32 (or bf16 autocast over
+    fp32 weights) trained pure bf16 weights without a word. The sweep's precision decides now."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "config.json").write_text(json.dumps({**CONFIGS["llama"], key: "bfloat16"}))
+    model = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / "hub"), context_length=16)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}

@@ -34,6 +34,8 @@ def hf_config(size: int, attn_implementation: str | None = None, **config: Any) 
     values.pop("architectures", None)
     kind = values.pop("model_type")
     values.pop("transformers_version", None)
+    for key in ("torch_dtype", "dtype"):  # a hub config's "bfloat16" built bf16 weights: the sweep's precision decides
+        values.pop(key, None)
     try:
         hf = AutoConfig.for_model(kind, **values)
     except (ImportError, MemoryError):
