@@ -187,6 +187,11 @@ def test_a_class_without_sdpa_attention_builds_with_its_own_attention(tmp_path):
     assert torch.isfinite(model(torch.randint(0, 256, (2, 16)))).all()
     llama = flops_fit.create_model("hf-causal-lm", 64, config=write_config(tmp_path, "llama"), context_length=16)
     assert llama.hf.config._attn_implementation == "sdpa"
+    for key in ("_attn_implementation", "attn_implementation"):  # a config's own choice, for its own hardware
+        (tmp_path / key).mkdir()
+        (tmp_path / key / "config.json").write_text(json.dumps({**CONFIGS["llama"], key: "flash_attention_2"}))
+        built = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / key), context_length=16)
+        assert built.hf.config._attn_implementation == "sdpa"
 
 
 def saved_config(folder: Path, kind: str, **fields) -> str:

@@ -36,6 +36,8 @@ def hf_config(size: int, attn_implementation: str | None = None, **config: Any) 
     values.pop("transformers_version", None)
     for key in ("torch_dtype", "dtype"):  # a hub config's "bfloat16" built bf16 weights: the sweep's precision decides
         values.pop(key, None)
+    for key in ("_attn_implementation", "attn_implementation"):  # the config's own hardware's (flash_attention_2)
+        values.pop(key, None)
     try:
         hf = AutoConfig.for_model(kind, **values)
     except (ImportError, MemoryError):
