@@ -307,3 +307,14 @@ def test_a_configs_dtype_does_not_set_the_weights_precision(key, tmp_path):
     (tmp_path / "hub" / "config.json").write_text(json.dumps({**CONFIGS["llama"], key: "bfloat16"}))
     model = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / "hub"), context_length=16)
     assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_a_model_type_transformers_does_not_have_is_one_short_line(tmp_path):
+    """A lab's own model_type (a trust_remote_code architecture) was refused in one line of several
+    thousand characters: transformers' message lists every model type it knows."""
+    (tmp_path / "custom").mkdir()
+    (tmp_path / "custom" / "config.json").write_text(json.dumps({**CONFIGS["llama"], "model_type": "mylab_llama"}))
+    with pytest.raises(PlanError, match=r"'mylab_llama' class .*Unrecognized model identifier: mylab_llama") as caught:
+        flops_fit.plan(model="hf-causal-lm", model_config={"config": str(tmp_path / "custom")}, budgets=[1e9],
+                       seq_len=16, max_size=256)
+    assert len(str(caught.value)) < 600 and "\n" not in str(caught.value)

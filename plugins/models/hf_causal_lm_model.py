@@ -66,6 +66,13 @@ class HFCausalLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+def one_line(exc: Exception, limit: int = 300) -> str:
+    """The library's message on one line, cut at ``limit`` characters (transformers' "Unrecognized model
+    identifier" lists every model type it has: several thousand characters)."""
+    message = " ".join(str(exc).split())
+    return message if len(message) <= limit else message[:limit].rstrip(", ") + " ..."
+
+
 def unknown_set(hf: Any, kind: str, config: dict[str, Any]) -> None:
     """ValueError for a ``set`` field neither the config file nor its class has: transformers keeps any
     keyword as an attribute, so ``num_hiden_layers = 4`` trained the file's depth without a word."""
@@ -94,7 +101,7 @@ def refused(exc: Exception, values: dict[str, Any], kind: str, size: int) -> Val
         if named is not None:
             return ValueError(f"the config's {named} = {exc.args[0]!r} is not a name transformers knows for "
                               f"{kind!r}: fix it in the config (or with [model] set)")
-    message = " ".join(str(exc).split())
+    message = one_line(exc)
     return ValueError(f"transformers cannot build the config's {kind!r} class at size {size} "
                       f"({type(exc).__name__}: {message}): fix the config (or [model] set)")
 
@@ -134,7 +141,7 @@ def _measure(size: int, key: str) -> tuple[int, int]:
     except (ImportError, MemoryError):
         raise
     except Exception as exc:  # a class whose forward reads values (mixture-of-experts routing) or dtypes meta lacks
-        message = " ".join(str(exc).split())
+        message = one_line(exc)
         raise ValueError(f"the config's {config_kind(config)!r} class cannot be counted: its forward and backward "
                          f"fail on the meta device, where flops-fit counts FLOPs without computing "
                          f"({type(exc).__name__}: {message}); mixture-of-experts classes are among them") from None
