@@ -318,3 +318,28 @@ def test_a_model_type_transformers_does_not_have_is_one_short_line(tmp_path):
         flops_fit.plan(model="hf-causal-lm", model_config={"config": str(tmp_path / "custom")}, budgets=[1e9],
                        seq_len=16, max_size=256)
     assert len(str(caught.value)) < 600 and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gemma2"])  # GQA untied; tied; head_dim and sliding layers
+def test_counts_match_the_class_run_for_real_on_the_cpu(kind, tmp_path):
+    """The planner's parameters and training FLOPs per token (counted on the meta device, solved as a
+    polynomial in the size) against the class built from transformers' own config and run for real: a
+    forward and backward on the CPU under FlopCounterMode, attention eager (scores counted in full)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    folder = saved_config(tmp_path, kind, **({"head_dim": 16} if kind == "gemma2" else {}))
+    config, entry, seq = {"config": folder, "context_length": 32}, flops_fit.model_info("hf-causal-lm"), 32
+    for size in (64, 96):
+        fields = json.loads(Path(folder, "config.json").read_text())
+        fields.pop("transformers_version", None)
+        scale = size / fields["hidden_size"]
+        fields.update(hidden_size=size, **{k: int(fields[k] * scale) for k in
+                                           ("intermediate_size", "num_attention_heads", "num_key_value_heads")})
+        hf = transformers.AutoConfig.for_model(**fields)
+        hf._attn_implementation = "eager"
+        reference = transformers.AutoModelForCausalLM.from_config(hf)
+        with FlopCounterMode(display=False) as counter:
+            reference(input_ids=torch.randint(0, 256, (1, seq))).logits.sum().backward()
+        assert entry.params(size, **config) == sum(p.numel() for p in reference.parameters())
+        assert entry.flops_per_unit(size, **config) * seq == counter.get_total_flops()
