@@ -140,6 +140,21 @@ def test_a_budget_below_both_sweeps_is_said_to_be_read_where_no_run_measured_it(
     assert not any("below every budget" in n for n in inside.notes)
 
 
+
+def test_recipes_with_no_budget_in_common_say_which_rows_read_a_law_below_its_runs(recipes):
+    """A swept 1e17-1e19, B 1e20-1e22: the table read "B better" at 1e17 with B's loss three decades
+    below every run of B, and nothing said so (the note covered budgets below both sweeps only)."""
+    later = synthetic_runs({**DEFAULT_LAW, "A": DEFAULT_LAW["A"] * 0.7}, budgets=(1e20, 1e21, 1e22),
+                           sizes_per_budget=7, seed=3)
+    result = flops_fit.compare(recipes[0], later, "vpnls", bootstrap=10)
+    assert any(n.startswith("the recipes share no budget (A swept 1e+17 to 1e+19 FLOPs, B 1e+20 to 1e+22)")
+               for n in result.notes), result.notes
+    assert any(n.startswith("1e+17, 1e+18, 1e+19 FLOPs lie(s) below every budget B swept (its smallest 1e+20): "
+                            "B's law is read there") for n in result.notes), result.notes
+    assert not any("below every budget A swept" in n for n in result.notes)
+    inside = flops_fit.compare(recipes[0], recipes[2], "vpnls", bootstrap=10)
+    assert not any("share no budget" in n or "below every budget" in n for n in inside.notes)
+
 def test_a_multiplier_below_the_search_leaks_no_numpy_warning(recipes):
     """A draw's multiplier below the search's start (0) made the trend's log divide by zero, and the command
     printed "RuntimeWarning: divide by zero encountered in divide" with the source line under its answer."""

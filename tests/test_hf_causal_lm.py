@@ -171,3 +171,175 @@ def test_an_encoder_config_is_refused_unless_it_is_a_decoder(tmp_path):
     later[0, 10] = (later[0, 10] + 1) % 64
     with torch.no_grad():
         assert torch.allclose(model(tokens)[0, :10], model(later)[0, :10], atol=1e-6)  # no position sees a later token
+
+
+def test_a_class_without_sdpa_attention_builds_with_its_own_attention(tmp_path):
+    """A Gemma2 config (its class has no SDPA path in transformers 5) was planned, then refused by the
+    preflight: "Gemma2ForCausalLM does not support an attention implementation through sdpa", since the
+    build asked every class for SDPA. Now transformers picks: SDPA where the class has it, eager otherwise."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "gemma2").mkdir()
+    transformers.AutoConfig.for_model("gemma2", hidden_size=64, intermediate_size=160, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+                                      vocab_size=256).save_pretrained(tmp_path / "gemma2")
+    model = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / "gemma2"), context_length=16)
+    assert type(model.hf).__name__ == "Gemma2ForCausalLM" and model.hf.config._attn_implementation == "eager"
+    assert torch.isfinite(model(torch.randint(0, 256, (2, 16)))).all()
+    llama = flops_fit.create_model("hf-causal-lm", 64, config=write_config(tmp_path, "llama"), context_length=16)
+    assert llama.hf.config._attn_implementation == "sdpa"
+    for key in ("_attn_implementation", "attn_implementation"):  # a config's own choice, for its own hardware
+        (tmp_path / key).mkdir()
+        (tmp_path / key / "config.json").write_text(json.dumps({**CONFIGS["llama"], key: "flash_attention_2"}))
+        built = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / key), context_length=16)
+        assert built.hf.config._attn_implementation == "sdpa"
+
+
+def saved_config(folder: Path, kind: str, **fields) -> str:
+    """A config as transformers saves it (``save_pretrained``: ``layer_types`` listed per layer)."""
+    base = {"hidden_size": 64, "intermediate_size": 160, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "num_hidden_layers": 2, "vocab_size": 256}
+    transformers.AutoConfig.for_model(kind, **{**base, **fields}).save_pretrained(folder / kind)
+    return str(folder / kind)
+
+
+def test_a_saved_configs_layer_types_follow_the_depth(tmp_path, capsys):
+    """A Qwen2 config saved by transformers lists each layer's attention (``layer_types``). With
+    depth = "num_hidden_layers" (or set = {num_hidden_layers = ...}) `flops-fit plan` died in a
+    traceback ("`num_hidden_layers` (1) must be equal to the number of `layer_types` (2)"). Now a
+    list that repeats a pattern is repeated to the new depth; one with no pattern to repeat is one
+    line naming layer_types (exit 2)."""
+    qwen = {"config": saved_config(tmp_path, "qwen2"), "depth": "num_hidden_layers", "context_length": 16}
+    model = flops_fit.create_model("hf-causal-lm", 96, **qwen)
+    assert model.hf.config.layer_types == ["full_attention"] * 3
+    assert flops_fit.model_info("hf-causal-lm").params(96, **qwen) == model.num_params()
+    alternating = {"config": saved_config(tmp_path, "gemma2", num_hidden_layers=4, head_dim=16),
+                   "depth": "num_hidden_layers", "context_length": 16}
+    deeper = flops_fit.create_model("hf-causal-lm", 96, **alternating).hf.config
+    assert deeper.layer_types == ["sliding_attention", "full_attention"] * 3
+    fixed = flops_fit.create_model("hf-causal-lm", 64, config=alternating["config"], set={"num_hidden_layers": 2},
+                                   context_length=16)
+    assert fixed.hf.config.layer_types == ["sliding_attention", "full_attention"]
+    (tmp_path / "mixed").mkdir()  # Qwen2's sliding window above its first layer: no pattern to repeat
+    (tmp_path / "mixed" / "config.json").write_text(json.dumps(
+        {**json.loads((tmp_path / "qwen2" / "config.json").read_text()),
+         "layer_types": ["full_attention", "sliding_attention"]}))
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{tmp_path / "mixed"}"\nset = {{num_hidden_layers = 3}}\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "layer_types" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"hidden_act": "swishy"}, "hidden_act = 'swishy'"),  # KeyError inside transformers' activations
+    ({"rope_scaling": {"rope_type": "bogus"}}, "rope_type = 'bogus'"),  # KeyError in its rotary init
+])
+def test_a_config_transformers_cannot_build_is_one_line_naming_the_field(change, named, tmp_path, capsys):
+    """An unknown activation in a lab's config.json made `flops-fit plan` die in a traceback ending in
+    "KeyError: 'swishy'" (exit 1); now it is one line naming the field and the fix (exit 2)."""
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "config.json").write_text(json.dumps({**CONFIGS["llama"], **change}))
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{tmp_path / "lab"}"\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err and "Traceback" not in err
+
+
+def test_a_saved_head_dim_grows_with_the_width_when_the_heads_do_not(tmp_path):
+    """transformers writes head_dim into every Llama config.json it saves (16 = 64 / 4 here). With the heads
+    left out of scale, the guide says the heads grow; they kept head size 16, so the attention of a
+    width-128 model was 64 wide. Now a head_dim that is the config's width / heads follows the width; one
+    of its own (Gemma's 256 beside 3072 / 16) is kept."""
+    folder = saved_config(tmp_path, "llama")
+    assert json.loads((tmp_path / "llama" / "config.json").read_text())["head_dim"] == 16
+    rule = {"config": folder, "scale": ["intermediate_size"], "context_length": 16}
+    model = flops_fit.create_model("hf-causal-lm", 128, **rule)
+    assert (model.hf.config.num_attention_heads, model.hf.config.head_dim) == (4, 32)
+    assert tuple(model.hf.model.layers[0].self_attn.q_proj.weight.shape) == (128, 128)
+    assert flops_fit.model_info("hf-causal-lm").params(128, **rule) == model.num_params()
+    scaled = flops_fit.create_model("hf-causal-lm", 128, config=folder, context_length=16).hf.config
+    assert (scaled.num_attention_heads, scaled.head_dim) == (8, 16)  # the default rule: heads grow in number
+    own = flops_fit.create_model("hf-causal-lm", 128, config=folder, scale=["intermediate_size"],
+                                 set={"head_dim": 32}, context_length=16).hf.config
+    assert own.head_dim == 32  # not 64 / 4: the config's own head size, kept
+
+
+def test_a_misspelt_set_field_is_refused_naming_the_field_it_may_mean(tmp_path):
+    """set = {num_hiden_layers = 4} planned and trained the config's 2 layers without a word (transformers
+    keeps any unknown keyword as an attribute). Now a field neither the config file nor its class has is
+    refused, with the nearest field; a field the class has at its default (not written in the file) is set."""
+    folder = write_config(tmp_path, "llama")  # a config.json written by hand: the fields it changes only
+    assert "attention_dropout" not in CONFIGS["llama"]
+    with pytest.raises(PlanError, match=r"set names 'num_hiden_layers', a field .*'llama' .*num_hidden_layers"):
+        flops_fit.plan(model="hf-causal-lm", model_config={"config": folder, "set": {"num_hiden_layers": 4}},
+                       budgets=[1e9], seq_len=16, max_size=256)
+    model = flops_fit.create_model("hf-causal-lm", 64, config=folder, set={"attention_dropout": 0.25},
+                                   context_length=16)
+    assert model.hf.config.attention_dropout == 0.25
+
+
+def test_a_class_that_cannot_be_counted_on_the_meta_device_is_one_line(tmp_path, capsys):
+    """A Mixtral (mixture-of-experts) config made `flops-fit plan` die in a traceback from inside the
+    experts' grouped matmul ("Expected mat_a to be BFloat16 ...", exit 1) while counting FLOPs on the
+    meta device; now it is one line saying the count failed and why (exit 2)."""
+    (tmp_path / "moe").mkdir()
+    transformers.AutoConfig.for_model("mixtral", hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                      num_key_value_heads=2, num_hidden_layers=2, vocab_size=256,
+                                      num_local_experts=4, num_experts_per_tok=2).save_pretrained(tmp_path / "moe")
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{tmp_path / "moe"}"\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'mixtral'" in err and "meta device" in err
+
+
+@pytest.mark.parametrize("key", ["torch_dtype", "dtype"])
+def test_a_configs_dtype_does_not_set_the_weights_precision(key, tmp_path):
+    """Configs from the hub (and save_pretrained of a bf16 model) carry "torch_dtype": "bfloat16";
+    transformers built the class in bf16 from it, so a sweep of precision fp32 (or bf16 autocast over
+    fp32 weights) trained pure bf16 weights without a word. The sweep's precision decides now."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "config.json").write_text(json.dumps({**CONFIGS["llama"], key: "bfloat16"}))
+    model = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / "hub"), context_length=16)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_a_model_type_transformers_does_not_have_is_one_short_line(tmp_path):
+    """A lab's own model_type (a trust_remote_code architecture) was refused in one line of several
+    thousand characters: transformers' message lists every model type it knows."""
+    (tmp_path / "custom").mkdir()
+    (tmp_path / "custom" / "config.json").write_text(json.dumps({**CONFIGS["llama"], "model_type": "mylab_llama"}))
+    with pytest.raises(PlanError, match=r"'mylab_llama' class .*Unrecognized model identifier: mylab_llama") as caught:
+        flops_fit.plan(model="hf-causal-lm", model_config={"config": str(tmp_path / "custom")}, budgets=[1e9],
+                       seq_len=16, max_size=256)
+    assert len(str(caught.value)) < 600 and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "gemma2"])  # GQA untied; tied; head_dim and sliding layers
+def test_counts_match_the_class_run_for_real_on_the_cpu(kind, tmp_path):
+    """The planner's parameters and training FLOPs per token (counted on the meta device, solved as a
+    polynomial in the size) against the class built from transformers' own config and run for real: a
+    forward and backward on the CPU under FlopCounterMode, attention eager (scores counted in full)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    folder = saved_config(tmp_path, kind, **({"head_dim": 16} if kind == "gemma2" else {}))
+    config, entry, seq = {"config": folder, "context_length": 32}, flops_fit.model_info("hf-causal-lm"), 32
+    for size in (64, 96):
+        fields = json.loads(Path(folder, "config.json").read_text())
+        fields.pop("transformers_version", None)
+        scale = size / fields["hidden_size"]
+        fields.update(hidden_size=size, **{k: int(fields[k] * scale) for k in
+                                           ("intermediate_size", "num_attention_heads", "num_key_value_heads")})
+        hf = transformers.AutoConfig.for_model(**fields)
+        hf._attn_implementation = "eager"
+        reference = transformers.AutoModelForCausalLM.from_config(hf)
+        with FlopCounterMode(display=False) as counter:
+            reference(input_ids=torch.randint(0, 256, (1, seq))).logits.sum().backward()
+        assert entry.params(size, **config) == sum(p.numel() for p in reference.parameters())
+        assert entry.flops_per_unit(size, **config) * seq == counter.get_total_flops()

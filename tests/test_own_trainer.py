@@ -463,3 +463,24 @@ def test_a_script_curve_with_a_point_at_no_token_count_is_tracked_without_it(tmp
     assert result.status == "done"
     tracked = flops_fit.load_runs(tmp_path / "out" / "tracking" / "tensorboard").frame
     assert tracked["curve"][0][:, 1].tolist() == pytest.approx([2.6])
+
+
+def test_train_run_refuses_a_checkpoint_folder_it_cannot_write_and_keeps_the_run_pending(tmp_path, capsys):
+    """`flops-fit train-run OUT RUN --checkpoint-dir /proc/nope` recorded the run failed ("FileNotFoundError:
+    ... '/proc/nope'", exit 1), and train-run then refused the run for good ("already has a result"); a sweep
+    refused the same folder in its preflight. Now train-run refuses it in one line (exit 2), the run still
+    to train."""
+    from flops_fit.cli.main import main
+
+    script = tmp_path / "misbehave.py"
+    script.write_text(MISBEHAVING)
+    config = load_config(write_sweep(tmp_path, [sys.executable, str(script)], "time_limit = 3", TABLE_SWEEP))
+    run_plan(plan(config.options), tmp_path / "out", show_progress=False, record_only=True)
+    with RunStore(tmp_path / "out") as store:
+        run_id = store.planned_runs()[0].run_id
+    (tmp_path / "a-file").write_text("")
+    assert main(["train-run", str(tmp_path / "out"), run_id, "--checkpoint-dir", str(tmp_path / "a-file" / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "cannot be written" in err and "--checkpoint-dir" in err
+    with RunStore(tmp_path / "out") as store:
+        assert store.statuses().get(run_id) not in ("done", "failed")

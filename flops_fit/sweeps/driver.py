@@ -39,7 +39,7 @@ from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import check, gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
-from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight
+from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight, writable_checkpoints
 from flops_fit.sweeps.progress import SESSION_META, SweepDisplay, work_of
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination
@@ -433,6 +433,8 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     launched_for(spec.processes_per_run)  # every rank refuses a group of another size, before training
     options = SweepOptions.from_dict(stored["options"])
     policy = checkpoint_policy(options, out_dir, checkpoint_dir)
+    if policy is not None:
+        writable_checkpoints(policy)  # refused before training: a run failed on it could not be trained again here
     trainer = options.trainer and options.trainer.resolved(out_dir)
     task = functools.partial(train_item, checkpoints=policy, trainer=trainer)
     if int(os.environ.get("RANK", "0")) != 0:

@@ -185,6 +185,17 @@ def _can_write_in(folder: Path) -> bool:
         return False
 
 
+def writable_checkpoints(policy: CheckpointPolicy) -> Path:
+    """The existing folder the checkpoint folder is (or will be made) in; PreflightError unless it can be
+    written (`flops-fit train-run` asks too: a run failed on it stayed failed)."""
+    folder = Path(policy.directory)
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir() or not _can_write_in(existing):
+        raise PreflightError(f"checkpoint folder {folder} cannot be written ({existing} is not a writable folder): "
+                             "choose another checkpoint_dir (--checkpoint-dir), or checkpoint_seconds=0")
+    return existing
+
+
 def check_checkpoint_folder(plan: Any, context: Context) -> None:
     """The checkpoint folder (or the folder it will be made in) is writable and holds one
     checkpoint of each of the ``concurrent`` largest runs."""
@@ -192,10 +203,7 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
     if policy is None:
         return
     folder = Path(policy.directory)
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir() or not _can_write_in(existing):
-        raise PreflightError(f"checkpoint folder {folder} cannot be written ({existing} is not a writable folder): "
-                             "choose another checkpoint_dir (--checkpoint-dir), or checkpoint_seconds=0")
+    existing = writable_checkpoints(policy)
     sizes = sorted((checkpoint_bytes(r, context.samples.get(dataset_key(r), 0)) for r in context.runs),
                    reverse=True)
     need = sum(sizes[:context.concurrent])

@@ -126,6 +126,11 @@ class Rule:
             self._int(name, "depth" if name == depth else "scale")
         if size_field in self.scaled:
             raise ValueError(f"scale names {size_field!r}, the size itself: drop it from scale")
+        # transformers writes head_dim (width / heads) into every config it saves: such a head_dim follows the
+        # width, so heads left out of scale grow; a head size of the config's own (Gemma's) is kept
+        heads = next((base[k] for k in HEAD_FIELDS[0] if isinstance(base.get(k), int) and base[k] > 0), None)
+        self.head_dim_follows = (isinstance(base.get("head_dim"), int) and "head_dim" not in self.scaled
+                                 and heads is not None and base["head_dim"] * heads == self.base)
         # the size must be a multiple of this for every scaled field to be a whole number
         self.step = math.lcm(1, *(self.base // math.gcd(self.base, base[f]) for f in self.scaled))
 
@@ -149,12 +154,17 @@ class Rule:
         config = {**self.config, self.size_field: size}
         for name in self.scaled:
             config[name] = self.config[name] * size // self.base
+        layers, kinds = config.get("num_hidden_layers"), config.get("layer_types")
+        if isinstance(layers, int) and isinstance(kinds, list) and kinds and len(kinds) != layers:
+            config["layer_types"] = repeat_layer_types(kinds, layers)
         heads = next((config[k] for k in HEAD_FIELDS[0] if config.get(k)), None)
         kv = config.get(HEAD_FIELDS[1][0]) or heads
         if heads:
-            if config.get("head_dim") is None and size % heads:
+            if size % heads:  # transformers checks it even beside a head_dim of the config's own
                 raise ValueError(f"size {size} is not divisible by num_attention_heads = {heads}: add "
                                  "num_attention_heads to scale, or use sizes that are multiples of it")
+            if self.head_dim_follows:
+                config["head_dim"] = size // heads
             if heads % kv:
                 raise ValueError(f"num_attention_heads = {heads} is not divisible by num_key_value_heads = {kv} at "
                                  f"size {size}: scale both heads fields, or neither")
@@ -163,6 +173,19 @@ class Rule:
                 raise ValueError(f"size {size}: head size {head_dim} is odd, and rotary embeddings need an even one: "
                                  "use sizes with an even head size")
         return config
+
+
+def repeat_layer_types(kinds: list[Any], layers: int) -> list[Any]:
+    """A saved config's ``layer_types`` (each layer's attention, which transformers requires to list
+    exactly ``num_hidden_layers``) at another depth: its shortest repeating pattern repeated (a uniform
+    list; Gemma's alternation). A list whose pattern does not repeat within it is a ValueError: which
+    layers would change kind is not known."""
+    period = next(p for p in range(1, len(kinds) + 1) if all(k == kinds[i % p] for i, k in enumerate(kinds)))
+    if period == len(kinds) > 1:
+        raise ValueError(f"the config's layer_types {kinds} list {len(kinds)} layers with no pattern that repeats, "
+                         f"so the kind of each of {layers} layers is not known: give the config layer_types that "
+                         f"repeat their pattern at least twice, or keep num_hidden_layers at {len(kinds)}")
+    return [kinds[i % period] for i in range(layers)]
 
 
 def valid_sizes(lo: int, hi: int, **config: Any) -> list[int]:

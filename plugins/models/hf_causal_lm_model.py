@@ -13,26 +13,40 @@ where the check fails each size is measured itself.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from fractions import Fraction
 from typing import Any
 
 import torch
-from flops_fit.plugins.models.hf_causal_lm import Rule, configure, valid_sizes
+from flops_fit.plugins.models.hf_causal_lm import Rule, configure, load_config, valid_sizes
 from torch import nn
 
 
-def hf_config(size: int, attn_implementation: str = "sdpa", **config: Any) -> Any:
-    """The ``transformers`` config of ``size`` under the ``[model]`` table's rule."""
+def hf_config(size: int, attn_implementation: str | None = None, **config: Any) -> Any:
+    """The ``transformers`` config of ``size`` under the ``[model]`` table's rule. Its attention is
+    ``attn_implementation``, or by default transformers' own choice: SDPA where the class has it,
+    eager otherwise (Gemma2 has none: asking every class for SDPA refused it)."""
     from transformers import AutoConfig
 
     values = Rule(**config).at(size)
     values.pop("architectures", None)
     kind = values.pop("model_type")
     values.pop("transformers_version", None)
-    hf = AutoConfig.for_model(kind, **values)
-    hf._attn_implementation = attn_implementation
+    for key in ("torch_dtype", "dtype"):  # a hub config's "bfloat16" built bf16 weights: the sweep's precision decides
+        values.pop(key, None)
+    for key in ("_attn_implementation", "attn_implementation"):  # the config's own hardware's (flash_attention_2)
+        values.pop(key, None)
+    try:
+        hf = AutoConfig.for_model(kind, **values)
+    except (ImportError, MemoryError):
+        raise
+    except Exception as exc:  # transformers' own checks of the config, in the library's exception types
+        raise refused(exc, values, kind, size) from None
+    unknown_set(hf, kind, config)
+    if attn_implementation is not None:
+        hf._attn_implementation = attn_implementation
     return hf
 
 
@@ -52,9 +66,61 @@ class HFCausalLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+def one_line(exc: Exception, limit: int = 300) -> str:
+    """The library's message on one line, cut at ``limit`` characters (transformers' "Unrecognized model
+    identifier" lists every model type it has: several thousand characters)."""
+    message = " ".join(str(exc).split())
+    return message if len(message) <= limit else message[:limit].rstrip(", ") + " ..."
+
+
+def unknown_set(hf: Any, kind: str, config: dict[str, Any]) -> None:
+    """ValueError for a ``set`` field neither the config file nor its class has: transformers keeps any
+    keyword as an attribute, so ``num_hiden_layers = 4`` trained the file's depth without a word."""
+    overrides = config.get("set") or {}
+    try:
+        known = set(type(hf)().to_dict())  # the class's fields at their defaults
+    except Exception:  # a class that needs arguments to exist: nothing to check against
+        return
+    saved = load_config(config.get("config"))
+    for key in sorted(overrides):
+        if key not in known and key not in saved:
+            near = difflib.get_close_matches(key, sorted(known | set(saved)), n=3)
+            raise ValueError(f"set names {key!r}, a field neither the config file nor {kind!r} configs have "
+                             f"(transformers would ignore it){f'; did you mean {near}' if near else ''}: fix set")
+
+
+def refused(exc: Exception, values: dict[str, Any], kind: str, size: int) -> ValueError:
+    """One line for a config transformers cannot build (its errors are KeyErrors, dataclass checks,
+    ...: a traceback from `flops-fit plan`): the field holding a name transformers does not know
+    (``KeyError: 'swishy'``: an activation, a rope type), else the library's own message."""
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str):
+        fields = [(name, value) for name, value in values.items()]
+        fields += [(f"{name}.{inner}", v) for name, value in values.items() if isinstance(value, dict)
+                   for inner, v in value.items()]
+        named = next((name for name, value in fields if value == exc.args[0]), None)
+        if named is not None:
+            return ValueError(f"the config's {named} = {exc.args[0]!r} is not a name transformers knows for "
+                              f"{kind!r}: fix it in the config (or with [model] set)")
+    message = one_line(exc)
+    return ValueError(f"transformers cannot build the config's {kind!r} class at size {size} "
+                      f"({type(exc).__name__}: {message}): fix the config (or [model] set)")
+
+
+def _model(size: int, attn_implementation: str | None = None, **config: Any) -> HFCausalLM:
+    """The config's class at ``size``; a config transformers cannot build is one ValueError (``refused``)."""
+    hf = hf_config(size, attn_implementation, **config)
+    try:
+        return HFCausalLM(hf)
+    except (ImportError, MemoryError):
+        raise
+    except Exception as exc:
+        values = Rule(**config).at(size)
+        raise refused(exc, values, values["model_type"], size) from None
+
+
 def build(width: int, **config: Any) -> HFCausalLM:
     """Builder of ``hf-causal-lm``: the config's class at hidden size ``width``."""
-    return HFCausalLM(hf_config(width, **config))
+    return _model(width, **config)
 
 
 def _measure(size: int, key: str) -> tuple[int, int]:
@@ -64,14 +130,27 @@ def _measure(size: int, key: str) -> tuple[int, int]:
     config = json.loads(key)
     seq_len = config.get("context_length") or 16
     with torch.device("meta"):
-        model = HFCausalLM(hf_config(size, attn_implementation="eager", **config))
+        model = _model(size, attn_implementation="eager", **config)
         tokens = torch.zeros(1, seq_len, dtype=torch.long)
         # a ready 4-D mask: transformers' own mask building reads values, which meta tensors do not have
         mask = torch.zeros(1, 1, seq_len, seq_len)
     params = model.num_params()
-    with FlopCounterMode(display=False) as counter:
-        model.hf(input_ids=tokens, attention_mask=mask, use_cache=False).logits.float().sum().backward()
+    try:
+        with FlopCounterMode(display=False) as counter:
+            model.hf(input_ids=tokens, attention_mask=mask, use_cache=False).logits.float().sum().backward()
+    except (ImportError, MemoryError):
+        raise
+    except Exception as exc:  # a class whose forward reads values (mixture-of-experts routing) or dtypes meta lacks
+        message = one_line(exc)
+        raise ValueError(f"the config's {config_kind(config)!r} class cannot be counted: its forward and backward "
+                         f"fail on the meta device, where flops-fit counts FLOPs without computing "
+                         f"({type(exc).__name__}: {message}); mixture-of-experts classes are among them") from None
     return params, counter.get_total_flops()
+
+
+def config_kind(config: dict[str, Any]) -> str:
+    """The config's ``model_type`` (``set`` over the file)."""
+    return {**load_config(config.get("config")), **(config.get("set") or {})}["model_type"]
 
 
 @functools.lru_cache(maxsize=64)

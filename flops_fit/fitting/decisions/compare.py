@@ -240,7 +240,8 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
     if a.method != b.method:
         raise FitInputError(f"compare two fits of one method; got {a.method!r} and {b.method!r}")
     given = check_budgets(target, budgets)
-    swept = np.unique(np.concatenate([np.unique(budget_groups(r.runs)[0]) for r in (a, b)]))
+    each = [np.unique(budget_groups(r.runs)[0]) for r in (a, b)]
+    swept = np.unique(np.concatenate(each))
     target = float(target) if target is not None else float(TARGET_FACTOR * swept.max())
     c = np.unique(np.append(given if given is not None else swept, target))
     grid = np.geomspace(c.min() * 10 ** REACH[0], c.max() * 10 ** REACH[1],
@@ -278,6 +279,7 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
     if below.size:  # --target 1e3 read "No measurable difference at C = 1e+03 FLOPs" without a word
         notes.append(f"{', '.join(fmt.flops(v) for v in below)} FLOPs lie(s) below every budget either recipe swept "
                      f"(the smallest {fmt.flops(swept.min())}): both laws are read there where no run measured them")
+    notes += _below_one(c, each, names)
     span = np.log(target / c.min())
     with np.errstate(all="ignore"):  # a multiplier below or beyond the search (0, inf): an infinite trend, withheld
         slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
@@ -323,6 +325,24 @@ def _times(value: Any) -> str:
     if np.isinf(value):
         return "beyond search"
     return "below search" if value == 0 else fmt.sig(value)
+
+
+def _below_one(c: np.ndarray, each: list[np.ndarray], names: tuple[str, str]) -> list[str]:
+    """Notes on the budgets below one recipe's sweep but not the other's: there its law is read where
+    none of its runs measured it (recipes with no budget in common read "B better" at A's budgets,
+    B's loss decades below its runs, without a word)."""
+    notes = []
+    if each[0].max() < each[1].min() or each[1].max() < each[0].min():
+        notes.append(f"the recipes share no budget ({names[0]} swept {fmt.flops(each[0].min())} to "
+                     f"{fmt.flops(each[0].max())} FLOPs, {names[1]} {fmt.flops(each[1].min())} to "
+                     f"{fmt.flops(each[1].max())}): at every budget one of the two laws is read outside its runs")
+    for name, own, other in ((names[0], each[0], each[1]), (names[1], each[1], each[0])):
+        below = c[(c < own.min()) & (c >= other.min())]
+        if below.size:
+            notes.append(f"{', '.join(fmt.flops(v) for v in below)} FLOPs lie(s) below every budget {name} swept "
+                         f"(its smallest {fmt.flops(own.min())}): {name}'s law is read there where none of its "
+                         "runs measured it")
+    return notes
 
 
 def _unmeasured(table: pd.DataFrame, grid: np.ndarray) -> list[str]:
