@@ -47,11 +47,13 @@ def convert_timm_cait(source: str | Path | dict[str, Any], *, architecture: str 
     if not architecture and "norm_layer" not in declared and norm_eps is None:
         assumed["norm_eps"] = 1e-6
     args = {**facts, **{k: v for k, v in assumed.items() if k != "norm_eps"}, **declared}
-    our = describe_reference(build_reference(architecture, args, declared))
+    reference = build_reference(architecture, args, declared)
+    our = describe_reference(reference)
     if norm_eps is not None:  # not a timm argument: timm sets eps through norm_layer
         our["norm_eps"] = float(norm_eps)
-    state = cait_state(tensors, our)
-    fresh = () if "head.weight" in tensors else ("head.weight", "head.bias")
+    head = bool(reference.num_classes)  # only a feature extractor (num_classes=0) gets a fresh head
+    state = cait_state(tensors, our, head=head)
+    fresh = () if head else ("head.weight", "head.bias")
     notes = {k: f"{v!r} (assumed: {_WHY[k]})" for k, v in assumed.items()}
     warn_assumptions(REFERENCE, notes, _SETTERS)
     return Converted("cait", our.pop("width"), our, state, REFERENCE, fresh=fresh, assumptions=notes)
@@ -175,13 +177,13 @@ def describe_reference(model: Any) -> dict[str, Any]:
     }
 
 
-def cait_state(tensors: dict[str, Any], our: dict[str, Any]) -> dict[str, Any]:
+def cait_state(tensors: dict[str, Any], our: dict[str, Any], *, head: bool) -> dict[str, Any]:
     """Map timm keys to ours; ClassAttn's separate q, k, v pack into ``qkv_proj``."""
     m = KeyMapper(tensors, REFERENCE)
     for name in ("pos_embed", "cls_token", "patch_embed.proj.weight", "patch_embed.proj.bias", "norm.weight",
                  "norm.bias"):
         m.map(name, name)
-    if m.has("head.weight"):
+    if head:  # the reference classifies: a missing head is listed
         for p in ("weight", "bias"):
             m.map(f"head.{p}", f"head.{p}")
     biases = ("weight", "bias") if our["qkv_bias"] else ("weight",)

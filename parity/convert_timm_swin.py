@@ -78,8 +78,9 @@ def convert_timm_swin(
             assumed["always_partition"] = False
     if norm_eps is not None:
         our["norm_eps"] = float(norm_eps)
-    state, dropped = timm_swin_state(tensors, our)
-    fresh = () if "head.fc.weight" in tensors else ("head.weight", "head.bias")
+    head = bool(reference.num_classes)  # only a feature extractor (num_classes=0) gets a fresh head
+    state, dropped = timm_swin_state(tensors, our, head=head)
+    fresh = () if head else ("head.weight", "head.bias")
     notes = {k: f"{v!r} (assumed: {_WHY[k]})" for k, v in assumed.items()}
     warn_assumptions(REFERENCE, notes, _SETTERS)
     return Converted("swin", our.pop("width"), our, state, REFERENCE, dropped=dropped, fresh=fresh, assumptions=notes)
@@ -261,7 +262,7 @@ def _check_windows(our: dict[str, Any], shapes: list[tuple]) -> None:
         raise ConversionError(f"{REFERENCE}: windows our swin does not reproduce: {'; '.join(differ)}")
 
 
-def timm_swin_state(tensors: dict[str, Any], our: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def timm_swin_state(tensors: dict[str, Any], our: dict[str, Any], *, head: bool) -> tuple[dict[str, Any], list[str]]:
     """Map timm keys to ours, as the configuration says they must exist (so a missing one is
     listed); timm's packed qkv rows are our ``qkv_proj`` as they are."""
     m = KeyMapper(tensors, REFERENCE, ignore=(r".*\.relative_position_index", r".*\.attn_mask"))
@@ -269,7 +270,7 @@ def timm_swin_state(tensors: dict[str, Any], our: dict[str, Any]) -> tuple[dict[
              "norm.weight", "norm.bias"]
     for name in names:
         m.map(name, name)
-    if m.has("head.fc.weight"):  # a feature extractor (num_classes=0) has none
+    if head:  # the reference classifies (a feature extractor, num_classes=0, has no head)
         m.map("head.weight", "head.fc.weight")
         m.map("head.bias", "head.fc.bias")
     for s, depth in enumerate(our["depths"]):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from flops_fit.parity import case_gpt, case_vit, probe
@@ -416,3 +418,22 @@ def test_a_bare_assert_in_timm_is_named_by_its_line() -> None:
                                               r"AssertionError at .*test_parity_convert\.py:\d+: "
                                               r"if global_pool not in \(\"\", \"avg\"\): raise AssertionError"):
         build_on_meta("ref", None, {"global_pool": "max"}, {}, refuses, lambda model: None)
+
+
+@pytest.mark.parametrize("family, head", [
+    ("vit", "head.weight"), ("swin", "head.fc.weight"), ("cait", "head.weight"), ("pvt_v2", "head.weight"),
+])
+def test_timm_folder_whose_classifier_tensors_are_gone_is_refused(family, head, tmp_path) -> None:
+    """config.json declares the classes, the weights lack the head: listed as missing, never a
+    silently random head (a feature extractor, num_classes=0, still gets a fresh one)."""
+    from flops_fit.parity import case_cait, case_pvt_v2, case_swin
+    from safetensors.torch import load_file
+
+    reference = {"vit": case_vit.timm_reference, "swin": case_swin.timm_reference,
+                 "cait": case_cait.cait_reference, "pvt_v2": case_pvt_v2.pvt_v2_reference}[family]()
+    case_vit.save_timm(reference, tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    bias = head.replace("weight", "bias")
+    _save({k: v for k, v in tensors.items() if k not in (head, bias)}, tmp_path / "model.safetensors")
+    with pytest.raises(ConversionError, match=rf"missing in the reference: {re.escape(head)}, {re.escape(bias)}"):
+        convert_timm_model(tmp_path)
