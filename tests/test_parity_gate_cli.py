@@ -175,3 +175,32 @@ def test_plugin_cases_run_with_pytest_pyargs_from_outside_the_repository(tmp_pat
     assert "test_parity[toy_parity_plugin/toy-case-cpu-float32] PASSED" in result.stdout
     assert "test_parity[toy_parity_plugin/toy-case-cpu-bfloat16] PASSED" in result.stdout
     assert "2 passed, 3 skipped" in result.stdout  # the cuda runs skip without a GPU
+
+
+class _BrokenSummary:
+    """A failing report whose own summary() raises."""
+
+    passed = False
+
+    def summary(self) -> str:
+        raise ValueError("summary broke")
+
+
+class _UnrulyPlugin:
+    """One case of model 'toy' that misbehaves in the way ``run`` does."""
+
+    def __init__(self, name, run) -> None:
+        self.name, self.run = name, run
+
+    @flops_fit.hookimpl
+    def register_parity_cases(self, register):
+        register(flops_fit.ParityCaseEntry(self.name, model="toy", reference="ref", run=self.run, quick=True))
+
+
+def test_a_case_whose_summary_raises_is_still_a_failed_verdict() -> None:
+    """The gate called the report's summary() outside its guard: the sweep went down with the
+    plugin's traceback instead of refusing to train."""
+    gate = check("toy", host=isolated_host(_UnrulyPlugin("bad-summary", lambda device, dtype: _BrokenSummary())))
+    (outcome,) = gate.outcomes
+    assert outcome.status == "failed" and gate.status == "failed"
+    assert "its report's summary() raised ValueError: summary broke" in outcome.detail

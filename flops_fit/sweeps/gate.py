@@ -97,7 +97,11 @@ def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
     if report.passed:
         return CaseOutcome(entry.name, "passed", report)
     summary = getattr(report, "summary", None)
-    return CaseOutcome(entry.name, "failed", report, summary() if callable(summary) else str(report))
+    try:  # a plugin's own report: its text must not take the gate down either
+        detail = summary() if callable(summary) else str(report)
+    except Exception as exc:  # noqa: BLE001
+        detail = f"its report's summary() raised {type(exc).__name__}: {exc}"
+    return CaseOutcome(entry.name, "failed", report, detail)
 
 
 def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick_only: bool = True,
