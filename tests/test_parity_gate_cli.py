@@ -204,3 +204,12 @@ def test_a_case_whose_summary_raises_is_still_a_failed_verdict() -> None:
     (outcome,) = gate.outcomes
     assert outcome.status == "failed" and gate.status == "failed"
     assert "its report's summary() raised ValueError: summary broke" in outcome.detail
+
+
+def test_a_case_that_calls_sys_exit_is_an_error_not_the_end_of_the_sweep() -> None:
+    """sys.exit inside a plugin's case ended the whole process (the sweep printed only 'case
+    gave up'); it is now that case's error, named, and the gate goes on."""
+    gate = check("toy", host=isolated_host(_UnrulyPlugin("exits", lambda device, dtype: sys.exit("case gave up"))))
+    (outcome,) = gate.outcomes
+    assert outcome.status == "error" and gate.status == "failed"
+    assert outcome.detail == "SystemExit: case gave up"

@@ -88,7 +88,7 @@ def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
         return CaseOutcome(entry.name, "skipped", detail=f"needs {', '.join(missing)} ({install_hint(missing)})")
     try:
         report = resolve(entry.run)(device=device, dtype=dtype)
-    except Exception as exc:  # noqa: BLE001 - a failing case must not stop the gate
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing case (sys.exit too) must not stop the gate
         return CaseOutcome(entry.name, "error", detail=f"{type(exc).__name__}: {exc}")
     if not isinstance(getattr(report, "passed", None), bool):  # the contract is a bool ``passed``, nothing more
         return CaseOutcome(entry.name, "error", detail=(
