@@ -6,9 +6,10 @@ import re
 
 import pytest
 import torch
-from flops_fit.parity import case_gpt, case_vit, probe
+from flops_fit.parity import case_gpt, case_llama, case_vit, probe
 from flops_fit.parity.convert_gpt2 import convert_gpt2
 from flops_fit.parity.convert_hf_vit import FAMILIES, convert_hf_vit, hf_vit_config
+from flops_fit.parity.convert_llama import convert_llama
 from flops_fit.parity.convert_llama_attn import convert_llama_attention
 from flops_fit.parity.convert_timm import convert_timm_model, convert_timm_vit
 from flops_fit.parity.convert_torch_mha import convert_torch_mha
@@ -437,3 +438,20 @@ def test_timm_folder_whose_classifier_tensors_are_gone_is_refused(family, head, 
     _save({k: v for k, v in tensors.items() if k not in (head, bias)}, tmp_path / "model.safetensors")
     with pytest.raises(ConversionError, match=rf"missing in the reference: {re.escape(head)}, {re.escape(bias)}"):
         convert_timm_model(tmp_path)
+
+
+def test_weights_holding_nan_or_inf_are_refused_by_name() -> None:
+    """A damaged checkpoint with NaN / inf weights converted silently into a model whose every
+    output is NaN; each such tensor is now named, through plain, split and packed mappings."""
+    ref = case_gpt.gpt2_reference()
+    state = {k: v.clone() for k, v in ref.state_dict().items()}
+    state["transformer.h.0.mlp.c_fc.weight"][0, :3] = float("nan")
+    state["transformer.h.1.attn.c_attn.weight"][1, 1] = float("inf")
+    with pytest.raises(ConversionError, match=r"holding NaN or inf: transformer\.h\.0\.mlp\.c_fc\.weight \(3 of "
+                                              r"\d+ values\), transformer\.h\.1\.attn\.c_attn\.weight \(1 of \d+"):
+        convert_gpt2(state, ref.config.to_dict())
+    llama = case_llama.hf_reference()  # q, k, v packed into one of ours
+    lstate = {k: v.clone() for k, v in llama.state_dict().items()}
+    lstate["model.layers.0.self_attn.k_proj.weight"][0, 0] = float("-inf")
+    with pytest.raises(ConversionError, match=r"holding NaN or inf: model\.layers\.0\.self_attn\.k_proj\.weight"):
+        convert_llama(lstate, llama.config.to_dict())
