@@ -23,7 +23,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source, unknown_options
+from flops_fit.parity.mapping import (
+    Converted,
+    KeyMapper,
+    read_source,
+    require_keys,
+    unknown_options,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -83,6 +89,8 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
     refused += rope_refusals + window_refusals
     if refused:
         raise ConversionError(f"{what}: options our llama does not reproduce: {'; '.join(refused)}")
+    require_keys(config, ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                          "vocab_size"), what)
     width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads") or heads)
     if heads % kv_heads:

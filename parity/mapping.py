@@ -98,6 +98,15 @@ HF_INERT_CONFIG_KEYS = frozenset({
 })
 
 
+def require_keys(config: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
+    """ConversionError naming the sizes a converter reads that the config lacks (transformers would
+    fill in its class defaults, which need not be the checkpoint's)."""
+    absent = [k for k in keys if config.get(k) is None]
+    if absent:
+        raise ConversionError(f"{what}: the config lacks {', '.join(absent)}; re-save the model with save_pretrained, "
+                              "or pass config={...} with them")
+
+
 def unknown_options(config: Mapping[str, Any], known: Iterable[str]) -> list[str]:
     """Refusals for the config keys a converter neither reproduces nor knows to be inert."""
     return [f"{k}={config[k]!r} (unknown option)" for k in sorted(set(config) - HF_INERT_CONFIG_KEYS - set(known))]

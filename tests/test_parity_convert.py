@@ -455,3 +455,21 @@ def test_weights_holding_nan_or_inf_are_refused_by_name() -> None:
     lstate["model.layers.0.self_attn.k_proj.weight"][0, 0] = float("-inf")
     with pytest.raises(ConversionError, match=r"holding NaN or inf: model\.layers\.0\.self_attn\.k_proj\.weight"):
         convert_llama(lstate, llama.config.to_dict())
+
+
+@pytest.mark.parametrize("converter, key", [
+    ("gpt2", "n_embd"), ("gpt2", "n_positions"), ("llama", "hidden_size"), ("llama", "intermediate_size"),
+    ("hf-vit", "num_hidden_layers"), ("llama-attention", "num_attention_heads"),
+])
+def test_a_config_without_a_size_it_needs_is_refused_by_name(converter, key) -> None:
+    """A config.json missing a size raised a bare KeyError from inside the converter."""
+    if converter == "gpt2":
+        ref, convert = case_gpt.gpt2_reference(), convert_gpt2
+    elif converter == "hf-vit":
+        ref, convert = case_vit.hf_reference(), convert_hf_vit
+    else:
+        ref = case_llama.hf_reference()
+        convert = convert_llama if converter == "llama" else convert_llama_attention
+    config = {k: v for k, v in ref.config.to_dict().items() if k != key}
+    with pytest.raises(ConversionError, match=rf": the config lacks {key}; re-save the model with save_pretrained"):
+        convert(ref.state_dict(), config)
