@@ -27,7 +27,7 @@ from flops_fit.parity.convert_timm_cait import convert_timm_cait
 from flops_fit.parity.convert_timm_pvt_v2 import convert_timm_pvt_v2
 from flops_fit.parity.convert_timm_swin import convert_timm_swin
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
-from flops_fit.parity.timm_reference import activation_name, build_on_meta
+from flops_fit.parity.timm_reference import activation_name, build_on_meta, declared_args
 
 from flops_fit.errors import ConversionError
 
@@ -49,8 +49,7 @@ def convert_timm_vit(
     """
     tensors, config = read_source(source, None, REFERENCE)
     architecture = architecture or config.get("architecture")
-    declared = {k: config[k] for k in _TOP_LEVEL_ARGS if k in config}
-    declared.update(config.get("model_args") or {})
+    declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     if num_heads:
         declared["num_heads"] = num_heads
     declared.update(model_args)

@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
-from flops_fit.parity.timm_reference import activation_name, affine_layer_norm, build_on_meta
+from flops_fit.parity.timm_reference import (
+    activation_name,
+    affine_layer_norm,
+    build_on_meta,
+    declared_args,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -37,8 +42,7 @@ def convert_timm_cait(source: str | Path | dict[str, Any], *, architecture: str 
     """Convert timm CaiT weights (a file, a timm hub folder, or a state dict) to our ``cait``."""
     tensors, config = read_source(source, None, REFERENCE)
     architecture = architecture or config.get("architecture")
-    declared = {k: config[k] for k in _TOP_LEVEL_ARGS if k in config}
-    declared.update(config.get("model_args") or {})
+    declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     declared.update(model_args)
     norm_eps = declared.pop("norm_eps", None)
     facts = tensor_facts(tensors)

@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
-from flops_fit.parity.timm_reference import activation_name, affine_layer_norm, build_on_meta
+from flops_fit.parity.timm_reference import (
+    activation_name,
+    affine_layer_norm,
+    build_on_meta,
+    declared_args,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -40,8 +45,7 @@ def convert_timm_pvt_v2(source: str | Path | dict[str, Any], *, architecture: st
     """Convert timm PVT v2 weights (a file, a timm hub folder, or a state dict) to our ``pvt_v2``."""
     tensors, config = read_source(source, None, REFERENCE)
     architecture = architecture or config.get("architecture")
-    declared = {k: config[k] for k in _TOP_LEVEL_ARGS if k in config}
-    declared.update(config.get("model_args") or {})
+    declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     declared.update(model_args)
     facts = tensor_facts(tensors)
     if not architecture and "num_heads" not in declared:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
-from flops_fit.parity.timm_reference import build_on_meta
+from flops_fit.parity.timm_reference import build_on_meta, declared_args
 from flops_fit.plugins.models.swin import SwinConfig
 
 from flops_fit.errors import ConversionError
@@ -55,8 +55,7 @@ def convert_timm_swin(
     tensors, config = read_source(source, None, REFERENCE)
     tensors = current_layout(tensors)
     architecture = architecture or config.get("architecture")
-    declared = {k: config[k] for k in _TOP_LEVEL_ARGS if k in config}
-    declared.update(config.get("model_args") or {})
+    declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     declared.update(model_args)
     norm_eps = declared.pop("norm_eps", None)  # not a timm argument (timm sets eps through norm_layer)
     if not architecture and "img_size" not in declared:

@@ -473,3 +473,19 @@ def test_a_config_without_a_size_it_needs_is_refused_by_name(converter, key) -> 
     config = {k: v for k, v in ref.config.to_dict().items() if k != key}
     with pytest.raises(ConversionError, match=rf": the config lacks {key}; re-save the model with save_pretrained"):
         convert(ref.state_dict(), config)
+
+
+@pytest.mark.parametrize("model_args, named", [
+    ([["num_heads", 4]], r"config.json's model_args must be an object of timm arguments, got list"),
+    ({"num_heads": 0}, r"timm refuses these options .*'num_heads': 0}\): integer modulo by zero"),
+], ids=["model-args-a-list", "zero-heads"])
+def test_a_damaged_timm_hub_config_is_one_conversion_error(model_args, named, tmp_path) -> None:
+    """A config.json whose model_args is not an object raised TypeError from dict.update; zero
+    heads raised timm's ZeroDivisionError: both escaped as tracebacks from inside the converter."""
+    import json
+
+    case_vit.save_timm(case_vit.timm_reference(), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_args": model_args}))
+    with pytest.raises(ConversionError, match=named):
+        convert_timm_model(tmp_path)
