@@ -118,7 +118,11 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rope(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    """RoPE as transformers reads it: ``rope_scaling`` (the older key) over ``rope_parameters``."""
+    for key in ("rope_scaling", "rope_parameters"):
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            return {}, [f"{key}={config[key]!r} (an object of RoPE parameters, or null)"]
+    params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
     theta = params.get("rope_theta", config.get("rope_theta") or 10000.0)
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ROPE_KEYS:
