@@ -154,6 +154,8 @@ def test_weights_that_are_not_cait_are_refused():
     ({"image_size": 30}, "image_size 30 is not divisible by patch_size 4"),
     ({"global_pool": "max"}, "global_pool must be one of \\('token', 'avg'\\), got 'max'"),
     ({"init_values": 0.0}, "init_values \\(LayerScale\\) must be positive, got 0.0"),
+    # ViT's init_values=None (no LayerScale) raised "'>' not supported between 'NoneType' and 'int'"
+    ({"init_values": None}, "init_values \\(LayerScale\\) must be positive, got None: CaiT always has LayerScale"),
     ({"depth_token_only": 0}, "depth_token_only must be a positive integer, got 0"),
     ({"mlp_ratio_token_only": 0.0}, "mlp_ratio_token_only must give a positive MLP width"),
     ({"act_layer": "mish"}, "act_layer must be one of"),
