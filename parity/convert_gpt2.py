@@ -49,6 +49,8 @@ def convert_gpt2(source: str | Path | dict[str, Any], config: dict[str, Any] | N
 
 
 def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
+    if config.get("model_type", "gpt2") != "gpt2":  # absent in some hand-written configs: the keys decide
+        raise ConversionError(f"{REFERENCE}: model_type={config['model_type']!r} is not supported; it converts 'gpt2'")
     act = config.get("activation_function", "gelu_new")
     if act not in GELU:
         raise ConversionError(f"{REFERENCE}: activation_function={act!r} is not supported; ours offers {sorted(GELU)}")

@@ -489,3 +489,13 @@ def test_a_damaged_timm_hub_config_is_one_conversion_error(model_args, named, tm
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_args": model_args}))
     with pytest.raises(ConversionError, match=named):
         convert_timm_model(tmp_path)
+
+
+def test_gpt2_converter_refuses_another_model_type_by_name() -> None:
+    """A GPT-NeoX config (or any other model_type) reached the GPT-2 converter's size reads and
+    failed on keys GPT-2 has and it lacks, never saying it is not a GPT-2."""
+    transformers_ = pytest.importorskip("transformers")
+    config = transformers_.GPTNeoXConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                          intermediate_size=64, vocab_size=50).to_dict()
+    with pytest.raises(ConversionError, match=r"HF GPT-2: model_type='gpt_neox' is not supported; it converts 'gpt2'"):
+        convert_gpt2({}, config)
