@@ -213,3 +213,23 @@ def test_a_case_that_calls_sys_exit_is_an_error_not_the_end_of_the_sweep() -> No
     (outcome,) = gate.outcomes
     assert outcome.status == "error" and gate.status == "failed"
     assert outcome.detail == "SystemExit: case gave up"
+
+
+def test_a_model_without_a_case_is_told_how_to_get_one(capsys) -> None:
+    """A registered model with no parity case: the sweep's gate line said only 'no quick parity
+    case is registered', and `flops-fit parity --model` listed every other model's cases."""
+    gate = check("plain", host=isolated_host(_CaselessModel()))
+    assert "register one (quick=True) with register_parity_cases" in gate.summary()
+    from flops_fit.plugin.host import Host, reset_host
+
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("caseless", _CaselessModel())], env={}))
+    try:
+        assert main(["parity", "--model", "plain"]) == 2
+    finally:
+        reset_host(None)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model 'plain' has no parity case registered, so a sweep's gate calls it " \
+                                    "unverified; register one (quick=True) with register_parity_cases" in err
+    assert main(["parity", "--model", "hf-causal-lm"]) == 2  # exempt, and says why
+    assert "model 'hf-causal-lm' has no parity case, by design: the model is the transformers class itself" \
+        in capsys.readouterr().err

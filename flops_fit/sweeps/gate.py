@@ -18,6 +18,10 @@ from typing import Any
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import ParityCaseEntry, resolve
 
+# what the owner of a model without a parity case can do about it
+HOW_TO_VERIFY = ("register one (quick=True) with register_parity_cases, or give its ModelEntry no_parity saying "
+                 "why none applies (docs/guide/plugins.md)")
+
 
 @dataclass
 class CaseOutcome:
@@ -58,7 +62,7 @@ class GateReport:
         lines = [f"parity gate for {self.model!r} [{self.device}, {self.dtype}]: {self.status}"]
         lines += [f"  {o.case}: {o.status}{': ' + o.detail if o.detail else ''}" for o in self.outcomes]
         if not self.outcomes:
-            lines.append("  no quick parity case is registered for this model")
+            lines.append(f"  no quick parity case is registered for this model: {HOW_TO_VERIFY}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
