@@ -77,6 +77,11 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
     if patch != patch_w or side * side != patches:
         raise ConversionError(f"{REFERENCE}: only square patches and images are supported")
 
+    mix = tuple(tensors["blocks.0.attn.proj_l.weight"].shape)  # the heads: H x H
+    if len(mix) != 2 or mix[0] != mix[1] or width % mix[0]:
+        raise ConversionError(f"{REFERENCE}: blocks.0.attn.proj_l.weight is {mix}: the talking-heads mix must be "
+                              f"heads x heads, the heads dividing the width {int(width)}")
+
     def count(prefix: str) -> int:
         return 1 + max(int(k.split(".")[1]) for k in tensors if k.startswith(prefix))
 
@@ -84,7 +89,7 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
         "embed_dim": int(width),
         "depth": count("blocks."),
         "depth_token_only": count("blocks_token_only."),
-        "num_heads": int(tensors["blocks.0.attn.proj_l.weight"].shape[0]),
+        "num_heads": int(mix[0]),
         "patch_size": int(patch),
         "img_size": int(side * patch),
         "in_chans": int(in_chans),

@@ -2,6 +2,7 @@
 and refusals, talking-heads attention, errors, and a two-step sweep run."""
 
 import dataclasses
+import re
 import warnings
 
 import pytest
@@ -148,6 +149,17 @@ def test_the_converter_refuses_other_architectures_and_attention_layers():
 def test_weights_that_are_not_cait_are_refused():
     with pytest.raises(ConversionError, match="'pos_embed' is missing, so these are not timm CaiT weights"):
         convert_timm_model({"blocks_token_only.0.x": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (3, 3)], ids=["not-square", "heads-do-not-divide"])
+def test_a_mis_shaped_talking_heads_mix_is_named(shape):
+    """The heads are read off proj_l: a damaged one failed to build with 'width=64 is not a
+    valid size ... nearest valid sizes: [63, 66]', blaming the width."""
+    state = dict(case_cait.cait_reference().state_dict())
+    state["blocks.0.attn.proj_l.weight"] = torch.ones(shape)
+    with pytest.raises(ConversionError, match=rf"blocks\.0\.attn\.proj_l\.weight is {re.escape(str(shape))}: the "
+                                              r"talking-heads mix must be heads x heads, the heads dividing the width"):
+        convert_timm_model(state)
 
 
 @pytest.mark.parametrize("config, message", [
