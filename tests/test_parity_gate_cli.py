@@ -233,3 +233,24 @@ def test_a_model_without_a_case_is_told_how_to_get_one(capsys) -> None:
     assert main(["parity", "--model", "hf-causal-lm"]) == 2  # exempt, and says why
     assert "model 'hf-causal-lm' has no parity case, by design: the model is the transformers class itself" \
         in capsys.readouterr().err
+
+
+class _BrokenToDict:
+    passed = True
+
+    def to_dict(self) -> dict:
+        raise KeyError("layers")
+
+
+def test_json_of_a_report_whose_to_dict_raises_is_still_printed(capsys) -> None:
+    """`flops-fit parity --json` went down with the plugin report's to_dict traceback."""
+    from flops_fit.plugin.host import Host, reset_host
+
+    plugin = _UnrulyPlugin("bad-to-dict", lambda device, dtype: _BrokenToDict())
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("unruly", plugin)], env={}))
+    try:
+        assert main(["parity", "--case", "bad-to-dict", "--json"]) == 0
+    finally:
+        reset_host(None)
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["status"] == "passed" and row["report"] == {"passed": True, "to_dict_error": "KeyError: 'layers'"}

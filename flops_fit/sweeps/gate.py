@@ -34,8 +34,11 @@ class CaseOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         report = self.report
-        if report is not None:  # a plugin's own report may have nothing but ``passed``
-            report = report.to_dict() if callable(getattr(report, "to_dict", None)) else {"passed": report.passed}
+        if report is not None:  # a plugin's own report may have nothing but ``passed``, or a to_dict that breaks
+            try:
+                report = report.to_dict() if callable(getattr(report, "to_dict", None)) else {"passed": report.passed}
+            except Exception as exc:  # noqa: BLE001
+                report = {"passed": self.report.passed, "to_dict_error": f"{type(exc).__name__}: {exc}"}
         return {"case": self.case, "status": self.status, "detail": self.detail, "report": report}
 
 
