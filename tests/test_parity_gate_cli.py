@@ -254,3 +254,17 @@ def test_json_of_a_report_whose_to_dict_raises_is_still_printed(capsys) -> None:
         reset_host(None)
     (row,) = json.loads(capsys.readouterr().out)
     assert row["status"] == "passed" and row["report"] == {"passed": True, "to_dict_error": "KeyError: 'layers'"}
+
+
+def test_a_quick_case_for_another_device_is_named_not_called_missing() -> None:
+    """A model whose one quick case runs on CUDA only: the CPU gate said 'no quick parity case is
+    registered for this model: register one', though one is."""
+    class CudaOnly:
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("on-gpu", model="toy", reference="ref", quick=True, devices=("cuda",),
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    gate = check("toy", host=isolated_host(CudaOnly()))
+    assert gate.status == "unverified" and "no quick parity case is registered" not in gate.summary()
+    assert gate.summary().splitlines()[1] == "  on-gpu: skipped: runs on cuda only; this gate runs on cpu, float32"

@@ -125,7 +125,11 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
         entry = api.parity_case_info(name, host=host)
         if quick_only and not entry.quick:
             continue
-        if device not in entry.devices or dtype not in entry.dtypes:
+        if device not in entry.devices or dtype not in entry.dtypes:  # named, so it is not taken for missing
+            where = [", ".join(entry.devices)] if device not in entry.devices else []
+            where += [", ".join(entry.dtypes)] if dtype not in entry.dtypes else []
+            gate.outcomes.append(CaseOutcome(entry.name, "skipped", detail=(
+                f"runs on {' in '.join(where)} only; this gate runs on {device}, {dtype}")))
             continue
         gate.outcomes.append(run_case(entry, device, dtype))
     return gate
