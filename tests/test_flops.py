@@ -216,4 +216,4 @@ def test_non_embedding_flops_are_the_counters_flops_outside_embedding_and_head(n
     per_module = {k.split(".", 1)[1]: sum(v.values()) for k, v in counter.get_flop_counts().items() if k.count(".") == 1}
     outside = sum(per_module.get(m, 0) for m in OUTSIDE[name])
     assert outside > 0
-    assert (counter.get_total_flops() - outside) / (cfg.block_size if lm else 1) == entry.non_embedding_flops(width, **config)
+    assert (counter.get_total_flops() - outside) / (cfg.block_size if lm else 1) == entry.non_embedding_flops_per_unit(width, **config)
