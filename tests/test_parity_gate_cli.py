@@ -268,3 +268,20 @@ def test_a_quick_case_for_another_device_is_named_not_called_missing() -> None:
     gate = check("toy", host=isolated_host(CudaOnly()))
     assert gate.status == "unverified" and "no quick parity case is registered" not in gate.summary()
     assert gate.summary().splitlines()[1] == "  on-gpu: skipped: runs on cuda only; this gate runs on cpu, float32"
+
+
+def test_a_case_registered_under_a_misspelt_model_is_pointed_out() -> None:
+    """A plugin whose case says model='plian' for its model 'plain': the gate said only that no
+    case is registered, while `flops-fit parity` ran (and passed) the case under the typo."""
+    class Misspelt:
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("mine", model="plian", reference="ref", quick=True,
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    gate = check("plain", host=isolated_host(_CaselessModel(), Misspelt()))
+    assert gate.status == "unverified"
+    assert "case 'misspelt/mine' names model 'plian', which is not registered: is it meant for 'plain'?" in \
+        gate.summary()
+    alone = check("plain", host=isolated_host(_CaselessModel()))
+    assert "is it meant for" not in alone.summary()

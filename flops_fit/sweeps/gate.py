@@ -9,6 +9,7 @@ runnable quick case is ``unverified``: ``passed`` is True (nothing failed) but
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import re
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ class GateReport:
     device: str
     dtype: str
     outcomes: list[CaseOutcome] = field(default_factory=list)
+    note: str = ""  # said where no case ran: a case registered under a misspelt model name
 
     @property
     def passed(self) -> bool:
@@ -66,6 +68,7 @@ class GateReport:
         lines += [f"  {o.case}: {o.status}{': ' + o.detail if o.detail else ''}" for o in self.outcomes]
         if not self.outcomes:
             lines.append(f"  no quick parity case is registered for this model: {HOW_TO_VERIFY}")
+            lines += [f"  {self.note}"] if self.note else []
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +124,7 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
     names = api.list_parity_cases(model=model_name, qualified=True, host=host)
     if not names:
         api.model_info(model_name, host=host)  # raises UnknownEntryError, with the close names
+        gate.note = _misspelt_cases(model_name, host)
     for name in names:
         entry = api.parity_case_info(name, host=host)
         if quick_only and not entry.quick:
@@ -133,6 +137,16 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
             continue
         gate.outcomes.append(run_case(entry, device, dtype))
     return gate
+
+
+def _misspelt_cases(model_name: str, host: Any) -> str:
+    """Cases that name an unregistered model spelt close to ``model_name``: likely meant for it."""
+    models = {name: api.parity_case_info(name, host=host).model
+              for name in api.list_parity_cases(qualified=True, host=host)}
+    unknown = sorted(set(models.values()) - set(api.list_models(host=host)))
+    close = set(difflib.get_close_matches(model_name, unknown, n=3, cutoff=0.75))
+    return "; ".join(f"case {name!r} names model {model!r}, which is not registered: is it meant for {model_name!r}?"
+                     for name, model in models.items() if model in close)
 
 
 def gate_line(gate: dict[str, Any]) -> str:
