@@ -285,3 +285,12 @@ def test_a_case_registered_under_a_misspelt_model_is_pointed_out() -> None:
         gate.summary()
     alone = check("plain", host=isolated_host(_CaselessModel()))
     assert "is it meant for" not in alone.summary()
+
+
+def test_the_gate_of_a_model_exempt_by_no_parity_gives_its_reason_not_advice() -> None:
+    """check() on a model whose entry says why no case applies (hf-causal-lm) advised registering
+    a case or setting no_parity, which it has."""
+    gate = flops_fit.check_parity("hf-causal-lm")
+    assert gate.passed and not gate.verified
+    assert gate.summary().splitlines()[1] == ("  no parity case applies: the model is the transformers class itself, "
+                                              "so there is nothing to convert or compare")

@@ -50,6 +50,7 @@ class GateReport:
     dtype: str
     outcomes: list[CaseOutcome] = field(default_factory=list)
     note: str = ""  # said where no case ran: a case registered under a misspelt model name
+    exempt: str = ""  # the model entry's no_parity: why no case applies to it
 
     @property
     def passed(self) -> bool:
@@ -66,7 +67,9 @@ class GateReport:
     def summary(self) -> str:
         lines = [f"parity gate for {self.model!r} [{self.device}, {self.dtype}]: {self.status}"]
         lines += [f"  {o.case}: {o.status}{': ' + o.detail if o.detail else ''}" for o in self.outcomes]
-        if not self.outcomes:
+        if not self.outcomes and self.exempt:
+            lines.append(f"  no parity case applies: {self.exempt}")
+        elif not self.outcomes:
             lines.append(f"  no quick parity case is registered for this model: {HOW_TO_VERIFY}")
             lines += [f"  {self.note}"] if self.note else []
         return "\n".join(lines)
@@ -123,7 +126,7 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
     gate = GateReport(model_name, device, dtype)
     names = api.list_parity_cases(model=model_name, qualified=True, host=host)
     if not names:
-        api.model_info(model_name, host=host)  # raises UnknownEntryError, with the close names
+        gate.exempt = api.model_info(model_name, host=host).no_parity or ""  # UnknownEntryError names close ones
         gate.note = _misspelt_cases(model_name, host)
     for name in names:
         entry = api.parity_case_info(name, host=host)
