@@ -280,3 +280,12 @@ def test_runs_trained_together_asked_of_a_plan_that_has_none_is_said():
     tuned = tune_plan(options, {"budgets": [2e7], "sizes": None, "multipliers": [0.5, 1.0, 2.0], "batch_sizes": None,
                                 "beta2s": None}, host=HOST)
     assert len(tuned.runs) == 9 and not any("stack_runs" in n for n in tuned.notes)
+
+
+def test_a_configuration_the_dataset_supplied_names_the_dataset():
+    """swin_tiny_patch4_window7_224 on its default dataset (digits, 8 px) was refused with
+    'stage 2 has an odd resolution 1 ... pick image_size / patch_size', sizes the user never set:
+    the refusal now says which dataset set them."""
+    with pytest.raises(PlanError, match=r"odd resolution 1 .*; set by dataset 'digits': patch_size=2, image_size=8 "
+                                        r"\(give them in \[model\] / model_config, or pick a dataset that fits\)"):
+        plan(model="swin_tiny_patch4_window7_224", budgets=[1e15], sizes=[96, 192, 288], batch_size=8)

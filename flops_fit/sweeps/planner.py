@@ -259,6 +259,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     loss_entry = api.loss_info(loss, host=host)
     if loss_entry.task != entry.task:
         raise PlanError(f"loss {loss!r} is for task {loss_entry.task!r}, but model {model!r} solves {entry.task!r}")
+    given = options.model_config
     model_config, dataset_config, seq_len = _resolve_configs(
         entry, dataset_entry, options.model_config, options.dataset_config, options.seq_len)
     options = options.replace(dataset=dataset, loss=loss, seq_len=seq_len, model_config=model_config,
@@ -268,7 +269,12 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     except (PlanError, EntryError):  # an EntryError is the plugin's fault, not the configuration's
         raise
     except (ValueError, TypeError) as exc:  # the model's own checks of its configuration
-        raise PlanError(f"model {model!r} refuses its configuration ([model] table / model_config): {exc}") from None
+        taken = {k: dataset_config[k] for k in entry.defaults  # the keys the refusal names that the dataset set
+                 if k in str(exc) and k not in given and dataset_config.get(k) is not None}
+        source = (f"; set by dataset {dataset!r}: {', '.join(f'{k}={v!r}' for k, v in taken.items())} (give them in "
+                  "[model] / model_config, or pick a dataset that fits)") if taken else ""
+        raise PlanError(f"model {model!r} refuses its configuration ([model] table / model_config): {exc}{source}") \
+            from None
     hparams = options.hparams
     width_like = entry.size_param in WIDTH_PARAMS
     batch_size = options.batch_size
