@@ -60,7 +60,16 @@ def check_safetensors_file(path: str | Path) -> dict[str, Any]:
     except ValueError as exc:
         raise WeightFileError(f"{path} is corrupt: its header is not valid safetensors JSON ({exc}); {fix}") from None
     data_len = size - 8 - header_len
-    needed = max((info["data_offsets"][1] for k, info in header.items() if k != "__metadata__"), default=0)
+    ends = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            raise WeightFileError(f"{path} is corrupt: its header's entry for tensor {name!r} has no [start, end] "
+                                  f"data_offsets; {fix}")
+        ends.append(offsets[1])
+    needed = max(ends, default=0)
     if needed > data_len:
         raise WeightFileError(
             f"{path} is truncated: its tensors need {needed} bytes of data but the file holds {data_len}; {fix}"
