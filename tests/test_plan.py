@@ -289,3 +289,13 @@ def test_a_configuration_the_dataset_supplied_names_the_dataset():
     with pytest.raises(PlanError, match=r"odd resolution 1 .*; set by dataset 'digits': patch_size=2, image_size=8 "
                                         r"\(give them in \[model\] / model_config, or pick a dataset that fits\)"):
         plan(model="swin_tiny_patch4_window7_224", budgets=[1e15], sizes=[96, 192, 288], batch_size=8)
+
+
+def test_a_refusal_the_dataset_did_not_cause_is_not_put_on_the_dataset():
+    """The refusal names vocab_size among the config's fields, and the dataset set vocab_size, but the
+    model refuses without the dataset's values too: no 'set by dataset' there."""
+    config = {"model_type": "llama", "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "vocab_size": 256}
+    with pytest.raises(PlanError) as err:
+        plan(model="hf-causal-lm", budgets=[1e12], sizes=[32, 64, 96], seq_len=32, model_config={"config": config})
+    assert "the config has no 'hidden_size'" in str(err.value) and "set by dataset" not in str(err.value)
