@@ -171,3 +171,17 @@ def test_an_encoder_config_is_refused_unless_it_is_a_decoder(tmp_path):
     later[0, 10] = (later[0, 10] + 1) % 64
     with torch.no_grad():
         assert torch.allclose(model(tokens)[0, :10], model(later)[0, :10], atol=1e-6)  # no position sees a later token
+
+
+def test_a_config_that_is_not_an_object_or_names_an_unknown_model_type_is_one_short_line(tmp_path):
+    """A config.json holding a list raised AttributeError (a traceback, exit 1); an unknown model_type
+    gave transformers' refusal listing every model type it has (several kilobytes on one line)."""
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(PlanError, match=r"config\.json' holds a JSON list, not an object: give a transformers "
+                                        r"config\.json"):
+        flops_fit.plan(model="hf-causal-lm", model_config={"config": str(tmp_path)}, budgets=[1e9], seq_len=16)
+    config = {**CONFIGS["llama"], "model_type": "lamma"}
+    with pytest.raises(PlanError) as err:
+        flops_fit.plan(model="hf-causal-lm", model_config={"config": config}, budgets=[1e9], seq_len=16)
+    assert "model_type 'lamma' is not one this transformers" in str(err.value) and "'llama'" in str(err.value)
+    assert len(str(err.value)) < 400

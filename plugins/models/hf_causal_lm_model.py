@@ -13,6 +13,7 @@ where the check fails each size is measured itself.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from fractions import Fraction
@@ -25,12 +26,18 @@ from torch import nn
 
 def hf_config(size: int, attn_implementation: str = "sdpa", **config: Any) -> Any:
     """The ``transformers`` config of ``size`` under the ``[model]`` table's rule."""
-    from transformers import AutoConfig
+    import transformers
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     values = Rule(**config).at(size)
     values.pop("architectures", None)
     kind = values.pop("model_type")
     values.pop("transformers_version", None)
+    if kind not in CONFIG_MAPPING:  # transformers' own refusal lists all of its model types on one line
+        close = difflib.get_close_matches(kind, list(CONFIG_MAPPING.keys()), n=3)
+        raise ValueError(f"model_type {kind!r} is not one this transformers ({transformers.__version__}) knows"
+                         + (f"; close ones: {', '.join(map(repr, close))}" if close else "")
+                         + ": fix the config's model_type, or upgrade transformers")
     hf = AutoConfig.for_model(kind, **values)
     hf._attn_implementation = attn_implementation
     return hf
