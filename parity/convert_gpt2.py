@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source, unknown_options
+from flops_fit.parity.mapping import (
+    Converted,
+    KeyMapper,
+    read_source,
+    require_keys,
+    unknown_options,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -43,9 +49,12 @@ def convert_gpt2(source: str | Path | dict[str, Any], config: dict[str, Any] | N
 
 
 def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
+    if config.get("model_type", "gpt2") != "gpt2":  # absent in some hand-written configs: the keys decide
+        raise ConversionError(f"{REFERENCE}: model_type={config['model_type']!r} is not supported; it converts 'gpt2'")
     act = config.get("activation_function", "gelu_new")
     if act not in GELU:
         raise ConversionError(f"{REFERENCE}: activation_function={act!r} is not supported; ours offers {sorted(GELU)}")
+    require_keys(config, ("n_embd", "n_head", "n_layer", "vocab_size", "n_positions"), REFERENCE)
     width = int(config["n_embd"])
     unsupported = {
         "n_inner": config.get("n_inner") not in (None, 4 * width),

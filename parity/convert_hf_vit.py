@@ -40,7 +40,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source, unknown_options
+from flops_fit.parity.mapping import (
+    Converted,
+    KeyMapper,
+    read_source,
+    require_keys,
+    unknown_options,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -189,6 +195,7 @@ def _mlp_ratio(config: dict[str, Any], family: Family, width: int) -> float:
 
 def hf_vit_config(config: dict[str, Any], family: Family, num_classes: int, dist_head: bool) -> dict[str, Any]:
     """Our ``vit`` configuration; one ConversionError naming every option it does not reproduce."""
+    require_keys(config, ("hidden_size", "num_attention_heads", "num_hidden_layers"), family.reference)
     refused = unknown_options(config, family.handled | _INERT)
     act = config.get("hidden_act", "gelu")
     if act not in ACTIVATIONS:

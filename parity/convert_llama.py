@@ -23,7 +23,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source, unknown_options
+from flops_fit.parity.mapping import (
+    Converted,
+    KeyMapper,
+    read_source,
+    require_keys,
+    unknown_options,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -83,6 +89,8 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
     refused += rope_refusals + window_refusals
     if refused:
         raise ConversionError(f"{what}: options our llama does not reproduce: {'; '.join(refused)}")
+    require_keys(config, ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+                          "vocab_size"), what)
     width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads") or heads)
     if heads % kv_heads:
@@ -110,7 +118,11 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rope(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    """RoPE as transformers reads it: ``rope_scaling`` (the older key) over ``rope_parameters``."""
+    for key in ("rope_scaling", "rope_parameters"):
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            return {}, [f"{key}={config[key]!r} (an object of RoPE parameters, or null)"]
+    params = dict(config.get("rope_scaling") or config.get("rope_parameters") or {})
     theta = params.get("rope_theta", config.get("rope_theta") or 10000.0)
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ROPE_KEYS:

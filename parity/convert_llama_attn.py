@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+from flops_fit.parity.mapping import Converted, KeyMapper, read_source, require_keys
 
 from flops_fit.errors import ConversionError
 
@@ -36,6 +36,7 @@ def convert_llama_attention(
         if not any(k.startswith(prefix) for k in tensors):
             raise ConversionError(f"{REFERENCE}: the weights have no layer {layer} ({prefix}* keys)")
         tensors = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+    require_keys(config, ("hidden_size", "num_attention_heads"), REFERENCE)
     width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     kv_heads = int(config.get("num_key_value_heads") or heads)
     head_dim = int(config.get("head_dim") or width // heads)

@@ -27,7 +27,7 @@ from flops_fit.parity.convert_timm_cait import convert_timm_cait
 from flops_fit.parity.convert_timm_pvt_v2 import convert_timm_pvt_v2
 from flops_fit.parity.convert_timm_swin import convert_timm_swin
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
-from flops_fit.parity.timm_reference import activation_name, build_on_meta
+from flops_fit.parity.timm_reference import activation_name, build_on_meta, declared_args
 
 from flops_fit.errors import ConversionError
 
@@ -49,8 +49,7 @@ def convert_timm_vit(
     """
     tensors, config = read_source(source, None, REFERENCE)
     architecture = architecture or config.get("architecture")
-    declared = {k: config[k] for k in _TOP_LEVEL_ARGS if k in config}
-    declared.update(config.get("model_args") or {})
+    declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     if num_heads:
         declared["num_heads"] = num_heads
     declared.update(model_args)
@@ -62,11 +61,13 @@ def convert_timm_vit(
             "or architecture='vit_..._patch16_224'"
         )
     args = {**facts, **assumptions, **declared}
-    our = describe_reference(build_reference(architecture, args, declared))
+    reference = build_reference(architecture, args, declared)
+    our = describe_reference(reference)
     if "norm_eps" in declared:  # not a timm argument (timm sets eps through norm_layer)
         our["norm_eps"] = float(declared["norm_eps"])
-    state = timm_vit_state(tensors, our)
-    fresh = () if "head.weight" in tensors else tuple(f"{h}.{p}" for h in ("head", "head_dist") for p in ("weight", "bias"))
+    head = bool(reference.num_classes)  # only a feature extractor (num_classes=0) gets a fresh head
+    state = timm_vit_state(tensors, our, head=head)
+    fresh = () if head else tuple(f"{h}.{p}" for h in ("head", "head_dist") for p in ("weight", "bias"))
     notes = {k: f"{v!r} (assumed: {_WHY[k]})" for k, v in assumptions.items()}
     warn_assumptions(REFERENCE, notes, _SETTERS)
     return Converted("vit", our.pop("width"), our, state, REFERENCE, fresh=fresh, assumptions=notes)
@@ -257,9 +258,10 @@ def describe_reference(model: Any) -> dict[str, Any]:
     }
 
 
-def timm_vit_state(tensors: dict[str, Any], our: dict[str, Any]) -> dict[str, Any]:
+def timm_vit_state(tensors: dict[str, Any], our: dict[str, Any], *, head: bool) -> dict[str, Any]:
     """Map timm keys to ours, as the configuration says they must exist (so a missing one is
-    listed); timm's packed qkv rows [all q; all k; all v] are our layout."""
+    listed; ``head``: the reference classifies, so its head must be there); timm's packed qkv
+    rows [all q; all k; all v] are our layout."""
     m = KeyMapper(tensors, REFERENCE)
     names = ["pos_embed", "patch_embed.proj.weight"]
     names += ["cls_token"] * our["class_token"] + ["dist_token"] * our["dist_token"] + ["reg_token"] * bool(our["reg_tokens"])
@@ -268,12 +270,11 @@ def timm_vit_state(tensors: dict[str, Any], our: dict[str, Any]) -> dict[str, An
     for name in names:
         m.map(name, name)
     final_norm = "fc_norm" if our["fc_norm"] else "norm"
-    heads = ("head", "head_dist") if our["dist_token"] else ("head",)
+    heads = (("head", "head_dist") if our["dist_token"] else ("head",)) if head else ()
     for p in ("weight", "bias"):
         m.map(f"norm.{p}", f"{final_norm}.{p}")
-        for head in heads:
-            if m.has("head.weight"):  # a feature extractor (num_classes=0) has none
-                m.map(f"{head}.{p}", f"{head}.{p}")
+        for name in heads:
+            m.map(f"{name}.{p}", f"{name}.{p}")
     renamed = {"attn.qkv": "attn.qkv_proj", "attn.proj": "attn.out_proj"}
     for i in range(our["depth"]):
         b = f"blocks.{i}."

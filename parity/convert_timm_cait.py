@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
-from flops_fit.parity.timm_reference import activation_name, affine_layer_norm, build_on_meta
+from flops_fit.parity.timm_reference import (
+    activation_name,
+    affine_layer_norm,
+    build_on_meta,
+    declared_args,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -37,8 +42,7 @@ def convert_timm_cait(source: str | Path | dict[str, Any], *, architecture: str 
     """Convert timm CaiT weights (a file, a timm hub folder, or a state dict) to our ``cait``."""
     tensors, config = read_source(source, None, REFERENCE)
     architecture = architecture or config.get("architecture")
-    declared = {k: config[k] for k in _TOP_LEVEL_ARGS if k in config}
-    declared.update(config.get("model_args") or {})
+    declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     declared.update(model_args)
     norm_eps = declared.pop("norm_eps", None)
     facts = tensor_facts(tensors)
@@ -47,11 +51,13 @@ def convert_timm_cait(source: str | Path | dict[str, Any], *, architecture: str 
     if not architecture and "norm_layer" not in declared and norm_eps is None:
         assumed["norm_eps"] = 1e-6
     args = {**facts, **{k: v for k, v in assumed.items() if k != "norm_eps"}, **declared}
-    our = describe_reference(build_reference(architecture, args, declared))
+    reference = build_reference(architecture, args, declared)
+    our = describe_reference(reference)
     if norm_eps is not None:  # not a timm argument: timm sets eps through norm_layer
         our["norm_eps"] = float(norm_eps)
-    state = cait_state(tensors, our)
-    fresh = () if "head.weight" in tensors else ("head.weight", "head.bias")
+    head = bool(reference.num_classes)  # only a feature extractor (num_classes=0) gets a fresh head
+    state = cait_state(tensors, our, head=head)
+    fresh = () if head else ("head.weight", "head.bias")
     notes = {k: f"{v!r} (assumed: {_WHY[k]})" for k, v in assumed.items()}
     warn_assumptions(REFERENCE, notes, _SETTERS)
     return Converted("cait", our.pop("width"), our, state, REFERENCE, fresh=fresh, assumptions=notes)
@@ -71,6 +77,11 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
     if patch != patch_w or side * side != patches:
         raise ConversionError(f"{REFERENCE}: only square patches and images are supported")
 
+    mix = tuple(tensors["blocks.0.attn.proj_l.weight"].shape)  # the heads: H x H
+    if len(mix) != 2 or mix[0] != mix[1] or width % mix[0]:
+        raise ConversionError(f"{REFERENCE}: blocks.0.attn.proj_l.weight is {mix}: the talking-heads mix must be "
+                              f"heads x heads, the heads dividing the width {int(width)}")
+
     def count(prefix: str) -> int:
         return 1 + max(int(k.split(".")[1]) for k in tensors if k.startswith(prefix))
 
@@ -78,7 +89,7 @@ def tensor_facts(tensors: dict[str, Any]) -> dict[str, Any]:
         "embed_dim": int(width),
         "depth": count("blocks."),
         "depth_token_only": count("blocks_token_only."),
-        "num_heads": int(tensors["blocks.0.attn.proj_l.weight"].shape[0]),
+        "num_heads": int(mix[0]),
         "patch_size": int(patch),
         "img_size": int(side * patch),
         "in_chans": int(in_chans),
@@ -175,13 +186,13 @@ def describe_reference(model: Any) -> dict[str, Any]:
     }
 
 
-def cait_state(tensors: dict[str, Any], our: dict[str, Any]) -> dict[str, Any]:
+def cait_state(tensors: dict[str, Any], our: dict[str, Any], *, head: bool) -> dict[str, Any]:
     """Map timm keys to ours; ClassAttn's separate q, k, v pack into ``qkv_proj``."""
     m = KeyMapper(tensors, REFERENCE)
     for name in ("pos_embed", "cls_token", "patch_embed.proj.weight", "patch_embed.proj.bias", "norm.weight",
                  "norm.bias"):
         m.map(name, name)
-    if m.has("head.weight"):
+    if head:  # the reference classifies: a missing head is listed
         for p in ("weight", "bias"):
             m.map(f"head.{p}", f"head.{p}")
     biases = ("weight", "bias") if our["qkv_bias"] else ("weight",)

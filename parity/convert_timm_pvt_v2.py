@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
-from flops_fit.parity.timm_reference import activation_name, affine_layer_norm, build_on_meta
+from flops_fit.parity.timm_reference import (
+    activation_name,
+    affine_layer_norm,
+    build_on_meta,
+    declared_args,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -40,8 +45,7 @@ def convert_timm_pvt_v2(source: str | Path | dict[str, Any], *, architecture: st
     """Convert timm PVT v2 weights (a file, a timm hub folder, or a state dict) to our ``pvt_v2``."""
     tensors, config = read_source(source, None, REFERENCE)
     architecture = architecture or config.get("architecture")
-    declared = {k: config[k] for k in _TOP_LEVEL_ARGS if k in config}
-    declared.update(config.get("model_args") or {})
+    declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     declared.update(model_args)
     facts = tensor_facts(tensors)
     if not architecture and "num_heads" not in declared:
@@ -60,12 +64,14 @@ def convert_timm_pvt_v2(source: str | Path | dict[str, Any], *, architecture: st
             image_size = assumed["image_size"] = 224
     if not architecture and norm_eps is None and "norm_layer" not in declared:
         assumed["norm_eps"] = 1e-6
-    our = describe_reference(build_reference(architecture, {**facts, **declared}, declared))
+    reference = build_reference(architecture, {**facts, **declared}, declared)
+    our = describe_reference(reference)
     our["image_size"] = int(image_size)
     if norm_eps is not None:
         our["norm_eps"] = float(norm_eps)
-    state = pvt_v2_state(tensors, our)
-    fresh = () if "head.weight" in tensors else ("head.weight", "head.bias")
+    head = bool(reference.num_classes)  # only a feature extractor (num_classes=0) gets a fresh head
+    state = pvt_v2_state(tensors, our, head=head)
+    fresh = () if head else ("head.weight", "head.bias")
     notes = {k: f"{v!r} (assumed: {_WHY[k]})" for k, v in assumed.items()}
     warn_assumptions(REFERENCE, notes, _SETTERS)
     return Converted("pvt_v2", our.pop("width"), our, state, REFERENCE, fresh=fresh, assumptions=notes)
@@ -194,12 +200,12 @@ def _pair(size: Any) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else tuple(size)
 
 
-def pvt_v2_state(tensors: dict[str, Any], our: dict[str, Any]) -> dict[str, Any]:
+def pvt_v2_state(tensors: dict[str, Any], our: dict[str, Any], *, head: bool) -> dict[str, Any]:
     """Map timm keys to ours: ``attn.q`` + ``attn.kv`` pack into ``attn.qkv_proj``, ``attn.sr`` /
     ``attn.norm`` become ``reduce.sr`` / ``reduce.norm``."""
     m = KeyMapper(tensors, REFERENCE)
     pairs = ("weight", "bias")
-    names = ["patch_embed.proj", "patch_embed.norm"] + (["head"] if m.has("head.weight") else [])
+    names = ["patch_embed.proj", "patch_embed.norm"] + (["head"] if head else [])  # a missing head is listed
     for i, depth in enumerate(our["depths"]):
         s = f"stages.{i}."
         names += [f"{s}norm"] + ([f"{s}downsample.proj", f"{s}downsample.norm"] if i else [])

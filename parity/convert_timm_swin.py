@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, warn_assumptions
-from flops_fit.parity.timm_reference import build_on_meta
+from flops_fit.parity.timm_reference import build_on_meta, declared_args
 from flops_fit.plugins.models.swin import SwinConfig
 
 from flops_fit.errors import ConversionError
@@ -55,8 +55,7 @@ def convert_timm_swin(
     tensors, config = read_source(source, None, REFERENCE)
     tensors = current_layout(tensors)
     architecture = architecture or config.get("architecture")
-    declared = {k: config[k] for k in _TOP_LEVEL_ARGS if k in config}
-    declared.update(config.get("model_args") or {})
+    declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     declared.update(model_args)
     norm_eps = declared.pop("norm_eps", None)  # not a timm argument (timm sets eps through norm_layer)
     if not architecture and "img_size" not in declared:
@@ -78,8 +77,9 @@ def convert_timm_swin(
             assumed["always_partition"] = False
     if norm_eps is not None:
         our["norm_eps"] = float(norm_eps)
-    state, dropped = timm_swin_state(tensors, our)
-    fresh = () if "head.fc.weight" in tensors else ("head.weight", "head.bias")
+    head = bool(reference.num_classes)  # only a feature extractor (num_classes=0) gets a fresh head
+    state, dropped = timm_swin_state(tensors, our, head=head)
+    fresh = () if head else ("head.weight", "head.bias")
     notes = {k: f"{v!r} (assumed: {_WHY[k]})" for k, v in assumed.items()}
     warn_assumptions(REFERENCE, notes, _SETTERS)
     return Converted("swin", our.pop("width"), our, state, REFERENCE, dropped=dropped, fresh=fresh, assumptions=notes)
@@ -261,7 +261,7 @@ def _check_windows(our: dict[str, Any], shapes: list[tuple]) -> None:
         raise ConversionError(f"{REFERENCE}: windows our swin does not reproduce: {'; '.join(differ)}")
 
 
-def timm_swin_state(tensors: dict[str, Any], our: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def timm_swin_state(tensors: dict[str, Any], our: dict[str, Any], *, head: bool) -> tuple[dict[str, Any], list[str]]:
     """Map timm keys to ours, as the configuration says they must exist (so a missing one is
     listed); timm's packed qkv rows are our ``qkv_proj`` as they are."""
     m = KeyMapper(tensors, REFERENCE, ignore=(r".*\.relative_position_index", r".*\.attn_mask"))
@@ -269,7 +269,7 @@ def timm_swin_state(tensors: dict[str, Any], our: dict[str, Any]) -> tuple[dict[
              "norm.weight", "norm.bias"]
     for name in names:
         m.map(name, name)
-    if m.has("head.fc.weight"):  # a feature extractor (num_classes=0) has none
+    if head:  # the reference classifies (a feature extractor, num_classes=0, has no head)
         m.map("head.weight", "head.fc.weight")
         m.map("head.bias", "head.fc.bias")
     for s, depth in enumerate(our["depths"]):

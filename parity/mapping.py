@@ -2,7 +2,8 @@
 
 A converter reads reference tensors through a ``KeyMapper``, which records every key it
 consumes. ``finish()`` then fails, in one message, on reference keys the converter needed
-but did not find, reference keys nobody used, and outputs that came out all-zero from a
+but did not find, reference keys nobody used, reference tensors holding NaN or inf (a
+damaged checkpoint: every output would be NaN), and outputs that came out all-zero from a
 non-zero source (a converter that zero-fills K/V passes shape checks but silently breaks
 attention). ``load_strict`` does the same on our side: missing, unexpected, mis-shaped.
 """
@@ -97,6 +98,15 @@ HF_INERT_CONFIG_KEYS = frozenset({
 })
 
 
+def require_keys(config: Mapping[str, Any], keys: Iterable[str], what: str) -> None:
+    """ConversionError naming the sizes a converter reads that the config lacks (transformers would
+    fill in its class defaults, which need not be the checkpoint's)."""
+    absent = [k for k in keys if config.get(k) is None]
+    if absent:
+        raise ConversionError(f"{what}: the config lacks {', '.join(absent)}; re-save the model with save_pretrained, "
+                              "or pass config={...} with them")
+
+
 def unknown_options(config: Mapping[str, Any], known: Iterable[str]) -> list[str]:
     """Refusals for the config keys a converter neither reproduces nor knows to be inert."""
     return [f"{k}={config[k]!r} (unknown option)" for k in sorted(set(config) - HF_INERT_CONFIG_KEYS - set(known))]
@@ -117,6 +127,8 @@ class KeyMapper:
         self.used: set[str] = set(self.dropped)
         self.missing: list[str] = []
         self.zeroed: list[str] = []
+        self.nonfinite: list[str] = []
+        self.nonfinite_keys: set[str] = set()
         self.out: dict[str, Any] = {}
 
     def has(self, key: str) -> bool:
@@ -128,7 +140,13 @@ class KeyMapper:
             self.missing.append(key)
             return None
         self.used.add(key)
-        return self.tensors[key]
+        value = self.tensors[key]
+        if value.is_floating_point() and key not in self.nonfinite_keys:
+            bad = int((~value.isfinite()).sum())
+            if bad:
+                self.nonfinite_keys.add(key)
+                self.nonfinite.append(f"{key} ({bad} of {value.numel()} values)")
+        return value
 
     def map(self, dst: str, src: str, fn: Callable[[Any], Any] | None = None) -> None:
         """``out[dst] = fn(ref[src])``."""
@@ -184,6 +202,8 @@ class KeyMapper:
             problems.append(("missing in the reference", self.missing))
         if unexpected:
             problems.append(("unexpected in the reference (no converter rule uses them)", unexpected))
+        if self.nonfinite:
+            problems.append(("reference tensors holding NaN or inf", self.nonfinite))
         if self.zeroed:
             problems.append(("converted to all zeros although the reference tensor is not zero", self.zeroed))
         if problems:

@@ -18,6 +18,11 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 SINGLE_FILE = "model.safetensors"
 SHARD_INDEX = "model.safetensors.index.json"
 _MAX_HEADER = 100_000_000  # safetensors' own limit
+# how torch.save's files begin (a zip archive; before torch 1.6, a pickle of protocol 2-5), told apart
+# from a safetensors header only when that header is impossible
+_PICKLE_MAGIC = (b"PK\x03\x04", b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+_NEVER_UNPICKLED = ("flops-fit never unpickles (it can execute code). Convert it once, in an environment you trust, "
+                    "with safetensors.torch.save_file(state_dict, 'model.safetensors')")
 
 
 @dataclass
@@ -37,8 +42,12 @@ def check_safetensors_file(path: str | Path) -> dict[str, Any]:
     if size < 8:
         raise WeightFileError(f"{path} is not a safetensors file: it has {size} bytes, fewer than the 8-byte header length; {fix}")
     with path.open("rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
+        start = f.read(8)
+        (header_len,) = struct.unpack("<Q", start)
         if header_len > _MAX_HEADER or 8 + header_len > size:
+            if start.startswith(_PICKLE_MAGIC):
+                raise WeightFileError(f"{path} is a pickle checkpoint (torch.save's format) under a safetensors name; "
+                                      f"{_NEVER_UNPICKLED}")
             raise WeightFileError(
                 f"{path} is truncated or corrupt: its header claims {header_len} bytes but the file has "
                 f"{size - 8} after the length field; {fix}"
@@ -51,7 +60,16 @@ def check_safetensors_file(path: str | Path) -> dict[str, Any]:
     except ValueError as exc:
         raise WeightFileError(f"{path} is corrupt: its header is not valid safetensors JSON ({exc}); {fix}") from None
     data_len = size - 8 - header_len
-    needed = max((info["data_offsets"][1] for k, info in header.items() if k != "__metadata__"), default=0)
+    ends = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+            raise WeightFileError(f"{path} is corrupt: its header's entry for tensor {name!r} has no [start, end] "
+                                  f"data_offsets; {fix}")
+        ends.append(offsets[1])
+    needed = max(ends, default=0)
     if needed > data_len:
         raise WeightFileError(
             f"{path} is truncated: its tensors need {needed} bytes of data but the file holds {data_len}; {fix}"
@@ -66,10 +84,7 @@ def read_safetensors(path: str | Path) -> dict[str, Any]:
 
     path = _existing(path)
     if path.suffix in PICKLE_SUFFIXES:
-        raise WeightFileError(
-            f"{path} is a pickle checkpoint; flops-fit never unpickles (it can execute code). "
-            "Convert it once, in an environment you trust, with safetensors.torch.save_file(state_dict, 'model.safetensors')"
-        )
+        raise WeightFileError(f"{path} is a pickle checkpoint; {_NEVER_UNPICKLED}")
     check_safetensors_file(path)
     try:
         return load_file(str(path), device="cpu")

@@ -10,6 +10,16 @@ from typing import Any
 from flops_fit.errors import ConversionError
 
 
+def declared_args(config: dict[str, Any], top_level: tuple[str, ...], reference: str) -> dict[str, Any]:
+    """The model arguments a timm hub ``config.json`` declares: its ``top_level`` keys, then its
+    ``model_args`` (which must be an object of timm's argument names)."""
+    model_args = config.get("model_args") or {}
+    if not isinstance(model_args, dict):
+        raise ConversionError(f"{reference}: config.json's model_args must be an object of timm arguments, got "
+                              f"{type(model_args).__name__} {model_args!r}; re-save the model (timm's save_for_hf)")
+    return {**{k: config[k] for k in top_level if k in config}, **model_args}
+
+
 def build_on_meta(reference: str, architecture: str | None, args: dict[str, Any], declared: dict[str, Any],
                   default: Callable[..., Any], check_family: Callable[[Any], None]) -> Any:
     """The timm model on the meta device: ``architecture`` built with ``args``, else ``default(**args)``.
@@ -33,7 +43,7 @@ def build_on_meta(reference: str, architecture: str | None, args: dict[str, Any]
         if architecture and "Unknown model" in str(exc):
             raise ConversionError(f"{reference}: timm does not know architecture {architecture!r} ({exc})") from None
         raise ConversionError(f"{reference}: timm refuses these options: {_reason(exc)}") from None
-    except (TypeError, AssertionError, ValueError, KeyError) as exc:
+    except (TypeError, AssertionError, ValueError, KeyError, ArithmeticError) as exc:  # num_heads=0: a division
         raise ConversionError(f"{reference}: timm refuses these options ({args}): {_reason(exc)}") from None
 
 

@@ -99,6 +99,10 @@ def test_a_bad_value_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, table
 
 @pytest.mark.parametrize("table, key, value, message", [
     ("model", "n_kv_head", 3, r"n_kv_head=3 does not divide n_head=8: .* choose n_kv_head among \[1, 2, 4, 8\]"),
+    # a head count no width can fix read "width=... is not a valid size ... none within a factor of 2"
+    ("model", "n_head", 0, r"n_head must be a positive integer, got 0"),
+    ("model", "n_kv_head", -2, r"n_kv_head must be a positive integer, got -2"),
+    ("model", "n_head", "8", r"n_head must be a positive integer, got '8'"),
     ("model", "bogus", 1, r"unknown configuration keyword\(s\) \['bogus'\]"),
     ("sweep", "tokens_per_param", -5, "tokens_per_param must be a positive number, got -5"),
     ("sweep", "loss", "nope", "no loss called 'nope'.* Known losses: "),

@@ -2,6 +2,7 @@
 and refusals, talking-heads attention, errors, and a two-step sweep run."""
 
 import dataclasses
+import re
 import warnings
 
 import pytest
@@ -150,10 +151,23 @@ def test_weights_that_are_not_cait_are_refused():
         convert_timm_model({"blocks_token_only.0.x": torch.zeros(1)})
 
 
+@pytest.mark.parametrize("shape", [(3, 5), (3, 3)], ids=["not-square", "heads-do-not-divide"])
+def test_a_mis_shaped_talking_heads_mix_is_named(shape):
+    """The heads are read off proj_l: a damaged one failed to build with 'width=64 is not a
+    valid size ... nearest valid sizes: [63, 66]', blaming the width."""
+    state = dict(case_cait.cait_reference().state_dict())
+    state["blocks.0.attn.proj_l.weight"] = torch.ones(shape)
+    with pytest.raises(ConversionError, match=rf"blocks\.0\.attn\.proj_l\.weight is {re.escape(str(shape))}: the "
+                                              r"talking-heads mix must be heads x heads, the heads dividing the width"):
+        convert_timm_model(state)
+
+
 @pytest.mark.parametrize("config, message", [
     ({"image_size": 30}, "image_size 30 is not divisible by patch_size 4"),
     ({"global_pool": "max"}, "global_pool must be one of \\('token', 'avg'\\), got 'max'"),
     ({"init_values": 0.0}, "init_values \\(LayerScale\\) must be positive, got 0.0"),
+    # ViT's init_values=None (no LayerScale) raised "'>' not supported between 'NoneType' and 'int'"
+    ({"init_values": None}, "init_values \\(LayerScale\\) must be positive, got None: CaiT always has LayerScale"),
     ({"depth_token_only": 0}, "depth_token_only must be a positive integer, got 0"),
     ({"mlp_ratio_token_only": 0.0}, "mlp_ratio_token_only must give a positive MLP width"),
     ({"act_layer": "mish"}, "act_layer must be one of"),

@@ -187,3 +187,33 @@ def test_flops_grow_with_width_and_depend_on_sequence_length():
     short = gpt.training_flops(64, **{**gpt.GPT_DEFAULTS, "block_size": 64})
     long = gpt.training_flops(64, **{**gpt.GPT_DEFAULTS, "block_size": 256})
     assert long - short == pytest.approx(3 * 4 * 4 * 64 * (256 - 64))  # 3 x layers x 4 T C per token
+
+
+# the top-level modules that non_embedding_flops leaves out: the embedding and the output head(s)
+OUTSIDE = {"gpt": ("lm_head",), "llama": ("lm_head",), "vit": ("patch_embed", "head"), "swin": ("patch_embed", "head"),
+           "cait": ("patch_embed", "head")}
+
+
+@pytest.mark.parametrize("name, width, config", [
+    ("gpt", 64, gpt.GPT_DEFAULTS), ("llama", 64, {**llama.LLAMA_DEFAULTS, "tie_word_embeddings": True}),
+    ("vit", 64, {**vit.VIT_DEFAULTS, "reg_tokens": 2}), ("swin", 32, swin.SWIN_DEFAULTS),
+    ("cait", 64, {"depth": 2, "depth_token_only": 1}),
+])
+def test_non_embedding_flops_are_the_counters_flops_outside_embedding_and_head(name, width, config):
+    """non_embedding_flops (what the forecast's non-embedding scale reads) is the counter's total
+    less the FLOPs it attributes to the embedding and head modules: the blocks, attention included."""
+    import flops_fit
+
+    entry = flops_fit.model_info(name)
+    with torch.device("meta"):
+        model = flops_fit.create_model(name, size=width, **config)
+        cfg = model.config
+        lm = entry.task == "causal-lm"
+        x = (torch.zeros(1, cfg.block_size, dtype=torch.long) if lm
+             else torch.randn(1, cfg.in_chans, cfg.image_size, cfg.image_size))
+        with FlopCounterMode(display=False) as counter:
+            model(x).float().logsumexp(-1).sum().backward()
+    per_module = {k.split(".", 1)[1]: sum(v.values()) for k, v in counter.get_flop_counts().items() if k.count(".") == 1}
+    outside = sum(per_module.get(m, 0) for m in OUTSIDE[name])
+    assert outside > 0
+    assert (counter.get_total_flops() - outside) / (cfg.block_size if lm else 1) == entry.non_embedding_flops_per_unit(width, **config)

@@ -139,3 +139,23 @@ def test_converter_reads_rope_and_window_options():
     qwen = llama_config(_config(model_type="qwen2", sliding_window=4096, use_sliding_window=False))
     assert qwen["sliding_window"] is None and qwen["qkv_bias"] is True and qwen["attention_bias"] is False
     assert llama_config(_config(head_dim=32))["head_size"] == 32
+
+
+def test_rope_scaling_beside_rope_parameters_is_read_as_transformers_reads_it():
+    """transformers takes rope_scaling over rope_parameters when a config.json has both; the
+    converter took rope_parameters and built plain RoPE where HF scales it (a silently wrong model)."""
+    transformers = pytest.importorskip("transformers")
+    from flops_fit.parity.convert_llama import llama_config
+
+    config = _config(rope_scaling={"rope_type": "linear", "factor": 2.0})
+    hf = transformers.LlamaConfig.from_dict(config).rope_parameters
+    ours = llama_config(config)
+    assert (ours["rope_type"], ours["rope_factor"], ours["rope_theta"]) == (hf["rope_type"], hf["factor"],
+                                                                          hf["rope_theta"])
+
+
+def test_rope_parameters_that_are_not_an_object_are_refused_by_name():
+    from flops_fit.parity.convert_llama import convert_llama
+
+    with pytest.raises(ConversionError, match=r"rope_parameters='default' \(an object of RoPE parameters, or null\)"):
+        convert_llama({}, _config(rope_parameters="default"))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from flops_fit.parity import case_gpt, case_vit, probe
+from flops_fit.parity import case_gpt, case_llama, case_vit, probe
 from flops_fit.parity.convert_gpt2 import convert_gpt2
 from flops_fit.parity.convert_hf_vit import FAMILIES, convert_hf_vit, hf_vit_config
+from flops_fit.parity.convert_llama import convert_llama
 from flops_fit.parity.convert_llama_attn import convert_llama_attention
 from flops_fit.parity.convert_timm import convert_timm_model, convert_timm_vit
 from flops_fit.parity.convert_torch_mha import convert_torch_mha
@@ -416,3 +419,83 @@ def test_a_bare_assert_in_timm_is_named_by_its_line() -> None:
                                               r"AssertionError at .*test_parity_convert\.py:\d+: "
                                               r"if global_pool not in \(\"\", \"avg\"\): raise AssertionError"):
         build_on_meta("ref", None, {"global_pool": "max"}, {}, refuses, lambda model: None)
+
+
+@pytest.mark.parametrize("family, head", [
+    ("vit", "head.weight"), ("swin", "head.fc.weight"), ("cait", "head.weight"), ("pvt_v2", "head.weight"),
+])
+def test_timm_folder_whose_classifier_tensors_are_gone_is_refused(family, head, tmp_path) -> None:
+    """config.json declares the classes, the weights lack the head: listed as missing, never a
+    silently random head (a feature extractor, num_classes=0, still gets a fresh one)."""
+    from flops_fit.parity import case_cait, case_pvt_v2, case_swin
+    from safetensors.torch import load_file
+
+    reference = {"vit": case_vit.timm_reference, "swin": case_swin.timm_reference,
+                 "cait": case_cait.cait_reference, "pvt_v2": case_pvt_v2.pvt_v2_reference}[family]()
+    case_vit.save_timm(reference, tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    bias = head.replace("weight", "bias")
+    _save({k: v for k, v in tensors.items() if k not in (head, bias)}, tmp_path / "model.safetensors")
+    with pytest.raises(ConversionError, match=rf"missing in the reference: {re.escape(head)}, {re.escape(bias)}"):
+        convert_timm_model(tmp_path)
+
+
+def test_weights_holding_nan_or_inf_are_refused_by_name() -> None:
+    """A damaged checkpoint with NaN / inf weights converted silently into a model whose every
+    output is NaN; each such tensor is now named, through plain, split and packed mappings."""
+    ref = case_gpt.gpt2_reference()
+    state = {k: v.clone() for k, v in ref.state_dict().items()}
+    state["transformer.h.0.mlp.c_fc.weight"][0, :3] = float("nan")
+    state["transformer.h.1.attn.c_attn.weight"][1, 1] = float("inf")
+    with pytest.raises(ConversionError, match=r"holding NaN or inf: transformer\.h\.0\.mlp\.c_fc\.weight \(3 of "
+                                              r"\d+ values\), transformer\.h\.1\.attn\.c_attn\.weight \(1 of \d+"):
+        convert_gpt2(state, ref.config.to_dict())
+    llama = case_llama.hf_reference()  # q, k, v packed into one of ours
+    lstate = {k: v.clone() for k, v in llama.state_dict().items()}
+    lstate["model.layers.0.self_attn.k_proj.weight"][0, 0] = float("-inf")
+    with pytest.raises(ConversionError, match=r"holding NaN or inf: model\.layers\.0\.self_attn\.k_proj\.weight"):
+        convert_llama(lstate, llama.config.to_dict())
+
+
+@pytest.mark.parametrize("converter, key", [
+    ("gpt2", "n_embd"), ("gpt2", "n_positions"), ("llama", "hidden_size"), ("llama", "intermediate_size"),
+    ("hf-vit", "num_hidden_layers"), ("llama-attention", "num_attention_heads"),
+])
+def test_a_config_without_a_size_it_needs_is_refused_by_name(converter, key) -> None:
+    """A config.json missing a size raised a bare KeyError from inside the converter."""
+    if converter == "gpt2":
+        ref, convert = case_gpt.gpt2_reference(), convert_gpt2
+    elif converter == "hf-vit":
+        ref, convert = case_vit.hf_reference(), convert_hf_vit
+    else:
+        ref = case_llama.hf_reference()
+        convert = convert_llama if converter == "llama" else convert_llama_attention
+    config = {k: v for k, v in ref.config.to_dict().items() if k != key}
+    with pytest.raises(ConversionError, match=rf": the config lacks {key}; re-save the model with save_pretrained"):
+        convert(ref.state_dict(), config)
+
+
+@pytest.mark.parametrize("model_args, named", [
+    ([["num_heads", 4]], r"config.json's model_args must be an object of timm arguments, got list"),
+    ({"num_heads": 0}, r"timm refuses these options .*'num_heads': 0}\): integer modulo by zero"),
+], ids=["model-args-a-list", "zero-heads"])
+def test_a_damaged_timm_hub_config_is_one_conversion_error(model_args, named, tmp_path) -> None:
+    """A config.json whose model_args is not an object raised TypeError from dict.update; zero
+    heads raised timm's ZeroDivisionError: both escaped as tracebacks from inside the converter."""
+    import json
+
+    case_vit.save_timm(case_vit.timm_reference(), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_args": model_args}))
+    with pytest.raises(ConversionError, match=named):
+        convert_timm_model(tmp_path)
+
+
+def test_gpt2_converter_refuses_another_model_type_by_name() -> None:
+    """A GPT-NeoX config (or any other model_type) reached the GPT-2 converter's size reads and
+    failed on keys GPT-2 has and it lacks, never saying it is not a GPT-2."""
+    transformers_ = pytest.importorskip("transformers")
+    config = transformers_.GPTNeoXConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                          intermediate_size=64, vocab_size=50).to_dict()
+    with pytest.raises(ConversionError, match=r"HF GPT-2: model_type='gpt_neox' is not supported; it converts 'gpt2'"):
+        convert_gpt2({}, config)

@@ -175,3 +175,122 @@ def test_plugin_cases_run_with_pytest_pyargs_from_outside_the_repository(tmp_pat
     assert "test_parity[toy_parity_plugin/toy-case-cpu-float32] PASSED" in result.stdout
     assert "test_parity[toy_parity_plugin/toy-case-cpu-bfloat16] PASSED" in result.stdout
     assert "2 passed, 3 skipped" in result.stdout  # the cuda runs skip without a GPU
+
+
+class _BrokenSummary:
+    """A failing report whose own summary() raises."""
+
+    passed = False
+
+    def summary(self) -> str:
+        raise ValueError("summary broke")
+
+
+class _UnrulyPlugin:
+    """One case of model 'toy' that misbehaves in the way ``run`` does."""
+
+    def __init__(self, name, run) -> None:
+        self.name, self.run = name, run
+
+    @flops_fit.hookimpl
+    def register_parity_cases(self, register):
+        register(flops_fit.ParityCaseEntry(self.name, model="toy", reference="ref", run=self.run, quick=True))
+
+
+def test_a_case_whose_summary_raises_is_still_a_failed_verdict() -> None:
+    """The gate called the report's summary() outside its guard: the sweep went down with the
+    plugin's traceback instead of refusing to train."""
+    gate = check("toy", host=isolated_host(_UnrulyPlugin("bad-summary", lambda device, dtype: _BrokenSummary())))
+    (outcome,) = gate.outcomes
+    assert outcome.status == "failed" and gate.status == "failed"
+    assert "its report's summary() raised ValueError: summary broke" in outcome.detail
+
+
+def test_a_case_that_calls_sys_exit_is_an_error_not_the_end_of_the_sweep() -> None:
+    """sys.exit inside a plugin's case ended the whole process (the sweep printed only 'case
+    gave up'); it is now that case's error, named, and the gate goes on."""
+    gate = check("toy", host=isolated_host(_UnrulyPlugin("exits", lambda device, dtype: sys.exit("case gave up"))))
+    (outcome,) = gate.outcomes
+    assert outcome.status == "error" and gate.status == "failed"
+    assert outcome.detail == "SystemExit: case gave up"
+
+
+def test_a_model_without_a_case_is_told_how_to_get_one(capsys) -> None:
+    """A registered model with no parity case: the sweep's gate line said only 'no quick parity
+    case is registered', and `flops-fit parity --model` listed every other model's cases."""
+    gate = check("plain", host=isolated_host(_CaselessModel()))
+    assert "register one (quick=True) with register_parity_cases" in gate.summary()
+    from flops_fit.plugin.host import Host, reset_host
+
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("caseless", _CaselessModel())], env={}))
+    try:
+        assert main(["parity", "--model", "plain"]) == 2
+    finally:
+        reset_host(None)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model 'plain' has no parity case registered, so a sweep's gate calls it " \
+                                    "unverified; register one (quick=True) with register_parity_cases" in err
+    assert main(["parity", "--model", "hf-causal-lm"]) == 2  # exempt, and says why
+    assert "model 'hf-causal-lm' has no parity case, by design: the model is the transformers class itself" \
+        in capsys.readouterr().err
+
+
+class _BrokenToDict:
+    passed = True
+
+    def to_dict(self) -> dict:
+        raise KeyError("layers")
+
+
+def test_json_of_a_report_whose_to_dict_raises_is_still_printed(capsys) -> None:
+    """`flops-fit parity --json` went down with the plugin report's to_dict traceback."""
+    from flops_fit.plugin.host import Host, reset_host
+
+    plugin = _UnrulyPlugin("bad-to-dict", lambda device, dtype: _BrokenToDict())
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("unruly", plugin)], env={}))
+    try:
+        assert main(["parity", "--case", "bad-to-dict", "--json"]) == 0
+    finally:
+        reset_host(None)
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["status"] == "passed" and row["report"] == {"passed": True, "to_dict_error": "KeyError: 'layers'"}
+
+
+def test_a_quick_case_for_another_device_is_named_not_called_missing() -> None:
+    """A model whose one quick case runs on CUDA only: the CPU gate said 'no quick parity case is
+    registered for this model: register one', though one is."""
+    class CudaOnly:
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("on-gpu", model="toy", reference="ref", quick=True, devices=("cuda",),
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    gate = check("toy", host=isolated_host(CudaOnly()))
+    assert gate.status == "unverified" and "no quick parity case is registered" not in gate.summary()
+    assert gate.summary().splitlines()[1] == "  on-gpu: skipped: runs on cuda only; this gate runs on cpu, float32"
+
+
+def test_a_case_registered_under_a_misspelt_model_is_pointed_out() -> None:
+    """A plugin whose case says model='plian' for its model 'plain': the gate said only that no
+    case is registered, while `flops-fit parity` ran (and passed) the case under the typo."""
+    class Misspelt:
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("mine", model="plian", reference="ref", quick=True,
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    gate = check("plain", host=isolated_host(_CaselessModel(), Misspelt()))
+    assert gate.status == "unverified"
+    assert "case 'misspelt/mine' names model 'plian', which is not registered: is it meant for 'plain'?" in \
+        gate.summary()
+    alone = check("plain", host=isolated_host(_CaselessModel()))
+    assert "is it meant for" not in alone.summary()
+
+
+def test_the_gate_of_a_model_exempt_by_no_parity_gives_its_reason_not_advice() -> None:
+    """check() on a model whose entry says why no case applies (hf-causal-lm) advised registering
+    a case or setting no_parity, which it has."""
+    gate = flops_fit.check_parity("hf-causal-lm")
+    assert gate.passed and not gate.verified
+    assert gate.summary().splitlines()[1] == ("  no parity case applies: the model is the transformers class itself, "
+                                              "so there is nothing to convert or compare")

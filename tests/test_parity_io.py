@@ -73,3 +73,28 @@ def test_missing_path_and_missing_index_map(tmp_path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text("{}")
     with pytest.raises(WeightFileError, match="has no 'weight_map' object"):
         load_weights(tmp_path)
+
+
+@pytest.mark.parametrize("zipped", [True, False], ids=["zip", "legacy-pickle"])
+def test_a_pickle_checkpoint_renamed_safetensors_is_named_as_pickle(tmp_path, zipped) -> None:
+    """torch.save output under a .safetensors name read as 'truncated or corrupt ... re-download';
+    it is a pickle checkpoint, never unpickled, and the fix is converting it."""
+    path = tmp_path / "model.safetensors"
+    torch.save({"w": torch.ones(3)}, path, _use_new_zipfile_serialization=zipped)
+    with pytest.raises(WeightFileError, match=r"model.safetensors is a pickle checkpoint \(torch.save's format\) "
+                                              r"under a safetensors name; flops-fit never unpickles"):
+        load_weights(tmp_path)
+
+
+@pytest.mark.parametrize("entry", [{"dtype": "F32", "shape": [1]}, {"dtype": "F32", "shape": [1], "data_offsets": "x"},
+                                   [1, 2]], ids=["no-offsets", "offsets-not-a-pair", "not-an-object"])
+def test_a_header_entry_without_its_offsets_is_named_as_corrupt(tmp_path, entry) -> None:
+    """A header whose tensor entry lacks valid data_offsets raised KeyError / IndexError / TypeError."""
+    import struct
+
+    header = json.dumps({"w": entry}).encode()
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+    with pytest.raises(WeightFileError, match=r"model.safetensors is corrupt: its header's entry for tensor 'w' has "
+                                              r"no \[start, end\] data_offsets"):
+        read_safetensors(path)

@@ -280,3 +280,22 @@ def test_runs_trained_together_asked_of_a_plan_that_has_none_is_said():
     tuned = tune_plan(options, {"budgets": [2e7], "sizes": None, "multipliers": [0.5, 1.0, 2.0], "batch_sizes": None,
                                 "beta2s": None}, host=HOST)
     assert len(tuned.runs) == 9 and not any("stack_runs" in n for n in tuned.notes)
+
+
+def test_a_configuration_the_dataset_supplied_names_the_dataset():
+    """swin_tiny_patch4_window7_224 on its default dataset (digits, 8 px) was refused with
+    'stage 2 has an odd resolution 1 ... pick image_size / patch_size', sizes the user never set:
+    the refusal now says which dataset set them."""
+    with pytest.raises(PlanError, match=r"odd resolution 1 .*; set by dataset 'digits': patch_size=2, image_size=8 "
+                                        r"\(give them in \[model\] / model_config, or pick a dataset that fits\)"):
+        plan(model="swin_tiny_patch4_window7_224", budgets=[1e15], sizes=[96, 192, 288], batch_size=8)
+
+
+def test_a_refusal_the_dataset_did_not_cause_is_not_put_on_the_dataset():
+    """The refusal names vocab_size among the config's fields, and the dataset set vocab_size, but the
+    model refuses without the dataset's values too: no 'set by dataset' there."""
+    config = {"model_type": "llama", "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+              "vocab_size": 256}
+    with pytest.raises(PlanError) as err:
+        plan(model="hf-causal-lm", budgets=[1e12], sizes=[32, 64, 96], seq_len=32, model_config={"config": config})
+    assert "the config has no 'hidden_size'" in str(err.value) and "set by dataset" not in str(err.value)

@@ -189,3 +189,11 @@ def test_a_pvt_v2_sweep_plans_and_trains_two_steps():
     spec = dataclasses.replace(plan.runs[0], steps=2, tokens=2 * 8, run_id="")
     result = flops_fit.train(spec)
     assert result.status == "done" and result.loss > 0 and 0.0 <= result.top1_error <= 1.0
+
+
+@pytest.mark.parametrize("name", ["pvt_v2", "pvt_v2_b0"])
+def test_the_entries_plan_on_their_default_dataset(name):
+    """Their default dataset was digits: 8 px images leave a 2x2 map after the stride-4 stem, smaller
+    than the first stage's spatial reduction, so `model = "pvt_v2"` alone refused to plan."""
+    plan = flops_fit.plan(model=name, budgets=[1e13], sizes=[32, 64, 96], batch_size=8, min_steps=1)
+    assert {r.model for r in plan.runs} == {name} and all(r.flops > 0 for r in plan.runs)

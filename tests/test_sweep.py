@@ -323,7 +323,8 @@ def test_the_parity_gates_outcome_is_said_before_the_runs_train(tmp_path, capsys
     sweep(host=HOST, out_dir=tmp_path / "a", **options)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "parity gate for 'tiny-lm' [cpu, float32]: unverified (no quick parity case is registered for " \
-                     "this model)" and err[1].startswith("sweep [")
+                     "this model: register one (quick=True) with register_parity_cases, or give its ModelEntry " \
+                     "no_parity saying why none applies (docs/guide/plugins.md))" and err[1].startswith("sweep [")
     sweep(host=HOST, out_dir=tmp_path / "b", skip_parity=True, **options)
     assert capsys.readouterr().err.splitlines()[0] == "parity gate: overridden (skip_parity=True: the gate was not run)"
     assert main(["status", str(tmp_path / "b")]) == 0

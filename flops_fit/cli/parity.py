@@ -10,7 +10,7 @@ import json
 
 from flops_fit.errors import FlopsFitError
 from flops_fit.plugin import api
-from flops_fit.sweeps.gate import run_case
+from flops_fit.sweeps.gate import HOW_TO_VERIFY, run_case
 from flops_fit.tables import format_table
 
 
@@ -33,10 +33,10 @@ def _cmd_parity(args: argparse.Namespace) -> int:
             raise FlopsFitError("--device cuda: no CUDA device is available here; use --device cpu")
     names = api.list_parity_cases(args.case, model=args.model, qualified=True)
     if not names:
-        raise FlopsFitError(
+        raise FlopsFitError((args.model and not args.case and _caseless_model(args.model)) or (
             f"no parity case matches (model={args.model!r}, case={args.case!r}); "
             f"registered: {', '.join(api.list_parity_cases()) or 'none'}"
-        )
+        ))
     outcomes = []
     for name in names:
         entry = api.parity_case_info(name)
@@ -59,6 +59,17 @@ def _cmd_parity(args: argparse.Namespace) -> int:
             for option, note in (getattr(o.report, "assumptions", None) or {}).items():
                 print(f"{name}: {option} = {note}")
     return 0 if all(o.status in ("passed", "skipped") for _, _, o in outcomes) else 1
+
+
+def _caseless_model(model: str) -> str:
+    """Why a registered model has no case and what to do; "" for a name that is no model."""
+    try:
+        exempt = api.model_info(model).no_parity
+    except FlopsFitError:
+        return ""
+    if exempt is not None:
+        return f"model {model!r} has no parity case, by design: {exempt}"
+    return f"model {model!r} has no parity case registered, so a sweep's gate calls it unverified; {HOW_TO_VERIFY}"
 
 
 def _measures(report: object) -> list[str]:

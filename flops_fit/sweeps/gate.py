@@ -9,6 +9,7 @@ runnable quick case is ``unverified``: ``passed`` is True (nothing failed) but
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import re
 from dataclasses import dataclass, field
@@ -17,6 +18,10 @@ from typing import Any
 
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import ParityCaseEntry, resolve
+
+# what the owner of a model without a parity case can do about it
+HOW_TO_VERIFY = ("register one (quick=True) with register_parity_cases, or give its ModelEntry no_parity saying "
+                 "why none applies (docs/guide/plugins.md)")
 
 
 @dataclass
@@ -30,8 +35,11 @@ class CaseOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         report = self.report
-        if report is not None:  # a plugin's own report may have nothing but ``passed``
-            report = report.to_dict() if callable(getattr(report, "to_dict", None)) else {"passed": report.passed}
+        if report is not None:  # a plugin's own report may have nothing but ``passed``, or a to_dict that breaks
+            try:
+                report = report.to_dict() if callable(getattr(report, "to_dict", None)) else {"passed": report.passed}
+            except Exception as exc:  # noqa: BLE001
+                report = {"passed": self.report.passed, "to_dict_error": f"{type(exc).__name__}: {exc}"}
         return {"case": self.case, "status": self.status, "detail": self.detail, "report": report}
 
 
@@ -41,6 +49,8 @@ class GateReport:
     device: str
     dtype: str
     outcomes: list[CaseOutcome] = field(default_factory=list)
+    note: str = ""  # said where no case ran: a case registered under a misspelt model name
+    exempt: str = ""  # the model entry's no_parity: why no case applies to it
 
     @property
     def passed(self) -> bool:
@@ -57,8 +67,11 @@ class GateReport:
     def summary(self) -> str:
         lines = [f"parity gate for {self.model!r} [{self.device}, {self.dtype}]: {self.status}"]
         lines += [f"  {o.case}: {o.status}{': ' + o.detail if o.detail else ''}" for o in self.outcomes]
-        if not self.outcomes:
-            lines.append("  no quick parity case is registered for this model")
+        if not self.outcomes and self.exempt:
+            lines.append(f"  no parity case applies: {self.exempt}")
+        elif not self.outcomes:
+            lines.append(f"  no quick parity case is registered for this model: {HOW_TO_VERIFY}")
+            lines += [f"  {self.note}"] if self.note else []
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,7 +101,7 @@ def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
         return CaseOutcome(entry.name, "skipped", detail=f"needs {', '.join(missing)} ({install_hint(missing)})")
     try:
         report = resolve(entry.run)(device=device, dtype=dtype)
-    except Exception as exc:  # noqa: BLE001 - a failing case must not stop the gate
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing case (sys.exit too) must not stop the gate
         return CaseOutcome(entry.name, "error", detail=f"{type(exc).__name__}: {exc}")
     if not isinstance(getattr(report, "passed", None), bool):  # the contract is a bool ``passed``, nothing more
         return CaseOutcome(entry.name, "error", detail=(
@@ -97,7 +110,11 @@ def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
     if report.passed:
         return CaseOutcome(entry.name, "passed", report)
     summary = getattr(report, "summary", None)
-    return CaseOutcome(entry.name, "failed", report, summary() if callable(summary) else str(report))
+    try:  # a plugin's own report: its text must not take the gate down either
+        detail = summary() if callable(summary) else str(report)
+    except Exception as exc:  # noqa: BLE001
+        detail = f"its report's summary() raised {type(exc).__name__}: {exc}"
+    return CaseOutcome(entry.name, "failed", report, detail)
 
 
 def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick_only: bool = True,
@@ -109,15 +126,30 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
     gate = GateReport(model_name, device, dtype)
     names = api.list_parity_cases(model=model_name, qualified=True, host=host)
     if not names:
-        api.model_info(model_name, host=host)  # raises UnknownEntryError, with the close names
+        gate.exempt = api.model_info(model_name, host=host).no_parity or ""  # UnknownEntryError names close ones
+        gate.note = _misspelt_cases(model_name, host)
     for name in names:
         entry = api.parity_case_info(name, host=host)
         if quick_only and not entry.quick:
             continue
-        if device not in entry.devices or dtype not in entry.dtypes:
+        if device not in entry.devices or dtype not in entry.dtypes:  # named, so it is not taken for missing
+            where = [", ".join(entry.devices)] if device not in entry.devices else []
+            where += [", ".join(entry.dtypes)] if dtype not in entry.dtypes else []
+            gate.outcomes.append(CaseOutcome(entry.name, "skipped", detail=(
+                f"runs on {' in '.join(where)} only; this gate runs on {device}, {dtype}")))
             continue
         gate.outcomes.append(run_case(entry, device, dtype))
     return gate
+
+
+def _misspelt_cases(model_name: str, host: Any) -> str:
+    """Cases that name an unregistered model spelt close to ``model_name``: likely meant for it."""
+    models = {name: api.parity_case_info(name, host=host).model
+              for name in api.list_parity_cases(qualified=True, host=host)}
+    unknown = sorted(set(models.values()) - set(api.list_models(host=host)))
+    close = set(difflib.get_close_matches(model_name, unknown, n=3, cutoff=0.75))
+    return "; ".join(f"case {name!r} names model {model!r}, which is not registered: is it meant for {model_name!r}?"
+                     for name, model in models.items() if model in close)
 
 
 def gate_line(gate: dict[str, Any]) -> str:

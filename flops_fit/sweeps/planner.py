@@ -208,6 +208,23 @@ def _resolve_configs(
     return full_model, full_dataset, seq_len
 
 
+def _set_by_dataset(entry: ModelEntry, given: dict, dataset: str, dataset_config: dict, refusal: str,
+                    options: SweepOptions) -> str:
+    """"; set by dataset ...": the model keys the dataset changed, when the model takes its configuration
+    without them (the dataset's values caused the refusal); those the refusal names, if it names any."""
+    taken = {k: dataset_config[k] for k in entry.defaults
+             if k not in given and dataset_config.get(k) is not None and dataset_config[k] != entry.defaults[k]}
+    if not taken:
+        return ""
+    try:
+        SizeGrid(entry, entry.config(**given), options.max_size, options.flops_accounting)
+    except Exception:  # noqa: BLE001 - refused without the dataset's values too: not the dataset's doing
+        return ""
+    named = {k: v for k, v in taken.items() if k in refusal} or taken
+    return (f"; set by dataset {dataset!r}: {', '.join(f'{k}={v!r}' for k, v in named.items())} (give them in "
+            "[model] / model_config, or pick a dataset that fits)")
+
+
 def _check_model_fits_dataset(entry: ModelEntry, dataset_entry: DatasetEntry, full_model: dict,
                               full_dataset: dict) -> None:
     """Refuse a model set (``model_config``) against the data it is fed: a head with fewer classes, or a
@@ -259,6 +276,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     loss_entry = api.loss_info(loss, host=host)
     if loss_entry.task != entry.task:
         raise PlanError(f"loss {loss!r} is for task {loss_entry.task!r}, but model {model!r} solves {entry.task!r}")
+    given = options.model_config
     model_config, dataset_config, seq_len = _resolve_configs(
         entry, dataset_entry, options.model_config, options.dataset_config, options.seq_len)
     options = options.replace(dataset=dataset, loss=loss, seq_len=seq_len, model_config=model_config,
@@ -268,7 +286,9 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
     except (PlanError, EntryError):  # an EntryError is the plugin's fault, not the configuration's
         raise
     except (ValueError, TypeError) as exc:  # the model's own checks of its configuration
-        raise PlanError(f"model {model!r} refuses its configuration ([model] table / model_config): {exc}") from None
+        source = _set_by_dataset(entry, given, dataset, dataset_config, str(exc), options)
+        raise PlanError(f"model {model!r} refuses its configuration ([model] table / model_config): {exc}{source}") \
+            from None
     hparams = options.hparams
     width_like = entry.size_param in WIDTH_PARAMS
     batch_size = options.batch_size

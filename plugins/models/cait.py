@@ -72,8 +72,9 @@ class CaitConfig:
             raise ValueError(f"act_layer must be one of {ACTIVATIONS}, got {self.act_layer!r}")
         if not self.norm_eps > 0:
             raise ValueError(f"norm_eps must be positive, got {self.norm_eps!r}")
-        if not self.init_values > 0:
-            raise ValueError(f"init_values (LayerScale) must be positive, got {self.init_values!r}")
+        value = self.init_values
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"init_values (LayerScale) must be positive, got {value!r}: CaiT always has LayerScale")
 
     @property
     def num_patches(self) -> int:

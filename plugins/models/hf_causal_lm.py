@@ -64,6 +64,9 @@ def load_config(source: Any) -> dict[str, Any]:
             raise ValueError(f"config {str(path)!r} is not JSON: {exc}") from None
     else:
         raise ValueError('pass config = "path/to/config.json" (or its folder): the Hugging Face config to scale')
+    if not isinstance(config, dict):
+        raise ValueError(f"config {str(path)!r} holds a JSON {type(config).__name__}, not an object: give a transformers "
+                         "config.json")
     if not isinstance(config.get("model_type"), str):
         raise ValueError(f"config {source if isinstance(source, str) else '(inline)'} has no model_type: "
                          "give a transformers config.json (it names its model_type, e.g. \"llama\")")

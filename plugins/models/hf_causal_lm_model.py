@@ -28,12 +28,18 @@ def hf_config(size: int, attn_implementation: str | None = None, **config: Any) 
     """The ``transformers`` config of ``size`` under the ``[model]`` table's rule. Its attention is
     ``attn_implementation``, or by default transformers' own choice: SDPA where the class has it,
     eager otherwise (Gemma2 has none: asking every class for SDPA refused it)."""
-    from transformers import AutoConfig
+    import transformers
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     values = Rule(**config).at(size)
     values.pop("architectures", None)
     kind = values.pop("model_type")
     values.pop("transformers_version", None)
+    if kind not in CONFIG_MAPPING:  # transformers' own refusal lists all of its model types on one line
+        close = difflib.get_close_matches(kind, list(CONFIG_MAPPING.keys()), n=3)
+        raise ValueError(f"model_type {kind!r} is not one this transformers ({transformers.__version__}) knows"
+                         + (f"; close ones: {', '.join(map(repr, close))}" if close else "")
+                         + ": fix the config's model_type, or upgrade transformers")
     for key in ("torch_dtype", "dtype"):  # a hub config's "bfloat16" built bf16 weights: the sweep's precision decides
         values.pop(key, None)
     for key in ("_attn_implementation", "attn_implementation"):  # the config's own hardware's (flash_attention_2)

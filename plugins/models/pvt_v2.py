@@ -242,7 +242,8 @@ PVT_V2_B0 = {**PVT_V2_DEFAULTS, "num_heads": (1, 2, 5, 8), "sr_ratios": (8, 4, 2
 
 
 # the shared entry fields; the builder is pvt_v2_model.build
-FAMILY = flops_fit.model_family(__name__, task=flops_fit.TASK_IMAGE_CLASSIFICATION, default_datasets=("digits",))
+# glyphs, 32 px: digits' 8 px leave a 2x2 map after the stride-4 stem, below the first spatial reduction
+FAMILY = flops_fit.model_family(__name__, task=flops_fit.TASK_IMAGE_CLASSIFICATION, default_datasets=("glyphs",))
 
 
 @flops_fit.hookimpl

@@ -105,6 +105,9 @@ def training_from_forward(forward_flops: float) -> float:
 def valid_widths(config_class: type, lo: int, hi: int, config: dict, heads_key: str, kv_key: str) -> list[int]:
     """Widths in [lo, hi] whose heads fit; other configuration errors are raised, not hidden."""
     heads, kv_heads = config.get(heads_key), config.get(kv_key)
+    for key, value in ((heads_key, heads), (kv_key, kv_heads)):
+        if value is not None:  # no width can fix a head count that is not a positive int: name it
+            positive_int(value, key)
     if isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads > 0 and heads % kv_heads:
         raise ValueError(  # no width can fix this: say so instead of finding no valid width
             f"{kv_key}={kv_heads} does not divide {heads_key}={heads}: the query heads share the key/value "
