@@ -410,8 +410,8 @@ def withheld_fields(row: Any, unit: str = "tokens", losses: tuple[float, float] 
                 bounds = f"spans over {fmt.SPAN_LIMIT:g}x"
         else:
             alone, bounds = fmt.loss_point(value, lowest, highest), fmt.loss_bounds(lo, hi, lowest, highest)
-        if alone is None and k in ("tokens_per_param", "loss") and ("N_opt" in out or "D_opt" in out):
-            alone = "no model"  # the optimum names none: its ratio and loss are no model's
+        if k in ("tokens_per_param", "loss") and ("N_opt" in out or "D_opt" in out):
+            alone = "no model"  # the optimum names none: its ratio and loss are no model's, whatever else they are
         if alone is not None:
             out.update({k: alone, f"{k}_lo": alone, f"{k}_hi": alone})
             continue
