@@ -244,7 +244,7 @@ def extensions(trained: Iterable[Key], pool: Mapping[float, Sequence[float]], lo
 
 def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
                  spend: Callable[[Iterable[Key]], float], target: float, reading: Reading, *, batch: int = 1,
-                 sizes: int = SIZES, cap: float | None = None) -> list[Choice]:
+                 sizes: int = SIZES, cap: float | None = None, goal: float | None = None) -> list[Choice]:
     """Up to ``batch`` choices: first the extensions of budgets whose optimum is not observed yet,
     then untrained budgets one after another by the expected drop of the forecast interval's log
     half-width per FLOP they add (without a forecast: the cheapest untrained budget, which adds a
@@ -267,7 +267,7 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
         done = {b for b, _ in chosen}
         left = [b for b in pool if b not in done]
         if reading.expected is not None:  # budgets and sizes ranked alike by what they are expected to do
-            best = ranked_choice(chosen, pool, spend, target, reading, sizes=sizes, cap=cap)
+            best = ranked_choice(chosen, pool, spend, target, reading, sizes=sizes, cap=cap, goal=goal)
             if best is None:
                 break
             out.append(best)
@@ -318,13 +318,17 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
 
 def ranked_choice(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
                   spend: Callable[[Iterable[Key]], float], target: float, reading: Reading, *, sizes: int = SIZES,
-                  cap: float | None = None) -> Choice | None:
-    """The next runs by the expected drop of the interval's log half-width per FLOP (``reading.expected``):
-    each untrained budget (its ``sizes`` sizes nearest the fitted N_opt: a split, and beyond the largest a
+                  cap: float | None = None, goal: float | None = None) -> Choice | None:
+    """The next runs by what they are expected to do to the interval (``reading.expected``): each
+    untrained budget (its ``sizes`` sizes nearest the fitted N_opt: a split, and beyond the largest a
     shorter reach) and each trained budget's ``EXTEND`` untrained sizes nearest it (a less noisy
-    optimum), each credited with the best gain per FLOP of the cheapest set of candidates it starts
-    (one split may leave the error model above the reach law's bound where two bring it under);
-    equal gains go to the cheapest. None when nothing is left under ``cap``."""
+    optimum). Sets are read as each candidate with the j cheapest others (one split may leave the error
+    model above the reach law's bound where two bring it under). With ``goal`` (the rule's factor) the
+    cheapest set expected to bring the interval within it, its cheapest candidate first (the rest is
+    chosen again once its interval is measured: a cheap run may do what was expected of a costly one;
+    the costliest first took Epoch's Chinchilla to 62% of the FLOPs); without one, or none expected to
+    reach it, the candidate whose set drops the log half-width most per FLOP, equal gains to the
+    cheapest. None when nothing is left under ``cap``."""
     expected = reading.expected
     base = spend(trained)
     largest = max(b for b, _ in trained)
@@ -344,6 +348,8 @@ def ranked_choice(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
         return None
     options.sort(key=lambda o: (o[0], o[1]))
     now = expected.half(target / largest)
+    aim = math.log(goal) if goal else -math.inf
+    meeting: list[tuple[float, float, list[tuple]]] = []  # sets expected to meet the goal: (FLOPs, half, members)
 
     def plan(first: tuple) -> tuple[float, float, int, float]:
         """The best (gain per FLOP, expected half-width, how many others, FLOPs) of ``first`` with the j
@@ -357,18 +363,30 @@ def ranked_choice(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
             half = expected.half(reach, sum(m[3] for m in members), sum(m[4] for m in members))
             keys = [*trained, *((m[1], s) for m in members for s in m[2])]
             flops = max(spend(keys) - base, 1.0)
+            if half <= aim + 1e-12:
+                meeting.append((flops, half, list(members)))
             if (now - half) / flops > best[0] * (1 + 1e-9):
                 best = ((now - half) / flops, half, len(members) - 1, flops)
         return best
 
     scored = sorted(((*plan(o), o) for o in options), key=lambda p: (-p[0], p[4][0], p[4][1]))
     gain, half, others, flops, (cost, b, picked, new, _) = scored[0]
+    if meeting:
+        flops, half, members = min(meeting, key=lambda m: (m[0], m[1]))
+        cost, b, picked, new, _ = min(members, key=lambda m: (m[0], m[1]))
+        gain = next(p[0] for p in scored if p[4][1] == b)
     what = (f"budget {b:.3g} ({len(picked)} sizes around N_opt)" if new else
             f"budget {b:.3g}: {len(picked)} more of its sizes, nearest its fitted N_opt (a less noisy optimum)")
-    if gain > 0:
+    if meeting:
+        rest = [_option_name(m) for m in members if m[1] != b]
+        why = (f"the interval's log half-width at the target {now:.3g} -> {half:.3g} expected "
+               + (f"with {', '.join(rest)} ({flops:.3g} FLOPs together)" if rest else f"for {cost:.3g} FLOPs")
+               + f": the cheapest of the sets of {len(options)} candidates expected to bring it within the rule's "
+               f"x{goal:g} ({aim:.3g})" + (", its cheapest first (the rest is chosen again once its interval is measured)" if rest else ""))
+    elif gain > 0:
         runner = next((p for p in scored[1:]), None)
         with_ = (f" with the {others} cheapest other candidate{'s' if others != 1 else ''} ({flops:.3g} FLOPs "
-                 "together: one alone is not expected to)" if others else "")
+                 "together: more per FLOP than alone)" if others else "")
         why = (f"the interval's log half-width at the target {now:.3g} -> {half:.3g} expected{with_}, for "
                f"{cost:.3g} FLOPs: the most per FLOP of {len(options)} candidate{'s' if len(options) != 1 else ''}"
                + (f"; next best {_option_name(runner[4])} at {runner[0] / gain:.0%} of its gain per FLOP"
@@ -510,7 +528,7 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
             design.stopped = reason
         else:
             batch_choices = next_choices(design.keys, pool, spend, target, reading, batch=batch, sizes=sizes,
-                                         cap=rule.flops_cap)
+                                         cap=rule.flops_cap, goal=rule.n_opt_factor)
             if not batch_choices:
                 untrained = {(b, s) for b in pool for s in pool[b]} - set(design.keys)
                 design.stopped = ("every run of the pool is trained" if not untrained else
