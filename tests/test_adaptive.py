@@ -638,3 +638,26 @@ def test_sizes_at_a_trained_budget_are_ranked_with_the_budgets_by_the_noise_they
     (choice,) = next_choices(trained, pool, spend, 6.4e19, reading, sizes=5)
     assert (choice.budget, choice.sizes) == (1.6e18, (1.0, 16.0)) and choice.score > 0
     assert "less noisy optimum" in choice.reason and "expected" in choice.reason
+
+
+def test_with_a_rule_the_design_buys_the_cheapest_set_expected_to_meet_it():
+    """Per FLOP a cheap split below the target's reach wins, yet only the largest budget's shorter reach
+    is expected to bring the interval within the rule: with the rule's factor the design chooses the
+    cheapest set expected to meet it (ml-scalefit's Chinchilla trained 6e20, 1e21 and 1e20 before the
+    3e21 its rule needed: 57% of the FLOPs)."""
+    sizes = [1.0, 2.0, 4.0, 8.0, 16.0]
+    pool = {b: sizes for b in (1e17, 2e17, 4e17, 8e17, 1.6e18, 3.2e18, 6.4e18)}
+    spend = lambda keys: sum(b for b, _ in set(keys))  # noqa: E731
+    trained = [(b, s) for b in (1e17, 2e17, 4e17, 8e17) for s in sizes]
+    losses = {(b, s): 3.0 + 0.1 * math.log(s / 4.0) ** 2 for b, s in trained}
+    reading = _bound_reading(trained, losses, 10.0)  # a bound far away: the error model alone
+    target, expected = 6.4e19, reading.expected
+    reach = expected.half(target / 6.4e18, 1)
+    assert expected.half(target / 3.2e18, 2) > reach  # the two cheaper budgets together do not reach it
+    (plain,) = next_choices(trained, pool, spend, target, reading, sizes=5)
+    assert plain.budget != 6.4e18 and "per FLOP" in plain.reason
+    (aimed,) = next_choices(trained, pool, spend, target, reading, sizes=5, goal=math.exp(reach))
+    assert aimed.budget == 6.4e18 and "the cheapest of the sets" in aimed.reason
+    # a goal no set is expected to meet: the most per FLOP, as without one
+    (far,) = next_choices(trained, pool, spend, target, reading, sizes=5, goal=1.01)
+    assert far.budget == plain.budget
