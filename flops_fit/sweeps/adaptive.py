@@ -714,10 +714,12 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
     total = spend(plan_keys(plan))
     rest = [b for b in pool if b not in {c.budget for c in first}]
     most = max((len(pool[b]) for b in rest), default=sizes)  # a budget planned with fewer sizes gives them all
-    each = (f"{sizes} sizes around the fitted N_opt; once every budget is trained, {EXTEND} more sizes of one at a "
-            f"time, the cheapest" if most > sizes else f"its {most} planned sizes")
-    then = (f"one budget at a time of the other {len(rest)} ({each}), the one expected to shrink the forecast's "
-            f"interval of N_opt at the target {target:.3g} most per FLOP" if rest else
+    each = f"{sizes} sizes around the fitted N_opt" if most > sizes else f"its {most} planned sizes"
+    aim = (f"the cheapest expected to bring the forecast's interval of N_opt at the target {target:.3g} within "
+           f"{rule.n_opt_factor:g}x, else the most" if rule.n_opt_factor else
+           f"the one expected to shrink the forecast's interval of N_opt at the target {target:.3g} most")
+    then = (f"one budget at a time of the other {len(rest)} ({each}) or {EXTEND} more sizes at a budget already "
+            f"trained (a less noisy optimum): {aim} per FLOP" if rest else
             f"nothing: the first batch is every budget, so there is nothing left to choose (list more budgets, or "
             f"--start fewer than {len(pool)}); the forecast aims at the target {target:.3g}")
     return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{c.budget:.3g}' for c in first)}: "
