@@ -11,15 +11,17 @@ reach ln(target / largest budget fitted), so, unlike a bootstrap interval, a few
 cannot make it narrow. Without a forecast (too few budgets with an interior minimum to chain)
 the rule cannot stop on the interval; the design says so and goes on.
 
-The next runs: for each untrained budget of the pool, its ``sizes`` sizes nearest the fitted
-N_opt at that budget (a budget's runs far from its optimum say little), scored by the expected
-drop of the interval's log half-width per FLOP they add. The expected half-width is the current
-error model's at the reach the candidate leaves (target / max(largest fitted, candidate)), with
-one more split of evidence; no constant is fitted to any data. A budget whose trained minimum
-lies at the edge of its sizes gets its next sizes on that side first (its optimum is not yet
-observed). With every budget trained and the rule not met, the untrained sizes nearest a
-budget's fitted N_opt, the cheapest budget first, until the pool is spent. Every choice keeps its
-reason: the half-width before and expected after, the FLOPs, the runner-up.
+The next runs: each untrained budget of the pool (its ``sizes`` sizes nearest the fitted N_opt
+at that budget: a budget's runs far from its optimum say little) and each trained budget's
+untrained sizes nearest it, scored by the expected drop of the interval's log half-width per FLOP
+they add, read from the machinery that builds the interval (``sweeps.expected``): a budget adds a
+split of evidence to the error model (and beyond the largest shortens the reach), sizes make a
+budget's observed optimum, which every split's z reads, less noisy. One split may leave the error
+model above the reach law's bound where two bring it under, so each candidate is credited with the
+cheapest set of candidates it starts; equal gains go to the cheapest. No constant is fitted to any
+data. A budget whose trained minimum lies at the edge of its sizes gets its next sizes on that side
+first (its optimum is not yet observed). Every choice keeps its reason: the half-width before and
+expected after, the FLOPs, the runner-up.
 
 Stopping rule (``StopRule``): ``"n_opt<=2x"``: the forecast's interval lies within a factor 2
 of its estimate on both sides (at 95%, never below about 1.74: ``reach_law.CAPPED``);
@@ -43,10 +45,12 @@ from flops_fit.errors import FitInputError, OptionError
 from flops_fit.executors.stopping import request_stop
 from flops_fit.fitting import fit
 from flops_fit.fitting.inputs import Runs, load_runs
-from flops_fit.fitting.validation.prior import shipped_laws
+from flops_fit.fitting.validation.drift import FIELDS, Prior, split_slopes
+from flops_fit.fitting.validation.prior import POOLED, shipped_laws
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.driver import check_run_options, run_plan
+from flops_fit.sweeps.expected import Expectation
 from flops_fit.tables import shortest
 from flops_fit.training.wsd import executed_in_order
 
@@ -157,6 +161,7 @@ class Reading:
     optimum: Callable[[float], float] | None = None
     losses: Mapping[Key, float] = field(default_factory=dict)
     measured: Mapping[Key, float] | None = None  # each trained run's loss, fit or not (None: not said): runs failed
+    expected: Expectation | None = None  # what a candidate is expected to do to the interval (None: ``half`` alone)
 
     @property
     def factor(self) -> float:
@@ -239,7 +244,7 @@ def extensions(trained: Iterable[Key], pool: Mapping[float, Sequence[float]], lo
 
 def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
                  spend: Callable[[Iterable[Key]], float], target: float, reading: Reading, *, batch: int = 1,
-                 sizes: int = SIZES, cap: float | None = None) -> list[Choice]:
+                 sizes: int = SIZES, cap: float | None = None, goal: float | None = None) -> list[Choice]:
     """Up to ``batch`` choices: first the extensions of budgets whose optimum is not observed yet,
     then untrained budgets one after another by the expected drop of the forecast interval's log
     half-width per FLOP they add (without a forecast: the cheapest untrained budget, which adds a
@@ -261,6 +266,13 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
     while len(out) < batch:
         done = {b for b, _ in chosen}
         left = [b for b in pool if b not in done]
+        if reading.expected is not None:  # budgets and sizes ranked alike by what they are expected to do
+            best = ranked_choice(chosen, pool, spend, target, reading, sizes=sizes, cap=cap, goal=goal)
+            if best is None:
+                break
+            out.append(best)
+            chosen += best.keys
+            continue
         if not left:  # every budget trained, the rule not met: more sizes, until the pool is spent
             more = more_sizes(chosen, pool, spend, reading, cap=cap)
             if more is None:
@@ -302,6 +314,91 @@ def next_choices(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
                               f"the target {now:.3g} -> {expected[b]:.3g} expected for {cost:.3g} FLOPs, {why}"))
         chosen += out[-1].keys
     return out
+
+
+def ranked_choice(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
+                  spend: Callable[[Iterable[Key]], float], target: float, reading: Reading, *, sizes: int = SIZES,
+                  cap: float | None = None, goal: float | None = None) -> Choice | None:
+    """The next runs by what they are expected to do to the interval (``reading.expected``): each
+    untrained budget (its ``sizes`` sizes nearest the fitted N_opt: a split, and beyond the largest a
+    shorter reach) and each trained budget's ``EXTEND`` untrained sizes nearest it (a less noisy
+    optimum). Sets are read as each candidate with the j cheapest others (one split may leave the error
+    model above the reach law's bound where two bring it under). With ``goal`` (the rule's factor) the
+    cheapest set expected to bring the interval within it, its cheapest candidate first (the rest is
+    chosen again once its interval is measured: a cheap run may do what was expected of a costly one;
+    the costliest first took Epoch's Chinchilla to 62% of the FLOPs); without one, or none expected to
+    reach it, the candidate whose set drops the log half-width most per FLOP, equal gains to the
+    cheapest. None when nothing is left under ``cap``."""
+    expected = reading.expected
+    base = spend(trained)
+    largest = max(b for b, _ in trained)
+    done = pool_of(trained)
+    options = []  # (cost, budget, sizes, new budget?, what it takes off the splits' variance of z)
+    for b in pool:
+        centre = reading.optimum(b) if reading.optimum else None
+        new = b not in done
+        rest = pool[b] if new else [s for s in pool[b] if s not in done[b]]
+        if not rest:
+            continue
+        picked = nearest_sizes(rest, centre, sizes if new else EXTEND)[:sizes if new else EXTEND]
+        cost = max(spend([*trained, *((b, s) for s in picked)]) - base, 1.0)
+        if cap is None or base + cost <= cap:
+            options.append((cost, b, picked, new, 0.0 if new else expected.less_for(b, picked)))
+    if not options:
+        return None
+    options.sort(key=lambda o: (o[0], o[1]))
+    now = expected.half(target / largest)
+    aim = math.log(goal) if goal else -math.inf
+    meeting: list[tuple[float, float, list[tuple]]] = []  # sets expected to meet the goal: (FLOPs, half, members)
+
+    def plan(first: tuple) -> tuple[float, float, int, float]:
+        """The best (gain per FLOP, expected half-width, how many others, FLOPs) of ``first`` with the j
+        cheapest others."""
+        best = (0.0, now, 0, first[0])
+        members = [first]
+        for other in [None, *(o for o in options if o is not first)]:
+            if other is not None:
+                members.append(other)
+            reach = target / max([largest, *(m[1] for m in members if m[3])])
+            half = expected.half(reach, sum(m[3] for m in members), sum(m[4] for m in members))
+            keys = [*trained, *((m[1], s) for m in members for s in m[2])]
+            flops = max(spend(keys) - base, 1.0)
+            if half <= aim + 1e-12:
+                meeting.append((flops, half, list(members)))
+            if (now - half) / flops > best[0] * (1 + 1e-9):
+                best = ((now - half) / flops, half, len(members) - 1, flops)
+        return best
+
+    scored = sorted(((*plan(o), o) for o in options), key=lambda p: (-p[0], p[4][0], p[4][1]))
+    gain, half, others, flops, (cost, b, picked, new, _) = scored[0]
+    if meeting:
+        flops, half, members = min(meeting, key=lambda m: (m[0], m[1]))
+        cost, b, picked, new, _ = min(members, key=lambda m: (m[0], m[1]))
+        gain = next(p[0] for p in scored if p[4][1] == b)
+    what = (f"budget {b:.3g} ({len(picked)} sizes around N_opt)" if new else
+            f"budget {b:.3g}: {len(picked)} more of its sizes, nearest its fitted N_opt (a less noisy optimum)")
+    if meeting:
+        rest = [_option_name(m) for m in members if m[1] != b]
+        why = (f"the interval's log half-width at the target {now:.3g} -> {half:.3g} expected "
+               + (f"with {', '.join(rest)} ({flops:.3g} FLOPs together)" if rest else f"for {cost:.3g} FLOPs")
+               + f": the cheapest of the sets of {len(options)} candidates expected to bring it within the rule's "
+               f"x{goal:g} ({aim:.3g})" + (", its cheapest first (the rest is chosen again once its interval is measured)" if rest else ""))
+    elif gain > 0:
+        runner = next((p for p in scored[1:]), None)
+        with_ = (f" with the {others} cheapest other candidate{'s' if others != 1 else ''} ({flops:.3g} FLOPs "
+                 "together: more per FLOP than alone)" if others else "")
+        why = (f"the interval's log half-width at the target {now:.3g} -> {half:.3g} expected{with_}, for "
+               f"{cost:.3g} FLOPs: the most per FLOP of {len(options)} candidate{'s' if len(options) != 1 else ''}"
+               + (f"; next best {_option_name(runner[4])} at {runner[0] / gain:.0%} of its gain per FLOP"
+                  if runner is not None else ""))
+    else:
+        why = (f"the interval's log half-width at the target {now:.3g}: none of {len(options)} candidate"
+               f"{'s' if len(options) != 1 else ''} is expected to narrow it: the cheapest, {cost:.3g} FLOPs")
+    return Choice(b, tuple(picked), cost, gain, f"{what}: {why}")
+
+
+def _option_name(option: tuple) -> str:
+    return f"budget {option[1]:.3g}" if option[3] else f"{len(option[2])} sizes at {option[1]:.3g}"
 
 
 def more_sizes(trained: Sequence[Key], pool: Mapping[float, Sequence[float]],
@@ -431,7 +528,7 @@ def run_design(pool: Mapping[float, Sequence[float]], spend: Callable[[Iterable[
             design.stopped = reason
         else:
             batch_choices = next_choices(design.keys, pool, spend, target, reading, batch=batch, sizes=sizes,
-                                         cap=rule.flops_cap)
+                                         cap=rule.flops_cap, goal=rule.n_opt_factor)
             if not batch_choices:
                 untrained = {(b, s) for b in pool for s in pool[b]} - set(design.keys)
                 design.stopped = ("every run of the pool is trained" if not untrained else
@@ -482,7 +579,26 @@ def forecast_reading(fitted: Any, target: float, losses: Mapping[Key, float]) ->
 
     n_opt, lo, hi = forecast.n_opt
     return Reading(float(n_opt), float(lo), float(hi), float(forecast.ratio), half=half, optimum=optimum,
-                   losses=losses)
+                   losses=losses, expected=_expectation(forecast, losses))
+
+
+def _expectation(forecast: Any, losses: Mapping[Key, float]) -> Expectation | None:
+    """The ``Expectation`` of the forecast's N_opt answer: its error model and pooled prior, and the
+    splits its members share (each split's predictions: budget, ratio), as ``forecast._average`` reads them."""
+    answer = forecast.answers["n_opt"]
+    prior = (forecast.prior.get("answers", {}).get("n_opt", {}) or {}).get(POOLED)
+    if prior is None or not dataclasses.is_dataclass(answer.model):
+        return None
+    members = {(m["method"], m["scale"], m["focus"]) for m in answer.members}
+    mine = [r for r in forecast.records if (r.method, r.scale, r.focus) in members]
+    common = set.intersection(*(set(split_slopes([r for r in mine if (r.method, r.scale, r.focus) == key],
+                                                 FIELDS["n_opt"])) for key in members))
+    splits: dict[float, dict[float, float]] = {}
+    for r in mine:
+        if r.fitted_upto in common:
+            splits.setdefault(float(r.fitted_upto), {})[float(r.budget)] = float(r.ratio)
+    return Expectation(answer.model, Prior(**prior), forecast.level, answer.bounded,
+                       {k: sorted(v.items()) for k, v in splits.items()}, losses)
 
 
 def _optimum(fitted: Any, forecast: Any) -> Callable[[float], float] | None:
@@ -598,10 +714,12 @@ def describe_start(plan: Any, rule: StopRule, *, target: float | None = None, st
     total = spend(plan_keys(plan))
     rest = [b for b in pool if b not in {c.budget for c in first}]
     most = max((len(pool[b]) for b in rest), default=sizes)  # a budget planned with fewer sizes gives them all
-    each = (f"{sizes} sizes around the fitted N_opt; once every budget is trained, {EXTEND} more sizes of one at a "
-            f"time, the cheapest" if most > sizes else f"its {most} planned sizes")
-    then = (f"one budget at a time of the other {len(rest)} ({each}), the one expected to shrink the forecast's "
-            f"interval of N_opt at the target {target:.3g} most per FLOP" if rest else
+    each = f"{sizes} sizes around the fitted N_opt" if most > sizes else f"its {most} planned sizes"
+    aim = (f"the cheapest expected to bring the forecast's interval of N_opt at the target {target:.3g} within "
+           f"{rule.n_opt_factor:g}x, else the most" if rule.n_opt_factor else
+           f"the one expected to shrink the forecast's interval of N_opt at the target {target:.3g} most")
+    then = (f"one budget at a time of the other {len(rest)} ({each}) or {EXTEND} more sizes at a budget already "
+            f"trained (a less noisy optimum): {aim} per FLOP" if rest else
             f"nothing: the first batch is every budget, so there is nothing left to choose (list more budgets, or "
             f"--start fewer than {len(pool)}); the forecast aims at the target {target:.3g}")
     return (f"adaptive: first batch: the {start} smallest budgets {', '.join(f'{c.budget:.3g}' for c in first)}: "

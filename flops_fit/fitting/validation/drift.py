@@ -176,8 +176,14 @@ def error_model(slopes: Sequence[float], prior: Prior, *, reach: float = np.inf,
     if carry not in CARRIES:
         raise ValueError(f"carry must be one of {', '.join(CARRIES)}; got {carry!r}")
     z = np.asarray(slopes, float)
-    k = int(z.size)
     mean, own_var, n_eff = weighted_moments(z)
+    return moderated(mean, own_var, int(z.size), n_eff, prior, reach=reach, carry=carry)
+
+
+def moderated(mean: float, own_var: float, k: int, n_eff: float, prior: Prior, *, reach: float = np.inf,
+              carry: str = CARRY) -> ErrorModel:
+    """The error model from its splits' weighted mean and variance of z (``k`` splits, ``n_eff``
+    effective): ``error_model``'s moderation and shrinkage, shared with ``expected_model``."""
     dof_own = n_eff - 1 if k > 1 else 0.0
     var = (prior.nu0 * prior.s0 ** 2 + (dof_own * own_var if k > 1 else 0.0)) / (prior.nu0 + dof_own)
     se2 = var / n_eff
@@ -188,5 +194,22 @@ def error_model(slopes: Sequence[float], prior: Prior, *, reach: float = np.inf,
                       dof=float(prior.nu0 + dof_own), reach=float(reach), carry=carry)
 
 
-__all__ = ["CARRIES", "CARRY", "FIELDS", "MIN_RATIO", "ErrorModel", "Prior", "error_model", "reach", "split_slopes",
-           "split_weights", "weighted_moments"]
+def expected_model(model: ErrorModel, prior: Prior, *, more: int = 0, less: float = 0.0) -> ErrorModel:
+    """The model expected after ``more`` splits and with ``less`` taken off the splits' own variance of
+    z (the noise of observed optima that more sizes remove): new splits are expected to spread as the
+    splits so far (their own variance kept, or the moderated scatter with one split), so what they add
+    is evidence: more own degrees of freedom, the scatter moved from the prior's toward the sweep's own,
+    the drift's sd and Student's quantile smaller. With neither, the model as it is (an adaptive design
+    reads what a candidate's runs are expected to do to the interval from the same moderation)."""
+    k = model.splits + int(more)
+    if k == model.splits and not less:
+        return model
+    own = model.own_scatter ** 2 if model.splits > 1 and np.isfinite(model.own_scatter) else model.scatter ** 2
+    w = split_weights(k)
+    n_eff = float(w.sum() ** 2 / np.sum(w * w))
+    return moderated(model.own_drift, max(own - float(less), 0.0), k, n_eff, prior, reach=model.reach,
+                     carry=model.carry)
+
+
+__all__ = ["CARRIES", "CARRY", "FIELDS", "MIN_RATIO", "ErrorModel", "Prior", "error_model", "expected_model", "moderated",
+           "reach", "split_slopes", "split_weights", "weighted_moments"]
