@@ -166,3 +166,32 @@ def test_a_failed_run_retried_outside_is_recorded_in_its_place_only_when_asked(p
     capsys.readouterr()
     assert main(["record", str(out), run, "--result", str(files["retry"]), "--retry-failed"]) == 2  # done: once
     assert capsys.readouterr().err.strip().endswith("(done); a run is recorded once")
+
+
+def test_run_ids_as_printed_are_taken_where_a_command_takes_one(planned, tmp_path, capsys):
+    """Status, progress and a sweep's failure summary print 8-character run ids, but `flops-fit record OUT
+    87d8b5f1` and `train-run` refused them ("not in the plan"). A unique prefix of 8 or more characters now
+    names its run; a shorter one says how long a prefix must be; an ambiguous one names its matches."""
+    import dataclasses
+
+    from flops_fit.store.run_store import planned_run
+
+    _, out, exported = planned
+    run = exported["runs"][1]
+    (tmp_path / "done.json").write_text(json.dumps({"loss": 3.5, "tokens": run["tokens"]}))
+    assert main(["record", str(out), run["run_id"][:8], "--result", str(tmp_path / "done.json")]) == 0
+    assert f"run {run['run_id']}: done" in capsys.readouterr().out
+    assert rows(out)[run["run_id"]][:2] == ("done", 3.5)
+    # train-run finds the run by its prefix too (and refuses it: it has a result, named by its whole id)
+    assert main(["train-run", str(out), run["run_id"][:10]]) == 2
+    assert f"run {run['run_id']} already has a result in {out} (done)" in capsys.readouterr().err
+    assert main(["train-run", str(out), run["run_id"][:4]]) == 2
+    assert "is not in the plan stored in" in (err := capsys.readouterr().err)
+    assert "a prefix needs at least 8 characters" in err and err.count("\n") == 1
+    with RunStore(out) as store:
+        runs = store.planned_runs()
+    twins = [dataclasses.replace(runs[0], run_id="87d8b5f1" + "0" * 8),
+             dataclasses.replace(runs[1], run_id="87d8b5f1" + "1" * 8)]
+    with pytest.raises(StoreError, match="ambiguous in .*: it starts 87d8b5f100000000, 87d8b5f111111111"):
+        planned_run(twins, "87d8b5f1", out)
+    assert planned_run(twins, "87d8b5f11", out).run_id == "87d8b5f111111111"

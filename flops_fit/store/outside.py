@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import StoreError
-from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore
+from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore, planned_run
 from flops_fit.store.runs import RunResult
 
 FIELDS = {"loss": "held-out loss at the end (per token or sample)", "tokens": "units trained",
@@ -67,10 +67,8 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
         raise StoreError(f"unknown result field(s) {', '.join(unknown)}; a result holds "
                          + "; ".join(f"{k}: {v}" for k, v in FIELDS.items()))
     with RunStore(out_dir) as store:
-        spec = next((r for r in store.planned_runs() if r.run_id == run_id), None)
-        if spec is None:
-            raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} "
-                             "--json` lists its run ids")
+        spec = planned_run(store.planned_runs(), run_id, out_dir)  # or a unique prefix of its id
+        run_id = spec.run_id
         status = store.statuses().get(run_id)
         if status in FINAL and not (retry_failed and status == "failed"):
             retry = ("; to record a retry of the failed run in its place, add --retry-failed (API: retry_failed=True)"

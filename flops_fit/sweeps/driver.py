@@ -34,7 +34,7 @@ from flops_fit.executors.supervisor import check_main_guard
 from flops_fit.fitting import fit
 from flops_fit.plugin import api
 from flops_fit.store.lease import Lease, holder
-from flops_fit.store.run_store import RunStore
+from flops_fit.store.run_store import RunStore, planned_run
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import check, gate_line
 from flops_fit.sweeps.options import SweepOptions
@@ -418,15 +418,14 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     out_dir = Path(out_dir)
     with RunStore(out_dir) as store:
         stored = store.get_meta("plan")
-        status = store.statuses().get(run_id)
+        statuses = store.statuses()
         runs = store.planned_runs()  # a plan this release cannot read: one line naming the release that wrote it
     if stored is None:
         raise StoreError(f"{out_dir} holds no plan: record one with `flops-fit sweep CONFIG --out {out_dir} "
                          "--record-only`")
-    spec = next((r for r in runs if r.run_id == run_id), None)
-    if spec is None:
-        raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} --json` "
-                         "lists its run ids")
+    spec = planned_run(runs, run_id, out_dir)  # or a unique prefix of its id, as status and summaries print it
+    run_id = spec.run_id
+    status = statuses.get(run_id)
     if status in ("done", "failed"):
         raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); to train it again, "
                          f"`flops-fit sweep CONFIG --out {out_dir} --resume --retry-failed` (failed runs only)")
