@@ -225,7 +225,8 @@ def _adaptive_flags(parser: argparse.ArgumentParser) -> None:
 def _cmd_train_run(args: argparse.Namespace) -> int:
     """One planned run, alone or as one rank under torchrun / srun; rank 0 records it."""
     try:
-        result = flops_fit.train_run(args.out_dir, args.run_id, checkpoint_dir=args.checkpoint_dir)
+        result = flops_fit.train_run(args.out_dir, args.run_id, checkpoint_dir=args.checkpoint_dir,
+                                     retry_failed=args.retry_failed)
     except KeyboardInterrupt as exc:
         return interrupted(exc, f"run {args.run_id} continues from its checkpoint when launched again")
     if result is None:  # a rank other than 0: rank 0 reports
@@ -566,6 +567,8 @@ def add_commands(sub) -> None:
                    "(`flops-fit status OUT --json` lists them)")
     p.add_argument("--checkpoint-dir", help="folder for the run's checkpoints (default OUT/checkpoints; "
                    "on a cluster, one every node sees)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="train a failed run again; its failure is replaced only when the new attempt ends")
     p.set_defaults(func=_cmd_train_run)
 
     p = sub.add_parser("record", help="store the result of a planned run trained outside flops-fit")
