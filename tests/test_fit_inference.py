@@ -348,3 +348,20 @@ def test_a_total_where_the_law_is_flat_in_data_is_withheld_not_its_smallest_mode
     text = sizing_summary(result, [1e10], 1e9, [1e13, 1e15])
     assert "withheld at 1e+15 total FLOPs: the law falls with data on no model searched that trains" in text, text
     assert "serving 1B tokens takes all" not in text
+
+
+@pytest.mark.parametrize("tokens", ["0.5", "-1", "2.5"])
+def test_a_count_of_inference_tokens_that_is_no_whole_number_is_refused_before_the_fit(tokens, tmp_path, capsys):
+    """`--inference-tokens 0.5` (a fraction of a token: 2 typed for 2 trillion?) was sized and printed, and
+    `report --inference-tokens -1` fitted first; both refuse it in one line now, as the API does."""
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1).drop(columns="curve").to_csv(csv)
+    for command in ("fit", "report"):
+        assert main([command, str(csv), "--method", "vpnls", "--bootstrap", "0", "--inference-tokens", tokens,
+                     *(["--out", str(tmp_path / "r.html")] if command == "report" else [])]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.endswith(f"--inference-tokens must be a whole number of tokens >= 0 (e.g. 2e12 for 2 "
+                                     f"trillion), got {float(tokens):g}\n") and captured.err.count("\n") == 1
+        assert captured.out == "" and not (tmp_path / "r.html").exists()
+    with pytest.raises(flops_fit.FitInputError, match="inference_tokens must be a whole number of tokens >= 0"):
+        stated(CHINCHILLA).predict(1e23, inference_tokens=0.5)

@@ -38,14 +38,16 @@ SIZING_COLUMNS = ("N", "D", "tokens_per_param", "train_flops", "inference_flops"
 TOTAL_COLUMNS = ("N", "D", "tokens_per_param", "loss", "train_flops", "inference_flops", "chinchilla_loss")
 
 
-def check_tokens(tokens: Any) -> float:
-    """The inference tokens as a float; FitInputError unless finite and >= 0."""
+def check_tokens(tokens: Any, name: str = "inference_tokens") -> float:
+    """The inference tokens as a float; FitInputError unless a finite whole number >= 0 (0.5 tokens,
+    accepted before, is a unit mix-up: 2 meant as 2 trillion, not a count)."""
     try:
         value = float(tokens)
     except (TypeError, ValueError):
         value = float("nan")
-    if isinstance(tokens, bool) or not (np.isfinite(value) and value >= 0):
-        raise FitInputError(f"inference_tokens must be a finite number of tokens >= 0 (e.g. 2e12), got {tokens!r}")
+    if isinstance(tokens, bool) or not (np.isfinite(value) and value >= 0 and value == np.floor(value)):
+        raise FitInputError(f"{name} must be a whole number of tokens >= 0 (e.g. 2e12 for 2 trillion), "
+                            f"got {tokens!r}")
     return value
 
 
