@@ -127,13 +127,17 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
     if not (math.isfinite(steps) and steps >= 0 and steps == int(steps)):
         raise StoreError(f"run {run_id}: steps must be the whole number of optimizer steps it took (the plan gives "
                          f"{spec.steps:,}), got {data.get('steps')!r}")
+    device = data.get("device", "outside")
+    if not isinstance(device, str) or not device:  # 5 was stored as the text "5"
+        raise StoreError(f'run {run_id}: device must be text naming where it ran, e.g. "cuda:0" or "node12", got '
+                         f"{device!r}")
     error = data.get("error")
     if error is not None and not isinstance(error, str):  # a list failed in SQLite with a traceback, a number was kept
         raise StoreError(f"run {run_id}: error must be text saying why the run failed, got {error!r}")
     return RunResult(run_id=run_id, status=state, loss=loss, tokens=int(tokens), flops=tokens * spec.flops_per_unit,
                      steps=int(steps), curve=curve, error=error,
                      timings={str(k): float(v) for k, v in timings.items()},
-                     device=str(data.get("device", "outside")), bpb=bpb, top1_error=top1)
+                     device=device, bpb=bpb, top1_error=top1)
 
 
 def _in_curve(point: list[float], state: str) -> bool:
