@@ -71,6 +71,9 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
 
 @pytest.mark.parametrize("content, run_index, message", [
     ({"loss": 3.5, "tokens": 1}, 0, "trained 1 tokens, the plan gives it"),
+    # the count as given: {:g} printed 6 figures, "trained 2.1696e+06 tokens" (or 610336 for 610336.5)
+    ({"loss": 3.5, "tokens": 2169600.5}, 0, "trained 2169600.5 tokens, the plan gives it 21,696"),
+    ({"loss": 3.5, "tokens": 12345678}, 0, "trained 12345678 tokens, the plan gives it 21,696"),
     ({"loss": float("nan"), "tokens": None}, 0, "loss must be a finite positive number"),
     ({"loss": "NaN", "tokens": None}, 0, 'must be a number, got \'NaN\'; a run that diverged is recorded with '
      '"status": "failed"'),

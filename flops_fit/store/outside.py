@@ -97,7 +97,7 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
             raise StoreError(f"run {run_id}: the loss must be a finite positive number, got {data.get('loss')!r}; "
                              'a run that diverged is recorded with "status": "failed" and its "error"')
         if tokens != spec.tokens:
-            raise StoreError(f"run {run_id}: trained {tokens:g} tokens, the plan gives it {spec.tokens:,}; record a "
+            raise StoreError(f"run {run_id}: trained {data['tokens']!r} tokens, the plan gives it {spec.tokens:,}; record a "
                              "run that trained its planned tokens (its budget is what the fit compares)")
     elif not (math.isfinite(tokens) and 0 <= tokens <= spec.tokens and tokens == int(tokens)):
         # 1e400 was an OverflowError traceback, -5 was stored and shown as the tokens it trained
