@@ -201,3 +201,31 @@ def test_run_ids_as_printed_are_taken_where_a_command_takes_one(planned, tmp_pat
     with pytest.raises(StoreError, match="ambiguous in .*: it starts 87d8b5f100000000, 87d8b5f111111111"):
         planned_run(twins, "87d8b5f1", out)
     assert planned_run(twins, "87d8b5f11", out).run_id == "87d8b5f111111111"
+
+
+def test_a_result_is_not_recorded_into_a_folder_a_driver_sweeps(planned, tmp_path, capsys):
+    """`flops-fit record OUT RUN` while `flops-fit sweep` trained OUT said "recorded"; the driver then trained
+    the run itself and stored its own result over it without a word. A live driver (another process holding
+    the store's lease) now makes record refuse in one line, nothing stored; once it is gone, record works."""
+    import subprocess
+    import sys
+
+    _, out, exported = planned
+    run = exported["runs"][2]
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"loss": 9.5, "tokens": run["tokens"]}))
+    driver = subprocess.Popen(  # a driver in another process: it holds the lease until its stdin closes
+        [sys.executable, "-c", "import sys; from flops_fit.store.lease import Lease\n"
+         f"with Lease({str(out / 'runs.sqlite')!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline() == "held\n"
+        before = rows(out)
+        assert main(["record", str(out), run["run_id"], "--result", str(result)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{out} is being swept by a driver (pid {driver.pid} on " in err
+        assert "record once it ends (or stop it)" in err and rows(out) == before
+    finally:
+        driver.communicate("")
+    assert main(["record", str(out), run["run_id"], "--result", str(result)]) == 0
+    assert rows(out)[run["run_id"]] == ("done", 9.5, run["tokens"])

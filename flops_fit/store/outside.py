@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
-from flops_fit.errors import StoreError
+from flops_fit.errors import StoreBusy, StoreError
+from flops_fit.store.lease import holder
 from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore, planned_run
 from flops_fit.store.runs import RunResult
 
@@ -60,6 +64,7 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
     if not (out_dir / STORE_NAME).is_file():
         raise StoreError(f"{out_dir}: no {STORE_NAME}; record the plan first (`flops-fit sweep CONFIG --out {out_dir} "
                          "--record-only`)")
+    busy(out_dir)
     data = result.to_dict() if isinstance(result, RunResult) else dict(result)
     data.pop("run_id", None)
     unknown = sorted(set(data) - set(FIELDS) - {"flops", "unique_tokens", "epochs"})
@@ -82,6 +87,18 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
                 raise
             raise StoreError(f"run {run_id} already has a result in {out_dir}; a run is recorded once") from None
     return outcome
+
+
+def busy(out_dir: Path) -> None:
+    """StoreBusy while another process drives the folder (a sweep, a train-run): a driver trains every run
+    it found without a result and stores its own, so a result recorded meanwhile was said to be recorded,
+    then replaced without a word. Records need no lease of their own: jobs may record at once."""
+    live = holder(out_dir / STORE_NAME)
+    if live is not None and (live.pid, live.host) != (os.getpid(), socket.gethostname()):
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live.started))
+        raise StoreBusy(f"{out_dir} is being swept by a driver (pid {live.pid} on {live.host}, started {since}), which "
+                        "trains its runs without a result and stores its own: record once it ends (or stop it), into "
+                        "a folder no driver sweeps (`flops-fit sweep CONFIG --out OUT --record-only`)")
 
 
 def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
