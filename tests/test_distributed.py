@@ -248,6 +248,53 @@ def test_train_run_records_a_diverged_run_as_failed_and_exits_1(tmp_path, capsys
         assert next(r for r in store.accounting() if r["run_id"] == run)["attempts"] == 1
 
 
+def test_train_run_retry_failed_trains_a_failed_run_again_and_keeps_its_failure_until_it_ends(tmp_path, capsys,
+                                                                                                monkeypatch):
+    """train-run refused a failed run and pointed to `sweep --resume --retry-failed`, which trains every failed
+    run here. --retry-failed trains this one; a retry stopped by SIGTERM leaves the failure stored."""
+    out = tmp_path / "out"
+    plan = flops_fit.plan(host=HOST, **sweep_support.small_plan_options(checkpoint_seconds=1e-6))
+    plan.run(out, record_only=True, show_progress=False, host=HOST)
+    run = plan.runs[0].run_id
+    with RunStore(out) as store:
+        store.record(RunResult(run_id=run, status="failed", error="node lost"))
+    reset_host(HOST)
+    try:
+        assert main(["train-run", str(out), run]) == 2
+        assert ("(failed); to train it again here, add --retry-failed (API: retry_failed=True): its failure stays "
+                "stored until the new attempt ends") in capsys.readouterr().err
+        gate = tmp_path / "gate"
+        # the next training run of this process waits at its 3rd batch (the count is the process's)
+        monkeypatch.setenv(sweep_support.GATE, f"{gate}:{sweep_support.CountingText.train_instances + 1}:3")
+        seen = []
+
+        def stop_the_retry():  # a cluster's SIGTERM while the retry trains
+            try:
+                sweep_support.gate_reached(gate)
+                with RunStore(out) as store:
+                    seen.append(store.statuses()[run])
+                os.kill(os.getpid(), signal.SIGTERM)
+            finally:
+                (tmp_path / "gate.release").touch()
+
+        stopper = threading.Thread(target=stop_the_retry)
+        stopper.start()
+        assert main(["train-run", str(out), run, "--retry-failed"]) != 0
+        stopper.join()
+        monkeypatch.delenv(sweep_support.GATE)
+        with RunStore(out) as store:
+            assert seen == ["failed"] and store.statuses()[run] == "failed"
+            assert store.runs_frame().set_index("run_id").loc[run, "error"] == "node lost"
+        capsys.readouterr()
+        assert main(["train-run", str(out), run[:8], "--retry-failed"]) == 0
+    finally:
+        reset_host()
+    assert f"run {run}: held-out loss" in capsys.readouterr().out
+    with RunStore(out) as store:
+        assert store.statuses()[run] == "done"
+    assert not (out / "checkpoints" / run).exists()
+
+
 def test_sweep_record_only_records_the_plan_and_trains_nothing(tmp_path, capsys):
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML)

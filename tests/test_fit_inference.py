@@ -87,7 +87,8 @@ def test_no_inference_is_the_compute_optimal_model():
     assert row.total_flops == pytest.approx(1e23, rel=1e-3)
     assert abs(row.saving) < 1e-3
     table = result.predict(1e23, inference_tokens=0)
-    saved = sizing_rows(table.assign(saving=-abs(table.saving) - 1e-12))[0][-1]  # a saving of nothing, below 0
+    saved = sizing_rows(table.assign(saving=-abs(table.saving) - 1e-12, inference_tokens=1.0))[0][-1]  # a saving
+    # of nothing, below 0 (at 0 tokens the cell says "none": test_zero_inference_tokens_answer_alike_in_every_column)
     assert saved == "0.0%"  # it read "-0.0%"
 
 
@@ -348,3 +349,42 @@ def test_a_total_where_the_law_is_flat_in_data_is_withheld_not_its_smallest_mode
     text = sizing_summary(result, [1e10], 1e9, [1e13, 1e15])
     assert "withheld at 1e+15 total FLOPs: the law falls with data on no model searched that trains" in text, text
     assert "serving 1B tokens takes all" not in text
+
+
+@pytest.mark.parametrize("tokens", ["0.5", "-1", "2.5"])
+def test_a_count_of_inference_tokens_that_is_no_whole_number_is_refused_before_the_fit(tokens, tmp_path, capsys):
+    """`--inference-tokens 0.5` (a fraction of a token: 2 typed for 2 trillion?) was sized and printed, and
+    `report --inference-tokens -1` fitted first; both refuse it in one line now, as the API does."""
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1).drop(columns="curve").to_csv(csv)
+    for command in ("fit", "report"):
+        assert main([command, str(csv), "--method", "vpnls", "--bootstrap", "0", "--inference-tokens", tokens,
+                     *(["--out", str(tmp_path / "r.html")] if command == "report" else [])]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.endswith(f"--inference-tokens must be a whole number of tokens >= 0 (e.g. 2e12 for 2 "
+                                     f"trillion), got {float(tokens):g}\n") and captured.err.count("\n") == 1
+        assert captured.out == "" and not (tmp_path / "r.html").exists()
+    with pytest.raises(flops_fit.FitInputError, match="inference_tokens must be a whole number of tokens >= 0"):
+        stated(CHINCHILLA).predict(1e23, inference_tokens=0.5)
+
+
+def test_zero_inference_tokens_answer_alike_in_every_column(tmp_path, capsys):
+    """`--inference-tokens 0` printed total FLOPs "1e+20 [1e+20, 1e+20]" beside the compute-optimal model's total
+    "1e+20 [withheld: resamples all equal]": the draws' float noise decided which. Both are the budget itself
+    now, nothing saved, and a line says the sizing is the compute-optimal model (the JSON's notes too)."""
+    csv = tmp_path / "runs.csv"
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7, seed=1).drop(columns="curve").to_csv(csv)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "20", "--inference-tokens", "0",
+                 "--predict", "1e20", "1e21"]) == 0
+    out = capsys.readouterr().out
+    sizing = out[out.index("sizing for 0 inference tokens"):]
+    for budget in ("1e+20", "1e+21"):
+        row = next(line for line in sizing.splitlines() if line.startswith(budget)).split()
+        assert row[-3:] == [budget, budget, "none"], row
+    assert "withheld" not in sizing
+    assert ("with 0 inference tokens nothing is served: each sizing is the compute-optimal model of its training "
+            "budget (N_opt, D_opt), its total FLOPs the budget itself, nothing saved") in sizing
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "20", "--inference-tokens", "0", "--json",
+                 "--predict", "1e20"]) == 0
+    notes = json.loads(capsys.readouterr().out)["inference"]["vpnls"]["notes"]
+    assert notes[0].startswith("with 0 inference tokens nothing is served")

@@ -346,3 +346,34 @@ def test_a_config_that_is_not_an_object_or_names_an_unknown_model_type_is_one_sh
         flops_fit.plan(model="hf-causal-lm", model_config={"config": config}, budgets=[1e9], seq_len=16)
     assert "model_type 'lamma' is not one this transformers" in str(err.value) and "'llama'" in str(err.value)
     assert len(str(err.value)) < 400
+
+
+def test_a_relative_config_is_read_from_the_sweep_files_folder_and_the_ids_keep_the_path_as_written(
+        tmp_path, capsys, monkeypatch):
+    """`config = "qwen2"` in a sweep file was read from the current folder (`cd /tmp && flops-fit plan
+    followups-a/x.toml`: "no such config.json"), unlike [train]'s paths. It is read from the file's folder now;
+    the run ids keep the path as written (the folder is not hashed), so a store planned in the file's own folder,
+    by any release, is the same sweep planned from anywhere, and its runs build from any folder."""
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    write_config(lab, "qwen2")
+    (lab / "x.toml").write_text('[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nsizes = [32, 64, 96]\nseq_len = 16\n'
+                                'batch_size = 4\nmin_steps = 3\neval_tokens = 256\ncheckpoint_seconds = 0\n'
+                                '[model]\nconfig = "qwen2"\n')
+    monkeypatch.chdir(lab)  # the ids a store planned in the file's folder holds (the path read from there)
+    before = [r.run_id for r in flops_fit.plan(model="hf-causal-lm", model_config={"config": "qwen2"}, budgets=[1e9],
+                                               sizes=[32, 64, 96], seq_len=16, batch_size=4, min_steps=3,
+                                               eval_tokens=256).runs]
+    ids = {}
+    for folder in (lab, tmp_path):
+        monkeypatch.chdir(folder)
+        assert main(["plan", str((lab / "x.toml").relative_to(folder)), "--json"]) == 0
+        ids[folder] = [r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]]
+    assert ids[lab] == ids[tmp_path] == before
+    assert main(["sweep", "lab/x.toml", "--out", "out", "--record-only"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["train-run", str(tmp_path / "out"), before[0]]) == 0
+    with RunStore(tmp_path / "out") as store:
+        assert store.statuses()[before[0]] == "done"

@@ -8,6 +8,7 @@ import ast
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,6 +210,23 @@ def test_a_missing_program_is_refused_before_anything_is_recorded(tmp_path):
         sweep_file(path, tmp_path / "out2")
     with RunStore(tmp_path / "out2") as store:
         assert store.planned_runs() == []
+
+
+def test_a_workdir_that_is_no_folder_is_named_as_the_problem(tmp_path, capsys):
+    """`[train] workdir = "nowhere"` said "python's script 'train.py' is not in .../nowhere: fix command", as if
+    the script were wrong; the folder itself is named now (missing, or a file), and nothing is recorded."""
+    from flops_fit.cli.main import main
+
+    shutil.copy(EXAMPLE / "train.py", tmp_path / "train.py")
+    (tmp_path / "a-file").write_text("")
+    for workdir, why in (("nowhere", "does not exist"), ("a-file", "is a file")):
+        path = write_sweep(tmp_path, ["python", "train.py"], f'workdir = "{workdir}"')
+        assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err.endswith(f"[train] workdir '{tmp_path.resolve() / workdir}' {why}: the script runs in that folder; "
+                            "fix workdir (a relative one is read from the sweep file's folder), or leave it out\n")
+        with RunStore(tmp_path / "out") as store:
+            assert store.planned_runs() == []
 
 
 def test_a_folder_trained_by_another_trainer_is_refused(tmp_path):

@@ -71,6 +71,9 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
 
 @pytest.mark.parametrize("content, run_index, message", [
     ({"loss": 3.5, "tokens": 1}, 0, "trained 1 tokens, the plan gives it"),
+    # the count as given: {:g} printed 6 figures, "trained 2.1696e+06 tokens" (or 610336 for 610336.5)
+    ({"loss": 3.5, "tokens": 2169600.5}, 0, "trained 2169600.5 tokens, the plan gives it 21,696"),
+    ({"loss": 3.5, "tokens": 12345678}, 0, "trained 12345678 tokens, the plan gives it 21,696"),
     ({"loss": float("nan"), "tokens": None}, 0, "loss must be a finite positive number"),
     ({"loss": "NaN", "tokens": None}, 0, 'must be a number, got \'NaN\'; a run that diverged is recorded with '
      '"status": "failed"'),
@@ -96,6 +99,9 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
     ({"loss": 3.5, "tokens": None, "curve": [[-5, 4.0]]}, 0, "tokens seen a finite number from 0"),
     ({"loss": 3.5, "tokens": None, "bpb": -1}, 0, "bpb must be a positive number of bits per byte, got -1"),
     ({"loss": 3.5, "tokens": None, "top1_error": 7}, 0, "top1_error must be a fraction from 0 to 1, got 7"),
+    # a device that is no text was stored as the text "5" (or "['a', 'b']")
+    ({"loss": 3.5, "tokens": None, "device": 5}, 0, 'device must be text naming where it ran, e.g. "cuda:0"'),
+    ({"loss": 3.5, "tokens": None, "device": ["a", "b"]}, 0, "device must be text naming where it ran"),
 ])
 def test_a_refused_result_is_one_line_and_changes_nothing(planned, tmp_path, capsys, content, run_index, message):
     _, out, exported = planned
@@ -166,3 +172,60 @@ def test_a_failed_run_retried_outside_is_recorded_in_its_place_only_when_asked(p
     capsys.readouterr()
     assert main(["record", str(out), run, "--result", str(files["retry"]), "--retry-failed"]) == 2  # done: once
     assert capsys.readouterr().err.strip().endswith("(done); a run is recorded once")
+
+
+def test_run_ids_as_printed_are_taken_where_a_command_takes_one(planned, tmp_path, capsys):
+    """Status, progress and a sweep's failure summary print 8-character run ids, but `flops-fit record OUT
+    87d8b5f1` and `train-run` refused them ("not in the plan"). A unique prefix of 8 or more characters now
+    names its run; a shorter one says how long a prefix must be; an ambiguous one names its matches."""
+    import dataclasses
+
+    from flops_fit.store.run_store import planned_run
+
+    _, out, exported = planned
+    run = exported["runs"][1]
+    (tmp_path / "done.json").write_text(json.dumps({"loss": 3.5, "tokens": run["tokens"]}))
+    assert main(["record", str(out), run["run_id"][:8], "--result", str(tmp_path / "done.json")]) == 0
+    assert f"run {run['run_id']}: done" in capsys.readouterr().out
+    assert rows(out)[run["run_id"]][:2] == ("done", 3.5)
+    # train-run finds the run by its prefix too (and refuses it: it has a result, named by its whole id)
+    assert main(["train-run", str(out), run["run_id"][:10]]) == 2
+    assert f"run {run['run_id']} already has a result in {out} (done)" in capsys.readouterr().err
+    assert main(["train-run", str(out), run["run_id"][:4]]) == 2
+    assert "is not in the plan stored in" in (err := capsys.readouterr().err)
+    assert "a prefix needs at least 8 characters" in err and err.count("\n") == 1
+    with RunStore(out) as store:
+        runs = store.planned_runs()
+    twins = [dataclasses.replace(runs[0], run_id="87d8b5f1" + "0" * 8),
+             dataclasses.replace(runs[1], run_id="87d8b5f1" + "1" * 8)]
+    with pytest.raises(StoreError, match="ambiguous in .*: it starts 87d8b5f100000000, 87d8b5f111111111"):
+        planned_run(twins, "87d8b5f1", out)
+    assert planned_run(twins, "87d8b5f11", out).run_id == "87d8b5f111111111"
+
+
+def test_a_result_is_not_recorded_into_a_folder_a_driver_sweeps(planned, tmp_path, capsys):
+    """`flops-fit record OUT RUN` while `flops-fit sweep` trained OUT said "recorded"; the driver then trained
+    the run itself and stored its own result over it without a word. A live driver (another process holding
+    the store's lease) now makes record refuse in one line, nothing stored; once it is gone, record works."""
+    import subprocess
+    import sys
+
+    _, out, exported = planned
+    run = exported["runs"][2]
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"loss": 9.5, "tokens": run["tokens"]}))
+    driver = subprocess.Popen(  # a driver in another process: it holds the lease until its stdin closes
+        [sys.executable, "-c", "import sys; from flops_fit.store.lease import Lease\n"
+         f"with Lease({str(out / 'runs.sqlite')!r}):\n    print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline() == "held\n"
+        before = rows(out)
+        assert main(["record", str(out), run["run_id"], "--result", str(result)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{out} is being swept by a driver (pid {driver.pid} on " in err
+        assert "record once it ends (or stop it)" in err and rows(out) == before
+    finally:
+        driver.communicate("")
+    assert main(["record", str(out), run["run_id"], "--result", str(result)]) == 0
+    assert rows(out)[run["run_id"]] == ("done", 9.5, run["tokens"])

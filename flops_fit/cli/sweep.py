@@ -140,7 +140,7 @@ def _cmd_record(args: argparse.Namespace) -> int:
     result = flops_fit.record_result(args.out_dir, args.run_id, read_result(args.result), retry_failed=args.retry_failed)
     what = (f"done, held-out loss {result.loss:.4f} after {result.tokens:,} tokens" if result.status == "done"
             else f"failed ({result.error or 'no error given'})")  # a failed run has no loss to print
-    print(f"run {args.run_id}: {what}, recorded in {Path(args.out_dir) / STORE_NAME}")
+    print(f"run {result.run_id}: {what}, recorded in {Path(args.out_dir) / STORE_NAME}")
     return 0
 
 
@@ -225,15 +225,16 @@ def _adaptive_flags(parser: argparse.ArgumentParser) -> None:
 def _cmd_train_run(args: argparse.Namespace) -> int:
     """One planned run, alone or as one rank under torchrun / srun; rank 0 records it."""
     try:
-        result = flops_fit.train_run(args.out_dir, args.run_id, checkpoint_dir=args.checkpoint_dir)
+        result = flops_fit.train_run(args.out_dir, args.run_id, checkpoint_dir=args.checkpoint_dir,
+                                     retry_failed=args.retry_failed)
     except KeyboardInterrupt as exc:
         return interrupted(exc, f"run {args.run_id} continues from its checkpoint when launched again")
     if result is None:  # a rank other than 0: rank 0 reports
         return 0
     if result.status != "done":
-        print(f"flops-fit: run {args.run_id} failed: {result.error}", file=sys.stderr)
+        print(f"flops-fit: run {result.run_id} failed: {result.error}", file=sys.stderr)
         return 1
-    print(f"run {args.run_id}: held-out loss {result.loss:.4f} after {result.tokens:,} tokens "
+    print(f"run {result.run_id}: held-out loss {result.loss:.4f} after {result.tokens:,} tokens "
           f"({result.timings.get('total_s', 0):.1f}s), recorded in {Path(args.out_dir) / STORE_NAME}")
     return 0
 
@@ -562,14 +563,18 @@ def add_commands(sub) -> None:
     p = sub.add_parser("train-run", help="train one planned run and record its result (alone, or as one rank "
                        "under torchrun / srun)")
     p.add_argument("out_dir", help="the sweep's output folder (its plan recorded, e.g. with sweep --record-only)")
-    p.add_argument("run_id", help="the run to train (`flops-fit status OUT --json` lists them)")
+    p.add_argument("run_id", help="the run to train, its id or a unique prefix of 8 or more characters "
+                   "(`flops-fit status OUT --json` lists them)")
     p.add_argument("--checkpoint-dir", help="folder for the run's checkpoints (default OUT/checkpoints; "
                    "on a cluster, one every node sees)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="train a failed run again; its failure is replaced only when the new attempt ends")
     p.set_defaults(func=_cmd_train_run)
 
     p = sub.add_parser("record", help="store the result of a planned run trained outside flops-fit")
     p.add_argument("out_dir", help="the sweep's output folder (its plan recorded, e.g. with sweep --record-only)")
-    p.add_argument("run_id", help="the planned run (`flops-fit plan CONFIG --json` or `flops-fit status OUT --json`)")
+    p.add_argument("run_id", help="the planned run, its id or a unique prefix of 8 or more characters "
+                   "(`flops-fit plan CONFIG --json` or `flops-fit status OUT --json`)")
     p.add_argument("--result", required=True, metavar="RESULT.json",
                    help='the run\'s result: {"loss": held-out loss, "tokens": units trained, optional "steps", '
                    '"curve", "bpb", "status": "failed" with "error"}')

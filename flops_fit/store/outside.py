@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
-from flops_fit.errors import StoreError
-from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore
+from flops_fit.errors import StoreBusy, StoreError
+from flops_fit.store.lease import holder
+from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore, planned_run
 from flops_fit.store.runs import RunResult
 
 FIELDS = {"loss": "held-out loss at the end (per token or sample)", "tokens": "units trained",
@@ -60,6 +64,7 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
     if not (out_dir / STORE_NAME).is_file():
         raise StoreError(f"{out_dir}: no {STORE_NAME}; record the plan first (`flops-fit sweep CONFIG --out {out_dir} "
                          "--record-only`)")
+    busy(out_dir)
     data = result.to_dict() if isinstance(result, RunResult) else dict(result)
     data.pop("run_id", None)
     unknown = sorted(set(data) - set(FIELDS) - {"flops", "unique_tokens", "epochs"})
@@ -67,10 +72,8 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
         raise StoreError(f"unknown result field(s) {', '.join(unknown)}; a result holds "
                          + "; ".join(f"{k}: {v}" for k, v in FIELDS.items()))
     with RunStore(out_dir) as store:
-        spec = next((r for r in store.planned_runs() if r.run_id == run_id), None)
-        if spec is None:
-            raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} "
-                             "--json` lists its run ids")
+        spec = planned_run(store.planned_runs(), run_id, out_dir)  # or a unique prefix of its id
+        run_id = spec.run_id
         status = store.statuses().get(run_id)
         if status in FINAL and not (retry_failed and status == "failed"):
             retry = ("; to record a retry of the failed run in its place, add --retry-failed (API: retry_failed=True)"
@@ -86,6 +89,18 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
     return outcome
 
 
+def busy(out_dir: Path) -> None:
+    """StoreBusy while another process drives the folder (a sweep, a train-run): a driver trains every run
+    it found without a result and stores its own, so a result recorded meanwhile was said to be recorded,
+    then replaced without a word. Records need no lease of their own: jobs may record at once."""
+    live = holder(out_dir / STORE_NAME)
+    if live is not None and (live.pid, live.host) != (os.getpid(), socket.gethostname()):
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live.started))
+        raise StoreBusy(f"{out_dir} is being swept by a driver (pid {live.pid} on {live.host}, started {since}), which "
+                        "trains its runs without a result and stores its own: record once it ends (or stop it), into "
+                        "a folder no driver sweeps (`flops-fit sweep CONFIG --out OUT --record-only`)")
+
+
 def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
     state = data.get("status", "done")
     if state not in FINAL:
@@ -99,7 +114,7 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
             raise StoreError(f"run {run_id}: the loss must be a finite positive number, got {data.get('loss')!r}; "
                              'a run that diverged is recorded with "status": "failed" and its "error"')
         if tokens != spec.tokens:
-            raise StoreError(f"run {run_id}: trained {tokens:g} tokens, the plan gives it {spec.tokens:,}; record a "
+            raise StoreError(f"run {run_id}: trained {data['tokens']!r} tokens, the plan gives it {spec.tokens:,}; record a "
                              "run that trained its planned tokens (its budget is what the fit compares)")
     elif not (math.isfinite(tokens) and 0 <= tokens <= spec.tokens and tokens == int(tokens)):
         # 1e400 was an OverflowError traceback, -5 was stored and shown as the tokens it trained
@@ -129,13 +144,17 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
     if not (math.isfinite(steps) and steps >= 0 and steps == int(steps)):
         raise StoreError(f"run {run_id}: steps must be the whole number of optimizer steps it took (the plan gives "
                          f"{spec.steps:,}), got {data.get('steps')!r}")
+    device = data.get("device", "outside")
+    if not isinstance(device, str) or not device:  # 5 was stored as the text "5"
+        raise StoreError(f'run {run_id}: device must be text naming where it ran, e.g. "cuda:0" or "node12", got '
+                         f"{device!r}")
     error = data.get("error")
     if error is not None and not isinstance(error, str):  # a list failed in SQLite with a traceback, a number was kept
         raise StoreError(f"run {run_id}: error must be text saying why the run failed, got {error!r}")
     return RunResult(run_id=run_id, status=state, loss=loss, tokens=int(tokens), flops=tokens * spec.flops_per_unit,
                      steps=int(steps), curve=curve, error=error,
                      timings={str(k): float(v) for k, v in timings.items()},
-                     device=str(data.get("device", "outside")), bpb=bpb, top1_error=top1)
+                     device=device, bpb=bpb, top1_error=top1)
 
 
 def _in_curve(point: list[float], state: str) -> bool:

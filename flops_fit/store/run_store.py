@@ -158,6 +158,28 @@ def check_folder(out_dir: Path) -> Path:
     return out_dir
 
 
+SHORT_ID = 8  # the run ids status, progress and failure summaries print
+
+
+def planned_run(runs: list[RunSpec], run_id: str, out_dir: str | Path) -> RunSpec:
+    """The planned run named by ``run_id`` or a unique prefix of it (of at least the ``SHORT_ID``
+    characters printed), so an id copied from a summary works; StoreError, one line, naming the
+    matches of an ambiguous prefix or how to list the ids."""
+    exact = next((r for r in runs if r.run_id == run_id), None)
+    if exact is not None:
+        return exact
+    matches = [r for r in runs if len(run_id) >= SHORT_ID and r.run_id.startswith(run_id)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise StoreError(f"run id {run_id!r} is ambiguous in {out_dir}: it starts "
+                         f"{', '.join(r.run_id for r in matches)}; give more of the id")
+    short = (f" (a prefix needs at least {SHORT_ID} characters)"
+             if len(run_id) < SHORT_ID and any(r.run_id.startswith(run_id) for r in runs) else "")
+    raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}{short}: `flops-fit status {out_dir} "
+                     "--json` lists its run ids")
+
+
 class RunStore:
     """Open (``create=True``: create) the store in ``out_dir``; an existing file is checked
     (``check_store``) before anything writes into it."""

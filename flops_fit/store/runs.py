@@ -27,6 +27,10 @@ from typing import Any
 # Fields that do not decide a run's result, so they do not enter its id.
 _NOT_IN_ID = frozenset({"run_id", "device", "compile", "micro_batch_size", "processes_per_run", "parallel",
                         "embedding_params", "non_embedding_flops_per_unit", "lr_source", "unique_tokens"})
+# The key of a run's model_config naming the folder its relative paths are read from (a sweep file's
+# own): where the file sits decides no result (a config file's content is in the id: config_sha256),
+# so it is not hashed, and the ids follow the path as written in the file, from whatever folder.
+PATHS_FROM = "paths_from"
 # Fields added after the first release: hashed only when set, so older ids stay valid.
 _IN_ID_WHEN_SET = {"schedule": "cosine", "cooldown_start": 0, "cooldown_shape": "1-sqrt"}
 # Fields that set a run's length; the rest of the identity is its stable prefix (WSD family).
@@ -132,10 +136,13 @@ class RunSpec:
 
     def identity(self) -> dict[str, Any]:
         """The fields hashed into the run id."""
-        return {
+        identity = {
             f.name: getattr(self, f.name) for f in fields(self)
             if f.name not in _NOT_IN_ID and _IN_ID_WHEN_SET.get(f.name, _UNSET) != getattr(self, f.name)
         }
+        if isinstance(identity.get("model_config"), dict) and PATHS_FROM in identity["model_config"]:
+            identity["model_config"] = {k: v for k, v in identity["model_config"].items() if k != PATHS_FROM}
+        return identity
 
     def compute_id(self) -> str:
         return _hash(self.identity())

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.errors import ConfigError, PlanError
+from flops_fit.store.runs import PATHS_FROM
 from flops_fit.sweeps.options import SweepOptions
 
 TABLES = ("sweep", "model", "dataset", "hparams", "tracking", "train", "executor")
@@ -81,6 +82,9 @@ def parse_config(data: dict[str, Any], source: str = "config", base: str | Path 
         raise ConfigError(f"{source}: [sweep] hparams must name a `flops-fit tune` output folder, got {tuned!r}")
     for table, name in TABLE_OPTIONS.items():
         values[name] = dict(data.get(table, {}))
+    if base is not None:  # a model whose entry declares paths_from reads its table's relative paths from the file's
+        # folder, as [train]'s are (its config = "qwen2" was read from the current folder); not in the run id
+        values["model_config"].setdefault(PATHS_FROM, str(Path(base).resolve()))
     workdir = values["trainer"].get("workdir", ".")
     if values["trainer"] and base is not None and isinstance(workdir, str) and workdir:
         values["trainer"]["workdir"] = str(Path(base, workdir).resolve())  # the command's paths are the file's

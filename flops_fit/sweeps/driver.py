@@ -34,7 +34,7 @@ from flops_fit.executors.supervisor import check_main_guard
 from flops_fit.fitting import fit
 from flops_fit.plugin import api
 from flops_fit.store.lease import Lease, holder
-from flops_fit.store.run_store import RunStore
+from flops_fit.store.run_store import RunStore, planned_run
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import check, gate_line
 from flops_fit.sweeps.options import SweepOptions
@@ -404,7 +404,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
                     remove_checkpoints(policy.run_dir(family))
 
 
-def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None) -> RunResult | None:
+def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None,
+              retry_failed: bool = False) -> RunResult | None:
     """Train one planned run of the sweep stored in ``out_dir`` and record its result there:
     the way to train a run under an outside launcher (``torchrun``, ``srun``; every rank calls
     it, ``training.launch`` case (c)), or alone (its k ranks launched here, case (b)).
@@ -412,24 +413,26 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     Rank 0 holds the store's lease while the run trains, so no sweep driver trains the same
     folder meanwhile (``StoreBusy`` names the one that does); it counts the steps, records the
     result once and removes the checkpoints; the other ranks only train and return None. A
-    run that already has a final result is refused (``StoreError``). The run checkpoints into
+    run that already has a final result is refused (``StoreError``); ``retry_failed`` trains a
+    failed one again, its failure replaced only by the new attempt's result (an interrupted
+    retry leaves the failure stored, as ``record``'s retry does). The run checkpoints into
     ``checkpoint_dir`` (default OUT/checkpoints), so a relaunch continues it; SIGTERM
     checkpoints and raises ``Interrupted``. Runs are not tracked here (``[tracking]``)."""
     out_dir = Path(out_dir)
     with RunStore(out_dir) as store:
         stored = store.get_meta("plan")
-        status = store.statuses().get(run_id)
+        statuses = store.statuses()
         runs = store.planned_runs()  # a plan this release cannot read: one line naming the release that wrote it
     if stored is None:
         raise StoreError(f"{out_dir} holds no plan: record one with `flops-fit sweep CONFIG --out {out_dir} "
                          "--record-only`")
-    spec = next((r for r in runs if r.run_id == run_id), None)
-    if spec is None:
-        raise StoreError(f"run {run_id!r} is not in the plan stored in {out_dir}: `flops-fit status {out_dir} --json` "
-                         "lists its run ids")
-    if status in ("done", "failed"):
-        raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}); to train it again, "
-                         f"`flops-fit sweep CONFIG --out {out_dir} --resume --retry-failed` (failed runs only)")
+    spec = planned_run(runs, run_id, out_dir)  # or a unique prefix of its id, as status and summaries print it
+    run_id = spec.run_id
+    status = statuses.get(run_id)
+    if status == "done" or (status == "failed" and not retry_failed):
+        again = ("; to train it again here, add --retry-failed (API: retry_failed=True): its failure stays stored "
+                 "until the new attempt ends" if status == "failed" else "; a finished run is not trained again")
+        raise StoreError(f"run {run_id} already has a result in {out_dir} ({status}){again}")
     launched_for(spec.processes_per_run)  # every rank refuses a group of another size, before training
     options = SweepOptions.from_dict(stored["options"])
     policy = checkpoint_policy(options, out_dir, checkpoint_dir)

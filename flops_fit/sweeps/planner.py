@@ -21,7 +21,7 @@ from flops_fit.checks import positive_int
 from flops_fit.errors import EntryError, PlanError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
-from flops_fit.store.runs import RunSpec
+from flops_fit.store.runs import PATHS_FROM, RunSpec
 from flops_fit.sweeps.estimate import Timing, run_seconds
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
@@ -185,6 +185,8 @@ def _resolve_configs(
     so a byte-level corpus gets a 256-token vocabulary without extra options.
     """
     full_dataset = dataset_entry.config(**dataset_config)
+    if PATHS_FROM not in entry.defaults:  # a sweep file's folder, for the models that read paths from it
+        model_config = {k: v for k, v in model_config.items() if k != PATHS_FROM}
     shared = {k: full_dataset[k] for k in entry.defaults if full_dataset.get(k) is not None and k not in model_config}
     full_model = entry.config(**shared, **model_config)
     _check_model_fits_dataset(entry, dataset_entry, full_model, full_dataset)

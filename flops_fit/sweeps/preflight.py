@@ -221,6 +221,10 @@ def check_train_command(plan: Any, context: Context) -> None:
     and so does the script of a ``python SCRIPT.py`` command."""
     trainer = plan.options.trainer
     program, workdir = trainer.command[0], trainer.workdir or "."
+    if not Path(workdir).is_dir():  # it said the script was not in the missing folder, as if the script were wrong
+        why = "is a file" if Path(workdir).exists() else "does not exist"
+        raise PreflightError(f"[train] workdir {str(Path(workdir).resolve())!r} {why}: the script runs in that folder; "
+                             "fix workdir (a relative one is read from the sweep file's folder), or leave it out")
     path = trainer.env.get("PATH", script_path())
     here = Path(workdir, program)
     on_path = shutil.which(program, path=path) is not None

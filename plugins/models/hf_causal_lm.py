@@ -36,8 +36,9 @@ import flops_fit
 _MODEL = "flops_fit.plugins.models.hf_causal_lm_model"
 WIDTH_FIELDS = ("intermediate_size", "num_attention_heads", "num_key_value_heads")  # the default scale
 HEAD_FIELDS = (("num_attention_heads", "n_head"), ("num_key_value_heads",))
+# paths_from: the sweep file's folder, where a relative config path is read from (set by flops-fit, not in the run id)
 DEFAULTS = {"config": None, "scale": None, "depth": None, "size_field": "hidden_size", "set": {},
-            "vocab_size": None, "context_length": None}
+            "vocab_size": None, "context_length": None, "paths_from": None}
 FINGERPRINT = "config_sha256"  # the content of a config file a run was planned with
 # token ids of the config's own tokenizer: meaningless once the dataset's tokenizer sets the vocabulary
 # (a pad id outside it fails nn.Embedding; inside it, it would freeze a real token's embedding)
@@ -73,6 +74,15 @@ def load_config(source: Any) -> dict[str, Any]:
     return config
 
 
+def config_source(table: Mapping[str, Any]) -> Any:
+    """The ``[model]`` table's config, a relative path read from ``paths_from`` (the sweep file's folder, as
+    ``[train]`` paths are; it was read from the current folder) where the table has one."""
+    source, folder = table.get("config"), table.get("paths_from")
+    if isinstance(source, str) and source and isinstance(folder, str) and not Path(source).is_absolute():
+        return str(Path(folder, source))
+    return source
+
+
 def content_sha256(config: Mapping[str, Any]) -> str:
     """The sha256 of a config's content (its JSON with sorted keys: layout and key order aside)."""
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
@@ -81,7 +91,7 @@ def content_sha256(config: Mapping[str, Any]) -> str:
 def configure(config: dict[str, Any]) -> dict[str, Any]:
     """The ``[model]`` table with ``config_sha256`` added where ``config`` names a file (kept where
     the table has one: a planned run's, which ``Rule`` checks against the file)."""
-    source = config.get("config")
+    source = config_source(config)
     if not isinstance(source, str) or not source or config.get(FINGERPRINT) is not None:
         return config
     try:
@@ -94,14 +104,15 @@ class Rule:
     """A config and the fields that scale with its size, checked once."""
 
     def __init__(self, config: Any = None, scale: Sequence[str] | None = None, depth: str | None = None,
-                 size_field: str = "hidden_size", config_sha256: str | None = None, **rest: Any) -> None:
+                 size_field: str = "hidden_size", config_sha256: str | None = None, paths_from: str | None = None,
+                 **rest: Any) -> None:
         overrides = rest.pop("set", None) or {}
         unknown = sorted(set(rest) - {"vocab_size", "context_length"})
         if unknown:
             raise ValueError(f"unknown [model] key(s) {unknown}; the keys are {sorted(DEFAULTS)}")
         if not isinstance(overrides, Mapping):
             raise ValueError(f"set must be a table of config fields to override, got {overrides!r}")
-        loaded = load_config(config)
+        loaded = load_config(config_source({"config": config, "paths_from": paths_from}))
         if config_sha256 is not None and content_sha256(loaded) != config_sha256:
             raise ValueError(f"config {config!r} changed since this run was planned (sha256 {config_sha256[:12]}..., "
                              f"now {content_sha256(loaded)[:12]}...): restore the file, or plan again into a new folder")

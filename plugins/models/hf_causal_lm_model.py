@@ -20,7 +20,13 @@ from fractions import Fraction
 from typing import Any
 
 import torch
-from flops_fit.plugins.models.hf_causal_lm import Rule, configure, load_config, valid_sizes
+from flops_fit.plugins.models.hf_causal_lm import (
+    Rule,
+    config_source,
+    configure,
+    load_config,
+    valid_sizes,
+)
 from torch import nn
 
 
@@ -87,7 +93,7 @@ def unknown_set(hf: Any, kind: str, config: dict[str, Any]) -> None:
         known = set(type(hf)().to_dict())  # the class's fields at their defaults
     except Exception:  # a class that needs arguments to exist: nothing to check against
         return
-    saved = load_config(config.get("config"))
+    saved = load_config(config_source(config))
     for key in sorted(overrides):
         if key not in known and key not in saved:
             near = difflib.get_close_matches(key, sorted(known | set(saved)), n=3)
@@ -156,7 +162,7 @@ def _measure(size: int, key: str) -> tuple[int, int]:
 
 def config_kind(config: dict[str, Any]) -> str:
     """The config's ``model_type`` (``set`` over the file)."""
-    return {**load_config(config.get("config")), **(config.get("set") or {})}["model_type"]
+    return {**load_config(config_source(config)), **(config.get("set") or {})}["model_type"]
 
 
 @functools.lru_cache(maxsize=64)

@@ -38,14 +38,16 @@ SIZING_COLUMNS = ("N", "D", "tokens_per_param", "train_flops", "inference_flops"
 TOTAL_COLUMNS = ("N", "D", "tokens_per_param", "loss", "train_flops", "inference_flops", "chinchilla_loss")
 
 
-def check_tokens(tokens: Any) -> float:
-    """The inference tokens as a float; FitInputError unless finite and >= 0."""
+def check_tokens(tokens: Any, name: str = "inference_tokens") -> float:
+    """The inference tokens as a float; FitInputError unless a finite whole number >= 0 (0.5 tokens,
+    accepted before, is a unit mix-up: 2 meant as 2 trillion, not a count)."""
     try:
         value = float(tokens)
     except (TypeError, ValueError):
         value = float("nan")
-    if isinstance(tokens, bool) or not (np.isfinite(value) and value >= 0):
-        raise FitInputError(f"inference_tokens must be a finite number of tokens >= 0 (e.g. 2e12), got {tokens!r}")
+    if isinstance(tokens, bool) or not (np.isfinite(value) and value >= 0 and value == np.floor(value)):
+        raise FitInputError(f"{name} must be a whole number of tokens >= 0 (e.g. 2e12 for 2 trillion), "
+                            f"got {tokens!r}")
     return value
 
 
@@ -258,8 +260,24 @@ def sizing_rows(table: pd.DataFrame) -> list[list[str]]:
     """``inference_sizing``'s table as "value [lo, hi]" cells (``SIZING_HEADERS``)."""
     cells = (("loss", fmt.loss), ("N", fmt.count), ("D", fmt.count), ("tokens_per_param", fmt.sig),
              ("total_flops", fmt.flops), ("chinchilla_total_flops", fmt.flops), ("saving", _share))
-    return [[fmt.flops(r.budget)] + [_cell(r, k, f) if np.isfinite(r.N) or k in ("loss", "chinchilla_total_flops")
-                                     else "withheld" for k, f in cells] for _, r in table.iterrows()]
+    rows = []
+    for _, r in table.iterrows():
+        row = [fmt.flops(r.budget)] + [_cell(r, k, f) if np.isfinite(r.N) or k in ("loss", "chinchilla_total_flops")
+                                       else "withheld" for k, f in cells]
+        if r.inference_tokens == 0 and np.isfinite(r.N):
+            # nothing served: both totals are the budget itself, and nothing is saved; the draws' float noise
+            # decided which read "1e+21 [1e+21, 1e+21]" and which "[withheld: resamples all equal]"
+            row[-3:] = [fmt.flops(r.budget), fmt.flops(r.budget), "none"]
+        rows.append(row)
+    return rows
+
+
+def nothing_served(table: pd.DataFrame) -> list[str]:
+    """What a sizing for zero inference tokens is: the training-only optimum (``nothing_served``)."""
+    if not (table["inference_tokens"] == 0).any():
+        return []
+    return ["with 0 inference tokens nothing is served: each sizing is the compute-optimal model of its training "
+            "budget (N_opt, D_opt), its total FLOPs the budget itself, nothing saved"]
 
 
 def unreached(table: pd.DataFrame) -> list[str]:
@@ -327,7 +345,7 @@ def below_runs(result: Any, table: pd.DataFrame, first: str = "budget") -> list[
 def sizing_notes(result: Any, sizing: pd.DataFrame, totals: pd.DataFrame | None = None) -> list[str]:
     """The lines under the tables: why a row is withheld, and each sizing below every fitted run (notes).
     ``--json`` gives them too: its rows of nulls said nothing of why."""
-    lines = [*unreached(sizing), *(f"note: {n}" for n in below_runs(result, sizing))]
+    lines = [*nothing_served(sizing), *unreached(sizing), *(f"note: {n}" for n in below_runs(result, sizing))]
     if totals is not None:
         lines += [*unserved(totals, result.runs.unit), *(f"note: {n}" for n in below_runs(result, totals, "total_flops"))]
     return lines
@@ -355,5 +373,6 @@ def _share(value: Any) -> str:
     return f"{100 * float(value):.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
 
 
-__all__ = ["below_runs", "check_budgets", "falls_with_data", "flop_counts", "headers", "inference_sizing", "sizing_notes",
+__all__ = ["below_runs", "check_budgets", "falls_with_data", "flop_counts", "headers", "inference_sizing", "nothing_served",
+           "sizing_notes",
            "sizing_rows", "sizing_summary", "total_rows", "total_sizing", "unreached", "unserved"]

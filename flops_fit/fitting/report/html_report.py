@@ -33,6 +33,7 @@ from flops_fit.fitting.decisions.inference import (
     SIZING_HEADERS,
     below_runs,
     headers,
+    nothing_served,
     sizing_rows,
     unreached,
 )
@@ -260,6 +261,7 @@ def _inference_section(fitted: Any, tokens: float, target: float) -> str:
         budgets = np.append(np.unique(budget_groups(result.runs)[0]), target)
         sizing = result.predict(budgets, inference_tokens=tokens)
         parts += [f"<h3>{escape(result.method)}</h3>", html_table(headers(SIZING_HEADERS, runs), sizing_rows(sizing)),
+                  *(f"<p>{escape(n[0].upper() + n[1:])}.</p>" for n in nothing_served(sizing)),
                   *(f"<p class=warn>{escape(n[0].upper() + n[1:])}.</p>" for n in unreached(sizing)),
                   *(f"<p class=warn>Note: {escape(n)}</p>" for n in below_runs(result, sizing))]
     return "\n".join(parts)
