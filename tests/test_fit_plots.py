@@ -233,3 +233,24 @@ def test_a_writer_given_a_path_instead_of_a_fit_names_the_fix(writer, what, tmp_
     with pytest.raises(flops_fit.FitInputError, match=rf"^{writer} takes what {what} returns, got str: "):
         getattr(flops_fit, writer)("runs.csv", tmp_path / "out")
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_an_r2_with_nothing_to_explain_is_withheld_with_its_reason(tmp_path):
+    """Runs whose losses are all equal: the interaction law still fits, and its R^2 (1 - residual / 0)
+    was printed as "-inf" on the page, the residual plot's title and the summary, and as "-Infinity"
+    (not JSON) in ``--json``."""
+    import json
+    import math
+
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1).drop(columns="curve")
+    frame["loss"] = 3.0
+    result = fit(frame, "interaction", bootstrap=20, tracking=False)
+    text = write_report(result, tmp_path, workers=1).read_text()
+    line = text[text.index("R<sup>2</sup>"):].split("</p>")[0]
+    assert "undefined: the fitted values do not vary" in line
+    assert not re.search(r"(?i)\b(nan|inf)\b", line)
+    summary = result.summary()
+    assert "undefined: the fitted values do not vary" in summary and "-inf" not in summary
+    assert json.loads(result.to_json(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))[
+        "diagnostics"]["r2"] is None
+    assert math.isnan(result.diagnostics.r2)

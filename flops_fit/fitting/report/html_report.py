@@ -404,7 +404,7 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
     rows = prediction_rows(table, result.runs.unit, result.runs.loss_range)
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
-             f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",
+             f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {fmt.r2(d.r2)}.</p>",
              "<div class=row><div><h3>Parameters</h3>",
              html_table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], params),
              "</div><div><h3>Compute-optimal table</h3>",
