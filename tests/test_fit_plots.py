@@ -254,3 +254,18 @@ def test_an_r2_with_nothing_to_explain_is_withheld_with_its_reason(tmp_path):
     assert json.loads(result.to_json(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))[
         "diagnostics"]["r2"] is None
     assert math.isnan(result.diagnostics.r2)
+
+
+def test_the_report_commands_text_answers_at_the_pages_target(tmp_path, capsys):
+    """Without a forecast the page answers at 10x the largest budget, and the text `flops-fit report`
+    printed under "report written to" answered at the largest run's compute instead (1e+19, the page
+    1e+20): two answers for one command."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1).drop(columns=["curve"])
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    assert main(["report", str(csv), "--method", "all", "--holdout", "none", "--bootstrap", "20",
+                 "--workers", "1", "--out", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2 id='answer'>The answer at C = 1e+20 FLOPs</h2>" in page
+    assert "Every method at C = 1e+20 FLOPs" in out and "1e+19" not in out
