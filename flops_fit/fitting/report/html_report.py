@@ -391,7 +391,7 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_
     parts.append(figure.embed(holdout_figure(furthest, plot_dir / "holdout", ("png", "svg"), colours),
                               "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
                               "intervals, grey bands the observed ones."
-                              + (" Forward chaining: each budget's prediction from the fewest budgets fitted."
+                              + (" Forward chaining: each budget's prediction from the fewest budgets fitted that gave one."
                                  if forward else "")))
     return "\n".join(parts)
 
