@@ -268,3 +268,14 @@ def test_the_report_commands_text_answers_at_the_pages_target(tmp_path, capsys):
     page = (tmp_path / "r.html").read_text()
     assert "<h2 id='answer'>The answer at C = 1e+20 FLOPs</h2>" in page
     assert "Every method at C = 1e+20 FLOPs" in out and "1e+19" not in out
+
+
+def test_a_target_below_the_budgets_swept_is_called_an_extrapolation(tmp_path):
+    """--target 1e15 on budgets 1e17-1e19: the page said "The target lies within the budgets swept"."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1).drop(columns=["curve"])
+    result = fit(frame, "isoflop", bootstrap=0, tracking=False)
+    below = write_report(result, tmp_path / "below.html", target=1e15, workers=1).read_text()
+    assert "The target is 100x below the smallest budget swept: an extrapolation." in below
+    assert "within the budgets swept" not in below
+    inside = write_report(result, tmp_path / "inside.html", target=3e18, workers=1).read_text()
+    assert "The target lies within the budgets swept." in inside

@@ -226,7 +226,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
         parts += target_rate_note(runs, forecast)
     parts += [f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs"
               f"{', by every method' if forecast is not None else ''}</h2>",
-             f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
+             f"<p>{_target_note(target, swept.min(), swept.max())} Values are estimates with {100 * level:g}% bootstrap "
              "intervals in brackets" + (": they resample these runs only, so the error of extrapolating past "
                                         "them is not in them (the forecast's intervals include it)"
                                         if forecast is not None else "") + ".</p>",
@@ -327,10 +327,12 @@ def _chaining_section(f: Any, figure: Figures, plot_dir: Path) -> str:
         *rows])
 
 
-def _target_note(target: float, largest: float) -> str:
-    ratio = target / largest
-    if ratio > 1:
-        return f"The target is {ratio:.3g}x the largest budget swept: an extrapolation."
+def _target_note(target: float, smallest: float, largest: float) -> str:
+    """Where the target lies against the budgets swept: beyond either end is an extrapolation."""
+    if target > largest:
+        return f"The target is {target / largest:.3g}x the largest budget swept: an extrapolation."
+    if target < smallest:
+        return f"The target is {smallest / target:.3g}x below the smallest budget swept: an extrapolation."
     return "The target lies within the budgets swept."
 
 
