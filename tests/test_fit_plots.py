@@ -279,3 +279,17 @@ def test_a_target_below_the_budgets_swept_is_called_an_extrapolation(tmp_path):
     assert "within the budgets swept" not in below
     inside = write_report(result, tmp_path / "inside.html", target=3e18, workers=1).read_text()
     assert "The target lies within the budgets swept." in inside
+
+
+def test_report_refuses_a_negative_inference_token_count_before_fitting(tmp_path, capsys):
+    """`fit --inference-tokens=-5` is refused with exit 2; `report` fitted, wrote its page with the section
+    'Not computed: ... got -5.0' and exited 0."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1).drop(columns=["curve"])
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    out = tmp_path / "r.html"
+    assert main(["report", str(csv), "--method", "vpnls", "--bootstrap", "0", "--inference-tokens=-5",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == "flops-fit: error: --inference-tokens must be a finite number of tokens >= 0 (e.g. 2e12), got -5\n"
+    assert not out.exists()

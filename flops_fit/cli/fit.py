@@ -147,9 +147,6 @@ def stages(stream: Any) -> Callable[[str], None] | None:
 
 def _cmd_fit(args: argparse.Namespace) -> int:
     tokens = args.inference_tokens
-    if tokens is not None and not (math.isfinite(tokens) and tokens >= 0):
-        raise flops_fit.FitInputError(f"--inference-tokens must be a finite number of tokens >= 0 (e.g. 2e12), "
-                                      f"got {tokens:g}")
     if args.total_flops and tokens is None:
         raise flops_fit.FitInputError("--total-flops goes with --inference-tokens T (the tokens the model will serve)")
     sizing_scale(args)
@@ -174,7 +171,12 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
 
 def sizing_scale(args: argparse.Namespace) -> None:
-    """--inference-tokens on another --scale refused before the fit (minutes), as the sizing itself refuses it."""
+    """--inference-tokens refused before the fit (minutes), as the sizing itself refuses it: a count that is not
+    finite or below 0 (report drew its page without the section), or another --scale."""
+    tokens = args.inference_tokens
+    if tokens is not None and not (math.isfinite(tokens) and tokens >= 0):
+        raise flops_fit.FitInputError(f"--inference-tokens must be a finite number of tokens >= 0 (e.g. 2e12), "
+                                      f"got {tokens:g}")
     if args.inference_tokens is not None and args.scale != "params":
         raise flops_fit.FitInputError(f"--inference-tokens sizes a model of N total parameters, and --scale "
                                       f"{args.scale} fits N as something else: fit with --scale params to size for "
