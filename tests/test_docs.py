@@ -339,3 +339,46 @@ def test_first_sweep_states_the_main_guard_rule_once():
     text = DATA_DOC.with_name("first-sweep.md").read_text()
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
     assert prose.count('`if __name__ == "__main__":`') == 1
+
+
+def _rendered_names() -> set[str]:
+    """Every ``module.name`` the API reference pages render: a ``::: module.name`` directive, or the public
+    members of a ``::: module`` directive (its ``members: [...]`` where given; none with ``members: false``)."""
+    import importlib
+
+    rendered = set()
+    for page in sorted((DATA_DOC.parents[1] / "reference").glob("*.md")):
+        text = page.read_text()
+        for found in re.finditer(r"^::: ([\w.]+)\n((?:    .*\n)*)", text, re.M):
+            path, options = found.group(1), found.group(2)
+            rendered.add(path)
+            try:
+                module = importlib.import_module(path)
+            except ImportError:
+                continue
+            if "members: false" in options:
+                continue
+            listed = re.search(r"members: \[(.*?)\]", options)
+            names = ([n.strip() for n in listed.group(1).split(",")] if listed else
+                     [n for n in vars(module) if not n.startswith("_")])
+            rendered.update(f"{path}.{n}" for n in names)
+    return rendered
+
+
+def test_every_public_function_and_class_is_rendered_on_the_api_reference():
+    """``flops_fit.adaptive_sweep``, ``StopRule``, ``probe``, ``fit_rates``, ``RateFit``, ``record_result`` were
+    on no reference page, and ``list_executors``, ``create_executor``, ``loss_info`` ... had no docstring, so
+    mkdocstrings (``show_if_no_docstring: false``) left them out of the page that renders their module."""
+    import flops_fit
+
+    rendered = _rendered_names()
+    missing, bare = [], []
+    for name in sorted(set(flops_fit.__all__) | set(flops_fit._LAZY)):  # the lazy names are public too
+        obj = getattr(flops_fit, name)
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)) or not obj.__module__.startswith("flops_fit"):
+            continue  # constants, pluggy's hookimpl marker
+        if f"{obj.__module__}.{obj.__qualname__}" not in rendered:
+            missing.append(name)
+        if not inspect.getdoc(obj):
+            bare.append(name)
+    assert not missing and not bare, (missing, bare)

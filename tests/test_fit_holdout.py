@@ -315,3 +315,23 @@ def test_a_predicted_loss_interval_reaching_under_zero_or_far_under_the_runs_is_
     (row,) = prediction_json(table, losses=(1.8, 2.9))
     assert row["loss"] == 0.6133 and row["withheld"] == {"loss_lo": why, "loss_hi": why}
     assert prediction_rows(table.assign(loss_lo=0.5), losses=(1.8, 2.9))[0][-1] == "0.6133 [0.5, 1.528]"
+
+
+def test_the_held_out_figure_shows_each_budgets_furthest_check_that_was_made():
+    """On the FineWeb/C4 sweep the fits of the first splits failed, so every budget's check from the
+    fewest budgets had no prediction: the report's held-out figure, which draws that check per budget,
+    was an empty frame of 80 labels. It now draws the furthest check that was made, where one was."""
+    from flops_fit.fitting.validation.holdout import HoldoutCheck, furthest_checks
+
+    failed = HoldoutCheck(method="isoflop", budget=1e19, fitted_budgets=[1e17, 2e17],
+                          reason="the fit of the other budgets failed: too few budgets")
+    made = HoldoutCheck(method="isoflop", budget=1e19, fitted_budgets=[1e17, 2e17, 4e17], predicted_loss=3.1,
+                        observed_loss=3.0, loss_error=3.1 / 3.0 - 1, predicted_n_opt=2e8, observed_n_opt=1e8,
+                        n_opt_error=1.0)
+    later = HoldoutCheck(method="isoflop", budget=1e19, fitted_budgets=[1e17, 2e17, 4e17, 8e17], predicted_loss=3.05,
+                         observed_loss=3.0, loss_error=3.05 / 3.0 - 1, predicted_n_opt=1.5e8, observed_n_opt=1e8,
+                         n_opt_error=0.5)
+    never = HoldoutCheck(method="isoflop", budget=2e19, fitted_budgets=[1e17, 2e17], reason="no observed optimum")
+    never_later = HoldoutCheck(method="isoflop", budget=2e19, fitted_budgets=[1e17, 2e17, 4e17],
+                               reason="no observed optimum")
+    assert furthest_checks([failed, later, made, never_later, never]) == [made, never]

@@ -12,6 +12,7 @@ import pytest
 from flops_fit.cli.main import main
 from flops_fit.errors import NoFitError
 from flops_fit.fitting import FitInputError, fit, load_runs
+from flops_fit.fitting.inputs import check_varies
 from flops_fit.fitting.synthetic import synthetic_runs
 
 
@@ -656,3 +657,21 @@ def test_fit_refuses_a_bootstrap_too_small_to_read_an_interval_from(tmp_path, ca
     assert main(["fit", str(demo), "--bootstrap", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bootstrap must be 0 (no intervals) or at least 10 resamples" in err
+
+
+def test_runs_whose_losses_are_all_equal_are_refused_naming_the_column(tmp_path, capsys):
+    """A loss column holding one value (a constant column mapped as the loss): the interaction law still
+    "fitted" it, and fit and the report answered N_opt 3.57B at 1e20 FLOPs, with an exponent a of 0.92
+    [0.91, 0.924] and the other methods failed or at the grid's edge: numbers with no meaning."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1).drop(columns="curve")
+    frame["loss"] = 3.0
+    with pytest.raises(FitInputError, match=r"all 27 runs have the same loss \(3\)"):
+        fit(frame, "interaction", bootstrap=0)
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--method", "all", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--loss-col" in err and "Traceback" not in err
+    assert len(load_runs(frame)) == 27  # read, as a table, as before (a rescaling reads any losses)
+    frame.loc[0, "loss"] = 3.5  # one run differs: no longer refused
+    assert check_varies(load_runs(frame)) is None

@@ -233,3 +233,64 @@ def test_a_writer_given_a_path_instead_of_a_fit_names_the_fix(writer, what, tmp_
     with pytest.raises(flops_fit.FitInputError, match=rf"^{writer} takes what {what} returns, got str: "):
         getattr(flops_fit, writer)("runs.csv", tmp_path / "out")
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_an_r2_with_nothing_to_explain_is_withheld_with_its_reason(tmp_path):
+    """R^2 is 1 - residual / variance: with no variance (a line through budgets whose minima are all one
+    size: ``line_r2``'s NaN; runs whose losses were all equal gave the parametric laws -inf) it was printed
+    as "nan" or "-inf" on the page, the residual plot's title and the summary, and as NaN or -Infinity
+    (not JSON) in ``--json``."""
+    import json
+
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1).drop(columns="curve")
+    result = fit(frame, "interaction", bootstrap=20, tracking=False)
+    result.diagnostics.r2 = float("-inf")  # what the runs above gave with every loss set equal
+    text = write_report(result, tmp_path, workers=1).read_text()
+    line = text[text.index("R<sup>2</sup>"):].split("</p>")[0]
+    assert "undefined: the fitted values do not vary" in line
+    assert not re.search(r"(?i)\b(nan|inf)\b", line)
+    summary = result.summary()
+    assert "undefined: the fitted values do not vary" in summary and "-inf" not in summary
+    assert json.loads(result.to_json(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))[
+        "diagnostics"]["r2"] is None
+
+
+def test_the_report_commands_text_answers_at_the_pages_target(tmp_path, capsys):
+    """Without a forecast the page answers at 10x the largest budget, and the text `flops-fit report`
+    printed under "report written to" answered at the largest run's compute instead (1e+19, the page
+    1e+20): two answers for one command."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1).drop(columns=["curve"])
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    assert main(["report", str(csv), "--method", "all", "--holdout", "none", "--bootstrap", "20",
+                 "--workers", "1", "--out", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2 id='answer'>The answer at C = 1e+20 FLOPs</h2>" in page
+    assert "Every method at C = 1e+20 FLOPs" in out and "1e+19" not in out
+
+
+def test_a_target_below_the_budgets_swept_is_called_an_extrapolation(tmp_path):
+    """--target 1e15 on budgets 1e17-1e19: the page said "The target lies within the budgets swept"."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1).drop(columns=["curve"])
+    result = fit(frame, "isoflop", bootstrap=0, tracking=False)
+    below = write_report(result, tmp_path / "below.html", target=1e15, workers=1).read_text()
+    assert "The target is 100x below the smallest budget swept: an extrapolation." in below
+    assert "within the budgets swept" not in below
+    inside = write_report(result, tmp_path / "inside.html", target=3e18, workers=1).read_text()
+    assert "The target lies within the budgets swept." in inside
+
+
+def test_report_refuses_a_negative_inference_token_count_before_fitting(tmp_path, capsys):
+    """`fit --inference-tokens=-5` is refused with exit 2; `report` fitted, wrote its page with the section
+    'Not computed: ... got -5.0' and exited 0."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1).drop(columns=["curve"])
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    out = tmp_path / "r.html"
+    assert main(["report", str(csv), "--method", "vpnls", "--bootstrap", "0", "--inference-tokens=-5",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("flops-fit: error: --inference-tokens must be a whole number of tokens >= 0 (e.g. 2e12 for 2 "
+                   "trillion), got -5\n")
+    assert not out.exists()

@@ -226,9 +226,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise
     if show is not None:
         show(f"drawing the report's figures into {out}")
-    path = flops_fit.write_report(fitted, out, target=args.target, at=at, inference_tokens=args.inference_tokens,
+    target = args.target or flops_fit.fitting.default_target(fitted.runs)  # the page's: its text answers there too
+    path = flops_fit.write_report(fitted, out, target=target, at=at, inference_tokens=args.inference_tokens,
                                   workers=args.workers)
-    print(summary(fitted, None, args.verbose, args.target))
+    print(summary(fitted, None, args.verbose, target))
     print(f"report written to {path}")
     return 0
 

@@ -39,7 +39,7 @@ from flops_fit.fitting.decisions.compare import (
     same_evaluation,
     same_quantity,
 )
-from flops_fit.fitting.inputs import METRICS, Runs, load_runs
+from flops_fit.fitting.inputs import METRICS, Runs, check_varies, load_runs
 from flops_fit.fitting.laws.focus import FOCI, check_focus
 from flops_fit.fitting.laws.profiles import CURVES, budget_groups, check_curve
 from flops_fit.fitting.report.compare_page import write_comparison
@@ -144,6 +144,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         runs = source
     else:
         runs = load_runs(source, metric=metric or "loss", **options)
+    check_varies(runs)
     if target is not None and not (isinstance(target, (int, float)) and not isinstance(target, bool)
                                    and np.isfinite(target) and target > 0):
         raise FitInputError(f"target must be a positive budget in FLOPs (e.g. 1e22), got {target!r}")

@@ -169,6 +169,11 @@ def percent(value: Any) -> str:
     return f"{100 * float(value):+.1f}%" if _finite(value) else "nan"
 
 
+def r2(value: Any) -> str:
+    """A fit's R^2, or why there is none: with every fitted value equal there is no variance to explain."""
+    return f"{float(value):.4f}" if _finite(value) else "undefined: the fitted values do not vary"
+
+
 def json_safe(value: Any) -> Any:
     """numpy scalars, arrays, tuples and non-finite floats as plain JSON values (NaN -> None)."""
     if isinstance(value, dict):

@@ -320,6 +320,18 @@ DIVERGED_WORDS = re.compile(r"diverg|non-?finite|not finite|\bnan\b|\binf(inity)
 CURVE_RISE = 3.0
 
 
+def check_varies(runs: Runs) -> None:
+    """A fit needs a metric that varies: one value for every run (a constant column mapped as the loss)
+    fits no law, and each law's optimum would be an artefact of where its search started."""
+    values = runs.frame["loss"]
+    if len(values) > 1 and values.nunique() == 1:
+        what = {"error": "top-1 error"}.get(runs.metric, runs.metric)
+        raise FitInputError(
+            f"{runs.source}: all {len(values)} runs have the same {what} ({values.iloc[0]:g}): a {what} that does "
+            f"not vary with size or tokens fits no law; map the column holding each run's own {what} (loss_col=, "
+            "CLI: --loss-col)")
+
+
 def divergence(error: Any, loss: Any, curve: Any) -> str | None:
     """Why a failed run reads as diverged, from what it recorded (None: it failed for another reason, which is no
     verdict on its rate): a loss recorded as infinite, a training curve that reaches a non-finite loss or ends over

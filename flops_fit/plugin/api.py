@@ -120,6 +120,7 @@ def list_datasets(
 
 
 def dataset_info(name: str, *, host: Host | None = None) -> DatasetEntry:
+    """Dataset ``name``'s registry entry: modality, the tasks it serves, its splits, its builder."""
     return _host(host).entry("dataset", name)  # type: ignore[return-value]
 
 
@@ -136,10 +137,12 @@ def create_dataset(name: str, split: str = "train", *, host: Host | None = None,
 def list_losses(
     pattern: str | None = None, *, task: str | None = None, qualified: bool = False, host: Host | None = None
 ) -> list[str]:
+    """Sorted loss names, optionally only those for ``task``."""
     return _names("loss", pattern, qualified, host, None if task is None else lambda e: e.task == task)
 
 
 def loss_info(name: str, *, host: Host | None = None) -> LossEntry:
+    """Loss ``name``'s registry entry: its task and the function it loads."""
     return _host(host).entry("loss", name)  # type: ignore[return-value]
 
 
@@ -150,14 +153,17 @@ def get_loss(name: str, *, host: Host | None = None) -> Callable[[Any, Any], Any
 
 # ---------------------------------------------------------------- executors
 def list_executors(pattern: str | None = None, *, qualified: bool = False, host: Host | None = None) -> list[str]:
+    """Sorted executor names (where a sweep's runs train: ``local``, ``ray``, ``slurm``, a plugin's)."""
     return _names("executor", pattern, qualified, host)
 
 
 def executor_info(name: str, *, host: Host | None = None) -> ExecutorEntry:
+    """Executor ``name``'s registry entry: its builder and options."""
     return _host(host).entry("executor", name)  # type: ignore[return-value]
 
 
 def create_executor(name: str, *, host: Host | None = None, **options: Any) -> Any:
+    """Build executor ``name`` with ``options`` (its ``map``, ``close``; a context manager)."""
     return executor_info(name, host=host).build(**options)
 
 
@@ -165,8 +171,10 @@ def create_executor(name: str, *, host: Host | None = None, **options: Any) -> A
 def list_parity_cases(
     pattern: str | None = None, *, model: str | None = None, qualified: bool = False, host: Host | None = None
 ) -> list[str]:
+    """Sorted parity case names, optionally only those of ``model``."""
     return _names("parity-case", pattern, qualified, host, None if model is None else lambda e: e.model == model)
 
 
 def parity_case_info(name: str, *, host: Host | None = None) -> ParityCaseEntry:
+    """Parity case ``name``'s registry entry: the model it checks and the reference it is checked against."""
     return _host(host).entry("parity-case", name)  # type: ignore[return-value]

@@ -351,7 +351,8 @@ def parametric_diagnostics(runs: Runs, predicted: np.ndarray, params: dict[str, 
     f = runs.frame
     log_l = np.log(f["loss"].to_numpy(float))
     residual = log_l - np.log(predicted)
-    r2 = 1.0 - np.sum(residual ** 2) / np.sum((log_l - log_l.mean()) ** 2)
+    total = np.sum((log_l - log_l.mean()) ** 2)
+    r2 = 1.0 - np.sum(residual ** 2) / total if total > 0 else float("nan")  # equal losses: nothing to explain
     frame = f[["run_id", "params", "tokens", "flops", "loss"]].assign(predicted=predicted, residual=residual)
     warnings = list(warnings or [])
     if bounds is not None:

@@ -57,7 +57,7 @@ class Diagnostics:
     convergence: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"r2": self.r2, "r2_of": self.r2_of, "excluded": self.excluded, "warnings": self.warnings,
+        out = {"r2": fmt.json_safe(self.r2), "r2_of": self.r2_of, "excluded": self.excluded, "warnings": self.warnings,
                "residual_rms": float(np.sqrt(np.mean(np.square(self.residuals["residual"]))))
                if len(self.residuals) else None}
         if self.convergence is not None:
@@ -268,7 +268,7 @@ class FitResult(Presentable):
                       f"{self.runs.unit[:-1]} (from the runs)"]
         if "focus" in self.details:
             lines.append(f"fitted to: {FOCUS_LABELS[self.details['focus']]} (focus={self.details['focus']!r})")
-        lines += ["", f"R^2 ({d.r2_of}): {d.r2:.4f}; exclusions: {len(d.excluded)}"]
+        lines += ["", f"R^2 ({d.r2_of}): {fmt.r2(d.r2)}; exclusions: {len(d.excluded)}"]
         lines += [f"warning: {w}" for w in d.warnings]
         if with_holdout and self.holdout_checks:
             lines += ["", self.holdout_summary()]

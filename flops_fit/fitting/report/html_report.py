@@ -227,7 +227,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
         parts += target_rate_note(runs, forecast)
     parts += [f"<h2 id='answer'>The answer at C = {fmt.flops(target)} FLOPs"
               f"{', by every method' if forecast is not None else ''}</h2>",
-             f"<p>{_target_note(target, swept.max())} Values are estimates with {100 * level:g}% bootstrap "
+             f"<p>{_target_note(target, swept.min(), swept.max())} Values are estimates with {100 * level:g}% bootstrap "
              "intervals in brackets" + (": they resample these runs only, so the error of extrapolating past "
                                         "them is not in them (the forecast's intervals include it)"
                                         if forecast is not None else "") + ".</p>",
@@ -329,10 +329,12 @@ def _chaining_section(f: Any, figure: Figures, plot_dir: Path) -> str:
         *rows])
 
 
-def _target_note(target: float, largest: float) -> str:
-    ratio = target / largest
-    if ratio > 1:
-        return f"The target is {ratio:.3g}x the largest budget swept: an extrapolation."
+def _target_note(target: float, smallest: float, largest: float) -> str:
+    """Where the target lies against the budgets swept: beyond either end is an extrapolation."""
+    if target > largest:
+        return f"The target is {target / largest:.3g}x the largest budget swept: an extrapolation."
+    if target < smallest:
+        return f"The target is {smallest / target:.3g}x below the smallest budget swept: an extrapolation."
     return "The target lies within the budgets swept."
 
 
@@ -393,7 +395,7 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_
     parts.append(figure.embed(holdout_figure(furthest, plot_dir / "holdout", ("png", "svg"), colours),
                               "Predicted / observed at the held-out budget: 1 is exact; bars are the predicted "
                               "intervals, grey bands the observed ones."
-                              + (" Forward chaining: each budget's prediction from the fewest budgets fitted."
+                              + (" Forward chaining: each budget's prediction from the fewest budgets fitted that gave one."
                                  if forward else "")))
     return "\n".join(parts)
 
@@ -406,7 +408,7 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
     rows = prediction_rows(table, result.runs.unit, result.runs.loss_range)
     parts = [f"<h2 id='{escape(result.method)}'>{escape(result.title)}</h2>",
              f"<p>{len(result.samples)} bootstrap resamples (seed {result.seed}), {100 * result.level:g}% "
-             f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {d.r2:.4f}.</p>",
+             f"percentile intervals. R<sup>2</sup> ({escape(d.r2_of)}): {fmt.r2(d.r2)}.</p>",
              "<div class=row><div><h3>Parameters</h3>",
              html_table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], params),
              "</div><div><h3>Compute-optimal table</h3>",

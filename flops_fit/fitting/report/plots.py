@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.result import fitted_results
 from flops_fit.fitting.report.drawing import (
     COMPUTE_LABEL,
@@ -103,7 +104,7 @@ def _plot_residuals(fig, result: Any, budgets, target) -> None:
     ax.axhline(0, color="0.5", lw=0.8)
     ax.scatter(r["flops"], r["residual"], s=12, color="tab:blue")
     ax.set(xscale="log", xlabel=COMPUTE_LABEL, ylabel=f"residual ({result.diagnostics.r2_of})",
-           title=f"Residuals, R^2 = {result.diagnostics.r2:.4f} ({result.method})")
+           title=f"Residuals, R^2 {fmt.r2(result.diagnostics.r2)} ({result.method})")
 
 
 def _plot_tokens_per_param(fig, result: Any, budgets, target) -> None:

@@ -580,13 +580,20 @@ def holdout_checks(approaches: Sequence[Fitter], runs: Runs, which: Any, *, curv
 
 
 def furthest_checks(items: Sequence[HoldoutCheck]) -> list[HoldoutCheck]:
-    """Per held-out budget, the check fitted on the fewest budgets (forward chaining predicts a
-    budget from every earlier split; a figure shows the furthest reach)."""
+    """Per held-out budget, the check fitted on the fewest budgets among those made (forward chaining
+    predicts a budget from every earlier split; a figure shows the furthest reach, and the first splits'
+    fits can fail); a budget with none made keeps its fewest, whose reason the table gives."""
     best: dict[float, HoldoutCheck] = {}
     for c in items:
-        if c.budget not in best or len(c.fitted_budgets) < len(best[c.budget].fitted_budgets):
+        rank = (not _made(c), len(c.fitted_budgets))
+        if c.budget not in best or rank < (not _made(best[c.budget]), len(best[c.budget].fitted_budgets)):
             best[c.budget] = c
     return list(best.values())
+
+
+def _made(check: HoldoutCheck) -> bool:
+    """Whether a check compared a prediction with an observation (an error to draw)."""
+    return bool(np.isfinite(check.n_opt_error) or np.isfinite(check.loss_error))
 
 
 def holdout_json(checks: Sequence[HoldoutCheck]) -> dict[str, Any] | list[dict[str, Any]]:
