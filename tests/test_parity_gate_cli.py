@@ -294,3 +294,53 @@ def test_the_gate_of_a_model_exempt_by_no_parity_gives_its_reason_not_advice() -
     assert gate.passed and not gate.verified
     assert gate.summary().splitlines()[1] == ("  no parity case applies: the model is the transformers class itself, "
                                               "so there is nothing to convert or compare")
+
+
+class _Hangs:
+    """A case that waits until the test lets it go: a plugin's case that never returns."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+
+    def __call__(self, device, dtype):
+        self.release.wait(60)
+        return _Verdict(True)
+
+
+def test_a_case_that_hangs_is_an_error_after_its_time_limit_and_the_gate_goes_on(monkeypatch, capsys) -> None:
+    """A case that never returned held the gate (and the sweep behind it) forever; it is now an
+    error naming the limit and how to raise it, and the next case still runs."""
+    hangs = _Hangs()
+
+    class Plugin:
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("a-hangs", model="toy", reference="ref", run=hangs, quick=True))
+            register(flops_fit.ParityCaseEntry("b-good", model="toy", reference="ref", quick=True,
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    try:
+        gate = check("toy", host=isolated_host(Plugin()), timeout_s=0.2)
+        status = {o.case: (o.status, o.detail) for o in gate.outcomes}
+        assert status["b-good"][0] == "passed" and status["a-hangs"][0] == "error" and gate.status == "failed"
+        assert "still running after the time limit of 0.2 s" in status["a-hangs"][1]
+        assert "FLOPS_FIT_PARITY_TIMEOUT=SECONDS (flops-fit parity --timeout SECONDS)" in status["a-hangs"][1]
+        monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "0.2")  # the sweep's gate reads the variable
+        assert check("toy", host=isolated_host(Plugin())).outcomes[0].status == "error"
+        from flops_fit.plugin.host import Host, reset_host
+
+        reset_host(Host(builtins=False, entry_points=False, plugins=[("hanging", Plugin())], env={}))
+        try:
+            monkeypatch.delenv("FLOPS_FIT_PARITY_TIMEOUT")
+            assert main(["parity", "--case", "a-hangs", "--timeout", "0.2"]) == 1
+            assert "hanging/a-hangs: still running after the time limit of 0.2 s" in capsys.readouterr().out
+            monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "soon")
+            assert main(["parity", "--case", "b-good"]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "FLOPS_FIT_PARITY_TIMEOUT='soon' is not a number of seconds" in err
+        finally:
+            reset_host(None)
+    finally:
+        hangs.release.set()

@@ -509,3 +509,36 @@ def test_steps_a_worker_trained_after_its_driver_died_are_counted_trained(tmp_pa
     totals = report["totals"]
     assert (totals["steps_lost"], totals["steps_unreported"]) == (0, 4)
     assert totals["steps_trained"] == totals["steps"] == spec.steps  # every step of the result was trained
+
+
+class _HangingParity:
+    """A parity case for tiny-lm that does not return until released."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+
+    @flops_fit.hookimpl
+    def register_parity_cases(self, register):
+        register(flops_fit.ParityCaseEntry("tiny-hangs", model="tiny-lm", reference="a stand-in", quick=True,
+                                           run=lambda device, dtype: self.release.wait(60), devices=("cpu",),
+                                           dtypes=("float32",)))
+
+
+def test_a_hanging_parity_case_refuses_the_sweep_after_its_time_limit(tmp_path, monkeypatch):
+    """A parity case that never returned held the sweep before its first run forever; after the
+    case's time limit the gate fails and the sweep refuses, as for a failing case."""
+    from flops_fit.sweeps.driver import ParityGateError
+    from flops_fit.testing import isolated_host
+
+    case = _HangingParity()
+    monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "0.3")
+    host = isolated_host(("sweep_support", sweep_support), ("hanging", case), builtins=True)
+    try:
+        with pytest.raises(ParityGateError, match="tiny-hangs: error: still running after the time limit of 0.3 s"):
+            sweep(host=host, out_dir=tmp_path, show_progress=False, **sweep_support.small_plan_options())
+    finally:
+        case.release.set()
+    with RunStore(tmp_path) as store:
+        assert store.get_meta("parity")["status"] == "failed" and store.counts() == {"pending": 6}

@@ -10,7 +10,13 @@ import json
 
 from flops_fit.errors import FlopsFitError
 from flops_fit.plugin import api
-from flops_fit.sweeps.gate import HOW_TO_VERIFY, run_case
+from flops_fit.sweeps.gate import (
+    CASE_TIMEOUT_S,
+    HOW_TO_VERIFY,
+    TIMEOUT_VARIABLE,
+    case_timeout,
+    run_case,
+)
 from flops_fit.tables import format_table
 
 
@@ -22,6 +28,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     p.add_argument("--quick", action="store_true", help="only the quick cases (the sweep gate)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"each case's time limit, after which it is an error and the next runs (default: "
+                        f"${TIMEOUT_VARIABLE}, else {CASE_TIMEOUT_S:g})")
     p.set_defaults(func=_cmd_parity)
 
 
@@ -31,6 +40,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise FlopsFitError("--device cuda: no CUDA device is available here; use --device cpu")
+    limit = case_timeout(args.timeout)
     names = api.list_parity_cases(args.case, model=args.model, qualified=True)
     if not names:
         raise FlopsFitError((args.model and not args.case and _caseless_model(args.model)) or (
@@ -44,7 +54,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
             continue
         if args.device not in entry.devices or args.dtype not in entry.dtypes:
             continue
-        outcomes.append((name, entry, run_case(entry, args.device, args.dtype)))
+        outcomes.append((name, entry, run_case(entry, args.device, args.dtype, timeout_s=limit)))
     if args.json:
         print(json.dumps([{"id": n, "model": e.model, **o.to_dict()} for n, e, o in outcomes], indent=2, default=str))
     else:

@@ -4,22 +4,31 @@
 fp32 and returns a ``GateReport``. A case that raises counts as failed (its error is kept);
 a case whose optional reference package is not installed is skipped. A model with no
 runnable quick case is ``unverified``: ``passed`` is True (nothing failed) but
-``verified`` is False, so callers can insist on verification.
+``verified`` is False, so callers can insist on verification. A case that runs past its time
+limit (``CASE_TIMEOUT_S``, or ``$FLOPS_FIT_PARITY_TIMEOUT``) is an error too, and the gate goes on.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
 import re
+import threading
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
+from flops_fit.checks import positive_number
+from flops_fit.errors import OptionError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import ParityCaseEntry, resolve
 
 # what the owner of a model without a parity case can do about it
+# A case's time limit in seconds: the built-in quick cases take under 10 s each on a loaded 2-core CPU
+# (importing torch, timm and transformers included), so a case still running at this limit is hung.
+CASE_TIMEOUT_S = 120.0
+TIMEOUT_VARIABLE = "FLOPS_FIT_PARITY_TIMEOUT"
 HOW_TO_VERIFY = ("register one (quick=True) with register_parity_cases, or give its ModelEntry no_parity saying "
                  "why none applies (docs/guide/plugins.md)")
 
@@ -94,15 +103,59 @@ def install_hint(missing: list[str]) -> str:
     return "pip install flops-fit[parity]" if {m.lower() for m in missing} <= extra else f"pip install {' '.join(missing)}"
 
 
-def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
-    """Run one case, turning exceptions into an ``error`` outcome that keeps the message."""
+def case_timeout(timeout_s: float | None = None) -> float:
+    """The time limit a case gets: ``timeout_s``, else ``$FLOPS_FIT_PARITY_TIMEOUT``, else ``CASE_TIMEOUT_S``."""
+    if timeout_s is not None:
+        return positive_number(timeout_s, "the parity case time limit (seconds)")
+    raw = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not raw:
+        return CASE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise OptionError(f"{TIMEOUT_VARIABLE}={raw!r} is not a number of seconds above zero; set it to one "
+                          f"(e.g. 600) or unset it for the default {CASE_TIMEOUT_S:g}")
+    return value
+
+
+def run_case(entry: ParityCaseEntry, device: str, dtype: str, *, timeout_s: float | None = None) -> CaseOutcome:
+    """Run one case, turning exceptions into an ``error`` outcome that keeps the message.
+
+    The case runs on a daemon thread, which the gate waits on for ``case_timeout(timeout_s)``
+    seconds; a case still running then is an ``error`` naming the limit and how to raise it.
+    A thread cannot be killed, so a hung case is abandoned: it runs on in the background (a
+    daemon, so it never keeps the process alive) while the gate goes on. A thread, not a
+    subprocess, because a case is whatever the host registered (a plugin object, a custom
+    ``host=``) and must run with that host's state, and a child would import torch and the
+    references again for every case. A case that hangs in C code holding the GIL is beyond both.
+    """
     missing = missing_requirements(entry)
     if missing:
         return CaseOutcome(entry.name, "skipped", detail=f"needs {', '.join(missing)} ({install_hint(missing)})")
-    try:
-        report = resolve(entry.run)(device=device, dtype=dtype)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a failing case (sys.exit too) must not stop the gate
+    limit = case_timeout(timeout_s)
+    done: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            done["report"] = resolve(entry.run)(device=device, dtype=dtype)
+        except BaseException as exc:  # noqa: BLE001 - a failing case (sys.exit too) must not stop the gate
+            done["error"] = exc
+
+    worker = threading.Thread(target=call, name=f"parity case {entry.name}", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        return CaseOutcome(entry.name, "error", detail=(
+            f"still running after the time limit of {limit:g} s, so the gate left it (it may be hung); if it is "
+            f"only slow, raise the limit: {TIMEOUT_VARIABLE}=SECONDS (flops-fit parity --timeout SECONDS)"))
+    if "error" in done:
+        exc = done["error"]
+        if not isinstance(exc, (Exception, SystemExit)):  # Ctrl-C and the like belong to the caller
+            raise exc
         return CaseOutcome(entry.name, "error", detail=f"{type(exc).__name__}: {exc}")
+    report = done["report"]
     if not isinstance(getattr(report, "passed", None), bool):  # the contract is a bool ``passed``, nothing more
         return CaseOutcome(entry.name, "error", detail=(
             f"run returned {type(report).__name__}, which has no bool 'passed'; return a report whose passed is a "
@@ -118,11 +171,13 @@ def run_case(entry: ParityCaseEntry, device: str, dtype: str) -> CaseOutcome:
 
 
 def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick_only: bool = True,
-          host: Any = None) -> GateReport:
-    """Run ``model_name``'s quick parity cases (all its cases with ``quick_only=False``).
+          host: Any = None, timeout_s: float | None = None) -> GateReport:
+    """Run ``model_name``'s quick parity cases (all its cases with ``quick_only=False``), each
+    within ``timeout_s`` seconds (``case_timeout``).
 
     A name with no case that is no registered model either is a misspelling (or a plugin that
     did not load), not an unverified model: the registry's error names the models it knows."""
+    limit = case_timeout(timeout_s)  # a bad limit is refused before any case runs
     gate = GateReport(model_name, device, dtype)
     names = api.list_parity_cases(model=model_name, qualified=True, host=host)
     if not names:
@@ -138,7 +193,7 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
             gate.outcomes.append(CaseOutcome(entry.name, "skipped", detail=(
                 f"runs on {' in '.join(where)} only; this gate runs on {device}, {dtype}")))
             continue
-        gate.outcomes.append(run_case(entry, device, dtype))
+        gate.outcomes.append(run_case(entry, device, dtype, timeout_s=limit))
     return gate
 
 
