@@ -477,7 +477,7 @@ def test_a_config_without_a_size_it_needs_is_refused_by_name(converter, key) -> 
 
 @pytest.mark.parametrize("model_args, named", [
     ([["num_heads", 4]], r"config.json's model_args must be an object of timm arguments, got list"),
-    ({"num_heads": 0}, r"timm refuses these options .*'num_heads': 0}\): integer modulo by zero"),
+    ({"num_heads": 0}, r"timm VisionTransformer: num_heads=0 is not a number of attention heads"),
 ], ids=["model-args-a-list", "zero-heads"])
 def test_a_damaged_timm_hub_config_is_one_conversion_error(model_args, named, tmp_path) -> None:
     """A config.json whose model_args is not an object raised TypeError from dict.update; zero
@@ -489,6 +489,15 @@ def test_a_damaged_timm_hub_config_is_one_conversion_error(model_args, named, tm
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_args": model_args}))
     with pytest.raises(ConversionError, match=named):
         convert_timm_model(tmp_path)
+
+
+@pytest.mark.parametrize("heads", [0, -2, 2.5, True])
+def test_a_vit_head_count_that_is_no_count_is_refused_by_name(heads) -> None:
+    """num_heads=0 was taken for no value ("pass num_heads=..." though it was passed), and
+    num_heads=-2 converted (timm's assert holds for a negative divisor)."""
+    with pytest.raises(ConversionError, match=re.escape(f"timm VisionTransformer: num_heads={heads!r} is not a number "
+                                                        "of attention heads (a positive integer that divides")):
+        convert_timm_vit(case_vit.timm_reference().state_dict(), num_heads=heads)
 
 
 def test_gpt2_converter_refuses_another_model_type_by_name() -> None:
