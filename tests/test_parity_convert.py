@@ -415,10 +415,27 @@ def test_a_bare_assert_in_timm_is_named_by_its_line() -> None:
     def refuses(global_pool: str) -> None:  # as timm's bare assert (pytest would add text to an assert here)
         if global_pool not in ("", "avg"): raise AssertionError  # noqa: E701
 
-    with pytest.raises(ConversionError, match=r"ref: timm refuses these options \(\{'global_pool': 'max'\}\): "
+    with pytest.raises(ConversionError, match=r"ref: timm refuses these options: "
                                               r"AssertionError at .*test_parity_convert\.py:\d+: "
-                                              r"if global_pool not in \(\"\", \"avg\"\): raise AssertionError"):
-        build_on_meta("ref", None, {"global_pool": "max"}, {}, refuses, lambda model: None)
+                                              r"if global_pool not in \(\"\", \"avg\"\): raise AssertionError.* "
+                                              r"\(given: global_pool='max'\)$"):
+        build_on_meta("ref", None, {"global_pool": "max"}, {"global_pool": "max"}, refuses, lambda model: None)
+
+
+def test_timms_refusal_gives_its_reason_first_on_a_short_line() -> None:
+    """timm's refusal printed every argument (the weights' too, 400 characters) before its reason;
+    the reason now comes first, then only the arguments given, cut short."""
+    state = case_vit.timm_reference().state_dict()
+    with pytest.raises(ConversionError) as err:
+        convert_timm_vit(state, num_heads=5)
+    assert str(err.value) == ("timm VisionTransformer: timm refuses these options: dim should be divisible by "
+                              "num_heads (given: num_heads=5)")
+    with pytest.raises(ConversionError) as err:
+        convert_timm_vit(state, num_heads=5, act_layer="gelu", global_pool="token", fc_norm=False, **{
+            f"option_{i}": "x" * 20 for i in range(12)})
+    text = str(err.value)
+    assert text.startswith("timm VisionTransformer: timm refuses these options: ") and len(text) < 350
+    assert text.endswith("...)") and "(given: num_heads=5, act_layer='gelu'" in text
 
 
 @pytest.mark.parametrize("family, head", [

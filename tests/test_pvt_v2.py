@@ -167,7 +167,7 @@ def test_the_converter_refuses_what_is_not_pvt_v2():
         convert_timm_pvt_v2(state, architecture="vit_tiny_patch16_224")
     with pytest.raises(ConversionError, match="timm does not know architecture 'pvt_v9'"):
         convert_timm_pvt_v2(state, architecture="pvt_v9")
-    with pytest.raises(ConversionError, match="timm PyramidVisionTransformerV2: timm refuses these options .*act_layer"):
+    with pytest.raises(ConversionError, match="timm PyramidVisionTransformerV2: timm refuses these options: .*act_layer"):
         convert_timm_pvt_v2(state, num_heads=(1, 2, 5, 8), act_layer="silu")
 
 
