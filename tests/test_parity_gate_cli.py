@@ -344,3 +344,40 @@ def test_a_case_that_hangs_is_an_error_after_its_time_limit_and_the_gate_goes_on
             reset_host(None)
     finally:
         hangs.release.set()
+
+
+def test_a_preset_runs_its_familys_cases_and_says_so(capsys) -> None:
+    """A preset (gpt2, vit_tiny_patch16_224) has no case of its own: its gate read 'unverified:
+    register one', and `flops-fit parity --model gpt2` refused, though the family's cases test the
+    very builder it uses. They now run, with a line that says whose they are."""
+    class Family:
+        @flops_fit.hookimpl
+        def register_models(self, register):
+            for name, defaults in (("fam", {}), ("fam-big", {"depth": 2})):
+                register(flops_fit.ModelEntry(
+                    name, builder="flops_fit.plugins.models.gpt_model:build", size_param="width", defaults=defaults,
+                    valid_sizes=lambda: [8], param_count=lambda width, **c: width,
+                    training_flops=lambda width, tokens, **c: 6.0 * width * tokens, flops_unit="token",
+                    task=flops_fit.TASK_CAUSAL_LM, default_loss="next-token"))
+
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("fam-case", model="fam", reference="ref", quick=True,
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    gate = check("fam-big", host=isolated_host(Family()))
+    assert gate.status == "passed" and [o.case for o in gate.outcomes] == ["fam-case"]
+    assert gate.summary().splitlines()[1] == ("  no case names 'fam-big'; its builder (flops_fit.plugins.models."
+                                              "gpt_model:build) also builds model 'fam', whose cases ran")
+    assert "register one" not in gate.summary() and gate.to_dict()["via"]
+    assert check("fam", host=isolated_host(Family())).via == ""  # its own case: nothing to explain
+    from flops_fit.plugin.host import Host, reset_host
+
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("family", Family())], env={}))
+    try:
+        assert main(["parity", "--model", "fam-big"]) == 0
+    finally:
+        reset_host(None)
+    out = capsys.readouterr().out
+    assert "family/fam-case" in out and "PASSED" in out and "fam-big: no case names 'fam-big'" in out
+    assert flops_fit.check_parity("gpt2").via.startswith("no case names 'gpt2'; its builder")

@@ -15,6 +15,7 @@ from flops_fit.sweeps.gate import (
     HOW_TO_VERIFY,
     TIMEOUT_VARIABLE,
     case_timeout,
+    family_cases,
     run_case,
 )
 from flops_fit.tables import format_table
@@ -42,6 +43,10 @@ def _cmd_parity(args: argparse.Namespace) -> int:
             raise FlopsFitError("--device cuda: no CUDA device is available here; use --device cpu")
     limit = case_timeout(args.timeout)
     names = api.list_parity_cases(args.case, model=args.model, qualified=True)
+    via = ""
+    if not names and args.model and not args.case and args.model in api.list_models() and \
+            api.model_info(args.model).no_parity is None:  # a preset: its family's cases
+        names, via = family_cases(args.model)
     if not names:
         raise FlopsFitError((args.model and not args.case and _caseless_model(args.model)) or (
             f"no parity case matches (model={args.model!r}, case={args.case!r}); "
@@ -62,6 +67,8 @@ def _cmd_parity(args: argparse.Namespace) -> int:
                 for name, entry, o in outcomes]
         headers = ["case", "model", "reference", "max abs", "error/limit", "first failure", "seconds", "verdict"]
         print(format_table(rows, headers))
+        if via:
+            print(f"{args.model}: {via}")
         for name, _, o in outcomes:
             if o.detail:
                 print(f"{name}: {o.detail}")

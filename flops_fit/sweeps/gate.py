@@ -59,6 +59,7 @@ class GateReport:
     dtype: str
     outcomes: list[CaseOutcome] = field(default_factory=list)
     note: str = ""  # said where no case ran: a case registered under a misspelt model name
+    via: str = ""  # a preset's: the cases ran are its family's (``family_cases``), and why they apply
     exempt: str = ""  # the model entry's no_parity: why no case applies to it
 
     @property
@@ -75,6 +76,7 @@ class GateReport:
 
     def summary(self) -> str:
         lines = [f"parity gate for {self.model!r} [{self.device}, {self.dtype}]: {self.status}"]
+        lines += [f"  {self.via}"] if self.via else []
         lines += [f"  {o.case}: {o.status}{': ' + o.detail if o.detail else ''}" for o in self.outcomes]
         if not self.outcomes and self.exempt:
             lines.append(f"  no parity case applies: {self.exempt}")
@@ -85,7 +87,8 @@ class GateReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "dtype": self.dtype, "status": self.status,
-                "passed": self.passed, "verified": self.verified, "cases": [o.to_dict() for o in self.outcomes]}
+                "passed": self.passed, "verified": self.verified, "via": self.via,
+                "cases": [o.to_dict() for o in self.outcomes]}
 
 
 def missing_requirements(entry: ParityCaseEntry) -> list[str]:
@@ -182,7 +185,8 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
     names = api.list_parity_cases(model=model_name, qualified=True, host=host)
     if not names:
         gate.exempt = api.model_info(model_name, host=host).no_parity or ""  # UnknownEntryError names close ones
-        gate.note = _misspelt_cases(model_name, host)
+        names, gate.via = ([], "") if gate.exempt else family_cases(model_name, host)
+        gate.note = "" if names else _misspelt_cases(model_name, host)
     for name in names:
         entry = api.parity_case_info(name, host=host)
         if quick_only and not entry.quick:
@@ -195,6 +199,26 @@ def check(model_name: str, *, device: str = "cpu", dtype: str = "float32", quick
             continue
         gate.outcomes.append(run_case(entry, device, dtype, timeout_s=limit))
     return gate
+
+
+def family_cases(model_name: str, host: Any = None) -> tuple[list[str], str]:
+    """A preset's cases: those of the registered models built by the same builder (``gpt2`` is
+    ``gpt``'s builder with other defaults), and the line that says so; ([], "") where none is.
+    A preset has no case of its own, and its gate read 'unverified: register one' though the
+    family's cases prove the very code it builds."""
+    builder = api.model_info(model_name, host=host).builder
+    registered = set(api.list_models(host=host))
+    names, family = [], []
+    for name in api.list_parity_cases(qualified=True, host=host):
+        model = api.parity_case_info(name, host=host).model
+        if model != model_name and model in registered and api.model_info(model, host=host).builder == builder:
+            names.append(name)
+            family += [model] if model not in family else []
+    if not names:
+        return [], ""
+    shown = builder if isinstance(builder, str) else getattr(builder, "__qualname__", repr(builder))
+    whose = f"model{'s' if len(family) > 1 else ''} {', '.join(map(repr, family))}"
+    return names, f"no case names {model_name!r}; its builder ({shown}) also builds {whose}, whose cases ran"
 
 
 def _misspelt_cases(model_name: str, host: Any) -> str:
