@@ -381,3 +381,27 @@ def test_a_preset_runs_its_familys_cases_and_says_so(capsys) -> None:
     out = capsys.readouterr().out
     assert "family/fam-case" in out and "PASSED" in out and "fam-big: no case names 'fam-big'" in out
     assert flops_fit.check_parity("gpt2").via.startswith("no case names 'gpt2'; its builder")
+
+
+def test_a_selection_of_which_no_case_runs_here_is_an_error_not_an_empty_table(capsys) -> None:
+    """`flops-fit parity --model attention --quick` (no quick attention case) printed an empty table
+    and exited 0, as if every case had passed; so did a case for another device only."""
+    assert main(["parity", "--model", "attention", "--quick"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "none of the 4 matching parity case(s) runs here: 4 not quick (drop --quick)" in captured.err
+
+    class CudaOnly:
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("on-gpu", model="toy", reference="ref", quick=True, devices=("cuda",),
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    from flops_fit.plugin.host import Host, reset_host
+
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("gpu", CudaOnly())], env={}))
+    try:
+        assert main(["parity", "--model", "toy", "--json"]) == 2
+    finally:
+        reset_host(None)
+    assert "none of the 1 matching parity case(s) runs here: 1 not for cpu, float32" in capsys.readouterr().err

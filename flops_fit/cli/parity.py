@@ -52,14 +52,17 @@ def _cmd_parity(args: argparse.Namespace) -> int:
             f"no parity case matches (model={args.model!r}, case={args.case!r}); "
             f"registered: {', '.join(api.list_parity_cases()) or 'none'}"
         ))
-    outcomes = []
-    for name in names:
-        entry = api.parity_case_info(name)
-        if args.quick and not entry.quick:
-            continue
-        if args.device not in entry.devices or args.dtype not in entry.dtypes:
-            continue
-        outcomes.append((name, entry, run_case(entry, args.device, args.dtype, timeout_s=limit)))
+    entries = {name: api.parity_case_info(name) for name in names}
+    slow = [n for n, e in entries.items() if args.quick and not e.quick]
+    elsewhere = [n for n, e in entries.items() if n not in slow and (args.device not in e.devices or
+                                                                     args.dtype not in e.dtypes)]
+    if len(slow) + len(elsewhere) == len(names):  # an empty table, exit 0, read as nothing wrong
+        raise FlopsFitError(f"none of the {len(names)} matching parity case(s) runs here: " + "; ".join(
+            ([f"{len(slow)} not quick (drop --quick)"] if slow else []) +
+            ([f"{len(elsewhere)} not for {args.device}, {args.dtype} (see each case's devices and dtypes)"]
+             if elsewhere else [])))
+    outcomes = [(name, entry, run_case(entry, args.device, args.dtype, timeout_s=limit))
+                for name, entry in entries.items() if name not in slow and name not in elsewhere]
     if args.json:
         print(json.dumps([{"id": n, "model": e.model, **o.to_dict()} for n, e, o in outcomes], indent=2, default=str))
     else:
