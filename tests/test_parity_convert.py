@@ -517,6 +517,22 @@ def test_a_vit_head_count_that_is_no_count_is_refused_by_name(heads) -> None:
         convert_timm_vit(case_vit.timm_reference().state_dict(), num_heads=heads)
 
 
+@pytest.mark.parametrize("heads, problem", [(0, "is not a number of heads (a positive integer)"),
+                                            (-4, "is not a number of heads"), (2.5, "is not a number of heads"),
+                                            (3, "does not divide the width 64 into heads")])
+def test_head_counts_that_do_not_split_the_width_are_refused_by_the_converters(heads, problem) -> None:
+    """A GPT-2 / HF ViT config whose head count does not divide the width failed as 'width=64 is not
+    a valid size ... nearest valid sizes: [63, 66]' (the width is the checkpoint's); 0 or -4 as our
+    model's OptionError; convert_torch_mha cut num_heads=2.5 to 2 heads."""
+    gpt2, vit = case_gpt.gpt2_reference(), case_vit.hf_reference()
+    with pytest.raises(ConversionError, match=re.escape(f"HF GPT-2: config n_head={heads!r} {problem}")):
+        convert_gpt2(gpt2.state_dict(), {**gpt2.config.to_dict(), "n_head": heads})
+    with pytest.raises(ConversionError, match=re.escape(f"HF ViT: config num_attention_heads={heads!r} {problem}")):
+        convert_hf_vit(vit.state_dict(), {**vit.config.to_dict(), "num_attention_heads": heads})
+    with pytest.raises(ConversionError, match=re.escape(f"torch nn.MultiheadAttention: num_heads={heads!r} {problem}")):
+        convert_torch_mha(nn.MultiheadAttention(64, 4, batch_first=True).state_dict(), num_heads=heads)
+
+
 def test_gpt2_converter_refuses_another_model_type_by_name() -> None:
     """A GPT-NeoX config (or any other model_type) reached the GPT-2 converter's size reads and
     failed on keys GPT-2 has and it lacks, never saying it is not a GPT-2."""
