@@ -542,3 +542,16 @@ def test_a_hanging_parity_case_refuses_the_sweep_after_its_time_limit(tmp_path, 
         case.release.set()
     with RunStore(tmp_path) as store:
         assert store.get_meta("parity")["status"] == "failed" and store.counts() == {"pending": 6}
+
+
+def test_a_bad_parity_time_limit_is_refused_before_the_folder_is_touched(tmp_path, monkeypatch):
+    """FLOPS_FIT_PARITY_TIMEOUT=abc was read at the gate: the plan was recorded and the preflight run
+    first, and status then said the gate was interrupted."""
+    from flops_fit.errors import OptionError
+    from flops_fit.testing import isolated_host
+
+    monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "abc")
+    host = isolated_host(("sweep_support", sweep_support), builtins=True)
+    with pytest.raises(OptionError, match="FLOPS_FIT_PARITY_TIMEOUT='abc' is not a number of seconds above zero"):
+        sweep(host=host, out_dir=tmp_path / "out", show_progress=False, **sweep_support.small_plan_options())
+    assert not (tmp_path / "out").exists()
