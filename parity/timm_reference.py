@@ -43,7 +43,8 @@ def build_on_meta(reference: str, architecture: str | None, args: dict[str, Any]
         if architecture and "Unknown model" in str(exc):
             raise ConversionError(f"{reference}: timm does not know architecture {architecture!r} ({exc})") from None
         raise ConversionError(f"{reference}: timm refuses these options: {_reason(exc)}{_given(declared)}") from None
-    except (TypeError, AssertionError, ValueError, KeyError, ArithmeticError) as exc:  # num_heads=0: a division
+    except (TypeError, AssertionError, ValueError, LookupError, ArithmeticError) as exc:  # num_heads=0: a division,
+        # Swin's num_heads one short of its stages: an IndexError
         raise ConversionError(f"{reference}: timm refuses these options: {_reason(exc)}{_given(declared)}") from None
 
 
