@@ -206,7 +206,9 @@ def hf_vit_config(config: dict[str, Any], family: Family, num_classes: int, dist
     image_size, patch_size = _square(config, "image_size", refused), _square(config, "patch_size", refused)
     if refused:
         raise ConversionError(f"{family.reference}: options our vit does not reproduce: {'; '.join(refused)}")
-    width = int(config["hidden_size"])
+    width = config["hidden_size"]
+    if isinstance(width, bool) or not isinstance(width, int) or width <= 0:  # 0 raised ZeroDivisionError (MLP ratio)
+        raise ConversionError(f"{family.reference}: config hidden_size={width!r} is not a width (a positive integer)")
     heads = head_count(config["num_attention_heads"], "config num_attention_heads", width, family.reference)
     registers = int(config.get("num_register_tokens", 4)) if family.registers else 0
     return {

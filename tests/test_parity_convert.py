@@ -533,6 +533,15 @@ def test_head_counts_that_do_not_split_the_width_are_refused_by_the_converters(h
         convert_torch_mha(nn.MultiheadAttention(64, 4, batch_first=True).state_dict(), num_heads=heads)
 
 
+@pytest.mark.parametrize("width", [0, -64, 64.0])
+def test_an_hf_vit_width_that_is_no_width_is_refused_by_name(width) -> None:
+    """hidden_size 0 raised a bare ZeroDivisionError from the MLP ratio inside the converter."""
+    vit = case_vit.hf_reference()
+    with pytest.raises(ConversionError) as err:
+        convert_hf_vit(vit.state_dict(), {**vit.config.to_dict(), "hidden_size": width})
+    assert str(err.value) == f"HF ViT: config hidden_size={width!r} is not a width (a positive integer)"
+
+
 def test_gpt2_converter_refuses_another_model_type_by_name() -> None:
     """A GPT-NeoX config (or any other model_type) reached the GPT-2 converter's size reads and
     failed on keys GPT-2 has and it lacks, never saying it is not a GPT-2."""
