@@ -17,6 +17,7 @@ import torch
 from flops_fit.parity.mapping import (
     Converted,
     KeyMapper,
+    head_count,
     read_source,
     require_keys,
     unknown_options,
@@ -67,7 +68,7 @@ def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
     bad = [f"{k}={config.get(k)!r}" for k, v in unsupported.items() if v] + unknown_options(config, HANDLED | INERT)
     if bad:
         raise ConversionError(f"{REFERENCE}: config options our gpt does not implement: {', '.join(bad)}")
-    heads = int(config["n_head"])
+    heads = head_count(config["n_head"], "config n_head", width, REFERENCE)
     return {
         "width": width,
         "n_layer": int(config["n_layer"]),

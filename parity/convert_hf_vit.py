@@ -43,6 +43,7 @@ from typing import Any
 from flops_fit.parity.mapping import (
     Converted,
     KeyMapper,
+    head_count,
     read_source,
     require_keys,
     unknown_options,
@@ -205,7 +206,10 @@ def hf_vit_config(config: dict[str, Any], family: Family, num_classes: int, dist
     image_size, patch_size = _square(config, "image_size", refused), _square(config, "patch_size", refused)
     if refused:
         raise ConversionError(f"{family.reference}: options our vit does not reproduce: {'; '.join(refused)}")
-    width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    width = config["hidden_size"]
+    if isinstance(width, bool) or not isinstance(width, int) or width <= 0:  # 0 raised ZeroDivisionError (MLP ratio)
+        raise ConversionError(f"{family.reference}: config hidden_size={width!r} is not a width (a positive integer)")
+    heads = head_count(config["num_attention_heads"], "config num_attention_heads", width, family.reference)
     registers = int(config.get("num_register_tokens", 4)) if family.registers else 0
     return {
         "width": width,

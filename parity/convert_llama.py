@@ -91,10 +91,8 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ConversionError(f"{what}: options our llama does not reproduce: {'; '.join(refused)}")
     require_keys(config, ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
                           "vocab_size"), what)
-    width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    if heads % kv_heads:
-        raise ConversionError(f"{what}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
+    width = int(config["hidden_size"])
+    heads, kv_heads = head_counts(config, what)
     qwen2 = model_type == "qwen2"
     attention_bias = bool(config.get("attention_bias", False))
     return {
@@ -115,6 +113,24 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
         "tie_word_embeddings": bool(config.get("tie_word_embeddings", False)),
         "sliding_window": window,
     }
+
+
+def head_counts(config: dict[str, Any], what: str) -> tuple[int, int]:
+    """``num_attention_heads`` and ``num_key_value_heads`` (absent or null: one per query head, as
+    transformers reads it), each a positive integer, the first a multiple of the second. A 0 is not
+    "all heads": it used to pass as that and fail later as a mis-shaped ``qkv_proj``."""
+    counts = {key: config.get(key) for key in ("num_attention_heads", "num_key_value_heads")}
+    if counts["num_key_value_heads"] is None:
+        counts["num_key_value_heads"] = counts["num_attention_heads"]
+    for key, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConversionError(f"{what}: config {key}={value!r} is not a number of heads (a positive integer)" + (
+                "; leave it out, or null, for one key/value head per attention head"
+                if key == "num_key_value_heads" else ""))
+    heads, kv_heads = counts["num_attention_heads"], counts["num_key_value_heads"]
+    if heads % kv_heads:
+        raise ConversionError(f"{what}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
+    return heads, kv_heads
 
 
 def _rope(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

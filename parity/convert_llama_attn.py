@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from flops_fit.parity.convert_llama import head_counts
 from flops_fit.parity.mapping import Converted, KeyMapper, read_source, require_keys
 
 from flops_fit.errors import ConversionError
@@ -37,16 +38,14 @@ def convert_llama_attention(
             raise ConversionError(f"{REFERENCE}: the weights have no layer {layer} ({prefix}* keys)")
         tensors = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     require_keys(config, ("hidden_size", "num_attention_heads"), REFERENCE)
-    width, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-    kv_heads = int(config.get("num_key_value_heads") or heads)
+    width = int(config["hidden_size"])
+    heads, kv_heads = head_counts(config, REFERENCE)
     head_dim = int(config.get("head_dim") or width // heads)
     if head_dim * heads != width:
         raise ConversionError(
             f"{REFERENCE}: head_dim={head_dim} x {heads} heads != hidden_size={width}; our attention "
             "needs num_heads * head_dim == embed_dim"
         )
-    if heads % kv_heads:
-        raise ConversionError(f"{REFERENCE}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
     bias = bool(config.get("attention_bias", False))
     m = KeyMapper(tensors, REFERENCE)
     for kind in ("weight", "bias") if bias else ("weight",):

@@ -50,9 +50,13 @@ def convert_timm_vit(
     tensors, config = read_source(source, None, REFERENCE)
     architecture = architecture or config.get("architecture")
     declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
-    if num_heads:
+    if num_heads is not None:
         declared["num_heads"] = num_heads
     declared.update(model_args)
+    heads = declared.get("num_heads")
+    if "num_heads" in declared and (isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0):
+        raise ConversionError(f"{REFERENCE}: num_heads={heads!r} is not a number of attention heads (a positive "
+                              "integer that divides the width); pass the checkpoint's, or architecture='vit_...'")
     facts = tensor_facts(tensors)
     assumptions = {} if architecture else _assume(facts, declared)
     if not architecture and "num_heads" not in declared:

@@ -46,6 +46,10 @@ def convert_timm_cait(source: str | Path | dict[str, Any], *, architecture: str 
     declared.update(model_args)
     norm_eps = declared.pop("norm_eps", None)
     facts = tensor_facts(tensors)
+    if "num_heads" in declared and declared["num_heads"] != facts["num_heads"]:  # 3 for 4 failed to build as
+        # 'width=64 is not a valid size'; 0 as timm's arithmetic
+        raise ConversionError(f"{REFERENCE}: num_heads={declared['num_heads']!r}, but the weights' talking-heads mix "
+                              f"(blocks.0.attn.proj_l.weight) has {facts['num_heads']} heads; leave num_heads out")
     assumed = {} if architecture else {k: v for k, v in (("act_layer", "gelu"), ("global_pool", "token"))
                                        if k not in declared}
     if not architecture and "norm_layer" not in declared and norm_eps is None:

@@ -48,6 +48,8 @@ def convert_timm_pvt_v2(source: str | Path | dict[str, Any], *, architecture: st
     declared = declared_args(config, _TOP_LEVEL_ARGS, REFERENCE)
     declared.update(model_args)
     facts = tensor_facts(tensors)
+    if "num_heads" in declared:
+        _check_heads(declared["num_heads"], facts["embed_dims"])
     if not architecture and "num_heads" not in declared:
         raise ConversionError(
             f"{REFERENCE}: the weights do not say how many attention heads each stage has; pass "
@@ -75,6 +77,17 @@ def convert_timm_pvt_v2(source: str | Path | dict[str, Any], *, architecture: st
     notes = {k: f"{v!r} (assumed: {_WHY[k]})" for k, v in assumed.items()}
     warn_assumptions(REFERENCE, notes, _SETTERS)
     return Converted("pvt_v2", our.pop("width"), our, state, REFERENCE, fresh=fresh, assumptions=notes)
+
+
+def _check_heads(heads: Any, widths: tuple[int, ...]) -> None:
+    """``num_heads``: one count for every stage, or one per stage, each a positive integer that divides
+    its stage's width. A tuple one short raised a bare IndexError inside timm, a negative count
+    failed to build as 'width=16 is not a valid size'."""
+    counts = [heads] * len(widths) if isinstance(heads, int) and not isinstance(heads, bool) else heads
+    if not isinstance(counts, (tuple, list)) or len(counts) != len(widths) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h > 0 and w % h == 0 for h, w in zip(counts, widths)):
+        raise ConversionError(f"{REFERENCE}: num_heads={heads!r} is not a number of heads per stage for stage widths "
+                              f"{widths}: pass {len(widths)} positive integers that divide them (or one for all)")
 
 
 def _default_input_size(architecture: str) -> int:

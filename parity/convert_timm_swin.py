@@ -63,6 +63,11 @@ def convert_timm_swin(
             f"{REFERENCE}: the weights do not say the image size (Swin has no position embedding); pass "
             "img_size=... or architecture='swin_..._224'"
         )
+    size = declared.get("img_size")
+    sides = list(size) if isinstance(size, (tuple, list)) and len(size) == 2 else [size]
+    if "img_size" in declared and not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sides):
+        raise ConversionError(f"{REFERENCE}: img_size={size!r} is not an image size (a positive number of pixels, "
+                              "or a (height, width) pair of them)")  # 0 raised ZeroDivisionError from a window check
     facts = tensor_facts(tensors)
     reference = build_reference(architecture, {**facts, **declared}, declared)
     our = describe_reference(reference)

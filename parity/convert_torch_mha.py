@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source
+from flops_fit.parity.mapping import Converted, KeyMapper, head_count, read_source
 
 REFERENCE = "torch nn.MultiheadAttention"
 ATTENTION_FACTORY = "flops_fit.plugins.models.attention:MultiheadAttention"
@@ -37,5 +37,6 @@ def convert_torch_mha(source: str | Path | dict[str, Any], *, num_heads: int) ->
         m.map("out_proj.bias", "out_proj.bias")
     state = m.finish()
     embed_dim = int(state["out_proj.weight"].shape[0])
-    config = {"embed_dim": embed_dim, "num_heads": int(num_heads), "bias": bias}
+    config = {"embed_dim": embed_dim, "num_heads": head_count(num_heads, "num_heads", embed_dim, REFERENCE),
+              "bias": bias}
     return Converted("attention", embed_dim, config, state, REFERENCE, factory=ATTENTION_FACTORY)

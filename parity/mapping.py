@@ -107,6 +107,18 @@ def require_keys(config: Mapping[str, Any], keys: Iterable[str], what: str) -> N
                               "or pass config={...} with them")
 
 
+def head_count(value: Any, name: str, width: int, what: str) -> int:
+    """``value`` as a number of attention heads that splits ``width``; else ConversionError naming
+    ``name`` (e.g. ``"config n_head"``). A count that does not divide the width failed later as
+    'width=64 is not a valid size', and a fraction was cut to an integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConversionError(f"{what}: {name}={value!r} is not a number of heads (a positive integer)")
+    if width % value:
+        raise ConversionError(f"{what}: {name}={value} does not divide the width {width} into heads; give the "
+                              "count the checkpoint was trained with")
+    return value
+
+
 def unknown_options(config: Mapping[str, Any], known: Iterable[str]) -> list[str]:
     """Refusals for the config keys a converter neither reproduces nor knows to be inert."""
     return [f"{k}={config[k]!r} (unknown option)" for k in sorted(set(config) - HF_INERT_CONFIG_KEYS - set(known))]

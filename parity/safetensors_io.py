@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath, PureWindowsPath
 from typing import Any
 
 from flops_fit.errors import WeightFileError
@@ -105,6 +105,8 @@ def load_weights(path: str | Path) -> Weights:
         weight_map = _read_json(path / SHARD_INDEX).get("weight_map")
         if not isinstance(weight_map, dict):
             raise WeightFileError(f"{path / SHARD_INDEX} has no 'weight_map' object; re-save the model")
+        for tensor, shard in weight_map.items():
+            _check_shard_name(path / SHARD_INDEX, tensor, shard)
         tensors: dict[str, Any] = {}
         for shard in sorted(set(weight_map.values())):
             tensors.update(read_safetensors(path / shard))
@@ -119,6 +121,15 @@ def load_weights(path: str | Path) -> Weights:
         if pickles else ""
     )
     raise WeightFileError(f"{path} has neither {SINGLE_FILE} nor {SHARD_INDEX} (found: {found}).{hint}")
+
+
+def _check_shard_name(index: Path, tensor: str, shard: Any) -> None:
+    """A shard the index names is a file beside it: a path that leaves the folder (``..``, an
+    absolute path) would read another model's (or any) file as this one's weights."""
+    parts = PurePath(shard).parts if isinstance(shard, str) else ()
+    if not parts or PurePath(shard).is_absolute() or PureWindowsPath(shard).is_absolute() or ".." in parts:
+        raise WeightFileError(f"{index}: weight_map entry {tensor!r} names shard {shard!r}, which is not a file name "
+                              "in the model's folder; re-save the model (save_pretrained) or fix the index")
 
 
 def _existing(path: str | Path) -> Path:

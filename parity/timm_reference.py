@@ -42,9 +42,17 @@ def build_on_meta(reference: str, architecture: str | None, args: dict[str, Any]
     except RuntimeError as exc:
         if architecture and "Unknown model" in str(exc):
             raise ConversionError(f"{reference}: timm does not know architecture {architecture!r} ({exc})") from None
-        raise ConversionError(f"{reference}: timm refuses these options: {_reason(exc)}") from None
-    except (TypeError, AssertionError, ValueError, KeyError, ArithmeticError) as exc:  # num_heads=0: a division
-        raise ConversionError(f"{reference}: timm refuses these options ({args}): {_reason(exc)}") from None
+        raise ConversionError(f"{reference}: timm refuses these options: {_reason(exc)}{_given(declared)}") from None
+    except (TypeError, AssertionError, ValueError, LookupError, ArithmeticError) as exc:  # num_heads=0: a division,
+        # Swin's num_heads one short of its stages: an IndexError
+        raise ConversionError(f"{reference}: timm refuses these options: {_reason(exc)}{_given(declared)}") from None
+
+
+def _given(declared: dict[str, Any], limit: int = 200) -> str:
+    """" (given: k=v, ...)": the arguments the caller or config.json gave, after timm's reason and cut
+    short; the whole argument dict (what the weights show too) put the reason off the screen."""
+    text = ", ".join(f"{k}={v!r}" for k, v in declared.items())
+    return f" (given: {text if len(text) <= limit else text[:limit - 3] + '...'})" if text else ""
 
 
 def _reason(exc: BaseException) -> str:

@@ -195,3 +195,15 @@ def test_a_cait_sweep_plans_and_trains_two_steps():
     spec = dataclasses.replace(plan.runs[0], steps=2, tokens=2 * 8, run_id="")
     result = flops_fit.train(spec)
     assert result.status == "done" and result.loss > 0 and 0.0 <= result.top1_error <= 1.0
+
+
+@pytest.mark.parametrize("heads", [3, 0, 8])
+def test_a_head_count_the_weights_contradict_is_refused_by_name(heads):
+    """num_heads=3 for weights with 4 heads (their talking-heads mix is 4 x 4) failed to build as
+    'width=64 is not a valid size ... nearest valid sizes: [63, 66]'; 0 as timm's arithmetic."""
+    state = case_cait.cait_reference().state_dict()
+    with pytest.raises(ConversionError) as err:
+        convert_timm_cait(state, num_heads=heads)
+    assert str(err.value) == (f"timm Cait: num_heads={heads}, but the weights' talking-heads mix "
+                              "(blocks.0.attn.proj_l.weight) has 4 heads; leave num_heads out")
+    assert convert_timm_cait(state, num_heads=4).config["num_heads"] == 4

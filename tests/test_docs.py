@@ -382,3 +382,17 @@ def test_every_public_function_and_class_is_rendered_on_the_api_reference():
         if not inspect.getdoc(obj):
             bare.append(name)
     assert not missing and not bare, (missing, bare)
+
+
+def test_the_models_page_names_the_module_of_every_model_in_its_table():
+    """The models page's table lists swin, but its list of registration modules (and of the
+    modules models are built from) left swin out."""
+    import flops_fit
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "models.md").read_text()
+    intro = page.split("| model |")[0]
+    built_from = re.search(r"flops_fit\.plugins\.models\.\{([a-z_0-9,]+)\}_model:build", intro).group(1).split(",")
+    for name in re.findall(r"^\| `([^`]+)` \|", page, flags=re.M):
+        family = flops_fit.model_info(name).builder.split(":")[0].removeprefix("flops_fit.plugins.models.")
+        family = family.removesuffix("_model")
+        assert f"`flops_fit.plugins.models.{family}`" in intro and family in built_from, (name, family)

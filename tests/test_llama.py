@@ -1,5 +1,7 @@
 """Built-in Llama: registration, configuration errors, contract, HF equivalences, converter refusals."""
 
+import re
+
 import pytest
 import torch
 from flops_fit.plugins.models import llama
@@ -159,3 +161,26 @@ def test_rope_parameters_that_are_not_an_object_are_refused_by_name():
 
     with pytest.raises(ConversionError, match=r"rope_parameters='default' \(an object of RoPE parameters, or null\)"):
         convert_llama({}, _config(rope_parameters="default"))
+
+
+@pytest.mark.parametrize("heads, kv_heads, named", [
+    (4, 0, "num_key_value_heads=0 is not a number of heads (a positive integer); leave it out, or null, for one"),
+    (4, -2, "num_key_value_heads=-2 is not a number of heads"),
+    (4, 2.5, "num_key_value_heads=2.5 is not a number of heads"),
+    (0, 2, "num_attention_heads=0 is not a number of heads (a positive integer)"),
+])
+def test_head_counts_that_are_no_counts_are_refused_naming_the_key(heads, kv_heads, named):
+    """num_key_value_heads: 0 was read as "one per head" and then failed as a mis-shaped qkv_proj
+    (the attention converter) or converted with the wrong head count (the model converter)."""
+    from flops_fit.parity.case_attention import llama_reference
+    from flops_fit.parity.convert_llama import convert_llama
+    from flops_fit.parity.convert_llama_attn import convert_llama_attention
+
+    with pytest.raises(ConversionError, match=re.escape(f"HF LlamaForCausalLM: config {named}")):
+        convert_llama({}, _config(num_attention_heads=heads, num_key_value_heads=kv_heads))
+    reference = llama_reference()
+    config = {**reference.config.to_dict(), "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+    with pytest.raises(ConversionError, match=re.escape(f"HF Llama attention: config {named}")):
+        convert_llama_attention(reference.state_dict(), config)
+    assert convert_llama_attention(reference.state_dict(), {**reference.config.to_dict(), "num_key_value_heads": None}
+                                   ).config["num_kv_heads"] == reference.config.num_attention_heads

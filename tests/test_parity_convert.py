@@ -415,10 +415,27 @@ def test_a_bare_assert_in_timm_is_named_by_its_line() -> None:
     def refuses(global_pool: str) -> None:  # as timm's bare assert (pytest would add text to an assert here)
         if global_pool not in ("", "avg"): raise AssertionError  # noqa: E701
 
-    with pytest.raises(ConversionError, match=r"ref: timm refuses these options \(\{'global_pool': 'max'\}\): "
+    with pytest.raises(ConversionError, match=r"ref: timm refuses these options: "
                                               r"AssertionError at .*test_parity_convert\.py:\d+: "
-                                              r"if global_pool not in \(\"\", \"avg\"\): raise AssertionError"):
-        build_on_meta("ref", None, {"global_pool": "max"}, {}, refuses, lambda model: None)
+                                              r"if global_pool not in \(\"\", \"avg\"\): raise AssertionError.* "
+                                              r"\(given: global_pool='max'\)$"):
+        build_on_meta("ref", None, {"global_pool": "max"}, {"global_pool": "max"}, refuses, lambda model: None)
+
+
+def test_timms_refusal_gives_its_reason_first_on_a_short_line() -> None:
+    """timm's refusal printed every argument (the weights' too, 400 characters) before its reason;
+    the reason now comes first, then only the arguments given, cut short."""
+    state = case_vit.timm_reference().state_dict()
+    with pytest.raises(ConversionError) as err:
+        convert_timm_vit(state, num_heads=5)
+    assert str(err.value) == ("timm VisionTransformer: timm refuses these options: dim should be divisible by "
+                              "num_heads (given: num_heads=5)")
+    with pytest.raises(ConversionError) as err:
+        convert_timm_vit(state, num_heads=5, act_layer="gelu", global_pool="token", fc_norm=False, **{
+            f"option_{i}": "x" * 20 for i in range(12)})
+    text = str(err.value)
+    assert text.startswith("timm VisionTransformer: timm refuses these options: ") and len(text) < 350
+    assert text.endswith("...)") and "(given: num_heads=5, act_layer='gelu'" in text
 
 
 @pytest.mark.parametrize("family, head", [
@@ -477,7 +494,7 @@ def test_a_config_without_a_size_it_needs_is_refused_by_name(converter, key) -> 
 
 @pytest.mark.parametrize("model_args, named", [
     ([["num_heads", 4]], r"config.json's model_args must be an object of timm arguments, got list"),
-    ({"num_heads": 0}, r"timm refuses these options .*'num_heads': 0}\): integer modulo by zero"),
+    ({"num_heads": 0}, r"timm VisionTransformer: num_heads=0 is not a number of attention heads"),
 ], ids=["model-args-a-list", "zero-heads"])
 def test_a_damaged_timm_hub_config_is_one_conversion_error(model_args, named, tmp_path) -> None:
     """A config.json whose model_args is not an object raised TypeError from dict.update; zero
@@ -489,6 +506,40 @@ def test_a_damaged_timm_hub_config_is_one_conversion_error(model_args, named, tm
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_args": model_args}))
     with pytest.raises(ConversionError, match=named):
         convert_timm_model(tmp_path)
+
+
+@pytest.mark.parametrize("heads", [0, -2, 2.5, True])
+def test_a_vit_head_count_that_is_no_count_is_refused_by_name(heads) -> None:
+    """num_heads=0 was taken for no value ("pass num_heads=..." though it was passed), and
+    num_heads=-2 converted (timm's assert holds for a negative divisor)."""
+    with pytest.raises(ConversionError, match=re.escape(f"timm VisionTransformer: num_heads={heads!r} is not a number "
+                                                        "of attention heads (a positive integer that divides")):
+        convert_timm_vit(case_vit.timm_reference().state_dict(), num_heads=heads)
+
+
+@pytest.mark.parametrize("heads, problem", [(0, "is not a number of heads (a positive integer)"),
+                                            (-4, "is not a number of heads"), (2.5, "is not a number of heads"),
+                                            (3, "does not divide the width 64 into heads")])
+def test_head_counts_that_do_not_split_the_width_are_refused_by_the_converters(heads, problem) -> None:
+    """A GPT-2 / HF ViT config whose head count does not divide the width failed as 'width=64 is not
+    a valid size ... nearest valid sizes: [63, 66]' (the width is the checkpoint's); 0 or -4 as our
+    model's OptionError; convert_torch_mha cut num_heads=2.5 to 2 heads."""
+    gpt2, vit = case_gpt.gpt2_reference(), case_vit.hf_reference()
+    with pytest.raises(ConversionError, match=re.escape(f"HF GPT-2: config n_head={heads!r} {problem}")):
+        convert_gpt2(gpt2.state_dict(), {**gpt2.config.to_dict(), "n_head": heads})
+    with pytest.raises(ConversionError, match=re.escape(f"HF ViT: config num_attention_heads={heads!r} {problem}")):
+        convert_hf_vit(vit.state_dict(), {**vit.config.to_dict(), "num_attention_heads": heads})
+    with pytest.raises(ConversionError, match=re.escape(f"torch nn.MultiheadAttention: num_heads={heads!r} {problem}")):
+        convert_torch_mha(nn.MultiheadAttention(64, 4, batch_first=True).state_dict(), num_heads=heads)
+
+
+@pytest.mark.parametrize("width", [0, -64, 64.0])
+def test_an_hf_vit_width_that_is_no_width_is_refused_by_name(width) -> None:
+    """hidden_size 0 raised a bare ZeroDivisionError from the MLP ratio inside the converter."""
+    vit = case_vit.hf_reference()
+    with pytest.raises(ConversionError) as err:
+        convert_hf_vit(vit.state_dict(), {**vit.config.to_dict(), "hidden_size": width})
+    assert str(err.value) == f"HF ViT: config hidden_size={width!r} is not a width (a positive integer)"
 
 
 def test_gpt2_converter_refuses_another_model_type_by_name() -> None:

@@ -294,3 +294,114 @@ def test_the_gate_of_a_model_exempt_by_no_parity_gives_its_reason_not_advice() -
     assert gate.passed and not gate.verified
     assert gate.summary().splitlines()[1] == ("  no parity case applies: the model is the transformers class itself, "
                                               "so there is nothing to convert or compare")
+
+
+class _Hangs:
+    """A case that waits until the test lets it go: a plugin's case that never returns."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+
+    def __call__(self, device, dtype):
+        self.release.wait(60)
+        return _Verdict(True)
+
+
+def test_a_case_that_hangs_is_an_error_after_its_time_limit_and_the_gate_goes_on(monkeypatch, capsys) -> None:
+    """A case that never returned held the gate (and the sweep behind it) forever; it is now an
+    error naming the limit and how to raise it, and the next case still runs."""
+    hangs = _Hangs()
+
+    class Plugin:
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("a-hangs", model="toy", reference="ref", run=hangs, quick=True))
+            register(flops_fit.ParityCaseEntry("b-good", model="toy", reference="ref", quick=True,
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    try:
+        gate = check("toy", host=isolated_host(Plugin()), timeout_s=0.2)
+        status = {o.case: (o.status, o.detail) for o in gate.outcomes}
+        assert status["b-good"][0] == "passed" and status["a-hangs"][0] == "error" and gate.status == "failed"
+        assert "still running after the time limit of 0.2 s" in status["a-hangs"][1]
+        assert "FLOPS_FIT_PARITY_TIMEOUT=SECONDS (flops-fit parity --timeout SECONDS)" in status["a-hangs"][1]
+        monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "0.2")  # the sweep's gate reads the variable
+        assert check("toy", host=isolated_host(Plugin())).outcomes[0].status == "error"
+        from flops_fit.plugin.host import Host, reset_host
+
+        reset_host(Host(builtins=False, entry_points=False, plugins=[("hanging", Plugin())], env={}))
+        try:
+            monkeypatch.delenv("FLOPS_FIT_PARITY_TIMEOUT")
+            assert main(["parity", "--case", "a-hangs", "--timeout", "0.2"]) == 1
+            assert "hanging/a-hangs: still running after the time limit of 0.2 s" in capsys.readouterr().out
+            monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "soon")
+            assert main(["parity", "--case", "b-good"]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "FLOPS_FIT_PARITY_TIMEOUT='soon' is not a number of seconds" in err
+        finally:
+            reset_host(None)
+    finally:
+        hangs.release.set()
+
+
+def test_a_preset_runs_its_familys_cases_and_says_so(capsys) -> None:
+    """A preset (gpt2, vit_tiny_patch16_224) has no case of its own: its gate read 'unverified:
+    register one', and `flops-fit parity --model gpt2` refused, though the family's cases test the
+    very builder it uses. They now run, with a line that says whose they are."""
+    class Family:
+        @flops_fit.hookimpl
+        def register_models(self, register):
+            for name, defaults in (("fam", {}), ("fam-big", {"depth": 2})):
+                register(flops_fit.ModelEntry(
+                    name, builder="flops_fit.plugins.models.gpt_model:build", size_param="width", defaults=defaults,
+                    valid_sizes=lambda: [8], param_count=lambda width, **c: width,
+                    training_flops=lambda width, tokens, **c: 6.0 * width * tokens, flops_unit="token",
+                    task=flops_fit.TASK_CAUSAL_LM, default_loss="next-token"))
+
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("fam-case", model="fam", reference="ref", quick=True,
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    gate = check("fam-big", host=isolated_host(Family()))
+    assert gate.status == "passed" and [o.case for o in gate.outcomes] == ["fam-case"]
+    assert gate.summary().splitlines()[1] == ("  no case names 'fam-big'; its builder (flops_fit.plugins.models."
+                                              "gpt_model:build) also builds model 'fam', whose cases ran")
+    assert "register one" not in gate.summary() and gate.to_dict()["via"]
+    assert check("fam", host=isolated_host(Family())).via == ""  # its own case: nothing to explain
+    from flops_fit.plugin.host import Host, reset_host
+
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("family", Family())], env={}))
+    try:
+        assert main(["parity", "--model", "fam-big"]) == 0
+    finally:
+        reset_host(None)
+    out = capsys.readouterr().out
+    assert "family/fam-case" in out and "PASSED" in out and "fam-big: no case names 'fam-big'" in out
+    assert flops_fit.check_parity("gpt2").via.startswith("no case names 'gpt2'; its builder")
+
+
+def test_a_selection_of_which_no_case_runs_here_is_an_error_not_an_empty_table(capsys) -> None:
+    """`flops-fit parity --model attention --quick` (no quick attention case) printed an empty table
+    and exited 0, as if every case had passed; so did a case for another device only."""
+    assert main(["parity", "--model", "attention", "--quick"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "none of the 4 matching parity case(s) runs here: 4 not quick (drop --quick)" in captured.err
+
+    class CudaOnly:
+        @flops_fit.hookimpl
+        def register_parity_cases(self, register):
+            register(flops_fit.ParityCaseEntry("on-gpu", model="toy", reference="ref", quick=True, devices=("cuda",),
+                                               run=lambda device, dtype: _Verdict(True)))
+
+    from flops_fit.plugin.host import Host, reset_host
+
+    reset_host(Host(builtins=False, entry_points=False, plugins=[("gpu", CudaOnly())], env={}))
+    try:
+        assert main(["parity", "--model", "toy", "--json"]) == 2
+    finally:
+        reset_host(None)
+    assert "none of the 1 matching parity case(s) runs here: 1 not for cpu, float32" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -32,6 +33,22 @@ def test_reads_sharded_folders(tmp_path) -> None:
     index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     assert sorted(load_weights(tmp_path).tensors) == ["a", "b"]
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "ABSOLUTE", "sub/../../outside.safetensors", 5, ""])
+def test_a_shard_index_naming_a_file_outside_its_folder_is_refused(tmp_path, shard) -> None:
+    """An index whose weight_map named '../x.safetensors' or an absolute path read that file as the
+    model's weights (a number or '' raised TypeError / IsADirectoryError); each is refused by entry."""
+    save_file({"a": torch.zeros(2)}, str(tmp_path / "outside.safetensors"))
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True)
+    save_file({"b": torch.ones(3)}, str(folder / "model-00001-of-00001.safetensors"))
+    shard = str(tmp_path / "outside.safetensors") if shard == "ABSOLUTE" else shard
+    index = {"weight_map": {"b": "model-00001-of-00001.safetensors", "a": shard}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(WeightFileError, match=rf"model\.safetensors\.index\.json: weight_map entry 'a' names shard "
+                                              rf"{re.escape(repr(shard))}, which is not a file name in the model's folder"):
+        load_weights(folder)
 
 
 def test_truncated_file_is_named_as_truncated(weights_file) -> None:

@@ -219,3 +219,25 @@ def test_a_dropout_model_trained_together_is_refused_before_any_run():
     plain = plan(host=HOST, **sweep_support.small_plan_options(stack_runs=2))
     preflight(dataclasses.replace(plain, runs=[dataclasses.replace(plain.runs[0], lr=plain.runs[0].lr * m, run_id="")
                                                for m in (0.5, 1.0)]), host=HOST)  # no dropout: trains together
+
+
+def test_token_ids_beyond_the_models_vocabulary_are_refused_before_any_run(tmp_path):
+    """A token file with ids up to 999 and no vocab_size, for gpt's 256-token vocabulary: the plan
+    and the preflight passed (the meta-device forward cannot index), then every run failed on its
+    first batch with torch's 'index out of range in self' (on CUDA, a device assert)."""
+    import numpy as np
+
+    tokens = tmp_path / "tokens.bin"
+    np.arange(20_000, dtype=np.uint16).__mod__(1000).astype(np.uint16).tofile(tokens)
+    options = dict(model="gpt", dataset="token-file", budgets=[5e11], sizes_per_budget=3, min_steps=5, batch_size=8,
+                   seq_len=64, dataset_config={"path": str(tokens)})
+    the_plan = plan(**options)
+    assert the_plan.runs[0].model_config["vocab_size"] == 256 and the_plan.runs[0].dataset_config["vocab_size"] is None
+    with pytest.raises(PreflightError, match=r"its token ids checked against the vocab_size 256 of model 'gpt', does "
+                                             r"not open: token-file: .* holds token id 999 >= vocab_size 256; the "
+                                             r"model's vocabulary must hold every id: set vocab_size = 1000 or more"):
+        preflight(the_plan)
+    fixed = plan(**{**options, "dataset_config": {"path": str(tokens), "vocab_size": 1000}})
+    assert fixed.runs[0].model_config["vocab_size"] == 1000
+    preflight(fixed)
+    preflight(plan(**{**options, "model_config": {"vocab_size": 1024}}))  # a larger vocabulary of the model's own

@@ -167,7 +167,7 @@ def test_the_converter_refuses_what_is_not_pvt_v2():
         convert_timm_pvt_v2(state, architecture="vit_tiny_patch16_224")
     with pytest.raises(ConversionError, match="timm does not know architecture 'pvt_v9'"):
         convert_timm_pvt_v2(state, architecture="pvt_v9")
-    with pytest.raises(ConversionError, match="timm PyramidVisionTransformerV2: timm refuses these options .*act_layer"):
+    with pytest.raises(ConversionError, match="timm PyramidVisionTransformerV2: timm refuses these options: .*act_layer"):
         convert_timm_pvt_v2(state, num_heads=(1, 2, 5, 8), act_layer="silu")
 
 
@@ -197,3 +197,15 @@ def test_the_entries_plan_on_their_default_dataset(name):
     than the first stage's spatial reduction, so `model = "pvt_v2"` alone refused to plan."""
     plan = flops_fit.plan(model=name, budgets=[1e13], sizes=[32, 64, 96], batch_size=8, min_steps=1)
     assert {r.model for r in plan.runs} == {name} and all(r.flops > 0 for r in plan.runs)
+
+
+@pytest.mark.parametrize("heads", [(1, 2, 5), (1, 2, 5, -8), (0, 2, 5, 8), (1, 2, 3, 8), "1,2,5,8"])
+def test_a_head_count_per_stage_that_does_not_fit_the_stages_is_refused_by_name(heads):
+    """num_heads one short raised a bare IndexError from inside timm; a negative count failed to
+    build as 'width=16 is not a valid size'; a string, or 3 heads for width 80, as timm's arithmetic."""
+    state = case_pvt_v2.pvt_v2_reference().state_dict()
+    with pytest.raises(ConversionError) as err:
+        convert_timm_pvt_v2(state, num_heads=heads)
+    assert str(err.value) == (f"timm PyramidVisionTransformerV2: num_heads={heads!r} is not a number of heads per "
+                              "stage for stage widths (16, 32, 80, 128): pass 4 positive integers that divide them "
+                              "(or one for all)")

@@ -509,3 +509,49 @@ def test_steps_a_worker_trained_after_its_driver_died_are_counted_trained(tmp_pa
     totals = report["totals"]
     assert (totals["steps_lost"], totals["steps_unreported"]) == (0, 4)
     assert totals["steps_trained"] == totals["steps"] == spec.steps  # every step of the result was trained
+
+
+class _HangingParity:
+    """A parity case for tiny-lm that does not return until released."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+
+    @flops_fit.hookimpl
+    def register_parity_cases(self, register):
+        register(flops_fit.ParityCaseEntry("tiny-hangs", model="tiny-lm", reference="a stand-in", quick=True,
+                                           run=lambda device, dtype: self.release.wait(60), devices=("cpu",),
+                                           dtypes=("float32",)))
+
+
+def test_a_hanging_parity_case_refuses_the_sweep_after_its_time_limit(tmp_path, monkeypatch):
+    """A parity case that never returned held the sweep before its first run forever; after the
+    case's time limit the gate fails and the sweep refuses, as for a failing case."""
+    from flops_fit.sweeps.driver import ParityGateError
+    from flops_fit.testing import isolated_host
+
+    case = _HangingParity()
+    monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "0.3")
+    host = isolated_host(("sweep_support", sweep_support), ("hanging", case), builtins=True)
+    try:
+        with pytest.raises(ParityGateError, match="tiny-hangs: error: still running after the time limit of 0.3 s"):
+            sweep(host=host, out_dir=tmp_path, show_progress=False, **sweep_support.small_plan_options())
+    finally:
+        case.release.set()
+    with RunStore(tmp_path) as store:
+        assert store.get_meta("parity")["status"] == "failed" and store.counts() == {"pending": 6}
+
+
+def test_a_bad_parity_time_limit_is_refused_before_the_folder_is_touched(tmp_path, monkeypatch):
+    """FLOPS_FIT_PARITY_TIMEOUT=abc was read at the gate: the plan was recorded and the preflight run
+    first, and status then said the gate was interrupted."""
+    from flops_fit.errors import OptionError
+    from flops_fit.testing import isolated_host
+
+    monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "abc")
+    host = isolated_host(("sweep_support", sweep_support), builtins=True)
+    with pytest.raises(OptionError, match="FLOPS_FIT_PARITY_TIMEOUT='abc' is not a number of seconds above zero"):
+        sweep(host=host, out_dir=tmp_path / "out", show_progress=False, **sweep_support.small_plan_options())
+    assert not (tmp_path / "out").exists()

@@ -133,3 +133,23 @@ def test_the_shift_mask_and_bias_index_are_timms(resolution, window, shift):
     assert torch.equal(shift_mask(resolution, window, shift), block.attn_mask)
     assert torch.equal(relative_position_index(window), get_relative_position_index(window, window))
 
+
+
+def test_swin_head_counts_one_short_of_the_stages_are_timms_refusal_not_an_index_error():
+    """num_heads=(1,) for two stages raised a bare IndexError from inside timm (build_on_meta caught
+    KeyError, not IndexError); it is timm's refusal in one ConversionError, naming what was given."""
+    state = _state(timm_swin())
+    with pytest.raises(ConversionError) as err:
+        convert_timm_model(state, img_size=16, num_heads=(1,))
+    assert str(err.value) == ("timm SwinTransformer: timm refuses these options: tuple index out of range (given: "
+                              "img_size=16, num_heads=(1,))")
+
+
+@pytest.mark.parametrize("size", [0, -16, (16, 0), 16.5, "16"])
+def test_an_image_size_that_is_no_size_is_refused_by_name(size):
+    """img_size=0 raised a bare ZeroDivisionError from the converter's window check; -16 read as
+    timm's 'upper bound and lower bound inconsistent with step sign'."""
+    with pytest.raises(ConversionError) as err:
+        convert_timm_model(_state(timm_swin()), img_size=size)
+    assert str(err.value) == (f"timm SwinTransformer: img_size={size!r} is not an image size (a positive number of "
+                              "pixels, or a (height, width) pair of them)")

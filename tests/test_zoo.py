@@ -36,3 +36,18 @@ def test_flops_fit_models_cli_lists_the_zoo():
     out = subprocess.run([sys.executable, "-m", "flops_fit", "models"], capture_output=True, text=True, check=True)
     for name in ("vit", "gpt", "gpt2", "llama", "vit_base_patch16_224"):
         assert f"\n{name} " in out.stdout, out.stdout
+
+
+def test_every_builtin_model_has_a_parity_case_or_says_why_none_applies():
+    """`flops-fit parity --model declared` (and a gate of it) advised registering a parity case for the
+    built-in model flops-fit never builds; every built-in model now has a case (its own, or its
+    family's for a preset) or a no_parity reason."""
+    from flops_fit.sweeps.gate import family_cases
+
+    for name in flops_fit.list_models():
+        entry = flops_fit.model_info(name)
+        cases = flops_fit.list_parity_cases(model=name) or family_cases(name)[0]
+        assert cases or entry.no_parity, name
+    gate = flops_fit.check_parity("declared")
+    assert gate.summary().splitlines()[1] == ("  no parity case applies: flops-fit does not build it (a [train] "
+                                              "command trains it), so there is nothing to compare")

@@ -10,7 +10,14 @@ import json
 
 from flops_fit.errors import FlopsFitError
 from flops_fit.plugin import api
-from flops_fit.sweeps.gate import HOW_TO_VERIFY, run_case
+from flops_fit.sweeps.gate import (
+    CASE_TIMEOUT_S,
+    HOW_TO_VERIFY,
+    TIMEOUT_VARIABLE,
+    case_timeout,
+    family_cases,
+    run_case,
+)
 from flops_fit.tables import format_table
 
 
@@ -22,6 +29,9 @@ def add_commands(subparsers) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     p.add_argument("--quick", action="store_true", help="only the quick cases (the sweep gate)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help=f"each case's time limit, after which it is an error and the next runs (default: "
+                        f"${TIMEOUT_VARIABLE}, else {CASE_TIMEOUT_S:g})")
     p.set_defaults(func=_cmd_parity)
 
 
@@ -31,20 +41,28 @@ def _cmd_parity(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise FlopsFitError("--device cuda: no CUDA device is available here; use --device cpu")
+    limit = case_timeout(args.timeout)
     names = api.list_parity_cases(args.case, model=args.model, qualified=True)
+    via = ""
+    if not names and args.model and not args.case and args.model in api.list_models() and \
+            api.model_info(args.model).no_parity is None:  # a preset: its family's cases
+        names, via = family_cases(args.model)
     if not names:
         raise FlopsFitError((args.model and not args.case and _caseless_model(args.model)) or (
             f"no parity case matches (model={args.model!r}, case={args.case!r}); "
             f"registered: {', '.join(api.list_parity_cases()) or 'none'}"
         ))
-    outcomes = []
-    for name in names:
-        entry = api.parity_case_info(name)
-        if args.quick and not entry.quick:
-            continue
-        if args.device not in entry.devices or args.dtype not in entry.dtypes:
-            continue
-        outcomes.append((name, entry, run_case(entry, args.device, args.dtype)))
+    entries = {name: api.parity_case_info(name) for name in names}
+    slow = [n for n, e in entries.items() if args.quick and not e.quick]
+    elsewhere = [n for n, e in entries.items() if n not in slow and (args.device not in e.devices or
+                                                                     args.dtype not in e.dtypes)]
+    if len(slow) + len(elsewhere) == len(names):  # an empty table, exit 0, read as nothing wrong
+        raise FlopsFitError(f"none of the {len(names)} matching parity case(s) runs here: " + "; ".join(
+            ([f"{len(slow)} not quick (drop --quick)"] if slow else []) +
+            ([f"{len(elsewhere)} not for {args.device}, {args.dtype} (see each case's devices and dtypes)"]
+             if elsewhere else [])))
+    outcomes = [(name, entry, run_case(entry, args.device, args.dtype, timeout_s=limit))
+                for name, entry in entries.items() if name not in slow and name not in elsewhere]
     if args.json:
         print(json.dumps([{"id": n, "model": e.model, **o.to_dict()} for n, e, o in outcomes], indent=2, default=str))
     else:
@@ -52,6 +70,8 @@ def _cmd_parity(args: argparse.Namespace) -> int:
                 for name, entry, o in outcomes]
         headers = ["case", "model", "reference", "max abs", "error/limit", "first failure", "seconds", "verdict"]
         print(format_table(rows, headers))
+        if via:
+            print(f"{args.model}: {via}")
         for name, _, o in outcomes:
             if o.detail:
                 print(f"{name}: {o.detail}")

@@ -36,7 +36,7 @@ from flops_fit.plugin import api
 from flops_fit.store.lease import Lease, holder
 from flops_fit.store.run_store import RunStore, planned_run
 from flops_fit.store.runs import RunResult, RunSpec
-from flops_fit.sweeps.gate import check, gate_line
+from flops_fit.sweeps.gate import case_timeout, check, gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight, writable_checkpoints
@@ -244,6 +244,8 @@ def run_plan(
     """
     out_dir = Path(out_dir)
     _check_executor(plan, executor, workers, executor_options, host)
+    if not skip_parity and plan.options.trainer is None:
+        case_timeout()  # a bad $FLOPS_FIT_PARITY_TIMEOUT refused before the folder is touched, not at the gate
     store = RunStore(out_dir, create=True)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():

@@ -62,14 +62,31 @@ def dataset_key(run: RunSpec) -> str:
     return json.dumps([run.dataset, run.dataset_config, run.eval_split], sort_keys=True, default=str)
 
 
+def vocabulary_bound(run: RunSpec, host: Any) -> dict[str, int]:
+    """``{"vocab_size": n}``: the model's vocabulary, to open a dataset that leaves its own unset with
+    (a token file without a tokenizer), so the dataset's own check of its ids against it runs once here;
+    else {} (the planner has already refused a dataset vocabulary larger than the model's). Ids beyond
+    the model's vocabulary failed every run on its first batch ("index out of range in self"; on CUDA a
+    device assert), and the meta-device forward below cannot see them."""
+    bound = run.model_config.get("vocab_size")
+    takes = "vocab_size" in api.dataset_info(run.dataset, host=host).defaults
+    if not takes or run.dataset_config.get("vocab_size") is not None or isinstance(bound, bool) or \
+            not isinstance(bound, int):
+        return {}
+    return {"vocab_size": bound}
+
+
 def check_datasets(plan: Any, context: Context) -> None:
     """Open each distinct dataset configuration's training and held-out splits; keep the
     training split's length and one held-out batch for the later checks."""
     for key, run in _distinct(context.runs, dataset_key).items():
+        bound = vocabulary_bound(run, context.host)
         for split in dict.fromkeys(("train", run.eval_split)):
             where = f"dataset {run.dataset!r} (split {split!r}, configuration {run.dataset_config})"
+            where += f", its token ids checked against the vocab_size {bound['vocab_size']} of model {run.model!r}," \
+                if bound else ""
             try:
-                data = api.create_dataset(run.dataset, split, host=context.host, **run.dataset_config)
+                data = api.create_dataset(run.dataset, split, host=context.host, **{**run.dataset_config, **bound})
                 size = len(data)
             except FlopsFitError as exc:
                 raise PreflightError(f"{where} does not open: {exc}") from exc

@@ -306,5 +306,7 @@ def build_token_file(
     if not validation_path:
         tokens = _split_stream(tokens, split, validation_fraction)
     if vocab_size is not None and len(tokens) and int(tokens.max()) >= vocab_size:
-        raise DataError(f"token-file: {source!r} holds token id {int(tokens.max())} >= vocab_size {vocab_size}")
+        raise DataError(f"token-file: {source!r} holds token id {int(tokens.max())} >= vocab_size {vocab_size}; the "
+                        f"model's vocabulary must hold every id: set vocab_size = {int(tokens.max()) + 1} or more "
+                        "(in [dataset]; the model follows it)")
     return TokenWindows(tokens, seq_len, "token-file", token_bytes=encoder.token_bytes() if encoder else None)

@@ -139,7 +139,8 @@ def register_models(register):
         "declared", description="Sizes stated by the sweep file ([model] params and flops_per_token formulas, or a "
         "[model.table]), trained by a [train] command only", builder=f"{__name__}:build", size_param="width",
         valid_sizes=valid_sizes, param_count=param_count, training_flops=training_flops, flops_unit="token",
-        task=flops_fit.TASK_CAUSAL_LM, default_loss="next-token", default_datasets=("external",), defaults=DEFAULTS))
+        task=flops_fit.TASK_CAUSAL_LM, default_loss="next-token", default_datasets=("external",), defaults=DEFAULTS,
+        no_parity="flops-fit does not build it (a [train] command trains it), so there is nothing to compare"))
 
 
 @flops_fit.hookimpl
