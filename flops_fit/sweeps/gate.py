@@ -24,11 +24,11 @@ from flops_fit.errors import OptionError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import ParityCaseEntry, resolve
 
-# what the owner of a model without a parity case can do about it
 # A case's time limit in seconds: the built-in quick cases take under 10 s each on a loaded 2-core CPU
 # (importing torch, timm and transformers included), so a case still running at this limit is hung.
 CASE_TIMEOUT_S = 120.0
 TIMEOUT_VARIABLE = "FLOPS_FIT_PARITY_TIMEOUT"
+# what the owner of a model without a parity case can do about it
 HOW_TO_VERIFY = ("register one (quick=True) with register_parity_cases, or give its ModelEntry no_parity saying "
                  "why none applies (docs/guide/plugins.md)")
 
