@@ -184,6 +184,21 @@ def test_a_checkpoint_folder_with_room_for_one_checkpoint_but_not_the_three_a_ru
         preflight(the_plan, half, checkpoints=policy, concurrent=1, host=HOST, checks=[check_checkpoint_folder])
 
 
+def test_a_resumed_runs_own_checkpoints_count_as_room_for_its_next(tmp_path):
+    """A sweep stopped by a full disk, resumed once space was freed, was refused: the checkpoints the run
+    already held (which it prunes as it writes) were counted as taken, not as its room."""
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    policy = CheckpointPolicy(str(tmp_path / "checkpoints"))
+    run = the_plan.runs[0]
+    held = policy.run_dir(run.run_id) / "step-000000010.safetensors"
+    held.parent.mkdir(parents=True)
+    held.write_bytes(b"\0" * (64 << 20))  # a checkpoint the run wrote before it stopped
+    free = __import__("shutil").disk_usage(tmp_path).free
+    # three checkpoints of this run need 32 MB more than is free, and its own 64 MB file is room for them
+    big = dataclasses.replace(run, params=(free + (32 << 20)) // ((policy.keep + 1) * CHECKPOINT_BYTES_PER_PARAM))
+    preflight(the_plan, [big], checkpoints=policy, concurrent=1, host=HOST, checks=[check_checkpoint_folder])
+
+
 def test_failures_are_grouped_by_reason_numbers_aside():
     frame = pd.DataFrame([
         {"run_id": "a" * 32, "status": "failed", "error": "diverged: train loss 9.1 exceeds 4 x 2.2 at step 12"},

@@ -201,6 +201,13 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
+def _held_bytes(policy: CheckpointPolicy, runs: list[RunSpec]) -> int:
+    """Bytes the runs' own checkpoints already take in the folder: a resumed run prunes them as it writes,
+    so they are room for it (a resume whose run held two was refused for want of three)."""
+    folders = (policy.run_dir(r.run_id) for r in runs)
+    return sum(p.stat().st_size for f in folders if f.is_dir() for p in f.rglob("*") if p.is_file())
+
+
 def check_checkpoint_folder(plan: Any, context: Context) -> None:
     """The checkpoint folder (or the folder it will be made in) is writable and holds, for each of the
     ``concurrent`` largest runs, the checkpoints it holds at once: the newest ``keep`` and the one being
@@ -214,10 +221,10 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
                    reverse=True)
     held = policy.keep + 1
     need = held * sum(sizes[:context.concurrent])
-    free = shutil.disk_usage(existing).free
+    free = shutil.disk_usage(existing).free + _held_bytes(policy, context.runs)
     if need > free:
         raise PreflightError(
-            f"checkpoint folder {folder} has {_size(free)} free, but {min(context.concurrent, len(sizes))} "
+            f"checkpoint folder {folder} has {_size(free)} free (the runs' own checkpoints counted), but {min(context.concurrent, len(sizes))} "
             f"run(s) at once need at least {_size(need)} for {held} checkpoints each (the newest "
             f"{policy.keep} kept and the one being written): free space, choose "
             "another checkpoint_dir (--checkpoint-dir), train fewer runs at once (workers), or checkpoint_seconds=0"
