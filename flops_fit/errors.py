@@ -69,7 +69,8 @@ class RunLost(FlopsFitError):
 
 
 class CheckpointError(FlopsFitError, ValueError):
-    """A checkpoint file that does not validate: partial, corrupt, or of another run."""
+    """A checkpoint file that does not validate (partial, corrupt, or of another run), or one that could not
+    be written (a full disk), named with its folder and the fix."""
 
 
 class CheckpointWarning(UserWarning):

@@ -104,6 +104,20 @@ def test_writes_are_atomic_and_only_the_newest_are_kept(tmp_path):
     assert not tmp_path.exists()
 
 
+def test_a_checkpoint_that_cannot_be_written_names_its_folder_and_the_fix(tmp_path):
+    """A full disk mid-run failed every run with "SafetensorError: Error while serializing: I/O error: No space
+    left on device (os error 28)": no folder, no way on. Here the folder's place is taken by a file."""
+    model, optimizer = build()
+    step(model, optimizer)
+    (tmp_path / "taken").write_text("")
+    folder = tmp_path / "taken" / "run-a"
+    with pytest.raises(CheckpointError) as caught:
+        save(folder, model, optimizer, state(1))
+    message = str(caught.value)
+    assert message.startswith(f"checkpoint step-000000001.safetensors could not be written in {folder} (")
+    assert "--checkpoint-dir" in message and "--resume --retry-failed" in message
+
+
 def test_a_familys_stable_states_are_kept_at_its_waypoints_and_read_up_to_a_step(tmp_path):
     """A WSD family's folder: each save removes the states before it but a later batch's branch
     points (waypoints); a branch reads the furthest state at or before its cooldown start, from

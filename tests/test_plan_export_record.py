@@ -143,6 +143,21 @@ def test_a_recorded_failure_and_the_status_table_print_no_nan(planned, tmp_path,
     assert "nan" not in printed + table
 
 
+def test_the_status_table_shows_a_failure_without_tokens_or_time_as_planned_and_untimed(planned, tmp_path, capsys):
+    """A run whose worker was killed (RunLost) is stored with no tokens and no timings: its row read
+    "0" tokens and "0.0s", as if it had trained nothing in no time."""
+    _, out, exported = planned
+    failed = exported["runs"][1]
+    (tmp_path / "failed.json").write_text(json.dumps({"status": "failed", "error": "RunLost: worker died"}))
+    assert main(["record", str(out), failed["run_id"], "--result", str(tmp_path / "failed.json")]) == 0
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if "RunLost" in line]
+    cells = row.split()
+    assert f"{failed['tokens']:,}" in cells and "failed" in cells
+    assert "0" not in cells and "0.0s" not in cells
+
+
 def test_a_failed_run_retried_outside_is_recorded_in_its_place_only_when_asked(planned, tmp_path, capsys):
     """A lab that trains a failed run again on its own scheduler could not record the retry ("a run is
     recorded once", no way forward). --retry-failed replaces a failure; a done run, or a retry the store

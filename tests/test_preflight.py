@@ -161,13 +161,42 @@ def test_the_checkpoint_folder_must_be_writable_with_room(tmp_path):
             preflight(the_plan, checkpoints=CheckpointPolicy("/proc/flops-fit-checkpoints"), host=HOST,
                       checks=[check_checkpoint_folder])
     free = __import__("shutil").disk_usage(tmp_path).free
-    huge = [dataclasses.replace(r, params=free // CHECKPOINT_BYTES_PER_PARAM // 2 + 1, run_id="")
-            for r in the_plan.runs]
     policy = CheckpointPolicy(str(tmp_path / "new" / "checkpoints"))
+    held = policy.keep + 1  # a run holds its newest `keep` checkpoints and writes the next before pruning
+    huge = [dataclasses.replace(r, params=free // CHECKPOINT_BYTES_PER_PARAM // (2 * held) + 1, run_id="")
+            for r in the_plan.runs]
     preflight(the_plan, huge, checkpoints=policy, concurrent=1, host=HOST, checks=[check_checkpoint_folder])
-    with pytest.raises(PreflightError, match="2 run\\(s\\) at once need at least .* GB for one checkpoint each"):
+    with pytest.raises(PreflightError, match="2 run\\(s\\) at once need at least .* [GM]B for 3 checkpoints each"):
         preflight(the_plan, huge, checkpoints=policy, concurrent=2, host=HOST, checks=[check_checkpoint_folder])
     assert not (tmp_path / "new").exists()  # checked, not created
+
+
+def test_a_checkpoint_folder_with_room_for_one_checkpoint_but_not_the_three_a_run_holds_is_refused(tmp_path):
+    """A folder with room for one checkpoint of a run passed the preflight, and then every run of the sweep
+    failed with 'No space left on device' at its third write (two kept, one being written): measured on a
+    tmpfs of 20 MB under 7.6 MB checkpoints."""
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    free = __import__("shutil").disk_usage(tmp_path).free
+    half = [dataclasses.replace(r, params=free // CHECKPOINT_BYTES_PER_PARAM // 2, run_id="") for r in the_plan.runs]
+    policy = CheckpointPolicy(str(tmp_path / "checkpoints"))
+    with pytest.raises(PreflightError, match="1 run\\(s\\) at once need at least .* [GM]B for 3 checkpoints each "
+                                             "\\(the newest 2 kept and the one being written\\)"):
+        preflight(the_plan, half, checkpoints=policy, concurrent=1, host=HOST, checks=[check_checkpoint_folder])
+
+
+def test_a_resumed_runs_own_checkpoints_count_as_room_for_its_next(tmp_path):
+    """A sweep stopped by a full disk, resumed once space was freed, was refused: the checkpoints the run
+    already held (which it prunes as it writes) were counted as taken, not as its room."""
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    policy = CheckpointPolicy(str(tmp_path / "checkpoints"))
+    run = the_plan.runs[0]
+    held = policy.run_dir(run.run_id) / "step-000000010.safetensors"
+    held.parent.mkdir(parents=True)
+    held.write_bytes(b"\0" * (64 << 20))  # a checkpoint the run wrote before it stopped
+    free = __import__("shutil").disk_usage(tmp_path).free
+    # three checkpoints of this run need 32 MB more than is free, and its own 64 MB file is room for them
+    big = dataclasses.replace(run, params=(free + (32 << 20)) // ((policy.keep + 1) * CHECKPOINT_BYTES_PER_PARAM))
+    preflight(the_plan, [big], checkpoints=policy, concurrent=1, host=HOST, checks=[check_checkpoint_folder])
 
 
 def test_failures_are_grouped_by_reason_numbers_aside():

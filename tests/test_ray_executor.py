@@ -194,6 +194,44 @@ def test_address_without_the_ray_executor_is_refused(tmp_path):
     assert "--address is for the ray executor (this sweep uses 'local'): add --executor ray" in result.stderr
 
 
+def _closed_port():
+    """A local port nothing listens on: bound by the OS, then released."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_address_that_does_not_answer_is_refused_when_the_executor_is_built(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    port = _closed_port()
+    with pytest.raises(FlopsFitError, match=f"the Ray address 127.0.0.1:{port} does not answer"):
+        RayExecutor(address=f"127.0.0.1:{port}")
+    monkeypatch.setenv("RAY_ADDRESS", f"ray://127.0.0.1:{port}")
+    with pytest.raises(FlopsFitError, match="does not answer"):
+        RayExecutor()
+
+
+def test_cli_sweep_to_an_address_that_does_not_answer_is_one_line_and_no_store(tmp_path):
+    """ray.init retried a dead address for ever, after the plan was recorded in the store."""
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "flops_fit", "sweep", str(config), "--out", str(out),
+         "--executor", "ray", "--address", f"127.0.0.1:{_closed_port()}"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+             "FLOPS_FIT_PLUGINS": "sweep_support"},
+    )
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("flops-fit: error:")]
+    assert len(errors) == 1 and "does not answer (Connection refused)" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
 @pytest.mark.e2e
 def test_a_driver_killed_mid_sweep_resumes_from_the_store(local_ray, local_sweep, tmp_path):
     import signal

@@ -361,9 +361,13 @@ def _driver_line(state: dict[str, Any]) -> str | None:
 
 def _result_row(r: Any) -> list[Any]:
     """A run with a result, as the status table shows it (tokens trained, its rate, its loss or error, its
-    time): a tune's runs differ only in their rate."""
-    return [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", r.status, f"{r.lr:.3g}",
-            "" if r.status != "done" else f"{r.loss:.4f}", f"{r.timings.get('total_s', 0):.1f}s", _text(r.error)]
+    time): a tune's runs differ only in their rate. A failure that holds no tokens or time (its worker died,
+    a checkpoint write raised) shows the planned tokens, as a run still to train does, and no time: not 0 and
+    0.0s, which read as a run that trained nothing in no time."""
+    tokens = r.tokens if r.tokens or r.status == "done" else r.tokens_planned
+    total = r.timings.get("total_s") if isinstance(r.timings, dict) else None
+    return [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{int(tokens):,}", r.status, f"{r.lr:.3g}",
+            "" if r.status != "done" else f"{r.loss:.4f}", "" if total is None else f"{total:.1f}s", _text(r.error)]
 
 
 def _design_lines(design: dict[str, Any], unchosen: int) -> list[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -38,6 +39,24 @@ from flops_fit.plugin.hookspecs import hookimpl
 # Bytes per parameter a training run holds: fp32 weights, gradients and two AdamW moments.
 _TRAIN_BYTES_PER_PARAM = 16
 _MEMORY_FLOOR = 512 * 2**20  # interpreter, torch and a data batch
+_ANSWER_TIMEOUT_S = 10  # how long a cluster's address may take to accept a connection
+
+
+def check_address_answers(address: str) -> None:
+    """OptionError unless something accepts a connection at a ``host:port`` (or ``ray://host:port``)
+    address: ``ray.init`` retries one that does not answer for ever, after the plan is recorded.
+    Other forms (``auto``, ``local``) are Ray's to resolve."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=_ANSWER_TIMEOUT_S).close()
+    except OSError as error:
+        why = error.strerror or str(error) or type(error).__name__
+        raise OptionError(
+            f"the Ray address {address} does not answer ({why}): start the cluster's head there "
+            f"(`ray start --head --port {port}` on {host}), or give its address (--address, RAY_ADDRESS)"
+        ) from None
 
 
 def _import_ray():
@@ -76,6 +95,8 @@ class RayExecutor(ClosingExecutor):
             raise OptionError(f"max_retries must be a non-negative integer, got {max_retries!r}")
         positive_number(cpus_per_run, "cpus_per_run")
         self.address = address or os.environ.get("RAY_ADDRESS") or None
+        if self.address:
+            check_address_answers(self.address)
         self.max_retries = max_retries
         self.cpus_per_run = cpus_per_run
         self.gpus_per_run = gpus_per_run
@@ -92,7 +113,12 @@ class RayExecutor(ClosingExecutor):
         if not ray.is_initialized():
             options = {"log_to_driver": False, "include_dashboard": False, **self.init_options}
             if self.address:
-                ray.init(address=self.address, **{k: v for k, v in options.items() if k != "include_dashboard"})
+                try:
+                    ray.init(address=self.address, **{k: v for k, v in options.items() if k != "include_dashboard"})
+                except (ConnectionError, RuntimeError) as error:  # something answers there, but not a Ray head
+                    raise FlopsFitError(
+                        f"could not join the Ray cluster at {self.address} ({str(error).splitlines()[0]}): is it "
+                        "a Ray head's GCS address (host:port, as `ray start --head` prints it)?") from None
             else:
                 ray.init(num_cpus=self.num_cpus, **options)
                 self._started_here = True

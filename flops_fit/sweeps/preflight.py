@@ -213,9 +213,22 @@ def writable_checkpoints(policy: CheckpointPolicy) -> Path:
     return existing
 
 
+def _size(n: int) -> str:
+    """Bytes in GB, or MB below one GB (two small sizes both read "0.02 GB")."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def _held_bytes(policy: CheckpointPolicy, runs: list[RunSpec]) -> int:
+    """Bytes the runs' own checkpoints already take in the folder: a resumed run prunes them as it writes,
+    so they are room for it (a resume whose run held two was refused for want of three)."""
+    folders = (policy.run_dir(r.run_id) for r in runs)
+    return sum(p.stat().st_size for f in folders if f.is_dir() for p in f.rglob("*") if p.is_file())
+
+
 def check_checkpoint_folder(plan: Any, context: Context) -> None:
-    """The checkpoint folder (or the folder it will be made in) is writable and holds one
-    checkpoint of each of the ``concurrent`` largest runs."""
+    """The checkpoint folder (or the folder it will be made in) is writable and holds, for each of the
+    ``concurrent`` largest runs, the checkpoints it holds at once: the newest ``keep`` and the one being
+    written before the oldest is removed (room for one let every run fail at its third write)."""
     policy = context.checkpoints
     if policy is None:
         return
@@ -223,12 +236,14 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
     existing = writable_checkpoints(policy)
     sizes = sorted((checkpoint_bytes(r, context.samples.get(dataset_key(r), 0)) for r in context.runs),
                    reverse=True)
-    need = sum(sizes[:context.concurrent])
-    free = shutil.disk_usage(existing).free
+    held = policy.keep + 1
+    need = held * sum(sizes[:context.concurrent])
+    free = shutil.disk_usage(existing).free + _held_bytes(policy, context.runs)
     if need > free:
         raise PreflightError(
-            f"checkpoint folder {folder} has {free / 1e9:.2f} GB free, but {min(context.concurrent, len(sizes))} "
-            f"run(s) at once need at least {need / 1e9:.2f} GB for one checkpoint each: free space, choose "
+            f"checkpoint folder {folder} has {_size(free)} free (the runs' own checkpoints counted), but {min(context.concurrent, len(sizes))} "
+            f"run(s) at once need at least {_size(need)} for {held} checkpoints each (the newest "
+            f"{policy.keep} kept and the one being written): free space, choose "
             "another checkpoint_dir (--checkpoint-dir), train fewer runs at once (workers), or checkpoint_seconds=0"
         )
 

@@ -166,9 +166,18 @@ def write_checkpoint(directory: str | Path, snapshot: Snapshot) -> Path:
               "data_rng": state.data_rng, "data_pos": state.data_pos, "rng": state.rng.values, "format": FORMAT}
     metadata = {"flops_fit": json.dumps(header), "digest": _digest(tensors)}
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(directory, state.step)
-    _write_safetensors(final, tensors, metadata)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_safetensors(final, tensors, metadata)
+    except Exception as error:  # OSError, or safetensors' own error around one (a full disk)
+        if not isinstance(error, OSError) and type(error).__name__ != "SafetensorError":
+            raise
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise CheckpointError(
+            f"checkpoint {final.name} could not be written in {directory} ({why}): free space there, or move "
+            "the checkpoints (checkpoint_dir, --checkpoint-dir); `--resume --retry-failed` then continues the "
+            "run from its newest checkpoint") from error
     return final
 
 
