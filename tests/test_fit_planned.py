@@ -52,6 +52,19 @@ def test_a_run_farther_than_the_extrapolation_error_was_measured_is_told_so(fitt
     assert f"note: {far[0]}" in planned.summary() and far[0] in planned.to_dict()["notes"]
 
 
+def test_report_refuses_planned_runs_from_a_method_without_a_loss_law_as_fit_does(frame, tmp_path, capsys):
+    """`report --method isoflop --at N:D` wrote its page with the reason on it and exited 0, where `fit` with the
+    same options exits 2: both refuse now, and no page is written."""
+    csv, out = tmp_path / "runs.csv", tmp_path / "r.html"
+    frame.to_csv(csv, index=False)
+    args = ["--method", "isoflop", "--bootstrap", "0", "--at", "1e9:2e10"]
+    assert main(["fit", str(csv), *args]) == 2
+    fit_err = capsys.readouterr().err
+    assert main(["report", str(csv), *args, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == fit_err and "not a loss L(N, D)" in fit_err
+    assert not out.exists()
+
+
 @pytest.mark.skipif(not RESULT.is_file(), reason="benchmarks/results/planned_runs.json not written yet")
 def test_the_measured_distance_is_the_benchmarks_farthest_prediction():
     assert MEASURED_DISTANCE == pytest.approx(json.loads(RESULT.read_text())["calibration"]["max_distance"], abs=0.005)

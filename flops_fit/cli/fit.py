@@ -224,6 +224,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         exc.source = args.source
         print(f"report written to {flops_fit.write_report(exc, out)}")
         raise
+    if at is not None:  # refused as fit refuses it (exit 2), not only on the page: isoflop has no loss L(N, D)
+        fitted.loss_at(*at)
     if show is not None:
         show(f"drawing the report's figures into {out}")
     target = args.target or flops_fit.fitting.default_target(fitted.runs)  # the page's: its text answers there too
