@@ -506,6 +506,8 @@ def test_steps_a_worker_trained_after_its_driver_died_are_counted_trained(tmp_pa
     report = json.loads(capsys.readouterr().out)
     [row] = [r for r in report["runs"] if r["run_id"] == spec.run_id]
     assert row["steps_trained"] == spec.steps - 4  # what the drivers heard: steps 4 to 7 reached no one
+    assert row["steps_unreported"] == 4  # said per run too: the totals' sum of the two is the runs' sums
+    assert sum(r["steps_trained"] + r["steps_unreported"] for r in report["runs"]) == report["totals"]["steps_trained"]
     totals = report["totals"]
     assert (totals["steps_lost"], totals["steps_unreported"]) == (0, 4)
     assert totals["steps_trained"] == totals["steps"] == spec.steps  # every step of the result was trained

@@ -488,6 +488,10 @@ def _print_status_json(out_dir: str | Path) -> int:
     # after the driver's last report, the driver killed; trained all the same
     unreported = [max(n - r["steps_trained"], 0) for r, n in zip(finished, own, strict=True)]
     lost = [r["steps_trained"] + u - n for r, u, n in zip(finished, unreported, own, strict=True)]
+    for r in runs:  # each run's share of the totals' steps_unreported, which its steps_trained (heard) leaves out
+        r["steps_unreported"] = 0
+    for r, u in zip(finished, unreported, strict=True):
+        r["steps_unreported"] = u
     totals = {
         "runs": len(runs), "counts": counts,
         "steps": sum(r["steps"] for r in finished),
