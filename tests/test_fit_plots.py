@@ -294,3 +294,24 @@ def test_report_refuses_a_negative_inference_token_count_before_fitting(tmp_path
     assert err == ("flops-fit: error: --inference-tokens must be a whole number of tokens >= 0 (e.g. 2e12 for 2 "
                    "trillion), got -5\n")
     assert not out.exists()
+
+
+def test_report_of_a_second_table_of_the_same_name_does_not_overwrite_the_first(tmp_path, capsys, monkeypatch):
+    """`flops-fit report runs.csv` then `flops-fit report runs.jsonl` in one folder both wrote
+    runs.report.html, the second over the first without a word: the second is refused (exit 2,
+    before fitting) naming the other table and --out; the same table again still rewrites its page."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    frame.to_json(tmp_path / "runs.jsonl", orient="records", lines=True)
+    monkeypatch.chdir(tmp_path)
+    options = ["--method", "isoflop", "--bootstrap", "0", "--workers", "1"]
+    assert main(["report", "runs.csv", *options]) == 0
+    first = (tmp_path / "runs.report.html").read_text()
+    capsys.readouterr()
+    assert main(["report", "runs.jsonl", *options]) == 2
+    err = capsys.readouterr().err
+    assert "runs.report.html holds the report of runs.csv, not of runs.jsonl: give --out PATH" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert (tmp_path / "runs.report.html").read_text() == first  # nothing already written is lost
+    assert main(["report", "runs.jsonl", *options, "--out", "runs.jsonl.report.html"]) == 0
+    assert main(["report", "./runs.csv", *options]) == 0  # its own page: rewritten as before
