@@ -315,3 +315,21 @@ def test_report_of_a_second_table_of_the_same_name_does_not_overwrite_the_first(
     assert (tmp_path / "runs.report.html").read_text() == first  # nothing already written is lost
     assert main(["report", "runs.jsonl", *options, "--out", "runs.jsonl.report.html"]) == 0
     assert main(["report", "./runs.csv", *options]) == 0  # its own page: rewritten as before
+
+
+def test_compute_optimal_table_rows_below_the_smallest_run_are_noted(tmp_path):
+    """The default table starts at the decade under the smallest run (1e16 on the FineWeb/C4 sweep, whose
+    smallest budget is 8.5e16) and printed that row like a swept one: the text and the report now name
+    the rows below the smallest run's compute; a sweep that starts on a decade gets no note."""
+    frame = synthetic_runs(budgets=(3e17, 1e18, 3e18), sizes_per_budget=7).drop(columns=["curve"])
+    result = fit(frame, method="isoflop", bootstrap=20)
+    note = ("note: the row at 1e+17 FLOPs lies below the smallest run's compute (3e+17 FLOPs): the law read where "
+            "no run was trained")
+    lines = result.summary().splitlines()
+    assert lines[lines.index(note) - 1].startswith("1e+21 ")  # under the table, after its last row
+    page = write_report(result, tmp_path / "r.html", workers=1).read_text()
+    assert "Note: the row at 1e+17 FLOPs lies below the smallest run&#x27;s compute (3e+17 FLOPs)" in page
+    assert "note: the rows at 1e+16, 1e+17 FLOPs lie below" in result.summary([1e16, 1e17, 1e18])
+    on_decades = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"]),
+                     method="isoflop", bootstrap=20)
+    assert "below the smallest run" not in on_decades.summary()
