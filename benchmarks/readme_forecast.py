@@ -1,12 +1,15 @@
-"""The README's quoted demo forecast, written from its stored result (never typed by hand).
+"""The README's and the forecast guide's quoted demo forecast, written from its stored result
+(never typed by hand).
 
-    python benchmarks/readme_forecast.py            # print the paragraph
-    python benchmarks/readme_forecast.py --write    # replace README.md's block with it
+    python benchmarks/readme_forecast.py            # print both blocks
+    python benchmarks/readme_forecast.py --write    # replace README.md's and docs/guide/forecast.md's blocks
 
-The block lies between ``<!-- demo-forecast -->`` and ``<!-- /demo-forecast -->`` in README.md;
-RESULT is what ``bench_forecast_target.py`` scored: the shipped demo's sweep, refitted by the
-current forecast, against the runs trained at its target. tests/test_readme_forecast.py checks
-that the README's numbers are the stored ones.
+The README's block lies between ``<!-- demo-forecast -->`` and ``<!-- /demo-forecast -->``; the
+guide's (the summary's answer lines, as the product prints them from the stored answers) between
+``<!-- demo-forecast-summary -->`` and ``<!-- /demo-forecast-summary -->``. RESULT is what
+``bench_forecast_target.py`` scored: the shipped demo's sweep, refitted by the current forecast,
+against the runs trained at its target. tests/test_readme_forecast.py checks both blocks' numbers
+against the stored ones.
 """
 
 from __future__ import annotations
@@ -17,11 +20,15 @@ import re
 from pathlib import Path
 
 from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.validation.drift import ErrorModel
+from flops_fit.fitting.validation.forecast import Answer, answer_line
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "benchmarks" / "results" / "forecast_target_v7.json"
 README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "guide" / "forecast.md"
 START, END = "<!-- demo-forecast -->", "<!-- /demo-forecast -->"
+GUIDE_START, GUIDE_END = "<!-- demo-forecast-summary -->", "<!-- /demo-forecast-summary -->"
 
 
 def paragraph(result: dict) -> str:
@@ -66,20 +73,48 @@ def block(result: dict) -> str:
     return f"{START}\n{paragraph(result)}\n{END}"
 
 
+def summary_lines(result: dict) -> str:
+    """The forecast's answer lines as ``flops-fit fit --method all --holdout forward`` prints them
+    (``Forecast.summary``'s second to fourth lines), from the stored answers."""
+    f = result["forecast"]
+
+    def triple(key: str) -> str:
+        return fmt.scale_interval(f[key]["value"], *f[key]["interval"])
+
+    def answer(q: str) -> Answer:
+        a = {k: v for k, v in f["answers"][q].items() if k in Answer.__dataclass_fields__}
+        model = {k: v for k, v in a.pop("model").items() if k in ErrorModel.__dataclass_fields__}
+        return Answer(**a, model=ErrorModel(**model))
+
+    return "\n".join([f"N_opt {triple('n_opt')} parameters, D_opt {triple('d_opt')} tokens, loss "
+                      f"{fmt.loss(f['loss']['value'])} [{fmt.loss(f['loss']['interval'][0])}, "
+                      f"{fmt.loss(f['loss']['interval'][1])}]",
+                      *(answer_line(answer(q), f["ratio"]) for q in ("n_opt", "loss"))])
+
+
+def guide_block(result: dict) -> str:
+    return f"{GUIDE_START}\n```\n{summary_lines(result)}\n```\n{GUIDE_END}"
+
+
+def replace(path: Path, start: str, end: str, text: str) -> None:
+    page = path.read_text()
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
+    if not pattern.search(page):
+        raise SystemExit(f"{path.name} has no {start} ... {end} block")
+    path.write_text(pattern.sub(lambda _: text, page))
+    print(f"wrote the demo forecast into {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true", help="replace README.md's block")
+    parser.add_argument("--write", action="store_true", help="replace README.md's and the guide's blocks")
     args = parser.parse_args()
-    text = block(json.loads(RESULT.read_text()))
+    result = json.loads(RESULT.read_text())
     if not args.write:
-        print(text)
+        print(block(result), guide_block(result), sep="\n\n")
         return
-    readme = README.read_text()
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
-    if not pattern.search(readme):
-        raise SystemExit(f"README.md has no {START} ... {END} block")
-    README.write_text(pattern.sub(lambda _: text, readme))
-    print(f"wrote the demo forecast into {README}")
+    replace(README, START, END, block(result))
+    replace(GUIDE, GUIDE_START, GUIDE_END, guide_block(result))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from flops_fit.parity.mapping import (
     read_source,
     require_keys,
     unknown_options,
+    width_count,
 )
 
 from flops_fit.errors import ConversionError
@@ -56,7 +57,7 @@ def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
     if act not in GELU:
         raise ConversionError(f"{REFERENCE}: activation_function={act!r} is not supported; ours offers {sorted(GELU)}")
     require_keys(config, ("n_embd", "n_head", "n_layer", "vocab_size", "n_positions"), REFERENCE)
-    width = int(config["n_embd"])
+    width = width_count(config["n_embd"], "config n_embd", REFERENCE)
     unsupported = {
         "n_inner": config.get("n_inner") not in (None, 4 * width),
         "scale_attn_weights": config.get("scale_attn_weights", True) is not True,

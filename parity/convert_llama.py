@@ -29,6 +29,7 @@ from flops_fit.parity.mapping import (
     read_source,
     require_keys,
     unknown_options,
+    width_count,
 )
 
 from flops_fit.errors import ConversionError
@@ -91,7 +92,7 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ConversionError(f"{what}: options our llama does not reproduce: {'; '.join(refused)}")
     require_keys(config, ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
                           "vocab_size"), what)
-    width = int(config["hidden_size"])
+    width = width_count(config["hidden_size"], "config hidden_size", what)
     heads, kv_heads = head_counts(config, what)
     qwen2 = model_type == "qwen2"
     attention_bias = bool(config.get("attention_bias", False))

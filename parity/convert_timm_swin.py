@@ -68,6 +68,12 @@ def convert_timm_swin(
     if "img_size" in declared and not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sides):
         raise ConversionError(f"{REFERENCE}: img_size={size!r} is not an image size (a positive number of pixels, "
                               "or a (height, width) pair of them)")  # 0 raised ZeroDivisionError from a window check
+    for key, each in (("depths", "number of blocks"), ("num_heads", "number of heads")):
+        value = declared.get(key)  # an int raised timm's "'int' object is not subscriptable"
+        if key in declared and not (isinstance(value, (list, tuple)) and value and all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+            raise ConversionError(f"{REFERENCE}: {key}={value!r} is not a list with one {each} per stage "
+                                  f"(a positive integer each), e.g. {key}=(2, 4) for two stages")
     facts = tensor_facts(tensors)
     reference = build_reference(architecture, {**facts, **declared}, declared)
     our = describe_reference(reference)

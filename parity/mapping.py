@@ -107,6 +107,15 @@ def require_keys(config: Mapping[str, Any], keys: Iterable[str], what: str) -> N
                               "or pass config={...} with them")
 
 
+def width_count(value: Any, name: str, what: str) -> int:
+    """``value`` as a model width; else ConversionError naming ``name`` (e.g. ``"config n_embd"``).
+    A 0 passed through and failed when our model was built, as 'size must be a positive integer',
+    naming neither the key nor the converter."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConversionError(f"{what}: {name}={value!r} is not a width (a positive integer)")
+    return value
+
+
 def head_count(value: Any, name: str, width: int, what: str) -> int:
     """``value`` as a number of attention heads that splits ``width``; else ConversionError naming
     ``name`` (e.g. ``"config n_head"``). A count that does not divide the width failed later as

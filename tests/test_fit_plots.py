@@ -294,3 +294,42 @@ def test_report_refuses_a_negative_inference_token_count_before_fitting(tmp_path
     assert err == ("flops-fit: error: --inference-tokens must be a whole number of tokens >= 0 (e.g. 2e12 for 2 "
                    "trillion), got -5\n")
     assert not out.exists()
+
+
+def test_report_of_a_second_table_of_the_same_name_does_not_overwrite_the_first(tmp_path, capsys, monkeypatch):
+    """`flops-fit report runs.csv` then `flops-fit report runs.jsonl` in one folder both wrote
+    runs.report.html, the second over the first without a word: the second is refused (exit 2,
+    before fitting) naming the other table and --out; the same table again still rewrites its page."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, seed=1).drop(columns=["curve"])
+    frame.to_csv(tmp_path / "runs.csv", index=False)
+    frame.to_json(tmp_path / "runs.jsonl", orient="records", lines=True)
+    monkeypatch.chdir(tmp_path)
+    options = ["--method", "isoflop", "--bootstrap", "0", "--workers", "1"]
+    assert main(["report", "runs.csv", *options]) == 0
+    first = (tmp_path / "runs.report.html").read_text()
+    capsys.readouterr()
+    assert main(["report", "runs.jsonl", *options]) == 2
+    err = capsys.readouterr().err
+    assert "runs.report.html holds the report of runs.csv, not of runs.jsonl: give --out PATH" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert (tmp_path / "runs.report.html").read_text() == first  # nothing already written is lost
+    assert main(["report", "runs.jsonl", *options, "--out", "runs.jsonl.report.html"]) == 0
+    assert main(["report", "./runs.csv", *options]) == 0  # its own page: rewritten as before
+
+
+def test_compute_optimal_table_rows_below_the_smallest_run_are_noted(tmp_path):
+    """The default table starts at the decade under the smallest run (1e16 on the FineWeb/C4 sweep, whose
+    smallest budget is 8.5e16) and printed that row like a swept one: the text and the report now name
+    the rows below the smallest run's compute; a sweep that starts on a decade gets no note."""
+    frame = synthetic_runs(budgets=(3e17, 1e18, 3e18), sizes_per_budget=7).drop(columns=["curve"])
+    result = fit(frame, method="isoflop", bootstrap=20)
+    note = ("note: the row at 1e+17 FLOPs lies below the smallest run's compute (3e+17 FLOPs): the law read where "
+            "no run was trained")
+    lines = result.summary().splitlines()
+    assert lines[lines.index(note) - 1].startswith("1e+21 ")  # under the table, after its last row
+    page = write_report(result, tmp_path / "r.html", workers=1).read_text()
+    assert "Note: the row at 1e+17 FLOPs lies below the smallest run&#x27;s compute (3e+17 FLOPs)" in page
+    assert "note: the rows at 1e+16, 1e+17 FLOPs lie below" in result.summary([1e16, 1e17, 1e18])
+    on_decades = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"]),
+                     method="isoflop", bootstrap=20)
+    assert "below the smallest run" not in on_decades.summary()

@@ -550,3 +550,32 @@ def test_gpt2_converter_refuses_another_model_type_by_name() -> None:
                                           intermediate_size=64, vocab_size=50).to_dict()
     with pytest.raises(ConversionError, match=r"HF GPT-2: model_type='gpt_neox' is not supported; it converts 'gpt2'"):
         convert_gpt2({}, config)
+
+
+@pytest.mark.parametrize("converter, key, width", [
+    ("gpt2", "n_embd", 0), ("gpt2", "n_embd", -8), ("gpt2", "n_embd", 64.0),
+    ("llama", "hidden_size", 0), ("llama", "hidden_size", -8),
+])
+def test_a_gpt2_or_llama_width_that_is_no_width_is_refused_by_name(converter, key, width) -> None:
+    """n_embd / hidden_size 0 converted and failed only when built, as 'size must be a positive
+    integer, got 0', naming neither the key nor the converter."""
+    if converter == "gpt2":
+        ref, convert, what = case_gpt.gpt2_reference(), convert_gpt2, "HF GPT-2"
+    else:
+        ref, convert, what = case_llama.hf_reference(), convert_llama, "HF LlamaForCausalLM"
+    with pytest.raises(ConversionError) as err:
+        convert(ref.state_dict(), {**ref.config.to_dict(), key: width})
+    assert str(err.value) == f"{what}: config {key}={width!r} is not a width (a positive integer)"
+
+
+@pytest.mark.parametrize("key, value", [("num_heads", 2), ("depths", 2), ("num_heads", (2, 0))])
+def test_a_swin_stage_list_given_as_one_number_is_refused_by_name(key, value) -> None:
+    """num_heads=2 (an int, where timm wants one per stage) gave timm's "'int' object is not
+    subscriptable" and nothing about what to pass."""
+    from flops_fit.parity import case_swin
+    from flops_fit.parity.convert_timm_swin import convert_timm_swin
+
+    with pytest.raises(ConversionError) as err:
+        convert_timm_swin(case_swin.timm_reference().state_dict(), img_size=32, **{key: value})
+    assert f"timm SwinTransformer: {key}={value!r} is not a list with one number of" in str(err.value)
+    assert f"per stage (a positive integer each), e.g. {key}=(2, 4) for two stages" in str(err.value)

@@ -299,3 +299,17 @@ def test_a_refusal_the_dataset_did_not_cause_is_not_put_on_the_dataset():
     with pytest.raises(PlanError) as err:
         plan(model="hf-causal-lm", budgets=[1e12], sizes=[32, 64, 96], seq_len=32, model_config={"config": config})
     assert "the config has no 'hidden_size'" in str(err.value) and "set by dataset" not in str(err.value)
+
+
+def test_more_processes_per_run_than_cores_is_noted_not_refused():
+    """processes_per_run = 4 on a 2-core machine planned and trained oversubscribed without a word: the
+    plan (and so the sweep's start, which prints its headline) notes the cores seen and the setting."""
+    import os
+
+    cores = os.cpu_count() or 1
+    p = make(processes_per_run=cores + 1, device="cpu")
+    [note] = [n for n in p.notes if n.startswith("processes_per_run")]
+    assert note.startswith(f"processes_per_run = {cores + 1} starts {cores + 1} processes for each run and this "
+                           f"machine has {cores} cores")
+    assert note.endswith(f"else set processes_per_run to {cores} or less") and f"note: {note}" in p.headline()
+    assert not any(n.startswith("processes_per_run") for n in make(processes_per_run=cores, device="cpu").notes)

@@ -1,4 +1,4 @@
-"""The README quotes the shipped demo's forecast as its stored result has it (issue 34, item 6):
+"""The README and the forecast guide quote the shipped demo's forecast as its stored result has it:
 benchmarks/readme_forecast.py writes the block; this checks its numbers against the result file."""
 
 from __future__ import annotations
@@ -59,3 +59,48 @@ def test_the_readme_quotes_the_stored_demo_forecast():
     assert int(truth.group(3)) == pytest.approx(100 * s["n_opt_error"], abs=0.5)
     assert float(truth.group(5)) == pytest.approx(100 * s["loss_error"], abs=0.05)
     assert (truth.group(4) == "inside") == s["n_opt_inside"] and (truth.group(6) == "inside") == s["loss_inside"]
+
+
+def test_the_forecast_guide_quotes_the_stored_demo_forecast():
+    """docs/guide/forecast.md quoted the demo's forecast summary typed by hand, checked by nothing:
+    benchmarks/readme_forecast.py now writes it too, and its numbers are the stored ones."""
+    import math
+
+    guide = (ROOT / "docs" / "guide" / "forecast.md").read_text()
+    found = re.search(r"<!-- demo-forecast-summary -->\n```\n(.*?)\n```\n<!-- /demo-forecast-summary -->\n\n"
+                      r"\(there, trained at the target, the answers are ([+-]?\d+)% and ([+-]?[0-9.]+)%", guide, re.S)
+    assert found, "forecast.md has no demo-forecast-summary block: run python benchmarks/readme_forecast.py --write"
+    head, n_line, l_line = found.group(1).split("\n")
+    result = json.loads(RESULT.read_text())
+    f, s = result["forecast"], result["score"]
+    triples = re.fullmatch(r"N_opt (\S+) \[(\S+), (\S+)\] parameters, D_opt (\S+) \[(\S+), (\S+)\] tokens, "
+                           r"loss (\S+) \[(\S+), (\S+)\]", head)
+    assert triples, head
+    stored = [v for q in ("n_opt", "d_opt", "loss") for v in (f[q]["value"], *f[q]["interval"])]
+    for printed, value in zip(triples.groups(), stored, strict=True):
+        assert close(printed, value), (printed, value)
+    for line, q in ((n_line, "n_opt"), (l_line, "loss")):
+        a = f["answers"][q]
+        m = re.match(r"(?:N_opt|loss) from (.+?): (\d+) chaining splits; drift (\S+) per ln r \(own (\S+)\) ", line)
+        assert m, line
+        assert m.group(1) == a["source"] and int(m.group(2)) == a["model"]["splits"]
+        assert float(m.group(3)) == pytest.approx(a["model"]["drift"], abs=5e-4)
+        assert float(m.group(4)) == pytest.approx(a["model"]["own_drift"], abs=5e-4)
+        assert ("not corrected" in line) == (a["correction"] == 0)
+    n, i = f["answers"]["n_opt"], f["answers"]["n_opt"]["interval"]
+    bounds = re.search(r"scatter (\S+) per ln r \((\S+) degrees of freedom with the prior\) grown to (\S+)x; .*"
+                       r"at least x(\S+) either way .*, at most x(\S+) \(at", n_line)
+    assert bounds, n_line
+    assert float(bounds.group(1)) == pytest.approx(n["model"]["scatter"], abs=5e-4)
+    assert close(bounds.group(2), n["model"]["dof"]) and close(bounds.group(3), f["ratio"])
+    assert float(bounds.group(4)) == pytest.approx(math.exp(i["multiplier"] * i["floor"]), abs=5e-3)
+    assert float(bounds.group(5)) == pytest.approx(math.exp(i["multiplier"] * i["sigma"]), abs=5e-3)
+    i = f["answers"]["loss"]["interval"]
+    reach = re.search(r"interval \+-(\S+) f sigma\(r\), sigma = (\S+)% at (\S+)x .*, f = (\S+) by this sweep's own "
+                      r"chaining \((\d+) splits\)$", l_line)
+    assert reach, l_line
+    assert float(reach.group(1)) == pytest.approx(i["multiplier"], abs=5e-3)
+    assert float(reach.group(2)) == pytest.approx(100 * i["sigma"], abs=5e-3) and close(reach.group(3), f["ratio"])
+    assert float(reach.group(4)) == pytest.approx(i["own_factor"], abs=5e-3) and int(reach.group(5)) == i["own_splits"]
+    assert int(found.group(2)) == pytest.approx(100 * s["n_opt_error"], abs=0.5)
+    assert float(found.group(3)) == pytest.approx(100 * s["loss_error"], abs=0.05)

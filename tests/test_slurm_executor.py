@@ -235,7 +235,9 @@ def _slurm_doc_example():
 
 
 FAKE_SLURM = {  # stand-ins for SLURM's commands: record what they were asked, answer like SLURM
-    "sbatch": 'n=$(($(ls "$FAKE_SLURM_LOG"/sbatch-* 2>/dev/null | wc -l) + 1)); '
+    "sbatch": 'if [ "$1" = --test-only ]; then echo "$@" >> "$FAKE_SLURM_LOG/test-only"; '
+              'echo "sbatch: Job 4240 to start at 2026-11-29T10:00:00 using 1 processors" >&2; exit 0; fi; '
+              'n=$(($(ls "$FAKE_SLURM_LOG"/sbatch-* 2>/dev/null | wc -l) + 1)); '
               'cp "$1" "$FAKE_SLURM_LOG/sbatch-$n"; echo "Submitted batch job $((4240 + n))"',
     "scancel": 'echo "$@" >> "$FAKE_SLURM_LOG/scancel"',
     "sacct": "exit 0",
@@ -346,11 +348,47 @@ def test_a_stop_of_the_driver_cancels_its_jobs_and_ends_their_processes(job_env,
     assert not task.exists() or "\nState:\tZ" in task.read_text()  # the run's process: gone (or a zombie)
 
 
-def test_options_sbatch_refuses_are_one_line_naming_its_reason(tmp_path, monkeypatch, caplog):
+def test_options_sbatch_refuses_are_one_line_naming_its_reason(tmp_path, monkeypatch, caplog, capsys):
+    """sbatch's refusal at submission was printed twice (submitit echoes sbatch's stderr before raising it)
+    and did not say the plan was already stored, so a rerun needed --resume."""
     fake_slurm(tmp_path, monkeypatch, sbatch='echo "sbatch: error: invalid partition specified: gpux" >&2; exit 1')
     executor = SlurmExecutor(tmp_path / "jobs", partition="gpux")
     specs = [slurm_tasks.Spec(f"r{i}", str(tmp_path), device="auto") for i in range(2)]
     with pytest.raises(OptionError, match=r"^sbatch refused the sweep's jobs \(sbatch: error: invalid partition "
-                                          r"specified: gpux\): check the \[executor\] options \(partition, "):
+                                          r"specified: gpux\): check the \[executor\] options \(partition, ") as err:
         list(executor.map(executor_tasks.square, specs))
+    assert str(err.value).endswith("; the plan is recorded in the sweep's folder: once they are fixed, continue it "
+                                   "with --resume (resume=True)")
+    assert "invalid partition" not in capsys.readouterr().err  # said once: in the error's line
     assert "runs with device 'auto' get no GPU (a job gets GPUs only by asking" in caplog.text  # said first
+
+
+def test_a_partition_sbatch_refuses_is_refused_before_the_sweeps_folder_is_written(job_env, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """A partition sbatch rejects was refused only at submission, after the plan was stored: the rerun
+    with the partition fixed was told the folder already holds this sweep (--resume). sbatch --test-only
+    now asks first, with the jobs' resources, and the sweep exits 2 with one line, nothing written."""
+    from flops_fit.cli import main as cli
+    from flops_fit.plugin.host import reset_host
+
+    refuse = ('echo "$@" >> "$FAKE_SLURM_LOG/asked"; '
+              'echo "sbatch: error: invalid partition specified: gpux" >&2; exit 1')
+    log = fake_slurm(tmp_path, monkeypatch, sbatch=refuse)
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML + '\n[executor]\nname = "slurm"\npartition = "gpux"\n'
+                      'time = "1:00:00"\nslurm_params = { constraint = "a100" }\n')
+    reset_host()  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS)
+    try:
+        assert cli.main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
+    finally:
+        reset_host()
+    err = capsys.readouterr().err
+    assert err.count("invalid partition") == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("flops-fit: error: sbatch refused the sweep's jobs (sbatch: error: invalid "
+                                            "partition specified: gpux): check the [executor] options (partition, "
+                                            "account, qos, time, mem, slurm_params)")
+    assert not (tmp_path / "out").exists()  # nothing recorded: the corrected sweep file starts afresh
+    asked = (log / "asked").read_text().split()
+    assert asked[0] == "--test-only" and asked[-2:] == ["--wrap", "true"]
+    for flag in ("--partition=gpux", "--time=60", "--constraint=a100", "--nodes=1", "--ntasks-per-node=1"):
+        assert flag in asked

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import html
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -11,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import flops_fit
-from flops_fit.errors import NoFitError
+from flops_fit.errors import NoFitError, OptionError
 from flops_fit.files import check_writable
 
 # The fitting package (numpy, pandas) is reached only through flops_fit.fit, so that
@@ -117,7 +119,8 @@ def add_commands(subparsers) -> None:
     p = subparsers.add_parser("report", help="write an HTML report (table, plots, diagnostics, provenance)")
     _source_options(p, method="all", bootstrap=500, holdout="auto")
     p.add_argument("--out", metavar="FILE.html", help="report file (default: report.html in the sweep folder; "
-                   "beside a table, its name with .report.html: runs.csv -> runs.report.html)")
+                   "beside a table, its name with .report.html: runs.csv -> runs.report.html; refused where that "
+                   "file holds another table's report, e.g. runs.jsonl's)")
     p.set_defaults(func=_cmd_report)
 
 
@@ -212,10 +215,27 @@ def default_report_path(source: str) -> Path:
     return path.parent / f"{path.name}.report.html" if path.is_dir() else path.with_suffix(".report.html")
 
 
+def refuse_another_sources_report(out: Path, source: str) -> None:
+    """The default name drops the table's suffix, so runs.csv and runs.jsonl (or a folder runs) share
+    runs.report.html: the second report wrote over the first without a word. Refuse, before the fit,
+    a default path that holds the page of a source of another name (its provenance says which)."""
+    if "://" in source or not out.is_file():
+        return
+    try:
+        found = re.search(r"&quot;source&quot;: &quot;(.*?)&quot;", out.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return  # check_writable names an unreadable file
+    if found and Path(written := html.unescape(found.group(1))).name != Path(source).name:
+        raise OptionError(f"{out} holds the report of {written}, not of {source}: give --out PATH for this one "
+                          f"(e.g. --out {out.parent / (Path(source).name + '.report.html')}), or remove {out}")
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     sizing_scale(args)
     at = _planned(args)
     out = Path(args.out) if args.out else default_report_path(args.source)
+    if not args.out:
+        refuse_another_sources_report(out, args.source)
     check_writable(out, "the report", f"make {out.parent} writable, or give --out PATH in a folder you can write")
     show = stages(sys.stderr)
     try:

@@ -30,6 +30,7 @@ ones left for runs it is about to submit again, so no run trains in two jobs at 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -41,7 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,13 @@ from flops_fit.plugin.hookspecs import hookimpl
 CLUSTERS = ("slurm", "local")
 JOB_FOLDER = "slurm"  # under the sweep's output folder
 _LOG = logging.getLogger(__name__)
+
+
+def refused(stderr: str) -> str:
+    """The line for jobs sbatch refused: its own last line of reason, and the options to check."""
+    said = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return (f"sbatch refused the sweep's jobs ({said[-1] if said else 'no reason given'}): check the [executor] "
+            "options (partition, account, qos, time, mem, slurm_params)")
 
 
 class SlurmExecutor(ClosingExecutor):
@@ -162,6 +170,31 @@ class SlurmExecutor(ClosingExecutor):
         gpus = self.gpus_per_node if self.gpus_per_node is not None else (processes if cuda else 0)
         return {"nodes": 1, "tasks_per_node": processes, "gpus_per_node": gpus}
 
+    def check_submission(self, items: Iterable[Any]) -> None:
+        """Ask sbatch (``--test-only``) whether it takes each set of resources the items' jobs will ask
+        for, before the sweep's folder is written: a partition sbatch refuses was refused only at
+        submission, with the plan already stored (a rerun needed --resume). An sbatch that does not
+        answer in time is not taken for a refusal: the submission says what it says."""
+        if self.cluster != "slurm":
+            return
+        for resources in {tuple(sorted(self.resources(item).items())) for item in items}:
+            command = ["sbatch", "--test-only", *self._flags(dict(resources)), "--wrap", "true"]
+            try:
+                answer = subprocess.run(command, capture_output=True, text=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                return
+            if answer.returncode:
+                raise OptionError(refused(answer.stderr))
+
+    def _flags(self, resources: dict[str, Any]) -> list[str]:
+        """sbatch's flags for a job of ``resources`` under these options, as the submission's script sets them."""
+        named = {"job_name": "flops-fit", "nodes": resources["nodes"], "ntasks_per_node": resources["tasks_per_node"],
+                 "gpus_per_node": resources["gpus_per_node"] or None, "time": self.time_min,
+                 "cpus_per_task": self.cpus_per_task, "mem": None if self.mem_gb is None else f"{self.mem_gb:g}GB",
+                 "partition": self.partition, "account": self.account, "qos": self.qos, **self.slurm_params}
+        return [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}"
+                for k, v in named.items() if v is not None and v is not False]
+
     def _submitter(self, folder: Path) -> Any:
         # A folder per job on SLURM. submitit's local cluster makes a job's folder only after it has
         # started the job's controller (the job id is the controller's pid), and a controller that
@@ -251,14 +284,12 @@ class SlurmExecutor(ClosingExecutor):
             groups.setdefault(tuple(sorted(self.resources(items[index]).items())), []).append(index)
         for resources, indices in groups.items():
             submitter.update_parameters(**dict(resources))
-            try:
-                with submitter.batch():
+            try:  # submitit prints sbatch's refusal on stderr before raising it: said once, in the line below
+                with redirect_stderr(io.StringIO()), submitter.batch():
                     jobs = [submitter.submit(calls[i]) for i in indices]
             except self.submitit.core.utils.FailedJobError as exc:  # sbatch said no, on its stderr
-                said = [line.strip() for line in str(exc).splitlines() if line.strip()]
-                raise OptionError(f"sbatch refused the sweep's jobs ({said[-1] if said else 'no reason given'}): "
-                                  "check the [executor] options (partition, account, qos, time, mem, "
-                                  "slurm_params)") from None
+                raise OptionError(refused(str(exc)) + "; the plan is recorded in the sweep's folder: once they are "
+                                  "fixed, continue it with --resume (resume=True)") from None
             self._jobs.update(zip(jobs, indices))
         waiting.clear()
 

@@ -286,7 +286,9 @@ def _check_executor(plan: Any, executor: str, workers: int, executor_options: di
     check_main_guard(spawning=executor == "local" and (workers != 1 or plan.options.processes_per_run > 1))
     if host is not None and (workers != 1 or executor != "local"):
         raise OptionError("a custom host= works only in-process (executor 'local', workers=1)")
-    api.create_executor(executor, host=host, workers=workers, **(executor_options or {})).close()
+    with api.create_executor(executor, host=host, workers=workers, **(executor_options or {})) as runner:
+        if hasattr(runner, "check_submission"):  # a scheduler that can say now whether it takes the jobs (SLURM)
+            runner.check_submission(plan.runs)
 
 
 def check_run_options(plan: Any, caller: str, **run: Any) -> None:

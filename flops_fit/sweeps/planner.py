@@ -11,6 +11,7 @@ trains on exactly the tokens the budget allows under the model's own FLOPs accou
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -366,6 +367,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
         ))
     notes += _flat_cooldowns(runs, options) + _nothing_to_stack(runs, options)
     device = device_kind if options.device == "auto" else options.device
+    notes += _oversubscribed(options, device)
     check_memory(runs, entry, device)
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
     return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs},
@@ -382,6 +384,18 @@ def _flat_cooldowns(runs: list[RunSpec], options: SweepOptions) -> list[str]:
     return [f"{len(flat)} run(s) cool down over 1 step ({named}): a cooldown starts at the peak rate, so they never "
             f"lower it and end as the stable phase does; raise cooldown_fraction ({options.cooldown_fraction:g}) so "
             "that every cooldown spans 2 steps or more, or min_steps"]
+
+
+def _oversubscribed(options: SweepOptions, device: str) -> list[str]:
+    """A note where a run's CPU ranks outnumber this machine's cores: they trained oversubscribed without
+    a word. A note, not a refusal: a cluster's nodes may have the cores the planning machine lacks."""
+    cores = os.cpu_count() or 1
+    k = options.processes_per_run
+    if device.split(":")[0] != "cpu" or k <= cores:
+        return []
+    return [f"processes_per_run = {k} starts {k} processes for each run and this machine has {cores} cores: here "
+            "they would share them, each rank slower than on a core of its own; fine where runs train on nodes "
+            f"with {k} cores or more, else set processes_per_run to {cores} or less"]
 
 
 def _nothing_to_stack(runs: list[RunSpec], options: SweepOptions) -> list[str]:

@@ -260,6 +260,7 @@ class FitResult(Presentable):
         lines += ["", format_table(prediction_rows(self.table(budgets), unit, self.runs.loss_range),
                                    ["FLOPs", f"{COLUMN_NAMES[self.runs.scale]} N_opt", f"{unit} D_opt",
                                     f"{unit}/param", self.runs.label])]
+        lines += [f"note: {n}" for n in [below_swept(self.table(budgets)["budget"], self.runs)] if n]
         d = self.diagnostics
         if "k" in self.params:
             slope = self.params.get("k_slope", 0.0)
@@ -447,6 +448,18 @@ def scale_cells(row: Any, unit: str = "tokens", losses: tuple[float, float] | No
         else:
             cells.append(fmt.with_interval(value, lo, hi, fmt=f))
     return cells
+
+
+def below_swept(budgets: Sequence[float], runs: Runs) -> str | None:
+    """A note naming a table's rows below the smallest run's FLOPs (None if none is): the default table
+    starts at the decade under it (1e16 for a sweep from 8.46e16) and read those rows like swept ones."""
+    smallest = float(runs.frame["flops"].min())
+    below = [float(c) for c in budgets if float(c) < smallest * (1 - 1e-9)]
+    if not below:
+        return None
+    return (f"{'the row' if len(below) == 1 else 'the rows'} at {', '.join(fmt.flops(c) for c in below)} FLOPs "
+            f"{'lies' if len(below) == 1 else 'lie'} below the smallest run's compute ({fmt.flops(smallest)} FLOPs): "
+            "the law read where no run was trained")
 
 
 def default_budgets(runs: Runs) -> list[float]:

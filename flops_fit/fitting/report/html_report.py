@@ -28,7 +28,12 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
-from flops_fit.fitting.approaches.result import fitted_results, param_rows, prediction_rows
+from flops_fit.fitting.approaches.result import (
+    below_swept,
+    fitted_results,
+    param_rows,
+    prediction_rows,
+)
 from flops_fit.fitting.decisions.inference import (
     SIZING_HEADERS,
     below_runs,
@@ -412,7 +417,9 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
              "<div class=row><div><h3>Parameters</h3>",
              html_table(["param", "estimate", f"{100 * result.level:g}% interval", "bootstrap s.e."], params),
              "</div><div><h3>Compute-optimal table</h3>",
-             html_table(["FLOPs", "N_opt", "D_opt", f"{result.runs.unit} / parameter", result.runs.label], rows), "</div></div>"]
+             html_table(["FLOPs", "N_opt", "D_opt", f"{result.runs.unit} / parameter", result.runs.label], rows),
+             *(f"<p class=warn>Note: {escape(n)}.</p>" for n in [below_swept(table["budget"], result.runs)] if n),
+             "</div></div>"]
     notes = [f"<li class=warn>{escape(w)}</li>" for w in d.warnings]
     if d.convergence:
         notes.append(f"<li>convergence: {escape(_describe(d.convergence))}</li>")
