@@ -205,6 +205,33 @@ def test_flops_fit_plan_shows_the_tuned_rates(tuned, tmp_path, capsys):
     assert f"learning rates from the tuned law in {out}" in capsys.readouterr().out
 
 
+def test_a_tune_resumed_without_its_grid_names_the_options_to_resume_with(tuned, tmp_path, capsys):
+    """A killed tune run again with --resume but without its --budgets/--sizes/--multipliers planned the default
+    grid and was refused as 'a different sweep ...: choose another --out folder', and status's resume command named
+    no grid either: both now name the grid its runs were planned with, and that command resumes it."""
+    from flops_fit.cli.sweep import _resume
+
+    out = tmp_path / "my-tune"
+    shutil.copytree(tuned[0], out)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC_FILE.replace("min_steps = 5\n", 'min_steps = 5\neval_tokens = 512\ncurve_points = 4\n'
+                                      'device = "cpu"\ncheckpoint_seconds = 0\n') + "[executor]\nthreads = 1\n")
+    before = (out / "hparams.json").read_text()
+    flags = ["--budgets", "4e+08", "--sizes", "8,16", "--multipliers", "0.125,0.5,1"]
+    code = main(["tune", str(spec), "--out", str(out), "--resume", "--skip-parity", "--skip-preflight"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out} holds a tune of another grid" in err and "resume it with the grid it was started with: " \
+        f"{' '.join(flags)} " in err and "choose another --out folder" not in err
+    assert (out / "hparams.json").read_text() == before  # nothing saved is lost
+    with RunStore(out) as store:
+        runs = store.planned_runs()
+    assert _resume(out, runs, None) == f"flops-fit tune SPEC --out {out} {' '.join(flags)} --resume"
+    assert main(["tune", str(spec), "--out", str(out), "--resume", "--skip-parity", "--skip-preflight", "--bootstrap",
+                 "20", *flags]) == 0  # as named: the same runs, every one done, the law fitted again
+    assert "wrote" in capsys.readouterr().out
+
+
 def test_a_sweep_files_relative_tune_is_read_from_the_files_folder(tuned, tmp_path, monkeypatch):
     """A sweep file names its tune relative to itself, and plans the same from any folder."""
     out, _ = tuned

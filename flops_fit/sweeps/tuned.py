@@ -343,3 +343,25 @@ def short_source(source: str) -> str:
     if source.startswith("centre:"):
         return "centre"
     return source.removeprefix("tune:")
+
+
+def stored_grid(runs: list[Any]) -> dict[str, list[float]] | None:
+    """The grid a tune's stored runs were planned with (budgets, sizes, the multipliers their ``lr_source``
+    ``tune:x<m> ...`` records; batch sizes and beta2s where several): a resume run without them plans another
+    tune, so its refusal and ``flops-fit status`` name them. None: not a tune's runs."""
+    tagged = [r for r in runs if str(r.lr_source or "").startswith("tune:x")]
+    if not tagged:
+        return None
+    grid = {"budgets": sorted({float(r.budget) for r in tagged}), "sizes": sorted({int(r.size) for r in tagged}),
+            "multipliers": sorted({float(r.lr_source.split()[0][len("tune:x"):]) for r in tagged})}
+    for name, attr in (("batch_sizes", "batch_size"), ("beta2s", "beta2")):
+        values = sorted({getattr(r, attr) for r in tagged})
+        if len(values) > 1:
+            grid[name] = values
+    return grid
+
+
+def grid_flags(grid: dict[str, list[float]]) -> str:
+    """``stored_grid``'s grid as ``flops-fit tune``'s options: ``--budgets 4e+08 --sizes 8,12 --multipliers ...``."""
+    return " ".join(f"--{name.replace('_', '-')} {','.join(f'{v:g}' for v in values)}"
+                    for name, values in grid.items())

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit._version import __version__
-from flops_fit.errors import FitInputError, FlopsFitError, OptionError
+from flops_fit.errors import FitInputError, FlopsFitError, OptionError, StoreError
 from flops_fit.files import write_atomically
 from flops_fit.fitting import formatting as fmt
 from flops_fit.plugin import api
@@ -35,7 +35,7 @@ from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import Plan
 from flops_fit.sweeps.planner import plan as plan_sweep
-from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE
+from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE, grid_flags, stored_grid
 from flops_fit.tables import format_table
 from flops_fit.tuning.cells import BAND, DIVERGED_NEXT, CellFit, fit_cell
 from flops_fit.tuning.forms import MAX_WIDTH, FormFit, Point, choose, fit_forms, form_rows
@@ -201,7 +201,10 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
            "executor_options": {**{k: v for k, v in table.items() if k != "workers"}, **(executor_options or {})},
            "skip_parity": skip_parity, "skip_preflight": skip_preflight, "show_progress": show_progress,
            "host": host}
-    run_plan(plan, out, resume=resume, **run)
+    try:
+        run_plan(plan, out, resume=resume, **run)
+    except StoreError as exc:
+        raise _other_grid(out, plan, resume) or exc from None
     cells = collect_cells(out, plan, bootstrap=bootstrap, seed=seed, host=host)
     result = fit_tune(out, plan, cells, grid, bootstrap=bootstrap, seed=seed)
     result.data["coverage"] = _coverage(config.options, [c for c in cells if c.fit.ok], host)
@@ -218,6 +221,21 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
     if report:
         result.report = write_tune_report(result, out)
     return result
+
+
+def _other_grid(out: Path, plan: Plan, resume: bool) -> StoreError | None:
+    """On a resume, a store holding this folder's tune at another grid (the command run again without its
+    --budgets, --sizes or --multipliers): the refusal that names the grid to resume with; None: another cause."""
+    if not resume or not (out / STORE_NAME).is_file():
+        return None
+    with RunStore(out) as store:
+        stored = store.planned_runs()
+    grid = stored_grid(stored)
+    if grid is None or grid == stored_grid(plan.runs):
+        return None
+    return StoreError(f"{out} holds a tune of another grid ({len(stored)} runs; this call plans {len(plan.runs)}): "
+                      f"resume it with the grid it was started with: {grid_flags(grid)} (flops_fit.tune: "
+                      + ", ".join(f"{k}={v}" for k, v in grid.items()) + ")")
 
 
 def _write_law(result: TuneResult) -> None:
