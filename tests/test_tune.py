@@ -715,3 +715,34 @@ def test_a_tune_whose_runs_failed_says_why_not_to_widen_the_multipliers(tmp_path
     message = str(caught.value)
     assert "9 of 9 runs failed (ValueError: model 'tiny-lm' draws random numbers while it trains" in message
     assert "tune again into a new --out folder" in message and "more sizes or budgets" not in message
+
+
+def test_a_tune_whose_every_rate_diverged_asks_for_lower_rates_not_to_fix_a_failure(tmp_path):
+    """Every rate of a tune diverged (the trainer stops such a run, status failed): the tune said 'N of N runs
+    failed (diverged: ...): fix that, then tune again', a failure to fix; it now asks for rates below the lowest
+    that diverged, as multipliers to pass."""
+    with pytest.raises(FitInputError) as caught:
+        flops_fit.tune(SPEC, tmp_path, budgets=1, sizes=[8, 16], multipliers=[50, 100, 200], skip_parity=True,
+                       show_progress=False, report=False, bootstrap=0)
+    message = str(caught.value)
+    with RunStore(tmp_path) as store:
+        frame = store.runs_frame()
+    assert set(frame.status) == {"failed"} and all(e.startswith("diverged") for e in frame.error)  # as trained
+    assert "2 of 2 cells have none: 2 every rate diverged" in message and "fix that" not in message
+    assert "tune again with lower rates, --multipliers 6.25,12.5,25, into a new --out folder" in message
+
+
+def test_a_cell_whose_high_rates_diverged_below_three_asks_for_lower_multipliers():
+    # two rates trained, the highest diverged: no parabola, and the rates to add lie below (not 'more sizes')
+    from flops_fit.tuning.grid import check_grid
+    from flops_fit.tuning.tune import Cell, fit_tune
+
+    options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
+                                     min_steps=5, model_config={"n_layer": 1, "n_head": 1})
+    grid = check_grid(options, 1, None, [0.25, 1, 4], None, None)
+    rates = [1e-3, 1e-2, 1e-1]
+    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, [3.0, 2.9, math.nan]), [])
+             for w in (8, 16)]
+    with pytest.raises(FitInputError) as caught:
+        fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+    assert "tune again with --multipliers 0.0625,0.125,0.25,1,4 into a new --out folder" in str(caught.value)

@@ -26,6 +26,7 @@ from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, FlopsFitError, OptionError, StoreError
 from flops_fit.files import write_atomically
 from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.inputs import divergence
 from flops_fit.plugin import api
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.store.runs import RunSpec
@@ -357,6 +358,14 @@ def _diverged_next(cell: Cell) -> bool:
     return (cell.fit.reason or "").startswith(DIVERGED_NEXT)
 
 
+def _diverged_above(cell: Cell) -> bool:
+    """Whether the cell's rates that trained are fewer than a parabola needs and lie below every one that diverged
+    (its rates sit too high: lower ones help)."""
+    finite = [r for r, v in zip(cell.fit.rates, cell.fit.losses, strict=True) if math.isfinite(v)]
+    blown = [r for r, v in zip(cell.fit.rates, cell.fit.losses, strict=True) if not math.isfinite(v)]
+    return len(finite) < 3 and bool(blown) and (not finite or max(finite) < min(blown))
+
+
 def _trained_end(cell: Cell) -> int | None:
     """The index, in its rates, of the lower of the two rates a ``_diverged_next`` cell's optimum lies between."""
     finite = [i for i, v in enumerate(cell.fit.losses) if math.isfinite(v)]
@@ -375,6 +384,8 @@ def _failed(out: Path) -> str | None:
     with RunStore(out) as store:
         frame = store.runs_frame()
     failed = frame[frame.status == "failed"]
+    # a run that diverged is its rate's verdict, which the cells read (too high: lower multipliers), not a cause to fix
+    failed = failed[[divergence(r.error, r.loss, r.curve) is None for r in failed.itertuples()]]
     if failed.empty:
         return None
     errors = failed.error.fillna("no error recorded").astype(str)
@@ -391,7 +402,8 @@ def _why_none(bad: list[Cell], total: int) -> str:
     for c in bad:
         edge = _edge(c)
         why = (f"best at the {edge} rate tried" if edge else
-               "best next to a rate that diverged" if _diverged_next(c) else c.fit.reason)
+               "best next to a rate that diverged" if _diverged_next(c) else
+               "every rate diverged" if not any(math.isfinite(v) for v in c.fit.losses) else c.fit.reason)
         counts[why] = counts.get(why, 0) + 1
     return f"{len(bad)} of {total} cells have none: " + "; ".join(f"{n} {why}" for why, n in counts.items())
 
@@ -399,9 +411,14 @@ def _why_none(bad: list[Cell], total: int) -> str:
 def _widen(bad: list[Cell], multipliers: list[float], out: Path) -> str:
     """The fix: multipliers widened where the cells' best rates sat, in a new folder, and where
     each run's rate and loss can be read meanwhile."""
-    edges = {_edge(c) for c in bad}
+    edges = {_edge(c) or ("lowest" if _diverged_above(c) else None) for c in bad}
     low, high = min(multipliers), max(multipliers)
     ordered = sorted(multipliers)
+    if any(not any(math.isfinite(v) for v in c.fit.losses) for c in bad):  # every rate of a cell diverged
+        lower = [m * low / (2 * high) for m in ordered]  # the same spread, its highest half the lowest that diverged
+        return (f"every rate of a cell diverged (the lowest, x{low:g} the sweep's): tune again with lower rates, "
+                f"--multipliers {','.join(f'{m:g}' for m in lower)}, into a new --out folder; each run's error: "
+                f"`flops-fit status {out}`")
     between = {math.sqrt(ordered[i] * ordered[i + 1]) for c in bad if _diverged_next(c)
                for i in [_trained_end(c)] if i is not None and len(c.fit.rates) == len(ordered)}
     wider = sorted({*multipliers, *((low / 4, low / 2) if "lowest" in edges else ()),
