@@ -93,6 +93,25 @@ def test_repeated_runs_at_one_rate_are_averaged():
     assert cell.fit.losses[3] == pytest.approx(sweep(noise=0).val.iloc[3])
 
 
+def test_runs_averaged_across_a_batch_column_not_read_are_said():
+    """A table whose runs were trained at two batch sizes, --batch-col not given: each rate's two runs were averaged
+    into one cell without a word, the law fitted to the mix. It now says how many rates were averaged, one's losses,
+    and how to fit them apart; given --batch-col, each batch is its own cell and nothing was averaged."""
+    frame = sweep(noise=0)
+    other = frame.assign(val=frame.val + 0.05, name=frame.name + "-b64", batch=64)
+    both = pd.concat([frame.assign(batch=32), other], ignore_index=True)
+    options = {"params_col": "N", "tokens_col": "D", "lr_col": "peak_lr", "loss_col": "val", "run_id_col": "name",
+               "bootstrap": 0}
+    fitted = flops_fit.fit_rates(both, **options)
+    note = next(n for n in fitted.notes if "averaged" in n)
+    first = frame.sort_values(["N", "D", "peak_lr"]).iloc[0]
+    assert note.startswith(f"{len(frame)} rate(s) of a cell were trained more than once and their losses averaged "
+                           f"(e.g. 1M x 5M at lr 0.0001: {first.val:.4g}, {first.val + 0.05:.4g}): ")
+    assert "--batch-col COLUMN" in note and f"note: {note}" in str(fitted)
+    assert not [n for n in flops_fit.fit_rates(both, batch_col="batch", **options).notes if "averaged" in n]
+    assert not [n for n in flops_fit.fit_rates(frame, **options).notes if "averaged" in n]
+
+
 def test_runs_that_diverged_count_as_their_cells_diverged_rates_and_are_said():
     """A lab's sweep diverges at its highest rates (loss NaN or inf): those runs are points of their cells
     without a loss (where the rates diverged), named in the fit's notes; they refused the whole fit. The note
