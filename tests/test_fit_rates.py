@@ -360,3 +360,21 @@ def test_tune_from_reads_a_failed_run_as_diverged_by_what_it_recorded_not_its_er
     assert f"{ids[14]}: its training loss rose from 3.1 to 9.8" in said
     assert (f"1 unfinished run(s) record no loss that blew up (no infinite or rising loss, no error naming one) and "
             f"are left out, not read as their rates diverging ({ids[3]}: status 'failed': CUDA out of memory)") in said
+
+
+def test_a_held_out_excess_is_never_printed_below_zero():
+    """A loss at a predicted rate is never below its cell's parabola's vertex; rounding made one -1e-16, and the
+    tune --from printout chose a form for its '-0.00%' held-out excess, as if it beat the optimum."""
+    rows = []
+    for n in (1e4, 2e4, 4e4):
+        for d in (2e5, 8e5):
+            for b in (32, 64):
+                best = 0.5 * n ** -0.5 * d ** 0.05 * (b / 32) ** 0.5
+                for m in (0.25, 0.5, 1, 2, 4, 8):
+                    lr = 0.5 * n ** -0.5 * d ** 0.05 * m
+                    rows.append({"params": n, "tokens": d, "lr": lr, "batch": b, "loss": 2 + 400 / n ** 0.3 + 800 /
+                                 d ** 0.3 + 0.05 * math.log(lr / best) ** 2 + 0.01 * abs(math.log(b / 48))})
+    fitted = flops_fit.fit_rates(pd.DataFrame(rows), batch_col="batch", bootstrap=20)
+    assert min(f.heldout["excess"] for f in fitted.forms.values() if "excess" in (f.heldout or {})) < 0  # rounding
+    text = str(fitted)
+    assert "-0.00%" not in text and "lowest held-out excess (+0.00% on the largest budget's cells)" in text
