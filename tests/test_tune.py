@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import flops_fit
@@ -309,11 +310,20 @@ def test_a_fixed_lr_beside_a_tuned_law_is_refused_not_silently_preferred(tmp_pat
     (["--executor", "local", "--address", "ray://head:10001"], "--address is for the ray executor"),
     (["--executor", "nope"], "no executor called 'nope'"),
     (["--tracking", "tensorboard,comet"], "tracking.backends: unknown backend 'comet'"),
+    # trained every run, then wrote a law with no interval (-1) or read 0 as "the file's workers"
+    (["--bootstrap", "-1"], "bootstrap must be a non-negative number of resamples (e.g. 1000; 0: none), got -1"),
+    (["--bootstrap", "3"], "bootstrap must be 0 (no intervals) or at least 10 resamples"),
+    (["--workers", "0"], "workers must be a positive integer, got 0"),
+    (["--from", "runs.csv", "--bootstrap", "-1"], "bootstrap must be a non-negative number of resamples"),
 ])
 def test_bad_tune_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC_FILE)
-    code = main(["tune", str(spec), "--out", str(tmp_path / "out"), *args])
+    if "--from" in args:  # a sweep over rates the lab ran: no sweep file
+        pd.DataFrame({"params": [1e6] * 3 + [2e6] * 3, "tokens": [2e7] * 6, "lr": [1e-3, 2e-3, 4e-3] * 2,
+                      "loss": [3.1, 3.0, 3.1, 3.0, 2.9, 3.0]}).to_csv(tmp_path / "runs.csv", index=False)
+        args = [a.replace("runs.csv", str(tmp_path / "runs.csv")) for a in args]
+    code = main(["tune", *([] if "--from" in args else [str(spec)]), "--out", str(tmp_path / "out"), *args])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "out").exists()  # refused before anything was written

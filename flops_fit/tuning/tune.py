@@ -25,6 +25,7 @@ import numpy as np
 from flops_fit._version import __version__
 from flops_fit.errors import FitInputError, FlopsFitError, OptionError, StoreError
 from flops_fit.files import write_atomically
+from flops_fit.fitting import check_sampling
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.inputs import divergence
 from flops_fit.plugin import api
@@ -188,6 +189,7 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
     (and each of ``batch_sizes`` / ``beta2s``). Writes ``out_dir/hparams.json`` and the report.
     ``stack_runs`` (default: the sweep's) trains up to that many of a cell's rates in one program
     (``training.stacked``)."""
+    check_sampling(bootstrap, seed, 0.95)  # before anything trains: -1 trained every run, then wrote no interval
     config = _config(spec)
     if stack_runs is not None:
         config = dataclasses.replace(config, options=config.options.replace(stack_runs=stack_runs))
