@@ -370,6 +370,25 @@ def test_runs_without_a_finite_loss_are_left_out_and_text_is_refused_by_name(tmp
         load_runs(tmp_path / "export.csv")
 
 
+def test_runs_that_all_diverged_are_refused_as_diverged_not_as_unfinished():
+    """Every run's loss blew up (a tune's rates all too high): the refusal listed each run's status 'failed'
+    cut at 80 characters and said 'a finished run's status is one of done, ...', as if the status were misspelt;
+    it now says every run diverged, names one, and the fix."""
+    failed = _table(status=["failed"] * 4, loss=[np.nan] * 4,
+                    error=[f"diverged: train loss {v} exceeds 3 x its first value 5.5" for v in (20, 30, 40, 50)])
+    for table in (failed, _table(loss=[np.nan, np.inf, np.nan, np.nan])):
+        for all_rates in (False, True):
+            with pytest.raises(FitInputError) as caught:
+                load_runs(table, all_rates=all_rates)
+            message = str(caught.value)
+            assert message.startswith("DataFrame: no finished runs to fit: every run diverged (4 run(s) with no "
+                                      "finite loss or one that blew up; run0: ")
+            assert message.endswith("): train them at lower learning rates") and "status is one of" not in message
+    crashed = _table(status=["failed"] * 4, loss=[np.nan] * 4, error=["CUDA out of memory"] * 4)
+    with pytest.raises(FitInputError, match="read as not finished"):  # a crash is no divergence: as before
+        load_runs(crashed, all_rates=True)
+
+
 def test_empty_table_is_refused(tmp_path):
     with pytest.raises(FitInputError, match="no finished runs to fit"):
         load_runs(_table().iloc[:0])

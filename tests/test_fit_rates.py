@@ -93,6 +93,25 @@ def test_repeated_runs_at_one_rate_are_averaged():
     assert cell.fit.losses[3] == pytest.approx(sweep(noise=0).val.iloc[3])
 
 
+def test_runs_averaged_across_a_batch_column_not_read_are_said():
+    """A table whose runs were trained at two batch sizes, --batch-col not given: each rate's two runs were averaged
+    into one cell without a word, the law fitted to the mix. It now says how many rates were averaged, one's losses,
+    and how to fit them apart; given --batch-col, each batch is its own cell and nothing was averaged."""
+    frame = sweep(noise=0)
+    other = frame.assign(val=frame.val + 0.05, name=frame.name + "-b64", batch=64)
+    both = pd.concat([frame.assign(batch=32), other], ignore_index=True)
+    options = {"params_col": "N", "tokens_col": "D", "lr_col": "peak_lr", "loss_col": "val", "run_id_col": "name",
+               "bootstrap": 0}
+    fitted = flops_fit.fit_rates(both, **options)
+    note = next(n for n in fitted.notes if "averaged" in n)
+    first = frame.sort_values(["N", "D", "peak_lr"]).iloc[0]
+    assert note.startswith(f"{len(frame)} rate(s) of a cell were trained more than once and their losses averaged "
+                           f"(e.g. 1M x 5M at lr 0.0001: {first.val:.4g}, {first.val + 0.05:.4g}): ")
+    assert "--batch-col COLUMN" in note and f"note: {note}" in str(fitted)
+    assert not [n for n in flops_fit.fit_rates(both, batch_col="batch", **options).notes if "averaged" in n]
+    assert not [n for n in flops_fit.fit_rates(frame, **options).notes if "averaged" in n]
+
+
 def test_runs_that_diverged_count_as_their_cells_diverged_rates_and_are_said():
     """A lab's sweep diverges at its highest rates (loss NaN or inf): those runs are points of their cells
     without a loss (where the rates diverged), named in the fit's notes; they refused the whole fit. The note
@@ -341,3 +360,21 @@ def test_tune_from_reads_a_failed_run_as_diverged_by_what_it_recorded_not_its_er
     assert f"{ids[14]}: its training loss rose from 3.1 to 9.8" in said
     assert (f"1 unfinished run(s) record no loss that blew up (no infinite or rising loss, no error naming one) and "
             f"are left out, not read as their rates diverging ({ids[3]}: status 'failed': CUDA out of memory)") in said
+
+
+def test_a_held_out_excess_is_never_printed_below_zero():
+    """A loss at a predicted rate is never below its cell's parabola's vertex; rounding made one -1e-16, and the
+    tune --from printout chose a form for its '-0.00%' held-out excess, as if it beat the optimum."""
+    rows = []
+    for n in (1e4, 2e4, 4e4):
+        for d in (2e5, 8e5):
+            for b in (32, 64):
+                best = 0.5 * n ** -0.5 * d ** 0.05 * (b / 32) ** 0.5
+                for m in (0.25, 0.5, 1, 2, 4, 8):
+                    lr = 0.5 * n ** -0.5 * d ** 0.05 * m
+                    rows.append({"params": n, "tokens": d, "lr": lr, "batch": b, "loss": 2 + 400 / n ** 0.3 + 800 /
+                                 d ** 0.3 + 0.05 * math.log(lr / best) ** 2 + 0.01 * abs(math.log(b / 48))})
+    fitted = flops_fit.fit_rates(pd.DataFrame(rows), batch_col="batch", bootstrap=20)
+    assert min(f.heldout["excess"] for f in fitted.forms.values() if "excess" in (f.heldout or {})) < 0  # rounding
+    text = str(fitted)
+    assert "-0.00%" not in text and "lowest held-out excess (+0.00% on the largest budget's cells)" in text

@@ -96,6 +96,29 @@ def test_an_exponent_not_identified_is_not_extrapolated_silently(tmp_path):
     assert "did not identify the exponent of tokens" in p.table()
 
 
+@pytest.mark.parametrize("layout", ["coefficients", "exponents"])
+def test_a_tokens_exponent_the_tune_could_not_fit_is_not_extrapolated_silently(tmp_path, layout):
+    """A tune at one budget cannot tell the tokens' exponent from the width's: its law holds it at 0, not fitted.
+    A sweep at 2x those tokens said only 'beyond the tune: tokens x2', and the header named no unidentified
+    exponent, as though the law knew tokens did not matter; both now say the tokens' exponent is not identified."""
+    folder = write_law(tmp_path / "t")
+    data = json.loads((folder / "hparams.json").read_text())
+    law = data["law"]
+    law["coefficients"]["a"] = {"value": 0.0, "lo": None, "hi": None, "fitted": False}
+    law["coefficients"]["m"] = {"value": 0.04, "lo": 0.01, "hi": 0.1, "fitted": True}  # the cells' 0.04 / width
+    if layout == "exponents":  # as a tune writes it (format 2): signed exponents per variable
+        data["format"] = "flops-fit-hparams/2"
+        law["exponents"] = {"tokens": {"value": -0.0, "lo": None, "hi": None, "fitted": False, "identified": False},
+                            "width": {"value": -1.0, "lo": -1.2, "hi": -0.8, "fitted": True, "identified": True}}
+    (folder / "hparams.json").write_text(json.dumps(data))
+    p = plan(folder, 1.6e9)  # width 8 at 86,800 tokens: 3.9x the grid's most, within reach
+    run = next(r for r in p.runs if r.size == 8)
+    assert run.lr == pytest.approx(0.04 / 8, rel=1e-9)  # the law's rate, tokens' exponent 0 as recorded
+    assert f"beyond the tune: tokens x{TOKENS_8[1.6e9] / 22000:.3g}; exponent not identified for tokens" \
+        in run.lr_source
+    assert "the tune did not identify the exponent of tokens" in p.table()
+
+
 @pytest.mark.parametrize("hparams, message", [
     ({"beyond": "ignore"}, "beyond must be one of ('refuse', 'centre', 'extrapolate')"),
     ({"reach": 0.5}, "reach must be a number >= 1"),

@@ -224,7 +224,10 @@ def test_status_of_an_interrupted_tune_says_the_tunes_resume_command(tmp_path, c
         s.add_plan(swept, spec=swept.settings)
         s.mark_running(swept.runs[0].run_id)
     assert main(["status", str(tmp_path)]) == 0
-    assert f"interrupted; `flops-fit tune SPEC --out {tmp_path} --resume` continues it" in capsys.readouterr().out
+    grid = (f"--budgets {','.join(f'{b:g}' for b in sorted({r.budget for r in swept.runs}))} "
+            f"--sizes {','.join(str(n) for n in sorted({r.size for r in swept.runs}))} --multipliers 0.5")
+    assert f"interrupted; `flops-fit tune SPEC --out {tmp_path} {grid} --resume` continues it" in \
+        capsys.readouterr().out  # with the grid it was planned with: without it, the tune plans another
 
 
 def _truncated(path):

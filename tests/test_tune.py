@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import flops_fit
@@ -205,6 +206,33 @@ def test_flops_fit_plan_shows_the_tuned_rates(tuned, tmp_path, capsys):
     assert f"learning rates from the tuned law in {out}" in capsys.readouterr().out
 
 
+def test_a_tune_resumed_without_its_grid_names_the_options_to_resume_with(tuned, tmp_path, capsys):
+    """A killed tune run again with --resume but without its --budgets/--sizes/--multipliers planned the default
+    grid and was refused as 'a different sweep ...: choose another --out folder', and status's resume command named
+    no grid either: both now name the grid its runs were planned with, and that command resumes it."""
+    from flops_fit.cli.sweep import _resume
+
+    out = tmp_path / "my-tune"
+    shutil.copytree(tuned[0], out)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC_FILE.replace("min_steps = 5\n", 'min_steps = 5\neval_tokens = 512\ncurve_points = 4\n'
+                                      'device = "cpu"\ncheckpoint_seconds = 0\n') + "[executor]\nthreads = 1\n")
+    before = (out / "hparams.json").read_text()
+    flags = ["--budgets", "4e+08", "--sizes", "8,16", "--multipliers", "0.125,0.5,1"]
+    code = main(["tune", str(spec), "--out", str(out), "--resume", "--skip-parity", "--skip-preflight"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out} holds a tune of another grid" in err and "resume it with the grid it was started with: " \
+        f"{' '.join(flags)} " in err and "choose another --out folder" not in err
+    assert (out / "hparams.json").read_text() == before  # nothing saved is lost
+    with RunStore(out) as store:
+        runs = store.planned_runs()
+    assert _resume(out, runs, None) == f"flops-fit tune SPEC --out {out} {' '.join(flags)} --resume"
+    assert main(["tune", str(spec), "--out", str(out), "--resume", "--skip-parity", "--skip-preflight", "--bootstrap",
+                 "20", *flags]) == 0  # as named: the same runs, every one done, the law fitted again
+    assert "wrote" in capsys.readouterr().out
+
+
 def test_a_sweep_files_relative_tune_is_read_from_the_files_folder(tuned, tmp_path, monkeypatch):
     """A sweep file names its tune relative to itself, and plans the same from any folder."""
     out, _ = tuned
@@ -282,11 +310,20 @@ def test_a_fixed_lr_beside_a_tuned_law_is_refused_not_silently_preferred(tmp_pat
     (["--executor", "local", "--address", "ray://head:10001"], "--address is for the ray executor"),
     (["--executor", "nope"], "no executor called 'nope'"),
     (["--tracking", "tensorboard,comet"], "tracking.backends: unknown backend 'comet'"),
+    # trained every run, then wrote a law with no interval (-1) or read 0 as "the file's workers"
+    (["--bootstrap", "-1"], "bootstrap must be a non-negative number of resamples (e.g. 1000; 0: none), got -1"),
+    (["--bootstrap", "3"], "bootstrap must be 0 (no intervals) or at least 10 resamples"),
+    (["--workers", "0"], "workers must be a positive integer, got 0"),
+    (["--from", "runs.csv", "--bootstrap", "-1"], "bootstrap must be a non-negative number of resamples"),
 ])
 def test_bad_tune_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC_FILE)
-    code = main(["tune", str(spec), "--out", str(tmp_path / "out"), *args])
+    if "--from" in args:  # a sweep over rates the lab ran: no sweep file
+        pd.DataFrame({"params": [1e6] * 3 + [2e6] * 3, "tokens": [2e7] * 6, "lr": [1e-3, 2e-3, 4e-3] * 2,
+                      "loss": [3.1, 3.0, 3.1, 3.0, 2.9, 3.0]}).to_csv(tmp_path / "runs.csv", index=False)
+        args = [a.replace("runs.csv", str(tmp_path / "runs.csv")) for a in args]
+    code = main(["tune", *([] if "--from" in args else [str(spec)]), "--out", str(tmp_path / "out"), *args])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "out").exists()  # refused before anything was written
@@ -688,3 +725,34 @@ def test_a_tune_whose_runs_failed_says_why_not_to_widen_the_multipliers(tmp_path
     message = str(caught.value)
     assert "9 of 9 runs failed (ValueError: model 'tiny-lm' draws random numbers while it trains" in message
     assert "tune again into a new --out folder" in message and "more sizes or budgets" not in message
+
+
+def test_a_tune_whose_every_rate_diverged_asks_for_lower_rates_not_to_fix_a_failure(tmp_path):
+    """Every rate of a tune diverged (the trainer stops such a run, status failed): the tune said 'N of N runs
+    failed (diverged: ...): fix that, then tune again', a failure to fix; it now asks for rates below the lowest
+    that diverged, as multipliers to pass."""
+    with pytest.raises(FitInputError) as caught:
+        flops_fit.tune(SPEC, tmp_path, budgets=1, sizes=[8, 16], multipliers=[50, 100, 200], skip_parity=True,
+                       show_progress=False, report=False, bootstrap=0)
+    message = str(caught.value)
+    with RunStore(tmp_path) as store:
+        frame = store.runs_frame()
+    assert set(frame.status) == {"failed"} and all(e.startswith("diverged") for e in frame.error)  # as trained
+    assert "2 of 2 cells have none: 2 every rate diverged" in message and "fix that" not in message
+    assert "tune again with lower rates, --multipliers 6.25,12.5,25, into a new --out folder" in message
+
+
+def test_a_cell_whose_high_rates_diverged_below_three_asks_for_lower_multipliers():
+    # two rates trained, the highest diverged: no parabola, and the rates to add lie below (not 'more sizes')
+    from flops_fit.tuning.grid import check_grid
+    from flops_fit.tuning.tune import Cell, fit_tune
+
+    options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
+                                     min_steps=5, model_config={"n_layer": 1, "n_head": 1})
+    grid = check_grid(options, 1, None, [0.25, 1, 4], None, None)
+    rates = [1e-3, 1e-2, 1e-1]
+    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, [3.0, 2.9, math.nan]), [])
+             for w in (8, 16)]
+    with pytest.raises(FitInputError) as caught:
+        fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+    assert "tune again with --multipliers 0.0625,0.125,0.25,1,4 into a new --out folder" in str(caught.value)

@@ -29,7 +29,7 @@ from flops_fit.sweeps.export import plan_csv, plan_json
 from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.progress import CHAIN_GAP, SESSION_META, session_start, stored_pace
-from flops_fit.sweeps.tuned import HPARAMS_FILE
+from flops_fit.sweeps.tuned import HPARAMS_FILE, grid_flags, stored_grid
 from flops_fit.tables import duration, format_table, shortest
 
 DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
@@ -319,8 +319,9 @@ def _gate(parity: dict[str, Any], driver: dict[str, Any] | None) -> dict[str, An
 def _resume(out_dir: Path, runs: list[Any], design: dict[str, Any] | None) -> str:
     """The command that continues what trained into ``out_dir``: a tune (its runs' rates say so), an
     adaptive sweep (its design in the store) or a sweep."""
-    if any(str(r.lr_source or "").startswith("tune:") for r in runs):
-        return f"flops-fit tune SPEC --out {out_dir} --resume"
+    if any(str(r.lr_source or "").startswith("tune:") for r in runs):  # with its grid: without it, another tune
+        grid = stored_grid(runs)
+        return f"flops-fit tune SPEC --out {out_dir}{' ' + grid_flags(grid) if grid else ''} --resume"
     if design:  # with the design's own target, first batch and sizes: the same design replays
         return (f"flops-fit sweep CONFIG --out {out_dir} --adaptive --until '{design.get('rule', 'RULE')}'"
                 f"{_design_flags({k: design[k] for k in ('target', 'start', 'sizes') if design.get(k) is not None})}"

@@ -69,7 +69,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     out = check_folder(Path(args.out))
     try:
         result = flops_fit.tune(spec, out, holdout=args.holdout, bootstrap=args.bootstrap, resume=args.resume,
-                                workers=args.workers or (2 if args.demo else None), skip_parity=args.skip_parity,
+                                workers=args.workers if args.workers is not None else (2 if args.demo else None), skip_parity=args.skip_parity,
                                 skip_preflight=args.skip_preflight, executor=executor,
                                 executor_options={"address": args.address} if args.address else None, **settings)
     except KeyboardInterrupt as exc:

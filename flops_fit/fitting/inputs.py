@@ -288,6 +288,13 @@ def load_runs(
     same = _same_rows(frame, (run_id_col, curve_col))
     out = out.reset_index(drop=True)
 
+    if len(out) == 0 and len(row_ids) and set(row_ids) >= {e["run_id"] for e in excluded}:  # no crash, only blow-ups
+        reasons = {e["run_id"]: e["reason"] for e in excluded}
+        why = rows["read_as"] if "read_as" in rows else pd.Series(index=rows.index, dtype=object)
+        first = row_ids.iloc[0]
+        said = why.iloc[0] if isinstance(why.iloc[0], str) else reasons.get(first, NO_LOSS)
+        raise FitInputError(f"{name}: no finished runs to fit: every run diverged ({len(row_ids)} run(s) with no "
+                            f"finite loss or one that blew up; {first}: {said}): train them at lower learning rates")
     if len(out) == 0:
         states = sorted({e["reason"] for e in excluded if e["reason"].startswith("status ")})
         raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)" + (

@@ -61,6 +61,14 @@ def _exponents(law: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
     return out
 
 
+def _unfitted(law: dict[str, Any]) -> tuple[str, ...]:
+    """Variables the law records but could not fit (the cells did not vary them apart): held at exponent 0."""
+    if law.get("exponents"):
+        return tuple(v for v, c in law["exponents"].items() if not c.get("fitted", True))
+    return tuple(var or law["scale"] for name, var, _ in _V1
+                 if (c := law["coefficients"].get(name)) is not None and not c.get("fitted", True))
+
+
 def _num(value: Any) -> float:
     return math.nan if value is None else float(value)
 
@@ -109,6 +117,7 @@ class TunedLaw:
     centre_ratio: float | None = None
     # The tune's (parametrization, base_width); None: not recorded (a law fitted from a lab's own runs)
     parametrization: tuple[str, int | None] | None = None
+    unfitted: tuple[str, ...] = ()  # variables whose exponent the cells could not fit (held at 0, never measured)
 
     @classmethod
     def load(cls, where: str | Path) -> TunedLaw:
@@ -143,7 +152,8 @@ class TunedLaw:
                       batch_law=None if batch is None else (float(batch["k"]), float(batch["e"])),
                       name=str(law.get("name", "marin")), range=_range(data, str(law["scale"])),
                       centre=(data["setup"].get("hparams")), centre_ratio=_centre_ratio(data),
-                      parametrization=_parametrization(data["setup"].get("model_config")))
+                      parametrization=_parametrization(data["setup"].get("model_config")),
+                      unfitted=_unfitted(law))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise PlanError(f"hparams {path}: missing or malformed entry {exc}; run `flops-fit tune` again") from None
         if out.scale not in SCALES or not (0 < out.m < math.inf and all(math.isfinite(e[0]) for e in out.exponents.values())) \
@@ -228,9 +238,10 @@ class TunedLaw:
                         f"(`flops-fit tune SPEC --out DIR`), or {same} as the tune had them")
 
     def unidentified(self) -> list[str]:
-        """Variables whose exponent's interval crosses zero (or was not measured)."""
+        """Variables whose exponent's interval crosses zero (or was not measured), then those the law could not fit."""
         return [v for v, (_, lo, hi) in self.exponents.items()
-                if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 <= hi]
+                if not (math.isfinite(lo) and math.isfinite(hi)) or lo <= 0 <= hi] + \
+            [v for v in self.unfitted if v not in self.exponents]
 
     def reach(self, values: dict[str, float]) -> dict[str, float]:
         """How far beyond the tune's grid a run lies, per variable: factors above 1 only."""
@@ -331,7 +342,7 @@ def sources_header(sources: set[str], unit: str = "token") -> str:
     shaky = law.unidentified()
     if shaky:
         head += ("\n  the tune did not identify the exponent of " + ", ".join(_named(v, unit) for v in shaky) +
-                 " (its interval crosses zero)")
+                 " (its interval crosses zero, or the cells could not fit it)")
     return head
 
 
@@ -343,3 +354,25 @@ def short_source(source: str) -> str:
     if source.startswith("centre:"):
         return "centre"
     return source.removeprefix("tune:")
+
+
+def stored_grid(runs: list[Any]) -> dict[str, list[float]] | None:
+    """The grid a tune's stored runs were planned with (budgets, sizes, the multipliers their ``lr_source``
+    ``tune:x<m> ...`` records; batch sizes and beta2s where several): a resume run without them plans another
+    tune, so its refusal and ``flops-fit status`` name them. None: not a tune's runs."""
+    tagged = [r for r in runs if str(r.lr_source or "").startswith("tune:x")]
+    if not tagged:
+        return None
+    grid = {"budgets": sorted({float(r.budget) for r in tagged}), "sizes": sorted({int(r.size) for r in tagged}),
+            "multipliers": sorted({float(r.lr_source.split()[0][len("tune:x"):]) for r in tagged})}
+    for name, attr in (("batch_sizes", "batch_size"), ("beta2s", "beta2")):
+        values = sorted({getattr(r, attr) for r in tagged})
+        if len(values) > 1:
+            grid[name] = values
+    return grid
+
+
+def grid_flags(grid: dict[str, list[float]]) -> str:
+    """``stored_grid``'s grid as ``flops-fit tune``'s options: ``--budgets 4e+08 --sizes 8,12 --multipliers ...``."""
+    return " ".join(f"--{name.replace('_', '-')} {','.join(f'{v:g}' for v in values)}"
+                    for name, values in grid.items())

@@ -225,7 +225,13 @@ def choose(forms: dict[str, FormFit]) -> tuple[str, str]:
         return "marin", f"marin: {why}; the planner guards how far past the grid it reaches"
     name = min(scored, key=scored.get)
     return name, (f"{name}: every exponent identified and the lowest held-out excess "
-                  f"({100 * scored[name]:+.2f}% on the largest budget's cells)")
+                  f"({_percent(scored[name])} on the largest budget's cells)")
+
+
+def _percent(excess: float) -> str:
+    """A held-out excess as text: a loss above its parabola's vertex is never below it, so a rounding error's
+    negative excess (-1e-16, printed "-0.00%", as if better than the optimum) reads as the 0 it is."""
+    return f"{100 * max(excess, 0.0):+.2f}%"
 
 
 def form_rows(forms: dict[str, FormFit]) -> list[list[str]]:
@@ -233,7 +239,7 @@ def form_rows(forms: dict[str, FormFit]) -> list[list[str]]:
     rows = []
     for f in forms.values():
         held = f.heldout or {}
-        score_text = f"{100 * held['excess']:+.2f}%" if "excess" in held else \
+        score_text = _percent(held["excess"]) if "excess" in held else \
             f"not scored: {held['error'].partition(': ')[0].partition(' (')[0]}" if "error" in held else "-"
         for j, (v, c) in enumerate(f.exponents.items()):
             interval_text = f"{c.value:.3g} [{c.lo:.3g}, {c.hi:.3g}]" if c.fitted else "not fitted"

@@ -29,7 +29,7 @@ import pandas as pd
 from flops_fit._version import __version__
 from flops_fit.errors import FitInputError
 from flops_fit.files import write_atomically
-from flops_fit.fitting import LOAD_OPTIONS
+from flops_fit.fitting import LOAD_OPTIONS, check_sampling
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.inputs import FLOPS_PER_PARAM_TOKEN, load_runs
 from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE, hparams_path
@@ -154,6 +154,21 @@ def _cells(frame: pd.DataFrame, *, bootstrap: int, seed: int, level: float) -> l
     return cells
 
 
+def _averaged(frame: pd.DataFrame) -> list[str]:
+    """The note where a cell's rate was trained more than once with different losses (``_cells`` averages them):
+    seeds, or a setting the fit does not read (a batch size not given as ``batch_col``), which mixes runs."""
+    keys = ["params", "tokens"] + (["batch"] if "batch" in frame else []) + ["lr"]
+    finite = frame[np.isfinite(frame["loss"])]
+    groups = [(key, g["loss"]) for key, g in finite.groupby(keys, sort=True) if g["loss"].nunique() > 1]
+    if not groups:
+        return []
+    (params, tokens, *_, lr), losses = groups[0]
+    return [f"{len(groups)} rate(s) of a cell were trained more than once and their losses averaged (e.g. "
+            f"{fmt.count(params)} x {fmt.count(tokens)} at lr {lr:.3g}: " + ", ".join(f"{v:.4g}" for v in losses[:4])
+            + "): where those runs differ in a setting (a batch size, a corpus), fit them apart (--batch-col COLUMN, "
+            "--where COLUMN=VALUE)"]
+
+
 def _read(source: Any, *, lr_col: str, batch_col: str | None, nonembedding_col: str | None,
           load: dict[str, Any]) -> tuple[pd.DataFrame, str, list[str]]:
     """The runs as a frame with lr (and batch, nonembedding) beside load_runs' columns, their source's
@@ -213,9 +228,11 @@ def fit_rates(source: Any, *, lr_col: str = "lr", batch_col: str | None = None, 
     run's peak rate; ``batch_col`` its batch size where batches were swept; ``nonembedding_col``
     its non-embedding parameters (Step Law's form). ``model``: the flops-fit model the law
     plans for (``hparams.json`` records it; None: any)."""
+    check_sampling(bootstrap, seed, level)  # -1 wrote a law with no interval at all
     frame, name, notes = _read(source, lr_col=lr_col, batch_col=batch_col, nonembedding_col=nonembedding_col,
                                load={"flops_per_param_token": flops_per_param_token, **columns})
     cells = _cells(frame, bootstrap=bootstrap, seed=seed, level=level)
+    notes += _averaged(frame)
     used = [c for c in cells if c.fit.ok]
     if len(used) < 2:
         reasons = "; ".join(f"{fmt.count(c.params)} x {fmt.count(c.tokens)}: {c.fit.reason}" for c in cells[:3])

@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 
 from flops_fit._version import __version__
-from flops_fit.errors import FitInputError, FlopsFitError, OptionError
+from flops_fit.errors import FitInputError, FlopsFitError, OptionError, StoreError
 from flops_fit.files import write_atomically
+from flops_fit.fitting import check_sampling
 from flops_fit.fitting import formatting as fmt
+from flops_fit.fitting.inputs import divergence
 from flops_fit.plugin import api
 from flops_fit.store.run_store import STORE_NAME, RunStore
 from flops_fit.store.runs import RunSpec
@@ -35,7 +37,7 @@ from flops_fit.sweeps.hparams import WIDTH_PARAMS
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import Plan
 from flops_fit.sweeps.planner import plan as plan_sweep
-from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE
+from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE, grid_flags, stored_grid
 from flops_fit.tables import format_table
 from flops_fit.tuning.cells import BAND, DIVERGED_NEXT, CellFit, fit_cell
 from flops_fit.tuning.forms import MAX_WIDTH, FormFit, Point, choose, fit_forms, form_rows
@@ -187,6 +189,7 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
     (and each of ``batch_sizes`` / ``beta2s``). Writes ``out_dir/hparams.json`` and the report.
     ``stack_runs`` (default: the sweep's) trains up to that many of a cell's rates in one program
     (``training.stacked``)."""
+    check_sampling(bootstrap, seed, 0.95)  # before anything trains: -1 trained every run, then wrote no interval
     config = _config(spec)
     if stack_runs is not None:
         config = dataclasses.replace(config, options=config.options.replace(stack_runs=stack_runs))
@@ -201,7 +204,10 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
            "executor_options": {**{k: v for k, v in table.items() if k != "workers"}, **(executor_options or {})},
            "skip_parity": skip_parity, "skip_preflight": skip_preflight, "show_progress": show_progress,
            "host": host}
-    run_plan(plan, out, resume=resume, **run)
+    try:
+        run_plan(plan, out, resume=resume, **run)
+    except StoreError as exc:
+        raise _other_grid(out, plan, resume) or exc from None
     cells = collect_cells(out, plan, bootstrap=bootstrap, seed=seed, host=host)
     result = fit_tune(out, plan, cells, grid, bootstrap=bootstrap, seed=seed)
     result.data["coverage"] = _coverage(config.options, [c for c in cells if c.fit.ok], host)
@@ -218,6 +224,21 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
     if report:
         result.report = write_tune_report(result, out)
     return result
+
+
+def _other_grid(out: Path, plan: Plan, resume: bool) -> StoreError | None:
+    """On a resume, a store holding this folder's tune at another grid (the command run again without its
+    --budgets, --sizes or --multipliers): the refusal that names the grid to resume with; None: another cause."""
+    if not resume or not (out / STORE_NAME).is_file():
+        return None
+    with RunStore(out) as store:
+        stored = store.planned_runs()
+    grid = stored_grid(stored)
+    if grid is None or grid == stored_grid(plan.runs):
+        return None
+    return StoreError(f"{out} holds a tune of another grid ({len(stored)} runs; this call plans {len(plan.runs)}): "
+                      f"resume it with the grid it was started with: {grid_flags(grid)} (flops_fit.tune: "
+                      + ", ".join(f"{k}={v}" for k, v in grid.items()) + ")")
 
 
 def _write_law(result: TuneResult) -> None:
@@ -339,6 +360,14 @@ def _diverged_next(cell: Cell) -> bool:
     return (cell.fit.reason or "").startswith(DIVERGED_NEXT)
 
 
+def _diverged_above(cell: Cell) -> bool:
+    """Whether the cell's rates that trained are fewer than a parabola needs and lie below every one that diverged
+    (its rates sit too high: lower ones help)."""
+    finite = [r for r, v in zip(cell.fit.rates, cell.fit.losses, strict=True) if math.isfinite(v)]
+    blown = [r for r, v in zip(cell.fit.rates, cell.fit.losses, strict=True) if not math.isfinite(v)]
+    return len(finite) < 3 and bool(blown) and (not finite or max(finite) < min(blown))
+
+
 def _trained_end(cell: Cell) -> int | None:
     """The index, in its rates, of the lower of the two rates a ``_diverged_next`` cell's optimum lies between."""
     finite = [i for i, v in enumerate(cell.fit.losses) if math.isfinite(v)]
@@ -357,6 +386,8 @@ def _failed(out: Path) -> str | None:
     with RunStore(out) as store:
         frame = store.runs_frame()
     failed = frame[frame.status == "failed"]
+    # a run that diverged is its rate's verdict, which the cells read (too high: lower multipliers), not a cause to fix
+    failed = failed[[divergence(r.error, r.loss, r.curve) is None for r in failed.itertuples()]]
     if failed.empty:
         return None
     errors = failed.error.fillna("no error recorded").astype(str)
@@ -373,7 +404,8 @@ def _why_none(bad: list[Cell], total: int) -> str:
     for c in bad:
         edge = _edge(c)
         why = (f"best at the {edge} rate tried" if edge else
-               "best next to a rate that diverged" if _diverged_next(c) else c.fit.reason)
+               "best next to a rate that diverged" if _diverged_next(c) else
+               "every rate diverged" if not any(math.isfinite(v) for v in c.fit.losses) else c.fit.reason)
         counts[why] = counts.get(why, 0) + 1
     return f"{len(bad)} of {total} cells have none: " + "; ".join(f"{n} {why}" for why, n in counts.items())
 
@@ -381,9 +413,14 @@ def _why_none(bad: list[Cell], total: int) -> str:
 def _widen(bad: list[Cell], multipliers: list[float], out: Path) -> str:
     """The fix: multipliers widened where the cells' best rates sat, in a new folder, and where
     each run's rate and loss can be read meanwhile."""
-    edges = {_edge(c) for c in bad}
+    edges = {_edge(c) or ("lowest" if _diverged_above(c) else None) for c in bad}
     low, high = min(multipliers), max(multipliers)
     ordered = sorted(multipliers)
+    if any(not any(math.isfinite(v) for v in c.fit.losses) for c in bad):  # every rate of a cell diverged
+        lower = [m * low / (2 * high) for m in ordered]  # the same spread, its highest half the lowest that diverged
+        return (f"every rate of a cell diverged (the lowest, x{low:g} the sweep's): tune again with lower rates, "
+                f"--multipliers {','.join(f'{m:g}' for m in lower)}, into a new --out folder; each run's error: "
+                f"`flops-fit status {out}`")
     between = {math.sqrt(ordered[i] * ordered[i + 1]) for c in bad if _diverged_next(c)
                for i in [_trained_end(c)] if i is not None and len(c.fit.rates) == len(ordered)}
     wider = sorted({*multipliers, *((low / 4, low / 2) if "lowest" in edges else ()),
