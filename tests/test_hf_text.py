@@ -163,3 +163,18 @@ def test_a_proxy_or_offline_mode_already_asked_for_is_not_probed(probed_afresh, 
     monkeypatch.delenv("HTTPS_PROXY")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the hub kept on, unprobed
     assert probed_afresh.unreachable() is None
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_text_field_of_numbers_is_refused_naming_the_field_and_its_type(tmp_path, streaming):
+    """Records whose text field holds numbers: the token cache failed with "object of type 'int' has no len()",
+    naming neither the field nor the fix."""
+    path = tmp_path / "numbers.jsonl"
+    path.write_text("".join(json.dumps({"text": i, "story": s}) + "\n" for i, s in enumerate(STORIES)))
+    with pytest.raises(FlopsFitError, match=r"hf-text: the field 'text' holds int values \(the first: 0\), not text; "
+                                            r"their fields are \['story', 'text'\]: pass text_field="):
+        flops_fit.create_dataset("hf-text", "train", data_files=str(path), seq_len=8, streaming=streaming,
+                                 cache_dir=str(tmp_path / "cache"))
+    data = flops_fit.create_dataset("hf-text", "train", data_files=str(path), text_field="story", seq_len=8,
+                                    streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    assert stream(data).startswith("Story ")

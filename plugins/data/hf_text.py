@@ -167,7 +167,13 @@ def _texts(corpus: _Corpus, split: str, text_field: str) -> Iterator[str]:
         if text_field not in batch:
             raise DataError(f"{corpus.name}: the records have no field {text_field!r}; their fields are "
                             f"{sorted(batch)}: pass text_field=...")
-        yield from (t for t in batch[text_field] if t is not None)
+        texts = [t for t in batch[text_field] if t is not None]  # a record without text adds none
+        other = next((t for t in texts if not isinstance(t, str)), None)
+        if other is not None:  # else it failed later as "object of type 'int' has no len()", naming nothing
+            raise DataError(f"{corpus.name}: the field {text_field!r} holds {type(other).__name__} values "
+                            f"(the first: {repr(other)[:40]}), not text; their fields are {sorted(batch)}: "
+                            "pass text_field=... naming the field that holds the text")
+        yield from texts
 
 
 def _joined(texts: Iterable[str], separator: str, keep: Callable[[int], bool], limit: int | None) -> Iterator[str]:
