@@ -178,3 +178,20 @@ def test_a_text_field_of_numbers_is_refused_naming_the_field_and_its_type(tmp_pa
     data = flops_fit.create_dataset("hf-text", "train", data_files=str(path), text_field="story", seq_len=8,
                                     streaming=streaming, cache_dir=str(tmp_path / "cache"))
     assert stream(data).startswith("Story ")
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_an_empty_jsonl_is_refused_as_empty_and_one_beside_records_adds_nothing(tmp_path, streaming):
+    """An empty jsonl: datasets' reader raised a bare StopIteration ("cannot load split 'train' of ...: StopIteration: "),
+    alone or first among files that hold records."""
+    empty = tmp_path / "a-empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(FlopsFitError, match=r"hf-text: .*a-empty\.jsonl is empty: it holds no records; name files"):
+        flops_fit.create_dataset("hf-text", "train", data_files=str(empty), seq_len=8, streaming=streaming,
+                                 cache_dir=str(tmp_path / "cache"))
+    full = write_jsonl(tmp_path / "b-stories.jsonl", STORIES)
+    both = flops_fit.create_dataset("hf-text", "train", data_files=[str(empty), str(full)], seq_len=8,
+                                    streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    alone = flops_fit.create_dataset("hf-text", "train", data_files=str(full), seq_len=8, streaming=streaming,
+                                     cache_dir=str(tmp_path / "cache"))
+    assert stream(both) == stream(alone)

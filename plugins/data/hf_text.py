@@ -127,7 +127,11 @@ class _Corpus:
         datasets = _datasets()
         try:
             if self.files is not None:
-                return datasets.load_dataset(self.builder, data_files={split: [str(f) for f in self.files[split]]},
+                files = [str(f) for f in self.files[split] if f.stat().st_size]  # an empty file holds no records
+                if not files:  # datasets' readers raised a bare StopIteration
+                    raise DataError(f"{self.name}: {self.where(split)} is empty: it holds no records; "
+                                    "name files that hold the corpus")
+                return datasets.load_dataset(self.builder, data_files={split: files},
                                              split=split, streaming=self.streaming)
             if self.saved:
                 data = datasets.load_from_disk(self.path)
@@ -135,6 +139,8 @@ class _Corpus:
                 return data.to_iterable_dataset() if self.streaming else data
             return datasets.load_dataset(self.path, self.config, split=split, revision=self.revision,
                                          streaming=self.streaming)
+        except DataError:
+            raise
         except Exception as exc:  # missing or unreadable files, no network: the library's own exceptions
             raise DataError(f"{self.name}: cannot load split {split!r} of {self.where(split)}: {_reason(exc)}"
                             f"{offline}") from None
