@@ -130,6 +130,7 @@ def test_the_tracking_options_accept_a_table_a_list_or_a_name_and_refuse_the_res
     assert parse_tracking(["wandb"]) == TrackingOptions(("wandb",))
     table = parse_tracking({"backends": ["mlflow"], "dir": "/logs", "experiment": "e", "wandb_mode": "online"})
     assert (table.dir, table.experiment, table.wandb_mode) == ("/logs", "e", "online")
+    assert parse_tracking({"backends": ["mlflow"], "experiment": "lab/runs:2"}).experiment == "lab/runs:2"  # MLflow's
     for value, message in [
         (["tensorbord"], "tracking.backends: unknown backend 'tensorbord'; the backends are tensorboard, mlflow, wandb"),
         ({"backends": []}, "tracking.backends must list one or more of tensorboard, mlflow, wandb"),
@@ -137,6 +138,10 @@ def test_the_tracking_options_accept_a_table_a_list_or_a_name_and_refuse_the_res
         ({"backends": ["mlflow"], "project": "x"}, "tracking: unknown key(s) ['project']; the keys are"),
         ({"backends": ["wandb"], "wandb_mode": "cloud"}, "tracking.wandb_mode must be one of 'offline', 'online'"),
         ({"backends": ["mlflow", "mlflow"]}, "tracking.backends names a backend twice"),
+        ({"backends": ["wandb"], "experiment": "lab/runs:2"},  # W&B refused it as each run opened: untracked
+         "tracking.experiment 'lab/runs:2' names the W&B project, and W&B refuses a name that holds '/:'; use at "
+         "most 128 characters without any of '/\\\\#?%:'"),
+        ({"backends": ["wandb"], "experiment": "x" * 129}, "tracking.experiment 'xxx"),
         (3, "tracking must be a table like"),
     ]:
         with pytest.raises(PlanError) as caught:
