@@ -23,7 +23,8 @@ from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.config import parse_config
 from flops_fit.sweeps.driver import sweep
 from flops_fit.sweeps.planner import plan
-from flops_fit.tracking import OPENERS, TrackingOptions, destination, parse_tracking
+from flops_fit.tracking import OPENERS, Trackers, TrackingOptions, destination, parse_tracking
+from flops_fit.tracking.options import SWEEP_KEY, TrackedRun
 from flops_fit.tracking.tensorboard_backend import TensorBoardTracker
 from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
 from flops_fit.training.loop import train
@@ -504,3 +505,26 @@ def test_fitting_an_untracked_sweep_logs_nothing_unless_asked(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert err.startswith("flops-fit: tracking backend 'mlflow' failed to open its run (ModuleNotFoundError: ")
     assert err.count("\n") == 1 and err.endswith("it is switched off and flops-fit goes on without it\n")
+
+
+def test_an_mlflow_server_that_does_not_answer_is_switched_off_with_the_fix(tmp_path, monkeypatch):
+    """A tracking URI whose server is down: MLflow's client retried for about four minutes before the sweep's run
+    failed to open (here its retries are off, so the old code fails at once, with MLflow's own message)."""
+    import socket
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    options = TrackingOptions(("mlflow",), mlflow_uri=f"http://127.0.0.1:{port}")
+    where = destination(options, tmp_path / "down", "plan-1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trackers = Trackers(where, TrackedRun(SWEEP_KEY, "sweep", "sweep"))
+    assert trackers.backends == []
+    assert tracking_warnings(caught) == [
+        f"tracking backend 'mlflow' failed to open its run (ConnectionError: the MLflow tracking server "
+        f"http://127.0.0.1:{port} does not answer (Connection refused); start it, or set [tracking] mlflow_uri "
+        "(or MLFLOW_TRACKING_URI) to one that does); it is switched off and flops-fit goes on without it"]
