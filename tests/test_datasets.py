@@ -227,6 +227,18 @@ def test_an_empty_folder_of_text_files_is_named(tmp_path):
         flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / "corp*")])
 
 
+def test_a_corpus_shorter_than_one_window_is_refused_with_the_fix(tmp_path):
+    """An empty file, or one shorter than seq_len, said "0 tokens cannot fill one window of seq_len=32" and no more."""
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "short.txt").write_text("a short line\n")
+    for name, count in [("empty.txt", 0), ("short.txt", 12)]:
+        with pytest.raises(FlopsFitError, match=rf"^text-files: {count} tokens cannot fill one window of seq_len=32; "
+                                                r"give it more text \(the held-out split: a larger validation_fraction\) "
+                                                r"or a shorter seq_len$"):
+            flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / name)], seq_len=32)
+    assert len(flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / "short.txt")], seq_len=4)) == 3  # 12 of 13 bytes
+
+
 def test_unknown_split_is_refused():
     with pytest.raises(FlopsFitError, match="has no split 'test'"):
         flops_fit.create_dataset("python-stdlib", "test")

@@ -47,7 +47,8 @@ class TokenWindows:
         if seq_len < 2:
             raise DataError(f"{name}: seq_len must be at least 2, got {seq_len}")
         if len(tokens) < seq_len:
-            raise DataError(f"{name}: {len(tokens)} tokens cannot fill one window of seq_len={seq_len}")
+            raise DataError(f"{name}: {len(tokens)} tokens cannot fill one window of seq_len={seq_len}; give it "
+                            "more text (the held-out split: a larger validation_fraction) or a shorter seq_len")
         self.tokens, self.seq_len, self.token_bytes = tokens, seq_len, token_bytes
         self._offsets = np.arange(seq_len, dtype=np.int64)
 
