@@ -17,7 +17,7 @@ import sweep_support
 
 import flops_fit
 from flops_fit.cli.main import main
-from flops_fit.errors import FitInputError, PlanError, TrackingWarning
+from flops_fit.errors import FitInputError, FlopsFitError, PlanError, TrackingWarning
 from flops_fit.executors.stopping import clear_stop, request_stop
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.config import parse_config
@@ -528,3 +528,21 @@ def test_an_mlflow_server_that_does_not_answer_is_switched_off_with_the_fix(tmp_
         f"tracking backend 'mlflow' failed to open its run (ConnectionError: the MLflow tracking server "
         f"http://127.0.0.1:{port} does not answer (Connection refused); start it, or set [tracking] mlflow_uri "
         "(or MLFLOW_TRACKING_URI) to one that does); it is switched off and flops-fit goes on without it"]
+
+
+def test_a_tracking_folder_that_cannot_be_written_is_refused_before_any_run(tmp_path):
+    """[tracking] dir under a file: each backend warned that it failed to open its run and was switched off, and the
+    whole sweep trained untracked; the preflight now refuses it with the fix, and records nothing."""
+    (tmp_path / "a-file").write_text("")
+    options = {"budgets": [2e7], "tracking": {"backends": ["tensorboard", "mlflow"], "dir": str(tmp_path / "a-file" / "t")}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(FlopsFitError) as refused:
+            run(tmp_path / "out", **options)
+    assert str(refused.value) == (f"tracking folder {tmp_path / 'a-file' / 't'} cannot be written ({tmp_path / 'a-file'} "
+                                  "is not a writable folder): choose another [tracking] dir, or train untracked "
+                                  "(--tracking off)")
+    assert tracking_warnings(caught) == []
+    assert RunStore(tmp_path / "out").counts() == {}  # the plan was not recorded: the folder takes the corrected sweep
+    options["tracking"]["dir"] = str(tmp_path / "logs")
+    assert set(run(tmp_path / "out", **options).runs.status) == {"done"}

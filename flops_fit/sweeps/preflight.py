@@ -55,6 +55,7 @@ class Context:
     host: Any = None
     samples: dict[str, int] = field(default_factory=dict)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tracking_dir: Path | None = None  # where the trackers write, when the sweep is tracked
 
 
 def dataset_key(run: RunSpec) -> str:
@@ -213,6 +214,18 @@ def writable_checkpoints(policy: CheckpointPolicy) -> Path:
     return existing
 
 
+def check_tracking_folder(plan: Any, context: Context) -> None:
+    """The trackers' folder can be made and written: otherwise every backend failed to open its run, warned
+    and was switched off, and the whole sweep trained untracked."""
+    folder = context.tracking_dir
+    if folder is None:
+        return
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir() or not _can_write_in(existing):
+        raise PreflightError(f"tracking folder {folder} cannot be written ({existing} is not a writable folder): "
+                             "choose another [tracking] dir, or train untracked (--tracking off)")
+
+
 def _size(n: int) -> str:
     """Bytes in GB, or MB below one GB (two small sizes both read "0.02 GB")."""
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
@@ -296,17 +309,21 @@ def _cuda() -> bool:
 Check = Callable[[Any, Context], None]
 # In order: the datasets first (the model check runs on their held-out batch, the checkpoint
 # check counts their samples).
-CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_run_memory, check_checkpoint_folder]
+CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_run_memory, check_checkpoint_folder,
+                       check_tracking_folder]
 # a sweep trained by its [train] command: flops-fit builds no model nor dataset of it
-EXTERNAL_CHECKS: list[Check] = [check_train_command, check_checkpoint_folder]
+EXTERNAL_CHECKS: list[Check] = [check_train_command, check_checkpoint_folder, check_tracking_folder]
 
 
 def preflight(plan: Any, runs: list[RunSpec] | None = None, *, checkpoints: CheckpointPolicy | None = None,
-              concurrent: int = 1, host: Any = None, checks: list[Check] | None = None) -> Context:
+              concurrent: int = 1, host: Any = None, checks: list[Check] | None = None,
+              tracking_dir: str | Path | None = None) -> Context:
     """Run ``checks`` (default ``CHECKS``) on ``runs`` (default: all of ``plan``'s); raise the
-    first problem as a ``FlopsFitError``. ``concurrent``: how many runs train at once."""
+    first problem as a ``FlopsFitError``. ``concurrent``: how many runs train at once;
+    ``tracking_dir``: the trackers' folder of a tracked sweep."""
     runs = list(plan.runs if runs is None else runs)
-    context = Context(runs, checkpoints, max(1, min(concurrent, len(runs))), host)
+    context = Context(runs, checkpoints, max(1, min(concurrent, len(runs))), host,
+                      tracking_dir=None if tracking_dir is None else Path(tracking_dir))
     if runs:
         for check in CHECKS if checks is None else checks:
             check(plan, context)
