@@ -3,6 +3,7 @@ splits that never overlap training data, and loader errors that name the fix."""
 
 import json
 import pickle
+import shutil
 
 import numpy as np
 import pytest
@@ -273,6 +274,21 @@ def test_an_image_folder_tree_is_read_split_and_sizes_the_model(tmp_path):
     assert plan.runs[0].model_config["num_classes"] == 3 and plan.runs[0].model_config["image_size"] == 8
     with pytest.raises(FlopsFitError, match="image-folder needs root="):
         flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "nothing"))
+
+
+def test_a_class_folder_without_images_is_refused_naming_it(tmp_path):
+    """An empty class folder (or one of notes only) was counted by num_classes, so the model's head had classes
+    the data never gives (5 outputs for 3 classes here), and the sweep trained without a word."""
+    _write_image_folder(tmp_path / "pets")
+    (tmp_path / "pets" / "ant").mkdir()
+    (tmp_path / "pets" / "notes").mkdir()
+    (tmp_path / "pets" / "notes" / "readme.txt").write_text("labels from the shelter")
+    with pytest.raises(FlopsFitError, match=r"^image-folder: class folder\(s\) \['ant', 'notes'\] under '.*pets' hold no "
+                                            r"training images \(\.png, .*\); put images in them, or remove them$"):
+        flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "pets"), image_size=8)
+    for name in ("ant", "notes"):
+        shutil.rmtree(tmp_path / "pets" / name)
+    assert len(flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "pets"), image_size=8)) == 12
 
 
 def test_an_image_folder_with_files_that_are_not_images_names_them(tmp_path):

@@ -161,6 +161,11 @@ def build_image_folder(split: str, root: str | None = None, image_size: int = 32
     classes = sorted({c for c, _ in files["train"]})
     if not classes:
         raise DataError(f"image-folder: no images ({', '.join(IMAGE_SUFFIXES)}) in class folders under {root!r}")
+    train_root = splits["train"] if split_folders else root
+    empty = sorted(c for c in os.listdir(train_root) if os.path.isdir(os.path.join(train_root, c)) and c not in classes)
+    if empty:  # num_classes counts every class folder (configure_image_folder): the model got a class never seen
+        raise DataError(f"image-folder: class folder(s) {empty} under {train_root!r} hold no training images "
+                        f"({', '.join(IMAGE_SUFFIXES)}); put images in them, or remove them")
     mode = "L" if in_chans == 1 else "RGB"
 
     def load(pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
