@@ -124,6 +124,21 @@ def test_token_file_is_memory_mapped_and_checked(tmp_path):
         flops_fit.create_dataset("token-file", "validation", path=str(path), validation_path=str(empty))
 
 
+def test_a_token_file_of_the_other_width_is_refused_naming_its_dtype(tmp_path):
+    """uint32 ids read as uint16 trained on ids interleaved with 0s, or were refused with "set vocab_size = 950";
+    uint16 ids read as uint32 asked for a vocabulary of billions."""
+    ids = np.arange(1, 1001)
+    ids.astype(np.uint32).tofile(tmp_path / "wide.bin")
+    ids.astype(np.uint16).tofile(tmp_path / "narrow.bin")
+    for name, given, actual in [("wide.bin", "uint16", "uint32"), ("narrow.bin", "uint32", "uint16")]:
+        path = str(tmp_path / name)
+        with pytest.raises(FlopsFitError, match=rf"^token-file: '.*{name}' looks like {actual} ids, not {given}: .*; "
+                                                rf"set dtype = '{actual}'$"):
+            flops_fit.create_dataset("token-file", "train", path=path, dtype=given, seq_len=10)
+        right = flops_fit.create_dataset("token-file", "train", path=path, dtype=actual, seq_len=10)
+        assert right.get_batch(np.array([0]))["tokens"][0].tolist() == list(range(1, 11))
+
+
 def test_tinystories_through_the_datasets_library(tmp_path):
     pytest.importorskip("datasets", reason="the `datasets` library is not installed (pip install 'flops-fit[data]')")
     stories = {"train": ["Once upon a time there was a cat.", "The dog ran home."],

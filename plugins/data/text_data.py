@@ -272,6 +272,21 @@ def build_text_files(
 
 
 TOKEN_DTYPES = ("uint16", "uint32")
+WIDTH_SAMPLE = 4096  # leading uint32 slots looked at for the other width's signature
+
+
+def _check_width(tokens: np.ndarray, source: str, dtype: str) -> None:
+    """Refuse a file that is plainly of the other width. uint32 ids read as uint16 have a zero high half in every
+    other slot (a model then trained on ids interleaved with 0s, or was told to grow its vocabulary); uint16 ids
+    read as uint32 put the next id in each high half (ids of millions). Judged on the file's first slots."""
+    head = np.asarray(tokens[:2 * WIDTH_SAMPLE])
+    if dtype == "uint16" and len(head) >= 2 and head[0::2].any() and not head[1::2].any():
+        other, why = "uint32", "every other uint16 in it is 0, as the high halves of uint32 ids are"
+    elif dtype == "uint32" and len(head) and (head >= 1 << 16).all():
+        other, why = "uint16", "every uint32 in it is 65,536 or more, as two uint16 ids read as one are"
+    else:
+        return
+    raise DataError(f"token-file: {source!r} looks like {other} ids, not {dtype}: {why}; set dtype = {other!r}")
 
 
 def build_token_file(
@@ -304,6 +319,7 @@ def build_token_file(
     if os.path.getsize(source) % np.dtype(dtype).itemsize:
         raise DataError(f"token-file: the size of {source!r} is not a multiple of {dtype}; wrong dtype?")
     tokens = np.memmap(source, dtype=dtype, mode="r")
+    _check_width(tokens, source, dtype)
     if not validation_path:
         tokens = _split_stream(tokens, split, validation_fraction)
     if vocab_size is not None and len(tokens) and int(tokens.max()) >= vocab_size:
