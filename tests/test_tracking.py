@@ -546,3 +546,15 @@ def test_a_tracking_folder_that_cannot_be_written_is_refused_before_any_run(tmp_
     assert RunStore(tmp_path / "out").counts() == {}  # the plan was not recorded: the folder takes the corrected sweep
     options["tracking"]["dir"] = str(tmp_path / "logs")
     assert set(run(tmp_path / "out", **options).runs.status) == {"done"}
+
+
+def test_a_sweep_folder_name_w_and_b_refuses_as_its_project_is_refused_before_any_run(tmp_path):
+    """The W&B project defaults to the sweep folder's name: a folder named "lab:1" trained the whole sweep untracked
+    in W&B after one warning; the preflight refuses it, naming the fix, and records nothing."""
+    with pytest.raises(FlopsFitError) as refused:
+        run(tmp_path / "lab:1", budgets=[2e7], tracking=["wandb"])
+    assert str(refused.value) == ("the sweep folder's name 'lab:1' names the W&B project, and W&B refuses a name that "
+                                  "holds ':'; use at most 128 characters without any of '/\\\\#?%:' (or name the "
+                                  "project: [tracking] experiment = \"...\")")
+    assert RunStore(tmp_path / "lab:1").counts() == {}
+    run(tmp_path / "lab:2", budgets=[2e7], tracking=["tensorboard"])  # other backends take any folder name

@@ -260,7 +260,7 @@ def run_plan(
                 checks = EXTERNAL_CHECKS if plan.options.trainer is not None else None
                 tracked = plan.options.tracking
                 preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks,
-                          tracking_dir=tracked and destination(tracked, out_dir, "").dir)
+                          tracking=tracked and destination(tracked, out_dir, ""))
             if new:
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
             if record_only:
