@@ -332,6 +332,26 @@ def test_augmentation_is_a_crop_and_flip_fixed_by_the_batch():
     assert 4 < int(flipped.sum()) < 28  # about half mirrored
 
 
+def test_hf_images_with_class_names_for_labels_is_refused_with_the_fix(tmp_path):
+    """Labels that are names ("cat", "dog") failed in torch as "ValueError: too many dimensions 'str'"."""
+    datasets = pytest.importorskip("datasets", reason="hf-images needs `datasets` (pip install 'flops-fit[data]')")
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (20, 10, 10, 3), dtype=np.uint8)
+    table = datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels],
+                                        "label": ["cat", "dog"] * 10}).cast_column("image", datasets.Image())
+    table.to_parquet(str(tmp_path / "named.parquet"))
+    with pytest.raises(FlopsFitError, match=r"^hf-images: the column 'label' holds str labels \(the first: '(cat|dog)'\), "
+                                            r"not class indices; map them to 0 to num_classes - 1 \(datasets: "
+                                            r"class_encode_column\('label'\)\), or name the column of indices"):
+        flops_fit.create_dataset("hf-images", "train", data_files=str(tmp_path / "named.parquet"), image_size=8,
+                                 num_classes=2)
+    table.class_encode_column("label").to_parquet(str(tmp_path / "indexed.parquet"))
+    train = flops_fit.create_dataset("hf-images", "train", data_files=str(tmp_path / "indexed.parquet"), image_size=8,
+                                     num_classes=2)
+    assert len(train) == 18 and set(train.labels.tolist()) == {0, 1}
+
+
 def test_parquet_and_save_to_disk_images_through_datasets(tmp_path):
     datasets = pytest.importorskip("datasets", reason="hf-images needs `datasets` (pip install 'flops-fit[data]')")
     from PIL import Image

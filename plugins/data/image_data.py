@@ -238,7 +238,8 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
         arrays = _pixels(((f"{part} record {i}", v) for i, v in enumerate(rows[image_field])), opened, mode,
                          image_size, "hf-images")
         images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1)
-        return images.permute(0, 3, 1, 2).contiguous(), torch.tensor(rows[label_field], dtype=torch.int64)
+        return images.permute(0, 3, 1, 2).contiguous(), torch.tensor(_class_indices(rows[label_field], label_field),
+                                                                     dtype=torch.int64)
 
     train_images, train_labels = tensors(table, "training")
     mean = train_images.float().mean((0, 2, 3)).tolist()
@@ -264,6 +265,17 @@ def _pixels(sources: Iterable[tuple[str, Any]], open_image: Callable[[Any], Any]
         raise DataError(f"{name}: {len(unreadable)} image(s) PIL cannot read: " + ", ".join(unreadable[:3])
                         + (" ..." if len(unreadable) > 3 else "") + "; remove or replace them")
     return arrays
+
+
+def _class_indices(labels: list[Any], field: str) -> list[Any]:
+    """Labels that are class indices; names ("cat") or missing labels failed in torch as "too many dimensions
+    'str'"."""
+    other = next((v for v in labels if isinstance(v, bool) or not isinstance(v, (int, np.integer))), None)
+    if other is not None:
+        raise DataError(f"hf-images: the column {field!r} holds {type(other).__name__} labels (the first: "
+                        f"{repr(other)[:40]}), not class indices; map them to 0 to num_classes - 1 (datasets: "
+                        f"class_encode_column({field!r})), or name the column of indices with label_field=")
+    return labels
 
 
 def _check_labels(labels: torch.Tensor, num_classes: int | None, name: str) -> None:
