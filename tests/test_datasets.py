@@ -352,6 +352,17 @@ def test_hf_images_with_class_names_for_labels_is_refused_with_the_fix(tmp_path)
     assert len(train) == 18 and set(train.labels.tolist()) == {0, 1}
 
 
+def test_hf_images_from_an_empty_file_or_a_missing_folder_is_one_line(tmp_path):
+    """An empty jsonl raised a bare StopIteration out of datasets; a missing save_to_disk folder its FileNotFoundError."""
+    pytest.importorskip("datasets", reason="hf-images needs `datasets` (pip install 'flops-fit[data]')")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(FlopsFitError, match=r"^hf-images: '.*empty\.jsonl' holds no records; name files that hold "
+                                            r"the images$"):
+        flops_fit.create_dataset("hf-images", "train", data_files=str(tmp_path / "empty.jsonl"), num_classes=2)
+    with pytest.raises(FlopsFitError, match=r"^hf-images: cannot load '.*saved': FileNotFoundError: "):
+        flops_fit.create_dataset("hf-images", "train", path=str(tmp_path / "saved"), num_classes=2)
+
+
 def test_parquet_and_save_to_disk_images_through_datasets(tmp_path):
     datasets = pytest.importorskip("datasets", reason="hf-images needs `datasets` (pip install 'flops-fit[data]')")
     from PIL import Image

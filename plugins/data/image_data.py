@@ -201,17 +201,15 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
         raise DataError("hf-images needs the `datasets` library: pip install 'flops-fit[data]'") from None
     if (data_files is None) == (path is None):
         raise DataError("hf-images needs data_files=... (parquet/arrow/json files) or path=... (a save_to_disk folder)")
-    if path is not None:
-        loaded = datasets.load_from_disk(path)
-    else:
-        files = data_files if isinstance(data_files, dict) else {"train": data_files}
-        first = str(next(iter(files.values()))[0] if isinstance(next(iter(files.values())), list)
-                    else next(iter(files.values())))
-        kind = {".parquet": "parquet", ".arrow": "arrow", ".json": "json", ".jsonl": "json"}.get(
-            os.path.splitext(first)[1].lower())
-        if kind is None:
-            raise DataError(f"hf-images: {first!r} is not a parquet, arrow or json file")
-        loaded = datasets.load_dataset(kind, data_files=files)
+    try:
+        loaded = _load_images(datasets, data_files, path)
+    except DataError:
+        raise
+    except StopIteration:  # datasets' json reader on an empty file
+        raise DataError(f"hf-images: {data_files!r} holds no records; name files that hold the images") from None
+    except Exception as exc:  # a missing folder, a damaged file: the library's own exceptions, one line here
+        reason = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise DataError(f"hf-images: cannot load {path or data_files!r}: {type(exc).__name__}: {reason}") from None
     if isinstance(loaded, datasets.DatasetDict):
         held = next((loaded[k] for k in ("validation", "val", "test") if k in loaded), None)
         table = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
@@ -265,6 +263,20 @@ def _pixels(sources: Iterable[tuple[str, Any]], open_image: Callable[[Any], Any]
         raise DataError(f"{name}: {len(unreadable)} image(s) PIL cannot read: " + ", ".join(unreadable[:3])
                         + (" ..." if len(unreadable) > 3 else "") + "; remove or replace them")
     return arrays
+
+
+def _load_images(datasets: Any, data_files: Any, path: str | None) -> Any:
+    """The table(s) of a ``save_to_disk`` folder, or of parquet / arrow / json files."""
+    if path is not None:
+        return datasets.load_from_disk(path)
+    files = data_files if isinstance(data_files, dict) else {"train": data_files}
+    first = str(next(iter(files.values()))[0] if isinstance(next(iter(files.values())), list)
+                else next(iter(files.values())))
+    kind = {".parquet": "parquet", ".arrow": "arrow", ".json": "json", ".jsonl": "json"}.get(
+        os.path.splitext(first)[1].lower())
+    if kind is None:
+        raise DataError(f"hf-images: {first!r} is not a parquet, arrow or json file")
+    return datasets.load_dataset(kind, data_files=files)
 
 
 def _class_indices(labels: list[Any], field: str) -> list[Any]:
