@@ -255,6 +255,24 @@ def test_a_corpus_shorter_than_one_window_is_refused_with_the_fix(tmp_path):
     assert len(flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / "short.txt")], seq_len=4)) == 3  # 12 of 13 bytes
 
 
+@pytest.mark.parametrize("fraction", [0, 1.5, -1, "0.1"])
+def test_a_held_out_share_outside_0_to_1_is_refused_by_every_text_dataset(tmp_path, fraction):
+    """validation_fraction=1.5 gave text-files two halves of the text, 2 left hf-text's training split empty, 0 its
+    held-out one, "0.1" raised a TypeError."""
+    (tmp_path / "notes.txt").write_text("a line of text\n" * 200)
+    (tmp_path / "notes.jsonl").write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(50)))
+    np.arange(1, 1001, dtype=np.uint16).tofile(tmp_path / "tokens.bin")
+    for name, config in [("text-files", {"paths": [str(tmp_path / "notes.txt")]}),
+                         ("python-stdlib", {}),
+                         ("token-file", {"path": str(tmp_path / "tokens.bin")}),
+                         ("hf-text", {"data_files": str(tmp_path / "notes.jsonl"), "cache_dir": str(tmp_path / "c")})]:
+        if name == "hf-text":
+            pytest.importorskip("datasets")
+        with pytest.raises(FlopsFitError, match=rf"^{name}: validation_fraction is the share of the text held out, "
+                                                rf"between 0 and 1 \(e.g. 0.05\), got {fraction!r}$"):
+            flops_fit.create_dataset(name, "train", validation_fraction=fraction, seq_len=8, **config)
+
+
 def test_unknown_split_is_refused():
     with pytest.raises(FlopsFitError, match="has no split 'test'"):
         flops_fit.create_dataset("python-stdlib", "test")

@@ -23,6 +23,7 @@ from flops_fit.plugins.data.text_data import (
     SPLITS,
     TOKENIZER_SAMPLE_BYTES,
     TokenWindows,
+    check_fraction,
     check_split,
     expand,
     file_identity,
@@ -211,6 +212,8 @@ def _sources(corpus: _Corpus, text_field: str, separator: str, max_documents: in
             "max_documents": max_documents}
     sizes = {s: sum(f.stat().st_size for f in fs) for s, fs in (corpus.files or {}).items()}
     held_out = "validation" not in own
+    if held_out:  # the corpus's own validation split needs no share held out
+        check_fraction(corpus.name, validation_fraction)
     sources = {}
     for split in SPLITS:
         if held_out:  # a stable share of the training records, by position

@@ -88,6 +88,14 @@ def check_split(split: str) -> None:
         raise DataError(f"unknown split {split!r}; text datasets have {SPLITS}")
 
 
+def check_fraction(name: str, fraction: Any) -> None:
+    """The held-out share is a number strictly between 0 and 1: 0 left the held-out split empty, 1.5 or -1 cut the
+    stream at a negative position (one split empty, or each what the other should be), a string a TypeError."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        raise DataError(f"{name}: validation_fraction is the share of the text held out, between 0 and 1 "
+                        f"(e.g. 0.05), got {fraction!r}")
+
+
 def split_files(files: Sequence[Path], root: Path | None, split: str, fraction: float) -> list[Path]:
     """The files of one split, chosen by a hash of each file's path relative to ``root``."""
     keys = [str(f.relative_to(root)) if root else f.name for f in files]
@@ -225,6 +233,7 @@ def build_python_stdlib(
 ) -> TokenWindows:
     """The standard library's source, split by file, as bytes (vocabulary 256) or ``tokenizer``'s tokens."""
     check_split(split)
+    check_fraction("python-stdlib", validation_fraction)
     sources = _stdlib_sources(root, validation_fraction)
     return windows("python-stdlib", sources, split, seq_len, vocab_size, tokenizer, cache_dir,
                     tokenizer_sample_bytes, tokenizer_seed)
@@ -258,6 +267,7 @@ def build_text_files(
     """Any local text files, as bytes or ``tokenizer``'s tokens. With enough files the split is by
     file; otherwise the last ``validation_fraction`` of the concatenated bytes is held out."""
     check_split(split)
+    check_fraction("text-files", validation_fraction)
     if not paths:
         raise DataError("text-files needs paths=[...]: files, folders or glob patterns of text")
     files = expand(paths)
@@ -311,6 +321,8 @@ def build_token_file(
         raise DataError(f"token-file: dtype must be one of {TOKEN_DTYPES}, got {dtype!r}")
     if not path:
         raise DataError("token-file needs path=...: a flat binary file of uint16/uint32 token ids")
+    if not validation_path:
+        check_fraction("token-file", validation_fraction)
     source = validation_path if (split == "validation" and validation_path) else path
     if not os.path.isfile(source):
         raise DataError(f"token-file: {source!r} does not exist")
