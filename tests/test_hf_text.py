@@ -102,6 +102,9 @@ def test_tinystories_from_local_parquet_with_a_learnt_bpe(tmp_path):
     ({"data_files": "/nonexistent/*.parquet"}, "matches no file"),
     ({"data_files": {"test": "x.parquet"}}, "maps the splits"),
     ({"max_documents": 0}, "must be a positive integer"),
+    ({"data_files": "x.jsonl", "separator": 3},  # these two failed as a TypeError joining the records, or no field None
+     r"^hf-text: separator is the text put between records \(default a blank line, \"\\n\\n\"\), got 3$"),
+    ({"data_files": "x.jsonl", "text_field": None}, r"^hf-text: text_field names the records' field that holds the text"),
 ])
 def test_bad_configurations_are_refused_with_the_fix(config, message):
     with pytest.raises(FlopsFitError, match=message):

@@ -259,6 +259,11 @@ def _build(name: str, split: str, o: dict[str, Any]) -> TokenWindows:
     limit = o.get("max_documents")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
         raise DataError(f"{name}: the number of records to read must be a positive integer or None, got {limit!r}")
+    if not isinstance(o["text_field"], str) or not o["text_field"]:
+        raise DataError(f"{name}: text_field names the records' field that holds the text, got {o['text_field']!r}")
+    if not isinstance(o["separator"], str):  # else a TypeError as the records were joined
+        raise DataError(f"{name}: separator is the text put between records (default a blank line, \"\\n\\n\"), "
+                        f"got {o['separator']!r}")
     corpus = _Corpus(name, o.get("path"), o.get("data_files"), o.get("config"), o.get("revision"), o["streaming"])
     sources = _sources(corpus, o["text_field"], o["separator"], limit, o["validation_fraction"])
     return windows(name, sources, split, o["seq_len"], o["vocab_size"], o["tokenizer"], o["cache_dir"],
