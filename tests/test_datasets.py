@@ -3,6 +3,7 @@ splits that never overlap training data, and loader errors that name the fix."""
 
 import json
 import pickle
+import shutil
 
 import numpy as np
 import pytest
@@ -123,6 +124,21 @@ def test_token_file_is_memory_mapped_and_checked(tmp_path):
         flops_fit.create_dataset("token-file", "validation", path=str(path), validation_path=str(empty))
 
 
+def test_a_token_file_of_the_other_width_is_refused_naming_its_dtype(tmp_path):
+    """uint32 ids read as uint16 trained on ids interleaved with 0s, or were refused with "set vocab_size = 950";
+    uint16 ids read as uint32 asked for a vocabulary of billions."""
+    ids = np.arange(1, 1001)
+    ids.astype(np.uint32).tofile(tmp_path / "wide.bin")
+    ids.astype(np.uint16).tofile(tmp_path / "narrow.bin")
+    for name, given, actual in [("wide.bin", "uint16", "uint32"), ("narrow.bin", "uint32", "uint16")]:
+        path = str(tmp_path / name)
+        with pytest.raises(FlopsFitError, match=rf"^token-file: '.*{name}' looks like {actual} ids, not {given}: .*; "
+                                                rf"set dtype = '{actual}'$"):
+            flops_fit.create_dataset("token-file", "train", path=path, dtype=given, seq_len=10)
+        right = flops_fit.create_dataset("token-file", "train", path=path, dtype=actual, seq_len=10)
+        assert right.get_batch(np.array([0]))["tokens"][0].tolist() == list(range(1, 11))
+
+
 def test_tinystories_through_the_datasets_library(tmp_path):
     pytest.importorskip("datasets", reason="the `datasets` library is not installed (pip install 'flops-fit[data]')")
     stories = {"train": ["Once upon a time there was a cat.", "The dog ran home."],
@@ -227,6 +243,36 @@ def test_an_empty_folder_of_text_files_is_named(tmp_path):
         flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / "corp*")])
 
 
+def test_a_corpus_shorter_than_one_window_is_refused_with_the_fix(tmp_path):
+    """An empty file, or one shorter than seq_len, said "0 tokens cannot fill one window of seq_len=32" and no more."""
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "short.txt").write_text("a short line\n")
+    for name, count in [("empty.txt", 0), ("short.txt", 12)]:
+        with pytest.raises(FlopsFitError, match=rf"^text-files: {count} tokens cannot fill one window of seq_len=32; "
+                                                r"give it more text \(the held-out split: a larger validation_fraction\) "
+                                                r"or a shorter seq_len$"):
+            flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / name)], seq_len=32)
+    assert len(flops_fit.create_dataset("text-files", "train", paths=[str(tmp_path / "short.txt")], seq_len=4)) == 3  # 12 of 13 bytes
+
+
+@pytest.mark.parametrize("fraction", [0, 1.5, -1, "0.1"])
+def test_a_held_out_share_outside_0_to_1_is_refused_by_every_text_dataset(tmp_path, fraction):
+    """validation_fraction=1.5 gave text-files two halves of the text, 2 left hf-text's training split empty, 0 its
+    held-out one, "0.1" raised a TypeError."""
+    (tmp_path / "notes.txt").write_text("a line of text\n" * 200)
+    (tmp_path / "notes.jsonl").write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(50)))
+    np.arange(1, 1001, dtype=np.uint16).tofile(tmp_path / "tokens.bin")
+    for name, config in [("text-files", {"paths": [str(tmp_path / "notes.txt")]}),
+                         ("python-stdlib", {}),
+                         ("token-file", {"path": str(tmp_path / "tokens.bin")}),
+                         ("hf-text", {"data_files": str(tmp_path / "notes.jsonl"), "cache_dir": str(tmp_path / "c")})]:
+        if name == "hf-text":
+            pytest.importorskip("datasets")
+        with pytest.raises(FlopsFitError, match=rf"^{name}: validation_fraction is the share of the text held out, "
+                                                rf"between 0 and 1 \(e.g. 0.05\), got {fraction!r}$"):
+            flops_fit.create_dataset(name, "train", validation_fraction=fraction, seq_len=8, **config)
+
+
 def test_unknown_split_is_refused():
     with pytest.raises(FlopsFitError, match="has no split 'test'"):
         flops_fit.create_dataset("python-stdlib", "test")
@@ -263,6 +309,21 @@ def test_an_image_folder_tree_is_read_split_and_sizes_the_model(tmp_path):
         flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "nothing"))
 
 
+def test_a_class_folder_without_images_is_refused_naming_it(tmp_path):
+    """An empty class folder (or one of notes only) was counted by num_classes, so the model's head had classes
+    the data never gives (5 outputs for 3 classes here), and the sweep trained without a word."""
+    _write_image_folder(tmp_path / "pets")
+    (tmp_path / "pets" / "ant").mkdir()
+    (tmp_path / "pets" / "notes").mkdir()
+    (tmp_path / "pets" / "notes" / "readme.txt").write_text("labels from the shelter")
+    with pytest.raises(FlopsFitError, match=r"^image-folder: class folder\(s\) \['ant', 'notes'\] under '.*pets' hold no "
+                                            r"training images \(\.png, .*\); put images in them, or remove them$"):
+        flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "pets"), image_size=8)
+    for name in ("ant", "notes"):
+        shutil.rmtree(tmp_path / "pets" / name)
+    assert len(flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "pets"), image_size=8)) == 12
+
+
 def test_an_image_folder_with_files_that_are_not_images_names_them(tmp_path):
     """A damaged file among the images was a PIL traceback out of `flops-fit plan`; now one line naming it."""
     _write_image_folder(tmp_path / "pets")
@@ -287,6 +348,37 @@ def test_augmentation_is_a_crop_and_flip_fixed_by_the_batch():
     many = ImageTensors(images.repeat(16, 1, 1, 1), torch.zeros(32, dtype=torch.long), [0.0], [1.0], flip=True)
     flipped = (many.get_batch(np.arange(32))["images"] != images.repeat(16, 1, 1, 1)).flatten(1).any(1)
     assert 4 < int(flipped.sum()) < 28  # about half mirrored
+
+
+def test_hf_images_with_class_names_for_labels_is_refused_with_the_fix(tmp_path):
+    """Labels that are names ("cat", "dog") failed in torch as "ValueError: too many dimensions 'str'"."""
+    datasets = pytest.importorskip("datasets", reason="hf-images needs `datasets` (pip install 'flops-fit[data]')")
+    from PIL import Image
+
+    pixels = np.random.default_rng(0).integers(0, 256, (20, 10, 10, 3), dtype=np.uint8)
+    table = datasets.Dataset.from_dict({"image": [Image.fromarray(p) for p in pixels],
+                                        "label": ["cat", "dog"] * 10}).cast_column("image", datasets.Image())
+    table.to_parquet(str(tmp_path / "named.parquet"))
+    with pytest.raises(FlopsFitError, match=r"^hf-images: the column 'label' holds str labels \(the first: '(cat|dog)'\), "
+                                            r"not class indices; map them to 0 to num_classes - 1 \(datasets: "
+                                            r"class_encode_column\('label'\)\), or name the column of indices"):
+        flops_fit.create_dataset("hf-images", "train", data_files=str(tmp_path / "named.parquet"), image_size=8,
+                                 num_classes=2)
+    table.class_encode_column("label").to_parquet(str(tmp_path / "indexed.parquet"))
+    train = flops_fit.create_dataset("hf-images", "train", data_files=str(tmp_path / "indexed.parquet"), image_size=8,
+                                     num_classes=2)
+    assert len(train) == 18 and set(train.labels.tolist()) == {0, 1}
+
+
+def test_hf_images_from_an_empty_file_or_a_missing_folder_is_one_line(tmp_path):
+    """An empty jsonl raised a bare StopIteration out of datasets; a missing save_to_disk folder its FileNotFoundError."""
+    pytest.importorskip("datasets", reason="hf-images needs `datasets` (pip install 'flops-fit[data]')")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(FlopsFitError, match=r"^hf-images: '.*empty\.jsonl' holds no records; name files that hold "
+                                            r"the images$"):
+        flops_fit.create_dataset("hf-images", "train", data_files=str(tmp_path / "empty.jsonl"), num_classes=2)
+    with pytest.raises(FlopsFitError, match=r"^hf-images: cannot load '.*saved': FileNotFoundError: "):
+        flops_fit.create_dataset("hf-images", "train", path=str(tmp_path / "saved"), num_classes=2)
 
 
 def test_parquet_and_save_to_disk_images_through_datasets(tmp_path):

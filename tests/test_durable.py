@@ -12,7 +12,7 @@ import pytest
 import sweep_support
 from safetensors.torch import load_file
 
-from flops_fit.errors import Interrupted
+from flops_fit.errors import DataError, Interrupted
 from flops_fit.executors.stopping import clear_stop, request_stop
 from flops_fit.sweeps.planner import plan
 from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
@@ -148,3 +148,32 @@ def test_sigkill_anywhere_then_resume_gives_the_uninterrupted_result(spec, refer
     assert final["resumed"] == 9
     assert final["loss"] == reference.loss and final["curve"] == reference.curve  # bitwise
 
+
+
+def test_a_run_resumed_on_data_that_changed_since_its_checkpoint_fails_with_the_reason(tmp_path):
+    """A corpus edited between a stop and the resume: the checkpoint's data order (a permutation of the old
+    windows) was taken over for the new ones, indexing past them when there were fewer, without a word."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(400)))
+    options = sweep_support.small_plan_options(budgets=[2.1e7], dataset="text-files", seq_len=16,
+                                               dataset_config={"paths": [str(corpus)]})
+    spec = plan(host=HOST, **options).runs[1]
+    policy = CheckpointPolicy(str(tmp_path / "checkpoints"), seconds=600)
+    reports = []
+
+    def stop_at_second_point(run_id, done, total, loss):
+        reports.append(done)
+        if len(reports) == 3:
+            request_stop()
+
+    try:
+        with pytest.raises(Interrupted):
+            train(spec, stop_at_second_point, host=HOST, checkpoints=policy)
+    finally:
+        clear_stop()
+    assert list_checkpoints(policy.run_dir(spec.run_id))
+    corpus.write_text(corpus.read_text()[: len(corpus.read_text()) // 2])  # half the windows
+    with pytest.raises(DataError, match=r"^the training data has \d+ samples, but the checkpoint's data order is of "
+                                        r"\d+: the data changed since the run was checkpointed .*restore the data, or "
+                                        r"train the run from its start"):
+        train(spec, host=HOST, checkpoints=policy)

@@ -73,6 +73,8 @@ def test_a_sample_does_not_depend_on_its_batch():
     ({"rotation": -1}, "rotation is the largest angle"),
     ({"inverted": 1.5}, "inverted is a probability"),
     ({"texture": -0.1}, "texture is a strength"),
+    ({"seed": "a"}, r"^glyphs: seed is an integer that picks the corpus, got 'a'$"),  # these two were TypeErrors
+    ({"clutter": "0.5"}, r"^glyphs: clutter is a number, got '0.5'$"),
 ])
 def test_bad_knobs_are_refused_by_name(options, message):
     with pytest.raises(DataError, match=message):

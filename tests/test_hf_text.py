@@ -102,6 +102,9 @@ def test_tinystories_from_local_parquet_with_a_learnt_bpe(tmp_path):
     ({"data_files": "/nonexistent/*.parquet"}, "matches no file"),
     ({"data_files": {"test": "x.parquet"}}, "maps the splits"),
     ({"max_documents": 0}, "must be a positive integer"),
+    ({"data_files": "x.jsonl", "separator": 3},  # these two failed as a TypeError joining the records, or no field None
+     r"^hf-text: separator is the text put between records \(default a blank line, \"\\n\\n\"\), got 3$"),
+    ({"data_files": "x.jsonl", "text_field": None}, r"^hf-text: text_field names the records' field that holds the text"),
 ])
 def test_bad_configurations_are_refused_with_the_fix(config, message):
     with pytest.raises(FlopsFitError, match=message):
@@ -163,3 +166,35 @@ def test_a_proxy_or_offline_mode_already_asked_for_is_not_probed(probed_afresh, 
     monkeypatch.delenv("HTTPS_PROXY")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # the hub kept on, unprobed
     assert probed_afresh.unreachable() is None
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_text_field_of_numbers_is_refused_naming_the_field_and_its_type(tmp_path, streaming):
+    """Records whose text field holds numbers: the token cache failed with "object of type 'int' has no len()",
+    naming neither the field nor the fix."""
+    path = tmp_path / "numbers.jsonl"
+    path.write_text("".join(json.dumps({"text": i, "story": s}) + "\n" for i, s in enumerate(STORIES)))
+    with pytest.raises(FlopsFitError, match=r"hf-text: the field 'text' holds int values \(the first: 0\), not text; "
+                                            r"their fields are \['story', 'text'\]: pass text_field="):
+        flops_fit.create_dataset("hf-text", "train", data_files=str(path), seq_len=8, streaming=streaming,
+                                 cache_dir=str(tmp_path / "cache"))
+    data = flops_fit.create_dataset("hf-text", "train", data_files=str(path), text_field="story", seq_len=8,
+                                    streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    assert stream(data).startswith("Story ")
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_an_empty_jsonl_is_refused_as_empty_and_one_beside_records_adds_nothing(tmp_path, streaming):
+    """An empty jsonl: datasets' reader raised a bare StopIteration ("cannot load split 'train' of ...: StopIteration: "),
+    alone or first among files that hold records."""
+    empty = tmp_path / "a-empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(FlopsFitError, match=r"hf-text: .*a-empty\.jsonl is empty: it holds no records; name files"):
+        flops_fit.create_dataset("hf-text", "train", data_files=str(empty), seq_len=8, streaming=streaming,
+                                 cache_dir=str(tmp_path / "cache"))
+    full = write_jsonl(tmp_path / "b-stories.jsonl", STORIES)
+    both = flops_fit.create_dataset("hf-text", "train", data_files=[str(empty), str(full)], seq_len=8,
+                                    streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    alone = flops_fit.create_dataset("hf-text", "train", data_files=str(full), seq_len=8, streaming=streaming,
+                                     cache_dir=str(tmp_path / "cache"))
+    assert stream(both) == stream(alone)

@@ -17,13 +17,14 @@ import sweep_support
 
 import flops_fit
 from flops_fit.cli.main import main
-from flops_fit.errors import FitInputError, PlanError, TrackingWarning
+from flops_fit.errors import FitInputError, FlopsFitError, PlanError, TrackingWarning
 from flops_fit.executors.stopping import clear_stop, request_stop
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.config import parse_config
 from flops_fit.sweeps.driver import sweep
 from flops_fit.sweeps.planner import plan
-from flops_fit.tracking import OPENERS, TrackingOptions, destination, parse_tracking
+from flops_fit.tracking import OPENERS, Trackers, TrackingOptions, destination, parse_tracking
+from flops_fit.tracking.options import SWEEP_KEY, TrackedRun
 from flops_fit.tracking.tensorboard_backend import TensorBoardTracker
 from flops_fit.training.checkpoint import CheckpointPolicy, list_checkpoints
 from flops_fit.training.loop import train
@@ -130,6 +131,7 @@ def test_the_tracking_options_accept_a_table_a_list_or_a_name_and_refuse_the_res
     assert parse_tracking(["wandb"]) == TrackingOptions(("wandb",))
     table = parse_tracking({"backends": ["mlflow"], "dir": "/logs", "experiment": "e", "wandb_mode": "online"})
     assert (table.dir, table.experiment, table.wandb_mode) == ("/logs", "e", "online")
+    assert parse_tracking({"backends": ["mlflow"], "experiment": "lab/runs:2"}).experiment == "lab/runs:2"  # MLflow's
     for value, message in [
         (["tensorbord"], "tracking.backends: unknown backend 'tensorbord'; the backends are tensorboard, mlflow, wandb"),
         ({"backends": []}, "tracking.backends must list one or more of tensorboard, mlflow, wandb"),
@@ -137,6 +139,10 @@ def test_the_tracking_options_accept_a_table_a_list_or_a_name_and_refuse_the_res
         ({"backends": ["mlflow"], "project": "x"}, "tracking: unknown key(s) ['project']; the keys are"),
         ({"backends": ["wandb"], "wandb_mode": "cloud"}, "tracking.wandb_mode must be one of 'offline', 'online'"),
         ({"backends": ["mlflow", "mlflow"]}, "tracking.backends names a backend twice"),
+        ({"backends": ["wandb"], "experiment": "lab/runs:2"},  # W&B refused it as each run opened: untracked
+         "tracking.experiment 'lab/runs:2' names the W&B project, and W&B refuses a name that holds '/:'; use at "
+         "most 128 characters without any of '/\\\\#?%:'"),
+        ({"backends": ["wandb"], "experiment": "x" * 129}, "tracking.experiment 'xxx"),
         (3, "tracking must be a table like"),
     ]:
         with pytest.raises(PlanError) as caught:
@@ -499,3 +505,56 @@ def test_fitting_an_untracked_sweep_logs_nothing_unless_asked(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert err.startswith("flops-fit: tracking backend 'mlflow' failed to open its run (ModuleNotFoundError: ")
     assert err.count("\n") == 1 and err.endswith("it is switched off and flops-fit goes on without it\n")
+
+
+def test_an_mlflow_server_that_does_not_answer_is_switched_off_with_the_fix(tmp_path, monkeypatch):
+    """A tracking URI whose server is down: MLflow's client retried for about four minutes before the sweep's run
+    failed to open (here its retries are off, so the old code fails at once, with MLflow's own message)."""
+    import socket
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    options = TrackingOptions(("mlflow",), mlflow_uri=f"http://127.0.0.1:{port}")
+    where = destination(options, tmp_path / "down", "plan-1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trackers = Trackers(where, TrackedRun(SWEEP_KEY, "sweep", "sweep"))
+    assert trackers.backends == []
+    assert tracking_warnings(caught) == [
+        f"tracking backend 'mlflow' failed to open its run (ConnectionError: the MLflow tracking server "
+        f"http://127.0.0.1:{port} does not answer (Connection refused); start it, or set [tracking] mlflow_uri "
+        "(or MLFLOW_TRACKING_URI) to one that does); it is switched off and flops-fit goes on without it"]
+
+
+def test_a_tracking_folder_that_cannot_be_written_is_refused_before_any_run(tmp_path):
+    """[tracking] dir under a file: each backend warned that it failed to open its run and was switched off, and the
+    whole sweep trained untracked; the preflight now refuses it with the fix, and records nothing."""
+    (tmp_path / "a-file").write_text("")
+    options = {"budgets": [2e7], "tracking": {"backends": ["tensorboard", "mlflow"], "dir": str(tmp_path / "a-file" / "t")}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(FlopsFitError) as refused:
+            run(tmp_path / "out", **options)
+    assert str(refused.value) == (f"tracking folder {tmp_path / 'a-file' / 't'} cannot be written ({tmp_path / 'a-file'} "
+                                  "is not a writable folder): choose another [tracking] dir, or train untracked "
+                                  "(--tracking off)")
+    assert tracking_warnings(caught) == []
+    assert RunStore(tmp_path / "out").counts() == {}  # the plan was not recorded: the folder takes the corrected sweep
+    options["tracking"]["dir"] = str(tmp_path / "logs")
+    assert set(run(tmp_path / "out", **options).runs.status) == {"done"}
+
+
+def test_a_sweep_folder_name_w_and_b_refuses_as_its_project_is_refused_before_any_run(tmp_path):
+    """The W&B project defaults to the sweep folder's name: a folder named "lab:1" trained the whole sweep untracked
+    in W&B after one warning; the preflight refuses it, naming the fix, and records nothing."""
+    with pytest.raises(FlopsFitError) as refused:
+        run(tmp_path / "lab:1", budgets=[2e7], tracking=["wandb"])
+    assert str(refused.value) == ("the sweep folder's name 'lab:1' names the W&B project, and W&B refuses a name that "
+                                  "holds ':'; use at most 128 characters without any of '/\\\\#?%:' (or name the "
+                                  "project: [tracking] experiment = \"...\")")
+    assert RunStore(tmp_path / "lab:1").counts() == {}
+    run(tmp_path / "lab:2", budgets=[2e7], tracking=["tensorboard"])  # other backends take any folder name

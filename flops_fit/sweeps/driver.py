@@ -42,7 +42,7 @@ from flops_fit.sweeps.planner import plan
 from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight, writable_checkpoints
 from flops_fit.sweeps.progress import SESSION_META, SweepDisplay, work_of
 from flops_fit.tracking.base import SweepTracker, sweep_destination
-from flops_fit.tracking.options import Destination
+from flops_fit.tracking.options import Destination, destination
 from flops_fit.training.checkpoint import CheckpointPolicy, load_result, remove_checkpoints
 from flops_fit.training.launch import launched_for
 from flops_fit.training.task import (
@@ -258,7 +258,9 @@ def run_plan(
                     store.unfinished(plan)
                 todo = [r for r in todo if only is None or r.run_id in only]
                 checks = EXTERNAL_CHECKS if plan.options.trainer is not None else None
-                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks)
+                tracked = plan.options.tracking
+                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks,
+                          tracking=tracked and destination(tracked, out_dir, ""))
             if new:
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
             if record_only:

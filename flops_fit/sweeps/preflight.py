@@ -31,6 +31,7 @@ from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunSpec
 from flops_fit.sweeps.memory import check_memory
+from flops_fit.tracking.options import Destination, check_wandb_project
 from flops_fit.training.checkpoint import CheckpointPolicy
 from flops_fit.training.command import script_path
 from flops_fit.training.data import check_sequence_length, gather
@@ -55,6 +56,7 @@ class Context:
     host: Any = None
     samples: dict[str, int] = field(default_factory=dict)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tracking: Destination | None = None  # where and under what name the trackers write, when the sweep is tracked
 
 
 def dataset_key(run: RunSpec) -> str:
@@ -213,6 +215,22 @@ def writable_checkpoints(policy: CheckpointPolicy) -> Path:
     return existing
 
 
+def check_tracking(plan: Any, context: Context) -> None:
+    """The trackers' folder can be made and written, and W&B takes the project name (by default the sweep
+    folder's): otherwise the backends failed to open their runs, warned and were switched off, and the
+    sweep trained untracked."""
+    if context.tracking is None:
+        return
+    if "wandb" in context.tracking.backends and context.tracking.options.experiment is None:
+        check_wandb_project(context.tracking.experiment, "the sweep folder's name", PreflightError,
+                            " (or name the project: [tracking] experiment = \"...\")")
+    folder = Path(context.tracking.dir)
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir() or not _can_write_in(existing):
+        raise PreflightError(f"tracking folder {folder} cannot be written ({existing} is not a writable folder): "
+                             "choose another [tracking] dir, or train untracked (--tracking off)")
+
+
 def _size(n: int) -> str:
     """Bytes in GB, or MB below one GB (two small sizes both read "0.02 GB")."""
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
@@ -296,17 +314,21 @@ def _cuda() -> bool:
 Check = Callable[[Any, Context], None]
 # In order: the datasets first (the model check runs on their held-out batch, the checkpoint
 # check counts their samples).
-CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_run_memory, check_checkpoint_folder]
+CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_run_memory, check_checkpoint_folder,
+                       check_tracking]
 # a sweep trained by its [train] command: flops-fit builds no model nor dataset of it
-EXTERNAL_CHECKS: list[Check] = [check_train_command, check_checkpoint_folder]
+EXTERNAL_CHECKS: list[Check] = [check_train_command, check_checkpoint_folder, check_tracking]
 
 
 def preflight(plan: Any, runs: list[RunSpec] | None = None, *, checkpoints: CheckpointPolicy | None = None,
-              concurrent: int = 1, host: Any = None, checks: list[Check] | None = None) -> Context:
+              concurrent: int = 1, host: Any = None, checks: list[Check] | None = None,
+              tracking: Destination | None = None) -> Context:
     """Run ``checks`` (default ``CHECKS``) on ``runs`` (default: all of ``plan``'s); raise the
-    first problem as a ``FlopsFitError``. ``concurrent``: how many runs train at once."""
+    first problem as a ``FlopsFitError``. ``concurrent``: how many runs train at once;
+    ``tracking``: where a tracked sweep's trackers write."""
     runs = list(plan.runs if runs is None else runs)
-    context = Context(runs, checkpoints, max(1, min(concurrent, len(runs))), host)
+    context = Context(runs, checkpoints, max(1, min(concurrent, len(runs))), host,
+                      tracking=tracking)
     if runs:
         for check in CHECKS if checks is None else checks:
             check(plan, context)

@@ -13,7 +13,9 @@ tracking server, whose search is indexed, by that tag.
 from __future__ import annotations
 
 import os
+import socket
 import time
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,23 @@ from typing import Any
 from flops_fit.tracking.options import SWEEP_KEY, Destination, TrackedRun
 
 STATUS = {"done": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+PROBE_SECONDS = 5.0  # how long a tracking server's address may take to accept a connection
+PROXIES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def check_server(uri: str) -> None:
+    """Refuse in seconds a tracking server that accepts no connection: MLflow's client retried its first
+    request for about four minutes (seven retries, backing off) before it failed, holding the sweep's start.
+    Not probed through a proxy, which alone may reach the server."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https") or any(os.environ.get(name) for name in PROXIES):
+        return
+    try:
+        socket.create_connection((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)),
+                                 timeout=PROBE_SECONDS).close()
+    except OSError as exc:
+        raise ConnectionError(f"the MLflow tracking server {uri} does not answer ({exc.strerror or exc}); start "
+                              "it, or set [tracking] mlflow_uri (or MLFLOW_TRACKING_URI) to one that does") from None
 MAX_PARAM_LENGTH = 6000  # MLflow refuses longer parameter values
 
 
@@ -74,6 +93,7 @@ class MlflowTracker:
             # MLflow keeps one store per URI for the process: if the folder was deleted since
             # (a sweep folder removed and run again), only a new FileStore makes it again.
             FileStore(uri)
+        check_server(uri)
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=uri)

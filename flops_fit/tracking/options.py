@@ -91,7 +91,23 @@ def parse_tracking(value: Any, what: str = "tracking", error: type[Exception] = 
             out[key] = _text(value[key], f"{what}.{key}", error)
     if value.get("wandb_mode") is not None:
         out["wandb_mode"] = one_of(value["wandb_mode"], WANDB_MODES, f"{what}.wandb_mode", error)
+    if "wandb" in out["backends"] and "experiment" in out:
+        check_wandb_project(out["experiment"], f"{what}.experiment", error)
     return TrackingOptions(**out)
+
+
+# W&B refuses a project name with these characters, or longer than 128 (its settings' validator)
+WANDB_PROJECT_CHARACTERS = "/\\#?%:"
+
+
+def check_wandb_project(name: str, what: str, error: type[Exception], where: str = "") -> None:
+    """Refuse here a name W&B would refuse when each run opens (a warning per process, the sweep untracked);
+    ``where`` says where else the name may be given."""
+    found = "".join(c for c in WANDB_PROJECT_CHARACTERS if c in name)
+    if found or len(name) > 128:
+        why = f"holds {found!r}" if found else f"has {len(name)} characters"
+        raise error(f"{what} {name!r} names the W&B project, and W&B refuses a name that {why}; use at most 128 "
+                    f"characters without any of {WANDB_PROJECT_CHARACTERS!r}{where}")
 
 
 @dataclass(frozen=True)

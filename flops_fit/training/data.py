@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from flops_fit.errors import DataError
 from flops_fit.store.runs import RunSpec
 
 
@@ -35,7 +36,13 @@ class Batches:
         return np.concatenate(parts)
 
     def seek(self, generator: dict[str, Any], order: np.ndarray, pos: int) -> None:
-        """Continue from a saved position (copies: the saved state stays as it was)."""
+        """Continue from a saved position (copies: the saved state stays as it was). An order of another
+        length was made for other data: it went on silently over the new samples, or indexed past them."""
+        if len(order) != self.n:
+            raise DataError(f"the training data has {self.n} samples, but the checkpoint's data order is of "
+                            f"{len(order)}: the data changed since the run was checkpointed (an edited corpus, "
+                            "another tokenizer); restore the data, or train the run from its start (remove its "
+                            "checkpoints)")
         self.rng.bit_generator.state = copy.deepcopy(generator)
         self.order, self.pos = np.array(order, copy=True), int(pos)
 

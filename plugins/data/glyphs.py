@@ -23,6 +23,7 @@ Cyrillic A...) are left out, so no two classes are the same picture.
 from __future__ import annotations
 
 import functools
+import numbers
 from pathlib import Path
 
 import numpy as np
@@ -234,6 +235,12 @@ def build_glyphs(split: str, seed: int = 0, num_classes: int = len(CHARACTERS), 
     largest rotation in degrees, ``clutter`` the share of samples with clutter, ``noise`` the
     pixel noise's standard deviation, ``texture`` the background texture's largest strength,
     ``inverted`` the share of light glyphs on a dark ground (the rest are dark on light)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):  # a string failed in the hash as "unsupported operand"
+        raise DataError(f"glyphs: seed is an integer that picks the corpus, got {seed!r}")
+    for name, value in {"rotation": rotation, "clutter": clutter, "noise": noise, "texture": texture,
+                        "inverted": inverted}.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):  # else: "'<=' not supported ..."
+            raise DataError(f"glyphs: {name} is a number, got {value!r}")
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or not 2 <= num_classes <= len(CHARACTERS):
         raise DataError(f"glyphs: num_classes is the number of characters, 2 to {len(CHARACTERS)}, got {num_classes!r}")
     if isinstance(image_size, bool) or not isinstance(image_size, int) or not 8 <= image_size <= 128:

@@ -23,6 +23,7 @@ from flops_fit.plugins.data.text_data import (
     SPLITS,
     TOKENIZER_SAMPLE_BYTES,
     TokenWindows,
+    check_fraction,
     check_split,
     expand,
     file_identity,
@@ -127,7 +128,11 @@ class _Corpus:
         datasets = _datasets()
         try:
             if self.files is not None:
-                return datasets.load_dataset(self.builder, data_files={split: [str(f) for f in self.files[split]]},
+                files = [str(f) for f in self.files[split] if f.stat().st_size]  # an empty file holds no records
+                if not files:  # datasets' readers raised a bare StopIteration
+                    raise DataError(f"{self.name}: {self.where(split)} is empty: it holds no records; "
+                                    "name files that hold the corpus")
+                return datasets.load_dataset(self.builder, data_files={split: files},
                                              split=split, streaming=self.streaming)
             if self.saved:
                 data = datasets.load_from_disk(self.path)
@@ -135,6 +140,8 @@ class _Corpus:
                 return data.to_iterable_dataset() if self.streaming else data
             return datasets.load_dataset(self.path, self.config, split=split, revision=self.revision,
                                          streaming=self.streaming)
+        except DataError:
+            raise
         except Exception as exc:  # missing or unreadable files, no network: the library's own exceptions
             raise DataError(f"{self.name}: cannot load split {split!r} of {self.where(split)}: {_reason(exc)}"
                             f"{offline}") from None
@@ -167,7 +174,13 @@ def _texts(corpus: _Corpus, split: str, text_field: str) -> Iterator[str]:
         if text_field not in batch:
             raise DataError(f"{corpus.name}: the records have no field {text_field!r}; their fields are "
                             f"{sorted(batch)}: pass text_field=...")
-        yield from (t for t in batch[text_field] if t is not None)
+        texts = [t for t in batch[text_field] if t is not None]  # a record without text adds none
+        other = next((t for t in texts if not isinstance(t, str)), None)
+        if other is not None:  # else it failed later as "object of type 'int' has no len()", naming nothing
+            raise DataError(f"{corpus.name}: the field {text_field!r} holds {type(other).__name__} values "
+                            f"(the first: {repr(other)[:40]}), not text; their fields are {sorted(batch)}: "
+                            "pass text_field=... naming the field that holds the text")
+        yield from texts
 
 
 def _joined(texts: Iterable[str], separator: str, keep: Callable[[int], bool], limit: int | None) -> Iterator[str]:
@@ -199,6 +212,8 @@ def _sources(corpus: _Corpus, text_field: str, separator: str, max_documents: in
             "max_documents": max_documents}
     sizes = {s: sum(f.stat().st_size for f in fs) for s, fs in (corpus.files or {}).items()}
     held_out = "validation" not in own
+    if held_out:  # the corpus's own validation split needs no share held out
+        check_fraction(corpus.name, validation_fraction)
     sources = {}
     for split in SPLITS:
         if held_out:  # a stable share of the training records, by position
@@ -244,6 +259,11 @@ def _build(name: str, split: str, o: dict[str, Any]) -> TokenWindows:
     limit = o.get("max_documents")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
         raise DataError(f"{name}: the number of records to read must be a positive integer or None, got {limit!r}")
+    if not isinstance(o["text_field"], str) or not o["text_field"]:
+        raise DataError(f"{name}: text_field names the records' field that holds the text, got {o['text_field']!r}")
+    if not isinstance(o["separator"], str):  # else a TypeError as the records were joined
+        raise DataError(f"{name}: separator is the text put between records (default a blank line, \"\\n\\n\"), "
+                        f"got {o['separator']!r}")
     corpus = _Corpus(name, o.get("path"), o.get("data_files"), o.get("config"), o.get("revision"), o["streaming"])
     sources = _sources(corpus, o["text_field"], o["separator"], limit, o["validation_fraction"])
     return windows(name, sources, split, o["seq_len"], o["vocab_size"], o["tokenizer"], o["cache_dir"],

@@ -161,6 +161,11 @@ def build_image_folder(split: str, root: str | None = None, image_size: int = 32
     classes = sorted({c for c, _ in files["train"]})
     if not classes:
         raise DataError(f"image-folder: no images ({', '.join(IMAGE_SUFFIXES)}) in class folders under {root!r}")
+    train_root = splits["train"] if split_folders else root
+    empty = sorted(c for c in os.listdir(train_root) if os.path.isdir(os.path.join(train_root, c)) and c not in classes)
+    if empty:  # num_classes counts every class folder (configure_image_folder): the model got a class never seen
+        raise DataError(f"image-folder: class folder(s) {empty} under {train_root!r} hold no training images "
+                        f"({', '.join(IMAGE_SUFFIXES)}); put images in them, or remove them")
     mode = "L" if in_chans == 1 else "RGB"
 
     def load(pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,17 +201,15 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
         raise DataError("hf-images needs the `datasets` library: pip install 'flops-fit[data]'") from None
     if (data_files is None) == (path is None):
         raise DataError("hf-images needs data_files=... (parquet/arrow/json files) or path=... (a save_to_disk folder)")
-    if path is not None:
-        loaded = datasets.load_from_disk(path)
-    else:
-        files = data_files if isinstance(data_files, dict) else {"train": data_files}
-        first = str(next(iter(files.values()))[0] if isinstance(next(iter(files.values())), list)
-                    else next(iter(files.values())))
-        kind = {".parquet": "parquet", ".arrow": "arrow", ".json": "json", ".jsonl": "json"}.get(
-            os.path.splitext(first)[1].lower())
-        if kind is None:
-            raise DataError(f"hf-images: {first!r} is not a parquet, arrow or json file")
-        loaded = datasets.load_dataset(kind, data_files=files)
+    try:
+        loaded = _load_images(datasets, data_files, path)
+    except DataError:
+        raise
+    except StopIteration:  # datasets' json reader on an empty file
+        raise DataError(f"hf-images: {data_files!r} holds no records; name files that hold the images") from None
+    except Exception as exc:  # a missing folder, a damaged file: the library's own exceptions, one line here
+        reason = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise DataError(f"hf-images: cannot load {path or data_files!r}: {type(exc).__name__}: {reason}") from None
     if isinstance(loaded, datasets.DatasetDict):
         held = next((loaded[k] for k in ("validation", "val", "test") if k in loaded), None)
         table = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
@@ -233,7 +236,8 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
         arrays = _pixels(((f"{part} record {i}", v) for i, v in enumerate(rows[image_field])), opened, mode,
                          image_size, "hf-images")
         images = torch.from_numpy(np.stack(arrays)).reshape(len(arrays), image_size, image_size, -1)
-        return images.permute(0, 3, 1, 2).contiguous(), torch.tensor(rows[label_field], dtype=torch.int64)
+        return images.permute(0, 3, 1, 2).contiguous(), torch.tensor(_class_indices(rows[label_field], label_field),
+                                                                     dtype=torch.int64)
 
     train_images, train_labels = tensors(table, "training")
     mean = train_images.float().mean((0, 2, 3)).tolist()
@@ -259,6 +263,31 @@ def _pixels(sources: Iterable[tuple[str, Any]], open_image: Callable[[Any], Any]
         raise DataError(f"{name}: {len(unreadable)} image(s) PIL cannot read: " + ", ".join(unreadable[:3])
                         + (" ..." if len(unreadable) > 3 else "") + "; remove or replace them")
     return arrays
+
+
+def _load_images(datasets: Any, data_files: Any, path: str | None) -> Any:
+    """The table(s) of a ``save_to_disk`` folder, or of parquet / arrow / json files."""
+    if path is not None:
+        return datasets.load_from_disk(path)
+    files = data_files if isinstance(data_files, dict) else {"train": data_files}
+    first = str(next(iter(files.values()))[0] if isinstance(next(iter(files.values())), list)
+                else next(iter(files.values())))
+    kind = {".parquet": "parquet", ".arrow": "arrow", ".json": "json", ".jsonl": "json"}.get(
+        os.path.splitext(first)[1].lower())
+    if kind is None:
+        raise DataError(f"hf-images: {first!r} is not a parquet, arrow or json file")
+    return datasets.load_dataset(kind, data_files=files)
+
+
+def _class_indices(labels: list[Any], field: str) -> list[Any]:
+    """Labels that are class indices; names ("cat") or missing labels failed in torch as "too many dimensions
+    'str'"."""
+    other = next((v for v in labels if isinstance(v, bool) or not isinstance(v, (int, np.integer))), None)
+    if other is not None:
+        raise DataError(f"hf-images: the column {field!r} holds {type(other).__name__} labels (the first: "
+                        f"{repr(other)[:40]}), not class indices; map them to 0 to num_classes - 1 (datasets: "
+                        f"class_encode_column({field!r})), or name the column of indices with label_field=")
+    return labels
 
 
 def _check_labels(labels: torch.Tensor, num_classes: int | None, name: str) -> None:

@@ -47,7 +47,8 @@ class TokenWindows:
         if seq_len < 2:
             raise DataError(f"{name}: seq_len must be at least 2, got {seq_len}")
         if len(tokens) < seq_len:
-            raise DataError(f"{name}: {len(tokens)} tokens cannot fill one window of seq_len={seq_len}")
+            raise DataError(f"{name}: {len(tokens)} tokens cannot fill one window of seq_len={seq_len}; give it "
+                            "more text (the held-out split: a larger validation_fraction) or a shorter seq_len")
         self.tokens, self.seq_len, self.token_bytes = tokens, seq_len, token_bytes
         self._offsets = np.arange(seq_len, dtype=np.int64)
 
@@ -85,6 +86,14 @@ def in_validation(key: str, fraction: float) -> bool:
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; text datasets have {SPLITS}")
+
+
+def check_fraction(name: str, fraction: Any) -> None:
+    """The held-out share is a number strictly between 0 and 1: 0 left the held-out split empty, 1.5 or -1 cut the
+    stream at a negative position (one split empty, or each what the other should be), a string a TypeError."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        raise DataError(f"{name}: validation_fraction is the share of the text held out, between 0 and 1 "
+                        f"(e.g. 0.05), got {fraction!r}")
 
 
 def split_files(files: Sequence[Path], root: Path | None, split: str, fraction: float) -> list[Path]:
@@ -224,6 +233,7 @@ def build_python_stdlib(
 ) -> TokenWindows:
     """The standard library's source, split by file, as bytes (vocabulary 256) or ``tokenizer``'s tokens."""
     check_split(split)
+    check_fraction("python-stdlib", validation_fraction)
     sources = _stdlib_sources(root, validation_fraction)
     return windows("python-stdlib", sources, split, seq_len, vocab_size, tokenizer, cache_dir,
                     tokenizer_sample_bytes, tokenizer_seed)
@@ -257,6 +267,7 @@ def build_text_files(
     """Any local text files, as bytes or ``tokenizer``'s tokens. With enough files the split is by
     file; otherwise the last ``validation_fraction`` of the concatenated bytes is held out."""
     check_split(split)
+    check_fraction("text-files", validation_fraction)
     if not paths:
         raise DataError("text-files needs paths=[...]: files, folders or glob patterns of text")
     files = expand(paths)
@@ -271,6 +282,21 @@ def build_text_files(
 
 
 TOKEN_DTYPES = ("uint16", "uint32")
+WIDTH_SAMPLE = 4096  # leading uint32 slots looked at for the other width's signature
+
+
+def _check_width(tokens: np.ndarray, source: str, dtype: str) -> None:
+    """Refuse a file that is plainly of the other width. uint32 ids read as uint16 have a zero high half in every
+    other slot (a model then trained on ids interleaved with 0s, or was told to grow its vocabulary); uint16 ids
+    read as uint32 put the next id in each high half (ids of millions). Judged on the file's first slots."""
+    head = np.asarray(tokens[:2 * WIDTH_SAMPLE])
+    if dtype == "uint16" and len(head) >= 2 and head[0::2].any() and not head[1::2].any():
+        other, why = "uint32", "every other uint16 in it is 0, as the high halves of uint32 ids are"
+    elif dtype == "uint32" and len(head) and (head >= 1 << 16).all():
+        other, why = "uint16", "every uint32 in it is 65,536 or more, as two uint16 ids read as one are"
+    else:
+        return
+    raise DataError(f"token-file: {source!r} looks like {other} ids, not {dtype}: {why}; set dtype = {other!r}")
 
 
 def build_token_file(
@@ -295,6 +321,8 @@ def build_token_file(
         raise DataError(f"token-file: dtype must be one of {TOKEN_DTYPES}, got {dtype!r}")
     if not path:
         raise DataError("token-file needs path=...: a flat binary file of uint16/uint32 token ids")
+    if not validation_path:
+        check_fraction("token-file", validation_fraction)
     source = validation_path if (split == "validation" and validation_path) else path
     if not os.path.isfile(source):
         raise DataError(f"token-file: {source!r} does not exist")
@@ -303,6 +331,7 @@ def build_token_file(
     if os.path.getsize(source) % np.dtype(dtype).itemsize:
         raise DataError(f"token-file: the size of {source!r} is not a multiple of {dtype}; wrong dtype?")
     tokens = np.memmap(source, dtype=dtype, mode="r")
+    _check_width(tokens, source, dtype)
     if not validation_path:
         tokens = _split_stream(tokens, split, validation_fraction)
     if vocab_size is not None and len(tokens) and int(tokens.max()) >= vocab_size:
