@@ -26,6 +26,7 @@ from typing import Any
 from flops_fit.parity.mapping import (
     Converted,
     KeyMapper,
+    positive_count,
     read_source,
     require_keys,
     unknown_options,
@@ -124,10 +125,9 @@ def head_counts(config: dict[str, Any], what: str) -> tuple[int, int]:
     if counts["num_key_value_heads"] is None:
         counts["num_key_value_heads"] = counts["num_attention_heads"]
     for key, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConversionError(f"{what}: config {key}={value!r} is not a number of heads (a positive integer)" + (
-                "; leave it out, or null, for one key/value head per attention head"
-                if key == "num_key_value_heads" else ""))
+        positive_count(value, f"config {key}", what, "a number of heads",
+                       "; leave it out, or null, for one key/value head per attention head"
+                       if key == "num_key_value_heads" else "")
     heads, kv_heads = counts["num_attention_heads"], counts["num_key_value_heads"]
     if heads % kv_heads:
         raise ConversionError(f"{what}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")

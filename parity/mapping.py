@@ -107,21 +107,26 @@ def require_keys(config: Mapping[str, Any], keys: Iterable[str], what: str) -> N
                               "or pass config={...} with them")
 
 
-def width_count(value: Any, name: str, what: str) -> int:
-    """``value`` as a model width; else ConversionError naming ``name`` (e.g. ``"config n_embd"``).
-    A 0 passed through and failed when our model was built, as 'size must be a positive integer',
-    naming neither the key nor the converter."""
+def positive_count(value: Any, name: str, what: str, noun: str, hint: str = "") -> int:
+    """``value`` as a positive integer; else ConversionError naming ``name`` (e.g. ``"config n_embd"``)
+    as not ``noun``, with ``hint`` after it (``int()`` cut fractions, and a 0 failed later, naming
+    neither the key nor the converter)."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConversionError(f"{what}: {name}={value!r} is not a width (a positive integer)")
+        raise ConversionError(f"{what}: {name}={value!r} is not {noun} (a positive integer){hint}")
     return value
+
+
+def width_count(value: Any, name: str, what: str) -> int:
+    """``value`` as a model width: a 0 failed when our model was built, as 'size must be a positive
+    integer'."""
+    return positive_count(value, name, what, "a width")
 
 
 def head_count(value: Any, name: str, width: int, what: str) -> int:
     """``value`` as a number of attention heads that splits ``width``; else ConversionError naming
     ``name`` (e.g. ``"config n_head"``). A count that does not divide the width failed later as
     'width=64 is not a valid size', and a fraction was cut to an integer."""
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConversionError(f"{what}: {name}={value!r} is not a number of heads (a positive integer)")
+    positive_count(value, name, what, "a number of heads")
     if width % value:
         raise ConversionError(f"{what}: {name}={value} does not divide the width {width} into heads; give the "
                               "count the checkpoint was trained with")
@@ -148,8 +153,7 @@ class KeyMapper:
         self.used: set[str] = set(self.dropped)
         self.missing: list[str] = []
         self.zeroed: list[str] = []
-        self.nonfinite: list[str] = []
-        self.nonfinite_keys: set[str] = set()
+        self.nonfinite: dict[str, str] = {}  # reference key -> how many of its values are NaN or inf
         self.out: dict[str, Any] = {}
 
     def has(self, key: str) -> bool:
@@ -162,11 +166,10 @@ class KeyMapper:
             return None
         self.used.add(key)
         value = self.tensors[key]
-        if value.is_floating_point() and key not in self.nonfinite_keys:
+        if value.is_floating_point() and key not in self.nonfinite:
             bad = int((~value.isfinite()).sum())
             if bad:
-                self.nonfinite_keys.add(key)
-                self.nonfinite.append(f"{key} ({bad} of {value.numel()} values)")
+                self.nonfinite[key] = f"{key} ({bad} of {value.numel()} values)"
         return value
 
     def map(self, dst: str, src: str, fn: Callable[[Any], Any] | None = None) -> None:
@@ -224,7 +227,7 @@ class KeyMapper:
         if unexpected:
             problems.append(("unexpected in the reference (no converter rule uses them)", unexpected))
         if self.nonfinite:
-            problems.append(("reference tensors holding NaN or inf", self.nonfinite))
+            problems.append(("reference tensors holding NaN or inf", list(self.nonfinite.values())))
         if self.zeroed:
             problems.append(("converted to all zeros although the reference tensor is not zero", self.zeroed))
         if problems:
