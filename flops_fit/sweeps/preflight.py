@@ -204,15 +204,20 @@ def _can_write_in(folder: Path) -> bool:
         return False
 
 
+def _writable_home(folder: Path, what: str, fix: str) -> Path:
+    """The existing folder ``folder`` is (or will be made) in; PreflightError naming ``what`` and ``fix``
+    unless it can be written."""
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir() or not _can_write_in(existing):
+        raise PreflightError(f"{what} {folder} cannot be written ({existing} is not a writable folder): {fix}")
+    return existing
+
+
 def writable_checkpoints(policy: CheckpointPolicy) -> Path:
     """The existing folder the checkpoint folder is (or will be made) in; PreflightError unless it can be
     written (`flops-fit train-run` asks too: a run failed on it stayed failed)."""
-    folder = Path(policy.directory)
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir() or not _can_write_in(existing):
-        raise PreflightError(f"checkpoint folder {folder} cannot be written ({existing} is not a writable folder): "
-                             "choose another checkpoint_dir (--checkpoint-dir), or checkpoint_seconds=0")
-    return existing
+    return _writable_home(Path(policy.directory), "checkpoint folder",
+                          "choose another checkpoint_dir (--checkpoint-dir), or checkpoint_seconds=0")
 
 
 def check_tracking(plan: Any, context: Context) -> None:
@@ -224,11 +229,8 @@ def check_tracking(plan: Any, context: Context) -> None:
     if "wandb" in context.tracking.backends and context.tracking.options.experiment is None:
         check_wandb_project(context.tracking.experiment, "the sweep folder's name", PreflightError,
                             " (or name the project: [tracking] experiment = \"...\")")
-    folder = Path(context.tracking.dir)
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir() or not _can_write_in(existing):
-        raise PreflightError(f"tracking folder {folder} cannot be written ({existing} is not a writable folder): "
-                             "choose another [tracking] dir, or train untracked (--tracking off)")
+    _writable_home(Path(context.tracking.dir), "tracking folder",
+                   "choose another [tracking] dir, or train untracked (--tracking off)")
 
 
 def _size(n: int) -> str:
