@@ -33,6 +33,24 @@ def reference(spec):
     return train(spec, host=HOST)
 
 
+def stopped_at_third_report(spec, policy):
+    """Train ``spec`` until its third progress report asks it to stop (it checkpoints and raises
+    Interrupted); the steps reported."""
+    reports = []
+
+    def stop_at_third_report(run_id, done, total, loss):
+        reports.append(done)
+        if len(reports) == 3:
+            request_stop()
+
+    try:
+        with pytest.raises(Interrupted):
+            train(spec, stop_at_third_report, host=HOST, checkpoints=policy)
+    finally:
+        clear_stop()
+    return reports
+
+
 def same_result(a, b):
     assert a.status == b.status == "done"
     assert a.loss == b.loss and a.curve == b.curve  # bitwise: exact float equality
@@ -41,18 +59,7 @@ def same_result(a, b):
 
 def test_a_stop_request_checkpoints_and_the_run_continues_bit_for_bit(spec, reference, tmp_path):
     policy = CheckpointPolicy(str(tmp_path), seconds=600)  # no timed checkpoint: only the stop saves
-    reports = []
-
-    def stop_at_second_point(run_id, done, total, loss):
-        reports.append(done)
-        if len(reports) == 3:
-            request_stop()
-
-    try:
-        with pytest.raises(Interrupted):
-            train(spec, stop_at_second_point, host=HOST, checkpoints=policy)
-    finally:
-        clear_stop()
+    reports = stopped_at_third_report(spec, policy)
     [saved] = list_checkpoints(policy.run_dir(spec.run_id))
     stopped_at = reports[-1]
     assert 0 < stopped_at < spec.tokens
@@ -159,18 +166,7 @@ def test_a_run_resumed_on_data_that_changed_since_its_checkpoint_fails_with_the_
                                                dataset_config={"paths": [str(corpus)]})
     spec = plan(host=HOST, **options).runs[1]
     policy = CheckpointPolicy(str(tmp_path / "checkpoints"), seconds=600)
-    reports = []
-
-    def stop_at_second_point(run_id, done, total, loss):
-        reports.append(done)
-        if len(reports) == 3:
-            request_stop()
-
-    try:
-        with pytest.raises(Interrupted):
-            train(spec, stop_at_second_point, host=HOST, checkpoints=policy)
-    finally:
-        clear_stop()
+    stopped_at_third_report(spec, policy)
     assert list_checkpoints(policy.run_dir(spec.run_id))
     corpus.write_text(corpus.read_text()[: len(corpus.read_text()) // 2])  # half the windows
     with pytest.raises(DataError, match=r"^the training data has \d+ samples, but the checkpoint's data order is of "
