@@ -375,6 +375,11 @@ def test_a_held_out_excess_is_never_printed_below_zero():
                     rows.append({"params": n, "tokens": d, "lr": lr, "batch": b, "loss": 2 + 400 / n ** 0.3 + 800 /
                                  d ** 0.3 + 0.05 * math.log(lr / best) ** 2 + 0.01 * abs(math.log(b / 48))})
     fitted = flops_fit.fit_rates(pd.DataFrame(rows), batch_col="batch", bootstrap=20)
-    assert min(f.heldout["excess"] for f in fitted.forms.values() if "excess" in (f.heldout or {})) < 0  # rounding
+    scored = [f for f in fitted.forms.values() if "excess" in (f.heldout or {})]
+    best = min(scored, key=lambda f: f.heldout["excess"])
+    # the form predicts the vertex itself, so its excess is 0 up to rounding, whose sign is the machine's
+    # (-1e-16 on some CPUs, 0.0 on others): the printout is checked on the negative case either way
+    assert abs(best.heldout["excess"]) < 1e-12
+    best.heldout["excess"] = -1e-16
     text = str(fitted)
     assert "-0.00%" not in text and "lowest held-out excess (+0.00% on the largest budget's cells)" in text

@@ -376,11 +376,17 @@ def test_intervals_of_resamples_that_all_repeat_the_fit_are_withheld(tmp_path, c
     assert fmt.with_interval(0.0, 0.0, 0.0) == "0 [0, 0]"  # a fixed term of 0 is no resampling
     path = tmp_path / "runs.csv"
     CHANCE_VIT.to_csv(path, index=False)
-    # isoflop was the one method that answered these runs at chance: now none does, each saying why
-    assert main(["fit", str(path), "--method", "all", "--bootstrap", "200", "--holdout", "none"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("flops-fit: error: no method could fit these runs: ") and "\nTraceback" not in err
-    assert "isoflop: failed: no finite, ordered answer (every budget has 3 sizes or fewer" in err
+    # isoflop was the one method that answered these runs at chance: now it is refused, saying why. Whether
+    # parametric's resamples of runs at chance diverge (refused) or stay finite (its N_opt interval withheld as
+    # spanning over 1000x) turns on the last bits of the CPU's exp and log: either way nothing unbounded is printed
+    code = main(["fit", str(path), "--method", "all", "--bootstrap", "200", "--holdout", "none"])
+    out, err = capsys.readouterr()
+    assert code in (0, 2) and "Traceback" not in err
+    assert "isoflop: failed: no finite, ordered answer (every budget has 3 sizes or fewer" in (err if code else out)
+    if code == 2:
+        assert err.startswith("flops-fit: error: no method could fit these runs: ")
+    else:
+        assert re.search(r"^parametric +\S+ \[withheld: spans over 1000x\]", out, re.M)
 
 
 def test_isoflop_on_three_sizes_a_budget_is_refused_for_resamples_that_cannot_vary():
@@ -641,7 +647,7 @@ def test_a_verdict_read_off_the_ends_of_few_resamples_says_so(weak):
     """Whether the weak sweep's parametric fit answered depended on --bootstrap: on 20 (or 50) resamples D_opt's
     upper end at 6e9 FLOPs was inf (two of 20 draws diverge), on 200 it was 2.25M. The rule reading the interval
     is right, but on 20 resamples each end is the most extreme draw: the refusal now says so."""
-    with pytest.raises(NoFitError, match=r"^parametric: failed: .*the D_opt interval at 6e\+09 FLOPs is \[121k, nan\]"
+    with pytest.raises(NoFitError, match=r"^parametric: failed: .*the D_opt interval at 6e\+09 FLOPs is \[\d+k, nan\]"
                                          r".*; on 20 resamples each end of the 95% interval is set by its most extreme "
                                          r"draw, so more resamples \(--bootstrap 1000, the default\) may judge it "
                                          r"otherwise; other methods may answer"):
