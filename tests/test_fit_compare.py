@@ -57,6 +57,38 @@ def test_a_loss_recipe_a_never_reaches_is_said_beyond_the_search_not_printed_as_
     assert worse.at_target.multiplier < 1 and "is worse" in worse.verdict()
 
 
+def test_the_verdict_answers_at_the_target_when_budgets_reach_past_it():
+    """--target 1e18 on runs swept to 1e19 (or --budgets 1e40) read the largest budget's multiplier into "at
+    C = <target>", and the trend divided that row's log change by the span to the target: B's lower floor here
+    is worth 1.75x at 1e20 and 3.86x at 1e22, and the verdict said "at C = 1e+20 FLOPs A needs 3.86 [3.86,
+    3.86]" with a trend of 0.241 (log(3.86 / 1.27) over two decades, not four)."""
+    a, b = stated(DEFAULT_LAW, draws=3), stated({**DEFAULT_LAW, "E": DEFAULT_LAW["E"] - 0.05}, draws=3)
+    result = compare_results(a, b, budgets=[1e18, 1e22], target=1e20)
+    m = dict(zip(result.table.budget, result.table.multiplier, strict=True))
+    assert m[1e18] < m[1e20] < m[1e22]  # a lower floor is worth more compute the larger the budget
+    assert result.at_target.budget == 1e20 and result.at_target.multiplier == m[1e20]
+    cell = dict(zip(result.table.budget, (row[3] for row in result.rows()), strict=True))
+    assert f"at C = 1e+20 FLOPs A needs {cell[1e20]} times" in result.verdict(), result.verdict()
+    # the trend runs over the budgets compared, smallest to largest
+    assert result.trend[0] == pytest.approx(np.log(m[1e22] / m[1e18]) / np.log(1e4), rel=1e-9)
+    below = compare_results(a, b, budgets=[1e15, 1e18], target=1e13)  # the target the smallest budget
+    assert "at C = 1e+13 FLOPs" in below.verdict() and below.at_target.budget == 1e13
+    assert np.isfinite(below.trend[0]) and "beyond the search" not in below.verdict(), below.verdict()
+
+
+def test_one_budget_compared_withholds_the_trend_without_a_numpy_warning():
+    """--budgets 1e20 --target 1e20 printed "d log M / d log C = nan." under numpy's "All-NaN slice
+    encountered": one budget has no trend."""
+    a, b = stated(DEFAULT_LAW, draws=3), stated(worth(DEFAULT_LAW, 2.0), draws=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = compare_results(a, b, budgets=[1e20], target=1e20)
+    assert "nan" not in result.verdict()
+    assert result.verdict().endswith("The multiplier's trend with scale is withheld: one budget compared; give two "
+                                     "or more (budgets=, CLI: --budgets) to see it.")
+    assert json.loads(result.to_json())["trend"] == {"estimate": None, "lo": None, "hi": None}
+
+
 def test_a_bound_interpolated_toward_an_unreachable_draw_is_beyond_the_search_not_a_huge_number():
     """``flops-fit compare demo demo --budgets 1e11 1e3`` printed the target's multiplier as "1 [0.25,
     3.48e+307]" and its trend's bound as 3.48e+307: the 97.5th percentile fell between a finite draw

@@ -3,8 +3,8 @@
 At compute C, recipe B reaches the loss L_B(C) of its compute-optimal frontier; recipe A needs
 C_A with L_A(C_A) = L_B(C). The multiplier is C_A / C: 2 means B is worth twice the compute.
 It is constant in C when the two laws scale alike, and drifts with C when they do not, so the
-comparison also reports the multiplier's trend (d log M / d log C from the smallest budget swept
-to the target) and the difference of the frontier exponents a and b.
+comparison also reports the multiplier's trend (d log M / d log C from the smallest budget compared
+to the largest, the target by default) and the difference of the frontier exponents a and b.
 
 Each fit's frontier is evaluated through the result itself (``result.frontier``) for every
 bootstrap draw; draw i of A is paired with draw i of B (the two fits resample with different
@@ -74,7 +74,9 @@ class Comparison:
 
     @property
     def at_target(self) -> pd.Series:
-        return self.table.iloc[-1]
+        """The target's row: budgets given past it (--budgets 1e40, --target 1e18 below the largest swept) come
+        after it, and the last row's multiplier was read as the target's."""
+        return self.table.loc[self.table.budget == self.target].iloc[0]
 
     def verdict(self) -> str:
         """One sentence on the multiplier at the target and how it moves with scale."""
@@ -105,6 +107,12 @@ class Comparison:
         if np.isinf(self.trend[0]):
             tail = ("The multiplier's trend with scale is withheld: the multiplier is beyond the search at some "
                     "budgets (see the note).")
+        elif len(self.table) < 2:  # it printed "d log M / d log C = nan."
+            tail = ("The multiplier's trend with scale is withheld: one budget compared; give two or more "
+                    "(budgets=, CLI: --budgets) to see it.")
+        elif np.isnan(self.trend[0]):
+            tail = ("The multiplier's trend with scale is withheld: the multiplier lies outside the search at both "
+                    "ends of the budgets compared (see the note).")
         elif np.isnan(self.trend[1]):
             tail = f"d log M / d log C = {slope}."
         elif self.trend[1] > 0:
@@ -280,10 +288,11 @@ def compare_results(a: Any, b: Any, *, target: float | None = None,
         notes.append(f"{', '.join(fmt.flops(v) for v in below)} FLOPs lie(s) below every budget either recipe swept "
                      f"(the smallest {fmt.flops(swept.min())}): both laws are read there where no run measured them")
     notes += _below_one(c, each, names)
-    span = np.log(target / c.min())
+    span = np.log(c.max() / c.min())  # the budgets compared, smallest to largest (the target by default)
     with np.errstate(all="ignore"):  # a multiplier below or beyond the search (0, inf): an infinite trend, withheld
         slope = {k: np.log(v["multiplier"][:, -1] / v["multiplier"][:, 0]) / span for k, v in estimates.items()}
-    trend = _estimate(slope["point"][0], slope.get("draws"), level)
+    # one budget compared has no trend (0 / 0: its draws' interval was numpy's All-NaN warning)
+    trend = _estimate(slope["point"][0], slope.get("draws"), level) if c.size > 1 else (np.nan,) * 3
     exponents = {}
     for k in ("a", "b"):
         if k in a.params and k in b.params:
