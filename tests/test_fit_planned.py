@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from flops_fit.fitting.decisions.planned import (
     MEASURED_DISTANCE,
     hull_distance,
 )
+from flops_fit.fitting.report.html_report import _planned_section
 from flops_fit.fitting.synthetic import DEFAULT_LAW, law_loss, synthetic_runs
 
 RESULT = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "planned_runs.json"
@@ -213,9 +215,29 @@ def test_a_planned_image_run_below_the_fitted_runs_counts_samples(frame):
     fitted = fit(images, "vpnls", bootstrap=0, tracking=False)
     middle = frame[frame.budget == 1e18].iloc[3]
     planned = fitted.loss_at(frame.params.min() / 10, middle.tokens)
-    (note,) = planned.notes
+    (note,) = [n for n in planned.notes if "below the fitted runs" in n]
     assert f"{fmt.count(frame.tokens.min())} samples): the extrapolation error" in note and "tokens" not in note
     assert "samples D" in planned.summary()
+
+
+def test_a_fit_without_draws_does_not_print_its_unmeasured_noise_as_zero(frame, tmp_path, capsys):
+    """--bootstrap 0 --at N:D printed "bootstrap +- 0.0%" (and --json "boot": 0.0): a noise never measured,
+    read as none. The part is "-" (null) now, and a note says the interval leaves it out."""
+    fitted = fit(frame, "vpnls", bootstrap=0, tracking=False)
+    planned = fitted.loss_at(1e9, 2e10)
+    assert np.isnan(planned.table.boot[0]) and planned.rows()[0][4] == "-"
+    assert "<td>-</td>" in _planned_section(fitted, ([1e9], [2e10]))  # the report's cell, not "\u00b1-"
+    assert any(n.startswith("no bootstrap draws (bootstrap=0): the interval leaves out the runs' noise")
+               for n in planned.notes), planned.notes
+    assert planned.to_dict()["runs"][0]["boot"] is None
+    lo, hi = planned.table.loss_lo[0], planned.table.loss_hi[0]
+    assert lo < planned.table.loss[0] < hi  # the interval keeps its other parts
+    csv = tmp_path / "runs.csv"
+    frame.to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--method", "vpnls", "--bootstrap", "0", "--tracking", "off", "--at", "1e9:2e10"]) == 0
+    out = capsys.readouterr().out
+    row = re.split(r"\s{2,}", out.split("Planned runs")[1].splitlines()[3])
+    assert row[4] == "-" and "note: no bootstrap draws" in out, row
 
 
 def test_a_planned_loss_far_from_the_runs_own_losses_is_withheld_with_the_reason(capsys):

@@ -39,6 +39,9 @@ EXTRAPOLATION_SLOPE = 0.0126
 MEASURED_DISTANCE = 4.31
 # A form counts as comparable when its RMS log residual is within this factor of the best form's.
 FORM_TOLERANCE = 1.5
+# A fit without bootstrap draws printed its bootstrap part as "0.0%", a noise it never measured.
+NO_DRAWS = ("no bootstrap draws (bootstrap=0): the interval leaves out the runs' noise (its bootstrap part is "
+            "unmeasured, '-'); fit with bootstrap resamples (e.g. --bootstrap 1000) for it")
 
 Triple = tuple[float, float, float]
 
@@ -254,13 +257,17 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
     ext = float(norm.ppf(0.5 + result.level / 2)) * slope * distance
     below = np.sqrt(boot[0] ** 2 + form[0] ** 2 + ext ** 2)
     above = np.sqrt(boot[1] ** 2 + form[1] ** 2 + ext ** 2)
+    # without draws the runs' noise is unmeasured, not zero: its part is NaN ("-"), and a note says so
     table = pd.DataFrame({"N": n_arr, "D": d_arr, "loss": point, "loss_lo": point * np.exp(-below),
                           "loss_hi": point * np.exp(above), "distance": distance,
-                          "boot": np.maximum(*boot), "form": np.maximum(*form), "extrapolation": ext})
+                          "boot": np.maximum(*boot) if len(result.samples) else np.nan,
+                          "form": np.maximum(*form), "extrapolation": ext})
+    unmeasured = [] if len(result.samples) else [NO_DRAWS]
     return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
                        label=result.runs.label, unit=result.runs.unit,
                        losses=result.runs.loss_range,
-                       notes=_below_notes(n_arr, d_arr, runs, result.runs.unit) + _beyond_notes(n_arr, d_arr, distance))
+                       notes=unmeasured + _below_notes(n_arr, d_arr, runs, result.runs.unit)
+                       + _beyond_notes(n_arr, d_arr, distance))
 
 
 def _beyond_notes(n: np.ndarray, d: np.ndarray, distance: np.ndarray) -> list[str]:

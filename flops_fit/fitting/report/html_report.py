@@ -204,7 +204,7 @@ def _planned_section(fitted: Any, at: tuple[Sequence[float], Sequence[float]]) -
         planned = fitted.loss_at(*at)
     except FitInputError as exc:
         return head + f"<p class=warn>{escape(exc)}</p>"
-    rows = [[*cells[:4], *(f"\u00b1{part}" for part in cells[4:])] for cells in planned.rows()]
+    rows = [[*cells[:4], *(part if part == "-" else f"\u00b1{part}" for part in cells[4:])] for cells in planned.rows()]
     return "\n".join([
         head, f"<p>From <b>{escape(planned.method)}</b> (comparable forms: {escape(', '.join(planned.forms))}). The "
         f"{100 * planned.level:g}% interval combines the bootstrap, the spread of the comparable law forms and an "
