@@ -89,6 +89,19 @@ def test_one_budget_compared_withholds_the_trend_without_a_numpy_warning():
     assert json.loads(result.to_json())["trend"] == {"estimate": None, "lo": None, "hi": None}
 
 
+@pytest.mark.parametrize("option, value, message", [
+    ("seed", "x", "seed must be a non-negative integer"),
+    ("where_a", "recipe=base", r"where_a must map columns to values, e\.g\. where_a=\{'recipe': 'muon'\}"),
+    ("where", "recipe=base", r"where must map columns to values"),
+])
+def test_a_seed_or_row_selection_of_the_wrong_type_is_named(option, value, message):
+    """compare(..., seed='x') ended in "TypeError: can only concatenate str (not "int") to str", and
+    where_a='recipe=base' in "TypeError: 'str' object is not a mapping": neither named the argument."""
+    runs = synthetic_runs(budgets=BUDGETS, sizes_per_budget=4, seed=1)
+    with pytest.raises(flops_fit.FitInputError, match=message):
+        flops_fit.compare(runs, runs, "vpnls", bootstrap=0, **{option: value})
+
+
 def test_a_bound_interpolated_toward_an_unreachable_draw_is_beyond_the_search_not_a_huge_number():
     """``flops-fit compare demo demo --budgets 1e11 1e3`` printed the target's multiplier as "1 [0.25,
     3.48e+307]" and its trend's bound as 3.48e+307: the 97.5th percentile fell between a finite draw

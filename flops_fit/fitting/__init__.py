@@ -338,6 +338,11 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
                               or not all(isinstance(n, str) for n in names)):
         raise FitInputError(f"names must be two names, A's and B's (e.g. names=('base', 'muon')), got {names!r}")
     check_budgets(target, budgets)  # before either recipe is fitted
+    check_sampling(bootstrap, seed, level)  # seed='x' ended in "can only concatenate str" at seed + 1
+    for option, rows in (("where", options.get("where")), ("where_a", where_a), ("where_b", where_b)):
+        if rows is not None and not isinstance(rows, Mapping):  # "'str' object is not a mapping"
+            raise FitInputError(f"{option} must map columns to values, e.g. {option}={{'recipe': 'muon'}} (CLI: "
+                                f"--{option.replace('_', '-')} COLUMN=VALUE), got {rows!r}")
     shared = options.pop("where", None) or {}
     same_evaluation({**shared, **(where_a or {})}, {**shared, **(where_b or {})}, names or ("A", "B"))
     sides = ((a, where_a), (b, where_b))
