@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import flops_fit
+from flops_fit.cli.main import main
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.approaches.data_limit import PAPER_R_STAR, effective_data
 from flops_fit.fitting.laws.laws import law_loss
@@ -92,6 +93,20 @@ def test_a_sweeps_recorded_budget_is_used_once_runs_repeat(repeating):
     assert flops_fit.fit(runs, "vpnls", bootstrap=0, tracking=False).method == "vpnls"
 
 
+@pytest.mark.parametrize("method", ["isoflop", "interaction"])
+def test_a_data_budget_for_a_method_that_cannot_respect_it_is_refused(repeating, method, tmp_path, capsys):
+    """--method isoflop --unique-tokens U fitted isoflop, every token read as fresh data, and said nothing of U:
+    the data budget asked for was dropped without a word. Refused now, before the fit, naming the way out."""
+    with pytest.raises(flops_fit.FitInputError, match=f"{method} reads every token as fresh data and would ignore it"):
+        flops_fit.fit(repeating, method, unique_tokens=U, bootstrap=0, tracking=False)
+    csv = tmp_path / "runs.csv"
+    repeating.drop(columns="curve").to_csv(csv, index=False)
+    assert main(["fit", str(csv), "--method", method, "--unique-tokens", str(U), "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flops-fit: error: unique_tokens fits the data-constrained law") and err.count("\n") == 1
+    assert "--method" in err and "leave out unique_tokens (--unique-tokens)" in err
+
+
 def test_refusals(repeating):
     for bad in (-5, 0.5):  # half a token was accepted as a data budget
         with pytest.raises(flops_fit.FitInputError, match="unique_tokens must be a number of tokens, at least 1"):
@@ -128,7 +143,6 @@ def test_answers_none_of_which_prices_the_repeats_say_so(tmp_path, capsys):
     the data-limited law's failure was the only trace. Now a note under the answer says it."""
     from pathlib import Path
 
-    from flops_fit.cli.main import main
 
     runs = Path(__file__).parent / "data" / "repeating_sweep.csv"
     assert main(["fit", str(runs), "--method", "all", "--unique-tokens", "2240", "--bootstrap", "50",
@@ -146,7 +160,6 @@ def test_a_data_budget_in_other_units_is_refused(capsys):
     law to runs repeating their data millions of times: an N_opt of 17.8M at 1e10 FLOPs on 93.5 tokens."""
     from pathlib import Path
 
-    from flops_fit.cli.main import main
 
     runs = Path(__file__).parent / "data" / "demo_runs.csv"  # 170k tokens and more per run
     assert main(["fit", str(runs), "--method", "vpnls", "--unique-tokens", "1", "--bootstrap", "0"]) == 2

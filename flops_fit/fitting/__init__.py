@@ -130,6 +130,11 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                             "'parametric', 'all') and unique_tokens=U")
     if method not in (*APPROACHES, "all"):
         raise FitInputError(f"unknown method {method!r}; choose one of {', '.join(APPROACHES)} or 'all'")
+    if unique_tokens is not None and method not in DATA_BUDGET_METHODS:  # it was dropped without a word
+        raise FitInputError(f"unique_tokens fits the data-constrained law in place of parametric's or vpnls's "
+                            f"(method='all' adds it as {DataLimited.name!r}); {method} reads every token as fresh "
+                            "data and would ignore it: fit with method 'vpnls', 'parametric' or 'all' "
+                            "(--method), or leave out unique_tokens (--unique-tokens)")
     check_sampling(bootstrap, seed, level)
     if progress is not None and not callable(progress):  # it would fail at the first stage, as a TypeError
         raise FitInputError(f"progress must be a function that takes each stage's line (e.g. print), got {progress!r}")
@@ -290,6 +295,10 @@ def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
         raise FitInputError(f"bootstrap must be 0 (no intervals) or at least {MIN_RESAMPLES} resamples (e.g. 1000): an "
                             f"interval of fewer is read off one or two draws, and misses the fit's own point; got "
                             f"{bootstrap!r}")
+
+
+# The methods a data budget (unique_tokens) changes: the data-constrained law takes their place ("all" adds it).
+DATA_BUDGET_METHODS = ("parametric", "vpnls", "all")
 
 
 # Epochs of its data that even the shortest run would train on under a given U, past which U is in other
