@@ -179,6 +179,14 @@ def test_cli_at_prints_json_and_text_and_refuses_a_bad_run(frame, tmp_path, caps
     for bad in ("1e9", "1e9:x", "-1e9:1e10", "1e9:2e10:3"):
         assert main(["fit", str(csv), f"--at={bad}"]) == 2
         assert "--at takes planned runs as N:D" in capsys.readouterr().err
+    # the value's fault is named: "1.4B:28B" (the tables' own way of writing counts) said only "not N:D"
+    for bad, why in (("1.4B:28B", "'1.4B' is not a number (the tables' suffixes k, M, B, T are not read here: "
+                                  "write e.g. 1.4e9)"),
+                     ("1e9:abc", "'abc' is not a number"), ("1e9", "0 colons, where N:D has one"),
+                     ("1e9:2e10:3", "2 colons, where N:D has one")):
+        assert main(["fit", str(csv), f"--at={bad}"]) == 2
+        err = capsys.readouterr().err
+        assert err.endswith(f"got {bad!r}: {why}\n") and err.count("\n") == 1, err
     # written apart, a value with a minus sign reads as an option: one line with the way to pass it
     assert main(["fit", str(csv), "--at", "1e9:2e10", "-1e9:1e10"]) == 2
     assert capsys.readouterr().err == ("flops-fit: error: '-1e9:1e10' starts with a minus sign, so it reads as an "

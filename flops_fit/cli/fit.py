@@ -192,16 +192,37 @@ def _planned(args: argparse.Namespace) -> tuple[list[float], list[float]] | None
         return None
     sizes, tokens = [], []
     for spec in args.at:
+        parts, why = spec.split(":"), ""
         try:
-            n, d = (float(v) for v in spec.split(":"))
+            n, d = (float(v) for v in parts)
         except ValueError:
             n = d = math.nan
+            why = _not_a_pair(parts)
         if not (math.isfinite(n) and math.isfinite(d) and n >= 1 and d >= 1):  # counts: 0.5 parameters is no model
             raise flops_fit.FitInputError(f"--at takes planned runs as N:D, at least one parameter and one token (e.g. "
-                                          f"1.4e9:2.8e10), got {spec!r}")
+                                          f"1.4e9:2.8e10), got {spec!r}{why}")
         sizes.append(n)
         tokens.append(d)
     return sizes, tokens
+
+
+def _not_a_pair(parts: list[str]) -> str:
+    """What of an --at value is not two numbers, for its refusal: '1.4B:28B' (as the tables print counts) said
+    only that it was not N:D."""
+    if len(parts) != 2:
+        return f": {len(parts) - 1} colons, where N:D has one"
+    word = next(p for p in parts if not _is_number(p))
+    if re.fullmatch(r"\s*[\d.]+\s*[kKMBT]\s*", word):
+        return f": {word!r} is not a number (the tables' suffixes k, M, B, T are not read here: write e.g. 1.4e9)"
+    return f": {word!r} is not a number"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def default_report_path(source: str) -> Path:
