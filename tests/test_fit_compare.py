@@ -51,6 +51,11 @@ def test_a_loss_recipe_a_never_reaches_is_said_beyond_the_search_not_printed_as_
                                 "some budgets (see the note).")
     assert result.rows()[-1][3] == "beyond search [beyond search, beyond search]"
     assert "inf" not in str(result).replace("interval", "")
+    # --json says it too: the multiplier was a bare null, as a bound without draws is
+    row = json.loads(result.to_json())["table"][-1]
+    assert row["multiplier"] is None and row["search"] == {k: "beyond search" for k in
+                                                           ("multiplier", "multiplier_lo", "multiplier_hi")}
+    assert "search" not in json.loads(compare_results(a, a, target=1e24).to_json())["table"][-1]
     assert any(n.startswith("beyond search: A's frontier does not reach B's loss up to 1e+30 FLOPs (1e+06x the "
                             "largest budget compared)") for n in result.notes)
     worse = compare_results(b, a, target=1e24)  # the other way round: A (here the better) is there first

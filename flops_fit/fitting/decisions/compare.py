@@ -161,7 +161,7 @@ class Comparison:
             "a": {"name": self.names[0], "source": self.a.runs.source, "runs": len(self.a.runs)},
             "b": {"name": self.names[1], "source": self.b.runs.source, "runs": len(self.b.runs)},
             "method": self.a.method, "level": self.level, "target": self.target, "verdict": self.verdict(),
-            "table": self.table.to_dict("records"),
+            "table": [{**r, **_searched(r)} for r in self.table.to_dict("records")],
             "trend": dict(zip(("estimate", "lo", "hi"), self.trend, strict=True)),
             "exponent_difference": {k: {**dict(zip(("estimate", "lo", "hi"), v, strict=True)),
                                         "verdict": _exponent_verdict(*v[1:])}  # the text's verdict, as --json's
@@ -326,6 +326,14 @@ def _estimate(point: float, draws: np.ndarray | None, level: float) -> tuple[flo
         return float(point), float("nan"), float("nan")
     lo, hi = _interval(draws, level)
     return float(point), float(lo), float(hi)
+
+
+def _searched(record: dict[str, Any]) -> dict[str, Any]:
+    """A row's multipliers outside the search, as the text says them ("beyond search", "below search"): --json
+    gave null (or 0.0) there, the same null as a bound no draws gave."""
+    marks = {k: _times(record[k]) for k in ("multiplier", "multiplier_lo", "multiplier_hi")
+             if np.isinf(record[k]) or record[k] == 0}
+    return {"search": marks} if marks else {}
 
 
 def _times(value: Any) -> str:
