@@ -332,6 +332,13 @@ def test_a_sizing_interval_spanning_over_1000x_is_withheld_as_in_the_fits_own_ta
     assert "withheld" not in " ".join(rows[0])
     totals = total_rows(fitted.predict_total([1e40], inference_tokens=1e9))
     assert all(cell.endswith("[withheld: spans over 1000x]") for cell in totals[0][1:4])
+    # --json withholds them as the text does: it gave tokens/param 0.00346 to 2.25e+08 there
+    block = json.loads(fitted.to_json([1e12, 1e40], inference_tokens=1e9, totals=[1e40]))["inference"]["vpnls"]
+    for row in (block["sizing"][1], block["totals"][0]):
+        for key in ("N", "D", "tokens_per_param"):
+            assert row[f"{key}_lo"] is None and row[f"{key}_hi"] is None and row[key] is not None
+            assert row["withheld"][f"{key}_lo"] == "spans over 1000x"
+    assert "withheld" not in block["sizing"][0] and block["sizing"][0]["N_lo"] is not None
 
 
 def test_a_total_where_the_law_is_flat_in_data_is_withheld_not_its_smallest_model():

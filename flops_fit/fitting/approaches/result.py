@@ -19,8 +19,11 @@ import pandas as pd
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.decisions.inference import (
+    SIZING_FIELDS,
+    TOTAL_FIELDS,
     check_budgets,
     inference_sizing,
+    json_rows,
     law_of,
     sizing_notes,
     sizing_summary,
@@ -479,8 +482,8 @@ def _sizing_json(result: FitResult, budgets: Sequence[float], tokens: float,
     (why a row is withheld, sizings below the fitted runs), so a row of nulls carries its reason."""
     sizing = result.predict(budgets, inference_tokens=tokens)
     table = result.predict_total(totals, inference_tokens=tokens) if totals else None
-    return {"sizing": fmt.json_safe(sizing.to_dict("records")),
-            **({"totals": fmt.json_safe(table.to_dict("records"))} if table is not None else {}),
+    return {"sizing": json_rows(sizing, SIZING_FIELDS),
+            **({"totals": json_rows(table, TOTAL_FIELDS)} if table is not None else {}),
             "notes": sizing_notes(result, sizing, table)}
 
 

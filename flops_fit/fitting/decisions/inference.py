@@ -304,6 +304,29 @@ def _cell(row: Any, key: str, show) -> str:
     return fill(row[key], row[f"{key}_lo"], row[f"{key}_hi"], fmt=show)
 
 
+SIZING_FIELDS = ("loss", "N", "D", "tokens_per_param", "total_flops", "chinchilla_total_flops")
+TOTAL_FIELDS = ("N", "D", "tokens_per_param", "loss", "chinchilla_loss")
+
+
+def json_rows(table: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A sizing table for ``--json``: each interval the text withholds (``_cell``: spanning over
+    ``fmt.SPAN_LIMIT``, or the point itself) null, and ``withheld`` giving why. --json gave tokens/param
+    22.5 to 2.83e+04 where the text read "336 [withheld: spans over 1000x]"."""
+    rows = []
+    for record in table.to_dict("records"):
+        gone = {}
+        served = record.get("inference_tokens", 1) != 0  # nothing served: the text prints the totals as the budget
+        for key in (f for f in fields if served or f not in ("total_flops", "chinchilla_total_flops")):
+            value, lo, hi = record[key], record[f"{key}_lo"], record[f"{key}_hi"]
+            why = (f"spans over {fmt.SPAN_LIMIT:g}x" if key in ("N", "D", "tokens_per_param") and fmt.too_wide(lo, hi)
+                   else fmt.STILL_REASON if fmt.still(value, lo, hi) else None)
+            if why:
+                gone.update({f"{key}_lo": why, f"{key}_hi": why})
+        rows.append(fmt.json_safe({**{k: None if k in gone else v for k, v in record.items()},
+                                   **({"withheld": gone} if gone else {})}))
+    return rows
+
+
 def unserved(table: pd.DataFrame, unit: str = "tokens") -> list[str]:
     """Why ``total_sizing``'s rows without an answer have none: serving takes the whole total, or the law
     falls with data on no model that trains (it read a best loss of 3.7e6 on 8.48 parameters there)."""
@@ -373,6 +396,7 @@ def _share(value: Any) -> str:
     return f"{100 * float(value):.1f}%".replace("-0.0%", "0.0%") if np.isfinite(value) else "nan"
 
 
-__all__ = ["below_runs", "check_budgets", "falls_with_data", "flop_counts", "headers", "inference_sizing", "nothing_served",
+__all__ = ["SIZING_FIELDS", "TOTAL_FIELDS", "below_runs", "check_budgets", "falls_with_data", "flop_counts", "headers",
+           "inference_sizing", "json_rows", "nothing_served",
            "sizing_notes",
            "sizing_rows", "sizing_summary", "total_rows", "total_sizing", "unreached", "unserved"]
