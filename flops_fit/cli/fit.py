@@ -211,18 +211,14 @@ def _not_a_pair(parts: list[str]) -> str:
     only that it was not N:D."""
     if len(parts) != 2:
         return f": {len(parts) - 1} colons, where N:D has one"
-    word = next(p for p in parts if not _is_number(p))
+    for word in parts:
+        try:
+            float(word)
+        except ValueError:
+            break
     if re.fullmatch(r"\s*[\d.]+\s*[kKMBT]\s*", word):
         return f": {word!r} is not a number (the tables' suffixes k, M, B, T are not read here: write e.g. 1.4e9)"
     return f": {word!r} is not a number"
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def default_report_path(source: str) -> Path:
