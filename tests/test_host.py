@@ -10,6 +10,7 @@ from plugin_kit import (
     MisspelledHook,
     NoHooks,
     RaisesInHook,
+    ReturnsEntries,
     UnknownArgument,
     WrongEntryType,
     toy_model,
@@ -62,6 +63,9 @@ def test_good_plugin_contributions_are_recorded():
         (WrongEntryType(), "register", "expects ModelEntry objects"),
         (RaisesInHook(), "register", "in register_datasets: RuntimeError: database unreachable"),
         (DuplicateInside(), "register", "model 'twice' is registered twice by this plugin"),
+        # loaded with nothing registered, without a word
+        (ReturnsEntries(), "register", "in register_models: returned a list; a hook registers nothing by returning: call "
+         "register(entry) for each entry"),
     ],
 )
 def test_broken_plugin_is_skipped_with_one_line_and_others_keep_working(plugin, stage, message):
