@@ -1,5 +1,6 @@
 """The plugin host: registration, name policy, failure isolation, strict mode, switches."""
 
+import re
 import warnings
 
 import pytest
@@ -224,7 +225,6 @@ def plan_toy(**overrides) -> int:
     ({"training_flops": lambda size, **c: float("nan")}, "training_flops(4) returned nan"),
     ({"training_flops": lambda size, **c: -6.0 * size}, "training_flops(4) returned -24.0"),
     ({"training_flops": lambda size, **c: 0.0}, "training_flops(4) returned 0.0"),
-    ({"param_count": lambda size, **c: float("nan")}, "param_count(4) returned nan"),
 ])
 def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function(overrides, message, capsys):
     """A NaN, zero or negative count from a plugin ended `flops-fit plan` in a traceback from the
@@ -232,6 +232,30 @@ def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function
     assert plan_toy(**overrides) == 2
     assert capsys.readouterr().err == (f"flops-fit: error: model 'toy': {message}; a count must be a positive finite "
                                        f"number (the model's {message.split('(')[0]} is wrong)\n")
+
+
+@pytest.mark.parametrize(("overrides", "function", "returned", "must"), [
+    # an activation estimate of NaN ended `flops-fit plan` in int()'s ValueError traceback
+    ({"activation_memory": lambda size, mb, seq, **c: float("nan")}, "activation_memory", "nan",
+     "a non-negative finite number"),
+    # a negative estimate was added to the weights' memory and printed as the run's memory
+    ({"activation_memory": lambda size, mb, seq, **c: -100}, "activation_memory", "-100",
+     "a non-negative finite number"),
+    # these two were stored with every run, and fitted on the non-embedding scales
+    ({"embedding_params": lambda size, **c: -5}, "embedding_params", "-5", "a non-negative whole number"),
+    ({"non_embedding_flops": lambda size, **c: float("nan")}, "non_embedding_flops", "nan",
+     "a positive finite number"),
+    # half a parameter was cut off by int(), and create_model's check then agreed with the cut count
+    ({"param_count": lambda size, **c: size * size + size + 0.5}, "param_count", "20.5",
+     "a positive whole number"),
+    ({"param_count": lambda size, **c: float("nan")}, "param_count", "nan", "a positive whole number"),
+    ({"training_flops": lambda size, **c: "96"}, "training_flops", "'96'", "a positive finite number"),
+])
+def test_every_count_a_plugin_gives_is_checked_in_one_line_naming_the_function(overrides, function, returned, must,
+                                                                            capsys):
+    assert plan_toy(**overrides) == 2
+    assert re.fullmatch(rf"flops-fit: error: model 'toy': {function}\(\d+\) returned {re.escape(returned)}; a count "
+                        rf"must be {must} \(the model's {function} is wrong\)\n", capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("sizes", [None, "8,12", [8.5, 12.0]])

@@ -198,41 +198,47 @@ class ModelEntry(Entry):
 
     def params(self, size: int, **config: Any) -> int:
         """Exact parameter count of the model of this size (analytic, nothing built)."""
-        return int(self._count("param_count", size, resolve(self.param_count)(size, **self.config(**config))))
+        value = resolve(self.param_count)(size, **self.config(**config))
+        return int(self._count("param_count", size, value, whole=True))
 
     def flops_per_unit(self, size: int, **config: Any) -> float:
         """Exact training FLOPs per token or sample (see ``flops_unit``)."""
         return self._count("training_flops", size, resolve(self.training_flops)(size, **self.config(**config)))
 
-    def _count(self, function: str, size: int, value: Any) -> float:
-        """``value`` as a positive finite number, else an EntryError naming the plugin's function:
-        a NaN, zero or negative count would otherwise surface as a planner's arithmetic error."""
+    def _count(self, function: str, size: int, value: Any, *, whole: bool = False, zero: bool = False) -> float:
+        """``value`` as a positive finite number (``zero``: or 0; ``whole``: without a fraction), else an
+        EntryError naming the plugin's function: a NaN, zero or negative count would otherwise surface as a
+        planner's arithmetic error, or be stored with every run and fitted; a fraction was cut off by int()
+        and text such as "12" read as a number."""
         try:
-            number = float(value)
+            number = math.nan if isinstance(value, (str, bytes, bool)) else float(value)
         except (TypeError, ValueError):
             number = math.nan
-        if not (math.isfinite(number) and number > 0):
-            raise EntryError(f"model {self.name!r}: {function}({size}) returned {value!r}; a count must be a "
-                             f"positive finite number (the model's {function} is wrong)")
+        if not (math.isfinite(number) and (number >= 0 if zero else number > 0) and (number.is_integer() or not whole)):
+            what = ("a non-negative" if zero else "a positive") + (" whole" if whole else " finite") + " number"
+            raise EntryError(f"model {self.name!r}: {function}({size}) returned {value!r}; a count must be {what} "
+                             f"(the model's {function} is wrong)")
         return number
 
     def embedding_param_count(self, size: int, **config: Any) -> int | None:
         """Embedding parameters of this size (analytic), or None if the entry does not say."""
         if self.embedding_params is None:
             return None
-        return int(resolve(self.embedding_params)(size, **self.config(**config)))
+        value = resolve(self.embedding_params)(size, **self.config(**config))
+        return int(self._count("embedding_params", size, value, whole=True, zero=True))
 
     def non_embedding_flops_per_unit(self, size: int, **config: Any) -> float | None:
-        """Training FLOPs per unit without embedding and output head, or None if the entry does not say."""
+        """Training FLOPs per unit without embedding and head, or None if the entry does not say."""
         if self.non_embedding_flops is None:
             return None
-        return float(resolve(self.non_embedding_flops)(size, **self.config(**config)))
+        return self._count("non_embedding_flops", size, resolve(self.non_embedding_flops)(size, **self.config(**config)))
 
     def activation_bytes(self, size: int, micro_batch_size: int, seq_len: int, **config: Any) -> int | None:
         """fp32 activation bytes one micro-batch keeps for backward, or None if the entry does not say."""
         if self.activation_memory is None:
             return None
-        return int(resolve(self.activation_memory)(size, micro_batch_size, seq_len, **self.config(**config)))
+        value = resolve(self.activation_memory)(size, micro_batch_size, seq_len, **self.config(**config))
+        return int(self._count("activation_memory", size, value, zero=True))
 
     def build(self, size: int, **config: Any) -> Any:
         """Call the builder; the host's ``create_model`` adds the contract checks."""
