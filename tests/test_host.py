@@ -258,6 +258,28 @@ def test_every_count_a_plugin_gives_is_checked_in_one_line_naming_the_function(o
                         rf"must be {must} \(the model's {function} is wrong\)\n", capsys.readouterr().err)
 
 
+def _divides_by_zero(*args, **config):
+    return 1 // 0
+
+
+@pytest.mark.parametrize(("field", "message"), [
+    ("valid_sizes", "valid_sizes(1, 16384) raised ZeroDivisionError: integer division or modulo by zero (the model's "
+                    "valid_sizes is wrong)"),
+    ("param_count", "param_count(4) raised ZeroDivisionError: integer division or modulo by zero (the model's "
+                    "param_count is wrong)"),
+    ("configure", "configure(config) raised ZeroDivisionError: integer division or modulo by zero (the model's "
+                  "configure is wrong)"),
+    ("training_flops", "its training_flops 'no_such_module_xyz:flops' does not import: ModuleNotFoundError: No module "
+                       "named 'no_such_module_xyz'"),
+])
+def test_a_sizing_function_that_raises_or_does_not_import_is_one_line_naming_it(field, message, capsys):
+    """Any exception but the ValueError / TypeError of a refused configuration ended `flops-fit plan` in the
+    plugin's traceback."""
+    broken = "no_such_module_xyz:flops" if field == "training_flops" else _divides_by_zero
+    assert plan_toy(**{field: broken}) == 2
+    assert capsys.readouterr().err == f"flops-fit: error: model 'toy': {message}\n"
+
+
 @pytest.mark.parametrize("sizes", [None, "8,12", [8.5, 12.0]])
 def test_valid_sizes_that_are_not_whole_numbers_are_the_plugins_fault_in_one_line(sizes, capsys):
     """valid_sizes returning None or text read as "refuses its configuration ([model] table / model_config)",
