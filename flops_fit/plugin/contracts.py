@@ -248,7 +248,7 @@ class ModelEntry(Entry):
         return int(self._count("embedding_params", size, value, whole=True, zero=True))
 
     def non_embedding_flops_per_unit(self, size: int, **config: Any) -> float | None:
-        """Training FLOPs per unit without embedding and head, or None if the entry does not say."""
+        """Training FLOPs per unit without embedding and output head, or None if the entry does not say."""
         if self.non_embedding_flops is None:
             return None
         value = self._call("non_embedding_flops", size, **self.config(**config))

@@ -111,6 +111,8 @@ def _first_batch(data: Any, size: int, where: str, run: RunSpec, host: Any) -> d
     batch_format = api.dataset_info(run.dataset, host=host).batch_format
     try:
         batch = gather(data, np.arange(min(2, size)))
+    except FlopsFitError:  # the dataset's own message (a token cache that does not validate)
+        raise
     except Exception as exc:  # noqa: BLE001 - a plugin's dataset: its items are not what a batch is made of
         raise PreflightError(f"{where}: its samples do not make a batch: {type(exc).__name__}: {exc}; a dataset's "
                              f"items are dicts of tensors (its batch_format: {dict(batch_format)})") from exc
