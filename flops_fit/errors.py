@@ -51,6 +51,11 @@ class StoreError(FlopsFitError):
     """The output folder's store is missing, or holds a different sweep."""
 
 
+class ExecutorError(FlopsFitError):
+    """An executor (a plugin's, most often) did not start, failed inside ``map``, or broke its protocol;
+    the runs it returned before are stored."""
+
+
 class ParityGateError(FlopsFitError):
     """The model failed its parity cases, so no compute is spent on it."""
 

@@ -85,6 +85,14 @@ class RaisesInHook:
         raise RuntimeError("database unreachable")
 
 
+class ReturnsEntries:
+    """Returns its entries (as a pytest hook returns its value) instead of calling register."""
+
+    @hookimpl
+    def register_models(self):
+        return [toy_model("returned")]
+
+
 class DuplicateInside:
     @hookimpl
     def register_models(self, register):

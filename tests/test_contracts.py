@@ -76,7 +76,8 @@ def test_model_entry_sizes_outside_range_are_an_error():
 
 def test_lazy_references_resolve_only_when_used():
     entry = ModelEntry("toy", **model_fields(param_count="no_such_module_xyz:count"))
-    with pytest.raises(ModuleNotFoundError):
+    with pytest.raises(EntryError, match="its param_count 'no_such_module_xyz:count' does not import: "
+                                         "ModuleNotFoundError"):  # made, and failing only when used
         entry.params(8)
 
 

@@ -1,5 +1,6 @@
 """The plugin host: registration, name policy, failure isolation, strict mode, switches."""
 
+import re
 import warnings
 
 import pytest
@@ -10,6 +11,7 @@ from plugin_kit import (
     MisspelledHook,
     NoHooks,
     RaisesInHook,
+    ReturnsEntries,
     UnknownArgument,
     WrongEntryType,
     toy_model,
@@ -62,6 +64,9 @@ def test_good_plugin_contributions_are_recorded():
         (WrongEntryType(), "register", "expects ModelEntry objects"),
         (RaisesInHook(), "register", "in register_datasets: RuntimeError: database unreachable"),
         (DuplicateInside(), "register", "model 'twice' is registered twice by this plugin"),
+        # loaded with nothing registered, without a word
+        (ReturnsEntries(), "register", "in register_models: returned a list; a hook registers nothing by returning: call "
+         "register(entry) for each entry"),
     ],
 )
 def test_broken_plugin_is_skipped_with_one_line_and_others_keep_working(plugin, stage, message):
@@ -220,7 +225,6 @@ def plan_toy(**overrides) -> int:
     ({"training_flops": lambda size, **c: float("nan")}, "training_flops(4) returned nan"),
     ({"training_flops": lambda size, **c: -6.0 * size}, "training_flops(4) returned -24.0"),
     ({"training_flops": lambda size, **c: 0.0}, "training_flops(4) returned 0.0"),
-    ({"param_count": lambda size, **c: float("nan")}, "param_count(4) returned nan"),
 ])
 def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function(overrides, message, capsys):
     """A NaN, zero or negative count from a plugin ended `flops-fit plan` in a traceback from the
@@ -228,6 +232,52 @@ def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function
     assert plan_toy(**overrides) == 2
     assert capsys.readouterr().err == (f"flops-fit: error: model 'toy': {message}; a count must be a positive finite "
                                        f"number (the model's {message.split('(')[0]} is wrong)\n")
+
+
+@pytest.mark.parametrize(("overrides", "function", "returned", "must"), [
+    # an activation estimate of NaN ended `flops-fit plan` in int()'s ValueError traceback
+    ({"activation_memory": lambda size, mb, seq, **c: float("nan")}, "activation_memory", "nan",
+     "a non-negative finite number"),
+    # a negative estimate was added to the weights' memory and printed as the run's memory
+    ({"activation_memory": lambda size, mb, seq, **c: -100}, "activation_memory", "-100",
+     "a non-negative finite number"),
+    # these two were stored with every run, and fitted on the non-embedding scales
+    ({"embedding_params": lambda size, **c: -5}, "embedding_params", "-5", "a non-negative whole number"),
+    ({"non_embedding_flops": lambda size, **c: float("nan")}, "non_embedding_flops", "nan",
+     "a positive finite number"),
+    # half a parameter was cut off by int(), and create_model's check then agreed with the cut count
+    ({"param_count": lambda size, **c: size * size + size + 0.5}, "param_count", "20.5",
+     "a positive whole number"),
+    ({"param_count": lambda size, **c: float("nan")}, "param_count", "nan", "a positive whole number"),
+    ({"training_flops": lambda size, **c: "96"}, "training_flops", "'96'", "a positive finite number"),
+])
+def test_every_count_a_plugin_gives_is_checked_in_one_line_naming_the_function(overrides, function, returned, must,
+                                                                            capsys):
+    assert plan_toy(**overrides) == 2
+    assert re.fullmatch(rf"flops-fit: error: model 'toy': {function}\(\d+\) returned {re.escape(returned)}; a count "
+                        rf"must be {must} \(the model's {function} is wrong\)\n", capsys.readouterr().err)
+
+
+def _divides_by_zero(*args, **config):
+    return 1 // 0
+
+
+@pytest.mark.parametrize(("field", "message"), [
+    ("valid_sizes", "valid_sizes(1, 16384) raised ZeroDivisionError: integer division or modulo by zero (the model's "
+                    "valid_sizes is wrong)"),
+    ("param_count", "param_count(4) raised ZeroDivisionError: integer division or modulo by zero (the model's "
+                    "param_count is wrong)"),
+    ("configure", "configure(config) raised ZeroDivisionError: integer division or modulo by zero (the model's "
+                  "configure is wrong)"),
+    ("training_flops", "its training_flops 'no_such_module_xyz:flops' does not import: ModuleNotFoundError: No module "
+                       "named 'no_such_module_xyz'"),
+])
+def test_a_sizing_function_that_raises_or_does_not_import_is_one_line_naming_it(field, message, capsys):
+    """Any exception but the ValueError / TypeError of a refused configuration ended `flops-fit plan` in the
+    plugin's traceback."""
+    broken = "no_such_module_xyz:flops" if field == "training_flops" else _divides_by_zero
+    assert plan_toy(**{field: broken}) == 2
+    assert capsys.readouterr().err == f"flops-fit: error: model 'toy': {message}\n"
 
 
 @pytest.mark.parametrize("sizes", [None, "8,12", [8.5, 12.0]])

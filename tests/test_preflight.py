@@ -118,9 +118,45 @@ class _Fragile:
                 default_datasets=("counting-text",), defaults={"vocab_size": sweep_support.VOCAB, "block_size": 16},
             ))
 
+    @staticmethod
+    def as_float(logits, batch):
+        return 1.0
+
+    @staticmethod
+    def raising(logits, batch):
+        raise RuntimeError("the loss has a bug")
+
+    class Renamed(sweep_support.CountingText):
+        """Batches under another field name than the task's."""
+
+        def get_batch(self, indices):
+            return {"ids": super().get_batch(indices)["tokens"]}
+
+    class Bare:
+        """Map-style items that are tensors, not dicts."""
+
+        def __init__(self, split, **config):
+            self.text = sweep_support.CountingText(split, **config)
+
+        def __len__(self):
+            return len(self.text)
+
+        def __getitem__(self, index):
+            return self.text.get_batch([index])["tokens"][0]
+
     @flops_fit.hookimpl
     def register_losses(self, register):
         register(flops_fit.LossEntry("per-token", fn=self.per_token, task=flops_fit.TASK_CAUSAL_LM))
+        register(flops_fit.LossEntry("float-loss", fn=self.as_float, task=flops_fit.TASK_CAUSAL_LM))
+        register(flops_fit.LossEntry("raising-loss", fn=self.raising, task=flops_fit.TASK_CAUSAL_LM))
+
+    @flops_fit.hookimpl
+    def register_datasets(self, register):
+        for name, builder in (("renamed-text", self.Renamed), ("bare-text", self.Bare)):
+            register(flops_fit.DatasetEntry(
+                name, builder=builder, modality="text", batch_format={"tokens": "int64[B, T]"},
+                tasks=(flops_fit.TASK_CAUSAL_LM,), defaults={"seq_len": 16, "vocab_size": sweep_support.VOCAB},
+            ))
 
 
 FRAGILE = isolated_host(("sweep_support", sweep_support), ("fragile", _Fragile()), builtins=True)
@@ -134,6 +170,27 @@ def test_a_model_that_does_not_build_and_a_loss_that_is_not_a_scalar_are_refused
     with pytest.raises(PreflightError, match=r"loss 'per-token' returns shape \(2, 15\) .* not a scalar"):
         sweep(host=FRAGILE, out_dir=tmp_path / "b", show_progress=False, loss="per-token",
               **sweep_support.small_plan_options())
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    # each ended the sweep in a traceback: the forward's KeyError 'tokens', the collate's IndexError
+    ({"dataset": "renamed-text"}, "dataset 'renamed-text' yields batches with fields ['ids'], but model 'tiny-lm' "
+                                  "(task 'causal-lm') is called on batch['tokens']"),
+    ({"dataset": "bare-text"}, "dataset 'bare-text' (split 'validation', configuration {'seq_len': 16, 'vocab_size': "
+                               "256}): its samples do not make a batch: IndexError: "),
+    # every run failed on it ("'float' object has no attribute 'backward'")
+    ({"loss": "float-loss"}, "loss 'float-loss' returns float for model 'tiny-lm', not a tensor"),
+    # it was blamed on the tables ("make the [model] and [dataset] tables agree")
+    ({"loss": "raising-loss"}, "loss 'raising-loss' fails on the output of model 'tiny-lm' size 4 and a batch of "
+                               "dataset 'counting-text': RuntimeError: the loss has a bug"),
+])
+def test_a_plugins_dataset_or_loss_that_breaks_the_batch_contract_is_refused_in_one_line(tmp_path, overrides,
+                                                                                         message):
+    the_plan = plan(host=FRAGILE, **sweep_support.small_plan_options(**overrides))
+    with pytest.raises(PreflightError) as caught:
+        preflight(the_plan, host=FRAGILE, checks=[check_datasets, check_models])
+    assert str(caught.value).startswith(message) and "\n" not in str(caught.value)
+    assert "make the [model] and [dataset] tables agree" not in str(caught.value)
 
 
 def test_what_the_meta_device_cannot_run_is_left_to_the_runs():

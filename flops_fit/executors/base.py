@@ -24,7 +24,7 @@ import pickle
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from flops_fit.errors import OptionError
+from flops_fit.errors import ExecutorError, FlopsFitError, OptionError
 
 # (run_id, units trained so far, units planned, mean training loss since the last report)
 ProgressSink = Callable[[str, int, int, float], None]
@@ -49,6 +49,39 @@ def check_options(cls: type, options: dict[str, Any], executor: str) -> dict[str
     if unknown:
         raise OptionError(f"unknown option(s) {unknown} for executor {executor!r}; its options: {known}")
     return options
+
+
+# what an executor that broke off leaves: the driver stored each outcome as it came
+KEPT = "; the runs it returned are stored, and the sweep with --resume trains the rest"
+
+
+def checked_map(executor: Executor, fn: Task, items: list[Any], where: str) -> Iterator[tuple[Any, Any]]:
+    """``executor.map(fn, items)``, held to the protocol: a plugin's executor that raised inside ``map``,
+    yielded something other than an ``(item, outcome)`` pair of an item it was given, or ended before every
+    item had its outcome, ended the sweep in a traceback (a driver's unpacking) or, for the last, with the
+    rest of the runs silently untrained. Each is an ``ExecutorError`` naming the executor (``where``); the
+    outcomes yielded before it have been taken by the caller."""
+    sent = {id(item) for item in items}
+    remaining = list(items)
+    stream = iter(executor.map(fn, items))
+    while True:
+        try:
+            pair = next(stream)
+        except StopIteration:
+            break
+        except FlopsFitError:  # the executor's own message (a worker lost too often)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a plugin's executor failing inside map
+            raise ExecutorError(f"{where} failed while running the sweep: {type(exc).__name__}: {exc}{KEPT}") from exc
+        given = isinstance(pair, tuple) and len(pair) == 2 and (id(pair[0]) in sent or pair[0] in items)
+        if not given:
+            raise ExecutorError(f"{where} yielded {type(pair).__name__}, not an (item, result) pair of an item it was "
+                                f"given: its map(fn, items) must yield (item, fn(item, progress)) for each item{KEPT}")
+        remaining = [r for r in remaining if r is not pair[0] and r != pair[0]]
+        yield pair
+    if remaining:
+        raise ExecutorError(f"{where} ended with {len(remaining)} of {len(items)} work items without a result: its "
+                            f"map(fn, items) must yield one (item, result) pair for every item{KEPT}")
 
 
 def transportable(value: Any) -> Any:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flops_fit.checks import positive_int
-from flops_fit.errors import EntryError
+from flops_fit.errors import EntryError, ExecutorError, FlopsFitError
 from flops_fit.plugin.contracts import (
     DatasetEntry,
     ExecutorEntry,
@@ -163,8 +163,20 @@ def executor_info(name: str, *, host: Host | None = None) -> ExecutorEntry:
 
 
 def create_executor(name: str, *, host: Host | None = None, **options: Any) -> Any:
-    """Build executor ``name`` with ``options`` (its ``map``, ``close``; a context manager)."""
-    return executor_info(name, host=host).build(**options)
+    """Build executor ``name`` with ``options`` (its ``map``, ``close``; a context manager). A builder
+    that raises (a cluster it cannot reach) is an ExecutorError naming the executor and its plugin."""
+    try:
+        return executor_info(name, host=host).build(**options)
+    except FlopsFitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's builder: its failure, named
+        raise ExecutorError(f"{entry_label('executor', name, host=host)} does not start: "
+                            f"{type(exc).__name__}: {exc}") from exc
+
+
+def entry_label(kind: str, name: str, *, host: Host | None = None) -> str:
+    """``kind 'namespace/name' (plugin 'p')``: how a message names an entry and the plugin behind it."""
+    return _context(kind, name, _host(host))
 
 
 # ------------------------------------------------------------- parity cases

@@ -182,11 +182,11 @@ class ModelEntry(Entry):
     def config(self, **config: Any) -> dict[str, Any]:
         """The entry's defaults overridden by ``config``, completed by ``configure``."""
         full = {**self.defaults, **config}
-        return dict(resolve(self.configure)(full)) if self.configure is not None else full
+        return dict(self._call("configure", full)) if self.configure is not None else full
 
     def sizes(self, lo: int, hi: int, **config: Any) -> list[int]:
         """Valid sizes in ``[lo, hi]``, sorted, without building any model."""
-        result = resolve(self.valid_sizes)(lo, hi, **self.config(**config))
+        result = self._call("valid_sizes", lo, hi, **self.config(**config))
         values = list(result) if isinstance(result, Iterable) and not isinstance(result, (str, bytes)) else None
         if values is None or not all(_whole(s) for s in values):  # the plugin's fault, not the user's [model] table
             raise EntryError(f"model {self.name!r}: valid_sizes({lo}, {hi}) returned {result!r}; it must return the "
@@ -198,41 +198,68 @@ class ModelEntry(Entry):
 
     def params(self, size: int, **config: Any) -> int:
         """Exact parameter count of the model of this size (analytic, nothing built)."""
-        return int(self._count("param_count", size, resolve(self.param_count)(size, **self.config(**config))))
+        value = self._call("param_count", size, **self.config(**config))
+        return int(self._count("param_count", size, value, whole=True))
 
     def flops_per_unit(self, size: int, **config: Any) -> float:
         """Exact training FLOPs per token or sample (see ``flops_unit``)."""
-        return self._count("training_flops", size, resolve(self.training_flops)(size, **self.config(**config)))
+        return self._count("training_flops", size, self._call("training_flops", size, **self.config(**config)))
 
-    def _count(self, function: str, size: int, value: Any) -> float:
-        """``value`` as a positive finite number, else an EntryError naming the plugin's function:
-        a NaN, zero or negative count would otherwise surface as a planner's arithmetic error."""
+    def _call(self, function: str, *args: Any, **config: Any) -> Any:
+        """The plugin's sizing function ``function`` called on ``args``. A ValueError or TypeError is the
+        function refusing the configuration (the planner says so); a reference that does not import, or
+        another exception (a ZeroDivisionError, a KeyError), is the plugin's bug: an EntryError naming the
+        function, where `flops-fit plan` ended in its traceback."""
+        ref = getattr(self, function)
         try:
-            number = float(value)
+            fn = resolve(ref)
+        except Exception as exc:  # noqa: BLE001 - a lazy reference to a module that fails to import
+            raise EntryError(f"model {self.name!r}: its {function} {ref!r} does not import: "
+                             f"{type(exc).__name__}: {exc}") from exc
+        try:
+            return fn(*args, **config)
+        except (ValueError, TypeError, EntryError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the plugin's own bug, named
+            shown = ", ".join(map(repr, args[:2])) if function != "configure" else "config"
+            raise EntryError(f"model {self.name!r}: {function}({shown}) raised {type(exc).__name__}: {exc} "
+                             f"(the model's {function} is wrong)") from exc
+
+    def _count(self, function: str, size: int, value: Any, *, whole: bool = False, zero: bool = False) -> float:
+        """``value`` as a positive finite number (``zero``: or 0; ``whole``: without a fraction), else an
+        EntryError naming the plugin's function: a NaN, zero or negative count would otherwise surface as a
+        planner's arithmetic error, or be stored with every run and fitted; a fraction was cut off by int()
+        and text such as "12" read as a number."""
+        try:
+            number = math.nan if isinstance(value, (str, bytes, bool)) else float(value)
         except (TypeError, ValueError):
             number = math.nan
-        if not (math.isfinite(number) and number > 0):
-            raise EntryError(f"model {self.name!r}: {function}({size}) returned {value!r}; a count must be a "
-                             f"positive finite number (the model's {function} is wrong)")
+        if not (math.isfinite(number) and (number >= 0 if zero else number > 0) and (number.is_integer() or not whole)):
+            what = ("a non-negative" if zero else "a positive") + (" whole" if whole else " finite") + " number"
+            raise EntryError(f"model {self.name!r}: {function}({size}) returned {value!r}; a count must be {what} "
+                             f"(the model's {function} is wrong)")
         return number
 
     def embedding_param_count(self, size: int, **config: Any) -> int | None:
         """Embedding parameters of this size (analytic), or None if the entry does not say."""
         if self.embedding_params is None:
             return None
-        return int(resolve(self.embedding_params)(size, **self.config(**config)))
+        value = self._call("embedding_params", size, **self.config(**config))
+        return int(self._count("embedding_params", size, value, whole=True, zero=True))
 
     def non_embedding_flops_per_unit(self, size: int, **config: Any) -> float | None:
         """Training FLOPs per unit without embedding and output head, or None if the entry does not say."""
         if self.non_embedding_flops is None:
             return None
-        return float(resolve(self.non_embedding_flops)(size, **self.config(**config)))
+        value = self._call("non_embedding_flops", size, **self.config(**config))
+        return self._count("non_embedding_flops", size, value)
 
     def activation_bytes(self, size: int, micro_batch_size: int, seq_len: int, **config: Any) -> int | None:
         """fp32 activation bytes one micro-batch keeps for backward, or None if the entry does not say."""
         if self.activation_memory is None:
             return None
-        return int(resolve(self.activation_memory)(size, micro_batch_size, seq_len, **self.config(**config)))
+        value = self._call("activation_memory", size, micro_batch_size, seq_len, **self.config(**config))
+        return int(self._count("activation_memory", size, value, zero=True))
 
     def build(self, size: int, **config: Any) -> Any:
         """Call the builder; the host's ``create_model`` adds the contract checks."""

@@ -230,11 +230,14 @@ class Host:
                 if impl.plugin is not plugin:
                     continue
                 try:
-                    impl.function(**{arg: register for arg in impl.argnames})
+                    returned = impl.function(**{arg: register for arg in impl.argnames})
                 except _PluginFailed:
                     raise
                 except Exception as exc:
                     raise _PluginFailed("register", f"in {hook_name}: {_one_line(exc)}") from exc
+                if returned is not None:  # entries returned, not registered: the plugin loaded with none of them
+                    raise _PluginFailed("register", f"in {hook_name}: returned a {type(returned).__name__}; a hook "
+                                        "registers nothing by returning: call register(entry) for each entry")
         return staged
 
     def _register_callback(self, info: PluginInfo, kind: str, staged: list) -> Callable[[Entry], None]:

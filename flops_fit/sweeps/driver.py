@@ -29,6 +29,7 @@ from typing import Any
 
 from flops_fit._version import __version__
 from flops_fit.errors import OptionError, ParityGateError, StoreError
+from flops_fit.executors.base import checked_map
 from flops_fit.executors.stopping import request_stop, stop_on_signals
 from flops_fit.executors.supervisor import check_main_guard
 from flops_fit.fitting import fit
@@ -389,7 +390,8 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             runner.use_sweep_folder(out_dir)
         chosen = {r.run_id for r in todo}
         later = [r for r in unfinished if r.run_id not in chosen]  # a later batch's (``only``): waypoints
-        for item, item_outcome in runner.map(task, work_items(todo, stack=plan.options.stack_runs, later=later)):
+        items = work_items(todo, stack=plan.options.stack_runs, later=later)
+        for item, item_outcome in checked_map(runner, task, items, api.entry_label("executor", executor, host=host)):
             crashed = False
             for spec, outcome in item_outcomes(item, item_outcome):
                 if spec.run_id in stored:  # a branch stored as it ended; a later branch's crash is not its own

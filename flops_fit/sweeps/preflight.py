@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,33 @@ def check_datasets(plan: Any, context: Context) -> None:
             if split == "train":
                 context.samples[key] = size
             else:
-                context.batches[key] = gather(data, np.arange(min(2, size)))
+                context.batches[key] = _first_batch(data, size, where, run, context.host)
+
+
+def _first_batch(data: Any, size: int, where: str, run: RunSpec, host: Any) -> dict[str, Any]:
+    """The split's first two samples as a batch, or a PreflightError: items that are no dicts of
+    tensors ended the sweep in the collate's or the forward's traceback."""
+    import torch
+
+    batch_format = api.dataset_info(run.dataset, host=host).batch_format
+    try:
+        batch = gather(data, np.arange(min(2, size)))
+    except FlopsFitError:  # the dataset's own message (a token cache that does not validate)
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's dataset: its items are not what a batch is made of
+        raise PreflightError(f"{where}: its samples do not make a batch: {type(exc).__name__}: {exc}; a dataset's "
+                             f"items are dicts of tensors (its batch_format: {dict(batch_format)})") from exc
+    if not isinstance(batch, Mapping) or not all(isinstance(v, torch.Tensor) for v in batch.values()):
+        raise PreflightError(f"{where}: a batch of it is {type(batch).__name__} {_fields(batch)}, not a dict of "
+                             f"tensors (its batch_format: {dict(batch_format)})")
+    return dict(batch)
+
+
+def _fields(batch: Any) -> str:
+    """A batch's fields and their types, for a message about a batch that is not what it should be."""
+    if not isinstance(batch, Mapping):
+        return ""
+    return "{" + ", ".join(f"{k!r}: {type(v).__name__}" for k, v in batch.items()) + "}"
 
 
 def check_losses(plan: Any, context: Context) -> None:
@@ -146,22 +172,39 @@ def check_models(plan: Any, context: Context) -> None:
 def _forward(model: Any, batch: dict[str, Any], run: RunSpec, host: Any, where: str) -> bool:
     """The model and its loss on ``batch``, on the meta device: shapes meet, the loss is a scalar.
     Whether the forward drew random numbers (dropout), which runs trained together cannot share."""
+    import torch
+
     entry = api.model_info(run.model, host=host)
-    x = batch[TASK_INPUTS[entry.task]]
+    field_name = TASK_INPUTS[entry.task]
+    if field_name not in batch:
+        raise PreflightError(f"dataset {run.dataset!r} yields batches with fields {sorted(batch)}, but model "
+                             f"{run.model!r} (task {entry.task!r}) is called on batch[{field_name!r}]: the dataset's "
+                             "items must have that field (docs/guide/plugins.md, Batches)")
+    x = batch[field_name]
     try:
         check_sequence_length(run, x)
     except ValueError as exc:
         raise PreflightError(str(exc)) from exc
     meta = {k: v.to("meta") for k, v in batch.items()}
-    try:
-        with _RandomDraws() as draws:
-            loss = api.get_loss(run.loss, host=host)(model(meta[TASK_INPUTS[entry.task]]), meta)
-    except Exception as exc:  # noqa: BLE001 - shapes that do not meet: the model's or the loss's message
-        if _meta_unsupported(exc):
-            return False
-        raise PreflightError(f"{where} fails on a batch of dataset {run.dataset!r} with loss {run.loss!r}: "
-                             f"{type(exc).__name__}: {exc}; make the [model] and [dataset] tables agree") from exc
-    if getattr(loss, "ndim", 0) != 0:
+    with _RandomDraws() as draws:
+        try:
+            output = model(meta[field_name])
+        except Exception as exc:  # noqa: BLE001 - shapes that do not meet: the model's message
+            if _meta_unsupported(exc):
+                return False
+            raise PreflightError(f"{where} fails on a batch of dataset {run.dataset!r}: {type(exc).__name__}: "
+                                 f"{exc}; make the [model] and [dataset] tables agree") from exc
+        try:
+            loss = api.get_loss(run.loss, host=host)(output, meta)
+        except Exception as exc:  # noqa: BLE001 - the loss's own failure is not the tables' disagreement
+            if _meta_unsupported(exc):
+                return False
+            raise PreflightError(f"loss {run.loss!r} fails on the output of model {run.model!r} size {run.size} "
+                                 f"and a batch of dataset {run.dataset!r}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(loss, torch.Tensor):
+        raise PreflightError(f"loss {run.loss!r} returns {type(loss).__name__} for model {run.model!r}, not a "
+                             "tensor: training calls backward() on it (return a scalar tensor)")
+    if loss.ndim != 0:
         raise PreflightError(f"loss {run.loss!r} returns shape {tuple(loss.shape)} for model {run.model!r}, not a "
                              "scalar: it must average over the batch")
     return draws.seen
