@@ -10,7 +10,7 @@ import torch
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.errors import PlanError
-from flops_fit.sweeps.memory import STATE_BYTES, micro_rows, run_memory
+from flops_fit.sweeps.memory import STATE_BYTES, check_memory, micro_rows, run_memory
 
 
 def _saved_bytes(model, loss_fn, batch, key) -> int:
@@ -86,3 +86,17 @@ def test_flops_fit_plan_refuses_with_one_line_and_exit_2(capsys):
                  "--seq-len", "1024", "--device", "cpu", "--min-steps", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "needs about" in err[0] and "micro_batch_size" in err[0]
+
+
+def test_a_model_without_an_activation_estimate_is_still_refused_when_its_state_alone_cannot_fit():
+    # hf-causal-lm estimates no activations: its plan said "unknown" and refused nothing, so a run whose
+    # weights and AdamW state alone exceed the machine started and failed allocating them
+    entry = dataclasses.replace(flops_fit.model_info("gpt2"), activation_memory=None)
+    spec = _plan(sizes=[384, 576, 768], micro_batch_size=2).runs[0]
+    huge = dataclasses.replace(spec, params=10**13)  # 160 TB of state: more than any machine
+    assert run_memory(huge, entry) is None
+    with pytest.raises(PlanError) as refused:
+        check_memory([spec, huge], entry, "cpu")
+    text = str(refused.value)
+    assert f"run size {spec.size} at budget 1e+21 needs at least " in text and "does not estimate" in text
+    check_memory([spec], entry, "cpu")  # a small run's state fits: nothing refused

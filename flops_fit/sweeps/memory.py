@@ -7,7 +7,8 @@ plus the activations one micro-batch keeps for backward (the model entry's
 upper bound there), plus OVERHEAD for allocator slack and backward's temporaries, plus the
 runtime's own (RUNTIME: thread pools and kernel workspaces on CPU, measured at about 150 MiB
 with benchmarks/bench_memory.py; the CUDA context and cuBLAS workspace on a GPU). A model entry that does
-not estimate its activations gives None: the plan says "unknown" and refuses nothing.
+not estimate its activations gives None: the plan says "unknown", and refuses only a run whose
+state alone cannot fit.
 
 The device: on CUDA its memory (per process); on CPU the memory available now, shared by the
 processes training at once (``workers`` runs of ``processes_per_run`` processes each).
@@ -15,6 +16,7 @@ processes training at once (``workers`` runs of ``processes_per_run`` processes 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -57,8 +59,14 @@ def run_memory(spec: RunSpec, entry: ModelEntry, device: str = "cpu") -> Memory 
     activations = entry.activation_bytes(spec.size, micro_rows(spec), spec.seq_len, **spec.model_config)
     if activations is None:
         return None
+    return dataclasses.replace(state_memory(spec, device), activations=activations)
+
+
+def state_memory(spec: RunSpec, device: str = "cpu") -> Memory:
+    """The weights, gradients and optimizer state alone (no activations): what any model needs,
+    whether or not it estimates its activations."""
     shards = spec.processes_per_run if spec.parallel == "fsdp" else 1
-    return Memory(state=-(-STATE_BYTES * spec.params // shards), activations=activations,
+    return Memory(state=-(-STATE_BYTES * spec.params // shards), activations=0,
                   runtime=RUNTIME["cuda" if device.startswith("cuda") else "cpu"])
 
 
@@ -102,7 +110,16 @@ def check_memory(runs: list[RunSpec], entry: ModelEntry, device: str, concurrent
         return
     for spec in sorted(runs, key=lambda r: -r.params):
         memory = run_memory(spec, entry, device)
-        if memory is None or memory.total <= limit:
+        if memory is None:  # activations unknown: the state alone is still a floor the device must hold
+            floor = state_memory(spec, device)
+            if floor.total <= limit:
+                continue
+            raise PlanError(
+                f"run size {spec.size} at budget {spec.budget:.3g} needs at least {gib(floor.total)} per process "
+                f"for its weights, gradients and AdamW state alone (model {spec.model!r} does not estimate its "
+                f"activations), more than {what}; set processes_per_run with parallel = \"fsdp\" (shard the "
+                "state), or plan smaller sizes (max_size)")
+        if memory.total <= limit:
             continue
         raise PlanError(
             f"run size {spec.size} at budget {spec.budget:.3g} needs about {gib(memory.total)} per process "
@@ -115,4 +132,4 @@ def gib(value: int | float) -> str:
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
-__all__ = ["Memory", "check_memory", "device_memory", "gib", "micro_rows", "run_memory"]
+__all__ = ["Memory", "check_memory", "device_memory", "gib", "micro_rows", "run_memory", "state_memory"]
