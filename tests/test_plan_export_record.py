@@ -10,6 +10,7 @@ import pytest
 
 import flops_fit
 from flops_fit.cli.main import main
+from flops_fit.cli.sweep import _prefix as status_prefix
 from flops_fit.errors import StoreError
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.config import load_config
@@ -141,6 +142,23 @@ def test_a_recorded_failure_and_the_status_table_print_no_nan(planned, tmp_path,
     table = capsys.readouterr().out
     assert "diverged at step 3" in table and "3.5000" in table
     assert "nan" not in printed + table
+
+
+def test_the_status_table_names_each_run_by_a_prefix_record_accepts(planned, tmp_path, capsys):
+    """The status table showed no run ids, so a user reading it had nothing to pass to train-run or record:
+    its first column is now each run's id prefix (8 characters, longer where two runs share them)."""
+    _, out, exported = planned
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("run "))
+    shown = [line.split()[0] for line in lines[header + 2:]]
+    assert shown == [r["run_id"][:8] for r in exported["runs"]]
+    run = exported["runs"][1]
+    (tmp_path / "done.json").write_text(json.dumps({"loss": 3.5, "tokens": run["tokens"]}))
+    assert main(["record", str(out), shown[1], "--result", str(tmp_path / "done.json")]) == 0
+    assert rows(out)[run["run_id"]][0] == "done"
+    assert status_prefix(["0123456789ab", "01234567cdef", "fedcba9876543210"]) == 9  # two share 8: one more
 
 
 def test_the_status_table_shows_a_failure_without_tokens_or_time_as_planned_and_untimed(planned, tmp_path, capsys):
