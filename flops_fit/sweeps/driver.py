@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import math
 import os
 import platform
@@ -159,6 +160,24 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> tup
     return False, dataclasses.replace(plan, runs=runs, memory=memory)
 
 
+DATA_META = "data"  # each dataset configuration's training-split fingerprint, as the folder's runs read it
+
+
+def _check_data(store: RunStore, found: dict[str, str], out_dir: Path) -> None:
+    """Refuse to go on when a dataset's training split (``found``: its fingerprint per configuration,
+    from the preflight) differs from the one this folder's runs trained on: a corpus edited to the same
+    length resumed silently, the runs after it trained on other text than those before. A folder where
+    no run has started yet takes the data as it now is."""
+    recorded = store.get_meta(DATA_META) or {}
+    changed = [key for key, value in found.items() if recorded.get(key, value) != value]
+    if not changed or set(store.counts()) <= {"pending"}:
+        return
+    dataset, config, _ = json.loads(changed[0])
+    raise StoreError(f"the training data of dataset {dataset!r} ({config}) changed since {out_dir}'s runs trained on "
+                     "it (its content differs): restore it as it was, or sweep the changed data into another --out "
+                     "folder")
+
+
 def _check_trainer(store: RunStore, plan: Any) -> None:
     """Refuse to go on with another trainer than the one the stored runs were trained by."""
     stored = (store.get_meta("plan") or {}).get("options", {})
@@ -252,6 +271,7 @@ def run_plan(
             new, plan = _check_store(store, plan, out_dir, resume)
             policy = checkpoint_policy(plan.options, out_dir, checkpoint_dir)
             _check_trainer(store, plan)
+            found: dict[str, str] = {}
             if not skip_preflight:
                 status = store.statuses()
                 todo = [r for r in plan.runs if status.get(r.run_id) != "done"] if retry_failed else \
@@ -259,10 +279,13 @@ def run_plan(
                 todo = [r for r in todo if only is None or r.run_id in only]
                 checks = EXTERNAL_CHECKS if plan.options.trainer is not None else None
                 tracked = plan.options.tracking
-                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks,
-                          tracking=tracked and destination(tracked, out_dir, ""))
+                found = preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks,
+                                  tracking=tracked and destination(tracked, out_dir, "")).fingerprints
+                _check_data(store, found, out_dir)
             if new:
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
+            if found:  # what the runs about to train read: the next resume compares with it
+                store.set_meta(**{DATA_META: {**(store.get_meta(DATA_META) or {}), **found}})
             if record_only:
                 return SweepResult(out_dir)
             if live := holder(store.path):  # this driver's session is its own, however soon it followed another

@@ -13,6 +13,7 @@ reuses. ``configure_text`` sets ``vocab_size`` from the tokenizer, so the model 
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
@@ -64,6 +65,12 @@ class TokenWindows:
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {k: v[0] for k, v in self.get_batch(np.array([index])).items()}
 
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A digest of the tokens (the contract's ``fingerprint``): a corpus edited under a sweep's resume
+        keeps its length but not this, so the done runs' data and the rest's are told apart."""
+        return content_digest(self.tokens)
+
     def _rows(self, indices: np.ndarray) -> np.ndarray:
         return np.asarray(indices, dtype=np.int64)[:, None] * self.seq_len + self._offsets
 
@@ -76,6 +83,16 @@ class TokenWindows:
         if self.token_bytes is None:
             return None
         return self.token_bytes[self.tokens[self._rows(indices)[:, 1:]]].sum(axis=1)
+
+
+def content_digest(tokens: np.ndarray, chunk: int = 1 << 26) -> str:
+    """sha256 of a token array's bytes and dtype, read ``chunk`` bytes at a time (a memory-mapped corpus
+    is not copied whole)."""
+    hasher = hashlib.sha256(np.dtype(tokens.dtype).str.encode())
+    flat = np.ascontiguousarray(tokens).reshape(-1).view(np.uint8)
+    for start in range(0, len(flat), chunk):
+        hasher.update(flat[start:start + chunk])
+    return hasher.hexdigest()[:24]
 
 
 def in_validation(key: str, fraction: float) -> bool:
