@@ -28,6 +28,7 @@ from flops_fit.plugins.data import text_tokenizers
 from flops_fit.plugins.data.text_tokenizers import BYTES, ByteTokenizer
 from flops_fit.plugins.data.token_cache import TextSource, cached_tokens, digest
 
+from flops_fit.checks import held_out_share
 from flops_fit.errors import DataError
 from flops_fit.files import cache_root
 
@@ -103,14 +104,6 @@ def in_validation(key: str, fraction: float) -> bool:
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; text datasets have {SPLITS}")
-
-
-def check_fraction(name: str, fraction: Any) -> None:
-    """The held-out share is a number strictly between 0 and 1: 0 left the held-out split empty, 1.5 or -1 cut the
-    stream at a negative position (one split empty, or each what the other should be), a string a TypeError."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-        raise DataError(f"{name}: validation_fraction is the share of the text held out, between 0 and 1 "
-                        f"(e.g. 0.05), got {fraction!r}")
 
 
 def split_files(files: Sequence[Path], root: Path | None, split: str, fraction: float) -> list[Path]:
@@ -250,7 +243,7 @@ def build_python_stdlib(
 ) -> TokenWindows:
     """The standard library's source, split by file, as bytes (vocabulary 256) or ``tokenizer``'s tokens."""
     check_split(split)
-    check_fraction("python-stdlib", validation_fraction)
+    held_out_share(validation_fraction, "python-stdlib", DataError)
     sources = _stdlib_sources(root, validation_fraction)
     return windows("python-stdlib", sources, split, seq_len, vocab_size, tokenizer, cache_dir,
                     tokenizer_sample_bytes, tokenizer_seed)
@@ -284,7 +277,7 @@ def build_text_files(
     """Any local text files, as bytes or ``tokenizer``'s tokens. With enough files the split is by
     file; otherwise the last ``validation_fraction`` of the concatenated bytes is held out."""
     check_split(split)
-    check_fraction("text-files", validation_fraction)
+    held_out_share(validation_fraction, "text-files", DataError)
     if not paths:
         raise DataError("text-files needs paths=[...]: files, folders or glob patterns of text")
     files = expand(paths)
@@ -339,7 +332,7 @@ def build_token_file(
     if not path:
         raise DataError("token-file needs path=...: a flat binary file of uint16/uint32 token ids")
     if not validation_path:
-        check_fraction("token-file", validation_fraction)
+        held_out_share(validation_fraction, "token-file", DataError)
     source = validation_path if (split == "validation" and validation_path) else path
     if not os.path.isfile(source):
         raise DataError(f"token-file: {source!r} does not exist")
