@@ -236,6 +236,38 @@ def test_run_ids_as_printed_are_taken_where_a_command_takes_one(planned, tmp_pat
     assert planned_run(twins, "87d8b5f11", out).run_id == "87d8b5f111111111"
 
 
+def test_a_result_is_recorded_beside_a_train_run_of_another_run(planned, tmp_path, capsys):
+    """`flops-fit record` was refused while `flops-fit train-run` trained another run of the folder, as if a sweep
+    driver held it; a train-run trains and records its one run only, so the others are recorded beside it. Its own
+    run stays refused (the train-run would store its result over the recorded one), saying why."""
+    import subprocess
+    import sys
+
+    _, out, exported = planned
+    training, other = exported["runs"][1], exported["runs"][2]
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"loss": 9.5, "tokens": other["tokens"]}))
+    trainer = subprocess.Popen(  # train-run's hold on the store: the lease, and the run it trains alone
+        [sys.executable, "-c", "import sys; from flops_fit.store.lease import Lease\n"
+         "from flops_fit.store.outside import mark_training\nfrom flops_fit.store.run_store import RunStore\n"
+         f"with Lease({str(out / 'runs.sqlite')!r}), RunStore({str(out)!r}) as store:\n"
+         f"    mark_training(store, {training['run_id']!r}); print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout.readline() == "held\n"
+        assert main(["record", str(out), other["run_id"][:8], "--result", str(result)]) == 0
+        assert rows(out)[other["run_id"]] == ("done", 9.5, other["tokens"])
+        before = rows(out)
+        result.write_text(json.dumps({"loss": 9.5, "tokens": training["tokens"]}))
+        assert main(["record", str(out), training["run_id"], "--result", str(result)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"run {training['run_id']} is being trained in {out} by `flops-fit train-run` " \
+            f"(pid {trainer.pid} on " in err and "records its own result when it ends" in err
+        assert rows(out) == before
+    finally:
+        trainer.communicate("")
+
+
 def test_a_result_is_not_recorded_into_a_folder_a_driver_sweeps(planned, tmp_path, capsys):
     """`flops-fit record OUT RUN` while `flops-fit sweep` trained OUT said "recorded"; the driver then trained
     the run itself and stored its own result over it without a word. A live driver (another process holding

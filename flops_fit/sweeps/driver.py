@@ -35,6 +35,7 @@ from flops_fit.executors.supervisor import check_main_guard
 from flops_fit.fitting import fit
 from flops_fit.plugin import api
 from flops_fit.store.lease import Lease, holder
+from flops_fit.store.outside import mark_training
 from flops_fit.store.run_store import RunStore, planned_run
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import case_timeout, check, gate_line
@@ -475,6 +476,7 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     store = RunStore(out_dir)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
+            mark_training(store, run_id)  # record may store the other runs meanwhile
             accounting = _Accounting(store, runs)
             try:
                 outcome = task(spec, lambda rid, done, total, loss: accounting.heard(rid, done, loss))
