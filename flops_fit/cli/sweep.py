@@ -126,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                 f"from their checkpoints. Resume with: {resume}")
     if args.record_only:
         print(f"flops-fit: the plan is recorded in {out / STORE_NAME}; train each run with "
-              f"`flops-fit train-run {out} RUN_ID` (run ids: `flops-fit status {out} --json`)", file=sys.stderr)
+              f"`flops-fit train-run {out} RUN_ID` (run ids: `flops-fit status {out}`)", file=sys.stderr)
         return 0
     done = _print_status(out, table=args.verbose)
     if done and not args.verbose:
