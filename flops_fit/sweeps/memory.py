@@ -2,7 +2,8 @@
 
 Per process: fp32 parameters, their gradients and AdamW's two moments (16 bytes a parameter;
 bf16 autocast keeps fp32 master weights), divided by the processes with ``parallel = "fsdp"``,
-plus the activations one micro-batch keeps for backward (the model entry's
+plus each step's training loss the loop keeps (4 bytes a step: terabytes for a tiny model at a
+huge budget), plus the activations one micro-batch keeps for backward (the model entry's
 ``activation_memory``, fp32; under bf16 autocast most are kept in bf16, so the estimate is an
 upper bound there), plus OVERHEAD for allocator slack and backward's temporaries, plus the
 runtime's own (RUNTIME: thread pools and kernel workspaces on CPU, measured at about 150 MiB
@@ -25,6 +26,7 @@ from flops_fit.plugin.contracts import ModelEntry
 from flops_fit.store.runs import RunSpec
 
 STATE_BYTES = 16  # fp32 weight + gradient + AdamW's exp_avg and exp_avg_sq, per parameter
+STEP_BYTES = 4  # the loop keeps each step's training loss (fp32, on the device) for the curve
 OVERHEAD = 0.1  # allocator slack, backward's and the optimizer's temporaries, the batch itself
 RUNTIME = {"cpu": 160 * 2**20, "cuda": 768 * 2**20}
 
@@ -37,10 +39,11 @@ class Memory:
     state: int
     activations: int
     runtime: int = RUNTIME["cpu"]
+    steps: int = 0  # bytes of the per-step training losses the loop keeps
 
     @property
     def total(self) -> int:
-        return int((self.state + self.activations) * (1 + OVERHEAD)) + self.runtime
+        return int((self.state + self.activations) * (1 + OVERHEAD)) + self.runtime + self.steps
 
 
 def micro_rows(spec: RunSpec) -> int:
@@ -63,11 +66,11 @@ def run_memory(spec: RunSpec, entry: ModelEntry, device: str = "cpu") -> Memory 
 
 
 def state_memory(spec: RunSpec, device: str = "cpu") -> Memory:
-    """The weights, gradients and optimizer state alone (no activations): what any model needs,
-    whether or not it estimates its activations."""
+    """The weights, gradients and optimizer state, and the steps' losses (no activations): what any
+    model needs, whether or not it estimates its activations."""
     shards = spec.processes_per_run if spec.parallel == "fsdp" else 1
     return Memory(state=-(-STATE_BYTES * spec.params // shards), activations=0,
-                  runtime=RUNTIME["cuda" if device.startswith("cuda") else "cpu"])
+                  runtime=RUNTIME["cuda" if device.startswith("cuda") else "cpu"], steps=STEP_BYTES * spec.steps)
 
 
 def device_memory(device: str, concurrent: int = 1) -> tuple[int | None, str]:
@@ -109,6 +112,12 @@ def check_memory(runs: list[RunSpec], entry: ModelEntry, device: str, concurrent
     if limit is None:
         return
     for spec in sorted(runs, key=lambda r: -r.params):
+        steps = state_memory(spec, device).steps
+        if steps > limit:  # a tiny model at a huge budget: nothing the fixes below set shrinks its steps
+            raise PlanError(
+                f"run size {spec.size} at budget {spec.budget:.3g} trains {spec.steps:,} optimizer steps, whose "
+                f"training losses alone ({gib(steps)}, kept for its curve) are more than {what}: plan fewer steps "
+                "(a smaller budget, larger sizes, or a larger batch_size)")
         memory = run_memory(spec, entry, device)
         if memory is None:  # activations unknown: the state alone is still a floor the device must hold
             floor = state_memory(spec, device)
