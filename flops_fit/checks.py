@@ -34,6 +34,17 @@ def non_negative_number(value: Any, what: str, error: type[Exception] = OptionEr
     return value
 
 
+def held_out_share(value: Any, name: str, error: type[Exception] = OptionError, *, data: str = "text",
+                   example: str = "0.05") -> float:
+    """A dataset's ``validation_fraction``, strictly between 0 and 1: 0 left the held-out split empty, 1.5 or -1
+    cut the data at a negative position (one split empty, or each what the other should be), "0.1" raised a
+    TypeError. ``name`` is the dataset, ``data`` what it holds out."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise error(f"{name}: validation_fraction is the share of the {data} held out, between 0 and 1 "
+                    f"(e.g. {example}), got {value!r}")
+    return value
+
+
 def one_of(value: Any, choices: Iterable[Any], what: str, error: type[Exception] = OptionError) -> Any:
     """``value`` if it is one of ``choices``; else ``error`` listing them."""
     choices = tuple(choices)

@@ -273,6 +273,19 @@ def test_a_held_out_share_outside_0_to_1_is_refused_by_every_text_dataset(tmp_pa
             flops_fit.create_dataset(name, "train", validation_fraction=fraction, seq_len=8, **config)
 
 
+@pytest.mark.parametrize("fraction", [0, 1.5, "0.1", True])
+def test_a_held_out_share_outside_0_to_1_is_refused_by_every_image_dataset(tmp_path, fraction):
+    """The image datasets had a check of their own beside the text one: image-folder's raised a TypeError on "0.1"
+    and did not name the dataset; digits took 1.5 and failed on an empty training split ("need as many labels as
+    images"). They share the text datasets' check now, worded for images."""
+    pytest.importorskip("sklearn")
+    _write_image_folder(tmp_path / "pics")
+    for name, config in [("digits", {}), ("image-folder", {"root": str(tmp_path / "pics"), "image_size": 8})]:
+        with pytest.raises(FlopsFitError, match=rf"^{name}: validation_fraction is the share of the images held out, "
+                                                rf"between 0 and 1 \(e.g. 0.[12]\), got {fraction!r}$"):
+            flops_fit.create_dataset(name, "train", validation_fraction=fraction, **config)
+
+
 def test_unknown_split_is_refused():
     with pytest.raises(FlopsFitError, match="has no split 'test'"):
         flops_fit.create_dataset("python-stdlib", "test")

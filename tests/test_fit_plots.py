@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -333,3 +334,15 @@ def test_compute_optimal_table_rows_below_the_smallest_run_are_noted(tmp_path):
     on_decades = fit(synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"]),
                      method="isoflop", bootstrap=20)
     assert "below the smallest run" not in on_decades.summary()
+
+
+def test_fit_json_carries_the_note_on_rows_below_the_smallest_run(tmp_path, capsys):
+    """`flops-fit fit CSV` printed the note on table rows below the smallest run's compute; --json left it out,
+    so a script reading the table took the 1e+17 row as swept. The JSON now carries the summary's notes."""
+    synthetic_runs(budgets=(3e17, 1e18, 3e18), sizes_per_budget=7).drop(columns=["curve"]).to_csv(
+        tmp_path / "runs.csv", index=False)
+    assert main(["fit", str(tmp_path / "runs.csv"), "--method", "isoflop", "--bootstrap", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["notes"] == ["the row at 1e+17 FLOPs lies below the smallest run's compute (3e+17 FLOPs): the law "
+                            "read where no run was trained"]
+    assert [row["budget"] for row in out["table"]][:2] == [1e17, 1e18]

@@ -377,3 +377,25 @@ def test_a_relative_config_is_read_from_the_sweep_files_folder_and_the_ids_keep_
     assert main(["train-run", str(tmp_path / "out"), before[0]]) == 0
     with RunStore(tmp_path / "out") as store:
         assert store.statuses()[before[0]] == "done"
+
+
+def test_a_plan_reads_the_config_file_once_and_an_edit_again(tmp_path, monkeypatch):
+    """The rule read config.json again for every size the planner asked about (2,060 reads planning 10 runs);
+    it reads each version of the file once, and an edit (another size or time) again."""
+    folder = write_config(tmp_path, "llama")
+    reads, real = [], Path.read_text
+
+    def counted(path, *args, **kwargs):  # the real read, counted
+        if path.name == "config.json":
+            reads.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    options = {"model": "hf-causal-lm", "model_config": {"config": folder}, "dataset": "text-files",
+               "dataset_config": corpus(tmp_path), "budgets": [1e9], "sizes": [32, 64, 96], "seq_len": 16,
+               "batch_size": 4, "min_steps": 3}
+    planned = flops_fit.plan(**options)
+    assert len(planned.runs) == 3 and len(reads) == 1
+    (tmp_path / "llama" / "config.json").write_text(json.dumps({**CONFIGS["llama"], "num_hidden_layers": 3}))
+    again = flops_fit.plan(**options)
+    assert len(reads) == 2 and again.runs[0].params > planned.runs[0].params

@@ -10,7 +10,7 @@ import torch
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.errors import PlanError
-from flops_fit.sweeps.memory import STATE_BYTES, micro_rows, run_memory
+from flops_fit.sweeps.memory import STATE_BYTES, check_memory, micro_rows, run_memory, state_memory
 
 
 def _saved_bytes(model, loss_fn, batch, key) -> int:
@@ -86,3 +86,32 @@ def test_flops_fit_plan_refuses_with_one_line_and_exit_2(capsys):
                  "--seq-len", "1024", "--device", "cpu", "--min-steps", "1"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "needs about" in err[0] and "micro_batch_size" in err[0]
+
+
+def test_a_model_without_an_activation_estimate_is_still_refused_when_its_state_alone_cannot_fit():
+    # hf-causal-lm estimates no activations: its plan said "unknown" and refused nothing, so a run whose
+    # weights and AdamW state alone exceed the machine started and failed allocating them
+    entry = dataclasses.replace(flops_fit.model_info("gpt2"), activation_memory=None)
+    spec = _plan(sizes=[384, 576, 768], micro_batch_size=2).runs[0]
+    huge = dataclasses.replace(spec, params=10**13)  # 160 TB of state: more than any machine
+    assert run_memory(huge, entry) is None
+    with pytest.raises(PlanError) as refused:
+        check_memory([spec, huge], entry, "cpu")
+    text = str(refused.value)
+    assert f"run size {spec.size} at budget 1e+21 needs at least " in text and "does not estimate" in text
+    check_memory([spec], entry, "cpu")  # a small run's state fits: nothing refused
+
+
+def test_a_run_whose_step_losses_alone_cannot_fit_is_refused_at_plan_time(capsys):
+    """A tiny model at a huge budget (size 16 at 1e20 FLOPs: 5.7e11 steps) passed the memory check, and every run
+    of the sweep or tune then failed allocating the loop's per-step losses ('can't allocate 2270653134304 bytes').
+    The estimate counts them, and such a plan is refused in one line saying what to change."""
+    argv = ["plan", "--model", "gpt", "--budgets", "1e22", "--sizes", "16,32,48", "--batch-size", "32",
+            "--seq-len", "64", "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and " optimizer steps, whose training losses alone (" in err[0]
+    assert err[0].endswith("plan fewer steps (a smaller budget, larger sizes, or a larger batch_size)")
+    spec = _plan(sizes=[384, 576, 768], micro_batch_size=2).runs[0]
+    assert state_memory(spec).steps == 4 * spec.steps and run_memory(spec, flops_fit.model_info("gpt2")).steps == \
+        4 * spec.steps

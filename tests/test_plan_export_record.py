@@ -10,6 +10,7 @@ import pytest
 
 import flops_fit
 from flops_fit.cli.main import main
+from flops_fit.cli.sweep import _prefix as status_prefix
 from flops_fit.errors import StoreError
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.config import load_config
@@ -143,6 +144,23 @@ def test_a_recorded_failure_and_the_status_table_print_no_nan(planned, tmp_path,
     assert "nan" not in printed + table
 
 
+def test_the_status_table_names_each_run_by_a_prefix_record_accepts(planned, tmp_path, capsys):
+    """The status table showed no run ids, so a user reading it had nothing to pass to train-run or record:
+    its first column is now each run's id prefix (8 characters, longer where two runs share them)."""
+    _, out, exported = planned
+    capsys.readouterr()
+    assert main(["status", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("run "))
+    shown = [line.split()[0] for line in lines[header + 2:]]
+    assert shown == [r["run_id"][:8] for r in exported["runs"]]
+    run = exported["runs"][1]
+    (tmp_path / "done.json").write_text(json.dumps({"loss": 3.5, "tokens": run["tokens"]}))
+    assert main(["record", str(out), shown[1], "--result", str(tmp_path / "done.json")]) == 0
+    assert rows(out)[run["run_id"]][0] == "done"
+    assert status_prefix(["0123456789ab", "01234567cdef", "fedcba9876543210"]) == 9  # two share 8: one more
+
+
 def test_the_status_table_shows_a_failure_without_tokens_or_time_as_planned_and_untimed(planned, tmp_path, capsys):
     """A run whose worker was killed (RunLost) is stored with no tokens and no timings: its row read
     "0" tokens and "0.0s", as if it had trained nothing in no time."""
@@ -216,6 +234,38 @@ def test_run_ids_as_printed_are_taken_where_a_command_takes_one(planned, tmp_pat
     with pytest.raises(StoreError, match="ambiguous in .*: it starts 87d8b5f100000000, 87d8b5f111111111"):
         planned_run(twins, "87d8b5f1", out)
     assert planned_run(twins, "87d8b5f11", out).run_id == "87d8b5f111111111"
+
+
+def test_a_result_is_recorded_beside_a_train_run_of_another_run(planned, tmp_path, capsys):
+    """`flops-fit record` was refused while `flops-fit train-run` trained another run of the folder, as if a sweep
+    driver held it; a train-run trains and records its one run only, so the others are recorded beside it. Its own
+    run stays refused (the train-run would store its result over the recorded one), saying why."""
+    import subprocess
+    import sys
+
+    _, out, exported = planned
+    training, other = exported["runs"][1], exported["runs"][2]
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"loss": 9.5, "tokens": other["tokens"]}))
+    trainer = subprocess.Popen(  # train-run's hold on the store: the lease, and the run it trains alone
+        [sys.executable, "-c", "import sys; from flops_fit.store.lease import Lease\n"
+         "from flops_fit.store.outside import mark_training\nfrom flops_fit.store.run_store import RunStore\n"
+         f"with Lease({str(out / 'runs.sqlite')!r}), RunStore({str(out)!r}) as store:\n"
+         f"    mark_training(store, {training['run_id']!r}); print('held', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert trainer.stdout.readline() == "held\n"
+        assert main(["record", str(out), other["run_id"][:8], "--result", str(result)]) == 0
+        assert rows(out)[other["run_id"]] == ("done", 9.5, other["tokens"])
+        before = rows(out)
+        result.write_text(json.dumps({"loss": 9.5, "tokens": training["tokens"]}))
+        assert main(["record", str(out), training["run_id"], "--result", str(result)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"run {training['run_id']} is being trained in {out} by `flops-fit train-run` " \
+            f"(pid {trainer.pid} on " in err and "records its own result when it ends" in err
+        assert rows(out) == before
+    finally:
+        trainer.communicate("")
 
 
 def test_a_result_is_not_recorded_into_a_folder_a_driver_sweeps(planned, tmp_path, capsys):

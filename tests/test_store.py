@@ -206,10 +206,11 @@ def test_status_says_who_trains_a_sweep_the_time_it_has_left_and_what_a_killed_d
     assert lines[1].startswith(
         f"nothing is training it now: 1 run marked running was interrupted; `flops-fit sweep CONFIG --out {tmp_path} "
         "--resume` continues it")
-    table = lines[lines.index(next(line for line in lines if line.startswith("budget"))) + 2:]
-    assert [row.split()[4] for row in table] == ["done"] * 4 + ["running", "pending"]  # every run, in plan order
-    assert table[5].split()[3] == f"{runs[5].tokens:,}"  # a run still to train: its planned tokens
-    assert [row.split()[5] for row in table] == [f"{r.lr:.3g}" for r in runs]  # each run's rate (a tune's differ)
+    table = lines[lines.index(next(line for line in lines if line.startswith("run "))) + 2:]
+    assert [row.split()[0] for row in table] == [r.run_id[:8] for r in runs]  # the id prefix train-run takes
+    assert [row.split()[5] for row in table] == ["done"] * 4 + ["running", "pending"]  # every run, in plan order
+    assert table[5].split()[4] == f"{runs[5].tokens:,}"  # a run still to train: its planned tokens
+    assert [row.split()[6] for row in table] == [f"{r.lr:.3g}" for r in runs]  # each run's rate (a tune's differ)
 
 
 def test_status_of_an_interrupted_tune_says_the_tunes_resume_command(tmp_path, capsys):

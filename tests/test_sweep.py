@@ -557,3 +557,26 @@ def test_a_bad_parity_time_limit_is_refused_before_the_folder_is_touched(tmp_pat
     with pytest.raises(OptionError, match="FLOPS_FIT_PARITY_TIMEOUT='abc' is not a number of seconds above zero"):
         sweep(host=host, out_dir=tmp_path / "out", show_progress=False, **sweep_support.small_plan_options())
     assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_resumed_on_a_corpus_edited_to_the_same_length_is_refused(tmp_path):
+    """A corpus edited between a sweep's runs, to as many windows as before: the resume trained the rest of the
+    sweep on the new text beside runs stored from the old, without a word. It is refused naming the dataset and
+    the fix; the text restored, the sweep goes on."""
+    corpus = tmp_path / "corpus.txt"
+    text = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(400))
+    corpus.write_text(text)
+    options = sweep_support.small_plan_options(budgets=[2.1e7], dataset="text-files", seq_len=16,
+                                               dataset_config={"paths": [str(corpus)]})
+    the_plan = plan(host=HOST, **options)
+    out = tmp_path / "out"
+    run_plan(the_plan, out, host=HOST, show_progress=False, only=[the_plan.runs[0].run_id])
+    corpus.write_text(text.replace("fox", "cat"))  # the same bytes long: the same windows
+    with pytest.raises(StoreError, match=r"^the training data of dataset 'text-files' \(.*corpus\.txt.*\) changed since "
+                                         r".*out's runs trained on it \(its content differs\): restore it as it was, or "
+                                         r"sweep the changed data into another --out folder$"):
+        run_plan(the_plan, out, resume=True, host=HOST, show_progress=False)
+    with RunStore(out) as store:
+        assert store.counts() == {"done": 1, "pending": 2}  # nothing trained on the edited text
+    corpus.write_text(text)
+    run_plan(the_plan, out, resume=True, host=HOST, show_progress=False, record_only=True)  # past the check

@@ -126,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                                 f"from their checkpoints. Resume with: {resume}")
     if args.record_only:
         print(f"flops-fit: the plan is recorded in {out / STORE_NAME}; train each run with "
-              f"`flops-fit train-run {out} RUN_ID` (run ids: `flops-fit status {out} --json`)", file=sys.stderr)
+              f"`flops-fit train-run {out} RUN_ID` (run ids: `flops-fit status {out}`)", file=sys.stderr)
         return 0
     done = _print_status(out, table=args.verbose)
     if done and not args.verbose:
@@ -360,14 +360,25 @@ def _driver_line(state: dict[str, Any]) -> str | None:
     return f"training now: pid {live['pid']} on {live['host']} since {since} ({beat}); {when}"
 
 
-def _result_row(r: Any) -> list[Any]:
-    """A run with a result, as the status table shows it (tokens trained, its rate, its loss or error, its
-    time): a tune's runs differ only in their rate. A failure that holds no tokens or time (its worker died,
-    a checkpoint write raised) shows the planned tokens, as a run still to train does, and no time: not 0 and
-    0.0s, which read as a run that trained nothing in no time."""
+def _prefix(run_ids: list[str], shortest: int = 8) -> int:
+    """How many leading characters tell these runs apart, at least ``shortest`` (the prefix train-run
+    and record accept): the status table's run column."""
+    ids = set(run_ids)
+    length = shortest
+    while len({i[:length] for i in ids}) < len(ids):
+        length += 1
+    return length
+
+
+def _result_row(r: Any, short: int) -> list[Any]:
+    """A run with a result, as the status table shows it (its id's first ``short`` characters, tokens
+    trained, its rate, its loss or error, its time): a tune's runs differ only in their rate. A failure
+    that holds no tokens or time (its worker died, a checkpoint write raised) shows the planned tokens, as
+    a run still to train does, and no time: not 0 and 0.0s, which read as a run that trained nothing in no
+    time."""
     tokens = r.tokens if r.tokens or r.status == "done" else r.tokens_planned
     total = r.timings.get("total_s") if isinstance(r.timings, dict) else None
-    return [f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{int(tokens):,}", r.status, f"{r.lr:.3g}",
+    return [r.run_id[:short], f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{int(tokens):,}", r.status, f"{r.lr:.3g}",
             "" if r.status != "done" else f"{r.loss:.4f}", "" if total is None else f"{total:.1f}s", _text(r.error)]
 
 
@@ -424,13 +435,14 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
             if spec.run_id not in chosen and spec.run_id not in finished and states.get(spec.run_id) == "pending":
                 states[spec.run_id] = "not chosen"
         print("\n".join(_design_lines(design, sum(s == "not chosen" for s in states.values()))))
-    rows = [_result_row(finished.pop(spec.run_id)) if spec.run_id in finished else  # every run, in plan order
-            [f"{spec.budget:.2e}", spec.size, f"{spec.params:,}", f"{spec.tokens:,}",
+    short = _prefix([*(spec.run_id for spec in planned), *finished])
+    rows = [_result_row(finished.pop(spec.run_id), short) if spec.run_id in finished else  # every run, in plan order
+            [spec.run_id[:short], f"{spec.budget:.2e}", spec.size, f"{spec.params:,}", f"{spec.tokens:,}",
              states.get(spec.run_id, "pending"), f"{spec.lr:.3g}", "", "", ""] for spec in planned]
-    rows += [_result_row(r) for r in finished.values()]
+    rows += [_result_row(r, short) for r in finished.values()]
     if rows and table:
         unit = f"{plan.get('unit', 'token')}s" if isinstance(plan, dict) else "tokens"
-        print(format_table(rows, ["budget", "size", "params", unit, "status", "lr", "loss", "time", "error"]))
+        print(format_table(rows, ["run", "budget", "size", "params", unit, "status", "lr", "loss", "time", "error"]))
     return counts.get("done", 0)
 
 

@@ -27,6 +27,7 @@ FIELDS = {"loss": "held-out loss at the end (per token or sample)", "tokens": "u
           "steps": "optimizer steps (default: the plan's)", "curve": "[[tokens seen, training loss], ...]",
           "status": '"done" (default) or "failed"', "error": "why it failed", "bpb": "held-out bits per byte",
           "top1_error": "held-out top-1 error", "timings": "{name: seconds}", "device": "where it ran"}
+TRAINING_META = "train_run"  # the run a train-run trains alone, and its process (``mark_training``)
 
 
 def read_result(path: str | Path) -> dict[str, Any]:
@@ -64,7 +65,6 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
     if not (out_dir / STORE_NAME).is_file():
         raise StoreError(f"{out_dir}: no {STORE_NAME}; record the plan first (`flops-fit sweep CONFIG --out {out_dir} "
                          "--record-only`)")
-    busy(out_dir)
     data = result.to_dict() if isinstance(result, RunResult) else dict(result)
     data.pop("run_id", None)
     unknown = sorted(set(data) - set(FIELDS) - {"flops", "unique_tokens", "epochs"})
@@ -74,6 +74,7 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
     with RunStore(out_dir) as store:
         spec = planned_run(store.planned_runs(), run_id, out_dir)  # or a unique prefix of its id
         run_id = spec.run_id
+        busy(out_dir, store, run_id)
         status = store.statuses().get(run_id)
         if status in FINAL and not (retry_failed and status == "failed"):
             retry = ("; to record a retry of the failed run in its place, add --retry-failed (API: retry_failed=True)"
@@ -89,16 +90,31 @@ def record_result(out_dir: str | Path, run_id: str, result: dict[str, Any] | Run
     return outcome
 
 
-def busy(out_dir: Path) -> None:
-    """StoreBusy while another process drives the folder (a sweep, a train-run): a driver trains every run
-    it found without a result and stores its own, so a result recorded meanwhile was said to be recorded,
-    then replaced without a word. Records need no lease of their own: jobs may record at once."""
+def mark_training(store: RunStore, run_id: str) -> None:
+    """Say in the store that this process, holding its lease, trains ``run_id`` alone (``train-run``), so
+    ``record`` may store the other runs meanwhile."""
+    store.set_meta(**{TRAINING_META: {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname()}})
+
+
+def busy(out_dir: Path, store: RunStore, run_id: str) -> None:
+    """StoreBusy while another process drives the folder: a sweep driver trains every run it found without a
+    result and stores its own, so a result recorded meanwhile was said to be recorded, then replaced without a
+    word. A ``train-run`` trains and records its one run only: the others may be recorded beside it. Records
+    need no lease of their own: jobs may record at once."""
     live = holder(out_dir / STORE_NAME)
-    if live is not None and (live.pid, live.host) != (os.getpid(), socket.gethostname()):
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live.started))
-        raise StoreBusy(f"{out_dir} is being swept by a driver (pid {live.pid} on {live.host}, started {since}), which "
-                        "trains its runs without a result and stores its own: record once it ends (or stop it), into "
-                        "a folder no driver sweeps (`flops-fit sweep CONFIG --out OUT --record-only`)")
+    if live is None or (live.pid, live.host) == (os.getpid(), socket.gethostname()):
+        return
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live.started))
+    alone = store.get_meta(TRAINING_META) or {}
+    if (alone.get("pid"), alone.get("host")) == (live.pid, live.host):  # the live holder is a train-run
+        if alone.get("run_id") != run_id:
+            return
+        raise StoreBusy(f"run {run_id} is being trained in {out_dir} by `flops-fit train-run` (pid {live.pid} on "
+                        f"{live.host}, started {since}), which records its own result when it ends: let it finish, "
+                        "or stop it, then record")
+    raise StoreBusy(f"{out_dir} is being swept by a driver (pid {live.pid} on {live.host}, started {since}), which "
+                    "trains its runs without a result and stores its own: record once it ends (or stop it), into "
+                    "a folder no driver sweeps (`flops-fit sweep CONFIG --out OUT --record-only`)")
 
 
 def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:

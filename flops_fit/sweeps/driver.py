@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import math
 import os
 import platform
@@ -35,6 +36,7 @@ from flops_fit.executors.supervisor import check_main_guard
 from flops_fit.fitting import fit
 from flops_fit.plugin import api
 from flops_fit.store.lease import Lease, holder
+from flops_fit.store.outside import mark_training
 from flops_fit.store.run_store import RunStore, planned_run
 from flops_fit.store.runs import RunResult, RunSpec
 from flops_fit.sweeps.gate import case_timeout, check, gate_line
@@ -160,6 +162,24 @@ def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> tup
     return False, dataclasses.replace(plan, runs=runs, memory=memory)
 
 
+DATA_META = "data"  # each dataset configuration's training-split fingerprint, as the folder's runs read it
+
+
+def _check_data(store: RunStore, found: dict[str, str], out_dir: Path) -> None:
+    """Refuse to go on when a dataset's training split (``found``: its fingerprint per configuration,
+    from the preflight) differs from the one this folder's runs trained on: a corpus edited to the same
+    length resumed silently, the runs after it trained on other text than those before. A folder where
+    no run has started yet takes the data as it now is."""
+    recorded = store.get_meta(DATA_META) or {}
+    changed = [key for key, value in found.items() if recorded.get(key, value) != value]
+    if not changed or set(store.counts()) <= {"pending"}:
+        return
+    dataset, config, _ = json.loads(changed[0])
+    raise StoreError(f"the training data of dataset {dataset!r} ({config}) changed since {out_dir}'s runs trained on "
+                     "it (its content differs): restore it as it was, or sweep the changed data into another --out "
+                     "folder")
+
+
 def _check_trainer(store: RunStore, plan: Any) -> None:
     """Refuse to go on with another trainer than the one the stored runs were trained by."""
     stored = (store.get_meta("plan") or {}).get("options", {})
@@ -253,6 +273,7 @@ def run_plan(
             new, plan = _check_store(store, plan, out_dir, resume)
             policy = checkpoint_policy(plan.options, out_dir, checkpoint_dir)
             _check_trainer(store, plan)
+            found: dict[str, str] = {}
             if not skip_preflight:
                 status = store.statuses()
                 todo = [r for r in plan.runs if status.get(r.run_id) != "done"] if retry_failed else \
@@ -260,10 +281,13 @@ def run_plan(
                 todo = [r for r in todo if only is None or r.run_id in only]
                 checks = EXTERNAL_CHECKS if plan.options.trainer is not None else None
                 tracked = plan.options.tracking
-                preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks,
-                          tracking=tracked and destination(tracked, out_dir, ""))
+                found = preflight(plan, todo, checkpoints=policy, concurrent=workers, host=host, checks=checks,
+                                  tracking=tracked and destination(tracked, out_dir, "")).fingerprints
+                _check_data(store, found, out_dir)
             if new:
                 store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
+            if found:  # what the runs about to train read: the next resume compares with it
+                store.set_meta(**{DATA_META: {**(store.get_meta(DATA_META) or {}), **found}})
             if record_only:
                 return SweepResult(out_dir)
             if live := holder(store.path):  # this driver's session is its own, however soon it followed another
@@ -454,6 +478,7 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     store = RunStore(out_dir)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
+            mark_training(store, run_id)  # record may store the other runs meanwhile
             accounting = _Accounting(store, runs)
             try:
                 outcome = task(spec, lambda rid, done, total, loss: accounting.heard(rid, done, loss))

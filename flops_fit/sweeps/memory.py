@@ -2,12 +2,14 @@
 
 Per process: fp32 parameters, their gradients and AdamW's two moments (16 bytes a parameter;
 bf16 autocast keeps fp32 master weights), divided by the processes with ``parallel = "fsdp"``,
-plus the activations one micro-batch keeps for backward (the model entry's
+plus each step's training loss the loop keeps (4 bytes a step: terabytes for a tiny model at a
+huge budget), plus the activations one micro-batch keeps for backward (the model entry's
 ``activation_memory``, fp32; under bf16 autocast most are kept in bf16, so the estimate is an
 upper bound there), plus OVERHEAD for allocator slack and backward's temporaries, plus the
 runtime's own (RUNTIME: thread pools and kernel workspaces on CPU, measured at about 150 MiB
 with benchmarks/bench_memory.py; the CUDA context and cuBLAS workspace on a GPU). A model entry that does
-not estimate its activations gives None: the plan says "unknown" and refuses nothing.
+not estimate its activations gives None: the plan says "unknown", and refuses only a run whose
+state alone cannot fit.
 
 The device: on CUDA its memory (per process); on CPU the memory available now, shared by the
 processes training at once (``workers`` runs of ``processes_per_run`` processes each).
@@ -15,6 +17,7 @@ processes training at once (``workers`` runs of ``processes_per_run`` processes 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -23,6 +26,7 @@ from flops_fit.plugin.contracts import ModelEntry
 from flops_fit.store.runs import RunSpec
 
 STATE_BYTES = 16  # fp32 weight + gradient + AdamW's exp_avg and exp_avg_sq, per parameter
+STEP_BYTES = 4  # the loop keeps each step's training loss (fp32, on the device) for the curve
 OVERHEAD = 0.1  # allocator slack, backward's and the optimizer's temporaries, the batch itself
 RUNTIME = {"cpu": 160 * 2**20, "cuda": 768 * 2**20}
 
@@ -35,10 +39,11 @@ class Memory:
     state: int
     activations: int
     runtime: int = RUNTIME["cpu"]
+    steps: int = 0  # bytes of the per-step training losses the loop keeps
 
     @property
     def total(self) -> int:
-        return int((self.state + self.activations) * (1 + OVERHEAD)) + self.runtime
+        return int((self.state + self.activations) * (1 + OVERHEAD)) + self.runtime + self.steps
 
 
 def micro_rows(spec: RunSpec) -> int:
@@ -57,9 +62,15 @@ def run_memory(spec: RunSpec, entry: ModelEntry, device: str = "cpu") -> Memory 
     activations = entry.activation_bytes(spec.size, micro_rows(spec), spec.seq_len, **spec.model_config)
     if activations is None:
         return None
+    return dataclasses.replace(state_memory(spec, device), activations=activations)
+
+
+def state_memory(spec: RunSpec, device: str = "cpu") -> Memory:
+    """The weights, gradients and optimizer state, and the steps' losses (no activations): what any
+    model needs, whether or not it estimates its activations."""
     shards = spec.processes_per_run if spec.parallel == "fsdp" else 1
-    return Memory(state=-(-STATE_BYTES * spec.params // shards), activations=activations,
-                  runtime=RUNTIME["cuda" if device.startswith("cuda") else "cpu"])
+    return Memory(state=-(-STATE_BYTES * spec.params // shards), activations=0,
+                  runtime=RUNTIME["cuda" if device.startswith("cuda") else "cpu"], steps=STEP_BYTES * spec.steps)
 
 
 def device_memory(device: str, concurrent: int = 1) -> tuple[int | None, str]:
@@ -101,8 +112,23 @@ def check_memory(runs: list[RunSpec], entry: ModelEntry, device: str, concurrent
     if limit is None:
         return
     for spec in sorted(runs, key=lambda r: -r.params):
+        steps = state_memory(spec, device).steps
+        if steps > limit:  # a tiny model at a huge budget: nothing the fixes below set shrinks its steps
+            raise PlanError(
+                f"run size {spec.size} at budget {spec.budget:.3g} trains {spec.steps:,} optimizer steps, whose "
+                f"training losses alone ({gib(steps)}, kept for its curve) are more than {what}: plan fewer steps "
+                "(a smaller budget, larger sizes, or a larger batch_size)")
         memory = run_memory(spec, entry, device)
-        if memory is None or memory.total <= limit:
+        if memory is None:  # activations unknown: the state alone is still a floor the device must hold
+            floor = state_memory(spec, device)
+            if floor.total <= limit:
+                continue
+            raise PlanError(
+                f"run size {spec.size} at budget {spec.budget:.3g} needs at least {gib(floor.total)} per process "
+                f"for its weights, gradients and AdamW state alone (model {spec.model!r} does not estimate its "
+                f"activations), more than {what}; set processes_per_run with parallel = \"fsdp\" (shard the "
+                "state), or plan smaller sizes (max_size)")
+        if memory.total <= limit:
             continue
         raise PlanError(
             f"run size {spec.size} at budget {spec.budget:.3g} needs about {gib(memory.total)} per process "
@@ -115,4 +141,4 @@ def gib(value: int | float) -> str:
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
-__all__ = ["Memory", "check_memory", "device_memory", "gib", "micro_rows", "run_memory"]
+__all__ = ["Memory", "check_memory", "device_memory", "gib", "micro_rows", "run_memory", "state_memory"]

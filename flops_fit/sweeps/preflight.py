@@ -56,6 +56,7 @@ class Context:
     host: Any = None
     samples: dict[str, int] = field(default_factory=dict)
     batches: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)  # a training split's content digest, where it has one
     tracking: Destination | None = None  # where and under what name the trackers write, when the sweep is tracked
 
 
@@ -80,7 +81,8 @@ def vocabulary_bound(run: RunSpec, host: Any) -> dict[str, int]:
 
 def check_datasets(plan: Any, context: Context) -> None:
     """Open each distinct dataset configuration's training and held-out splits; keep the
-    training split's length and one held-out batch for the later checks."""
+    training split's length and one held-out batch for the later checks, and its ``fingerprint``
+    (the driver compares it with the one its runs trained on)."""
     for key, run in _distinct(context.runs, dataset_key).items():
         bound = vocabulary_bound(run, context.host)
         for split in dict.fromkeys(("train", run.eval_split)):
@@ -99,6 +101,8 @@ def check_datasets(plan: Any, context: Context) -> None:
                 raise PreflightError(f"{where} is empty: give it data, or lower validation_fraction / seq_len")
             if split == "train":
                 context.samples[key] = size
+                if isinstance(fingerprint := getattr(data, "fingerprint", None), str):
+                    context.fingerprints[key] = fingerprint
             else:
                 context.batches[key] = _first_batch(data, size, where, run, context.host)
 

@@ -23,7 +23,6 @@ from flops_fit.plugins.data.text_data import (
     SPLITS,
     TOKENIZER_SAMPLE_BYTES,
     TokenWindows,
-    check_fraction,
     check_split,
     expand,
     file_identity,
@@ -33,6 +32,7 @@ from flops_fit.plugins.data.text_data import (
 from flops_fit.plugins.data.text_tokenizers import BYTES
 from flops_fit.plugins.data.token_cache import TextSource
 
+from flops_fit.checks import held_out_share
 from flops_fit.errors import DataError
 
 # file extension -> the `datasets` builder that reads it
@@ -213,7 +213,7 @@ def _sources(corpus: _Corpus, text_field: str, separator: str, max_documents: in
     sizes = {s: sum(f.stat().st_size for f in fs) for s, fs in (corpus.files or {}).items()}
     held_out = "validation" not in own
     if held_out:  # the corpus's own validation split needs no share held out
-        check_fraction(corpus.name, validation_fraction)
+        held_out_share(validation_fraction, corpus.name, DataError)
     sources = {}
     for split in SPLITS:
         if held_out:  # a stable share of the training records, by position

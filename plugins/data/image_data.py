@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from flops_fit.checks import held_out_share
 from flops_fit.errors import DataError
 
 SPLITS = ("train", "validation")
@@ -81,6 +82,7 @@ def _check_split(split: str) -> None:
 def build_digits(split: str, validation_fraction: float = 0.2, **model_keys) -> ImageTensors:
     """scikit-learn's 8x8 digits; a fixed seeded permutation holds out ``validation_fraction``."""
     _check_split(split)
+    held_out_share(validation_fraction, "digits", DataError, data="images", example="0.2")
     try:
         from sklearn.datasets import load_digits
     except ImportError:
@@ -220,6 +222,7 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
             raise DataError(f"hf-images: no column {field_name!r}; columns: {table.column_names} "
                             "(name them with image_field= / label_field=)")
     if held is None:
+        held_out_share(validation_fraction, "hf-images", DataError, data="images", example="0.1")
         parts = table.train_test_split(test_size=validation_fraction, seed=0)
         table, held = parts["train"], parts["test"]
     if isinstance(table.features[image_field], datasets.Image):  # decoded in _pixels, where a damaged image
@@ -315,8 +318,7 @@ def configure_image_folder(config: dict) -> dict:
 
 def _held_out(pairs: list[tuple[str, str]], fraction: float) -> dict[str, list[tuple[str, str]]]:
     """A seeded ``fraction`` of each class's images held out (at least one when a class has two)."""
-    if not 0 < fraction < 1:
-        raise DataError(f"validation_fraction must be between 0 and 1 (e.g. 0.1), got {fraction!r}")
+    held_out_share(fraction, "image-folder", DataError, data="images", example="0.1")
     rng = np.random.default_rng(0)
     out = {"train": [], "validation": []}
     for c in sorted({c for c, _ in pairs}):

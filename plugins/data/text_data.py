@@ -13,6 +13,7 @@ reuses. ``configure_text`` sets ``vocab_size`` from the tokenizer, so the model 
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import os
@@ -27,6 +28,7 @@ from flops_fit.plugins.data import text_tokenizers
 from flops_fit.plugins.data.text_tokenizers import BYTES, ByteTokenizer
 from flops_fit.plugins.data.token_cache import TextSource, cached_tokens, digest
 
+from flops_fit.checks import held_out_share
 from flops_fit.errors import DataError
 from flops_fit.files import cache_root
 
@@ -64,6 +66,12 @@ class TokenWindows:
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {k: v[0] for k, v in self.get_batch(np.array([index])).items()}
 
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A digest of the tokens (the contract's ``fingerprint``): a corpus edited under a sweep's resume
+        keeps its length but not this, so the done runs' data and the rest's are told apart."""
+        return content_digest(self.tokens)
+
     def _rows(self, indices: np.ndarray) -> np.ndarray:
         return np.asarray(indices, dtype=np.int64)[:, None] * self.seq_len + self._offsets
 
@@ -78,6 +86,16 @@ class TokenWindows:
         return self.token_bytes[self.tokens[self._rows(indices)[:, 1:]]].sum(axis=1)
 
 
+def content_digest(tokens: np.ndarray, chunk: int = 1 << 26) -> str:
+    """sha256 of a token array's bytes and dtype, read ``chunk`` bytes at a time (a memory-mapped corpus
+    is not copied whole)."""
+    hasher = hashlib.sha256(np.dtype(tokens.dtype).str.encode())
+    flat = np.ascontiguousarray(tokens).reshape(-1).view(np.uint8)
+    for start in range(0, len(flat), chunk):
+        hasher.update(flat[start:start + chunk])
+    return hasher.hexdigest()[:24]
+
+
 def in_validation(key: str, fraction: float) -> bool:
     """A stable per-file coin: the same file is always on the same side of the split."""
     return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2**64 < fraction
@@ -86,14 +104,6 @@ def in_validation(key: str, fraction: float) -> bool:
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; text datasets have {SPLITS}")
-
-
-def check_fraction(name: str, fraction: Any) -> None:
-    """The held-out share is a number strictly between 0 and 1: 0 left the held-out split empty, 1.5 or -1 cut the
-    stream at a negative position (one split empty, or each what the other should be), a string a TypeError."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
-        raise DataError(f"{name}: validation_fraction is the share of the text held out, between 0 and 1 "
-                        f"(e.g. 0.05), got {fraction!r}")
 
 
 def split_files(files: Sequence[Path], root: Path | None, split: str, fraction: float) -> list[Path]:
@@ -233,7 +243,7 @@ def build_python_stdlib(
 ) -> TokenWindows:
     """The standard library's source, split by file, as bytes (vocabulary 256) or ``tokenizer``'s tokens."""
     check_split(split)
-    check_fraction("python-stdlib", validation_fraction)
+    held_out_share(validation_fraction, "python-stdlib", DataError)
     sources = _stdlib_sources(root, validation_fraction)
     return windows("python-stdlib", sources, split, seq_len, vocab_size, tokenizer, cache_dir,
                     tokenizer_sample_bytes, tokenizer_seed)
@@ -267,7 +277,7 @@ def build_text_files(
     """Any local text files, as bytes or ``tokenizer``'s tokens. With enough files the split is by
     file; otherwise the last ``validation_fraction`` of the concatenated bytes is held out."""
     check_split(split)
-    check_fraction("text-files", validation_fraction)
+    held_out_share(validation_fraction, "text-files", DataError)
     if not paths:
         raise DataError("text-files needs paths=[...]: files, folders or glob patterns of text")
     files = expand(paths)
@@ -322,7 +332,7 @@ def build_token_file(
     if not path:
         raise DataError("token-file needs path=...: a flat binary file of uint16/uint32 token ids")
     if not validation_path:
-        check_fraction("token-file", validation_fraction)
+        held_out_share(validation_fraction, "token-file", DataError)
     source = validation_path if (split == "validation" and validation_path) else path
     if not os.path.isfile(source):
         raise DataError(f"token-file: {source!r} does not exist")

@@ -24,6 +24,8 @@ edited config.json plans new runs, and a run planned before the edit refuses to 
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import math
@@ -58,7 +60,8 @@ def load_config(source: Any) -> dict[str, Any]:
         path = Path(source)
         path = path / "config.json" if path.is_dir() else path
         try:
-            config = json.loads(path.read_text())
+            stat = path.stat()
+            config = copy.deepcopy(_read_json(str(path.resolve()), stat.st_mtime_ns, stat.st_size))
         except OSError:
             raise ValueError(f"config {source!r}: no such config.json (give a file, its folder, or the config inline)") from None
         except ValueError as exc:
@@ -72,6 +75,14 @@ def load_config(source: Any) -> dict[str, Any]:
         raise ValueError(f"config {source if isinstance(source, str) else '(inline)'} has no model_type: "
                          "give a transformers config.json (it names its model_type, e.g. \"llama\")")
     return config
+
+
+@functools.lru_cache(maxsize=32)
+def _read_json(path: str, mtime_ns: int, size: int) -> Any:
+    """A config file's JSON, read once per version of the file (its modification time and size are in the
+    key, so an edit is read again): a plan asks the rule for each size's parameters and FLOPs, thousands
+    of times, and read the file each time."""
+    return json.loads(Path(path).read_text())
 
 
 def config_source(table: Mapping[str, Any]) -> Any:

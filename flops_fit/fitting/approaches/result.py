@@ -250,6 +250,10 @@ class FitResult(Presentable):
         """A Chinchilla-style table: compute, parameters, tokens, tokens/param, loss (+ intervals)."""
         return self.predict(default_budgets(self.runs) if budgets is None else budgets)
 
+    def below_note(self, budgets: Sequence[float] | None = None) -> list[str]:
+        """The note on the table's rows below every run's compute (``below_swept``), if any."""
+        return [n for n in [below_swept(self.table(budgets)["budget"], self.runs)] if n]
+
     def summary(self, budgets: Sequence[float] | None = None, *, with_holdout: bool = True) -> str:
         """Plain text: parameters with intervals, predictions, warnings, held-out checks."""
         pct = f"{100 * self.level:g}%"
@@ -263,7 +267,7 @@ class FitResult(Presentable):
         lines += ["", format_table(prediction_rows(self.table(budgets), unit, self.runs.loss_range),
                                    ["FLOPs", f"{COLUMN_NAMES[self.runs.scale]} N_opt", f"{unit} D_opt",
                                     f"{unit}/param", self.runs.label])]
-        lines += [f"note: {n}" for n in [below_swept(self.table(budgets)["budget"], self.runs)] if n]
+        lines += [f"note: {n}" for n in self.below_note(budgets)]
         d = self.diagnostics
         if "k" in self.params:
             slope = self.params.get("k_slope", 0.0)
@@ -291,6 +295,8 @@ class FitResult(Presentable):
             "level": self.level,
             "params": param_json(par, self.details.get("on_bound", ())),
             "table": prediction_json(self.table(budgets), self.runs.unit, self.runs.loss_range),
+            # the notes its summary prints (the runs', a table row below every run): --json left them out
+            "notes": [*self.runs.notes, *self.below_note(budgets)],
             "diagnostics": self.diagnostics.to_dict(),
             "details": {k: v for k, v in self.details.items() if isinstance(v, (str, int, float, list, dict))},
         }
