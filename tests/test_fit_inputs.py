@@ -563,8 +563,8 @@ def test_tables_name_what_d_counts_from_the_sweeps_plan(tmp_path, capsys, model,
     from flops_fit.cli.main import main
 
     assert main(["status", str(tmp_path)]) == 0
-    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("budget"))
-    assert header.split()[2:4] == ["params", unit]
+    header = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("run "))
+    assert header.split()[3:5] == ["params", unit]
     runs = load_runs(synthetic_runs(sizes_per_budget=7))
     runs = runs.derived(runs.frame, metadata=metadata)
     assert runs.unit == unit
