@@ -313,3 +313,12 @@ def test_more_processes_per_run_than_cores_is_noted_not_refused():
                            f"machine has {cores} cores")
     assert note.endswith(f"else set processes_per_run to {cores} or less") and f"note: {note}" in p.headline()
     assert not any(n.startswith("processes_per_run") for n in make(processes_per_run=cores, device="cpu").notes)
+
+
+@pytest.mark.parametrize("device", ["cuda:x", "cuda:-1", "cuda:0,1", "gpu"])
+def test_a_device_torch_cannot_name_is_refused_at_plan_time(device):
+    """'cuda:x' and 'cuda:0,1' passed the check (it tested startswith('cuda:')) and failed every run in
+    torch.device; a worker's several GPUs are the executor's devices, which the refusal points to."""
+    with pytest.raises(PlanError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N'") as err:
+        make(device=device)
+    assert ("[executor] table's devices" in str(err.value)) == ("," in device)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
@@ -129,8 +130,10 @@ def _fraction(value: Any, name: str) -> float:
 
 
 def _device(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
-        raise PlanError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+    if not isinstance(value, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        several = " (a worker's GPUs are the [executor] table's devices, e.g. ['cuda:0,1'])" \
+            if isinstance(value, str) and "," in value else ""
+        raise PlanError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}{several}")
     return value
 
 
