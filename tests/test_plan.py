@@ -322,3 +322,25 @@ def test_a_device_torch_cannot_name_is_refused_at_plan_time(device):
     with pytest.raises(PlanError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N'") as err:
         make(device=device)
     assert ("[executor] table's devices" in str(err.value)) == ("," in device)
+
+
+def test_numpy_numbers_plan_the_runs_python_numbers_plan():
+    """budgets=np.logspace(...) was refused with "pass budgets=[...]", and np.int64(8) as "must be a positive
+    integer, got np.int64(8)"; now NumPy numbers and arrays plan the same runs (the same ids) as Python's,
+    and the settings the store records stay JSON."""
+    import json
+
+    import numpy as np
+
+    python = make(sizes_per_budget=3, sizes=None, span=16.0, tokens_per_param=2.0, hparams={"max_warmup_steps": 10},
+                  model_config={"block_size": 16})
+    numpy = make(budgets=np.array([2e7, 4e7]), sizes_per_budget=np.int64(3), sizes=None, span=np.int64(16),
+                 tokens_per_param=np.float32(2),
+                 batch_size=np.int64(8), min_steps=np.int32(5), eval_tokens=np.int64(512), seed=np.int64(0),
+                 hparams={"max_warmup_steps": np.int64(10)}, model_config={"block_size": np.int64(16)})
+    assert [r.run_id for r in numpy.runs] == [r.run_id for r in python.runs]
+    assert json.loads(json.dumps(numpy.options.to_dict())) == json.loads(json.dumps(python.options.to_dict()))
+    explicit = make(sizes=np.arange(4, 20, 4), budgets=np.float32(2e7))
+    assert explicit.options.sizes == (4, 8, 12, 16) and explicit.options.budgets == (float(np.float32(2e7)),)
+    with pytest.raises(PlanError, match="sizes_per_budget must be a positive integer, got np.True_"):
+        make(sizes_per_budget=np.bool_(True))
