@@ -120,6 +120,21 @@ def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
                     batch_size=8, min_steps=5).runs) == 3
 
 
+@pytest.mark.parametrize("schedule", ["wsd", "cosine"])
+def test_a_span_next_to_the_smallest_size_names_the_smallest_budget_that_plans(schedule):
+    """The refusal named a budget from a formula: 4.53e9 with WSD's size ladder, 3.7x the smallest that plans
+    (1.21e9), and 1.14e9 for the sizes around the optimum, 3x the smallest (3.76e8): the user raised the
+    budget far more than needed. Now the planner's own choice of sizes is tried."""
+    options = {"model": "tiny-lm", "schedule": schedule, "sizes_per_budget": 3, "span": 16.0 if schedule == "wsd"
+               else 4.0, "batch_size": 8, "min_steps": 5}
+    with pytest.raises(PlanError, match="holds only 2 valid size.*next to its smallest size") as info:
+        plan(host=HOST, budgets=[1e7], **options)
+    works = _suggested(str(info.value))
+    assert len(plan(host=HOST, budgets=[works], **options).runs) == 3
+    with pytest.raises(PlanError, match="holds only 2 valid size"):  # the suggestion is rounded up by < 1%
+        plan(host=HOST, budgets=[works / 1.02], **options)
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"budgets": []}, "pass budgets"),
     ({"budgets": [-1.0]}, "each budget must be a positive number"),

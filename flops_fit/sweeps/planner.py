@@ -331,7 +331,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             choose = grid.ladder if uses_ladder(options) else grid.around
             chosen = choose(centre, options.span, options.sizes_per_budget)
             if len(chosen) < 3:
-                raise PlanError(too_few_sizes(budget, grid, centre, options, len(chosen), entry.flops_unit))
+                raise PlanError(too_few_sizes(budget, grid, centre, options, len(chosen), entry.flops_unit, choose))
         feasible = [i for i in chosen if budget / grid.flops_per_unit(i) >= min_units]
         if len(feasible) < 3:
             raise PlanError(refusal(budget, grid, chosen, feasible, min_units, options))
