@@ -313,9 +313,9 @@ def _check_arguments(out_dir: Any, checkpoint_dir: Any, workers: Any, **flags: A
     """``run_plan``'s own arguments, each refused in one line naming it (``workers`` returned as an int):
     skip_parity="no" is truthy and skipped the gate, workers=0 was refused as a script without its main
     guard, out_dir=3 raised pathlib's TypeError."""
-    for name, folder in (("out_dir", out_dir), ("checkpoint_dir", checkpoint_dir)):
-        if (folder is not None or name == "out_dir") and (not isinstance(folder, (str, os.PathLike)) or
-                                                          not str(folder)):
+    folders = {"out_dir": out_dir, **({} if checkpoint_dir is None else {"checkpoint_dir": checkpoint_dir})}
+    for name, folder in folders.items():
+        if not isinstance(folder, (str, os.PathLike)) or not str(folder):
             raise OptionError(f"{name} must be a folder (a str or pathlib.Path), got {folder!r}")
     for name, value in flags.items():
         if not isinstance(value, bool):

@@ -109,9 +109,10 @@ def _sizes(value: Any, name: str) -> tuple[int, ...]:
 
 
 def _sizes_per_budget(value: Any, name: str) -> int:
-    if positive_int(value, name, PlanError) < 3:
-        raise PlanError(f"sizes_per_budget must be at least 3 to locate a minimum, got {value}")
-    return int(value)
+    count = positive_int(value, name, PlanError)
+    if count < 3:
+        raise PlanError(f"sizes_per_budget must be at least 3 to locate a minimum, got {count}")
+    return count
 
 
 def _span(value: Any, name: str) -> float:
