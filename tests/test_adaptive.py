@@ -235,8 +235,10 @@ def test_plan_adaptive_prints_the_first_batch_and_the_rule(capsys):
                  "--until", ""]) == 2
     assert capsys.readouterr().err.startswith("flops-fit: error: stopping rule '' is not understood: write n_opt<=")
     assert main(["plan", "--model", "gpt", "--budgets", "4e12,8e12,1.6e13", "--adaptive"]) == 2  # 3 budgets
+    refused = capsys.readouterr()
     assert ("this sweep lists 3: list more budgets (a factor of 2 apart, say, beyond the largest), or sweep the grid "
-            "as it is without --adaptive") in capsys.readouterr().err
+            "as it is without --adaptive") in refused.err
+    assert refused.out == ""  # the one line alone: the plan's table was printed above it
 
 
 def test_the_designs_flags_without_adaptive_and_a_target_or_sizes_it_cannot_use_are_refused(tmp_path, capsys):

@@ -85,9 +85,8 @@ def test_a_bad_value_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, table
     path = tmp_path / "bad.toml"
     path.write_text(toml(data))
     monkeypatch.chdir(tmp_path)
-    # the executor and the folders are read by `sweep`, which checks them before any training
-    command = ["sweep", str(path), "--skip-parity"] if table == "executor" or key in ("out", "checkpoint_dir") \
-        else ["plan", str(path)]
+    # the folders are read by `sweep`, which checks them before any training; `plan` checks the executor too
+    command = ["sweep", str(path), "--skip-parity"] if key in ("out", "checkpoint_dir") else ["plan", str(path)]
     code = main(command)
     err = capsys.readouterr().err
     assert code == 2, f"{table}.{key} = {kind}: exit {code}, stderr {err!r}"
@@ -117,6 +116,22 @@ def test_the_reported_cases_name_the_value(tmp_path, capsys, table, key, value, 
     path.write_text(toml(data))
     assert main(["plan", str(path)]) == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_plan_checks_a_cluster_executor_by_its_name_alone(tmp_path, capsys):
+    """`plan` passed any [executor] table that `sweep` then refused; it now refuses what sweep does for the
+    local executor, but of ray or slurm only an unknown name: their checks need the cluster (sbatch on
+    PATH, an address that answers), and a cluster's sweep is planned on a laptop too."""
+    data = {t: dict(keys) for t, keys in BASE.items()}
+    path = tmp_path / "cluster.toml"
+    data["executor"] = {"name": "slurm", "partition": "gpu"}
+    path.write_text(toml(data))
+    assert main(["plan", str(path)]) == 0, capsys.readouterr().err
+    data["executor"] = {"name": "dask"}
+    path.write_text(toml(data))
+    assert main(["plan", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"flops-fit: error: {path} [executor] (or its command-line options): "
+                                              "no executor called 'dask'")
 
 
 def test_a_bad_executor_option_names_the_file_and_its_table(tmp_path, capsys, monkeypatch):

@@ -120,6 +120,21 @@ def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
                     batch_size=8, min_steps=5).runs) == 3
 
 
+@pytest.mark.parametrize("schedule", ["wsd", "cosine"])
+def test_a_span_next_to_the_smallest_size_names_the_smallest_budget_that_plans(schedule):
+    """The refusal named a budget from a formula: 4.53e9 with WSD's size ladder, 3.7x the smallest that plans
+    (1.21e9), and 1.14e9 for the sizes around the optimum, 3x the smallest (3.76e8): the user raised the
+    budget far more than needed. Now the planner's own choice of sizes is tried."""
+    options = {"model": "tiny-lm", "schedule": schedule, "sizes_per_budget": 3, "span": 16.0 if schedule == "wsd"
+               else 4.0, "batch_size": 8, "min_steps": 5}
+    with pytest.raises(PlanError, match="holds only 2 valid size.*next to its smallest size") as info:
+        plan(host=HOST, budgets=[1e7], **options)
+    works = _suggested(str(info.value))
+    assert len(plan(host=HOST, budgets=[works], **options).runs) == 3
+    with pytest.raises(PlanError, match="holds only 2 valid size"):  # the suggestion is rounded up by < 1%
+        plan(host=HOST, budgets=[works / 1.02], **options)
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"budgets": []}, "pass budgets"),
     ({"budgets": [-1.0]}, "each budget must be a positive number"),
@@ -313,3 +328,34 @@ def test_more_processes_per_run_than_cores_is_noted_not_refused():
                            f"machine has {cores} cores")
     assert note.endswith(f"else set processes_per_run to {cores} or less") and f"note: {note}" in p.headline()
     assert not any(n.startswith("processes_per_run") for n in make(processes_per_run=cores, device="cpu").notes)
+
+
+@pytest.mark.parametrize("device", ["cuda:x", "cuda:-1", "cuda:0,1", "gpu"])
+def test_a_device_torch_cannot_name_is_refused_at_plan_time(device):
+    """'cuda:x' and 'cuda:0,1' passed the check (it tested startswith('cuda:')) and failed every run in
+    torch.device; a worker's several GPUs are the executor's devices, which the refusal points to."""
+    with pytest.raises(PlanError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:N'") as err:
+        make(device=device)
+    assert ("[executor] table's devices" in str(err.value)) == ("," in device)
+
+
+def test_numpy_numbers_plan_the_runs_python_numbers_plan():
+    """budgets=np.logspace(...) was refused with "pass budgets=[...]", and np.int64(8) as "must be a positive
+    integer, got np.int64(8)"; now NumPy numbers and arrays plan the same runs (the same ids) as Python's,
+    and the settings the store records stay JSON."""
+    import json
+
+    import numpy as np
+
+    python = make(sizes_per_budget=3, sizes=None, span=16.0, tokens_per_param=2.0, hparams={"max_warmup_steps": 10},
+                  model_config={"block_size": 16})
+    numpy = make(budgets=np.array([2e7, 4e7]), sizes_per_budget=np.int64(3), sizes=None, span=np.int64(16),
+                 tokens_per_param=np.float32(2),
+                 batch_size=np.int64(8), min_steps=np.int32(5), eval_tokens=np.int64(512), seed=np.int64(0),
+                 hparams={"max_warmup_steps": np.int64(10)}, model_config={"block_size": np.int64(16)})
+    assert [r.run_id for r in numpy.runs] == [r.run_id for r in python.runs]
+    assert json.loads(json.dumps(numpy.options.to_dict())) == json.loads(json.dumps(python.options.to_dict()))
+    explicit = make(sizes=np.arange(4, 20, 4), budgets=np.float32(2e7))
+    assert explicit.options.sizes == (4, 8, 12, 16) and explicit.options.budgets == (float(np.float32(2e7)),)
+    with pytest.raises(PlanError, match="sizes_per_budget must be a positive integer, got np.True_"):
+        make(sizes_per_budget=np.bool_(True))

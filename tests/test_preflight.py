@@ -75,6 +75,21 @@ def test_a_refused_sweep_leaves_its_folder_to_the_corrected_one(tmp_path):
     assert sweep_support.CountingText.train_instances == before + 3  # the preflight opened, never trained
 
 
+def test_a_device_that_is_not_here_is_refused_before_any_run(tmp_path, capsys):
+    """device = "cuda" where torch sees no GPU passed the parity gate, then every run failed on its first
+    tensor ("Found no NVIDIA driver"), exit 1; now one line before the gate. cuda:<device count> is absent
+    on every machine; plan only notes it (a plan may be for another machine)."""
+    import torch
+
+    absent = f"cuda:{torch.cuda.device_count()}"
+    options = sweep_support.small_plan_options(device=absent)
+    assert any(n.startswith(f"device '{absent}' is not here") for n in plan(host=HOST, **options).notes)
+    with pytest.raises(PreflightError, match=f"device '{absent}' is not here: .* set device = \"auto\""):
+        sweep(host=HOST, out_dir=tmp_path, show_progress=False, **options)
+    with RunStore(tmp_path) as store:
+        assert store.planned_runs() == [] and store.get_meta("parity") is None
+
+
 def test_a_sequence_length_mismatch_is_refused_before_any_run(tmp_path):
     """The plan test_sweep trains with skip_preflight (one run's dataset yields 8 tokens, not 16)."""
     the_plan = plan(host=HOST, **sweep_support.small_plan_options())

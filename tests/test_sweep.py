@@ -580,3 +580,22 @@ def test_a_sweep_resumed_on_a_corpus_edited_to_the_same_length_is_refused(tmp_pa
         assert store.counts() == {"done": 1, "pending": 2}  # nothing trained on the edited text
     corpus.write_text(text)
     run_plan(the_plan, out, resume=True, host=HOST, show_progress=False, record_only=True)  # past the check
+
+
+@pytest.mark.parametrize("argument, value, message", [
+    # "no" is truthy: the sweep skipped its parity gate (resumed, retried) where the caller said not to
+    ("skip_parity", "no", "skip_parity must be True or False, got 'no'"),
+    ("resume", "yes", "resume must be True or False, got 'yes'"),
+    # read as a script without its main guard (workers != 1 starts processes)
+    ("workers", 0, "workers must be a positive integer, got 0"),
+    ("workers", "2", "workers must be a positive integer, got '2'"),
+    # pathlib's "expected str, bytes or os.PathLike object, not int"
+    ("checkpoint_dir", 3, r"checkpoint_dir must be a folder \(a str or pathlib.Path\), got 3"),
+])
+def test_run_plans_own_arguments_are_refused_by_name_before_the_folder(tmp_path, argument, value, message):
+    small = plan(host=HOST, **sweep_support.small_plan_options())
+    with pytest.raises(flops_fit.OptionError, match=f"^{message}$"):
+        run_plan(small, tmp_path / "out", host=HOST, show_progress=False, **{argument: value})
+    with pytest.raises(flops_fit.OptionError, match=r"^out_dir must be a folder \(a str or pathlib.Path\), got 3$"):
+        small.run(3, host=HOST)
+    assert not (tmp_path / "out").exists()

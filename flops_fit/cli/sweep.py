@@ -64,21 +64,41 @@ def _with_tuned(hparams: Any, tuned: str) -> dict[str, Any]:
 def _cmd_plan(args: argparse.Namespace) -> int:
     rule = _adaptive_rule(args)  # a bad rule: one line, no plan first
     plan = flops_fit.plan(_options_from_args(args))
+    executor: dict[str, Any] = {}
+    if args.config:  # an [executor] table `flops-fit sweep` refuses is refused here too, not planned as fine
+        config = load_config(args.config)
+        executor = dict(config.executor_options)
+        # the other executors' checks need their cluster, which the machine that plans may not reach
+        _check_executor(args.config, config.executor, executor.pop("workers", 1), dict(executor),
+                        build=config.executor == "local")
     if args.probe:  # the config's [executor] threads, if it sets them: the probe times what the sweep runs
-        threads = load_config(args.config).executor_options.get("threads") if args.config else None
-        plan.calibrate(threads=threads)
+        plan.calibrate(threads=executor.get("threads"))
     if args.json or args.csv:  # for a scheduler: the runs alone, machine-readable
         print(plan_json(plan) if args.json else plan_csv(plan), end="")
         return 0
+    # a design the plan cannot start (too few budgets): its one line, not after the table
+    start = None if rule is None else flops_fit.describe_adaptive_start(plan, rule, **_design(args))
     print(plan)
-    if rule is not None:
-        print(flops_fit.describe_adaptive_start(plan, rule, **_design(args)))
+    if start is not None:
+        print(start)
     unique, problem = data_budget(plan.options)
     for warning in (repeat_warning(plan.runs, unique), problem and f"warning: {problem}; `flops-fit sweep` "
                     "refuses until it opens"):
         if warning:
             print(warning)
     return 0
+
+
+def _check_executor(config: str, executor: str, workers: Any, options: dict[str, Any], *, build: bool = True) -> None:
+    """Bad [executor] options (or their flags): one line before the plan, naming where they came from;
+    ``build=False`` checks the executor's name alone (ray's and slurm's checks need their cluster)."""
+    try:
+        if build:
+            flops_fit.create_executor(executor, workers=workers, **options).close()
+        else:
+            flops_fit.executor_info(executor)
+    except FlopsFitError as exc:
+        raise OptionError(f"{config} [executor] (or its command-line options): {exc}") from None
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -102,10 +122,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             raise OptionError(f"--address is for the ray executor (this sweep uses {executor!r}): add --executor ray")
         options["address"] = args.address
     workers = options.pop("workers", 1)
-    try:  # bad options: one line before the plan, naming where they came from
-        flops_fit.create_executor(executor, workers=workers, **options).close()
-    except FlopsFitError as exc:
-        raise OptionError(f"{args.config} [executor] (or its command-line options): {exc}") from None
+    _check_executor(args.config, executor, workers, options)
     print(plan if args.verbose else plan.headline(), file=sys.stderr)
     warning = repeat_warning(plan.runs, unique_tokens(plan.options))
     if warning:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit._version import __version__
+from flops_fit.checks import positive_int
 from flops_fit.errors import OptionError, ParityGateError, StoreError
 from flops_fit.executors.base import checked_map
 from flops_fit.executors.stopping import request_stop, stop_on_signals
@@ -263,6 +264,9 @@ def run_plan(
     ``only`` (run ids) trains just those of the plan's runs (an adaptive sweep's chosen budgets,
     ``sweeps.adaptive``); the whole plan is recorded either way.
     """
+    workers = _check_arguments(out_dir, checkpoint_dir, workers, resume=resume, skip_parity=skip_parity,
+                               skip_preflight=skip_preflight, retry_failed=retry_failed, show_progress=show_progress,
+                               record_only=record_only)
     out_dir = Path(out_dir)
     _check_executor(plan, executor, workers, executor_options, host)
     if not skip_parity and plan.options.trainer is None:
@@ -303,6 +307,20 @@ def run_plan(
     finally:
         store.close()
     return SweepResult(out_dir)
+
+
+def _check_arguments(out_dir: Any, checkpoint_dir: Any, workers: Any, **flags: Any) -> int:
+    """``run_plan``'s own arguments, each refused in one line naming it (``workers`` returned as an int):
+    skip_parity="no" is truthy and skipped the gate, workers=0 was refused as a script without its main
+    guard, out_dir=3 raised pathlib's TypeError."""
+    folders = {"out_dir": out_dir, **({} if checkpoint_dir is None else {"checkpoint_dir": checkpoint_dir})}
+    for name, folder in folders.items():
+        if not isinstance(folder, (str, os.PathLike)) or not str(folder):
+            raise OptionError(f"{name} must be a folder (a str or pathlib.Path), got {folder!r}")
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise OptionError(f"{name} must be True or False, got {value!r}")
+    return positive_int(workers, "workers", OptionError)
 
 
 def _check_executor(plan: Any, executor: str, workers: int, executor_options: dict[str, Any] | None,

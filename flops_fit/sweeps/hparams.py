@@ -87,8 +87,8 @@ class HyperParams:
             raise PlanError(f"beyond must be one of {BEYOND} (what a tuned law does past its reach), "
                             f"got {self.beyond!r}")
         if self.lr is not None:
-            _in_range(self.lr, "lr", 0, math.inf, "positive (or leave it out for the per-size rule)", low_open=True)
-        _in_range(self.base_lr, "base_lr", 0, math.inf, "positive", low_open=True)
+            _in_range(self.lr, "lr", 0, math.inf, "above 0 (or leave it out for the per-size rule)", low_open=True)
+        _in_range(self.base_lr, "base_lr", 0, math.inf, "above 0", low_open=True)
         if isinstance(self.base_width, bool) or not isinstance(self.base_width, int) or self.base_width <= 0:
             raise PlanError(f"base_width must be a positive integer, got {self.base_width!r}")
         _in_range(self.warmup_fraction, "warmup_fraction", 0, 1, "in [0, 1)", high_open=True)
@@ -101,7 +101,7 @@ class HyperParams:
         if self.beta2 is not None:
             _in_range(self.beta2, "beta2", 0, 1, "in [0, 1) (or leave it out for the batch-size rule)",
                       high_open=True)
-        _in_range(self.eps, "eps", 0, math.inf, "positive", low_open=True)
+        _in_range(self.eps, "eps", 0, math.inf, "above 0", low_open=True)
         _in_range(self.grad_clip, "grad_clip", 0, math.inf, ">= 0 (0: no clipping)")
         _in_range(self.divergence_factor, "divergence_factor", 1, math.inf, "above 1", low_open=True)
 

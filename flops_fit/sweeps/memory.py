@@ -78,10 +78,9 @@ def device_memory(device: str, concurrent: int = 1) -> tuple[int | None, str]:
     if device.startswith("cuda"):
         import torch
 
-        if not torch.cuda.is_available():
-            return None, "no CUDA device here"
-        index = int(device.split(":")[1]) if ":" in device else 0
-        props = torch.cuda.get_device_properties(index)
+        if (absent := missing_device(device)) is not None:
+            return None, absent
+        props = torch.cuda.get_device_properties(torch.device(device).index or 0)
         return int(props.total_memory), f"{props.name}'s {props.total_memory / 2**30:.1f} GiB"
     available = _available_ram()
     if available is None:
@@ -89,6 +88,22 @@ def device_memory(device: str, concurrent: int = 1) -> tuple[int | None, str]:
     share = available // max(1, concurrent)
     at_once = f" / {concurrent} processes at once" if concurrent > 1 else ""
     return share, f"{available / 2**30:.1f} GiB of available RAM{at_once}"
+
+
+def missing_device(device: str) -> str | None:
+    """Why the CUDA ``device`` ("cuda", "cuda:N") is not on this machine, or None where it is (or for
+    "cpu" and "auto"). A run on a device that is not there fails on its first tensor."""
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        built = "" if torch.version.cuda else f" (torch {torch.__version__} is built without CUDA)"
+        return f"torch sees no CUDA device on this machine{built}"
+    index, count = torch.device(device).index or 0, torch.cuda.device_count()
+    if index >= count:
+        return f"this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+    return None
 
 
 def _available_ram() -> int | None:
@@ -141,4 +156,5 @@ def gib(value: int | float) -> str:
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
 
 
-__all__ = ["Memory", "check_memory", "device_memory", "gib", "micro_rows", "run_memory", "state_memory"]
+__all__ = ["Memory", "check_memory", "device_memory", "gib", "micro_rows", "missing_device", "run_memory",
+           "state_memory"]

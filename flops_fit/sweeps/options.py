@@ -12,12 +12,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
 
-from flops_fit.checks import non_negative_number, one_of, positive_int, positive_number
+from flops_fit.checks import (
+    is_integer,
+    is_real,
+    non_negative_number,
+    one_of,
+    plain_values,
+    positive_int,
+    positive_number,
+)
 from flops_fit.errors import PlanError
 from flops_fit.sweeps.hparams import HyperParams
 from flops_fit.tracking.options import TrackingOptions, parse_tracking
@@ -64,15 +73,25 @@ def _non_negative(value: Any, name: str) -> float:
 
 
 def _non_negative_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_integer(value) or value < 0:
         raise PlanError(f"{name} must be a non-negative integer, got {value!r}")
-    return value
+    return int(value)
+
+
+def _listed(value: Any) -> list[Any] | None:
+    """The items of a list, tuple, NumPy array (``np.logspace(12, 14, 5)``) or other iterable; None for a
+    string, a mapping or a non-iterable."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        return None
+    try:
+        return list(value)
+    except TypeError:  # a 0-d array is Iterable but cannot be iterated
+        return None
 
 
 def _budgets(value: Any, name: str) -> tuple[float, ...]:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = [value]
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+    value = [value] if is_real(value) else _listed(value)
+    if not value:
         raise PlanError("pass budgets=[...]: the compute budgets in FLOPs, e.g. [1e12, 3e12, 1e13]")
     budgets = sorted(float(positive_number(b, "each budget", PlanError)) for b in value)
     twice = sorted({b for b in budgets if budgets.count(b) > 1})
@@ -83,19 +102,21 @@ def _budgets(value: Any, name: str) -> tuple[float, ...]:
 
 
 def _sizes(value: Any, name: str) -> tuple[int, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+    listed = _listed(value)
+    if not listed:
         raise PlanError(f"sizes must be a non-empty list of model sizes, got {value!r}")
-    return tuple(sorted({positive_int(s, "each size", PlanError) for s in value}))
+    return tuple(sorted({positive_int(s, "each size", PlanError) for s in listed}))
 
 
 def _sizes_per_budget(value: Any, name: str) -> int:
-    if positive_int(value, name, PlanError) < 3:
-        raise PlanError(f"sizes_per_budget must be at least 3 to locate a minimum, got {value}")
-    return value
+    count = positive_int(value, name, PlanError)
+    if count < 3:
+        raise PlanError(f"sizes_per_budget must be at least 3 to locate a minimum, got {count}")
+    return count
 
 
 def _span(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 1:
+    if not is_real(value) or not math.isfinite(value) or not value > 1:
         raise PlanError(f"span must be a factor > 1 in parameters (e.g. 8), got {value!r}")
     return float(value)
 
@@ -103,7 +124,7 @@ def _span(value: Any, name: str) -> float:
 def _mapping(value: Any, name: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise PlanError(f"{name} must be a mapping of configuration keys to values, got {value!r}")
-    return dict(value)
+    return plain_values(dict(value))
 
 
 def _hparams(value: Any, name: str) -> HyperParams:
@@ -115,7 +136,7 @@ def _hparams(value: Any, name: str) -> HyperParams:
         return HyperParams.from_tuned(str(value))
     if value is not None and not isinstance(value, Mapping):
         raise PlanError(f"{name} must be HyperParams, a mapping like {{'lr': 3e-3}} or a tune's folder, got {value!r}")
-    return HyperParams.from_dict(value)
+    return HyperParams.from_dict(plain_values(value))
 
 
 def _choice(choices: Sequence[str]) -> Callable[[Any, str], Any]:
@@ -123,14 +144,16 @@ def _choice(choices: Sequence[str]) -> Callable[[Any, str], Any]:
 
 
 def _fraction(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+    if not is_real(value) or not 0 < value < 1:
         raise PlanError(f"{name} must be a fraction between 0 and 1 (e.g. 0.2), got {value!r}")
     return float(value)
 
 
 def _device(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not (value in ("auto", "cpu", "cuda") or value.startswith("cuda:")):
-        raise PlanError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}")
+    if not isinstance(value, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+        several = " (a worker's GPUs are the [executor] table's devices, e.g. ['cuda:0,1'])" \
+            if isinstance(value, str) and "," in value else ""
+        raise PlanError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}{several}")
     return value
 
 

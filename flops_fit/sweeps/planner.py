@@ -25,7 +25,7 @@ from flops_fit.plugin.contracts import TASK_CAUSAL_LM, DatasetEntry, ModelEntry
 from flops_fit.store.runs import PATHS_FROM, RunSpec
 from flops_fit.sweeps.estimate import Timing, run_seconds
 from flops_fit.sweeps.hparams import WIDTH_PARAMS
-from flops_fit.sweeps.memory import Memory, check_memory, gib, run_memory
+from flops_fit.sweeps.memory import Memory, check_memory, gib, missing_device, run_memory
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.size_grid import SizeGrid, grid_notes, refusal, too_few_sizes
 from flops_fit.sweeps.tuned import TunedLaw, guarded_rates, short_source, sources_header
@@ -331,7 +331,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
             choose = grid.ladder if uses_ladder(options) else grid.around
             chosen = choose(centre, options.span, options.sizes_per_budget)
             if len(chosen) < 3:
-                raise PlanError(too_few_sizes(budget, grid, centre, options, len(chosen), entry.flops_unit))
+                raise PlanError(too_few_sizes(budget, grid, centre, options, len(chosen), entry.flops_unit, choose))
         feasible = [i for i in chosen if budget / grid.flops_per_unit(i) >= min_units]
         if len(feasible) < 3:
             raise PlanError(refusal(budget, grid, chosen, feasible, min_units, options))
@@ -367,7 +367,7 @@ def plan(options: SweepOptions | None = None, /, *, host: Any = None, **values: 
         ))
     notes += _flat_cooldowns(runs, options) + _nothing_to_stack(runs, options)
     device = device_kind if options.device == "auto" else options.device
-    notes += _oversubscribed(options, device)
+    notes += _oversubscribed(options, device) + _absent_device(device)
     check_memory(runs, entry, device)
     throughput = options.throughput or DEFAULT_THROUGHPUT.get(device_kind, DEFAULT_THROUGHPUT["cpu"])
     return Plan(runs, options, entry.flops_unit, throughput, {r.run_id: run_memory(r, entry, device) for r in runs},
@@ -384,6 +384,14 @@ def _flat_cooldowns(runs: list[RunSpec], options: SweepOptions) -> list[str]:
     return [f"{len(flat)} run(s) cool down over 1 step ({named}): a cooldown starts at the peak rate, so they never "
             f"lower it and end as the stable phase does; raise cooldown_fraction ({options.cooldown_fraction:g}) so "
             "that every cooldown spans 2 steps or more, or min_steps"]
+
+
+def _absent_device(device: str) -> list[str]:
+    """A note where the runs' device is not on this machine: a note, not a refusal, as the plan may be for
+    another machine; the sweep's preflight refuses it."""
+    absent = missing_device(device)
+    return [] if absent is None else [f"device {device!r} is not here ({absent}): `flops-fit sweep` on this "
+                                      "machine refuses it; set device = \"auto\" or \"cpu\" to train here"]
 
 
 def _oversubscribed(options: SweepOptions, device: str) -> list[str]:

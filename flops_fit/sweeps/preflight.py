@@ -2,7 +2,7 @@
 
 A sweep that cannot work used to start every run and let each fail the same way. The
 preflight looks at each distinct configuration once, in the driver, before the parity gate
-and before any training: each dataset configuration opened for its training and held-out
+and before any training: each run's device present, each dataset configuration opened for its training and held-out
 splits (a tokenised corpus is built into the token cache here, and the runs map it), each
 size's model built on the meta device (no memory, no compute) and run on one held-out
 sample with the loss, the loss checked against the model's task, and the checkpoint folder
@@ -30,7 +30,7 @@ from flops_fit.errors import FlopsFitError, PreflightError
 from flops_fit.plugin import api
 from flops_fit.plugin.contracts import TASK_INPUTS
 from flops_fit.store.runs import RunSpec
-from flops_fit.sweeps.memory import check_memory
+from flops_fit.sweeps.memory import check_memory, missing_device
 from flops_fit.tracking.options import Destination, check_wandb_project
 from flops_fit.training.checkpoint import CheckpointPolicy
 from flops_fit.training.command import script_path
@@ -344,6 +344,16 @@ def check_train_command(plan: Any, context: Context) -> None:
                              "fix command = [...] (or workdir)")
 
 
+def check_devices(plan: Any, context: Context) -> None:
+    """Each run's device is on this machine: device = "cuda" where torch sees no GPU passed the
+    parity gate (it runs on the CPU), then failed every run on its first tensor."""
+    for device in sorted({run.device for run in context.runs}):
+        if (absent := missing_device(device)) is not None:
+            raise PreflightError(f"device {device!r} is not here: {absent}; set device = \"auto\" (a GPU where there "
+                                 "is one) or \"cpu\", or sweep on the machine that has it (--skip-preflight where "
+                                 "only the workers see it)")
+
+
 def check_run_memory(plan: Any, context: Context) -> None:
     """Each run fits its device with the runs that train beside it: the plan checked one run
     alone; on CPU the ``concurrent`` runs share the memory available now."""
@@ -361,10 +371,10 @@ def _cuda() -> bool:
 
 
 Check = Callable[[Any, Context], None]
-# In order: the datasets first (the model check runs on their held-out batch, the checkpoint
-# check counts their samples).
-CHECKS: list[Check] = [check_datasets, check_losses, check_models, check_run_memory, check_checkpoint_folder,
-                       check_tracking]
+# In order: the devices first (a look, no work), then the datasets (the model check runs on their
+# held-out batch, the checkpoint check counts their samples).
+CHECKS: list[Check] = [check_devices, check_datasets, check_losses, check_models, check_run_memory,
+                       check_checkpoint_folder, check_tracking]
 # a sweep trained by its [train] command: flops-fit builds no model nor dataset of it
 EXTERNAL_CHECKS: list[Check] = [check_train_command, check_checkpoint_folder, check_tracking]
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 
 from flops_fit.errors import PlanError
 from flops_fit.plugin.contracts import ModelEntry
 from flops_fit.sweeps.options import SweepOptions
+
+# SizeGrid.around or SizeGrid.ladder: (centre params, span, count) -> indices of the sizes chosen
+Chooser = Callable[[float, float, int], list[int]]
 
 
 class SizeGrid:
@@ -81,18 +85,39 @@ def _round_up(value: float) -> str:
 
 
 def too_few_sizes(budget: float, grid: SizeGrid, centre: float, options: SweepOptions, found: int,
-                  unit: str = "token") -> str:
-    """Why a budget's span holds too few sizes, and the fix; ``unit``: what the model's FLOPs are per."""
+                  unit: str = "token", choose: Chooser | None = None) -> str:
+    """Why a budget's span holds too few sizes, and the fix; ``unit``: what the model's FLOPs are per;
+    ``choose``: how the plan picks a budget's sizes (``SizeGrid.around``, the default, or ``ladder``)."""
     span, tokens_per_param, model = options.span, options.tokens_per_param, options.model
     where = (
         f"budget {budget:.3g} FLOPs: the span of {span:g}x around its prior optimum ({centre:,.0f} params at "
         f"{tokens_per_param:g} {unit}s/param) holds only {found} valid size(s) of model {model!r}"
     )
-    low = grid.params[0] * math.sqrt(span)
-    if centre < low:
-        need = grid.flops_per_unit(grid.nearest(low)) * tokens_per_param * low
+    need = smallest_budget(grid, choose or grid.around, options, budget)
+    if need is not None:
         return f"{where}, next to its smallest size ({grid.params[0]:,} params); use budgets >= {_round_up(need)} FLOPs, a wider span, or pass sizes=[...]"
     return f"{where}; widen span, or pass sizes=[...]"
+
+
+def smallest_budget(grid: SizeGrid, choose: Chooser, options: SweepOptions, budget: float) -> float | None:
+    """The smallest budget above ``budget`` whose span holds 3 sizes as ``choose`` picks them, or None
+    (a larger budget does not help). Found by trying the planner's own choice, not by a formula: one named
+    3-4x the budget needed (for the sizes around the optimum and for WSD's ladder alike)."""
+    tokens_per_param, span, count = options.tokens_per_param, options.span, options.sizes_per_budget
+
+    def enough(b: float) -> bool:
+        return len(choose(grid.prior_optimum(b, tokens_per_param), span, count)) >= 3
+
+    costs = sorted(c for c in (grid.flops_per_unit(i) * tokens_per_param * p for i, p in enumerate(grid.params))
+                   if c > budget)
+    high = next((c for c in costs if enough(c)), None)  # the first size's own budget that holds 3
+    if high is None:
+        return None
+    low = max([budget] + [c for c in costs if c < high])
+    for _ in range(40):  # between two sizes' budgets, in log space
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if enough(middle) else (middle, high)
+    return high
 
 
 def refusal(budget: float, grid: SizeGrid, chosen: list[int], feasible: list[int], min_units: int,
