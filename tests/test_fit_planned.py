@@ -249,12 +249,13 @@ def test_a_fit_without_draws_does_not_print_its_unmeasured_noise_as_zero(frame, 
 
 
 def test_a_planned_loss_far_from_the_runs_own_losses_is_withheld_with_the_reason(capsys):
-    """--at on the demo's runs (losses 1.64 to 2.78 nats) read 100 x 10k at 16.38 [12.54, 29.9] nats and
+    """--at on the demo's runs (losses 1.64 to 2.78 nats) read 100 x 10k at 16.38 [12.54, 29.9] nats (1k x 3k
+    here: at 100 x 10k the interaction law gives no loss, and the interval is withheld for that) and
     1T x 100T at 1.26 [0.00567, 2.35]: interval ends past 10x the runs' highest and 300x under their lowest.
     Those intervals are withheld with the reason (the text and the report share the cells)."""
     demo = Path(__file__).parent / "data" / "demo_runs.csv"
-    planned = fit(demo, "vpnls", bootstrap=100, tracking=False, holdout="none").loss_at([100, 1e12, 3e4],
-                                                                                         [1e4, 1e14, 1e6])
+    planned = fit(demo, "vpnls", bootstrap=100, tracking=False, holdout="none").loss_at([1000, 1e12, 3e4],
+                                                                                         [3000, 1e14, 1e6])
     small, huge, near = (planned.table.iloc[i] for i in range(3))
     assert small.loss < 10 * 2.78 < small.loss_hi and huge.loss_lo < 1.64 / 100  # what was printed
     rows = planned.rows()
@@ -262,7 +263,7 @@ def test_a_planned_loss_far_from_the_runs_own_losses_is_withheld_with_the_reason
     assert rows[1][2] == f"{fmt.sig(huge.loss, 4)} [withheld: reaches under 1/10 of the runs' lowest loss, 1.64]"
     assert rows[2][2] == fmt.with_interval(near.loss, near.loss_lo, near.loss_hi, fmt=lambda v: fmt.sig(v, 4))
     assert main(["fit", str(demo), "--method", "vpnls", "--bootstrap", "100", "--holdout", "none",
-                 "--at", "100:1e4"]) == 0
+                 "--at", "1000:3000"]) == 0
     assert "[withheld: reaches over 10x the runs' own losses]" in capsys.readouterr().out
 
 
@@ -293,3 +294,25 @@ def test_a_planned_loss_far_over_the_runs_own_is_withheld_in_the_text_the_report
 
     page = _planned_section(fitted, ([10], [100]))
     assert escape(f"withheld: {why}") in page and fmt.sig(planned.table.loss.iloc[0], 4) not in page
+
+
+def test_a_comparable_form_without_a_loss_at_the_run_withholds_the_interval_instead_of_adding_nothing():
+    """On the demo's runs, parametric's law reads 20.6 nats at 100 parameters x 10k tokens, and the interaction law,
+    which fits the runs as well, gives a negative loss there: its spread was read as 0 ('forms +- 0.0%') and the
+    interval printed as if the forms agreed. The interval is withheld now, a note naming the form."""
+    from flops_fit.fitting.decisions.planned import loss_at, other_forms
+
+    result = fit(Path(__file__).parent / "data" / "demo_runs.csv", "parametric", bootstrap=20, tracking=False,
+                 holdout="none")
+    others = other_forms(result)
+    with np.errstate(all="ignore"):
+        assert others["interaction"].loss_surface(np.array([100.0]), np.array([1e4]))[0] < 0  # the case itself
+    planned = loss_at(result, [100, 1e6], [1e4, 1e7], forms=others)
+    assert "interaction" in planned.forms  # comparable: its residual within the tolerance
+    near, far = planned.rows()
+    assert near[2].endswith("[withheld: a part of it is unknown (see the note)]") and near[5] == "-"
+    assert re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", far[2])  # where every form answers, the interval stands
+    assert any(n.startswith("100:10k: the interaction law fits the runs as well as parametric's but gives no finite "
+                            "loss there") for n in planned.notes)
+    run = planned.to_dict()["runs"][0]
+    assert run["loss_lo"] is None and run["withheld"]["loss_hi"] == "a part of it is unknown (see the note)"

@@ -87,7 +87,9 @@ class PlannedLoss:
         if why := fmt.loss_point(r.loss, lowest, highest):
             return {"loss": why, "loss_lo": why, "loss_hi": why}
         why = fmt.loss_bounds(r.loss_lo, r.loss_hi, lowest, highest)
-        if fmt.too_wide(r.loss_lo, r.loss_hi):  # one over 1000x says so, as every table's does
+        if not (np.isfinite(r.loss_lo) and np.isfinite(r.loss_hi)):  # a part unknown (``_unknown_notes``)
+            why = "a part of it is unknown (see the note)"
+        elif fmt.too_wide(r.loss_lo, r.loss_hi):  # one over 1000x says so, as every table's does
             why = f"spans over {fmt.SPAN_LIMIT:g}x"
         elif why is None and fmt.still(r.loss, r.loss_lo, r.loss_hi):
             why = fmt.STILL_REASON
@@ -110,6 +112,18 @@ class PlannedLoss:
         return "\n".join([head, format_table(rows, ["params N", f"{self.unit} D", self.label, "distance",
                                                     "bootstrap +-", "forms +-", "extrapolation +-"]),
                           *(f"note: {n}" for n in self.notes)])
+
+
+def _unknown_notes(n: np.ndarray, d: np.ndarray, boot: np.ndarray, silent: list[tuple[int, str]],
+                   method: str) -> list[str]:
+    """Why a planned run's interval is withheld: every resample's law, or a law form that fits the runs as well
+    as ``method``'s, gives no finite positive loss there, so a part of the interval is unknown (it was read as
+    0, an interval narrower than the evidence)."""
+    notes = [f"{fmt.count(n[i])}:{fmt.count(d[i])}: no resample's law gives a finite loss there, so the runs' "
+             "noise is unknown and its interval withheld" for i in np.flatnonzero(np.isnan(boot[0]))]
+    notes += [f"{fmt.count(n[i])}:{fmt.count(d[i])}: the {other} law fits the runs as well as {method}'s but gives "
+              "no finite loss there, so the forms' spread is unknown and its interval withheld" for i, other in silent]
+    return notes
 
 
 def hull_distance(log_points: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -232,9 +246,10 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
             draws = np.asarray(result.law_loss(columns, n_arr[None, :], d_arr[None, :]), dtype=float)
         draws = np.where(np.isfinite(draws) & (draws > 0), draws, np.nan)
         tail = 50.0 * (1.0 - result.level)
-        lo, hi = np.nanpercentile(draws, [tail, 100.0 - tail], axis=0)
-        boot = np.vstack([np.log(point / lo), np.log(hi / point)])
-        boot = np.where(np.isfinite(boot), np.maximum(boot, 0.0), 0.0)
+        kept = np.isfinite(draws).any(axis=0)
+        lo, hi = np.nanpercentile(draws[:, kept], [tail, 100.0 - tail], axis=0) if kept.any() else np.empty((2, 0))
+        boot = np.full((2, point.size), np.nan)  # no resample's law gives a loss there: the noise is unknown
+        boot[:, kept] = np.maximum(np.vstack([np.log(point[kept] / lo), np.log(hi / point[kept])]), 0.0)
     candidates = {result.method: result, **(other_forms(result) if forms is None else
                                             {m: f for m, f in forms.items() if m != result.method})}
     residuals = {m: rms_residual(f) for m, f in candidates.items() if has_law(f)}
@@ -242,13 +257,16 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
     comparable = {m: v for m, v in residuals.items() if np.isfinite(v) and v <= FORM_TOLERANCE * best}
     comparable.setdefault(result.method, residuals[result.method])
     form = np.zeros((2, point.size))
+    silent: list[tuple[int, str]] = []  # (run, a comparable form with no loss at it)
     for method in comparable:
         if method == result.method:
             continue
         with np.errstate(all="ignore"):
             other = np.log(np.asarray(candidates[method].loss_surface(n_arr, d_arr), dtype=float).ravel() / point)
-        other = np.where(np.isfinite(other), other, 0.0)
-        form = np.vstack([np.maximum(form[0], -other), np.maximum(form[1], other)])
+        # a form fitted as well that gives no loss there leaves the spread unknown (NaN), not 0: it read 0.0%
+        form = np.vstack([np.fmax(form[0], -other), np.fmax(form[1], other)])
+        silent += [(i, method) for i in np.flatnonzero(~np.isfinite(other))]
+    form[:, [i for i, _ in silent]] = np.nan
     runs = result.runs.frame
     fitted = np.column_stack([np.log(runs["params"].to_numpy(float)), np.log(runs["tokens"].to_numpy(float))])
     distance = hull_distance(fitted, np.column_stack([np.log(n_arr), np.log(d_arr)]))
@@ -263,6 +281,7 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
                           "boot": np.maximum(*boot) if len(result.samples) else np.nan,
                           "form": np.maximum(*form), "extrapolation": ext})
     unmeasured = [] if len(result.samples) else [NO_DRAWS]
+    unmeasured += _unknown_notes(n_arr, d_arr, boot, silent, result.method)
     return PlannedLoss(method=result.method, level=result.level, table=table, forms=comparable, slope=slope,
                        label=result.runs.label, unit=result.runs.unit,
                        losses=result.runs.loss_range,
