@@ -67,6 +67,7 @@ class LlamaConfig:
     base_width: int | None = None
 
     def __post_init__(self) -> None:
+        sizing.check_switches(self)
         parametrization.check(self.parametrization, self.base_width)
         if self.parametrization == "mup" and (
                 self.intermediate_size is not None or (self.n_head is not None and self.head_size is not None)):

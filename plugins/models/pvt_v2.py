@@ -57,6 +57,7 @@ class PvtV2Config:
     act_layer: str = "gelu"
 
     def __post_init__(self) -> None:
+        sizing.check_switches(self)
         positive_int(self.width, "width")
         for name in ("head_dim", "image_size", "in_chans", "num_classes"):
             positive_int(getattr(self, name), name)

@@ -136,6 +136,17 @@ def known_keywords(config_class: type, config: dict) -> dict:
     return config
 
 
+def check_switches(config: Any) -> None:
+    """ValueError naming the first on/off field (annotated ``bool``, or ``bool | None``: also None) of
+    a config dataclass that holds anything but True or False: 2, "yes" or "no" were read by their
+    truthiness (a bias of 2 counted twice, "no" switched on)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.type in ("bool", "bool | None") and not isinstance(value, bool) and not (
+                value is None and f.type == "bool | None"):
+            raise ValueError(f"{f.name} must be true or false, got {value!r}")
+
+
 def config_defaults(config_class: type) -> dict:
     """The keyword defaults of a config dataclass (every field but the size)."""
     return {f.name: f.default for f in dataclasses.fields(config_class)[1:]}
