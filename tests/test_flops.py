@@ -26,6 +26,8 @@ from flops_fit.plugins.models import (
 )
 from torch.utils.flop_counter import FlopCounterMode
 
+import flops_fit
+
 VIT_PRESETS = {
     name: {**vit.VIT_DEFAULTS, "depth": 12, "num_heads": heads, "patch_size": 16, "image_size": 224, "num_classes": 1000}
     for name, (_, heads) in vit.TIMM_PRESETS.items()
@@ -194,6 +196,17 @@ OUTSIDE = {"gpt": ("lm_head",), "llama": ("lm_head",), "vit": ("patch_embed", "h
            "cait": ("patch_embed", "head")}
 
 
+def on_meta(name, width, config, batch):
+    """(entry, model, a batch of inputs, the tokens or images in it): entry ``name`` at ``width`` on the meta device."""
+    entry = flops_fit.model_info(name)
+    with torch.device("meta"):
+        model = flops_fit.create_model(name, size=width, **config)
+        cfg = model.config
+        if entry.task == "causal-lm":
+            return entry, model, torch.zeros(batch, cfg.block_size, dtype=torch.long), batch * cfg.block_size
+        return entry, model, torch.randn(batch, cfg.in_chans, cfg.image_size, cfg.image_size), batch
+
+
 @pytest.mark.parametrize("name, width, config", [
     ("gpt", 64, gpt.GPT_DEFAULTS), ("llama", 64, {**llama.LLAMA_DEFAULTS, "tie_word_embeddings": True}),
     ("vit", 64, {**vit.VIT_DEFAULTS, "reg_tokens": 2}), ("swin", 32, swin.SWIN_DEFAULTS),
@@ -202,18 +215,32 @@ OUTSIDE = {"gpt": ("lm_head",), "llama": ("lm_head",), "vit": ("patch_embed", "h
 def test_non_embedding_flops_are_the_counters_flops_outside_embedding_and_head(name, width, config):
     """non_embedding_flops (what the forecast's non-embedding scale reads) is the counter's total
     less the FLOPs it attributes to the embedding and head modules: the blocks, attention included."""
-    import flops_fit
-
-    entry = flops_fit.model_info(name)
-    with torch.device("meta"):
-        model = flops_fit.create_model(name, size=width, **config)
-        cfg = model.config
-        lm = entry.task == "causal-lm"
-        x = (torch.zeros(1, cfg.block_size, dtype=torch.long) if lm
-             else torch.randn(1, cfg.in_chans, cfg.image_size, cfg.image_size))
-        with FlopCounterMode(display=False) as counter:
-            model(x).float().logsumexp(-1).sum().backward()
+    entry, model, x, units = on_meta(name, width, config, batch=1)
+    with FlopCounterMode(display=False) as counter:
+        model(x).float().logsumexp(-1).sum().backward()
     per_module = {k.split(".", 1)[1]: sum(v.values()) for k, v in counter.get_flop_counts().items() if k.count(".") == 1}
     outside = sum(per_module.get(m, 0) for m in OUTSIDE[name])
     assert outside > 0
-    assert (counter.get_total_flops() - outside) / (cfg.block_size if lm else 1) == entry.non_embedding_flops_per_unit(width, **config)
+    assert (counter.get_total_flops() - outside) / units == entry.non_embedding_flops_per_unit(width, **config)
+
+
+# batch 2, sequence lengths and image sizes other than the defaults, widths no head_dim divides
+OFF_DEFAULT = [
+    ("gpt", 45, {"n_head": 3, "block_size": 37, "n_layer": 2}),
+    ("gpt", 48, {"head_dim": 8, "n_kv_head": 2, "block_size": 20, "bias": False, "vocab_size": 101}),
+    ("llama", 30, {"n_head": 3, "block_size": 17, "sliding_window": 5, "tie_word_embeddings": True}),
+    ("llama", 32, {"head_size": 24, "n_head": 2, "intermediate_size": 50, "block_size": 23, "qkv_bias": True}),
+    ("vit", 27, {"num_heads": 3, "image_size": 30, "patch_size": 5, "in_chans": 1, "reg_tokens": 2, "depth": 2}),
+    ("swin", 15, {"num_heads": (3, 6, 12), "depths": (1, 1, 1), "image_size": 48, "patch_size": 4, "window_size": 3}),
+    ("cait", 27, {"num_heads": 3, "depth": 1, "depth_token_only": 1, "image_size": 24, "patch_size": 8}),
+]
+
+
+@pytest.mark.parametrize("name, width, config", OFF_DEFAULT, ids=[f"{c[0]}-{c[1]}" for c in OFF_DEFAULT])
+def test_training_flops_per_unit_hold_at_batch_two_and_sizes_off_the_defaults(name, width, config):
+    """The counts the planner stores are per token or image: the same at batch 2, at any context length
+    and image size, and at widths whose heads are set rather than derived."""
+    entry, model, x, units = on_meta(name, width, config, batch=2)
+    counted = counted_training_flops(model, x) / units
+    assert counted == entry.flops_per_unit(width, **config)
+    assert model.num_params() == sum(p.numel() for p in model.parameters()) == entry.params(width, **config)

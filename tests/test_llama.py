@@ -30,6 +30,20 @@ def test_registered_sized_by_width_and_sweepable():
     assert all(r.flops > 0 for r in plan.runs)
 
 
+def test_fixed_heads_list_only_widths_with_an_even_head_size():
+    """With n_head set the head size is width / n_head, and rotary embeddings need it even: valid_sizes
+    listed width 3 (head size 1) first, so `entry.sizes` and every plan with n_head=3 ended in
+    "head_size must be even ..., got 1" although widths 6, 12, ... build."""
+    entry = flops_fit.model_info("llama")
+    assert entry.sizes(1, 30, n_head=3) == [6, 12, 18, 24, 30]
+    assert entry.sizes(1, 40, n_head=5, n_kv_head=1) == [10, 20, 30, 40]
+    with pytest.raises(ValueError, match=r"^head_size must be even for rotary embeddings, got 7 \(width 7 / 1 "
+                       r"heads\): use an even head_dim, or widths that are multiples of 2 x n_head$"):
+        entry.sizes(1, 40, head_dim=7)  # no width gives an even head: named, with the option to change
+    for width in entry.sizes(1, 40, n_head=3):
+        assert build(width, n_head=3, **SMALL).num_params() == llama.param_count(width, n_head=3, **SMALL)
+
+
 def test_forward_loss_and_gradients_reach_every_parameter():
     torch.manual_seed(0)
     for config in ({}, {"n_kv_head": 1, "tie_word_embeddings": True}, {"head_size": 24, "n_head": 4, "qkv_bias": True,

@@ -142,6 +142,7 @@ def test_options_pvt_v2_does_not_reproduce_are_refused_by_name(args, named):
     ({"depths": (1, 1)}, "dim_ratios must have one entry per stage \\(2 from depths\\)"),
     ({"num_heads": (1, 3, 5, 8)}, "stage width 64 is not divisible by its 3 heads"),
     ({"mlp_ratios": (8.0, 8.0, 0.0, 4.0)}, "mlp_ratios must be positive"),
+    ({"mlp_ratios": (0.01, 8.0, 4.0, 4.0)}, "mlp_ratios .* give stage 0 an MLP width of 0 \\(32 x 0.01\\)"),
     ({"act_layer": "mish"}, "act_layer must be one of"),
     ({"sr_ratio": 2}, "unknown configuration keyword\\(s\\) \\['sr_ratio'\\]"),
     ({"depths": (1, 0, 1, 1)}, "each of depths must be a positive integer, got 0"),

@@ -53,6 +53,7 @@ class CaitConfig:
     act_layer: str = "gelu"
 
     def __post_init__(self) -> None:
+        sizing.check_switches(self)
         heads, _ = sizing.resolve_heads(self.width, self.num_heads, None, self.head_dim)
         object.__setattr__(self, "num_heads", heads)
         for name in ("depth", "depth_token_only", "patch_size", "image_size", "in_chans", "num_classes"):

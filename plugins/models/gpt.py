@@ -41,6 +41,7 @@ class GPTConfig:
     base_width: int | None = None
 
     def __post_init__(self) -> None:
+        sizing.check_switches(self)
         parametrization.check(self.parametrization, self.base_width)
         head_grows = self.n_head is not None  # a fixed number of heads: the head size grows with the width
         heads, kv_heads = sizing.resolve_heads(self.width, self.n_head, self.n_kv_head, self.head_dim)
@@ -53,8 +54,6 @@ class GPTConfig:
         eps = self.layer_norm_eps
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (math.isfinite(eps) and eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive number, got {eps!r}")
-        if not isinstance(self.bias, bool):
-            raise ValueError(f"bias must be true or false, got {self.bias!r}")
         # muP's factors (None: standard); derived, so not a field (``plugins.parametrization``)
         object.__setattr__(self, "mup", parametrization.of(
             self.parametrization, self.width, self.base_width, self.width // heads, head_grows))

@@ -67,6 +67,7 @@ class LlamaConfig:
     base_width: int | None = None
 
     def __post_init__(self) -> None:
+        sizing.check_switches(self)
         parametrization.check(self.parametrization, self.base_width)
         if self.parametrization == "mup" and (
                 self.intermediate_size is not None or (self.n_head is not None and self.head_size is not None)):
@@ -75,6 +76,7 @@ class LlamaConfig:
                 "intermediate_size unset, and set at most one of n_head and head_size"
             )
         head_grows = self.n_head is not None and self.head_size is None  # fixed heads: head size ~ width
+        derived = self.head_size is None
         if self.head_size is None:
             heads, kv_heads = sizing.resolve_heads(self.width, self.n_head, self.n_kv_head, self.head_dim)
             object.__setattr__(self, "head_size", self.width // heads)
@@ -92,7 +94,9 @@ class LlamaConfig:
         object.__setattr__(self, "n_head", heads)
         object.__setattr__(self, "n_kv_head", kv_heads)
         if self.head_size % 2:
-            raise ValueError(f"head_size must be even for rotary embeddings, got {self.head_size}")
+            raise ValueError(f"head_size must be even for rotary embeddings, got {self.head_size}" + (
+                f" (width {self.width} / {heads} heads): use an even head_dim, or widths that are multiples "
+                f"of 2 x n_head" if derived else ""))
         for name in ("n_layer", "vocab_size", "block_size", "multiple_of", "rope_original_max_position"):
             positive_int(getattr(self, name), name)
         if self.intermediate_size is not None:
@@ -178,8 +182,10 @@ def activation_memory(width: int, micro_batch_size: int, seq_len: int, **config)
 
 
 def valid_sizes(lo: int, hi: int, **config) -> list[int]:
-    """Widths in [lo, hi] whose head split is valid (multiples of head_dim or n_head)."""
-    return sizing.valid_widths(LlamaConfig, lo, hi, config, "n_head", "n_kv_head")
+    """Widths in [lo, hi] whose head split is valid: multiples of head_dim, or of 2 x n_head when the
+    head size follows the width (rotary embeddings need it even; head_size set fixes it instead)."""
+    multiple = 2 if config.get("head_size") is None else 1
+    return sizing.valid_widths(LlamaConfig, lo, hi, config, "n_head", "n_kv_head", multiple)
 
 
 LLAMA_DEFAULTS = parametrization.without_keywords(sizing.config_defaults(LlamaConfig))  # the defaults of model `llama`

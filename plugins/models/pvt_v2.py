@@ -57,6 +57,7 @@ class PvtV2Config:
     act_layer: str = "gelu"
 
     def __post_init__(self) -> None:
+        sizing.check_switches(self)
         positive_int(self.width, "width")
         for name in ("head_dim", "image_size", "in_chans", "num_classes"):
             positive_int(getattr(self, name), name)
@@ -73,6 +74,10 @@ class PvtV2Config:
                 positive_int(value, f"each of {name}")
         if any(not r > 0 for r in self.mlp_ratios):
             raise ValueError(f"mlp_ratios must be positive, got {self.mlp_ratios!r}")
+        for i, (dim, r) in enumerate(zip(self.dims, self.mlp_ratios)):
+            if int(dim * r) <= 0:  # its depthwise convolution has no channels: torch's "groups must be positive"
+                raise ValueError(f"mlp_ratios {self.mlp_ratios!r} give stage {i} an MLP width of 0 ({dim} x {r}): "
+                                 f"raise mlp_ratios or the width")
         heads = self.num_heads or tuple(max(1, d // self.head_dim) for d in self.dims)
         for dim, h in zip(self.dims, heads):
             positive_int(h, "number of heads")

@@ -102,8 +102,11 @@ def training_from_forward(forward_flops: float) -> float:
     return (1 + BACKWARD_FACTOR) * forward_flops
 
 
-def valid_widths(config_class: type, lo: int, hi: int, config: dict, heads_key: str, kv_key: str) -> list[int]:
-    """Widths in [lo, hi] whose heads fit; other configuration errors are raised, not hidden."""
+def valid_widths(config_class: type, lo: int, hi: int, config: dict, heads_key: str, kv_key: str,
+                 head_multiple: int = 1) -> list[int]:
+    """Widths in [lo, hi] whose heads fit; other configuration errors are raised, not hidden.
+    ``head_multiple``: with the number of heads fixed, the head size (width / heads) must be a
+    multiple of it too (rotary embeddings rotate pairs: 2)."""
     heads, kv_heads = config.get(heads_key), config.get(kv_key)
     for key, value in ((heads_key, heads), (kv_key, kv_heads)):
         if value is not None:  # no width can fix a head count that is not a positive int: name it
@@ -114,7 +117,7 @@ def valid_widths(config_class: type, lo: int, hi: int, config: dict, heads_key: 
             f"heads in equal groups; choose {kv_key} among {[d for d in range(1, heads + 1) if heads % d == 0]}"
         )
     head_dim = config.get("head_dim", config_class.head_dim)
-    step = heads if isinstance(heads, int) and heads > 0 else head_dim
+    step = heads * head_multiple if isinstance(heads, int) and heads > 0 else head_dim
     positive_int(step, "head_dim")
     widths = []
     for width in range(max(step, -(-lo // step) * step), hi + 1, step):
@@ -134,6 +137,17 @@ def known_keywords(config_class: type, config: dict) -> dict:
     if unknown:
         raise ValueError(f"unknown configuration keyword(s) {unknown}; known keywords: {known}")
     return config
+
+
+def check_switches(config: Any) -> None:
+    """ValueError naming the first on/off field (annotated ``bool``, or ``bool | None``: also None) of
+    a config dataclass that holds anything but True or False: 2, "yes" or "no" were read by their
+    truthiness (a bias of 2 counted twice, "no" switched on)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.type in ("bool", "bool | None") and not isinstance(value, bool) and not (
+                value is None and f.type == "bool | None"):
+            raise ValueError(f"{f.name} must be true or false, got {value!r}")
 
 
 def config_defaults(config_class: type) -> dict:

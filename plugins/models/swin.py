@@ -84,6 +84,7 @@ class SwinConfig:
     always_partition: bool = False
 
     def __post_init__(self) -> None:
+        sizing.check_switches(self)
         positive_int(self.width, "width")
         depths = _as_tuple(self.depths, "depths")
         if not depths:

@@ -67,6 +67,7 @@ class ViTConfig:
     base_width: int | None = None
 
     def __post_init__(self) -> None:
+        sizing.check_switches(self)
         parametrization.check(self.parametrization, self.base_width)
         head_grows = self.num_heads is not None  # a fixed number of heads: the head size grows with the width
         heads, kv_heads = sizing.resolve_heads(self.width, self.num_heads, self.num_kv_heads, self.head_dim)
