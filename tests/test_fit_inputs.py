@@ -637,6 +637,23 @@ def test_sizes_tokens_or_budgets_in_other_units_without_flops_to_disagree_are_re
         assert len(load_runs(runs.assign(budget=runs.budget * factor))) == len(runs)
 
 
+def test_sizes_in_millions_beside_tokens_with_nothing_to_check_them_against_are_cautioned(tmp_path, capsys):
+    """params in millions, tokens as counts, no flops or budget column: nothing disagreed, and the fit answered
+    N_opt 576 'parameters' at 1.2e7 tokens each. The runs' tokens per parameter (5.25e6 here) say so in a note
+    under the answer; plain counts (20-ish tokens per parameter) and a tiny sweep's 7e5 are not cautioned."""
+    from flops_fit.cli.main import main
+
+    runs = synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1)[["params", "tokens", "loss"]]
+    assert load_runs(runs).notes == []
+    assert load_runs(Path(__file__).parent / "data" / "weak_sweep.csv").notes == []
+    millions = runs.assign(params=runs.params / 1e6)
+    (note,) = load_runs(millions).notes
+    assert note.startswith("the runs train 5.25e+06 tokens") and "if column 'params' counts millions or billions" in note
+    millions.to_csv(tmp_path / "runs.csv", index=False)
+    assert main(["fit", str(tmp_path / "runs.csv"), "--method", "vpnls", "--bootstrap", "0"]) == 0
+    assert "tokens per parameter (median), where real runs train" in capsys.readouterr().out
+
+
 def test_where_reads_a_number_written_another_way_in_a_numeric_column(tmp_path, capsys):
     """`--where budget=6e10` on a table whose budgets read 60000000000 said "no row has budget='6e10'; its
     values are '60000000000', ..."."""

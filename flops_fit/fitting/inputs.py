@@ -283,6 +283,8 @@ def load_runs(
             out[extra] = frame[extra]
     cautions = _settings(frame, set(out.columns) | {c for c, _ in mapping.values()} | {run_id_col, budget_col, curve_col},
                          mapping["params"][0])
+    if not (has_flops and has_tokens):  # one of the three derived: nothing to check the units against
+        cautions += _ratio_caution(out, mapping)
     if sets := evaluation_sets(frame):  # what compare checks two recipes' losses against
         metadata = {**metadata, "evaluation": sets}
     same = _same_rows(frame, (run_id_col, curve_col))
@@ -545,6 +547,27 @@ def _check_units(out: pd.DataFrame, name: str, mapping: dict[str, tuple[str, str
                         "(median over the runs); is one in other units (millions of parameters, billions of tokens, "
                         "PF-days)? Give each as a plain count (convert the column, or name another with params_col=, "
                         "tokens_col=, flops_col=; CLI: --params-col ...)")
+
+
+# tokens per parameter of real runs: from under 1 (a large model at a small budget) to about 1e4 (a small model
+# over-trained for inference) in public sweeps, 7e5 in this repository's tiny weak sweep; outside this range, a
+# column is most likely in other units
+TOKENS_PER_PARAM = (1e-2, 1e6)
+
+
+def _ratio_caution(out: pd.DataFrame, mapping: dict[str, tuple[str, str]]) -> list[str]:
+    """A caution where the runs' median tokens per parameter is implausible and no FLOPs column could check the
+    units (``_check_units``): parameters in millions beside tokens as counts fitted silently, N_opt 576
+    'parameters' at 1.2e7 tokens each."""
+    if not len(out):
+        return []
+    with np.errstate(all="ignore"):
+        ratio = float(np.nanmedian(out["tokens"] / out["params"]))
+    if not np.isfinite(ratio) or TOKENS_PER_PARAM[0] <= ratio <= TOKENS_PER_PARAM[1]:
+        return []
+    return [f"the runs train {ratio:.3g} tokens per parameter (median), where real runs train from under 1 to about "
+            f"1e4: if column {mapping['params'][0]!r} counts millions or billions (or the tokens another unit), every "
+            "answer is in those units; give both as plain counts, or a FLOPs column to check them against"]
 
 
 def _check_counts(out: pd.DataFrame, name: str, mapping: dict[str, tuple[str, str]], has_tokens: bool) -> None:
