@@ -15,9 +15,10 @@ from flops_fit.cli.main import main
 from flops_fit.errors import StoreError
 from flops_fit.plugin.host import reset_host
 from flops_fit.store.run_store import RunStore
-from flops_fit.sweeps.driver import sweep
+from flops_fit.sweeps.driver import checkpoint_policy, counted_after, sweep
 from flops_fit.sweeps.extend import HISTORY_META
 from flops_fit.sweeps.planner import plan
+from flops_fit.sweeps.progress import work_of
 
 HOST = sweep_support.host()
 MORE = [2e7, 4e7, 8e7]  # the tiny sweep's 2 budgets, and one more
@@ -200,3 +201,23 @@ def test_a_wsd_budget_that_moves_a_tuned_rate_is_refused_with_why(tmp_path):
         "run's rate at its own tokens) takes added budgets")
     with RunStore(out) as store:
         assert len(store.planned_runs()) == 6
+
+
+def test_a_wsd_sweep_extended_with_a_larger_budget_ends_as_the_grown_sweep_would(tmp_path):
+    """A larger budget leaves every WSD family's warmup and rate as they were: its branches join the store,
+    each training its family's stable phase again (the stored branches' state was removed as they ended),
+    and every run ends with the loss the grown sweep trained in one go gives it. The pace counts that
+    stable phase (it counted only the stretch beyond the stored branches)."""
+    wsd = {"schedule": "wsd", "checkpoint_seconds": 600}
+    out = tmp_path / "out"
+    run(out, **wsd)
+    grown = plan(host=HOST, **sweep_support.small_plan_options(budgets=MORE, **wsd))
+    with RunStore(out) as store:
+        todo = [r for r in grown.runs if r.run_id not in store.statuses()]
+    policy = checkpoint_policy(grown.options, out, None)
+    work, _ = work_of(counted_after(grown.runs, todo, policy), todo)
+    assert {r.run_id: work[r.run_id][1] for r in todo} == {r.run_id: r.flops for r in todo}  # from the start
+    assert work_of(grown.runs, todo)[0][todo[0].run_id][1] < todo[0].flops  # what the pace counted before
+    extended = run(out, budgets=MORE, resume=True, **wsd).runs
+    fresh = run(tmp_path / "fresh", budgets=MORE, **wsd).runs
+    assert dict(zip(extended.run_id, extended.loss)) == dict(zip(fresh.run_id, fresh.loss))

@@ -49,7 +49,12 @@ from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight, writable_chec
 from flops_fit.sweeps.progress import SESSION_META, SweepDisplay, work_of
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination, destination
-from flops_fit.training.checkpoint import CheckpointPolicy, load_result, remove_checkpoints
+from flops_fit.training.checkpoint import (
+    CheckpointPolicy,
+    list_checkpoints,
+    load_result,
+    remove_checkpoints,
+)
 from flops_fit.training.launch import launched_for
 from flops_fit.training.task import (
     item_outcomes,
@@ -342,7 +347,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     model = plan.runs[0].model
     trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
-    work, group = work_of(plan.runs, todo)
+    work, group = work_of(counted_after(plan.runs, todo, policy), todo)
     display = SweepDisplay(finished + len(todo), finished, enabled=show_progress, work=work, group=group,
                            scope="" if only is None else " in this batch")  # an adaptive sweep's batch, not its end
     if todo:
@@ -417,6 +422,17 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             for family in folders:
                 if family not in pending and not crashed:
                     remove_checkpoints(policy.run_dir(family))
+
+
+def counted_after(runs: list[RunSpec], todo: list[RunSpec], policy: CheckpointPolicy | None) -> list[RunSpec]:
+    """The plan's ``runs`` whose work the runs ``todo`` go on from, for their pace (``work_of``): a WSD family
+    goes on from its stable state only where that is kept (its checkpoints); one whose stored branches ended
+    and whose state was removed (a sweep extended with a longer branch, ``sweeps.extend``) trains its stable
+    phase again from the start, which counting its stored branches left out."""
+    chosen = {r.run_id for r in todo}
+    kept = {r.family for r in todo if r.schedule == "wsd" and policy is not None and
+            list_checkpoints(policy.run_dir(r.family))}
+    return [r for r in runs if r.run_id in chosen or r.schedule != "wsd" or r.family in kept]
 
 
 def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None,
