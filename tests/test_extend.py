@@ -83,6 +83,7 @@ def test_a_budget_more_trains_only_the_new_runs(folder, capsys):
     assert [(h["runs"], h["added"], h["budgets"]) for h in history] == [(6, 6, [2e7, 4e7]), (9, 3, [8e7])]
     order = sorted(after.values(), key=lambda r: r["position"])
     assert [r["run_id"] for r in order] == [r.run_id for r in grown.runs]  # the plan's order, new runs in place
+    assert len(flops_fit.load_runs(folder).frame) == 9  # what fit and report read
     assert run(folder, budgets=MORE, resume=True).runs.shape[0] == 9  # resumed again: nothing to add or train
 
 
@@ -139,7 +140,7 @@ def test_a_wsd_budget_that_moves_the_stored_families_is_refused_with_why(tmp_pat
         assert len(store.planned_runs()) == 9
 
 
-def test_an_extended_folder_is_read_whole_by_status_train_run_record_and_fit(tmp_path, capsys):
+def test_an_extended_folder_is_read_whole_by_status_train_run_and_record(tmp_path, capsys):
     """`--record-only` of the grown plan, then `train-run` and `record` of its new runs; status lists every run."""
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML)
