@@ -13,7 +13,7 @@ import pytest
 
 import flops_fit
 from flops_fit.cli.main import main
-from flops_fit.errors import FitInputError, OptionError, PlanError
+from flops_fit.errors import FitInputError, OptionError, PlanError, StoreError
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps import demo
 from flops_fit.sweeps.config import load_config
@@ -204,6 +204,20 @@ def test_flops_fit_plan_shows_the_tuned_rates(tuned, tmp_path, capsys):
     spec.write_text(SPEC_FILE.replace("min_steps = 5\n", f'min_steps = 5\nhparams = "{out}"\n'))
     assert main(["plan", str(spec)]) == 0  # the sweep-file key
     assert f"learning rates from the tuned law in {out}" in capsys.readouterr().out
+
+
+def test_a_tune_resumed_with_a_larger_grid_is_refused_as_before_not_extended(tuned, tmp_path):
+    """A sweep resumed with runs more grows its store (``sweeps.extend``); a tune resumes the grid it started
+    with: one more multiplier is refused naming that grid, and the store keeps its runs."""
+    out = tmp_path / "my-tune"
+    shutil.copytree(tuned[0], out)
+    with pytest.raises(StoreError, match=r"holds a tune of another grid \(6 runs; this call plans 8\): resume it with "
+                                         r"the grid it was started with: --budgets 4e\+08 --sizes 8,16 --multipliers "
+                                         r"0.125,0.5,1 "):
+        flops_fit.tune(SPEC, out, budgets=1, sizes=[8, 16], multipliers=[1 / 8, 1 / 2, 1, 2], resume=True,
+                       skip_parity=True, show_progress=False)
+    with RunStore(out) as store:
+        assert len(store.planned_runs()) == 6
 
 
 def test_a_tune_resumed_without_its_grid_names_the_options_to_resume_with(tuned, tmp_path, capsys):

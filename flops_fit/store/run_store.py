@@ -273,13 +273,16 @@ class RunStore:
     # ------------------------------------------------------------------ runs
     def add_plan(self, plan: Any, **meta: Any) -> None:
         """Record ``plan`` (anything with ``runs`` and ``to_dict()``) and its runs (pending)
-        with ``meta`` (spec, versions, ...), atomically."""
+        with ``meta`` (spec, versions, ...), atomically. A plan that grows the recorded one (a sweep
+        extended, ``sweeps.extend``) adds its new runs; the stored ones keep their rows, moved to
+        their place in the new plan's order."""
         with self._tx():
             self._put_meta({"plan": plan.to_dict(), **meta})
             for position, run in enumerate(plan.runs):
                 self.db.execute(
-                    "INSERT OR IGNORE INTO runs (run_id, position, model, size, params, budget, tokens_planned, spec,"
-                    " lr_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO runs (run_id, position, model, size, params, budget, tokens_planned, spec,"
+                    " lr_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT(run_id) DO UPDATE SET position = excluded.position",
                     (run.run_id, position, run.model, run.size, run.params, run.budget, run.tokens,
                      json.dumps(run.to_dict()), run.lr_source),
                 )

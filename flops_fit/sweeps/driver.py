@@ -10,18 +10,19 @@ driver on the same folder is refused. Each finished run is committed on its own,
 in flight checkpoint every ``checkpoint_seconds`` (``training.checkpoint``), so a crash loses
 at most one checkpoint interval per run; Ctrl-C or SIGTERM makes them checkpoint first.
 ``resume=True`` trains exactly the runs of the plan that have no final result, each from
-its newest checkpoint. The store counts every optimizer step trained, lost ones included.
+its newest checkpoint; a plan that adds runs to the stored ones (a budget or size more) grows
+the store first (``sweeps.extend``). The store counts every optimizer step trained, lost ones included.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import json
 import math
 import os
 import platform
+import sys
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from flops_fit.store.lease import Lease, holder
 from flops_fit.store.outside import mark_training
 from flops_fit.store.run_store import RunStore, planned_run
 from flops_fit.store.runs import RunResult, RunSpec
+from flops_fit.sweeps.extend import HISTORY_META, check_store, history_entry, record_growth
 from flops_fit.sweeps.gate import case_timeout, check, gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import plan
@@ -47,7 +49,12 @@ from flops_fit.sweeps.preflight import EXTERNAL_CHECKS, preflight, writable_chec
 from flops_fit.sweeps.progress import SESSION_META, SweepDisplay, work_of
 from flops_fit.tracking.base import SweepTracker, sweep_destination
 from flops_fit.tracking.options import Destination, destination
-from flops_fit.training.checkpoint import CheckpointPolicy, load_result, remove_checkpoints
+from flops_fit.training.checkpoint import (
+    CheckpointPolicy,
+    list_checkpoints,
+    load_result,
+    remove_checkpoints,
+)
 from flops_fit.training.launch import launched_for
 from flops_fit.training.task import (
     item_outcomes,
@@ -111,56 +118,6 @@ def parity_gate(model: str, *, skip: bool = False, host: Any = None) -> dict[str
         return {"status": "not applicable", "reason": exempt}
     report = check(model, host=host)
     return {"status": report.status, "reason": report.summary()[:4000]}
-
-
-def _differences(stored: Any, planned: Any) -> str:
-    """"; settings that differ: ..." between a stored run and a planned one (their specs' fields,
-    and the keys of the model and dataset tables), or "" where none of those does."""
-    a, b = stored.to_dict(), planned.to_dict()
-    names = []
-    for key in sorted(set(a) | set(b)):
-        if key in ("run_id", "family") or a.get(key) == b.get(key):
-            continue
-        if isinstance(a.get(key), dict) and isinstance(b.get(key), dict):
-            names += [f"{key}.{k}" for k in sorted(set(a[key]) | set(b[key])) if a[key].get(k) != b[key].get(k)]
-        else:
-            names.append(key)
-    if not names:
-        return ""
-    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
-    return f"; settings that differ: {shown}"
-
-
-def _check_store(store: RunStore, plan: Any, out_dir: Path, resume: bool) -> tuple[bool, Any]:
-    """Refuse a folder that holds another sweep, or this one without ``resume``; (True, plan)
-    for a folder that holds no plan yet, else (False, the plan with the stored specs of its runs).
-
-    Runs are matched by their rounded id (``RunSpec.compute_id``), so a store whose ids an
-    earlier release hashed from every bit (``legacy_id``) is the same sweep; its stored specs,
-    ids and all, are the ones trained, so results and checkpoints keep their names."""
-    stored = {r.compute_id(): r for r in store.planned_runs()}
-    planned = {r.compute_id(): r for r in plan.runs}
-    if stored and set(stored) != set(planned):
-        old, new = set(stored) - set(planned), set(planned) - set(stored)
-        cell = {(planned[k].budget, planned[k].size): planned[k] for k in sorted(new)}
-        pairs = [(stored[k], cell[(stored[k].budget, stored[k].size)]) for k in sorted(old)
-                 if (stored[k].budget, stored[k].size) in cell]  # the same cell, planned then and now
-        differs = _differences(*pairs[0]) if pairs else ""
-        fix = "choose another --out folder"
-        if pairs and differs == "; settings that differ: version":  # the same sweep, planned by another release
-            fix = (f"it was planned by flops-fit {pairs[0][0].version} (this is {pairs[0][1].version}): resume it "
-                   f"with that release (pip install flops-fit=={pairs[0][0].version}), or {fix}")
-        raise StoreError(
-            f"{out_dir} holds a different sweep ({len(old)} of its runs are not in this plan, {len(new)} planned "
-            f"runs are new{differs}): {fix}"
-        )
-    if stored and not resume:
-        raise StoreError(f"{out_dir} already holds this sweep: pass resume=True (--resume) to continue it")
-    if not stored:
-        return True, plan
-    runs = [stored[key] for key in planned]
-    memory = {s.run_id: plan.memory.get(r.run_id) for r, s in zip(plan.runs, runs, strict=True)}
-    return False, dataclasses.replace(plan, runs=runs, memory=memory)
 
 
 DATA_META = "data"  # each dataset configuration's training-split fingerprint, as the folder's runs read it
@@ -274,7 +231,8 @@ def run_plan(
     store = RunStore(out_dir, create=True)
     try:
         with Lease(store.path, on_lost=lambda message: request_stop()), stop_on_signals():
-            new, plan = _check_store(store, plan, out_dir, resume)
+            new, plan, added = check_store(store, plan, out_dir, resume, replan=functools.partial(
+                _replanned, plan.options, host=host))
             policy = checkpoint_policy(plan.options, out_dir, checkpoint_dir)
             _check_trainer(store, plan)
             found: dict[str, str] = {}
@@ -289,7 +247,13 @@ def run_plan(
                                   tracking=tracked and destination(tracked, out_dir, "")).fingerprints
                 _check_data(store, found, out_dir)
             if new:
-                store.add_plan(plan, spec=plan.settings, versions=versions(host), created=time.time())
+                created = time.time()
+                store.add_plan(plan, spec=plan.settings, versions=versions(host), created=created,
+                               **{HISTORY_META: [history_entry(plan, plan.runs, created)]})
+            elif added:  # the stored runs keep their results; the new ones are pending
+                line = record_growth(store, plan, added)
+                if show_progress:
+                    print(line, file=sys.stderr)
             if found:  # what the runs about to train read: the next resume compares with it
                 store.set_meta(**{DATA_META: {**(store.get_meta(DATA_META) or {}), **found}})
             if record_only:
@@ -307,6 +271,12 @@ def run_plan(
     finally:
         store.close()
     return SweepResult(out_dir)
+
+
+def _replanned(options: SweepOptions, budgets: list[float], host: Any = None) -> Any:
+    """The plan of ``options`` at ``budgets`` only: what tells a refused extension whether the budgets it
+    adds alone moved the stored runs (``extend.refusal``)."""
+    return plan(options.replace(budgets=budgets), host=host)
 
 
 def _check_arguments(out_dir: Any, checkpoint_dir: Any, workers: Any, **flags: Any) -> int:
@@ -377,7 +347,7 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
     model = plan.runs[0].model
     trainer = plan.options.trainer and plan.options.trainer.resolved(out_dir)
     finished = len(plan.runs) - len(unfinished)  # with ``only``, runs not chosen are not counted as done
-    work, group = work_of(plan.runs, todo)
+    work, group = work_of(counted_after(plan.runs, todo, policy), todo)
     display = SweepDisplay(finished + len(todo), finished, enabled=show_progress, work=work, group=group,
                            scope="" if only is None else " in this batch")  # an adaptive sweep's batch, not its end
     if todo:
@@ -452,6 +422,17 @@ def _train_unfinished(plan: Any, store: RunStore, out_dir: Path, *, executor: st
             for family in folders:
                 if family not in pending and not crashed:
                     remove_checkpoints(policy.run_dir(family))
+
+
+def counted_after(runs: list[RunSpec], todo: list[RunSpec], policy: CheckpointPolicy | None) -> list[RunSpec]:
+    """The plan's ``runs`` whose work the runs ``todo`` go on from, for their pace (``work_of``): a WSD family
+    goes on from its stable state only where that is kept (its checkpoints); one whose stored branches ended
+    and whose state was removed (a sweep extended with a longer branch, ``sweeps.extend``) trains its stable
+    phase again from the start, which counting its stored branches left out."""
+    chosen = {r.run_id for r in todo}
+    kept = {r.family for r in todo if r.schedule == "wsd" and policy is not None and
+            list_checkpoints(policy.run_dir(r.family))}
+    return [r for r in runs if r.run_id in chosen or r.schedule != "wsd" or r.family in kept]
 
 
 def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | None = None,

@@ -204,6 +204,8 @@ def tune(spec: Any, out_dir: str | Path = "flops-fit-tune", *, budgets: int | li
            "executor_options": {**{k: v for k, v in table.items() if k != "workers"}, **(executor_options or {})},
            "skip_parity": skip_parity, "skip_preflight": skip_preflight, "show_progress": show_progress,
            "host": host}
+    if grid_refused := _other_grid(out, plan, resume):  # a larger grid too: a tune resumes the grid it started
+        raise grid_refused
     try:
         run_plan(plan, out, resume=resume, **run)
     except StoreError as exc:
