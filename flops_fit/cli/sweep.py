@@ -70,9 +70,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.json or args.csv:  # for a scheduler: the runs alone, machine-readable
         print(plan_json(plan) if args.json else plan_csv(plan), end="")
         return 0
+    # the design's first batch before the plan: a bad --start, --target or --adaptive-sizes printed the plan, then refused
+    start = None if rule is None else flops_fit.describe_adaptive_start(plan, rule, **_design(args))
     print(plan)
-    if rule is not None:
-        print(flops_fit.describe_adaptive_start(plan, rule, **_design(args)))
+    if start is not None:
+        print(start)
     unique, problem = data_budget(plan.options)
     for warning in (repeat_warning(plan.runs, unique), problem and f"warning: {problem}; `flops-fit sweep` "
                     "refuses until it opens"):
@@ -83,6 +85,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     _adaptive_rule(args)  # a bad rule, or the design's flags without --adaptive: one line before the plan
+    if args.record_only and args.adaptive:  # refused after the plan's headline was printed
+        raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
     config = load_config(args.config)
     out = check_folder(Path(args.out or config.out))  # a damaged store: one line before the plan
     sweep_options = config.options if args.tracking is None else config.options.replace(
@@ -146,8 +150,6 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int:
     """``sweep --adaptive``: the design trains the budgets it chooses (``sweeps.adaptive``)."""
-    if args.record_only:
-        raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
     rule = _adaptive_rule(args)
     if (note := rule.unreachable()) is not None:
         print(f"warning: {note}", file=sys.stderr)
@@ -516,6 +518,8 @@ def _print_status_json(out_dir: str | Path) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out or f"demo-out/{args.model}")
+    if args.workers < 1:  # refused by the executor once the plan was printed
+        raise OptionError(f"workers must be a positive integer, got {args.workers}")
     try:
         outcome = flops_fit.run_demo(args.model, out, workers=args.workers, progress=stages(sys.stderr),
                                      on_plan=print if args.verbose else lambda plan: print(plan.headline()))
