@@ -260,14 +260,25 @@ def test_the_designs_flags_without_adaptive_and_a_target_or_sizes_it_cannot_use_
             "64", "--tokens-per-param", "100"]
     assert main([*grid, "--target", "1e15", "--start", "3"]) == 2
     assert "--target, --start apply only with --adaptive" in capsys.readouterr().err
+    # refused in one line: the plan was printed first, then the refusal
+    assert main(["sweep", str(config), "--out", str(out), "--adaptive", "--record-only"]) == 2
+    assert capsys.readouterr().err == ("flops-fit: error: --record-only records a fixed plan; an adaptive sweep "
+                                       "chooses its runs as it trains\n")
+    assert not out.exists()
     for target, shown in (("-1", "-1"), ("nan", "nan"), ("6e13", "6e+13"), ("6.4e13", "6.4e+13")):
         assert main([*grid, "--adaptive", f"--target={target}"]) == 2
-        err = capsys.readouterr().err
+        captured = capsys.readouterr()
+        err = captured.err
+        assert captured.out == "" and err.count("\n") == 1
         assert err.startswith("flops-fit: error: the target must be a budget in FLOPs beyond the plan's largest, "
                               "6.4e+13")
         assert err.rstrip().endswith(f"got {shown}")  # the value given, not its repr cut short (6.4e13 read 640000000000)
-    assert main([*grid, "--adaptive", "--adaptive-sizes", "0"]) == 2
-    assert "trains 3 or more sizes at each budget it adds" in capsys.readouterr().err
+    for flag in ("--adaptive-sizes=0", "--start=0"):
+        assert main([*grid, "--adaptive", flag]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1
+        assert ("trains 3 or more sizes at each budget it adds" if "sizes" in flag else
+                "starts from 2 or more budgets") in captured.err
     assert main([*grid, "--adaptive", "--target", "1e15"]) == 0
     assert "at the target 1e+15 within 2x, else the most per FLOP" in capsys.readouterr().out
 

@@ -73,3 +73,13 @@ def test_a_scaled_down_vit_demo_runs_end_to_end(monkeypatch, tmp_path):
     assert len(frame) == len(outcome.plan.runs) >= 9 and set(frame.status) == {"done"}
     assert (frame.loss < 5).all()  # a held-out cross-entropy over the demo's classes, every run finished
     assert "of 3 IsoFLOP curves have an interior minimum" in (tmp_path / "isoflop.txt").read_text()
+
+
+def test_demo_refuses_no_workers_before_printing_its_plan(tmp_path, capsys):
+    """`flops-fit demo --workers 0` printed the plan's headline and schedule, then refused."""
+    from flops_fit.cli.main import main
+
+    assert main(["demo", "--workers", "0", "--out", str(tmp_path / "demo")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "flops-fit: error: workers must be a positive integer, got 0\n"
+    assert not (tmp_path / "demo").exists()

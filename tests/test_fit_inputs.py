@@ -695,6 +695,21 @@ def test_fit_refuses_a_bootstrap_too_small_to_read_an_interval_from(tmp_path, ca
     assert err.count("\n") == 1 and "bootstrap must be 0 (no intervals) or at least 10 resamples" in err
 
 
+@pytest.mark.parametrize("command", ["fit", "compare", "report"])
+def test_a_bootstrap_too_large_to_hold_is_one_line_before_any_fitting(tmp_path, capsys, command):
+    """`--bootstrap 99999999999999999999` ended in numpy's "Maximum allowed dimension exceeded" (a traceback) and
+    1e9 asked for gigabytes of resample weights: more than 100,000 resamples is refused by name."""
+    demo = str(Path(__file__).parent / "data" / "demo_runs.csv")
+    sources = [demo, demo] if command == "compare" else [demo]
+    out = tmp_path / "report.html"
+    for huge in ("99999999999999999999", "100001"):
+        code = main([command, *sources, "--bootstrap", huge, *(["--out", str(out)] if command == "report" else [])])
+        err = capsys.readouterr().err
+        assert code == 2 and err == f"flops-fit: error: bootstrap must be at most 100000 resamples (e.g. 1000, which " \
+                                    f"reads each end of a 95% interval to within half a percentile point); got {huge}\n"
+    assert not out.exists()
+
+
 def test_runs_whose_losses_are_all_equal_are_refused_naming_the_column(tmp_path, capsys):
     """A loss column holding one value (a constant column mapped as the loss): the interaction law still
     "fitted" it, and fit and the report answered N_opt 3.57B at 1e20 FLOPs, with an exponent a of 0.92

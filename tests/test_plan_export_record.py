@@ -82,6 +82,8 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
     ({"loss": 3.5, "tokens": None, "lr": 1.0}, 0, "unknown result field(s) lr"),
     ({"loss": 3.5, "tokens": None}, None, "is not in the plan stored in"),
     ("{not json", 0, "not JSON"),
+    # a binary file given as the result: a UnicodeDecodeError traceback (exit 1)
+    (b"\x89PNG\r\n\x1a\n\xda\xff", 0, "not a text file, so not the result's JSON"),
     # a traceback (ValueError, AttributeError) and exit 1, not one line
     ({"loss": 3.5, "tokens": None, "timings": {"total_s": "1h"}}, 0, "timings must map names to seconds"),
     ({"loss": 3.5, "tokens": None, "timings": [3600]}, 0, "timings must map names to seconds"),
@@ -110,7 +112,10 @@ def test_a_refused_result_is_one_line_and_changes_nothing(planned, tmp_path, cap
     if isinstance(content, dict) and content.get("tokens", 0) is None:
         content["tokens"] = exported["runs"][0]["tokens"]
     result = tmp_path / "result.json"
-    result.write_text(content if isinstance(content, str) else json.dumps(content))
+    if isinstance(content, bytes):
+        result.write_bytes(content)
+    else:
+        result.write_text(content if isinstance(content, str) else json.dumps(content))
     before = rows(out)
     assert main(["record", str(out), run_id, "--result", str(result)]) == 2
     err = capsys.readouterr().err

@@ -252,6 +252,12 @@ def test_config_errors_name_the_problem(tmp_path):
             load_config(path)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.toml")
+    # a folder was said not to exist; a binary file was a UnicodeDecodeError traceback
+    with pytest.raises(ConfigError, match=r"is a folder, not a sweep configuration: give its CONFIG\.toml"):
+        load_config(tmp_path)
+    path.write_bytes(b"PAR1\xda\xff\x00")
+    with pytest.raises(ConfigError, match=r"bad\.toml: not a text file, so no TOML sweep configuration"):
+        load_config(path)
     options = load_config(TESTS.parent / "examples" / "sweep.toml").options
     assert SweepOptions.from_dict(json.loads(json.dumps(options.to_dict()))) == options
 

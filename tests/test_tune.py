@@ -329,6 +329,9 @@ def test_a_fixed_lr_beside_a_tuned_law_is_refused_not_silently_preferred(tmp_pat
     (["--bootstrap", "3"], "bootstrap must be 0 (no intervals) or at least 10 resamples"),
     (["--workers", "0"], "workers must be a positive integer, got 0"),
     (["--from", "runs.csv", "--bootstrap", "-1"], "bootstrap must be a non-negative number of resamples"),
+    # took 1e20 and trained every run, then failed in numpy at the fit (a traceback)
+    (["--bootstrap", "99999999999999999999"], "bootstrap must be at most 100000 resamples"),
+    (["--from", "runs.csv", "--bootstrap", "100001"], "bootstrap must be at most 100000 resamples"),
 ])
 def test_bad_tune_options_are_one_line_and_exit_2(tmp_path, capsys, args, message):
     spec = tmp_path / "spec.toml"

@@ -103,6 +103,8 @@ def _check_executor(config: str, executor: str, workers: Any, options: dict[str,
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     _adaptive_rule(args)  # a bad rule, or the design's flags without --adaptive: one line before the plan
+    if args.record_only and args.adaptive:  # refused after the plan's headline was printed
+        raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
     config = load_config(args.config)
     out = check_folder(Path(args.out or config.out))  # a damaged store: one line before the plan
     sweep_options = config.options if args.tracking is None else config.options.replace(
@@ -163,8 +165,6 @@ def _cmd_record(args: argparse.Namespace) -> int:
 
 def _adaptive(args: argparse.Namespace, plan: Any, out: Path, **run: Any) -> int:
     """``sweep --adaptive``: the design trains the budgets it chooses (``sweeps.adaptive``)."""
-    if args.record_only:
-        raise OptionError("--record-only records a fixed plan; an adaptive sweep chooses its runs as it trains")
     rule = _adaptive_rule(args)
     if (note := rule.unreachable()) is not None:
         print(f"warning: {note}", file=sys.stderr)
@@ -545,6 +545,8 @@ def _print_status_json(out_dir: str | Path) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out or f"demo-out/{args.model}")
+    if args.workers < 1:  # refused by the executor once the plan was printed
+        raise OptionError(f"workers must be a positive integer, got {args.workers}")
     try:
         outcome = flops_fit.run_demo(args.model, out, workers=args.workers, progress=stages(sys.stderr),
                                      on_plan=print if args.verbose else lambda plan: print(plan.headline()))

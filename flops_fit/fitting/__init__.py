@@ -278,6 +278,10 @@ def not_fitted(result: Any, budgets: list[float], target: float | None = None) -
 # The fewest resamples an interval is read from: `--bootstrap 1` on the demo's runs gave intervals of one draw,
 # such as N_opt 32.1k [32.4k, 32.4k], and refused four sound methods as if their runs could not pin them down.
 MIN_RESAMPLES = 10
+# The most: `--bootstrap 1e20` ended in numpy's "Maximum allowed dimension exceeded" (a traceback) and 1e9 asked
+# for gigabytes; a tune took it and trained for hours before its fit failed. 1000 already reads each end of a 95%
+# interval to within half a percentile point (sqrt(0.025 * 0.975 / 1000) = 0.005).
+MAX_RESAMPLES = 100_000
 
 
 def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
@@ -295,6 +299,9 @@ def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
         raise FitInputError(f"bootstrap must be 0 (no intervals) or at least {MIN_RESAMPLES} resamples (e.g. 1000): an "
                             f"interval of fewer is read off one or two draws, and misses the fit's own point; got "
                             f"{bootstrap!r}")
+    if bootstrap > MAX_RESAMPLES:
+        raise FitInputError(f"bootstrap must be at most {MAX_RESAMPLES} resamples (e.g. 1000, which reads each end of a "
+                            f"95% interval to within half a percentile point); got {bootstrap!r}")
 
 
 # The methods a data budget (unique_tokens) changes: the data-constrained law takes their place ("all" adds it).

@@ -34,7 +34,10 @@ def read_result(path: str | Path) -> dict[str, Any]:
     """A result file's JSON object; StoreError naming what is wrong with it."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:  # a binary file given as the result: a traceback
+        raise StoreError(f"{path}: not a text file, so not the result's JSON; write one object such as "
+                         '{"loss": 3.21, "tokens": 1048576}') from None
     except OSError as exc:
         raise StoreError(f"{path}: cannot read the result ({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
