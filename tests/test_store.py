@@ -238,6 +238,17 @@ def _truncated(path):
     path.write_bytes(whole[:len(whole) // 2])
 
 
+def _garbled_schema(path):
+    """A byte of the schema's text garbled into one that is no UTF-8: SQLite's message about it quoted the byte,
+    and reading that message was a UnicodeDecodeError traceback."""
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    with RunStore(path.parent, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    whole = path.read_bytes()
+    at = whole.index(b"sqlite_autoindex_runs_1") + len("sqlite_autoindex_")
+    path.write_bytes(whole[:at] + b"\xda" + whole[at + 1:])
+
+
 def _random(path):
     import random
 
@@ -252,6 +263,7 @@ def _foreign(path):
 
 DAMAGED = {"truncated": (_truncated, "is damaged (database disk image is malformed)"),
            "random bytes": (_random, "is damaged (file is not a database)"),
+           "garbled schema": (_garbled_schema, "is damaged (malformed database schema (sqlite_autoindex_\ufffduns_1)"),
            "foreign schema": (_foreign, "is an SQLite file but not a flops-fit store (no meta table; no runs table)")}
 SPEC = '[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nsizes = [8, 12, 16]\nbatch_size = 8\nmin_steps = 5\n'
 COMMANDS = [["fit", "{out}"], ["report", "{out}"], ["status", "{out}"], ["status", "{out}", "--json"],

@@ -118,6 +118,8 @@ def check_store(path: Path) -> set[str]:
                          "program holds it locked, then try again") from None
     except sqlite3.DatabaseError as exc:  # not a database, malformed pages
         problems, tables = [str(exc)], {}
+    except UnicodeDecodeError as exc:  # SQLite's own message quotes garbled bytes (a damaged schema's names)
+        problems, tables = [bytes(exc.object).decode("utf-8", "replace")], {}
     wrong = [f"no {table} table" if table not in tables else f"{table} lacks {', '.join(sorted(columns - tables[table]))}"
              for table, columns in _schema_columns().items() if not columns <= tables.get(table, set())]
     if problems == ["ok"] and (not tables or not wrong):
