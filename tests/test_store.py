@@ -249,6 +249,25 @@ def _garbled_schema(path):
     path.write_bytes(whole[:at] + b"\xda" + whole[at + 1:])
 
 
+def _garbled_value(path, statement):
+    """A store whose pages are sound but whose text is not what flops-fit wrote: SQLite's quick_check passed it,
+    and reading the value was a traceback (UnicodeDecodeError, JSONDecodeError) in every command."""
+    _with_a_result(path)
+    db = sqlite3.connect(path)
+    db.execute(statement)
+    db.commit()
+    db.close()
+
+
+def _with_a_result(path):
+    """A store of the small plan with one run done."""
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    with RunStore(path.parent, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        s.record(RunResult(run_id=swept.runs[0].run_id, status="done", loss=3.0, tokens=swept.runs[0].tokens,
+                           curve=[[256, 5.5]]))
+
+
 def _random(path):
     import random
 
@@ -264,6 +283,10 @@ def _foreign(path):
 DAMAGED = {"truncated": (_truncated, "is damaged (database disk image is malformed)"),
            "random bytes": (_random, "is damaged (file is not a database)"),
            "garbled schema": (_garbled_schema, "is damaged (malformed database schema (sqlite_autoindex_\ufffduns_1)"),
+           "curve no text": (lambda p: _garbled_value(p, "UPDATE runs SET curve = CAST(X'5bda5d' AS TEXT) WHERE loss"),
+                             ": its curve holds bytes that are no text)"),
+           "plan no JSON": (lambda p: _garbled_value(p, "UPDATE meta SET value = '{\"runs\": [' WHERE key = 'plan'"),
+                            "is damaged (the entry plan: its value is no longer the JSON flops-fit wrote)"),
            "foreign schema": (_foreign, "is an SQLite file but not a flops-fit store (no meta table; no runs table)")}
 SPEC = '[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nsizes = [8, 12, 16]\nbatch_size = 8\nmin_steps = 5\n'
 COMMANDS = [["fit", "{out}"], ["report", "{out}"], ["status", "{out}"], ["status", "{out}", "--json"],

@@ -95,6 +95,38 @@ def read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
 
 
+JSON_COLUMNS = {"meta": ("value",), "runs": ("spec", "curve", "timings")}
+
+
+def _garbled_text(db: sqlite3.Connection, tables: dict[str, set[str]]) -> str | None:
+    """Where a store's text is no longer what flops-fit wrote (bytes that are no UTF-8, JSON that does not
+    parse), or None: ``quick_check`` checks SQLite's pages, not the text in them, and such a value was a
+    traceback in every command that read it."""
+    db.text_factory = bytes
+    try:
+        for table, key, label in (("meta", "key", "the entry {}"), ("runs", "run_id", "run {}")):
+            if key not in tables.get(table, ()):
+                continue
+            columns = sorted(tables[table])
+            for row in db.execute(f"SELECT {', '.join(columns)} FROM {table}"):  # noqa: S608 - the schema's names
+                values = dict(zip(columns, row, strict=True))
+                name = label.format(bytes(values[key] or b"").decode("utf-8", "replace"))
+                for column, value in values.items():
+                    if not isinstance(value, bytes):
+                        continue
+                    try:
+                        text = value.decode("utf-8")
+                        if column in JSON_COLUMNS[table]:
+                            json.loads(text)
+                    except UnicodeDecodeError:
+                        return f"{name}: its {column} holds bytes that are no text"
+                    except ValueError:
+                        return f"{name}: its {column} is no longer the JSON flops-fit wrote"
+    finally:
+        db.text_factory = str
+    return None
+
+
 def check_store(path: Path) -> set[str]:
     """The table names of the store file ``path``, read without writing a byte into it.
 
@@ -111,6 +143,8 @@ def check_store(path: Path) -> set[str]:
             problems = [row[0] for row in db.execute("PRAGMA quick_check")]
             tables = {name: {row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (name,))}
                       for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if problems == ["ok"] and (garbled := _garbled_text(db, tables)):
+                problems = [garbled]
         finally:
             db.close()
     except sqlite3.OperationalError as exc:  # locked past the timeout, no permission to read
