@@ -147,6 +147,32 @@ def test_one_driver_per_store_and_a_dead_drivers_lease_is_taken_over(store):
         Lease(s.path).acquire()
 
 
+@pytest.mark.parametrize("damage, said", [
+    ("UPDATE lease SET heartbeat = 'x', started = 'y'", "the lease row of {} was damaged ((1, 'elsewhere', 'y', 'x')): "
+                                                        "taken over"),
+    ("DROP TABLE lease; CREATE TABLE lease (x)", "the lease table of {} was damaged (columns x): made again")])
+def test_a_damaged_lease_holds_no_driver_and_is_taken_over(store, damage, said, capsys, caplog):
+    """The lease row damaged into text (or its table into other columns): status and every driver after stopped
+    with a TypeError (OperationalError) traceback, and the sweep could not be resumed."""
+    import os
+
+    from flops_fit.cli.main import main
+    from flops_fit.store.lease import Lease, holder
+
+    s, _ = store
+    with Lease(s.path):
+        pass
+    s.db.execute("INSERT INTO lease VALUES (1, 'old', 1, 'elsewhere', 5.0, 5.0)")
+    s.db.executescript(damage)
+    assert holder(s.path) is None
+    assert main(["status", str(s.dir)]) == 0 and "Traceback" not in capsys.readouterr().err
+    with caplog.at_level("WARNING", logger="flops_fit.store.lease"), Lease(s.path) as lease:
+        assert s.db.execute("SELECT token FROM lease").fetchone()[0] == lease.token
+        assert holder(s.path).pid == os.getpid()
+    assert said.format(s.path) in caplog.text
+    assert s.counts() == {"pending": 6}  # the runs are untouched
+
+
 def test_a_lease_taken_over_tells_its_holder_to_stop(store):
     import threading
 
