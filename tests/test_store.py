@@ -1,6 +1,7 @@
 """The run store: plan and results in SQLite, atomic writes, the frame the fitter reads."""
 
 import math
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -657,3 +658,59 @@ def test_a_sweep_resumed_within_a_minute_is_timed_as_its_own_session(tmp_path, c
         resumed.join()
     assert state["driver"] is not None
     assert state["seconds_left"] is None  # none of this driver's runs has finished: its pace is not measured yet
+
+
+def test_a_store_on_a_full_disk_refuses_the_write_in_one_line_and_keeps_what_it_held(store):
+    """A commit the disk takes no more of (SQLITE_FULL; here the store's page limit stands in for the disk)
+    was an OperationalError traceback that left the transaction open."""
+    s, swept = store
+    first, second = swept.runs[:2]
+    s.record(RunResult(first.run_id, "done", loss=3.0, tokens=first.tokens))
+    s.db.execute(f"PRAGMA max_page_count = {s.db.execute('PRAGMA page_count').fetchone()[0]}")
+    big = RunResult(second.run_id, "done", loss=3.5, tokens=second.tokens, curve=[[i, 2.0] for i in range(3000)])
+    with pytest.raises(StoreError, match=r"^cannot write the store .*runs.sqlite \(database or disk is full\): free "
+                                         r"space on its disk .*then go on \(a sweep: the same command with --resume\); "
+                                         r"what it held before is kept"):
+        s.record(big)
+    assert not s.db.in_transaction
+    assert s.counts() == {"done": 1, "pending": 5}
+    assert s.runs_frame()["loss"].tolist() == [3.0]
+
+
+FULL_DISK_SWEEP = """
+import resource, sys
+sys.path.insert(0, {tests!r})
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))  # a file grown past it fails to write (EFBIG)
+from flops_fit.cli.main import main
+sys.exit(main(["sweep", sys.argv[1], "--out", sys.argv[2], "--skip-parity"]))
+"""
+
+
+@pytest.mark.e2e
+def test_a_sweep_whose_disk_fills_stops_in_one_line_and_resumes_with_every_stored_result(tmp_path):
+    """A write failing mid-sweep (a full disk, a quota, ulimit -f) ended the sweep in an OperationalError
+    ('disk I/O error') traceback, then a second one from giving up the lease."""
+    import subprocess
+    import sys
+
+    from flops_fit.sweeps.driver import sweep
+
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML + "checkpoint_seconds = 0\n")
+    script = tmp_path / "full.py"
+    script.write_text(FULL_DISK_SWEEP.format(tests=str(Path(__file__).parent), limit=170_000))
+    out = tmp_path / "out"
+    env = {**os.environ, "FLOPS_FIT_PLUGINS": "sweep_support"}
+    ran = subprocess.run([sys.executable, str(script), str(config), str(out)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+    [line] = [x for x in ran.stderr.splitlines() if x.startswith("flops-fit: error:")]
+    assert "(disk I/O error): free space on its disk" in line
+    with RunStore(out) as s:
+        before = s.runs_frame().set_index("run_id")["loss"].to_dict()
+    assert 0 < len(before) < 6  # some runs stored before the disk filled, some not
+    sweep(host=HOST, out_dir=out, resume=True, skip_parity=True, show_progress=False,
+          **sweep_support.small_plan_options(checkpoint_seconds=0))  # the same sweep, once the disk has room
+    with RunStore(out) as s:
+        after = s.runs_frame().set_index("run_id")["loss"].to_dict()
+    assert len(after) == 6 and all(after[run] == loss for run, loss in before.items())

@@ -208,11 +208,15 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        db = self._connect()
         try:
-            db.execute("DELETE FROM lease WHERE id = 1 AND token = ?", (self.token,))
-        finally:
-            db.close()
+            db = self._connect()
+            try:
+                db.execute("DELETE FROM lease WHERE id = 1 AND token = ?", (self.token,))
+            finally:
+                db.close()
+        except sqlite3.Error as exc:  # a full disk: raising here hid why the sweep stopped behind a second traceback
+            log.warning("the lease on %s could not be given up (%s): the next driver takes it over, this process "
+                        "being gone", self.path, exc)
 
     def __enter__(self) -> Lease:
         return self.acquire()

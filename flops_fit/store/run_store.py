@@ -172,6 +172,10 @@ def cannot_write(path: Path, exc: sqlite3.OperationalError) -> StoreError | None
     """The one line for a store this user may not write (a read-only folder or file), or None for
     another SQLite error: a sweep resumed there, or a result recorded into it, fails on its first
     write with nothing changed."""
+    if "disk is full" in str(exc) or "disk I/O error" in str(exc):  # a full disk, a quota, a file-size limit
+        return StoreError(f"cannot write the store {path} ({exc}): free space on its disk (or lift the quota or "
+                          "file-size limit that stopped the write), then go on (a sweep: the same command with --resume); "
+                          "what it held before is kept, nothing was half-written")
     if "readonly" not in str(exc) and "unable to open" not in str(exc):
         return None
     return StoreError(f"cannot write the store {path} ({exc}): make {path.parent} and its files writable for this "
@@ -282,15 +286,28 @@ class RunStore:
         try:
             yield
         except sqlite3.OperationalError as exc:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             refused = cannot_write(self.path, exc)
             if refused is None:
                 raise
             raise refused from None
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             raise
-        self.db.execute("COMMIT")
+        try:
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:  # a full disk refuses the commit itself: nothing of it is kept
+            self._rollback()
+            raise (cannot_write(self.path, exc) or exc) from None
+
+    def _rollback(self) -> None:
+        """Undo the open transaction; one SQLite already undid (after a failed write) needs nothing, and a
+        ROLLBACK that fails too (the disk failing) must not hide the first error behind a second traceback."""
+        if self.db.in_transaction:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.OperationalError:
+                pass
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: Any = None) -> Any:
