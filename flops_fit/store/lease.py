@@ -178,7 +178,12 @@ class Lease:
             db.close()
 
     def _beat(self) -> None:
-        db = self._connect()
+        try:
+            db = self._connect()
+        except sqlite3.Error as exc:  # the store unwritable from the start (a full disk): the thread's traceback told less
+            log.warning("the lease heartbeat on %s cannot start (%s): a driver on another host may take the lease "
+                        "over after %.0fs", self.path, exc, self.stale_after)
+            return
         try:
             while not self._stop.wait(self.heartbeat):
                 try:
