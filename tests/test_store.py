@@ -714,3 +714,20 @@ def test_a_lease_that_cannot_be_given_up_is_a_warning_not_a_second_traceback(tmp
     with caplog.at_level("WARNING", logger="flops_fit.store.lease"):
         lease.release()
     assert f"the lease on {folder / 'runs.sqlite'} could not be given up (unable to open database file)" in caplog.text
+
+
+def test_the_store_file_alone_holds_every_stored_result_while_its_driver_runs(store, tmp_path):
+    """The results lived in runs.sqlite-wal until the driver closed the store: after a kill -9, the store file
+    copied alone (or left without its -wal) held no plan and no result, and a sweep resumed on it trained
+    every run again."""
+    import shutil
+
+    s, swept = store
+    run = swept.runs[0]
+    s.record(RunResult(run.run_id, "done", loss=3.0, tokens=run.tokens))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(s.path, alone / "runs.sqlite")  # the driver still holds it open: its WAL not yet merged on close
+    with RunStore(alone) as copy:
+        assert copy.statuses()[run.run_id] == "done" and copy.runs_frame()["loss"].tolist() == [3.0]
+        assert len(copy.planned_runs()) == 6

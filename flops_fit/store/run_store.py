@@ -336,6 +336,7 @@ class RunStore:
                     (run.run_id, position, run.model, run.size, run.params, run.budget, run.tokens,
                      json.dumps(run.to_dict()), run.lr_source),
                 )
+        self._merge()
 
     def planned_runs(self) -> list[RunSpec]:
         """The recorded plan's runs, in plan order (empty before ``add_plan``). A run this release
@@ -425,6 +426,17 @@ class RunStore:
                                  f"run {result.run_id} is not in this sweep's plan")
             if result.unique_tokens:  # the sweep's data budget, as its dataset reported it
                 self._put_meta({"unique_tokens": int(result.unique_tokens)})
+        self._merge()
+
+    def _merge(self) -> None:
+        """Copy what the WAL holds into the store file itself (a passive checkpoint: readers are not waited
+        for), so that a copy of ``runs.sqlite`` alone, or the file after its ``-wal`` was lost, holds every plan
+        and result stored: after a killed driver the file alone held none of them, and a sweep resumed without
+        the ``-wal`` planned and trained every run again. A failure leaves the WAL holding them, as before."""
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.OperationalError:
+            pass
 
     def counts(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status"))
