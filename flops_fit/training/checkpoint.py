@@ -304,7 +304,7 @@ def _check_result(result: RunResult) -> None:
     if not (isinstance(result.timings, dict) and all(map(number, result.timings.values()))):
         raise TypeError(f"timings {str(result.timings)[:40]}")
     if not (isinstance(result.device, str) and isinstance(result.error, (str, type(None)))
-            and isinstance(result.unique_tokens, (int, type(None)))):
+            and (result.unique_tokens is None or number(result.unique_tokens))):
         raise TypeError("device, error or unique_tokens")
 
 
