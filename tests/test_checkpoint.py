@@ -191,3 +191,22 @@ def test_a_damaged_result_file_is_said_and_read_as_none(tmp_path):
     with pytest.warns(CheckpointWarning, match=r"the result left at .*result.json is unreadable \(JSONDecodeError: "
                                                r".*\): run abc is trained again from its checkpoint"):
         assert load_result(tmp_path, "abc") is None
+
+
+@pytest.mark.parametrize("field, value", [("loss", "abc"), ("loss", -1.0), ("loss", None), ("status", "running"),
+                                          ("tokens", "10"), ("curve", [[1, "x"]]), ("timings", [])])
+def test_a_result_file_damaged_into_other_json_is_said_and_read_as_none(tmp_path, field, value):
+    """A result.json edited or damaged into JSON of other kinds ("loss": "abc"): the driver's resume stopped with
+    a TypeError traceback, or stored a loss of -1 (or a null one) as the run's finished result."""
+    import json
+
+    from flops_fit.store.runs import RunResult
+    from flops_fit.training.checkpoint import load_result, save_result
+
+    save_result(tmp_path, RunResult("abc", "done", loss=2.5, tokens=10, flops=60.0, steps=1, curve=[[5, 3.0]],
+                                    timings={"total_s": 1.5}))
+    data = json.loads((tmp_path / "result.json").read_text())
+    (tmp_path / "result.json").write_text(json.dumps({**data, field: value}))
+    with pytest.warns(CheckpointWarning, match=rf"the result left at .*result.json is unreadable \(\w+Error: .*{field}"
+                                               r".*\): run abc is trained again from its checkpoint"):
+        assert load_result(tmp_path, "abc") is None

@@ -243,6 +243,20 @@ def test_the_checkpoint_folder_must_be_writable_with_room(tmp_path):
     assert not (tmp_path / "new").exists()  # checked, not created
 
 
+def test_a_file_in_the_place_of_a_runs_checkpoint_folder_is_refused_before_training(tmp_path):
+    """A file named as a run's checkpoint folder (left by a copy, a tool): the run trained to its first checkpoint,
+    then failed with 'File exists' and the advice to free space, and failed so again on --retry-failed."""
+    the_plan = plan(host=HOST, **sweep_support.small_plan_options())
+    policy = CheckpointPolicy(str(tmp_path / "checkpoints"))
+    blocked = policy.run_dir(the_plan.runs[1].run_id)
+    blocked.parent.mkdir()
+    blocked.write_text("x")
+    with pytest.raises(PreflightError, match=f"^{blocked} is a file, where the run's checkpoints go into a folder of "
+                                             "that name: move the file away, then run again; nothing was trained$"):
+        preflight(the_plan, checkpoints=policy, host=HOST, checks=[check_checkpoint_folder])
+    assert blocked.read_text() == "x"
+
+
 def test_a_checkpoint_folder_with_room_for_one_checkpoint_but_not_the_three_a_run_holds_is_refused(tmp_path):
     """A folder with room for one checkpoint of a run passed the preflight, and then every run of the sweep
     failed with 'No space left on device' at its third write (two kept, one being written): measured on a

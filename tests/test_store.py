@@ -147,6 +147,32 @@ def test_one_driver_per_store_and_a_dead_drivers_lease_is_taken_over(store):
         Lease(s.path).acquire()
 
 
+@pytest.mark.parametrize("damage, said", [
+    ("UPDATE lease SET heartbeat = 'x', started = 'y'", "the lease row of {} was damaged ((1, 'elsewhere', 'y', 'x')): "
+                                                        "taken over"),
+    ("DROP TABLE lease; CREATE TABLE lease (x)", "the lease table of {} was damaged (columns x): made again")])
+def test_a_damaged_lease_holds_no_driver_and_is_taken_over(store, damage, said, capsys, caplog):
+    """The lease row damaged into text (or its table into other columns): status and every driver after stopped
+    with a TypeError (OperationalError) traceback, and the sweep could not be resumed."""
+    import os
+
+    from flops_fit.cli.main import main
+    from flops_fit.store.lease import Lease, holder
+
+    s, _ = store
+    with Lease(s.path):
+        pass
+    s.db.execute("INSERT INTO lease VALUES (1, 'old', 1, 'elsewhere', 5.0, 5.0)")
+    s.db.executescript(damage)
+    assert holder(s.path) is None
+    assert main(["status", str(s.dir)]) == 0 and "Traceback" not in capsys.readouterr().err
+    with caplog.at_level("WARNING", logger="flops_fit.store.lease"), Lease(s.path) as lease:
+        assert s.db.execute("SELECT token FROM lease").fetchone()[0] == lease.token
+        assert holder(s.path).pid == os.getpid()
+    assert said.format(s.path) in caplog.text
+    assert s.counts() == {"pending": 6}  # the runs are untouched
+
+
 def test_a_lease_taken_over_tells_its_holder_to_stop(store):
     import threading
 
@@ -239,6 +265,36 @@ def _truncated(path):
     path.write_bytes(whole[:len(whole) // 2])
 
 
+def _garbled_schema(path):
+    """A byte of the schema's text garbled into one that is no UTF-8: SQLite's message about it quoted the byte,
+    and reading that message was a UnicodeDecodeError traceback."""
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    with RunStore(path.parent, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    whole = path.read_bytes()
+    at = whole.index(b"sqlite_autoindex_runs_1") + len("sqlite_autoindex_")
+    path.write_bytes(whole[:at] + b"\xda" + whole[at + 1:])
+
+
+def _garbled_value(path, statement):
+    """A store whose pages are sound but whose text is not what flops-fit wrote: SQLite's quick_check passed it,
+    and reading the value was a traceback (UnicodeDecodeError, JSONDecodeError) in every command."""
+    _with_a_result(path)
+    db = sqlite3.connect(path)
+    db.execute(statement)
+    db.commit()
+    db.close()
+
+
+def _with_a_result(path):
+    """A store of the small plan with one run done."""
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    with RunStore(path.parent, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        s.record(RunResult(run_id=swept.runs[0].run_id, status="done", loss=3.0, tokens=swept.runs[0].tokens,
+                           curve=[[256, 5.5]]))
+
+
 def _random(path):
     import random
 
@@ -253,6 +309,11 @@ def _foreign(path):
 
 DAMAGED = {"truncated": (_truncated, "is damaged (database disk image is malformed)"),
            "random bytes": (_random, "is damaged (file is not a database)"),
+           "garbled schema": (_garbled_schema, "is damaged (malformed database schema (sqlite_autoindex_\ufffduns_1)"),
+           "curve no text": (lambda p: _garbled_value(p, "UPDATE runs SET curve = CAST(X'5bda5d' AS TEXT) WHERE loss"),
+                             ": its curve holds bytes that are no text)"),
+           "plan no JSON": (lambda p: _garbled_value(p, "UPDATE meta SET value = '{\"runs\": [' WHERE key = 'plan'"),
+                            "is damaged (the entry plan: its value is no longer the JSON flops-fit wrote)"),
            "foreign schema": (_foreign, "is an SQLite file but not a flops-fit store (no meta table; no runs table)")}
 SPEC = '[sweep]\nmodel = "gpt"\nbudgets = [4e8]\nsizes = [8, 12, 16]\nbatch_size = 8\nmin_steps = 5\n'
 COMMANDS = [["fit", "{out}"], ["report", "{out}"], ["status", "{out}"], ["status", "{out}", "--json"],
@@ -597,3 +658,77 @@ def test_a_sweep_resumed_within_a_minute_is_timed_as_its_own_session(tmp_path, c
         resumed.join()
     assert state["driver"] is not None
     assert state["seconds_left"] is None  # none of this driver's runs has finished: its pace is not measured yet
+
+
+def test_a_store_on_a_full_disk_refuses_the_write_in_one_line_and_keeps_what_it_held(store):
+    """A commit the disk takes no more of (SQLITE_FULL; here the store's page limit stands in for the disk)
+    was an OperationalError traceback that left the transaction open."""
+    s, swept = store
+    first, second = swept.runs[:2]
+    s.record(RunResult(first.run_id, "done", loss=3.0, tokens=first.tokens))
+    s.db.execute(f"PRAGMA max_page_count = {s.db.execute('PRAGMA page_count').fetchone()[0]}")
+    big = RunResult(second.run_id, "done", loss=3.5, tokens=second.tokens, curve=[[i, 2.0] for i in range(3000)])
+    with pytest.raises(StoreError, match=r"^cannot write the store .*runs.sqlite \(database or disk is full\): free "
+                                         r"space on its disk .*then go on \(a sweep: the same command with --resume\); "
+                                         r"what it held before is kept"):
+        s.record(big)
+    assert not s.db.in_transaction
+    assert s.counts() == {"done": 1, "pending": 5}
+    assert s.runs_frame()["loss"].tolist() == [3.0]
+
+
+def test_a_write_past_the_file_size_limit_is_one_line_and_keeps_what_the_store_held(store):
+    """A write the system refuses (ulimit -f, a quota: SQLite's 'disk I/O error') ended the sweep in an
+    OperationalError traceback."""
+    import resource
+    import signal
+
+    s, swept = store
+    first, second = swept.runs[:2]
+    s.record(RunResult(first.run_id, "done", loss=3.0, tokens=first.tokens))
+    big = RunResult(second.run_id, "done", loss=3.5, tokens=second.tokens, curve=[[i, 2.0] for i in range(20000)])
+    assert signal.getsignal(signal.SIGXFSZ) == signal.SIG_IGN  # Python's default: the write fails with EFBIG
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (s.path.stat().st_size, limit[1]))  # no file may grow now
+    try:
+        with pytest.raises(StoreError, match=r"^cannot write the store .*runs.sqlite \(disk I/O error\): free space "
+                                             r"on its disk \(or lift the quota or file-size limit"):
+            s.record(big)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    assert not s.db.in_transaction
+    assert s.counts() == {"done": 1, "pending": 5}
+
+
+def test_a_lease_that_cannot_be_given_up_is_a_warning_not_a_second_traceback(tmp_path, caplog):
+    """Giving the lease up on a store that can no longer be written (a full disk; here its folder removed
+    under the driver: moved away) raised from the driver's ``with``, hiding why the sweep stopped behind a second
+    traceback; the lease is taken over anyway once its process is gone."""
+    from flops_fit.store.lease import Lease
+
+    folder = tmp_path / "out"
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    with RunStore(folder, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    lease = Lease(folder / "runs.sqlite").acquire()
+    folder.rename(tmp_path / "moved")
+    with caplog.at_level("WARNING", logger="flops_fit.store.lease"):
+        lease.release()
+    assert f"the lease on {folder / 'runs.sqlite'} could not be given up (unable to open database file)" in caplog.text
+
+
+def test_the_store_file_alone_holds_every_stored_result_while_its_driver_runs(store, tmp_path):
+    """The results lived in runs.sqlite-wal until the driver closed the store: after a kill -9, the store file
+    copied alone (or left without its -wal) held no plan and no result, and a sweep resumed on it trained
+    every run again."""
+    import shutil
+
+    s, swept = store
+    run = swept.runs[0]
+    s.record(RunResult(run.run_id, "done", loss=3.0, tokens=run.tokens))
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(s.path, alone / "runs.sqlite")  # the driver still holds it open: its WAL not yet merged on close
+    with RunStore(alone) as copy:
+        assert copy.statuses()[run.run_id] == "done" and copy.runs_frame()["loss"].tolist() == [3.0]
+        assert len(copy.planned_runs()) == 6

@@ -17,6 +17,7 @@ between batches included.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import sqlite3
@@ -51,6 +52,17 @@ class Holder(NamedTuple):
     heartbeat: float
 
 
+def read_holder(row: tuple | None) -> Holder | None:
+    """The lease row's (pid, host, started, heartbeat) as a ``Holder``; None for no row, or for one damaged into
+    values of other kinds (a text heartbeat was a TypeError traceback in status and in every driver after)."""
+    if row is None:
+        return None
+    pid, host, started, beat = row
+    sound = (isinstance(pid, int) and isinstance(host, str)
+             and all(isinstance(t, (int, float)) and math.isfinite(t) for t in (started, beat)))
+    return Holder(pid, host, float(started), float(beat)) if sound else None
+
+
 def alive(holder: Holder, now: float, stale_after: float = STALE_AFTER) -> bool:
     """Whether ``holder`` still drives its store: its heartbeat is fresh and, on this host, its
     process exists (a crashed driver's row stays behind until another takes the lease over)."""
@@ -70,7 +82,7 @@ def holder(path: str | Path, now: float | None = None) -> Holder | None:
             db.close()
     except sqlite3.Error:  # no lease table yet: no driver ever held it
         return None
-    found = row and Holder(*row)
+    found = read_holder(row)
     return found if found and alive(found, time.time() if now is None else now) else None
 
 
@@ -105,6 +117,15 @@ class Lease:
         db.execute(SCHEMA)
         return db
 
+    def _repair(self, db: sqlite3.Connection) -> None:
+        """A lease table of other columns (damaged, or made by hand) holds no driver anyone could read: it is
+        made again, inside the caller's transaction; the sweep's runs are in other tables, untouched."""
+        columns = [row[1] for row in db.execute("SELECT * FROM pragma_table_info('lease')")]
+        if columns != ["id", "token", "pid", "host", "started", "heartbeat"]:
+            log.warning("the lease table of %s was damaged (columns %s): made again", self.path, ", ".join(columns))
+            db.execute("DROP TABLE lease")
+            db.execute(SCHEMA)
+
     def acquire(self) -> Lease:
         """Take the lease, or raise ``StoreBusy`` naming the live holder (``StoreError`` where this
         user may not write the store)."""
@@ -132,16 +153,20 @@ class Lease:
         try:
             db.execute("BEGIN IMMEDIATE")
             try:
+                self._repair(db)
                 row = db.execute("SELECT token, pid, host, started, heartbeat FROM lease WHERE id = 1").fetchone()
                 now = time.time()
-                if row and row[0] != self.token and alive(Holder(*row[1:]), now, self.stale_after):
-                    _, pid, host, started, beat = row
+                found = read_holder(row and row[1:])
+                if row and not found:
+                    log.warning("the lease row of %s was damaged (%s): taken over", self.path, str(row[1:])[:80])
+                if found and row[0] != self.token and alive(found, now, self.stale_after):
+                    pid, host, started, beat = found
                     raise StoreBusy(
                         f"{self.path.parent} is being swept by another driver (pid {pid} on {host}, started "
                         f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}, heartbeat {now - beat:.0f}s "
                         f"ago): wait for it to finish or stop it; `flops-fit status {self.path.parent}` reads it now"
                     )
-                if row:
+                if found:
                     log.warning("taking over the lease of %s from pid %s on %s (gone)", self.path, row[1], row[2])
                 db.execute("INSERT OR REPLACE INTO lease VALUES (1, ?, ?, ?, ?, ?)",
                            (self.token, self.pid, self.host, now, now))
@@ -153,7 +178,12 @@ class Lease:
             db.close()
 
     def _beat(self) -> None:
-        db = self._connect()
+        try:
+            db = self._connect()
+        except sqlite3.Error as exc:  # the store unwritable from the start (a full disk): the thread's traceback told less
+            log.warning("the lease heartbeat on %s cannot start (%s): a driver on another host may take the lease "
+                        "over after %.0fs", self.path, exc, self.stale_after)
+            return
         try:
             while not self._stop.wait(self.heartbeat):
                 try:
@@ -183,11 +213,15 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        db = self._connect()
         try:
-            db.execute("DELETE FROM lease WHERE id = 1 AND token = ?", (self.token,))
-        finally:
-            db.close()
+            db = self._connect()
+            try:
+                db.execute("DELETE FROM lease WHERE id = 1 AND token = ?", (self.token,))
+            finally:
+                db.close()
+        except sqlite3.Error as exc:  # a full disk: raising here hid why the sweep stopped behind a second traceback
+            log.warning("the lease on %s could not be given up (%s): the next driver takes it over, this process "
+                        "being gone", self.path, exc)
 
     def __enter__(self) -> Lease:
         return self.acquire()

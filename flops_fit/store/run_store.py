@@ -95,6 +95,38 @@ def read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
 
 
+JSON_COLUMNS = {"meta": ("value",), "runs": ("spec", "curve", "timings")}
+
+
+def _garbled_text(db: sqlite3.Connection, tables: dict[str, set[str]]) -> str | None:
+    """Where a store's text is no longer what flops-fit wrote (bytes that are no UTF-8, JSON that does not
+    parse), or None: ``quick_check`` checks SQLite's pages, not the text in them, and such a value was a
+    traceback in every command that read it."""
+    db.text_factory = bytes
+    try:
+        for table, key, label in (("meta", "key", "the entry {}"), ("runs", "run_id", "run {}")):
+            if key not in tables.get(table, ()):
+                continue
+            columns = sorted(tables[table])
+            for row in db.execute(f"SELECT {', '.join(columns)} FROM {table}"):  # noqa: S608 - the schema's names
+                values = dict(zip(columns, row, strict=True))
+                name = label.format(bytes(values[key] or b"").decode("utf-8", "replace"))
+                for column, value in values.items():
+                    if not isinstance(value, bytes):
+                        continue
+                    try:
+                        text = value.decode("utf-8")
+                        if column in JSON_COLUMNS[table]:
+                            json.loads(text)
+                    except UnicodeDecodeError:
+                        return f"{name}: its {column} holds bytes that are no text"
+                    except ValueError:
+                        return f"{name}: its {column} is no longer the JSON flops-fit wrote"
+    finally:
+        db.text_factory = str
+    return None
+
+
 def check_store(path: Path) -> set[str]:
     """The table names of the store file ``path``, read without writing a byte into it.
 
@@ -111,6 +143,8 @@ def check_store(path: Path) -> set[str]:
             problems = [row[0] for row in db.execute("PRAGMA quick_check")]
             tables = {name: {row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (name,))}
                       for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if problems == ["ok"] and (garbled := _garbled_text(db, tables)):
+                problems = [garbled]
         finally:
             db.close()
     except sqlite3.OperationalError as exc:  # locked past the timeout, no permission to read
@@ -118,6 +152,8 @@ def check_store(path: Path) -> set[str]:
                          "program holds it locked, then try again") from None
     except sqlite3.DatabaseError as exc:  # not a database, malformed pages
         problems, tables = [str(exc)], {}
+    except UnicodeDecodeError as exc:  # SQLite's own message quotes garbled bytes (a damaged schema's names)
+        problems, tables = [bytes(exc.object).decode("utf-8", "replace")], {}
     wrong = [f"no {table} table" if table not in tables else f"{table} lacks {', '.join(sorted(columns - tables[table]))}"
              for table, columns in _schema_columns().items() if not columns <= tables.get(table, set())]
     if problems == ["ok"] and (not tables or not wrong):
@@ -136,6 +172,10 @@ def cannot_write(path: Path, exc: sqlite3.OperationalError) -> StoreError | None
     """The one line for a store this user may not write (a read-only folder or file), or None for
     another SQLite error: a sweep resumed there, or a result recorded into it, fails on its first
     write with nothing changed."""
+    if "disk is full" in str(exc) or "disk I/O error" in str(exc):  # a full disk, a quota, a file-size limit
+        return StoreError(f"cannot write the store {path} ({exc}): free space on its disk (or lift the quota or "
+                          "file-size limit that stopped the write), then go on (a sweep: the same command with --resume); "
+                          "what it held before is kept, nothing was half-written")
     if "readonly" not in str(exc) and "unable to open" not in str(exc):
         return None
     return StoreError(f"cannot write the store {path} ({exc}): make {path.parent} and its files writable for this "
@@ -246,15 +286,28 @@ class RunStore:
         try:
             yield
         except sqlite3.OperationalError as exc:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             refused = cannot_write(self.path, exc)
             if refused is None:
                 raise
             raise refused from None
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             raise
-        self.db.execute("COMMIT")
+        try:
+            self.db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:  # a full disk refuses the commit itself: nothing of it is kept
+            self._rollback()
+            raise (cannot_write(self.path, exc) or exc) from None
+
+    def _rollback(self) -> None:
+        """Undo the open transaction; one SQLite already undid (after a failed write) needs nothing, and a
+        ROLLBACK that fails too (the disk failing) must not hide the first error behind a second traceback."""
+        if self.db.in_transaction:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.OperationalError:
+                pass
 
     # ------------------------------------------------------------------ meta
     def get_meta(self, key: str, default: Any = None) -> Any:
@@ -286,6 +339,7 @@ class RunStore:
                     (run.run_id, position, run.model, run.size, run.params, run.budget, run.tokens,
                      json.dumps(run.to_dict()), run.lr_source),
                 )
+        self._merge()
 
     def planned_runs(self) -> list[RunSpec]:
         """The recorded plan's runs, in plan order (empty before ``add_plan``). A run this release
@@ -375,6 +429,17 @@ class RunStore:
                                  f"run {result.run_id} is not in this sweep's plan")
             if result.unique_tokens:  # the sweep's data budget, as its dataset reported it
                 self._put_meta({"unique_tokens": int(result.unique_tokens)})
+        self._merge()
+
+    def _merge(self) -> None:
+        """Copy what the WAL holds into the store file itself (a passive checkpoint: readers are not waited
+        for), so that a copy of ``runs.sqlite`` alone, or the file after its ``-wal`` was lost, holds every plan
+        and result stored: after a killed driver the file alone held none of them, and a sweep resumed without
+        the ``-wal`` planned and trained every run again. A failure leaves the WAL holding them, as before."""
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.OperationalError:
+            pass
 
     def counts(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status"))

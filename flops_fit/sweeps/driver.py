@@ -468,7 +468,7 @@ def train_run(out_dir: str | Path, run_id: str, *, checkpoint_dir: str | Path | 
     options = SweepOptions.from_dict(stored["options"])
     policy = checkpoint_policy(options, out_dir, checkpoint_dir)
     if policy is not None:
-        writable_checkpoints(policy)  # refused before training: a run failed on it could not be trained again here
+        writable_checkpoints(policy, [spec])  # refused before training: a run failed on it could not be trained again here
     trainer = options.trainer and options.trainer.resolved(out_dir)
     task = functools.partial(train_item, checkpoints=policy, trainer=trainer)
     if int(os.environ.get("RANK", "0")) != 0:

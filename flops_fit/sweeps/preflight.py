@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,11 +260,19 @@ def _writable_home(folder: Path, what: str, fix: str) -> Path:
     return existing
 
 
-def writable_checkpoints(policy: CheckpointPolicy) -> Path:
+def writable_checkpoints(policy: CheckpointPolicy, runs: Collection[RunSpec] = ()) -> Path:
     """The existing folder the checkpoint folder is (or will be made) in; PreflightError unless it can be
-    written (`flops-fit train-run` asks too: a run failed on it stayed failed)."""
-    return _writable_home(Path(policy.directory), "checkpoint folder",
+    written (`flops-fit train-run` asks too: a run failed on it stayed failed), or where a file takes the name
+    of one of ``runs``' own folders in it (the run trained to its first checkpoint, then failed with 'File exists'
+    and the advice to free space)."""
+    home = _writable_home(Path(policy.directory), "checkpoint folder",
                           "choose another checkpoint_dir (--checkpoint-dir), or checkpoint_seconds=0")
+    names = dict.fromkeys(name for r in runs for name in (r.run_id, r.family if r.schedule == "wsd" else ""))
+    for name in filter(None, names):
+        if (folder := policy.run_dir(name)).exists() and not folder.is_dir():
+            raise PreflightError(f"{folder} is a file, where the run's checkpoints go into a folder of that name: move "
+                                 "the file away, then run again; nothing was trained")
+    return home
 
 
 def check_tracking(plan: Any, context: Context) -> None:
@@ -300,7 +308,7 @@ def check_checkpoint_folder(plan: Any, context: Context) -> None:
     if policy is None:
         return
     folder = Path(policy.directory)
-    existing = writable_checkpoints(policy)
+    existing = writable_checkpoints(policy, context.runs)
     sizes = sorted((checkpoint_bytes(r, context.samples.get(dataset_key(r), 0)) for r in context.runs),
                    reverse=True)
     held = policy.keep + 1

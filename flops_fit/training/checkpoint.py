@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -272,11 +273,39 @@ def load_result(directory: str | Path, run_id: str) -> RunResult | None:
         return None
     try:
         result = RunResult(**json.loads(path.read_text()))
+        _check_result(result)
     except (OSError, ValueError, TypeError) as exc:  # written atomically: damaged from outside
         warnings.warn(f"the result left at {path} is unreadable ({type(exc).__name__}: {str(exc)[:80]}): run "
                       f"{run_id} is trained again from its checkpoint", CheckpointWarning, stacklevel=2)
         return None
     return result if result.run_id == run_id else None
+
+
+def _check_result(result: RunResult) -> None:
+    """TypeError/ValueError unless ``result`` holds values of the kinds a run's result has: a result file
+    damaged into other JSON ("loss": "abc") was a traceback in the driver, or was stored as the run's result."""
+    def number(value: object) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    if result.status not in ("done", "failed"):
+        raise ValueError(f"status {result.status!r}")
+    if result.status == "done" and not (number(result.loss) and math.isfinite(result.loss) and result.loss > 0):
+        raise ValueError(f"a finished run's loss {result.loss!r}")
+    for name in ("loss", "flops", "bpb", "top1_error", "epochs"):
+        if not number(getattr(result, name)):
+            raise TypeError(f"{name} {getattr(result, name)!r}")
+    for name in ("tokens", "steps"):
+        if not isinstance(getattr(result, name), int) or isinstance(getattr(result, name), bool) or \
+                getattr(result, name) < 0:
+            raise TypeError(f"{name} {getattr(result, name)!r}")
+    if not (isinstance(result.curve, list) and all(isinstance(p, list) and len(p) == 2 and all(map(number, p))
+                                                   for p in result.curve)):
+        raise TypeError(f"curve {str(result.curve)[:40]}")
+    if not (isinstance(result.timings, dict) and all(map(number, result.timings.values()))):
+        raise TypeError(f"timings {str(result.timings)[:40]}")
+    if not (isinstance(result.device, str) and isinstance(result.error, (str, type(None)))
+            and (result.unique_tokens is None or number(result.unique_tokens))):
+        raise TypeError("device, error or unique_tokens")
 
 
 def _write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
