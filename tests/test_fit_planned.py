@@ -309,6 +309,10 @@ def test_a_comparable_form_without_a_loss_at_the_run_withholds_the_interval_inst
         assert others["interaction"].loss_surface(np.array([100.0]), np.array([1e4]))[0] < 0  # the case itself
     planned = loss_at(result, [100, 1e6], [1e4, 1e7], forms=others)
     assert "interaction" in planned.forms  # comparable: its residual within the tolerance
+    # the header counts the forms besides the chosen one ("1 comparable law form(s)" counted the chosen law alone)
+    assert set(planned.forms) == {"parametric", "interaction", "vpnls"}
+    assert planned.summary().startswith("Planned runs (parametric; 95% interval = bootstrap + spread of 2 other law "
+                                        "form(s) that fit as well + ")
     near, far = planned.rows()
     assert near[2].endswith("[withheld: a part of it is unknown (see the note)]") and near[5] == "-"
     assert re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", far[2])  # where every form answers, the interval stands

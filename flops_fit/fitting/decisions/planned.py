@@ -106,8 +106,9 @@ class PlannedLoss:
 
     def summary(self) -> str:
         rows = self.rows()
+        others = len(self.forms) - (self.method in self.forms)  # "1 comparable form" counted the chosen law itself
         head = (f"Planned runs ({self.method}; {100 * self.level:g}% interval = bootstrap + spread of "
-                f"{len(self.forms)} comparable law form(s) + extrapolation error {100 * self.slope:.2f}% per unit "
+                f"{others} other law form(s) that fit as well + extrapolation error {100 * self.slope:.2f}% per unit "
                 "of distance in (ln N, ln D) beyond the fitted runs):")
         return "\n".join([head, format_table(rows, ["params N", f"{self.unit} D", self.label, "distance",
                                                     "bootstrap +-", "forms +-", "extrapolation +-"]),
