@@ -337,6 +337,32 @@ def test_a_class_folder_without_images_is_refused_naming_it(tmp_path):
     assert len(flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "pets"), image_size=8)) == 12
 
 
+def test_an_image_folder_of_one_class_is_refused(tmp_path):
+    """One class folder made a 1-way classifier: every run scored loss 0 and top-1 error 0, the sweep trained
+    to the end without a word, and only the fit refused its zeros."""
+    _write_image_folder(tmp_path / "cats", classes=("cat",))
+    with pytest.raises(FlopsFitError, match=r"^image-folder: one class folder \('cat'\) under '.*cats'; a classifier "
+                                            r"needs two or more .*add a folder of images for each other class$"):
+        flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "cats"), image_size=8)
+    _write_image_folder(tmp_path / "split" / "train", classes=("cat",))
+    _write_image_folder(tmp_path / "split" / "val", classes=("cat",))
+    with pytest.raises(FlopsFitError, match=r"one class folder \('cat'\) under '.*train'"):
+        flops_fit.create_dataset("image-folder", "validation", root=str(tmp_path / "split"), image_size=8)
+
+
+def test_a_train_tree_beside_a_test_tree_names_the_held_out_folder(tmp_path):
+    """root/train/<class> beside root/test/<class> was read as two classes "train" and "test" without images:
+    "no images in class folders under root", though every image was there."""
+    _write_image_folder(tmp_path / "pets" / "train")
+    _write_image_folder(tmp_path / "pets" / "test", per_class=2)
+    with pytest.raises(FlopsFitError, match=r"^image-folder: '.*pets' has a train/ tree of class folders but no "
+                                            r"validation/ or val/ beside it \(folders there: \['test'\]\); name the "
+                                            r"held-out tree validation/ \(or val/\)"):
+        flops_fit.create_dataset("image-folder", "train", root=str(tmp_path / "pets"), image_size=8)
+    (tmp_path / "pets" / "test").rename(tmp_path / "pets" / "validation")
+    assert len(flops_fit.create_dataset("image-folder", "validation", root=str(tmp_path / "pets"), image_size=8)) == 6
+
+
 def test_an_image_folder_with_files_that_are_not_images_names_them(tmp_path):
     """A damaged file among the images was a PIL traceback out of `flops-fit plan`; now one line naming it."""
     _write_image_folder(tmp_path / "pets")

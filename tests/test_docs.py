@@ -290,6 +290,16 @@ def test_fit_and_reports_method_help_names_every_method():
         assert all(re.search(rf"\b{m}\b", method.help) for m in METHODS), (command, method.help)
 
 
+def test_the_fit_guides_synopsis_names_every_metric():
+    """The guide's `flops-fit fit` synopsis read `[--metric loss|bpb]`, so an image classifier's user found no
+    metric for its top-1 error there (it is `error`, described a page above)."""
+    from flops_fit.fitting.inputs import METRICS
+
+    page = (DATA_DOC.parent / "fit.md").read_text()
+    [choices] = re.findall(r"\[--metric ([\w|]+)\]", page)
+    assert choices.split("|") == list(METRICS)
+
+
 def test_the_public_api_page_says_how_to_reach_each_name_it_documents():
     """reference/index.md says everything on it is importable from `flops_fit`; it documented
     `flops_fit.sweeps.gate.check` (public as `check_parity`) and `Forecast` (not public) without

@@ -75,6 +75,19 @@ def test_fitting_the_error_reads_its_column_and_leaves_the_loss_curves_out():
     assert np.isfinite(fitted["parametric"].params["E"])
 
 
+def test_runs_that_made_no_mistake_are_named_as_such_not_as_a_wrong_column():
+    """A small held-out split of an easy image folder scored top-1 error 0 for most runs; `fit --metric error`
+    said the column "must hold finite positive values ... drop those runs or map the right column", though the
+    column was right and dropping them left too few runs."""
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7)
+    frame["top1_error"] = frame["loss"] / 10
+    frame["run_id"] = [f"r{i}" for i in range(len(frame))]
+    frame.loc[[2, 5], "top1_error"] = 0.0
+    with pytest.raises(FitInputError, match=r"^DataFrame: 2 run\(s\) made no mistake on the held-out images \(top-1 error "
+                                            r"0: r2, r5\).*hold out more \(or harder\) images.*--metric loss"):
+        fit(frame, method="isoflop", metric="error", bootstrap=0)
+
+
 def test_bits_per_byte_asked_of_image_runs_points_at_the_error_not_at_retraining():
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7)
     frame["top1_error"], frame["bpb"] = frame["loss"] / 10, np.nan  # a sweep's store: image runs have no bpb

@@ -662,6 +662,12 @@ def _top1_error(frame: pd.DataFrame, name: str, error_col: str, curve_col: str) 
     """``frame`` checked for a top-1 error in every finished run, without its training curves
     (they are losses: Approach 1 has no error curve to take an envelope of)."""
     _require_metric(frame, name, error_col, "top-1 error", "top-1 error", NO_ERROR)
+    perfect = pd.to_numeric(frame[error_col], errors="coerce") == 0
+    if perfect.any():  # a measurement, not a mapping mistake: the held-out split was too small or too easy to err on
+        ids = _run_ids(frame, "run_id")[perfect]
+        raise FitInputError(f"{name}: {int(perfect.sum())} run(s) made no mistake on the held-out images (top-1 error "
+                            f"0: {', '.join(ids.head(5))}), and an error law in log error cannot fit a 0; hold out "
+                            "more (or harder) images so that every run errs, or fit the loss (--metric loss)")
     return frame.drop(columns=[curve_col]) if curve_col in frame else frame
 
 

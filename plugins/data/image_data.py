@@ -154,6 +154,12 @@ def build_image_folder(split: str, root: str | None = None, image_size: int = 32
               "validation": next((os.path.join(root, v) for v in ("validation", "val")
                                   if os.path.isdir(os.path.join(root, v))), None)}
     split_folders = os.path.isdir(splits["train"]) and splits["validation"] is not None
+    if os.path.isdir(splits["train"]) and not split_folders and _is_tree(splits["train"]):
+        # root/train/<class>/... beside test/ (or nothing): read as one class "train" without images
+        beside = sorted(c for c in os.listdir(root) if os.path.isdir(os.path.join(root, c)) and c != "train")
+        raise DataError(f"image-folder: {root!r} has a train/ tree of class folders but no validation/ or val/ "
+                        f"beside it (folders there: {beside}); name the held-out tree validation/ (or val/), or put "
+                        "the class folders directly under root (a seeded validation_fraction is then held out)")
 
     def listing(folder: str) -> list[tuple[str, str]]:
         return [(c, os.path.join(folder, c, f)) for c in sorted(os.listdir(folder)) if os.path.isdir(os.path.join(folder, c))
@@ -168,6 +174,9 @@ def build_image_folder(split: str, root: str | None = None, image_size: int = 32
     if empty:  # num_classes counts every class folder (configure_image_folder): the model got a class never seen
         raise DataError(f"image-folder: class folder(s) {empty} under {train_root!r} hold no training images "
                         f"({', '.join(IMAGE_SUFFIXES)}); put images in them, or remove them")
+    if len(classes) < 2:  # num_classes 1: every run scores loss 0 and error 0, and the sweep measures nothing
+        raise DataError(f"image-folder: one class folder ({classes[0]!r}) under {train_root!r}; a classifier needs "
+                        "two or more (root/<class>/<image>): add a folder of images for each other class")
     mode = "L" if in_chans == 1 else "RGB"
 
     def load(pairs: list[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -249,6 +258,13 @@ def build_hf_images(split: str, data_files: Any = None, path: str | None = None,
     _check_labels(torch.cat([train_labels, labels]), model_keys.get("num_classes"), "hf-images")
     augment = {"crop_padding": crop_padding, "flip": flip, "seed": seed} if split == "train" else {}
     return ImageTensors(images, labels, mean, std, **augment)
+
+
+def _is_tree(folder: str) -> bool:
+    """Whether ``folder`` holds class folders (a split's tree) rather than images (a class)."""
+    entries = os.listdir(folder)
+    return (not any(f.lower().endswith(IMAGE_SUFFIXES) for f in entries)
+            and any(os.path.isdir(os.path.join(folder, f)) for f in entries))
 
 
 def _pixels(sources: Iterable[tuple[str, Any]], open_image: Callable[[Any], Any], mode: str, image_size: int,
