@@ -88,13 +88,15 @@ def test_the_forecast_guide_quotes_the_stored_demo_forecast():
         assert float(m.group(4)) == pytest.approx(a["model"]["own_drift"], abs=5e-4)
         assert ("not corrected" in line) == (a["correction"] == 0)
     n, i = f["answers"]["n_opt"], f["answers"]["n_opt"]["interval"]
-    bounds = re.search(r"scatter (\S+) per ln r \((\S+) degrees of freedom with the prior\) grown to (\S+)x; .*"
-                       r"at least x(\S+) either way .*, at most x(\S+) \(at", n_line)
+    bounds = re.search(r"scatter (\S+) per ln r \(own (\S+); (\S+) degrees of freedom with the prior\) grown to "
+                       r"(\S+)x; .*at least x(\S+) either way .*, at most x(\S+) \(at", n_line)
     assert bounds, n_line
     assert float(bounds.group(1)) == pytest.approx(n["model"]["scatter"], abs=5e-4)
-    assert close(bounds.group(2), n["model"]["dof"]) and close(bounds.group(3), f["ratio"])
-    assert float(bounds.group(4)) == pytest.approx(math.exp(i["multiplier"] * i["floor"]), abs=5e-3)
-    assert float(bounds.group(5)) == pytest.approx(math.exp(i["multiplier"] * i["sigma"]), abs=5e-3)
+    assert float(bounds.group(2)) == pytest.approx(n["model"]["own_scatter"], abs=5e-4)  # the splits' own, beside it
+    assert close(bounds.group(3), n["model"]["dof"]) and close(bounds.group(4), f["ratio"])
+    assert float(bounds.group(5)) == pytest.approx(math.exp(i["multiplier"] * i["floor"]), abs=5e-3)
+    assert float(bounds.group(6)) == pytest.approx(math.exp(i["multiplier"] * i["sigma"]), abs=5e-3)
+    assert "bound applies" not in n_line  # the demo's interval lies between the bounds
     i = f["answers"]["loss"]["interval"]
     reach = re.search(r"interval \+-(\S+) f sigma\(r\), sigma = (\S+)% at (\S+)x .*, f = (\S+) by this sweep's own "
                       r"chaining \((\d+) splits\)$", l_line)
@@ -104,3 +106,20 @@ def test_the_forecast_guide_quotes_the_stored_demo_forecast():
     assert float(reach.group(4)) == pytest.approx(i["own_factor"], abs=5e-3) and int(reach.group(5)) == i["own_splits"]
     assert int(found.group(2)) == pytest.approx(100 * s["n_opt_error"], abs=0.5)
     assert float(found.group(3)) == pytest.approx(100 * s["loss_error"], abs=0.05)
+
+
+def test_an_interval_raised_to_the_reach_laws_lower_bound_says_so():
+    """The N_opt line said "; the upper bound applies" where the public answers' error cut the interval, but nothing
+    where it was raised to the lower bound (the error at no reach): an interval of exactly x1.74 either way read
+    as the sweep's own. The demo's stored answer, its error model's interval narrowed below the bound, says so."""
+    from flops_fit.fitting.validation.drift import ErrorModel
+    from flops_fit.fitting.validation.forecast import Answer, answer_line
+
+    f = json.loads(RESULT.read_text())["forecast"]
+    a = {k: v for k, v in f["answers"]["n_opt"].items() if k in Answer.__dataclass_fields__}
+    model = ErrorModel(**{k: v for k, v in a.pop("model").items() if k in ErrorModel.__dataclass_fields__})
+    stored = answer_line(Answer(**a, model=model), f["ratio"])
+    assert "bound applies" not in stored  # the demo's own interval, x1.97, lies between x1.74 and x2.71
+    narrow = 0.5 * a["interval"]["multiplier"] * a["interval"]["floor"]  # half the lower bound's log half-width
+    a["interval"] = {**a["interval"], "error_model_log_interval": [-narrow, narrow]}
+    assert answer_line(Answer(**a, model=model), f["ratio"]).endswith("at most x2.71 (at 10x); the lower bound applies")

@@ -307,14 +307,19 @@ def answer_line(a: Answer, ratio: float, metric: str = "loss") -> str:
         return line + (f"interval +-{i['multiplier']:.2f} {f}sigma(r), sigma = {100 * i['sigma']:.2f}% at {ratio:.3g}x "
                        f"(the reach law of public sweeps' answers){own}{cap}")
     note = f" ({i['note']})" if i.get("note") else ""
-    grown = (f"scatter {m.scatter:.3f} per ln r ({m.dof:.3g} degrees of freedom with the prior) grown to "
+    # the sweep's own scatter beside the moderated one, as the drift's: 0.110 alone read as the splits' own (0.016)
+    own = f"own {m.own_scatter:.3f}; " if np.isfinite(m.own_scatter) else ""
+    grown = (f"scatter {m.scatter:.3f} per ln r ({own}{m.dof:.3g} degrees of freedom with the prior) grown to "
              f"{ratio:.3g}x{note}")
     if i.get("rule") == CAPPED_RULE:
         k = i["multiplier"]
+        raw = i.get("error_model_log_interval")  # the error model's own interval, before the bounds
+        floored = raw is not None and min(-raw[0], raw[1]) < k * i["floor"]  # said as the upper bound is
         return line + (f"{grown}; bounded by the reach law of public sweeps' answers: at least "
                        f"x{np.exp(k * i['floor']):.2f} either way (its error at no reach), at most "
                        f"x{np.exp(k * i['sigma']):.2f} (at {ratio:.3g}x)"
-                       + ("; the upper bound applies" if i.get("capped") else ""))
+                       + ("; the upper bound applies" if i.get("capped") else "")
+                       + ("; the lower bound applies" if floored else ""))
     return line + grown
 
 
