@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import flops_fit
 from flops_fit import hookimpl
+from flops_fit.plugin.host import reset_host
+
+
+@contextmanager
+def process_host(plugin_host=None):
+    """The process-wide host set to ``plugin_host`` while a command runs in this process (None: the one this
+    process's plugins load, e.g. FLOPS_FIT_PLUGINS), and forgotten afterwards, whatever the command did."""
+    reset_host(plugin_host)
+    try:
+        yield
+    finally:
+        reset_host()
 
 
 def toy_model(name: str = "toy", **overrides) -> flops_fit.ModelEntry:

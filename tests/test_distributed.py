@@ -17,13 +17,13 @@ import threading
 import executor_tasks
 import pytest
 import sweep_support
+from plugin_kit import process_host
 
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.errors import Interrupted, OptionError, PlanError, RunLost
 from flops_fit.executors.base import ignore_progress
 from flops_fit.executors.ray import RayExecutor
-from flops_fit.plugin.host import reset_host
 from flops_fit.store.lease import Lease
 from flops_fit.store.run_store import RunStore
 from flops_fit.store.runs import RunResult
@@ -220,11 +220,8 @@ def test_train_run_of_a_one_process_run_under_a_launched_group_is_refused_on_eve
     for name, value in {"RANK": rank, "LOCAL_RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                         "MASTER_PORT": "1"}.items():
         monkeypatch.setenv(name, value)
-    reset_host(HOST)
-    try:
+    with process_host(HOST):
         assert main(["train-run", str(out), run]) == 2
-    finally:
-        reset_host()
     assert ("spans processes_per_run = 1 processes but the launcher started WORLD_SIZE = 2: run `flops-fit "
             "train-run` without torchrun / srun") in capsys.readouterr().err
     with RunStore(out) as store:
@@ -237,11 +234,8 @@ def test_train_run_records_a_diverged_run_as_failed_and_exits_1(tmp_path, capsys
     plan = flops_fit.plan(host=HOST, **sweep_support.small_plan_options(hparams={"lr": 1e4, "grad_clip": 0.0}))
     plan.run(out, record_only=True, show_progress=False, host=HOST)
     run = plan.runs[0].run_id
-    reset_host(HOST)  # the command's default host: the built-ins and the tests' tiny-lm
-    try:
+    with process_host(HOST):  # the command's default host: the built-ins and the tests' tiny-lm
         assert main(["train-run", str(out), run]) == 1
-    finally:
-        reset_host()
     assert f"flops-fit: run {run} failed: diverged: train loss" in capsys.readouterr().err
     with RunStore(out) as store:
         assert store.statuses()[run] == "failed"
@@ -258,8 +252,7 @@ def test_train_run_retry_failed_trains_a_failed_run_again_and_keeps_its_failure_
     run = plan.runs[0].run_id
     with RunStore(out) as store:
         store.record(RunResult(run_id=run, status="failed", error="node lost"))
-    reset_host(HOST)
-    try:
+    with process_host(HOST):
         assert main(["train-run", str(out), run]) == 2
         assert ("(failed); to train it again here, add --retry-failed (API: retry_failed=True): its failure stays "
                 "stored until the new attempt ends") in capsys.readouterr().err
@@ -287,8 +280,6 @@ def test_train_run_retry_failed_trains_a_failed_run_again_and_keeps_its_failure_
             assert store.runs_frame().set_index("run_id").loc[run, "error"] == "node lost"
         capsys.readouterr()
         assert main(["train-run", str(out), run[:8], "--retry-failed"]) == 0
-    finally:
-        reset_host()
     assert f"run {run}: held-out loss" in capsys.readouterr().out
     with RunStore(out) as store:
         assert store.statuses()[run] == "done"
@@ -299,11 +290,8 @@ def test_sweep_record_only_records_the_plan_and_trains_nothing(tmp_path, capsys)
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML)
     out = tmp_path / "out"
-    reset_host(HOST)
-    try:
+    with process_host(HOST):
         assert main(["sweep", str(config), "--out", str(out), "--record-only"]) == 0
-    finally:
-        reset_host()
     assert f"train each run with `flops-fit train-run {out} RUN_ID`" in capsys.readouterr().err
     with RunStore(out) as store:
         assert set(store.statuses().values()) == {"pending"} and len(store.statuses()) == 6

@@ -8,12 +8,12 @@ import sqlite3
 
 import pytest
 import sweep_support
+from plugin_kit import process_host
 from test_lr_reach import MODEL, write_law
 
 import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.errors import StoreError
-from flops_fit.plugin.host import reset_host
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.driver import checkpoint_policy, counted_after, sweep
 from flops_fit.sweeps.extend import HISTORY_META
@@ -145,8 +145,7 @@ def test_an_extended_folder_is_read_whole_by_status_train_run_and_record(tmp_pat
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML)
     out = tmp_path / "out"
-    reset_host(HOST)
-    try:
+    with process_host(HOST):
         assert main(["sweep", str(config), "--out", str(out), "--record-only", "--skip-preflight"]) == 0
         config.write_text(sweep_support.SMALL_SWEEP_TOML.replace("[2e7, 4e7]", "[2e7, 4e7, 8e7]"))
         capsys.readouterr()
@@ -168,8 +167,6 @@ def test_an_extended_folder_is_read_whole_by_status_train_run_and_record(tmp_pat
         capsys.readouterr()
         assert main(["status", str(out)]) == 0
         assert f"{out}: 9 runs: 2 done, 7 pending" in capsys.readouterr().out
-    finally:
-        reset_host()
 
 
 def test_an_adaptive_sweeps_pool_does_not_grow(folder):

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 from flops_fit.parity import check
 from flops_fit.parity.compare import TOLERANCES, ParityReport, compare_tensors
+from plugin_kit import process_host
 
 import flops_fit
 from flops_fit.cli.main import main
@@ -125,11 +126,10 @@ class _PlainPlugin:
 
 @pytest.fixture
 def plain_host():
-    from flops_fit.plugin.host import Host, reset_host
+    from flops_fit.plugin.host import Host
 
-    reset_host(Host(builtins=False, entry_points=False, plugins=[("plain", _PlainPlugin())], env={}))
-    yield
-    reset_host(None)
+    with process_host(Host(builtins=False, entry_points=False, plugins=[("plain", _PlainPlugin())], env={})):
+        yield
 
 
 def test_a_report_with_only_passed_is_a_verdict_not_a_traceback(plain_host, capsys) -> None:
@@ -220,13 +220,10 @@ def test_a_model_without_a_case_is_told_how_to_get_one(capsys) -> None:
     case is registered', and `flops-fit parity --model` listed every other model's cases."""
     gate = check("plain", host=isolated_host(_CaselessModel()))
     assert "register one (quick=True) with register_parity_cases" in gate.summary()
-    from flops_fit.plugin.host import Host, reset_host
+    from flops_fit.plugin.host import Host
 
-    reset_host(Host(builtins=False, entry_points=False, plugins=[("caseless", _CaselessModel())], env={}))
-    try:
+    with process_host(Host(builtins=False, entry_points=False, plugins=[("caseless", _CaselessModel())], env={})):
         assert main(["parity", "--model", "plain"]) == 2
-    finally:
-        reset_host(None)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model 'plain' has no parity case registered, so a sweep's gate calls it " \
                                     "unverified; register one (quick=True) with register_parity_cases" in err
@@ -244,14 +241,11 @@ class _BrokenToDict:
 
 def test_json_of_a_report_whose_to_dict_raises_is_still_printed(capsys) -> None:
     """`flops-fit parity --json` went down with the plugin report's to_dict traceback."""
-    from flops_fit.plugin.host import Host, reset_host
+    from flops_fit.plugin.host import Host
 
     plugin = _UnrulyPlugin("bad-to-dict", lambda device, dtype: _BrokenToDict())
-    reset_host(Host(builtins=False, entry_points=False, plugins=[("unruly", plugin)], env={}))
-    try:
+    with process_host(Host(builtins=False, entry_points=False, plugins=[("unruly", plugin)], env={})):
         assert main(["parity", "--case", "bad-to-dict", "--json"]) == 0
-    finally:
-        reset_host(None)
     (row,) = json.loads(capsys.readouterr().out)
     assert row["status"] == "passed" and row["report"] == {"passed": True, "to_dict_error": "KeyError: 'layers'"}
 
@@ -329,10 +323,9 @@ def test_a_case_that_hangs_is_an_error_after_its_time_limit_and_the_gate_goes_on
         assert "FLOPS_FIT_PARITY_TIMEOUT=SECONDS (flops-fit parity --timeout SECONDS)" in status["a-hangs"][1]
         monkeypatch.setenv("FLOPS_FIT_PARITY_TIMEOUT", "0.2")  # the sweep's gate reads the variable
         assert check("toy", host=isolated_host(Plugin())).outcomes[0].status == "error"
-        from flops_fit.plugin.host import Host, reset_host
+        from flops_fit.plugin.host import Host
 
-        reset_host(Host(builtins=False, entry_points=False, plugins=[("hanging", Plugin())], env={}))
-        try:
+        with process_host(Host(builtins=False, entry_points=False, plugins=[("hanging", Plugin())], env={})):
             monkeypatch.delenv("FLOPS_FIT_PARITY_TIMEOUT")
             assert main(["parity", "--case", "a-hangs", "--timeout", "0.2"]) == 1
             assert "hanging/a-hangs: still running after the time limit of 0.2 s" in capsys.readouterr().out
@@ -340,8 +333,6 @@ def test_a_case_that_hangs_is_an_error_after_its_time_limit_and_the_gate_goes_on
             assert main(["parity", "--case", "b-good"]) == 2
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and "FLOPS_FIT_PARITY_TIMEOUT='soon' is not a number of seconds" in err
-        finally:
-            reset_host(None)
     finally:
         hangs.release.set()
 
@@ -371,13 +362,10 @@ def test_a_preset_runs_its_familys_cases_and_says_so(capsys) -> None:
                                               "gpt_model:build) also builds model 'fam', whose cases ran")
     assert "register one" not in gate.summary() and gate.to_dict()["via"]
     assert check("fam", host=isolated_host(Family())).via == ""  # its own case: nothing to explain
-    from flops_fit.plugin.host import Host, reset_host
+    from flops_fit.plugin.host import Host
 
-    reset_host(Host(builtins=False, entry_points=False, plugins=[("family", Family())], env={}))
-    try:
+    with process_host(Host(builtins=False, entry_points=False, plugins=[("family", Family())], env={})):
         assert main(["parity", "--model", "fam-big"]) == 0
-    finally:
-        reset_host(None)
     out = capsys.readouterr().out
     assert "family/fam-case" in out and "PASSED" in out and "fam-big: no case names 'fam-big'" in out
     assert flops_fit.check_parity("gpt2").via.startswith("no case names 'gpt2'; its builder")
@@ -397,11 +385,8 @@ def test_a_selection_of_which_no_case_runs_here_is_an_error_not_an_empty_table(c
             register(flops_fit.ParityCaseEntry("on-gpu", model="toy", reference="ref", quick=True, devices=("cuda",),
                                                run=lambda device, dtype: _Verdict(True)))
 
-    from flops_fit.plugin.host import Host, reset_host
+    from flops_fit.plugin.host import Host
 
-    reset_host(Host(builtins=False, entry_points=False, plugins=[("gpu", CudaOnly())], env={}))
-    try:
+    with process_host(Host(builtins=False, entry_points=False, plugins=[("gpu", CudaOnly())], env={})):
         assert main(["parity", "--model", "toy", "--json"]) == 2
-    finally:
-        reset_host(None)
     assert "none of the 1 matching parity case(s) runs here: 1 not for cpu, float32" in capsys.readouterr().err

@@ -19,6 +19,7 @@ pytest.importorskip("submitit", reason="the slurm extra is not installed: pip in
 import executor_tasks  # noqa: E402
 import slurm_tasks  # noqa: E402
 import sweep_support  # noqa: E402
+from plugin_kit import process_host  # noqa: E402
 
 import flops_fit  # noqa: E402
 from flops_fit.errors import FlopsFitError, OptionError, RunLost  # noqa: E402
@@ -87,17 +88,13 @@ def test_a_run_on_two_processes_is_one_job_of_two_tasks_and_rank_0_reports(job_e
 def test_a_sweep_with_two_processes_per_run_trains_on_slurm_like_one_process(job_env, tmp_path):
     """Once runs span k processes (torch.distributed, gloo on CPU): a sweep with
     processes_per_run=2 through cluster 'local' gives the one-process losses (rel 1e-5)."""
-    from flops_fit.plugin.host import reset_host
 
     options = sweep_support.small_plan_options(budgets=[2e7])
     one = flops_fit.sweep(host=sweep_support.host(), out_dir=tmp_path / "one", show_progress=False, **options)
-    reset_host()  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS), as the jobs do
-    try:
+    with process_host():  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS), as the jobs do
         two = flops_fit.sweep(out_dir=tmp_path / "two", executor="slurm", show_progress=False,
                               executor_options={"cluster": "local", "poll_seconds": 0.2},
                               **options, processes_per_run=2)
-    finally:
-        reset_host()
     assert _losses(two.runs) == pytest.approx(_losses(one.runs), rel=1e-5)
     assert len(list((tmp_path / "two" / "slurm").glob("*_1_log.out"))) == 3  # a second task per run
 
@@ -298,15 +295,11 @@ def test_the_docs_sweep_file_submits_one_sbatch_array_per_set_of_resources(tmp_p
 
 def test_a_bad_executor_option_in_a_sweep_file_exits_2_with_one_line(job_env, tmp_path, capsys):
     from flops_fit.cli import main as cli
-    from flops_fit.plugin.host import reset_host
 
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML + '\n[executor]\nname = "slurm"\ncluster = "local"\nmem = "lots"\n')
-    reset_host()  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS)
-    try:
+    with process_host():  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS)
         assert cli.main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
-    finally:
-        reset_host()
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"flops-fit: error: {config} [executor] (or its command-line options): mem must "
                                         "be GB or sbatch's form like '64G' or '500M', got 'lots'"]
@@ -369,7 +362,6 @@ def test_a_partition_sbatch_refuses_is_refused_before_the_sweeps_folder_is_writt
     with the partition fixed was told the folder already holds this sweep (--resume). sbatch --test-only
     now asks first, with the jobs' resources, and the sweep exits 2 with one line, nothing written."""
     from flops_fit.cli import main as cli
-    from flops_fit.plugin.host import reset_host
 
     refuse = ('echo "$@" >> "$FAKE_SLURM_LOG/asked"; '
               'echo "sbatch: error: invalid partition specified: gpux" >&2; exit 1')
@@ -377,11 +369,8 @@ def test_a_partition_sbatch_refuses_is_refused_before_the_sweeps_folder_is_writt
     config = tmp_path / "sweep.toml"
     config.write_text(sweep_support.SMALL_SWEEP_TOML + '\n[executor]\nname = "slurm"\npartition = "gpux"\n'
                       'time = "1:00:00"\nslurm_params = { constraint = "a100" }\n')
-    reset_host()  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS)
-    try:
+    with process_host():  # this process's host now loads the tiny-lm plugin (FLOPS_FIT_PLUGINS)
         assert cli.main(["sweep", str(config), "--out", str(tmp_path / "out")]) == 2
-    finally:
-        reset_host()
     err = capsys.readouterr().err
     assert err.count("invalid partition") == 1 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == ("flops-fit: error: sbatch refused the sweep's jobs (sbatch: error: invalid "
