@@ -61,8 +61,7 @@ def checked_map(executor: Executor, fn: Task, items: list[Any], where: str) -> I
     item had its outcome, ended the sweep in a traceback (a driver's unpacking) or, for the last, with the
     rest of the runs silently untrained. Each is an ``ExecutorError`` naming the executor (``where``); the
     outcomes yielded before it have been taken by the caller."""
-    sent = {id(item) for item in items}
-    remaining = list(items)
+    remaining = {id(item): item for item in items}  # by identity: an executor yields the items it was given
     stream = iter(executor.map(fn, items))
     while True:
         try:
@@ -73,11 +72,12 @@ def checked_map(executor: Executor, fn: Task, items: list[Any], where: str) -> I
             raise
         except Exception as exc:  # noqa: BLE001 - a plugin's executor failing inside map
             raise ExecutorError(f"{where} failed while running the sweep: {type(exc).__name__}: {exc}{KEPT}") from exc
-        given = isinstance(pair, tuple) and len(pair) == 2 and (id(pair[0]) in sent or pair[0] in items)
+        given = isinstance(pair, tuple) and len(pair) == 2 and (id(pair[0]) in remaining or pair[0] in items)
         if not given:
             raise ExecutorError(f"{where} yielded {type(pair).__name__}, not an (item, result) pair of an item it was "
                                 f"given: its map(fn, items) must yield (item, fn(item, progress)) for each item{KEPT}")
-        remaining = [r for r in remaining if r is not pair[0] and r != pair[0]]
+        if remaining.pop(id(pair[0]), None) is None:  # an equal copy (one that came back through pickle)
+            remaining = {key: item for key, item in remaining.items() if item != pair[0]}
         yield pair
     if remaining:
         raise ExecutorError(f"{where} ended with {len(remaining)} of {len(items)} work items without a result: its "

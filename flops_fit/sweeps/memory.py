@@ -127,15 +127,14 @@ def check_memory(runs: list[RunSpec], entry: ModelEntry, device: str, concurrent
     if limit is None:
         return
     for spec in sorted(runs, key=lambda r: -r.params):
-        steps = state_memory(spec, device).steps
-        if steps > limit:  # a tiny model at a huge budget: nothing the fixes below set shrinks its steps
+        floor = state_memory(spec, device)  # what any model of this size needs, its activations aside
+        if floor.steps > limit:  # a tiny model at a huge budget: nothing the fixes below set shrinks its steps
             raise PlanError(
                 f"run size {spec.size} at budget {spec.budget:.3g} trains {spec.steps:,} optimizer steps, whose "
-                f"training losses alone ({gib(steps)}, kept for its curve) are more than {what}: plan fewer steps "
-                "(a smaller budget, larger sizes, or a larger batch_size)")
+                f"training losses alone ({gib(floor.steps)}, kept for its curve) are more than {what}: plan fewer "
+                "steps (a smaller budget, larger sizes, or a larger batch_size)")
         memory = run_memory(spec, entry, device)
         if memory is None:  # activations unknown: the state alone is still a floor the device must hold
-            floor = state_memory(spec, device)
             if floor.total <= limit:
                 continue
             raise PlanError(
