@@ -291,6 +291,16 @@ def test_unknown_split_is_refused():
         flops_fit.create_dataset("python-stdlib", "test")
 
 
+def test_an_option_the_dataset_does_not_take_is_named_with_the_ones_it_does(tmp_path):
+    """``path = ...`` in a text-files [dataset] table (its option is ``paths``) surfaced as the builder's
+    raw "TypeError: build_text_files() got an unexpected keyword argument 'path'"."""
+    (tmp_path / "a.txt").write_text("hello world " * 50)
+    with pytest.raises(FlopsFitError, match=r"^dataset 'text-files' has no option\(s\) \['path'\]; "
+                                            r"its options are \['paths', 'seq_len', "):
+        flops_fit.create_dataset("text-files", "train", path=str(tmp_path / "a.txt"))
+    assert len(flops_fit.create_dataset("text-files", "train", paths=str(tmp_path / "a.txt"), seq_len=8)) > 0
+
+
 
 def _write_image_folder(root, classes=("cat", "dog", "emu"), per_class=5, size=12):
     from PIL import Image

@@ -319,7 +319,26 @@ class DatasetEntry(Entry):
         return dict(resolve(self.configure)(full)) if self.configure is not None else full
 
     def build(self, split: str, **config: Any) -> Any:
-        return resolve(self.builder)(split=split, **self.config(**config))
+        builder = resolve(self.builder)
+        full = self.config(**config)
+        _known_options(builder, full, f"dataset {self.name!r}")
+        return builder(split=split, **full)
+
+
+def _known_options(builder: Callable[..., Any], config: Mapping[str, Any], what: str) -> None:
+    """Refuse a key the builder does not take, naming the ones it does: a typo in a ``[dataset]``
+    table (``path`` for ``paths``) otherwise surfaced as the builder's raw TypeError."""
+    try:
+        params = inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    known = [n for n, p in params.items() if n != "split"
+             and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    unknown = sorted(set(config) - set(known))
+    if unknown:
+        raise EntryError(f"{what} has no option(s) {unknown}; its options are {known}")
 
 
 @dataclass(frozen=True)
