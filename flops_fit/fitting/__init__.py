@@ -369,6 +369,9 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     loading = {k: v for k, v in options.items() if k not in fitting}  # column names, exclude_top, ...
     recipes = []  # each side read once: its runs checked against the other's before any fit, then fitted
     for i, (source, own) in enumerate(sides):
+        if isinstance(source, FitSet):  # it read "cannot read runs from a FitSet"
+            raise FitInputError(f"recipe {'AB'[i]} is a FitSet of several methods ({', '.join(source.results)}), and "
+                                f"compare fits one: pass one method's fit, e.g. fitted[{method!r}], or the runs")
         if isinstance(source, FitResult) and own:
             raise FitInputError(f"where_{'ab'[i]} selects runs to fit, and recipe {'AB'[i]} is a fitted result: "
                                 "pass its runs (a folder, a table or Runs) instead")

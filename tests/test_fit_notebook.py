@@ -1,0 +1,66 @@
+"""The Python API given what a notebook gives it: NumPy scalars, a method's name where a set of fits
+stands, a sweep's result asked for one method, a planned run's interval with a wrong slope, and the
+objects a cell ends in, shown by their repr. Each is a right answer or one line naming the fix."""
+
+from pathlib import Path
+
+import pytest
+
+import flops_fit
+from flops_fit.errors import FitInputError, UnknownEntryError
+from flops_fit.fitting.synthetic import synthetic_runs
+
+STORED_SWEEP = Path(__file__).parent / "data" / "previous_release" / "sweep"  # one run, in a real store
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=6, curve_points=5).drop(columns="curve")
+
+
+@pytest.fixture(scope="module")
+def every(runs):
+    return flops_fit.fit(runs, "all", bootstrap=0, workers=1, tracking=False)
+
+
+@pytest.fixture(scope="module")
+def vpnls(runs):
+    return flops_fit.fit(runs, "vpnls", bootstrap=20, tracking=False)
+
+
+def test_a_method_not_in_the_set_names_the_fitted_ones_and_why_it_was_skipped(every):
+    """fitted["nope"] was a bare KeyError('nope'); fitted["curve"], skipped, said no more."""
+    assert "curve" in every.skipped  # a table without schedules: the curve law is skipped
+    with pytest.raises(UnknownEntryError, match=r"no method 'nope' in this fit; pick one of the methods fitted: "
+                                                r"'isoflop', 'parametric', 'vpnls', 'interaction' \(e\.g\. fitted\['vpnls'\]\)"):
+        every["nope"]
+    with pytest.raises(UnknownEntryError, match=r"'curve' was skipped: the curve law needs every run's training curve"):
+        every["curve"]
+    with pytest.raises(KeyError):  # still a KeyError for code that catches one
+        every["nope"]
+
+
+def test_in_and_for_read_the_methods_of_a_set(every):
+    """`"vpnls" in fitted` and `for m in fitted` asked fitted[0] and ended in KeyError: 0."""
+    assert "vpnls" in every and "curve" not in every and 0 not in every
+    assert list(every) == list(every.results) == ["isoflop", "parametric", "vpnls", "interaction"]
+    assert {m: every[m].method for m in every} == {m: m for m in every.results}
+
+
+def test_one_methods_attribute_asked_of_a_set_says_how_to_reach_it(every):
+    with pytest.raises(AttributeError, match=r"'intervals' is one method's: this FitSet holds 4, so pick one, "
+                                             r"e\.g\. fitted\['vpnls'\]\.intervals"):
+        every.intervals()
+    with pytest.raises(AttributeError, match=r"'params' is one method's"):
+        _ = every.params
+    assert not hasattr(every, "exponents") and getattr(every, "zzz", None) is None
+    with pytest.raises(AttributeError, match=r"^'FitSet' object has no attribute 'zzz'$"):
+        _ = every.zzz
+
+
+def test_compare_given_a_set_of_fits_asks_for_one_method(runs, every):
+    """It read "cannot read runs from a FitSet; give a pandas DataFrame, a CSV path ..."."""
+    with pytest.raises(FitInputError, match=r"recipe A is a FitSet of several methods \(isoflop, parametric, vpnls, "
+                                            r"interaction\), and compare fits one: pass one method's fit, e\.g\. "
+                                            r"fitted\['vpnls'\], or the runs"):
+        flops_fit.compare(every, runs, "vpnls", bootstrap=0)
