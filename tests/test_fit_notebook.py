@@ -4,6 +4,7 @@ objects a cell ends in, shown by their repr. Each is a right answer or one line 
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import flops_fit
@@ -56,6 +57,25 @@ def test_one_methods_attribute_asked_of_a_set_says_how_to_reach_it(every):
     assert not hasattr(every, "exponents") and getattr(every, "zzz", None) is None
     with pytest.raises(AttributeError, match=r"^'FitSet' object has no attribute 'zzz'$"):
         _ = every.zzz
+
+
+@pytest.mark.parametrize("slope", [float("nan"), -1.0, float("inf"), "0.1", True])
+def test_a_planned_runs_slope_must_be_a_number_at_least_0(vpnls, every, slope):
+    """slope=nan printed "extrapolation error nan% per unit", -1 "-100.00%", "0.1" raised a TypeError."""
+    for fitted in (vpnls, every):
+        with pytest.raises(FitInputError, match=r"slope is the extrapolation error per unit of distance beyond the "
+                                                r"fitted runs, a number >= 0 \(default 0\.0126\), got "):
+            fitted.loss_at(1e8, 1e15, slope=slope)
+    assert vpnls.loss_at(1e8, 1e15, slope=np.float32(0)).table["extrapolation"].iloc[0] == 0.0
+
+
+def test_a_planned_loss_prints_its_table_and_its_repr_is_one_line(runs):
+    """print(fitted.loss_at(...)) showed the dataclass: the raw table with NaN where the text says '-'."""
+    planned = flops_fit.fit(runs, "vpnls", bootstrap=0, tracking=False).loss_at([1e8, 1e12], [1e10, 1e9])
+    assert str(planned) == planned.summary()
+    assert "bootstrap +-" in str(planned) and "nan" not in str(planned).lower()
+    assert repr(planned) == ("<PlannedLoss of 2 planned run(s) from vpnls's law; print() it for the table, "
+                             ".to_dict() for all>")
 
 
 def test_compare_given_a_set_of_fits_asks_for_one_method(runs, every):
