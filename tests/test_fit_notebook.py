@@ -78,6 +78,18 @@ def test_a_planned_loss_prints_its_table_and_its_repr_is_one_line(runs):
                              ".to_dict() for all>")
 
 
+def test_numpy_scalars_are_numbers_for_level_and_target(runs):
+    """level=np.float32(0.9) and target=np.float32(1e21) were refused as if out of range."""
+    plain = flops_fit.fit(runs, "vpnls", bootstrap=20, level=0.9, target=1e21, tracking=False)
+    given = flops_fit.fit(runs, "vpnls", bootstrap=20, level=np.float32(0.9), target=np.float32(1e21),
+                          tracking=False)
+    assert type(given.level) is float and given.level == pytest.approx(0.9)
+    assert given.predict(1e21).to_numpy() == pytest.approx(plain.predict(1e21).to_numpy(), rel=1e-6)
+    with pytest.raises(FitInputError, match=r"level must lie strictly between 0 and 1 \(e\.g\. 0\.95\), got "
+                                            r"np\.float32\(95\.0\)"):
+        flops_fit.fit(runs, "vpnls", bootstrap=20, level=np.float32(95))
+
+
 def test_compare_given_a_set_of_fits_asks_for_one_method(runs, every):
     """It read "cannot read runs from a FitSet; give a pandas DataFrame, a CSV path ..."."""
     with pytest.raises(FitInputError, match=r"recipe A is a FitSet of several methods \(isoflop, parametric, vpnls, "
