@@ -9,6 +9,7 @@ import pytest
 
 import flops_fit
 from flops_fit.errors import FitInputError, UnknownEntryError
+from flops_fit.fitting import load_runs
 from flops_fit.fitting.synthetic import synthetic_runs
 
 STORED_SWEEP = Path(__file__).parent / "data" / "previous_release" / "sweep"  # one run, in a real store
@@ -88,6 +89,16 @@ def test_numpy_scalars_are_numbers_for_level_and_target(runs):
     with pytest.raises(FitInputError, match=r"level must lie strictly between 0 and 1 \(e\.g\. 0\.95\), got "
                                             r"np\.float32\(95\.0\)"):
         flops_fit.fit(runs, "vpnls", bootstrap=20, level=np.float32(95))
+
+
+def test_load_options_with_loaded_runs_are_refused_not_dropped(runs):
+    """fit(load_runs(t), exclude_top=5) fitted every run: the option was dropped without a word."""
+    loaded = load_runs(runs)
+    with pytest.raises(FitInputError, match=r"these runs are already loaded, and exclude_top=5 applies as they are "
+                                            r"read: pass it to load_runs\(SOURCE, exclude_top=5\), or give fit"):
+        flops_fit.fit(loaded, "vpnls", bootstrap=0, exclude_top=5, tracking=False)
+    dropped = flops_fit.fit(load_runs(runs, exclude_top=5), "vpnls", bootstrap=0, tracking=False)
+    assert len(dropped.runs.frame) == len(runs) - 5
 
 
 def test_compare_given_a_set_of_fits_asks_for_one_method(runs, every):

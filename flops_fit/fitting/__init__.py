@@ -147,6 +147,10 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         if metric not in (None, source.metric):
             raise FitInputError(f"these runs were loaded with metric={source.metric!r}; load them again with "
                                 f"load_runs(..., metric={metric!r})")
+        if options:  # they are load_runs' and were dropped without a word: exclude_top=5 fitted every run
+            given = ", ".join(f"{k}={v!r}" for k, v in options.items())
+            raise FitInputError(f"these runs are already loaded, and {given} applies as they are read: pass it to "
+                                f"load_runs(SOURCE, {given}), or give fit the table or folder itself")
         runs = source
     else:
         runs = load_runs(source, metric=metric or "loss", **options)
