@@ -2,6 +2,7 @@
 stands, a sweep's result asked for one method, a planned run's interval with a wrong slope, and the
 objects a cell ends in, shown by their repr. Each is a right answer or one line naming the fix."""
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import flops_fit
 from flops_fit.errors import FitInputError, UnknownEntryError
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.synthetic import synthetic_runs
+from flops_fit.sweeps.driver import SweepResult
 
 STORED_SWEEP = Path(__file__).parent / "data" / "previous_release" / "sweep"  # one run, in a real store
 
@@ -107,3 +109,10 @@ def test_compare_given_a_set_of_fits_asks_for_one_method(runs, every):
                                             r"interaction\), and compare fits one: pass one method's fit, e\.g\. "
                                             r"fitted\['vpnls'\], or the runs"):
         flops_fit.compare(every, runs, "vpnls", bootstrap=0)
+
+
+def test_a_sweeps_result_fits_the_method_given_by_position(tmp_path):
+    """result.fit("vpnls") was a TypeError (it took keywords only), where flops_fit.fit(source, "vpnls") is the way."""
+    shutil.copytree(STORED_SWEEP, tmp_path / "sweep")
+    with pytest.raises(FitInputError, match=r"^a law over \(N, D\) .* needs at least 6 runs; got 1"):
+        SweepResult(tmp_path / "sweep").fit("vpnls", bootstrap=0, tracking=False)
