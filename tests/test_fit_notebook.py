@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import flops_fit
-from flops_fit.errors import FitInputError, UnknownEntryError
+from flops_fit.errors import FitInputError, PlanError, UnknownEntryError
 from flops_fit.fitting import load_runs
 from flops_fit.fitting.synthetic import synthetic_runs
 from flops_fit.sweeps.driver import SweepResult
@@ -116,3 +116,17 @@ def test_a_sweeps_result_fits_the_method_given_by_position(tmp_path):
     shutil.copytree(STORED_SWEEP, tmp_path / "sweep")
     with pytest.raises(FitInputError, match=r"^a law over \(N, D\) .* needs at least 6 runs; got 1"):
         SweepResult(tmp_path / "sweep").fit("vpnls", bootstrap=0, tracking=False)
+
+
+PLAN = dict(model="gpt", dataset="python-stdlib", span=16, tokens_per_param=100, seq_len=64,
+            model_config={"n_layer": 2, "head_dim": 4})
+
+
+def test_a_plans_repr_is_one_line_and_a_0d_array_is_one_budget():
+    """repr(plan), what a notebook shows for a cell ending in it, spelled out every run (18,000 characters);
+    budgets=np.array(1e11) was refused where np.float64(1e11) plans."""
+    plan = flops_fit.plan(budgets=np.array(1e11), **PLAN)
+    assert plan.budgets == [1e11] and len(plan.runs) == len(flops_fit.plan(budgets=1e11, **PLAN).runs) == 5
+    assert repr(plan) == f"<Plan of 5 runs of gpt at 1 budget(s), {plan.total_flops:.3g} FLOPs; print() it for the table>"
+    with pytest.raises(PlanError, match=r"each budget must be a positive number, got -1"):
+        flops_fit.plan(budgets=np.array(-1), **PLAN)
