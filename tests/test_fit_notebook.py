@@ -111,6 +111,11 @@ def test_compare_given_a_set_of_fits_asks_for_one_method(runs, every):
         flops_fit.compare(every, runs, "vpnls", bootstrap=0)
 
 
+def test_a_comparisons_repr_ends_its_verdict_once(runs):
+    compared = flops_fit.compare(runs, runs.assign(loss=runs["loss"] * 0.98), "vpnls", bootstrap=0)
+    assert ".;" not in repr(compared) and repr(compared).endswith("; print() it for the table>")
+
+
 def test_a_sweeps_result_fits_the_method_given_by_position(tmp_path):
     """result.fit("vpnls") was a TypeError (it took keywords only), where flops_fit.fit(source, "vpnls") is the way."""
     shutil.copytree(STORED_SWEEP, tmp_path / "sweep")
