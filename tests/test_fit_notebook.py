@@ -135,3 +135,26 @@ def test_a_plans_repr_is_one_line_and_a_0d_array_is_one_budget():
     assert repr(plan) == f"<Plan of 5 runs of gpt at 1 budget(s), {plan.total_flops:.3g} FLOPs; print() it for the table>"
     with pytest.raises(PlanError, match=r"each budget must be a positive number, got -1"):
         flops_fit.plan(budgets=np.array(-1), **PLAN)
+
+
+@pytest.mark.parametrize("target", [-1e21, float("nan"), float("inf"), "1e21", 0])
+def test_a_plots_or_reports_target_must_be_a_positive_budget(vpnls, tmp_path, target):
+    """plot_fit took "1e21" into numpy's UFuncTypeError and inf into a RuntimeWarning; write_report wrote a page
+    at -1e21 ("The answer: Not computed: ... got -1e+21"), at nan ("target budget": NaN), and at 0 its default."""
+    with pytest.raises(FitInputError, match=r"target must be a positive budget in FLOPs \(e\.g\. 1e22\), or None for "
+                                            r"10x the largest swept, got "):
+        flops_fit.plot_fit(vpnls, tmp_path / "plots", target=target)
+    with pytest.raises(FitInputError, match=r"target must be a positive budget in FLOPs"):
+        flops_fit.write_report(vpnls, tmp_path / "report.html", target=target, workers=1)
+    assert list(tmp_path.iterdir()) == []  # refused before anything was drawn
+
+
+def test_plot_formats_are_checked_and_one_may_be_named_alone(vpnls, tmp_path):
+    """formats="png" was read letter by letter ("Format 'p' is not supported", matplotlib's ValueError)."""
+    with pytest.raises(FitInputError, match=r"formats must name image formats, e\.g\. \('png', 'svg'\); known: .*png"
+                                            r".*; got \('png', 'jpg2'\)"):
+        flops_fit.plot_fit(vpnls, tmp_path / "plots", formats=("png", "jpg2"))
+    assert not (tmp_path / "plots").exists()
+    written = flops_fit.plot_fit(vpnls, tmp_path / "plots", target=np.float32(1e21), formats="png")
+    assert [p.name for p in written] == [f"vpnls_{name}.png" for name in
+                                         ("profiles", "frontier", "contours", "residuals", "tokens_per_param")]
