@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from flops_fit.checks import is_real
 from flops_fit.errors import FitInputError, NoFitError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.approach import Approach
@@ -135,7 +136,7 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                             f"(method='all' adds it as {DataLimited.name!r}); {method} reads every token as fresh "
                             "data and would ignore it: fit with method 'vpnls', 'parametric' or 'all' "
                             "(--method), or leave out unique_tokens (--unique-tokens)")
-    check_sampling(bootstrap, seed, level)
+    level = check_sampling(bootstrap, seed, level)
     if progress is not None and not callable(progress):  # it would fail at the first stage, as a TypeError
         raise FitInputError(f"progress must be a function that takes each stage's line (e.g. print), got {progress!r}")
     check_curve(curve)
@@ -146,13 +147,17 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
         if metric not in (None, source.metric):
             raise FitInputError(f"these runs were loaded with metric={source.metric!r}; load them again with "
                                 f"load_runs(..., metric={metric!r})")
+        if options:  # they are load_runs' and were dropped without a word: exclude_top=5 fitted every run
+            given = ", ".join(f"{k}={v!r}" for k, v in options.items())
+            raise FitInputError(f"these runs are already loaded, and {given} applies as they are read: pass it to "
+                                f"load_runs(SOURCE, {given}), or give fit the table or folder itself")
         runs = source
     else:
         runs = load_runs(source, metric=metric or "loss", **options)
     check_varies(runs)
-    if target is not None and not (isinstance(target, (int, float)) and not isinstance(target, bool)
-                                   and np.isfinite(target) and target > 0):
+    if target is not None and not (is_real(target) and np.isfinite(target) and target > 0):  # np.float32 is one
         raise FitInputError(f"target must be a positive budget in FLOPs (e.g. 1e22), got {target!r}")
+    target = None if target is None else float(target)
     runs = rescale(runs, scale)
     unique = data_budget(runs, unique_tokens)
     logged_to = fit_destination(runs, tracking)  # a bad tracking= is refused before any fitting
@@ -284,16 +289,17 @@ MIN_RESAMPLES = 10
 MAX_RESAMPLES = 100_000
 
 
-def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
+def check_sampling(bootstrap: Any, seed: Any, level: Any) -> float:
     """Refuse a bad ``bootstrap``, ``seed`` or ``level`` before any fitting: numpy's own errors, deep in a
-    resample, would not say which argument was wrong."""
+    resample, would not say which argument was wrong. Returns ``level`` as a float (``np.float32(0.9)`` was
+    refused as if it lay outside (0, 1))."""
     def whole(v: Any) -> bool:
         return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
     if not whole(bootstrap):
         raise FitInputError(f"bootstrap must be a non-negative number of resamples (e.g. 1000; 0: none), got {bootstrap!r}")
     if seed is not None and not whole(seed):
         raise FitInputError(f"seed must be a non-negative integer, or None for fresh randomness, got {seed!r}")
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+    if not is_real(level) or not 0 < level < 1:
         raise FitInputError(f"level must lie strictly between 0 and 1 (e.g. 0.95), got {level!r}")
     if 0 < bootstrap < MIN_RESAMPLES:
         raise FitInputError(f"bootstrap must be 0 (no intervals) or at least {MIN_RESAMPLES} resamples (e.g. 1000): an "
@@ -302,6 +308,7 @@ def check_sampling(bootstrap: Any, seed: Any, level: Any) -> None:
     if bootstrap > MAX_RESAMPLES:
         raise FitInputError(f"bootstrap must be at most {MAX_RESAMPLES} resamples (e.g. 1000, which reads each end of a "
                             f"95% interval to within half a percentile point); got {bootstrap!r}")
+    return float(level)
 
 
 # The methods a data budget (unique_tokens) changes: the data-constrained law takes their place ("all" adds it).
@@ -354,7 +361,7 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
                               or not all(isinstance(n, str) for n in names)):
         raise FitInputError(f"names must be two names, A's and B's (e.g. names=('base', 'muon')), got {names!r}")
     check_budgets(target, budgets)  # before either recipe is fitted
-    check_sampling(bootstrap, seed, level)  # seed='x' ended in "can only concatenate str" at seed + 1
+    level = check_sampling(bootstrap, seed, level)  # seed='x' ended in "can only concatenate str" at seed + 1
     for option, rows in (("where", options.get("where")), ("where_a", where_a), ("where_b", where_b)):
         if rows is not None and not isinstance(rows, Mapping):  # "'str' object is not a mapping"
             raise FitInputError(f"{option} must map columns to values, e.g. {option}={{'recipe': 'muon'}} (CLI: "
@@ -369,6 +376,9 @@ def compare(a: Any, b: Any, method: str = "parametric", *, target: float | None 
     loading = {k: v for k, v in options.items() if k not in fitting}  # column names, exclude_top, ...
     recipes = []  # each side read once: its runs checked against the other's before any fit, then fitted
     for i, (source, own) in enumerate(sides):
+        if isinstance(source, FitSet):  # it read "cannot read runs from a FitSet"
+            raise FitInputError(f"recipe {'AB'[i]} is a FitSet of several methods ({', '.join(source.results)}), and "
+                                f"compare fits one: pass one method's fit, e.g. fitted[{method!r}], or the runs")
         if isinstance(source, FitResult) and own:
             raise FitInputError(f"where_{'ab'[i]} selects runs to fit, and recipe {'AB'[i]} is a fitted result: "
                                 "pass its runs (a folder, a table or Runs) instead")

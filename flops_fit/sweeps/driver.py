@@ -81,9 +81,10 @@ class SweepResult:
         with self.store as store:
             return store.runs_frame()
 
-    def fit(self, **kwargs: Any):
-        """Fit scaling laws to this sweep's runs with ``flops_fit.fit``."""
-        return fit(str(self.out_dir), **kwargs)
+    def fit(self, *args: Any, **kwargs: Any):
+        """Fit scaling laws to this sweep's runs with ``flops_fit.fit``: its arguments after the source, the
+        method among them (``result.fit("vpnls")`` was a TypeError)."""
+        return fit(str(self.out_dir), *args, **kwargs)
 
 
 def versions(host: Any = None) -> dict[str, Any]:

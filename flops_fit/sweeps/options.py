@@ -90,6 +90,8 @@ def _listed(value: Any) -> list[Any] | None:
 
 
 def _budgets(value: Any, name: str) -> tuple[float, ...]:
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # np.array(1e12): one budget, as np.float64 is
+        value = value.item()
     value = [value] if is_real(value) else _listed(value)
     if not value:
         raise PlanError("pass budgets=[...]: the compute budgets in FLOPs, e.g. [1e12, 3e12, 1e13]")

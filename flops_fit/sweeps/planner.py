@@ -155,6 +155,13 @@ class Plan:
     def __str__(self) -> str:
         return self.table()
 
+    def __repr__(self) -> str:
+        """One line, as a fit's (the dataclass's own spelled out every run: 18,000 characters for 15 runs, what a
+        notebook shows for a cell that ends in ``plan``)."""
+        models = ", ".join(dict.fromkeys(r.model for r in self.runs)) or "no model"
+        return (f"<Plan of {len(self.runs)} runs of {models} at {len(self.budgets)} budget(s), "
+                f"{self.total_flops:.3g} FLOPs; print() it for the table>")
+
     def to_dict(self) -> dict[str, Any]:
         return {"runs": [r.to_dict() for r in self.runs], "options": self.options.to_dict(), "unit": self.unit,
                 "throughput": self.throughput}

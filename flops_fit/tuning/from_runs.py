@@ -228,7 +228,7 @@ def fit_rates(source: Any, *, lr_col: str = "lr", batch_col: str | None = None, 
     run's peak rate; ``batch_col`` its batch size where batches were swept; ``nonembedding_col``
     its non-embedding parameters (Step Law's form). ``model``: the flops-fit model the law
     plans for (``hparams.json`` records it; None: any)."""
-    check_sampling(bootstrap, seed, level)  # -1 wrote a law with no interval at all
+    level = check_sampling(bootstrap, seed, level)  # -1 wrote a law with no interval at all
     frame, name, notes = _read(source, lr_col=lr_col, batch_col=batch_col, nonembedding_col=nonembedding_col,
                                load={"flops_per_param_token": flops_per_param_token, **columns})
     cells = _cells(frame, bootstrap=bootstrap, seed=seed, level=level)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields
 from itertools import combinations
 from typing import Any
 
 import pandas as pd
 
-from flops_fit.errors import FitInputError
+from flops_fit.errors import FitInputError, UnknownEntryError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.result import FitResult, Presentable, scale_cells
 from flops_fit.fitting.decisions.planned import (
@@ -43,7 +43,30 @@ class FitSet(Presentable):
             result.diagnostics.warnings.extend(w for w in self.warnings if result.method in w)
 
     def __getitem__(self, method: str) -> FitResult:
-        return self.results[method]
+        """One method's fit; an unknown or skipped method names the fitted ones (and why it was skipped)."""
+        if isinstance(method, str) and method in self.results:
+            return self.results[method]
+        why = f"{method!r} was skipped: {self.skipped[method]}" if method in self.skipped else \
+            f"no method {method!r} in this fit"
+        raise UnknownEntryError(f"{why}; pick one of the methods fitted: {', '.join(map(repr, self.results))} "
+                                f"(e.g. fitted[{_example(self.results)!r}])")
+
+    def __contains__(self, method: object) -> bool:
+        return method in self.results
+
+    def __iter__(self) -> Iterator[str]:
+        """The fitted methods' names, as a dict's keys (without it ``in`` and ``for`` asked ``fitted[0]``)."""
+        return iter(self.results)
+
+    def __getattr__(self, name: str) -> Any:
+        """One method's attribute asked of the set (``fitted.intervals()``) names how to reach it; still an
+        AttributeError, so ``hasattr`` and ``getattr(..., default)`` hold."""
+        results = self.__dict__.get("results")
+        if name.startswith("_") or not results or not hasattr(FitResult, name) and \
+                name not in {f.name for f in fields(FitResult)}:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise AttributeError(f"{name!r} is one method's: this FitSet holds {len(results)}, so pick one, e.g. "
+                             f"fitted[{_example(results)!r}].{name} (methods: {', '.join(map(repr, results))})")
 
     @property
     def runs(self):
@@ -190,6 +213,11 @@ def disagreements(results: list[FitResult]) -> list[str]:
             out.append(f"approaches disagree: {r1.method} gives a = {fmt.with_interval(a1, lo1, hi1)}, "
                        f"{r2.method} gives a = {fmt.with_interval(a2, lo2, hi2)}; check the diagnostics of both")
     return out
+
+
+def _example(results: dict[str, FitResult]) -> str:
+    """The method an example names: vpnls where it was fitted (a law over (N, D): every attribute answers)."""
+    return "vpnls" if "vpnls" in results else next(iter(results))
 
 
 def _finite_or_inf(value: float) -> float:

@@ -154,7 +154,7 @@ class Comparison:
 
     def __repr__(self) -> str:
         return (f"<Comparison of {self.names[1]} against {self.names[0]} up to C = {fmt.flops(self.target)}: "
-                f"{self.verdict()}; print() it for the table>")
+                f"{self.verdict().rstrip('.')}; print() it for the table>")
 
     def to_dict(self) -> dict[str, Any]:
         return fmt.json_safe({

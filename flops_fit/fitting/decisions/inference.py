@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from flops_fit.checks import is_real
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.laws.bootstrap import interval
@@ -63,6 +64,17 @@ def flop_counts(values: Any) -> np.ndarray | None:
             or not np.all(np.isfinite(c) & (c > 0)):
         return None
     return c
+
+
+def check_target(target: Any) -> float | None:
+    """A target budget (None: the default) as a float, else FitInputError: plot_fit took "1e21" into a numpy
+    UFuncTypeError, inf into a RuntimeWarning, and write_report drew the page at -1e21, nan or "1e21"."""
+    if target is None:
+        return None
+    if not (is_real(target) and np.isfinite(target) and target > 0):
+        raise FitInputError(f"target must be a positive budget in FLOPs (e.g. 1e22), or None for 10x the largest "
+                            f"swept, got {target!r}")
+    return float(target)
 
 
 def check_budgets(values: Any, what: str) -> np.ndarray:

@@ -20,12 +20,14 @@ sum of squares):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from flops_fit.checks import is_real
 from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.tables import format_table
@@ -103,6 +105,15 @@ class PlannedLoss:
         if "loss_lo" in gone:
             return f"{fmt.loss(r.loss)} [withheld: {gone['loss_lo']}]"
         return fmt.with_interval(r.loss, r.loss_lo, r.loss_hi, fmt=fmt.loss)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        """One line, as a fit's: the dataclass's own printed the raw table (NaN where the text says '-' or
+        withholds a loss) and every field."""
+        return (f"<PlannedLoss of {len(self.table)} planned run(s) from {self.method}'s law; print() it for the "
+                "table, .to_dict() for all>")
 
     def summary(self) -> str:
         rows = self.rows()
@@ -235,6 +246,9 @@ def loss_at(result: Any, n: Any, d: Any, *, forms: dict[str, Any] | None = None,
     if result.runs.scale != "params":
         raise FitInputError(f"loss_at reads N as total parameters, and this law was fitted on {result.runs.scale}: "
                             "fit with scale='params' (--scale params) to ask for the loss of a planned run")
+    if not is_real(slope) or not (math.isfinite(slope) and slope >= 0):  # nan read "nan%", -1 "-100.00%" per unit
+        raise FitInputError(f"slope is the extrapolation error per unit of distance beyond the fitted runs, a number "
+                            f">= 0 (default {EXTRAPOLATION_SLOPE}), got {slope!r}")
     n_arr, d_arr = check_planned(n, d)
     point = np.asarray(result.loss_surface(n_arr, d_arr), dtype=float).ravel()
     if not np.all(np.isfinite(point) & (point > 0)):

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from flops_fit.errors import FitInputError
 from flops_fit.fitting import formatting as fmt
 
 # Axis labels with units, written once (the loss axis is the runs' metric: ``runs.label``).
@@ -69,6 +70,19 @@ def _ticks_within(lo: float, hi: float, subs: Sequence[float]) -> int:
     """How many of ``subs`` x 10^k lie in [lo, hi]."""
     decades = range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
     return sum(lo <= s * 10.0 ** k <= hi for k in decades for s in subs)
+
+
+def check_formats(formats: Any) -> tuple[str, ...]:
+    """The image formats to write, one named alone ("png") or several; FitInputError for one matplotlib cannot
+    write (formats="png" was read letter by letter: "Format 'p' is not supported", a ValueError)."""
+    from matplotlib.figure import Figure
+
+    named = (formats,) if isinstance(formats, str) else tuple(formats) if isinstance(formats, (list, tuple)) else None
+    known = Figure().canvas.get_supported_filetypes()
+    if not named or not all(isinstance(f, str) and f.lower() in known for f in named):
+        raise FitInputError(f"formats must name image formats, e.g. ('png', 'svg'); known: {', '.join(sorted(known))}; "
+                            f"got {formats!r}")
+    return tuple(f.lower() for f in named)
 
 
 def save_figure(fig, stem: Path, formats: Sequence[str]) -> list[Path]:

@@ -37,6 +37,7 @@ from flops_fit.fitting.approaches.result import (
 from flops_fit.fitting.decisions.inference import (
     SIZING_HEADERS,
     below_runs,
+    check_target,
     headers,
     nothing_served,
     sizing_rows,
@@ -96,7 +97,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     workers = resolve_workers(workers, "workers", FitInputError)
     plot_dir = out.parent / f"{out.stem}_plots"
     runs = next(iter(results.values())).runs
-    target = float(target) if target else default_target(runs)
+    target = check_target(target) or default_target(runs)  # -1e21, nan or "1e21" drew the page there
     figure = Figures(plot_dir, out.parent)
     pool = ProcessPoolExecutor(workers - 1, mp_context=worker_context()) if workers > 1 else None
     with pool or nullcontext():

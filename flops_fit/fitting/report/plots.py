@@ -16,12 +16,14 @@ import numpy as np
 
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.result import fitted_results
+from flops_fit.fitting.decisions.inference import check_target
 from flops_fit.fitting.report.drawing import (
     COMPUTE_LABEL,
     PARAMS_LABEL,
     TOKENS_LABEL,
     bands,
     budget_span,
+    check_formats,
     draw_frontier,
     draw_target,
     new_figure,
@@ -35,6 +37,7 @@ PLOTS = ("profiles", "frontier", "contours", "residuals", "tokens_per_param")
 def plot_fit(fitted: Any, out_dir, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list[Path]:
     """Write every plot of each fit in ``fitted`` (a FitResult or FitSet) into ``out_dir``; returns the paths."""
     results = fitted_results(fitted, "plot_fit")
+    target, formats = check_target(target), check_formats(formats)  # before any figure is drawn
     return [p for r in results.values() for p in plot_result(r, out_dir, target=target, formats=formats)]
 
 
