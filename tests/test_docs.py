@@ -406,3 +406,34 @@ def test_the_models_page_names_the_module_of_every_model_in_its_table():
         family = flops_fit.model_info(name).builder.split(":")[0].removeprefix("flops_fit.plugins.models.")
         family = family.removesuffix("_model")
         assert f"`flops_fit.plugins.models.{family}`" in intro and family in built_from, (name, family)
+
+
+def test_the_adaptive_pages_commands_and_python_design_the_same_sweep(tmp_path, capsys):
+    """adaptive.md planned `--model gpt --budgets 4e12,...,1.28e14` (target 1.28e15, hours of CPU) beside a sweep
+    file with the prose's budgets 1e11-3.2e12 and a report at `--target 3.2e13`, "the target the rule read": its
+    plan line, its Python plan and its report read one sweep, my-sweep.toml (examples/sweep.toml, those budgets)."""
+    import shlex
+    import tomllib
+
+    import flops_fit
+    from flops_fit.cli.main import main
+    from flops_fit.sweeps.config import load_config
+
+    page = (DATA_DOC.parent / "adaptive.md").read_text()
+    [budgets] = re.findall(r"`(budgets = \[[^\]]*\])` in the `\[sweep\]` table of a\s+copy of `examples/sweep\.toml`",
+                           page)
+    example = (DATA_DOC.parents[2] / "examples" / "sweep.toml").read_text()
+    (tmp_path / "my-sweep.toml").write_text(re.sub(r"^budgets = .*$", budgets, example, flags=re.M))
+    [block] = re.findall(r"```bash\n(.*?)```", page, re.S)
+    commands = [shlex.split(line.split("#")[0])[1:] for line in block.replace("\\\n", " ").splitlines()]
+    plan_line = next(c for c in commands if c[0] == "plan")
+    assert main([c.replace("my-sweep.toml", str(tmp_path / "my-sweep.toml")) for c in plan_line]) == 0
+    largest = max(tomllib.loads(budgets)["budgets"])
+    assert f"at the target {10 * largest:.3g} within 2x" in capsys.readouterr().out
+    [report_line] = [c for c in commands if c[0] == "report"]
+    assert float(report_line[report_line.index("--target") + 1]) == 10 * largest  # the design's default target
+    [python] = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "adaptive_sweep" in b]
+    namespace = {}
+    exec(compile(python.split("design = ")[0], "adaptive.md", "exec"), namespace)  # the plan, not the sweep
+    wanted = flops_fit.plan(load_config(tmp_path / "my-sweep.toml").options).runs
+    assert [r.run_id for r in namespace["plan"].runs] == [r.run_id for r in wanted]
