@@ -437,3 +437,25 @@ def test_the_adaptive_pages_commands_and_python_design_the_same_sweep(tmp_path, 
     exec(compile(python.split("design = ")[0], "adaptive.md", "exec"), namespace)  # the plan, not the sweep
     wanted = flops_fit.plan(load_config(tmp_path / "my-sweep.toml").options).runs
     assert [r.run_id for r in namespace["plan"].runs] == [r.run_id for r in wanted]
+
+
+def test_the_fit_pages_synopsis_names_every_option_of_fit_and_report():
+    """fit.md's synopsis left out --holdout forward, auto and none (report's default is auto), --workers, --at,
+    --tracking, --all-rates, --experiment, --curve-metric and --verbose, and said report takes "the same options"
+    (it has no --predict, --total-flops, --json or --plots)."""
+    import argparse
+
+    from flops_fit.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {name: {o for a in sub.choices[name]._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+               for name in ("fit", "report")}
+    page = (DATA_DOC.parent / "fit.md").read_text()
+    fit_block, report_line = re.search(r"^    (flops-fit fit SOURCE .*?)^    (flops-fit report .*?)^    flops-fit compare",
+                                       page, re.S | re.M).groups()
+    assert set(re.findall(r"--[a-z-]+", fit_block)) == options["fit"]
+    [holdout] = [a for a in sub.choices["fit"]._actions if "--holdout" in a.option_strings]
+    assert f"[--holdout {holdout.metavar}]" in fit_block
+    exceptions = re.search(r"except (.*?);", report_line, re.S).group(1)
+    assert set(re.findall(r"--[a-z-]+", exceptions)) == options["fit"] - options["report"]
+    assert options["report"] - options["fit"] <= set(re.findall(r"--[a-z-]+", report_line.split("fit's")[0]))
