@@ -459,3 +459,20 @@ def test_the_fit_pages_synopsis_names_every_option_of_fit_and_report():
     exceptions = re.search(r"except (.*?);", report_line, re.S).group(1)
     assert set(re.findall(r"--[a-z-]+", exceptions)) == options["fit"] - options["report"]
     assert options["report"] - options["fit"] <= set(re.findall(r"--[a-z-]+", report_line.split("fit's")[0]))
+
+
+@pytest.mark.parametrize(("command", "page", "synopsis"), [
+    ("compare", "decide.md", r"^    (flops-fit compare SWEEP_A SWEEP_B .*?)\n\n"),
+    ("sweep", "sweeps.md", r"`(flops-fit sweep CONFIG\.toml .*?)`"),
+])
+def test_a_commands_synopsis_names_every_option_it_takes(command, page, synopsis):
+    """decide.md's `flops-fit compare` synopsis left out its column options, --metric, --scale, --seed and --level;
+    sweeps.md's `flops-fit sweep` one --hparams, --record-only, --verbose and the adaptive design's options."""
+    import argparse
+
+    from flops_fit.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {o for a in sub.choices[command]._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+    shown = re.search(synopsis, (DATA_DOC.parent / page).read_text(), re.S | re.M).group(1)
+    assert set(re.findall(r"--[a-z-]+", shown)) == options
