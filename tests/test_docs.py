@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flops_fit.plugin import hookspecs
@@ -476,3 +477,75 @@ def test_a_commands_synopsis_names_every_option_it_takes(command, page, synopsis
     options = {o for a in sub.choices[command]._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
     shown = re.search(synopsis, (DATA_DOC.parent / page).read_text(), re.S | re.M).group(1)
     assert set(re.findall(r"--[a-z-]+", shown)) == options
+
+
+def _python_block(page: Path, marker: str) -> str:
+    """The page's one Python example that contains ``marker``."""
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S) if marker in b]
+    return block
+
+
+def test_the_models_pages_example_runs_as_written_and_its_comments_hold(capsys):
+    """models.md's example builds a ViT and a GQA GPT, takes a loss and reads the family's counts: its comments say
+    the logits are (8, 10) and the built count equals the entry's analytic one."""
+    page = DATA_DOC.with_name("models.md")
+    namespace = {}
+    exec(compile(_python_block(page, "flops_fit.create_model"), str(page), "exec"), namespace)
+    assert tuple(namespace["logits"].shape) == (8, 10)
+    sizes, counts, flops = capsys.readouterr().out.splitlines()
+    assert sizes.startswith("[32, 48, ") and sizes.endswith(", 256]")
+    built, analytic = counts.split()
+    assert built == analytic and float(flops) > 0
+
+
+def test_the_forecast_pages_prior_example_runs_as_written(capsys):
+    """forecast.md's example reads the shipped prior and the loss interval's reach law (no demo folder needed)."""
+    page = DATA_DOC.with_name("forecast.md")
+    exec(compile(_python_block(page, "shipped_laws"), str(page), "exec"), {})
+    sweeps, law = capsys.readouterr().out.splitlines()
+    assert sweeps.startswith("[") and "Prior(" in sweeps
+    assert all(np.isfinite(float(x)) and float(x) > 0 for x in law.split())
+
+
+def test_the_readmes_csv_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's first example fits a CSV of runs and prints the law with N_opt, D_opt and the loss at 1e21."""
+    from flops_fit.fitting.synthetic import synthetic_runs
+
+    monkeypatch.chdir(tmp_path)
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1).drop(columns="curve").to_csv("runs.csv", index=False)
+    readme = DATA_DOC.parents[2] / "README.md"
+    block = _python_block(readme, 'flops_fit.fit("runs.csv"')
+    namespace = {}
+    exec(compile(block.replace('method="vpnls")', 'method="vpnls", bootstrap=20)'), str(readme), "exec"), namespace)
+    table = namespace["table"]
+    assert len(table) == 1 and (table["N_opt_lo"] < table["N_opt"]).all() and (table["N_opt"] < table["N_opt_hi"]).all()
+
+
+@pytest.mark.e2e  # trains 6 tiny runs, alone and stacked (~8 s): the end-to-end tier
+def test_the_compute_pages_stacked_example_runs_as_written_and_trains_bit_for_bit(tmp_path, monkeypatch, capsys):
+    """compute.md's example trains three rates alone and together, "equal, bit for bit": on 2 cores it printed
+    3.2482110802084208 alone and 3.248509017750621 together, since a run alone took torch's 2 threads and the
+    program gives each kernel threads // runs (1); the example now trains alone at 1 thread, as the prose says."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    page = DATA_DOC.with_name("compute.md")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # a machine of 2 cores or more, where the two differed
+    try:
+        exec(compile(_python_block(page, "train_stacked"), str(page), "exec"), {})
+    finally:
+        torch.set_num_threads(threads)  # the example sets 1
+    pairs = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert len(pairs) == 3 and all(alone == together for alone, together in pairs)
+
+
+@pytest.mark.e2e  # a 9-run tune of a tiny GPT (~10 s): the end-to-end tier
+def test_the_tuning_pages_example_runs_as_written_and_plans_from_its_law(tmp_path, monkeypatch):
+    """tuning.md's example tunes, writes my-tune/hparams.json and report.html, and plans every run from the law."""
+    monkeypatch.chdir(tmp_path)
+    page = DATA_DOC.with_name("tuning.md")
+    namespace = {}
+    exec(compile(_python_block(page, "flops_fit.tune("), str(page), "exec"), namespace)
+    assert (tmp_path / "my-tune" / "hparams.json").is_file() and (tmp_path / "my-tune" / "report.html").is_file()
+    assert all(r.lr_source.startswith("tuned") for r in namespace["plan"].runs)
