@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flops_fit.plugin import hookspecs
@@ -406,3 +407,145 @@ def test_the_models_page_names_the_module_of_every_model_in_its_table():
         family = flops_fit.model_info(name).builder.split(":")[0].removeprefix("flops_fit.plugins.models.")
         family = family.removesuffix("_model")
         assert f"`flops_fit.plugins.models.{family}`" in intro and family in built_from, (name, family)
+
+
+def test_the_adaptive_pages_commands_and_python_design_the_same_sweep(tmp_path, capsys):
+    """adaptive.md planned `--model gpt --budgets 4e12,...,1.28e14` (target 1.28e15, hours of CPU) beside a sweep
+    file with the prose's budgets 1e11-3.2e12 and a report at `--target 3.2e13`, "the target the rule read": its
+    plan line, its Python plan and its report read one sweep, my-sweep.toml (examples/sweep.toml, those budgets)."""
+    import shlex
+    import tomllib
+
+    import flops_fit
+    from flops_fit.cli.main import main
+    from flops_fit.sweeps.config import load_config
+
+    page = (DATA_DOC.parent / "adaptive.md").read_text()
+    [budgets] = re.findall(r"`(budgets = \[[^\]]*\])` in the `\[sweep\]` table of a\s+copy of `examples/sweep\.toml`",
+                           page)
+    example = (DATA_DOC.parents[2] / "examples" / "sweep.toml").read_text()
+    (tmp_path / "my-sweep.toml").write_text(re.sub(r"^budgets = .*$", budgets, example, flags=re.M))
+    [block] = re.findall(r"```bash\n(.*?)```", page, re.S)
+    commands = [shlex.split(line.split("#")[0])[1:] for line in block.replace("\\\n", " ").splitlines()]
+    plan_line = next(c for c in commands if c[0] == "plan")
+    assert main([c.replace("my-sweep.toml", str(tmp_path / "my-sweep.toml")) for c in plan_line]) == 0
+    largest = max(tomllib.loads(budgets)["budgets"])
+    assert f"at the target {10 * largest:.3g} within 2x" in capsys.readouterr().out
+    [report_line] = [c for c in commands if c[0] == "report"]
+    assert float(report_line[report_line.index("--target") + 1]) == 10 * largest  # the design's default target
+    [python] = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "adaptive_sweep" in b]
+    namespace = {}
+    exec(compile(python.split("design = ")[0], "adaptive.md", "exec"), namespace)  # the plan, not the sweep
+    wanted = flops_fit.plan(load_config(tmp_path / "my-sweep.toml").options).runs
+    assert [r.run_id for r in namespace["plan"].runs] == [r.run_id for r in wanted]
+
+
+def test_the_fit_pages_synopsis_names_every_option_of_fit_and_report():
+    """fit.md's synopsis left out --holdout forward, auto and none (report's default is auto), --workers, --at,
+    --tracking, --all-rates, --experiment, --curve-metric and --verbose, and said report takes "the same options"
+    (it has no --predict, --total-flops, --json or --plots)."""
+    import argparse
+
+    from flops_fit.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {name: {o for a in sub.choices[name]._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+               for name in ("fit", "report")}
+    page = (DATA_DOC.parent / "fit.md").read_text()
+    fit_block, report_line = re.search(r"^    (flops-fit fit SOURCE .*?)^    (flops-fit report .*?)^    flops-fit compare",
+                                       page, re.S | re.M).groups()
+    assert set(re.findall(r"--[a-z-]+", fit_block)) == options["fit"]
+    [holdout] = [a for a in sub.choices["fit"]._actions if "--holdout" in a.option_strings]
+    assert f"[--holdout {holdout.metavar}]" in fit_block
+    exceptions = re.search(r"except (.*?);", report_line, re.S).group(1)
+    assert set(re.findall(r"--[a-z-]+", exceptions)) == options["fit"] - options["report"]
+    assert options["report"] - options["fit"] <= set(re.findall(r"--[a-z-]+", report_line.split("fit's")[0]))
+
+
+@pytest.mark.parametrize(("command", "page", "synopsis"), [
+    ("compare", "decide.md", r"^    (flops-fit compare SWEEP_A SWEEP_B .*?)\n\n"),
+    ("sweep", "sweeps.md", r"`(flops-fit sweep CONFIG\.toml .*?)`"),
+])
+def test_a_commands_synopsis_names_every_option_it_takes(command, page, synopsis):
+    """decide.md's `flops-fit compare` synopsis left out its column options, --metric, --scale, --seed and --level;
+    sweeps.md's `flops-fit sweep` one --hparams, --record-only, --verbose and the adaptive design's options."""
+    import argparse
+
+    from flops_fit.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {o for a in sub.choices[command]._actions for o in a.option_strings if o.startswith("--")} - {"--help"}
+    shown = re.search(synopsis, (DATA_DOC.parent / page).read_text(), re.S | re.M).group(1)
+    assert set(re.findall(r"--[a-z-]+", shown)) == options
+
+
+def _python_block(page: Path, marker: str) -> str:
+    """The page's one Python example that contains ``marker``."""
+    [block] = [b for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S) if marker in b]
+    return block
+
+
+def test_the_models_pages_example_runs_as_written_and_its_comments_hold(capsys):
+    """models.md's example builds a ViT and a GQA GPT, takes a loss and reads the family's counts: its comments say
+    the logits are (8, 10) and the built count equals the entry's analytic one."""
+    page = DATA_DOC.with_name("models.md")
+    namespace = {}
+    exec(compile(_python_block(page, "flops_fit.create_model"), str(page), "exec"), namespace)
+    assert tuple(namespace["logits"].shape) == (8, 10)
+    sizes, counts, flops = capsys.readouterr().out.splitlines()
+    assert sizes.startswith("[32, 48, ") and sizes.endswith(", 256]")
+    built, analytic = counts.split()
+    assert built == analytic and float(flops) > 0
+
+
+def test_the_forecast_pages_prior_example_runs_as_written(capsys):
+    """forecast.md's example reads the shipped prior and the loss interval's reach law (no demo folder needed)."""
+    page = DATA_DOC.with_name("forecast.md")
+    exec(compile(_python_block(page, "shipped_laws"), str(page), "exec"), {})
+    sweeps, law = capsys.readouterr().out.splitlines()
+    assert sweeps.startswith("[") and "Prior(" in sweeps
+    assert all(np.isfinite(float(x)) and float(x) > 0 for x in law.split())
+
+
+def test_the_readmes_csv_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's first example fits a CSV of runs and prints the law with N_opt, D_opt and the loss at 1e21."""
+    from flops_fit.fitting.synthetic import synthetic_runs
+
+    monkeypatch.chdir(tmp_path)
+    synthetic_runs(budgets=(1e17, 1e18, 1e19), seed=1).drop(columns="curve").to_csv("runs.csv", index=False)
+    readme = DATA_DOC.parents[2] / "README.md"
+    block = _python_block(readme, 'flops_fit.fit("runs.csv"')
+    namespace = {}
+    exec(compile(block.replace('method="vpnls")', 'method="vpnls", bootstrap=20)'), str(readme), "exec"), namespace)
+    table = namespace["table"]
+    assert len(table) == 1 and (table["N_opt_lo"] < table["N_opt"]).all() and (table["N_opt"] < table["N_opt_hi"]).all()
+
+
+@pytest.mark.e2e  # trains 6 tiny runs, alone and stacked (~8 s): the end-to-end tier
+def test_the_compute_pages_stacked_example_runs_as_written_and_trains_bit_for_bit(tmp_path, monkeypatch, capsys):
+    """compute.md's example trains three rates alone and together, "equal, bit for bit": on 2 cores it printed
+    3.2482110802084208 alone and 3.248509017750621 together, since a run alone took torch's 2 threads and the
+    program gives each kernel threads // runs (1); the example now trains alone at 1 thread, as the prose says."""
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    page = DATA_DOC.with_name("compute.md")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # a machine of 2 cores or more, where the two differed
+    try:
+        exec(compile(_python_block(page, "train_stacked"), str(page), "exec"), {})
+    finally:
+        torch.set_num_threads(threads)  # the example sets 1
+    pairs = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert len(pairs) == 3 and all(alone == together for alone, together in pairs)
+
+
+@pytest.mark.e2e  # a 9-run tune of a tiny GPT (~10 s): the end-to-end tier
+def test_the_tuning_pages_example_runs_as_written_and_plans_from_its_law(tmp_path, monkeypatch):
+    """tuning.md's example tunes, writes my-tune/hparams.json and report.html, and plans every run from the law."""
+    monkeypatch.chdir(tmp_path)
+    page = DATA_DOC.with_name("tuning.md")
+    namespace = {}
+    exec(compile(_python_block(page, "flops_fit.tune("), str(page), "exec"), namespace)
+    assert (tmp_path / "my-tune" / "hparams.json").is_file() and (tmp_path / "my-tune" / "report.html").is_file()
+    assert all(r.lr_source.startswith("tuned") for r in namespace["plan"].runs)
