@@ -192,6 +192,23 @@ def test_tensorboard_event_files_read_back(tmp_path):
     check(flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", keep=("lr",), all_rates=True), ids_failed=0)
 
 
+def test_tensorboard_runs_of_two_projects_in_folders_of_their_own_are_told_apart(tmp_path):
+    """``logs/project-a/run0`` beside ``logs/project-b/run0``: two projects' runs were fitted as one sweep without a
+    word. The folder each lies in is now a column, which the fit's note names and ``where`` selects by."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for project, shift in (("project-a", 0.0), ("project-b", 0.5)):
+        for k, (params, tokens, _lr, loss, _ok) in enumerate(RUNS[:3]):
+            with tensorboard.SummaryWriter(str(tmp_path / "logs" / project / f"run{k}")) as writer:
+                writer.add_hparams({"params": params, "tokens": tokens}, {"eval/loss": loss + shift}, run_name=".")
+    both = flops_fit.load_runs(tmp_path / "logs", loss_col="eval/loss")
+    assert len(both) == 6 and any("2 settings by column 'folder'" in c for c in both.cautions)
+    one = flops_fit.load_runs(tmp_path / "logs", loss_col="eval/loss", where={"folder": "project-b"})
+    assert sorted(one.frame["loss"]) == pytest.approx(sorted(r[3] + 0.5 for r in RUNS[:3]))
+    assert sorted(one.frame["run_id"]) == ["project-b/run0", "project-b/run1", "project-b/run2"]
+    alone = flops_fit.load_runs(tmp_path / "logs" / "project-a", loss_col="eval/loss")  # one folder: no column
+    assert "folder" not in alone.frame and not alone.cautions
+
+
 def test_a_tracker_without_the_sizes_says_where_to_log_them(tmp_path):
     """Scalars alone (no hparams): a TensorBoard user cannot name a column that is not there; the
     refusal says how to log it, the way the test above reads back."""
