@@ -75,6 +75,13 @@ def _value(text: str) -> Any:
         return text
 
 
+def _number(value: Any) -> Any:
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
 def read_file(path: Path) -> TrackedRun:
     """One offline run from its ``run-*.wandb`` file."""
     from wandb.proto import wandb_internal_pb2 as pb
@@ -109,9 +116,9 @@ def read_file(path: Path) -> TrackedRun:
             status = "finished" if record.exit.exit_code == 0 else f"failed (exit code {record.exit.exit_code})"
     params = {k: v for k, v in flat({k: (v.get("value", v) if isinstance(v, dict) and "value" in v else v)
                                      for k, v in config.items() if not k.startswith("_")}).items()}
-    # a number logged as text ("3.21") is kept, as the runs table's CSV export has it, for the fit to read or
-    # refuse by name; a non-finite loss is kept too: the run reads as unscored, or diverged, saying so
-    metrics = {k: float(v) if isinstance(v, (int, float)) else v for k, v in summary.items() if not k.startswith("_")
+    # a number logged as text ("3.21") reads as the number, as the runs table's CSV export has it; other text is
+    # kept for the fit to refuse by name; a non-finite loss is kept too: the run reads as unscored, or diverged
+    metrics = {k: _number(v) for k, v in summary.items() if not k.startswith("_")
                and (isinstance(v, (int, float, str)) and not isinstance(v, bool))}
     return TrackedRun(run_id, status, params, metrics, series, shown, project)
 
