@@ -157,6 +157,21 @@ def test_a_budget_or_curve_column_named_by_hand_must_be_there(tmp_path, capsys):
     assert len(load_runs(frame.drop(columns=["budget"]))) == len(frame)  # no budget column: optional
 
 
+def test_a_tokens_or_flops_column_named_by_hand_must_be_there(capsys):
+    """`--tokens-col tokens_seen` on a table without it (a typo, or a column of another export) fitted tokens
+    derived from its FLOPs as FLOPs / 6N: where its FLOPs count more than 6 N D (attention, here 1.3x), every
+    run's tokens were 1.3x too many, and nothing said the column was not read. The defaults stay optional."""
+    frame = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=4).drop(columns=["curve"])
+    frame["flops"] = 1.3 * 6 * frame["params"] * frame["tokens"]
+    with pytest.raises(FitInputError, match=r"DataFrame: no tokens column 'tokens_seen'; available columns: .* "
+                                            r"\(CLI: --tokens-col\)$"):
+        load_runs(frame, tokens_col="tokens_seen")
+    with pytest.raises(FitInputError, match="no flops column 'C'; available columns: .* flops_col="):
+        load_runs(frame, flops_col="C")
+    assert load_runs(frame.drop(columns=["tokens"])).frame["tokens"].tolist() == \
+        pytest.approx((1.3 * frame["tokens"]).tolist())  # no tokens column: derived from the FLOPs, as documented
+
+
 def test_a_broken_line_of_json_lines_is_named_by_its_line_in_the_file(tmp_path):
     """The fifth line broken said "(Expecting property name ...: line 1 column 14 (char 13))": every line
     is line 1 to json."""

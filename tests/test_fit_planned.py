@@ -77,6 +77,10 @@ def test_planned_runs_must_be_positive_and_paired(fitted):
     for n, d in ((-1e9, 1e10), (1e9, float("nan")), ([1e9, 2e9, 3e9], [1e10, 2e10])):
         with pytest.raises(FitInputError, match="positive number of parameters|as many token counts as sizes"):
             fitted.loss_at(n, d)
+    # no run at all read "takes as many token counts as sizes; got 0 sizes and 0 token counts": as many, yet refused
+    with pytest.raises(FitInputError, match=r"at least one planned run \(N and D\), e\.g\. loss_at\(1\.4e9, 2\.8e10\); "
+                                            r"got N=\[\], D=\[\]"):
+        fitted.loss_at([], [])
 
 
 def test_a_planned_run_far_beyond_the_runs_reads_in_figures_not_digits(fitted):

@@ -197,6 +197,18 @@ def test_too_few_rates_says_how_to_fix():
         flops_fit.fit_rates(frame, params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val", bootstrap=0)
 
 
+def test_one_cell_swept_says_to_sweep_another_not_more_rates():
+    """A sweep of one (params, tokens) cell at six rates, its optimum inside them, was told to "sweep at least 3
+    rates per cell around its best (1M x 5M: None)": the reason of a cell that has its best rate. The refusal
+    now says the law needs a second cell."""
+    frame = sweep()
+    frame = frame[(frame.N == 1e6) & (frame.D == 20e6)]
+    with pytest.raises(FitInputError, match=r"1 of 1 cells have their best rate inside the rates tried \(the law "
+                                            r"needs 2\): sweep the rates at a second size or token count") as caught:
+        flops_fit.fit_rates(frame, params_col="N", tokens_col="D", lr_col="peak_lr", loss_col="val", bootstrap=0)
+    assert "None" not in str(caught.value)
+
+
 def test_an_unknown_option_is_named():
     with pytest.raises(FitInputError, match="unknown option.*lr_column.*params_col"):
         flops_fit.fit_rates(sweep(), lr_column="peak_lr")

@@ -281,6 +281,30 @@ def test_a_misspelt_set_field_is_refused_naming_the_field_it_may_mean(tmp_path):
     assert model.hf.config.attention_dropout == 0.25
 
 
+def test_a_misspelt_field_of_the_config_file_is_refused_naming_the_default_it_would_take(tmp_path, capsys):
+    """A lab's config.json with "num_hidden_layer": 2 planned (and would train) llama's default 32 layers without
+    a word: transformers keeps the unknown key and ignores it. A file's field its class lacks, spelt like a class
+    field the file leaves unset, is now refused naming both (exit 2); a field of its own with no such twin (a
+    lab's note) plans as before, and `set` supplying the field makes the file's spelling harmless."""
+    lab = {k: v for k, v in CONFIGS["llama"].items() if k != "num_hidden_layers"}
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "config.json").write_text(json.dumps({**lab, "num_hidden_layer": 2}))
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\nmax_size = 256\n\n'
+                     '[model]\nconfig = "lab"\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the config file's 'num_hidden_layer' is no field of 'llama' configs, and its " \
+        "'num_hidden_layers' is not set: transformers would ignore 'num_hidden_layer' and use its default " \
+        "num_hidden_layers = 32" in err, err
+    model = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / "lab"), set={"num_hidden_layers": 2},
+                                   context_length=16)
+    assert model.hf.config.num_hidden_layers == 2
+    (tmp_path / "lab" / "config.json").write_text(json.dumps({**CONFIGS["llama"], "lab_note": "run 7 recipe"}))
+    model = flops_fit.create_model("hf-causal-lm", 64, config=str(tmp_path / "lab"), context_length=16)
+    assert model.hf.config.num_hidden_layers == 2
+
+
 def test_a_class_that_cannot_be_counted_on_the_meta_device_is_one_line(tmp_path, capsys):
     """A Mixtral (mixture-of-experts) config made `flops-fit plan` die in a traceback from inside the
     experts' grouped matmul ("Expected mat_a to be BFloat16 ...", exit 1) while counting FLOPs on the

@@ -114,6 +114,47 @@ def test_wandb_offline_runs_are_named_as_wandb_shows_them(quiet_env):
     assert frame.set_index("run_id").loss["other"] == pytest.approx(RUNS[2][3])
 
 
+def test_wandb_offline_runs_of_two_projects_are_told_apart(quiet_env):
+    """One ``wandb/`` folder holds every project a script logged to: runs of two projects were fitted as one
+    sweep without a word (MLflow's experiments are a column); each run's project is now a column, which the
+    fit's note names and ``where`` selects by."""
+    wandb = pytest.importorskip("wandb")
+    for project, shift in (("small-lr", 0.0), ("big-lr", 0.5)):
+        for params, tokens, _lr, loss, _ok in RUNS[:2] + RUNS[2:3]:
+            run = wandb.init(mode="offline", project=project, dir=str(quiet_env), config={"params": params,
+                                                                                          "tokens": tokens})
+            run.summary["eval/loss"] = loss + shift
+            run.finish()
+            wandb.teardown()
+    both = flops_fit.load_runs(quiet_env / "wandb", loss_col="eval/loss")
+    assert sorted(both.frame["loss"]) == pytest.approx(sorted(r[3] + s for r in RUNS[:3] for s in (0.0, 0.5)))
+    assert any("2 settings by column 'project'" in c for c in both.cautions)
+    one = flops_fit.load_runs(quiet_env / "wandb", loss_col="eval/loss", where={"project": "big-lr"})
+    assert sorted(one.frame["loss"]) == pytest.approx(sorted(r[3] + 0.5 for r in RUNS[:3]))
+
+
+def test_a_wandb_loss_logged_as_text_is_read_or_named(quiet_env):
+    """``run.summary["eval/loss"] = str(loss)`` was dropped by the reader: the run read as one with no loss and was
+    left out ("no finite loss (nan)"), and runs that all logged so were refused as having no loss column at all.
+    Text that is a number now reads as it does in W&B's CSV export; other text is refused naming the run."""
+    wandb = pytest.importorskip("wandb")
+    for k, (params, tokens, _lr, loss, _ok) in enumerate(RUNS[:3]):
+        run = wandb.init(mode="offline", project="p", dir=str(quiet_env), name=f"r{k}",
+                         config={"params": params, "tokens": tokens})
+        run.summary["eval/loss"] = str(loss) if k == 1 else loss
+        run.finish()
+        wandb.teardown()
+    runs = flops_fit.load_runs(quiet_env / "wandb", loss_col="eval/loss", all_rates=True)
+    assert runs.excluded == []
+    assert runs.frame.set_index("run_id")["loss"].to_dict() == pytest.approx({f"r{k}": RUNS[k][3] for k in range(3)})
+    run = wandb.init(mode="offline", project="p", dir=str(quiet_env), name="r3", config={"params": 4e6, "tokens": 8e7})
+    run.summary["eval/loss"] = "n/a"
+    run.finish()
+    wandb.teardown()
+    with pytest.raises(FitInputError, match=r"column 'eval/loss' has 1 missing or non-numeric value\(s\) \(runs r3: 'n/a'\)"):
+        flops_fit.load_runs(quiet_env / "wandb", loss_col="eval/loss", all_rates=True)
+
+
 def test_mlflow_file_store_read_back(quiet_env):
     mlflow = pytest.importorskip("mlflow")
     store = quiet_env / "mlruns"
@@ -149,6 +190,23 @@ def test_tensorboard_event_files_read_back(tmp_path):
                 writer.add_scalar("train_loss", curve(params, s), global_step=s)
             writer.add_hparams({"params": params, "tokens": tokens, "lr": lr}, {"hparam/loss": loss}, run_name=".")
     check(flops_fit.load_runs(tmp_path / "logs", loss_col="hparam/loss", keep=("lr",), all_rates=True), ids_failed=0)
+
+
+def test_tensorboard_runs_of_two_projects_in_folders_of_their_own_are_told_apart(tmp_path):
+    """``logs/project-a/run0`` beside ``logs/project-b/run0``: two projects' runs were fitted as one sweep without a
+    word. The folder each lies in is now a column, which the fit's note names and ``where`` selects by."""
+    tensorboard = pytest.importorskip("torch.utils.tensorboard")
+    for project, shift in (("project-a", 0.0), ("project-b", 0.5)):
+        for k, (params, tokens, _lr, loss, _ok) in enumerate(RUNS[:3]):
+            with tensorboard.SummaryWriter(str(tmp_path / "logs" / project / f"run{k}")) as writer:
+                writer.add_hparams({"params": params, "tokens": tokens}, {"eval/loss": loss + shift}, run_name=".")
+    both = flops_fit.load_runs(tmp_path / "logs", loss_col="eval/loss")
+    assert len(both) == 6 and any("2 settings by column 'folder'" in c for c in both.cautions)
+    one = flops_fit.load_runs(tmp_path / "logs", loss_col="eval/loss", where={"folder": "project-b"})
+    assert sorted(one.frame["loss"]) == pytest.approx(sorted(r[3] + 0.5 for r in RUNS[:3]))
+    assert sorted(one.frame["run_id"]) == ["project-b/run0", "project-b/run1", "project-b/run2"]
+    alone = flops_fit.load_runs(tmp_path / "logs" / "project-a", loss_col="eval/loss")  # one folder: no column
+    assert "folder" not in alone.frame and not alone.cautions
 
 
 def test_a_tracker_without_the_sizes_says_where_to_log_them(tmp_path):

@@ -213,8 +213,11 @@ def load_runs(
                 f"Name the right one with {argument}= (CLI: --{argument.replace('_', '-')})"
                 + (f", or log it with each run {logged}." if logged and canonical != "loss" else ".")
             )
-    for column, argument, default in ((budget_col, "budget_col", "budget"), (curve_col, "curve_col", "curve")):
-        if column != default and column not in frame:  # optional columns, but one named by hand must be there
+    # optional columns, but one named by hand must be there: a tokens column named and missing had the tokens
+    # derived from the FLOPs as 6 N D, a wrong count where the table's FLOPs are not 6 N D
+    for column, argument, default in ((tokens_col, "tokens_col", "tokens"), (flops_col, "flops_col", "flops"),
+                                      (budget_col, "budget_col", "budget"), (curve_col, "curve_col", "curve")):
+        if column != default and column not in frame:
             raise FitInputError(f"{name}: no {default} column {column!r}; available columns: {available}. Name the "
                                 f"right one with {argument}= (CLI: --{argument.replace('_', '-')})")
     for column, argument in (keep.items() if isinstance(keep, Mapping) else ()):

@@ -12,9 +12,10 @@ class TrackedRun:
     run_id: str
     status: str | None  # "finished" for a run that ended well; None: the tracker records none
     params: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)  # final values
+    metrics: dict[str, Any] = field(default_factory=dict)  # final values (numbers; W&B's text kept as logged)
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # name -> (step, value)
     name: str | None = None  # the name the tracker shows, where the reader makes it the id itself (``unique_names``)
+    group: str | None = None  # the W&B project the run was logged to: runs of several read together are told apart
 
 
 def flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:

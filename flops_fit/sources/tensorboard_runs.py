@@ -128,5 +128,13 @@ def read_run(root: Path, folder: Path, runs: list[Path] = ()) -> TrackedRun:
 
 
 def read_logs(root: Path) -> list[TrackedRun]:
-    runs = run_folders(root)
-    return [read_run(root, f, runs) for f in runs]
+    """Every run under ``root``. Runs in several folders of their own below it (``logs/project-a/run1``,
+    ``logs/project-b/run1``: two projects, or two settings, logged side by side) have that folder as a column
+    ``folder``, as MLflow's runs have their experiment: the fit's note names it, and ``where`` selects one."""
+    folders = run_folders(root)
+    runs = [read_run(root, f, folders) for f in folders]
+    parts = [f.relative_to(root).parts for f in folders]
+    if all(len(p) > 1 for p in parts) and len({p[0] for p in parts}) > 1:
+        for run, path in zip(runs, parts, strict=True):
+            run.params.setdefault("folder", path[0])
+    return runs

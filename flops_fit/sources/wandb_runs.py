@@ -13,7 +13,6 @@ the records are the library's.
 from __future__ import annotations
 
 import json
-import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -76,6 +75,13 @@ def _value(text: str) -> Any:
         return text
 
 
+def _number(value: Any) -> Any:
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
 def read_file(path: Path) -> TrackedRun:
     """One offline run from its ``run-*.wandb`` file."""
     from wandb.proto import wandb_internal_pb2 as pb
@@ -83,7 +89,7 @@ def read_file(path: Path) -> TrackedRun:
     config: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     series: dict[str, list[tuple[float, float]]] = {}
-    run_id, status, shown = path.stem.removeprefix("run-"), "running", None
+    run_id, status, shown, project = path.stem.removeprefix("run-"), "running", None, None
     for payload in _payloads(path):
         record = pb.Record()
         try:
@@ -94,6 +100,7 @@ def read_file(path: Path) -> TrackedRun:
         if kind == "run":
             run_id = record.run.run_id or run_id
             shown = record.run.display_name or shown  # wandb.init(name=...); offline, none unless given
+            project = record.run.project or project
             config.update({_key(u): _value(u.value_json) for u in record.run.config.update})
         elif kind == "config":
             config.update({_key(u): _value(u.value_json) for u in record.config.update})
@@ -109,9 +116,11 @@ def read_file(path: Path) -> TrackedRun:
             status = "finished" if record.exit.exit_code == 0 else f"failed (exit code {record.exit.exit_code})"
     params = {k: v for k, v in flat({k: (v.get("value", v) if isinstance(v, dict) and "value" in v else v)
                                      for k, v in config.items() if not k.startswith("_")}).items()}
-    metrics = {k: float(v) for k, v in summary.items() if not k.startswith("_") and isinstance(v, (int, float))
-               and not isinstance(v, bool) and math.isfinite(float(v))}
-    return TrackedRun(run_id, status, params, metrics, series, shown)
+    # a number logged as text ("3.21") reads as the number, as the runs table's CSV export has it; other text is
+    # kept for the fit to refuse by name; a non-finite loss is kept too: the run reads as unscored, or diverged
+    metrics = {k: _number(v) for k, v in summary.items() if not k.startswith("_")
+               and (isinstance(v, (int, float, str)) and not isinstance(v, bool))}
+    return TrackedRun(run_id, status, params, metrics, series, shown, project)
 
 
 def read_offline(folder: Path) -> list[TrackedRun]:
@@ -120,10 +129,10 @@ def read_offline(folder: Path) -> list[TrackedRun]:
     written (folders are named by start time), the last attempt's status its status. A run's id is its name
     (``wandb.init(name=...)``, as W&B's pages and its CSV export show it), or W&B's id where it has none."""
     files = [folder] if folder.is_file() else run_files(folder)
-    runs: dict[str, TrackedRun] = {}
+    runs: dict[tuple[str | None, str], TrackedRun] = {}
     for path in files:
         run = read_file(path)
-        first = runs.setdefault(run.run_id, run)
+        first = runs.setdefault((run.group, run.run_id), run)
         if first is not run:
             first.params.update(run.params)
             first.metrics.update(run.metrics)
@@ -132,6 +141,9 @@ def read_offline(folder: Path) -> list[TrackedRun]:
             first.status = run.status
             first.name = run.name or first.name
     merged = list(runs.values())
+    if len({r.group for r in merged}) > 1:  # one wandb/ folder holds every project a script logged to
+        for run in merged:
+            run.params.setdefault("project", run.group)
     for run, name in zip(merged, unique_names([r.name or r.run_id for r in merged], [r.run_id for r in merged]),
                          strict=True):
         run.run_id = name

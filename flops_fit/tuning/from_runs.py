@@ -234,11 +234,13 @@ def fit_rates(source: Any, *, lr_col: str = "lr", batch_col: str | None = None, 
     cells = _cells(frame, bootstrap=bootstrap, seed=seed, level=level)
     notes += _averaged(frame)
     used = [c for c in cells if c.fit.ok]
-    if len(used) < 2:
-        reasons = "; ".join(f"{fmt.count(c.params)} x {fmt.count(c.tokens)}: {c.fit.reason}" for c in cells[:3])
+    if len(used) < 2:  # the cells without an optimum named with why; every cell has one: too few cells swept
+        failed = [c for c in cells if not c.fit.ok]
+        reasons = "; ".join(f"{fmt.count(c.params)} x {fmt.count(c.tokens)}: {c.fit.reason}" for c in failed[:3])
         raise FitInputError(f"{name}: {len(used)} of {len(cells)} cells have their best rate inside the rates tried "
-                            f"(the law needs 2): sweep at least 3 rates per (params, tokens) cell around its best "
-                            f"({reasons})")
+                            "(the law needs 2): " + (f"sweep at least 3 rates per (params, tokens) cell around its best "
+                            f"({reasons}{'; ...' if len(failed) > 3 else ''})" if failed else "sweep the rates at a "
+                            "second size or token count: one cell's best rate says nothing of how it moves with them"))
     batch_swept = "batch" in frame and frame["batch"].nunique() > 1
     law = _marin(used, batch_swept, bootstrap, seed)
     best: dict[tuple[float, float], RateCell] = {}

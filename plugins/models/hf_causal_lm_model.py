@@ -87,13 +87,23 @@ def one_line(exc: Exception, limit: int = 300) -> str:
 
 def unknown_set(hf: Any, kind: str, config: dict[str, Any]) -> None:
     """ValueError for a ``set`` field neither the config file nor its class has: transformers keeps any
-    keyword as an attribute, so ``num_hiden_layers = 4`` trained the file's depth without a word."""
+    keyword as an attribute, so ``num_hiden_layers = 4`` trained the file's depth without a word. A field of
+    the file itself that its class lacks, spelt like one of the class's fields the file does not set
+    (``num_hidden_layer``), is refused too: the class's default (32 layers) took the place the file meant to
+    set. Other fields a file has beside its class's (a hub config's ``auto_map``, a lab's notes) are kept."""
     overrides = config.get("set") or {}
     try:
-        known = set(type(hf)().to_dict())  # the class's fields at their defaults
+        known = set(type(hf)().to_dict()) | set(getattr(type(hf), "attribute_map", {}))  # fields at their defaults
     except Exception:  # a class that needs arguments to exist: nothing to check against
         return
     saved = load_config(config_source(config))
+    unset = sorted(known - set(saved) - set(overrides))
+    for key in sorted(k for k in saved if k not in known and not k.startswith("_")):
+        near = difflib.get_close_matches(key, unset, n=1, cutoff=0.85)
+        if near:
+            raise ValueError(f"the config file's {key!r} is no field of {kind!r} configs, and its {near[0]!r} is not "
+                             f"set: transformers would ignore {key!r} and use its default {near[0]} = "
+                             f"{getattr(hf, near[0], None)!r}; fix the name in the config (or [model] set)")
     for key in sorted(overrides):
         if key not in known and key not in saved:
             near = difflib.get_close_matches(key, sorted(known | set(saved)), n=3)

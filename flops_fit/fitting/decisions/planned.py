@@ -172,7 +172,10 @@ def check_planned(n: Any, d: Any) -> tuple[np.ndarray, np.ndarray]:
         n_arr = np.full(d_arr.size, n_arr[0])
     if d_arr.size == 1 and n_arr.size > 1:
         d_arr = np.full(n_arr.size, d_arr[0])
-    if n_arr.size != d_arr.size or n_arr.size == 0:
+    if n_arr.size == 0 or d_arr.size == 0:
+        raise FitInputError(f"loss_at takes at least one planned run (N and D), e.g. loss_at(1.4e9, 2.8e10); got "
+                            f"N={n!r}, D={d!r}")
+    if n_arr.size != d_arr.size:
         raise FitInputError(f"loss_at takes as many token counts as sizes; got {n_arr.size} sizes and "
                             f"{d_arr.size} token counts")
     # counts: a run of 1e-300 parameters read a loss of 6e+104 [5e+85, 1e+201] nats
