@@ -522,6 +522,22 @@ def test_no_method_fitting_reads_as_one_sentence_per_method():
     assert ".;" not in said and "or use method='parametric'; parametric: a law over (N, D) (parametric, vpnls" in said
 
 
+def test_a_refusal_names_the_column_that_splits_the_runs_into_settings():
+    """Runs of two projects read as one sweep (a W&B folder, a TensorBoard tree) may be why no law fits them,
+    and the note naming the column that tells them apart was printed only beside an answer, not a refusal."""
+    one = synthetic_runs(budgets=(1e18,), sizes_per_budget=4, noise=0).drop(columns=["curve"])
+    two = one.sort_values("params").assign(project=["a", "b", "a", "b"])  # overlapping sizes: 1 and 3, 2 and 4
+    with pytest.raises(NoFitError) as refused:
+        fit(two, method="all", bootstrap=0, workers=1)
+    assert str(refused.value).startswith("no method could fit these runs: ")
+    assert str(refused.value).endswith("; note: the table holds 2 settings by column 'project' (a (2), b (2)), at "
+                                       "overlapping sizes, and one law is fitted to all of them; to fit one alone: "
+                                       "where={'project': VALUE} (CLI: --where project=VALUE)")
+    with pytest.raises(NoFitError) as alone:
+        fit(one, method="all", bootstrap=0, workers=1)
+    assert "note:" not in str(alone.value)
+
+
 def test_all_records_methods_that_cannot_run():
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"])
     fitted = fit(frame, method="all", bootstrap=0)

@@ -204,17 +204,17 @@ def fit(source: Any, method: str = "parametric", *, bootstrap: int = 1000, seed:
                 if isinstance(result, FitInputError):
                     raise result
                 if why.startswith(AT_TARGET):  # the target, not the runs or the method, is what to change
-                    raise NoFitError(f"{approach.name}: {why}")
+                    raise no_fit(f"{approach.name}: {why}", runs)
                 data_hint = ("; without unique_tokens (--unique-tokens) the fit reads every token as fresh data"
                              if approach.name == DataLimited.name else "")
-                raise NoFitError(f"{approach.name}: {why}{data_hint}; {TRY_ALL}")
+                raise no_fit(f"{approach.name}: {why}{data_hint}; {TRY_ALL}", runs)
             results[approach.name] = result
         if fallback is not None:
             results[method].diagnostics.warnings.append(fallback)
         if not results:
             lead = ("no method answers at the target" if any(w.startswith(AT_TARGET) for w in skipped.values())
                     else "no method could fit these runs")
-            raise NoFitError(f"{lead}: " + "; ".join(f"{m}: {str(w).rstrip('.')}" for m, w in skipped.items()))
+            raise no_fit(f"{lead}: " + "; ".join(f"{m}: {str(w).rstrip('.')}" for m, w in skipped.items()), runs)
         if holdout is not None:
             progress(f"held-out checks ({holdout}): each method refitted without the budgets it predicts")
             try:
@@ -282,6 +282,13 @@ def not_fitted(result: Any, budgets: list[float], target: float | None = None) -
 
 # The fewest resamples an interval is read from: `--bootstrap 1` on the demo's runs gave intervals of one draw,
 # such as N_opt 32.1k [32.4k, 32.4k], and refused four sound methods as if their runs could not pin them down.
+def no_fit(why: str, runs: Runs) -> NoFitError:
+    """No usable answer, with what the table itself suggests reading with care: runs of two projects or
+    corpora fitted as one sweep may be why no law fits them, and the note naming the column that tells
+    them apart was printed only beside an answer."""
+    return NoFitError(why + "".join(f"; note: {c}" for c in runs.cautions))
+
+
 MIN_RESAMPLES = 10
 # The most: `--bootstrap 1e20` ended in numpy's "Maximum allowed dimension exceeded" (a traceback) and 1e9 asked
 # for gigabytes; a tune took it and trained for hours before its fit failed. 1000 already reads each end of a 95%
