@@ -82,7 +82,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if start is not None:
         print(start)
     unique, problem = data_budget(plan.options)
-    for warning in (repeat_warning(plan.runs, unique), problem and f"warning: {problem}; `flops-fit sweep` "
+    for warning in (repeat_warning(plan.runs, unique, plan.unit), problem and f"warning: {problem}; `flops-fit sweep` "
                     "refuses until it opens"):
         if warning:
             print(warning)
@@ -126,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     workers = options.pop("workers", 1)
     _check_executor(args.config, executor, workers, options)
     print(plan if args.verbose else plan.headline(), file=sys.stderr)
-    warning = repeat_warning(plan.runs, unique_tokens(plan.options))
+    warning = repeat_warning(plan.runs, unique_tokens(plan.options), plan.unit)
     if warning:
         print(warning, file=sys.stderr)
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir

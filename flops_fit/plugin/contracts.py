@@ -293,7 +293,9 @@ class DatasetEntry(Entry):
     A text dataset's split reports ``unique_tokens`` (an int attribute: the tokens it holds, each
     once): runs record their epochs from the training split's, the data-constrained law fits them,
     and ``flops-fit plan`` warns when a run repeats data. One that cannot say (an endless stream)
-    leaves it out; a sweep then states it (``SweepOptions.unique_tokens``). A split may report
+    leaves it out; a sweep then states it (``SweepOptions.unique_tokens``). An image dataset's split
+    may report ``unique_samples`` (the images it holds): ``flops-fit plan`` warns when a run repeats
+    them, but runs do not record it (a fit reads every sample as new). A split may report
     ``fingerprint`` (a str digest of its content): a sweep resumed on a training split whose
     fingerprint differs from the one its runs trained on is refused (an edited corpus).
     """
