@@ -82,8 +82,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if start is not None:
         print(start)
     unique, problem = data_budget(plan.options)
-    for warning in (repeat_warning(plan.runs, unique, plan.unit), problem and f"warning: {problem}; `flops-fit sweep` "
-                    "refuses until it opens"):
+    for warning in (repeat_warning(plan.runs, unique, plan.unit),
+                    problem and f"warning: {problem}; `flops-fit sweep` refuses until it opens"):
         if warning:
             print(warning)
     return 0

@@ -89,7 +89,8 @@ def read_only(path: Path) -> sqlite3.Connection:
     the last close: no ``-wal`` file) is opened as immutable, so reading it creates no side file: a plain
     read-only connection made ``-wal`` and ``-shm`` (and left them, or failed where this user may not write
     the folder). A store in use (a ``-wal`` file: a sweep writing it, or one killed) is read through its
-    WAL, which holds what the writer committed."""
+    WAL, which holds what the writer committed. (An immutable reader does not see a writer that opens
+    the store after it: status and fit read in milliseconds, then close.)"""
     uri = f"{path.resolve().as_uri()}?mode=ro"
     if not any(path.with_name(path.name + side).exists() for side in ("-wal", "-journal")):
         uri += "&immutable=1"
