@@ -48,14 +48,14 @@ def positive_int(value: Any, what: str, error: type[Exception] = OptionError) ->
 def positive_number(value: Any, what: str, error: type[Exception] = OptionError) -> float:
     """``value`` (an int or float) if it is a finite real number above zero; else ``error`` naming ``what``."""
     if not is_real(value) or not math.isfinite(value) or value <= 0:
-        raise error(f"{what} must be a positive number, got {value!r}")
+        raise error(f"{what} must be a finite positive number, got {value!r}")
     return plain(value)
 
 
 def non_negative_number(value: Any, what: str, error: type[Exception] = OptionError) -> float:
     """``value`` (an int or float) if it is a finite real number >= 0; else ``error`` naming ``what``."""
     if not is_real(value) or not math.isfinite(value) or value < 0:
-        raise error(f"{what} must be a number >= 0, got {value!r}")
+        raise error(f"{what} must be a finite number >= 0, got {value!r}")
     return plain(value)
 
 

@@ -103,7 +103,8 @@ def test_a_bad_value_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, table
     ("model", "n_kv_head", -2, r"n_kv_head must be a positive integer, got -2"),
     ("model", "n_head", "8", r"n_head must be a positive integer, got '8'"),
     ("model", "bogus", 1, r"unknown configuration keyword\(s\) \['bogus'\]"),
-    ("sweep", "tokens_per_param", -5, "tokens_per_param must be a positive number, got -5"),
+    ("sweep", "tokens_per_param", -5, "tokens_per_param must be a finite positive number, got -5"),
+    ("sweep", "tokens_per_param", float("inf"), "tokens_per_param must be a finite positive number, got inf"),
     ("sweep", "loss", "nope", "no loss called 'nope'.* Known losses: "),
 ])
 def test_the_reported_cases_name_the_value(tmp_path, capsys, table, key, value, message):

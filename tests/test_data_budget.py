@@ -1,6 +1,7 @@
 """A sweep's data budget: datasets report their unique tokens, runs record their epochs, plan warns."""
 
 import math
+import re
 
 import pytest
 from test_bpb import small_plan, write_corpus
@@ -95,3 +96,38 @@ def test_a_plugin_dataset_that_raises_its_own_error_is_a_warning_then_a_refusal(
             "FileNotFoundError")
     finally:
         reset_host(None)
+
+
+def _image_folder(root, per_class=4):
+    """Three class folders of ``per_class`` random 8x8 PNGs each."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name in ("a", "b", "c"):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
+    return root
+
+
+def test_a_sweep_that_cycles_a_few_images_is_warned_and_a_glyphs_stream_is_not(tmp_path, capsys):
+    """An image-folder of 9 training images planned for millions of samples (over 100,000 epochs) printed no
+    repeat warning: image datasets reported no count. They report ``unique_samples`` now, read by the plan
+    alone: runs do not record it (no ``unique_tokens``), so what an image sweep's fit reads is unchanged."""
+    root = _image_folder(tmp_path / "images")
+    data = flops_fit.create_dataset("image-folder", "train", root=str(root), image_size=8, validation_fraction=0.25)
+    assert data.unique_samples == len(data) == 9 and not hasattr(data, "unique_tokens")
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'[sweep]\nmodel = "vit"\ndataset = "image-folder"\nbudgets = [1e13]\nsizes = [32, 64, 96]\n'
+                      f'batch_size = 16\n[dataset]\nroot = "{root}"\nimage_size = 8\nvalidation_fraction = 0.25\n'
+                      f'[model]\ndepth = 2\npatch_size = 4\n')
+    assert main(["plan", str(config)]) == 0
+    warning = capsys.readouterr().out.splitlines()[-1]
+    assert re.fullmatch(r"warning: 3 of 3 runs repeat their data, up to [\d.]+ epochs of 9 unique samples \(run \w+, "
+                        r"size 32\); 3 beyond 4 epochs, where repeats are worth much less than new data\. Fit with "
+                        r"unique_tokens=9 \(--unique-tokens 9, in samples\) for the data-constrained law, or use a "
+                        r"larger dataset", warning), warning
+    glyphs = flops_fit.plan(model="vit", dataset="glyphs", budgets=[1e13], sizes=[32, 64, 96], batch_size=16,
+                            model_config={"depth": 2, "patch_size": 4}, dataset_config={"image_size": 8})
+    assert unique_tokens(glyphs.options) is None  # a stream composed from each index: no count, no warning

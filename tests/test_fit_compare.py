@@ -368,7 +368,8 @@ def test_compare_refuses_a_misspelt_option_or_bad_names_by_name(given, message):
     ("--budgets", "0", "budgets must be finite positive numbers of FLOPs"),
     ("--budgets", "inf", "budgets must be finite positive numbers of FLOPs"),
     ("--budgets", "-1e11", "budgets must be finite positive numbers of FLOPs"),
-    ("--target", "0", "target must be a positive number of FLOPs")])
+    ("--target", "0", "target must be a finite positive number of FLOPs"),
+    ("--target", "inf", "target must be a finite positive number of FLOPs")])
 def test_a_budget_or_target_that_is_no_flop_count_is_refused_in_one_line(flag, value, message, tmp_path, capsys):
     """--budgets 0, inf or -1e11 ended in a traceback (OverflowError, exit 1) after both fits; --target 0
     fell back to the default target without a word."""

@@ -230,8 +230,8 @@ def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function
     """A NaN, zero or negative count from a plugin ended `flops-fit plan` in a traceback from the
     planner's arithmetic (math.log10 of NaN, a division by zero)."""
     assert plan_toy(**overrides) == 2
-    assert capsys.readouterr().err == (f"flops-fit: error: model 'toy': {message}; a count must be a positive finite "
-                                       f"number (the model's {message.split('(')[0]} is wrong)\n")
+    assert capsys.readouterr().err == (f"flops-fit: error: model 'toy' from plugin 'odd': {message}; a count must "
+                                       f"be a positive finite number (the model's {message.split('(')[0]} is wrong)\n")
 
 
 @pytest.mark.parametrize(("overrides", "function", "returned", "must"), [
@@ -254,8 +254,9 @@ def test_a_count_that_is_not_positive_and_finite_is_one_line_naming_the_function
 def test_every_count_a_plugin_gives_is_checked_in_one_line_naming_the_function(overrides, function, returned, must,
                                                                             capsys):
     assert plan_toy(**overrides) == 2
-    assert re.fullmatch(rf"flops-fit: error: model 'toy': {function}\(\d+\) returned {re.escape(returned)}; a count "
-                        rf"must be {must} \(the model's {function} is wrong\)\n", capsys.readouterr().err)
+    assert re.fullmatch(rf"flops-fit: error: model 'toy' from plugin 'odd': {function}\(\d+\) returned "
+                        rf"{re.escape(returned)}; a count must be {must} \(the model's {function} is wrong\)\n",
+                        capsys.readouterr().err)
 
 
 def _divides_by_zero(*args, **config):
@@ -277,7 +278,7 @@ def test_a_sizing_function_that_raises_or_does_not_import_is_one_line_naming_it(
     plugin's traceback."""
     broken = "no_such_module_xyz:flops" if field == "training_flops" else _divides_by_zero
     assert plan_toy(**{field: broken}) == 2
-    assert capsys.readouterr().err == f"flops-fit: error: model 'toy': {message}\n"
+    assert capsys.readouterr().err == f"flops-fit: error: model 'toy' from plugin 'odd': {message}\n"
 
 
 @pytest.mark.parametrize("sizes", [None, "8,12", [8.5, 12.0]])
@@ -286,7 +287,7 @@ def test_valid_sizes_that_are_not_whole_numbers_are_the_plugins_fault_in_one_lin
     blaming the user; sizes 8.5 were cut to 8 without a word, and the budget advice that followed was nonsense."""
     assert plan_toy(valid_sizes=lambda lo, hi, **c: sizes) == 2
     err = capsys.readouterr().err
-    assert err.startswith("flops-fit: error: model 'toy': valid_sizes(") and err.count("\n") == 1
+    assert err.startswith("flops-fit: error: model 'toy' from plugin 'odd': valid_sizes(") and err.count("\n") == 1
     assert f"returned {sizes!r}; it must return the whole-number sizes in that range (the model's valid_sizes is " \
         "wrong)" in err
 

@@ -245,8 +245,9 @@ def test_the_training_loop_applies_each_groups_factor():
 
 @pytest.mark.parametrize("names, factor, message", [
     (["nope.weight"], 2.0, "lr_multipliers\\(\\) names 'nope.weight', which is not a parameter of the model"),
-    (None, 0.0, "lr_multipliers\\(\\) gives 'embed.weight' the factor 0.0: it must be a positive number"),
-    (None, float("nan"), "the factor nan: it must be a positive number"),
+    (None, 0.0, "lr_multipliers\\(\\) gives 'embed.weight' the factor 0.0: it must be a finite positive number"),
+    (None, float("nan"), "the factor nan: it must be a finite positive number"),
+    (None, float("inf"), "the factor inf: it must be a finite positive number"),
 ])
 def test_bad_factors_raise_one_clear_error(names, factor, message):
     with pytest.raises(ValueError, match=message):

@@ -190,7 +190,7 @@ def test_a_driver_killed_9_resumes_and_gives_the_uninterrupted_result(tmp_path):
 def test_the_train_table_is_checked(tmp_path):
     with pytest.raises(ConfigError, match=r"\[train\]: unknown key\(s\) \['comand'\]"):
         load_config(write_sweep(tmp_path, ["x"], 'comand = ["x"]'))
-    with pytest.raises(ConfigError, match="time_limit must be a positive number"):
+    with pytest.raises(ConfigError, match="time_limit must be a finite positive number"):
         load_config(write_sweep(tmp_path, ["x"], "time_limit = -1"))
     with pytest.raises(ConfigError, match="command must list the script"):
         load_config(write_sweep(tmp_path, []))

@@ -137,7 +137,8 @@ def test_a_span_next_to_the_smallest_size_names_the_smallest_budget_that_plans(s
 
 @pytest.mark.parametrize("overrides, message", [
     ({"budgets": []}, "pass budgets"),
-    ({"budgets": [-1.0]}, "each budget must be a positive number"),
+    ({"budgets": [-1.0]}, "each budget must be a finite positive number"),
+    ({"budgets": [1e8, float("inf")]}, "each budget must be a finite positive number, got inf"),
     # a duplicate planned its runs twice under one run id (9 runs listed, 6 stored, totals of 6)
     ({"budgets": [2e8, 1e8, 2e8]}, r"^budgets lists 2e\+08 more than once: each budget is one IsoFLOP curve, list it "
                                    "once$"),

@@ -100,7 +100,9 @@ def test_record_stores_an_outside_result_once(planned, tmp_path, capsys):
     # stored as given for the curve law and the report to read: NaN losses, -5 tokens seen, -1 bits per byte
     ({"loss": 3.5, "tokens": None, "curve": [[10, 4.0], [20, float("nan")]]}, 0, "and finite losses; got [20.0, nan]"),
     ({"loss": 3.5, "tokens": None, "curve": [[-5, 4.0]]}, 0, "tokens seen a finite number from 0"),
-    ({"loss": 3.5, "tokens": None, "bpb": -1}, 0, "bpb must be a positive number of bits per byte, got -1"),
+    ({"loss": 3.5, "tokens": None, "bpb": -1}, 0, "bpb must be a finite positive number of bits per byte, got -1"),
+    ({"loss": 3.5, "tokens": None, "bpb": float("inf")}, 0, "bpb must be a finite positive number of bits per byte, "
+                                                             "got inf"),
     ({"loss": 3.5, "tokens": None, "top1_error": 7}, 0, "top1_error must be a fraction from 0 to 1, got 7"),
     # a device that is no text was stored as the text "5" (or "['a', 'b']")
     ({"loss": 3.5, "tokens": None, "device": 5}, 0, 'device must be text naming where it ran, e.g. "cuda:0"'),

@@ -134,7 +134,8 @@ def test_a_run_of_two_processes_is_one_task_that_launches_its_ranks(local_ray):
 
 @pytest.mark.parametrize(
     ("options", "message"),
-    [({"max_retries": -1}, "max_retries must be a non-negative integer"), ({"cpus_per_run": 0}, "cpus_per_run must be a positive number")],
+    [({"max_retries": -1}, "max_retries must be a non-negative integer"),
+     ({"cpus_per_run": 0}, "cpus_per_run must be a finite positive number")],
 )
 def test_bad_options_are_refused(options, message):
     with pytest.raises(FlopsFitError, match=message):

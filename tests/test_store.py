@@ -732,3 +732,56 @@ def test_the_store_file_alone_holds_every_stored_result_while_its_driver_runs(st
     with RunStore(alone) as copy:
         assert copy.statuses()[run.run_id] == "done" and copy.runs_frame()["loss"].tolist() == [3.0]
         assert len(copy.planned_runs()) == 6
+
+
+def _listing(folder):
+    """Each path under ``folder`` (itself too) with its modification time and size."""
+    return {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in [folder, *sorted(folder.rglob("*"))]}
+
+
+def test_commands_that_read_a_store_leave_its_folder_as_it_was(tmp_path, capsys):
+    """status, fit and report of a finished sweep (a folder chmod -R a-w too) opened the store for writing:
+    SQLite made and removed the WAL's files, so the folder's modification time changed (and, as root, the
+    read-only folder was written). They now read it through a read-only connection."""
+    from flops_fit.cli.main import main
+
+    swept = plan(host=HOST, **sweep_support.small_plan_options(budgets=[2e7, 4e7, 8e7], sizes=[4, 8, 12, 16]))
+    out = tmp_path / "out"
+    with RunStore(out, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+        for r in swept.runs:  # a Chinchilla-like loss, for fit to fit
+            loss = 1.8 + 40 / r.params ** 0.3 + 60 / r.tokens ** 0.3
+            s.record(RunResult(r.run_id, "done", loss=loss, tokens=r.tokens, flops=r.flops, steps=r.steps))
+    before = _listing(out)
+    assert main(["status", str(out)]) == 0
+    assert main(["status", str(out), "--json"]) == 0
+    assert main(["fit", str(out), "--method", "vpnls", "--bootstrap", "0"]) == 0
+    assert main(["report", str(out), "--method", "vpnls", "--bootstrap", "0", "--out", str(tmp_path / "r.html")]) == 0
+    assert _listing(out) == before
+    for path in [out, *out.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        assert main(["status", str(out)]) == 0
+        assert main(["fit", str(out), "--method", "vpnls", "--bootstrap", "0"]) == 0
+        assert _listing(out) == before
+    finally:
+        for path in [out, *out.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert f"{len(swept.runs)} runs: {len(swept.runs)} done" in capsys.readouterr().out
+
+
+def test_a_reader_sees_what_a_sweep_in_flight_committed(tmp_path):
+    """A store in use (its -wal file there) is read through the WAL, not as the immutable file: a result a
+    writer committed and has not yet merged into the file is read."""
+    swept = plan(host=HOST, **sweep_support.small_plan_options())
+    with RunStore(tmp_path, create=True) as s:
+        s.add_plan(swept, spec=swept.settings)
+    writer = sqlite3.connect(tmp_path / "runs.sqlite", isolation_level=None)
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("UPDATE runs SET status = 'done', loss = 2.5 WHERE run_id = ?", (swept.runs[0].run_id,))
+        assert (tmp_path / "runs.sqlite-wal").stat().st_size > 0
+        with RunStore(tmp_path, reading=True) as s:
+            assert s.statuses()[swept.runs[0].run_id] == "done"
+    finally:
+        writer.close()

@@ -7,7 +7,9 @@ import math
 import pytest
 import sweep_support
 
+import flops_fit
 from flops_fit.sweeps.planner import plan
+from flops_fit.testing import isolated_host
 from flops_fit.training.data import eval_indices
 from flops_fit.training.loop import train
 from flops_fit.training.schedules import cosine_factor as lr_factor
@@ -59,6 +61,25 @@ def test_a_diverging_run_is_stopped_and_recorded_as_failed(spec):
     assert result.error.startswith("diverged: train loss")
     assert result.tokens < wild.tokens  # stopped early
     assert result.flops == result.tokens * wild.flops_per_unit
+
+
+class _NanLoss:
+    """A loss that is NaN from the start (a plugin's bug), as the meta-device preflight cannot see."""
+
+    @flops_fit.hookimpl
+    def register_losses(self, register):
+        register(flops_fit.LossEntry("nan-loss", fn=lambda output, batch: sweep_support.next_token(output, batch)
+                                     * float("nan"), task=flops_fit.TASK_CAUSAL_LM))
+
+
+def test_a_loss_that_is_nan_before_any_update_is_not_called_divergence(spec):
+    """A loss NaN at the first step read "diverged: train loss became nan at step 4", which sends the user to
+    the learning rate; no rate was tried: the loss, model or data is at fault."""
+    host = isolated_host(("sweep_support", sweep_support), ("nan", _NanLoss()), builtins=True)
+    result = train(dataclasses.replace(spec, loss="nan-loss", run_id=""), host=host)
+    assert result.status == "failed"
+    assert result.error == ("the loss was nan at the first step, before any update: check the loss / model / data, "
+                            "not the learning rate")
 
 
 def test_a_dataset_of_the_wrong_sequence_length_is_refused(spec):

@@ -316,7 +316,7 @@ def test_a_fixed_lr_beside_a_tuned_law_is_refused_not_silently_preferred(tmp_pat
 
 @pytest.mark.parametrize("args, message", [
     (["--multipliers", "0.5,1"], "multipliers must hold at least 3 distinct rates"),
-    (["--multipliers", "0.5,1,-2"], "each of multipliers must be a positive number, got -2.0"),
+    (["--multipliers", "0.5,1,-2"], "each of multipliers must be a finite positive number, got -2.0"),
     (["--budgets", "3"], "budgets must count 1 to 1 of the sweep's smallest budgets"),
     (["--sizes", "8,99"], "sizes [99] are not in the sweep's plan at budgets [400000000.0, 1130000000.0, 3200000000.0]; its sizes "
          "there: [8, 12, 16]"),

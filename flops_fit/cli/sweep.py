@@ -82,8 +82,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if start is not None:
         print(start)
     unique, problem = data_budget(plan.options)
-    for warning in (repeat_warning(plan.runs, unique), problem and f"warning: {problem}; `flops-fit sweep` "
-                    "refuses until it opens"):
+    for warning in (repeat_warning(plan.runs, unique, plan.unit),
+                    problem and f"warning: {problem}; `flops-fit sweep` refuses until it opens"):
         if warning:
             print(warning)
     return 0
@@ -126,7 +126,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     workers = options.pop("workers", 1)
     _check_executor(args.config, executor, workers, options)
     print(plan if args.verbose else plan.headline(), file=sys.stderr)
-    warning = repeat_warning(plan.runs, unique_tokens(plan.options))
+    warning = repeat_warning(plan.runs, unique_tokens(plan.options), plan.unit)
     if warning:
         print(warning, file=sys.stderr)
     checkpoint_dir = args.checkpoint_dir or config.checkpoint_dir
@@ -275,7 +275,7 @@ def failure_reasons(frame) -> list[tuple[str, list[str]]]:
 
 def _print_failures(out_dir: str | Path) -> int:
     """Exit status 1 after a summary of the distinct failure reasons if any run failed; else 0."""
-    with RunStore(out_dir) as store:
+    with RunStore(out_dir, reading=True) as store:
         frame = store.runs_frame()
     groups = failure_reasons(frame)
     if not groups:
@@ -421,7 +421,7 @@ def _design_lines(design: dict[str, Any], unchosen: int) -> list[str]:
 def _print_status(out_dir: str | Path, table: bool = True) -> int:
     """The sweep's counts, who is training it and the time it has left, its parity gate and
     (``table``) each run, those still to train too; returns how many runs are done."""
-    with RunStore(out_dir) as store:
+    with RunStore(out_dir, reading=True) as store:
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}
         plan = store.get_meta("plan") or {}
@@ -502,7 +502,7 @@ def _shared_steps(planned: list[Any], timeline: list[dict[str, Any]]) -> dict[st
 def _print_status_json(out_dir: str | Path) -> int:
     """Per run and in total: status, loss, steps of the result, steps trained over all
     attempts (lost ones included) and attempts, so the cost of interruptions shows."""
-    with RunStore(out_dir) as store:
+    with RunStore(out_dir, reading=True) as store:
         runs = store.accounting()
         counts = store.counts()
         parity = store.get_meta("parity") or {"status": "not run"}

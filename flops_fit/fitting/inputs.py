@@ -865,7 +865,7 @@ def _json_line(line: str, number: int) -> Any:
 def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:
     if not (folder / STORE_NAME).is_file():
         raise FitInputError(f"{folder}: no {STORE_NAME} in this folder; is it a sweep output folder?")
-    with RunStore(folder) as store:
+    with RunStore(folder, reading=True) as store:
         return store.runs_frame(), str(folder), store_metadata(store)
 
 

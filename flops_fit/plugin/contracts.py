@@ -6,6 +6,7 @@ entry is built (``"module:function"`` strings are resolved then).
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 import numbers
@@ -101,6 +102,19 @@ class Entry:
     def validate(self) -> None:
         """Check the kind-specific contract; raise EntryError naming the field."""
 
+    def from_plugin(self, plugin: str) -> Entry:
+        """This entry as the host keeps it: a copy that knows the plugin which registered it, so an error in
+        the plugin's own functions names whom to ask (``named``)."""
+        entry = copy.copy(self)
+        object.__setattr__(entry, "_plugin", plugin)
+        return entry
+
+    @property
+    def named(self) -> str:
+        """The entry as its errors name it: "model 'foo' from plugin 'bar'" once a host registered it."""
+        plugin = self.__dict__.get("_plugin")
+        return f"{self.kind} {self.name!r}" + (f" from plugin {plugin!r}" if plugin else "")
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able metadata (callables shown by their qualified name)."""
         out: dict[str, Any] = {}
@@ -189,11 +203,11 @@ class ModelEntry(Entry):
         result = self._call("valid_sizes", lo, hi, **self.config(**config))
         values = list(result) if isinstance(result, Iterable) and not isinstance(result, (str, bytes)) else None
         if values is None or not all(_whole(s) for s in values):  # the plugin's fault, not the user's [model] table
-            raise EntryError(f"model {self.name!r}: valid_sizes({lo}, {hi}) returned {result!r}; it must return the "
+            raise EntryError(f"{self.named}: valid_sizes({lo}, {hi}) returned {result!r}; it must return the "
                              "whole-number sizes in that range (the model's valid_sizes is wrong)")
         sizes = sorted({int(s) for s in values})
         if any(s < lo or s > hi for s in sizes):
-            raise EntryError(f"model {self.name!r}: valid_sizes({lo}, {hi}) returned sizes outside the range: {sizes}")
+            raise EntryError(f"{self.named}: valid_sizes({lo}, {hi}) returned sizes outside the range: {sizes}")
         return sizes
 
     def params(self, size: int, **config: Any) -> int:
@@ -214,7 +228,7 @@ class ModelEntry(Entry):
         try:
             fn = resolve(ref)
         except Exception as exc:  # noqa: BLE001 - a lazy reference to a module that fails to import
-            raise EntryError(f"model {self.name!r}: its {function} {ref!r} does not import: "
+            raise EntryError(f"{self.named}: its {function} {ref!r} does not import: "
                              f"{type(exc).__name__}: {exc}") from exc
         try:
             return fn(*args, **config)
@@ -222,7 +236,7 @@ class ModelEntry(Entry):
             raise
         except Exception as exc:  # noqa: BLE001 - the plugin's own bug, named
             shown = ", ".join(map(repr, args[:2])) if function != "configure" else "config"
-            raise EntryError(f"model {self.name!r}: {function}({shown}) raised {type(exc).__name__}: {exc} "
+            raise EntryError(f"{self.named}: {function}({shown}) raised {type(exc).__name__}: {exc} "
                              f"(the model's {function} is wrong)") from exc
 
     def _count(self, function: str, size: int, value: Any, *, whole: bool = False, zero: bool = False) -> float:
@@ -236,7 +250,7 @@ class ModelEntry(Entry):
             number = math.nan
         if not (math.isfinite(number) and (number >= 0 if zero else number > 0) and (number.is_integer() or not whole)):
             what = ("a non-negative" if zero else "a positive") + (" whole" if whole else " finite") + " number"
-            raise EntryError(f"model {self.name!r}: {function}({size}) returned {value!r}; a count must be {what} "
+            raise EntryError(f"{self.named}: {function}({size}) returned {value!r}; a count must be {what} "
                              f"(the model's {function} is wrong)")
         return number
 
@@ -279,7 +293,9 @@ class DatasetEntry(Entry):
     A text dataset's split reports ``unique_tokens`` (an int attribute: the tokens it holds, each
     once): runs record their epochs from the training split's, the data-constrained law fits them,
     and ``flops-fit plan`` warns when a run repeats data. One that cannot say (an endless stream)
-    leaves it out; a sweep then states it (``SweepOptions.unique_tokens``). A split may report
+    leaves it out; a sweep then states it (``SweepOptions.unique_tokens``). An image dataset's split
+    may report ``unique_samples`` (the images it holds): ``flops-fit plan`` warns when a run repeats
+    them, but runs do not record it (a fit reads every sample as new). A split may report
     ``fingerprint`` (a str digest of its content): a sweep resumed on a training split whose
     fingerprint differs from the one its runs trained on is refused (an edited corpus).
     """

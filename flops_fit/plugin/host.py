@@ -217,7 +217,7 @@ class Host:
             self.pm.unregister(plugin)
             raise
         for kind, entry in staged:
-            qid = self.registries[kind].add(entry, info)
+            qid = self.registries[kind].add(entry.from_plugin(info.name), info)
             info.contributed.setdefault(kind, []).append(qid)
 
     def _collect(self, info: PluginInfo, plugin: Any) -> list[tuple[str, Entry]]:

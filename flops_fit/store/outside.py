@@ -152,7 +152,8 @@ def _result(spec: Any, run_id: str, data: dict[str, Any]) -> RunResult:
     # -1 bits per byte, a 700% error were stored (NaN: not measured, as a RunResult of the loop's has it)
     bpb, top1 = _number(data, "bpb"), _number(data, "top1_error")
     if not (math.isnan(bpb) or (math.isfinite(bpb) and bpb > 0)):
-        raise StoreError(f"run {run_id}: bpb must be a positive number of bits per byte, got {data['bpb']!r}")
+        raise StoreError(f"run {run_id}: bpb must be a finite positive number of bits per byte, "
+                         f"got {data['bpb']!r}")
     if not (math.isnan(top1) or 0 <= top1 <= 1):
         raise StoreError(f"run {run_id}: top1_error must be a fraction from 0 to 1, got {data['top1_error']!r}")
     timings = data.get("timings") or {}

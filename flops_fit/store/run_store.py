@@ -85,12 +85,14 @@ def _schema_columns() -> dict[str, frozenset[str]]:
 
 
 def read_only(path: Path) -> sqlite3.Connection:
-    """A connection that only reads the store at ``path``. In a folder this user may not write (an
-    archived sweep on a read-only share) SQLite cannot make the WAL's shared-memory file, so a store
-    whose WAL was merged on its last close (no ``-wal`` file) is opened as immutable there."""
+    """A connection that only reads the store at ``path``. A store no process has open (its WAL merged on
+    the last close: no ``-wal`` file) is opened as immutable, so reading it creates no side file: a plain
+    read-only connection made ``-wal`` and ``-shm`` (and left them, or failed where this user may not write
+    the folder). A store in use (a ``-wal`` file: a sweep writing it, or one killed) is read through its
+    WAL, which holds what the writer committed. (An immutable reader does not see a writer that opens
+    the store after it: status and fit read in milliseconds, then close.)"""
     uri = f"{path.resolve().as_uri()}?mode=ro"
-    wal = path.with_name(path.name + "-wal")
-    if not os.access(path.parent, os.W_OK) and not wal.exists():
+    if not any(path.with_name(path.name + side).exists() for side in ("-wal", "-journal")):
         uri += "&immutable=1"
     return sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
 
@@ -222,9 +224,11 @@ def planned_run(runs: list[RunSpec], run_id: str, out_dir: str | Path) -> RunSpe
 
 class RunStore:
     """Open (``create=True``: create) the store in ``out_dir``; an existing file is checked
-    (``check_store``) before anything writes into it."""
+    (``check_store``) before anything writes into it. ``reading=True``, for a command that only reads
+    (status, fit, report): a read-only connection (``read_only``) that leaves the folder and its files as
+    they were, where a writer's connection made and removed the WAL's files (the folder's time changed)."""
 
-    def __init__(self, out_dir: str | Path, *, create: bool = False) -> None:
+    def __init__(self, out_dir: str | Path, *, create: bool = False, reading: bool = False) -> None:
         self.dir = Path(out_dir)
         if not create and self.dir.name == STORE_NAME and self.dir.is_file():  # the store named, not its folder
             self.dir = self.dir.parent
@@ -242,14 +246,19 @@ class RunStore:
             except OSError as exc:
                 raise StoreError(f"cannot make the sweep's folder {self.dir} ({exc.strerror}): choose an --out folder "
                                  "this user may write") from None
-        if self.path.exists() and not (os.access(self.dir, os.W_OK) and os.access(self.path, os.W_OK)):
+        writable = os.access(self.dir, os.W_OK) and os.access(self.path, os.W_OK)
+        if self.path.exists() and (reading or not writable):
             self.db = read_only(self.path)  # readers read it as it is; the first write is refused (``_tx``)
             have = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
-            if missing := [name for name, _ in ADDED_COLUMNS if name not in have]:
+            missing = [name for name, _ in ADDED_COLUMNS if name not in have]
+            if not missing:
+                return
+            self.db.close()
+            if not writable:
                 raise StoreError(f"{self.path} was written by an older flops-fit (no {', '.join(missing)}) and this "
                                  "user may not write it, so it cannot be brought up to date: copy the folder somewhere "
                                  "writable and read it there")
-            return
+            # an older store this user may write is brought up to date once (below), a reader's open too
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         except sqlite3.OperationalError as exc:  # a new store in a folder this user may not write

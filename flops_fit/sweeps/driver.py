@@ -78,7 +78,7 @@ class SweepResult:
     @property
     def runs(self):
         """One row per finished run (see ``RunStore.runs_frame``)."""
-        with self.store as store:
+        with RunStore(self.out_dir, reading=True) as store:
             return store.runs_frame()
 
     def fit(self, *args: Any, **kwargs: Any):

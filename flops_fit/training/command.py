@@ -87,7 +87,7 @@ def parse_train(value: Any, what: str = "train", error: type[Exception] = Option
     limit = value.get("time_limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
                               or not math.isfinite(limit) or limit <= 0):
-        raise error(f"[{what}] time_limit must be a positive number of seconds per run, got {limit!r}")
+        raise error(f"[{what}] time_limit must be a finite positive number of seconds per run, got {limit!r}")
     tolerance = value.get("token_tolerance", 0.0)
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         raise error(f"[{what}] token_tolerance must be a fraction in [0, 1) of the planned tokens, got {tolerance!r}")

@@ -46,7 +46,20 @@ def resolve_device(name: str) -> torch.device:
 
 
 class _Diverged(Exception):
-    pass
+    """The run's training loss went non-finite or grew past its bound: the run fails with ``error``."""
+
+    @property
+    def error(self) -> str:
+        return f"diverged: {self}"
+
+
+class _UnusableLoss(_Diverged):
+    """The loss was not finite at the first step, before any update: no learning rate diverged (a loss or
+    model that gives NaN, bad data), so the error does not say "diverged"."""
+
+    @property
+    def error(self) -> str:
+        return str(self)
 
 
 def checkpointer(policy: CheckpointPolicy, run_id: str, parallel: OneProcess) -> Checkpointer:
@@ -185,7 +198,7 @@ def train(spec: RunSpec, progress: ProgressSink = ignore_progress, *, host: Any 
             saver.save_weights(weights, model)
     except _Diverged as exc:
         train_s = time.perf_counter() - t_train
-        result.status, result.error = "failed", f"diverged: {exc}"
+        result.status, result.error = "failed", exc.error
     result.flops = result.tokens * spec.flops_per_unit
     if result.unique_tokens:
         result.epochs = result.tokens / result.unique_tokens
@@ -256,6 +269,9 @@ def curve_point(spec: RunSpec, point: list[float], per_sample: int) -> tuple[int
 
 def _check_divergence(mean: float, first: float, spec: RunSpec, steps: int, tokens: int) -> None:
     where = f"at step {steps} ({tokens:,} of {spec.tokens:,} tokens)"
+    if not math.isfinite(first):
+        raise _UnusableLoss(f"the loss was {first} at the first step, before any update: check the loss / model / "
+                            "data, not the learning rate")
     if not math.isfinite(mean):
         raise _Diverged(f"train loss became {mean} {where}")
     if mean > spec.divergence_factor * first:

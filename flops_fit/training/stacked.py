@@ -424,7 +424,7 @@ def train_stacked(specs: list[RunSpec], progress: ProgressSink = ignore_progress
                         _report(run.losses, last, run.result.steps, run.result.tokens, run.spec, run.result,
                                 progress)
                     except _Diverged as exc:  # this run stops; the others go on
-                        run.result.status, run.result.error = "failed", f"diverged: {exc}"
+                        run.result.status, run.result.error = "failed", exc.error
                         finished.append(_close(run.result, run.spec, t_start, t_train, time.perf_counter(),
                                                data_s, len(specs)))
                         if checkpoints:  # kept now: its checkpoints stop here while the others' go on,

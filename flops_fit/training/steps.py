@@ -36,7 +36,8 @@ def lr_multipliers(model: torch.nn.Module) -> dict[torch.nn.Parameter, float]:
         if name not in named:
             raise ValueError(f"lr_multipliers() names {name!r}, which is not a parameter of the model")
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (math.isfinite(factor) and factor > 0):
-            raise ValueError(f"lr_multipliers() gives {name!r} the factor {factor!r}: it must be a positive number")
+            raise ValueError(f"lr_multipliers() gives {name!r} the factor {factor!r}: it must be a finite positive "
+                             "number")
     return {named[name]: float(factor) for name, factor in factors.items()}
 
 

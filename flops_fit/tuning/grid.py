@@ -35,7 +35,8 @@ def _positive_list(values: Any, name: str, kind: type = float) -> tuple:
     for v in values:
         ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
         if not ok or (kind is int and int(v) != v):
-            raise OptionError(f"each of {name} must be a positive {'integer' if kind is int else 'number'}, got {v!r}")
+            rule = "positive integer" if kind is int else "finite positive number"
+            raise OptionError(f"each of {name} must be a {rule}, got {v!r}")
         out.append(kind(v))
     return tuple(sorted(set(out)))
 

@@ -46,6 +46,12 @@ class ImageTensors:
     def __len__(self) -> int:
         return len(self.images)
 
+    @property
+    def unique_samples(self) -> int:
+        """The images it holds, each once: a training split's data budget in samples, for the plan's
+        warning when a run repeats them (``sweeps.data_budget``)."""
+        return len(self.images)
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {k: v[0] for k, v in self.get_batch(np.array([index])).items()}
 

@@ -53,7 +53,7 @@ class GPTConfig:
             raise ValueError(f"gelu must be one of {GELUS}, got {self.gelu!r}")
         eps = self.layer_norm_eps
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (math.isfinite(eps) and eps > 0):
-            raise ValueError(f"layer_norm_eps must be a positive number, got {eps!r}")
+            raise ValueError(f"layer_norm_eps must be a finite positive number, got {eps!r}")
         # muP's factors (None: standard); derived, so not a field (``plugins.parametrization``)
         object.__setattr__(self, "mup", parametrization.of(
             self.parametrization, self.width, self.base_width, self.width // heads, head_grows))

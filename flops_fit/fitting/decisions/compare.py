@@ -233,7 +233,7 @@ def check_budgets(target: Any, budgets: Any) -> np.ndarray | None:
     positive FLOP counts: a budget of 0 ended in a traceback, and a target of 0 fell back to the default."""
     if target is not None and (isinstance(target, bool) or not isinstance(target, (int, float, np.number))
                                or not (np.isfinite(target) and target > 0)):
-        raise FitInputError(f"target must be a positive number of FLOPs (e.g. 1e22), got {target!r}")
+        raise FitInputError(f"target must be a finite positive number of FLOPs (e.g. 1e22), got {target!r}")
     if budgets is None:
         return None
     c = flop_counts(budgets)
