@@ -538,6 +538,21 @@ def test_a_refusal_names_the_column_that_splits_the_runs_into_settings():
     assert "note:" not in str(alone.value)
 
 
+def test_a_law_over_n_and_d_counts_runs_of_different_size_and_tokens_not_seeds():
+    """Two seeds of 4 runs at one budget passed "at least 6 runs", and parametric, vpnls and interaction
+    each fitted 5 parameters to 4 points: N_opt 195M, a = 0.543, printed as answers."""
+    one = synthetic_runs(budgets=(1e18,), sizes_per_budget=4, noise=0).drop(columns=["curve"])
+    seeds = pd.concat([one.assign(seed=0), one.assign(seed=1, loss=one.loss * 1.01)], ignore_index=True)
+    with pytest.raises(NoFitError) as refused:
+        fit(seeds, method="all", bootstrap=0, workers=1)
+    assert ("parametric: a law over (N, D) (parametric, vpnls, interaction, data-limited) needs at least 6 runs of "
+            "different (size, tokens); got 4 among 8 runs (repeats of a run, such as seeds, measure its noise, not "
+            "the law's shape): sweep more sizes or budgets") in str(refused.value)
+    three = synthetic_runs(budgets=(1e17, 1e18), sizes_per_budget=3, noise=0).drop(columns=["curve"])
+    assert fit(pd.concat([three, three.assign(loss=three.loss * 1.01)], ignore_index=True), method="vpnls",
+               bootstrap=0).params["a"] > 0  # 6 different points, each run twice: the law answers
+
+
 def test_all_records_methods_that_cannot_run():
     frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=7).drop(columns=["curve"])
     fitted = fit(frame, method="all", bootstrap=0)

@@ -98,6 +98,10 @@ def law_columns(runs: Runs) -> tuple[np.ndarray, np.ndarray, np.ndarray, FlopsRu
         raise FitInputError(f"a law over (N, D) (parametric, vpnls, interaction, data-limited) needs at least {MIN_RUNS} "
                             f"runs; got {len(f)}{runs.left_out()}")
     n, d = f["params"].to_numpy(float), f["tokens"].to_numpy(float)
+    if (points := len(set(zip(n.tolist(), d.tolist(), strict=True)))) < MIN_RUNS:  # seeds repeat a point, not add one
+        raise FitInputError(f"a law over (N, D) (parametric, vpnls, interaction, data-limited) needs at least {MIN_RUNS} "
+                            f"runs of different (size, tokens); got {points} among {len(f)} runs (repeats of a run, "
+                            "such as seeds, measure its noise, not the law's shape): sweep more sizes or budgets")
     if np.ptp(np.log(n)) == 0 or np.ptp(np.log(d)) == 0:
         raise FitInputError("a law over (N, D) (parametric, vpnls, interaction, data-limited) needs runs of several "
                             "model sizes and token counts; "
