@@ -427,6 +427,19 @@ def test_an_optional_field_that_is_no_number_is_a_bad_result_naming_it(tmp_path,
     assert _result_of(tmp_path / "ok", "{'loss': 2.5, 'tokens': spec['tokens'], 'steps': 3, 'bpb': 1.2}").status == "done"
 
 
+def test_a_scripts_top1_error_is_recorded_and_a_misspelt_key_fails_the_run(tmp_path):
+    """`record` stores a result's top1_error and refuses unknown fields; the [train] command's result dropped
+    top1_error (an image classifier's error law read nothing) and a misspelt "curv" lost the curve silently."""
+    done = _result_of(tmp_path, "{'loss': 2.5, 'tokens': spec['tokens'], 'top1_error': 0.25, 'wall_s': 3}")
+    assert done.status == "done" and done.top1_error == 0.25  # the script's own metrics (wall_s) are ignored
+    for case, extra, said in [("typo", "'curv': [[8, 3.0]]", 'bad result: "curv" in '),
+                              ("range", "'top1_error': 25", 'bad result: "top1_error" (the held-out top-1 error')]:
+        (tmp_path / case).mkdir()
+        failed = _result_of(tmp_path / case, f"{{'loss': 2.5, 'tokens': spec['tokens'], {extra}}}")
+        assert failed.status == "failed" and failed.error.startswith(said), failed.error
+        assert case != "typo" or 'did the script mean "curve"?' in failed.error
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize(("command", "mode", "message"), [
     # was "'./train.sh' is not a program on PATH nor in ...": the file is right there

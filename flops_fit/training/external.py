@@ -5,7 +5,9 @@ The script gets the run's spec two ways: ``FLOPS_FIT_SPEC`` names a JSON file ho
 usually needs are environment variables (``ENV``). It trains exactly ``tokens`` tokens,
 checkpoints into ``checkpoint_dir`` (started again after a kill, it finds its checkpoints
 there) and writes ``result_file``: ``{"loss": <held-out loss>, "tokens": <tokens trained>}``,
-optionally ``"curve": [[tokens, train_loss], ...]``, ``"steps"``, ``"bpb"``.
+optionally ``"curve": [[tokens, train_loss], ...]``, ``"steps"``, ``"bpb"``, ``"top1_error"``,
+``"device"``. Other keys (the script's own metrics) are ignored, but one spelt like a known key
+(``"curv"``) fails the run, as a typo would otherwise drop its curve without a word.
 
 Whatever the script does is input at a boundary: a crash (non-zero exit), a hang past
 ``time_limit``, no result, an unreadable one, a non-finite loss or tokens off the plan each
@@ -16,6 +18,7 @@ driver could store it (the driver was killed) is read on resume instead of train
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -78,6 +81,9 @@ def _log(path: Path, lines: int = 5) -> str:
     return f"log {path}: {' | '.join(text[-lines:])}" if text else f"log {path} is empty: the script printed nothing"
 
 
+RESULT_KEYS = ("loss", "tokens", "steps", "curve", "bpb", "top1_error", "device")  # what a script's result may hold
+
+
 def read_result(path: Path, spec: RunSpec, tolerance: float) -> dict[str, Any]:
     """The script's result, checked against the plan; ValueError names what is wrong."""
     try:
@@ -103,6 +109,14 @@ def read_result(path: Path, spec: RunSpec, tolerance: float) -> dict[str, Any]:
         value = data.get(key, 0)  # optional: the plan's steps and no bpb where left out
         if isinstance(value, bool) or not isinstance(value, int if key == "steps" else (int, float)):
             raise ValueError(f'bad result: "{key}" ({what}) is {value!r} in {path}; write it so or leave it out')
+    top1 = data.get("top1_error", math.nan)
+    if isinstance(top1, bool) or not isinstance(top1, (int, float)) or not (math.isnan(top1) or 0 <= top1 <= 1):
+        raise ValueError(f'bad result: "top1_error" (the held-out top-1 error, a fraction from 0 to 1) is {top1!r} in '
+                         f"{path}; write it so or leave it out")
+    for key in sorted(set(data) - set(RESULT_KEYS)):
+        if near := difflib.get_close_matches(key, RESULT_KEYS, n=1, cutoff=0.75):
+            raise ValueError(f'bad result: "{key}" in {path} is no result key; did the script mean "{near[0]}"? '
+                             f"(the keys: {', '.join(RESULT_KEYS)}; others are ignored)")
     curve = data.get("curve", [])
     if (not isinstance(curve, list)
             or not all(isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) for v in p)
@@ -179,7 +193,8 @@ def _attempt(spec: RunSpec, trainer: TrainCommand, progress: ProgressSink, folde
         run_id=spec.run_id, status="done", loss=float(data["loss"]), tokens=data["tokens"],
         flops=data["tokens"] * spec.flops_per_unit, steps=int(data.get("steps", spec.steps)),
         curve=[[float(t), float(v)] for t, v in data.get("curve", [])], device=str(data.get("device", "external")),
-        bpb=float(data.get("bpb", math.nan)), unique_tokens=spec.unique_tokens,
+        bpb=float(data.get("bpb", math.nan)), top1_error=float(data.get("top1_error", math.nan)),
+        unique_tokens=spec.unique_tokens,
         epochs=data["tokens"] / spec.unique_tokens if spec.unique_tokens else math.nan,
         timings={"total_s": time.perf_counter() - started})
     progress(spec.run_id, result.tokens, spec.tokens, result.loss)
