@@ -10,6 +10,7 @@ import flops_fit
 from flops_fit.cli.main import main
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps.data_budget import repeat_warning, repeats, unique_tokens
+from flops_fit.sweeps.demo import demo_plan
 from flops_fit.training.loop import train
 
 
@@ -130,4 +131,16 @@ def test_a_sweep_that_cycles_a_few_images_is_warned_and_a_glyphs_stream_is_not(t
                         r"larger dataset", warning), warning
     glyphs = flops_fit.plan(model="vit", dataset="glyphs", budgets=[1e13], sizes=[32, 64, 96], batch_size=16,
                             model_config={"depth": 2, "patch_size": 4}, dataset_config={"image_size": 8})
-    assert unique_tokens(glyphs.options) is None  # a stream composed from each index: no count, no warning
+    # 4M images, each drawn from its index: the smallest model here trains on 12.4M samples, 3 epochs of them
+    assert unique_tokens(glyphs.options) == 1 << 22
+    assert "1 of 3 runs repeat their data, up to 3.0 epochs of 4,194,304 unique samples" in \
+        repeat_warning(glyphs.runs, 1 << 22, "sample")
+
+
+
+def test_the_vit_demo_draws_fewer_glyphs_than_the_corpus_holds():
+    """glyphs now reports its 4,194,304 images, so a sweep past them is warned (above); the ViT demo's runs,
+    "a stream that never repeats", stay below them and plan without a warning."""
+    demo, _ = demo_plan("vit")
+    assert unique_tokens(demo.options) == 1 << 22
+    assert max(r.tokens for r in demo.runs) < 1 << 22 and repeat_warning(demo.runs, 1 << 22, "sample") is None

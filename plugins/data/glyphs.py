@@ -145,6 +145,12 @@ class Glyphs:
     def __len__(self) -> int:
         return self.samples
 
+    @property
+    def unique_samples(self) -> int:
+        """The distinct images of the split (index i always draws the same one): a sweep past 4M training
+        samples cycles them, and the plan says so (``sweeps.data_budget``); the demos stay far below."""
+        return self.samples
+
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {k: v[0] for k, v in self.get_batch(np.array([index])).items()}
 
