@@ -28,6 +28,9 @@ from flops_fit.store.runs import RunResult, RunSpec
 
 STORE_NAME = "runs.sqlite"
 FINAL = ("done", "failed")  # statuses that resuming never repeats
+# The store's meta: the settings a fit of the folder was made with by flops-fit itself (``flops-fit demo``:
+# method, holdout, bootstrap), so that ``fit`` and ``report`` on the folder answer as it did (``cli.fit``).
+FIT_META = "fit"
 # A run's spec fields that give its learning rate at every step (``sweeps.schedules``).
 SCHEDULE_FIELDS = ("schedule", "steps", "warmup_steps", "cooldown_start", "cooldown_shape", "min_lr_ratio",
                    "batch_size", "seq_len")
