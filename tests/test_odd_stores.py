@@ -82,3 +82,16 @@ def test_an_adaptive_sweeps_runs_not_chosen_are_not_called_unfinished(tmp_path):
     notes = flops_fit.load_runs(str(out)).notes
     assert notes[0] == (f"1 run(s) are not finished or have no finite loss, and are left out ({chosen[8]}: status "
                         "'pending')")
+
+
+def test_a_table_whose_runs_all_failed_gets_a_page_too(tmp_path, capsys):
+    """A tracker's export whose every run crashed: `report` wrote no page either; its line still names the
+    statuses read as unfinished."""
+    table = tmp_path / "runs.csv"
+    table.write_text("params,tokens,loss,status\n" + "".join(f"{n},{20 * n},,crashed\n" for n in (1e6, 2e6, 4e6)))
+    assert main(["report", str(table), "--tracking", "off"]) == 2
+    captured = capsys.readouterr()
+    line = (f"{table}: no finished runs to fit (every run failed or is unfinished); the runs' status 'crashed' read "
+            "as not finished: a finished run's status is one of done, finished, ok, completed, succeeded, success")
+    assert captured.err == f"flops-fit: error: {line}\n"
+    assert html.escape(line) in (tmp_path / "runs.report.html").read_text()
