@@ -35,10 +35,10 @@ def store(folder, states):
 
 
 @pytest.mark.parametrize(("state", "said"), [
-    ("failed", "none of its 12 runs has finished (12 failed; {first}: RuntimeError: out of memory at size {size}): `flops-fit "
+    ("failed", "none of its 12 runs has finished with a loss (12 failed; {first}: RuntimeError: out of memory at size {size}): `flops-fit "
                "status {out}` lists them; train them by resuming the sweep (`flops-fit sweep CONFIG --out {out} --resume "
                "--retry-failed`)"),
-    ("pending", "none of its 12 runs has finished (12 pending): `flops-fit status {out}` lists them; train them by "
+    ("pending", "none of its 12 runs has finished with a loss (12 pending): `flops-fit status {out}` lists them; train them by "
                 "resuming the sweep (`flops-fit sweep CONFIG --out {out} --resume`)"),
 ])
 def test_a_store_without_a_finished_run_gets_a_page_that_says_so(tmp_path, capsys, state, said):

@@ -330,9 +330,11 @@ def _no_finished_runs(name: str, excluded: list[dict[str, Any]], *, is_store: bo
             f"; the runs' {', '.join(sorted(states))} read as not finished: a finished run's status is one of "
             f"{', '.join(FINISHED)}" if states else ""))
     failed = next((e for e in excluded if e["reason"].startswith("status 'failed'")), None)
-    counted = ", ".join(f"{n} {state.removeprefix('status ').strip(chr(39))}" for state, n in states.most_common())
+    kinds = Counter(e["reason"].split(":")[0].removeprefix("status ").strip("'") if e["reason"].startswith("status ")
+                    else "done without a finite loss" for e in excluded)
+    counted = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
     raise NoRunsError(
-        f"{name}: no finished runs to fit: none of its {len(excluded)} runs has finished ({counted}"
+        f"{name}: no finished runs to fit: none of its {len(excluded)} runs has finished with a loss ({counted}"
         + (f"; {failed['run_id']}: {failed['reason'].split(': ', 1)[-1]}" if failed and ": " in failed["reason"] else "")
         + f"): `flops-fit status {name}` lists them; train them by resuming the sweep (`flops-fit sweep CONFIG --out "
         f"{name} --resume" + (" --retry-failed" if failed else "") + "`)")
