@@ -54,8 +54,8 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
     p.add_argument("--all-rates", action="store_true", help="keep every run of a (params, tokens) cell trained at "
                    "several learning rates (default: each cell's best; `flops-fit tune --from` fits the rates' law)")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
-    p.add_argument("--bootstrap", type=int, metavar="N", help=f"bootstrap resamples (default {bootstrap}, or the count "
-                   "the fit `flops-fit demo` recorded in its folder used)")
+    p.add_argument("--bootstrap", type=int, metavar="N", help=f"bootstrap resamples (default {bootstrap}; in a folder "
+                   "`flops-fit demo` fitted, the demo's count)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to, and the "
@@ -69,8 +69,8 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
                    "larger one (with --method all it also chooses the forecast by its error at the largest "
                    "ratios tested); largest, each (in turn) or C leave that budget out; auto is forward where the runs "
                    "allow it, else none, saying why; none checks nothing (runs that are not an IsoFLOP sweep)"
-                   + (f"; default {holdout}" if holdout else "") + ", or, fitting the method `flops-fit demo` fitted "
-                   "its folder with, the demo's")
+                   + (f"; default {holdout}" if holdout else "") + "; in a folder `flops-fit demo` fitted, with the "
+                   "demo's method (all), the demo's (forward)")
     p.set_defaults(default_bootstrap=bootstrap, default_holdout=holdout)
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes for the fits, the held-out refits and, for report, the figures: the same results, "
