@@ -112,6 +112,10 @@ class NoFitError(FitInputError):
     """No method gives a usable answer on these runs (each one's reason in the message)."""
 
 
+class NoRunsError(NoFitError):
+    """Runs were read, and none of them finished with a loss (failed, diverged, or not trained yet): nothing to fit."""
+
+
 # ------------------------------------------------------------------- parity
 class ParityError(FlopsFitError):
     """Base class for parity-suite errors."""

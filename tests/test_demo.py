@@ -83,3 +83,70 @@ def test_demo_refuses_no_workers_before_printing_its_plan(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "flops-fit: error: workers must be a positive integer, got 0\n"
     assert not (tmp_path / "demo").exists()
+
+
+def demo_store(folder, budgets=(2.5e8, 3.5e8, 5e8, 7e8)):
+    """The small GPT demo's plan in ``folder`` with every run done, its loss drawn from a Chinchilla law whose
+    optimum lies inside each budget's sizes: a demo folder as training would leave it, in a second."""
+    import numpy as np
+
+    from flops_fit.fitting.laws.laws import law_loss
+    from flops_fit.store.run_store import RunStore
+    from flops_fit.store.runs import RunResult
+
+    planned, _ = demo.demo_plan("gpt-small")
+    assert tuple(planned.budgets) == budgets
+    law, rng = {"E": 1.0, "A": 60.0, "B": 300.0, "alpha": 0.35, "beta": 0.35}, np.random.default_rng(0)
+    with RunStore(folder, create=True) as store:
+        store.add_plan(planned, spec=planned.settings)
+        for r in planned.runs:
+            store.mark_running(r.run_id)
+            loss = float(law_loss(law, r.params, r.tokens) * np.exp(rng.normal(0, 0.01)))
+            store.record(RunResult(r.run_id, "done", loss=loss, tokens=r.tokens, flops=r.flops, steps=r.steps))
+    return folder
+
+
+@pytest.fixture
+def four_budgets(small_demo, monkeypatch):
+    """The small demo at 4 budgets, the fewest that forward-chain to a forecast."""
+    config = demo.DEMOS[small_demo]
+    monkeypatch.setitem(demo.DEMOS, small_demo, {**config, "sweep": {**config["sweep"],
+                                                                      "budgets": [2.5e8, 3.5e8, 5e8, 7e8]}})
+    return small_demo
+
+
+@pytest.mark.e2e
+def test_the_report_of_a_demo_folder_answers_as_the_demo_did(four_budgets, tmp_path, capsys):
+    """The demo fits with 200 bootstrap resamples and `report` fitted its folder with 500: on the ViT demo a
+    candidate's interval reached below 0 at 500, and the report forecast N_opt 32.6k where the demo printed
+    30.5k. The demo records its fit's settings and the report takes them: the same answer, and it says so."""
+    from flops_fit.cli.main import main
+
+    out = demo_store(tmp_path / "demo")
+    outcome = demo.run_demo(four_budgets, out, show_progress=False, bootstrap=0, skip_parity=True)
+    assert outcome.fit.forecast is not None
+    capsys.readouterr()
+    assert main(["report", str(out), "--workers", "1", "--tracking", "off"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(outcome.fit.summary() + "\n")
+    assert captured.err == (f"flops-fit: fitting {out} as flops-fit demo did: 0 bootstrap resamples and --holdout "
+                            "forward (give --bootstrap N or --holdout to fit otherwise)\n")
+
+
+def test_fit_on_a_demo_folder_takes_its_recorded_bootstrap_count_unless_given(small_demo, tmp_path, capsys):
+    """`fit` on a folder the demo fitted takes the demo's bootstrap count (its holdout only for the demo's
+    method), saying so; a --bootstrap given is the user's."""
+    import flops_fit
+    from flops_fit.cli.main import main
+    from flops_fit.store.run_store import FIT_META, RunStore
+
+    out = demo_store(tmp_path / "demo", budgets=(2.5e8, 3.5e8, 5e8))
+    with RunStore(out) as store:
+        store.set_meta(**{FIT_META: {"by": "flops-fit demo", "method": "all", "holdout": "forward", "bootstrap": 10}})
+    for given, count in (([], 10), (["--bootstrap", "20"], 20)):
+        assert main(["fit", str(out), "--tracking", "off", "--workers", "1", *given]) == 0
+        captured = capsys.readouterr()
+        expected = flops_fit.fit(str(out), bootstrap=count, tracking=False, workers=1)
+        assert captured.out == expected.summary() + "\n"
+        assert captured.err == ("" if given else f"flops-fit: fitting {out} as flops-fit demo did: 10 bootstrap "
+                                                 "resamples (give --bootstrap N or --holdout to fit otherwise)\n")

@@ -6,6 +6,7 @@ import argparse
 import html
 import math
 import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import flops_fit
-from flops_fit.errors import NoFitError, OptionError
+from flops_fit.errors import NoFitError, OptionError, StoreError
 from flops_fit.files import check_writable
+from flops_fit.store.run_store import FIT_META, STORE_NAME, RunStore
 
 # The fitting package (numpy, pandas) is reached only through flops_fit.fit, so that
 # `flops-fit --help` stays light: it checks --method, --curve, --holdout and --metric itself, and a bad
@@ -52,7 +54,8 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
     p.add_argument("--all-rates", action="store_true", help="keep every run of a (params, tokens) cell trained at "
                    "several learning rates (default: each cell's best; `flops-fit tune --from` fits the rates' law)")
     p.add_argument("--exclude-top", type=int, default=0, metavar="N", help="drop the N highest-loss runs")
-    p.add_argument("--bootstrap", type=int, default=bootstrap, metavar="N", help=f"bootstrap resamples (default {bootstrap})")
+    p.add_argument("--bootstrap", type=int, metavar="N", help=f"bootstrap resamples (default {bootstrap}; in a folder "
+                   "`flops-fit demo` fitted, the demo's count)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--target", type=float, metavar="C", help="budget to extrapolate the plots to, and the "
@@ -60,13 +63,15 @@ def _source_options(p: argparse.ArgumentParser, *, method: str, bootstrap: int, 
     p.add_argument("--tracking", metavar="B1,B2|off",
                    help="log the fitted parameters and predictions to these tracking backends (tensorboard, "
                    "mlflow, wandb); default: a sweep folder's own [tracking], none for a CSV; off: none")
-    p.add_argument("--holdout", metavar="forward|largest|each|auto|none|C", default=holdout,
+    p.add_argument("--holdout", metavar="forward|largest|each|auto|none|C",
                    help="also fit every method without some budgets' runs and compare its prediction there with "
                    "that budget's own IsoFLOP minimum: forward fits the budgets up to each one and predicts every "
                    "larger one (with --method all it also chooses the forecast by its error at the largest "
                    "ratios tested); largest, each (in turn) or C leave that budget out; auto is forward where the runs "
                    "allow it, else none, saying why; none checks nothing (runs that are not an IsoFLOP sweep)"
-                   + (f"; default {holdout}" if holdout else ""))
+                   + (f"; default {holdout}" if holdout else "") + "; in a folder `flops-fit demo` fitted, with the "
+                   "demo's method (all), the demo's (forward)")
+    p.set_defaults(default_bootstrap=bootstrap, default_holdout=holdout)
     p.add_argument("--workers", type=int, default=None, metavar="N",
                    help="processes for the fits, the held-out refits and, for report, the figures: the same results, "
                    "sooner (default: the cores free now, the cores less the load)")
@@ -124,7 +129,44 @@ def add_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_report)
 
 
+def recorded_settings(args: argparse.Namespace) -> None:
+    """--bootstrap and --holdout where the user gave none: the demo fits its folder with 200 resamples, and
+    `report` (500) on that folder forecast the ViT demo's N_opt as 32.6k where the demo printed 30.5k (a
+    candidate's interval reached below 0 at 500 and it was refused). The settings a fit recorded in the
+    folder's store (``FIT_META``) are taken, saying so in one line (the holdout only for that fit's method);
+    else the command's defaults."""
+    settings = _recorded_fit(args.source)
+    taken = []
+    count = settings.get("bootstrap")
+    if args.bootstrap is None and isinstance(count, int) and not isinstance(count, bool) and count >= 0:
+        args.bootstrap = count
+        taken.append(f"{count} bootstrap resamples")
+    if args.holdout is None and isinstance(settings.get("holdout"), str) and settings.get("method") == args.method:
+        args.holdout = settings["holdout"]
+        taken.append(f"--holdout {args.holdout}")
+    if taken:
+        print(f"flops-fit: fitting {args.source} as {settings.get('by') or 'its recorded fit'} did: "
+              f"{' and '.join(taken)} (give --bootstrap N or --holdout to fit otherwise)", file=sys.stderr)
+    args.bootstrap = args.default_bootstrap if args.bootstrap is None else args.bootstrap
+    args.holdout = args.default_holdout if args.holdout is None else args.holdout
+
+
+def _recorded_fit(source: str) -> dict[str, Any]:
+    """The fit settings a sweep folder's store recorded (``FIT_META``), or {}: no store, none recorded, or a
+    store that cannot be read (the fit itself then says why)."""
+    path = Path(source)
+    if "://" in source or not (path / STORE_NAME).is_file() and not (path.name == STORE_NAME and path.is_file()):
+        return {}
+    try:
+        with RunStore(path, reading=True) as store:
+            settings = store.get_meta(FIT_META)
+    except (StoreError, ValueError, sqlite3.Error):
+        return {}
+    return settings if isinstance(settings, dict) else {}
+
+
 def _fit(args: argparse.Namespace, progress: Any = None):
+    recorded_settings(args)
     return flops_fit.fit(args.source, method=args.method, bootstrap=args.bootstrap, seed=args.seed, level=args.level,
                          curve=args.curve, holdout=args.holdout, metric=args.metric, scale=args.scale,
                          focus=args.focus, target=args.target, params_col=args.params_col,

@@ -22,7 +22,7 @@ from flops_fit.cli.interrupts import interrupted
 from flops_fit.errors import ConfigError, FlopsFitError, OptionError, StoreError
 from flops_fit.store.lease import holder
 from flops_fit.store.outside import read_result
-from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore, check_folder
+from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore, check_folder, chosen_runs
 from flops_fit.sweeps.config import load_config
 from flops_fit.sweeps.data_budget import data_budget, repeat_warning, unique_tokens
 from flops_fit.sweeps.export import plan_csv, plan_json
@@ -288,11 +288,6 @@ def _print_failures(out_dir: str | Path) -> int:
     return 1
 
 
-def _chosen(design: dict[str, Any]) -> set[str]:
-    """The run ids an adaptive sweep's stored design has chosen so far (its batches')."""
-    return {run_id for batch in design.get("run_ids", []) for run_id in batch}
-
-
 def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: dict[str, Any] | None) -> dict[str, Any]:
     """Who is training the sweep now, and the time it has left (``progress.stored_pace``), or that
     the runs marked running were interrupted: a killed driver leaves them so. ``runs``: the plan's;
@@ -300,7 +295,7 @@ def _driver(store: RunStore, counts: dict[str, int], runs: list[Any], design: di
     now = time.time()
     live = holder(store.path, now)
     if design:  # an adaptive sweep's plan is its pool: only the runs chosen so far are to train
-        chosen = _chosen(design)
+        chosen = chosen_runs(design)
         runs = [r for r in runs if r.run_id in chosen]
     if live is None:  # a driver killed before its first run started leaves them all pending
         statuses = store.statuses()
@@ -447,7 +442,7 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     print(gate_line(_gate(parity, driver)))
     finished = {r.run_id: r for r in frame.itertuples()}
     if design:  # an adaptive sweep: why each batch was chosen; the plan's runs it has not chosen (and none trained)
-        chosen = _chosen(design)
+        chosen = chosen_runs(design)
         for spec in planned:
             if spec.run_id not in chosen and spec.run_id not in finished and states.get(spec.run_id) == "pending":
                 states[spec.run_id] = "not chosen"
@@ -534,7 +529,7 @@ def _print_status_json(out_dir: str | Path) -> int:
     }
     extra = {}
     if design:  # an adaptive sweep: its design as stored (why each batch, why it stopped), and the runs not chosen
-        chosen = _chosen(design)
+        chosen = chosen_runs(design)
         finite = json.loads(json.dumps(design), parse_constant=lambda _: None)  # a round not fitted yet: inf -> null
         extra["adaptive"] = {**finite, "not_chosen": [r["run_id"] for r in runs if r["run_id"] not in chosen
                                                                  and r["status"] == "pending"]}

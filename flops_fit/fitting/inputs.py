@@ -9,18 +9,19 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pandas as pd
 
 from flops_fit import sources
-from flops_fit.errors import FitInputError
+from flops_fit.errors import FitInputError, NoRunsError
 from flops_fit.sources import wandb_runs
-from flops_fit.store.run_store import STORE_NAME, RunStore
+from flops_fit.store.run_store import FINAL, STORE_NAME, RunStore, chosen_runs
 
 # FLOPs per parameter per token of dense training (2 forward + 4 backward), used only when
 # one of tokens / flops is missing and the caller gives no other rule.
@@ -298,13 +299,10 @@ def load_runs(
         why = rows["read_as"] if "read_as" in rows else pd.Series(index=rows.index, dtype=object)
         first = row_ids.iloc[0]
         said = why.iloc[0] if isinstance(why.iloc[0], str) else reasons.get(first, NO_LOSS)
-        raise FitInputError(f"{name}: no finished runs to fit: every run diverged ({len(row_ids)} run(s) with no "
-                            f"finite loss or one that blew up; {first}: {said}): train them at lower learning rates")
+        raise NoRunsError(f"{name}: no finished runs to fit: every run diverged ({len(row_ids)} run(s) with no "
+                          f"finite loss or one that blew up; {first}: {said}): train them at lower learning rates")
     if len(out) == 0:
-        states = sorted({e["reason"] for e in excluded if e["reason"].startswith("status ")})
-        raise FitInputError(f"{name}: no finished runs to fit (the table is empty or every run failed)" + (
-            f"; the runs' {', '.join(states)} read as not finished: a finished run's status is one of "
-            f"{', '.join(FINISHED)}" if states else ""))
+        _no_finished_runs(name, excluded, is_store=isinstance(metadata.get("plan"), dict))
     out = _drop_repeats(out, same, excluded)  # first: the rate choice and exclude_top then count runs, not copies
     if not all_rates:
         out = _best_rates(out, excluded)
@@ -321,6 +319,28 @@ def load_runs(
         _check_diverged(out, name, exclude_top)
     return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric, cautions=cautions,
                 diverged=diverged)
+
+
+def _no_finished_runs(name: str, excluded: list[dict[str, Any]], *, is_store: bool) -> NoReturn:
+    """Refuse runs none of which finished, counting them by status: a table's statuses that read as unfinished are
+    named; a sweep store's runs (all failed, or a sweep stopped before any run finished) with what to run. Runs read
+    and none fit is a ``NoRunsError`` (``report`` writes a page that says so); an empty table a plain refusal."""
+    states = Counter(e["reason"].split(":")[0] for e in excluded if e["reason"].startswith("status "))
+    if not excluded:
+        raise FitInputError(f"{name}: no finished runs to fit (the table is empty)")
+    if not is_store:
+        raise NoRunsError(f"{name}: no finished runs to fit (every run failed or is unfinished)" + (
+            f"; the runs' {', '.join(sorted(states))} read as not finished: a finished run's status is one of "
+            f"{', '.join(FINISHED)}" if states else ""))
+    failed = next((e for e in excluded if e["reason"].startswith("status 'failed'")), None)
+    kinds = Counter(e["reason"].split(":")[0].removeprefix("status ").strip("'") if e["reason"].startswith("status ")
+                    else "done without a finite loss" for e in excluded)
+    counted = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+    raise NoRunsError(
+        f"{name}: no finished runs to fit: none of its {len(excluded)} runs has finished with a loss ({counted}"
+        + (f"; {failed['run_id']}: {failed['reason'].split(': ', 1)[-1]}" if failed and ": " in failed["reason"] else "")
+        + f"): `flops-fit status {name}` lists them; train them by resuming the sweep (`flops-fit sweep CONFIG --out "
+        f"{name} --resume" + (" --retry-failed" if failed else "") + "`)")
 
 
 # How a failed run's error names a loss that blew up: flops-fit's own ("diverged: ...", an external trainer's
@@ -866,7 +886,12 @@ def _read_store(folder: Path) -> tuple[pd.DataFrame, str, dict[str, Any]]:
     if not (folder / STORE_NAME).is_file():
         raise FitInputError(f"{folder}: no {STORE_NAME} in this folder; is it a sweep output folder?")
     with RunStore(folder, reading=True) as store:
-        return store.runs_frame(), str(folder), store_metadata(store)
+        # the runs not trained yet or cut short too, left out with their status: a fit says the sweep is unfinished
+        frame, metadata = store.runs_frame(include_unfinished=True), store_metadata(store)
+    design = metadata.get("adaptive")
+    if isinstance(design, dict):  # an adaptive sweep's runs not chosen are no unfinished runs: it never meant them
+        frame = frame[frame.status.isin(FINAL) | frame.run_id.isin(chosen_runs(design))].reset_index(drop=True)
+    return frame, str(folder), metadata
 
 
 def store_metadata(store: Any) -> dict[str, Any]:

@@ -28,6 +28,9 @@ from flops_fit.store.runs import RunResult, RunSpec
 
 STORE_NAME = "runs.sqlite"
 FINAL = ("done", "failed")  # statuses that resuming never repeats
+# The store's meta: the settings a fit of the folder was made with by flops-fit itself (``flops-fit demo``:
+# method, holdout, bootstrap), so that ``fit`` and ``report`` on the folder answer as it did (``cli.fit``).
+FIT_META = "fit"
 # A run's spec fields that give its learning rate at every step (``sweeps.schedules``).
 SCHEDULE_FIELDS = ("schedule", "steps", "warmup_steps", "cooldown_start", "cooldown_shape", "min_lr_ratio",
                    "batch_size", "seq_len")
@@ -198,6 +201,12 @@ def check_folder(out_dir: Path) -> Path:
     if (out_dir / STORE_NAME).exists():
         check_store(out_dir / STORE_NAME)
     return out_dir
+
+
+def chosen_runs(design: dict[str, Any]) -> set[str]:
+    """The run ids an adaptive sweep's stored design (meta ``adaptive``) has chosen so far (its batches'): the
+    rest of its plan stays pending by design."""
+    return {run_id for batch in design.get("run_ids", []) for run_id in batch}
 
 
 SHORT_ID = 8  # the run ids status, progress and failure summaries print
@@ -453,17 +462,19 @@ class RunStore:
     def counts(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT status, COUNT(*) FROM runs GROUP BY status"))
 
-    def runs_frame(self, include_failed: bool = True):
+    def runs_frame(self, include_failed: bool = True, include_unfinished: bool = False):
         """One row per finished run: run_id, model, size, params, tokens, flops, budget, loss,
         status, curve, plus error, steps, tokens_planned, lr (and lr_source: where it came from; ``schedule``: the
         fields that set its learning rate at each step, for laws of the whole curve), timings, bpb (held-out bits per
         byte), top1_error (held-out top-1 error of image classifiers), epochs (tokens trained / unique tokens), the
         other scales
         (embedding_params, non_embedding_flops_per_unit) and model_config. Failed runs have loss NaN, runs without bits per byte bpb NaN;
-        ``include_failed=False`` leaves failed runs out."""
+        ``include_failed=False`` leaves failed runs out; ``include_unfinished`` adds the runs not trained yet or
+        cut short (pending, running; loss NaN), for a fit to say that it read a sweep still under way."""
         import pandas as pd
 
         wanted = ("done", "failed") if include_failed else ("done",)
+        wanted += ("pending", "running") if include_unfinished else ()
         rows = self.db.execute(
             "SELECT run_id, model, size, params, tokens, flops, budget, loss, status, curve, error, steps,"
             f" tokens_planned, spec, timings, bpb, top1_error, lr_source, epochs FROM runs WHERE status IN ({','.join('?' * len(wanted))})"

@@ -19,6 +19,7 @@ from typing import Any
 
 from flops_fit.errors import FitInputError, OptionError
 from flops_fit.fitting.report.html_report import write_report
+from flops_fit.store.run_store import FIT_META, RunStore
 from flops_fit.sweeps.config import parse_config
 from flops_fit.sweeps.driver import SweepResult
 from flops_fit.sweeps.planner import Plan, plan
@@ -150,7 +151,8 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
     """Run (or resume) the demo sweep into ``out``, write the IsoFLOP table (``isoflop.txt``),
     fit every approach that applies, forward-chain every budget to choose the forecast (the
     method and scale that forecast best; the refits on ``workers`` processes too), and write the
-    HTML report beside the store.
+    HTML report beside the store. The fit's settings go into the store (``FIT_META``): a report
+    or fit of the folder later, given none of its own, answers as the demo did.
     ``on_plan(plan)`` hears the plan before any training starts, ``progress(stage)`` each stage of
     the fit and the report as it starts (``fit``'s)."""
     demo, config = demo_plan(model)
@@ -168,8 +170,11 @@ def run_demo(model: str = "gpt", out: str | Path = "demo-out", *, workers: int =
     (out / "isoflop.txt").write_text(summary)
     outcome = DemoOutcome(demo, result, summary, interior)
     if fit:
+        settings = {"by": "flops-fit demo", "method": "all", "holdout": "forward", "bootstrap": bootstrap}
+        with RunStore(out) as store:  # `flops-fit report` / `fit` on the folder then answer as the demo did
+            store.set_meta(**{FIT_META: settings})
         try:
-            outcome.fit = result.fit(method="all", bootstrap=bootstrap, holdout="forward", workers=workers,
+            outcome.fit = result.fit(**{k: v for k, v in settings.items() if k != "by"}, workers=workers,
                                      progress=progress)
         except FitInputError as exc:
             outcome.refused = str(exc)

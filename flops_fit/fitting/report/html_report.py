@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit._version import __version__
-from flops_fit.errors import FitInputError, NoFitError
+from flops_fit.errors import FitInputError, NoFitError, NoRunsError
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.approaches.fit_set import ANSWER_HEADERS, answer_rows
 from flops_fit.fitting.approaches.result import (
@@ -91,7 +91,8 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     (the same page, sooner: drawing is most of a report's time); None (default) the cores free now,
     where worker processes can start (``flops_fit.machine``), else 1."""
     if isinstance(fitted, NoFitError):
-        return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"))
+        return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"),
+                             fitted=not isinstance(fitted, NoRunsError))
     results = fitted_results(fitted, "write_report")
     out = _html_path(out)
     workers = resolve_workers(workers, "workers", FitInputError)
@@ -184,14 +185,17 @@ def _guarded(what: str, build) -> str:
         return f"<h2>{escape(what)}</h2><p class=warn>Not computed: {escape(type(exc).__name__)}: {escape(exc)}</p>"
 
 
-def write_failure(reason: str, out: str | Path, source: Any) -> Path:
-    """A page for runs no method could fit: the source and each method's reason (``fit``'s NoFitError)."""
+def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = True) -> Path:
+    """A page for runs no method could fit: the source and each method's reason (``fit``'s NoFitError); or, not
+    ``fitted``, for runs none of which finished (``NoRunsError``), where more budgets are no help."""
     out = _html_path(out)
     written = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    advice = ("No method gave a finite, ordered answer on these runs, so no number is shown. More budgets, more "
+              "sizes around each budget's optimum or less noisy runs (longer runs, a larger dataset) help." if fitted
+              else "No run finished with a loss, so nothing was fitted and no number is shown: train the runs (the "
+              "line above says how), then write the report again.")
     body = ["<h1>flops-fit report</h1>", f"<p class=lead>Runs from <code>{escape(source)}</code>.</p>",
-            "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>",
-            "<p>No method gave a finite, ordered answer on these runs, so no number is shown. More budgets, more "
-            "sizes around each budget's optimum or less noisy runs (longer runs, a larger dataset) help.</p>",
+            "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>", f"<p>{advice}</p>",
             "<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(
                 {"source": str(source), "flops-fit": __version__, "written": written}, indent=2)) + "</pre>"]
     out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
