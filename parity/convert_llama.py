@@ -9,7 +9,8 @@ self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}``,
 * RoPE: ``rope_parameters`` (transformers 5) or ``rope_theta`` / ``rope_scaling`` (4.x):
   ``default``, ``linear`` and ``llama3`` are reproduced, other types refused by name;
 * Mistral's ``sliding_window`` (and Qwen2's when every layer uses it) is reproduced;
-  per-layer mixes of sliding and full attention are refused;
+  per-layer mixes of sliding and full attention are refused, and so is a ``sliding_window``
+  in a Llama config (transformers ignores it there);
 * ``head_dim`` may differ from ``hidden_size / num_attention_heads``; GQA pairing is the
   same on both sides (HF ``repeat_kv`` = ``repeat_interleave``), so q/k/v rows copy as they
   are and pack into our ``qkv_proj``; HF's rotate-half RoPE layout is ours by default.
@@ -33,6 +34,7 @@ from flops_fit.parity.mapping import (
     width_count,
 )
 
+from flops_fit.checks import is_integer
 from flops_fit.errors import ConversionError
 
 MODEL_TYPES = {"llama": "HF LlamaForCausalLM", "qwen2": "HF Qwen2ForCausalLM", "mistral": "HF MistralForCausalLM"}
@@ -45,7 +47,7 @@ ROPE_KEYS = {
                "original_max_position_embeddings"},
 }
 # Llama-family config keys that do not change what the forward computes (besides the generic ones).
-INERT = {"max_window_layers"}  # only read through layer_types / use_sliding_window
+INERT = {"max_window_layers"}  # read only where Qwen2 derives layer_types from it
 HANDLED = {
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act",
@@ -158,16 +160,30 @@ def _rope(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
 
 def _sliding_window(config: dict[str, Any]) -> tuple[int | None, list[str]]:
-    """Mistral: ``sliding_window`` on every layer. Qwen2: only with ``use_sliding_window``, on
-    the layers ``layer_types`` marks; all or none is reproduced."""
+    """The window as transformers applies it. Mistral: ``sliding_window`` on every layer.
+    Qwen2: only with ``use_sliding_window``, on the layers ``layer_types`` marks, or, in a config
+    without them, on layers from ``max_window_layers`` (default 28) on, as Qwen2Config derives
+    them; all or none is reproduced. Llama has no window: LlamaForCausalLM ignores the key."""
     window = config.get("sliding_window")
-    if config.get("model_type") == "qwen2" and not config.get("use_sliding_window", False):
+    model_type = config.get("model_type")
+    if model_type == "llama":
+        return None, [] if window is None else [
+            f"sliding_window={window!r} (transformers' LlamaForCausalLM ignores it and attends to every earlier "
+            "token; remove the key to convert that model, or set model_type 'mistral' if it was trained with the window)"]
+    if model_type == "qwen2" and not config.get("use_sliding_window", False):
         window = None
-    kinds = set(config.get("layer_types") or [])
+    layer_types = config.get("layer_types")
+    if model_type == "qwen2" and layer_types is None and window is not None:
+        first, layers = config.get("max_window_layers", 28), config.get("num_hidden_layers")
+        if not (is_integer(first) and is_integer(layers)):
+            return None, [f"max_window_layers={first!r} with num_hidden_layers={layers!r} (two layer counts: "
+                          "Qwen2 slides from layer max_window_layers on)"]
+        layer_types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    kinds = set(layer_types or [])
     if kinds == {"full_attention"}:
-        window = None if config.get("model_type") == "qwen2" else window
+        window = None if model_type == "qwen2" else window
     if window is not None and "full_attention" in kinds and "sliding_attention" in kinds:
-        return None, [f"layer_types mixing sliding and full attention ({config['layer_types']})"]
+        return None, [f"layer_types mixing sliding and full attention ({layer_types})"]
     return (int(window) if window is not None else None), []
 
 
