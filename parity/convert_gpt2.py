@@ -17,6 +17,8 @@ import torch
 from flops_fit.parity.mapping import (
     Converted,
     KeyMapper,
+    config_count,
+    config_real,
     head_count,
     read_source,
     require_keys,
@@ -72,12 +74,12 @@ def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
     heads = head_count(config["n_head"], "config n_head", width, REFERENCE)
     return {
         "width": width,
-        "n_layer": int(config["n_layer"]),
+        "n_layer": config_count(config, "n_layer", REFERENCE),
         "n_head": heads,
         "n_kv_head": heads,
-        "vocab_size": int(config["vocab_size"]),
-        "block_size": int(config["n_positions"]),
-        "layer_norm_eps": float(config.get("layer_norm_epsilon", 1e-5)),
+        "vocab_size": config_count(config, "vocab_size", REFERENCE),
+        "block_size": config_count(config, "n_positions", REFERENCE),
+        "layer_norm_eps": config_real(config, "layer_norm_epsilon", REFERENCE, 1e-5, positive=False),
         "bias": True,
         "gelu": GELU[act],
     }

@@ -21,12 +21,15 @@ Every other key the config declares is either known to leave the forward unchang
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import (
     Converted,
     KeyMapper,
+    config_count,
+    config_real,
     positive_count,
     read_source,
     require_keys,
@@ -34,7 +37,7 @@ from flops_fit.parity.mapping import (
     width_count,
 )
 
-from flops_fit.checks import is_integer
+from flops_fit.checks import is_integer, is_real
 from flops_fit.errors import ConversionError
 
 MODEL_TYPES = {"llama": "HF LlamaForCausalLM", "qwen2": "HF Qwen2ForCausalLM", "mistral": "HF MistralForCausalLM"}
@@ -101,14 +104,14 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
     attention_bias = bool(config.get("attention_bias", False))
     return {
         "width": width,
-        "n_layer": int(config["num_hidden_layers"]),
+        "n_layer": config_count(config, "num_hidden_layers", what),
         "n_head": heads,
         "n_kv_head": kv_heads,
-        "head_size": int(config.get("head_dim") or width // heads),
-        "intermediate_size": int(config["intermediate_size"]),
-        "vocab_size": int(config["vocab_size"]),
-        "block_size": int(config.get("max_position_embeddings", 2048)),
-        "rms_norm_eps": float(config.get("rms_norm_eps", 1e-6)),
+        "head_size": config_count(config, "head_dim", what, width // heads),
+        "intermediate_size": config_count(config, "intermediate_size", what),
+        "vocab_size": config_count(config, "vocab_size", what),
+        "block_size": config_count(config, "max_position_embeddings", what, 2048),
+        "rms_norm_eps": config_real(config, "rms_norm_eps", what, 1e-6, positive=False),
         **rope,
         "hidden_act": ACTIVATIONS[act],
         "attention_bias": attention_bias,
@@ -149,13 +152,18 @@ def _rope(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     extra = sorted(set(params) - ROPE_KEYS[rope_type])
     if extra:
         return {}, [f"rope parameters {extra} for rope_type={rope_type!r}"]
+    values = {"rope_theta": theta, **{k: params.get(k) for k in ROPE_KEYS[rope_type] - {"rope_type", "type", "rope_theta"}}}
+    bad = [f"{k}={v!r}" for k, v in sorted(values.items()) if not (
+        is_integer(v) if k == "original_max_position_embeddings" else is_real(v) and math.isfinite(v)) or v <= 0]
+    if bad:  # a missing factor raised a bare KeyError, a string theta a ValueError
+        return {}, [f"rope_type={rope_type!r} with {', '.join(bad)} (each a number above 0)"]
     out = {"rope_theta": float(theta), "rope_type": rope_type}
     if rope_type != "default":
-        out["rope_factor"] = float(params["factor"])
+        out["rope_factor"] = float(values["factor"])
     if rope_type == "llama3":
-        out.update(rope_low_freq_factor=float(params["low_freq_factor"]),
-                   rope_high_freq_factor=float(params["high_freq_factor"]),
-                   rope_original_max_position=int(params["original_max_position_embeddings"]))
+        out.update(rope_low_freq_factor=float(values["low_freq_factor"]),
+                   rope_high_freq_factor=float(values["high_freq_factor"]),
+                   rope_original_max_position=values["original_max_position_embeddings"])
     return out, []
 
 
@@ -184,7 +192,9 @@ def _sliding_window(config: dict[str, Any]) -> tuple[int | None, list[str]]:
         window = None if model_type == "qwen2" else window
     if window is not None and "full_attention" in kinds and "sliding_attention" in kinds:
         return None, [f"layer_types mixing sliding and full attention ({layer_types})"]
-    return (int(window) if window is not None else None), []
+    if window is not None and not (is_integer(window) and window > 0):
+        return None, [f"sliding_window={window!r} (a number of tokens above 0, or null)"]
+    return window, []
 
 
 def llama_state(m: KeyMapper, our: dict[str, Any]) -> dict[str, Any]:

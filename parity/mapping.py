@@ -10,6 +10,7 @@ attention). ``load_strict`` does the same on our side: missing, unexpected, mis-
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 
 from flops_fit.parity.safetensors_io import load_weights
 
+from flops_fit.checks import is_real
 from flops_fit.errors import ConversionAssumptionWarning, ConversionError
 from flops_fit.plugin.api import create_model
 from flops_fit.plugin.contracts import resolve
@@ -114,6 +116,25 @@ def positive_count(value: Any, name: str, what: str, noun: str, hint: str = "") 
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConversionError(f"{what}: {name}={value!r} is not {noun} (a positive integer){hint}")
     return value
+
+
+def config_count(config: Mapping[str, Any], key: str, what: str, default: int | None = None) -> int:
+    """``config[key]`` (``default`` where absent or null) as a positive integer, e.g. a layer count or
+    a vocabulary size: ``int()`` cut 2.5 layers to 2, took "2", and let 0 or -1 through to the model."""
+    value = config.get(key)
+    return positive_count(default if value is None and default is not None else value, f"config {key}", what,
+                          "a count")
+
+
+def config_real(config: Mapping[str, Any], key: str, what: str, default: float, *, positive: bool = True) -> float:
+    """``config[key]`` (``default`` where absent) as a finite number, above 0 (``positive``) or at
+    least 0 (an epsilon): ``float()`` raised a bare ValueError / TypeError on a string or a null,
+    and took NaN or a negative epsilon."""
+    value = config.get(key, default)
+    if not is_real(value) or not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ConversionError(f"{what}: config {key}={value!r} is not a finite number "
+                              f"{'above 0' if positive else 'of at least 0'}")
+    return float(value)
 
 
 def width_count(value: Any, name: str, what: str) -> int:

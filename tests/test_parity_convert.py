@@ -579,3 +579,36 @@ def test_a_swin_stage_list_given_as_one_number_is_refused_by_name(key, value) ->
         convert_timm_swin(case_swin.timm_reference().state_dict(), img_size=32, **{key: value})
     assert f"timm SwinTransformer: {key}={value!r} is not a list with one number of" in str(err.value)
     assert f"per stage (a positive integer each), e.g. {key}=(2, 4) for two stages" in str(err.value)
+
+
+_GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 96, "n_positions": 16}
+_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+          "intermediate_size": 96, "vocab_size": 96}
+
+
+@pytest.mark.parametrize("family, changes, named", [
+    ("gpt2", {"layer_norm_epsilon": "1e-5"}, "config layer_norm_epsilon='1e-5' is not a finite number of at least 0"),
+    ("gpt2", {"layer_norm_epsilon": None}, "config layer_norm_epsilon=None is not a finite number"),
+    ("gpt2", {"layer_norm_epsilon": float("nan")}, "config layer_norm_epsilon=nan is not a finite number"),
+    ("gpt2", {"n_layer": 2.5}, "config n_layer=2.5 is not a count (a positive integer)"),
+    ("gpt2", {"vocab_size": 0}, "config vocab_size=0 is not a count"),
+    ("gpt2", {"n_positions": "16"}, "config n_positions='16' is not a count"),
+    ("llama", {"rms_norm_eps": "x"}, "config rms_norm_eps='x' is not a finite number of at least 0"),
+    ("llama", {"num_hidden_layers": 2.5}, "config num_hidden_layers=2.5 is not a count"),
+    ("llama", {"head_dim": 0}, "config head_dim=0 is not a count"),
+    ("llama", {"intermediate_size": -96}, "config intermediate_size=-96 is not a count"),
+    ("llama", {"rope_parameters": {"rope_type": "linear"}}, "rope_type='linear' with factor=None (each a number above 0)"),
+    ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": "1e4"}}, "rope_type='default' with rope_theta='1e4'"),
+    ("llama", {"model_type": "mistral", "sliding_window": 0}, "sliding_window=0 (a number of tokens above 0, or null)"),
+])
+def test_config_numbers_that_are_no_numbers_are_refused_by_name(family, changes, named) -> None:
+    """float() / int() read the sizes and epsilons: a string eps or a null raised a bare ValueError /
+    TypeError, a missing RoPE factor a KeyError, 2.5 layers became 2, head_dim 0 fell back to
+    width / heads, and NaN or a 0 window went into the model."""
+    from flops_fit.parity.convert_gpt2 import gpt2_config
+    from flops_fit.parity.convert_llama import llama_config
+
+    read, base = (gpt2_config, _GPT2) if family == "gpt2" else (llama_config, _LLAMA)
+    with pytest.raises(ConversionError, match=re.escape(named)):
+        read({**base, **changes})
+    assert read(base)["n_layer"] == 2  # the base converts
