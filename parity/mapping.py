@@ -242,6 +242,17 @@ class KeyMapper:
     def finish(self) -> dict[str, Any]:
         """The converted state dict; raises ConversionError listing every problem at once."""
         unexpected = sorted(set(self.tensors) - self.used)
+        found = sorted(self.used - set(self.dropped))
+        # most of the file is not its, and under a fifth of what it reads is there: another architecture, where
+        # listing every key says less
+        if len(unexpected) > len(found) and 5 * len(found) < len(found) + len(self.missing):
+            wanted = len(found) + len(self.missing)
+            named = f" ({', '.join(found[:3])})" if found else ""
+            raise ConversionError(
+                f"cannot convert {self.what}: these are not {self.what} weights: it finds {len(found)} of the {wanted} "
+                f"tensors it reads{named}, and {len(unexpected)} tensors are not its (keys such as "
+                f"{', '.join(unexpected[:3])}); "
+                "convert them with the converter of their kind, or check that the file is the one meant")
         problems = []
         if self.missing:
             problems.append(("missing in the reference", self.missing))

@@ -612,3 +612,24 @@ def test_config_numbers_that_are_no_numbers_are_refused_by_name(family, changes,
     with pytest.raises(ConversionError, match=re.escape(named)):
         read({**base, **changes})
     assert read(base)["n_layer"] == 2  # the base converts
+
+
+def test_weights_of_another_architecture_are_named_as_such_in_one_line() -> None:
+    """Llama weights given to the GPT-2 converter (with a GPT-2 config) listed 28 missing and 20
+    unexpected keys over three lines without saying that they are not GPT-2's; a file that lacks a
+    few tensors still lists them."""
+    llama = case_llama.hf_reference().state_dict()
+    with pytest.raises(ConversionError) as err:
+        convert_gpt2(llama, _GPT2)
+    assert str(err.value) == (
+        f"cannot convert HF GPT-2: these are not HF GPT-2 weights: it finds 1 of the 29 tensors it "
+        f"reads (lm_head.weight), and {len(llama) - 1} tensors are not its (keys such as model.embed_tokens.weight, "
+        "model.layers.0.input_layernorm.weight, model.layers.0.mlp.down_proj.weight); convert them with the "
+        "converter of their kind, or check that the file is the one meant")
+    with pytest.raises(ConversionError, match=r"^cannot convert HF LlamaForCausalLM: these are not HF "
+                                              r"LlamaForCausalLM weights: it finds 1 of the 21 tensors it reads "
+                                              r"\(lm_head\.weight\), and 28 tensors are not its"):
+        convert_llama(case_gpt.gpt2_reference().state_dict(), case_llama.hf_reference().config.to_dict())
+    with pytest.raises(ConversionError, match=r"^cannot convert HF GPT-2: 1 missing in the reference\n"):
+        convert_gpt2({k: v for k, v in case_gpt.gpt2_reference().state_dict().items() if k != "transformer.wpe.weight"},
+                     {**case_gpt.TINY, "model_type": "gpt2"})
