@@ -3,7 +3,8 @@
 GPT-2's projections are ``Conv1D``: stored (in, out) and applied as ``x @ W + b``, so every
 weight is transposed; forgetting it on the square ``attn.c_proj`` raises no shape error.
 ``c_attn`` packs q, k, v along its output columns: q, k, v = ``W.T.chunk(3, 0)``.
-The head is tied to ``wte`` (``save_pretrained`` omits ``lm_head.weight``). The legacy hub
+The head is tied to ``wte`` (``save_pretrained`` omits ``lm_head.weight``; safetensors'
+``save_model`` keeps ``lm_head.weight`` alone, read as the embedding). The legacy hub
 layout has no ``transformer.`` prefix and carries ``attn.bias`` / ``attn.masked_bias``
 causal-mask buffers, which are dropped.
 """
@@ -87,7 +88,10 @@ def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def gpt2_state(m: KeyMapper, prefix: str, n_layer: int) -> dict[str, Any]:
     t = torch.Tensor.t
-    m.map("wte.weight", f"{prefix}wte.weight")
+    if not m.has(f"{prefix}wte.weight") and m.has("lm_head.weight"):  # safetensors' save_model keeps one name
+        m.map("wte.weight", "lm_head.weight")  # of tied tensors, here the head's
+    else:
+        m.map("wte.weight", f"{prefix}wte.weight")
     m.map("wpe.weight", f"{prefix}wpe.weight")
     for p in ("weight", "bias"):
         m.map(f"ln_f.{p}", f"{prefix}ln_f.{p}")
@@ -101,7 +105,7 @@ def gpt2_state(m: KeyMapper, prefix: str, n_layer: int) -> dict[str, Any]:
         for ours, theirs in (("attn.out_proj", "attn.c_proj"), ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")):
             m.map(f"{b}{ours}.weight", f"{a}{theirs}.weight", fn=t)
             m.map(f"{b}{ours}.bias", f"{a}{theirs}.bias")
-    if m.has("lm_head.weight"):
+    if m.has("lm_head.weight") and "lm_head.weight" not in m.used:
         head = m.take("lm_head.weight")
         if "wte.weight" in m.out and not torch.equal(head, m.out["wte.weight"]):
             raise ConversionError(

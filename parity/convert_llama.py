@@ -199,10 +199,13 @@ def _sliding_window(config: dict[str, Any]) -> tuple[int | None, list[str]]:
 
 def llama_state(m: KeyMapper, our: dict[str, Any]) -> dict[str, Any]:
     """Map the shared Llama-family keys to ours; q/k/v rows pack into ``qkv_proj``."""
-    m.map("embed_tokens.weight", "model.embed_tokens.weight")
+    if our["tie_word_embeddings"] and not m.has("model.embed_tokens.weight") and m.has("lm_head.weight"):
+        m.map("embed_tokens.weight", "lm_head.weight")  # tied, saved by safetensors' save_model: one name kept
+    else:
+        m.map("embed_tokens.weight", "model.embed_tokens.weight")
+        if not our["tie_word_embeddings"] or m.has("lm_head.weight"):  # tied: save_pretrained omits it
+            m.map("lm_head.weight", "lm_head.weight")
     m.map("norm.weight", "model.norm.weight")
-    if not our["tie_word_embeddings"] or m.has("lm_head.weight"):  # tied: save_pretrained omits it
-        m.map("lm_head.weight", "lm_head.weight")
     for i in range(our["n_layer"]):
         a, b = f"model.layers.{i}.", f"layers.{i}."
         for norm in ("input_layernorm", "post_attention_layernorm"):

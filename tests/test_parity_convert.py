@@ -633,3 +633,23 @@ def test_weights_of_another_architecture_are_named_as_such_in_one_line() -> None
     with pytest.raises(ConversionError, match=r"^cannot convert HF GPT-2: 1 missing in the reference\n"):
         convert_gpt2({k: v for k, v in case_gpt.gpt2_reference().state_dict().items() if k != "transformer.wpe.weight"},
                      {**case_gpt.TINY, "model_type": "gpt2"})
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama-rope-llama3"])
+def test_tied_models_saved_by_safetensors_save_model_convert_and_match(family, tmp_path) -> None:
+    """safetensors refuses save_file on a tied model's state dict and points to save_model, which keeps
+    the head's name alone (lm_head.weight); both converters refused the file as missing the token
+    embedding (transformer.wte.weight / model.embed_tokens.weight) that transformers restores by tying."""
+    from flops_fit.parity.compare import Side, compare_sides
+    from flops_fit.parity.pipeline import call
+    from safetensors.torch import load_file, save_model
+
+    if family == "gpt2":
+        ref, convert, tokens = case_gpt.gpt2_reference(), convert_gpt2, probe.tokens(2, 12, case_gpt.TINY["vocab_size"])
+    else:
+        ref, convert, tokens = case_llama.hf_reference(family), convert_llama, probe.tokens(2, 12, 96)
+    save_model(ref, str(tmp_path / "model.safetensors"))
+    assert "lm_head.weight" in load_file(str(tmp_path / "model.safetensors"))
+    ref.config.to_json_file(str(tmp_path / "config.json"))
+    results = compare_sides(Side(ref, call), Side(convert(tmp_path).build(), call), [tokens])
+    assert [(r.name, r.passed) for r in results] == [("logits", True)]  # within fp32 tolerance
