@@ -622,7 +622,7 @@ def test_weights_of_another_architecture_are_named_as_such_in_one_line() -> None
     with pytest.raises(ConversionError) as err:
         convert_gpt2(llama, _GPT2)
     assert str(err.value) == (
-        f"cannot convert HF GPT-2: these are not HF GPT-2 weights: it finds 1 of the 29 tensors it "
+        f"cannot convert HF GPT-2: these are not HF GPT-2 weights: it finds 1 of the 28 tensors it "
         f"reads (lm_head.weight), and {len(llama) - 1} tensors are not its (keys such as model.embed_tokens.weight, "
         "model.layers.0.input_layernorm.weight, model.layers.0.mlp.down_proj.weight); convert them with the "
         "converter of their kind, or check that the file is the one meant")
