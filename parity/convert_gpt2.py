@@ -19,7 +19,7 @@ from flops_fit.parity.mapping import (
     Converted,
     KeyMapper,
     config_count,
-    config_real,
+    config_eps,
     head_count,
     read_source,
     require_keys,
@@ -80,7 +80,7 @@ def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
         "n_kv_head": heads,
         "vocab_size": config_count(config, "vocab_size", REFERENCE),
         "block_size": config_count(config, "n_positions", REFERENCE),
-        "layer_norm_eps": config_real(config, "layer_norm_epsilon", REFERENCE, 1e-5, positive=False),
+        "layer_norm_eps": config_eps(config, "layer_norm_epsilon", REFERENCE, 1e-5),
         "bias": True,
         "gelu": GELU[act],
     }

@@ -126,14 +126,12 @@ def config_count(config: Mapping[str, Any], key: str, what: str, default: int | 
                           "a count")
 
 
-def config_real(config: Mapping[str, Any], key: str, what: str, default: float, *, positive: bool = True) -> float:
-    """``config[key]`` (``default`` where absent) as a finite number, above 0 (``positive``) or at
-    least 0 (an epsilon): ``float()`` raised a bare ValueError / TypeError on a string or a null,
-    and took NaN or a negative epsilon."""
+def config_eps(config: Mapping[str, Any], key: str, what: str, default: float) -> float:
+    """``config[key]`` (``default`` where absent) as a norm's epsilon, a finite number of at least 0:
+    ``float()`` raised a bare ValueError / TypeError on a string or a null, and took NaN or -1."""
     value = config.get(key, default)
-    if not is_real(value) or not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ConversionError(f"{what}: config {key}={value!r} is not a finite number "
-                              f"{'above 0' if positive else 'of at least 0'}")
+    if not is_real(value) or not math.isfinite(value) or value < 0:
+        raise ConversionError(f"{what}: config {key}={value!r} is not a finite number of at least 0")
     return float(value)
 
 
