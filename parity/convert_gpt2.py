@@ -3,7 +3,8 @@
 GPT-2's projections are ``Conv1D``: stored (in, out) and applied as ``x @ W + b``, so every
 weight is transposed; forgetting it on the square ``attn.c_proj`` raises no shape error.
 ``c_attn`` packs q, k, v along its output columns: q, k, v = ``W.T.chunk(3, 0)``.
-The head is tied to ``wte`` (``save_pretrained`` omits ``lm_head.weight``). The legacy hub
+The head is tied to ``wte`` (``save_pretrained`` omits ``lm_head.weight``; safetensors'
+``save_model`` keeps ``lm_head.weight`` alone, read as the embedding). The legacy hub
 layout has no ``transformer.`` prefix and carries ``attn.bias`` / ``attn.masked_bias``
 causal-mask buffers, which are dropped.
 """
@@ -17,6 +18,8 @@ import torch
 from flops_fit.parity.mapping import (
     Converted,
     KeyMapper,
+    config_count,
+    config_eps,
     head_count,
     read_source,
     require_keys,
@@ -72,12 +75,12 @@ def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
     heads = head_count(config["n_head"], "config n_head", width, REFERENCE)
     return {
         "width": width,
-        "n_layer": int(config["n_layer"]),
+        "n_layer": config_count(config, "n_layer", REFERENCE),
         "n_head": heads,
         "n_kv_head": heads,
-        "vocab_size": int(config["vocab_size"]),
-        "block_size": int(config["n_positions"]),
-        "layer_norm_eps": float(config.get("layer_norm_epsilon", 1e-5)),
+        "vocab_size": config_count(config, "vocab_size", REFERENCE),
+        "block_size": config_count(config, "n_positions", REFERENCE),
+        "layer_norm_eps": config_eps(config, "layer_norm_epsilon", REFERENCE, 1e-5),
         "bias": True,
         "gelu": GELU[act],
     }
@@ -85,7 +88,10 @@ def gpt2_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def gpt2_state(m: KeyMapper, prefix: str, n_layer: int) -> dict[str, Any]:
     t = torch.Tensor.t
-    m.map("wte.weight", f"{prefix}wte.weight")
+    if not m.has(f"{prefix}wte.weight") and m.has("lm_head.weight"):  # safetensors' save_model keeps one name
+        m.map("wte.weight", "lm_head.weight")  # of tied tensors, here the head's
+    else:
+        m.map("wte.weight", f"{prefix}wte.weight")
     m.map("wpe.weight", f"{prefix}wpe.weight")
     for p in ("weight", "bias"):
         m.map(f"ln_f.{p}", f"{prefix}ln_f.{p}")
@@ -99,7 +105,7 @@ def gpt2_state(m: KeyMapper, prefix: str, n_layer: int) -> dict[str, Any]:
         for ours, theirs in (("attn.out_proj", "attn.c_proj"), ("mlp.fc", "mlp.c_fc"), ("mlp.proj", "mlp.c_proj")):
             m.map(f"{b}{ours}.weight", f"{a}{theirs}.weight", fn=t)
             m.map(f"{b}{ours}.bias", f"{a}{theirs}.bias")
-    if m.has("lm_head.weight"):
+    if m.has("lm_head.weight") and "lm_head.weight" not in m.used:
         head = m.take("lm_head.weight")
         if "wte.weight" in m.out and not torch.equal(head, m.out["wte.weight"]):
             raise ConversionError(

@@ -9,7 +9,8 @@ self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}``,
 * RoPE: ``rope_parameters`` (transformers 5) or ``rope_theta`` / ``rope_scaling`` (4.x):
   ``default``, ``linear`` and ``llama3`` are reproduced, other types refused by name;
 * Mistral's ``sliding_window`` (and Qwen2's when every layer uses it) is reproduced;
-  per-layer mixes of sliding and full attention are refused;
+  per-layer mixes of sliding and full attention are refused, and so is a ``sliding_window``
+  in a Llama config (transformers ignores it there);
 * ``head_dim`` may differ from ``hidden_size / num_attention_heads``; GQA pairing is the
   same on both sides (HF ``repeat_kv`` = ``repeat_interleave``), so q/k/v rows copy as they
   are and pack into our ``qkv_proj``; HF's rotate-half RoPE layout is ours by default.
@@ -20,12 +21,15 @@ Every other key the config declares is either known to leave the forward unchang
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.mapping import (
     Converted,
     KeyMapper,
+    config_count,
+    config_eps,
     positive_count,
     read_source,
     require_keys,
@@ -33,6 +37,7 @@ from flops_fit.parity.mapping import (
     width_count,
 )
 
+from flops_fit.checks import is_integer, is_real
 from flops_fit.errors import ConversionError
 
 MODEL_TYPES = {"llama": "HF LlamaForCausalLM", "qwen2": "HF Qwen2ForCausalLM", "mistral": "HF MistralForCausalLM"}
@@ -45,7 +50,7 @@ ROPE_KEYS = {
                "original_max_position_embeddings"},
 }
 # Llama-family config keys that do not change what the forward computes (besides the generic ones).
-INERT = {"max_window_layers"}  # only read through layer_types / use_sliding_window
+INERT = {"max_window_layers"}  # read only where Qwen2 derives layer_types from it
 HANDLED = {
     "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
     "intermediate_size", "vocab_size", "max_position_embeddings", "rms_norm_eps", "hidden_act",
@@ -99,14 +104,14 @@ def llama_config(config: dict[str, Any]) -> dict[str, Any]:
     attention_bias = bool(config.get("attention_bias", False))
     return {
         "width": width,
-        "n_layer": int(config["num_hidden_layers"]),
+        "n_layer": config_count(config, "num_hidden_layers", what),
         "n_head": heads,
         "n_kv_head": kv_heads,
-        "head_size": int(config.get("head_dim") or width // heads),
-        "intermediate_size": int(config["intermediate_size"]),
-        "vocab_size": int(config["vocab_size"]),
-        "block_size": int(config.get("max_position_embeddings", 2048)),
-        "rms_norm_eps": float(config.get("rms_norm_eps", 1e-6)),
+        "head_size": config_count(config, "head_dim", what, width // heads),
+        "intermediate_size": config_count(config, "intermediate_size", what),
+        "vocab_size": config_count(config, "vocab_size", what),
+        "block_size": config_count(config, "max_position_embeddings", what, 2048),
+        "rms_norm_eps": config_eps(config, "rms_norm_eps", what, 1e-6),
         **rope,
         "hidden_act": ACTIVATIONS[act],
         "attention_bias": attention_bias,
@@ -147,36 +152,60 @@ def _rope(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     extra = sorted(set(params) - ROPE_KEYS[rope_type])
     if extra:
         return {}, [f"rope parameters {extra} for rope_type={rope_type!r}"]
+    values = {"rope_theta": theta, **{k: params.get(k) for k in ROPE_KEYS[rope_type] - {"rope_type", "type", "rope_theta"}}}
+    bad = [f"{k}={v!r}" for k, v in sorted(values.items()) if not (
+        is_integer(v) if k == "original_max_position_embeddings" else is_real(v) and math.isfinite(v)) or v <= 0]
+    if bad:  # a missing factor raised a bare KeyError, a string theta a ValueError
+        return {}, [f"rope_type={rope_type!r} with {', '.join(bad)} (each a number above 0)"]
     out = {"rope_theta": float(theta), "rope_type": rope_type}
     if rope_type != "default":
-        out["rope_factor"] = float(params["factor"])
+        out["rope_factor"] = float(values["factor"])
     if rope_type == "llama3":
-        out.update(rope_low_freq_factor=float(params["low_freq_factor"]),
-                   rope_high_freq_factor=float(params["high_freq_factor"]),
-                   rope_original_max_position=int(params["original_max_position_embeddings"]))
+        out.update(rope_low_freq_factor=float(values["low_freq_factor"]),
+                   rope_high_freq_factor=float(values["high_freq_factor"]),
+                   rope_original_max_position=values["original_max_position_embeddings"])
     return out, []
 
 
 def _sliding_window(config: dict[str, Any]) -> tuple[int | None, list[str]]:
-    """Mistral: ``sliding_window`` on every layer. Qwen2: only with ``use_sliding_window``, on
-    the layers ``layer_types`` marks; all or none is reproduced."""
+    """The window as transformers applies it. Mistral: ``sliding_window`` on every layer.
+    Qwen2: only with ``use_sliding_window``, on the layers ``layer_types`` marks, or, in a config
+    without them, on layers from ``max_window_layers`` (default 28) on, as Qwen2Config derives
+    them; all or none is reproduced. Llama has no window: LlamaForCausalLM ignores the key."""
     window = config.get("sliding_window")
-    if config.get("model_type") == "qwen2" and not config.get("use_sliding_window", False):
+    model_type = config.get("model_type")
+    if model_type == "llama":
+        return None, [] if window is None else [
+            f"sliding_window={window!r} (transformers' LlamaForCausalLM ignores it and attends to every earlier "
+            "token; remove the key to convert that model, or set model_type 'mistral' if it was trained with the window)"]
+    if model_type == "qwen2" and not config.get("use_sliding_window", False):
         window = None
-    kinds = set(config.get("layer_types") or [])
+    layer_types = config.get("layer_types")
+    if model_type == "qwen2" and layer_types is None and window is not None:
+        first, layers = config.get("max_window_layers", 28), config.get("num_hidden_layers")
+        if not (is_integer(first) and is_integer(layers)):
+            return None, [f"max_window_layers={first!r} with num_hidden_layers={layers!r} (two layer counts: "
+                          "Qwen2 slides from layer max_window_layers on)"]
+        layer_types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+    kinds = set(layer_types or [])
     if kinds == {"full_attention"}:
-        window = None if config.get("model_type") == "qwen2" else window
+        window = None if model_type == "qwen2" else window
     if window is not None and "full_attention" in kinds and "sliding_attention" in kinds:
-        return None, [f"layer_types mixing sliding and full attention ({config['layer_types']})"]
-    return (int(window) if window is not None else None), []
+        return None, [f"layer_types mixing sliding and full attention ({layer_types})"]
+    if window is not None and not (is_integer(window) and window > 0):
+        return None, [f"sliding_window={window!r} (a number of tokens above 0, or null)"]
+    return window, []
 
 
 def llama_state(m: KeyMapper, our: dict[str, Any]) -> dict[str, Any]:
     """Map the shared Llama-family keys to ours; q/k/v rows pack into ``qkv_proj``."""
-    m.map("embed_tokens.weight", "model.embed_tokens.weight")
+    if our["tie_word_embeddings"] and not m.has("model.embed_tokens.weight") and m.has("lm_head.weight"):
+        m.map("embed_tokens.weight", "lm_head.weight")  # tied, saved by safetensors' save_model: one name kept
+    else:
+        m.map("embed_tokens.weight", "model.embed_tokens.weight")
+        if not our["tie_word_embeddings"] or m.has("lm_head.weight"):  # tied: save_pretrained omits it
+            m.map("lm_head.weight", "lm_head.weight")
     m.map("norm.weight", "model.norm.weight")
-    if not our["tie_word_embeddings"] or m.has("lm_head.weight"):  # tied: save_pretrained omits it
-        m.map("lm_head.weight", "lm_head.weight")
     for i in range(our["n_layer"]):
         a, b = f"model.layers.{i}.", f"layers.{i}."
         for norm in ("input_layernorm", "post_attention_layernorm"):

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from flops_fit.parity.convert_llama import head_counts
-from flops_fit.parity.mapping import Converted, KeyMapper, read_source, require_keys
+from flops_fit.parity.mapping import (
+    Converted,
+    KeyMapper,
+    config_count,
+    read_source,
+    require_keys,
+    width_count,
+)
 
 from flops_fit.errors import ConversionError
 
@@ -38,9 +45,9 @@ def convert_llama_attention(
             raise ConversionError(f"{REFERENCE}: the weights have no layer {layer} ({prefix}* keys)")
         tensors = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
     require_keys(config, ("hidden_size", "num_attention_heads"), REFERENCE)
-    width = int(config["hidden_size"])
+    width = width_count(config["hidden_size"], "config hidden_size", REFERENCE)
     heads, kv_heads = head_counts(config, REFERENCE)
-    head_dim = int(config.get("head_dim") or width // heads)
+    head_dim = config_count(config, "head_dim", REFERENCE, width // heads)
     if head_dim * heads != width:
         raise ConversionError(
             f"{REFERENCE}: head_dim={head_dim} x {heads} heads != hidden_size={width}; our attention "

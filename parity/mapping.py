@@ -10,6 +10,7 @@ attention). ``load_strict`` does the same on our side: missing, unexpected, mis-
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 
 from flops_fit.parity.safetensors_io import load_weights
 
+from flops_fit.checks import is_real
 from flops_fit.errors import ConversionAssumptionWarning, ConversionError
 from flops_fit.plugin.api import create_model
 from flops_fit.plugin.contracts import resolve
@@ -114,6 +116,23 @@ def positive_count(value: Any, name: str, what: str, noun: str, hint: str = "") 
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConversionError(f"{what}: {name}={value!r} is not {noun} (a positive integer){hint}")
     return value
+
+
+def config_count(config: Mapping[str, Any], key: str, what: str, default: int | None = None) -> int:
+    """``config[key]`` (``default`` where absent or null) as a positive integer, e.g. a layer count or
+    a vocabulary size: ``int()`` cut 2.5 layers to 2, took "2", and let 0 or -1 through to the model."""
+    value = config.get(key)
+    return positive_count(default if value is None and default is not None else value, f"config {key}", what,
+                          "a count")
+
+
+def config_eps(config: Mapping[str, Any], key: str, what: str, default: float) -> float:
+    """``config[key]`` (``default`` where absent) as a norm's epsilon, a finite number of at least 0:
+    ``float()`` raised a bare ValueError / TypeError on a string or a null, and took NaN or -1."""
+    value = config.get(key, default)
+    if not is_real(value) or not math.isfinite(value) or value < 0:
+        raise ConversionError(f"{what}: config {key}={value!r} is not a finite number of at least 0")
+    return float(value)
 
 
 def width_count(value: Any, name: str, what: str) -> int:
@@ -221,6 +240,17 @@ class KeyMapper:
     def finish(self) -> dict[str, Any]:
         """The converted state dict; raises ConversionError listing every problem at once."""
         unexpected = sorted(set(self.tensors) - self.used)
+        found = sorted(self.used - set(self.dropped))
+        # most of the file is not its, and under a fifth of what it reads is there: another architecture, where
+        # listing every key says less
+        if len(unexpected) > len(found) and 5 * len(found) < len(found) + len(self.missing):
+            wanted = len(found) + len(self.missing)
+            named = f" ({', '.join(found[:3])})" if found else ""
+            raise ConversionError(
+                f"cannot convert {self.what}: these are not {self.what} weights: it finds {len(found)} of the {wanted} "
+                f"tensors it reads{named}, and {len(unexpected)} tensors are not its (keys such as "
+                f"{', '.join(unexpected[:3])}); "
+                "convert them with the converter of their kind, or check that the file is the one meant")
         problems = []
         if self.missing:
             problems.append(("missing in the reference", self.missing))

@@ -108,8 +108,21 @@ def load_weights(path: str | Path) -> Weights:
         for tensor, shard in weight_map.items():
             _check_shard_name(path / SHARD_INDEX, tensor, shard)
         tensors: dict[str, Any] = {}
+        elsewhere: list[str] = []  # a tensor in a shard the index does not name for it
         for shard in sorted(set(weight_map.values())):
-            tensors.update(read_safetensors(path / shard))
+            if not (path / shard).exists():
+                raise WeightFileError(f"{path / SHARD_INDEX} names shard {shard!r}, which is not in {path}; "
+                                      "copy the whole folder again or re-save the model")
+            for name, tensor in read_safetensors(path / shard).items():
+                if weight_map.get(name) == shard:
+                    tensors[name] = tensor
+                else:
+                    elsewhere.append(f"{name} in {shard} (index: {weight_map.get(name) or 'not listed'})")
+        if elsewhere:  # read anyway, a second copy of a tensor would replace the first by shard order
+            raise WeightFileError(f"{path}: the shards hold tensors where the index does not put them, so which "
+                                  f"copy is the model's is unknown: {', '.join(elsewhere[:10])}"
+                                  f"{f' and {len(elsewhere) - 10} more' if len(elsewhere) > 10 else ''}; "
+                                  "re-save the model (save_pretrained) or fix the index")
         missing = sorted(set(weight_map) - set(tensors))
         if missing:
             raise WeightFileError(f"{path}: the shards lack tensors listed in the index: {missing[:10]}")

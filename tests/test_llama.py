@@ -198,3 +198,36 @@ def test_head_counts_that_are_no_counts_are_refused_naming_the_key(heads, kv_hea
         convert_llama_attention(reference.state_dict(), config)
     assert convert_llama_attention(reference.state_dict(), {**reference.config.to_dict(), "num_key_value_heads": None}
                                    ).config["num_kv_heads"] == reference.config.num_attention_heads
+
+
+def test_a_sliding_window_in_a_llama_config_is_refused_not_applied():
+    """transformers' LlamaForCausalLM has no sliding window and ignores the key; the converter applied
+    it, so our model masked keys HF attends to (logits 0.35 apart on 12 tokens with window 4)."""
+    from flops_fit.parity.convert_llama import convert_llama, llama_config
+
+    with pytest.raises(ConversionError, match=r"sliding_window=4 \(transformers' LlamaForCausalLM ignores it"):
+        convert_llama({}, _config(sliding_window=4))
+    assert llama_config(_config(sliding_window=None))["sliding_window"] is None
+
+
+@pytest.mark.parametrize("max_window_layers, layers, expected", [
+    (28, 2, None),  # Qwen2Config's default: no layer of a 2-layer model slides
+    (0, 2, 4),  # every layer slides
+    (1, 2, "mixing"),  # layer 1 slides, layer 0 does not
+])
+def test_qwen2_without_layer_types_slides_from_max_window_layers(max_window_layers, layers, expected):
+    """A Qwen2 config.json without layer_types (as transformers 4.x saved them): Qwen2Config derives
+    them, sliding from layer max_window_layers on; the converter slid every layer, so a config with
+    use_sliding_window and the default 28 converted to a model that masked keys HF attends to."""
+    transformers = pytest.importorskip("transformers")
+    from flops_fit.parity.convert_llama import llama_config
+
+    config = _config(model_type="qwen2", num_hidden_layers=layers, use_sliding_window=True, sliding_window=4,
+                     max_window_layers=max_window_layers)
+    hf = transformers.Qwen2Config.from_dict(config).layer_types
+    assert ("sliding_attention" in hf, "full_attention" in hf) == (expected is not None, expected != 4)
+    if expected == "mixing":
+        with pytest.raises(ConversionError, match="layer_types mixing sliding and full attention"):
+            llama_config(config)
+    else:
+        assert llama_config(config)["sliding_window"] == expected

@@ -579,3 +579,77 @@ def test_a_swin_stage_list_given_as_one_number_is_refused_by_name(key, value) ->
         convert_timm_swin(case_swin.timm_reference().state_dict(), img_size=32, **{key: value})
     assert f"timm SwinTransformer: {key}={value!r} is not a list with one number of" in str(err.value)
     assert f"per stage (a positive integer each), e.g. {key}=(2, 4) for two stages" in str(err.value)
+
+
+_GPT2 = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 96, "n_positions": 16}
+_LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+          "intermediate_size": 96, "vocab_size": 96}
+
+
+@pytest.mark.parametrize("family, changes, named", [
+    ("gpt2", {"layer_norm_epsilon": "1e-5"}, "config layer_norm_epsilon='1e-5' is not a finite number of at least 0"),
+    ("gpt2", {"layer_norm_epsilon": None}, "config layer_norm_epsilon=None is not a finite number"),
+    ("gpt2", {"layer_norm_epsilon": float("nan")}, "config layer_norm_epsilon=nan is not a finite number"),
+    ("gpt2", {"n_layer": 2.5}, "config n_layer=2.5 is not a count (a positive integer)"),
+    ("gpt2", {"vocab_size": 0}, "config vocab_size=0 is not a count"),
+    ("gpt2", {"n_positions": "16"}, "config n_positions='16' is not a count"),
+    ("llama", {"rms_norm_eps": "x"}, "config rms_norm_eps='x' is not a finite number of at least 0"),
+    ("llama", {"num_hidden_layers": 2.5}, "config num_hidden_layers=2.5 is not a count"),
+    ("llama", {"head_dim": 0}, "config head_dim=0 is not a count"),
+    ("llama", {"intermediate_size": -96}, "config intermediate_size=-96 is not a count"),
+    ("llama", {"rope_parameters": {"rope_type": "linear"}}, "rope_type='linear' with factor=None (each a number above 0)"),
+    ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": "1e4"}}, "rope_type='default' with rope_theta='1e4'"),
+    ("llama", {"model_type": "mistral", "sliding_window": 0}, "sliding_window=0 (a number of tokens above 0, or null)"),
+])
+def test_config_numbers_that_are_no_numbers_are_refused_by_name(family, changes, named) -> None:
+    """float() / int() read the sizes and epsilons: a string eps or a null raised a bare ValueError /
+    TypeError, a missing RoPE factor a KeyError, 2.5 layers became 2, head_dim 0 fell back to
+    width / heads, and NaN or a 0 window went into the model."""
+    from flops_fit.parity.convert_gpt2 import gpt2_config
+    from flops_fit.parity.convert_llama import llama_config
+
+    read, base = (gpt2_config, _GPT2) if family == "gpt2" else (llama_config, _LLAMA)
+    with pytest.raises(ConversionError, match=re.escape(named)):
+        read({**base, **changes})
+    assert read(base)["n_layer"] == 2  # the base converts
+
+
+def test_weights_of_another_architecture_are_named_as_such_in_one_line() -> None:
+    """Llama weights given to the GPT-2 converter (with a GPT-2 config) listed 28 missing and 20
+    unexpected keys over three lines without saying that they are not GPT-2's; a file that lacks a
+    few tensors still lists them."""
+    llama = case_llama.hf_reference().state_dict()
+    with pytest.raises(ConversionError) as err:
+        convert_gpt2(llama, _GPT2)
+    assert str(err.value) == (
+        f"cannot convert HF GPT-2: these are not HF GPT-2 weights: it finds 1 of the 28 tensors it "
+        f"reads (lm_head.weight), and {len(llama) - 1} tensors are not its (keys such as model.embed_tokens.weight, "
+        "model.layers.0.input_layernorm.weight, model.layers.0.mlp.down_proj.weight); convert them with the "
+        "converter of their kind, or check that the file is the one meant")
+    with pytest.raises(ConversionError, match=r"^cannot convert HF LlamaForCausalLM: these are not HF "
+                                              r"LlamaForCausalLM weights: it finds 1 of the 21 tensors it reads "
+                                              r"\(lm_head\.weight\), and 28 tensors are not its"):
+        convert_llama(case_gpt.gpt2_reference().state_dict(), case_llama.hf_reference().config.to_dict())
+    with pytest.raises(ConversionError, match=r"^cannot convert HF GPT-2: 1 missing in the reference\n"):
+        convert_gpt2({k: v for k, v in case_gpt.gpt2_reference().state_dict().items() if k != "transformer.wpe.weight"},
+                     {**case_gpt.TINY, "model_type": "gpt2"})
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama-rope-llama3"])
+def test_tied_models_saved_by_safetensors_save_model_convert_and_match(family, tmp_path) -> None:
+    """safetensors refuses save_file on a tied model's state dict and points to save_model, which keeps
+    the head's name alone (lm_head.weight); both converters refused the file as missing the token
+    embedding (transformer.wte.weight / model.embed_tokens.weight) that transformers restores by tying."""
+    from flops_fit.parity.compare import Side, compare_sides
+    from flops_fit.parity.pipeline import call
+    from safetensors.torch import load_file, save_model
+
+    if family == "gpt2":
+        ref, convert, tokens = case_gpt.gpt2_reference(), convert_gpt2, probe.tokens(2, 12, case_gpt.TINY["vocab_size"])
+    else:
+        ref, convert, tokens = case_llama.hf_reference(family), convert_llama, probe.tokens(2, 12, 96)
+    save_model(ref, str(tmp_path / "model.safetensors"))
+    assert "lm_head.weight" in load_file(str(tmp_path / "model.safetensors"))
+    ref.config.to_json_file(str(tmp_path / "config.json"))
+    results = compare_sides(Side(ref, call), Side(convert(tmp_path).build(), call), [tokens])
+    assert [(r.name, r.passed) for r in results] == [("logits", True)]  # within fp32 tolerance

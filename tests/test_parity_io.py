@@ -115,3 +115,32 @@ def test_a_header_entry_without_its_offsets_is_named_as_corrupt(tmp_path, entry)
     with pytest.raises(WeightFileError, match=r"model.safetensors is corrupt: its header's entry for tensor 'w' has "
                                               r"no \[start, end\] data_offsets"):
         read_safetensors(path)
+
+
+def _two_shards(folder, second: dict) -> None:
+    save_file({"a": torch.zeros(2)}, str(folder / "model-00001-of-00002.safetensors"))
+    save_file(second, str(folder / "model-00002-of-00002.safetensors"))
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("second, named", [
+    ({"b": torch.ones(3), "a": torch.full((2,), 7.0)}, "a in model-00002-of-00002.safetensors (index: "
+                                                         "model-00001-of-00002.safetensors)"),
+    ({"b": torch.ones(3), "c": torch.ones(1)}, "c in model-00002-of-00002.safetensors (index: not listed)"),
+])
+def test_shards_holding_tensors_the_index_puts_elsewhere_are_refused(tmp_path, second, named) -> None:
+    """A tensor in two shards was read from both and the later shard's copy kept (here 7s where the
+    index names the zeros): a silently different model. Each tensor stray from its index entry is named."""
+    _two_shards(tmp_path, second)
+    with pytest.raises(WeightFileError, match=r"the shards hold tensors where the index does not put them.*"
+                                              + re.escape(named)):
+        load_weights(tmp_path)
+
+
+def test_a_shard_the_index_names_but_the_folder_lacks_is_named(tmp_path) -> None:
+    _two_shards(tmp_path, {"b": torch.ones(3)})
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(WeightFileError, match=r"model\.safetensors\.index\.json names shard "
+                                              r"'model-00002-of-00002\.safetensors', which is not in "):
+        load_weights(tmp_path)
