@@ -133,7 +133,7 @@ def test_a_plans_repr_is_one_line_and_a_0d_array_is_one_budget():
     plan = flops_fit.plan(budgets=np.array(1e11), **PLAN)
     assert plan.budgets == [1e11] and len(plan.runs) == len(flops_fit.plan(budgets=1e11, **PLAN).runs) == 5
     assert repr(plan) == f"<Plan of 5 runs of gpt at 1 budget(s), {plan.total_flops:.3g} FLOPs; print() it for the table>"
-    with pytest.raises(PlanError, match=r"each budget must be a positive number, got -1"):
+    with pytest.raises(PlanError, match=r"each budget must be a finite positive number, got -1"):
         flops_fit.plan(budgets=np.array(-1), **PLAN)
 
 
