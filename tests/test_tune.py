@@ -247,6 +247,20 @@ def test_a_tune_resumed_without_its_grid_names_the_options_to_resume_with(tuned,
     assert "wrote" in capsys.readouterr().out
 
 
+def test_report_on_a_tune_folder_keeps_the_tunes_report(tuned, tmp_path, capsys):
+    """`flops-fit report DIR` on a tune's folder wrote its fit's page over DIR/report.html, the tune's report (its
+    cells and its law), without a word: it is refused in one line naming --out, and the tune's page is kept."""
+    out = tmp_path / "my-tune"
+    shutil.copytree(tuned[0], out)
+    before = (out / "report.html").read_text()
+    code = main(["report", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out / 'report.html'} is the report of the tune in {out} (flops-fit tune): give --out PATH for this " \
+        f"fit's report (e.g. --out {out / 'fit-report.html'})" in err
+    assert (out / "report.html").read_text() == before
+
+
 def test_a_sweep_files_relative_tune_is_read_from_the_files_folder(tuned, tmp_path, monkeypatch):
     """A sweep file names its tune relative to itself, and plans the same from any folder."""
     out, _ = tuned

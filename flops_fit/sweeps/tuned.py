@@ -30,6 +30,7 @@ from flops_fit.store.runs import tuned_law_paths
 from flops_fit.sweeps.hparams import HyperParams
 
 HPARAMS_FILE = "hparams.json"
+TUNE_TITLE = "flops-fit tune"  # the <title> of a tune's report.html: `flops-fit report DIR` keeps it
 # A fitted law misses its own cells' best rates by x1.1-1.4 (median; the shipped demos' laws): one
 # that misses them by more than 10x was not fitted to them (an exponent edited by hand).
 MAX_CELL_MISS = 10.0
