@@ -258,7 +258,8 @@ def form_rows(forms: dict[str, FormFit]) -> list[list[str]]:
     for f in forms.values():
         held = f.heldout or {}
         score_text = _percent(held["excess"]) if "excess" in held else \
-            f"not scored: {held['error'].partition(': ')[0].partition(' (')[0]}" if "error" in held else "-"
+            f"not scored: {held['error'].partition(': ')[0].partition(' (')[0]}" if "error" in held else \
+            "not scored: one budget (nothing left to predict)"  # score() is None only where every cell is at one
         for j, (v, c) in enumerate(f.exponents.items()):
             interval_text = f"{c.value:.3g} [{c.lo:.3g}, {c.hi:.3g}]" if c.fitted else "not fitted"
             rows.append([f.name if j == 0 else "", VARIABLES[v], interval_text,
