@@ -16,11 +16,13 @@ from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError, OptionError, PlanError, StoreError
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps import demo
-from flops_fit.sweeps.config import load_config
+from flops_fit.sweeps.config import load_config, parse_config
 from flops_fit.sweeps.hparams import HyperParams
-from flops_fit.sweeps.tuned import TunedLaw
+from flops_fit.sweeps.options import parse_floats, parse_ints
+from flops_fit.sweeps.tuned import TunedLaw, grid_flags, stored_grid
 from flops_fit.tuning.cells import fit_cell
 from flops_fit.tuning.forms import FORMS, Point, fit_form
+from flops_fit.tuning.grid import check_grid, tune_plan
 from flops_fit.tuning.law import fit_batch_law, fit_law
 
 
@@ -259,6 +261,20 @@ def test_report_on_a_tune_folder_keeps_the_tunes_report(tuned, tmp_path, capsys)
     assert f"{out / 'report.html'} is the report of the tune in {out} (flops-fit tune): give --out PATH for this " \
         f"fit's report (e.g. --out {out / 'fit-report.html'})" in err
     assert (out / "report.html").read_text() == before
+
+
+def test_the_grid_named_to_resume_with_plans_the_stored_runs_exactly():
+    """A tune at multipliers 1/3, 1, 3 (or a budget of 7 digits) recorded 'tune:x0.333333', so the grid its refusal and
+    `flops-fit status` named to resume with (--multipliers 0.333333,1,3) planned rates 1e-6 off the stored ones, and
+    was refused as 'a different sweep (settings that differ: lr)': the named flags plan the very same runs."""
+    options = parse_config({k: dict(v) for k, v in SPEC.items()}, "spec").options
+    grid = check_grid(options, [4.1234567e8], [8], [1 / 3, 1, 3], None, None)
+    stored = tune_plan(options, grid).runs
+    flags = dict(zip(*[iter(grid_flags(stored_grid(stored)).split())] * 2))
+    again = check_grid(options, parse_floats(flags["--budgets"]), parse_ints(flags["--sizes"]),
+                       parse_floats(flags["--multipliers"]), None, None)
+    assert [(r.run_id, r.lr, r.budget) for r in tune_plan(options, again).runs] == \
+        [(r.run_id, r.lr, r.budget) for r in stored]
 
 
 def test_a_sweep_files_relative_tune_is_read_from_the_files_folder(tuned, tmp_path, monkeypatch):
