@@ -639,6 +639,24 @@ def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
         "another sweep); each run's rate and loss: `flops-fit status my-tune`")
 
 
+def test_a_tune_of_one_cell_with_its_optimum_asks_for_more_cells_not_wider_multipliers():
+    """One size at one budget, its optimum found: the refusal read "... (0 of 1 cells have none: ): tune more sizes
+    or budgets" and asked to widen the multipliers. Its one cell has its optimum: the grid needs more cells."""
+    from flops_fit.tuning.tune import Cell, fit_tune
+
+    options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
+                                     min_steps=5, model_config={"n_layer": 1, "n_head": 1})
+    grid = check_grid(options, 1, [8], [0.25, 1, 4], None, None)
+    rates = [1e-3, 1e-2, 1e-1]
+    cells = [Cell(8, 8000, 8.0, 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, 1e-2)), [])]
+    with pytest.raises(FitInputError) as caught:
+        fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+    assert str(caught.value) == (
+        "the law needs at least 2 cells with an interior optimum, got 1 (every cell of the tune has its optimum; it "
+        "has 1 cell): tune more sizes or budgets, into a new --out folder (a tune resumes only the grid it started "
+        "with); each run's rate and loss: `flops-fit status my-tune`")
+
+
 def test_tokens_that_nearly_follow_the_width_are_not_fitted():
     """One budget: tokens = C / (6 N(W)) with N = 12 W^2 + 512 W is no exact power of W, but
     the few percent it departs from one cannot carry an exponent of its own."""
