@@ -24,6 +24,7 @@ from flops_fit.tuning.cells import fit_cell
 from flops_fit.tuning.forms import FORMS, Point, fit_form
 from flops_fit.tuning.grid import check_grid, tune_plan
 from flops_fit.tuning.law import fit_batch_law, fit_law
+from flops_fit.tuning.tune import Cell, fit_tune
 
 
 def parabola_losses(rates, best, floor=2.0, curvature=0.05):
@@ -619,21 +620,24 @@ def test_an_unknown_holdout_is_refused_before_training(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
-    from flops_fit.tuning.grid import check_grid
-    from flops_fit.tuning.tune import Cell, fit_tune
-
+def refusal(widths: list[int], best: float) -> str:
+    """fit_tune's refusal for cells of these widths, each with its parabola's best rate at ``best``, tried at 1e-3,
+    1e-2 and 1e-1 (x1/4, 1, 4 of a one-budget GPT sweep's rate; nothing trains)."""
     options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
                                      min_steps=5, model_config={"n_layer": 1, "n_head": 1})
     grid = check_grid(options, 1, None, [0.25, 1, 4], None, None)
     rates = [1e-3, 1e-2, 1e-1]
-    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, 1.0)), [])
-             for w in (8, 16)]  # the best rate (1.0) lies above every rate tried
+    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, best)), [])
+             for w in widths]
     with pytest.raises(FitInputError) as caught:
         fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+    return str(caught.value)
+
+
+def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
     # every cell counted (not the first 3), the multipliers to use, and where each rate's loss is (no
     # report is written without a law; status lists each run's rate and loss)
-    assert str(caught.value) == (
+    assert refusal([8, 16], best=1.0) == (
         "no cell has its best rate inside the multipliers (2 of 2 cells have none: 2 best at the highest rate "
         "tried): tune again with --multipliers 0.25,1,4,8,16 into a new --out folder (other multipliers are "
         "another sweep); each run's rate and loss: `flops-fit status my-tune`")
@@ -642,16 +646,7 @@ def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
 def test_a_tune_of_one_cell_with_its_optimum_asks_for_more_cells_not_wider_multipliers():
     """One size at one budget, its optimum found: the refusal read "... (0 of 1 cells have none: ): tune more sizes
     or budgets" and asked to widen the multipliers. Its one cell has its optimum: the grid needs more cells."""
-    from flops_fit.tuning.tune import Cell, fit_tune
-
-    options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
-                                     min_steps=5, model_config={"n_layer": 1, "n_head": 1})
-    grid = check_grid(options, 1, [8], [0.25, 1, 4], None, None)
-    rates = [1e-3, 1e-2, 1e-1]
-    cells = [Cell(8, 8000, 8.0, 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, 1e-2)), [])]
-    with pytest.raises(FitInputError) as caught:
-        fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
-    assert str(caught.value) == (
+    assert refusal([8], best=1e-2) == (
         "the law needs at least 2 cells with an interior optimum, got 1 (every cell of the tune has its optimum; it "
         "has 1 cell): tune more sizes or budgets, into a new --out folder (a tune resumes only the grid it started "
         "with); each run's rate and loss: `flops-fit status my-tune`")
