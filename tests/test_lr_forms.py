@@ -72,6 +72,25 @@ def test_one_budget_cannot_fit_the_flops_law_and_says_why():
     assert "C barely varies" in fit.notes[0]
 
 
+def test_one_size_cannot_fit_the_size_exponent_and_asks_for_more_sizes():
+    """A tune of one size at three budgets left Bjorck's form unfitted "(tune at budgets further apart)": its budgets
+    were 8x apart already; what N lacks is a second size."""
+    points = [p for p in cells((1, 2.83, 8), bjorck) if p.values["width"] == 16]
+    for form in ("bjorck", "size"):
+        fit = fit_form(FORMS[form], points, bootstrap=0)
+        assert not fit.exponents["params"].fitted
+        assert fit.notes == ["not fitted: N barely varies across these cells (one size): tune more sizes"], fit.notes
+
+
+def test_a_form_of_one_budget_says_why_it_has_no_held_out_score():
+    """A tune at one budget printed "-" in every form's held-out column, with no reason: nothing is left to predict
+    once its only budget is held out, and the column says so."""
+    fit = fit_form(FORMS["size"], cells((1,), bjorck), bootstrap=0)
+    fit.heldout = score(lambda rest: fit_form(FORMS["size"], rest, bootstrap=0), cells((1,), bjorck))
+    assert fit.exponents["params"].fitted and fit.heldout is None
+    assert form_rows({"size": fit})[0][-1] == "not scored: one budget (nothing left to predict)"
+
+
 def test_the_held_out_score_predicts_the_largest_budget_and_prefers_the_true_form():
     points = cells((1, 2.83, 8), deepseek, noise=0.02, seed=3)
     held = score(lambda rest: fit_form(FORMS["deepseek"], rest, bootstrap=0), points)

@@ -16,12 +16,15 @@ from flops_fit.cli.main import main
 from flops_fit.errors import FitInputError, OptionError, PlanError, StoreError
 from flops_fit.store.run_store import RunStore
 from flops_fit.sweeps import demo
-from flops_fit.sweeps.config import load_config
+from flops_fit.sweeps.config import load_config, parse_config
 from flops_fit.sweeps.hparams import HyperParams
-from flops_fit.sweeps.tuned import TunedLaw
+from flops_fit.sweeps.options import parse_floats, parse_ints
+from flops_fit.sweeps.tuned import TunedLaw, grid_flags, stored_grid
 from flops_fit.tuning.cells import fit_cell
 from flops_fit.tuning.forms import FORMS, Point, fit_form
+from flops_fit.tuning.grid import check_grid, tune_plan
 from flops_fit.tuning.law import fit_batch_law, fit_law
+from flops_fit.tuning.tune import Cell, fit_tune
 
 
 def parabola_losses(rates, best, floor=2.0, curvature=0.05):
@@ -245,6 +248,34 @@ def test_a_tune_resumed_without_its_grid_names_the_options_to_resume_with(tuned,
     assert main(["tune", str(spec), "--out", str(out), "--resume", "--skip-parity", "--skip-preflight", "--bootstrap",
                  "20", *flags]) == 0  # as named: the same runs, every one done, the law fitted again
     assert "wrote" in capsys.readouterr().out
+
+
+def test_report_on_a_tune_folder_keeps_the_tunes_report(tuned, tmp_path, capsys):
+    """`flops-fit report DIR` on a tune's folder wrote its fit's page over DIR/report.html, the tune's report (its
+    cells and its law), without a word: it is refused in one line naming --out, and the tune's page is kept."""
+    out = tmp_path / "my-tune"
+    shutil.copytree(tuned[0], out)
+    before = (out / "report.html").read_text()
+    code = main(["report", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out / 'report.html'} is the report of the tune in {out} (flops-fit tune): give --out PATH for this " \
+        f"fit's report (e.g. --out {out / 'fit-report.html'})" in err
+    assert (out / "report.html").read_text() == before
+
+
+def test_the_grid_named_to_resume_with_plans_the_stored_runs_exactly():
+    """A tune at multipliers 1/3, 1, 3 (or a budget of 7 digits) recorded 'tune:x0.333333', so the grid its refusal and
+    `flops-fit status` named to resume with (--multipliers 0.333333,1,3) planned rates 1e-6 off the stored ones, and
+    was refused as 'a different sweep (settings that differ: lr)': the named flags plan the very same runs."""
+    options = parse_config({k: dict(v) for k, v in SPEC.items()}, "spec").options
+    grid = check_grid(options, [4.1234567e8], [8], [1 / 3, 1, 3], None, None)
+    stored = tune_plan(options, grid).runs
+    flags = dict(zip(*[iter(grid_flags(stored_grid(stored)).split())] * 2))
+    again = check_grid(options, parse_floats(flags["--budgets"]), parse_ints(flags["--sizes"]),
+                       parse_floats(flags["--multipliers"]), None, None)
+    assert [(r.run_id, r.lr, r.budget) for r in tune_plan(options, again).runs] == \
+        [(r.run_id, r.lr, r.budget) for r in stored]
 
 
 def test_a_sweep_files_relative_tune_is_read_from_the_files_folder(tuned, tmp_path, monkeypatch):
@@ -589,24 +620,36 @@ def test_an_unknown_holdout_is_refused_before_training(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
-    from flops_fit.tuning.grid import check_grid
-    from flops_fit.tuning.tune import Cell, fit_tune
-
+def refusal(widths: list[int], best: float) -> str:
+    """fit_tune's refusal for cells of these widths, each with its parabola's best rate at ``best``, tried at 1e-3,
+    1e-2 and 1e-1 (x1/4, 1, 4 of a one-budget GPT sweep's rate; nothing trains)."""
     options = flops_fit.SweepOptions(model="gpt", budgets=[4e8], sizes=[8, 12, 16], batch_size=8, seq_len=16,
                                      min_steps=5, model_config={"n_layer": 1, "n_head": 1})
     grid = check_grid(options, 1, None, [0.25, 1, 4], None, None)
     rates = [1e-3, 1e-2, 1e-1]
-    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, 1.0)), [])
-             for w in (8, 16)]  # the best rate (1.0) lies above every rate tried
+    cells = [Cell(w, 1000 * w, float(w), 10000, 8, 0.99, 1e9, fit_cell(rates, parabola_losses(rates, best)), [])
+             for w in widths]
     with pytest.raises(FitInputError) as caught:
         fit_tune(Path("my-tune"), flops_fit.plan(options), cells, grid, bootstrap=0, seed=0)
+    return str(caught.value)
+
+
+def test_a_tune_whose_cells_all_sit_on_an_edge_says_which_way_to_widen():
     # every cell counted (not the first 3), the multipliers to use, and where each rate's loss is (no
     # report is written without a law; status lists each run's rate and loss)
-    assert str(caught.value) == (
+    assert refusal([8, 16], best=1.0) == (
         "no cell has its best rate inside the multipliers (2 of 2 cells have none: 2 best at the highest rate "
         "tried): tune again with --multipliers 0.25,1,4,8,16 into a new --out folder (other multipliers are "
         "another sweep); each run's rate and loss: `flops-fit status my-tune`")
+
+
+def test_a_tune_of_one_cell_with_its_optimum_asks_for_more_cells_not_wider_multipliers():
+    """One size at one budget, its optimum found: the refusal read "... (0 of 1 cells have none: ): tune more sizes
+    or budgets" and asked to widen the multipliers. Its one cell has its optimum: the grid needs more cells."""
+    assert refusal([8], best=1e-2) == (
+        "the law needs at least 2 cells with an interior optimum, got 1 (every cell of the tune has its optimum; it "
+        "has 1 cell): tune more sizes or budgets, into a new --out folder (a tune resumes only the grid it started "
+        "with); each run's rate and loss: `flops-fit status my-tune`")
 
 
 def test_tokens_that_nearly_follow_the_width_are_not_fitted():

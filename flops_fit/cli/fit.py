@@ -17,6 +17,7 @@ import flops_fit
 from flops_fit.errors import NoFitError, OptionError, StoreError
 from flops_fit.files import check_writable
 from flops_fit.store.run_store import FIT_META, STORE_NAME, RunStore
+from flops_fit.sweeps.tuned import TUNE_TITLE
 
 # The fitting package (numpy, pandas) is reached only through flops_fit.fit, so that
 # `flops-fit --help` stays light: it checks --method, --curve, --holdout and --metric itself, and a bad
@@ -277,13 +278,18 @@ def default_report_path(source: str) -> Path:
 def refuse_another_sources_report(out: Path, source: str) -> None:
     """The default name drops the table's suffix, so runs.csv and runs.jsonl (or a folder runs) share
     runs.report.html: the second report wrote over the first without a word. Refuse, before the fit,
-    a default path that holds the page of a source of another name (its provenance says which)."""
+    a default path that holds the page of a source of another name (its provenance says which), or a tune's
+    own page (``flops-fit tune`` writes DIR/report.html, the report's default for that folder)."""
     if "://" in source or not out.is_file():
         return
     try:
-        found = re.search(r"&quot;source&quot;: &quot;(.*?)&quot;", out.read_text(encoding="utf-8", errors="replace"))
+        page = out.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return  # check_writable names an unreadable file
+    if f"<title>{TUNE_TITLE}</title>" in page:  # a tune's folder: its page of cells and law, not a fit's
+        raise OptionError(f"{out} is the report of the tune in {out.parent} (flops-fit tune): give --out PATH for "
+                          f"this fit's report (e.g. --out {out.parent / 'fit-report.html'})")
+    found = re.search(r"&quot;source&quot;: &quot;(.*?)&quot;", page)
     if found and Path(written := html.unescape(found.group(1))).name != Path(source).name:
         raise OptionError(f"{out} holds the report of {written}, not of {source}: give --out PATH for this one "
                           f"(e.g. --out {out.parent / (Path(source).name + '.report.html')}), or remove {out}")

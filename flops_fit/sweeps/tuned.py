@@ -30,6 +30,7 @@ from flops_fit.store.runs import tuned_law_paths
 from flops_fit.sweeps.hparams import HyperParams
 
 HPARAMS_FILE = "hparams.json"
+TUNE_TITLE = "flops-fit tune"  # the <title> of a tune's report.html: `flops-fit report DIR` keeps it
 # A fitted law misses its own cells' best rates by x1.1-1.4 (median; the shipped demos' laws): one
 # that misses them by more than 10x was not fitted to them (an exponent edited by hand).
 MAX_CELL_MISS = 10.0
@@ -372,7 +373,16 @@ def stored_grid(runs: list[Any]) -> dict[str, list[float]] | None:
     return grid
 
 
+def exact_text(value: float) -> str:
+    """``value`` as short as it reads back exactly: ``0.25``, ``4e+08``, but 1/3 as ``0.3333333333333333`` (``:g``'s
+    ``0.333333`` planned rates, and a tune resumed with them, that are not the stored ones)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    short = f"{value:g}"
+    return short if float(short) == value else repr(float(value))
+
+
 def grid_flags(grid: dict[str, list[float]]) -> str:
     """``stored_grid``'s grid as ``flops-fit tune``'s options: ``--budgets 4e+08 --sizes 8,12 --multipliers ...``."""
-    return " ".join(f"--{name.replace('_', '-')} {','.join(f'{v:g}' for v in values)}"
+    return " ".join(f"--{name.replace('_', '-')} {','.join(exact_text(v) for v in values)}"
                     for name, values in grid.items())

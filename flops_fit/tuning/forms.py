@@ -135,8 +135,7 @@ def fit_form(form: Form, points: list[Point], *, bootstrap: int = 200, seed: int
     flat = [v for j, v in enumerate(form.variables)
             if _spread(columns[j], [np.ones(n)] + columns[:j] + columns[j + 1:]) < MIN_SPREAD]
     if flat or n < k:
-        why = (f"{n} cells for {k} coefficients" if n < k else f"{', '.join(VARIABLES[v] for v in flat)} barely "
-               "varies apart from the other variables across these cells (tune at budgets further apart)")
+        why = f"{n} cells for {k} coefficients" if n < k else _flat_why(flat, dict(zip(form.variables, columns)))
         return FormFit(form.name, form.title, Coefficient(math.exp(float(np.mean(y))), fitted=False),
                        {v: Coefficient(0.0, fitted=False) for v in form.variables}, n, math.nan,
                        notes=[f"not fitted: {why}"], dof=n - k)
@@ -159,6 +158,25 @@ def fit_form(form: Form, points: list[Point], *, bootstrap: int = 200, seed: int
     exponents = {v: Coefficient(float(beta[j]), float(lo[j]), float(hi[j])) for j, v in enumerate(form.variables, 1)}
     m = Coefficient(math.exp(beta[0]), math.exp(lo[0]), math.exp(hi[0]))
     return FormFit(form.name, form.title, m, exponents, n, rms, notes=notes, dof=dof)
+
+
+# What a variable that takes one value across the cells lacks, and the fix
+ONE_VALUE = {"params": ("one size", "tune more sizes"), "nonembedding": ("one size", "tune more sizes"),
+             "width": ("one size", "tune more sizes"), "flops": ("one budget", "tune at more budgets"),
+             "tokens": ("one token count", "tune at more budgets")}
+
+
+def _flat_why(flat: list[str], columns: dict[str, np.ndarray]) -> str:
+    """Why a form is not fitted: a variable with one value across the cells needs more sizes (N) or budgets (C,
+    D); one that follows the others (one budget: D falls as N grows) needs both, to separate them."""
+    constant = [v for v in flat if _spread(columns[v], [np.ones(len(columns[v]))]) < MIN_SPREAD]
+    if constant:
+        v = constant[0]
+        what, fix = ONE_VALUE.get(v, ("one value", "tune more sizes or budgets"))
+        return f"{VARIABLES[v]} barely varies across these cells ({what}): {fix}"
+    names = ", ".join(VARIABLES[v] for v in flat)
+    return (f"{names} barely {'vary' if len(flat) > 1 else 'varies'} apart from the other variables across these "
+            "cells (tune at more budgets or sizes to separate them)")
 
 
 def _spread(values: np.ndarray, others: list[np.ndarray]) -> float:
@@ -240,7 +258,8 @@ def form_rows(forms: dict[str, FormFit]) -> list[list[str]]:
     for f in forms.values():
         held = f.heldout or {}
         score_text = _percent(held["excess"]) if "excess" in held else \
-            f"not scored: {held['error'].partition(': ')[0].partition(' (')[0]}" if "error" in held else "-"
+            f"not scored: {held['error'].partition(': ')[0].partition(' (')[0]}" if "error" in held else \
+            "not scored: one budget (nothing left to predict)"  # score() is None only where every cell is at one
         for j, (v, c) in enumerate(f.exponents.items()):
             interval_text = f"{c.value:.3g} [{c.lo:.3g}, {c.hi:.3g}]" if c.fitted else "not fitted"
             rows.append([f.name if j == 0 else "", VARIABLES[v], interval_text,

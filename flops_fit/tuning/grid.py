@@ -18,6 +18,7 @@ from typing import Any
 from flops_fit.errors import OptionError
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import Plan, plan
+from flops_fit.sweeps.tuned import exact_text
 
 DEFAULT_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0)
 # The default grid: 3 budgets from the sweep's smallest to SPAN times it (a factor sqrt(SPAN)
@@ -86,7 +87,7 @@ def tune_plan(options: SweepOptions, grid: dict[str, Any], *, host: Any = None) 
                                   f"its sizes there: {sorted({r.size for r in planned.runs})}")
             for run in cells:
                 for m in grid["multipliers"]:
-                    spec = dataclasses.replace(run, lr=run.lr * m, lr_source=f"tune:x{m:g} {run.lr_source}", run_id="")
+                    spec = dataclasses.replace(run, lr=run.lr * m, lr_source=f"tune:x{exact_text(m)} {run.lr_source}", run_id="")
                     runs.append(spec)
                     memory[spec.run_id] = planned.memory.get(run.run_id)
     return Plan(runs, first.options, first.unit, first.throughput, memory)

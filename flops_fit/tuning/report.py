@@ -13,6 +13,7 @@ import numpy as np
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.report.drawing import colours, new_figure, save_figure
 from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
+from flops_fit.sweeps.tuned import TUNE_TITLE
 from flops_fit.tuning.forms import form_rows
 from flops_fit.tuning.law import rms_text
 
@@ -172,6 +173,6 @@ def write_tune_report(result: Any, out: Path) -> Path:
              figure.embed(plot_law(result, plot_dir / "tune_law"),
                           f"The cells' best rates against the scale and the {result.units}, each moved to the other "
                           "variable's mean by the law, with the law's line.")]
-    path.write_text(PAGE.format(body="\n".join(body)).replace("flops-fit report</title>", "flops-fit tune</title>"),
+    path.write_text(PAGE.format(body="\n".join(body)).replace("flops-fit report</title>", f"{TUNE_TITLE}</title>"),
                     encoding="utf-8")
     return path

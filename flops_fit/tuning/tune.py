@@ -316,6 +316,13 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
         failed = _failed(out)
         if failed:  # the runs' own failure is the cause, not the multipliers
             raise FitInputError(f"{exc}: {failed}") from None
+        if not bad:  # every cell has its optimum: too few cells, which wider multipliers do not add
+            n = len(cells)
+            raise FitInputError(
+                f"{str(exc).partition(': ')[0]} (every cell of the tune has its optimum; it has {n} cell{'s' * (n != 1)}"
+                f"{f', {len(used)} at its best beta2' if len(used) != n else ''}): tune more sizes or budgets, into a "
+                f"new --out folder (a tune resumes only the grid it started with); each run's rate and loss: "
+                f"`flops-fit status {out}`") from None
         raise FitInputError(f"{exc} ({_why_none(bad, len(cells))}): {_widen(bad, grid['multipliers'], out)}") from None
     batch_law = None
     if batch_swept:
