@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import platform
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
 from contextlib import nullcontext, suppress
+from importlib import metadata
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -81,7 +83,8 @@ TOP_WARNINGS = 8
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                  budgets: Sequence[float] | None = None, inference_tokens: float | None = None,
-                 at: tuple[Sequence[float], Sequence[float]] | None = None, workers: int | None = None) -> Path:
+                 at: tuple[Sequence[float], Sequence[float]] | None = None, workers: int | None = None,
+                 command: str | None = None) -> Path:
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path.
 
     ``at`` (sizes, token counts) adds the loss of those planned runs (``loss_at``). A section that
@@ -89,10 +92,11 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     ``NoFitError`` a fit raised: the page then says why no method gave an answer. ``workers`` > 1
     draws each method's section in ``workers - 1`` other processes while this one draws the rest
     (the same page, sooner: drawing is most of a report's time); None (default) the cores free now,
-    where worker processes can start (``flops_fit.machine``), else 1."""
+    where worker processes can start (``flops_fit.machine``), else 1. ``command``, the command line that
+    wrote the page (the CLI gives its own), goes into the provenance with the fit's settings."""
     if isinstance(fitted, NoFitError):
         return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"),
-                             fitted=not isinstance(fitted, NoRunsError))
+                             fitted=not isinstance(fitted, NoRunsError), command=command)
     results = fitted_results(fitted, "write_report")
     out = _html_path(out)
     workers = resolve_workers(workers, "workers", FitInputError)
@@ -111,15 +115,35 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
         for method, result in results.items():
             body.append(_guarded(result.title, lambda m=method, r=result: _drawn(
                 drawn.get(m), lambda: _section(r, figure, plot_dir, target, budgets))))
-    provenance = {
-        "source": runs.source, "runs": len(runs), "metric": runs.metric, "store metadata": runs.metadata or "none",
-        "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "target budget": target,
-    }
-    body.append("<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(provenance, indent=2, default=str))
-                + "</pre>")
+    body.append("<h2 id='provenance'>Provenance</h2><pre>"
+                + escape(json.dumps(provenance(fitted, runs, target, command), indent=2, default=str)) + "</pre>")
     out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
     return out
+
+
+def provenance(fitted: Any, runs: Any, target: float, command: str | None) -> dict[str, Any]:
+    """What a reader needs to write the page again: the source and the rows of it fitted (a page on one
+    study of a table of several said only the table's name), the fit's settings, the command, the versions."""
+    results = fitted.results
+    first = next(iter(results.values()))
+    return {
+        "source": runs.source, "rows selected": runs.selected or "all", "runs": len(runs), "metric": runs.metric,
+        "scale": runs.scale, "methods": list(results), "skipped": list(fitted.skipped) or "none",
+        "bootstrap resamples kept": {m: len(r.samples) for m, r in results.items()}, "seed": first.seed,
+        "level": first.level, "target budget": target,
+        "command": command or "none recorded (written from Python: flops_fit.write_report)",
+        "store metadata": runs.metadata or "none", "flops-fit": __version__, "versions": _versions(),
+        "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _versions() -> dict[str, str]:
+    """Python's and the numeric libraries' versions, read from their installed metadata (nothing imported)."""
+    found = {"python": platform.python_version()}
+    for name in ("numpy", "scipy", "pandas", "matplotlib", "torch"):
+        with suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found
 
 
 # Said when a drawing worker stops: the page is whole, but the worker may have run the caller's script again.
@@ -185,7 +209,7 @@ def _guarded(what: str, build) -> str:
         return f"<h2>{escape(what)}</h2><p class=warn>Not computed: {escape(type(exc).__name__)}: {escape(exc)}</p>"
 
 
-def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = True) -> Path:
+def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = True, command: str | None = None) -> Path:
     """A page for runs no method could fit: the source and each method's reason (``fit``'s NoFitError); or, not
     ``fitted``, for runs none of which finished (``NoRunsError``), where more budgets are no help."""
     out = _html_path(out)
@@ -197,7 +221,8 @@ def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = T
     body = ["<h1>flops-fit report</h1>", f"<p class=lead>Runs from <code>{escape(source)}</code>.</p>",
             "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>", f"<p>{advice}</p>",
             "<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(
-                {"source": str(source), "flops-fit": __version__, "written": written}, indent=2)) + "</pre>"]
+                {"source": str(source), "command": command or "none recorded (written from Python)",
+                 "flops-fit": __version__, "versions": _versions(), "written": written}, indent=2)) + "</pre>"]
     out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
     return out
 
@@ -227,7 +252,8 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     predictions = {m: r.predict(target).iloc[0] for m, r in results.items()}
     rows = answer_rows(results, target)
     parts = ["<h1>flops-fit report</h1>",
-             f"<p class=lead>{len(runs)} runs from <code>{escape(runs.source)}</code> at {len(swept)} budgets "
+             f"<p class=lead>{len(runs)} runs from <code>{escape(runs.source)}</code>"
+             + (f" (the rows with {escape(runs.selected)})" if runs.selected else "") + f" at {len(swept)} budgets "
              f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {escape(', '.join(results))}; "
              f"fitted metric: {escape(METRICS[runs.metric])}; scale: {escape(SCALES[runs.scale])}.</p>"]
     parts += [f"<p class=warn>Note: {escape(note)}.</p>" for note in runs.notes]  # as the CLI's summary says first
