@@ -11,6 +11,7 @@ import pandas as pd
 
 from flops_fit.cli.main import main
 from flops_fit.fitting.synthetic import synthetic_runs
+from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_notes, holdout_summary
 
 
 def _provenance(text: str) -> dict:
@@ -41,3 +42,21 @@ def test_a_report_on_one_study_of_a_table_says_which_rows_and_how_it_was_written
     kept = re.search(r"(\d+) bootstrap resamples \(seed 3\)", text).group(1)  # the method section's count
     assert given["bootstrap resamples kept"] == {"isoflop": int(kept)} and 0 < int(kept) <= 12
     assert given["versions"]["numpy"] and given["versions"]["python"]
+
+
+def test_checks_forward_chaining_could_not_make_are_said_once_per_failed_fit_in_budget_order():
+    # Forward chaining gives a failed fit's reason to every larger budget: the FineWeb/C4 sweep's
+    # page listed 300 such lines, budgets sorted as text (1.1e+18, 1.1e+19, 1.4e+18) and the fit unnamed.
+    budgets = [1e17, 2e17, 5e17, 1e18, 2e18, 1e19]
+    failed = {1e17: "the fit of the other budgets failed: A", 2e17: "the fit of the other budgets failed: B"}
+    items = [HoldoutCheck(method="vpnls", budget=c, fitted_budgets=[b for b in budgets if b <= k], reason=failed[k])
+             for k in failed for c in budgets if c > k]
+    items.append(HoldoutCheck(method="vpnls", budget=2e18, fitted_budgets=budgets[:5], predicted_n_opt=1.0, n_opt_interval=(0.5, 2.0),
+                              observed_n_opt=1.0, n_opt_error=0.0))
+    checks = {"isoflop": [HoldoutCheck(method="isoflop", budget=1e19, fitted_budgets=budgets[:-1], reason="no interior minimum")], "vpnls": items}
+    notes = holdout_notes(checks)
+    assert notes == ["isoflop at 1e+19 from <= 2e+18: no interior minimum",
+                     "vpnls at 5 budgets (2e+17 to 1e+19) from <= 1e+17: the fit of the other budgets failed: A",
+                     "vpnls at 4 budgets (5e+17 to 1e+19) from <= 2e+17: the fit of the other budgets failed: B"]
+    assert [line for line in holdout_summary(checks).splitlines() if line.startswith("note:")] == \
+        [f"note: {n}" for n in notes]

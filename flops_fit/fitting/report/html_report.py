@@ -73,6 +73,7 @@ from flops_fit.fitting.validation.holdout import (
     HOLDOUT_HEADERS,
     furthest_checks,
     holdout_misses,
+    holdout_notes,
     holdout_rows,
     worker_context,
 )
@@ -422,8 +423,7 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_
              "that profile). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
              "observed value lies inside the predicted interval.</p>",
              html_table(HOLDOUT_HEADERS, holdout_rows(checks))]
-    reasons = sorted({f"{m} at {fmt.flops(c.budget)}: {c.reason}" for m, items in checks.items() for c in items
-                      if c.reason})
+    reasons = holdout_notes(checks)
     if reasons:
         parts.append("<ul>" + "".join(f"<li class=warn>{escape(r)}</li>" for r in reasons) + "</ul>")
     furthest = {m: furthest_checks(items) for m, items in checks.items()}
