@@ -10,6 +10,7 @@ import re
 import pandas as pd
 
 from flops_fit.cli.main import main
+from flops_fit.fitting import FitSet, fit, write_report
 from flops_fit.fitting.synthetic import synthetic_runs
 from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_notes, holdout_summary
 
@@ -60,3 +61,15 @@ def test_checks_forward_chaining_could_not_make_are_said_once_per_failed_fit_in_
                      "vpnls at 4 budgets (5e+17 to 1e+19) from <= 2e+17: the fit of the other budgets failed: B"]
     assert [line for line in holdout_summary(checks).splitlines() if line.startswith("note:")] == \
         [f"note: {n}" for n in notes]
+
+
+def test_the_planned_runs_section_names_the_other_forms_never_the_law_itself(tmp_path):
+    # With no other law over (N, D) beside parametric, the page read "comparable forms: parametric"
+    # above a forms column of +-0.0%: a spread never measured read as forms that agree.
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, curve_points=0).drop(columns=["curve"])
+    alone = FitSet({m: fit(frame, method=m, bootstrap=10, holdout=None) for m in ("isoflop", "parametric")})
+    assert alone.loss_at([1e9], [2e10]).forms.keys() == {"parametric"}
+    text = write_report(alone, tmp_path / "r.html", at=([1e9], [2e10]), workers=1).read_text()
+    planned = text[text.index("id='planned'"):text.index("id='headline'")]
+    assert "From <b>parametric</b> (other law forms that fit these runs as well: none, so the forms part is 0)" in planned
+    assert "comparable forms: parametric" not in planned

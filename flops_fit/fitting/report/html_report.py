@@ -236,8 +236,10 @@ def _planned_section(fitted: Any, at: tuple[Sequence[float], Sequence[float]]) -
     except FitInputError as exc:
         return head + f"<p class=warn>{escape(exc)}</p>"
     rows = [[*cells[:4], *(part if part == "-" else f"\u00b1{part}" for part in cells[4:])] for cells in planned.rows()]
+    others = [f for f in planned.forms if f != planned.method]  # "comparable forms: interaction" named the law itself
     return "\n".join([
-        head, f"<p>From <b>{escape(planned.method)}</b> (comparable forms: {escape(', '.join(planned.forms))}). The "
+        head, f"<p>From <b>{escape(planned.method)}</b> (other law forms that fit these runs as well: "
+        f"{escape(', '.join(others)) if others else 'none, so the forms part is 0'}). The "
         f"{100 * planned.level:g}% interval combines the bootstrap, the spread of the comparable law forms and an "
         f"extrapolation error of {100 * planned.slope:.2f}% per unit of distance in (ln N, ln D) from the fitted runs "
         "(0 inside them; measured on public runs, docs/validation/planned-runs.md).</p>",
