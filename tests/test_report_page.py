@@ -11,6 +11,7 @@ import pandas as pd
 
 from flops_fit.cli.main import main
 from flops_fit.fitting import FitSet, fit, write_report
+from flops_fit.fitting.report.figures import holdout_figure
 from flops_fit.fitting.synthetic import synthetic_runs
 from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_notes, holdout_summary
 
@@ -73,3 +74,17 @@ def test_the_planned_runs_section_names_the_other_forms_never_the_law_itself(tmp
     planned = text[text.index("id='planned'"):text.index("id='headline'")]
     assert "From <b>parametric</b> (other law forms that fit these runs as well: none, so the forms part is 0)" in planned
     assert "comparable forms: parametric" not in planned
+
+
+def test_a_held_out_row_with_no_check_made_says_so_in_the_figure(tmp_path):
+    # The weak sweep's parametric and vpnls refits failed: their rows of the held-out figure were
+    # empty, beside envelope's drawn one, with nothing saying why.
+    made = HoldoutCheck(method="isoflop", budget=1e19, fitted_budgets=[1e17, 1e18], predicted_loss=3.1,
+                        loss_interval=(3.0, 3.2), observed_loss=3.0, loss_error=3.1 / 3.0 - 1, predicted_n_opt=2e8,
+                        n_opt_interval=(1e8, 4e8), observed_n_opt=1e8, n_opt_error=1.0)
+    failed = HoldoutCheck(method="vpnls", budget=1e19, fitted_budgets=[1e17, 1e18],
+                          reason="the fit of the other budgets failed: fitted A = inf")
+    [svg] = holdout_figure({"isoflop": [made], "vpnls": [failed]}, tmp_path / "holdout", ("svg",),
+                           {"isoflop": "tab:orange", "vpnls": "tab:purple"})
+    said = re.findall(r"<!-- (no check made[^>]*) -->", svg.read_text())
+    assert said == ["no check made (why: the notes under the table)"] * 2  # one per panel, on vpnls's row only
