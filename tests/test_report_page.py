@@ -88,3 +88,14 @@ def test_a_held_out_row_with_no_check_made_says_so_in_the_figure(tmp_path):
                            {"isoflop": "tab:orange", "vpnls": "tab:purple"})
     said = re.findall(r"<!-- (no check made[^>]*) -->", svg.read_text())
     assert said == ["no check made (why: the notes under the table)"] * 2  # one per panel, on vpnls's row only
+
+
+def test_each_methods_plot_has_a_caption_that_says_what_it_shows(tmp_path):
+    # The per-method plots were captioned with their file's name ("isoflop_profiles").
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, curve_points=0).drop(columns=["curve"])
+    text = write_report(fit(frame, method="isoflop", bootstrap=10, holdout=None), tmp_path / "r.html",
+                        workers=1).read_text()
+    section = text[text.index("id='isoflop'"):text.index("id='provenance'")]
+    captions = re.findall(r"<figcaption>(.*?) \(<a href", section)
+    assert len(captions) == 5 and not any(re.fullmatch(r"isoflop_\w+", c) for c in captions)
+    assert any(c.startswith("isoflop: The loss over (N, D)") and "efficient frontier" in c for c in captions)

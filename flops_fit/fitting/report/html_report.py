@@ -57,7 +57,7 @@ from flops_fit.fitting.report.figures import (
     plot_error_law,
 )
 from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
-from flops_fit.fitting.report.plots import plot_result
+from flops_fit.fitting.report.plots import CAPTIONS, plot_result
 from flops_fit.fitting.report.rate_notes import reach_note, target_rate_note
 from flops_fit.fitting.scales import SCALES
 from flops_fit.fitting.validation.forecast import (
@@ -463,7 +463,8 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
                      + "".join(f"<li>{escape(_describe(x))}</li>" for x in d.excluded) + "</ul></details>")
     parts.append("<h3>Plots</h3>")
     for png in (p for p in plot_result(result, plot_dir, target=target) if p.suffix == ".png"):
-        parts.append(figure.embed([png, png.with_suffix(".svg")], png.stem))
+        parts.append(figure.embed([png, png.with_suffix(".svg")],
+                                  f"{result.method}: {CAPTIONS[png.stem.removeprefix(result.method + '_')]}"))
     return "\n".join(parts)
 
 
