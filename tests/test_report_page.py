@@ -99,3 +99,20 @@ def test_each_methods_plot_has_a_caption_that_says_what_it_shows(tmp_path):
     captions = re.findall(r"<figcaption>(.*?) \(<a href", section)
     assert len(captions) == 5 and not any(re.fullmatch(r"isoflop_\w+", c) for c in captions)
     assert any(c.startswith("isoflop: The loss over (N, D)") and "efficient frontier" in c for c in captions)
+
+
+def test_the_page_points_to_its_own_notes_for_checks_not_made_not_to_a_command_line_option(tmp_path):
+    # The FineWeb/C4 page said "could not be checked at 80 of 290 (why: the held-out notes, --verbose)":
+    # a page has no --verbose; its notes are under its held-out table.
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, curve_points=0).drop(columns=["curve"])
+    result = fit(frame, method="isoflop", bootstrap=10, holdout=None)
+    result.holdout_checks = [
+        HoldoutCheck(method="isoflop", budget=1e19, fitted_budgets=[1e17], reason="the fit of the other budgets failed: X"),
+        HoldoutCheck(method="isoflop", budget=1e19, fitted_budgets=[1e17, 1e18], predicted_loss=3.1,
+                     loss_interval=(3.0, 3.2), observed_loss=3.0, loss_error=3.1 / 3.0 - 1, predicted_n_opt=2e8,
+                     n_opt_interval=(1e8, 4e8), observed_n_opt=1e8, n_opt_error=1.0, covered={"loss": True, "n_opt": True})]
+    text = write_report(result, tmp_path / "r.html", workers=1).read_text()
+    assert "isoflop could not be checked at 1 of 2 (why: the notes under the held-out table)" in text
+    assert "--verbose" not in text
+    notes = text[text.index("id='holdout'"):]
+    assert "isoflop at 1e+19 from &lt;= 1e+17: the fit of the other budgets failed: X" in notes

@@ -80,6 +80,7 @@ from flops_fit.fitting.validation.holdout import (
 from flops_fit.machine import resolve_workers
 
 TOP_WARNINGS = 8
+PAGE_NOTES = "the notes under the held-out table"  # where the page says why a check was not made
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
@@ -273,7 +274,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
              html_table([h.format(loss=runs.label, unit=runs.unit, size=SCALES[runs.scale]) for h in ANSWER_HEADERS], rows),
              f"<p>{escape(agreement(predictions, list(fitted.skipped)))}</p>"]
     if fitted.holdout:
-        misses = holdout_misses(fitted.holdout)
+        misses = holdout_misses(fitted.holdout, PAGE_NOTES)
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
                      + escape("; ".join(misses) if misses else
                           "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
@@ -407,7 +408,7 @@ def agreement(predictions: Mapping[str, Any], skipped: Sequence[str] = ()) -> st
 def important_warnings(fitted: Any) -> list[str]:
     """Cross-method warnings first, then held-out misses, then each method's, without repeats."""
     seen, out = set(), []
-    items = list(fitted.warnings) + holdout_misses(fitted.holdout)
+    items = list(fitted.warnings) + holdout_misses(fitted.holdout, PAGE_NOTES)
     items += [f"{m}: {w}" for m, r in fitted.results.items() for w in r.diagnostics.warnings
               if w not in fitted.warnings]
     for w in items:

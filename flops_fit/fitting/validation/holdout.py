@@ -722,9 +722,10 @@ def holdout_counts(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
             + format_table(rows, COUNT_HEADERS))
 
 
-def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
+def holdout_misses(checks: Mapping[str, Sequence[Any]], why: str = "the held-out notes, --verbose") -> list[str]:
     """One phrase per held-out value outside its predicted interval, or a check not made; with
-    several budgets held out in turn, one phrase per method and value counting them."""
+    several budgets held out in turn, one phrase per method and value counting them, pointing to ``why``
+    for the checks not made (the text's --verbose; the report's page has them under its table)."""
     out = []
     for method, items in checks.items():
         tally = _Tally(items)
@@ -735,8 +736,7 @@ def holdout_misses(checks: Mapping[str, Sequence[Any]]) -> list[str]:
                                f"held-out budgets (mean error {100 * tally.errors(key).mean():.1f}%)")
             unmade = len(items) - len(tally.made)
             if unmade:
-                out.append(f"{method} could not be checked at {unmade} of {len(items)} (why: the held-out notes, "
-                           "--verbose)")
+                out.append(f"{method} could not be checked at {unmade} of {len(items)} (why: {why})")
             out += _unjudged(method, tally.made)
             continue
         for c in items:
