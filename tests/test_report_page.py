@@ -6,14 +6,19 @@ from __future__ import annotations
 import html
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
+from matplotlib.figure import Figure
 
 from flops_fit.cli.main import main
 from flops_fit.fitting import FitSet, fit, write_report
 from flops_fit.fitting.report.figures import holdout_figure
+from flops_fit.fitting.report.profile_plots import draw_profiles
 from flops_fit.fitting.synthetic import synthetic_runs
 from flops_fit.fitting.validation.holdout import HoldoutCheck, holdout_notes, holdout_summary
+
+DATA = Path(__file__).parent / "data"
 
 
 def _provenance(text: str) -> dict:
@@ -116,3 +121,12 @@ def test_the_page_points_to_its_own_notes_for_checks_not_made_not_to_a_command_l
     assert "--verbose" not in text
     notes = text[text.index("id='holdout'"):]
     assert "isoflop at 1e+19 from &lt;= 1e+17: the fit of the other budgets failed: X" in notes
+
+
+def test_the_curve_laws_profiles_say_their_units(tmp_path):
+    # Every other profile plot's loss axis says "loss (nats)"; the curve law's said "training loss".
+    result = fit(str(DATA / "demo_runs.csv"), method="curve", bootstrap=10, holdout=None)
+    ax = Figure().add_subplot()
+    draw_profiles(result, ax)
+    assert ax.get_ylabel() == f"training {result.runs.label}" == "training loss (nats)"
+    assert ax.get_xlabel() == "tokens seen"
