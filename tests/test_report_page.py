@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -130,3 +131,18 @@ def test_the_curve_laws_profiles_say_their_units(tmp_path):
     draw_profiles(result, ax)
     assert ax.get_ylabel() == f"training {result.runs.label}" == "training loss (nats)"
     assert ax.get_xlabel() == "tokens seen"
+
+
+def test_the_top1_error_forecast_at_the_target_has_its_interval(tmp_path):
+    # The Zhai et al. law's forecast at the target was a bare "top-1 error of 0.652" on a page where
+    # every other number has its interval (the law's a and d withheld as undetermined beside it).
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19, 1e20), sizes_per_budget=5, curve_points=0).drop(columns=["curve"])
+    noise = 1 + 0.03 * np.random.default_rng(0).standard_normal(len(frame))
+    frame["top1_error"] = (6.0 * (frame["flops"] / 1e15) ** -0.3 + 0.05) * noise
+    text = html.unescape(write_report(fit(frame, method="isoflop", bootstrap=0), tmp_path / "r.html",
+                                      workers=1).read_text())
+    said = re.search(r"it forecasts a top-1 error of ([\d.]+) \[([\d.]+), ([\d.]+)\] \(95% interval of the frontier's "
+                     r"resamples\)", text)
+    assert said, re.search(r"it forecasts a top-1 error of [^;]*", text).group(0)
+    point, lo, hi = map(float, said.groups())
+    assert 0 <= lo <= point <= hi <= 1 and lo < hi

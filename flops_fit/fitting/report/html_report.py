@@ -319,13 +319,20 @@ def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) ->
         law = fit_error_law(flops, error, bootstrap=100, seed=0)
     except FitInputError as exc:
         return "\n".join(parts + [f"<p>{escape(exc)}</p>"])
-    at = float(law.error(np.array([target]))[0])
+    at, (lo, hi) = float(law.error(np.array([target]))[0]), law.error_interval(target)
+    forecast = (f"{fmt.with_interval(at, lo, hi, fmt=_error)} ({100 * law.level:g}% interval of the frontier's "
+                "resamples)" if np.isfinite([lo, hi]).all() and lo <= at <= hi and 0 <= lo and hi <= 1 else
+                f"{_error(at)} (interval withheld: the resamples do not determine it)")
     parts.append(f"<p>{escape(law.summary())}. At the target C = {fmt.flops(target)} FLOPs it forecasts a top-1 error "
-                 f"of {at:.3f}; the floor c is the error no compute removes.</p>")
+                 f"of {escape(forecast)}; the floor c is the error no compute removes.</p>")
     parts.append(figure.embed(plot_error_law(law, flops, error, plot_dir / "top1_error", target),
                               "Every run's held-out top-1 error (grey), the compute frontier (red) and the law "
                               "fitted to it."))
     return "\n".join(parts)
+
+
+def _error(value: float) -> str:
+    return f"{value:.3f}"
 
 
 def _forecast(f: Any) -> str:
