@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,15 @@ def test_the_top1_error_forecast_at_the_target_has_its_interval(tmp_path):
     assert said, re.search(r"it forecasts a top-1 error of [^;]*", text).group(0)
     point, lo, hi = map(float, said.groups())
     assert 0 <= lo <= point <= hi <= 1 and lo < hi
+
+
+def test_a_sweep_stopped_part_way_gets_a_page_that_says_to_train_its_runs_first(tmp_path, capsys):
+    # One run of three trained, two pending: the page said no method could fit and advised more
+    # budgets and sizes, where the sweep needs its own runs trained first.
+    sweep = tmp_path / "sweep"
+    shutil.copytree(DATA / "previous_release" / "sweep", sweep)
+    assert main(["report", str(sweep), "--bootstrap", "10", "--out", str(tmp_path / "r.html")]) == 2
+    capsys.readouterr()
+    text = html.unescape((tmp_path / "r.html").read_text())
+    assert "2 of the runs read have not finished (pending or running) and were left out: train them first" in text
+    assert f"flops-fit sweep CONFIG --out {sweep} --resume" in text

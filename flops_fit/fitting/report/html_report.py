@@ -98,7 +98,8 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     wrote the page (the CLI gives its own), goes into the provenance with the fit's settings."""
     if isinstance(fitted, NoFitError):
         return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"),
-                             fitted=not isinstance(fitted, NoRunsError), command=command)
+                             fitted=not isinstance(fitted, NoRunsError), command=command,
+                             unfinished=getattr(fitted, "unfinished", 0))
     results = fitted_results(fitted, "write_report")
     out = _html_path(out)
     workers = resolve_workers(workers, "workers", FitInputError)
@@ -211,15 +212,22 @@ def _guarded(what: str, build) -> str:
         return f"<h2>{escape(what)}</h2><p class=warn>Not computed: {escape(type(exc).__name__)}: {escape(exc)}</p>"
 
 
-def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = True, command: str | None = None) -> Path:
+def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = True, command: str | None = None,
+                  unfinished: int = 0) -> Path:
     """A page for runs no method could fit: the source and each method's reason (``fit``'s NoFitError); or, not
-    ``fitted``, for runs none of which finished (``NoRunsError``), where more budgets are no help."""
+    ``fitted``, for runs none of which finished (``NoRunsError``), where more budgets are no help. ``unfinished``
+    runs read (pending, running) come first in the advice: a sweep stopped part way needs its runs trained."""
     out = _html_path(out)
     written = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     advice = ("No method gave a finite, ordered answer on these runs, so no number is shown. More budgets, more "
               "sizes around each budget's optimum or less noisy runs (longer runs, a larger dataset) help." if fitted
               else "No run finished with a loss, so nothing was fitted and no number is shown: train the runs (the "
               "line above says how), then write the report again.")
+    if fitted and unfinished:
+        advice = (f"No method gave a finite, ordered answer on these runs, so no number is shown; {unfinished} of the "
+                  "runs read have not finished (pending or running) and were left out: train them first (a sweep "
+                  f"folder: `flops-fit status {source}` lists them, `flops-fit sweep CONFIG --out {source} --resume` "
+                  "trains them), then write the report again. More budgets or sizes help if they still give no answer.")
     body = ["<h1>flops-fit report</h1>", f"<p class=lead>Runs from <code>{escape(source)}</code>.</p>",
             "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>", f"<p>{advice}</p>",
             "<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(
