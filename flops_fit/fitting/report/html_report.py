@@ -229,7 +229,7 @@ def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = T
                   f"folder: `flops-fit status {source}` lists them, `flops-fit sweep CONFIG --out {source} --resume` "
                   "trains them), then write the report again. More budgets or sizes help if they still give no answer.")
     body = ["<h1>flops-fit report</h1>", f"<p class=lead>Runs from <code>{escape(source)}</code>.</p>",
-            "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>", f"<p>{advice}</p>",
+            "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>", f"<p>{escape(advice)}</p>",
             "<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(
                 {"source": str(source), "command": command or "none recorded (written from Python)",
                  "flops-fit": __version__, "versions": _versions(), "written": written}, indent=2)) + "</pre>"]
@@ -340,6 +340,7 @@ def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) ->
 
 
 def _error(value: float) -> str:
+    """A top-1 error as the page has always printed it, to 3 decimals."""
     return f"{value:.3f}"
 
 
