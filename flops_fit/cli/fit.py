@@ -6,6 +6,7 @@ import argparse
 import html
 import math
 import re
+import shlex
 import sqlite3
 import sys
 import time
@@ -307,7 +308,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         fitted = _fit(args, show)
     except NoFitError as exc:  # a page that says why, not just an error line
         exc.source = args.source
-        print(f"report written to {flops_fit.write_report(exc, out)}")
+        print(f"report written to {flops_fit.write_report(exc, out, command=_command(args))}")
         raise
     if at is not None:  # refused as fit refuses it (exit 2), not only on the page: isoflop has no loss L(N, D)
         fitted.loss_at(*at)
@@ -315,10 +316,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
         show(f"drawing the report's figures into {out}")
     target = args.target or flops_fit.fitting.default_target(fitted.runs)  # the page's: its text answers there too
     path = flops_fit.write_report(fitted, out, target=target, at=at, inference_tokens=args.inference_tokens,
-                                  workers=args.workers)
+                                  workers=args.workers, command=_command(args))
     print(summary(fitted, None, args.verbose, target))
     print(f"report written to {path}")
     return 0
+
+
+def _command(args: argparse.Namespace) -> str | None:
+    """The command line as typed (``main`` keeps its arguments), for the page's provenance."""
+    argv = getattr(args, "argv", None)
+    return None if argv is None else shlex.join(["flops-fit", *argv])
 
 
 def summary(fitted, budgets, verbose: bool, target: float | None = None) -> str:

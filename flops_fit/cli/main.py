@@ -79,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             command.error(_unknown(command, extras))
         except SystemExit as exc:
             return int(exc.code)
+    args.argv = argv  # the command line as given: a report's provenance records it
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -285,8 +285,12 @@ def not_fitted(result: Any, budgets: list[float], target: float | None = None) -
 def no_fit(why: str, runs: Runs) -> NoFitError:
     """No usable answer, with what the table itself suggests reading with care: runs of two projects or
     corpora fitted as one sweep may be why no law fits them, and the note naming the column that tells
-    them apart was printed only beside an answer."""
-    return NoFitError(why + "".join(f"; note: {c}" for c in runs.cautions))
+    them apart was printed only beside an answer. ``unfinished`` counts the runs read that have not
+    finished yet (pending, running): the report's page says to train them before sweeping more."""
+    error = NoFitError(why + "".join(f"; note: {c}" for c in runs.cautions))
+    error.unfinished = sum(str(x.get("reason", "")).startswith(("status 'pending'", "status 'running'"))
+                           for x in runs.excluded)
+    return error
 
 
 MIN_RESAMPLES = 10

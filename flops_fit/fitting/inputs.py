@@ -73,6 +73,8 @@ class Runs:
     scale: str = "params"  # what the ``params`` column holds (``scales.SCALES``)
     # with ``all_rates``: the runs without a finite loss (diverged), loss NaN, for a sweep over rates to read
     diverged: pd.DataFrame | None = None
+    # the rows ``where`` kept (column: value): a page on one study of a table of several must say which
+    selection: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -103,6 +105,11 @@ class Runs:
 
     def __len__(self) -> int:
         return len(self.frame)
+
+    @property
+    def selected(self) -> str:
+        """The rows ``where`` kept, as "experiment=a, eval_data=c4_val"; "" where every row was read."""
+        return ", ".join(f"{column}={value}" for column, value in self.selection.items())
 
     @property
     def notes(self) -> list[str]:
@@ -318,7 +325,7 @@ def load_runs(
     if not all_rates:  # a learning-rate sweep read whole: a run that blew up at too high a rate is data
         _check_diverged(out, name, exclude_top)
     return Runs(frame=out, source=name, excluded=excluded, metadata=metadata, metric=metric, cautions=cautions,
-                diverged=diverged)
+                diverged=diverged, selection=dict(where or {}))
 
 
 def _no_finished_runs(name: str, excluded: list[dict[str, Any]], *, is_store: bool) -> NoReturn:

@@ -10,7 +10,7 @@ point and every resample solved together).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,10 +29,22 @@ class ErrorLaw:
     params: dict[str, float]
     intervals: dict[str, tuple[float, float]]
     frontier: tuple[np.ndarray, np.ndarray]  # (compute, error) of the frontier's points
+    draws: np.ndarray = field(default_factory=lambda: np.empty((0, 4)))  # each resample's (a, b, d, c)
+    level: float = 0.95
 
     def error(self, compute: np.ndarray) -> np.ndarray:
         p = self.params
         return p["a"] * (np.asarray(compute, float) + p["d"]) ** -p["b"] + p["c"]
+
+    def error_interval(self, compute: float) -> tuple[float, float]:
+        """The resamples' interval of the error at ``compute`` (NaN without resamples): the report's
+        forecast at its target was a bare point where every other number has its interval."""
+        if not len(self.draws):
+            return np.nan, np.nan
+        a, b, d, c = self.draws.T
+        with np.errstate(all="ignore"):
+            lo, hi = interval(a * (float(compute) + d) ** -b + c, self.level)
+        return float(lo), float(hi)
 
     def determined(self, name: str) -> bool:
         """Whether the resamples pin ``name`` down: a finite interval, and for the scales a and d
@@ -108,7 +120,7 @@ def fit_error_law(flops: np.ndarray, error: np.ndarray, *, bootstrap: int = 200,
     point, draws = fitted[0], fitted[1:]
     lo, hi = interval(draws, level) if len(draws) else (np.full(4, np.nan), np.full(4, np.nan))
     return ErrorLaw({k: float(v) for k, v in zip(names, point, strict=True)},
-                    {k: (float(a), float(b)) for k, a, b in zip(names, lo, hi, strict=True)}, (c, e))
+                    {k: (float(a), float(b)) for k, a, b in zip(names, lo, hi, strict=True)}, (c, e), draws, level)
 
 
 __all__ = ["ErrorLaw", "error_frontier", "fit_error_law"]

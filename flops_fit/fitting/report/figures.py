@@ -127,6 +127,10 @@ def _stacked_figure(width: float, rows: int, *, left: float, title_lines: int = 
     return fig
 
 
+NOT_MADE = "no check made (why: the notes under the table)"
+NO_VALUE = "no prediction or no observed value to compare"
+
+
 def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Sequence[str],
                    colours: Mapping[str, str]) -> list[Path]:
     """Prediction / observation for N_opt and the minimum loss at each held-out budget: 1 is
@@ -147,6 +151,10 @@ def holdout_figure(checks: Mapping[str, Sequence[Any]], stem: Path, formats: Seq
             ratio = predicted / observed
             if np.isfinite(ratio):
                 ax.errorbar([ratio], [j], xerr=error_bar(ratio, lo, hi), fmt="o", color=colours[method], capsize=4)
+            else:  # an empty row read as a figure that lost its mark: say why there is none
+                ax.annotate(NOT_MADE if c.reason else NO_VALUE, (0.5, j), xycoords=("axes fraction", "data"),
+                            ha="center", va="center", fontsize=7, color="0.4", zorder=5,
+                            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})  # over the line at 1
         ax.axvline(1.0, color="k", lw=0.8)
         ax.set_yticks(range(len(rows)), [f"{m} @ {fmt.flops(c.budget)}" for m, c in rows] if i == 0 else [])
         ax.set_ylim(-0.6, len(rows) - 0.4)

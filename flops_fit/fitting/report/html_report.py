@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import platform
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import BrokenExecutor, Future, ProcessPoolExecutor
 from contextlib import nullcontext, suppress
+from importlib import metadata
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,7 @@ from flops_fit.fitting.report.figures import (
     plot_error_law,
 )
 from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
-from flops_fit.fitting.report.plots import plot_result
+from flops_fit.fitting.report.plots import CAPTIONS, plot_result
 from flops_fit.fitting.report.rate_notes import reach_note, target_rate_note
 from flops_fit.fitting.scales import SCALES
 from flops_fit.fitting.validation.forecast import (
@@ -71,17 +73,20 @@ from flops_fit.fitting.validation.holdout import (
     HOLDOUT_HEADERS,
     furthest_checks,
     holdout_misses,
+    holdout_notes,
     holdout_rows,
     worker_context,
 )
 from flops_fit.machine import resolve_workers
 
 TOP_WARNINGS = 8
+PAGE_NOTES = "the notes under the held-out table"  # where the page says why a check was not made
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
                  budgets: Sequence[float] | None = None, inference_tokens: float | None = None,
-                 at: tuple[Sequence[float], Sequence[float]] | None = None, workers: int | None = None) -> Path:
+                 at: tuple[Sequence[float], Sequence[float]] | None = None, workers: int | None = None,
+                 command: str | None = None) -> Path:
     """Write the report to ``out`` (an .html file, or a folder: ``report.html`` in it); returns its path.
 
     ``at`` (sizes, token counts) adds the loss of those planned runs (``loss_at``). A section that
@@ -89,10 +94,12 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
     ``NoFitError`` a fit raised: the page then says why no method gave an answer. ``workers`` > 1
     draws each method's section in ``workers - 1`` other processes while this one draws the rest
     (the same page, sooner: drawing is most of a report's time); None (default) the cores free now,
-    where worker processes can start (``flops_fit.machine``), else 1."""
+    where worker processes can start (``flops_fit.machine``), else 1. ``command``, the command line that
+    wrote the page (the CLI gives its own), goes into the provenance with the fit's settings."""
     if isinstance(fitted, NoFitError):
         return write_failure(str(fitted), out, getattr(fitted, "source", "the runs"),
-                             fitted=not isinstance(fitted, NoRunsError))
+                             fitted=not isinstance(fitted, NoRunsError), command=command,
+                             unfinished=getattr(fitted, "unfinished", 0))
     results = fitted_results(fitted, "write_report")
     out = _html_path(out)
     workers = resolve_workers(workers, "workers", FitInputError)
@@ -111,15 +118,35 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
         for method, result in results.items():
             body.append(_guarded(result.title, lambda m=method, r=result: _drawn(
                 drawn.get(m), lambda: _section(r, figure, plot_dir, target, budgets))))
-    provenance = {
-        "source": runs.source, "runs": len(runs), "metric": runs.metric, "store metadata": runs.metadata or "none",
-        "flops-fit": __version__, "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "target budget": target,
-    }
-    body.append("<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(provenance, indent=2, default=str))
-                + "</pre>")
+    body.append("<h2 id='provenance'>Provenance</h2><pre>"
+                + escape(json.dumps(provenance(fitted, runs, target, command), indent=2, default=str)) + "</pre>")
     out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
     return out
+
+
+def provenance(fitted: Any, runs: Any, target: float, command: str | None) -> dict[str, Any]:
+    """What a reader needs to write the page again: the source and the rows of it fitted (a page on one
+    study of a table of several said only the table's name), the fit's settings, the command, the versions."""
+    results = fitted.results
+    first = next(iter(results.values()))
+    return {
+        "source": runs.source, "rows selected": runs.selected or "all", "runs": len(runs), "metric": runs.metric,
+        "scale": runs.scale, "methods": list(results), "skipped": list(fitted.skipped) or "none",
+        "bootstrap resamples kept": {m: len(r.samples) for m, r in results.items()}, "seed": first.seed,
+        "level": first.level, "target budget": target,
+        "command": command or "none recorded (written from Python: flops_fit.write_report)",
+        "store metadata": runs.metadata or "none", "flops-fit": __version__, "versions": _versions(),
+        "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _versions() -> dict[str, str]:
+    """Python's and the numeric libraries' versions, read from their installed metadata (nothing imported)."""
+    found = {"python": platform.python_version()}
+    for name in ("numpy", "scipy", "pandas", "matplotlib", "torch"):
+        with suppress(metadata.PackageNotFoundError):
+            found[name] = metadata.version(name)
+    return found
 
 
 # Said when a drawing worker stops: the page is whole, but the worker may have run the caller's script again.
@@ -185,19 +212,27 @@ def _guarded(what: str, build) -> str:
         return f"<h2>{escape(what)}</h2><p class=warn>Not computed: {escape(type(exc).__name__)}: {escape(exc)}</p>"
 
 
-def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = True) -> Path:
+def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = True, command: str | None = None,
+                  unfinished: int = 0) -> Path:
     """A page for runs no method could fit: the source and each method's reason (``fit``'s NoFitError); or, not
-    ``fitted``, for runs none of which finished (``NoRunsError``), where more budgets are no help."""
+    ``fitted``, for runs none of which finished (``NoRunsError``), where more budgets are no help. ``unfinished``
+    runs read (pending, running) come first in the advice: a sweep stopped part way needs its runs trained."""
     out = _html_path(out)
     written = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     advice = ("No method gave a finite, ordered answer on these runs, so no number is shown. More budgets, more "
               "sizes around each budget's optimum or less noisy runs (longer runs, a larger dataset) help." if fitted
               else "No run finished with a loss, so nothing was fitted and no number is shown: train the runs (the "
               "line above says how), then write the report again.")
+    if fitted and unfinished:
+        advice = (f"No method gave a finite, ordered answer on these runs, so no number is shown; {unfinished} of the "
+                  "runs read have not finished (pending or running) and were left out: train them first (a sweep "
+                  f"folder: `flops-fit status {source}` lists them, `flops-fit sweep CONFIG --out {source} --resume` "
+                  "trains them), then write the report again. More budgets or sizes help if they still give no answer.")
     body = ["<h1>flops-fit report</h1>", f"<p class=lead>Runs from <code>{escape(source)}</code>.</p>",
-            "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>", f"<p>{advice}</p>",
+            "<h2 id='answer'>No answer</h2>", f"<p class=warn>{escape(reason)}</p>", f"<p>{escape(advice)}</p>",
             "<h2 id='provenance'>Provenance</h2><pre>" + escape(json.dumps(
-                {"source": str(source), "flops-fit": __version__, "written": written}, indent=2)) + "</pre>"]
+                {"source": str(source), "command": command or "none recorded (written from Python)",
+                 "flops-fit": __version__, "versions": _versions(), "written": written}, indent=2)) + "</pre>"]
     out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
     return out
 
@@ -210,8 +245,10 @@ def _planned_section(fitted: Any, at: tuple[Sequence[float], Sequence[float]]) -
     except FitInputError as exc:
         return head + f"<p class=warn>{escape(exc)}</p>"
     rows = [[*cells[:4], *(part if part == "-" else f"\u00b1{part}" for part in cells[4:])] for cells in planned.rows()]
+    others = [f for f in planned.forms if f != planned.method]  # "comparable forms: interaction" named the law itself
     return "\n".join([
-        head, f"<p>From <b>{escape(planned.method)}</b> (comparable forms: {escape(', '.join(planned.forms))}). The "
+        head, f"<p>From <b>{escape(planned.method)}</b> (other law forms that fit these runs as well: "
+        f"{escape(', '.join(others)) if others else 'none, so the forms part is 0'}). The "
         f"{100 * planned.level:g}% interval combines the bootstrap, the spread of the comparable law forms and an "
         f"extrapolation error of {100 * planned.slope:.2f}% per unit of distance in (ln N, ln D) from the fitted runs "
         "(0 inside them; measured on public runs, docs/validation/planned-runs.md).</p>",
@@ -227,7 +264,8 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
     predictions = {m: r.predict(target).iloc[0] for m, r in results.items()}
     rows = answer_rows(results, target)
     parts = ["<h1>flops-fit report</h1>",
-             f"<p class=lead>{len(runs)} runs from <code>{escape(runs.source)}</code> at {len(swept)} budgets "
+             f"<p class=lead>{len(runs)} runs from <code>{escape(runs.source)}</code>"
+             + (f" (the rows with {escape(runs.selected)})" if runs.selected else "") + f" at {len(swept)} budgets "
              f"({fmt.flops(swept.min())} to {fmt.flops(swept.max())} FLOPs); methods: {escape(', '.join(results))}; "
              f"fitted metric: {escape(METRICS[runs.metric])}; scale: {escape(SCALES[runs.scale])}.</p>"]
     parts += [f"<p class=warn>Note: {escape(note)}.</p>" for note in runs.notes]  # as the CLI's summary says first
@@ -244,7 +282,7 @@ def _answer(fitted: Any, runs: Any, target: float) -> str:
              html_table([h.format(loss=runs.label, unit=runs.unit, size=SCALES[runs.scale]) for h in ANSWER_HEADERS], rows),
              f"<p>{escape(agreement(predictions, list(fitted.skipped)))}</p>"]
     if fitted.holdout:
-        misses = holdout_misses(fitted.holdout)
+        misses = holdout_misses(fitted.holdout, PAGE_NOTES)
         parts.append("<p><b>Held-out check</b> (<a href='#holdout'>details</a>): "
                      + escape("; ".join(misses) if misses else
                           "every observed value at the held-out budget lies inside its predicted interval") + ".</p>")
@@ -289,13 +327,21 @@ def _error_section(runs: Any, figure: Figures, plot_dir: Path, target: float) ->
         law = fit_error_law(flops, error, bootstrap=100, seed=0)
     except FitInputError as exc:
         return "\n".join(parts + [f"<p>{escape(exc)}</p>"])
-    at = float(law.error(np.array([target]))[0])
+    at, (lo, hi) = float(law.error(np.array([target]))[0]), law.error_interval(target)
+    forecast = (f"{fmt.with_interval(at, lo, hi, fmt=_error)} ({100 * law.level:g}% interval of the frontier's "
+                "resamples)" if np.isfinite([lo, hi]).all() and lo <= at <= hi and 0 <= lo and hi <= 1 else
+                f"{_error(at)} (interval withheld: the resamples do not determine it)")
     parts.append(f"<p>{escape(law.summary())}. At the target C = {fmt.flops(target)} FLOPs it forecasts a top-1 error "
-                 f"of {at:.3f}; the floor c is the error no compute removes.</p>")
+                 f"of {escape(forecast)}; the floor c is the error no compute removes.</p>")
     parts.append(figure.embed(plot_error_law(law, flops, error, plot_dir / "top1_error", target),
                               "Every run's held-out top-1 error (grey), the compute frontier (red) and the law "
                               "fitted to it."))
     return "\n".join(parts)
+
+
+def _error(value: float) -> str:
+    """A top-1 error as the page has always printed it, to 3 decimals."""
+    return f"{value:.3f}"
 
 
 def _forecast(f: Any) -> str:
@@ -378,7 +424,7 @@ def agreement(predictions: Mapping[str, Any], skipped: Sequence[str] = ()) -> st
 def important_warnings(fitted: Any) -> list[str]:
     """Cross-method warnings first, then held-out misses, then each method's, without repeats."""
     seen, out = set(), []
-    items = list(fitted.warnings) + holdout_misses(fitted.holdout)
+    items = list(fitted.warnings) + holdout_misses(fitted.holdout, PAGE_NOTES)
     items += [f"{m}: {w}" for m, r in fitted.results.items() for w in r.diagnostics.warnings
               if w not in fitted.warnings]
     for w in items:
@@ -396,8 +442,7 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_
              "that profile). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
              "observed value lies inside the predicted interval.</p>",
              html_table(HOLDOUT_HEADERS, holdout_rows(checks))]
-    reasons = sorted({f"{m} at {fmt.flops(c.budget)}: {c.reason}" for m, items in checks.items() for c in items
-                      if c.reason})
+    reasons = holdout_notes(checks)
     if reasons:
         parts.append("<ul>" + "".join(f"<li class=warn>{escape(r)}</li>" for r in reasons) + "</ul>")
     furthest = {m: furthest_checks(items) for m, items in checks.items()}
@@ -435,7 +480,8 @@ def _section(result: Any, figure: Figures, plot_dir: Path, target: float, budget
                      + "".join(f"<li>{escape(_describe(x))}</li>" for x in d.excluded) + "</ul></details>")
     parts.append("<h3>Plots</h3>")
     for png in (p for p in plot_result(result, plot_dir, target=target) if p.suffix == ".png"):
-        parts.append(figure.embed([png, png.with_suffix(".svg")], png.stem))
+        parts.append(figure.embed([png, png.with_suffix(".svg")],
+                                  f"{result.method}: {CAPTIONS[png.stem.removeprefix(result.method + '_')]}"))
     return "\n".join(parts)
 
 

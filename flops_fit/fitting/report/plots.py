@@ -32,6 +32,16 @@ from flops_fit.fitting.report.drawing import (
 from flops_fit.fitting.report.profile_plots import draw_profiles
 
 PLOTS = ("profiles", "frontier", "contours", "residuals", "tokens_per_param")
+# what each plot shows, for the report's captions (a caption that was the file's name said nothing)
+CAPTIONS = {
+    "profiles": "The runs by budget and the profiles this method fitted, with their optima.",
+    "frontier": "N_opt and D_opt against compute: the law with its interval band, the optima it fitted (points) and "
+                "the target (grey: beyond the runs).",
+    "contours": "The loss over (N, D) (the law's where it has one, else the runs') with the efficient frontier "
+                "(red) and iso-FLOP lines (dotted).",
+    "residuals": "Residuals against compute: a trend with compute says the law's form misses the runs.",
+    "tokens_per_param": "D_opt / N_opt against compute with its interval band, beside Chinchilla's ~20.",
+}
 
 
 def plot_fit(fitted: Any, out_dir, *, target: float | None = None, formats: Sequence[str] = ("png", "svg")) -> list[Path]:

@@ -94,6 +94,6 @@ def _(result: CurveLawResult, ax: Any) -> None:
         ax.scatter(pts.tokens[m], pts.loss[m], s=4, color=colour, label=label)
         ax.plot(pts.tokens[m], predicted[m], lw=0.8, color=colour)
     ax.set_xscale("log")
-    ax.set_xlabel("tokens seen")
-    ax.set_ylabel("training loss")
+    ax.set_xlabel(f"{result.runs.unit} seen")  # samples for an image classifier's sweep
+    ax.set_ylabel(f"training {result.runs.label}")  # with its unit, as every other profile's axis
     ax.set_title("Training curves (points) and the fitted curve law (lines), one colour per size")

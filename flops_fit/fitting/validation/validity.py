@@ -133,7 +133,7 @@ def tail_note(result: Any, reason: str) -> str:
     k = max(1, int(np.ceil(beyond)))
     return (f"; on {n} resamples each end of the {100 * result.level:g}% interval is set by its "
             f"{'' if k == 1 else f'{k} '}most extreme draw{'' if k == 1 else 's'}, so more resamples (--bootstrap "
-            "1000, the default) may judge it otherwise")
+            "1000 or more) may judge it otherwise")
 
 
 def failed_message(reason: str) -> str:
