@@ -264,6 +264,22 @@ def test_report_on_a_tune_folder_keeps_the_tunes_report(tuned, tmp_path, capsys)
     assert (out / "report.html").read_text() == before
 
 
+def test_status_of_a_tune_folder_says_it_is_a_tune_and_where_its_law_is(tuned, tmp_path, capsys):
+    """`flops-fit status DIR` on a finished tune listed its runs as any sweep's: neither that it is a tune nor
+    its hparams.json nor how a sweep uses it; without hparams.json (no law yet), the command that fits one."""
+    out = tmp_path / "my-tune"
+    shutil.copytree(tuned[0], out)
+    assert main(["status", str(out)]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert f"a learning-rate tune: its law is {out / 'hparams.json'}; a sweep plans its rates from it with " \
+        f"`--hparams {out}` (in a sweep file: [sweep] hparams = \"{out}\")" in said
+    (out / "hparams.json").unlink()
+    assert main(["status", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"a learning-rate tune with no law yet (no {out / 'hparams.json'}): `flops-fit tune SPEC --out {out} " \
+        "--budgets 4e+08 --sizes 8,16 --multipliers 0.125,0.5,1 --resume` fits it once its runs are done" in said
+
+
 def test_the_grid_named_to_resume_with_plans_the_stored_runs_exactly():
     """A tune at multipliers 1/3, 1, 3 (or a budget of 7 digits) recorded 'tune:x0.333333', so the grid its refusal and
     `flops-fit status` named to resume with (--multipliers 0.333333,1,3) planned rates 1e-6 off the stored ones, and
