@@ -15,6 +15,11 @@ def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and its noun, plural but after 1: "1 cell", "2 cells" (the tune said "1 cells")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def duration(seconds: float) -> str:
     """Seconds as a person reads them: ``42.0s``, ``3.5min``, ``1.2h``."""
     if seconds < 60:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from matplotlib.figure import Figure
 
 from flops_fit.cli.main import main
@@ -159,3 +160,47 @@ def test_a_sweep_stopped_part_way_gets_a_page_that_says_to_train_its_runs_first(
     text = html.unescape((tmp_path / "r.html").read_text())
     assert "2 of the runs read have not finished (pending or running) and were left out: train them first" in text
     assert f"flops-fit sweep CONFIG --out {sweep} --resume" in text
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero")
+def test_a_section_that_fails_keeps_its_anchor_so_the_pages_links_still_land(tmp_path):
+    # A held-out check observed at 0 cannot be drawn as predicted / observed, and an isoflop fit has no
+    # law over (N, D) to size for inference: both sections failed, and their headings lost their ids, so
+    # the answer's "details" link to #holdout led nowhere.
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, curve_points=0).drop(columns=["curve"])
+    result = fit(frame, method="isoflop", bootstrap=10, holdout=None)
+    result.holdout_checks = [HoldoutCheck(
+        method="isoflop", budget=1e19, fitted_budgets=[1e17, 1e18], predicted_loss=3.1, loss_interval=(3.0, 3.2),
+        observed_loss=3.0, loss_error=3.1 / 3.0 - 1, predicted_n_opt=2e8, n_opt_interval=(1e8, 4e8),
+        observed_n_opt=0.0, n_opt_error=np.inf, covered={"loss": True, "n_opt": False})]
+    text = write_report(result, tmp_path / "r.html", workers=1, inference_tokens=1e12).read_text()
+    assert "<h2 id='holdout'>The held-out check</h2><p class=warn>Not computed: ZeroDivisionError" in text
+    assert "<h2 id='inference'>Sizing for inference</h2><p class=warn>Not computed: FitInputError" in text
+    links = set(re.findall(r"href='#([^']+)'", text))
+    assert "holdout" in links and links <= set(re.findall(r" id='([^']+)'", text))
+
+
+def test_a_long_held_out_table_is_folded_under_its_per_method_counts(tmp_path):
+    # Forward chaining on the FineWeb/C4 study gave the page a held-out table of about 1,160 rows that
+    # a reader had to scroll past; the counts per method now lead and every row is still on the page.
+    frame = synthetic_runs(budgets=(1e17, 1e18, 1e19), sizes_per_budget=5, curve_points=0).drop(columns=["curve"])
+    result = fit(frame, method="isoflop", bootstrap=10, holdout=None)
+    budgets = [1e17 * 2 ** i for i in range(9)]
+    result.holdout_checks = [
+        HoldoutCheck(method="isoflop", budget=budgets[j], fitted_budgets=budgets[:k], reason="the fit failed: X")
+        if k == 1 else
+        HoldoutCheck(method="isoflop", budget=budgets[j], fitted_budgets=budgets[:k], predicted_loss=3.06,
+                     loss_interval=(3.0, 3.2), observed_loss=3.0, loss_error=0.02, predicted_n_opt=1.1e8,
+                     n_opt_interval=(1.05e8, 1.2e8), observed_n_opt=1e8, n_opt_error=0.1,
+                     covered={"loss": True, "n_opt": k != 2})
+        for j in range(1, 9) for k in range(1, j + 1)]  # 36 checks: 8 not made, 7 outside on N_opt
+    text = write_report(result, tmp_path / "r.html", workers=1).read_text()
+    section = text[text.index("<h2 id='holdout'>"):text.index("<figure", text.index("<h2 id='holdout'>"))]
+    assert section.count("<details>") == 1, "the per-check table is not folded"
+    shown, rest = section.split("<details>")
+    folded, after = rest.split("</details>")
+    counts = "<tr><td>isoflop</td><td>36</td><td>8</td><td>7</td><td>10.0%</td><td>0</td><td>0</td><td>2.0%</td></tr>"
+    assert counts in shown and "<th>N_opt outside</th>" in shown and "<th>inside?</th>" not in shown
+    assert "<summary>Every check: 36 rows" in folded and folded.count("<tr><td>isoflop</td>") == 36
+    assert "why a check was not made: the notes under the held-out table" in shown
+    assert "isoflop at 8 budgets (2e+17 to 2.6e+19) from &lt;= 1e+17: the fit failed: X" in after  # not folded

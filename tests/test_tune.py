@@ -21,7 +21,7 @@ from flops_fit.sweeps.hparams import HyperParams
 from flops_fit.sweeps.options import parse_floats, parse_ints
 from flops_fit.sweeps.tuned import TunedLaw, grid_flags, stored_grid
 from flops_fit.tuning.cells import fit_cell
-from flops_fit.tuning.forms import FORMS, Point, fit_form
+from flops_fit.tuning.forms import FORMS, Point, fit_form, score
 from flops_fit.tuning.grid import check_grid, tune_plan
 from flops_fit.tuning.law import fit_batch_law, fit_law
 from flops_fit.tuning.tune import Cell, fit_tune
@@ -114,6 +114,20 @@ def test_a_law_through_as_many_cells_as_coefficients_states_no_residual():
     more, _ = fit_law([*widths, 16.0], [*tokens, 2e5], [32] * 4, [*lr, 0.01], [np.empty(0)] * 4, scale="width",
                       bootstrap=0)
     assert rms_text(more.rms_log, more.cells) == f"rms {more.rms_log:.3f} in log lr over 4 cells" and more.rms_log > 0
+
+
+def test_a_form_held_out_to_one_cell_counts_1_cell_not_1_cells():
+    """A tune at two budgets whose smaller budget has one cell with an optimum: its forms' held-out column read
+    "once the largest budget is held out, 1 cells for 3 coefficients"."""
+    def point(params, tokens, budget, lr):
+        values = {"params": params, "nonembedding": params, "tokens": tokens, "flops": 6 * params * tokens, "batch": 8}
+        return Point(values, lr, np.empty(0), budget, lambda rate: 2.0, 2.0)
+
+    points = [point(3064, 21696, 4e8, 0.058), point(3064, 86800, 1.6e9, 0.043), point(7664, 34720, 1.6e9, 0.02)]
+    held = {name: score(lambda rest, f=FORMS[name]: fit_form(f, rest, bootstrap=0), points)["error"]
+            for name in ("bjorck", "size")}
+    assert held == {"bjorck": "once the largest budget is held out, 1 cell for 3 coefficients",
+                    "size": "once the largest budget is held out, 1 cell for 2 coefficients"}
 
 
 def test_the_law_needs_two_cells():
@@ -262,6 +276,22 @@ def test_report_on_a_tune_folder_keeps_the_tunes_report(tuned, tmp_path, capsys)
     assert f"{out / 'report.html'} is the report of the tune in {out} (flops-fit tune): give --out PATH for this " \
         f"fit's report (e.g. --out {out / 'fit-report.html'})" in err
     assert (out / "report.html").read_text() == before
+
+
+def test_status_of_a_tune_folder_says_it_is_a_tune_and_where_its_law_is(tuned, tmp_path, capsys):
+    """`flops-fit status DIR` on a finished tune listed its runs as any sweep's: neither that it is a tune nor
+    its hparams.json nor how a sweep uses it; without hparams.json (no law yet), the command that fits one."""
+    out = tmp_path / "my-tune"
+    shutil.copytree(tuned[0], out)
+    assert main(["status", str(out)]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert f"a learning-rate tune: its law is {out / 'hparams.json'}; a sweep plans its rates from it with " \
+        f"`--hparams {out}` (in a sweep file: [sweep] hparams = \"{out}\")" in said
+    (out / "hparams.json").unlink()
+    assert main(["status", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"a learning-rate tune with no law yet (no {out / 'hparams.json'}): `flops-fit tune SPEC --out {out} " \
+        "--budgets 4e+08 --sizes 8,16 --multipliers 0.125,0.5,1 --resume` fits it once its runs are done" in said
 
 
 def test_the_grid_named_to_resume_with_plans_the_stored_runs_exactly():

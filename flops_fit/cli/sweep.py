@@ -440,6 +440,9 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
     if line:
         print(line)
     print(gate_line(_gate(parity, driver)))
+    tune = _tune_line(Path(out_dir), planned)
+    if tune:
+        print(tune)
     finished = {r.run_id: r for r in frame.itertuples()}
     if design:  # an adaptive sweep: why each batch was chosen; the plan's runs it has not chosen (and none trained)
         chosen = chosen_runs(design)
@@ -456,6 +459,19 @@ def _print_status(out_dir: str | Path, table: bool = True) -> int:
         unit = f"{plan.get('unit', 'token')}s" if isinstance(plan, dict) else "tokens"
         print(format_table(rows, ["run", "budget", "size", "params", unit, "status", "lr", "loss", "time", "error"]))
     return counts.get("done", 0)
+
+
+def _tune_line(out_dir: Path, runs: list[Any]) -> str | None:
+    """A tune's folder says it is one and where its law is (status showed it as any sweep's, neither its
+    hparams.json nor how a sweep uses it); a tune with no law yet, the command that fits one or says why not."""
+    law = out_dir / HPARAMS_FILE
+    if law.is_file():
+        return (f"a learning-rate tune: its law is {law}; a sweep plans its rates from it with `--hparams {out_dir}` "
+                f"(in a sweep file: [sweep] hparams = \"{out_dir.resolve()}\")")
+    if stored_grid(runs) is not None:
+        return (f"a learning-rate tune with no law yet (no {law}): `{_resume(out_dir, runs, None)}` fits it "
+                "once its runs are done, or says why it found none")
+    return None
 
 
 def _law_only(out_dir: str | Path) -> None:

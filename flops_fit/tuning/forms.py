@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from flops_fit.fitting.laws.bootstrap import interval
+from flops_fit.tables import counted
 from flops_fit.tuning.law import MIN_SPREAD, Coefficient, LawFit, fit_batch_law, residual_rms
 
 MAX_WIDTH = 1.0  # an exponent whose 95% interval is wider than this is not identified
@@ -135,7 +136,7 @@ def fit_form(form: Form, points: list[Point], *, bootstrap: int = 200, seed: int
     flat = [v for j, v in enumerate(form.variables)
             if _spread(columns[j], [np.ones(n)] + columns[:j] + columns[j + 1:]) < MIN_SPREAD]
     if flat or n < k:
-        why = f"{n} cells for {k} coefficients" if n < k else _flat_why(flat, dict(zip(form.variables, columns)))
+        why = f"{counted(n, 'cell')} for {counted(k, 'coefficient')}" if n < k else _flat_why(flat, dict(zip(form.variables, columns)))
         return FormFit(form.name, form.title, Coefficient(math.exp(float(np.mean(y))), fitted=False),
                        {v: Coefficient(0.0, fitted=False) for v in form.variables}, n, math.nan,
                        notes=[f"not fitted: {why}"], dof=n - k)

@@ -33,7 +33,7 @@ from flops_fit.fitting import LOAD_OPTIONS, check_sampling
 from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.inputs import FLOPS_PER_PARAM_TOKEN, load_runs
 from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE, hparams_path
-from flops_fit.tables import format_table
+from flops_fit.tables import counted, format_table
 from flops_fit.tuning.cells import BAND, CellFit, fit_cell
 from flops_fit.tuning.forms import MAX_WIDTH, FormFit, Point, choose, fit_forms, form_rows
 from flops_fit.tuning.law import LawFit, fit_batch_law, fit_law
@@ -112,7 +112,7 @@ class RateFit:
                  len(c.fit.rates), "-" if not c.fit.ok else fmt.with_interval(c.fit.lr_opt, c.fit.lr_lo, c.fit.lr_hi),
                  f"{c.fit.best_loss:.4f}", c.fit.reason or ""] for c in self.cells]
         used = sum(c.fit.ok for c in self.cells)
-        lines = [f"{len(self.cells)} cells from {self.source}; {used} with their best rate inside the rates tried",
+        lines = [f"{counted(len(self.cells), 'cell')} from {self.source}; {used} with their best rate inside the rates tried",
                  *(f"note: {note}" for note in self.notes),
                  format_table(rows, ["params", "tokens", "batch", "rates", "lr* [95%]", "best loss",
                                      "no optimum because"]),

@@ -19,6 +19,7 @@ import numpy as np
 
 from flops_fit.errors import FitInputError
 from flops_fit.fitting.laws.bootstrap import interval
+from flops_fit.tables import counted
 
 # term -> (exponent's name, sign in log lr*)
 TERMS = {"tokens": ("a", -1.0), "scale": ("b", -1.0), "batch": ("c", 1.0)}
@@ -79,8 +80,8 @@ class LawFit:
 def rms_text(rms_log: float, cells: int) -> str:
     """The law's residual over its cells, or why there is none to state."""
     if rms_log is not None and math.isfinite(rms_log):
-        return f"rms {rms_log:.3f} in log lr over {cells} cells"
-    return f"{cells} cells, no more than its coefficients: no residual"
+        return f"rms {rms_log:.3f} in log lr over {counted(cells, 'cell')}"
+    return f"{counted(cells, 'cell')}, no more than its coefficients: no residual"
 
 
 def _fmt(c: Coefficient) -> str:
@@ -96,7 +97,7 @@ def residual_rms(residuals: np.ndarray, cells: int, coefficients: int) -> tuple[
     fit (no more cells than coefficients): NaN then, since its residual (0) says nothing."""
     if cells > coefficients:
         return float(np.sqrt(np.mean(residuals ** 2))), []
-    return math.nan, [f"{cells} cells for {coefficients} coefficients: no residual to judge the fit by"]
+    return math.nan, [f"{counted(cells, 'cell')} for {counted(coefficients, 'coefficient')}: no residual to judge the fit by"]
 
 
 def _independent_spread(values: np.ndarray, others: np.ndarray) -> float:

@@ -14,6 +14,7 @@ from flops_fit.fitting import formatting as fmt
 from flops_fit.fitting.report.drawing import colours, new_figure, save_figure
 from flops_fit.fitting.report.html import PAGE, Figures, escape, html_table
 from flops_fit.sweeps.tuned import TUNE_TITLE
+from flops_fit.tables import counted
 from flops_fit.tuning.forms import form_rows
 from flops_fit.tuning.law import rms_text
 
@@ -123,7 +124,7 @@ def write_tune_report(result: Any, out: Path) -> Path:
               fmt.sig(c["best_loss"], 4), "yes" if c["in_law"] else "no", c["reason"] or ""] for c in data["cells"]]
     body = [
         "<h1>flops-fit tune</h1>",
-        f"<p class=lead>{len(data['cells'])} cells of {escape(data['model'])} on {escape(data['dataset'])} "
+        f"<p class=lead>{counted(len(data['cells']), 'cell')} of {escape(data['model'])} on {escape(data['dataset'])} "
         f"(budgets {', '.join(fmt.flops(b) for b in data['setup']['budgets'])}), each trained at "
         f"{len(data['tune']['multipliers'])} multipliers of the sweep's rate ({escape(data['setup']['centre'])}): "
         f"{', '.join(f'{m:g}' for m in data['tune']['multipliers'])}.</p>",
@@ -145,7 +146,7 @@ def write_tune_report(result: Any, out: Path) -> Path:
     if data.get("batch_law"):
         b = data["batch_law"]
         body.append(f"<p>Batch-size law: B* = {b['k']:.4g} * C^{b['e']:.3g} [{b['e_lo']:.3g}, {b['e_hi']:.3g}] "
-                    f"over {b['cells']} cells.</p>")
+                    f"over {counted(b['cells'], 'cell')}.</p>")
     if data.get("holdout") and data["holdout"].get("kind") == "beyond":
         h = data["holdout"]
         body += ["<h2 id='holdout'>Held-out check beyond the grid</h2>",

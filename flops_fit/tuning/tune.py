@@ -38,7 +38,7 @@ from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.planner import Plan
 from flops_fit.sweeps.planner import plan as plan_sweep
 from flops_fit.sweeps.tuned import FORMAT, HPARAMS_FILE, grid_flags, stored_grid
-from flops_fit.tables import format_table
+from flops_fit.tables import counted, format_table
 from flops_fit.tuning.cells import BAND, DIVERGED_NEXT, CellFit, fit_cell
 from flops_fit.tuning.forms import MAX_WIDTH, FormFit, Point, choose, fit_forms, form_rows
 from flops_fit.tuning.grid import DEFAULT_MULTIPLIERS, check_grid, tune_plan
@@ -319,7 +319,7 @@ def fit_tune(out: Path, plan: Plan, cells: list[Cell], grid: dict[str, Any], *, 
         if not bad:  # every cell has its optimum: too few cells, which wider multipliers do not add
             n = len(cells)
             raise FitInputError(
-                f"{str(exc).partition(': ')[0]} (every cell of the tune has its optimum; it has {n} cell{'s' * (n != 1)}"
+                f"{str(exc).partition(': ')[0]} (every cell of the tune has its optimum; it has {counted(n, 'cell')}"
                 f"{f', {len(used)} at its best beta2' if len(used) != n else ''}): tune more sizes or budgets, into a "
                 f"new --out folder (a tune resumes only the grid it started with); each run's rate and loss: "
                 f"`flops-fit status {out}`") from None

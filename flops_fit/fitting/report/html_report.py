@@ -70,8 +70,11 @@ from flops_fit.fitting.validation.forecast import (
     prior_note,
 )
 from flops_fit.fitting.validation.holdout import (
+    COUNT_HEADERS,
     HOLDOUT_HEADERS,
+    count_legend,
     furthest_checks,
+    holdout_count_rows,
     holdout_misses,
     holdout_notes,
     holdout_rows,
@@ -81,6 +84,7 @@ from flops_fit.machine import resolve_workers
 
 TOP_WARNINGS = 8
 PAGE_NOTES = "the notes under the held-out table"  # where the page says why a check was not made
+FOLD_ROWS = 30  # a held-out table longer than a screen is folded under its per-method counts
 
 
 def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
@@ -117,7 +121,7 @@ def write_report(fitted: Any, out: str | Path, *, target: float | None = None,
         body = _body(fitted, runs, target, figure, plot_dir, at, inference_tokens)
         for method, result in results.items():
             body.append(_guarded(result.title, lambda m=method, r=result: _drawn(
-                drawn.get(m), lambda: _section(r, figure, plot_dir, target, budgets))))
+                drawn.get(m), lambda: _section(r, figure, plot_dir, target, budgets)), anchor=method))
     body.append("<h2 id='provenance'>Provenance</h2><pre>"
                 + escape(json.dumps(provenance(fitted, runs, target, command), indent=2, default=str)) + "</pre>")
     out.write_text(PAGE.format(body="\n".join(body)), encoding="utf-8")
@@ -169,12 +173,13 @@ def _drawn(future: Future | None, draw: Callable[[], str]) -> str:
 def _body(fitted: Any, runs: Any, target: float, figure: Figures, plot_dir: Path, at, inference_tokens) -> list[str]:
     """The page up to each method's own section: the answer, chaining, figures, held-out check."""
     results = fitted.results
-    body = [_guarded("The answer", lambda: _answer(fitted, runs, target))]
+    body = [_guarded("The answer", lambda: _answer(fitted, runs, target), anchor="answer")]
     if at is not None:
-        body.append(_guarded("The loss of planned runs", lambda: _planned_section(fitted, at)))
+        body.append(_guarded("The loss of planned runs", lambda: _planned_section(fitted, at), anchor="planned"))
     forecast = getattr(fitted, "forecast", None)
     if forecast is not None:
-        body.append(_guarded("Forward chaining", lambda: _chaining_section(forecast, figure, plot_dir)))
+        body.append(_guarded("Forward chaining", lambda: _chaining_section(forecast, figure, plot_dir),
+                             anchor="chaining"))
     body.append("<h2 id='headline'>The fit at a glance</h2>")
     body.append(_guarded("The headline figure", lambda: figure.embed(
         headline(results, target, plot_dir / "headline", ("png", "svg")),
@@ -186,10 +191,11 @@ def _body(fitted: Any, runs: Any, target: float, figure: Figures, plot_dir: Path
         "The exponent a of N_opt ~ C^a by method, with intervals.")))
     if fitted.holdout:
         body.append(_guarded("The held-out check", lambda: _holdout_section(fitted.holdout, figure, plot_dir,
-                                                                           method_colours(results))))
+                                                                           method_colours(results)), anchor="holdout"))
     if inference_tokens is not None:
-        body.append(_guarded("Sizing for inference", lambda: _inference_section(fitted, inference_tokens, target)))
-    errors = _guarded("Top-1 error", lambda: _error_section(runs, figure, plot_dir, target))
+        body.append(_guarded("Sizing for inference", lambda: _inference_section(fitted, inference_tokens, target),
+                             anchor="inference"))
+    errors = _guarded("Top-1 error", lambda: _error_section(runs, figure, plot_dir, target), anchor="error")
     if errors:
         body.append(errors)
     return body
@@ -203,13 +209,17 @@ def _html_path(out: str | Path) -> Path:
     return out
 
 
-def _guarded(what: str, build) -> str:
+def _guarded(what: str, build, anchor: str | None = None) -> str:
     """``build()``'s HTML, or a line saying why ``what`` could not be computed: one weak section never
-    costs the whole page (the fits behind it are checked at the source, ``validity``)."""
+    costs the whole page (the fits behind it are checked at the source, ``validity``). The failed section's
+    heading keeps the section's ``anchor`` (its id), so the page's links to it (#holdout, #chaining) still
+    land on it and the reader finds why it is missing."""
     try:
         return build()
     except Exception as exc:  # noqa: BLE001 - the page is written whatever one section meets
-        return f"<h2>{escape(what)}</h2><p class=warn>Not computed: {escape(type(exc).__name__)}: {escape(exc)}</p>"
+        heading = f"<h2 id='{escape(anchor)}'>" if anchor else "<h2>"
+        return (f"{heading}{escape(what)}</h2><p class=warn>Not computed: {escape(type(exc).__name__)}: "
+                f"{escape(exc)} (the other sections are drawn without it)</p>")
 
 
 def write_failure(reason: str, out: str | Path, source: Any, *, fitted: bool = True, command: str | None = None,
@@ -440,9 +450,15 @@ def _holdout_section(checks: Mapping[str, Sequence[Any]], figure: Figures, plot_
              "<p>Each method was fitted again without the held-out budget's runs (with forward chaining, on "
              "the budgets up to each split, predicting every larger one); its prediction for that budget is compared with the minimum of the budget's own IsoFLOP profile (interval: a bootstrap of "
              "that profile). Errors are (predicted - observed) / observed; <i>inside?</i> says whether the "
-             "observed value lies inside the predicted interval.</p>",
-             html_table(HOLDOUT_HEADERS, holdout_rows(checks))]
-    reasons = holdout_notes(checks)
+             "observed value lies inside the predicted interval.</p>"]
+    rows, reasons = holdout_rows(checks), holdout_notes(checks)
+    if len(rows) <= FOLD_ROWS:
+        parts.append(html_table(HOLDOUT_HEADERS, rows))
+    else:  # forward chaining on a large sweep: 1,160 rows were the page's held-out check; their counts lead
+        parts += [f"<p>Per method ({escape(count_legend(PAGE_NOTES if reasons else None))}):</p>",
+                  html_table(COUNT_HEADERS, holdout_count_rows(checks)),
+                  f"<details><summary>Every check: {len(rows):,} rows, one per method, budget held out and "
+                  "budgets fitted</summary>", html_table(HOLDOUT_HEADERS, rows), "</details>"]
     if reasons:
         parts.append("<ul>" + "".join(f"<li class=warn>{escape(r)}</li>" for r in reasons) + "</ul>")
     furthest = {m: furthest_checks(items) for m, items in checks.items()}

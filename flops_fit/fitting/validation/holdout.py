@@ -705,6 +705,13 @@ def holdout_counts(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
     found the observed value outside the predicted interval, and how far off the predictions were on
     average; the checks not made and the N_opt intervals too wide to judge (``fmt.too_wide``) counted
     apart. One line per method where ``holdout_misses``' sentences ran to a paragraph."""
+    unmade = any(c.reason for items in checks.values() for c in items)
+    return (f"Held-out checks ({count_legend('--verbose' if unmade else None)}):\n"
+            + format_table(holdout_count_rows(checks), COUNT_HEADERS))
+
+
+def holdout_count_rows(checks: Mapping[str, Sequence[HoldoutCheck]]) -> list[list[str]]:
+    """``holdout_counts``' rows (``COUNT_HEADERS``), one per method: the text's table and the report's summary."""
     rows = []
     for method, items in checks.items():
         tally = _Tally(items)
@@ -715,11 +722,15 @@ def holdout_counts(checks: Mapping[str, Sequence[HoldoutCheck]]) -> str:
             if key == "n_opt":
                 row.append(str(len(_too_wide(tally.made))))
         rows.append(row)
-    unmade = any(c.reason for items in checks.values() for c in items)
-    return ("Held-out checks (each method refitted without the budgets it predicts; outside: the observed "
-            f"value outside the predicted interval; too wide: an N_opt interval over {fmt.SPAN_LIMIT:g}x, not judged"
-            + ("; why a check was not made: --verbose" if unmade else "") + "):\n"
-            + format_table(rows, COUNT_HEADERS))
+    return rows
+
+
+def count_legend(why: str | None) -> str:
+    """What the count table's columns mean, and where ``why`` a check was not made is said (None: none was
+    left unmade)."""
+    return ("each method refitted without the budgets it predicts; outside: the observed value outside the "
+            f"predicted interval; too wide: an N_opt interval over {fmt.SPAN_LIMIT:g}x, not judged"
+            + (f"; why a check was not made: {why}" if why else ""))
 
 
 def holdout_misses(checks: Mapping[str, Sequence[Any]], why: str = "the held-out notes, --verbose") -> list[str]:
