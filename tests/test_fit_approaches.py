@@ -88,7 +88,7 @@ def test_every_result_draws_its_own_profiles(method):
     fitted = fit(runs, method=method, bootstrap=0)
     ax = Figure().add_subplot()
     draw_profiles(fitted, ax)
-    ylabel = "training loss" if method == "curve" else "loss (nats)"  # the curve law draws the training curves
+    ylabel = "training loss (nats)" if method == "curve" else "loss (nats)"  # the curve law draws the training curves
     assert ax.get_xscale() == "log" and ax.get_ylabel() == ylabel and ax.get_title()
     # Points (runs and minima, or the fitted envelope points) and lines (fitted profiles, or curves).
     assert len(ax.collections) >= 1 and len(ax.lines) >= 3
