@@ -283,6 +283,19 @@ def test_a_list_given_with_spaces_is_told_to_join_its_values_with_commas(argv, v
                    "by commas (e.g. --budgets 1e14,1e15, --sizes 64,128)\n")
 
 
+def test_the_readme_sweep_file_missing_after_a_pip_install_says_where_it_lives(tmp_path, monkeypatch, capsys):
+    """`flops-fit plan examples/sweep.toml`, the README's command, run where a pip install puts a user
+    (no checkout, so no examples/ folder), answered "does not exist (see examples/sweep.toml)"."""
+    from flops_fit.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "examples/sweep.toml"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flops-fit: error: sweep configuration 'examples/sweep.toml' does not exist: give a sweep ")
+    assert "format: docs/guide/sweeps.md" in err and "flops-fit repository, which a pip install does not include" in err
+    assert err.count("\n") == 1
+
+
 def test_runs_trained_together_asked_of_a_plan_that_has_none_is_said():
     """stack_runs = 2 on an ordinary sweep (every run its own size or budget) trained each run alone
     without a word; a tune's runs (one shape at several rates) are what it stacks."""

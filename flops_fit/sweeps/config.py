@@ -119,22 +119,27 @@ def _is_number(text: str) -> bool:
     return True
 
 
+# examples/ is in the repository, not in a pip install: say so where a message points to it.
+EXAMPLE_HINT = "a commented example: examples/sweep.toml in the flops-fit repository, which a pip install does not include"
+
+
 def load_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep configuration file."""
     path = Path(path)
     if path.is_dir():  # said "does not exist" of a folder that does
-        raise ConfigError(f"{path} is a folder, not a sweep configuration: give its CONFIG.toml (see examples/sweep.toml)")
+        raise ConfigError(f"{path} is a folder, not a sweep configuration: give its CONFIG.toml ({EXAMPLE_HINT})")
     if not path.is_file():
         if _is_number(str(path)):  # `--budgets 1e14 1e15`: the second value lands where the sweep file goes
             raise ConfigError(f"{str(path)!r} is no sweep configuration: a list option takes its values joined by "
                               f"commas (e.g. --budgets 1e14,1e15, --sizes 64,128)")
-        raise ConfigError(f"sweep configuration {str(path)!r} does not exist (see examples/sweep.toml)")
+        raise ConfigError(f"sweep configuration {str(path)!r} does not exist: give a sweep file's path "
+                          f"(format: docs/guide/sweeps.md; {EXAMPLE_HINT})")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except UnicodeDecodeError:  # a binary file (a checkpoint, a parquet) given as the sweep file: a traceback
-        raise ConfigError(f"{path}: not a text file, so no TOML sweep configuration (see examples/sweep.toml)") from None
+        raise ConfigError(f"{path}: not a text file, so no TOML sweep configuration ({EXAMPLE_HINT})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the sweep configuration ({exc.strerror or exc})") from None
     return parse_config(data, str(path), base=path.parent)
