@@ -181,6 +181,29 @@ def test_the_cluster_is_joined_before_the_sweeps_folder_is_written(local_ray):
     assert joined.stdout.split() == ["True"]
 
 
+@pytest.mark.e2e
+def test_a_cluster_that_refuses_the_driver_is_one_line_naming_token_auth_and_no_store(local_ray, tmp_path):
+    """A driver without RAY_AUTH_MODE=token is refused by a token-authenticated cluster (Ray's default for one
+    it starts): the line asked only whether the address was a head's, after the plan was recorded."""
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        pytest.skip("this Ray started its cluster without token authentication")
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    result = subprocess.run(
+        [sys.executable, "-m", "flops_fit", "sweep", str(config), "--out", str(out), "--executor", "ray",
+         "--address", ray.get_runtime_context().gcs_address],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("flops-fit: error:")]
+    assert len(errors) == 1 and errors[0].endswith("is joined with RAY_AUTH_MODE=token set and its token in "
+                                                   "~/.ray/auth_token"), result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
 def _losses(frame):
     return frame.set_index("run_id").loss.to_dict()
 

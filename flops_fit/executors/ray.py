@@ -133,7 +133,9 @@ class RayExecutor(ClosingExecutor):
                 except (ConnectionError, RuntimeError) as error:  # something answers there, but not a Ray head
                     raise FlopsFitError(
                         f"could not join the Ray cluster at {self.address} ({str(error).splitlines()[0]}): is it "
-                        "a Ray head's GCS address (host:port, as `ray start --head` prints it)?") from None
+                        "a Ray head's GCS address (host:port, as `ray start --head` prints it)? A cluster with "
+                        "token authentication (Ray's default for the clusters it starts) is joined with "
+                        "RAY_AUTH_MODE=token set and its token in ~/.ray/auth_token") from None
             else:
                 ray.init(num_cpus=self.num_cpus, **options)
                 self._started_here = True
