@@ -169,8 +169,9 @@ def test_a_bad_ray_option_in_a_sweep_file_is_one_line_and_no_store(tmp_path):
 
 @pytest.mark.e2e
 def test_the_cluster_is_joined_before_the_sweeps_folder_is_written(local_ray):
-    """The driver asks check_submission before it writes the folder: joining there, an address that answers
-    but is no Ray head is refused with nothing recorded (it was refused after the plan was stored)."""
+    """The driver asks check_submission before it writes the folder: the cluster at the address is joined
+    there, so a cluster that will not take the driver is refused with nothing recorded (it was refused
+    only once the plan was stored)."""
     address = ray.get_runtime_context().gcs_address
     joined = subprocess.run(
         [sys.executable, "-c", "import ray; from flops_fit.executors.ray import RayExecutor; "

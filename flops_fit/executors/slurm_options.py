@@ -16,7 +16,7 @@ def minutes(value: Any) -> int:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return math.ceil(value)
     match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip()) if isinstance(value, str) else None
-    if match is None:  # a bool was named as None ("got None" for time = true)
+    if match is None:  # a bool too (time = true), named as itself
         raise OptionError(f"time must be minutes or sbatch's form like '4:00:00' or '1-12:00:00', got {value!r}")
     days, first, second, third = (int(x) if x is not None else None for x in match.groups())
     if days is not None:  # days-hours[:minutes[:seconds]]
