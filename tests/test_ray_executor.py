@@ -135,11 +135,74 @@ def test_a_run_of_two_processes_is_one_task_that_launches_its_ranks(local_ray):
 @pytest.mark.parametrize(
     ("options", "message"),
     [({"max_retries": -1}, "max_retries must be a non-negative integer"),
-     ({"cpus_per_run": 0}, "cpus_per_run must be a finite positive number")],
+     ({"cpus_per_run": 0}, "cpus_per_run must be a finite positive number"),
+     # accepted, then refused by Ray (or failing unnamed) after the plan was recorded in the sweep's folder
+     ({"num_cpus": -1}, "num_cpus must be a positive integer, got -1"),
+     ({"num_cpus": "2"}, "num_cpus must be a positive integer, got '2'"),
+     ({"gpus_per_run": -1}, "gpus_per_run must be a finite number >= 0, got -1"),
+     ({"workers": 0}, "workers must be a positive integer, got 0"),
+     ({"init_options": 5}, "init_options must be a table of ray.init"),
+     ({"address": "garbage"}, r"the Ray address must be HOST:PORT \(as `ray start --head` prints it\), "
+                              r"ray://HOST:PORT, 'auto' or 'local', got 'garbage'")],
 )
 def test_bad_options_are_refused(options, message):
     with pytest.raises(FlopsFitError, match=message):
         RayExecutor(**options)
+
+
+def test_a_bad_ray_option_in_a_sweep_file_is_one_line_and_no_store(tmp_path):
+    """A negative num_cpus passed the sweep's checks; Ray refused it once the plan was in the folder."""
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML + '\n[executor]\nname = "ray"\nnum_cpus = -1\n')
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "flops_fit", "sweep", str(config), "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+             "FLOPS_FIT_PLUGINS": "sweep_support"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [f"flops-fit: error: {config} [executor] (or its command-line "
+                                                  "options): num_cpus must be a positive integer, got -1"]
+    assert not out.exists()
+
+
+@pytest.mark.e2e
+def test_the_cluster_is_joined_before_the_sweeps_folder_is_written(local_ray):
+    """The driver asks check_submission before it writes the folder: the cluster at the address is joined
+    there, so a cluster that will not take the driver is refused with nothing recorded (it was refused
+    only once the plan was stored)."""
+    address = ray.get_runtime_context().gcs_address
+    joined = subprocess.run(
+        [sys.executable, "-c", "import ray; from flops_fit.executors.ray import RayExecutor; "
+         f"RayExecutor(address={address!r}).check_submission([]); print(ray.is_initialized())"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert joined.returncode == 0, joined.stderr
+    assert joined.stdout.split() == ["True"]
+
+
+@pytest.mark.e2e
+def test_a_cluster_that_refuses_the_driver_is_one_line_naming_token_auth_and_no_store(local_ray, tmp_path):
+    """A driver without RAY_AUTH_MODE=token is refused by a token-authenticated cluster (Ray's default for one
+    it starts): the line asked only whether the address was a head's, after the plan was recorded."""
+    if os.environ.get("RAY_AUTH_MODE") != "token":
+        pytest.skip("this Ray started its cluster without token authentication")
+    config = tmp_path / "sweep.toml"
+    config.write_text(sweep_support.SMALL_SWEEP_TOML)
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    result = subprocess.run(
+        [sys.executable, "-m", "flops_fit", "sweep", str(config), "--out", str(out), "--executor", "ray",
+         "--address", ray.get_runtime_context().gcs_address],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("flops-fit: error:")]
+    assert len(errors) == 1 and errors[0].endswith("is joined with RAY_AUTH_MODE=token set and its token in "
+                                                   "~/.ray/auth_token"), result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
 
 
 def _losses(frame):

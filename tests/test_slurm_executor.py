@@ -126,11 +126,23 @@ def test_time_and_memory_read_sbatchs_forms():
         ({"max_timeouts": -1}, "max_timeouts must be a non-negative integer"),
         ({"show_jobs": "yes"}, "show_jobs must be true or false"),
         ({"signal_delay_s": 0}, "signal_delay_s must be a positive integer"),
+        # passed on to sbatch, which read "#SBATCH --partition=gpu a100" otherwise than --test-only's one argument
+        ({"partition": "gpu a100"}, "partition must be a SLURM name without spaces (several: comma-separated, "
+                                    "like 'gpu,cpu'), got 'gpu a100'"),
+        ({"account": "my lab"}, "account must be a SLURM name without spaces"),
+        ({"qos": "normal\t"}, "qos must be a SLURM name without spaces"),
+        ({"time": True}, "time must be minutes or sbatch's form like '4:00:00' or '1-12:00:00', got True"),  # got None
     ],
 )
 def test_bad_options_are_refused_with_the_fix(options, message):
     with pytest.raises(OptionError, match=f"^{_escaped(message)}"):
         SlurmExecutor("unused", **{"cluster": "local", **options})
+
+
+def test_a_folder_that_is_no_path_is_refused_naming_it():
+    """A TypeError from pathlib ("executor ... does not start: TypeError: expected str, ...") before."""
+    with pytest.raises(OptionError, match=r"^folder must be a folder every node sees \(a string\), got 3$"):
+        flops_fit.create_executor("slurm", cluster="local", folder=3)
 
 
 def test_an_unknown_option_lists_the_known_ones():

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from flops_fit.checks import positive_number
+from flops_fit.checks import non_negative_number, positive_int, positive_number
 from flops_fit.errors import FlopsFitError, Interrupted, OptionError, RunLost
 from flops_fit.executors.base import (
     ClosingExecutor,
@@ -45,10 +45,14 @@ _ANSWER_TIMEOUT_S = 10  # how long a cluster's address may take to accept a conn
 def check_address_answers(address: str) -> None:
     """OptionError unless something accepts a connection at a ``host:port`` (or ``ray://host:port``)
     address: ``ray.init`` retries one that does not answer for ever, after the plan is recorded.
-    Other forms (``auto``, ``local``) are Ray's to resolve."""
+    ``auto`` and ``local`` are Ray's to resolve; any other form is refused here (Ray refused it only
+    once the plan was recorded)."""
+    if address in ("auto", "local"):
+        return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
-        return
+        raise OptionError(f"the Ray address must be HOST:PORT (as `ray start --head` prints it), "
+                          f"ray://HOST:PORT, 'auto' or 'local', got {address!r}")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=_ANSWER_TIMEOUT_S).close()
     except OSError as error:
@@ -94,6 +98,17 @@ class RayExecutor(ClosingExecutor):
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise OptionError(f"max_retries must be a non-negative integer, got {max_retries!r}")
         positive_number(cpus_per_run, "cpus_per_run")
+        # checked here, where a bad value is one line before the plan: Ray refused a negative one only
+        # after the plan was recorded (num_cpus, gpus_per_run) or failed on it unnamed (init_options)
+        for value, what in ((num_cpus, "num_cpus"), (workers, "workers")):
+            if value is not None:
+                positive_int(value, what)
+        if gpus_per_run is not None:
+            non_negative_number(gpus_per_run, "gpus_per_run")
+        if init_options is not None and not isinstance(init_options, dict):
+            raise OptionError(f"init_options must be a table of ray.init() arguments, got {init_options!r}")
+        if address is not None and not isinstance(address, str):
+            raise OptionError(f"address must be a string like '10.0.0.1:6379', got {address!r}")
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         if self.address:
             check_address_answers(self.address)
@@ -118,11 +133,20 @@ class RayExecutor(ClosingExecutor):
                 except (ConnectionError, RuntimeError) as error:  # something answers there, but not a Ray head
                     raise FlopsFitError(
                         f"could not join the Ray cluster at {self.address} ({str(error).splitlines()[0]}): is it "
-                        "a Ray head's GCS address (host:port, as `ray start --head` prints it)?") from None
+                        "a Ray head's GCS address (host:port, as `ray start --head` prints it)? A cluster with "
+                        "token authentication (Ray's default for the clusters it starts) is joined with "
+                        "RAY_AUTH_MODE=token set and its token in ~/.ray/auth_token") from None
             else:
                 ray.init(num_cpus=self.num_cpus, **options)
                 self._started_here = True
         return ray
+
+    def check_submission(self, items: Iterable[Any]) -> None:
+        """Join the cluster at ``address`` before the sweep's folder is written (the driver asks this
+        first): an address that answers but is no Ray head was refused only after the plan was
+        recorded, so the corrected rerun needed --resume. A local Ray is started when the runs start."""
+        if self.address:
+            self.connect()
 
     def close(self) -> None:
         """Stop the local Ray this executor started (a joined cluster is left running)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import re
 import shutil
 import signal
@@ -56,7 +57,7 @@ from flops_fit.executors.base import (
     ignore_progress,
 )
 from flops_fit.executors.slurm_job import Relay, RunJob, import_submitit
-from flops_fit.executors.slurm_options import gigabytes, minutes, optional_name
+from flops_fit.executors.slurm_options import gigabytes, minutes, optional_name, slurm_name
 from flops_fit.executors.stopping import raise_if_stopped
 from flops_fit.files import write_atomically
 from flops_fit.plugin.contracts import ExecutorEntry
@@ -119,10 +120,12 @@ class SlurmExecutor(ClosingExecutor):
         if cluster not in CLUSTERS:
             raise OptionError(f"cluster must be one of {list(CLUSTERS)}, got {cluster!r}")
         self.cluster = cluster
+        if folder is not None and (not isinstance(folder, (str, os.PathLike)) or not str(folder)):
+            raise OptionError(f"folder must be a folder every node sees (a string), got {folder!r}")
         self.folder = None if folder is None else Path(folder)
-        self.partition = optional_name(partition, "partition")
-        self.account = optional_name(account, "account")
-        self.qos = optional_name(qos, "qos")
+        self.partition = slurm_name(partition, "partition")
+        self.account = slurm_name(account, "account")
+        self.qos = slurm_name(qos, "qos")
         self.time_min = minutes(time)
         if gpus_per_node is not None and (isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int)
                                           or gpus_per_node < 0):

@@ -13,13 +13,10 @@ from flops_fit.errors import OptionError
 def minutes(value: Any) -> int:
     """A time limit in minutes, from minutes or sbatch's ``--time`` forms ("90", "1:30:00",
     "2-00:00:00", "1-12"); seconds round up to a whole minute."""
-    if isinstance(value, bool):
-        value = None
-    if isinstance(value, int | float) and value > 0:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return math.ceil(value)
-    text = str(value).strip()
-    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", text)
-    if value is None or not isinstance(value, str) or match is None:
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", value.strip()) if isinstance(value, str) else None
+    if match is None:  # a bool too (time = true), named as itself
         raise OptionError(f"time must be minutes or sbatch's form like '4:00:00' or '1-12:00:00', got {value!r}")
     days, first, second, third = (int(x) if x is not None else None for x in match.groups())
     if days is not None:  # days-hours[:minutes[:seconds]]
@@ -50,3 +47,14 @@ def optional_name(value: Any, what: str) -> str | None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise OptionError(f"{what} must be a name (a string), got {value!r}")
     return value
+
+
+def slurm_name(value: Any, what: str) -> str | None:
+    """A partition, account or QOS: SLURM's names hold no spaces (a list is comma-separated, "gpu,cpu"),
+    and the job's ``#SBATCH --partition=gpu a100`` line read differently from the ``--test-only``
+    check's single argument."""
+    name = optional_name(value, what)
+    if name is not None and re.search(r"\s", name):
+        raise OptionError(f"{what} must be a SLURM name without spaces (several: comma-separated, like "
+                          f"'gpu,cpu'), got {value!r}")
+    return name
