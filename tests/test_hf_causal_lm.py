@@ -423,3 +423,28 @@ def test_a_plan_reads_the_config_file_once_and_an_edit_again(tmp_path, monkeypat
     (tmp_path / "llama" / "config.json").write_text(json.dumps({**CONFIGS["llama"], "num_hidden_layers": 3}))
     again = flops_fit.plan(**options)
     assert len(reads) == 2 and again.runs[0].params > planned.runs[0].params
+
+
+def test_sizes_whose_rotary_share_is_not_a_pair_of_dimensions_are_left_out_and_refused(tmp_path):
+    """Phi turns half of each head with rotary embeddings (its class's default, absent from this file) and
+    GPT-NeoX a quarter (rotary_pct). With the heads kept (scale the MLP only), Phi's head of 2 at size 8
+    turns 1 dimension: transformers builds it, its forward fails, and the plan, which counts the smallest
+    sizes, failed whole ("cannot be counted on the meta device") even for sizes=[16, 32, 48], which turn
+    2, 4 and 6. GPT-NeoX's head of 2 turned none (no positions). Such sizes are left out now, and a
+    size asked for by name is refused naming the share."""
+    torch = pytest.importorskip("torch")
+    phi = {"model_type": "phi", "hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4,
+           "num_hidden_layers": 1, "vocab_size": 256, "max_position_embeddings": 64}
+    config = {"config": phi, "scale": ["intermediate_size"], "context_length": 16}
+    plan = flops_fit.plan(model="hf-causal-lm", model_config=config, budgets=[1e9], sizes=[16, 32, 48], seq_len=16,
+                          batch_size=4, min_steps=1)
+    assert sorted({run.size for run in plan.runs}) == [16, 32, 48]
+    entry = flops_fit.model_info("hf-causal-lm")
+    assert entry.sizes(1, 64, **config) == [16, 32, 48, 64]  # heads of 2, 10 and 14 turn 1, 5 and 7
+    model = flops_fit.create_model("hf-causal-lm", 16, **config)
+    assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 256)
+    neox = {"config": write_config(tmp_path, "gpt_neox"), "scale": ["intermediate_size"], "context_length": 16}
+    assert entry.sizes(1, 64, **neox) == [32, 40, 64]  # heads of 8, 10 and 16 turn 2, 2 and 4
+    with pytest.raises(ValueError, match=r"size 8: rotary embeddings turn 0 of each head's 2 dimensions "
+                                         r"\(partial_rotary_factor 0\.25\)"):
+        flops_fit.create_model("hf-causal-lm", 8, **neox)
