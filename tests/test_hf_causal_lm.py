@@ -372,6 +372,26 @@ def test_a_config_that_is_not_an_object_or_names_an_unknown_model_type_is_one_sh
     assert len(str(err.value)) < 400
 
 
+def test_a_labs_own_architecture_is_one_line_naming_its_code_and_the_ways_to_sweep_it(tmp_path, capsys):
+    """A lab's own architecture (a model_type transformers lacks, its class in the lab's code: auto_map)
+    was told to "fix the config's model_type, or upgrade transformers" beside a close name that is
+    another architecture ('mamba' for 'mylab'): neither sweeps it. Now the line names its code, which
+    flops-fit does not run, and the two ways that do: a model plugin, or its own script with declared."""
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "config.json").write_text(json.dumps({
+        **CONFIGS["llama"], "model_type": "mylab", "architectures": ["MyLabForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_mylab.MyLabConfig",
+                     "AutoModelForCausalLM": "modeling_mylab.MyLabForCausalLM"}}))
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{tmp_path / "lab"}"\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "model_type 'mylab' is not one this transformers" in err
+    assert "its class is code of its own (modeling_mylab.MyLabForCausalLM), which flops-fit does not run" in err
+    assert "a model plugin (docs/guide/plugins.md)" in err and 'model = "declared"' in err and "mamba" not in err
+
+
 def test_a_relative_config_is_read_from_the_sweep_files_folder_and_the_ids_keep_the_path_as_written(
         tmp_path, capsys, monkeypatch):
     """`config = "qwen2"` in a sweep file was read from the current folder (`cd /tmp && flops-fit plan
