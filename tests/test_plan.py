@@ -88,6 +88,15 @@ def test_the_plan_headline_is_its_table_without_the_rows():
     assert "est. time" not in head and len(head.splitlines()) <= 6
 
 
+def test_the_plan_table_shows_a_small_tokens_per_param_as_a_number_not_zero():
+    """A size trained on 0.019 tokens per parameter (a tiny budget, a wide model) read "0.0" in the
+    plan's table: nothing, beside the note that every size trains on less than the target."""
+    p = make(sizes=[4, 8, 64], budgets=[6.3e7])
+    cells = {run.size: row[4] for run, row in zip(p.runs, p.rows(), strict=True)}
+    assert cells[64] == f"{p.runs[2].tokens / p.runs[2].params:.2g}" == "0.019"
+    assert cells[4] == "4.4"  # one decimal from 1 up, as before
+
+
 def test_plan_round_trips_through_a_dict():
     p = make()
     again = Plan.from_dict(p.to_dict())
