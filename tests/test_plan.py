@@ -129,6 +129,16 @@ def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
                     batch_size=8, min_steps=5).runs) == 3
 
 
+def test_a_budget_below_the_smallest_sizes_own_does_not_call_that_size_its_optimum():
+    """At 1e7 FLOPs the prior optimum (20 tokens/param) is below tiny-lm's smallest size, and the refusal
+    called the smallest size's parameters the optimum ("prior optimum (2,304 params ...), next to its
+    smallest size (2,304 params)"): an hf-causal-lm sweep at 1e9 FLOPs read 39,800 params as its optimum."""
+    with pytest.raises(PlanError, match="holds only 2 valid size") as info:
+        plan(host=HOST, model="tiny-lm", budgets=[1e7], span=4.0, sizes_per_budget=3, batch_size=8, min_steps=5)
+    assert "prior optimum (below the smallest size at 20 tokens/param)" in str(info.value)
+    assert "next to its smallest size (2,304 params)" in str(info.value)
+
+
 @pytest.mark.parametrize("schedule", ["wsd", "cosine"])
 def test_a_span_next_to_the_smallest_size_names_the_smallest_budget_that_plans(schedule):
     """The refusal named a budget from a formula: 4.53e9 with WSD's size ladder, 3.7x the smallest that plans
