@@ -7,9 +7,10 @@ scales every field named in ``scale`` by ``s / base`` (``base``: the config's ow
 them the config has) the MLP ratio and the head size stay the config's; leave the heads out
 and the heads keep their number and grow. ``depth`` names a field that scales too
 (``"num_hidden_layers"``: a constant aspect ratio), else the depth is the config's. A size is
-valid when every scaled field is a whole number and the heads still divide (checked here, in
-plain Python); a rule that leaves no valid size, or names a field the config lacks, is one
-line naming the field and the fix.
+valid when every scaled field is a whole number, the heads still divide and each head's rotary
+share is a pair of dimensions or more (checked here, in plain Python; a share the file leaves out
+is its transformers class's default); a rule that leaves no valid size, or names a field the
+config lacks, is one line naming the field and the fix.
 
 ``[model]`` keys: ``config`` (a ``config.json``, its folder, or the config inline as a
 table), ``scale``, ``depth``, ``size_field``, ``set`` (fields overridden before scaling), and
