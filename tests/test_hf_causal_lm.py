@@ -99,6 +99,9 @@ def test_a_rule_naming_a_missing_field_is_one_line_and_exit_2(tmp_path, capsys):
     ({"set": {"num_attention_heads": 4.5}}, "'num_attention_heads' is 4.5, not a positive integer"),
     ({"set": {"hidden_size": 60}}, "head size 15 is odd"),  # every size the rule reaches has heads of 15
     ({"config": "/nonexistent/config.json"}, "no such config.json"),
+    # both heads fields scale (the default): "scale both heads fields, or neither" was no fix
+    ({"set": {"num_key_value_heads": 3}}, r"the config's num_attention_heads = 4 is not divisible by its "
+                                          r"num_key_value_heads = 3, .*: fix the config \(or \[model\] set\)"),
 ])
 def test_a_config_the_rule_cannot_scale_names_the_field(change, message, tmp_path):
     config = {"config": write_config(tmp_path, "llama"), **change}

@@ -193,6 +193,13 @@ class Rule:
                                  "num_attention_heads to scale, or use sizes that are multiples of it")
             if self.head_dim_follows:
                 config["head_dim"] = size // heads
+            own = next((self.config[k] for k in HEAD_FIELDS[0] if self.config.get(k)), heads)
+            own_kv = self.config.get(HEAD_FIELDS[1][0]) or own
+            together = (HEAD_FIELDS[1][0] in self.scaled) == any(k in self.scaled for k in HEAD_FIELDS[0])
+            if together and own % own_kv:  # both scale, or neither: no size groups the config's own heads
+                raise ValueError(f"the config's num_attention_heads = {own} is not divisible by its "
+                                 f"num_key_value_heads = {own_kv}, so the query heads cannot share the key/value "
+                                 "heads in equal groups: fix the config (or [model] set)")
             if heads % kv:
                 raise ValueError(f"num_attention_heads = {heads} is not divisible by num_key_value_heads = {kv} at "
                                  f"size {size}: scale both heads fields, or neither")
