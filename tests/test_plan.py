@@ -93,7 +93,7 @@ def test_the_plan_table_shows_a_small_tokens_per_param_as_a_number_not_zero():
     plan's table: nothing, beside the note that every size trains on less than the target."""
     p = make(sizes=[4, 8, 64], budgets=[6.3e7])
     cells = {run.size: row[4] for run, row in zip(p.runs, p.rows(), strict=True)}
-    assert cells[64] == f"{p.runs[2].tokens / p.runs[2].params:.2g}" == "0.019"
+    assert cells[64] == "0.019"  # 640 tokens for 33,024 parameters
     assert cells[4] == "4.4"  # one decimal from 1 up, as before
 
 
