@@ -34,3 +34,9 @@ def shortest(value: float) -> str:
     printed into a command to paste, where 3 significant digits would change it."""
     exact = [t for t in (f"{value:.{p}g}" for p in range(1, 18)) if float(t) == value]
     return min(exact, key=len)  # 100, not 1e+02; 3.2e+11, not 320000000000
+
+
+def per_param(ratio: float) -> str:
+    """Tokens per parameter as a plan's table shows it: one decimal from 1 up (20.0), two significant
+    digits below, where one decimal read 0.0 for a size given 0.023 tokens per parameter."""
+    return f"{ratio:.1f}" if ratio >= 1 else f"{ratio:.2g}"

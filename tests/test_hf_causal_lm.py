@@ -99,6 +99,9 @@ def test_a_rule_naming_a_missing_field_is_one_line_and_exit_2(tmp_path, capsys):
     ({"set": {"num_attention_heads": 4.5}}, "'num_attention_heads' is 4.5, not a positive integer"),
     ({"set": {"hidden_size": 60}}, "head size 15 is odd"),  # every size the rule reaches has heads of 15
     ({"config": "/nonexistent/config.json"}, "no such config.json"),
+    # both heads fields scale (the default): "scale both heads fields, or neither" was no fix
+    ({"set": {"num_key_value_heads": 3}}, r"the config's num_attention_heads = 4 is not divisible by its "
+                                          r"num_key_value_heads = 3, .*: fix the config \(or \[model\] set\)"),
 ])
 def test_a_config_the_rule_cannot_scale_names_the_field(change, message, tmp_path):
     config = {"config": write_config(tmp_path, "llama"), **change}
@@ -372,6 +375,26 @@ def test_a_config_that_is_not_an_object_or_names_an_unknown_model_type_is_one_sh
     assert len(str(err.value)) < 400
 
 
+def test_a_labs_own_architecture_is_one_line_naming_its_code_and_the_ways_to_sweep_it(tmp_path, capsys):
+    """A lab's own architecture (a model_type transformers lacks, its class in the lab's code: auto_map)
+    was told to "fix the config's model_type, or upgrade transformers" beside a close name that is
+    another architecture ('mamba' for 'mylab'): neither sweeps it. Now the line names its code, which
+    flops-fit does not run, and the two ways that do: a model plugin, or its own script with declared."""
+    (tmp_path / "lab").mkdir()
+    (tmp_path / "lab" / "config.json").write_text(json.dumps({
+        **CONFIGS["llama"], "model_type": "mylab", "architectures": ["MyLabForCausalLM"],
+        "auto_map": {"AutoConfig": "configuration_mylab.MyLabConfig",
+                     "AutoModelForCausalLM": "modeling_mylab.MyLabForCausalLM"}}))
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'[sweep]\nmodel = "hf-causal-lm"\nbudgets = [1e9]\nseq_len = 16\n\n[model]\n'
+                     f'config = "{tmp_path / "lab"}"\n')
+    assert main(["plan", str(sweep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "model_type 'mylab' is not one this transformers" in err
+    assert "its class is code of its own (modeling_mylab.MyLabForCausalLM), which flops-fit does not run" in err
+    assert "a model plugin (docs/guide/plugins.md)" in err and 'model = "declared"' in err and "mamba" not in err
+
+
 def test_a_relative_config_is_read_from_the_sweep_files_folder_and_the_ids_keep_the_path_as_written(
         tmp_path, capsys, monkeypatch):
     """`config = "qwen2"` in a sweep file was read from the current folder (`cd /tmp && flops-fit plan
@@ -423,3 +446,28 @@ def test_a_plan_reads_the_config_file_once_and_an_edit_again(tmp_path, monkeypat
     (tmp_path / "llama" / "config.json").write_text(json.dumps({**CONFIGS["llama"], "num_hidden_layers": 3}))
     again = flops_fit.plan(**options)
     assert len(reads) == 2 and again.runs[0].params > planned.runs[0].params
+
+
+def test_sizes_whose_rotary_share_is_not_a_pair_of_dimensions_are_left_out_and_refused(tmp_path):
+    """Phi turns half of each head with rotary embeddings (its class's default, absent from this file) and
+    GPT-NeoX a quarter (rotary_pct). With the heads kept (scale the MLP only), Phi's head of 2 at size 8
+    turns 1 dimension: transformers builds it, its forward fails, and the plan, which counts the smallest
+    sizes, failed whole ("cannot be counted on the meta device") even for sizes=[16, 32, 48], which turn
+    2, 4 and 6. GPT-NeoX's head of 2 turned none (no positions). Such sizes are left out now, and a
+    size asked for by name is refused naming the share."""
+    torch = pytest.importorskip("torch")
+    phi = {"model_type": "phi", "hidden_size": 64, "intermediate_size": 256, "num_attention_heads": 4,
+           "num_hidden_layers": 1, "vocab_size": 256, "max_position_embeddings": 64}
+    config = {"config": phi, "scale": ["intermediate_size"], "context_length": 16}
+    plan = flops_fit.plan(model="hf-causal-lm", model_config=config, budgets=[1e9], sizes=[16, 32, 48], seq_len=16,
+                          batch_size=4, min_steps=1)
+    assert sorted({run.size for run in plan.runs}) == [16, 32, 48]
+    entry = flops_fit.model_info("hf-causal-lm")
+    assert entry.sizes(1, 64, **config) == [16, 32, 48, 64]  # heads of 2, 10 and 14 turn 1, 5 and 7
+    model = flops_fit.create_model("hf-causal-lm", 16, **config)
+    assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 256)
+    neox = {"config": write_config(tmp_path, "gpt_neox"), "scale": ["intermediate_size"], "context_length": 16}
+    assert entry.sizes(1, 64, **neox) == [32, 40, 64]  # heads of 8, 10 and 16 turn 2, 2 and 4
+    with pytest.raises(ValueError, match=r"size 8: rotary embeddings turn 0 of each head's 2 dimensions "
+                                         r"\(partial_rotary_factor 0\.25\)"):
+        flops_fit.create_model("hf-causal-lm", 8, **neox)

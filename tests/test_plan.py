@@ -88,6 +88,15 @@ def test_the_plan_headline_is_its_table_without_the_rows():
     assert "est. time" not in head and len(head.splitlines()) <= 6
 
 
+def test_the_plan_table_shows_a_small_tokens_per_param_as_a_number_not_zero():
+    """A size trained on 0.019 tokens per parameter (a tiny budget, a wide model) read "0.0" in the
+    plan's table: nothing, beside the note that every size trains on less than the target."""
+    p = make(sizes=[4, 8, 64], budgets=[6.3e7])
+    cells = {run.size: row[4] for run, row in zip(p.runs, p.rows(), strict=True)}
+    assert cells[64] == "0.019"  # 640 tokens for 33,024 parameters
+    assert cells[4] == "4.4"  # one decimal from 1 up, as before
+
+
 def test_plan_round_trips_through_a_dict():
     p = make()
     again = Plan.from_dict(p.to_dict())
@@ -118,6 +127,16 @@ def test_prior_optimum_at_the_edge_of_the_sizes_is_refused():
     works = _suggested(str(info.value))
     assert len(plan(host=HOST, model="tiny-lm", budgets=[works], span=4.0, sizes_per_budget=3,
                     batch_size=8, min_steps=5).runs) == 3
+
+
+def test_a_budget_below_the_smallest_sizes_own_does_not_call_that_size_its_optimum():
+    """At 1e7 FLOPs the prior optimum (20 tokens/param) is below tiny-lm's smallest size, and the refusal
+    called the smallest size's parameters the optimum ("prior optimum (2,304 params ...), next to its
+    smallest size (2,304 params)"): an hf-causal-lm sweep at 1e9 FLOPs read 39,800 params as its optimum."""
+    with pytest.raises(PlanError, match="holds only 2 valid size") as info:
+        plan(host=HOST, model="tiny-lm", budgets=[1e7], span=4.0, sizes_per_budget=3, batch_size=8, min_steps=5)
+    assert "prior optimum (below the smallest size at 20 tokens/param)" in str(info.value)
+    assert "next to its smallest size (2,304 params)" in str(info.value)
 
 
 @pytest.mark.parametrize("schedule", ["wsd", "cosine"])

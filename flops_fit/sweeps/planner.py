@@ -29,7 +29,7 @@ from flops_fit.sweeps.memory import Memory, check_memory, gib, missing_device, r
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.size_grid import SizeGrid, grid_notes, refusal, too_few_sizes
 from flops_fit.sweeps.tuned import TunedLaw, guarded_rates, short_source, sources_header
-from flops_fit.tables import duration, format_table
+from flops_fit.tables import duration, format_table, per_param
 from flops_fit.training.schedules import cooldown_steps
 from flops_fit.training.wsd import executed_flops
 
@@ -108,7 +108,7 @@ class Plan:
         executed = self.executed_flops
         return [
             [
-                f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", f"{r.tokens / r.params:.1f}",
+                f"{r.budget:.2e}", r.size, f"{r.params:,}", f"{r.tokens:,}", per_param(r.tokens / r.params),
                 r.steps, f"{r.flops:.3e}", *([r.cooldown_start, f"{executed[r.run_id]:.3e}"] if wsd else []),
                 f"{r.lr:.2e}", short_source(r.lr_source), self._memory(r),
                 duration(self.estimated_seconds(r)),

@@ -89,8 +89,11 @@ def too_few_sizes(budget: float, grid: SizeGrid, centre: float, options: SweepOp
     """Why a budget's span holds too few sizes, and the fix; ``unit``: what the model's FLOPs are per;
     ``choose``: how the plan picks a budget's sizes (``SizeGrid.around``, the default, or ``ladder``)."""
     span, tokens_per_param, model = options.span, options.tokens_per_param, options.model
+    # prior_optimum stops at the smallest size: a budget below that size's own is not an optimum of that size
+    below = budget < grid.flops_per_unit(0) * tokens_per_param * grid.params[0]
+    optimum = "below the smallest size" if below else f"{centre:,.0f} params"
     where = (
-        f"budget {budget:.3g} FLOPs: the span of {span:g}x around its prior optimum ({centre:,.0f} params at "
+        f"budget {budget:.3g} FLOPs: the span of {span:g}x around its prior optimum ({optimum} at "
         f"{tokens_per_param:g} {unit}s/param) holds only {found} valid size(s) of model {model!r}"
     )
     need = smallest_budget(grid, choose or grid.around, options, budget)

@@ -7,9 +7,10 @@ scales every field named in ``scale`` by ``s / base`` (``base``: the config's ow
 them the config has) the MLP ratio and the head size stay the config's; leave the heads out
 and the heads keep their number and grow. ``depth`` names a field that scales too
 (``"num_hidden_layers"``: a constant aspect ratio), else the depth is the config's. A size is
-valid when every scaled field is a whole number and the heads still divide (checked here, in
-plain Python); a rule that leaves no valid size, or names a field the config lacks, is one
-line naming the field and the fix.
+valid when every scaled field is a whole number, the heads still divide and each head's rotary
+share is a pair of dimensions or more (checked here, in plain Python; a share the file leaves out
+is its transformers class's default); a rule that leaves no valid size, or names a field the
+config lacks, is one line naming the field and the fix.
 
 ``[model]`` keys: ``config`` (a ``config.json``, its folder, or the config inline as a
 table), ``scale``, ``depth``, ``size_field``, ``set`` (fields overridden before scaling), and
@@ -41,6 +42,7 @@ HEAD_FIELDS = (("num_attention_heads", "n_head"), ("num_key_value_heads",))
 # paths_from: the sweep file's folder, where a relative config path is read from (set by flops-fit, not in the run id)
 DEFAULTS = {"config": None, "scale": None, "depth": None, "size_field": "hidden_size", "set": {},
             "vocab_size": None, "context_length": None, "paths_from": None}
+ROTARY_FIELDS = ("partial_rotary_factor", "rotary_pct")  # the share of each head that rotary embeddings turn
 FINGERPRINT = "config_sha256"  # the content of a config file a run was planned with
 # token ids of the config's own tokenizer: meaningless once the dataset's tokenizer sets the vocabulary
 # (a pad id outside it fails nn.Embedding; inside it, it would freeze a real token's embedding)
@@ -156,6 +158,7 @@ class Rule:
         heads = next((base[k] for k in HEAD_FIELDS[0] if isinstance(base.get(k), int) and base[k] > 0), None)
         self.head_dim_follows = (isinstance(base.get("head_dim"), int) and "head_dim" not in self.scaled
                                  and heads is not None and base["head_dim"] * heads == self.base)
+        self.rotary = rotary_shares(base)
         # the size must be a multiple of this for every scaled field to be a whole number
         self.step = math.lcm(1, *(self.base // math.gcd(self.base, base[f]) for f in self.scaled))
 
@@ -190,6 +193,13 @@ class Rule:
                                  "num_attention_heads to scale, or use sizes that are multiples of it")
             if self.head_dim_follows:
                 config["head_dim"] = size // heads
+            own = next((self.config[k] for k in HEAD_FIELDS[0] if self.config.get(k)), heads)
+            own_kv = self.config.get(HEAD_FIELDS[1][0]) or own
+            together = (HEAD_FIELDS[1][0] in self.scaled) == any(k in self.scaled for k in HEAD_FIELDS[0])
+            if together and own % own_kv:  # both scale, or neither: no size groups the config's own heads
+                raise ValueError(f"the config's num_attention_heads = {own} is not divisible by its "
+                                 f"num_key_value_heads = {own_kv}, so the query heads cannot share the key/value "
+                                 "heads in equal groups: fix the config (or [model] set)")
             if heads % kv:
                 raise ValueError(f"num_attention_heads = {heads} is not divisible by num_key_value_heads = {kv} at "
                                  f"size {size}: scale both heads fields, or neither")
@@ -197,7 +207,45 @@ class Rule:
             if head_dim % 2 and config["model_type"] not in ("gpt2",):
                 raise ValueError(f"size {size}: head size {head_dim} is odd, and rotary embeddings need an even one: "
                                  "use sizes with an even head size")
+            for share in self.rotary if config["model_type"] not in ("gpt2",) else ():
+                turned = int(head_dim * share)  # as transformers sizes the rotary embedding
+                if turned % 2 or not turned:
+                    raise ValueError(f"size {size}: rotary embeddings turn {turned} of each head's {head_dim} "
+                                     f"dimensions (partial_rotary_factor {share}), and turn pairs of them, at least "
+                                     f"one: use sizes whose head size x {share} is an even number, or scale the "
+                                     f"heads with the width")
         return config
+
+
+def rotary_shares(config: Mapping[str, Any]) -> tuple[float, ...]:
+    """The shares of each head's dimensions that rotary embeddings turn (``partial_rotary_factor``,
+    GPT-NeoX's ``rotary_pct``): the config's own, at its top level or in its ``rope_parameters`` /
+    ``rope_scaling`` (per layer type too), else its transformers class's default (GPT-NeoX 0.25, Phi
+    0.5). At a head size whose share is odd or zero transformers builds the class without a word, and
+    Phi's forward then fails (a plan that counted it at its smallest sizes failed whole), GPT-NeoX's
+    turns other dimensions than the config says, or none at all (no positions)."""
+    tables: list[Mapping[str, Any]] = [config]
+    for key in ("rope_parameters", "rope_scaling"):
+        if isinstance(config.get(key), Mapping):
+            tables += [config[key], *(v for v in config[key].values() if isinstance(v, Mapping))]
+    shares = {float(t[k]) for t in tables for k in ROTARY_FIELDS
+              if isinstance(t.get(k), (int, float)) and not isinstance(t.get(k), bool)}
+    return tuple(sorted(shares)) if shares else class_rotary_shares(config["model_type"])
+
+
+@functools.cache
+def class_rotary_shares(kind: str) -> tuple[float, ...]:
+    """The rotary share a transformers config class sets by default (a config file that leaves it out
+    gets it); none where the class has none, transformers is missing or the class needs arguments."""
+    try:
+        from transformers import CONFIG_MAPPING
+
+        defaults = CONFIG_MAPPING[kind]()
+    except Exception:  # the build says what is wrong with the config: nothing to check here
+        return ()
+    rope = getattr(defaults, "rope_parameters", None)
+    share = rope.get("partial_rotary_factor") if isinstance(rope, Mapping) else None
+    return (float(share),) if isinstance(share, (int, float)) and share != 1 else ()
 
 
 def repeat_layer_types(kinds: list[Any], layers: int) -> list[Any]:

@@ -42,10 +42,16 @@ def hf_config(size: int, attn_implementation: str | None = None, **config: Any) 
     kind = values.pop("model_type")
     values.pop("transformers_version", None)
     if kind not in CONFIG_MAPPING:  # transformers' own refusal lists all of its model types on one line
+        # a lab's own architecture (its class in its own code: auto_map) has no class here to build
         close = difflib.get_close_matches(kind, list(CONFIG_MAPPING.keys()), n=3)
+        auto_map = values.get("auto_map")
+        code = auto_map.get("AutoModelForCausalLM") if isinstance(auto_map, dict) else None
         raise ValueError(f"model_type {kind!r} is not one this transformers ({transformers.__version__}) knows"
-                         + (f"; close ones: {', '.join(map(repr, close))}" if close else "")
-                         + ": fix the config's model_type, or upgrade transformers")
+                         + (f"; its class is code of its own ({code}), which flops-fit does not run" if code else "")
+                         + (f"; close ones: {', '.join(map(repr, close))}" if close and not code else "")
+                         + ": fix the config's model_type, or upgrade transformers; an architecture of your own: "
+                         "a model plugin (docs/guide/plugins.md), or your script with model = \"declared\" "
+                         "(docs/guide/own-trainer.md)")
     for key in ("torch_dtype", "dtype"):  # a hub config's "bfloat16" built bf16 weights: the sweep's precision decides
         values.pop(key, None)
     for key in ("_attn_implementation", "attn_implementation"):  # the config's own hardware's (flash_attention_2)
