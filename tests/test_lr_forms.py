@@ -162,9 +162,9 @@ def test_a_form_that_cannot_be_fitted_without_the_largest_budget_gets_no_held_ou
     forms = fit_forms(points, marin(points), marin, batch_swept=False, bootstrap=200)
     for f in forms.values():
         assert "excess" not in f.heldout and f.heldout["fitted_on"] == 1, f.name
-    assert forms["size"].heldout["error"] == "once the largest budget is held out, 1 cells for 2 coefficients"
+    assert forms["size"].heldout["error"] == "once the largest budget is held out, 1 cell for 2 coefficients"
     scores = {row[0]: row[4] for row in form_rows(forms) if row[0]}
-    assert scores["size"] == "not scored: once the largest budget is held out, 1 cells for 2 coefficients"
+    assert scores["size"] == "not scored: once the largest budget is held out, 1 cell for 2 coefficients"
     assert scores["marin"] == "not scored: the law needs at least 2 cells with an interior optimum, got 1"
     name, why = choose(forms)
     assert name == "marin" and "no form could be scored on a held-out budget" in why
