@@ -8,6 +8,7 @@ import pytest
 import sweep_support
 
 import flops_fit
+from flops_fit.fitting.inputs import divergence
 from flops_fit.sweeps.planner import plan
 from flops_fit.testing import isolated_host
 from flops_fit.training.data import eval_indices
@@ -80,6 +81,9 @@ def test_a_loss_that_is_nan_before_any_update_is_not_called_divergence(spec):
     assert result.status == "failed"
     assert result.error == ("the loss was nan at the first step, before any update: check the loss / model / data, "
                             "not the learning rate")
+    # and a fit of a tune's runs does not read it as the rate diverging (its curve and error say "nan")
+    assert divergence(result.error, result.loss, result.curve) is None
+    assert divergence("diverged: train loss became nan at step 4", result.loss, result.curve) is not None
 
 
 def test_a_dataset_of_the_wrong_sequence_length_is_refused(spec):

@@ -354,6 +354,9 @@ def _no_finished_runs(name: str, excluded: list[dict[str, Any]], *, is_store: bo
 # "non-finite loss: ..."), or a lab's words for it ("loss is NaN at step 300"). An error naming none (out of
 # memory, a missing file, a hang) says nothing of the run's rate.
 DIVERGED_WORDS = re.compile(r"diverg|non-?finite|not finite|\bnan\b|\binf(inity)?\b|explod|blew up|blow-?up", re.I)
+# flops-fit's trainer's words for a loss not finite at its first step, before any update (a loss, model or data
+# that gives NaN whatever the rate): no verdict on the run's rate, though its curve and error read "nan"
+UNUSABLE_LOSS = "at the first step, before any update"
 # A training curve ending over this many times its lowest loss blew up (one cut short by a crash ends near it):
 # the factor flops-fit's own trainer stops a run at (the hparams' divergence_factor default), not one chosen here.
 CURVE_RISE = 3.0
@@ -376,7 +379,9 @@ def divergence(error: Any, loss: Any, curve: Any) -> str | None:
     verdict on its rate): a loss recorded as infinite, a training curve that reaches a non-finite loss or ends over
     ``CURVE_RISE`` times its lowest, or an error naming a non-finite or diverged loss (``DIVERGED_WORDS``). Only
     "diverged: ..." counted before: an external trainer's "non-finite loss" read as a crash. A NaN loss alone
-    says nothing: every failed run records one."""
+    says nothing: every failed run records one, and neither does a loss NaN before any update (``UNUSABLE_LOSS``)."""
+    if isinstance(error, str) and UNUSABLE_LOSS in error:
+        return None
     with contextlib.suppress(TypeError, ValueError):
         if np.isinf(float(loss)):
             return f"loss {float(loss)}"
