@@ -193,6 +193,17 @@ def test_an_image_models_tune_counts_samples_in_its_text_and_report(tuned, tmp_p
     assert "<th>samples</th>" in page and "<th>tokens</th>" not in page
 
 
+def test_the_grid_line_names_one_size_as_one_size(tuned):
+    """A tune of a single size printed "grid: sizes 8-8", read as a typo; a range is still a range."""
+    import dataclasses
+
+    _, result = tuned
+    cover = result.data["coverage"]
+    assert f"grid: sizes 8-16 and tokens {cover['tune_tokens'][0]:,}-{cover['tune_tokens'][1]:,};" in str(result)
+    one = dataclasses.replace(result, data={**result.data, "coverage": {**cover, "tune_sizes": [8, 8]}})
+    assert "grid: size 8 and tokens " in str(one)
+
+
 def test_a_sweep_plans_its_rates_from_the_tune(tuned):
     out, result = tuned
     data = json.loads((out / "hparams.json").read_text())

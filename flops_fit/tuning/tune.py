@@ -49,6 +49,13 @@ from flops_fit.tuning.report import write_tune_report
 HOLDOUTS = ("largest", "beyond")
 
 
+def _span(noun: str, bounds: list[Any], spec: str = "") -> str:
+    """A grid's range, "sizes 8-24" or, where it is one value, "size 8" ("sizes 8-8" read as a typo)."""
+    lo, hi = (format(v, spec) for v in bounds[:2])
+    noun = noun.removesuffix("s")
+    return f"{noun} {lo}" if lo == hi else f"{noun}s {lo}-{hi}"
+
+
 @dataclass
 class Cell:
     """One (size, tokens, batch, beta2) cell: what it is and its fitted optimum."""
@@ -139,10 +146,10 @@ class TuneResult:
             lines.append(f"batch law: B* = {b['k']:.4g} * C^{b['e']:.3g} [{b['e_lo']:.3g}, {b['e_hi']:.3g}]")
         cover = self.data.get("coverage")
         if cover:
-            lines.append(f"grid: sizes {cover['tune_sizes'][0]}-{cover['tune_sizes'][1]} and {self.units} "
-                         f"{cover['tune_tokens'][0]:,}-{cover['tune_tokens'][1]:,}; the sweep plans sizes "
-                         f"{cover['sweep_sizes'][0]}-{cover['sweep_sizes'][1]} and {self.units} {cover['sweep_tokens'][0]:,}-"
-                         f"{cover['sweep_tokens'][1]:,} (the planner guards how far past the grid the law goes)")
+            lines.append(f"grid: {_span('size', cover['tune_sizes'])} and {_span(self.units, cover['tune_tokens'], ',')}; "
+                         f"the sweep plans {_span('size', cover['sweep_sizes'])} and "
+                         f"{_span(self.units, cover['sweep_tokens'], ',')} (the planner guards how far past the grid "
+                         "the law goes)")
         if self.holdout:
             lines.append(describe_holdout(self.holdout, self.units))
         lines.append(f"wrote {self.hparams_path}" + (f" and {self.report}" if self.report else ""))
