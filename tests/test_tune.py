@@ -298,6 +298,9 @@ def test_status_of_a_tune_folder_says_it_is_a_tune_and_where_its_law_is(tuned, t
     said = capsys.readouterr().out.splitlines()
     assert f"a learning-rate tune: its law is {out / 'hparams.json'}; a sweep plans its rates from it with " \
         f"`--hparams {out}` (in a sweep file: [sweep] hparams = \"{out}\")" in said
+    assert main(["status", str(out), "--json"]) == 0  # --json carries it too (it had no word of a tune)
+    tune = json.loads(capsys.readouterr().out)["tune"]
+    assert tune["law"] == str(out / "hparams.json") and tune["said"] in said
     (out / "hparams.json").unlink()
     assert main(["status", str(out)]) == 0
     said = capsys.readouterr().out

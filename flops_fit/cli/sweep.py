@@ -549,6 +549,9 @@ def _print_status_json(out_dir: str | Path) -> int:
         finite = json.loads(json.dumps(design), parse_constant=lambda _: None)  # a round not fitted yet: inf -> null
         extra["adaptive"] = {**finite, "not_chosen": [r["run_id"] for r in runs if r["run_id"] not in chosen
                                                                  and r["status"] == "pending"]}
+    if (tune := _tune_line(Path(out_dir), planned)) is not None:  # as the text says it: a tune, and where its law is
+        law = Path(out_dir) / HPARAMS_FILE
+        extra["tune"] = {"law": str(law) if law.is_file() else None, "said": tune}
     print(json.dumps({"out_dir": str(out_dir), "parity": _gate(parity, driver)["status"], **driver, "totals": totals, "runs": runs,
                       **extra}, indent=2, sort_keys=True))
     return 0
