@@ -235,7 +235,9 @@ def test_the_checkpoint_folder_must_be_writable_with_room(tmp_path):
     free = __import__("shutil").disk_usage(tmp_path).free
     policy = CheckpointPolicy(str(tmp_path / "new" / "checkpoints"))
     held = policy.keep + 1  # a run holds its newest `keep` checkpoints and writes the next before pruning
-    huge = [dataclasses.replace(r, params=free // CHECKPOINT_BYTES_PER_PARAM // (2 * held) + 1, run_id="")
+    # one run at a time needs 3/4 of the free space, two need 1.5x it: the verdicts hold while other processes
+    # write or free space meanwhile (sized at exactly half, another job freeing a few MB flipped the second)
+    huge = [dataclasses.replace(r, params=3 * free // 4 // CHECKPOINT_BYTES_PER_PARAM // held, run_id="")
             for r in the_plan.runs]
     preflight(the_plan, huge, checkpoints=policy, concurrent=1, host=HOST, checks=[check_checkpoint_folder])
     with pytest.raises(PreflightError, match="2 run\\(s\\) at once need at least .* [GM]B for 3 checkpoints each"):
