@@ -280,10 +280,11 @@ def test_a_resumed_runs_own_checkpoints_count_as_room_for_its_next(tmp_path):
     run = the_plan.runs[0]
     held = policy.run_dir(run.run_id) / "step-000000010.safetensors"
     held.parent.mkdir(parents=True)
-    held.write_bytes(b"\0" * (64 << 20))  # a checkpoint the run wrote before it stopped
+    held.write_bytes(b"\0" * (192 << 20))  # a checkpoint the run wrote before it stopped
     free = __import__("shutil").disk_usage(tmp_path).free
-    # three checkpoints of this run need 32 MB more than is free, and its own 64 MB file is room for them
-    big = dataclasses.replace(run, params=(free + (32 << 20)) // ((policy.keep + 1) * CHECKPOINT_BYTES_PER_PARAM))
+    # three checkpoints of this run need 64 MB more than is free, and its own 192 MB file is room for them (the
+    # 128 MB left over absorbs what other tests write meanwhile)
+    big = dataclasses.replace(run, params=(free + (64 << 20)) // ((policy.keep + 1) * CHECKPOINT_BYTES_PER_PARAM))
     preflight(the_plan, [big], checkpoints=policy, concurrent=1, host=HOST, checks=[check_checkpoint_folder])
 
 
