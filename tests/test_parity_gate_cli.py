@@ -78,6 +78,14 @@ def test_gate_of_a_misspelt_model_names_the_known_ones() -> None:
         check("plian", host=isolated_host(_Plugin(), _CaselessModel()))
 
 
+def test_the_install_hint_is_quoted_so_zsh_runs_it() -> None:
+    """"pip install flops-fit[parity]" unquoted is a glob to zsh (macOS's shell): "no matches found"."""
+    from flops_fit.sweeps.gate import install_hint
+
+    assert install_hint(["timm"]) == "pip install 'flops-fit[parity]'"  # a package the parity extra holds
+    assert install_hint(["some-plugin-dependency"]) == "pip install some-plugin-dependency"
+
+
 def test_builtin_gates_pass_on_cpu() -> None:
     pytest.importorskip("timm")
     for model in ("vit", "gpt"):

@@ -592,7 +592,7 @@ def add_commands(sub) -> None:
     p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser("sweep", help="run a sweep from CONFIG.toml into an output folder")
-    p.add_argument("config", help="sweep configuration (see examples/sweep.toml)")
+    p.add_argument("config", help="sweep configuration (e.g. examples/sweep.toml in the flops-fit repository)")
     p.add_argument("--out", help="output folder (default: [sweep] out, or flops-fit-out)")
     p.add_argument("--resume", action="store_true", help="continue the sweep stored in the output folder")
     p.add_argument("--workers", type=int, help="runs trained at once (worker processes)")

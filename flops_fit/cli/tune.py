@@ -80,7 +80,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     p = sub.add_parser("tune", help="find the learning-rate law of a sweep: its smallest budgets at several rates")
-    p.add_argument("spec", nargs="?", help="the sweep file to tune (see examples/sweep.toml)")
+    p.add_argument("spec", nargs="?", help="the sweep file to tune (e.g. examples/sweep.toml in the flops-fit "
+                   "repository)")
     p.add_argument("--demo", choices=("gpt", "vit"), help="tune the demo's own setup instead of a sweep file")
     p.add_argument("--out", required=True, help="output folder: its runs, hparams.json and report.html")
     p.add_argument("--budgets", type=_budgets, metavar="K|C1,C2",

@@ -103,7 +103,8 @@ def install_hint(missing: list[str]) -> str:
                  for r in metadata.requires("flops-fit") or () if 'extra == "parity"' in r}
     except metadata.PackageNotFoundError:  # a checkout not installed: the extra is not known
         extra = set()
-    return "pip install flops-fit[parity]" if {m.lower() for m in missing} <= extra else f"pip install {' '.join(missing)}"
+    # quoted: zsh reads an unquoted [parity] as a glob and refuses the command
+    return "pip install 'flops-fit[parity]'" if {m.lower() for m in missing} <= extra else f"pip install {' '.join(missing)}"
 
 
 def case_timeout(timeout_s: float | None = None) -> float:
