@@ -30,7 +30,7 @@ from flops_fit.sweeps.gate import gate_line
 from flops_fit.sweeps.options import SweepOptions
 from flops_fit.sweeps.progress import CHAIN_GAP, SESSION_META, session_start, stored_pace
 from flops_fit.sweeps.tuned import HPARAMS_FILE, grid_flags, stored_grid
-from flops_fit.tables import duration, format_table, shortest
+from flops_fit.tables import counted, duration, format_table, shortest
 
 DEFAULT_UNTIL = "n_opt<=2x"  # sweeps.adaptive.DEFAULT_RULE, named here so that --help imports no numpy
 
@@ -352,13 +352,13 @@ def _driver_line(state: dict[str, Any]) -> str | None:
         if not n and "between_runs_s" in state:
             return (f"between runs: nothing holds it this moment, but its last result was stored "
                     f"{state['between_runs_s']:.0f}s ago (runs trained one by one by `flops-fit train-run`, or "
-                    f"recorded by `flops-fit record`, leave it unheld between them); {waiting} "
-                    f"run{'s' * (waiting != 1)} not started yet")
+                    f"recorded by `flops-fit record`, leave it unheld between them); "
+                    f"{counted(waiting, 'run')} not started yet")
         if not n:
-            return (f"nothing is training it now: {waiting} run{'s' * (waiting != 1)} not started yet; "
+            return (f"nothing is training it now: {counted(waiting, 'run')} not started yet; "
                     f"`{state['resume']}` trains {'them' if waiting != 1 else 'it'}")
         them = "them" if n != 1 else "it"
-        return (f"nothing is training it now: {n} run{'s' * (n != 1)} marked running {'were' if n != 1 else 'was'} "
+        return (f"nothing is training it now: {counted(n, 'run')} marked running {'were' if n != 1 else 'was'} "
                 f"interrupted; `{state['resume']}` continues {them} from {'their' if n != 1 else 'its'} newest "
                 "checkpoint (or the start, where none was saved)")
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(live["started"]))
